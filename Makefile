@@ -1,0 +1,59 @@
+# loom — build, demo and tests.  `make` builds ./loom; `make demo`; `make test`.
+CC       ?= gcc
+ARCH     ?= -march=native
+OPT      ?= -O3
+BLAS_DIR ?= /usr/lib/x86_64-linux-gnu/openblas-openmp
+BLAS_INC ?= /usr/include/x86_64-linux-gnu/openblas-openmp
+CFLAGS   ?= $(OPT) $(ARCH)
+CFLAGS   += -std=c11 -Wall -Wextra -fopenmp -fno-math-errno -I$(BLAS_INC) -MMD -MP
+LDFLAGS  += -fopenmp -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR)
+LDLIBS   += -lopenblas -lcjson -lm
+BUILD    ?= build
+
+LIB_SRC  := $(filter-out src/cli/main.c,$(wildcard src/*.c src/*/*.c))
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+TEST_SRC := $(wildcard tests/test_*.c)
+TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+
+.PHONY: all demo test test-asan clean format
+all: loom
+
+loom: $(BUILD)/src/cli/main.o $(BUILD)/libloom.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/libloom.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/tests/%: tests/%.c $(BUILD)/libloom.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libloom.a $(LDLIBS)
+
+tests: $(TEST_BIN)
+
+demo:
+	@bash scripts/demo.sh
+
+test: loom tests
+	@bash tests/run.sh
+
+# The same suite under AddressSanitizer + UndefinedBehaviorSanitizer (separate build dir).
+test-asan:
+	$(MAKE) BUILD=build-asan OPT="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" \
+	  LDFLAGS="-fsanitize=address,undefined" LOOM_BIN=build-asan/loom build-asan/loom tests
+	LOOM_BUILD=build-asan LOOM_ASAN=1 bash tests/run.sh
+
+build-asan/loom: $(BUILD)/src/cli/main.o $(BUILD)/libloom.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+format:
+	clang-format -i $(wildcard src/*.[ch] src/*/*.[ch] tests/*.c)
+
+clean:
+	rm -rf build build-asan loom
+
+-include $(LIB_OBJ:.o=.d) $(BUILD)/src/cli/main.d

@@ -1,0 +1,359 @@
+// cpu.c — the CPU backend: matrix products through CBLAS (OpenBLAS), everything else in C
+// with OpenMP. Every loop that touches B·T rows or a whole parameter tensor is parallel.
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common.h"
+#include "backend.h"
+
+#define LN_EPS 1e-5f
+#define GELU_K 0.7978845608028654f  // sqrt(2/pi)
+
+// ------------------------------------------------------------------ memory
+
+static float *cpu_alloc(size_t n) { return xalloc_floats(n); }
+static void cpu_release(float *p) { free(p); }
+static void cpu_copy(float *dst, const float *src, size_t n) {
+    if (dst != src) memcpy(dst, src, n * sizeof(float));
+}
+static void cpu_fill(float *x, float v, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++) x[i] = v;
+}
+static void cpu_scale(float *x, float s, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+static double cpu_sumsq(const float *x, size_t n) {
+    double acc = 0.0;
+#pragma omp parallel for reduction(+ : acc) schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++) acc += (double)x[i] * x[i];
+    return acc;
+}
+static int cpu_all_finite(const float *x, size_t n) {
+    int bad = 0;
+#pragma omp parallel for reduction(| : bad) schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++) bad |= !isfinite(x[i]);
+    return !bad;
+}
+
+// ------------------------------------------------------------------ embedding
+
+static void cpu_encoder_forward(float *out, const int *inp, const float *wte, const float *wpe,
+                                int B, int T, int C) {
+#pragma omp parallel for schedule(static)
+    for (int bt = 0; bt < B * T; bt++) {
+        const float *te = wte + (size_t)inp[bt] * C, *pe = wpe + (size_t)(bt % T) * C;
+        float *o = out + (size_t)bt * C;
+        for (int c = 0; c < C; c++) o[c] = te[c] + pe[c];
+    }
+}
+
+static void cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp,
+                                 int B, int T, int C) {
+    // Channels are split across threads so no two threads ever add to the same element.
+#pragma omp parallel
+    {
+        int nth = omp_get_num_threads(), id = omp_get_thread_num();
+        int c0 = (int)((long)C * id / nth), c1 = (int)((long)C * (id + 1) / nth);
+        for (int bt = 0; bt < B * T; bt++) {
+            const float *d = dout + (size_t)bt * C;
+            float *te = dwte + (size_t)inp[bt] * C, *pe = dwpe + (size_t)(bt % T) * C;
+            for (int c = c0; c < c1; c++) {
+                te[c] += d[c];
+                pe[c] += d[c];
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------ layernorm
+
+static void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                                  const float *w, const float *b, int N, int C) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float m = 0.f;
+        for (int c = 0; c < C; c++) m += x[c];
+        m /= C;
+        float var = 0.f;
+        for (int c = 0; c < C; c++) {
+            float d = x[c] - m;
+            var += d * d;
+        }
+        float s = 1.0f / sqrtf(var / C + LN_EPS);
+        float *o = out + (size_t)n * C;
+        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * w[c] + b[c];
+        mean[n] = m;
+        rstd[n] = s;
+    }
+}
+
+static void cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+                                   const float *inp, const float *w, const float *mean,
+                                   const float *rstd, int N, int C) {
+#pragma omp parallel
+    {
+        float *ldw = xcalloc((size_t)C, sizeof(float)), *ldb = xcalloc((size_t)C, sizeof(float));
+#pragma omp for schedule(static)
+        for (int n = 0; n < N; n++) {
+            const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
+            float m = mean[n], s = rstd[n];
+            float dnorm_mean = 0.f, dnorm_norm_mean = 0.f;
+            for (int c = 0; c < C; c++) {
+                float xh = (x[c] - m) * s, dn = w[c] * d[c];
+                dnorm_mean += dn;
+                dnorm_norm_mean += dn * xh;
+            }
+            dnorm_mean /= C;
+            dnorm_norm_mean /= C;
+            float *di = dinp + (size_t)n * C;
+            for (int c = 0; c < C; c++) {
+                float xh = (x[c] - m) * s, dn = w[c] * d[c];
+                ldb[c] += d[c];
+                ldw[c] += xh * d[c];
+                di[c] += (dn - dnorm_mean - xh * dnorm_norm_mean) * s;
+            }
+        }
+#pragma omp critical
+        for (int c = 0; c < C; c++) {
+            dw[c] += ldw[c];
+            db[c] += ldb[c];
+        }
+        free(ldw);
+        free(ldb);
+    }
+}
+
+// ------------------------------------------------------------------ matmul
+
+static void cpu_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
+                               int N, int C, int OC) {
+    if (bias) {
+#pragma omp parallel for schedule(static)
+        for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C,
+                bias ? 1.0f : 0.0f, out, OC);
+}
+
+static void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
+                                const float *inp, const float *w, int N, int C, int OC) {
+    if (dinp)  // (N,C) = (N,OC) · (OC,C)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C,
+                    0.0f, dinp, C);
+    // (OC,C) += (OC,N) · (N,C)
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
+                dw, C);
+    if (dbias) {
+        enum { CB = 256 };
+#pragma omp parallel for schedule(static)
+        for (int j0 = 0; j0 < OC; j0 += CB) {
+            int j1 = j0 + CB < OC ? j0 + CB : OC;
+            float acc[CB] = {0};
+            for (int n = 0; n < N; n++) {
+                const float *d = dout + (size_t)n * OC;
+                for (int j = j0; j < j1; j++) acc[j - j0] += d[j];
+            }
+            for (int j = j0; j < j1; j++) dbias[j] += acc[j - j0];
+        }
+    }
+}
+
+// ------------------------------------------------------------------ attention
+// Per (batch, head): Q, K, V are (T,hs) views into qkv with row stride 3C. Each (b,h) pair
+// runs single-threaded sgemms; the pairs are spread over the OpenMP threads.
+
+static void cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
+                                  int NH) {
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    size_t C3 = 3 * (size_t)C;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int bh = 0; bh < B * NH; bh++) {
+        int b = bh / NH, h = bh % NH;
+        const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
+        const float *k = q + C, *v = q + 2 * C;
+        float *a = att + (size_t)bh * T * T;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, (int)C3, k,
+                    (int)C3, 0.0f, a, T);
+        for (int t = 0; t < T; t++) {  // causal softmax over j ≤ t
+            float *row = a + (size_t)t * T;
+            float mx = -INFINITY;
+            for (int j = 0; j <= t; j++) mx = row[j] > mx ? row[j] : mx;
+            float sum = 0.f;
+            for (int j = 0; j <= t; j++) {
+                row[j] = expf(row[j] - mx);
+                sum += row[j];
+            }
+            float inv = 1.0f / sum;
+            for (int j = 0; j <= t; j++) row[j] *= inv;
+            for (int j = t + 1; j < T; j++) row[j] = 0.f;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, v, (int)C3,
+                    0.0f, out + (size_t)b * T * C + (size_t)h * hs, C);
+    }
+}
+
+static void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv,
+                                   const float *att, int B, int T, int C, int NH) {
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    size_t C3 = 3 * (size_t)C;
+#pragma omp parallel
+    {
+        float *datt = xalloc_floats((size_t)T * T);
+#pragma omp for schedule(dynamic, 1)
+        for (int bh = 0; bh < B * NH; bh++) {
+            int b = bh / NH, h = bh % NH;
+            size_t off = (size_t)b * T * C3 + (size_t)h * hs;
+            const float *q = qkv + off, *k = q + C, *v = q + 2 * C;
+            float *dq = dqkv + off, *dk = dq + C, *dv = dq + 2 * C;
+            const float *a = att + (size_t)bh * T * T;
+            const float *dy = dout + (size_t)b * T * C + (size_t)h * hs;
+            // datt (T,T) = dy · vᵀ ; dv (T,hs) = attᵀ · dy
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, v,
+                        (int)C3, 0.0f, datt, T);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, dy, C,
+                        0.0f, dv, (int)C3);
+            for (int t = 0; t < T; t++) {  // softmax backward, in place in datt
+                const float *ar = a + (size_t)t * T;
+                float *dr = datt + (size_t)t * T;
+                float dot = 0.f;
+                for (int j = 0; j <= t; j++) dot += ar[j] * dr[j];
+                for (int j = 0; j <= t; j++) dr[j] = ar[j] * (dr[j] - dot);
+                for (int j = t + 1; j < T; j++) dr[j] = 0.f;
+            }
+            // dq = scale · dpre · k ; dk = scale · dpreᵀ · q
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, scale, datt, T, k,
+                        (int)C3, 0.0f, dq, (int)C3);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, scale, datt, T, q,
+                        (int)C3, 0.0f, dk, (int)C3);
+        }
+        free(datt);
+    }
+}
+
+// ------------------------------------------------------------------ elementwise
+
+static void cpu_gelu_forward(float *out, const float *inp, size_t n) {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        out[i] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x)));
+    }
+}
+
+static void cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float u = GELU_K * (x + 0.044715f * x * x * x);
+        float th = tanhf(u);
+        float sech2 = 1.0f - th * th;
+        float g = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] = g * dout[i];
+    }
+}
+
+static void cpu_residual_forward(float *out, const float *a, const float *b, size_t n) {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+// ------------------------------------------------------------------ loss
+
+static double cpu_softmax_xent_forward(float *lp, float *losses, const int *targets, int N,
+                                       int V) {
+    double total = 0.0;
+#pragma omp parallel for reduction(+ : total) schedule(static)
+    for (int n = 0; n < N; n++) {
+        float *row = lp + (size_t)n * V;
+        float mx = -INFINITY;
+        for (int j = 0; j < V; j++) mx = row[j] > mx ? row[j] : mx;
+        float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+        for (int j = 0; j < V; j++) {
+            row[j] = expf(row[j] - mx);
+            sum += row[j];
+        }
+        float inv = 1.0f / sum;
+#pragma omp simd
+        for (int j = 0; j < V; j++) row[j] *= inv;
+        // -log p computed from the shifted logit for accuracy: log(sum) - (z_t - max)
+        float pt = row[targets[n]];
+        float l = -logf(pt > 0.f ? pt : 1e-30f);
+        losses[n] = l;
+        total += l;
+    }
+    return total;
+}
+
+static void cpu_softmax_xent_backward(float *pd, const int *targets, float scale, int N, int V) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float *row = pd + (size_t)n * V;
+#pragma omp simd
+        for (int j = 0; j < V; j++) row[j] *= scale;
+        row[targets[n]] -= scale;
+    }
+}
+
+// ------------------------------------------------------------------ optimizer
+
+static void cpu_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr,
+                      float beta1, float beta2, float eps, float weight_decay, float grad_scale,
+                      int t) {
+    float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
+#pragma omp parallel for simd schedule(static) if (n > 16384)
+    for (size_t i = 0; i < n; i++) {
+        float g = grad[i] * grad_scale;
+        float mi = beta1 * m[i] + (1.0f - beta1) * g;
+        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        float mhat = mi / bc1, vhat = vi / bc2;
+        param[i] -= lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * param[i]);
+    }
+}
+
+// ------------------------------------------------------------------ table
+
+void backend_cpu_set_threads(int n) {
+    if (n <= 0) return;
+    omp_set_num_threads(n);
+    openblas_set_num_threads(n);
+}
+
+static const Backend CPU = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .release = cpu_release,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .fill = cpu_fill,
+    .copy = cpu_copy,
+    .scale = cpu_scale,
+    .sumsq = cpu_sumsq,
+    .all_finite = cpu_all_finite,
+    .encoder_forward = cpu_encoder_forward,
+    .encoder_backward = cpu_encoder_backward,
+    .layernorm_forward = cpu_layernorm_forward,
+    .layernorm_backward = cpu_layernorm_backward,
+    .matmul_forward = cpu_matmul_forward,
+    .matmul_backward = cpu_matmul_backward,
+    .attention_forward = cpu_attention_forward,
+    .attention_backward = cpu_attention_backward,
+    .gelu_forward = cpu_gelu_forward,
+    .gelu_backward = cpu_gelu_backward,
+    .residual_forward = cpu_residual_forward,
+    .softmax_xent_forward = cpu_softmax_xent_forward,
+    .softmax_xent_backward = cpu_softmax_xent_backward,
+    .adamw = cpu_adamw,
+};
+
+const Backend *backend_cpu(void) { return &CPU; }

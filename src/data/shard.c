@@ -1,0 +1,204 @@
+// shard.c — reading and writing llm.c token shards, and cutting B·T windows out of the
+// concatenated stream in sequential or seeded-shuffled order.
+#define _GNU_SOURCE
+#include "shard.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../common.h"
+#include "../rng.h"
+
+int shard_write(const char *path, const uint16_t *tokens, size_t n) {
+    if (n > (size_t)INT32_MAX) return loom_fail("%s: too many tokens for one shard (%zu)", path, n);
+    size_t bytes = SHARD_HEADER_INTS * 4 + n * 2;
+    char *buf = xcalloc(bytes, 1);
+    int32_t *h = (int32_t *)buf;
+    h[0] = SHARD_MAGIC;
+    h[1] = SHARD_VERSION;
+    h[2] = (int32_t)n;
+    memcpy(buf + SHARD_HEADER_INTS * 4, tokens, n * 2);
+    int rc = write_file_atomic(path, buf, bytes);
+    free(buf);
+    return rc;
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int has_bin_suffix(const char *s) {
+    size_t n = strlen(s);
+    return n > 4 && !strcmp(s + n - 4, ".bin");
+}
+
+// Expands spec (file, directory, or glob) into a sorted list of paths.
+static int expand_spec(const char *spec, char ***out, int *nout) {
+    struct stat st;
+    char **v = NULL;
+    int n = 0;
+    if (stat(spec, &st) == 0 && S_ISDIR(st.st_mode)) {
+        DIR *dir = opendir(spec);
+        if (!dir) return loom_fail("%s: cannot open directory: %s", spec, strerror(errno));
+        struct dirent *e;
+        while ((e = readdir(dir))) {
+            if (!has_bin_suffix(e->d_name)) continue;
+            v = realloc(v, sizeof(char *) * (n + 1));
+            size_t len = strlen(spec) + strlen(e->d_name) + 2;
+            v[n] = xmalloc(len);
+            snprintf(v[n++], len, "%s/%s", spec, e->d_name);
+        }
+        closedir(dir);
+        if (!n) return loom_fail("%s: directory has no *.bin shards", spec);
+    } else if (stat(spec, &st) == 0) {
+        v = xmalloc(sizeof(char *));
+        v[n++] = strdup(spec);
+    } else {
+        glob_t g;
+        if (glob(spec, 0, NULL, &g) != 0 || g.gl_pathc == 0) {
+            globfree(&g);
+            return loom_fail("%s: no such file, directory or matching shards", spec);
+        }
+        v = xmalloc(sizeof(char *) * g.gl_pathc);
+        for (size_t i = 0; i < g.gl_pathc; i++) v[n++] = strdup(g.gl_pathv[i]);
+        globfree(&g);
+    }
+    qsort(v, (size_t)n, sizeof(char *), cmp_str);
+    *out = v;
+    *nout = n;
+    return 0;
+}
+
+static int open_shard(DataSet *d, int i) {
+    const char *path = d->paths[i];
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return loom_fail("%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    fstat(fd, &st);
+    size_t size = (size_t)st.st_size;
+    if (size < SHARD_HEADER_INTS * 4) {
+        close(fd);
+        return loom_fail("%s: truncated shard (%zu bytes, header alone is 1024)", path, size);
+    }
+    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) return loom_fail("%s: cannot mmap: %s", path, strerror(errno));
+    d->maps[i] = map;
+    d->map_sizes[i] = size;
+    const int32_t *h = map;
+    if (h[0] != SHARD_MAGIC)
+        return loom_fail("%s: not an llm.c token shard (magic %d, expected %d)", path, h[0],
+                         SHARD_MAGIC);
+    if (h[1] != SHARD_VERSION)
+        return loom_fail("%s: unsupported shard version %d (expected %d)", path, h[1],
+                         SHARD_VERSION);
+    if (h[2] < 0) return loom_fail("%s: negative token count %d in header", path, h[2]);
+    size_t want = SHARD_HEADER_INTS * 4 + (size_t)h[2] * 2;
+    if (size != want)
+        return loom_fail("%s: header says %d tokens (%zu bytes) but the file has %zu bytes%s", path,
+                         h[2], want, size, size < want ? " (truncated)" : "");
+    d->counts[i] = (size_t)h[2];
+    d->tokens[i] = (const uint16_t *)((const char *)map + SHARD_HEADER_INTS * 4);
+    const uint16_t *t = d->tokens[i];
+    for (size_t k = 0; k < d->counts[i]; k++)
+        if (t[k] >= d->vocab)
+            return loom_fail("%s: token %u at position %zu is out of range for vocab %d", path,
+                             t[k], k, d->vocab);
+    return 0;
+}
+
+int dataset_open(DataSet *d, const char *spec, int vocab) {
+    memset(d, 0, sizeof *d);
+    d->vocab = vocab;
+    if (expand_spec(spec, &d->paths, &d->nfiles)) return -1;
+    int n = d->nfiles;
+    d->tokens = xcalloc((size_t)n, sizeof *d->tokens);
+    d->counts = xcalloc((size_t)n, sizeof *d->counts);
+    d->starts = xcalloc((size_t)n, sizeof *d->starts);
+    d->maps = xcalloc((size_t)n, sizeof *d->maps);
+    d->map_sizes = xcalloc((size_t)n, sizeof *d->map_sizes);
+    for (int i = 0; i < n; i++) {
+        if (open_shard(d, i)) {
+            dataset_close(d);
+            return -1;
+        }
+        d->starts[i] = d->total;
+        d->total += d->counts[i];
+    }
+    return 0;
+}
+
+void dataset_close(DataSet *d) {
+    for (int i = 0; i < d->nfiles; i++) {
+        if (d->maps && d->maps[i]) munmap(d->maps[i], d->map_sizes[i]);
+        free(d->paths[i]);
+    }
+    free(d->paths);
+    free(d->tokens);
+    free(d->counts);
+    free(d->starts);
+    free(d->maps);
+    free(d->map_sizes);
+    memset(d, 0, sizeof *d);
+}
+
+uint64_t dataset_num_windows(const DataSet *d, int B, int T) {
+    size_t bt = (size_t)B * T;
+    return d->total < bt + 1 ? 0 : (d->total - 1) / bt;
+}
+
+static uint16_t token_at(const DataSet *d, size_t pos) {
+    // binary search over shard starts
+    int lo = 0, hi = d->nfiles - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (d->starts[mid] <= pos) lo = mid;
+        else hi = mid - 1;
+    }
+    return d->tokens[lo][pos - d->starts[lo]];
+}
+
+// A seeded bijection on [0, n): cycle-walking over a 4-round Feistel network on the
+// smallest power of 4 ≥ n. Deterministic from (seed, epoch) and needs no table.
+static uint64_t permute(uint64_t x, uint64_t n, uint64_t seed, uint64_t epoch) {
+    int bits = 2;
+    while ((1ULL << bits) < n) bits += 2;
+    int half = bits / 2;
+    uint64_t mask = (1ULL << half) - 1;
+    do {
+        uint64_t l = x >> half, r = x & mask;
+        for (int round = 0; round < 4; round++) {
+            Rng g;
+            rng_seed(&g, seed ^ (r * 0x9E3779B97F4A7C15ULL), epoch * 4 + (uint64_t)round);
+            uint64_t f = rng_u32(&g) & mask;
+            uint64_t nl = r, nr = l ^ f;
+            l = nl;
+            r = nr;
+        }
+        x = (l << half) | r;
+    } while (x >= n);
+    return x;
+}
+
+int dataset_window(DataSet *d, uint64_t w, int B, int T, int shuffle, uint64_t seed,
+                   int *inputs, int *targets) {
+    uint64_t nw = dataset_num_windows(d, B, T);
+    if (nw == 0)
+        return loom_fail("%s: only %zu tokens, fewer than one window of B*T+1 = %d", d->paths[0],
+                         d->total, B * T + 1);
+    uint64_t epoch = w / nw, idx = w % nw;
+    if (shuffle) idx = permute(idx, nw, seed, epoch);
+    size_t bt = (size_t)B * T, start = idx * bt;
+    for (size_t i = 0; i < bt; i++) {
+        inputs[i] = token_at(d, start + i);
+        targets[i] = token_at(d, start + i + 1);
+    }
+    return 0;
+}

@@ -1,0 +1,231 @@
+// gpt.c — model construction (block list, tensor table, flat buffers), GPT-2 init, the
+// workspace of activations, and the single-process forward/backward over all blocks.
+#include "gpt.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common.h"
+#include "../rng.h"
+
+int gpt_config_check(const GPTConfig *c) {
+    if (c->L < 1) return loom_fail("--layers must be >= 1 (got %d)", c->L);
+    if (c->H < 1) return loom_fail("--heads must be >= 1 (got %d)", c->H);
+    if (c->C < 1) return loom_fail("--dim must be >= 1 (got %d)", c->C);
+    if (c->C % c->H)
+        return loom_fail("--dim %d is not divisible by --heads %d (head size must be whole)",
+                         c->C, c->H);
+    if (c->V < 2 || c->V > 65536)
+        return loom_fail("--vocab must be in [2, 65536] (got %d; shards store uint16 tokens)",
+                         c->V);
+    if (c->maxT < 1) return loom_fail("--block-size must be >= 1 (got %d)", c->maxT);
+    return 0;
+}
+
+static void add_tensor(GPT *m, size_t *off, const char *name, int rows, int cols, int conv,
+                       float std) {
+    TensorSpec *t = &m->tensors[m->ntensors++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->off = *off;
+    t->ndim = cols ? 2 : 1;
+    t->shape[0] = rows;
+    t->shape[1] = cols;
+    t->n = (size_t)rows * (cols ? cols : 1);
+    t->hf_conv1d = conv;
+    t->init_std = std;
+    *off += t->n;
+}
+
+int gpt_create(GPT *m, const GPTConfig *cfg, const Backend *be) {
+    if (gpt_config_check(cfg)) return -1;
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    m->be = be;
+    int L = cfg->L, C = cfg->C;
+    m->nblocks = L + 2;
+    m->blocks = xcalloc((size_t)m->nblocks, sizeof(Block));
+    m->tensors = xcalloc((size_t)(2 + 12 * L + 2), sizeof(TensorSpec));
+    float std = 0.02f, res_std = 0.02f / sqrtf(2.0f * L);
+    size_t off = 0;
+    char nm[48];
+    for (int b = 0; b < m->nblocks; b++) {
+        Block *blk = &m->blocks[b];
+        blk->off = off;
+        blk->t0 = m->ntensors;
+        if (b == 0) {
+            blk->kind = BLOCK_EMBED;
+            blk->layer = -1;
+            add_tensor(m, &off, "wte.weight", cfg->V, C, 0, std);
+            add_tensor(m, &off, "wpe.weight", cfg->maxT, C, 0, std);
+        } else if (b == m->nblocks - 1) {
+            blk->kind = BLOCK_HEAD;
+            blk->layer = -1;
+            add_tensor(m, &off, "ln_f.weight", C, 0, 0, -1.f);
+            add_tensor(m, &off, "ln_f.bias", C, 0, 0, 0.f);
+        } else {
+            int l = b - 1;
+            blk->kind = BLOCK_LAYER;
+            blk->layer = l;
+#define T_(suffix, r, c, conv, s)                         \
+    snprintf(nm, sizeof nm, "h.%d.%s", l, suffix);        \
+    add_tensor(m, &off, nm, r, c, conv, s)
+            // order matters: layer_params() in block_layer.c walks the same sequence
+            T_("ln_1.weight", C, 0, 0, -1.f);
+            T_("ln_1.bias", C, 0, 0, 0.f);
+            T_("attn.c_attn.weight", 3 * C, C, 1, std);
+            T_("attn.c_attn.bias", 3 * C, 0, 0, 0.f);
+            T_("attn.c_proj.weight", C, C, 1, res_std);
+            T_("attn.c_proj.bias", C, 0, 0, 0.f);
+            T_("ln_2.weight", C, 0, 0, -1.f);
+            T_("ln_2.bias", C, 0, 0, 0.f);
+            T_("mlp.c_fc.weight", 4 * C, C, 1, std);
+            T_("mlp.c_fc.bias", 4 * C, 0, 0, 0.f);
+            T_("mlp.c_proj.weight", C, 4 * C, 1, res_std);
+            T_("mlp.c_proj.bias", C, 0, 0, 0.f);
+#undef T_
+        }
+        blk->nt = m->ntensors - blk->t0;
+        blk->n = off - blk->off;
+    }
+    m->nparams = off;
+    m->params = be->alloc(off);
+    m->grads = be->alloc(off);
+    for (int b = 0; b < m->nblocks; b++) {
+        m->blocks[b].params = m->params + m->blocks[b].off;
+        m->blocks[b].grads = m->grads + m->blocks[b].off;
+    }
+    return 0;
+}
+
+void gpt_free(GPT *m) {
+    if (m->params) m->be->release(m->params);
+    if (m->grads) m->be->release(m->grads);
+    free(m->blocks);
+    free(m->tensors);
+    memset(m, 0, sizeof *m);
+}
+
+void gpt_init_weights(GPT *m, unsigned long long seed) {
+    Rng r;
+    rng_seed(&r, seed, 0x9e3779b97f4a7c15ULL);
+    float *host = xmalloc(m->nparams * sizeof(float));
+    for (int i = 0; i < m->ntensors; i++) {
+        const TensorSpec *t = &m->tensors[i];
+        float *p = host + t->off;
+        for (size_t k = 0; k < t->n; k++)
+            p[k] = t->init_std > 0 ? t->init_std * rng_normal(&r) : t->init_std < 0 ? 1.f : 0.f;
+    }
+    m->be->upload(m->params, host, m->nparams);
+    free(host);
+}
+
+const TensorSpec *gpt_find_tensor(const GPT *m, const char *name) {
+    for (int i = 0; i < m->ntensors; i++)
+        if (!strcmp(m->tensors[i].name, name)) return &m->tensors[i];
+    return NULL;
+}
+
+// ---------------------------------------------------------------- workspace
+
+static size_t layer_act_floats(const GPTConfig *c, int B, int T) {
+    size_t BT = (size_t)B * T, C = (size_t)c->C;
+    // ln1, qkv, atty, res2, ln2, fch, fch_gelu | 2×(mean, rstd) | att
+    return BT * (C + 3 * C + C + C + C + 4 * C + 4 * C) + 4 * BT + (size_t)B * c->H * T * T;
+}
+
+static size_t head_floats(const GPTConfig *c, int B, int T) {
+    size_t BT = (size_t)B * T;
+    return BT * c->C + 2 * BT + BT * (size_t)c->V + BT;
+}
+
+size_t workspace_floats(const GPTConfig *c, int B, int T, int recompute) {
+    size_t BT = (size_t)B * T, C = (size_t)c->C;
+    size_t slots = recompute ? 1 : (size_t)c->L;
+    return (size_t)(c->L + 1) * BT * C + slots * layer_act_floats(c, B, T) +
+           head_floats(c, B, T) + BT * C + BT * 7 * C;
+}
+
+int workspace_create(Workspace *ws, const GPT *m, int B, int T, int recompute) {
+    const GPTConfig *c = &m->cfg;
+    if (T > c->maxT) return loom_fail("--seq %d is longer than --block-size %d", T, c->maxT);
+    if (B < 1 || T < 1) return loom_fail("--batch and --seq must be >= 1");
+    memset(ws, 0, sizeof *ws);
+    ws->B = B;
+    ws->T = T;
+    ws->recompute = recompute;
+    size_t BT = (size_t)B * T, C = (size_t)c->C;
+    ws->layer_stride = layer_act_floats(c, B, T);
+    ws->stream = m->be->alloc((size_t)(c->L + 1) * BT * C);
+    ws->layer = m->be->alloc((recompute ? 1 : (size_t)c->L) * ws->layer_stride);
+    ws->head = m->be->alloc(head_floats(c, B, T));
+    ws->dstream = m->be->alloc(BT * C);
+    ws->scratch = m->be->alloc(BT * 7 * C);
+    ws->tokens = xcalloc(BT, sizeof(int));
+    ws->targets = xcalloc(BT, sizeof(int));
+    return 0;
+}
+
+void workspace_free(Workspace *ws, const GPT *m) {
+    const Backend *be = m->be;
+    be->release(ws->stream);
+    be->release(ws->layer);
+    be->release(ws->head);
+    be->release(ws->dstream);
+    be->release(ws->scratch);
+    free(ws->tokens);
+    free(ws->targets);
+    memset(ws, 0, sizeof *ws);
+}
+
+float *workspace_probs(const Workspace *ws, const GPT *m) {
+    size_t BT = (size_t)ws->B * ws->T;
+    return ws->head + BT * m->cfg.C + 2 * BT;
+}
+
+// ---------------------------------------------------------------- whole model
+
+static float *stream_at(const Workspace *ws, const GPT *m, int l) {
+    return ws->stream + (size_t)l * ws->B * ws->T * m->cfg.C;
+}
+
+double gpt_forward(GPT *m, Workspace *ws, const int *tokens, const int *targets) {
+    size_t BT = (size_t)ws->B * ws->T;
+    memcpy(ws->tokens, tokens, BT * sizeof(int));
+    if (targets) memcpy(ws->targets, targets, BT * sizeof(int));
+    for (int b = 0; b < m->nblocks; b++) {
+        const Block *blk = &m->blocks[b];
+        BlockIO io = {.tokens = ws->tokens, .targets = targets ? ws->targets : NULL};
+        if (blk->kind != BLOCK_EMBED) io.x_in = stream_at(ws, m, b - 1);
+        if (blk->kind != BLOCK_HEAD) io.x_out = stream_at(ws, m, b);
+        if (blk->kind == BLOCK_HEAD) io.wte = gpt_embed(m)->params;
+        block_forward(m, blk, ws, &io);
+        if (blk->kind == BLOCK_HEAD) return targets ? io.loss_sum / (double)BT : 0.0;
+    }
+    return 0.0;
+}
+
+void gpt_backward(GPT *m, Workspace *ws, float grad_scale) {
+    for (int b = m->nblocks - 1; b >= 0; b--) {
+        const Block *blk = &m->blocks[b];
+        BlockIO io = {.tokens = ws->tokens, .targets = ws->targets, .dx = ws->dstream};
+        if (blk->kind != BLOCK_EMBED) io.x_in = stream_at(ws, m, b - 1);
+        if (blk->kind != BLOCK_HEAD) io.x_out = stream_at(ws, m, b);
+        if (blk->kind == BLOCK_HEAD) {
+            io.wte = gpt_embed(m)->params;
+            io.dwte = gpt_embed(m)->grads;
+            io.grad_scale = grad_scale;
+        }
+        block_backward(m, blk, ws, &io);
+    }
+}
+
+void gpt_zero_grad(GPT *m) { m->be->fill(m->grads, 0.f, m->nparams); }
+
+double gpt_flops_per_step(const GPTConfig *c, int B, int T) {
+    double C = c->C, L = c->L, V = c->V, BT = (double)B * T;
+    double matmul_params = L * 12.0 * C * C + V * C;  // weights used in matmuls
+    double attn = L * 2.0 * 2.0 * T * C;              // QKᵀ and att·V per token (full, as computed)
+    return 6.0 * matmul_params * BT + 3.0 * attn * BT;
+}
