@@ -5,7 +5,7 @@ OPT      ?= -O3
 BLAS_DIR ?= /usr/lib/x86_64-linux-gnu/openblas-openmp
 BLAS_INC ?= /usr/include/x86_64-linux-gnu/openblas-openmp
 CFLAGS   ?= $(OPT) $(ARCH)
-CFLAGS   += -std=c11 -Wall -Wextra -fopenmp -fno-math-errno -I$(BLAS_INC) -MMD -MP
+CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -fopenmp -fno-math-errno -I$(BLAS_INC) -MMD -MP
 LDFLAGS  += -fopenmp -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR)
 LDLIBS   += -lopenblas -lcjson -lm
 BUILD    ?= build

@@ -27,10 +27,19 @@ static void cpu_scale(float *x, float s, size_t n) {
 #pragma omp parallel for simd schedule(static) if (n > 65536)
     for (size_t i = 0; i < n; i++) x[i] *= s;
 }
+// Deterministic parallel sum: fixed chunks, partials combined in chunk order.
 static double cpu_sumsq(const float *x, size_t n) {
+    enum { CHUNKS = 64 };
+    double part[CHUNKS] = {0};
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int k = 0; k < CHUNKS; k++) {
+        size_t i0 = n * k / CHUNKS, i1 = n * (k + 1) / CHUNKS;
+        double acc = 0.0;
+        for (size_t i = i0; i < i1; i++) acc += (double)x[i] * x[i];
+        part[k] = acc;
+    }
     double acc = 0.0;
-#pragma omp parallel for reduction(+ : acc) schedule(static) if (n > 65536)
-    for (size_t i = 0; i < n; i++) acc += (double)x[i] * x[i];
+    for (int k = 0; k < CHUNKS; k++) acc += part[k];
     return acc;
 }
 static int cpu_all_finite(const float *x, size_t n) {
@@ -96,9 +105,12 @@ static void cpu_layernorm_forward(float *out, float *mean, float *rstd, const fl
 static void cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
                                    const float *inp, const float *w, const float *mean,
                                    const float *rstd, int N, int C) {
+    // dw/db partial sums per thread, combined in thread order so results are bit-reproducible.
+    int nth = omp_get_max_threads();
+    float *part = xalloc_floats((size_t)nth * 2 * C);
 #pragma omp parallel
     {
-        float *ldw = xcalloc((size_t)C, sizeof(float)), *ldb = xcalloc((size_t)C, sizeof(float));
+        float *ldw = part + (size_t)omp_get_thread_num() * 2 * C, *ldb = ldw + C;
 #pragma omp for schedule(static)
         for (int n = 0; n < N; n++) {
             const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
@@ -119,14 +131,15 @@ static void cpu_layernorm_backward(float *dinp, float *dw, float *db, const floa
                 di[c] += (dn - dnorm_mean - xh * dnorm_norm_mean) * s;
             }
         }
-#pragma omp critical
+    }
+    for (int t = 0; t < nth; t++) {
+        const float *ldw = part + (size_t)t * 2 * C, *ldb = ldw + C;
         for (int c = 0; c < C; c++) {
             dw[c] += ldw[c];
             db[c] += ldb[c];
         }
-        free(ldw);
-        free(ldb);
     }
+    free(part);
 }
 
 // ------------------------------------------------------------------ matmul
@@ -269,12 +282,12 @@ static void cpu_residual_forward(float *out, const float *a, const float *b, siz
 
 static double cpu_softmax_xent_forward(float *lp, float *losses, const int *targets, int N,
                                        int V) {
-    double total = 0.0;
-#pragma omp parallel for reduction(+ : total) schedule(static)
+#pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float *row = lp + (size_t)n * V;
         float mx = -INFINITY;
         for (int j = 0; j < V; j++) mx = row[j] > mx ? row[j] : mx;
+        float zt = row[targets[n]];
         float sum = 0.f;
 #pragma omp simd reduction(+ : sum)
         for (int j = 0; j < V; j++) {
@@ -284,12 +297,11 @@ static double cpu_softmax_xent_forward(float *lp, float *losses, const int *targ
         float inv = 1.0f / sum;
 #pragma omp simd
         for (int j = 0; j < V; j++) row[j] *= inv;
-        // -log p computed from the shifted logit for accuracy: log(sum) - (z_t - max)
-        float pt = row[targets[n]];
-        float l = -logf(pt > 0.f ? pt : 1e-30f);
+        float l = logf(sum) - (zt - mx);  // -log p[target], without underflow
         losses[n] = l;
-        total += l;
     }
+    double total = 0.0;  // summed in order: bit-reproducible
+    for (int n = 0; n < N; n++) total += losses[n];
     return total;
 }
 

@@ -1,0 +1,153 @@
+// cmd_sample.c — `loom sample`: generate text from a checkpoint or weights file with
+// temperature and top-k sampling; --dump-logits writes the logits of the prompt (testing).
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common.h"
+#include "../data/tokenizer.h"
+#include "../io/model_file.h"
+#include "../rng.h"
+#include "commands.h"
+#include "options.h"
+
+// Samples from the logits of one position: temperature, then top-k (0 = all).
+static int sample_token(const float *logits, int V, float temperature, int top_k, Rng *rng) {
+    if (temperature <= 0.f) {  // greedy
+        int best = 0;
+        for (int j = 1; j < V; j++) best = logits[j] > logits[best] ? j : best;
+        return best;
+    }
+    float *p = xmalloc((size_t)V * sizeof(float));
+    float mx = -INFINITY;
+    for (int j = 0; j < V; j++) mx = logits[j] > mx ? logits[j] : mx;
+    float cutoff = -INFINITY;
+    if (top_k > 0 && top_k < V) {  // k-th largest logit by partial selection
+        memcpy(p, logits, (size_t)V * sizeof(float));
+        for (int i = 0; i < top_k; i++) {
+            int best = i;
+            for (int j = i + 1; j < V; j++) best = p[j] > p[best] ? j : best;
+            float t = p[i];
+            p[i] = p[best];
+            p[best] = t;
+        }
+        cutoff = p[top_k - 1];
+    }
+    double sum = 0;
+    for (int j = 0; j < V; j++) {
+        p[j] = logits[j] >= cutoff ? expf((logits[j] - mx) / temperature) : 0.f;
+        sum += p[j];
+    }
+    double r = rng_uniform(rng) * sum, acc = 0;
+    int pick = V - 1;
+    for (int j = 0; j < V; j++) {
+        acc += p[j];
+        if (acc > r && p[j] > 0) {
+            pick = j;
+            break;
+        }
+    }
+    free(p);
+    return pick;
+}
+
+static int parse_tokens(const char *s, TokenList *out, int V) {
+    const char *p = s;
+    while (*p) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v >= V)
+            return loom_fail("--prompt-tokens: '%s' is not a list of token ids in [0,%d)", s, V);
+        token_list_push(out, (int)v);
+        p = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') return loom_fail("--prompt-tokens: unexpected '%c'", *end);
+    }
+    return 0;
+}
+
+int cmd_sample(int argc, char **argv) {
+    char *ckpt = NULL, *prompt = NULL, *prompt_tokens = NULL, *tok_dir = NULL, *dump = NULL;
+    int heads = 0, ntokens = 200, top_k = 40, seed = 1337, threads = 0;
+    float temperature = 0.8f;
+    const Option opts[] = {
+        {"ckpt", OPT_STR, &ckpt, "checkpoint directory, .safetensors or llm.c .bin", NULL, 0, 0},
+        {"prompt", OPT_STR, &prompt, "text to continue", NULL, 0, 0},
+        {"prompt-tokens", OPT_STR, &prompt_tokens, "comma-separated token ids instead of --prompt", NULL, 0, 0},
+        {"tokens", OPT_INT, &ntokens, "tokens to generate", NULL, 0, 1 << 24},
+        {"temperature", OPT_FLOAT, &temperature, "sampling temperature (0 = greedy)", NULL, 0, 100},
+        {"top-k", OPT_INT, &top_k, "sample among the k most likely tokens (0 = all)", NULL, 0, 1 << 24},
+        {"seed", OPT_INT, &seed, "sampling seed", NULL, 0, 0},
+        {"tokenizer", OPT_STR, &tok_dir, "tokenizer directory (default: the checkpoint's)", NULL, 0, 0},
+        {"heads", OPT_INT, &heads, "head count for weights files without n_head", NULL, 0, 1024},
+        {"threads", OPT_INT, &threads, "CPU threads (0 = all cores)", NULL, 0, 4096},
+        {"dump-logits", OPT_STR, &dump, "write the prompt's logits (T,V) as raw float32 and exit", NULL, 0, 0},
+    };
+    int n = (int)(sizeof opts / sizeof opts[0]);
+    int rc = options_parse(opts, n, argc, argv, "usage: loom sample --ckpt DIR|FILE --prompt TEXT",
+                           NULL, 0, NULL);
+    if (rc == 1) return 0;
+    if (rc) die(EXIT_USAGE, "sample: %s", loom_errmsg());
+    if (!ckpt) die(EXIT_USAGE, "sample: --ckpt is required");
+    backend_cpu_set_threads(threads);
+    GPT m;
+    char step_dir[4096];
+    if (model_open(&m, backend_cpu(), ckpt, heads, step_dir, sizeof step_dir)) die_last(EXIT_INPUT);
+    int V = m.cfg.V, maxT = m.cfg.maxT;
+
+    Tokenizer *tok = NULL;
+    char dir[4200];
+    if (tok_dir) snprintf(dir, sizeof dir, "%s", tok_dir);
+    else snprintf(dir, sizeof dir, "%s/tokenizer", step_dir);
+    if (tok_dir || step_dir[0]) {
+        tok = tokenizer_load_dir(dir);
+        if (!tok && tok_dir) die_last(EXIT_INPUT);
+    }
+    if (!tok && V == 256) tok = tokenizer_open_byte();
+    if (tok && tokenizer_vocab_size(tok) > V)
+        die(EXIT_INPUT, "%s: tokenizer has %d tokens but the model's vocab is %d", dir,
+            tokenizer_vocab_size(tok), V);
+
+    TokenList ctx = {0};
+    if (prompt_tokens) {
+        if (parse_tokens(prompt_tokens, &ctx, V)) die_last(EXIT_USAGE);
+    } else if (prompt && *prompt) {
+        if (!tok) die(EXIT_INPUT, "no tokenizer for --prompt (pass --tokenizer DIR or --prompt-tokens)");
+        tokenizer_encode(tok, prompt, strlen(prompt), &ctx);
+    }
+    if (ctx.n == 0) token_list_push(&ctx, tok && tokenizer_eot(tok) >= 0 ? tokenizer_eot(tok) : '\n' % V);
+
+    Workspace ws;
+    if (workspace_create(&ws, &m, 1, maxT, 0)) die_last(EXIT_USAGE);
+    if (dump) {
+        if ((int)ctx.n > maxT) die(EXIT_USAGE, "prompt longer than the model's block size %d", maxT);
+        ws.T = (int)ctx.n;
+        gpt_forward(&m, &ws, ctx.ids, NULL);
+        float *logits = workspace_probs(&ws, &m);
+        if (write_file_atomic(dump, logits, ctx.n * (size_t)V * sizeof(float))) die_last(EXIT_IO);
+        return 0;
+    }
+    if (!tok) die(EXIT_INPUT, "no tokenizer to decode with (pass --tokenizer DIR)");
+    Rng rng;
+    rng_seed(&rng, (uint64_t)seed, 3);
+    if (prompt) fputs(prompt, stdout);
+    for (int i = 0; i < ntokens; i++) {
+        int T = (int)ctx.n < maxT ? (int)ctx.n : maxT;
+        ws.T = T;  // a workspace runs any T up to the one it was created for
+        gpt_forward(&m, &ws, ctx.ids + ctx.n - T, NULL);
+        const float *logits = workspace_probs(&ws, &m) + (size_t)(T - 1) * V;
+        int next = sample_token(logits, V, temperature, top_k, &rng);
+        token_list_push(&ctx, next);
+        if (tok && next == tokenizer_eot(tok)) break;
+        size_t len;
+        const char *bytes = tokenizer_token(tok, next, &len);
+        if (bytes) fwrite(bytes, 1, len, stdout);
+        fflush(stdout);
+    }
+    fputc('\n', stdout);
+    token_list_free(&ctx);
+    workspace_free(&ws, &m);
+    tokenizer_close(tok);
+    gpt_free(&m);
+    return 0;
+}

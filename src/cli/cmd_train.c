@@ -1,0 +1,64 @@
+// cmd_train.c — `loom train`: flags and config file → TrainArgs → train_run().
+#include <stdio.h>
+
+#include "../common.h"
+#include "../train/trainer.h"
+#include "commands.h"
+#include "options.h"
+
+int cmd_train(int argc, char **argv) {
+    TrainArgs a;
+    train_args_defaults(&a);
+    const Option opts[] = {
+        {"init", OPT_STR, &a.init, "start from weights: Hugging Face GPT-2 .safetensors or llm.c .bin", NULL, 0, 0},
+        {"layers", OPT_INT, &a.layers, "transformer layers L", NULL, 1, 1024},
+        {"heads", OPT_INT, &a.heads, "attention heads H (also for --init files without n_head)", NULL, 1, 1024},
+        {"dim", OPT_INT, &a.dim, "channels C (divisible by --heads)", NULL, 1, 65536},
+        {"vocab", OPT_INT, &a.vocab, "vocabulary size V (256 for byte data, 50257 for GPT-2 BPE)", NULL, 2, 65536},
+        {"block-size", OPT_INT, &a.block_size, "maximum sequence length (position embeddings)", NULL, 1, 1 << 20},
+        {"data", OPT_STR, &a.data, "training shards: a .bin file, a directory or a glob", NULL, 0, 0},
+        {"val-data", OPT_STR, &a.val_data, "validation shards (file, directory or glob)", NULL, 0, 0},
+        {"batch", OPT_INT, &a.batch, "micro-batch size B", NULL, 1, 1 << 20},
+        {"seq", OPT_INT, &a.seq, "sequence length T (<= --block-size)", NULL, 1, 1 << 20},
+        {"grad-accum", OPT_INT, &a.grad_accum, "micro-batches K per optimizer step", NULL, 1, 1 << 20},
+        {"steps", OPT_INT, &a.steps, "optimizer steps", NULL, 0, 1 << 30},
+        {"lr", OPT_FLOAT, &a.lr, "peak learning rate", NULL, 0, 10},
+        {"lr-schedule", OPT_STR, &a.lr_schedule, "learning-rate schedule after warmup", "constant|cosine", 0, 0},
+        {"warmup", OPT_INT, &a.warmup, "linear warmup steps", NULL, 0, 1 << 30},
+        {"min-lr", OPT_FLOAT, &a.min_lr, "cosine floor", NULL, 0, 10},
+        {"beta1", OPT_FLOAT, &a.beta1, "AdamW beta1", NULL, 0, 0.999999},
+        {"beta2", OPT_FLOAT, &a.beta2, "AdamW beta2", NULL, 0, 0.999999},
+        {"eps", OPT_FLOAT, &a.eps, "AdamW epsilon", NULL, 0, 1},
+        {"weight-decay", OPT_FLOAT, &a.weight_decay, "decoupled weight decay (tensors with >= 2 dims)", NULL, 0, 10},
+        {"grad-clip", OPT_FLOAT, &a.grad_clip, "global gradient-norm clip (0 = off)", NULL, 0, 1e9},
+        {"seed", OPT_INT, &a.seed, "seed for init and shuffling", NULL, 0, 0},
+        {"shuffle", OPT_ONOFF, &a.shuffle, "seeded, resumable shuffling of data windows", NULL, 0, 0},
+        {"threads", OPT_INT, &a.threads, "CPU threads for OpenMP and BLAS (0 = all cores)", NULL, 0, 4096},
+        {"recompute", OPT_FLAG, &a.recompute, "recompute each layer's forward during backward (less memory)", NULL, 0, 0},
+        {"metrics", OPT_STR, &a.metrics, "write one JSON line per step to this file", NULL, 0, 0},
+        {"val-every", OPT_INT, &a.val_every, "evaluate --val-data every N steps (0 = at the end)", NULL, 0, 1 << 30},
+        {"val-windows", OPT_INT, &a.val_windows, "batches of validation data per evaluation", NULL, 1, 1 << 20},
+        {"save", OPT_STR, &a.save, "checkpoint directory (written at the end and every --save-every)", NULL, 0, 0},
+        {"save-every", OPT_INT, &a.save_every, "checkpoint every N steps (0 = only at the end)", NULL, 0, 1 << 30},
+        {"keep", OPT_INT, &a.keep, "checkpoints to keep in --save (0 = all)", NULL, 0, 1 << 20},
+        {"resume", OPT_STR, &a.resume, "continue from a checkpoint directory", NULL, 0, 0},
+        {"export", OPT_STR, &a.export_path, "write final weights as Hugging Face safetensors", NULL, 0, 0},
+        {"on-nonfinite", OPT_STR, &a.on_nonfinite, "what a NaN/inf loss or gradient does", "stop|skip", 0, 0},
+        {"log-every", OPT_INT, &a.log_every, "log line interval when stderr is not a terminal", NULL, 1, 1 << 30},
+        {"progress", OPT_ONOFF, &a.progress, "progress line / periodic log", NULL, 0, 0},
+        {"dump-grads", OPT_STR, &a.dump_grads, "write the first step's gradients as safetensors (testing)", NULL, 0, 0},
+        {"peak-gflops", OPT_FLOAT, &a.peak_gflops, "machine peak GFLOP/s for MFU", NULL, 1e-3, 1e9},
+    };
+    int n = (int)(sizeof opts / sizeof opts[0]);
+    int rc = options_parse(opts, n, argc, argv, "usage: loom train --data SHARDS [options]", NULL,
+                           0, NULL);
+    if (rc == 1) return 0;
+    if (rc) {
+        fprintf(stderr, "loom train: %s\n", loom_errmsg());
+        return EXIT_USAGE;
+    }
+    if (a.init && !options_was_set(opts, n, "heads")) a.heads = 0;  // from the file's metadata
+    if (a.seq > a.block_size && !a.init && !a.resume)
+        die(EXIT_USAGE, "--seq %d is longer than --block-size %d", a.seq, a.block_size);
+    return train_run(&a);
+}

@@ -1,0 +1,36 @@
+// metrics.c — JSON Lines metrics writer (see metrics.h).
+#include "metrics.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "../common.h"
+
+int metrics_open(Metrics *mt, const char *path, int append) {
+    mt->f = NULL;
+    if (!path) return 0;
+    mt->f = fopen(path, append ? "a" : "w");
+    if (!mt->f) return loom_fail("%s: cannot open metrics file: %s", path, strerror(errno));
+    return 0;
+}
+
+void metrics_step(Metrics *mt, int step, double loss, double lr, double grad_norm, double step_ms,
+                  double tokens_per_s, double mfu) {
+    if (!mt->f) return;
+    fprintf(mt->f,
+            "{\"step\":%d,\"loss\":%.7g,\"lr\":%.6g,\"grad_norm\":%.6g,\"step_ms\":%.3f,"
+            "\"tokens_per_s\":%.1f,\"mfu\":%.4f}\n",
+            step, loss, lr, grad_norm, step_ms, tokens_per_s, mfu);
+    fflush(mt->f);
+}
+
+void metrics_val(Metrics *mt, int step, double val_loss) {
+    if (!mt->f) return;
+    fprintf(mt->f, "{\"step\":%d,\"val_loss\":%.7g}\n", step, val_loss);
+    fflush(mt->f);
+}
+
+void metrics_close(Metrics *mt) {
+    if (mt->f) fclose(mt->f);
+    mt->f = NULL;
+}

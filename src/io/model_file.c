@@ -1,0 +1,30 @@
+// model_file.c — model_open(): checkpoint directory or weights file → GPT (see model_file.h).
+#include "model_file.h"
+
+#include <stdio.h>
+#include <sys/stat.h>
+
+#include "../common.h"
+#include "checkpoint.h"
+#include "weights.h"
+
+int model_open(GPT *m, const Backend *be, const char *path, int heads, char *step_dir,
+               size_t step_dir_len) {
+    struct stat st;
+    if (stat(path, &st)) return loom_fail("%s: no such checkpoint or weights file", path);
+    if (step_dir && step_dir_len) step_dir[0] = 0;
+    if (S_ISDIR(st.st_mode)) {
+        char dir[4096];
+        CkptMeta meta;
+        if (checkpoint_resolve(path, dir, sizeof dir) || checkpoint_read_meta(dir, &meta))
+            return -1;
+        checkpoint_meta_free(&meta);
+        if (gpt_create(m, &meta.cfg, be)) return -1;
+        if (checkpoint_load(dir, m, NULL)) return -1;
+        if (step_dir) snprintf(step_dir, step_dir_len, "%s", dir);
+        return 0;
+    }
+    GPTConfig cfg;
+    if (init_read_config(path, heads, &cfg) || gpt_create(m, &cfg, be)) return -1;
+    return gpt_load_init_file(m, path);
+}

@@ -1,0 +1,25 @@
+// trainer.h — the training loop of one process: data windows → micro-batch forward/backward
+// (gradient accumulation) → NaN check → clipping → AdamW → metrics, validation, checkpoints.
+#pragma once
+
+typedef struct {
+    // model shape (ignored when --init or --resume supplies it)
+    char *init;
+    int layers, heads, dim, vocab, block_size;
+    // data
+    char *data, *val_data;
+    int batch, seq, grad_accum, steps, shuffle;
+    // optimizer
+    float lr, min_lr, beta1, beta2, eps, weight_decay, grad_clip;
+    char *lr_schedule;
+    int warmup;
+    // run
+    int seed, threads, recompute;
+    char *metrics, *save, *resume, *export_path, *on_nonfinite, *dump_grads;
+    int save_every, keep, val_every, val_windows, log_every, progress;
+    float peak_gflops;
+} TrainArgs;
+
+void train_args_defaults(TrainArgs *a);
+// Runs training; returns a process exit status (0 on success) and prints errors itself.
+int train_run(const TrainArgs *a);

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# run.sh — the whole test suite: every C unit-test binary (build/tests/test_*) and every
+# integration script (tests/t_*.sh). Ends with "N passed, N failed, N skipped".
+# Environment: LOOM_BUILD (build dir, default build), LOOM (CLI binary, default ./loom),
+# LOOM_ASAN=1 skips the tests listed as too slow under sanitizers.
+set -u
+cd "$(dirname "$0")/.."
+BUILD=${LOOM_BUILD:-build}
+export LOOM=${LOOM:-$PWD/loom}
+[ "$BUILD" != build ] && [ -x "$BUILD/loom" ] && export LOOM=$PWD/$BUILD/loom
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
+export PY=${PY:-/usr/bin/python3}
+passed=0 failed=0 skipped=0
+failures=()
+log=$(mktemp -d)
+
+for t in "$BUILD"/tests/test_*; do
+    [ -x "$t" ] || continue
+    name=$(basename "$t")
+    echo "== $name"
+    "$t" >"$log/$name.out" 2>"$log/$name.err"
+    rc=$?
+    cat "$log/$name.out"
+    p=$(grep -c '^ok - ' "$log/$name.out")
+    f=$(grep -c '^FAIL - ' "$log/$name.out")
+    s=$(grep -c '^skip - ' "$log/$name.out")
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; echo "FAIL - $name exited with $rc"; fi
+    [ "$f" -gt 0 ] && { sed 's/^/    /' "$log/$name.err" | tail -40; failures+=("$name"); }
+    passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
+done
+
+for t in tests/t_*.sh; do
+    [ -f "$t" ] || continue
+    name=$(basename "$t" .sh)
+    if [ -n "${LOOM_ASAN:-}" ] && grep -q '^# asan: skip' "$t"; then
+        echo "skip - $name (too slow under sanitizers)"; skipped=$((skipped + 1)); continue
+    fi
+    start=$(date +%s)
+    bash "$t" >"$log/$name.out" 2>&1
+    rc=$?
+    secs=$(( $(date +%s) - start ))
+    if [ "$rc" -eq 0 ]; then
+        echo "ok - $name (${secs}s)"; passed=$((passed + 1))
+    elif [ "$rc" -eq 77 ]; then
+        echo "skip - $name: $(tail -1 "$log/$name.out")"; skipped=$((skipped + 1))
+    else
+        echo "FAIL - $name (exit $rc, ${secs}s)"; sed 's/^/    /' "$log/$name.out" | tail -40
+        failed=$((failed + 1)); failures+=("$name")
+    fi
+done
+
+rm -rf "$log"
+[ ${#failures[@]} -gt 0 ] && echo "failed: ${failures[*]}"
+echo "$passed passed, $failed failed, $skipped skipped"
+[ "$failed" -eq 0 ]

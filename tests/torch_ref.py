@@ -1,0 +1,120 @@
+#!/usr/bin/python3
+"""torch_ref.py — reference values from PyTorch for loom's tests (uses ../shared/peer/torch_gpt.py).
+
+  grads  --init W --data D --batch B --seq T --grad-accum K --out G.safetensors
+         gradient of the first step's mean loss (HF names and layout) and prints the loss
+  logits --init W --tokens 1,2,3 --out L.f32      logits (T,V) as raw float32
+  compare-st A B --tol X [--rel]   max |a-b| over all tensors (relative to each tensor's max |b|
+         with --rel); exit 1 when above tol
+  compare-losses A.jsonl B.jsonl --tol X   per-step |loss_a - loss_b|; exit 1 when above tol
+  compare-f32 A B --tol X          max |a-b| of two raw float32 files
+"""
+import argparse, json, os, struct, sys
+
+sys.path.insert(0, os.environ.get("LOOM_PEER_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "peer")))
+
+
+def load_st(path):
+    import numpy as np
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        hdr = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for k, v in hdr.items():
+        if k == "__metadata__":
+            continue
+        a, b = v["data_offsets"]
+        out[k] = np.frombuffer(data[a:b], dtype=np.float32).reshape(v["shape"])
+    return out
+
+
+def cmd_grads(a):
+    import torch
+    import torch_gpt as tg
+    tg.set_threads(2)
+    m = tg.model_from_safetensors(a.init, a.heads)
+    toks = tg.read_tokens(a.data)
+    ns = argparse.Namespace(batch=a.batch, seq=a.seq, grad_accum=a.grad_accum)
+    loss = tg.grads_at(m, toks, 0, ns)
+    tg.save_safetensors(a.out, [(n, p.grad.t() if conv else p.grad) for n, p, conv in m.hf_items()])
+    print(json.dumps({"loss": loss}))
+
+
+def cmd_logits(a):
+    import torch
+    import torch_gpt as tg
+    m = tg.model_from_safetensors(a.init, a.heads)
+    idx = torch.tensor([[int(t) for t in a.tokens.split(",")]])
+    with torch.no_grad():
+        logits, _ = m(idx)
+    logits[0].numpy().astype("float32").tofile(a.out)
+
+
+def cmd_compare_st(a):
+    import numpy as np
+    x, y = load_st(a.a), load_st(a.b)
+    if set(x) != set(y):
+        print("tensor names differ:", sorted(set(x) ^ set(y)))
+        return 1
+    worst = (0.0, "")
+    for k in sorted(y):
+        d = float(np.max(np.abs(x[k] - y[k])))
+        if a.rel:
+            d /= max(float(np.max(np.abs(y[k]))), 1e-30)
+        if d > worst[0]:
+            worst = (d, k)
+    print(f"max {'relative ' if a.rel else ''}difference {worst[0]:.3g} ({worst[1]}), tolerance {a.tol}")
+    return 0 if worst[0] <= a.tol else 1
+
+
+def read_losses(path):
+    out = {}
+    for line in open(path):
+        r = json.loads(line)
+        if "loss" in r:
+            out[r["step"]] = r["loss"]
+    return out
+
+
+def cmd_compare_losses(a):
+    x, y = read_losses(a.a), read_losses(a.b)
+    if sorted(x) != sorted(y) or not x:
+        print("steps differ:", sorted(x), sorted(y))
+        return 1
+    worst = max(abs(x[s] - y[s]) for s in x)
+    for s in sorted(x):
+        print(f"step {s}: {x[s]:.6f} {y[s]:.6f} diff {abs(x[s] - y[s]):.2e}")
+    print(f"max loss difference {worst:.3g}, tolerance {a.tol}")
+    return 0 if worst <= a.tol else 1
+
+
+def cmd_compare_f32(a):
+    import numpy as np
+    x, y = np.fromfile(a.a, dtype=np.float32), np.fromfile(a.b, dtype=np.float32)
+    if x.shape != y.shape:
+        print("sizes differ", x.shape, y.shape)
+        return 1
+    d = float(np.max(np.abs(x - y)))
+    print(f"max difference {d:.3g} over {x.size} values, tolerance {a.tol}")
+    return 0 if d <= a.tol else 1
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("cmd")
+    p.add_argument("a", nargs="?")
+    p.add_argument("b", nargs="?")
+    p.add_argument("--init"); p.add_argument("--data"); p.add_argument("--out"); p.add_argument("--tokens")
+    p.add_argument("--heads", type=int, default=2)
+    p.add_argument("--batch", type=int, default=4); p.add_argument("--seq", type=int, default=32)
+    p.add_argument("--grad-accum", type=int, default=1)
+    p.add_argument("--tol", type=float, default=1e-4); p.add_argument("--rel", action="store_true")
+    a = p.parse_args()
+    f = {"grads": cmd_grads, "logits": cmd_logits, "compare-st": cmd_compare_st,
+         "compare-losses": cmd_compare_losses, "compare-f32": cmd_compare_f32}[a.cmd]
+    sys.exit(f(a) or 0)
+
+
+if __name__ == "__main__":
+    main()
