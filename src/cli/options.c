@@ -45,7 +45,7 @@ static int in_choices(const char *choices, const char *v) {
 static int range_ok(const Option *o, double v, const char *where) {
     if (o->min == o->max) return 0;
     if (v < o->min || v > o->max)
-        return loom_fail("%s--%s: %g is out of range [%g, %g]", where, o->name, v, o->min, o->max);
+        return loom_fail("%s--%s: %.15g is out of range [%.15g, %.15g]", where, o->name, v, o->min, o->max);
     return 0;
 }
 

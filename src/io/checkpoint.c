@@ -110,6 +110,9 @@ int checkpoint_save(const char *dir, const GPT *m, const AdamW *opt, const CkptM
         if (write_two(path, opt->m, opt->v, opt->n, m->be, &crc_optim)) return -1;
     }
     if (extra && extra(part, extra_ctx)) return -1;
+    // Test hook: LOOM_FAULT_SAVE=1 fails here, as a crash mid-save would, to prove that the
+    // previous checkpoint stays intact and `latest` still points at it.
+    if (getenv("LOOM_FAULT_SAVE")) return loom_fail("%s: injected fault (LOOM_FAULT_SAVE)", part);
 
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "format", "loom-checkpoint-1");

@@ -1,0 +1,30 @@
+# lib.sh — helpers for the integration tests (sourced).
+# mkshard FILE VOCAB N SEED [HEADER_COUNT]: an llm.c shard of N pseudo-random tokens < VOCAB
+# (HEADER_COUNT overrides the count written in the header, for truncation tests).
+mkshard() {
+    $PY - "$@" <<'PY'
+import random, struct, sys
+path, vocab, n, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+hc = int(sys.argv[5]) if len(sys.argv) > 5 else n
+r = random.Random(seed)
+# a learnable stream: a repeating pattern with noise
+toks = [(i * 7 + (i // 5)) % vocab if r.random() < 0.8 else r.randrange(vocab) for i in range(n)]
+with open(path, "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, hc, *([0] * 253)))
+    f.write(struct.pack(f"<{n}H", *toks))
+PY
+}
+# expect_fail CODE_RANGE PATTERN -- CMD...: CMD must exit with 1..125 (not a crash), and its
+# stderr must contain PATTERN.
+expect_fail() {
+    local pattern=$1; shift
+    local out rc
+    out=$("$@" 2>&1 >/dev/null); rc=$?
+    if [ "$rc" -eq 0 ] || [ "$rc" -gt 125 ]; then
+        echo "FAILED: '$*' exited $rc (want 1..125): $out"; return 1
+    fi
+    if ! grep -qF -- "$pattern" <<<"$out"; then
+        echo "FAILED: '$*' message lacks '$pattern': $out"; return 1
+    fi
+    echo "ok ($rc): $out"
+}
