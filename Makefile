@@ -6,19 +6,20 @@ BLAS_DIR ?= /usr/lib/x86_64-linux-gnu/openblas-openmp
 BLAS_INC ?= /usr/include/x86_64-linux-gnu/openblas-openmp
 CFLAGS   ?= $(OPT) $(ARCH)
 CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -fopenmp -fno-math-errno -I$(BLAS_INC) -MMD -MP
-LDFLAGS  += -fopenmp -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR)
+LDFLAGS  += -fopenmp -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) $(EXTRA_LDFLAGS)
 LDLIBS   += -lopenblas -lcjson -lm
 BUILD    ?= build
+LOOM_BIN ?= loom
 
 LIB_SRC  := $(filter-out src/cli/main.c,$(wildcard src/*.c src/*/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all demo test test-asan clean format
-all: loom
+.PHONY: all demo test test-asan tests clean format
+all: $(LOOM_BIN)
 
-loom: $(BUILD)/src/cli/main.o $(BUILD)/libloom.a
+$(LOOM_BIN): $(BUILD)/src/cli/main.o $(BUILD)/libloom.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/libloom.a: $(LIB_OBJ)
@@ -38,17 +39,15 @@ tests: $(TEST_BIN)
 demo:
 	@bash scripts/demo.sh
 
-test: loom tests
+test: $(LOOM_BIN) tests
 	@bash tests/run.sh
 
 # The same suite under AddressSanitizer + UndefinedBehaviorSanitizer (separate build dir).
+SAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 test-asan:
-	$(MAKE) BUILD=build-asan OPT="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" \
-	  LDFLAGS="-fsanitize=address,undefined" LOOM_BIN=build-asan/loom build-asan/loom tests
-	LOOM_BUILD=build-asan LOOM_ASAN=1 bash tests/run.sh
-
-build-asan/loom: $(BUILD)/src/cli/main.o $(BUILD)/libloom.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(MAKE) BUILD=build-asan LOOM_BIN=build-asan/loom OPT="-O1 -g $(SAN)" EXTRA_LDFLAGS="$(SAN)" \
+	  build-asan/loom tests
+	LOOM_BUILD=build-asan LOOM_ASAN=1 ASAN_OPTIONS=detect_leaks=0 bash tests/run.sh
 
 format:
 	clang-format -i $(wildcard src/*.[ch] src/*/*.[ch] tests/*.c)
