@@ -1,5 +1,4 @@
 // common.c — error reporting, allocation, timing, CRC-32 and atomic file writes.
-#define _GNU_SOURCE
 #include "common.h"
 
 #include <errno.h>

@@ -19,7 +19,7 @@ PY
 expect_fail() {
     local pattern=$1; shift
     local out rc
-    out=$("$@" 2>&1 >/dev/null); rc=$?
+    out=$("$@" 2>&1 >/dev/null) && rc=0 || rc=$?
     if [ "$rc" -eq 0 ] || [ "$rc" -gt 125 ]; then
         echo "FAILED: '$*' exited $rc (want 1..125): $out"; return 1
     fi

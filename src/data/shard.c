@@ -1,6 +1,5 @@
 // shard.c — reading and writing llm.c token shards, and cutting B·T windows out of the
 // concatenated stream in sequential or seeded-shuffled order.
-#define _GNU_SOURCE
 #include "shard.h"
 
 #include <dirent.h>
