@@ -26,9 +26,9 @@ static inline float fast_expf(float x) {
     float r = x - n * 0.693145752f - n * 1.428606765e-6f;  // |r| <= ln2/2
     float p = 1.0f + r * (1.0f + r * (0.5f + r * (0.1666666667f + r * (0.0416666667f +
               r * (0.0083333333f + r * 0.0013888889f)))));
-    int32_t tb;
+    uint32_t tb;
     memcpy(&tb, &t, sizeof tb);
-    int32_t sb = (tb - 0x4B400000 + 127) << 23;  // 2^n
+    uint32_t sb = (tb - 0x4B400000u + 127u) << 23;  // 2^n (unsigned: no UB for any input)
     float scale;
     memcpy(&scale, &sb, sizeof scale);
     return p * scale;
