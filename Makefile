@@ -5,9 +5,11 @@ OPT      ?= -O3
 BLAS_DIR ?= /usr/lib/x86_64-linux-gnu/openblas-openmp
 BLAS_INC ?= /usr/include/x86_64-linux-gnu/openblas-openmp
 CFLAGS   ?= $(OPT) $(ARCH)
-CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -fopenmp -fno-math-errno -I$(BLAS_INC) -MMD -MP
+CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -fopenmp -fno-math-errno -I$(BLAS_INC) $(MPI_INC) -MMD -MP
 LDFLAGS  += -fopenmp -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) $(EXTRA_LDFLAGS)
-LDLIBS   += -lopenblas -lcjson -lm
+LDLIBS   += -lopenblas -lcjson -lm $(MPI_LIB)
+MPI_INC  := $(shell mpicc --showme:compile 2>/dev/null)
+MPI_LIB  := $(shell mpicc --showme:link 2>/dev/null)
 BUILD    ?= build
 LOOM_BIN ?= loom
 

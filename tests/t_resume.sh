@@ -11,7 +11,7 @@ flags="--data $d/train.bin --layers 2 --heads 2 --dim 32 --vocab 64 --block-size
        --grad-accum 2 --steps 8 --lr 3e-3 --warmup 2 --lr-schedule cosine --min-lr 1e-4 --shuffle on
        --seed 11 --progress off"
 $LOOM train $flags --save "$d/ckA" --save-every 4 --keep 0 --metrics "$d/a.jsonl" --export "$d/a.safetensors"
-test -f "$d/ckA/step_00000004/model.bin"
+test -f "$d/ckA/step_00000004/shard_00000.bin"
 test "$(cat "$d/ckA/latest")" = step_00000008
 # resume from step 4 into a fresh directory
 cp -r "$d/ckA/step_00000004" "$d/from4"
@@ -31,6 +31,6 @@ cmp "$d/a.safetensors" "$d/again.safetensors"
 echo "failed save: latest still $before and loads"
 
 # corrupted checkpoint
-printf 'garbage' | dd of="$d/from4/model.bin" bs=1 seek=100 conv=notrunc 2>/dev/null
+printf 'garbage' | dd of="$d/from4/shard_00000.bin" bs=1 seek=100 conv=notrunc 2>/dev/null
 expect_fail "checksum mismatch" $LOOM train $flags --resume "$d/from4"
 expect_fail "not a checkpoint" $LOOM train $flags --resume "$d"

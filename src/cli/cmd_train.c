@@ -46,6 +46,10 @@ int cmd_train(int argc, char **argv) {
         {"on-nonfinite", OPT_STR, &a.on_nonfinite, "what a NaN/inf loss or gradient does", "stop|skip", 0, 0},
         {"log-every", OPT_INT, &a.log_every, "log line interval when stderr is not a terminal", NULL, 1, 1 << 30},
         {"progress", OPT_ONOFF, &a.progress, "progress line / periodic log", NULL, 0, 0},
+        {"dp", OPT_INT, &a.dp, "data-parallel ranks (must equal the mpirun -np world size)", NULL, 1, 1 << 20},
+        {"zero", OPT_INT, &a.zero, "ZeRO stage: 1 shards optimizer state, 2 + gradients, 3 + parameters", NULL, 0, 3},
+        {"bucket-mb", OPT_FLOAT, &a.bucket_mb, "gradient all-reduce bucket size in MiB (zero 0/1)", NULL, 1e-6, 1e6},
+        {"comm-timeout", OPT_FLOAT, &a.comm_timeout, "seconds a collective may wait before the job is aborted (0 = never)", NULL, 0, 1e9},
         {"dump-grads", OPT_STR, &a.dump_grads, "write the first step's gradients as safetensors (testing)", NULL, 0, 0},
         {"peak-gflops", OPT_FLOAT, &a.peak_gflops, "machine peak GFLOP/s for MFU", NULL, 1e-3, 1e9},
     };

@@ -14,27 +14,6 @@
 
 #include "../common.h"
 
-static int write_floats(const char *path, const float *dev, size_t n, const Backend *be,
-                        uint32_t *crc) {
-    float *host = xmalloc(n * sizeof(float));
-    be->download(host, dev, n);
-    *crc = crc32_update(0, host, n * sizeof(float));
-    int rc = write_file_atomic(path, host, n * sizeof(float));
-    free(host);
-    return rc;
-}
-
-static int write_two(const char *path, const float *a, const float *b, size_t n,
-                     const Backend *be, uint32_t *crc) {
-    float *host = xmalloc(2 * n * sizeof(float));
-    be->download(host, a, n);
-    be->download(host + n, b, n);
-    *crc = crc32_update(0, host, 2 * n * sizeof(float));
-    int rc = write_file_atomic(path, host, 2 * n * sizeof(float));
-    free(host);
-    return rc;
-}
-
 static int fsync_dir(const char *dir) {
     int fd = open(dir, O_RDONLY | O_DIRECTORY);
     if (fd < 0) return loom_fail("%s: cannot open directory: %s", dir, strerror(errno));
@@ -91,40 +70,37 @@ static void prune(const char *dir, int keep) {
     }
 }
 
-int checkpoint_save(const char *dir, const GPT *m, const AdamW *opt, const CkptMeta *meta,
-                    CkptExtraFn extra, void *extra_ctx, int keep) {
-    if (mkdir(dir, 0755) && errno != EEXIST)
-        return loom_fail("%s: cannot create checkpoint directory: %s", dir, strerror(errno));
-    char name[64], final[4096], part[4096], path[4200];
-    snprintf(name, sizeof name, "step_%08d", meta->step);
-    snprintf(final, sizeof final, "%s/%s", dir, name);
-    snprintf(part, sizeof part, "%s/%s.partial", dir, name);
-    rm_rf(part);
-    if (mkdir(part, 0755)) return loom_fail("%s: cannot create: %s", part, strerror(errno));
+// Writes this rank's shard: params, m, v of [lo, hi).
+static int write_shard(const char *path, const CkptShard *sh, uint32_t *crc) {
+    size_t n = sh->hi - sh->lo;
+    float *buf = xmalloc(3 * n * sizeof(float) + 1);
+    memcpy(buf, sh->params, n * sizeof(float));
+    memcpy(buf + n, sh->m, n * sizeof(float));
+    memcpy(buf + 2 * n, sh->v, n * sizeof(float));
+    *crc = crc32_update(0, buf, 3 * n * sizeof(float));
+    int rc = write_file_atomic(path, buf, 3 * n * sizeof(float));
+    free(buf);
+    return rc;
+}
 
-    uint32_t crc_model, crc_optim = 0;
-    snprintf(path, sizeof path, "%s/model.bin", part);
-    if (write_floats(path, m->params, m->nparams, m->be, &crc_model)) return -1;
-    if (opt) {
-        snprintf(path, sizeof path, "%s/optim.bin", part);
-        if (write_two(path, opt->m, opt->v, opt->n, m->be, &crc_optim)) return -1;
-    }
+static int rank0_commit(const char *dir, const char *name, const char *part, const char *final,
+                        const CkptMeta *meta, const double *info, int nranks, CkptExtraFn extra,
+                        void *extra_ctx, int keep) {
+    char path[4200], buf[64];
     if (extra && extra(part, extra_ctx)) return -1;
     // Test hook: LOOM_FAULT_SAVE=1 fails here, as a crash mid-save would, to prove that the
     // previous checkpoint stays intact and `latest` still points at it.
     if (getenv("LOOM_FAULT_SAVE")) return loom_fail("%s: injected fault (LOOM_FAULT_SAVE)", part);
-
     cJSON *j = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "format", "loom-checkpoint-1");
+    cJSON_AddStringToObject(j, "format", "loom-checkpoint-2");
     cJSON *c = cJSON_AddObjectToObject(j, "model");
-    cJSON_AddNumberToObject(c, "layers", m->cfg.L);
-    cJSON_AddNumberToObject(c, "heads", m->cfg.H);
-    cJSON_AddNumberToObject(c, "dim", m->cfg.C);
-    cJSON_AddNumberToObject(c, "vocab", m->cfg.V);
-    cJSON_AddNumberToObject(c, "block_size", m->cfg.maxT);
+    cJSON_AddNumberToObject(c, "layers", meta->cfg.L);
+    cJSON_AddNumberToObject(c, "heads", meta->cfg.H);
+    cJSON_AddNumberToObject(c, "dim", meta->cfg.C);
+    cJSON_AddNumberToObject(c, "vocab", meta->cfg.V);
+    cJSON_AddNumberToObject(c, "block_size", meta->cfg.maxT);
     cJSON_AddNumberToObject(j, "step", meta->step);
-    cJSON_AddNumberToObject(j, "opt_t", opt ? opt->t : meta->opt_t);
-    char buf[64];
+    cJSON_AddNumberToObject(j, "opt_t", meta->opt_t);
     snprintf(buf, sizeof buf, "%" PRIu64, meta->rng_state);
     cJSON_AddStringToObject(j, "rng_state", buf);
     snprintf(buf, sizeof buf, "%" PRIu64, meta->rng_inc);
@@ -136,25 +112,25 @@ int checkpoint_save(const char *dir, const GPT *m, const AdamW *opt, const CkptM
         cJSON *args = cJSON_Parse(meta->train_args);
         if (args) cJSON_AddItemToObject(j, "train_args", args);
     }
-    cJSON *files = cJSON_AddObjectToObject(j, "files");
-    cJSON *f = cJSON_AddObjectToObject(files, "model.bin");
-    cJSON_AddNumberToObject(f, "bytes", (double)(m->nparams * sizeof(float)));
-    snprintf(buf, sizeof buf, "%08x", crc_model);
-    cJSON_AddStringToObject(f, "crc32", buf);
-    if (opt) {
-        f = cJSON_AddObjectToObject(files, "optim.bin");
-        cJSON_AddNumberToObject(f, "bytes", (double)(2 * opt->n * sizeof(float)));
-        snprintf(buf, sizeof buf, "%08x", crc_optim);
+    cJSON *shards = cJSON_AddArrayToObject(j, "shards");
+    for (int q = 0; q < nranks; q++) {
+        const double *e = info + 4 * q;  // written?, lo, hi, crc
+        if (e[0] == 0) continue;
+        cJSON *f = cJSON_CreateObject();
+        snprintf(buf, sizeof buf, "shard_%05d.bin", q);
+        cJSON_AddStringToObject(f, "file", buf);
+        cJSON_AddNumberToObject(f, "lo", e[1]);
+        cJSON_AddNumberToObject(f, "hi", e[2]);
+        snprintf(buf, sizeof buf, "%08x", (uint32_t)e[3]);
         cJSON_AddStringToObject(f, "crc32", buf);
+        cJSON_AddItemToArray(shards, f);
     }
     char *text = cJSON_Print(j);
     cJSON_Delete(j);
     snprintf(path, sizeof path, "%s/checkpoint.json", part);
     int rc = write_file_atomic(path, text, strlen(text));
     free(text);
-    if (rc) return -1;
-    if (fsync_dir(part)) return -1;
-
+    if (rc || fsync_dir(part)) return -1;
     // commit: replace any older directory of the same step, then point `latest` at it
     rm_rf(final);
     if (rename(part, final)) return loom_fail("%s: rename failed: %s", final, strerror(errno));
@@ -165,6 +141,50 @@ int checkpoint_save(const char *dir, const GPT *m, const AdamW *opt, const CkptM
     if (write_file_atomic(path, line, strlen(line))) return -1;
     prune(dir, keep);
     return 0;
+}
+
+int checkpoint_save(const char *dir, const Comm *c, const CkptShard *mine, const CkptMeta *meta,
+                    CkptExtraFn extra, void *extra_ctx, int keep) {
+    char name[64], final[4096], part[4096], path[4200];
+    snprintf(name, sizeof name, "step_%08d", meta->step);
+    snprintf(final, sizeof final, "%s/%s", dir, name);
+    snprintf(part, sizeof part, "%s/%s.partial", dir, name);
+    double ok = 1;
+    if (c->rank == 0) {
+        if (mkdir(dir, 0755) && errno != EEXIST) {
+            loom_fail("%s: cannot create checkpoint directory: %s", dir, strerror(errno));
+            ok = 0;
+        }
+        rm_rf(part);
+        if (ok && mkdir(part, 0755)) {
+            loom_fail("%s: cannot create: %s", part, strerror(errno));
+            ok = 0;
+        }
+    }
+    comm_allreduce_f64(c, &ok, 1);  // also a barrier: the directory exists for everyone
+    if (ok < c->size) return c->rank == 0 ? -1 : loom_fail("%s: rank 0 could not create it", part);
+
+    double *info = xcalloc(4 * (size_t)c->size, sizeof(double));
+    double wrote_ok = 1;
+    if (mine) {
+        uint32_t crc;
+        snprintf(path, sizeof path, "%s/shard_%05d.bin", part, c->rank);
+        if (write_shard(path, mine, &crc)) wrote_ok = 0;
+        double *e = info + 4 * c->rank;
+        e[0] = 1, e[1] = (double)mine->lo, e[2] = (double)mine->hi, e[3] = crc;
+    }
+    comm_allreduce_f64(c, info, 4 * c->size);
+    comm_allreduce_f64(c, &wrote_ok, 1);
+    double rc = 0;
+    if (wrote_ok < c->size) rc = -1;
+    else if (c->rank == 0)
+        rc = rank0_commit(dir, name, part, final, meta, info, c->size, extra, extra_ctx, keep);
+    free(info);
+    comm_broadcast(c, &rc, sizeof rc, 0);
+    if (rc && c->rank != 0) loom_fail("%s: checkpoint failed on another rank", part);
+    if (rc && wrote_ok < c->size && c->rank == 0 && !mine)
+        loom_fail("%s: a rank failed to write its shard", part);
+    return rc ? -1 : 0;
 }
 
 int checkpoint_resolve(const char *path, char *step_dir, size_t n) {
@@ -220,7 +240,7 @@ int checkpoint_read_meta(const char *step_dir, CkptMeta *meta) {
     int rc = 0;
     cJSON *fmt = cJSON_GetObjectItemCaseSensitive(j, "format");
     cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "model");
-    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "loom-checkpoint-1"))
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "loom-checkpoint-2"))
         rc = loom_fail("%s: not a loom checkpoint manifest", path);
     else if (!cJSON_IsObject(c))
         rc = loom_fail("%s: missing 'model'", path);
@@ -249,54 +269,79 @@ void checkpoint_meta_free(CkptMeta *meta) {
     meta->train_args = NULL;
 }
 
-// Reads `name` from the step dir, checks size and CRC against the manifest.
-static float *read_checked(const char *step_dir, const char *name, size_t want_bytes) {
+int checkpoint_read_state(const char *step_dir, size_t nparams, size_t plo, size_t phi,
+                          float *params, size_t olo, size_t ohi, float *m, float *v) {
     char mpath[4200], path[4200];
     snprintf(mpath, sizeof mpath, "%s/checkpoint.json", step_dir);
-    snprintf(path, sizeof path, "%s/%s", step_dir, name);
     size_t len;
     char *txt = read_file(mpath, &len);
-    if (!txt) return NULL;
+    if (!txt) return -1;
     cJSON *j = cJSON_ParseWithLength(txt, len);
     free(txt);
-    cJSON *f = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "files"), name);
-    cJSON *crc = cJSON_GetObjectItemCaseSensitive(f, "crc32");
-    if (!cJSON_IsString(crc)) {
+    cJSON *shards = cJSON_GetObjectItemCaseSensitive(j, "shards");
+    if (!cJSON_IsArray(shards)) {
         cJSON_Delete(j);
-        loom_fail("%s: manifest lists no checksum for %s", mpath, name);
-        return NULL;
+        return loom_fail("%s: manifest lists no shards", mpath);
     }
-    unsigned long want_crc = strtoul(crc->valuestring, NULL, 16);
+    // the shards must tile [0, nparams) exactly: check coverage before reading anything
+    size_t covered = 0;
+    int rc = 0, n = cJSON_GetArraySize(shards);
+    for (int want = 0; want < n && !rc; want++) {
+        int found = 0;
+        for (cJSON *f = shards->child; f; f = f->next) {
+            cJSON *lo = cJSON_GetObjectItemCaseSensitive(f, "lo");
+            if (cJSON_IsNumber(lo) && (size_t)lo->valuedouble == covered) {
+                cJSON *hi = cJSON_GetObjectItemCaseSensitive(f, "hi");
+                if (!cJSON_IsNumber(hi) || hi->valuedouble <= lo->valuedouble) break;
+                covered = (size_t)hi->valuedouble;
+                found = 1;
+                break;
+            }
+        }
+        if (!found) break;
+    }
+    if (covered != nparams)
+        rc = loom_fail("%s: shards cover %zu of %zu parameters (model shape mismatch or a shard "
+                       "missing from the manifest)", mpath, covered, nparams);
+    for (cJSON *f = shards->child; f && !rc; f = f->next) {
+        cJSON *file = cJSON_GetObjectItemCaseSensitive(f, "file");
+        cJSON *crc = cJSON_GetObjectItemCaseSensitive(f, "crc32");
+        size_t lo = (size_t)cJSON_GetObjectItemCaseSensitive(f, "lo")->valuedouble;
+        size_t hi = (size_t)cJSON_GetObjectItemCaseSensitive(f, "hi")->valuedouble;
+        if (!cJSON_IsString(file) || !cJSON_IsString(crc) || strchr(file->valuestring, '/')) {
+            rc = loom_fail("%s: malformed shard entry", mpath);
+            break;
+        }
+        size_t s1, e1, s2, e2;
+        s1 = plo > lo ? plo : lo, e1 = phi < hi ? phi : hi;
+        s2 = olo > lo ? olo : lo, e2 = ohi < hi ? ohi : hi;
+        if (!(params && e1 > s1) && !((m || v) && e2 > s2)) continue;  // nothing needed here
+        snprintf(path, sizeof path, "%s/%s", step_dir, file->valuestring);
+        char *data = read_file(path, &len);
+        if (!data) {
+            rc = -1;
+            break;
+        }
+        size_t cnt = hi - lo;
+        if (len != 3 * cnt * sizeof(float)) {
+            free(data);
+            rc = loom_fail("%s: %zu bytes, expected %zu (truncated or wrong model shape)", path,
+                           len, 3 * cnt * sizeof(float));
+            break;
+        }
+        uint32_t got = crc32_update(0, data, len), want = (uint32_t)strtoul(crc->valuestring, NULL, 16);
+        if (got != want) {
+            free(data);
+            rc = loom_fail("%s: checksum mismatch (crc32 %08x, manifest says %08x): file is "
+                           "corrupted", path, got, want);
+            break;
+        }
+        const float *fp = (const float *)data;
+        if (params && e1 > s1) memcpy(params + (s1 - plo), fp + (s1 - lo), (e1 - s1) * sizeof(float));
+        if (m && e2 > s2) memcpy(m + (s2 - olo), fp + cnt + (s2 - lo), (e2 - s2) * sizeof(float));
+        if (v && e2 > s2) memcpy(v + (s2 - olo), fp + 2 * cnt + (s2 - lo), (e2 - s2) * sizeof(float));
+        free(data);
+    }
     cJSON_Delete(j);
-    char *data = read_file(path, &len);
-    if (!data) return NULL;
-    if (len != want_bytes) {
-        free(data);
-        loom_fail("%s: %zu bytes, expected %zu (truncated or wrong model shape)", path, len,
-                  want_bytes);
-        return NULL;
-    }
-    uint32_t got = crc32_update(0, data, len);
-    if (got != (uint32_t)want_crc) {
-        free(data);
-        loom_fail("%s: checksum mismatch (crc32 %08x, manifest says %08lx): file is corrupted",
-                  path, got, want_crc);
-        return NULL;
-    }
-    return (float *)data;
-}
-
-int checkpoint_load(const char *step_dir, GPT *m, AdamW *opt) {
-    float *p = read_checked(step_dir, "model.bin", m->nparams * sizeof(float));
-    if (!p) return -1;
-    m->be->upload(m->params, p, m->nparams);
-    free(p);
-    if (opt) {
-        float *mv = read_checked(step_dir, "optim.bin", 2 * opt->n * sizeof(float));
-        if (!mv) return -1;
-        m->be->upload(opt->m, mv, opt->n);
-        m->be->upload(opt->v, mv + opt->n, opt->n);
-        free(mv);
-    }
-    return 0;
+    return rc;
 }

@@ -2,13 +2,16 @@
 // position, RNG state and data position, with a CRC-32 per file.
 //
 // Layout:  DIR/latest            one line: the name of the newest complete step directory
-//          DIR/step_00000100/    checkpoint.json (manifest), model.bin, optim.bin, extras
+//          DIR/step_00000100/    checkpoint.json (manifest), shard_<rank>.bin, extras
+// A shard file holds a contiguous range [lo, hi) of the flat layout: parameters, then AdamW m,
+// then v (3·(hi-lo) float32). Ranges are independent of how many ranks wrote them.
 // A save writes DIR/step_N.partial/, fsyncs every file, renames it to DIR/step_N, then
 // atomically replaces DIR/latest. A crash at any point leaves the previous checkpoint intact.
 #pragma once
 #include <stdint.h>
 
 #include "../model/gpt.h"
+#include "../parallel/comm.h"
 #include "../train/optim.h"
 
 typedef struct {
@@ -24,12 +27,26 @@ typedef struct {
 // Writes extra files (e.g. the tokenizer) into the step directory before it is committed.
 typedef int (*CkptExtraFn)(const char *step_dir, void *ctx);
 
-int checkpoint_save(const char *dir, const GPT *m, const AdamW *opt, const CkptMeta *meta,
+// One rank's piece of the training state: the flat range [lo, hi) of the parameters and of
+// both AdamW moments (host pointers, each hi-lo floats).
+typedef struct {
+    size_t lo, hi;
+    const float *params, *m, *v;
+} CkptShard;
+
+// Collective over `c` (every rank calls it; a single process passes a size-1 Comm). Ranks
+// with a shard write DIR/step_N.partial/shard_<rank>.bin in parallel; rank 0 then writes the
+// manifest (with each shard's range and CRC-32), commits the directory and updates `latest`.
+// All ranks return the same status.
+int checkpoint_save(const char *dir, const Comm *c, const CkptShard *mine, const CkptMeta *meta,
                     CkptExtraFn extra, void *extra_ctx, int keep);
 // Resolves DIR (with a `latest` file) or a step directory into the step directory path.
 int checkpoint_resolve(const char *path, char *step_dir, size_t n);
 // Reads and validates the manifest (no tensors yet).
 int checkpoint_read_meta(const char *step_dir, CkptMeta *meta);
 void checkpoint_meta_free(CkptMeta *meta);
-// Loads parameters (and, when opt != NULL, the AdamW moments) after verifying checksums.
-int checkpoint_load(const char *step_dir, GPT *m, AdamW *opt);
+// Reads any layout into any other: parameters [plo, phi) into params and moments [olo, ohi)
+// into m and v (either may be NULL / an empty range), after verifying every shard it touches
+// against its checksum. This is what makes resuming on another dp size or ZeRO stage work.
+int checkpoint_read_state(const char *step_dir, size_t nparams, size_t plo, size_t phi,
+                          float *params, size_t olo, size_t ohi, float *m, float *v);

@@ -2,6 +2,7 @@
 #include "model_file.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 
 #include "../common.h"
@@ -20,7 +21,11 @@ int model_open(GPT *m, const Backend *be, const char *path, int heads, char *ste
             return -1;
         checkpoint_meta_free(&meta);
         if (gpt_create(m, &meta.cfg, be)) return -1;
-        if (checkpoint_load(dir, m, NULL)) return -1;
+        float *host = xmalloc(m->nparams * sizeof(float));
+        int rc = checkpoint_read_state(dir, m->nparams, 0, m->nparams, host, 0, 0, NULL, NULL);
+        if (!rc) be->upload(m->params, host, m->nparams);
+        free(host);
+        if (rc) return -1;
         if (step_dir) snprintf(step_dir, step_dir_len, "%s", dir);
         return 0;
     }

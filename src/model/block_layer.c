@@ -76,6 +76,11 @@ void layer_forward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) {
     layer_run_forward(m, blk, ws, io->x_in, io->x_out);
 }
 
+// Lets a parallel strategy drive its communication between kernels.
+static void poll(const GPT *m) {
+    if (m->hooks && m->hooks->poll) m->hooks->poll(m->hooks->ctx);
+}
+
 void layer_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) {
     const Backend *be = m->be;
     int B = ws->B, T = ws->T, C = m->cfg.C, NH = m->cfg.H, N = B * T;
@@ -87,12 +92,16 @@ void layer_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) 
     float *dx = io->dx;  // d(x_out) on entry; d(res2), then d(x_in) after the residual adds
     // MLP branch: x_out = res2 + fcproj(gelu(fc(ln2)))
     be->matmul_backward(big, g.fcprojw, g.fcprojb, dx, a.fch_gelu, p.fcprojw, N, 4 * C, C);
+    poll(m);
     be->gelu_backward(big, a.fch, big, NC * 4);
     be->matmul_backward(dln, g.fcw, g.fcb, big, a.ln2, p.fcw, N, C, 4 * C);
+    poll(m);
     be->layernorm_backward(dx, g.ln2w, g.ln2b, dln, a.res2, p.ln2w, a.ln2_mean, a.ln2_rstd, N, C);
     // attention branch: res2 = x_in + proj(attention(qkv(ln1)))
     be->matmul_backward(dsmall, g.projw, g.projb, dx, a.atty, p.projw, N, C, C);
+    poll(m);
     be->attention_backward(big, dsmall, a.qkv, a.att, B, T, C, NH);  // big = dqkv (N,3C)
+    poll(m);
     be->matmul_backward(dln, g.qkvw, g.qkvb, big, a.ln1, p.qkvw, N, C, 3 * C);
     be->layernorm_backward(dx, g.ln1w, g.ln1b, dln, io->x_in, p.ln1w, a.ln1_mean, a.ln1_rstd, N,
                            C);

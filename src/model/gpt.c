@@ -194,20 +194,26 @@ double gpt_forward(GPT *m, Workspace *ws, const int *tokens, const int *targets)
     size_t BT = (size_t)ws->B * ws->T;
     memcpy(ws->tokens, tokens, BT * sizeof(int));
     if (targets) memcpy(ws->targets, targets, BT * sizeof(int));
+    const BlockHooks *h = m->hooks;
+    double loss = 0.0;
     for (int b = 0; b < m->nblocks; b++) {
+        if (h && h->before) h->before(h->ctx, b, 0);
         const Block *blk = &m->blocks[b];
         BlockIO io = {.tokens = ws->tokens, .targets = targets ? ws->targets : NULL};
         if (blk->kind != BLOCK_EMBED) io.x_in = stream_at(ws, m, b - 1);
         if (blk->kind != BLOCK_HEAD) io.x_out = stream_at(ws, m, b);
         if (blk->kind == BLOCK_HEAD) io.wte = gpt_embed(m)->params;
         block_forward(m, blk, ws, &io);
-        if (blk->kind == BLOCK_HEAD) return targets ? io.loss_sum / (double)BT : 0.0;
+        if (blk->kind == BLOCK_HEAD && targets) loss = io.loss_sum / (double)BT;
+        if (h && h->after) h->after(h->ctx, b, 0);
     }
-    return 0.0;
+    return loss;
 }
 
 void gpt_backward(GPT *m, Workspace *ws, float grad_scale) {
+    const BlockHooks *h = m->hooks;
     for (int b = m->nblocks - 1; b >= 0; b--) {
+        if (h && h->before) h->before(h->ctx, b, 1);
         const Block *blk = &m->blocks[b];
         BlockIO io = {.tokens = ws->tokens, .targets = ws->targets, .dx = ws->dstream};
         if (blk->kind != BLOCK_EMBED) io.x_in = stream_at(ws, m, b - 1);
@@ -218,6 +224,7 @@ void gpt_backward(GPT *m, Workspace *ws, float grad_scale) {
             io.grad_scale = grad_scale;
         }
         block_backward(m, blk, ws, &io);
+        if (h && h->after) h->after(h->ctx, b, 1);
     }
 }
 

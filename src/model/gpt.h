@@ -43,9 +43,20 @@ typedef struct {
     float *grads;        // where its gradients accumulate
 } Block;
 
+// Hooks a parallel strategy installs around every block: ZeRO-3 gathers a block's parameters
+// in `before` and frees them in `after`; data parallelism starts a gradient reduction in
+// `after` (backward); `poll` drives outstanding communication between kernels.
+typedef struct {
+    void (*before)(void *ctx, int block, int backward);
+    void (*after)(void *ctx, int block, int backward);
+    void (*poll)(void *ctx);
+    void *ctx;
+} BlockHooks;
+
 typedef struct {
     GPTConfig cfg;
     const Backend *be;
+    const BlockHooks *hooks;  // NULL: plain single-process run
     int nblocks;  // L + 2: [embed, layer 0 .. layer L-1, head]
     Block *blocks;
     int ntensors;

@@ -48,3 +48,25 @@ void adamw_step(AdamW *o, GPT *m, float lr, float grad_scale) {
         }
     }
 }
+
+void adamw_create_range(AdamW *o, const GPT *m, const OptConfig *cfg, size_t lo, size_t hi) {
+    memset(o, 0, sizeof *o);
+    o->cfg = *cfg;
+    o->n = hi - lo;
+    o->m = m->be->alloc(o->n);
+    o->v = m->be->alloc(o->n);
+}
+
+void adamw_step_range(AdamW *o, const GPT *m, size_t lo, size_t hi, float *params, float *grads,
+                      float lr, float grad_scale) {
+    o->t++;
+    const OptConfig *c = &o->cfg;
+    for (int i = 0; i < m->ntensors; i++) {
+        const TensorSpec *t = &m->tensors[i];
+        size_t a = t->off > lo ? t->off : lo, b = t->off + t->n < hi ? t->off + t->n : hi;
+        if (b <= a) continue;
+        float wd = t->ndim >= 2 ? c->weight_decay : 0.f;
+        m->be->adamw(params + (a - lo), grads + (a - lo), o->m + (a - lo), o->v + (a - lo), b - a,
+                     lr, c->beta1, c->beta2, c->eps, wd, grad_scale, o->t);
+    }
+}

@@ -29,3 +29,8 @@ float clip_scale(float grad_norm, float max_norm);
 // Applies one AdamW update to every tensor of m with learning rate lr, gradients scaled by
 // grad_scale (from clipping).
 void adamw_step(AdamW *o, GPT *m, float lr, float grad_scale);
+// Sharded form: o holds moments for the flat range [lo, hi) only; params and grads point at
+// that range's first element. Weight decay still follows each tensor's rank.
+void adamw_create_range(AdamW *o, const GPT *m, const OptConfig *cfg, size_t lo, size_t hi);
+void adamw_step_range(AdamW *o, const GPT *m, size_t lo, size_t hi, float *params, float *grads,
+                      float lr, float grad_scale);

@@ -1,4 +1,4 @@
-// trainer.c — the single-process training loop (see trainer.h).
+// trainer.c — the training loop, single-process or data-parallel (see trainer.h).
 #include "trainer.h"
 
 #include <dirent.h>
@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -19,6 +20,8 @@
 #include "../io/safetensors.h"
 #include "../io/weights.h"
 #include "../model/gpt.h"
+#include "../parallel/data_parallel.h"
+#include "../parallel/grid.h"
 #include "../rng.h"
 #include "optim.h"
 #include "progress.h"
@@ -34,12 +37,18 @@ void train_args_defaults(TrainArgs *a) {
     a->save_every = 0, a->keep = 2, a->val_every = 0, a->val_windows = 8, a->log_every = 10;
     a->progress = 1;
     a->peak_gflops = 290.f;
+    a->dp = 1, a->zero = 0, a->bucket_mb = 25.f, a->comm_timeout = 300.f;
 }
 
 // Everything one training process holds.
 typedef struct {
     const TrainArgs *a;
+    Comm *world;
+    Grid grid;
+    int N, r;  // data-parallel size and this rank's index
+    int lead;  // world rank 0: prints, writes metrics and exports
     GPT model;
+    DataParallel *dp;
     Workspace ws;
     AdamW opt;
     DataSet train, val;
@@ -48,6 +57,13 @@ typedef struct {
     Rng rng;
     char tokenizer_dir[4200];  // data's tokenizer directory, copied into checkpoints
 } Trainer;
+
+// Stops the run: the lead rank prints, every rank exits with the same code.
+static _Noreturn void fail(const Trainer *tr, int code) {
+    if (!tr->world || tr->world->rank == 0) fprintf(stderr, "loom: %s\n", loom_errmsg());
+    fflush(stderr);
+    exit(code);
+}
 
 // ---------------------------------------------------------------- helpers
 
@@ -81,7 +97,7 @@ static int copy_tree(const char *src, const char *dst) {
 static int save_extras(const char *step_dir, void *ctx) {
     Trainer *tr = ctx;
     if (!tr->tokenizer_dir[0]) return 0;
-    char dst[4200];
+    char dst[4300];
     snprintf(dst, sizeof dst, "%s/tokenizer", step_dir);
     return copy_tree(tr->tokenizer_dir, dst);
 }
@@ -103,21 +119,36 @@ static char *args_json(const TrainArgs *a) {
     char *s = xmalloc(1024);
     snprintf(s, 1024,
              "{\"batch\":%d,\"seq\":%d,\"grad_accum\":%d,\"steps\":%d,\"shuffle\":%d,"
-             "\"lr\":%.9g,\"min_lr\":%.9g,\"lr_schedule\":\"%s\",\"warmup\":%d,\"seed\":%d}",
+             "\"lr\":%.9g,\"min_lr\":%.9g,\"lr_schedule\":\"%s\",\"warmup\":%d,\"seed\":%d,"
+             "\"dp\":%d,\"zero\":%d}",
              a->batch, a->seq, a->grad_accum, a->steps, a->shuffle, a->lr, a->min_lr,
-             a->lr_schedule, a->warmup, a->seed);
+             a->lr_schedule, a->warmup, a->seed, a->dp, a->zero);
     return s;
 }
 
 static int do_save(Trainer *tr, int step) {
     const TrainArgs *a = tr->a;
+    size_t lo, hi;
+    dp_owned_range(tr->dp, &lo, &hi);
+    size_t n = hi - lo;
+    const Backend *be = tr->model.be;
+    float *p = xmalloc(n * sizeof(float) + 1), *m = xmalloc(n * sizeof(float) + 1),
+          *v = xmalloc(n * sizeof(float) + 1);
+    be->download(p, dp_owned_params(tr->dp), n);
+    be->download(m, tr->opt.m, n);
+    be->download(v, tr->opt.v, n);
+    CkptShard shard = {.lo = lo, .hi = hi, .params = p, .m = m, .v = v};
+    // zero 0: every rank holds the same full state, so only the first writes it
+    int writes = a->zero > 0 || tr->r == 0;
     CkptMeta meta = {.cfg = tr->model.cfg, .step = step, .opt_t = tr->opt.t,
                      .rng_state = tr->rng.state, .rng_inc = tr->rng.inc,
-                     .data_window = (uint64_t)step * a->grad_accum};
+                     .data_window = (uint64_t)step * a->grad_accum * tr->N};
     snprintf(meta.tokenizer, sizeof meta.tokenizer, "%s", tr->tokenizer_dir[0] ? "dir" : "");
     meta.train_args = args_json(a);
-    int rc = checkpoint_save(a->save, &tr->model, &tr->opt, &meta, save_extras, tr, a->keep);
+    int rc = checkpoint_save(a->save, tr->grid.dp_comm, writes ? &shard : NULL, &meta, save_extras,
+                             tr, a->keep);
     free(meta.train_args);
+    free(p), free(m), free(v);
     return rc;
 }
 
@@ -133,134 +164,189 @@ static double evaluate(Trainer *tr) {
     return n ? sum / n : NAN;
 }
 
+static int export_weights(Trainer *tr, const char *path, int grads) {
+    GPT view = tr->model;
+    float *host = xmalloc(tr->model.nparams * sizeof(float));
+    if (grads) tr->model.be->download(host, tr->model.grads, tr->model.nparams);
+    else dp_full_params(tr->dp, host);  // collective for ZeRO-3
+    view.params = host;
+    int rc = tr->lead ? st_save_gpt(&view, path) : 0;
+    free(host);
+    return rc;
+}
+
 // ---------------------------------------------------------------- setup
 
-static int setup_model(Trainer *tr, const char **resume_dir, char *step_dir, size_t n) {
+// Creates the model with its initial or resumed parameters, then the data-parallel strategy
+// (which may shard them) and the optimizer for the owned slice. Returns the first step.
+static int setup_model(Trainer *tr, char *resume_dir, size_t n) {
     const TrainArgs *a = tr->a;
     GPTConfig cfg = {.L = a->layers, .H = a->heads, .C = a->dim, .V = a->vocab,
                      .maxT = a->block_size};
     CkptMeta meta = {0};
-    *resume_dir = NULL;
+    resume_dir[0] = 0;
     if (a->resume) {
-        if (checkpoint_resolve(a->resume, step_dir, n) || checkpoint_read_meta(step_dir, &meta))
+        if (checkpoint_resolve(a->resume, resume_dir, n) || checkpoint_read_meta(resume_dir, &meta))
             return -1;
         cfg = meta.cfg;
-        *resume_dir = step_dir;
     } else if (a->init) {
         if (init_read_config(a->init, a->heads, &cfg)) return -1;
     }
     if (gpt_create(&tr->model, &cfg, backend_cpu())) return -1;
+    GPT *m = &tr->model;
+    rng_seed(&tr->rng, (uint64_t)a->seed, 7);
+    int start = 0;
+    if (a->resume) {
+        float *host = xmalloc(m->nparams * sizeof(float));
+        if (checkpoint_read_state(resume_dir, m->nparams, 0, m->nparams, host, 0, 0, NULL, NULL))
+            return -1;
+        m->be->upload(m->params, host, m->nparams);
+        free(host);
+        tr->rng.state = meta.rng_state;
+        tr->rng.inc = meta.rng_inc;
+        start = meta.step;
+    } else if (a->init) {
+        if (gpt_load_init_file(m, a->init)) return -1;
+    } else {
+        gpt_init_weights(m, (unsigned long long)a->seed);
+    }
+    tr->dp = dp_create(m, tr->grid.dp_comm, a->zero, a->bucket_mb);
+    size_t lo, hi;
+    dp_owned_range(tr->dp, &lo, &hi);
     OptConfig oc = {.lr = a->lr, .min_lr = a->min_lr, .beta1 = a->beta1, .beta2 = a->beta2,
                     .eps = a->eps, .weight_decay = a->weight_decay, .grad_clip = a->grad_clip,
                     .schedule = strcmp(a->lr_schedule, "cosine") ? LR_CONSTANT : LR_COSINE,
                     .warmup = a->warmup, .total_steps = a->steps};
-    adamw_create(&tr->opt, &tr->model, &oc);
-    rng_seed(&tr->rng, (uint64_t)a->seed, 7);
+    adamw_create_range(&tr->opt, m, &oc, lo, hi);
     if (a->resume) {
-        if (checkpoint_load(step_dir, &tr->model, &tr->opt)) return -1;
+        size_t k = hi - lo;
+        float *mh = xmalloc(k * sizeof(float) + 1), *vh = xmalloc(k * sizeof(float) + 1);
+        if (checkpoint_read_state(resume_dir, m->nparams, 0, 0, NULL, lo, hi, mh, vh)) return -1;
+        m->be->upload(tr->opt.m, mh, k);
+        m->be->upload(tr->opt.v, vh, k);
+        free(mh), free(vh);
         tr->opt.t = meta.opt_t;
-        tr->rng.state = meta.rng_state;
-        tr->rng.inc = meta.rng_inc;
-        int step = meta.step;
         checkpoint_meta_free(&meta);
-        return step;
     }
-    if (a->init) {
-        if (gpt_load_init_file(&tr->model, a->init)) return -1;
-    } else {
-        gpt_init_weights(&tr->model, (unsigned long long)a->seed);
-    }
-    return 0;
+    return start;
+}
+
+static void setup_grid(Trainer *tr) {
+    const TrainArgs *a = tr->a;
+    tr->world = comm_world(NULL, NULL);
+    comm_set_timeout(a->comm_timeout);
+    if (grid_create(&tr->grid, tr->world, a->dp, 1, 1)) fail(tr, EXIT_USAGE);
+    tr->N = tr->grid.dp;
+    tr->r = tr->grid.dp_i;
+    tr->lead = tr->world->rank == 0;
 }
 
 int train_run(const TrainArgs *a) {
     Trainer tr = {.a = a};
+    setup_grid(&tr);
     backend_cpu_set_threads(a->threads);
     if (!a->data) die(EXIT_USAGE, "--data is required (a shard file, directory or glob)");
-    if (a->steps < 0) die(EXIT_USAGE, "--steps must be >= 0");
-    char step_dir[4096];
-    const char *resume_dir;
-    int start = setup_model(&tr, &resume_dir, step_dir, sizeof step_dir);
-    if (start < 0) die_last(EXIT_INPUT);
+    if (a->zero < 0 || a->zero > 3) die(EXIT_USAGE, "--zero must be 0, 1, 2 or 3");
+    if (a->dump_grads && a->zero >= 2) die(EXIT_USAGE, "--dump-grads needs --zero 0 or 1");
+    char resume_dir[4096];
+    int start = setup_model(&tr, resume_dir, sizeof resume_dir);
+    if (start < 0) fail(&tr, EXIT_INPUT);
     const GPTConfig *cfg = &tr.model.cfg;
-    if (dataset_open(&tr.train, a->data, cfg->V)) die_last(EXIT_INPUT);
+    if (dataset_open(&tr.train, a->data, cfg->V)) fail(&tr, EXIT_INPUT);
     if (a->val_data) {
-        if (dataset_open(&tr.val, a->val_data, cfg->V)) die_last(EXIT_INPUT);
+        if (dataset_open(&tr.val, a->val_data, cfg->V)) fail(&tr, EXIT_INPUT);
         tr.has_val = 1;
     }
-    if (workspace_create(&tr.ws, &tr.model, a->batch, a->seq, a->recompute)) die_last(EXIT_USAGE);
-    if (dataset_num_windows(&tr.train, a->batch, a->seq) == 0)
-        die(EXIT_INPUT, "%s: %zu tokens is less than one batch of --batch*--seq+1 = %d", a->data,
-            tr.train.total, a->batch * a->seq + 1);
+    if (workspace_create(&tr.ws, &tr.model, a->batch, a->seq, a->recompute)) fail(&tr, EXIT_USAGE);
+    if (dataset_num_windows(&tr.train, a->batch, a->seq) == 0) {
+        loom_fail("%s: %zu tokens is less than one batch of --batch*--seq+1 = %d", a->data,
+                  tr.train.total, a->batch * a->seq + 1);
+        fail(&tr, EXIT_INPUT);
+    }
     find_tokenizer_dir(&tr);
     size_t BT = (size_t)a->batch * a->seq;
     tr.inputs = xmalloc(BT * sizeof(int));
     tr.targets = xmalloc(BT * sizeof(int));
-    Metrics mt;
-    if (metrics_open(&mt, a->metrics, resume_dir != NULL)) die_last(EXIT_IO);
+    Metrics mt = {0};
+    if (tr.lead && metrics_open(&mt, a->metrics, resume_dir[0] != 0)) fail(&tr, EXIT_IO);
 
-    const Backend *be = tr.model.be;
-    int K = a->grad_accum;
-    double flops = gpt_flops_per_step(cfg, a->batch, a->seq) * K;
-    fprintf(stderr,
-            "loom: model L%d H%d C%d V%d T%d, %.2fM params | batch %d x seq %d x accum %d | "
-            "%d steps%s%s\n",
-            cfg->L, cfg->H, cfg->C, cfg->V, cfg->maxT, tr.model.nparams / 1e6, a->batch, a->seq,
-            K, a->steps, resume_dir ? " | resumed from " : "", resume_dir ? resume_dir : "");
+    int K = a->grad_accum, N = tr.N;
+    double flops = gpt_flops_per_step(cfg, a->batch, a->seq) * K;  // per rank
+    if (tr.lead) {
+        fprintf(stderr,
+                "loom: model L%d H%d C%d V%d T%d, %.2fM params | batch %d x seq %d x accum %d",
+                cfg->L, cfg->H, cfg->C, cfg->V, cfg->maxT, tr.model.nparams / 1e6, a->batch,
+                a->seq, K);
+        if (N > 1 || a->zero) fprintf(stderr, " x dp %d (zero %d)", N, a->zero);
+        fprintf(stderr, " | %d steps%s%s\n", a->steps, resume_dir[0] ? " | resumed from " : "",
+                resume_dir);
+    }
     Progress pg;
-    progress_start(&pg, a->progress, start, a->steps, a->log_every);
+    progress_start(&pg, a->progress && tr.lead, start, a->steps, a->log_every);
     int skipped = 0, rc = 0;
+    double exposed_total = 0, step_total = 0;
     for (int step = start; step < a->steps; step++) {
         double t0 = now_sec();
-        gpt_zero_grad(&tr.model);
+        comm_set_context(step + 1, "training step");
+        dp_zero_grad(tr.dp);
         double loss = 0;
         for (int j = 0; j < K; j++) {
-            uint64_t w = (uint64_t)step * K + j;  // sequential order, one data-parallel rank
+            // sequential order: step s, micro-batch j, data-parallel rank r of N
+            uint64_t w = ((uint64_t)step * N + 0) * K + (uint64_t)j * N + tr.r;
             dataset_window(&tr.train, w, a->batch, a->seq, a->shuffle, (uint64_t)a->seed,
                            tr.inputs, tr.targets);
+            dp_begin_micro(tr.dp, j == K - 1);
             loss += gpt_forward(&tr.model, &tr.ws, tr.inputs, tr.targets);
-            gpt_backward(&tr.model, &tr.ws, 1.0f / (float)(BT * K));
+            gpt_backward(&tr.model, &tr.ws, 1.0f / (float)(BT * K * N));
         }
+        dp_finish_grads(tr.dp);
         loss /= K;
-        if (a->dump_grads && step == start) {  // debugging/tests: first step's gradients
-            GPT view = tr.model;
-            view.params = tr.model.grads;
-            if (st_save_gpt(&view, a->dump_grads)) die_last(EXIT_IO);
+        if (N > 1) {
+            comm_allreduce_f64(tr.grid.dp_comm, &loss, 1);
+            loss /= N;
         }
-        double norm = sqrt(be->sumsq(tr.model.grads, tr.model.nparams));
+        if (a->dump_grads && step == start && export_weights(&tr, a->dump_grads, 1))
+            fail(&tr, EXIT_IO);
+        double norm = sqrt(dp_grad_sumsq(tr.dp));
         float lr = lr_at(&tr.opt.cfg, step);
         if (!isfinite(loss) || !isfinite(norm)) {
             if (!strcmp(a->on_nonfinite, "skip")) {
                 skipped++;
-                progress_note(&pg, "step %d: loss %g, grad norm %g is not finite; update skipped",
-                              step + 1, loss, norm);
+                if (tr.lead)
+                    progress_note(&pg, "step %d: loss %g, grad norm %g is not finite; update skipped",
+                                  step + 1, loss, norm);
                 continue;
             }
             progress_end(&pg);
-            fprintf(stderr,
-                    "loom: step %d: %s is %s (loss %g, grad norm %g); stopping without applying "
-                    "it. Lower --lr, set --grad-clip, or pass --on-nonfinite skip.%s%s\n",
-                    step + 1, isfinite(loss) ? "the gradient" : "the loss",
-                    isnan(isfinite(loss) ? norm : loss) ? "NaN" : "infinite", loss, norm,
-                    a->save ? " The last good checkpoint is in " : "", a->save ? a->save : "");
+            if (tr.lead)
+                fprintf(stderr,
+                        "loom: step %d: %s is %s (loss %g, grad norm %g); stopping without "
+                        "applying it. Lower --lr, set --grad-clip, or pass --on-nonfinite skip.%s%s\n",
+                        step + 1, isfinite(loss) ? "the gradient" : "the loss",
+                        isnan(isfinite(loss) ? norm : loss) ? "NaN" : "infinite", loss, norm,
+                        a->save ? " The last good checkpoint is in " : "", a->save ? a->save : "");
             rc = EXIT_NUMERIC;
             break;
         }
-        adamw_step(&tr.opt, &tr.model, lr, clip_scale((float)norm, a->grad_clip));
+        dp_optimizer_step(tr.dp, &tr.opt, lr, clip_scale((float)norm, a->grad_clip));
         double dt = now_sec() - t0;
-        double tps = BT * K / dt, mfu = flops / dt / (a->peak_gflops * 1e9);
-        metrics_step(&mt, step + 1, loss, lr, norm, dt * 1e3, tps, mfu);
+        exposed_total += dp_exposed_wait(tr.dp);
+        step_total += dt;
+        double tps = BT * K * N / dt, mfu = flops / dt / (a->peak_gflops * 1e9);
+        if (tr.lead) metrics_step(&mt, step + 1, loss, lr, norm, dt * 1e3, tps, mfu);
         progress_step(&pg, step + 1, loss, tps, mfu, dt);
         if (tr.has_val && a->val_every > 0 && (step + 1) % a->val_every == 0) {
             double vl = evaluate(&tr);
-            metrics_val(&mt, step + 1, vl);
-            progress_note(&pg, "step %d: val loss %.4f", step + 1, vl);
+            if (tr.lead) {
+                metrics_val(&mt, step + 1, vl);
+                progress_note(&pg, "step %d: val loss %.4f", step + 1, vl);
+            }
         }
-        if (a->save && a->save_every > 0 && (step + 1) % a->save_every == 0 &&
-            step + 1 < a->steps) {
+        if (a->save && a->save_every > 0 && (step + 1) % a->save_every == 0 && step + 1 < a->steps) {
+            comm_set_context(step + 1, "checkpoint");
             if (do_save(&tr, step + 1)) {
                 progress_end(&pg);
-                fprintf(stderr, "loom: checkpoint failed: %s\n", loom_errmsg());
+                if (tr.lead) fprintf(stderr, "loom: checkpoint failed: %s\n", loom_errmsg());
                 rc = EXIT_IO;
                 break;
             }
@@ -268,34 +354,50 @@ int train_run(const TrainArgs *a) {
     }
     progress_end(&pg);
     if (!rc) {
+        comm_set_context(a->steps, "finishing");
         if (tr.has_val && (a->val_every <= 0 || a->steps % a->val_every)) {
             double vl = evaluate(&tr);
-            metrics_val(&mt, a->steps, vl);
-            fprintf(stderr, "loom: val loss %.4f\n", vl);
+            if (tr.lead) {
+                metrics_val(&mt, a->steps, vl);
+                fprintf(stderr, "loom: val loss %.4f\n", vl);
+            }
         }
-        if (skipped) fprintf(stderr, "loom: %d steps skipped for non-finite values\n", skipped);
+        if (skipped && tr.lead) fprintf(stderr, "loom: %d steps skipped for non-finite values\n", skipped);
+        if (N > 1 && tr.lead && step_total > 0) {
+            double pb, gb, ob;
+            dp_memory(tr.dp, &pb, &gb, &ob);
+            struct rusage ru;
+            getrusage(RUSAGE_SELF, &ru);
+            fprintf(stderr,
+                    "loom: dp %d zero %d | exposed communication %.1f%% of step time | per rank: "
+                    "params %.1f MiB, grads %.1f MiB, optimizer %.1f MiB, peak RSS %.1f MiB\n",
+                    N, a->zero, 100 * exposed_total / step_total, pb / 1048576, gb / 1048576,
+                    ob / 1048576, ru.ru_maxrss / 1024.0);
+        }
         if (a->save && do_save(&tr, a->steps > start ? a->steps : start)) {
-            fprintf(stderr, "loom: checkpoint failed: %s\n", loom_errmsg());
+            if (tr.lead) fprintf(stderr, "loom: checkpoint failed: %s\n", loom_errmsg());
             rc = EXIT_IO;
-        } else if (a->save) {
+        } else if (a->save && tr.lead) {
             fprintf(stderr, "loom: saved checkpoint to %s\n", a->save);
         }
         if (!rc && a->export_path) {
-            if (st_save_gpt(&tr.model, a->export_path)) {
+            if (export_weights(&tr, a->export_path, 0)) {
                 fprintf(stderr, "loom: export failed: %s\n", loom_errmsg());
                 rc = EXIT_IO;
-            } else {
+            } else if (tr.lead) {
                 fprintf(stderr, "loom: exported %s\n", a->export_path);
             }
         }
     }
-    metrics_close(&mt);
+    if (tr.lead) metrics_close(&mt);
     free(tr.inputs);
     free(tr.targets);
     workspace_free(&tr.ws, &tr.model);
     adamw_free(&tr.opt, &tr.model);
+    dp_free(tr.dp);
     gpt_free(&tr.model);
     dataset_close(&tr.train);
     if (tr.has_val) dataset_close(&tr.val);
+    comm_finalize();
     return rc;
 }

@@ -1,5 +1,6 @@
-// trainer.h — the training loop of one process: data windows → micro-batch forward/backward
-// (gradient accumulation) → NaN check → clipping → AdamW → metrics, validation, checkpoints.
+// trainer.h — the training loop: data windows → micro-batch forward/backward (gradient
+// accumulation) → data-parallel reduction / ZeRO → NaN check → clipping → AdamW → metrics,
+// validation, checkpoints. The same loop runs as one process or as every rank of an MPI job.
 #pragma once
 
 typedef struct {
@@ -18,6 +19,9 @@ typedef struct {
     char *metrics, *save, *resume, *export_path, *on_nonfinite, *dump_grads;
     int save_every, keep, val_every, val_windows, log_every, progress;
     float peak_gflops;
+    // parallelism (the process grid; world size = dp, until pipeline/tensor parallelism)
+    int dp, zero;
+    float bucket_mb, comm_timeout;
 } TrainArgs;
 
 void train_args_defaults(TrainArgs *a);

@@ -1,0 +1,247 @@
+// comm.c — MPI behind comm.h: requests are tracked so comm_progress can drive them, and every
+// wait runs under the watchdog.
+#include "comm.h"
+
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../common.h"
+
+static Comm world = {.handle = NULL, .rank = 0, .size = 1, .name = "world"};
+static int mpi_on;
+static double timeout_s = 300.0;
+static int ctx_step = -1;
+static const char *ctx_what = "startup";
+
+// Outstanding requests, polled by comm_progress.
+#define MAX_PENDING 256
+static MPI_Request *pending[MAX_PENDING];
+static int npending;
+
+static void track(MPI_Request *r) {
+    for (int i = 0; i < npending; i++)
+        if (pending[i] == r) return;
+    if (npending < MAX_PENDING) pending[npending++] = r;
+}
+
+static void untrack(MPI_Request *r) {
+    for (int i = 0; i < npending; i++)
+        if (pending[i] == r) {
+            pending[i] = pending[--npending];
+            return;
+        }
+}
+
+Comm *comm_world(int *argc, char ***argv) {
+    if (mpi_on || !getenv("OMPI_COMM_WORLD_SIZE")) return &world;
+    int provided;
+    MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    mpi_on = 1;
+    MPI_Comm *h = xmalloc(sizeof *h);
+    *h = MPI_COMM_WORLD;
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    world.handle = h;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world.size);
+    return &world;
+}
+
+int comm_distributed(void) { return mpi_on && world.size > 1; }
+
+void comm_finalize(void) {
+    if (mpi_on) MPI_Finalize();
+    mpi_on = 0;
+}
+
+void comm_abort(int code, const char *msg) {
+    fprintf(stderr, "loom[rank %d]: %s\n", world.rank, msg);
+    fflush(stderr);
+    if (mpi_on) MPI_Abort(MPI_COMM_WORLD, code);
+    exit(code);
+}
+
+Comm *comm_split(const Comm *parent, int color, int key, const char *name) {
+    Comm *c = xcalloc(1, sizeof *c);
+    c->name = name;
+    if (!parent->handle) {
+        c->size = 1;
+        return c;
+    }
+    MPI_Comm *h = xmalloc(sizeof *h);
+    MPI_Comm_split(*(MPI_Comm *)parent->handle, color, key, h);
+    MPI_Comm_rank(*h, &c->rank);
+    MPI_Comm_size(*h, &c->size);
+    c->handle = h;
+    return c;
+}
+
+void comm_set_timeout(double seconds) { timeout_s = seconds; }
+void comm_set_context(int step, const char *what) {
+    ctx_step = step;
+    ctx_what = what;
+}
+
+static MPI_Comm H(const Comm *c) { return *(MPI_Comm *)c->handle; }
+
+static CommReq new_req(const Comm *c, const char *op) {
+    CommReq r = {.handle = xmalloc(sizeof(MPI_Request)), .op = op, .comm = c, .started = now_sec()};
+    *(MPI_Request *)r.handle = MPI_REQUEST_NULL;
+    return r;
+}
+
+static CommReq done_req(const Comm *c, const char *op) {
+    CommReq r = {.handle = NULL, .op = op, .comm = c};
+    return r;
+}
+
+static void check(int rc, const char *op, const Comm *c) {
+    if (rc == MPI_SUCCESS) return;
+    char msg[MPI_MAX_ERROR_STRING + 256], err[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, err, &len);
+    snprintf(msg, sizeof msg, "%s on %s communicator failed at step %d (%s): %s", op, c->name,
+             ctx_step, ctx_what, err);
+    comm_abort(6, msg);
+}
+
+static void check_count(size_t n, const char *op) {
+    if (n > (size_t)2147483647) die(EXIT_USAGE, "%s: %zu elements exceeds MPI's int count", op, n);
+}
+
+CommReq comm_iallreduce(const Comm *c, float *buf, size_t n) {
+    if (c->size == 1 || n == 0) return done_req(c, "allreduce");
+    check_count(n, "allreduce");
+    CommReq r = new_req(c, "allreduce");
+    check(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, H(c), r.handle),
+          "allreduce", c);
+    track(r.handle);
+    return r;
+}
+
+void comm_allreduce(const Comm *c, float *buf, size_t n) {
+    CommReq r = comm_iallreduce(c, buf, n);
+    comm_wait(&r);
+}
+
+void comm_allreduce_f64(const Comm *c, double *buf, int n) {
+    if (c->size == 1) return;
+    CommReq r = new_req(c, "allreduce(f64)");
+    check(MPI_Iallreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, MPI_SUM, H(c), r.handle),
+          "allreduce(f64)", c);
+    track(r.handle);
+    comm_wait(&r);
+}
+
+CommReq comm_ireduce_scatter(const Comm *c, const float *send, float *recv, const int *counts) {
+    if (c->size == 1) {
+        if (send != recv) memcpy(recv, send, (size_t)counts[0] * sizeof(float));
+        return done_req(c, "reduce_scatter");
+    }
+    CommReq r = new_req(c, "reduce_scatter");
+    check(MPI_Ireduce_scatter(send, recv, counts, MPI_FLOAT, MPI_SUM, H(c), r.handle),
+          "reduce_scatter", c);
+    track(r.handle);
+    return r;
+}
+
+CommReq comm_iallgatherv(const Comm *c, float *buf, const int *counts, const int *displs) {
+    if (c->size == 1) return done_req(c, "allgather");
+    CommReq r = new_req(c, "allgather");
+    check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_FLOAT,
+                          H(c), r.handle),
+          "allgather", c);
+    track(r.handle);
+    return r;
+}
+
+void comm_allgatherv(const Comm *c, float *buf, const int *counts, const int *displs) {
+    CommReq r = comm_iallgatherv(c, buf, counts, displs);
+    comm_wait(&r);
+}
+
+void comm_broadcast(const Comm *c, void *buf, size_t bytes, int root) {
+    if (c->size == 1) return;
+    check_count(bytes, "broadcast");
+    CommReq r = new_req(c, "broadcast");
+    check(MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, H(c), r.handle), "broadcast", c);
+    track(r.handle);
+    comm_wait(&r);
+}
+
+void comm_barrier(const Comm *c) {
+    if (c->size == 1) return;
+    CommReq r = new_req(c, "barrier");
+    check(MPI_Ibarrier(H(c), r.handle), "barrier", c);
+    track(r.handle);
+    comm_wait(&r);
+}
+
+CommReq comm_isend(const Comm *c, const float *buf, size_t n, int peer, int tag) {
+    check_count(n, "send");
+    CommReq r = new_req(c, "send");
+    check(MPI_Isend(buf, (int)n, MPI_FLOAT, peer, tag, H(c), r.handle), "send", c);
+    track(r.handle);
+    return r;
+}
+
+CommReq comm_irecv(const Comm *c, float *buf, size_t n, int peer, int tag) {
+    check_count(n, "recv");
+    CommReq r = new_req(c, "recv");
+    check(MPI_Irecv(buf, (int)n, MPI_FLOAT, peer, tag, H(c), r.handle), "recv", c);
+    track(r.handle);
+    return r;
+}
+
+static void finish(CommReq *r) {
+    untrack(r->handle);
+    free(r->handle);
+    r->handle = NULL;
+}
+
+int comm_test(CommReq *r) {
+    if (!r->handle) return 1;
+    int flag = 0;
+    check(MPI_Test(r->handle, &flag, MPI_STATUS_IGNORE), r->op, r->comm);
+    if (flag) finish(r);
+    return flag;
+}
+
+static void watchdog_fire(const CommReq *r, double waited) {
+    char msg[512];
+    int rank = 0;
+    if (mpi_on) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    snprintf(msg, sizeof msg,
+             "watchdog: waited %.0f s for %s on the %s communicator (%d ranks; this rank is %d "
+             "of them) at step %d (%s); a peer is dead or stuck. Aborting the job "
+             "(--comm-timeout %.0f).",
+             waited, r->op, r->comm->name, r->comm->size, r->comm->rank, ctx_step, ctx_what,
+             timeout_s);
+    comm_abort(7, msg);
+}
+
+void comm_wait(CommReq *r) {
+    if (!r->handle) return;
+    struct timespec nap = {0, 200000};  // 0.2 ms between polls
+    for (long polls = 0;; polls++) {
+        if (comm_test(r)) return;
+        comm_progress();
+        double waited = now_sec() - r->started;
+        if (timeout_s > 0 && waited > timeout_s) watchdog_fire(r, waited);
+        if (polls > 50) nanosleep(&nap, NULL);
+    }
+}
+
+void comm_progress(void) {
+    if (!npending) return;
+    // One MPI_Test on a live request runs Open MPI's progress engine for all of them.
+    // Completed requests become MPI_REQUEST_NULL; their owner's comm_test sees them done.
+    for (int i = 0; i < npending; i++) {
+        if (*pending[i] == MPI_REQUEST_NULL) continue;
+        int flag;
+        MPI_Test(pending[i], &flag, MPI_STATUS_IGNORE);
+        return;
+    }
+}

@@ -1,0 +1,61 @@
+// comm.h — the one thin communication layer over MPI (Open MPI). Nothing else in loom
+// includes mpi.h. Every operation has a non-blocking form returning a CommReq; the blocking
+// forms are the non-blocking ones plus comm_wait, so every wait runs under the watchdog:
+// after --comm-timeout seconds a rank prints which operation, step and peers it is waiting on
+// and aborts the whole job (never a silent hang).
+//
+// Without mpirun (no OMPI_COMM_WORLD_SIZE in the environment) MPI is never initialised and
+// every communicator has one rank, so the same binary runs as a plain single process.
+#pragma once
+#include <stddef.h>
+
+typedef struct {
+    void *handle;  // MPI_Comm (NULL for the single-process world)
+    int rank, size;
+    const char *name;  // "world", "dp", "pp", "tp" (for watchdog messages)
+} Comm;
+
+typedef struct {
+    void *handle;  // MPI_Request
+    const char *op;
+    const Comm *comm;
+    double started;
+} CommReq;
+
+// Initialises MPI when launched by mpirun; returns the world communicator (size 1 otherwise).
+Comm *comm_world(int *argc, char ***argv);
+int comm_distributed(void);
+void comm_finalize(void);
+// Aborts every rank of the job with the given exit status after printing msg.
+_Noreturn void comm_abort(int code, const char *msg);
+// Splits `parent` into sub-communicators: ranks with the same color, ordered by key.
+Comm *comm_split(const Comm *parent, int color, int key, const char *name);
+
+// Watchdog: seconds a wait may take (0 = forever), and what the program is doing (printed
+// when the watchdog fires).
+void comm_set_timeout(double seconds);
+void comm_set_context(int step, const char *what);
+
+// Collectives on float32 buffers; sums. In-place where the signature has one buffer.
+CommReq comm_iallreduce(const Comm *c, float *buf, size_t n);
+void comm_allreduce(const Comm *c, float *buf, size_t n);
+void comm_allreduce_f64(const Comm *c, double *buf, int n);
+// Each rank r receives the sum of [displs[r], displs[r]+counts[r]) of every rank's send buffer
+// into recv.
+CommReq comm_ireduce_scatter(const Comm *c, const float *send, float *recv, const int *counts);
+// In place: rank r contributes buf[displs[r] .. +counts[r]); all ranks end with all pieces.
+CommReq comm_iallgatherv(const Comm *c, float *buf, const int *counts, const int *displs);
+void comm_allgatherv(const Comm *c, float *buf, const int *counts, const int *displs);
+void comm_broadcast(const Comm *c, void *buf, size_t bytes, int root);
+void comm_barrier(const Comm *c);
+
+// Point to point (pipeline stages).
+CommReq comm_isend(const Comm *c, const float *buf, size_t n, int peer, int tag);
+CommReq comm_irecv(const Comm *c, float *buf, size_t n, int peer, int tag);
+
+// Completion. comm_test returns 1 when done. comm_wait blocks under the watchdog.
+int comm_test(CommReq *r);
+void comm_wait(CommReq *r);
+// Drives outstanding non-blocking operations (Open MPI progresses them only inside MPI calls):
+// call it often from compute loops. Cheap when nothing is outstanding.
+void comm_progress(void);

@@ -1,0 +1,353 @@
+// data_parallel.c — data parallelism with bucketed, overlapped gradient reduction and ZeRO
+// stages 1–3 (see data_parallel.h).
+#include "data_parallel.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common.h"
+
+// A reduce-scatter of one block's gradient in flight (zero 2/3).
+typedef struct {
+    CommReq req;
+    float *send, *recv;
+    size_t a;      // flat offset of the piece this rank receives
+    size_t n;      // its length
+    int active;
+} PendingRS;
+
+struct DataParallel {
+    GPT *m;
+    const Comm *c;
+    int N, r, zero, last;
+    size_t P, lo, hi;
+    size_t *bound;       // (N+1) shard boundaries: rank q owns [bound[q], bound[q+1])
+    int *counts, *displs;  // shard sizes/offsets as ints, for the parameter all-gather
+    int *tmp_counts, *tmp_displs;
+    size_t max_block;
+    // zero 0/1: buckets of consecutive blocks, reduced as soon as their lowest block is done
+    int nbuckets;
+    int *bucket_start;   // per block: bucket index whose reduction starts after it, or -1
+    size_t *bucket_a, *bucket_b;
+    CommReq *bucket_req;
+    // zero 2/3: transient gradient buffers and the owned gradient shard
+    float *gshard;
+    float *tgrad[2], *trecv[2];
+    PendingRS rs[2];
+    int tslot;
+    float *egrad;  // the embedding block's gradient for one micro-batch (tied LM head writes it)
+    float *erecv;
+    // zero 3: owned parameters and gathered block parameters
+    float *pshard;
+    float *eparam;    // embedding parameters, gathered from its forward to its backward
+    float *bparam[2]; // other blocks, double-buffered so the next gather can run ahead
+    int bparam_block[2];
+    CommReq gather_req[2];
+    BlockHooks hooks;
+    double exposed;
+};
+
+static size_t isect(size_t a, size_t b, size_t lo, size_t hi, size_t *start) {
+    size_t s = a > lo ? a : lo, e = b < hi ? b : hi;
+    *start = s;
+    return e > s ? e - s : 0;
+}
+
+// ---------------------------------------------------------------- zero 0/1: buckets
+
+static void start_bucket(DataParallel *d, int k) {
+    size_t a = d->bucket_a[k], b = d->bucket_b[k];
+    d->bucket_req[k] = comm_iallreduce(d->c, d->m->grads + a, b - a);
+}
+
+// ---------------------------------------------------------------- zero 2/3: reduce-scatter
+
+static void rs_complete(DataParallel *d, int slot) {
+    PendingRS *p = &d->rs[slot];
+    if (!p->active) return;
+    comm_wait(&p->req);
+    float *dst = d->gshard + (p->a - d->lo);
+    for (size_t i = 0; i < p->n; i++) dst[i] += p->recv[i];
+    p->active = 0;
+}
+
+// Reduce-scatters send (the gradient of flat range [a, b)) into the owners' shards.
+static void rs_start(DataParallel *d, int slot, float *send, float *recv, size_t a, size_t b) {
+    for (int q = 0; q < d->N; q++) {
+        size_t s;
+        d->tmp_counts[q] = (int)isect(a, b, d->bound[q], d->bound[q + 1], &s);
+    }
+    PendingRS *p = &d->rs[slot];
+    p->n = isect(a, b, d->lo, d->hi, &p->a);
+    p->send = send;
+    p->recv = recv;
+    p->req = comm_ireduce_scatter(d->c, send, recv, d->tmp_counts);
+    p->active = 1;
+}
+
+// ---------------------------------------------------------------- zero 3: gathers
+
+// Starts gathering block b's parameters into dst (in place all-gather of the owners' pieces).
+static CommReq gather_start(DataParallel *d, int b, float *dst) {
+    const Block *blk = &d->m->blocks[b];
+    size_t a = blk->off, e = blk->off + blk->n;
+    for (int q = 0; q < d->N; q++) {
+        size_t s;
+        d->tmp_counts[q] = (int)isect(a, e, d->bound[q], d->bound[q + 1], &s);
+        d->tmp_displs[q] = (int)(s > a ? s - a : 0);
+        if (!d->tmp_counts[q]) d->tmp_displs[q] = 0;
+    }
+    size_t s, n = isect(a, e, d->lo, d->hi, &s);
+    if (n) memcpy(dst + (s - a), d->pshard + (s - d->lo), n * sizeof(float));
+    return comm_iallgatherv(d->c, dst, d->tmp_counts, d->tmp_displs);
+}
+
+// Makes block b's parameters available in one of the two buffers; returns it.
+static float *gather_block(DataParallel *d, int b, int prefetch_next) {
+    int slot = b & 1;
+    if (d->bparam_block[slot] != b) {
+        comm_wait(&d->gather_req[slot]);
+        d->gather_req[slot] = gather_start(d, b, d->bparam[slot]);
+        d->bparam_block[slot] = b;
+    }
+    comm_wait(&d->gather_req[slot]);
+    int nb = d->m->nblocks;
+    if (prefetch_next >= 1 && prefetch_next < nb - 1) {  // run the next layer's gather ahead
+        int s2 = prefetch_next & 1;
+        if (d->bparam_block[s2] != prefetch_next) {
+            comm_wait(&d->gather_req[s2]);
+            d->gather_req[s2] = gather_start(d, prefetch_next, d->bparam[s2]);
+            d->bparam_block[s2] = prefetch_next;
+        }
+    }
+    return d->bparam[slot];
+}
+
+// ---------------------------------------------------------------- hooks
+
+static void hook_before(void *ctx, int b, int backward) {
+    DataParallel *d = ctx;
+    GPT *m = d->m;
+    Block *blk = &m->blocks[b];
+    int head = m->nblocks - 1;
+    if (d->zero >= 3) {
+        if (b == 0 && !backward) {  // embedding: gathered once, kept until its backward
+            CommReq r = gather_start(d, 0, d->eparam);
+            comm_wait(&r);
+            blk->params = d->eparam;
+        } else if (b != 0) {
+            int next = backward ? b - 1 : b + 1;
+            blk->params = gather_block(d, b, next);
+        }
+    }
+    if (d->zero >= 2 && backward) {
+        if (b == head) memset(d->egrad, 0, m->blocks[0].n * sizeof(float));
+        if (b != 0) {
+            int s = d->tslot;
+            rs_complete(d, s);  // the buffer's previous reduction must be done
+            memset(d->tgrad[s], 0, blk->n * sizeof(float));
+            blk->grads = d->tgrad[s];
+        }
+    }
+}
+
+static void hook_after(void *ctx, int b, int backward) {
+    DataParallel *d = ctx;
+    if (!backward) return;
+    const Block *blk = &d->m->blocks[b];
+    if (d->zero >= 2) {
+        if (b == 0) {  // the embedding ends the micro-batch: reduce it and drain everything
+            rs_complete(d, 0);
+            rs_complete(d, 1);
+            rs_start(d, 0, d->egrad, d->erecv, blk->off, blk->off + blk->n);
+            rs_complete(d, 0);
+        } else {
+            int s = d->tslot;
+            rs_start(d, s, d->tgrad[s], d->trecv[s], blk->off, blk->off + blk->n);
+            d->tslot ^= 1;
+        }
+        return;
+    }
+    if (d->last && d->bucket_start[b] >= 0) start_bucket(d, d->bucket_start[b]);
+}
+
+static void hook_poll(void *ctx) {
+    (void)ctx;
+    comm_progress();
+}
+
+// ---------------------------------------------------------------- setup
+
+DataParallel *dp_create(GPT *m, const Comm *c, int zero, double bucket_mb) {
+    DataParallel *d = xcalloc(1, sizeof *d);
+    d->m = m;
+    d->c = c;
+    d->N = c->size;
+    d->r = c->rank;
+    d->zero = zero;
+    d->P = m->nparams;
+    d->bound = xcalloc((size_t)d->N + 1, sizeof(size_t));
+    d->counts = xcalloc((size_t)d->N, sizeof(int));
+    d->displs = xcalloc((size_t)d->N, sizeof(int));
+    d->tmp_counts = xcalloc((size_t)d->N, sizeof(int));
+    d->tmp_displs = xcalloc((size_t)d->N, sizeof(int));
+    for (int q = 0; q <= d->N; q++) d->bound[q] = d->P * (size_t)q / (size_t)d->N;
+    for (int q = 0; q < d->N; q++) {
+        d->counts[q] = (int)(d->bound[q + 1] - d->bound[q]);
+        d->displs[q] = (int)d->bound[q];
+    }
+    if (zero >= 1) {
+        d->lo = d->bound[d->r];
+        d->hi = d->bound[d->r + 1];
+    } else {
+        d->lo = 0;
+        d->hi = d->P;
+    }
+    for (int b = 0; b < m->nblocks; b++)
+        if (m->blocks[b].n > d->max_block) d->max_block = m->blocks[b].n;
+
+    // buckets: consecutive blocks in backward order, each at most bucket_mb (one block at least)
+    d->bucket_start = xmalloc(sizeof(int) * (size_t)m->nblocks);
+    d->bucket_a = xcalloc((size_t)m->nblocks, sizeof(size_t));
+    d->bucket_b = xcalloc((size_t)m->nblocks, sizeof(size_t));
+    d->bucket_req = xcalloc((size_t)m->nblocks, sizeof(CommReq));
+    size_t cap = (size_t)(bucket_mb * 1024 * 1024 / sizeof(float));
+    for (int b = 0; b < m->nblocks; b++) d->bucket_start[b] = -1;
+    for (int b = m->nblocks - 1; b >= 0;) {
+        int top = b;
+        size_t size = m->blocks[b].n;
+        while (b - 1 >= 0 && size + m->blocks[b - 1].n <= cap) size += m->blocks[--b].n;
+        int k = d->nbuckets++;
+        d->bucket_a[k] = m->blocks[b].off;
+        d->bucket_b[k] = m->blocks[top].off + m->blocks[top].n;
+        d->bucket_start[b] = k;
+        b--;
+    }
+
+    const Backend *be = m->be;
+    if (zero >= 2) {
+        d->gshard = be->alloc(d->hi - d->lo);
+        for (int s = 0; s < 2; s++) {
+            d->tgrad[s] = be->alloc(d->max_block);
+            d->trecv[s] = be->alloc(d->max_block);
+        }
+        d->egrad = be->alloc(m->blocks[0].n);
+        d->erecv = be->alloc(m->blocks[0].n);
+        be->release(m->grads);  // the full gradient buffer is never needed again
+        m->grads = NULL;
+        for (int b = 0; b < m->nblocks; b++) m->blocks[b].grads = NULL;
+        m->blocks[0].grads = d->egrad;
+    }
+    if (zero >= 3) {
+        d->pshard = be->alloc(d->hi - d->lo);
+        be->copy(d->pshard, m->params + d->lo, d->hi - d->lo);
+        d->eparam = be->alloc(m->blocks[0].n);
+        for (int s = 0; s < 2; s++) {
+            d->bparam[s] = be->alloc(d->max_block);
+            d->bparam_block[s] = -1;
+        }
+        be->release(m->params);
+        m->params = NULL;
+        for (int b = 0; b < m->nblocks; b++) m->blocks[b].params = NULL;
+    }
+    d->hooks = (BlockHooks){.before = hook_before, .after = hook_after, .poll = hook_poll, .ctx = d};
+    m->hooks = &d->hooks;
+    return d;
+}
+
+void dp_free(DataParallel *d) {
+    if (!d) return;
+    const Backend *be = d->m->be;
+    if (d->gshard) be->release(d->gshard);
+    for (int s = 0; s < 2; s++) {
+        if (d->tgrad[s]) be->release(d->tgrad[s]);
+        if (d->trecv[s]) be->release(d->trecv[s]);
+        if (d->bparam[s]) be->release(d->bparam[s]);
+    }
+    if (d->egrad) be->release(d->egrad);
+    if (d->erecv) be->release(d->erecv);
+    if (d->pshard) be->release(d->pshard);
+    if (d->eparam) be->release(d->eparam);
+    d->m->hooks = NULL;
+    free(d->bound), free(d->counts), free(d->displs), free(d->tmp_counts), free(d->tmp_displs);
+    free(d->bucket_start), free(d->bucket_a), free(d->bucket_b), free(d->bucket_req);
+    free(d);
+}
+
+void dp_owned_range(const DataParallel *d, size_t *lo, size_t *hi) {
+    *lo = d->lo;
+    *hi = d->hi;
+}
+
+// ---------------------------------------------------------------- the step
+
+void dp_begin_micro(DataParallel *d, int last) { d->last = last; }
+
+void dp_finish_grads(DataParallel *d) {
+    double t0 = now_sec();
+    if (d->zero >= 2) {
+        rs_complete(d, 0);
+        rs_complete(d, 1);
+    } else {
+        for (int k = 0; k < d->nbuckets; k++) comm_wait(&d->bucket_req[k]);
+    }
+    d->exposed = now_sec() - t0;
+}
+
+double dp_exposed_wait(const DataParallel *d) { return d->exposed; }
+
+double dp_grad_sumsq(DataParallel *d) {
+    const Backend *be = d->m->be;
+    if (d->zero < 2) return be->sumsq(d->m->grads, d->P);
+    double s = be->sumsq(d->gshard, d->hi - d->lo);
+    comm_allreduce_f64(d->c, &s, 1);
+    return s;
+}
+
+void dp_zero_grad(DataParallel *d) {
+    const Backend *be = d->m->be;
+    if (d->zero >= 2) be->fill(d->gshard, 0.f, d->hi - d->lo);
+    else be->fill(d->m->grads, 0.f, d->P);
+}
+
+void dp_optimizer_step(DataParallel *d, AdamW *opt, float lr, float grad_scale) {
+    GPT *m = d->m;
+    float *params = d->zero >= 3 ? d->pshard : m->params + d->lo;
+    float *grads = d->zero >= 2 ? d->gshard : m->grads + d->lo;
+    adamw_step_range(opt, m, d->lo, d->hi, params, grads, lr, grad_scale);
+    if (d->zero == 1 || d->zero == 2) comm_allgatherv(d->c, m->params, d->counts, d->displs);
+    if (d->zero >= 3)  // gathered copies are stale now
+        d->bparam_block[0] = d->bparam_block[1] = -1;
+}
+
+void dp_full_params(DataParallel *d, float *dst) {
+    if (d->zero < 3) {
+        d->m->be->download(dst, d->m->params, d->P);
+        return;
+    }
+    d->m->be->download(dst + d->lo, d->pshard, d->hi - d->lo);
+    comm_allgatherv(d->c, dst, d->counts, d->displs);
+}
+
+const float *dp_owned_params(DataParallel *d) {
+    return d->zero >= 3 ? d->pshard : d->m->params + d->lo;
+}
+
+void dp_set_params(DataParallel *d, const float *full) {
+    if (d->zero >= 3) {
+        d->m->be->upload(d->pshard, full + d->lo, d->hi - d->lo);
+        d->bparam_block[0] = d->bparam_block[1] = -1;
+    } else {
+        d->m->be->upload(d->m->params, full, d->P);
+    }
+}
+
+void dp_memory(const DataParallel *d, double *param_b, double *grad_b, double *opt_b) {
+    double f = sizeof(float);
+    size_t own = d->hi - d->lo;
+    if (d->zero >= 3) *param_b = f * (own + d->m->blocks[0].n + 2 * d->max_block);
+    else *param_b = f * d->P;
+    if (d->zero >= 2) *grad_b = f * (own + 4 * d->max_block + 2 * d->m->blocks[0].n);
+    else *grad_b = f * d->P;
+    *opt_b = f * 2 * own;
+}

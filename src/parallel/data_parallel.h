@@ -1,0 +1,47 @@
+// data_parallel.h — the data-parallel strategy with ZeRO stages 0–3, over the dp axis.
+//
+//   zero 0: every rank holds everything; gradients are all-reduced in buckets that start as
+//           soon as their blocks' backward is done (last micro-batch only), overlapping the
+//           rest of backward.
+//   zero 1: + AdamW moments sharded: each rank updates its contiguous slice [lo,hi) of the flat
+//           parameter buffer, then parameters are all-gathered.
+//   zero 2: + gradients sharded: each block's gradient goes to a transient buffer and is
+//           reduce-scattered into the owners' gradient shards right after its backward.
+//   zero 3: + parameters sharded: each block's parameters are all-gathered just before its
+//           forward/backward and dropped after it.
+// Shards are contiguous ranges of the flat layout, so they do not depend on block boundaries
+// and a checkpoint can be re-cut for any other dp size.
+#pragma once
+#include <stddef.h>
+
+#include "../model/gpt.h"
+#include "../train/optim.h"
+#include "comm.h"
+
+typedef struct DataParallel DataParallel;
+
+DataParallel *dp_create(GPT *m, const Comm *dp, int zero, double bucket_mb);
+void dp_free(DataParallel *d);
+// The slice of the flat buffers this rank owns (the whole model for zero 0).
+void dp_owned_range(const DataParallel *d, size_t *lo, size_t *hi);
+// Call before each micro-batch; `last` marks the one whose gradients are reduced (zero 0/1).
+void dp_begin_micro(DataParallel *d, int last);
+// Waits for every reduction of the step: owned gradients then hold the global mean.
+void dp_finish_grads(DataParallel *d);
+// Σ g² over all gradients (global, identical on every rank).
+double dp_grad_sumsq(DataParallel *d);
+// Zeroes the gradients this rank accumulates into.
+void dp_zero_grad(DataParallel *d);
+// AdamW on the owned slice (opt sized hi-lo), then the parameter all-gather (zero 1/2).
+void dp_optimizer_step(DataParallel *d, AdamW *opt, float lr, float grad_scale);
+// Full parameters into host-side dst (nparams floats), on every rank (zero 3 gathers).
+void dp_full_params(DataParallel *d, float *dst);
+// This rank's owned parameters (hi-lo floats): a view, valid until the next step.
+const float *dp_owned_params(DataParallel *d);
+// Overwrites the owned parameter slice (and, for zero 0–2, the full buffer on all ranks
+// after dp_full_params-style gathering) from a full host copy.
+void dp_set_params(DataParallel *d, const float *full);
+// Bytes held per rank: parameters, gradients (persistent + transient), optimizer moments.
+void dp_memory(const DataParallel *d, double *param_b, double *grad_b, double *opt_b);
+// Exposed communication: seconds this step spent waiting for reductions after backward.
+double dp_exposed_wait(const DataParallel *d);
