@@ -209,16 +209,30 @@ int comm_test(CommReq *r) {
     return flag;
 }
 
+// Names the world ranks of a communicator's members, e.g. "0 1 2 3".
+static void peer_list(const Comm *c, char *out, size_t n) {
+    out[0] = 0;
+    if (!c->handle) return;
+    MPI_Group g, wg;
+    MPI_Comm_group(H(c), &g);
+    MPI_Comm_group(MPI_COMM_WORLD, &wg);
+    size_t used = 0;
+    for (int i = 0; i < c->size && used + 16 < n; i++) {
+        int w;
+        MPI_Group_translate_ranks(g, 1, &i, wg, &w);
+        used += (size_t)snprintf(out + used, n - used, "%s%d", i ? " " : "", w);
+    }
+    MPI_Group_free(&g);
+    MPI_Group_free(&wg);
+}
+
 static void watchdog_fire(const CommReq *r, double waited) {
-    char msg[512];
-    int rank = 0;
-    if (mpi_on) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    char msg[1024], peers[512];
+    peer_list(r->comm, peers, sizeof peers);
     snprintf(msg, sizeof msg,
-             "watchdog: waited %.0f s for %s on the %s communicator (%d ranks; this rank is %d "
-             "of them) at step %d (%s); a peer is dead or stuck. Aborting the job "
-             "(--comm-timeout %.0f).",
-             waited, r->op, r->comm->name, r->comm->size, r->comm->rank, ctx_step, ctx_what,
-             timeout_s);
+             "watchdog: waited %.0f s for %s on the %s communicator (peers: world ranks %s) at "
+             "step %d (%s); a peer is dead or stuck. Aborting the job (--comm-timeout %.0f).",
+             waited, r->op, r->comm->name, peers, ctx_step, ctx_what, timeout_s);
     comm_abort(7, msg);
 }
 

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <libgen.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -175,6 +176,22 @@ static int export_weights(Trainer *tr, const char *path, int grads) {
     return rc;
 }
 
+// Test hooks for fault handling: LOOM_FAULT_KILL=RANK:STEP makes that rank SIGKILL itself
+// when the step starts (a crashed machine); LOOM_FAULT_HANG=RANK:STEP makes it stop
+// responding (a stuck peer), which the others' watchdog must turn into a clean abort.
+static void maybe_inject_fault(int rank, int step) {
+    const char *names[2] = {"LOOM_FAULT_KILL", "LOOM_FAULT_HANG"};
+    for (int k = 0; k < 2; k++) {
+        const char *v = getenv(names[k]);
+        int r, s;
+        if (!v || sscanf(v, "%d:%d", &r, &s) != 2 || r != rank || s != step) continue;
+        fprintf(stderr, "loom[rank %d]: %s at step %d\n", rank, names[k], step);
+        fflush(stderr);
+        if (k == 0) raise(SIGKILL);
+        for (;;) pause();
+    }
+}
+
 // ---------------------------------------------------------------- setup
 
 // Creates the model with its initial or resumed parameters, then the data-parallel strategy
@@ -288,6 +305,7 @@ int train_run(const TrainArgs *a) {
     for (int step = start; step < a->steps; step++) {
         double t0 = now_sec();
         comm_set_context(step + 1, "training step");
+        maybe_inject_fault(tr.world->rank, step + 1);
         dp_zero_grad(tr.dp);
         double loss = 0;
         for (int j = 0; j < K; j++) {
