@@ -50,6 +50,7 @@ int cmd_train(int argc, char **argv) {
         {"zero", OPT_INT, &a.zero, "ZeRO stage: 1 shards optimizer state, 2 + gradients, 3 + parameters", NULL, 0, 3},
         {"bucket-mb", OPT_FLOAT, &a.bucket_mb, "gradient all-reduce bucket size in MiB (zero 0/1)", NULL, 1e-6, 1e6},
         {"comm-timeout", OPT_FLOAT, &a.comm_timeout, "seconds a collective may wait before the job is aborted (0 = never)", NULL, 0, 1e9},
+        {"dry-run", OPT_FLAG, &a.dry_run, "print the per-rank memory plan (dp 1/2/4 x ZeRO 0-3) and exit", NULL, 0, 0},
         {"dump-grads", OPT_STR, &a.dump_grads, "write the first step's gradients as safetensors (testing)", NULL, 0, 0},
         {"peak-gflops", OPT_FLOAT, &a.peak_gflops, "machine peak GFLOP/s for MFU", NULL, 1e-3, 1e9},
     };
@@ -64,5 +65,6 @@ int cmd_train(int argc, char **argv) {
     if (a.init && !options_was_set(opts, n, "heads")) a.heads = 0;  // from the file's metadata
     if (a.seq > a.block_size && !a.init && !a.resume)
         die(EXIT_USAGE, "--seq %d is longer than --block-size %d", a.seq, a.block_size);
+    if (a.dry_run) return train_dry_run(&a);
     return train_run(&a);
 }

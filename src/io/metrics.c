@@ -15,12 +15,14 @@ int metrics_open(Metrics *mt, const char *path, int append) {
 }
 
 void metrics_step(Metrics *mt, int step, double loss, double lr, double grad_norm, double step_ms,
-                  double tokens_per_s, double mfu) {
+                  double tokens_per_s, double mfu, double exposed_ms) {
     if (!mt->f) return;
     fprintf(mt->f,
             "{\"step\":%d,\"loss\":%.7g,\"lr\":%.6g,\"grad_norm\":%.6g,\"step_ms\":%.3f,"
-            "\"tokens_per_s\":%.1f,\"mfu\":%.4f}\n",
+            "\"tokens_per_s\":%.1f,\"mfu\":%.4f",
             step, loss, lr, grad_norm, step_ms, tokens_per_s, mfu);
+    if (exposed_ms >= 0) fprintf(mt->f, ",\"comm_exposed_ms\":%.3f", exposed_ms);
+    fputs("}\n", mt->f);
     fflush(mt->f);
 }
 

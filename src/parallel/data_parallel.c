@@ -24,7 +24,8 @@ struct DataParallel {
     size_t *bound;       // (N+1) shard boundaries: rank q owns [bound[q], bound[q+1])
     int *counts, *displs;  // shard sizes/offsets as ints, for the parameter all-gather
     int *tmp_counts, *tmp_displs;
-    size_t max_block;
+    size_t max_block;  // largest block other than the embedding (which has its own buffers)
+    size_t rs_cap;     // receive buffer size: min(max_block, owned slice)
     // zero 0/1: buckets of consecutive blocks, reduced as soon as their lowest block is done
     int nbuckets;
     int *bucket_start;   // per block: bucket index whose reduction starts after it, or -1
@@ -36,7 +37,6 @@ struct DataParallel {
     PendingRS rs[2];
     int tslot;
     float *egrad;  // the embedding block's gradient for one micro-batch (tied LM head writes it)
-    float *erecv;
     // zero 3: owned parameters and gathered block parameters
     float *pshard;
     float *eparam;    // embedding parameters, gathered from its forward to its backward
@@ -44,8 +44,16 @@ struct DataParallel {
     int bparam_block[2];
     CommReq gather_req[2];
     BlockHooks hooks;
-    double exposed;
+    double exposed;  // seconds this step spent blocked waiting on communication
 };
+
+// comm_wait, with the blocked time counted as exposed communication.
+static void timed_wait(DataParallel *d, CommReq *r) {
+    if (!r->handle) return;
+    double t0 = now_sec();
+    comm_wait(r);
+    d->exposed += now_sec() - t0;
+}
 
 static size_t isect(size_t a, size_t b, size_t lo, size_t hi, size_t *start) {
     size_t s = a > lo ? a : lo, e = b < hi ? b : hi;
@@ -65,7 +73,7 @@ static void start_bucket(DataParallel *d, int k) {
 static void rs_complete(DataParallel *d, int slot) {
     PendingRS *p = &d->rs[slot];
     if (!p->active) return;
-    comm_wait(&p->req);
+    timed_wait(d, &p->req);
     float *dst = d->gshard + (p->a - d->lo);
     for (size_t i = 0; i < p->n; i++) dst[i] += p->recv[i];
     p->active = 0;
@@ -106,16 +114,16 @@ static CommReq gather_start(DataParallel *d, int b, float *dst) {
 static float *gather_block(DataParallel *d, int b, int prefetch_next) {
     int slot = b & 1;
     if (d->bparam_block[slot] != b) {
-        comm_wait(&d->gather_req[slot]);
+        timed_wait(d, &d->gather_req[slot]);
         d->gather_req[slot] = gather_start(d, b, d->bparam[slot]);
         d->bparam_block[slot] = b;
     }
-    comm_wait(&d->gather_req[slot]);
+    timed_wait(d, &d->gather_req[slot]);
     int nb = d->m->nblocks;
     if (prefetch_next >= 1 && prefetch_next < nb - 1) {  // run the next layer's gather ahead
         int s2 = prefetch_next & 1;
         if (d->bparam_block[s2] != prefetch_next) {
-            comm_wait(&d->gather_req[s2]);
+            timed_wait(d, &d->gather_req[s2]);
             d->gather_req[s2] = gather_start(d, prefetch_next, d->bparam[s2]);
             d->bparam_block[s2] = prefetch_next;
         }
@@ -133,7 +141,7 @@ static void hook_before(void *ctx, int b, int backward) {
     if (d->zero >= 3) {
         if (b == 0 && !backward) {  // embedding: gathered once, kept until its backward
             CommReq r = gather_start(d, 0, d->eparam);
-            comm_wait(&r);
+            timed_wait(d, &r);
             blk->params = d->eparam;
         } else if (b != 0) {
             int next = backward ? b - 1 : b + 1;
@@ -156,11 +164,17 @@ static void hook_after(void *ctx, int b, int backward) {
     if (!backward) return;
     const Block *blk = &d->m->blocks[b];
     if (d->zero >= 2) {
-        if (b == 0) {  // the embedding ends the micro-batch: reduce it and drain everything
+        if (b == 0) {  // the embedding ends the micro-batch: reduce it in pieces, drain all
+            size_t chunk = d->max_block, end = blk->off + blk->n;
+            for (size_t a = blk->off; a < end; a += chunk) {
+                int s = d->tslot;
+                rs_complete(d, s);
+                rs_start(d, s, d->egrad + (a - blk->off), d->trecv[s], a,
+                         a + chunk < end ? a + chunk : end);
+                d->tslot ^= 1;
+            }
             rs_complete(d, 0);
             rs_complete(d, 1);
-            rs_start(d, 0, d->egrad, d->erecv, blk->off, blk->off + blk->n);
-            rs_complete(d, 0);
         } else {
             int s = d->tslot;
             rs_start(d, s, d->tgrad[s], d->trecv[s], blk->off, blk->off + blk->n);
@@ -203,8 +217,9 @@ DataParallel *dp_create(GPT *m, const Comm *c, int zero, double bucket_mb) {
         d->lo = 0;
         d->hi = d->P;
     }
-    for (int b = 0; b < m->nblocks; b++)
+    for (int b = 1; b < m->nblocks; b++)
         if (m->blocks[b].n > d->max_block) d->max_block = m->blocks[b].n;
+    d->rs_cap = d->max_block < d->hi - d->lo ? d->max_block : d->hi - d->lo;
 
     // buckets: consecutive blocks in backward order, each at most bucket_mb (one block at least)
     d->bucket_start = xmalloc(sizeof(int) * (size_t)m->nblocks);
@@ -229,10 +244,9 @@ DataParallel *dp_create(GPT *m, const Comm *c, int zero, double bucket_mb) {
         d->gshard = be->alloc(d->hi - d->lo);
         for (int s = 0; s < 2; s++) {
             d->tgrad[s] = be->alloc(d->max_block);
-            d->trecv[s] = be->alloc(d->max_block);
+            d->trecv[s] = be->alloc(d->rs_cap);
         }
         d->egrad = be->alloc(m->blocks[0].n);
-        d->erecv = be->alloc(m->blocks[0].n);
         be->release(m->grads);  // the full gradient buffer is never needed again
         m->grads = NULL;
         for (int b = 0; b < m->nblocks; b++) m->blocks[b].grads = NULL;
@@ -265,7 +279,6 @@ void dp_free(DataParallel *d) {
         if (d->bparam[s]) be->release(d->bparam[s]);
     }
     if (d->egrad) be->release(d->egrad);
-    if (d->erecv) be->release(d->erecv);
     if (d->pshard) be->release(d->pshard);
     if (d->eparam) be->release(d->eparam);
     d->m->hooks = NULL;
@@ -284,14 +297,12 @@ void dp_owned_range(const DataParallel *d, size_t *lo, size_t *hi) {
 void dp_begin_micro(DataParallel *d, int last) { d->last = last; }
 
 void dp_finish_grads(DataParallel *d) {
-    double t0 = now_sec();
     if (d->zero >= 2) {
         rs_complete(d, 0);
         rs_complete(d, 1);
     } else {
-        for (int k = 0; k < d->nbuckets; k++) comm_wait(&d->bucket_req[k]);
+        for (int k = 0; k < d->nbuckets; k++) timed_wait(d, &d->bucket_req[k]);
     }
-    d->exposed = now_sec() - t0;
 }
 
 double dp_exposed_wait(const DataParallel *d) { return d->exposed; }
@@ -306,6 +317,7 @@ double dp_grad_sumsq(DataParallel *d) {
 
 void dp_zero_grad(DataParallel *d) {
     const Backend *be = d->m->be;
+    d->exposed = 0;
     if (d->zero >= 2) be->fill(d->gshard, 0.f, d->hi - d->lo);
     else be->fill(d->m->grads, 0.f, d->P);
 }
@@ -315,7 +327,10 @@ void dp_optimizer_step(DataParallel *d, AdamW *opt, float lr, float grad_scale) 
     float *params = d->zero >= 3 ? d->pshard : m->params + d->lo;
     float *grads = d->zero >= 2 ? d->gshard : m->grads + d->lo;
     adamw_step_range(opt, m, d->lo, d->hi, params, grads, lr, grad_scale);
-    if (d->zero == 1 || d->zero == 2) comm_allgatherv(d->c, m->params, d->counts, d->displs);
+    if (d->zero == 1 || d->zero == 2) {
+        CommReq r = comm_iallgatherv(d->c, m->params, d->counts, d->displs);
+        timed_wait(d, &r);
+    }
     if (d->zero >= 3)  // gathered copies are stale now
         d->bparam_block[0] = d->bparam_block[1] = -1;
 }
@@ -342,12 +357,28 @@ void dp_set_params(DataParallel *d, const float *full) {
     }
 }
 
-void dp_memory(const DataParallel *d, double *param_b, double *grad_b, double *opt_b) {
+// Bytes per rank for a model of P parameters whose embedding block has `embed` and whose
+// largest block has `max_block` parameters, sharded `zero` ways over N ranks.
+// Transient buffers: two block gradients in flight plus their receive pieces, the embedding's
+// gradient for one micro-batch (the tied head writes all of it), and for zero 3 the gathered
+// embedding and two gathered blocks.
+static void memory_model(size_t P, size_t embed, size_t max_block, int N, int zero,
+                         double *param_b, double *grad_b, double *opt_b) {
     double f = sizeof(float);
-    size_t own = d->hi - d->lo;
-    if (d->zero >= 3) *param_b = f * (own + d->m->blocks[0].n + 2 * d->max_block);
-    else *param_b = f * d->P;
-    if (d->zero >= 2) *grad_b = f * (own + 4 * d->max_block + 2 * d->m->blocks[0].n);
-    else *grad_b = f * d->P;
+    size_t own = zero >= 1 ? (P + (size_t)N - 1) / (size_t)N : P;
+    size_t cap = max_block < own ? max_block : own;
+    *param_b = zero >= 3 ? f * (own + embed + 2 * max_block) : f * P;
+    *grad_b = zero >= 2 ? f * (own + 2 * max_block + 2 * cap + embed) : f * P;
     *opt_b = f * 2 * own;
+}
+
+void dp_memory(const DataParallel *d, double *param_b, double *grad_b, double *opt_b) {
+    memory_model(d->P, d->m->blocks[0].n, d->max_block, d->N, d->zero, param_b, grad_b, opt_b);
+}
+
+void dp_memory_plan(const GPTConfig *c, int N, int zero, double *param_b, double *grad_b,
+                    double *opt_b) {
+    size_t C = (size_t)c->C, embed = ((size_t)c->V + (size_t)c->maxT) * C;
+    size_t layer = 12 * C * C + 13 * C, P = embed + (size_t)c->L * layer + 2 * C;
+    memory_model(P, embed, layer, N, zero, param_b, grad_b, opt_b);
 }

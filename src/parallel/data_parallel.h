@@ -43,5 +43,8 @@ const float *dp_owned_params(DataParallel *d);
 void dp_set_params(DataParallel *d, const float *full);
 // Bytes held per rank: parameters, gradients (persistent + transient), optimizer moments.
 void dp_memory(const DataParallel *d, double *param_b, double *grad_b, double *opt_b);
+// The same numbers predicted from the shape alone (for --dry-run, before launching).
+void dp_memory_plan(const GPTConfig *c, int N, int zero, double *param_b, double *grad_b,
+                    double *opt_b);
 // Exposed communication: seconds this step spent waiting for reductions after backward.
 double dp_exposed_wait(const DataParallel *d);

@@ -351,7 +351,9 @@ int train_run(const TrainArgs *a) {
         exposed_total += dp_exposed_wait(tr.dp);
         step_total += dt;
         double tps = BT * K * N / dt, mfu = flops / dt / (a->peak_gflops * 1e9);
-        if (tr.lead) metrics_step(&mt, step + 1, loss, lr, norm, dt * 1e3, tps, mfu);
+        if (tr.lead)
+            metrics_step(&mt, step + 1, loss, lr, norm, dt * 1e3, tps, mfu,
+                         N > 1 ? dp_exposed_wait(tr.dp) * 1e3 : -1);
         progress_step(&pg, step + 1, loss, tps, mfu, dt);
         if (tr.has_val && a->val_every > 0 && (step + 1) % a->val_every == 0) {
             double vl = evaluate(&tr);
@@ -418,4 +420,26 @@ int train_run(const TrainArgs *a) {
     if (tr.has_val) dataset_close(&tr.val);
     comm_finalize();
     return rc;
+}
+
+int train_dry_run(const TrainArgs *a) {
+    GPTConfig cfg = {.L = a->layers, .H = a->heads, .C = a->dim, .V = a->vocab,
+                     .maxT = a->block_size};
+    if (a->init && init_read_config(a->init, a->heads, &cfg)) die_last(EXIT_INPUT);
+    if (gpt_config_check(&cfg)) die_last(EXIT_USAGE);
+    double act = workspace_floats(&cfg, a->batch, a->seq, a->recompute) * 4.0;
+    printf("memory plan per rank (MiB) for L%d H%d C%d V%d T%d, batch %d x seq %d%s\n", cfg.L,
+           cfg.H, cfg.C, cfg.V, cfg.maxT, a->batch, a->seq, a->recompute ? ", recompute" : "");
+    printf("%4s %5s %10s %10s %10s %12s %10s\n", "dp", "zero", "params", "grads", "optimizer",
+           "activations", "total");
+    int ns[4] = {1, 2, 4, a->dp}, count = a->dp == 1 || a->dp == 2 || a->dp == 4 ? 3 : 4;
+    for (int i = 0; i < count; i++)
+        for (int z = 0; z <= 3; z++) {
+            double p, g, o;
+            dp_memory_plan(&cfg, ns[i], z, &p, &g, &o);
+            printf("%4d %5d %10.1f %10.1f %10.1f %12.1f %10.1f%s\n", ns[i], z, p / 1048576,
+                   g / 1048576, o / 1048576, act / 1048576, (p + g + o + act) / 1048576,
+                   ns[i] == a->dp && z == a->zero ? "   <- this run" : "");
+        }
+    return 0;
 }

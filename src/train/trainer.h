@@ -20,10 +20,12 @@ typedef struct {
     int save_every, keep, val_every, val_windows, log_every, progress;
     float peak_gflops;
     // parallelism (the process grid; world size = dp, until pipeline/tensor parallelism)
-    int dp, zero;
+    int dp, zero, dry_run;
     float bucket_mb, comm_timeout;
 } TrainArgs;
 
 void train_args_defaults(TrainArgs *a);
 // Runs training; returns a process exit status (0 on success) and prints errors itself.
 int train_run(const TrainArgs *a);
+// --dry-run: prints the per-rank memory plan for dp 1, 2, 4 (and --dp) × ZeRO 0–3 and returns.
+int train_dry_run(const TrainArgs *a);
