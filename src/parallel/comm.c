@@ -35,8 +35,13 @@ static void untrack(MPI_Request *r) {
         }
 }
 
+// Launched by mpirun, or by srun/another PMIx launcher?
+static int launched_by_mpi(void) {
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK");
+}
+
 Comm *comm_world(int *argc, char ***argv) {
-    if (mpi_on || !getenv("OMPI_COMM_WORLD_SIZE")) return &world;
+    if (mpi_on || !launched_by_mpi()) return &world;
     int provided;
     MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
     mpi_on = 1;

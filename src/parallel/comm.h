@@ -4,7 +4,8 @@
 // after --comm-timeout seconds a rank prints which operation, step and peers it is waiting on
 // and aborts the whole job (never a silent hang).
 //
-// Without mpirun (no OMPI_COMM_WORLD_SIZE in the environment) MPI is never initialised and
+// Without mpirun or srun (no OMPI_COMM_WORLD_SIZE / PMIX_RANK / PMI_RANK in the environment)
+// MPI is never initialised and
 // every communicator has one rank, so the same binary runs as a plain single process.
 #pragma once
 #include <stddef.h>
