@@ -60,6 +60,7 @@ static double cpu_sumsq(const float *x, size_t n) {
     for (int k = 0; k < CHUNKS; k++) {
         size_t i0 = n * k / CHUNKS, i1 = n * (k + 1) / CHUNKS;
         double acc = 0.0;
+#pragma omp simd reduction(+ : acc)
         for (size_t i = i0; i < i1; i++) acc += (double)x[i] * x[i];
         part[k] = acc;
     }

@@ -110,14 +110,19 @@ void gpt_free(GPT *m) {
 void gpt_init_weights(GPT *m, unsigned long long seed) {
     Rng r;
     rng_seed(&r, seed, 0x9e3779b97f4a7c15ULL);
-    float *host = xmalloc(m->nparams * sizeof(float));
+    enum { CHUNK = 1 << 20 };  // staged in pieces: no second parameter-sized buffer at start-up
+    float *host = xmalloc(CHUNK * sizeof(float));
     for (int i = 0; i < m->ntensors; i++) {
         const TensorSpec *t = &m->tensors[i];
-        float *p = host + t->off;
-        for (size_t k = 0; k < t->n; k++)
-            p[k] = t->init_std > 0 ? t->init_std * rng_normal(&r) : t->init_std < 0 ? 1.f : 0.f;
+        for (size_t k0 = 0; k0 < t->n; k0 += CHUNK) {
+            size_t n = t->n - k0 < CHUNK ? t->n - k0 : CHUNK;
+            for (size_t k = 0; k < n; k++)
+                host[k] = t->init_std > 0 ? t->init_std * rng_normal(&r)
+                          : t->init_std < 0 ? 1.f
+                                            : 0.f;
+            m->be->upload(m->params + t->off + k0, host, n);
+        }
     }
-    m->be->upload(m->params, host, m->nparams);
     free(host);
 }
 
