@@ -4,6 +4,11 @@
   grads  --init W --data D --batch B --seq T --grad-accum K --out G.safetensors
          gradient of the first step's mean loss (HF names and layout) and prints the loss
   logits --init W --tokens 1,2,3 --out L.f32      logits (T,V) as raw float32
+  delayed-dp --init W --data D --workers N --steps S --batch B --seq T [AdamW flags] --metrics M --export E
+         data parallelism in which every worker's own AdamW update, computed at the weights of
+         one step earlier, is averaged and applied one step late:
+         a(t+1) = a(t) - mean_r u_r(a(t-1)), a(1) = a(0), the last average applied at the end
+         (CO2 with tau=1, beta=0, alpha=1, lambda=1, no outer clip must equal this)
   compare-st A B --tol X [--rel]   max |a-b| over all tensors (relative to each tensor's max |b|
          with --rel); exit 1 when above tol
   compare-losses A.jsonl B.jsonl --tol X   per-step |loss_a - loss_b|; exit 1 when above tol
@@ -49,6 +54,47 @@ def cmd_logits(a):
     with torch.no_grad():
         logits, _ = m(idx)
     logits[0].numpy().astype("float32").tofile(a.out)
+
+
+def cmd_delayed_dp(a):
+    import copy
+    import torch
+    import torch_gpt as tg
+    tg.set_threads(1)
+    base = tg.model_from_safetensors(a.init, a.heads)
+    toks = tg.read_tokens(a.data)
+    N, B, T = a.workers, a.batch, a.seq
+    workers = [copy.deepcopy(base) for _ in range(N)]
+    ns = argparse.Namespace(lr=a.lr, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=a.weight_decay)
+    opts = [tg.make_opt(w, ns) for w in workers]
+    anchor = [p.detach().clone() for p in base.parameters()]
+    prev = None
+    out = open(a.metrics, "w")
+    for s in range(a.steps):
+        losses, updates = [], []
+        for r, (w, o) in enumerate(zip(workers, opts)):
+            with torch.no_grad():
+                for p, q in zip(w.parameters(), anchor):
+                    p.copy_(q)
+            st = (s * N + r) * B * T
+            win = toks[st: st + B * T + 1]
+            w.zero_grad(set_to_none=True)
+            _, loss = w(win[:-1].view(B, T), win[1:].view(B, T))
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(w.parameters(), a.grad_clip if a.grad_clip > 0 else float("inf"))
+            o.step()
+            losses.append(loss.item())
+            updates.append([q - p.detach() for p, q in zip(w.parameters(), anchor)])
+        mean_u = [sum(u[i] for u in updates) / N for i in range(len(anchor))]
+        if prev is not None:
+            anchor = [q - u for q, u in zip(anchor, prev)]
+        prev = mean_u
+        out.write(json.dumps({"step": s + 1, "loss": sum(losses) / N}) + "\n")
+    anchor = [q - u for q, u in zip(anchor, prev)]
+    with torch.no_grad():
+        for p, q in zip(base.parameters(), anchor):
+            p.copy_(q)
+    tg.save_safetensors(a.export, [(n, p.t() if conv else p) for n, p, conv in base.hf_items()])
 
 
 def cmd_compare_st(a):
@@ -110,8 +156,13 @@ def main():
     p.add_argument("--batch", type=int, default=4); p.add_argument("--seq", type=int, default=32)
     p.add_argument("--grad-accum", type=int, default=1)
     p.add_argument("--tol", type=float, default=1e-4); p.add_argument("--rel", action="store_true")
+    p.add_argument("--workers", type=int, default=2); p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--lr", type=float, default=1e-3); p.add_argument("--weight-decay", type=float, default=0.1)
+    p.add_argument("--grad-clip", type=float, default=1.0)
+    p.add_argument("--metrics"); p.add_argument("--export")
     a = p.parse_args()
     f = {"grads": cmd_grads, "logits": cmd_logits, "compare-st": cmd_compare_st,
+         "delayed-dp": cmd_delayed_dp,
          "compare-losses": cmd_compare_losses, "compare-f32": cmd_compare_f32}[a.cmd]
     sys.exit(f(a) or 0)
 

@@ -21,6 +21,7 @@
 #include "../io/safetensors.h"
 #include "../io/weights.h"
 #include "../model/gpt.h"
+#include "../parallel/co2.h"
 #include "../parallel/data_parallel.h"
 #include "../parallel/grid.h"
 #include "../rng.h"
@@ -39,6 +40,8 @@ void train_args_defaults(TrainArgs *a) {
     a->progress = 1;
     a->peak_gflops = 290.f;
     a->dp = 1, a->zero = 0, a->bucket_mb = 25.f, a->comm_timeout = 300.f;
+    a->co2 = 0, a->tau = 12, a->outer_lr = 1.0f, a->outer_momentum = 0.5f, a->gap_penalty = 1.0f;
+    a->outer_clip = 1.0f, a->gap_mode = "constant";
 }
 
 // Everything one training process holds.
@@ -49,7 +52,8 @@ typedef struct {
     int N, r;  // data-parallel size and this rank's index
     int lead;  // world rank 0: prints, writes metrics and exports
     GPT model;
-    DataParallel *dp;
+    DataParallel *dp;  // gradient reduction; over a one-rank communicator under CO2
+    CO2 *co2;
     Workspace ws;
     AdamW opt;
     DataSet train, val;
@@ -192,6 +196,19 @@ static void maybe_inject_fault(int rank, int step) {
     }
 }
 
+// One optimizer step's record, written once its (possibly asynchronously averaged) loss is known.
+typedef struct {
+    int step;
+    double loss, lr, norm, dt, tps, mfu, exposed_ms;
+} StepLog;
+
+static void log_step(Trainer *tr, Progress *pg, Metrics *mt, const StepLog *l) {
+    if (tr->lead)
+        metrics_step(mt, l->step, l->loss, l->lr, l->norm, l->dt * 1e3, l->tps, l->mfu,
+                     l->exposed_ms);
+    progress_step(pg, l->step, l->loss, l->tps, l->mfu, l->dt);
+}
+
 // ---------------------------------------------------------------- setup
 
 // Creates the model with its initial or resumed parameters, then the data-parallel strategy
@@ -227,7 +244,10 @@ static int setup_model(Trainer *tr, char *resume_dir, size_t n) {
     } else {
         gpt_init_weights(m, (unsigned long long)a->seed);
     }
-    tr->dp = dp_create(m, tr->grid.dp_comm, a->zero, a->bucket_mb);
+    // CO2 workers never reduce gradients: their strategy runs over a communicator of one
+    const Comm *grad_comm = a->co2 ? comm_split(tr->grid.dp_comm, tr->grid.dp_comm->rank, 0, "self")
+                                   : tr->grid.dp_comm;
+    tr->dp = dp_create(m, grad_comm, a->zero, a->bucket_mb);
     size_t lo, hi;
     dp_owned_range(tr->dp, &lo, &hi);
     OptConfig oc = {.lr = a->lr, .min_lr = a->min_lr, .beta1 = a->beta1, .beta2 = a->beta2,
@@ -265,6 +285,10 @@ int train_run(const TrainArgs *a) {
     if (!a->data) die(EXIT_USAGE, "--data is required (a shard file, directory or glob)");
     if (a->zero < 0 || a->zero > 3) die(EXIT_USAGE, "--zero must be 0, 1, 2 or 3");
     if (a->dump_grads && a->zero >= 2) die(EXIT_USAGE, "--dump-grads needs --zero 0 or 1");
+    if (a->co2 && (a->save || a->resume))
+        die(EXIT_USAGE, "--co2 does not checkpoint yet (--save/--resume); use --export");
+    if (a->co2 && a->zero) die(EXIT_USAGE, "--co2 with --zero is not implemented yet");
+    if (a->co2 && a->tau < 1) die(EXIT_USAGE, "--tau must be >= 1");
     char resume_dir[4096];
     int start = setup_model(&tr, resume_dir, sizeof resume_dir);
     if (start < 0) fail(&tr, EXIT_INPUT);
@@ -288,6 +312,19 @@ int train_run(const TrainArgs *a) {
     if (tr.lead && metrics_open(&mt, a->metrics, resume_dir[0] != 0)) fail(&tr, EXIT_IO);
 
     int K = a->grad_accum, N = tr.N;
+    int gN = a->co2 ? 1 : N;  // ranks a gradient is averaged over
+    if (a->co2) {
+        CO2Config cc = {.tau = a->tau, .alpha = a->outer_lr, .beta = a->outer_momentum,
+                        .lambda = a->gap_penalty, .phi = a->outer_clip,
+                        .adaptive = !strcmp(a->gap_mode, "adaptive")};
+        tr.co2 = co2_create(&tr.model, tr.grid.dp_comm, &cc);
+    }
+    // CO2 reports the worker-mean loss of each inner step one step late (reduced without
+    // blocking); lbuf/lreq/pend hold the step in flight.
+    float lbuf[2] = {0, 0};
+    CommReq lreq[2] = {{0}, {0}};
+    StepLog pend[2];
+    int npend = 0;
     double flops = gpt_flops_per_step(cfg, a->batch, a->seq) * K;  // per rank
     if (tr.lead) {
         fprintf(stderr,
@@ -315,11 +352,11 @@ int train_run(const TrainArgs *a) {
                            tr.inputs, tr.targets);
             dp_begin_micro(tr.dp, j == K - 1);
             loss += gpt_forward(&tr.model, &tr.ws, tr.inputs, tr.targets);
-            gpt_backward(&tr.model, &tr.ws, 1.0f / (float)(BT * K * N));
+            gpt_backward(&tr.model, &tr.ws, 1.0f / (float)(BT * K * gN));
         }
         dp_finish_grads(tr.dp);
         loss /= K;
-        if (N > 1) {
+        if (N > 1 && !a->co2) {
             comm_allreduce_f64(tr.grid.dp_comm, &loss, 1);
             loss /= N;
         }
@@ -328,6 +365,12 @@ int train_run(const TrainArgs *a) {
         double norm = sqrt(dp_grad_sumsq(tr.dp));
         float lr = lr_at(&tr.opt.cfg, step);
         if (!isfinite(loss) || !isfinite(norm)) {
+            if (a->co2) {  // a local decision: take the other workers down with this one
+                char msg[256];
+                snprintf(msg, sizeof msg, "step %d: the loss or gradient is not finite (loss %g, "
+                         "grad norm %g); stopping the job", step + 1, loss, norm);
+                comm_abort(EXIT_NUMERIC, msg);
+            }
             if (!strcmp(a->on_nonfinite, "skip")) {
                 skipped++;
                 if (tr.lead)
@@ -351,10 +394,27 @@ int train_run(const TrainArgs *a) {
         exposed_total += dp_exposed_wait(tr.dp);
         step_total += dt;
         double tps = BT * K * N / dt, mfu = flops / dt / (a->peak_gflops * 1e9);
-        if (tr.lead)
-            metrics_step(&mt, step + 1, loss, lr, norm, dt * 1e3, tps, mfu,
-                         N > 1 ? dp_exposed_wait(tr.dp) * 1e3 : -1);
-        progress_step(&pg, step + 1, loss, tps, mfu, dt);
+        StepLog rec = {.step = step + 1, .loss = loss, .lr = lr, .norm = norm, .dt = dt,
+                       .tps = tps, .mfu = mfu,
+                       .exposed_ms = N > 1 && !a->co2 ? dp_exposed_wait(tr.dp) * 1e3 : -1};
+        if (a->co2) {
+            double e0 = co2_exposed(tr.co2);
+            if ((step + 1) % a->tau == 0) co2_round_end(tr.co2);
+            rec.exposed_ms = (co2_exposed(tr.co2) - e0) * 1e3;
+            exposed_total += co2_exposed(tr.co2) - e0;
+            int k = step & 1;
+            lbuf[k] = (float)(loss / N);
+            lreq[k] = comm_iallreduce(tr.grid.dp_comm, &lbuf[k], 1);
+            pend[k] = rec;
+            if (npend) {  // the previous step's mean loss has had a whole step to arrive
+                comm_wait(&lreq[k ^ 1]);
+                pend[k ^ 1].loss = lbuf[k ^ 1];
+                log_step(&tr, &pg, &mt, &pend[k ^ 1]);
+            }
+            npend = 1;
+        } else {
+            log_step(&tr, &pg, &mt, &rec);
+        }
         if (tr.has_val && a->val_every > 0 && (step + 1) % a->val_every == 0) {
             double vl = evaluate(&tr);
             if (tr.lead) {
@@ -372,6 +432,16 @@ int train_run(const TrainArgs *a) {
             }
         }
     }
+    if (a->co2 && !rc) {
+        if (npend) {
+            int k = (a->steps - 1) & 1;
+            comm_wait(&lreq[k]);
+            pend[k].loss = lbuf[k];
+            log_step(&tr, &pg, &mt, &pend[k]);
+        }
+        if (a->steps % a->tau) co2_round_end(tr.co2);  // the final, partial round
+        co2_finish(tr.co2);                            // x = the final anchor
+    }
     progress_end(&pg);
     if (!rc) {
         comm_set_context(a->steps, "finishing");
@@ -383,7 +453,11 @@ int train_run(const TrainArgs *a) {
             }
         }
         if (skipped && tr.lead) fprintf(stderr, "loom: %d steps skipped for non-finite values\n", skipped);
-        if (N > 1 && tr.lead && step_total > 0) {
+        if (a->co2 && tr.lead && step_total > 0)
+            fprintf(stderr, "loom: co2 %d workers, tau %d | exposed communication %.1f%% of step "
+                    "time | CO2 state %.1f MiB per worker\n", N, a->tau,
+                    100 * exposed_total / step_total, co2_memory(tr.co2) / 1048576);
+        if (N > 1 && !a->co2 && tr.lead && step_total > 0) {
             double pb, gb, ob;
             dp_memory(tr.dp, &pb, &gb, &ob);
             struct rusage ru;
@@ -415,6 +489,7 @@ int train_run(const TrainArgs *a) {
     workspace_free(&tr.ws, &tr.model);
     adamw_free(&tr.opt, &tr.model);
     dp_free(tr.dp);
+    co2_free(tr.co2);
     gpt_free(&tr.model);
     dataset_close(&tr.train);
     if (tr.has_val) dataset_close(&tr.val);

@@ -22,6 +22,10 @@ typedef struct {
     // parallelism (the process grid; world size = dp, until pipeline/tensor parallelism)
     int dp, zero, dry_run;
     float bucket_mb, comm_timeout;
+    // CO2: local steps + one-round-stale outer all-reduce (the dp ranks are its workers)
+    int co2, tau;
+    float outer_lr, outer_momentum, gap_penalty, outer_clip;
+    char *gap_mode;
 } TrainArgs;
 
 void train_args_defaults(TrainArgs *a);

@@ -1,0 +1,36 @@
+// co2.h — CO2: local updates with an asynchronous outer all-reduce fully overlapped with
+// computation. Each worker trains its own copy x_r with its own inner AdamW for τ steps; at the
+// end of round t it starts the non-blocking average of Δ_r(t) = a(t−1) − x_r and applies the
+// average of the PREVIOUS round (one round stale), so the all-reduce runs while the next τ steps
+// compute:
+//     m ← β·m + Δ̄(t−1)/λ ;  m ← clip(m, −φ, φ) (φ > 0) ;  a(t) = a(t−1) − α·m   (t ≥ 2)
+//     a(1) = a(0) ;  then every worker sets x_r ← a(t).
+// After the last (possibly partial) round the in-flight average is applied the same way; the
+// final anchor is the trained model. The adaptive gap penalty replaces the constant λ, per
+// tensor, by λ_t = 1 + ‖a(t−1) − a(t−2)‖ / ‖Δ̄(t−1)‖ (= 1 + α‖m(t−1)‖/‖Δ̄(t−1)‖).
+#pragma once
+#include "../model/gpt.h"
+#include "comm.h"
+
+typedef struct {
+    int tau;          // inner steps per round
+    float alpha;      // outer learning rate
+    float beta;       // outer momentum
+    float lambda;     // staleness gap penalty (constant mode)
+    float phi;        // element-wise clip of the outer momentum (0 = off)
+    int adaptive;     // 1: adaptive gap penalty
+} CO2Config;
+
+typedef struct CO2 CO2;
+
+// Takes the current parameters as a(0). c is the communicator of the workers.
+CO2 *co2_create(GPT *m, const Comm *c, const CO2Config *cfg);
+void co2_free(CO2 *o);
+// Ends a round: computes Δ, starts its average, applies the previous one, resets x ← a(t).
+void co2_round_end(CO2 *o);
+// After the last round: applies the in-flight average and leaves x = the final anchor.
+void co2_finish(CO2 *o);
+// Seconds blocked waiting for averages so far (the exposed communication), and rounds done.
+double co2_exposed(const CO2 *o);
+// Bytes CO2 adds per worker (anchor, momentum, two Δ buffers).
+double co2_memory(const CO2 *o);
