@@ -3,6 +3,7 @@
 #   * 2 and 3 workers against the single-process simulation in ../shared/peer/torch_gpt.py co2,
 #     with outer clipping on, beta > 0, lambda != 1 and a final partial round (11 steps, tau 3):
 #     losses within 2e-4 per inner step, final (anchor) weights within 1e-4;
+#   * the same with the outer state sharded (--zero 1: reduce-scatter of x_r + all-gather);
 #   * the equivalence: with tau=1, beta=0, alpha=1, lambda=1 and no outer clip, CO2 on N workers
 #     is data parallelism in which each worker's own AdamW update, computed at the weights of one
 #     step earlier, is averaged and applied one step late: a(t+1) = a(t) - mean_r u_r(a(t-1)).
@@ -31,6 +32,13 @@ for n in 2 3; do
     echo "co2 $n workers: $($REF compare-losses "$d/co2_$n.jsonl" "$d/ref$n.jsonl" --tol 2e-4 | tail -1)"
     $REF compare-losses "$d/co2_$n.jsonl" "$d/ref$n.jsonl" --tol 2e-4 > /dev/null
     $REF compare-st "$d/co2_$n.safetensors" "$d/ref$n.safetensors" --tol 1e-4
+    # sharded outer state (ZeRO-1): reduce-scatter + all-gather instead of the all-reduce
+    $MPI -np $n $LOOM train --init "$d/w.safetensors" --data "$d/d.bin" --dp $n --co2 --zero 1 \
+        $common $outer --lr-schedule constant --metrics "$d/co2s_$n.jsonl" \
+        --export "$d/co2s_$n.safetensors" --progress off
+    echo "co2 $n workers, sharded: $($REF compare-losses "$d/co2s_$n.jsonl" "$d/ref$n.jsonl" --tol 2e-4 | tail -1)"
+    $REF compare-losses "$d/co2s_$n.jsonl" "$d/ref$n.jsonl" --tol 2e-4 > /dev/null
+    $REF compare-st "$d/co2s_$n.safetensors" "$d/ref$n.safetensors" --tol 1e-4
 done
 # the outer clip is active in this configuration (so the test above exercises it)
 $PY "$PEER" co2 --init "$d/w.safetensors" --heads 2 --data "$d/d.bin" --workers 2 $common \

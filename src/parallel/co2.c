@@ -12,12 +12,44 @@ struct CO2 {
     const Comm *c;
     CO2Config cfg;
     size_t P;
+    int round;        // rounds ended so far
+    double exposed;
+    // unsharded
     float *anchor, *mom;
     float *delta[2];  // Δ of the round being averaged / of the round before
     CommReq req[2];
-    int round;        // rounds ended so far
-    double exposed;
+    // sharded
+    Comm *oc;                        // the outer collectives' own communicator
+    size_t lo, hi;                   // owned slice of the flat layout
+    int *counts, *displs;
+    float *a_sh, *aprev_sh, *m_sh, *xbar_sh;  // anchor a(t), a(t-1), momentum, mean x slice
+    float *send;                     // x_r of the round being reduce-scattered (P)
+    float *next;                     // the anchor being all-gathered (P)
+    CommReq rs, ag;
+    int rs_pending;                  // reduce-scatter started, its result not applied yet
+    const BlockHooks *chained;
+    BlockHooks hooks;
 };
+
+static void sharded_apply_rs(CO2 *o, int wait);
+
+// ---------------------------------------------------------------- hooks
+
+static void hook_before(void *ctx, int b, int backward) {
+    CO2 *o = ctx;
+    if (o->chained && o->chained->before) o->chained->before(o->chained->ctx, b, backward);
+}
+
+static void hook_after(void *ctx, int b, int backward) {
+    CO2 *o = ctx;
+    if (o->chained && o->chained->after) o->chained->after(o->chained->ctx, b, backward);
+}
+
+static void hook_poll(void *ctx) {
+    CO2 *o = ctx;
+    comm_progress();
+    if (o->rs_pending && comm_test(&o->rs)) sharded_apply_rs(o, 0);
+}
 
 CO2 *co2_create(GPT *m, const Comm *c, const CO2Config *cfg) {
     CO2 *o = xcalloc(1, sizeof *o);
@@ -26,21 +58,49 @@ CO2 *co2_create(GPT *m, const Comm *c, const CO2Config *cfg) {
     o->cfg = *cfg;
     o->P = m->nparams;
     const Backend *be = m->be;
-    o->anchor = be->alloc(o->P);
-    o->mom = be->alloc(o->P);
-    o->delta[0] = be->alloc(o->P);
-    o->delta[1] = be->alloc(o->P);
-    be->copy(o->anchor, m->params, o->P);
+    if (!cfg->sharded) {
+        o->anchor = be->alloc(o->P);
+        o->mom = be->alloc(o->P);
+        o->delta[0] = be->alloc(o->P);
+        o->delta[1] = be->alloc(o->P);
+        be->copy(o->anchor, m->params, o->P);
+    } else {
+        int N = c->size;
+        o->oc = comm_split(c, 0, c->rank, "co2-outer");
+        o->counts = xcalloc((size_t)N, sizeof(int));
+        o->displs = xcalloc((size_t)N, sizeof(int));
+        for (int q = 0; q < N; q++) {
+            size_t a = o->P * (size_t)q / (size_t)N, b = o->P * (size_t)(q + 1) / (size_t)N;
+            o->counts[q] = (int)(b - a);
+            o->displs[q] = (int)a;
+        }
+        o->lo = (size_t)o->displs[c->rank];
+        o->hi = o->lo + (size_t)o->counts[c->rank];
+        size_t n = o->hi - o->lo;
+        o->a_sh = be->alloc(n), o->aprev_sh = be->alloc(n), o->m_sh = be->alloc(n);
+        o->xbar_sh = be->alloc(n);
+        o->send = be->alloc(o->P);
+        o->next = be->alloc(o->P);
+        be->copy(o->a_sh, m->params + o->lo, n);
+        be->copy(o->aprev_sh, m->params + o->lo, n);
+        be->copy(o->next, m->params, o->P);  // a(1) = a(0)
+    }
+    o->chained = m->hooks;
+    o->hooks = (BlockHooks){.before = hook_before, .after = hook_after, .poll = hook_poll, .ctx = o};
+    m->hooks = &o->hooks;
     return o;
 }
 
 void co2_free(CO2 *o) {
     if (!o) return;
     const Backend *be = o->m->be;
-    be->release(o->anchor);
-    be->release(o->mom);
-    be->release(o->delta[0]);
-    be->release(o->delta[1]);
+    float *bufs[] = {o->anchor, o->mom, o->delta[0], o->delta[1], o->a_sh, o->aprev_sh,
+                     o->m_sh, o->xbar_sh, o->send, o->next};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) be->release(bufs[i]);
+    o->m->hooks = o->chained;
+    free(o->counts);
+    free(o->displs);
     free(o);
 }
 
@@ -50,14 +110,21 @@ static double norm_of(const float *x, size_t n) {
     return sqrt(s);
 }
 
-// m ← β·m + avg/λ, clipped; a ← a − α·m.  avg holds the worker-mean Δ̄.
-static void outer_update(CO2 *o, const float *avg) {
+// m ← β·m + avg/λ, clipped; a ← a − α·m over the flat range [lo, hi); mom, anchor and avg
+// point at element lo. avg holds the worker-mean Δ̄.
+static void outer_update_range(CO2 *o, float *mom, float *anchor, const float *avg, size_t lo,
+                               size_t hi) {
     const CO2Config *c = &o->cfg;
     const GPT *m = o->m;
     for (int i = 0; i < m->ntensors; i++) {
-        const TensorSpec *t = &m->tensors[i];
-        float *mo = o->mom + t->off, *a = o->anchor + t->off;
-        const float *d = avg + t->off;
+        const TensorSpec *t0 = &m->tensors[i];
+        size_t s = t0->off > lo ? t0->off : lo, e = t0->off + t0->n < hi ? t0->off + t0->n : hi;
+        if (e <= s) continue;
+        TensorSpec piece = *t0;
+        piece.n = e - s;
+        const TensorSpec *t = &piece;
+        float *mo = mom + (s - lo), *a = anchor + (s - lo);
+        const float *d = avg + (s - lo);
         float lambda = c->lambda;
         if (c->adaptive) {  // how far the anchor moved since Δ̄ was computed, relative to Δ̄
             double moved = c->alpha * norm_of(mo, t->n), size = norm_of(d, t->n);
@@ -74,13 +141,64 @@ static void outer_update(CO2 *o, const float *avg) {
     }
 }
 
+static void outer_update(CO2 *o, const float *avg) {
+    outer_update_range(o, o->mom, o->anchor, avg, 0, o->P);
+}
+
 static void wait_avg(CO2 *o, int slot) {
     double t0 = now_sec();
     comm_wait(&o->req[slot]);
     o->exposed += now_sec() - t0;
 }
 
+// ---------------------------------------------------------------- sharded mode
+
+static void timed_wait(CO2 *o, CommReq *r) {
+    if (!r->handle) return;
+    double t0 = now_sec();
+    comm_wait(r);
+    o->exposed += now_sec() - t0;
+}
+
+// The reduce-scatter of x(t) has landed: Δ̄ slice = a(t−1) − mean x, update the momentum and
+// anchor slices, and start gathering the new anchor a(t+1).
+static void sharded_apply_rs(CO2 *o, int wait) {
+    if (wait) timed_wait(o, &o->rs);
+    size_t n = o->hi - o->lo;
+    float *d = o->xbar_sh;
+    for (size_t i = 0; i < n; i++) d[i] = o->aprev_sh[i] - d[i];  // in place: Δ̄ slice
+    o->m->be->copy(o->aprev_sh, o->a_sh, n);                       // a(t) starts the next round
+    outer_update_range(o, o->m_sh, o->a_sh, d, o->lo, o->hi);
+    o->m->be->copy(o->next + o->lo, o->a_sh, n);
+    o->ag = comm_iallgatherv(o->oc, o->next, o->counts, o->displs);
+    o->rs_pending = 0;
+}
+
+static void sharded_round_end(CO2 *o) {
+    if (o->rs_pending) sharded_apply_rs(o, 1);
+    timed_wait(o, &o->ag);  // o->next = a(t)
+    float *x = o->m->params;
+    float invN = 1.0f / (float)o->c->size;
+    for (size_t i = 0; i < o->P; i++) o->send[i] = x[i] * invN;  // reduce-scatter sums means
+    o->rs = comm_ireduce_scatter(o->oc, o->send, o->xbar_sh, o->counts);
+    o->rs_pending = 1;
+    o->m->be->copy(x, o->next, o->P);  // x_r ← a(t)
+}
+
+static void sharded_finish(CO2 *o) {
+    if (o->rs_pending) sharded_apply_rs(o, 1);
+    timed_wait(o, &o->ag);
+    o->m->be->copy(o->m->params, o->next, o->P);
+}
+
+// ---------------------------------------------------------------- unsharded mode
+
 void co2_round_end(CO2 *o) {
+    if (o->cfg.sharded) {
+        o->round++;
+        sharded_round_end(o);
+        return;
+    }
     o->round++;
     int cur = o->round & 1, prev = cur ^ 1;
     float *d = o->delta[cur], *x = o->m->params, *a = o->anchor;
@@ -98,6 +216,10 @@ void co2_round_end(CO2 *o) {
 }
 
 void co2_finish(CO2 *o) {
+    if (o->cfg.sharded) {
+        if (o->round >= 1) sharded_finish(o);
+        return;
+    }
     if (o->round >= 1) {
         int last = o->round & 1;
         wait_avg(o, last);
@@ -108,4 +230,7 @@ void co2_finish(CO2 *o) {
 
 double co2_exposed(const CO2 *o) { return o->exposed; }
 
-double co2_memory(const CO2 *o) { return 4.0 * sizeof(float) * o->P; }
+double co2_memory(const CO2 *o) {
+    if (!o->cfg.sharded) return 4.0 * sizeof(float) * o->P;
+    return sizeof(float) * (2.0 * o->P + 4.0 * (o->hi - o->lo));
+}

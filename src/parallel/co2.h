@@ -6,7 +6,14 @@
 //     m ← β·m + Δ̄(t−1)/λ ;  m ← clip(m, −φ, φ) (φ > 0) ;  a(t) = a(t−1) − α·m   (t ≥ 2)
 //     a(1) = a(0) ;  then every worker sets x_r ← a(t).
 // After the last (possibly partial) round the in-flight average is applied the same way; the
-// final anchor is the trained model. The adaptive gap penalty replaces the constant λ, per
+// final anchor is the trained model.
+//
+// Sharded mode (--co2 with --zero 1/2): each worker holds 1/N of the anchor and of the outer
+// momentum. Since Δ̄ = a(t−1) − mean_r x_r, the outer average becomes a reduce-scatter of the
+// workers' x_r (each gets the mean of its slice) and an all-gather of the new anchor; both run
+// in the background during the next round (the all-gather starts from the poll hook as soon as
+// the reduce-scatter lands), on a communicator of their own so their order is the same on
+// every worker. The adaptive gap penalty replaces the constant λ, per
 // tensor, by λ_t = 1 + ‖a(t−1) − a(t−2)‖ / ‖Δ̄(t−1)‖ (= 1 + α‖m(t−1)‖/‖Δ̄(t−1)‖).
 #pragma once
 #include "../model/gpt.h"
@@ -19,11 +26,13 @@ typedef struct {
     float lambda;     // staleness gap penalty (constant mode)
     float phi;        // element-wise clip of the outer momentum (0 = off)
     int adaptive;     // 1: adaptive gap penalty
+    int sharded;      // 1: shard anchor and momentum across the workers
 } CO2Config;
 
 typedef struct CO2 CO2;
 
-// Takes the current parameters as a(0). c is the communicator of the workers.
+// Takes the current parameters as a(0). c is the communicator of the workers. Installs a poll
+// hook on m (chained to the hooks already there) that drives the outer collectives.
 CO2 *co2_create(GPT *m, const Comm *c, const CO2Config *cfg);
 void co2_free(CO2 *o);
 // Ends a round: computes Δ, starts its average, applies the previous one, resets x ← a(t).
@@ -32,5 +41,6 @@ void co2_round_end(CO2 *o);
 void co2_finish(CO2 *o);
 // Seconds blocked waiting for averages so far (the exposed communication), and rounds done.
 double co2_exposed(const CO2 *o);
-// Bytes CO2 adds per worker (anchor, momentum, two Δ buffers).
+// Bytes CO2 adds per worker (unsharded: anchor, momentum, two Δ buffers; sharded: the x_r
+// copy being reduced, the anchor being gathered, and four 1/N slices).
 double co2_memory(const CO2 *o);

@@ -247,7 +247,7 @@ static int setup_model(Trainer *tr, char *resume_dir, size_t n) {
     // CO2 workers never reduce gradients: their strategy runs over a communicator of one
     const Comm *grad_comm = a->co2 ? comm_split(tr->grid.dp_comm, tr->grid.dp_comm->rank, 0, "self")
                                    : tr->grid.dp_comm;
-    tr->dp = dp_create(m, grad_comm, a->zero, a->bucket_mb);
+    tr->dp = dp_create(m, grad_comm, a->co2 ? 0 : a->zero, a->bucket_mb);
     size_t lo, hi;
     dp_owned_range(tr->dp, &lo, &hi);
     OptConfig oc = {.lr = a->lr, .min_lr = a->min_lr, .beta1 = a->beta1, .beta2 = a->beta2,
@@ -287,7 +287,9 @@ int train_run(const TrainArgs *a) {
     if (a->dump_grads && a->zero >= 2) die(EXIT_USAGE, "--dump-grads needs --zero 0 or 1");
     if (a->co2 && (a->save || a->resume))
         die(EXIT_USAGE, "--co2 does not checkpoint yet (--save/--resume); use --export");
-    if (a->co2 && a->zero) die(EXIT_USAGE, "--co2 with --zero is not implemented yet");
+    if (a->co2 && a->zero > 2) die(EXIT_USAGE, "--co2 composes with --zero 1 or 2 (sharded outer state)");
+    if (a->co2 && a->zero && !strcmp(a->gap_mode, "adaptive"))
+        die(EXIT_USAGE, "--gap-mode adaptive is not implemented with sharded CO2 (--zero)");
     if (a->co2 && a->tau < 1) die(EXIT_USAGE, "--tau must be >= 1");
     char resume_dir[4096];
     int start = setup_model(&tr, resume_dir, sizeof resume_dir);
@@ -316,7 +318,7 @@ int train_run(const TrainArgs *a) {
     if (a->co2) {
         CO2Config cc = {.tau = a->tau, .alpha = a->outer_lr, .beta = a->outer_momentum,
                         .lambda = a->gap_penalty, .phi = a->outer_clip,
-                        .adaptive = !strcmp(a->gap_mode, "adaptive")};
+                        .adaptive = !strcmp(a->gap_mode, "adaptive"), .sharded = a->zero > 0};
         tr.co2 = co2_create(&tr.model, tr.grid.dp_comm, &cc);
     }
     // CO2 reports the worker-mean loss of each inner step one step late (reduced without
