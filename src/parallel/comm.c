@@ -91,6 +91,18 @@ void comm_set_context(int step, const char *what) {
 
 static MPI_Comm H(const Comm *c) { return *(MPI_Comm *)c->handle; }
 
+// Benchmark hook: LOOM_COMM_DELAY=S makes every collective of at least 4096 floats complete no
+// sooner than S seconds after it starts — an emulated slow link, without using any CPU, for
+// measuring how much communication a strategy hides.
+static double comm_delay = -1;
+static double delay_for(size_t n) {
+    if (comm_delay < 0) {
+        const char *v = getenv("LOOM_COMM_DELAY");
+        comm_delay = v ? atof(v) : 0;
+    }
+    return n >= 4096 ? comm_delay : 0;
+}
+
 static CommReq new_req(const Comm *c, const char *op) {
     CommReq r = {.handle = xmalloc(sizeof(MPI_Request)), .op = op, .comm = c, .started = now_sec()};
     *(MPI_Request *)r.handle = MPI_REQUEST_NULL;
@@ -120,6 +132,7 @@ CommReq comm_iallreduce(const Comm *c, float *buf, size_t n) {
     if (c->size == 1 || n == 0) return done_req(c, "allreduce");
     check_count(n, "allreduce");
     CommReq r = new_req(c, "allreduce");
+    r.not_before = r.started + delay_for(n);
     check(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, H(c), r.handle),
           "allreduce", c);
     track(r.handle);
@@ -146,6 +159,9 @@ CommReq comm_ireduce_scatter(const Comm *c, const float *send, float *recv, cons
         return done_req(c, "reduce_scatter");
     }
     CommReq r = new_req(c, "reduce_scatter");
+    size_t total = 0;
+    for (int q = 0; q < c->size; q++) total += (size_t)counts[q];
+    r.not_before = r.started + delay_for(total);
     check(MPI_Ireduce_scatter(send, recv, counts, MPI_FLOAT, MPI_SUM, H(c), r.handle),
           "reduce_scatter", c);
     track(r.handle);
@@ -155,6 +171,9 @@ CommReq comm_ireduce_scatter(const Comm *c, const float *send, float *recv, cons
 CommReq comm_iallgatherv(const Comm *c, float *buf, const int *counts, const int *displs) {
     if (c->size == 1) return done_req(c, "allgather");
     CommReq r = new_req(c, "allgather");
+    size_t total = 0;
+    for (int q = 0; q < c->size; q++) total += (size_t)counts[q];
+    r.not_before = r.started + delay_for(total);
     check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_FLOAT,
                           H(c), r.handle),
           "allgather", c);
@@ -210,6 +229,10 @@ int comm_test(CommReq *r) {
     if (!r->handle) return 1;
     int flag = 0;
     check(MPI_Test(r->handle, &flag, MPI_STATUS_IGNORE), r->op, r->comm);
+    if (flag && r->not_before > 0 && now_sec() < r->not_before) {
+        // data has arrived; the emulated link is still "busy" (request is now MPI_REQUEST_NULL)
+        return 0;
+    }
     if (flag) finish(r);
     return flag;
 }

@@ -21,6 +21,7 @@ typedef struct {
     const char *op;
     const Comm *comm;
     double started;
+    double not_before;  // LOOM_COMM_DELAY emulation: not complete before this time (0 = off)
 } CommReq;
 
 // Initialises MPI when launched by mpirun; returns the world communicator (size 1 otherwise).
