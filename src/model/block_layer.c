@@ -36,7 +36,7 @@ typedef struct {
 
 static LayerActs layer_acts(const Workspace *ws, const GPT *m, int layer) {
     size_t BT = (size_t)ws->B * ws->T, C = (size_t)m->cfg.C;
-    float *q = ws->layer + (ws->recompute ? 0 : (size_t)layer * ws->layer_stride);
+    float *q = ws->layer + (ws->recompute ? 0 : (size_t)(layer - ws->layer0) * ws->layer_stride);
     LayerActs a;
     a.ln1 = q, q += BT * C;
     a.qkv = q, q += BT * 3 * C;

@@ -153,6 +153,11 @@ size_t workspace_floats(const GPTConfig *c, int B, int T, int recompute) {
 }
 
 int workspace_create(Workspace *ws, const GPT *m, int B, int T, int recompute) {
+    return workspace_create_range(ws, m, B, T, recompute, 0, m->nblocks);
+}
+
+int workspace_create_range(Workspace *ws, const GPT *m, int B, int T, int recompute, int b0,
+                           int b1) {
     const GPTConfig *c = &m->cfg;
     if (T > c->maxT) return loom_fail("--seq %d is longer than --block-size %d", T, c->maxT);
     if (B < 1 || T < 1) return loom_fail("--batch and --seq must be >= 1");
@@ -160,11 +165,17 @@ int workspace_create(Workspace *ws, const GPT *m, int B, int T, int recompute) {
     ws->B = B;
     ws->T = T;
     ws->recompute = recompute;
+    ws->b0 = b0;
+    ws->b1 = b1;
     size_t BT = (size_t)B * T, C = (size_t)c->C;
+    // layers l live in blocks l+1; this workspace holds layers [b0-1, b1-1) ∩ [0, L)
+    int l0 = b0 - 1 < 0 ? 0 : b0 - 1, l1 = b1 - 1 > c->L ? c->L : b1 - 1;
+    int nl = l1 > l0 ? l1 - l0 : 0;
+    ws->layer0 = l0;
     ws->layer_stride = layer_act_floats(c, B, T);
-    ws->stream = m->be->alloc((size_t)(c->L + 1) * BT * C);
-    ws->layer = m->be->alloc((recompute ? 1 : (size_t)c->L) * ws->layer_stride);
-    ws->head = m->be->alloc(head_floats(c, B, T));
+    ws->stream = m->be->alloc((size_t)(b1 - b0 + 1) * BT * C);
+    ws->layer = m->be->alloc((recompute ? 1 : (size_t)(nl ? nl : 1)) * ws->layer_stride);
+    ws->head = m->be->alloc(b1 == m->nblocks ? head_floats(c, B, T) : 1);
     ws->dstream = m->be->alloc(BT * C);
     ws->scratch = m->be->alloc(BT * 7 * C);
     ws->tokens = xcalloc(BT, sizeof(int));
@@ -191,9 +202,11 @@ float *workspace_probs(const Workspace *ws, const GPT *m) {
 
 // ---------------------------------------------------------------- whole model
 
-static float *stream_at(const Workspace *ws, const GPT *m, int l) {
-    return ws->stream + (size_t)l * ws->B * ws->T * m->cfg.C;
+float *workspace_stream(const Workspace *ws, const GPT *m, int l) {
+    return ws->stream + (size_t)(l - (ws->b0 - 1)) * ws->B * ws->T * m->cfg.C;
 }
+
+static float *stream_at(const Workspace *ws, const GPT *m, int l) { return workspace_stream(ws, m, l); }
 
 double gpt_forward(GPT *m, Workspace *ws, const int *tokens, const int *targets) {
     size_t BT = (size_t)ws->B * ws->T;

@@ -81,8 +81,10 @@ static inline Block *gpt_head(GPT *m) { return &m->blocks[m->nblocks - 1]; }
 // transformer layer keeps only its input and redoes its forward during backward.
 typedef struct {
     int B, T, recompute;
-    float *stream;   // (L+1, B,T,C) residual stream: x_0 = embedding out, x_l = layer l-1 out
+    int b0, b1;      // the blocks it holds activations for (all of them unless a pipeline stage)
+    float *stream;   // residual stream: slot l is block l's output (slots b0-1 .. b1-1)
     float *layer;    // saved activations per layer (one shared slot when recompute is on)
+    int layer0;      // the first layer with a slot
     size_t layer_stride;
     float *head;     // lnf (B,T,C), lnf mean/rstd (B,T), probs (B,T,V), losses (B,T)
     float *dstream;  // (B,T,C) gradient of the residual stream, updated in place
@@ -91,6 +93,11 @@ typedef struct {
 } Workspace;
 
 int workspace_create(Workspace *ws, const GPT *m, int B, int T, int recompute);
+// A pipeline stage's workspace: activations only for blocks [b0, b1).
+int workspace_create_range(Workspace *ws, const GPT *m, int B, int T, int recompute, int b0,
+                           int b1);
+// Block l's output in the residual stream (l = -1 .. nblocks-2; l = b-1 is block b's input).
+float *workspace_stream(const Workspace *ws, const GPT *m, int l);
 void workspace_free(Workspace *ws, const GPT *m);
 size_t workspace_floats(const GPTConfig *c, int B, int T, int recompute);
 

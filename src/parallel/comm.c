@@ -76,7 +76,12 @@ Comm *comm_split(const Comm *parent, int color, int key, const char *name) {
         return c;
     }
     MPI_Comm *h = xmalloc(sizeof *h);
-    MPI_Comm_split(*(MPI_Comm *)parent->handle, color, key, h);
+    MPI_Comm_split(*(MPI_Comm *)parent->handle, color < 0 ? MPI_UNDEFINED : color, key, h);
+    if (*h == MPI_COMM_NULL) {  // not a member
+        free(h);
+        c->size = 0;
+        return c;
+    }
     MPI_Comm_rank(*h, &c->rank);
     MPI_Comm_size(*h, &c->size);
     c->handle = h;

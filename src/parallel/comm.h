@@ -30,7 +30,8 @@ int comm_distributed(void);
 void comm_finalize(void);
 // Aborts every rank of the job with the given exit status after printing msg.
 _Noreturn void comm_abort(int code, const char *msg);
-// Splits `parent` into sub-communicators: ranks with the same color, ordered by key.
+// Splits `parent` into sub-communicators: ranks with the same color, ordered by key. Collective
+// over parent; a rank passing a negative color joins none (the result has size 0).
 Comm *comm_split(const Comm *parent, int color, int key, const char *name);
 
 // Watchdog: seconds a wait may take (0 = forever), and what the program is doing (printed

@@ -24,6 +24,7 @@
 #include "../parallel/co2.h"
 #include "../parallel/data_parallel.h"
 #include "../parallel/grid.h"
+#include "../parallel/pipeline.h"
 #include "../rng.h"
 #include "optim.h"
 #include "progress.h"
@@ -42,6 +43,7 @@ void train_args_defaults(TrainArgs *a) {
     a->dp = 1, a->zero = 0, a->bucket_mb = 25.f, a->comm_timeout = 300.f;
     a->co2 = 0, a->tau = 12, a->outer_lr = 1.0f, a->outer_momentum = 0.5f, a->gap_penalty = 1.0f;
     a->outer_clip = 1.0f, a->gap_mode = "constant";
+    a->pp = 1, a->schedule = "1f1b", a->stage_layers = NULL;
 }
 
 // Everything one training process holds.
@@ -244,6 +246,14 @@ static int setup_model(Trainer *tr, char *resume_dir, size_t n) {
     } else {
         gpt_init_weights(m, (unsigned long long)a->seed);
     }
+    if (a->pp > 1) {  // the pipeline owns gradient reduction; AdamW moments span the layout
+        OptConfig oc = {.lr = a->lr, .min_lr = a->min_lr, .beta1 = a->beta1, .beta2 = a->beta2,
+                        .eps = a->eps, .weight_decay = a->weight_decay, .grad_clip = a->grad_clip,
+                        .schedule = strcmp(a->lr_schedule, "cosine") ? LR_CONSTANT : LR_COSINE,
+                        .warmup = a->warmup, .total_steps = a->steps};
+        adamw_create(&tr->opt, m, &oc);
+        return start;
+    }
     // CO2 workers never reduce gradients: their strategy runs over a communicator of one
     const Comm *grad_comm = a->co2 ? comm_split(tr->grid.dp_comm, tr->grid.dp_comm->rank, 0, "self")
                                    : tr->grid.dp_comm;
@@ -272,10 +282,75 @@ static void setup_grid(Trainer *tr) {
     const TrainArgs *a = tr->a;
     tr->world = comm_world(NULL, NULL);
     comm_set_timeout(a->comm_timeout);
-    if (grid_create(&tr->grid, tr->world, a->dp, 1, 1)) fail(tr, EXIT_USAGE);
+    if (grid_create(&tr->grid, tr->world, a->dp, a->pp, 1)) fail(tr, EXIT_USAGE);
     tr->N = tr->grid.dp;
     tr->r = tr->grid.dp_i;
     tr->lead = tr->world->rank == 0;
+}
+
+// ---------------------------------------------------------------- pipeline parallelism
+
+typedef struct {
+    Trainer *tr;
+    Progress *pg;
+    Metrics *mt;
+} PipeCtx;
+
+static void pipe_batch(void *ctx, int step, int j, int *inputs, int *targets) {
+    Trainer *tr = ((PipeCtx *)ctx)->tr;
+    const TrainArgs *a = tr->a;
+    uint64_t N = (uint64_t)tr->N, K = (uint64_t)a->grad_accum;
+    uint64_t w = (uint64_t)step * N * K + (uint64_t)j * N + (uint64_t)tr->r;
+    dataset_window(&tr->train, w, a->batch, a->seq, a->shuffle, (uint64_t)a->seed, inputs, targets);
+}
+
+static int pipe_report(void *ctx, int step, double loss, double norm, float lr, double dt) {
+    PipeCtx *pc = ctx;
+    Trainer *tr = pc->tr;
+    const TrainArgs *a = tr->a;
+    if (!isfinite(loss) || !isfinite(norm)) {
+        if (tr->lead)
+            fprintf(stderr, "\nloom: step %d: the loss or gradient is not finite (loss %g, grad "
+                    "norm %g); stopping without applying it\n", step, loss, norm);
+        return EXIT_NUMERIC;
+    }
+    size_t tokens = (size_t)a->batch * a->seq * a->grad_accum * tr->N;
+    double flops = gpt_flops_per_step(&tr->model.cfg, a->batch, a->seq) * a->grad_accum /
+                   (double)(tr->grid.pp);  // per rank
+    StepLog rec = {.step = step, .loss = loss, .lr = lr, .norm = norm, .dt = dt,
+                   .tps = tokens / dt, .mfu = flops / dt / (a->peak_gflops * 1e9), .exposed_ms = -1};
+    log_step(tr, pc->pg, pc->mt, &rec);
+    return 0;
+}
+
+static int train_pipeline(Trainer *tr, Metrics *mt) {
+    const TrainArgs *a = tr->a;
+    Schedule sched = !strcmp(a->schedule, "gpipe") ? SCHED_GPIPE
+                     : !strcmp(a->schedule, "2bw") ? SCHED_2BW
+                                                   : SCHED_1F1B;
+    PipelineConfig pc = {.schedule = sched, .K = a->grad_accum, .B = a->batch, .T = a->seq,
+                         .recompute = a->recompute, .stage_layers = a->stage_layers,
+                         .grad_clip = a->grad_clip};
+    Progress pg;
+    progress_start(&pg, a->progress && tr->lead, 0, a->steps, a->log_every);
+    PipeCtx ctx = {.tr = tr, .pg = &pg, .mt = mt};
+    PipelineIO io = {.ctx = &ctx, .batch = pipe_batch, .report = pipe_report};
+    int rc = pipeline_train(&tr->model, &tr->grid, &pc, &tr->opt, 0, a->steps, &io);
+    progress_end(&pg);
+    if (rc < 0) fail(tr, EXIT_USAGE);
+    if (rc) return rc;
+    if (tr->lead)
+        fprintf(stderr, "loom: pipeline %d stages x dp %d, schedule %s | peak %d micro-batches of "
+                "activations held on stage 0\n", tr->grid.pp, tr->N, a->schedule,
+                pipeline_peak_inflight());
+    if (a->export_path) {
+        if (pipeline_gather_params(&tr->model, &tr->grid, a->stage_layers)) fail(tr, EXIT_USAGE);
+        if (tr->lead) {
+            if (st_save_gpt(&tr->model, a->export_path)) fail(tr, EXIT_IO);
+            fprintf(stderr, "loom: exported %s\n", a->export_path);
+        }
+    }
+    return 0;
 }
 
 int train_run(const TrainArgs *a) {
@@ -291,6 +366,9 @@ int train_run(const TrainArgs *a) {
     if (a->co2 && a->zero && !strcmp(a->gap_mode, "adaptive"))
         die(EXIT_USAGE, "--gap-mode adaptive is not implemented with sharded CO2 (--zero)");
     if (a->co2 && a->tau < 1) die(EXIT_USAGE, "--tau must be >= 1");
+    if (a->pp > 1 && (a->save || a->resume || a->co2 || a->zero || a->val_data || a->dump_grads))
+        die(EXIT_USAGE, "--pp does not combine with --save/--resume/--co2/--zero/--val-data/"
+                        "--dump-grads yet");
     char resume_dir[4096];
     int start = setup_model(&tr, resume_dir, sizeof resume_dir);
     if (start < 0) fail(&tr, EXIT_INPUT);
@@ -300,7 +378,8 @@ int train_run(const TrainArgs *a) {
         if (dataset_open(&tr.val, a->val_data, cfg->V)) fail(&tr, EXIT_INPUT);
         tr.has_val = 1;
     }
-    if (workspace_create(&tr.ws, &tr.model, a->batch, a->seq, a->recompute)) fail(&tr, EXIT_USAGE);
+    if (a->pp == 1 && workspace_create(&tr.ws, &tr.model, a->batch, a->seq, a->recompute))
+        fail(&tr, EXIT_USAGE);
     if (dataset_num_windows(&tr.train, a->batch, a->seq) == 0) {
         loom_fail("%s: %zu tokens is less than one batch of --batch*--seq+1 = %d", a->data,
                   tr.train.total, a->batch * a->seq + 1);
@@ -313,6 +392,12 @@ int train_run(const TrainArgs *a) {
     Metrics mt = {0};
     if (tr.lead && metrics_open(&mt, a->metrics, resume_dir[0] != 0)) fail(&tr, EXIT_IO);
 
+    if (a->pp > 1) {
+        int prc = train_pipeline(&tr, &mt);
+        if (tr.lead) metrics_close(&mt);
+        comm_finalize();
+        return prc;
+    }
     int K = a->grad_accum, N = tr.N;
     int gN = a->co2 ? 1 : N;  // ranks a gradient is averaged over
     if (a->co2) {

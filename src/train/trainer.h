@@ -21,6 +21,9 @@ typedef struct {
     float peak_gflops;
     // parallelism (the process grid; world size = dp, until pipeline/tensor parallelism)
     int dp, zero, dry_run;
+    int pp;                  // pipeline stages
+    char *schedule;          // gpipe | 1f1b | 2bw
+    char *stage_layers;      // transformer layers per stage, e.g. "3,3" (NULL: balanced)
     float bucket_mb, comm_timeout;
     // CO2: local steps + one-round-stale outer all-reduce (the dp ranks are its workers)
     int co2, tau;

@@ -1,0 +1,327 @@
+// pipeline.c — stage partitioning, the three schedules and the pipeline training loop
+// (see pipeline.h).
+#include "pipeline.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common.h"
+
+static int peak_inflight;
+int pipeline_peak_inflight(void) { return peak_inflight; }
+
+// ---------------------------------------------------------------- partition
+
+// Relative compute cost of a block per token (matmul FLOPs dominate).
+static double block_cost(const GPT *m, int b, int T) {
+    const Block *blk = &m->blocks[b];
+    double C = m->cfg.C;
+    if (blk->kind == BLOCK_EMBED) return C;
+    if (blk->kind == BLOCK_HEAD) return (double)m->cfg.V * C;
+    return 12.0 * C * C + 2.0 * T * C;
+}
+
+int pipeline_partition(const GPT *m, int D, int s, const char *stage_layers, int *b0, int *b1) {
+    int nb = m->nblocks, L = m->cfg.L;
+    if (D > L) return loom_fail("--pp %d needs at least %d transformer layers (model has %d)", D, D, L);
+    int *start = xcalloc((size_t)D + 1, sizeof(int));
+    if (stage_layers) {  // layers per stage; the embedding joins stage 0, the head the last
+        const char *p = stage_layers;
+        int total = 0;
+        for (int k = 0; k < D; k++) {
+            char *end;
+            long v = strtol(p, &end, 10);
+            if (end == p || v < 1) {
+                free(start);
+                return loom_fail("--stage-layers '%s': need %d positive counts separated by commas",
+                                 stage_layers, D);
+            }
+            start[k] = k == 0 ? 0 : 1 + total;
+            total += (int)v;
+            p = *end == ',' ? end + 1 : end;
+        }
+        if (total != L || *p) {
+            free(start);
+            return loom_fail("--stage-layers '%s' must list %d stages adding up to %d layers",
+                             stage_layers, D, L);
+        }
+        start[D] = nb;
+    } else {  // contiguous split minimising the most expensive stage (linear partition)
+        double *pre = xcalloc((size_t)nb + 1, sizeof(double));
+        for (int b = 0; b < nb; b++) pre[b + 1] = pre[b] + block_cost(m, b, m->cfg.maxT);
+        // best[k][i]: minimal max cost splitting blocks [0, i) into k stages
+        double *best = xcalloc((size_t)(D + 1) * (nb + 1), sizeof(double));
+        int *cut = xcalloc((size_t)(D + 1) * (nb + 1), sizeof(int));
+#define BEST(k, i) best[(size_t)(k) * (nb + 1) + (i)]
+#define CUT(k, i) cut[(size_t)(k) * (nb + 1) + (i)]
+        for (int i = 0; i <= nb; i++) BEST(1, i) = pre[i];
+        for (int k = 2; k <= D; k++)
+            for (int i = k; i <= nb; i++) {
+                BEST(k, i) = INFINITY;
+                for (int j = k - 1; j < i; j++) {
+                    double c = fmax(BEST(k - 1, j), pre[i] - pre[j]);
+                    if (c < BEST(k, i)) BEST(k, i) = c, CUT(k, i) = j;
+                }
+            }
+        start[D] = nb;
+        for (int k = D, i = nb; k >= 2; k--) i = start[k - 1] = CUT(k, i);
+        start[0] = 0;
+#undef BEST
+#undef CUT
+        free(pre), free(best), free(cut);
+    }
+    *b0 = start[s];
+    *b1 = start[s + 1];
+    free(start);
+    if (*b1 <= *b0) return loom_fail("pipeline stage %d would be empty", s);
+    return 0;
+}
+
+// ---------------------------------------------------------------- the runtime
+
+typedef struct {
+    GPT *m;
+    const Grid *g;
+    const PipelineConfig *pc;
+    int D, s, b0, b1, first, last;
+    int nslots;
+    Workspace *ws;
+    CommReq *send_x, *send_dx;  // per slot: the last sends out of its buffers
+    float *ver[2];              // 2bw: the two weight versions (ver[0] is m->params)
+    int cur_ver;                // version buffer the blocks point at now
+    size_t lo, hi;              // this stage's flat range
+    size_t tie_n;               // wte elements (tied embedding), synchronised first <-> last
+    Comm *tie;                  // communicator of the first and last stage (NULL if D == 1)
+    double loss_sum;            // Σ micro-batch mean losses of the current batch (last stage)
+    BlockHooks hooks;
+} Pipe;
+
+static void poll_hook(void *ctx) {
+    (void)ctx;
+    comm_progress();
+}
+
+// Points the blocks this stage uses (its own, and the embedding on the last stage) at the
+// weight version buffer v.
+static void use_version(Pipe *p, int v) {
+    if (p->cur_ver == v) return;
+    GPT *m = p->m;
+    for (int b = 0; b < m->nblocks; b++) m->blocks[b].params = p->ver[v] + m->blocks[b].off;
+    p->cur_ver = v;
+}
+
+static int slot_of(const Pipe *p, int g) { return g % p->nslots; }
+
+static void forward_micro(Pipe *p, int g, const PipelineIO *io, int step, int j) {
+    GPT *m = p->m;
+    Workspace *ws = &p->ws[slot_of(p, g)];
+    comm_wait(&p->send_x[slot_of(p, g)]);
+    comm_set_context(step + 1, "pipeline forward");
+    io->batch(io->ctx, step, j, ws->tokens, ws->targets);
+    size_t n = (size_t)ws->B * ws->T * m->cfg.C;
+    if (!p->first) {
+        CommReq r = comm_irecv(p->g->pp_comm, workspace_stream(ws, m, p->b0 - 1), n, p->s - 1, 2 * g);
+        comm_wait(&r);
+    }
+    for (int b = p->b0; b < p->b1; b++) {
+        const Block *blk = &m->blocks[b];
+        BlockIO bio = {.tokens = ws->tokens, .targets = ws->targets};
+        if (blk->kind != BLOCK_EMBED) bio.x_in = workspace_stream(ws, m, b - 1);
+        if (blk->kind != BLOCK_HEAD) bio.x_out = workspace_stream(ws, m, b);
+        if (blk->kind == BLOCK_HEAD) bio.wte = gpt_embed(m)->params;
+        block_forward(m, blk, ws, &bio);
+        if (blk->kind == BLOCK_HEAD) p->loss_sum += bio.loss_sum / (double)(ws->B * ws->T);
+    }
+    if (!p->last)
+        p->send_x[slot_of(p, g)] =
+            comm_isend(p->g->pp_comm, workspace_stream(ws, m, p->b1 - 1), n, p->s + 1, 2 * g);
+}
+
+static void backward_micro(Pipe *p, int g, int step, float grad_scale) {
+    GPT *m = p->m;
+    Workspace *ws = &p->ws[slot_of(p, g)];
+    comm_wait(&p->send_dx[slot_of(p, g)]);
+    comm_set_context(step + 1, "pipeline backward");
+    size_t n = (size_t)ws->B * ws->T * m->cfg.C;
+    if (!p->last) {
+        CommReq r = comm_irecv(p->g->pp_comm, ws->dstream, n, p->s + 1, 2 * g + 1);
+        comm_wait(&r);
+    }
+    for (int b = p->b1 - 1; b >= p->b0; b--) {
+        const Block *blk = &m->blocks[b];
+        BlockIO bio = {.tokens = ws->tokens, .targets = ws->targets, .dx = ws->dstream};
+        if (blk->kind != BLOCK_EMBED) bio.x_in = workspace_stream(ws, m, b - 1);
+        if (blk->kind != BLOCK_HEAD) bio.x_out = workspace_stream(ws, m, b);
+        if (blk->kind == BLOCK_HEAD) {
+            bio.wte = gpt_embed(m)->params;
+            bio.dwte = gpt_embed(m)->grads;
+            bio.grad_scale = grad_scale;
+        }
+        block_backward(m, blk, ws, &bio);
+    }
+    if (!p->first)
+        p->send_dx[slot_of(p, g)] = comm_isend(p->g->pp_comm, ws->dstream, n, p->s - 1, 2 * g + 1);
+}
+
+// AdamW on the stage's range (and the tied wte replica on the last stage) of version buffer dst.
+static void apply_update(Pipe *p, AdamW *opt, float *dst, float lr, float scale) {
+    GPT *m = p->m;
+    opt->t++;
+    const OptConfig *c = &opt->cfg;
+    size_t ranges[2][2] = {{p->lo, p->hi}, {0, p->last && !p->first ? p->tie_n : 0}};
+    for (int r = 0; r < 2; r++) {
+        size_t lo = ranges[r][0], hi = ranges[r][1];
+        for (int i = 0; i < m->ntensors; i++) {
+            const TensorSpec *t = &m->tensors[i];
+            size_t a = t->off > lo ? t->off : lo, e = t->off + t->n < hi ? t->off + t->n : hi;
+            if (e <= a) continue;
+            float wd = t->ndim >= 2 ? c->weight_decay : 0.f;
+            m->be->adamw(dst + a, m->grads + a, opt->m + a, opt->v + a, e - a, lr, c->beta1,
+                         c->beta2, c->eps, wd, scale, opt->t);
+        }
+    }
+}
+
+// End of batch `step`: reduce gradients (dp replicas, tied embedding), global loss and norm,
+// clip, update. Returns the report callback's value.
+static int finish_batch(Pipe *p, AdamW *opt, int step, const PipelineIO *io, double t0) {
+    GPT *m = p->m;
+    const Backend *be = m->be;
+    const Grid *g = p->g;
+    comm_set_context(step + 1, "pipeline optimizer step");
+    if (g->dp > 1) {
+        comm_allreduce(g->dp_comm, m->grads + p->lo, p->hi - p->lo);
+        if (p->last && !p->first) comm_allreduce(g->dp_comm, m->grads, p->tie_n);
+    }
+    if (p->tie) comm_allreduce(p->tie, m->grads, p->tie_n);  // wte: head part + embedding part
+    double v[2] = {be->sumsq(m->grads + p->lo, p->hi - p->lo), p->last ? p->loss_sum / p->pc->K : 0};
+    comm_allreduce_f64(g->pp_comm, v, 2);
+    if (g->dp > 1) {
+        comm_allreduce_f64(g->dp_comm, &v[1], 1);
+        v[1] /= g->dp;
+    }
+    double norm = sqrt(v[0]), loss = v[1];
+    float lr = lr_at(&opt->cfg, step);
+    int stop = 0;
+    if (isfinite(loss) && isfinite(norm)) {
+        float scale = clip_scale((float)norm, p->pc->grad_clip);
+        if (p->pc->schedule == SCHED_2BW) {
+            // W(t+1) = W(t) - opt(g_t), written over W(t-1), whose last user was this batch
+            int newest = step == 0 ? 0 : (step & 1), next = (step + 1) & 1;
+            be->copy(p->ver[next], p->ver[newest], m->nparams);
+            apply_update(p, opt, p->ver[next], lr, scale);
+        } else {
+            apply_update(p, opt, m->params, lr, scale);
+        }
+    }
+    stop = io->report(io->ctx, step + 1, loss, norm, lr, now_sec() - t0);
+    be->fill(m->grads, 0.f, m->nparams);
+    p->loss_sum = 0;
+    return stop;
+}
+
+int pipeline_train(GPT *m, const Grid *g, const PipelineConfig *pc, AdamW *opt, int start,
+                   int steps, const PipelineIO *io) {
+    Pipe p = {.m = m, .g = g, .pc = pc, .D = g->pp, .s = g->pp_i};
+    p.first = p.s == 0;
+    p.last = p.s == p.D - 1;
+    if (pipeline_partition(m, p.D, p.s, pc->stage_layers, &p.b0, &p.b1)) return -1;
+    if (pc->schedule != SCHED_GPIPE && pc->K < p.D)
+        return loom_fail("--schedule 1f1b/2bw needs --grad-accum >= --pp (%d < %d)", pc->K, p.D);
+    p.lo = m->blocks[p.b0].off;
+    p.hi = m->blocks[p.b1 - 1].off + m->blocks[p.b1 - 1].n;
+    p.tie_n = (size_t)m->cfg.V * m->cfg.C;
+    // the tied embedding's two holders: stage 0 and the last stage (of each dp replica)
+    int in_tie = p.first || p.last;
+    Comm *tie = comm_split(g->world, in_tie ? g->dp_i : -1, g->pp_i, "tie");
+    p.tie = in_tie && p.D > 1 ? tie : NULL;
+    p.nslots = pc->schedule == SCHED_GPIPE ? pc->K : p.D - p.s;
+    p.ws = xcalloc((size_t)p.nslots, sizeof(Workspace));
+    p.send_x = xcalloc((size_t)p.nslots, sizeof(CommReq));
+    p.send_dx = xcalloc((size_t)p.nslots, sizeof(CommReq));
+    for (int k = 0; k < p.nslots; k++)
+        if (workspace_create_range(&p.ws[k], m, pc->B, pc->T, pc->recompute, p.b0, p.b1)) return -1;
+    p.ver[0] = m->params;
+    p.cur_ver = 0;
+    if (pc->schedule == SCHED_2BW) {
+        p.ver[1] = m->be->alloc(m->nparams);
+        m->be->copy(p.ver[1], m->params, m->nparams);
+    }
+    p.hooks = (BlockHooks){.poll = poll_hook};
+    const BlockHooks *saved = m->hooks;
+    m->hooks = &p.hooks;
+    m->be->fill(m->grads, 0.f, m->nparams);
+    float grad_scale = 1.0f / ((float)pc->B * pc->T * pc->K * g->dp);
+    int K = pc->K, D = p.D, s = p.s, rc = 0;
+    peak_inflight = 0;
+
+    if (pc->schedule != SCHED_2BW) {
+        for (int step = start; step < steps && !rc; step++) {
+            double t0 = now_sec();
+            int base = step * K, warm = pc->schedule == SCHED_GPIPE ? K : (D - s - 1 < K ? D - s - 1 : K);
+            int inflight = 0;
+            for (int j = 0; j < warm; j++) forward_micro(&p, base + j, io, step, j), inflight++;
+            if (inflight > peak_inflight) peak_inflight = inflight;
+            for (int j = 0; j < K - warm; j++) {
+                forward_micro(&p, base + warm + j, io, step, warm + j);
+                if (++inflight > peak_inflight) peak_inflight = inflight;
+                backward_micro(&p, base + j, step, grad_scale), inflight--;
+            }
+            for (int j = K - warm; j < K; j++) backward_micro(&p, base + j, step, grad_scale);
+            for (int k = 0; k < p.nslots; k++) comm_wait(&p.send_x[k]), comm_wait(&p.send_dx[k]);
+            rc = finish_batch(&p, opt, step, io, t0);
+        }
+    } else {
+        // one 1F1B stream over all micro-batches of all steps; batch t uses version max(t-1,0)
+        int total = (steps - start) * K, g0 = start * K, warm = D - s - 1;
+        int nf = 0, nb = 0, inflight = 0;
+        double t0 = now_sec();
+#define VERSION_OF(gi) ((gi) / K == 0 ? 0 : (((gi) / K - 1) & 1))
+        while (nb < total && !rc) {
+            int do_forward = nf < total && (nf < warm || nf - nb <= warm);
+            if (do_forward && nf - nb < p.nslots) {
+                int gi = g0 + nf;
+                use_version(&p, VERSION_OF(gi));
+                forward_micro(&p, gi, io, gi / K, gi % K);
+                nf++;
+                if (++inflight > peak_inflight) peak_inflight = inflight;
+                if (nf <= warm) continue;
+            }
+            int gi = g0 + nb;
+            use_version(&p, VERSION_OF(gi));
+            backward_micro(&p, gi, gi / K, grad_scale);
+            nb++, inflight--;
+            if (gi % K == K - 1) {
+                rc = finish_batch(&p, opt, gi / K, io, t0);
+                t0 = now_sec();
+            }
+        }
+#undef VERSION_OF
+        for (int k = 0; k < p.nslots; k++) comm_wait(&p.send_x[k]), comm_wait(&p.send_dx[k]);
+        // the model the run ends with is the newest version W(steps)
+        int newest = steps & 1;
+        if (steps > 0 && p.ver[newest] != m->params) m->be->copy(m->params, p.ver[newest], m->nparams);
+        use_version(&p, 0);
+        m->be->release(p.ver[1]);
+    }
+    m->hooks = saved;
+    for (int k = 0; k < p.nslots; k++) workspace_free(&p.ws[k], m);
+    free(p.ws), free(p.send_x), free(p.send_dx);
+    return rc;
+}
+
+int pipeline_gather_params(GPT *m, const Grid *g, const char *stage_layers) {
+    int D = g->pp;
+    int *counts = xcalloc((size_t)D, sizeof(int)), *displs = xcalloc((size_t)D, sizeof(int));
+    for (int s = 0; s < D; s++) {
+        int b0, b1;
+        if (pipeline_partition(m, D, s, stage_layers, &b0, &b1)) return -1;
+        displs[s] = (int)m->blocks[b0].off;
+        counts[s] = (int)(m->blocks[b1 - 1].off + m->blocks[b1 - 1].n - m->blocks[b0].off);
+    }
+    comm_allgatherv(g->pp_comm, m->params, counts, displs);
+    free(counts);
+    free(displs);
+    return 0;
+}
