@@ -60,3 +60,20 @@ $MPI -np 2 $LOOM train --init "$d/w.safetensors" --data "$d/d.bin" $common --lr-
 if $REF compare-losses "$d/f.jsonl" "$d/bw_ref.jsonl" --tol 1e-6 > /dev/null; then
     echo "1f1b matched the 2bw rule: the comparison cannot tell them apart"; exit 1
 fi
+
+echo "== a stuck stage: the watchdog names the stage and micro-batch being waited on"
+set +e
+LOOM_FAULT_HANG=1:3 timeout 60 $MPI -np 2 -x LOOM_FAULT_HANG $LOOM train $flags --grad-accum 4 --pp 2 \
+    --comm-timeout 2 > "$d/hang.log" 2>&1
+rc=$?
+set -e
+grep watchdog "$d/hang.log"
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ]
+grep -q "watchdog: waited .* pipeline stage 0 of 2, backward of micro-batch 0 (step 3)" "$d/hang.log"
+
+echo "== validation through a pipeline equals the single-process run; recompute changes nothing"
+$LOOM train $flags --grad-accum 4 --val-data "$d/d.bin" 2> "$d/v1.log"
+$MPI -np 2 $LOOM train $flags --grad-accum 4 --val-data "$d/d.bin" --pp 2 --recompute 2> "$d/v2.log"
+v1=$(grep -o 'val loss [0-9.]*' "$d/v1.log"); v2=$(grep -o 'val loss [0-9.]*' "$d/v2.log")
+echo "single process: $v1 | pipeline with recompute: $v2"
+[ -n "$v1" ] && [ "$v1" = "$v2" ]

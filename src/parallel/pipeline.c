@@ -3,6 +3,7 @@
 #include "pipeline.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -113,11 +114,19 @@ static void use_version(Pipe *p, int v) {
 
 static int slot_of(const Pipe *p, int g) { return g % p->nslots; }
 
+// What the watchdog prints if this stage waits too long: stage, direction and micro-batch.
+static char context[128];
+static void set_context(const Pipe *p, int step, const char *what, int g) {
+    snprintf(context, sizeof context, "pipeline stage %d of %d, %s of micro-batch %d (step %d)",
+             p->s, p->D, what, g % p->pc->K, step + 1);
+    comm_set_context(step + 1, context);
+}
+
 static void forward_micro(Pipe *p, int g, const PipelineIO *io, int step, int j) {
     GPT *m = p->m;
     Workspace *ws = &p->ws[slot_of(p, g)];
     comm_wait(&p->send_x[slot_of(p, g)]);
-    comm_set_context(step + 1, "pipeline forward");
+    set_context(p, step, "forward", g);
     io->batch(io->ctx, step, j, ws->tokens, ws->targets);
     size_t n = (size_t)ws->B * ws->T * m->cfg.C;
     if (!p->first) {
@@ -142,7 +151,7 @@ static void backward_micro(Pipe *p, int g, int step, float grad_scale) {
     GPT *m = p->m;
     Workspace *ws = &p->ws[slot_of(p, g)];
     comm_wait(&p->send_dx[slot_of(p, g)]);
-    comm_set_context(step + 1, "pipeline backward");
+    set_context(p, step, "backward", g);
     size_t n = (size_t)ws->B * ws->T * m->cfg.C;
     if (!p->last) {
         CommReq r = comm_irecv(p->g->pp_comm, ws->dstream, n, p->s + 1, 2 * g + 1);

@@ -301,6 +301,7 @@ static void pipe_batch(void *ctx, int step, int j, int *inputs, int *targets) {
     const TrainArgs *a = tr->a;
     uint64_t N = (uint64_t)tr->N, K = (uint64_t)a->grad_accum;
     uint64_t w = (uint64_t)step * N * K + (uint64_t)j * N + (uint64_t)tr->r;
+    if (j == 0) maybe_inject_fault(tr->world->rank, step + 1);
     dataset_window(&tr->train, w, a->batch, a->seq, a->shuffle, (uint64_t)a->seed, inputs, targets);
 }
 
@@ -343,8 +344,17 @@ static int train_pipeline(Trainer *tr, Metrics *mt) {
         fprintf(stderr, "loom: pipeline %d stages x dp %d, schedule %s | peak %d micro-batches of "
                 "activations held on stage 0\n", tr->grid.pp, tr->N, a->schedule,
                 pipeline_peak_inflight());
-    if (a->export_path) {
+    if (a->export_path || tr->has_val)  // every stage contributes its blocks
         if (pipeline_gather_params(&tr->model, &tr->grid, a->stage_layers)) fail(tr, EXIT_USAGE);
+    if (tr->has_val && tr->lead) {  // evaluated once, at the end, with the whole model on rank 0
+        if (workspace_create(&tr->ws, &tr->model, a->batch, a->seq, a->recompute))
+            fail(tr, EXIT_USAGE);
+        double vl = evaluate(tr);
+        metrics_val(mt, a->steps, vl);
+        fprintf(stderr, "loom: val loss %.4f\n", vl);
+        workspace_free(&tr->ws, &tr->model);
+    }
+    if (a->export_path) {
         if (tr->lead) {
             if (st_save_gpt(&tr->model, a->export_path)) fail(tr, EXIT_IO);
             fprintf(stderr, "loom: exported %s\n", a->export_path);
@@ -366,9 +376,10 @@ int train_run(const TrainArgs *a) {
     if (a->co2 && a->zero && !strcmp(a->gap_mode, "adaptive"))
         die(EXIT_USAGE, "--gap-mode adaptive is not implemented with sharded CO2 (--zero)");
     if (a->co2 && a->tau < 1) die(EXIT_USAGE, "--tau must be >= 1");
-    if (a->pp > 1 && (a->save || a->resume || a->co2 || a->zero || a->val_data || a->dump_grads))
-        die(EXIT_USAGE, "--pp does not combine with --save/--resume/--co2/--zero/--val-data/"
-                        "--dump-grads yet");
+    if (a->pp > 1 && (a->save || a->resume || a->co2 || a->zero || a->dump_grads))
+        die(EXIT_USAGE, "--pp does not combine with --save/--resume/--co2/--zero/--dump-grads yet");
+    if (a->pp > 1 && a->val_every > 0)
+        die(EXIT_USAGE, "--pp evaluates --val-data once, at the end; drop --val-every");
     char resume_dir[4096];
     int start = setup_model(&tr, resume_dir, sizeof resume_dir);
     if (start < 0) fail(&tr, EXIT_INPUT);
