@@ -69,7 +69,7 @@ rc=$?
 set -e
 grep watchdog "$d/hang.log"
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ]
-grep -q "watchdog: waited .* pipeline stage 0 of 2, backward of micro-batch 0 (step 3)" "$d/hang.log"
+grep -q "watchdog: waited .*pipeline stage 0 of 2, backward of micro-batch 0 (step 3)" "$d/hang.log"
 
 echo "== validation through a pipeline equals the single-process run; recompute changes nothing"
 $LOOM train $flags --grad-accum 4 --val-data "$d/d.bin" 2> "$d/v1.log"
