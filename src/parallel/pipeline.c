@@ -10,7 +10,11 @@
 #include "../common.h"
 
 static int peak_inflight;
+static double memory_report[3];
 int pipeline_peak_inflight(void) { return peak_inflight; }
+void pipeline_memory(double *weights, double *grads, double *opt) {
+    *weights = memory_report[0], *grads = memory_report[1], *opt = memory_report[2];
+}
 
 // ---------------------------------------------------------------- partition
 
@@ -89,8 +93,12 @@ typedef struct {
     int nslots;
     Workspace *ws;
     CommReq *send_x, *send_dx;  // per slot: the last sends out of its buffers
-    float *ver[2];              // 2bw: the two weight versions (ver[0] is m->params)
-    int cur_ver;                // version buffer the blocks point at now
+    // Stage-local state: only this stage's flat range [lo, hi) is held (two weight versions
+    // under 2bw), plus, on the last stage, a replica of the tied wte [0, tie_n).
+    float *pbuf[2], *gbuf, *om, *ov;  // weights per version, gradients, AdamW moments
+    float *wbuf[2], *wgrad, *wm, *wv; // the wte replica (last stage only)
+    int nver, cur_ver, t;             // versions held, the one blocks point at, AdamW step
+    int replica;                      // 1 on the last stage when it is not also the first
     size_t lo, hi;              // this stage's flat range
     size_t tie_n;               // wte elements (tied embedding), synchronised first <-> last
     Comm *tie;                  // communicator of the first and last stage (NULL if D == 1)
@@ -103,12 +111,22 @@ static void poll_hook(void *ctx) {
     comm_progress();
 }
 
-// Points the blocks this stage uses (its own, and the embedding on the last stage) at the
-// weight version buffer v.
+// Points the blocks this stage uses (its own, and the embedding's wte on the last stage) at
+// weight version v, and their gradients at the stage's buffers.
 static void use_version(Pipe *p, int v) {
-    if (p->cur_ver == v) return;
     GPT *m = p->m;
-    for (int b = 0; b < m->nblocks; b++) m->blocks[b].params = p->ver[v] + m->blocks[b].off;
+    for (int b = 0; b < m->nblocks; b++) {
+        Block *blk = &m->blocks[b];
+        if (b >= p->b0 && b < p->b1) {
+            blk->params = p->pbuf[v] + (blk->off - p->lo);
+            blk->grads = p->gbuf + (blk->off - p->lo);
+        } else if (b == 0 && p->replica) {
+            blk->params = p->wbuf[v];
+            blk->grads = p->wgrad;
+        } else {
+            blk->params = blk->grads = NULL;
+        }
+    }
     p->cur_ver = v;
 }
 
@@ -173,23 +191,25 @@ static void backward_micro(Pipe *p, int g, int step, float grad_scale) {
         p->send_dx[slot_of(p, g)] = comm_isend(p->g->pp_comm, ws->dstream, n, p->s - 1, 2 * g + 1);
 }
 
-// AdamW on the stage's range (and the tied wte replica on the last stage) of version buffer dst.
-static void apply_update(Pipe *p, AdamW *opt, float *dst, float lr, float scale) {
-    GPT *m = p->m;
-    opt->t++;
-    const OptConfig *c = &opt->cfg;
-    size_t ranges[2][2] = {{p->lo, p->hi}, {0, p->last && !p->first ? p->tie_n : 0}};
-    for (int r = 0; r < 2; r++) {
-        size_t lo = ranges[r][0], hi = ranges[r][1];
-        for (int i = 0; i < m->ntensors; i++) {
-            const TensorSpec *t = &m->tensors[i];
-            size_t a = t->off > lo ? t->off : lo, e = t->off + t->n < hi ? t->off + t->n : hi;
-            if (e <= a) continue;
-            float wd = t->ndim >= 2 ? c->weight_decay : 0.f;
-            m->be->adamw(dst + a, m->grads + a, opt->m + a, opt->v + a, e - a, lr, c->beta1,
-                         c->beta2, c->eps, wd, scale, opt->t);
-        }
+// AdamW over the flat range [lo, hi) whose buffers start at element lo.
+static void adamw_range(const GPT *m, const OptConfig *c, int t, size_t lo, size_t hi, float *w,
+                        const float *g, float *mo, float *vo, float lr, float scale) {
+    for (int i = 0; i < m->ntensors; i++) {
+        const TensorSpec *ts = &m->tensors[i];
+        size_t a = ts->off > lo ? ts->off : lo, e = ts->off + ts->n < hi ? ts->off + ts->n : hi;
+        if (e <= a) continue;
+        float wd = ts->ndim >= 2 ? c->weight_decay : 0.f;
+        m->be->adamw(w + (a - lo), g + (a - lo), mo + (a - lo), vo + (a - lo), e - a, lr, c->beta1,
+                     c->beta2, c->eps, wd, scale, t);
     }
+}
+
+// AdamW on the stage's range (and the wte replica) of weight version v.
+static void apply_update(Pipe *p, const OptConfig *c, int v, float lr, float scale) {
+    p->t++;
+    adamw_range(p->m, c, p->t, p->lo, p->hi, p->pbuf[v], p->gbuf, p->om, p->ov, lr, scale);
+    if (p->replica)
+        adamw_range(p->m, c, p->t, 0, p->tie_n, p->wbuf[v], p->wgrad, p->wm, p->wv, lr, scale);
 }
 
 // End of batch `step`: reduce gradients (dp replicas, tied embedding), global loss and norm,
@@ -199,12 +219,14 @@ static int finish_batch(Pipe *p, AdamW *opt, int step, const PipelineIO *io, dou
     const Backend *be = m->be;
     const Grid *g = p->g;
     comm_set_context(step + 1, "pipeline optimizer step");
+    size_t n = p->hi - p->lo;
     if (g->dp > 1) {
-        comm_allreduce(g->dp_comm, m->grads + p->lo, p->hi - p->lo);
-        if (p->last && !p->first) comm_allreduce(g->dp_comm, m->grads, p->tie_n);
+        comm_allreduce(g->dp_comm, p->gbuf, n);
+        if (p->replica) comm_allreduce(g->dp_comm, p->wgrad, p->tie_n);
     }
-    if (p->tie) comm_allreduce(p->tie, m->grads, p->tie_n);  // wte: head part + embedding part
-    double v[2] = {be->sumsq(m->grads + p->lo, p->hi - p->lo), p->last ? p->loss_sum / p->pc->K : 0};
+    // wte: the head's part (last stage) + the embedding's part (first stage), on both
+    if (p->tie) comm_allreduce(p->tie, p->replica ? p->wgrad : p->gbuf, p->tie_n);
+    double v[2] = {be->sumsq(p->gbuf, n), p->last ? p->loss_sum / p->pc->K : 0};
     comm_allreduce_f64(g->pp_comm, v, 2);
     if (g->dp > 1) {
         comm_allreduce_f64(g->dp_comm, &v[1], 1);
@@ -218,20 +240,23 @@ static int finish_batch(Pipe *p, AdamW *opt, int step, const PipelineIO *io, dou
         if (p->pc->schedule == SCHED_2BW) {
             // W(t+1) = W(t) - opt(g_t), written over W(t-1), whose last user was this batch
             int newest = step == 0 ? 0 : (step & 1), next = (step + 1) & 1;
-            be->copy(p->ver[next], p->ver[newest], m->nparams);
-            apply_update(p, opt, p->ver[next], lr, scale);
+            be->copy(p->pbuf[next], p->pbuf[newest], n);
+            if (p->replica) be->copy(p->wbuf[next], p->wbuf[newest], p->tie_n);
+            apply_update(p, &opt->cfg, next, lr, scale);
         } else {
-            apply_update(p, opt, m->params, lr, scale);
+            apply_update(p, &opt->cfg, 0, lr, scale);
         }
     }
     stop = io->report(io->ctx, step + 1, loss, norm, lr, now_sec() - t0);
-    be->fill(m->grads, 0.f, m->nparams);
+    be->fill(p->gbuf, 0.f, n);
+    if (p->replica) be->fill(p->wgrad, 0.f, p->tie_n);
     p->loss_sum = 0;
     return stop;
 }
 
 int pipeline_train(GPT *m, const Grid *g, const PipelineConfig *pc, AdamW *opt, int start,
                    int steps, const PipelineIO *io) {
+    memory_report[0] = memory_report[1] = memory_report[2] = 0;
     Pipe p = {.m = m, .g = g, .pc = pc, .D = g->pp, .s = g->pp_i};
     p.first = p.s == 0;
     p.last = p.s == p.D - 1;
@@ -251,16 +276,32 @@ int pipeline_train(GPT *m, const Grid *g, const PipelineConfig *pc, AdamW *opt, 
     p.send_dx = xcalloc((size_t)p.nslots, sizeof(CommReq));
     for (int k = 0; k < p.nslots; k++)
         if (workspace_create_range(&p.ws[k], m, pc->B, pc->T, pc->recompute, p.b0, p.b1)) return -1;
-    p.ver[0] = m->params;
-    p.cur_ver = 0;
-    if (pc->schedule == SCHED_2BW) {
-        p.ver[1] = m->be->alloc(m->nparams);
-        m->be->copy(p.ver[1], m->params, m->nparams);
+    // Stage-local buffers; the full copies m->params / m->grads are dropped until the end.
+    const Backend *be = m->be;
+    size_t n = p.hi - p.lo;
+    p.replica = p.last && !p.first;
+    p.nver = pc->schedule == SCHED_2BW ? 2 : 1;
+    for (int v = 0; v < p.nver; v++) {
+        p.pbuf[v] = be->alloc(n);
+        be->copy(p.pbuf[v], m->params + p.lo, n);
+        if (p.replica) {
+            p.wbuf[v] = be->alloc(p.tie_n);
+            be->copy(p.wbuf[v], m->params, p.tie_n);
+        }
     }
+    p.gbuf = be->alloc(n), p.om = be->alloc(n), p.ov = be->alloc(n);
+    if (p.replica) p.wgrad = be->alloc(p.tie_n), p.wm = be->alloc(p.tie_n), p.wv = be->alloc(p.tie_n);
+    p.t = opt->t;
+    size_t held = n + (p.replica ? p.tie_n : 0);
+    memory_report[0] = 4.0 * held * p.nver;
+    memory_report[1] = 4.0 * held;
+    memory_report[2] = 8.0 * held;
+    be->release(m->params), be->release(m->grads);
+    m->params = m->grads = NULL;
+    use_version(&p, 0);
     p.hooks = (BlockHooks){.poll = poll_hook};
     const BlockHooks *saved = m->hooks;
     m->hooks = &p.hooks;
-    m->be->fill(m->grads, 0.f, m->nparams);
     float grad_scale = 1.0f / ((float)pc->B * pc->T * pc->K * g->dp);
     int K = pc->K, D = p.D, s = p.s, rc = 0;
     peak_inflight = 0;
@@ -308,12 +349,21 @@ int pipeline_train(GPT *m, const Grid *g, const PipelineConfig *pc, AdamW *opt, 
         }
 #undef VERSION_OF
         for (int k = 0; k < p.nslots; k++) comm_wait(&p.send_x[k]), comm_wait(&p.send_dx[k]);
-        // the model the run ends with is the newest version W(steps)
-        int newest = steps & 1;
-        if (steps > 0 && p.ver[newest] != m->params) m->be->copy(m->params, p.ver[newest], m->nparams);
-        use_version(&p, 0);
-        m->be->release(p.ver[1]);
     }
+    // Hand back a whole-model buffer holding this stage's trained weights (the newest version:
+    // W(steps) under 2bw) — pipeline_gather_params fills in the other stages' blocks.
+    int newest = p.nver == 2 && steps > 0 ? steps & 1 : 0;
+    m->params = be->alloc(m->nparams);
+    m->grads = be->alloc(m->nparams);
+    be->copy(m->params + p.lo, p.pbuf[newest], n);
+    for (int b = 0; b < m->nblocks; b++) {
+        m->blocks[b].params = m->params + m->blocks[b].off;
+        m->blocks[b].grads = m->grads + m->blocks[b].off;
+    }
+    opt->t = p.t;
+    float *bufs[] = {p.pbuf[0], p.pbuf[1], p.gbuf, p.om, p.ov, p.wbuf[0], p.wbuf[1], p.wgrad, p.wm, p.wv};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) be->release(bufs[i]);
     m->hooks = saved;
     for (int k = 0; k < p.nslots; k++) workspace_free(&p.ws[k], m);
     free(p.ws), free(p.send_x), free(p.send_dx);

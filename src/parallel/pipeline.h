@@ -40,11 +40,15 @@ typedef struct {
 
 // Splits the blocks into g->pp stages; fills [b0, b1) for stage s. Fails on a bad --stage-layers.
 int pipeline_partition(const GPT *m, int D, int s, const char *stage_layers, int *b0, int *b1);
-// Trains steps [start, steps) with opt (moments for the full flat layout). Returns 0, or the
-// non-zero value a report callback returned.
+// Trains steps [start, steps). Each stage keeps only its own range of weights (two versions
+// under 2bw), gradients and AdamW moments (opt supplies the configuration and step count;
+// its own buffers are not used). On return m->params holds this stage's blocks (the newest
+// version); pipeline_gather_params completes it. Returns 0, or a report callback's non-zero.
 int pipeline_train(GPT *m, const Grid *g, const PipelineConfig *pc, AdamW *opt, int start,
                    int steps, const PipelineIO *io);
 // Makes every stage's copy of the parameters complete (each stage contributes its blocks).
 int pipeline_gather_params(GPT *m, const Grid *g, const char *stage_layers);
 // Peak number of micro-batches whose activations a stage held in the last run.
 int pipeline_peak_inflight(void);
+// Bytes this stage held in the last run: weights (both versions under 2bw), gradients, AdamW.
+void pipeline_memory(double *weights, double *grads, double *opt);

@@ -251,7 +251,8 @@ static int setup_model(Trainer *tr, char *resume_dir, size_t n) {
                         .eps = a->eps, .weight_decay = a->weight_decay, .grad_clip = a->grad_clip,
                         .schedule = strcmp(a->lr_schedule, "cosine") ? LR_CONSTANT : LR_COSINE,
                         .warmup = a->warmup, .total_steps = a->steps};
-        adamw_create(&tr->opt, m, &oc);
+        memset(&tr->opt, 0, sizeof tr->opt);
+        tr->opt.cfg = oc;  // the pipeline keeps the moments per stage
         return start;
     }
     // CO2 workers never reduce gradients: their strategy runs over a communicator of one
@@ -340,10 +341,14 @@ static int train_pipeline(Trainer *tr, Metrics *mt) {
     progress_end(&pg);
     if (rc < 0) fail(tr, EXIT_USAGE);
     if (rc) return rc;
+    double wb, gb, ob;
+    pipeline_memory(&wb, &gb, &ob);
     if (tr->lead)
         fprintf(stderr, "loom: pipeline %d stages x dp %d, schedule %s | peak %d micro-batches of "
-                "activations held on stage 0\n", tr->grid.pp, tr->N, a->schedule,
-                pipeline_peak_inflight());
+                "activations held on stage 0 | stage 0 holds weights %.2f MiB, grads %.2f MiB, "
+                "optimizer %.2f MiB (whole model %.2f MiB)\n", tr->grid.pp, tr->N, a->schedule,
+                pipeline_peak_inflight(), wb / 1048576, gb / 1048576, ob / 1048576,
+                tr->model.nparams * 4.0 / 1048576);
     if (a->export_path || tr->has_val)  // every stage contributes its blocks
         if (pipeline_gather_params(&tr->model, &tr->grid, a->stage_layers)) fail(tr, EXIT_USAGE);
     if (tr->has_val && tr->lead) {  // evaluated once, at the end, with the whole model on rank 0
