@@ -54,6 +54,15 @@ for D in 2 4; do
     $REF compare-st "$d/bw.safetensors" "$d/bw_ref.safetensors" --tol 1e-4
     grep -q "peak $D micro-batches" "$d/log"
 done
+# dp 2 x pp 2 under 2bw (replicas reduce in the background chain too): global batch 2 x 2
+$PY "$PEER" train --init "$d/w.safetensors" --heads 2 --data "$d/d.bin" ${common/--grad-accum 4/--grad-accum 4} \
+    --mode 2bw --metrics "$d/bw_ref4.jsonl" --export "$d/bw_ref4.safetensors" > /dev/null
+$MPI -np 4 $LOOM train --init "$d/w.safetensors" --data "$d/d.bin" ${common/--grad-accum 4/--grad-accum 2} \
+    --lr-schedule constant --dp 2 --pp 2 --schedule 2bw --metrics "$d/bw4.jsonl" \
+    --export "$d/bw4.safetensors" --progress off 2>/dev/null
+echo "2bw dp 2 x pp 2: $($REF compare-losses "$d/bw4.jsonl" "$d/bw_ref4.jsonl" --tol 2e-4 | tail -1)"
+$REF compare-losses "$d/bw4.jsonl" "$d/bw_ref4.jsonl" --tol 2e-4 > /dev/null
+$REF compare-st "$d/bw4.safetensors" "$d/bw_ref4.safetensors" --tol 1e-4
 # and 2bw really differs from 1f1b (the test would notice a missing delay)
 $MPI -np 2 $LOOM train --init "$d/w.safetensors" --data "$d/d.bin" $common --lr-schedule constant \
     --pp 2 --schedule 1f1b --metrics "$d/f.jsonl" --progress off 2>/dev/null

@@ -149,12 +149,17 @@ void comm_allreduce(const Comm *c, float *buf, size_t n) {
     comm_wait(&r);
 }
 
-void comm_allreduce_f64(const Comm *c, double *buf, int n) {
-    if (c->size == 1) return;
+CommReq comm_iallreduce_f64(const Comm *c, double *buf, int n) {
+    if (c->size <= 1) return done_req(c, "allreduce(f64)");
     CommReq r = new_req(c, "allreduce(f64)");
     check(MPI_Iallreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, MPI_SUM, H(c), r.handle),
           "allreduce(f64)", c);
     track(r.handle);
+    return r;
+}
+
+void comm_allreduce_f64(const Comm *c, double *buf, int n) {
+    CommReq r = comm_iallreduce_f64(c, buf, n);
     comm_wait(&r);
 }
 

@@ -43,6 +43,7 @@ void comm_set_context(int step, const char *what);
 CommReq comm_iallreduce(const Comm *c, float *buf, size_t n);
 void comm_allreduce(const Comm *c, float *buf, size_t n);
 void comm_allreduce_f64(const Comm *c, double *buf, int n);
+CommReq comm_iallreduce_f64(const Comm *c, double *buf, int n);
 // Each rank r receives the sum of [displs[r], displs[r]+counts[r]) of every rank's send buffer
 // into recv.
 CommReq comm_ireduce_scatter(const Comm *c, const float *send, float *recv, const int *counts);

@@ -104,11 +104,29 @@ typedef struct {
     Comm *tie;                  // communicator of the first and last stage (NULL if D == 1)
     double loss_sum;            // Σ micro-batch mean losses of the current batch (last stage)
     BlockHooks hooks;
+    // 2bw: a finished batch's update runs in the background. Its gradients move to spare
+    // buffers, its reductions (dp, tied embedding, global norm and loss) proceed as a chain of
+    // non-blocking collectives driven from the poll hook, and the update is applied just before
+    // the first micro-batch that needs the new version — so no stage ever waits for a flush.
+    float *gspare, *wspare;
+    struct {
+        int phase;  // 0 idle, 1 dp reduce, 2 tie reduce, 3 norm/loss reduce, 4 dp loss, 5 ready
+        int step;
+        double t0, v[2];
+        float *g, *wg;
+        CommReq req[2];
+    } pend;
+    AdamW *opt;
+    const PipelineIO *io;
+    int stop;
 } Pipe;
 
+static void pend_advance(Pipe *p, int block);
+
 static void poll_hook(void *ctx) {
-    (void)ctx;
+    Pipe *p = ctx;
     comm_progress();
+    if (p->pend.phase) pend_advance(p, 0);
 }
 
 // Points the blocks this stage uses (its own, and the embedding's wte on the last stage) at
@@ -254,6 +272,101 @@ static int finish_batch(Pipe *p, AdamW *opt, int step, const PipelineIO *io, dou
     return stop;
 }
 
+// ---------------------------------------------------------------- 2bw: background updates
+
+static int req_done(CommReq *r, int block) {
+    if (block) {
+        comm_wait(r);
+        return 1;
+    }
+    return comm_test(r);
+}
+
+// Moves the pending update through its chain of reductions as far as it can go (or, with
+// block, to the end).
+static void pend_advance(Pipe *p, int block) {
+    const Grid *g = p->g;
+    size_t n = p->hi - p->lo;
+    for (;;) {
+        switch (p->pend.phase) {
+        case 1:  // replicas' gradients
+            if (!req_done(&p->pend.req[0], block) || !req_done(&p->pend.req[1], block)) return;
+            p->pend.phase = 2;
+            if (p->tie)
+                p->pend.req[0] = comm_iallreduce(p->tie, p->replica ? p->pend.wg : p->pend.g, p->tie_n);
+            break;
+        case 2:  // tied embedding
+            if (p->tie && !req_done(&p->pend.req[0], block)) return;
+            p->pend.phase = 3;
+            p->pend.v[0] = p->m->be->sumsq(p->pend.g, n);
+            p->pend.req[0] = comm_iallreduce_f64(g->pp_comm, p->pend.v, 2);
+            break;
+        case 3:  // global norm and the last stage's loss
+            if (!req_done(&p->pend.req[0], block)) return;
+            p->pend.phase = 4;
+            p->pend.req[0] = comm_iallreduce_f64(g->dp_comm, &p->pend.v[1], 1);
+            break;
+        case 4:  // mean loss over replicas
+            if (!req_done(&p->pend.req[0], block)) return;
+            p->pend.v[1] /= g->dp;
+            p->pend.phase = 5;
+            return;
+        default: return;
+        }
+    }
+}
+
+// End of batch `step` on this stage: hand its gradients to the background chain.
+static void pend_start(Pipe *p, int step, double t0) {
+    const Backend *be = p->m->be;
+    size_t n = p->hi - p->lo;
+    float *t = p->gbuf;
+    p->gbuf = p->gspare, p->gspare = t;
+    be->fill(p->gbuf, 0.f, n);
+    if (p->replica) {
+        t = p->wgrad;
+        p->wgrad = p->wspare, p->wspare = t;
+        be->fill(p->wgrad, 0.f, p->tie_n);
+    }
+    use_version(p, p->cur_ver);  // blocks now accumulate into the fresh buffers
+    p->pend.step = step;
+    p->pend.t0 = t0;
+    p->pend.g = p->gspare;
+    p->pend.wg = p->wspare;
+    p->pend.v[0] = 0;
+    p->pend.v[1] = p->last ? p->loss_sum / p->pc->K : 0;
+    p->loss_sum = 0;
+    p->pend.req[0] = comm_iallreduce(p->g->dp_comm, p->pend.g, n);
+    p->pend.req[1] = p->replica ? comm_iallreduce(p->g->dp_comm, p->pend.wg, p->tie_n)
+                                : (CommReq){0};
+    p->pend.phase = 1;
+    pend_advance(p, 0);
+}
+
+// Finishes the pending update: W(t+1) = W(t) - opt(g_t), over W(t-1)'s buffer.
+static void pend_complete(Pipe *p) {
+    if (!p->pend.phase) return;
+    comm_set_context(p->pend.step + 1, "pipeline 2bw update");
+    pend_advance(p, 1);
+    const Backend *be = p->m->be;
+    size_t n = p->hi - p->lo;
+    int step = p->pend.step;
+    double norm = sqrt(p->pend.v[0]), loss = p->pend.v[1];
+    float lr = lr_at(&p->opt->cfg, step);
+    if (isfinite(loss) && isfinite(norm)) {
+        float scale = clip_scale((float)norm, p->pc->grad_clip);
+        int newest = step == 0 ? 0 : (step & 1), next = (step + 1) & 1;
+        be->copy(p->pbuf[next], p->pbuf[newest], n);
+        if (p->replica) be->copy(p->wbuf[next], p->wbuf[newest], p->tie_n);
+        float *g = p->gbuf, *wg = p->wgrad;  // the update reads the batch's gradients
+        p->gbuf = p->pend.g, p->wgrad = p->pend.wg;
+        apply_update(p, &p->opt->cfg, next, lr, scale);
+        p->gbuf = g, p->wgrad = wg;
+    }
+    p->pend.phase = 0;
+    if (!p->stop) p->stop = p->io->report(p->io->ctx, step + 1, loss, norm, lr, now_sec() - p->pend.t0);
+}
+
 int pipeline_train(GPT *m, const Grid *g, const PipelineConfig *pc, AdamW *opt, int start,
                    int steps, const PipelineIO *io) {
     memory_report[0] = memory_report[1] = memory_report[2] = 0;
@@ -299,7 +412,14 @@ int pipeline_train(GPT *m, const Grid *g, const PipelineConfig *pc, AdamW *opt, 
     be->release(m->params), be->release(m->grads);
     m->params = m->grads = NULL;
     use_version(&p, 0);
-    p.hooks = (BlockHooks){.poll = poll_hook};
+    p.hooks = (BlockHooks){.poll = poll_hook, .ctx = &p};
+    p.opt = opt;
+    p.io = io;
+    if (p.nver == 2) {
+        p.gspare = be->alloc(n);
+        if (p.replica) p.wspare = be->alloc(p.tie_n);
+        memory_report[1] *= 2;
+    }
     const BlockHooks *saved = m->hooks;
     m->hooks = &p.hooks;
     float grad_scale = 1.0f / ((float)pc->B * pc->T * pc->K * g->dp);
@@ -328,10 +448,12 @@ int pipeline_train(GPT *m, const Grid *g, const PipelineConfig *pc, AdamW *opt, 
         int nf = 0, nb = 0, inflight = 0;
         double t0 = now_sec();
 #define VERSION_OF(gi) ((gi) / K == 0 ? 0 : (((gi) / K - 1) & 1))
-        while (nb < total && !rc) {
+        while (nb < total && !p.stop) {
             int do_forward = nf < total && (nf < warm || nf - nb <= warm);
             if (do_forward && nf - nb < p.nslots) {
                 int gi = g0 + nf;
+                // batch t+2 needs W(t+1): the pending update of batch t must be applied first
+                if (p.pend.phase && gi / K >= p.pend.step + 2) pend_complete(&p);
                 use_version(&p, VERSION_OF(gi));
                 forward_micro(&p, gi, io, gi / K, gi % K);
                 nf++;
@@ -343,10 +465,13 @@ int pipeline_train(GPT *m, const Grid *g, const PipelineConfig *pc, AdamW *opt, 
             backward_micro(&p, gi, gi / K, grad_scale);
             nb++, inflight--;
             if (gi % K == K - 1) {
-                rc = finish_batch(&p, opt, gi / K, io, t0);
+                pend_complete(&p);  // (normally already applied) keeps one update in flight
+                pend_start(&p, gi / K, t0);
                 t0 = now_sec();
             }
         }
+        pend_complete(&p);
+        rc = p.stop;
 #undef VERSION_OF
         for (int k = 0; k < p.nslots; k++) comm_wait(&p.send_x[k]), comm_wait(&p.send_dx[k]);
     }
@@ -361,7 +486,8 @@ int pipeline_train(GPT *m, const Grid *g, const PipelineConfig *pc, AdamW *opt, 
         m->blocks[b].grads = m->grads + m->blocks[b].off;
     }
     opt->t = p.t;
-    float *bufs[] = {p.pbuf[0], p.pbuf[1], p.gbuf, p.om, p.ov, p.wbuf[0], p.wbuf[1], p.wgrad, p.wm, p.wv};
+    float *bufs[] = {p.pbuf[0], p.pbuf[1], p.gbuf, p.om, p.ov, p.wbuf[0], p.wbuf[1], p.wgrad,
+                     p.wm,      p.wv,      p.gspare, p.wspare};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->release(bufs[i]);
     m->hooks = saved;

@@ -1,0 +1,29 @@
+// profile.h — measured per-block costs on this machine, the planner's input. Layers are
+// identical, so one layer is measured; the embedding and the head are measured separately.
+// A profile can be saved as JSON and read back, so a plan for a cluster can be made from a
+// profile taken on one of its machines.
+#pragma once
+#include "../model/gpt.h"
+
+#define PROFILE_MAX_B 8
+
+typedef struct {
+    int b;  // micro-batch size
+    // seconds per micro-batch: forward and backward of the embedding, one layer, the head
+    double fwd[3], bwd[3];
+} ProfileRow;
+
+typedef struct {
+    GPTConfig cfg;
+    int T, threads, nrows;
+    ProfileRow rows[PROFILE_MAX_B];
+} Profile;
+
+enum { PROF_EMBED = 0, PROF_LAYER = 1, PROF_HEAD = 2 };
+
+// Times forward/backward of each block kind for micro-batch sizes 1, 2, 4, ... up to max_b.
+int profile_measure(Profile *p, const GPTConfig *cfg, int T, int max_b, int threads);
+int profile_save(const Profile *p, const char *path);
+int profile_load(Profile *p, const char *path);
+// The row for micro-batch b (NULL when not profiled).
+const ProfileRow *profile_row(const Profile *p, int b);
