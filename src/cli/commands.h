@@ -5,4 +5,5 @@ int cmd_train(int argc, char **argv);
 int cmd_prepare(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
 int cmd_export(int argc, char **argv);

@@ -13,7 +13,8 @@ static void usage(FILE *f) {
           "  prepare   turn text files into token shards (loom prepare --help)\n"
           "  sample    generate text from a checkpoint (loom sample --help)\n"
           "  export    write a checkpoint as Hugging Face safetensors (loom export --help)\n"
-          "  plot      draw the loss curve of a metrics file (loom plot --help)\n",
+          "  plot      draw the loss curve of a metrics file (loom plot --help)\n"
+          "  plan      profile the model and pick dp/pp/micro-batch/recompute (loom plan --help)\n",
           f);
 }
 
@@ -32,6 +33,7 @@ int main(int argc, char **argv) {
     if (!strcmp(c, "sample")) return cmd_sample(argc - 1, argv + 1);
     if (!strcmp(c, "export")) return cmd_export(argc - 1, argv + 1);
     if (!strcmp(c, "plot")) return cmd_plot(argc - 1, argv + 1);
+    if (!strcmp(c, "plan")) return cmd_plan(argc - 1, argv + 1);
     fprintf(stderr, "loom: unknown command '%s'\n", c);
     usage(stderr);
     return EXIT_USAGE;

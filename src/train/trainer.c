@@ -25,6 +25,7 @@
 #include "../parallel/data_parallel.h"
 #include "../parallel/grid.h"
 #include "../parallel/pipeline.h"
+#include "../plan/planner.h"
 #include "../rng.h"
 #include "optim.h"
 #include "progress.h"
@@ -44,6 +45,7 @@ void train_args_defaults(TrainArgs *a) {
     a->co2 = 0, a->tau = 12, a->outer_lr = 1.0f, a->outer_momentum = 0.5f, a->gap_penalty = 1.0f;
     a->outer_clip = 1.0f, a->gap_mode = "constant";
     a->pp = 1, a->schedule = "1f1b", a->stage_layers = NULL;
+    a->plan = NULL, a->plan_mem_gb = 0, a->plan_bandwidth_gbps = 1.0f;
 }
 
 // Everything one training process holds.
@@ -368,7 +370,53 @@ static int train_pipeline(Trainer *tr, Metrics *mt) {
     return 0;
 }
 
-int train_run(const TrainArgs *a) {
+// --plan auto: rank 0 profiles the model and searches the plans for this job's ranks with
+// global batch = --batch x --grad-accum x --dp; every rank adopts the best one.
+static void apply_auto_plan(TrainArgs *b) {
+    Comm *world = comm_world(NULL, NULL);
+    double msg[5] = {0};
+    char layers[128] = "";
+    if (world->rank == 0) {
+        GPTConfig cfg = {.L = b->layers, .H = b->heads, .C = b->dim, .V = b->vocab,
+                         .maxT = b->block_size};
+        if (b->init && init_read_config(b->init, b->heads, &cfg)) die_last(EXIT_INPUT);
+        int threads = b->threads > 0 ? b->threads : 1;
+        backend_cpu_set_threads(threads);
+        Profile prof;
+        if (profile_measure(&prof, &cfg, b->seq, 8, threads)) die_last(EXIT_USAGE);
+        long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGE_SIZE);
+        const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+        int local_n = local ? atoi(local) : 1;
+        PlanInput in = {.workers = world->size,
+                        .mem_bytes = b->plan_mem_gb > 0 ? b->plan_mem_gb * 1073741824.0
+                                                        : (double)pages * psize / local_n * 0.8,
+                        .bandwidth = b->plan_bandwidth_gbps * 1e9 / 8, .latency = 1e-4,
+                        .global_batch = b->batch * b->grad_accum * b->dp,
+                        .cores = local_n > 1 ? (double)sysconf(_SC_NPROCESSORS_ONLN) : 0};
+        Plan best;
+        if (plan_search(&prof, &in, &best, 1) != 1)
+            die(EXIT_INPUT, "--plan auto: no plan fits the memory of this machine");
+        msg[0] = best.w, msg[1] = best.d, msg[2] = best.b, msg[3] = best.K, msg[4] = best.recompute;
+        snprintf(layers, sizeof layers, "%s", best.stage_layers);
+        fprintf(stderr, "loom: --plan auto: dp %d x pp %d, micro-batch %d x %d, recompute %s, "
+                "stages %s: predicted %.0f tok/s\n", best.w, best.d, best.b, best.K,
+                best.recompute ? "on" : "off", best.d > 1 ? best.stage_layers : "-",
+                best.tokens_per_s);
+    }
+    comm_broadcast(world, msg, sizeof msg, 0);
+    comm_broadcast(world, layers, sizeof layers, 0);
+    b->dp = (int)msg[0], b->pp = (int)msg[1], b->batch = (int)msg[2];
+    b->grad_accum = (int)msg[3], b->recompute = (int)msg[4];
+    if (b->pp > 1) {
+        b->schedule = "2bw";
+        b->stage_layers = strdup(layers);
+    }
+}
+
+int train_run(const TrainArgs *args) {
+    TrainArgs planned = *args;
+    if (args->plan) apply_auto_plan(&planned);
+    const TrainArgs *a = &planned;
     Trainer tr = {.a = a};
     setup_grid(&tr);
     backend_cpu_set_threads(a->threads);

@@ -24,6 +24,8 @@ typedef struct {
     int pp;                  // pipeline stages
     char *schedule;          // gpipe | 1f1b | 2bw
     char *stage_layers;      // transformer layers per stage, e.g. "3,3" (NULL: balanced)
+    char *plan;              // "auto": profile and pick dp/pp/batch/grad-accum/recompute
+    float plan_mem_gb, plan_bandwidth_gbps;
     float bucket_mb, comm_timeout;
     // CO2: local steps + one-round-stale outer all-reduce (the dp ranks are its workers)
     int co2, tau;
