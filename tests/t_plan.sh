@@ -35,7 +35,7 @@ print("cost model terms match the formulas; best on 1 Gbit/s:", plans[0])
 PY
 $LOOM plan --profile "$d/prof.json" --workers 2 --global-batch 8 --bandwidth-gbps 0.0002 --json "$d/slow.json"
 $PY -c "import json,sys; p=json.load(open('$d/slow.json'))[0]; print('best on 200 kbit/s:', p); sys.exit(0 if p['d'] == 2 else 1)"
-if out=$($LOOM plan --profile "$d/prof.json" --workers 2 --mem-gb 0.000001 2>&1); then exit 1; fi
+if out=$($LOOM plan --profile "$d/prof.json" --workers 2 --mem-gb 0.001 2>&1); then exit 1; fi
 grep -q "no plan fits" <<<"$out"
 echo '{"format": "other"}' > "$d/bad.json"
 if out=$($LOOM plan --profile "$d/bad.json" 2>&1); then exit 1; fi
