@@ -65,7 +65,8 @@ static uint32_t crc_table[256];
 static void crc_init(void) {
     for (uint32_t i = 0; i < 256; i++) {
         uint32_t c = i;
-        for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
         crc_table[i] = c;
     }
 }
@@ -74,7 +75,8 @@ uint32_t crc32_update(uint32_t crc, const void *data, size_t n) {
     if (!crc_table[1]) crc_init();
     const uint8_t *p = data;
     crc = ~crc;
-    for (size_t i = 0; i < n; i++) crc = crc_table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
+    for (size_t i = 0; i < n; i++)
+        crc = crc_table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
     return ~crc;
 }
 

@@ -9,6 +9,6 @@ typedef struct {
 
 void rng_seed(Rng *r, uint64_t seed, uint64_t stream);
 uint32_t rng_u32(Rng *r);
-float rng_uniform(Rng *r);               // [0, 1)
-float rng_normal(Rng *r);                // N(0, 1)
-uint32_t rng_below(Rng *r, uint32_t n);  // uniform in [0, n)
+float rng_uniform(Rng *r);              // [0, 1)
+float rng_normal(Rng *r);               // N(0, 1)
+uint32_t rng_below(Rng *r, uint32_t n); // uniform in [0, n)

@@ -15,8 +15,10 @@ static void make_shards(void) {
     snprintf(dir, sizeof dir, "/tmp/loom_data_XXXXXX");
     if (!mkdtemp(dir)) abort();
     uint16_t a[100], b[61];
-    for (int i = 0; i < 100; i++) a[i] = (uint16_t)i;
-    for (int i = 0; i < 61; i++) b[i] = (uint16_t)(100 + i);
+    for (int i = 0; i < 100; i++)
+        a[i] = (uint16_t)i;
+    for (int i = 0; i < 61; i++)
+        b[i] = (uint16_t)(100 + i);
     char p[128];
     snprintf(p, sizeof p, "%s/s_000.bin", dir);
     shard_write(p, a, 100);
@@ -33,9 +35,10 @@ TEST(sequential_windows_cross_shards) {
           (unsigned long long)dataset_num_windows(&d, B, T));
     for (uint64_t w = 0; w < 10; w++) {
         dataset_window(&d, w, B, T, 0, 0, in, tg);
-        int start = (int)(w % 8) * 20;  // wraps after 8 windows
+        int start = (int)(w % 8) * 20; // wraps after 8 windows
         int ok = 1;
-        for (int i = 0; i < 20; i++) ok &= in[i] == start + i && tg[i] == start + i + 1;
+        for (int i = 0; i < 20; i++)
+            ok &= in[i] == start + i && tg[i] == start + i + 1;
         CHECK(ok, "window %llu starts at %d, expected %d", (unsigned long long)w, in[0], start);
     }
     dataset_close(&d);
@@ -45,7 +48,7 @@ TEST(shuffled_windows_are_a_seeded_permutation) {
     DataSet d;
     dataset_open(&d, dir, 200);
     int B = 1, T = 4, in[4], tg[4];
-    uint64_t nw = dataset_num_windows(&d, B, T);  // 40
+    uint64_t nw = dataset_num_windows(&d, B, T); // 40
     int seen[40] = {0}, order1[40], differs = 0, differs_epoch = 0;
     for (uint64_t w = 0; w < nw; w++) {
         dataset_window(&d, w, B, T, 1, 42, in, tg);
@@ -56,10 +59,11 @@ TEST(shuffled_windows_are_a_seeded_permutation) {
         CHECK(tg[0] == in[0] + 1, "targets shifted by one");
     }
     int all_once = 1;
-    for (uint64_t i = 0; i < nw; i++) all_once &= seen[i] == 1;
+    for (uint64_t i = 0; i < nw; i++)
+        all_once &= seen[i] == 1;
     CHECK(all_once, "each window exactly once per epoch");
     CHECK(differs > 30, "order is shuffled (%d of 40 moved)", differs);
-    for (uint64_t w = 0; w < nw; w++) {  // same seed → same order; next epoch → another order
+    for (uint64_t w = 0; w < nw; w++) { // same seed → same order; next epoch → another order
         dataset_window(&d, w, B, T, 1, 42, in, tg);
         CHECK(in[0] / 4 == order1[w], "deterministic");
         dataset_window(&d, w + nw, B, T, 1, 42, in, tg);
@@ -80,8 +84,8 @@ TEST(vocab_and_glob_checks) {
 }
 
 TEST(lr_schedules) {
-    OptConfig c = {.lr = 1.0f, .min_lr = 0.1f, .schedule = LR_COSINE, .warmup = 10,
-                   .total_steps = 110};
+    OptConfig c = {
+        .lr = 1.0f, .min_lr = 0.1f, .schedule = LR_COSINE, .warmup = 10, .total_steps = 110};
     CHECK(close_enough(lr_at(&c, 0), 0.1, 1e-6, 0), "warmup start %f", lr_at(&c, 0));
     CHECK(close_enough(lr_at(&c, 9), 1.0, 1e-6, 0), "warmup end %f", lr_at(&c, 9));
     CHECK(close_enough(lr_at(&c, 10), 1.0, 1e-6, 0), "cosine start");

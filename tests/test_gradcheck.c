@@ -15,12 +15,14 @@ static const Backend *be;
 
 static float *randv(size_t n, float s) {
     float *x = xalloc_floats(n);
-    for (size_t i = 0; i < n; i++) x[i] = s * rng_normal(&rng);
+    for (size_t i = 0; i < n; i++)
+        x[i] = s * rng_normal(&rng);
     return x;
 }
 static double dot(const float *a, const float *b, size_t n) {
     double s = 0;
-    for (size_t i = 0; i < n; i++) s += (double)a[i] * b[i];
+    for (size_t i = 0; i < n; i++)
+        s += (double)a[i] * b[i];
     return s;
 }
 
@@ -115,7 +117,7 @@ TEST(attention_grad) {
     CHECK(!fd_check("dqkv", att_f, &c, c.qkv, dqkv, nq, 150, 2e-2, 2e-3), "attention dqkv");
     // causality: output at t=0 must not depend on later positions' keys
     float before = c.out[0];
-    c.qkv[(size_t)3 * 3 * c.C + c.C] += 5.f;  // key of position 3, batch 0
+    c.qkv[(size_t)3 * 3 * c.C + c.C] += 5.f; // key of position 3, batch 0
     att_f(&c);
     CHECK(c.out[0] == before, "attention leaks future keys");
 }
@@ -160,14 +162,17 @@ TEST(softmax_xent_grad) {
     size_t n = (size_t)c.N * c.V;
     c.logits = randv(n, 2), c.work = xalloc_floats(n), c.losses = xalloc_floats(c.N);
     c.targets = xcalloc(c.N, sizeof(int));
-    for (int i = 0; i < c.N; i++) c.targets[i] = (int)rng_below(&rng, c.V);
+    for (int i = 0; i < c.N; i++)
+        c.targets[i] = (int)rng_below(&rng, c.V);
     double loss = xent_f(&c);
     // reference loss in double
     double ref = 0;
     for (int i = 0; i < c.N; i++) {
         double mx = -1e30, s = 0;
-        for (int j = 0; j < c.V; j++) mx = fmax(mx, c.logits[i * c.V + j]);
-        for (int j = 0; j < c.V; j++) s += exp(c.logits[i * c.V + j] - mx);
+        for (int j = 0; j < c.V; j++)
+            mx = fmax(mx, c.logits[i * c.V + j]);
+        for (int j = 0; j < c.V; j++)
+            s += exp(c.logits[i * c.V + j] - mx);
         ref += log(s) + mx - c.logits[i * c.V + c.targets[i]];
     }
     CHECK(close_enough(loss, ref, 1e-5, 1e-5), "loss %f vs %f", loss, ref);
@@ -193,7 +198,8 @@ TEST(encoder_grad) {
     EncCtx c = {.B = 2, .T = 5, .C = 8, .V = 6};
     size_t n = (size_t)c.B * c.T * c.C;
     c.inp = xcalloc((size_t)c.B * c.T, sizeof(int));
-    for (int i = 0; i < c.B * c.T; i++) c.inp[i] = (int)rng_below(&rng, 4);  // repeats
+    for (int i = 0; i < c.B * c.T; i++)
+        c.inp[i] = (int)rng_below(&rng, 4); // repeats
     c.wte = randv((size_t)c.V * c.C, 1), c.wpe = randv((size_t)c.T * c.C, 1);
     c.R = randv(n, 1), c.out = xalloc_floats(n);
     float *dwte = xalloc_floats((size_t)c.V * c.C), *dwpe = xalloc_floats((size_t)c.T * c.C);
@@ -215,8 +221,11 @@ typedef struct {
 static double block_f(void *v) {
     BlockCtx *c = v;
     const Block *blk = &c->m->blocks[c->b];
-    BlockIO io = {.tokens = c->ws->tokens, .targets = c->ws->targets, .x_in = c->x_in,
-                  .x_out = c->x_out, .wte = gpt_embed(c->m)->params};
+    BlockIO io = {.tokens = c->ws->tokens,
+                  .targets = c->ws->targets,
+                  .x_in = c->x_in,
+                  .x_out = c->x_out,
+                  .wte = gpt_embed(c->m)->params};
     block_forward(c->m, blk, c->ws, &io);
     if (blk->kind == BLOCK_HEAD) return io.loss_sum;
     return dot(c->x_out, c->R, c->nout);
@@ -227,7 +236,8 @@ static void check_blocks(int recompute) {
     GPT m;
     CHECK(gpt_create(&m, &cfg, be) == 0, "create: %s", loom_errmsg());
     gpt_init_weights(&m, 7);
-    for (size_t i = 0; i < m.nparams; i++) m.params[i] += 0.3f * rng_normal(&rng);  // non-trivial LN
+    for (size_t i = 0; i < m.nparams; i++)
+        m.params[i] += 0.3f * rng_normal(&rng); // non-trivial LN
     Workspace ws;
     int B = 2, T = 5;
     CHECK(workspace_create(&ws, &m, B, T, recompute) == 0, "ws");
@@ -238,14 +248,24 @@ static void check_blocks(int recompute) {
     size_t n = (size_t)B * T * cfg.C;
     for (int b = 0; b < m.nblocks; b++) {
         const Block *blk = &m.blocks[b];
-        BlockCtx c = {.m = &m, .ws = &ws, .b = b, .x_in = randv(n, 1), .x_out = xalloc_floats(n),
-                      .R = randv(n, 1), .nout = n};
+        BlockCtx c = {.m = &m,
+                      .ws = &ws,
+                      .b = b,
+                      .x_in = randv(n, 1),
+                      .x_out = xalloc_floats(n),
+                      .R = randv(n, 1),
+                      .nout = n};
         gpt_zero_grad(&m);
         block_f(&c);
         float *dx = xalloc_floats(n);
         memcpy(dx, c.R, n * sizeof(float));
-        BlockIO io = {.tokens = ws.tokens, .targets = ws.targets, .x_in = c.x_in, .x_out = c.x_out,
-                      .dx = dx, .wte = gpt_embed(&m)->params, .dwte = gpt_embed(&m)->grads,
+        BlockIO io = {.tokens = ws.tokens,
+                      .targets = ws.targets,
+                      .x_in = c.x_in,
+                      .x_out = c.x_out,
+                      .dx = dx,
+                      .wte = gpt_embed(&m)->params,
+                      .dwte = gpt_embed(&m)->grads,
                       .grad_scale = 1.0f};
         block_backward(&m, blk, &ws, &io);
         char what[64];
@@ -256,7 +276,7 @@ static void check_blocks(int recompute) {
             snprintf(what, sizeof what, "block %d dx_in", b);
             CHECK(!fd_check(what, block_f, &c, c.x_in, dx, n, 60, 3e-2, 3e-3), "%s", what);
         }
-        if (blk->kind == BLOCK_HEAD) {  // tied embedding gradient through the head
+        if (blk->kind == BLOCK_HEAD) { // tied embedding gradient through the head
             float *wte = gpt_embed(&m)->params, *dwte = gpt_embed(&m)->grads;
             CHECK(!fd_check("head dwte", block_f, &c, wte, dwte, (size_t)cfg.V * cfg.C, 60, 3e-2,
                             3e-3),
@@ -284,7 +304,8 @@ TEST(model_grad_and_recompute_identical) {
     workspace_create(&wa, &a, B, T, 0);
     workspace_create(&wb, &b, B, T, 1);
     int tok[12], tgt[12];
-    for (int i = 0; i < 12; i++) tok[i] = (int)rng_below(&rng, 11), tgt[i] = (int)rng_below(&rng, 11);
+    for (int i = 0; i < 12; i++)
+        tok[i] = (int)rng_below(&rng, 11), tgt[i] = (int)rng_below(&rng, 11);
     double la = gpt_forward(&a, &wa, tok, tgt), lb = gpt_forward(&b, &wb, tok, tgt);
     CHECK(la == lb, "recompute changes the loss: %f vs %f", la, lb);
     gpt_backward(&a, &wa, 1.0f / (B * T));

@@ -13,23 +13,23 @@ typedef struct Backend {
     const char *name;
 
     // ---- memory (device buffers; on the CPU these are host buffers)
-    float *(*alloc)(size_t n);   // zeroed
+    float *(*alloc)(size_t n); // zeroed
     void (*release)(float *p);
     void (*upload)(float *dst, const float *host_src, size_t n);
     void (*download)(float *host_dst, const float *src, size_t n);
     void (*fill)(float *x, float v, size_t n);
     void (*copy)(float *dst, const float *src, size_t n);
     void (*scale)(float *x, float s, size_t n);
-    double (*sumsq)(const float *x, size_t n);       // Σ x² in double
-    int (*all_finite)(const float *x, size_t n);     // 1 when no NaN/inf
+    double (*sumsq)(const float *x, size_t n);   // Σ x² in double
+    int (*all_finite)(const float *x, size_t n); // 1 when no NaN/inf
 
     // ---- kernels
     // out (B,T,C) = wte[inp] + wpe[t]
-    void (*encoder_forward)(float *out, const int *inp, const float *wte, const float *wpe,
-                            int B, int T, int C);
+    void (*encoder_forward)(float *out, const int *inp, const float *wte, const float *wpe, int B,
+                            int T, int C);
     // dwte (V,C) += scatter of dout; dwpe (maxT,C) += Σ_b dout
-    void (*encoder_backward)(float *dwte, float *dwpe, const float *dout, const int *inp,
-                             int B, int T, int C);
+    void (*encoder_backward)(float *dwte, float *dwpe, const float *dout, const int *inp, int B,
+                             int T, int C);
     // out (N,C), mean (N), rstd (N) = layernorm(inp (N,C)) · w + b, eps 1e-5
     void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
                               const float *w, const float *b, int N, int C);
@@ -38,8 +38,8 @@ typedef struct Backend {
                                const float *inp, const float *w, const float *mean,
                                const float *rstd, int N, int C);
     // out (N,OC) = inp (N,C) · w (OC,C)ᵀ + bias (OC) (bias may be NULL)
-    void (*matmul_forward)(float *out, const float *inp, const float *w, const float *bias,
-                           int N, int C, int OC);
+    void (*matmul_forward)(float *out, const float *inp, const float *w, const float *bias, int N,
+                           int C, int OC);
     // dinp (N,C) = dout · w (overwritten; skipped when dinp is NULL),
     // dw (OC,C) += doutᵀ · inp, dbias (OC) += Σ_n dout (skipped when NULL)
     void (*matmul_backward)(float *dinp, float *dw, float *dbias, const float *dout,
@@ -48,8 +48,8 @@ typedef struct Backend {
     void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C,
                               int NH);
     // dqkv (B,T,3C) overwritten from dout (B,T,C)
-    void (*attention_backward)(float *dqkv, const float *dout, const float *qkv,
-                               const float *att, int B, int T, int C, int NH);
+    void (*attention_backward)(float *dqkv, const float *dout, const float *qkv, const float *att,
+                               int B, int T, int C, int NH);
     // GELU, tanh approximation, elementwise over n
     void (*gelu_forward)(float *out, const float *inp, size_t n);
     void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
@@ -57,16 +57,15 @@ typedef struct Backend {
     void (*residual_forward)(float *out, const float *a, const float *b, size_t n);
     // logits (N,V) are replaced by softmax probabilities; losses (N) = -log p[target].
     // Returns Σ losses (double). targets must be in [0,V).
-    double (*softmax_xent_forward)(float *logits_probs, float *losses, const int *targets,
-                                   int N, int V);
+    double (*softmax_xent_forward)(float *logits_probs, float *losses, const int *targets, int N,
+                                   int V);
     // in place: probs (N,V) → dlogits = (probs − onehot(target)) · scale
     void (*softmax_xent_backward)(float *probs_dlogits, const int *targets, float scale, int N,
                                   int V);
     // one AdamW step over n elements. grads are multiplied by grad_scale first (clipping);
     // bias corrections use step t ≥ 1.
     void (*adamw)(float *param, const float *grad, float *m, float *v, size_t n, float lr,
-                  float beta1, float beta2, float eps, float weight_decay, float grad_scale,
-                  int t);
+                  float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t);
 } Backend;
 
 const Backend *backend_cpu(void);

@@ -11,24 +11,25 @@
 #include "backend.h"
 
 #define LN_EPS 1e-5f
-#define GELU_K 0.7978845608028654f  // sqrt(2/pi)
+#define GELU_K 0.7978845608028654f // sqrt(2/pi)
 
 // ------------------------------------------------------------------ vector math
 // expf and tanhf from libm are scalar calls; these inline versions vectorize under
 // `omp simd` and are accurate to a few ulp (Cody-Waite range reduction + degree-6 polynomial).
 
 static inline float fast_expf(float x) {
-    x = x < -87.0f ? -87.0f : x;  // ternaries, not fminf/fmaxf: NaN passes through
+    x = x < -87.0f ? -87.0f : x; // ternaries, not fminf/fmaxf: NaN passes through
     x = x > 88.0f ? 88.0f : x;
     // round x·log2(e) to an integer n by adding 1.5·2^23: n lands in t's low mantissa bits
     float t = x * 1.4426950409f + 12582912.0f;
     float n = t - 12582912.0f;
-    float r = x - n * 0.693145752f - n * 1.428606765e-6f;  // |r| <= ln2/2
-    float p = 1.0f + r * (1.0f + r * (0.5f + r * (0.1666666667f + r * (0.0416666667f +
-              r * (0.0083333333f + r * 0.0013888889f)))));
+    float r = x - n * 0.693145752f - n * 1.428606765e-6f; // |r| <= ln2/2
+    float p = 1.0f + r * (1.0f + r * (0.5f + r * (0.1666666667f +
+                                                  r * (0.0416666667f +
+                                                       r * (0.0083333333f + r * 0.0013888889f)))));
     uint32_t tb;
     memcpy(&tb, &t, sizeof tb);
-    uint32_t sb = (tb - 0x4B400000u + 127u) << 23;  // 2^n (unsigned: no UB for any input)
+    uint32_t sb = (tb - 0x4B400000u + 127u) << 23; // 2^n (unsigned: no UB for any input)
     float scale;
     memcpy(&scale, &sb, sizeof scale);
     return p * scale;
@@ -46,11 +47,13 @@ static void cpu_copy(float *dst, const float *src, size_t n) {
 }
 static void cpu_fill(float *x, float v, size_t n) {
 #pragma omp parallel for simd schedule(static) if (n > 65536)
-    for (size_t i = 0; i < n; i++) x[i] = v;
+    for (size_t i = 0; i < n; i++)
+        x[i] = v;
 }
 static void cpu_scale(float *x, float s, size_t n) {
 #pragma omp parallel for simd schedule(static) if (n > 65536)
-    for (size_t i = 0; i < n; i++) x[i] *= s;
+    for (size_t i = 0; i < n; i++)
+        x[i] *= s;
 }
 // Deterministic parallel sum: fixed chunks, partials combined in chunk order.
 static double cpu_sumsq(const float *x, size_t n) {
@@ -61,17 +64,20 @@ static double cpu_sumsq(const float *x, size_t n) {
         size_t i0 = n * k / CHUNKS, i1 = n * (k + 1) / CHUNKS;
         double acc = 0.0;
 #pragma omp simd reduction(+ : acc)
-        for (size_t i = i0; i < i1; i++) acc += (double)x[i] * x[i];
+        for (size_t i = i0; i < i1; i++)
+            acc += (double)x[i] * x[i];
         part[k] = acc;
     }
     double acc = 0.0;
-    for (int k = 0; k < CHUNKS; k++) acc += part[k];
+    for (int k = 0; k < CHUNKS; k++)
+        acc += part[k];
     return acc;
 }
 static int cpu_all_finite(const float *x, size_t n) {
     int bad = 0;
 #pragma omp parallel for reduction(| : bad) schedule(static) if (n > 65536)
-    for (size_t i = 0; i < n; i++) bad |= !isfinite(x[i]);
+    for (size_t i = 0; i < n; i++)
+        bad |= !isfinite(x[i]);
     return !bad;
 }
 
@@ -83,12 +89,13 @@ static void cpu_encoder_forward(float *out, const int *inp, const float *wte, co
     for (int bt = 0; bt < B * T; bt++) {
         const float *te = wte + (size_t)inp[bt] * C, *pe = wpe + (size_t)(bt % T) * C;
         float *o = out + (size_t)bt * C;
-        for (int c = 0; c < C; c++) o[c] = te[c] + pe[c];
+        for (int c = 0; c < C; c++)
+            o[c] = te[c] + pe[c];
     }
 }
 
-static void cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp,
-                                 int B, int T, int C) {
+static void cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B,
+                                 int T, int C) {
     // Channels are split across threads so no two threads ever add to the same element.
 #pragma omp parallel
     {
@@ -113,7 +120,8 @@ static void cpu_layernorm_forward(float *out, float *mean, float *rstd, const fl
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
         float m = 0.f;
-        for (int c = 0; c < C; c++) m += x[c];
+        for (int c = 0; c < C; c++)
+            m += x[c];
         m /= C;
         float var = 0.f;
         for (int c = 0; c < C; c++) {
@@ -122,7 +130,8 @@ static void cpu_layernorm_forward(float *out, float *mean, float *rstd, const fl
         }
         float s = 1.0f / sqrtf(var / C + LN_EPS);
         float *o = out + (size_t)n * C;
-        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * w[c] + b[c];
+        for (int c = 0; c < C; c++)
+            o[c] = (x[c] - m) * s * w[c] + b[c];
         mean[n] = m;
         rstd[n] = s;
     }
@@ -174,7 +183,8 @@ static void cpu_matmul_forward(float *out, const float *inp, const float *w, con
                                int N, int C, int OC) {
     if (bias) {
 #pragma omp parallel for schedule(static)
-        for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
+        for (int n = 0; n < N; n++)
+            memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C,
                 bias ? 1.0f : 0.0f, out, OC);
@@ -182,12 +192,12 @@ static void cpu_matmul_forward(float *out, const float *inp, const float *w, con
 
 static void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
                                 const float *inp, const float *w, int N, int C, int OC) {
-    if (dinp)  // (N,C) = (N,OC) · (OC,C)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C,
-                    0.0f, dinp, C);
+    if (dinp) // (N,C) = (N,OC) · (OC,C)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 0.0f,
+                    dinp, C);
     // (OC,C) += (OC,N) · (N,C)
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
-                dw, C);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw,
+                C);
     if (dbias) {
         enum { CB = 256 };
 #pragma omp parallel for schedule(static)
@@ -196,9 +206,11 @@ static void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const floa
             float acc[CB] = {0};
             for (int n = 0; n < N; n++) {
                 const float *d = dout + (size_t)n * OC;
-                for (int j = j0; j < j1; j++) acc[j - j0] += d[j];
+                for (int j = j0; j < j1; j++)
+                    acc[j - j0] += d[j];
             }
-            for (int j = j0; j < j1; j++) dbias[j] += acc[j - j0];
+            for (int j = j0; j < j1; j++)
+                dbias[j] += acc[j - j0];
         }
     }
 }
@@ -220,10 +232,11 @@ static void cpu_attention_forward(float *out, float *att, const float *qkv, int 
         float *a = att + (size_t)bh * T * T;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, (int)C3, k,
                     (int)C3, 0.0f, a, T);
-        for (int t = 0; t < T; t++) {  // causal softmax over j ≤ t
+        for (int t = 0; t < T; t++) { // causal softmax over j ≤ t
             float *row = a + (size_t)t * T;
             float mx = -INFINITY;
-            for (int j = 0; j <= t; j++) mx = row[j] > mx ? row[j] : mx;
+            for (int j = 0; j <= t; j++)
+                mx = row[j] > mx ? row[j] : mx;
             float sum = 0.f;
 #pragma omp simd reduction(+ : sum)
             for (int j = 0; j <= t; j++) {
@@ -231,8 +244,10 @@ static void cpu_attention_forward(float *out, float *att, const float *qkv, int 
                 sum += row[j];
             }
             float inv = 1.0f / sum;
-            for (int j = 0; j <= t; j++) row[j] *= inv;
-            for (int j = t + 1; j < T; j++) row[j] = 0.f;
+            for (int j = 0; j <= t; j++)
+                row[j] *= inv;
+            for (int j = t + 1; j < T; j++)
+                row[j] = 0.f;
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, v, (int)C3,
                     0.0f, out + (size_t)b * T * C + (size_t)h * hs, C);
@@ -256,17 +271,20 @@ static void cpu_attention_backward(float *dqkv, const float *dout, const float *
             const float *a = att + (size_t)bh * T * T;
             const float *dy = dout + (size_t)b * T * C + (size_t)h * hs;
             // datt (T,T) = dy · vᵀ ; dv (T,hs) = attᵀ · dy
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, v,
-                        (int)C3, 0.0f, datt, T);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, dy, C,
-                        0.0f, dv, (int)C3);
-            for (int t = 0; t < T; t++) {  // softmax backward, in place in datt
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, v, (int)C3,
+                        0.0f, datt, T);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, dy, C, 0.0f,
+                        dv, (int)C3);
+            for (int t = 0; t < T; t++) { // softmax backward, in place in datt
                 const float *ar = a + (size_t)t * T;
                 float *dr = datt + (size_t)t * T;
                 float dot = 0.f;
-                for (int j = 0; j <= t; j++) dot += ar[j] * dr[j];
-                for (int j = 0; j <= t; j++) dr[j] = ar[j] * (dr[j] - dot);
-                for (int j = t + 1; j < T; j++) dr[j] = 0.f;
+                for (int j = 0; j <= t; j++)
+                    dot += ar[j] * dr[j];
+                for (int j = 0; j <= t; j++)
+                    dr[j] = ar[j] * (dr[j] - dot);
+                for (int j = t + 1; j < T; j++)
+                    dr[j] = 0.f;
             }
             // dq = scale · dpre · k ; dk = scale · dpreᵀ · q
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, scale, datt, T, k,
@@ -318,18 +336,19 @@ static void cpu_gelu_backward(float *dinp, const float *inp, const float *dout, 
 
 static void cpu_residual_forward(float *out, const float *a, const float *b, size_t n) {
 #pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+    for (size_t i = 0; i < n; i++)
+        out[i] = a[i] + b[i];
 }
 
 // ------------------------------------------------------------------ loss
 
-static double cpu_softmax_xent_forward(float *lp, float *losses, const int *targets, int N,
-                                       int V) {
+static double cpu_softmax_xent_forward(float *lp, float *losses, const int *targets, int N, int V) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float *row = lp + (size_t)n * V;
         float mx = -INFINITY;
-        for (int j = 0; j < V; j++) mx = row[j] > mx ? row[j] : mx;
+        for (int j = 0; j < V; j++)
+            mx = row[j] > mx ? row[j] : mx;
         float zt = row[targets[n]];
         float sum = 0.f;
 #pragma omp simd reduction(+ : sum)
@@ -339,12 +358,14 @@ static double cpu_softmax_xent_forward(float *lp, float *losses, const int *targ
         }
         float inv = 1.0f / sum;
 #pragma omp simd
-        for (int j = 0; j < V; j++) row[j] *= inv;
-        float l = logf(sum) - (zt - mx);  // -log p[target], without underflow
+        for (int j = 0; j < V; j++)
+            row[j] *= inv;
+        float l = logf(sum) - (zt - mx); // -log p[target], without underflow
         losses[n] = l;
     }
-    double total = 0.0;  // summed in order: bit-reproducible
-    for (int n = 0; n < N; n++) total += losses[n];
+    double total = 0.0; // summed in order: bit-reproducible
+    for (int n = 0; n < N; n++)
+        total += losses[n];
     return total;
 }
 
@@ -353,7 +374,8 @@ static void cpu_softmax_xent_backward(float *pd, const int *targets, float scale
     for (int n = 0; n < N; n++) {
         float *row = pd + (size_t)n * V;
 #pragma omp simd
-        for (int j = 0; j < V; j++) row[j] *= scale;
+        for (int j = 0; j < V; j++)
+            row[j] *= scale;
         row[targets[n]] -= scale;
     }
 }

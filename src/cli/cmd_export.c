@@ -12,7 +12,8 @@ int cmd_export(int argc, char **argv) {
     char *out = NULL;
     int heads = 0;
     const Option opts[] = {
-        {"o", OPT_STR, &out, "output file: .safetensors (Hugging Face GPT-2) or .bin (llm.c)", NULL, 0, 0},
+        {"o", OPT_STR, &out, "output file: .safetensors (Hugging Face GPT-2) or .bin (llm.c)", NULL,
+         0, 0},
         {"heads", OPT_INT, &heads, "head count for weights files without n_head", NULL, 0, 1024},
     };
     char *pos[1];

@@ -58,17 +58,21 @@ int cmd_plan(int argc, char **argv) {
         {"bandwidth-gbps", OPT_FLOAT, &bw_gbps, "inter-worker bandwidth, Gbit/s", NULL, 1e-6, 1e6},
         {"latency-ms", OPT_FLOAT, &lat_ms, "per-message latency, ms", NULL, 0, 1e6},
         {"global-batch", OPT_INT, &gbatch, "sequences per optimizer step", NULL, 1, 1 << 24},
-        {"cores", OPT_FLOAT, &cores, "cores the workers share (0: each worker has its own)", NULL, 0, 1e6},
+        {"cores", OPT_FLOAT, &cores, "cores the workers share (0: each worker has its own)", NULL,
+         0, 1e6},
         {"threads", OPT_INT, &threads, "threads per worker when profiling", NULL, 1, 4096},
-        {"max-micro-batch", OPT_INT, &maxb, "largest micro-batch to profile (powers of two)", NULL, 1, 4096},
+        {"max-micro-batch", OPT_INT, &maxb, "largest micro-batch to profile (powers of two)", NULL,
+         1, 4096},
         {"profile", OPT_STR, &prof_in, "read this saved profile instead of measuring", NULL, 0, 0},
         {"save-profile", OPT_STR, &prof_out, "write the measured profile (JSON)", NULL, 0, 0},
         {"json", OPT_STR, &json, "write the best plans as JSON", NULL, 0, 0},
         {"top", OPT_INT, &top, "plans to show", NULL, 1, 512},
     };
     int n = (int)(sizeof opts / sizeof opts[0]);
-    int rc = options_parse(opts, n, argc, argv, "usage: loom plan [model flags] --workers N "
-                           "--mem-gb M --bandwidth-gbps B --global-batch G", NULL, 0, NULL);
+    int rc = options_parse(opts, n, argc, argv,
+                           "usage: loom plan [model flags] --workers N "
+                           "--mem-gb M --bandwidth-gbps B --global-batch G",
+                           NULL, 0, NULL);
     if (rc == 1) return 0;
     if (rc) die(EXIT_USAGE, "plan: %s", loom_errmsg());
     Profile prof;
@@ -79,14 +83,17 @@ int cmd_plan(int argc, char **argv) {
         if (init && init_read_config(init, 0, &cfg)) die_last(EXIT_INPUT);
         if (gpt_config_check(&cfg)) die_last(EXIT_USAGE);
         backend_cpu_set_threads(threads);
-        fprintf(stderr, "loom: profiling L%d H%d C%d V%d at T %d, %d thread(s)...\n", cfg.L,
-                cfg.H, cfg.C, cfg.V, seq, threads);
+        fprintf(stderr, "loom: profiling L%d H%d C%d V%d at T %d, %d thread(s)...\n", cfg.L, cfg.H,
+                cfg.C, cfg.V, seq, threads);
         if (profile_measure(&prof, &cfg, seq, maxb, threads)) die_last(EXIT_USAGE);
         if (prof_out && profile_save(&prof, prof_out)) die_last(EXIT_IO);
     }
-    PlanInput in = {.workers = workers, .mem_bytes = mem_gb * 1073741824.0,
-                    .bandwidth = bw_gbps * 1e9 / 8, .latency = lat_ms * 1e-3,
-                    .global_batch = gbatch, .cores = cores};
+    PlanInput in = {.workers = workers,
+                    .mem_bytes = mem_gb * 1073741824.0,
+                    .bandwidth = bw_gbps * 1e9 / 8,
+                    .latency = lat_ms * 1e-3,
+                    .global_batch = gbatch,
+                    .cores = cores};
     Plan *pl = xcalloc((size_t)top, sizeof(Plan));
     int k = plan_search(&prof, &in, pl, top);
     printf("plans for %d workers, %.1f GiB each, %.3g Gbit/s, global batch %d x T %d "
@@ -94,8 +101,8 @@ int cmd_plan(int argc, char **argv) {
            workers, mem_gb, bw_gbps, gbatch, prof.T, prof.cfg.L, prof.cfg.C, prof.cfg.V);
     if (!k) die(EXIT_INPUT, "no plan fits %.1f GiB per worker", mem_gb);
     print_plans(pl, k, prof.T, stdout);
-    printf("best: loom train --dp %d --pp %d --batch %d --grad-accum %d%s%s%s\n", pl[0].w,
-           pl[0].d, pl[0].b, pl[0].K, pl[0].d > 1 ? " --schedule 2bw --stage-layers " : "",
+    printf("best: loom train --dp %d --pp %d --batch %d --grad-accum %d%s%s%s\n", pl[0].w, pl[0].d,
+           pl[0].b, pl[0].K, pl[0].d > 1 ? " --schedule 2bw --stage-layers " : "",
            pl[0].d > 1 ? pl[0].stage_layers : "", pl[0].recompute ? " --recompute" : "");
     if (json && write_json(json, pl, k)) die_last(EXIT_IO);
     free(pl);

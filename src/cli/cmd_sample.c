@@ -14,20 +14,23 @@
 
 // Samples from the logits of one position: temperature, then top-k (0 = all).
 static int sample_token(const float *logits, int V, float temperature, int top_k, Rng *rng) {
-    if (temperature <= 0.f) {  // greedy
+    if (temperature <= 0.f) { // greedy
         int best = 0;
-        for (int j = 1; j < V; j++) best = logits[j] > logits[best] ? j : best;
+        for (int j = 1; j < V; j++)
+            best = logits[j] > logits[best] ? j : best;
         return best;
     }
     float *p = xmalloc((size_t)V * sizeof(float));
     float mx = -INFINITY;
-    for (int j = 0; j < V; j++) mx = logits[j] > mx ? logits[j] : mx;
+    for (int j = 0; j < V; j++)
+        mx = logits[j] > mx ? logits[j] : mx;
     float cutoff = -INFINITY;
-    if (top_k > 0 && top_k < V) {  // k-th largest logit by partial selection
+    if (top_k > 0 && top_k < V) { // k-th largest logit by partial selection
         memcpy(p, logits, (size_t)V * sizeof(float));
         for (int i = 0; i < top_k; i++) {
             int best = i;
-            for (int j = i + 1; j < V; j++) best = p[j] > p[best] ? j : best;
+            for (int j = i + 1; j < V; j++)
+                best = p[j] > p[best] ? j : best;
             float t = p[i];
             p[i] = p[best];
             p[best] = t;
@@ -73,15 +76,19 @@ int cmd_sample(int argc, char **argv) {
     const Option opts[] = {
         {"ckpt", OPT_STR, &ckpt, "checkpoint directory, .safetensors or llm.c .bin", NULL, 0, 0},
         {"prompt", OPT_STR, &prompt, "text to continue", NULL, 0, 0},
-        {"prompt-tokens", OPT_STR, &prompt_tokens, "comma-separated token ids instead of --prompt", NULL, 0, 0},
+        {"prompt-tokens", OPT_STR, &prompt_tokens, "comma-separated token ids instead of --prompt",
+         NULL, 0, 0},
         {"tokens", OPT_INT, &ntokens, "tokens to generate", NULL, 0, 1 << 24},
         {"temperature", OPT_FLOAT, &temperature, "sampling temperature (0 = greedy)", NULL, 0, 100},
-        {"top-k", OPT_INT, &top_k, "sample among the k most likely tokens (0 = all)", NULL, 0, 1 << 24},
+        {"top-k", OPT_INT, &top_k, "sample among the k most likely tokens (0 = all)", NULL, 0,
+         1 << 24},
         {"seed", OPT_INT, &seed, "sampling seed", NULL, 0, 0},
-        {"tokenizer", OPT_STR, &tok_dir, "tokenizer directory (default: the checkpoint's)", NULL, 0, 0},
+        {"tokenizer", OPT_STR, &tok_dir, "tokenizer directory (default: the checkpoint's)", NULL, 0,
+         0},
         {"heads", OPT_INT, &heads, "head count for weights files without n_head", NULL, 0, 1024},
         {"threads", OPT_INT, &threads, "CPU threads (0 = all cores)", NULL, 0, 4096},
-        {"dump-logits", OPT_STR, &dump, "write the prompt's logits (T,V) as raw float32 and exit", NULL, 0, 0},
+        {"dump-logits", OPT_STR, &dump, "write the prompt's logits (T,V) as raw float32 and exit",
+         NULL, 0, 0},
     };
     int n = (int)(sizeof opts / sizeof opts[0]);
     int rc = options_parse(opts, n, argc, argv, "usage: loom sample --ckpt DIR|FILE --prompt TEXT",
@@ -97,8 +104,10 @@ int cmd_sample(int argc, char **argv) {
 
     Tokenizer *tok = NULL;
     char dir[4200];
-    if (tok_dir) snprintf(dir, sizeof dir, "%s", tok_dir);
-    else snprintf(dir, sizeof dir, "%s/tokenizer", step_dir);
+    if (tok_dir)
+        snprintf(dir, sizeof dir, "%s", tok_dir);
+    else
+        snprintf(dir, sizeof dir, "%s/tokenizer", step_dir);
     if (tok_dir || step_dir[0]) {
         tok = tokenizer_load_dir(dir);
         if (!tok && tok_dir) die_last(EXIT_INPUT);
@@ -112,15 +121,18 @@ int cmd_sample(int argc, char **argv) {
     if (prompt_tokens) {
         if (parse_tokens(prompt_tokens, &ctx, V)) die_last(EXIT_USAGE);
     } else if (prompt && *prompt) {
-        if (!tok) die(EXIT_INPUT, "no tokenizer for --prompt (pass --tokenizer DIR or --prompt-tokens)");
+        if (!tok)
+            die(EXIT_INPUT, "no tokenizer for --prompt (pass --tokenizer DIR or --prompt-tokens)");
         tokenizer_encode(tok, prompt, strlen(prompt), &ctx);
     }
-    if (ctx.n == 0) token_list_push(&ctx, tok && tokenizer_eot(tok) >= 0 ? tokenizer_eot(tok) : '\n' % V);
+    if (ctx.n == 0)
+        token_list_push(&ctx, tok && tokenizer_eot(tok) >= 0 ? tokenizer_eot(tok) : '\n' % V);
 
     Workspace ws;
     if (workspace_create(&ws, &m, 1, maxT, 0)) die_last(EXIT_USAGE);
     if (dump) {
-        if ((int)ctx.n > maxT) die(EXIT_USAGE, "prompt longer than the model's block size %d", maxT);
+        if ((int)ctx.n > maxT)
+            die(EXIT_USAGE, "prompt longer than the model's block size %d", maxT);
         ws.T = (int)ctx.n;
         gpt_forward(&m, &ws, ctx.ids, NULL);
         float *logits = workspace_probs(&ws, &m);
@@ -133,7 +145,7 @@ int cmd_sample(int argc, char **argv) {
     if (prompt) fputs(prompt, stdout);
     for (int i = 0; i < ntokens; i++) {
         int T = (int)ctx.n < maxT ? (int)ctx.n : maxT;
-        ws.T = T;  // a workspace runs any T up to the one it was created for
+        ws.T = T; // a workspace runs any T up to the one it was created for
         gpt_forward(&m, &ws, ctx.ids + ctx.n - T, NULL);
         const float *logits = workspace_probs(&ws, &m) + (size_t)(T - 1) * V;
         int next = sample_token(logits, V, temperature, top_k, &rng);

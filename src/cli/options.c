@@ -45,7 +45,8 @@ static int in_choices(const char *choices, const char *v) {
 static int range_ok(const Option *o, double v, const char *where) {
     if (o->min == o->max) return 0;
     if (v < o->min || v > o->max)
-        return loom_fail("%s--%s: %.15g is out of range [%.15g, %.15g]", where, o->name, v, o->min, o->max);
+        return loom_fail("%s--%s: %.15g is out of range [%.15g, %.15g]", where, o->name, v, o->min,
+                         o->max);
     return 0;
 }
 
@@ -77,9 +78,12 @@ static int set_value(const Option *o, const char *v, const char *where) {
         *(char **)o->ptr = strdup(v);
         return 0;
     case OPT_ONOFF:
-        if (!strcmp(v, "on") || !strcmp(v, "true") || !strcmp(v, "1")) *(int *)o->ptr = 1;
-        else if (!strcmp(v, "off") || !strcmp(v, "false") || !strcmp(v, "0")) *(int *)o->ptr = 0;
-        else return loom_fail("%s--%s: '%s' must be on or off", where, o->name, v);
+        if (!strcmp(v, "on") || !strcmp(v, "true") || !strcmp(v, "1"))
+            *(int *)o->ptr = 1;
+        else if (!strcmp(v, "off") || !strcmp(v, "false") || !strcmp(v, "0"))
+            *(int *)o->ptr = 0;
+        else
+            return loom_fail("%s--%s: '%s' must be on or off", where, o->name, v);
         return 0;
     case OPT_FLAG: *(int *)o->ptr = 1; return 0;
     }
@@ -141,15 +145,19 @@ int options_load_json(const Option *opts, int n, const char *path) {
         }
         char buf[64];
         const char *v = NULL;
-        if (cJSON_IsString(it)) v = it->valuestring;
-        else if (cJSON_IsBool(it)) v = cJSON_IsTrue(it) ? "on" : "off";
+        if (cJSON_IsString(it))
+            v = it->valuestring;
+        else if (cJSON_IsBool(it))
+            v = cJSON_IsTrue(it) ? "on" : "off";
         else if (cJSON_IsNumber(it)) {
             if (o->type == OPT_INT && it->valuedouble != (double)(long)it->valuedouble) {
                 rc = loom_fail("%s: key '%s' must be an integer", path, it->string);
                 break;
             }
-            if (o->type == OPT_INT) snprintf(buf, sizeof buf, "%ld", (long)it->valuedouble);
-            else snprintf(buf, sizeof buf, "%.17g", it->valuedouble);
+            if (o->type == OPT_INT)
+                snprintf(buf, sizeof buf, "%ld", (long)it->valuedouble);
+            else
+                snprintf(buf, sizeof buf, "%.17g", it->valuedouble);
             v = buf;
         } else {
             rc = loom_fail("%s: key '%s' has an unsupported value type", path, it->string);

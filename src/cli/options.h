@@ -7,12 +7,12 @@
 typedef enum { OPT_INT, OPT_FLOAT, OPT_STR, OPT_ONOFF, OPT_FLAG } OptType;
 
 typedef struct {
-    const char *name;     // without "--"
+    const char *name; // without "--"
     OptType type;
-    void *ptr;            // int*, float*, char** (string), int* (on/off, flag); holds the default
+    void *ptr; // int*, float*, char** (string), int* (on/off, flag); holds the default
     const char *help;
-    const char *choices;  // OPT_STR: "a|b|c" restricts the value; NULL = free text
-    double min, max;      // OPT_INT / OPT_FLOAT: allowed range (min == max: unchecked)
+    const char *choices; // OPT_STR: "a|b|c" restricts the value; NULL = free text
+    double min, max;     // OPT_INT / OPT_FLOAT: allowed range (min == max: unchecked)
 } Option;
 
 // Parses argv[1..] (argv[0] is the subcommand). Positional arguments are collected into

@@ -66,7 +66,8 @@ static int expand_spec(const char *spec, char ***out, int *nout) {
             return loom_fail("%s: no such file, directory or matching shards", spec);
         }
         v = xmalloc(sizeof(char *) * g.gl_pathc);
-        for (size_t i = 0; i < g.gl_pathc; i++) v[n++] = strdup(g.gl_pathv[i]);
+        for (size_t i = 0; i < g.gl_pathc; i++)
+            v[n++] = strdup(g.gl_pathv[i]);
         globfree(&g);
     }
     qsort(v, (size_t)n, sizeof(char *), cmp_str);
@@ -158,8 +159,10 @@ static uint16_t token_at(const DataSet *d, size_t pos) {
     int lo = 0, hi = d->nfiles - 1;
     while (lo < hi) {
         int mid = (lo + hi + 1) / 2;
-        if (d->starts[mid] <= pos) lo = mid;
-        else hi = mid - 1;
+        if (d->starts[mid] <= pos)
+            lo = mid;
+        else
+            hi = mid - 1;
     }
     return d->tokens[lo][pos - d->starts[lo]];
 }
@@ -168,7 +171,8 @@ static uint16_t token_at(const DataSet *d, size_t pos) {
 // smallest power of 4 ≥ n. Deterministic from (seed, epoch) and needs no table.
 static uint64_t permute(uint64_t x, uint64_t n, uint64_t seed, uint64_t epoch) {
     int bits = 2;
-    while ((1ULL << bits) < n) bits += 2;
+    while ((1ULL << bits) < n)
+        bits += 2;
     int half = bits / 2;
     uint64_t mask = (1ULL << half) - 1;
     do {
@@ -186,8 +190,8 @@ static uint64_t permute(uint64_t x, uint64_t n, uint64_t seed, uint64_t epoch) {
     return x;
 }
 
-int dataset_window(DataSet *d, uint64_t w, int B, int T, int shuffle, uint64_t seed,
-                   int *inputs, int *targets) {
+int dataset_window(DataSet *d, uint64_t w, int B, int T, int shuffle, uint64_t seed, int *inputs,
+                   int *targets) {
     uint64_t nw = dataset_num_windows(d, B, T);
     if (nw == 0)
         return loom_fail("%s: only %zu tokens, fewer than one window of B*T+1 = %d", d->paths[0],

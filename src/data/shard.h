@@ -17,10 +17,10 @@ int shard_write(const char *path, const uint16_t *tokens, size_t n);
 typedef struct {
     int nfiles;
     char **paths;
-    const uint16_t **tokens;  // mmapped token arrays, one per file
-    size_t *counts;           // tokens per file
-    size_t *starts;           // offset of each file in the stream
-    size_t total;             // tokens in the stream
+    const uint16_t **tokens; // mmapped token arrays, one per file
+    size_t *counts;          // tokens per file
+    size_t *starts;          // offset of each file in the stream
+    size_t total;            // tokens in the stream
     void **maps;
     size_t *map_sizes;
     int vocab;
@@ -33,5 +33,5 @@ void dataset_close(DataSet *d);
 uint64_t dataset_num_windows(const DataSet *d, int B, int T);
 // Copies window number `w` (modulo the number of windows): inputs = tokens [w·BT, w·BT+BT),
 // targets shifted by one. With shuffle, window w of each epoch is a seeded permutation.
-int dataset_window(DataSet *d, uint64_t w, int B, int T, int shuffle, uint64_t seed,
-                   int *inputs, int *targets);
+int dataset_window(DataSet *d, uint64_t w, int B, int T, int shuffle, uint64_t seed, int *inputs,
+                   int *targets);

@@ -31,8 +31,10 @@ static int rm_rf(const char *path) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
         snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
         struct stat st;
-        if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode)) rm_rf(sub);
-        else unlink(sub);
+        if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode))
+            rm_rf(sub);
+        else
+            unlink(sub);
     }
     closedir(d);
     return rmdir(path);
@@ -114,7 +116,7 @@ static int rank0_commit(const char *dir, const char *name, const char *part, con
     }
     cJSON *shards = cJSON_AddArrayToObject(j, "shards");
     for (int q = 0; q < nranks; q++) {
-        const double *e = info + 4 * q;  // written?, lo, hi, crc
+        const double *e = info + 4 * q; // written?, lo, hi, crc
         if (e[0] == 0) continue;
         cJSON *f = cJSON_CreateObject();
         snprintf(buf, sizeof buf, "shard_%05d.bin", q);
@@ -161,7 +163,7 @@ int checkpoint_save(const char *dir, const Comm *c, const CkptShard *mine, const
             ok = 0;
         }
     }
-    comm_allreduce_f64(c, &ok, 1);  // also a barrier: the directory exists for everyone
+    comm_allreduce_f64(c, &ok, 1); // also a barrier: the directory exists for everyone
     if (ok < c->size) return c->rank == 0 ? -1 : loom_fail("%s: rank 0 could not create it", part);
 
     double *info = xcalloc(4 * (size_t)c->size, sizeof(double));
@@ -176,7 +178,8 @@ int checkpoint_save(const char *dir, const Comm *c, const CkptShard *mine, const
     comm_allreduce_f64(c, info, 4 * c->size);
     comm_allreduce_f64(c, &wrote_ok, 1);
     double rc = 0;
-    if (wrote_ok < c->size) rc = -1;
+    if (wrote_ok < c->size)
+        rc = -1;
     else if (c->rank == 0)
         rc = rank0_commit(dir, name, part, final, meta, info, c->size, extra, extra_ctx, keep);
     free(info);
@@ -256,7 +259,8 @@ int checkpoint_read_meta(const char *step_dir, CkptMeta *meta) {
         rc = loom_fail("%s: bad model shape: %s", path, loom_errmsg());
     if (!rc) {
         cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "tokenizer");
-        if (cJSON_IsString(t)) snprintf(meta->tokenizer, sizeof meta->tokenizer, "%s", t->valuestring);
+        if (cJSON_IsString(t))
+            snprintf(meta->tokenizer, sizeof meta->tokenizer, "%s", t->valuestring);
         cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "train_args");
         if (a) meta->train_args = cJSON_PrintUnformatted(a);
     }
@@ -302,7 +306,8 @@ int checkpoint_read_state(const char *step_dir, size_t nparams, size_t plo, size
     }
     if (covered != nparams)
         rc = loom_fail("%s: shards cover %zu of %zu parameters (model shape mismatch or a shard "
-                       "missing from the manifest)", mpath, covered, nparams);
+                       "missing from the manifest)",
+                       mpath, covered, nparams);
     for (cJSON *f = shards->child; f && !rc; f = f->next) {
         cJSON *file = cJSON_GetObjectItemCaseSensitive(f, "file");
         cJSON *crc = cJSON_GetObjectItemCaseSensitive(f, "crc32");
@@ -315,7 +320,7 @@ int checkpoint_read_state(const char *step_dir, size_t nparams, size_t plo, size
         size_t s1, e1, s2, e2;
         s1 = plo > lo ? plo : lo, e1 = phi < hi ? phi : hi;
         s2 = olo > lo ? olo : lo, e2 = ohi < hi ? ohi : hi;
-        if (!(params && e1 > s1) && !((m || v) && e2 > s2)) continue;  // nothing needed here
+        if (!(params && e1 > s1) && !((m || v) && e2 > s2)) continue; // nothing needed here
         snprintf(path, sizeof path, "%s/%s", step_dir, file->valuestring);
         char *data = read_file(path, &len);
         if (!data) {
@@ -329,17 +334,21 @@ int checkpoint_read_state(const char *step_dir, size_t nparams, size_t plo, size
                            len, 3 * cnt * sizeof(float));
             break;
         }
-        uint32_t got = crc32_update(0, data, len), want = (uint32_t)strtoul(crc->valuestring, NULL, 16);
+        uint32_t got = crc32_update(0, data, len),
+                 want = (uint32_t)strtoul(crc->valuestring, NULL, 16);
         if (got != want) {
             free(data);
             rc = loom_fail("%s: checksum mismatch (crc32 %08x, manifest says %08x): file is "
-                           "corrupted", path, got, want);
+                           "corrupted",
+                           path, got, want);
             break;
         }
         const float *fp = (const float *)data;
-        if (params && e1 > s1) memcpy(params + (s1 - plo), fp + (s1 - lo), (e1 - s1) * sizeof(float));
+        if (params && e1 > s1)
+            memcpy(params + (s1 - plo), fp + (s1 - lo), (e1 - s1) * sizeof(float));
         if (m && e2 > s2) memcpy(m + (s2 - olo), fp + cnt + (s2 - lo), (e2 - s2) * sizeof(float));
-        if (v && e2 > s2) memcpy(v + (s2 - olo), fp + 2 * cnt + (s2 - lo), (e2 - s2) * sizeof(float));
+        if (v && e2 > s2)
+            memcpy(v + (s2 - olo), fp + 2 * cnt + (s2 - lo), (e2 - s2) * sizeof(float));
         free(data);
     }
     cJSON_Delete(j);

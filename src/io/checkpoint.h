@@ -16,12 +16,12 @@
 
 typedef struct {
     GPTConfig cfg;
-    int step;               // optimizer steps completed
-    int opt_t;              // AdamW updates applied
+    int step;  // optimizer steps completed
+    int opt_t; // AdamW updates applied
     uint64_t rng_state, rng_inc;
-    uint64_t data_window;   // next data window index
-    char tokenizer[16];     // "byte", "gpt2" or "" (unknown)
-    char *train_args;       // JSON text of the flags that shaped the run (owned, may be NULL)
+    uint64_t data_window; // next data window index
+    char tokenizer[16];   // "byte", "gpt2" or "" (unknown)
+    char *train_args;     // JSON text of the flags that shaped the run (owned, may be NULL)
 } CkptMeta;
 
 // Writes extra files (e.g. the tokenizer) into the step directory before it is committed.

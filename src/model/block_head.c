@@ -27,7 +27,7 @@ void head_forward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) {
     const float *w = blk->params, *b = w + C;
     HeadActs a = head_acts(ws, m);
     be->layernorm_forward(a.lnf, a.mean, a.rstd, io->x_in, w, b, N, C);
-    be->matmul_forward(a.probs, a.lnf, io->wte, NULL, N, C, V);  // logits (N,V)
+    be->matmul_forward(a.probs, a.lnf, io->wte, NULL, N, C, V); // logits (N,V)
     io->loss_sum = 0.0;
     if (io->targets) io->loss_sum = be->softmax_xent_forward(a.probs, a.losses, io->targets, N, V);
 }
@@ -38,7 +38,7 @@ void head_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) {
     const float *w = blk->params;
     float *dw = blk->grads, *db = dw + C;
     HeadActs a = head_acts(ws, m);
-    float *dlnf = ws->scratch;  // (N,C)
+    float *dlnf = ws->scratch; // (N,C)
     be->softmax_xent_backward(a.probs, io->targets, io->grad_scale, N, V);
     be->matmul_backward(dlnf, io->dwte, NULL, a.probs, a.lnf, io->wte, N, C, V);
     be->fill(io->dx, 0.f, (size_t)N * C);

@@ -61,14 +61,14 @@ static void layer_run_forward(const GPT *m, const Block *blk, const Workspace *w
     LayerParams p = layer_params(blk->params, C);
     LayerActs a = layer_acts(ws, m, blk->layer);
     be->layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x_in, p.ln1w, p.ln1b, N, C);
-    be->matmul_forward(a.qkv, a.ln1, p.qkvw, p.qkvb, N, C, 3 * C);       // (N,3C)
-    be->attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);           // (N,C)
-    be->matmul_forward(a.res2, a.atty, p.projw, p.projb, N, C, C);      // (N,C)
+    be->matmul_forward(a.qkv, a.ln1, p.qkvw, p.qkvb, N, C, 3 * C); // (N,3C)
+    be->attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);      // (N,C)
+    be->matmul_forward(a.res2, a.atty, p.projw, p.projb, N, C, C); // (N,C)
     be->residual_forward(a.res2, a.res2, x_in, NC);
     be->layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p.ln2w, p.ln2b, N, C);
-    be->matmul_forward(a.fch, a.ln2, p.fcw, p.fcb, N, C, 4 * C);         // (N,4C)
+    be->matmul_forward(a.fch, a.ln2, p.fcw, p.fcb, N, C, 4 * C); // (N,4C)
     be->gelu_forward(a.fch_gelu, a.fch, NC * 4);
-    be->matmul_forward(x_out, a.fch_gelu, p.fcprojw, p.fcprojb, N, 4 * C, C);  // (N,C)
+    be->matmul_forward(x_out, a.fch_gelu, p.fcprojw, p.fcprojb, N, 4 * C, C); // (N,C)
     be->residual_forward(x_out, x_out, a.res2, NC);
 }
 
@@ -89,7 +89,7 @@ void layer_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) 
     if (ws->recompute) layer_run_forward(m, blk, ws, io->x_in, recomp);
     LayerParams p = layer_params(blk->params, C), g = layer_params(blk->grads, C);
     LayerActs a = layer_acts(ws, m, blk->layer);
-    float *dx = io->dx;  // d(x_out) on entry; d(res2), then d(x_in) after the residual adds
+    float *dx = io->dx; // d(x_out) on entry; d(res2), then d(x_in) after the residual adds
     // MLP branch: x_out = res2 + fcproj(gelu(fc(ln2)))
     be->matmul_backward(big, g.fcprojw, g.fcprojb, dx, a.fch_gelu, p.fcprojw, N, 4 * C, C);
     poll(m);
@@ -100,9 +100,8 @@ void layer_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) 
     // attention branch: res2 = x_in + proj(attention(qkv(ln1)))
     be->matmul_backward(dsmall, g.projw, g.projb, dx, a.atty, p.projw, N, C, C);
     poll(m);
-    be->attention_backward(big, dsmall, a.qkv, a.att, B, T, C, NH);  // big = dqkv (N,3C)
+    be->attention_backward(big, dsmall, a.qkv, a.att, B, T, C, NH); // big = dqkv (N,3C)
     poll(m);
     be->matmul_backward(dln, g.qkvw, g.qkvb, big, a.ln1, p.qkvw, N, C, 3 * C);
-    be->layernorm_backward(dx, g.ln1w, g.ln1b, dln, io->x_in, p.ln1w, a.ln1_mean, a.ln1_rstd, N,
-                           C);
+    be->layernorm_backward(dx, g.ln1w, g.ln1b, dln, io->x_in, p.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
 }

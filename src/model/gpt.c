@@ -15,8 +15,8 @@ int gpt_config_check(const GPTConfig *c) {
     if (c->H < 1) return loom_fail("--heads must be >= 1 (got %d)", c->H);
     if (c->C < 1) return loom_fail("--dim must be >= 1 (got %d)", c->C);
     if (c->C % c->H)
-        return loom_fail("--dim %d is not divisible by --heads %d (head size must be whole)",
-                         c->C, c->H);
+        return loom_fail("--dim %d is not divisible by --heads %d (head size must be whole)", c->C,
+                         c->H);
     if (c->V < 2 || c->V > 65536)
         return loom_fail("--vocab must be in [2, 65536] (got %d; shards store uint16 tokens)",
                          c->V);
@@ -68,8 +68,8 @@ int gpt_create(GPT *m, const GPTConfig *cfg, const Backend *be) {
             int l = b - 1;
             blk->kind = BLOCK_LAYER;
             blk->layer = l;
-#define T_(suffix, r, c, conv, s)                         \
-    snprintf(nm, sizeof nm, "h.%d.%s", l, suffix);        \
+#define T_(suffix, r, c, conv, s)                                                                  \
+    snprintf(nm, sizeof nm, "h.%d.%s", l, suffix);                                                 \
     add_tensor(m, &off, nm, r, c, conv, s)
             // order matters: layer_params() in block_layer.c walks the same sequence
             T_("ln_1.weight", C, 0, 0, -1.f);
@@ -110,14 +110,14 @@ void gpt_free(GPT *m) {
 void gpt_init_weights(GPT *m, unsigned long long seed) {
     Rng r;
     rng_seed(&r, seed, 0x9e3779b97f4a7c15ULL);
-    enum { CHUNK = 1 << 20 };  // staged in pieces: no second parameter-sized buffer at start-up
+    enum { CHUNK = 1 << 20 }; // staged in pieces: no second parameter-sized buffer at start-up
     float *host = xmalloc(CHUNK * sizeof(float));
     for (int i = 0; i < m->ntensors; i++) {
         const TensorSpec *t = &m->tensors[i];
         for (size_t k0 = 0; k0 < t->n; k0 += CHUNK) {
             size_t n = t->n - k0 < CHUNK ? t->n - k0 : CHUNK;
             for (size_t k = 0; k < n; k++)
-                host[k] = t->init_std > 0 ? t->init_std * rng_normal(&r)
+                host[k] = t->init_std > 0   ? t->init_std * rng_normal(&r)
                           : t->init_std < 0 ? 1.f
                                             : 0.f;
             m->be->upload(m->params + t->off + k0, host, n);
@@ -148,8 +148,8 @@ static size_t head_floats(const GPTConfig *c, int B, int T) {
 size_t workspace_floats(const GPTConfig *c, int B, int T, int recompute) {
     size_t BT = (size_t)B * T, C = (size_t)c->C;
     size_t slots = recompute ? 1 : (size_t)c->L;
-    return (size_t)(c->L + 1) * BT * C + slots * layer_act_floats(c, B, T) +
-           head_floats(c, B, T) + BT * C + BT * 7 * C;
+    return (size_t)(c->L + 1) * BT * C + slots * layer_act_floats(c, B, T) + head_floats(c, B, T) +
+           BT * C + BT * 7 * C;
 }
 
 int workspace_create(Workspace *ws, const GPT *m, int B, int T, int recompute) {
@@ -206,7 +206,9 @@ float *workspace_stream(const Workspace *ws, const GPT *m, int l) {
     return ws->stream + (size_t)(l - (ws->b0 - 1)) * ws->B * ws->T * m->cfg.C;
 }
 
-static float *stream_at(const Workspace *ws, const GPT *m, int l) { return workspace_stream(ws, m, l); }
+static float *stream_at(const Workspace *ws, const GPT *m, int l) {
+    return workspace_stream(ws, m, l);
+}
 
 double gpt_forward(GPT *m, Workspace *ws, const int *tokens, const int *targets) {
     size_t BT = (size_t)ws->B * ws->T;
@@ -250,7 +252,7 @@ void gpt_zero_grad(GPT *m) { m->be->fill(m->grads, 0.f, m->nparams); }
 
 double gpt_flops_per_step(const GPTConfig *c, int B, int T) {
     double C = c->C, L = c->L, V = c->V, BT = (double)B * T;
-    double matmul_params = L * 12.0 * C * C + V * C;  // weights used in matmuls
-    double attn = L * 2.0 * 2.0 * T * C;              // QKᵀ and att·V per token (full, as computed)
+    double matmul_params = L * 12.0 * C * C + V * C; // weights used in matmuls
+    double attn = L * 2.0 * 2.0 * T * C; // QKᵀ and att·V per token (full, as computed)
     return 6.0 * matmul_params * BT + 3.0 * attn * BT;
 }

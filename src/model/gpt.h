@@ -11,11 +11,11 @@
 #include "../backend/backend.h"
 
 typedef struct {
-    int L;     // layers
-    int H;     // heads
-    int C;     // channels
-    int V;     // vocabulary size
-    int maxT;  // longest sequence (rows of the position embedding)
+    int L;    // layers
+    int H;    // heads
+    int C;    // channels
+    int V;    // vocabulary size
+    int maxT; // longest sequence (rows of the position embedding)
 } GPTConfig;
 
 // Returns 0 or -1 (with loom_errmsg naming the field) when the shape is impossible.
@@ -26,21 +26,21 @@ typedef enum { BLOCK_EMBED, BLOCK_LAYER, BLOCK_HEAD } BlockKind;
 // One named parameter tensor. Names are Hugging Face GPT-2's (without "transformer.").
 typedef struct {
     char name[48];
-    size_t off;       // element offset in the flat parameter buffer
-    size_t n;         // elements
-    int ndim;         // 1 or 2 (AdamW decays only ndim ≥ 2)
-    int shape[2];     // loom's layout; linear weights are (out, in)
-    int hf_conv1d;    // 1 when Hugging Face stores the transpose (Conv1D, (in, out))
-    float init_std;   // N(0, std); 0 → zeros; -1 → ones
+    size_t off;     // element offset in the flat parameter buffer
+    size_t n;       // elements
+    int ndim;       // 1 or 2 (AdamW decays only ndim ≥ 2)
+    int shape[2];   // loom's layout; linear weights are (out, in)
+    int hf_conv1d;  // 1 when Hugging Face stores the transpose (Conv1D, (in, out))
+    float init_std; // N(0, std); 0 → zeros; -1 → ones
 } TensorSpec;
 
 typedef struct {
     BlockKind kind;
-    int layer;           // 0..L-1 for BLOCK_LAYER, -1 otherwise
-    size_t off, n;       // slice of the flat buffers
-    int t0, nt;          // tensors [t0, t0+nt) of GPT.tensors
-    float *params;       // where this block's parameters are now (normally GPT.params + off)
-    float *grads;        // where its gradients accumulate
+    int layer;     // 0..L-1 for BLOCK_LAYER, -1 otherwise
+    size_t off, n; // slice of the flat buffers
+    int t0, nt;    // tensors [t0, t0+nt) of GPT.tensors
+    float *params; // where this block's parameters are now (normally GPT.params + off)
+    float *grads;  // where its gradients accumulate
 } Block;
 
 // Hooks a parallel strategy installs around every block: ZeRO-3 gathers a block's parameters
@@ -56,14 +56,14 @@ typedef struct {
 typedef struct {
     GPTConfig cfg;
     const Backend *be;
-    const BlockHooks *hooks;  // NULL: plain single-process run
-    int nblocks;  // L + 2: [embed, layer 0 .. layer L-1, head]
+    const BlockHooks *hooks; // NULL: plain single-process run
+    int nblocks;             // L + 2: [embed, layer 0 .. layer L-1, head]
     Block *blocks;
     int ntensors;
     TensorSpec *tensors;
     size_t nparams;
-    float *params;  // (nparams) device buffer
-    float *grads;   // (nparams) device buffer
+    float *params; // (nparams) device buffer
+    float *grads;  // (nparams) device buffer
 } GPT;
 
 // Builds the block list and tensor table and allocates params and grads (zeroed).
@@ -81,15 +81,15 @@ static inline Block *gpt_head(GPT *m) { return &m->blocks[m->nblocks - 1]; }
 // transformer layer keeps only its input and redoes its forward during backward.
 typedef struct {
     int B, T, recompute;
-    int b0, b1;      // the blocks it holds activations for (all of them unless a pipeline stage)
-    float *stream;   // residual stream: slot l is block l's output (slots b0-1 .. b1-1)
-    float *layer;    // saved activations per layer (one shared slot when recompute is on)
-    int layer0;      // the first layer with a slot
+    int b0, b1;    // the blocks it holds activations for (all of them unless a pipeline stage)
+    float *stream; // residual stream: slot l is block l's output (slots b0-1 .. b1-1)
+    float *layer;  // saved activations per layer (one shared slot when recompute is on)
+    int layer0;    // the first layer with a slot
     size_t layer_stride;
-    float *head;     // lnf (B,T,C), lnf mean/rstd (B,T), probs (B,T,V), losses (B,T)
-    float *dstream;  // (B,T,C) gradient of the residual stream, updated in place
-    float *scratch;  // layer backward scratch: (B,T,4C) + 2·(B,T,C) + recompute out (B,T,C)
-    int *tokens, *targets;  // (B,T) copies of the current micro-batch
+    float *head;           // lnf (B,T,C), lnf mean/rstd (B,T), probs (B,T,V), losses (B,T)
+    float *dstream;        // (B,T,C) gradient of the residual stream, updated in place
+    float *scratch;        // layer backward scratch: (B,T,4C) + 2·(B,T,C) + recompute out (B,T,C)
+    int *tokens, *targets; // (B,T) copies of the current micro-batch
 } Workspace;
 
 int workspace_create(Workspace *ws, const GPT *m, int B, int T, int recompute);
@@ -103,15 +103,15 @@ size_t workspace_floats(const GPTConfig *c, int B, int T, int recompute);
 
 // What flows into and out of a block for one micro-batch.
 typedef struct {
-    const int *tokens;   // (B,T) embedding input
-    const int *targets;  // (B,T) head targets; NULL: head only computes logits
-    const float *x_in;   // (B,T,C) residual stream into the block (unused by the embedding)
-    float *x_out;        // (B,T,C) residual stream out of the block (unused by the head)
-    float *dx;           // backward: holds d(x_out) on entry, d(x_in) on exit
-    const float *wte;    // head: the tied token embedding (owned by the embedding block)
-    float *dwte;         // head: where the tied embedding's gradient accumulates
-    float grad_scale;    // head backward: d(loss)/d(Σ token losses), e.g. 1/(B·T·K)
-    double loss_sum;     // head forward output: Σ token losses of the micro-batch
+    const int *tokens;  // (B,T) embedding input
+    const int *targets; // (B,T) head targets; NULL: head only computes logits
+    const float *x_in;  // (B,T,C) residual stream into the block (unused by the embedding)
+    float *x_out;       // (B,T,C) residual stream out of the block (unused by the head)
+    float *dx;          // backward: holds d(x_out) on entry, d(x_in) on exit
+    const float *wte;   // head: the tied token embedding (owned by the embedding block)
+    float *dwte;        // head: where the tied embedding's gradient accumulates
+    float grad_scale;   // head backward: d(loss)/d(Σ token losses), e.g. 1/(B·T·K)
+    double loss_sum;    // head forward output: Σ token losses of the micro-batch
 } BlockIO;
 
 void block_forward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io);

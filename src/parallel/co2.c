@@ -12,21 +12,21 @@ struct CO2 {
     const Comm *c;
     CO2Config cfg;
     size_t P;
-    int round;        // rounds ended so far
+    int round; // rounds ended so far
     double exposed;
     // unsharded
     float *anchor, *mom;
-    float *delta[2];  // Δ of the round being averaged / of the round before
+    float *delta[2]; // Δ of the round being averaged / of the round before
     CommReq req[2];
     // sharded
-    Comm *oc;                        // the outer collectives' own communicator
-    size_t lo, hi;                   // owned slice of the flat layout
+    Comm *oc;      // the outer collectives' own communicator
+    size_t lo, hi; // owned slice of the flat layout
     int *counts, *displs;
-    float *a_sh, *aprev_sh, *m_sh, *xbar_sh;  // anchor a(t), a(t-1), momentum, mean x slice
-    float *send;                     // x_r of the round being reduce-scattered (P)
-    float *next;                     // the anchor being all-gathered (P)
+    float *a_sh, *aprev_sh, *m_sh, *xbar_sh; // anchor a(t), a(t-1), momentum, mean x slice
+    float *send;                             // x_r of the round being reduce-scattered (P)
+    float *next;                             // the anchor being all-gathered (P)
     CommReq rs, ag;
-    int rs_pending;                  // reduce-scatter started, its result not applied yet
+    int rs_pending; // reduce-scatter started, its result not applied yet
     const BlockHooks *chained;
     BlockHooks hooks;
 };
@@ -83,10 +83,11 @@ CO2 *co2_create(GPT *m, const Comm *c, const CO2Config *cfg) {
         o->next = be->alloc(o->P);
         be->copy(o->a_sh, m->params + o->lo, n);
         be->copy(o->aprev_sh, m->params + o->lo, n);
-        be->copy(o->next, m->params, o->P);  // a(1) = a(0)
+        be->copy(o->next, m->params, o->P); // a(1) = a(0)
     }
     o->chained = m->hooks;
-    o->hooks = (BlockHooks){.before = hook_before, .after = hook_after, .poll = hook_poll, .ctx = o};
+    o->hooks =
+        (BlockHooks){.before = hook_before, .after = hook_after, .poll = hook_poll, .ctx = o};
     m->hooks = &o->hooks;
     return o;
 }
@@ -94,8 +95,8 @@ CO2 *co2_create(GPT *m, const Comm *c, const CO2Config *cfg) {
 void co2_free(CO2 *o) {
     if (!o) return;
     const Backend *be = o->m->be;
-    float *bufs[] = {o->anchor, o->mom, o->delta[0], o->delta[1], o->a_sh, o->aprev_sh,
-                     o->m_sh, o->xbar_sh, o->send, o->next};
+    float *bufs[] = {o->anchor,   o->mom,  o->delta[0], o->delta[1], o->a_sh,
+                     o->aprev_sh, o->m_sh, o->xbar_sh,  o->send,     o->next};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->release(bufs[i]);
     o->m->hooks = o->chained;
@@ -106,7 +107,8 @@ void co2_free(CO2 *o) {
 
 static double norm_of(const float *x, size_t n) {
     double s = 0;
-    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    for (size_t i = 0; i < n; i++)
+        s += (double)x[i] * x[i];
     return sqrt(s);
 }
 
@@ -126,7 +128,7 @@ static void outer_update_range(CO2 *o, float *mom, float *anchor, const float *a
         float *mo = mom + (s - lo), *a = anchor + (s - lo);
         const float *d = avg + (s - lo);
         float lambda = c->lambda;
-        if (c->adaptive) {  // how far the anchor moved since Δ̄ was computed, relative to Δ̄
+        if (c->adaptive) { // how far the anchor moved since Δ̄ was computed, relative to Δ̄
             double moved = c->alpha * norm_of(mo, t->n), size = norm_of(d, t->n);
             lambda = size > 0 ? (float)(1.0 + moved / size) : 1.0f;
         }
@@ -166,8 +168,9 @@ static void sharded_apply_rs(CO2 *o, int wait) {
     if (wait) timed_wait(o, &o->rs);
     size_t n = o->hi - o->lo;
     float *d = o->xbar_sh;
-    for (size_t i = 0; i < n; i++) d[i] = o->aprev_sh[i] - d[i];  // in place: Δ̄ slice
-    o->m->be->copy(o->aprev_sh, o->a_sh, n);                       // a(t) starts the next round
+    for (size_t i = 0; i < n; i++)
+        d[i] = o->aprev_sh[i] - d[i];        // in place: Δ̄ slice
+    o->m->be->copy(o->aprev_sh, o->a_sh, n); // a(t) starts the next round
     outer_update_range(o, o->m_sh, o->a_sh, d, o->lo, o->hi);
     o->m->be->copy(o->next + o->lo, o->a_sh, n);
     o->ag = comm_iallgatherv(o->oc, o->next, o->counts, o->displs);
@@ -176,13 +179,14 @@ static void sharded_apply_rs(CO2 *o, int wait) {
 
 static void sharded_round_end(CO2 *o) {
     if (o->rs_pending) sharded_apply_rs(o, 1);
-    timed_wait(o, &o->ag);  // o->next = a(t)
+    timed_wait(o, &o->ag); // o->next = a(t)
     float *x = o->m->params;
     float invN = 1.0f / (float)o->c->size;
-    for (size_t i = 0; i < o->P; i++) o->send[i] = x[i] * invN;  // reduce-scatter sums means
+    for (size_t i = 0; i < o->P; i++)
+        o->send[i] = x[i] * invN; // reduce-scatter sums means
     o->rs = comm_ireduce_scatter(o->oc, o->send, o->xbar_sh, o->counts);
     o->rs_pending = 1;
-    o->m->be->copy(x, o->next, o->P);  // x_r ← a(t)
+    o->m->be->copy(x, o->next, o->P); // x_r ← a(t)
 }
 
 static void sharded_finish(CO2 *o) {
@@ -206,13 +210,14 @@ void co2_round_end(CO2 *o) {
     size_t P = o->P;
     // Δ(t)/N, so that the all-reduce sum is the worker mean
 #pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < P; i++) d[i] = (a[i] - x[i]) * invN;
+    for (size_t i = 0; i < P; i++)
+        d[i] = (a[i] - x[i]) * invN;
     o->req[cur] = comm_iallreduce(o->c, d, P);
-    if (o->round >= 2) {  // apply the average started one round ago
+    if (o->round >= 2) { // apply the average started one round ago
         wait_avg(o, prev);
         outer_update(o, o->delta[prev]);
     }
-    o->m->be->copy(x, a, P);  // x_r ← a(t)
+    o->m->be->copy(x, a, P); // x_r ← a(t)
 }
 
 void co2_finish(CO2 *o) {

@@ -20,13 +20,13 @@
 #include "comm.h"
 
 typedef struct {
-    int tau;          // inner steps per round
-    float alpha;      // outer learning rate
-    float beta;       // outer momentum
-    float lambda;     // staleness gap penalty (constant mode)
-    float phi;        // element-wise clip of the outer momentum (0 = off)
-    int adaptive;     // 1: adaptive gap penalty
-    int sharded;      // 1: shard anchor and momentum across the workers
+    int tau;      // inner steps per round
+    float alpha;  // outer learning rate
+    float beta;   // outer momentum
+    float lambda; // staleness gap penalty (constant mode)
+    float phi;    // element-wise clip of the outer momentum (0 = off)
+    int adaptive; // 1: adaptive gap penalty
+    int sharded;  // 1: shard anchor and momentum across the workers
 } CO2Config;
 
 typedef struct CO2 CO2;

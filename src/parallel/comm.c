@@ -77,7 +77,7 @@ Comm *comm_split(const Comm *parent, int color, int key, const char *name) {
     }
     MPI_Comm *h = xmalloc(sizeof *h);
     MPI_Comm_split(*(MPI_Comm *)parent->handle, color < 0 ? MPI_UNDEFINED : color, key, h);
-    if (*h == MPI_COMM_NULL) {  // not a member
+    if (*h == MPI_COMM_NULL) { // not a member
         free(h);
         c->size = 0;
         return c;
@@ -170,7 +170,8 @@ CommReq comm_ireduce_scatter(const Comm *c, const float *send, float *recv, cons
     }
     CommReq r = new_req(c, "reduce_scatter");
     size_t total = 0;
-    for (int q = 0; q < c->size; q++) total += (size_t)counts[q];
+    for (int q = 0; q < c->size; q++)
+        total += (size_t)counts[q];
     r.not_before = r.started + delay_for(total);
     check(MPI_Ireduce_scatter(send, recv, counts, MPI_FLOAT, MPI_SUM, H(c), r.handle),
           "reduce_scatter", c);
@@ -182,10 +183,11 @@ CommReq comm_iallgatherv(const Comm *c, float *buf, const int *counts, const int
     if (c->size == 1) return done_req(c, "allgather");
     CommReq r = new_req(c, "allgather");
     size_t total = 0;
-    for (int q = 0; q < c->size; q++) total += (size_t)counts[q];
+    for (int q = 0; q < c->size; q++)
+        total += (size_t)counts[q];
     r.not_before = r.started + delay_for(total);
-    check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_FLOAT,
-                          H(c), r.handle),
+    check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_FLOAT, H(c),
+                          r.handle),
           "allgather", c);
     track(r.handle);
     return r;
@@ -276,7 +278,7 @@ static void watchdog_fire(const CommReq *r, double waited) {
 
 void comm_wait(CommReq *r) {
     if (!r->handle) return;
-    struct timespec nap = {0, 200000};  // 0.2 ms between polls
+    struct timespec nap = {0, 200000}; // 0.2 ms between polls
     for (long polls = 0;; polls++) {
         if (comm_test(r)) return;
         comm_progress();

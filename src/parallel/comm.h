@@ -11,17 +11,17 @@
 #include <stddef.h>
 
 typedef struct {
-    void *handle;  // MPI_Comm (NULL for the single-process world)
+    void *handle; // MPI_Comm (NULL for the single-process world)
     int rank, size;
-    const char *name;  // "world", "dp", "pp", "tp" (for watchdog messages)
+    const char *name; // "world", "dp", "pp", "tp" (for watchdog messages)
 } Comm;
 
 typedef struct {
-    void *handle;  // MPI_Request
+    void *handle; // MPI_Request
     const char *op;
     const Comm *comm;
     double started;
-    double not_before;  // LOOM_COMM_DELAY emulation: not complete before this time (0 = off)
+    double not_before; // LOOM_COMM_DELAY emulation: not complete before this time (0 = off)
 } CommReq;
 
 // Initialises MPI when launched by mpirun; returns the world communicator (size 1 otherwise).

@@ -11,8 +11,8 @@
 typedef struct {
     CommReq req;
     float *send, *recv;
-    size_t a;      // flat offset of the piece this rank receives
-    size_t n;      // its length
+    size_t a; // flat offset of the piece this rank receives
+    size_t n; // its length
     int active;
 } PendingRS;
 
@@ -21,14 +21,14 @@ struct DataParallel {
     const Comm *c;
     int N, r, zero, last;
     size_t P, lo, hi;
-    size_t *bound;       // (N+1) shard boundaries: rank q owns [bound[q], bound[q+1])
-    int *counts, *displs;  // shard sizes/offsets as ints, for the parameter all-gather
+    size_t *bound;        // (N+1) shard boundaries: rank q owns [bound[q], bound[q+1])
+    int *counts, *displs; // shard sizes/offsets as ints, for the parameter all-gather
     int *tmp_counts, *tmp_displs;
-    size_t max_block;  // largest block other than the embedding (which has its own buffers)
-    size_t rs_cap;     // receive buffer size: min(max_block, owned slice)
+    size_t max_block; // largest block other than the embedding (which has its own buffers)
+    size_t rs_cap;    // receive buffer size: min(max_block, owned slice)
     // zero 0/1: buckets of consecutive blocks, reduced as soon as their lowest block is done
     int nbuckets;
-    int *bucket_start;   // per block: bucket index whose reduction starts after it, or -1
+    int *bucket_start; // per block: bucket index whose reduction starts after it, or -1
     size_t *bucket_a, *bucket_b;
     CommReq *bucket_req;
     // zero 2/3: transient gradient buffers and the owned gradient shard
@@ -36,7 +36,7 @@ struct DataParallel {
     float *tgrad[2], *trecv[2];
     PendingRS rs[2];
     int tslot;
-    float *egrad;  // the embedding block's gradient for one micro-batch (tied LM head writes it)
+    float *egrad; // the embedding block's gradient for one micro-batch (tied LM head writes it)
     // zero 3: owned parameters and gathered block parameters
     float *pshard;
     float *eparam;    // embedding parameters, gathered from its forward to its backward
@@ -44,7 +44,7 @@ struct DataParallel {
     int bparam_block[2];
     CommReq gather_req[2];
     BlockHooks hooks;
-    double exposed;  // seconds this step spent blocked waiting on communication
+    double exposed; // seconds this step spent blocked waiting on communication
 };
 
 // comm_wait, with the blocked time counted as exposed communication.
@@ -75,7 +75,8 @@ static void rs_complete(DataParallel *d, int slot) {
     if (!p->active) return;
     timed_wait(d, &p->req);
     float *dst = d->gshard + (p->a - d->lo);
-    for (size_t i = 0; i < p->n; i++) dst[i] += p->recv[i];
+    for (size_t i = 0; i < p->n; i++)
+        dst[i] += p->recv[i];
     p->active = 0;
 }
 
@@ -120,7 +121,7 @@ static float *gather_block(DataParallel *d, int b, int prefetch_next) {
     }
     timed_wait(d, &d->gather_req[slot]);
     int nb = d->m->nblocks;
-    if (prefetch_next >= 1 && prefetch_next < nb - 1) {  // run the next layer's gather ahead
+    if (prefetch_next >= 1 && prefetch_next < nb - 1) { // run the next layer's gather ahead
         int s2 = prefetch_next & 1;
         if (d->bparam_block[s2] != prefetch_next) {
             timed_wait(d, &d->gather_req[s2]);
@@ -139,7 +140,7 @@ static void hook_before(void *ctx, int b, int backward) {
     Block *blk = &m->blocks[b];
     int head = m->nblocks - 1;
     if (d->zero >= 3) {
-        if (b == 0 && !backward) {  // embedding: gathered once, kept until its backward
+        if (b == 0 && !backward) { // embedding: gathered once, kept until its backward
             CommReq r = gather_start(d, 0, d->eparam);
             timed_wait(d, &r);
             blk->params = d->eparam;
@@ -152,7 +153,7 @@ static void hook_before(void *ctx, int b, int backward) {
         if (b == head) memset(d->egrad, 0, m->blocks[0].n * sizeof(float));
         if (b != 0) {
             int s = d->tslot;
-            rs_complete(d, s);  // the buffer's previous reduction must be done
+            rs_complete(d, s); // the buffer's previous reduction must be done
             memset(d->tgrad[s], 0, blk->n * sizeof(float));
             blk->grads = d->tgrad[s];
         }
@@ -164,7 +165,7 @@ static void hook_after(void *ctx, int b, int backward) {
     if (!backward) return;
     const Block *blk = &d->m->blocks[b];
     if (d->zero >= 2) {
-        if (b == 0) {  // the embedding ends the micro-batch: reduce it in pieces, drain all
+        if (b == 0) { // the embedding ends the micro-batch: reduce it in pieces, drain all
             size_t chunk = d->max_block, end = blk->off + blk->n;
             for (size_t a = blk->off; a < end; a += chunk) {
                 int s = d->tslot;
@@ -205,7 +206,8 @@ DataParallel *dp_create(GPT *m, const Comm *c, int zero, double bucket_mb) {
     d->displs = xcalloc((size_t)d->N, sizeof(int));
     d->tmp_counts = xcalloc((size_t)d->N, sizeof(int));
     d->tmp_displs = xcalloc((size_t)d->N, sizeof(int));
-    for (int q = 0; q <= d->N; q++) d->bound[q] = d->P * (size_t)q / (size_t)d->N;
+    for (int q = 0; q <= d->N; q++)
+        d->bound[q] = d->P * (size_t)q / (size_t)d->N;
     for (int q = 0; q < d->N; q++) {
         d->counts[q] = (int)(d->bound[q + 1] - d->bound[q]);
         d->displs[q] = (int)d->bound[q];
@@ -227,11 +229,13 @@ DataParallel *dp_create(GPT *m, const Comm *c, int zero, double bucket_mb) {
     d->bucket_b = xcalloc((size_t)m->nblocks, sizeof(size_t));
     d->bucket_req = xcalloc((size_t)m->nblocks, sizeof(CommReq));
     size_t cap = (size_t)(bucket_mb * 1024 * 1024 / sizeof(float));
-    for (int b = 0; b < m->nblocks; b++) d->bucket_start[b] = -1;
+    for (int b = 0; b < m->nblocks; b++)
+        d->bucket_start[b] = -1;
     for (int b = m->nblocks - 1; b >= 0;) {
         int top = b;
         size_t size = m->blocks[b].n;
-        while (b - 1 >= 0 && size + m->blocks[b - 1].n <= cap) size += m->blocks[--b].n;
+        while (b - 1 >= 0 && size + m->blocks[b - 1].n <= cap)
+            size += m->blocks[--b].n;
         int k = d->nbuckets++;
         d->bucket_a[k] = m->blocks[b].off;
         d->bucket_b[k] = m->blocks[top].off + m->blocks[top].n;
@@ -247,9 +251,10 @@ DataParallel *dp_create(GPT *m, const Comm *c, int zero, double bucket_mb) {
             d->trecv[s] = be->alloc(d->rs_cap);
         }
         d->egrad = be->alloc(m->blocks[0].n);
-        be->release(m->grads);  // the full gradient buffer is never needed again
+        be->release(m->grads); // the full gradient buffer is never needed again
         m->grads = NULL;
-        for (int b = 0; b < m->nblocks; b++) m->blocks[b].grads = NULL;
+        for (int b = 0; b < m->nblocks; b++)
+            m->blocks[b].grads = NULL;
         m->blocks[0].grads = d->egrad;
     }
     if (zero >= 3) {
@@ -262,9 +267,11 @@ DataParallel *dp_create(GPT *m, const Comm *c, int zero, double bucket_mb) {
         }
         be->release(m->params);
         m->params = NULL;
-        for (int b = 0; b < m->nblocks; b++) m->blocks[b].params = NULL;
+        for (int b = 0; b < m->nblocks; b++)
+            m->blocks[b].params = NULL;
     }
-    d->hooks = (BlockHooks){.before = hook_before, .after = hook_after, .poll = hook_poll, .ctx = d};
+    d->hooks =
+        (BlockHooks){.before = hook_before, .after = hook_after, .poll = hook_poll, .ctx = d};
     m->hooks = &d->hooks;
     return d;
 }
@@ -301,7 +308,8 @@ void dp_finish_grads(DataParallel *d) {
         rs_complete(d, 0);
         rs_complete(d, 1);
     } else {
-        for (int k = 0; k < d->nbuckets; k++) timed_wait(d, &d->bucket_req[k]);
+        for (int k = 0; k < d->nbuckets; k++)
+            timed_wait(d, &d->bucket_req[k]);
     }
 }
 
@@ -318,8 +326,10 @@ double dp_grad_sumsq(DataParallel *d) {
 void dp_zero_grad(DataParallel *d) {
     const Backend *be = d->m->be;
     d->exposed = 0;
-    if (d->zero >= 2) be->fill(d->gshard, 0.f, d->hi - d->lo);
-    else be->fill(d->m->grads, 0.f, d->P);
+    if (d->zero >= 2)
+        be->fill(d->gshard, 0.f, d->hi - d->lo);
+    else
+        be->fill(d->m->grads, 0.f, d->P);
 }
 
 void dp_optimizer_step(DataParallel *d, AdamW *opt, float lr, float grad_scale) {
@@ -331,7 +341,7 @@ void dp_optimizer_step(DataParallel *d, AdamW *opt, float lr, float grad_scale) 
         CommReq r = comm_iallgatherv(d->c, m->params, d->counts, d->displs);
         timed_wait(d, &r);
     }
-    if (d->zero >= 3)  // gathered copies are stale now
+    if (d->zero >= 3) // gathered copies are stale now
         d->bparam_block[0] = d->bparam_block[1] = -1;
 }
 
@@ -362,8 +372,8 @@ void dp_set_params(DataParallel *d, const float *full) {
 // Transient buffers: two block gradients in flight plus their receive pieces, the embedding's
 // gradient for one micro-batch (the tied head writes all of it), and for zero 3 the gathered
 // embedding and two gathered blocks.
-static void memory_model(size_t P, size_t embed, size_t max_block, int N, int zero,
-                         double *param_b, double *grad_b, double *opt_b) {
+static void memory_model(size_t P, size_t embed, size_t max_block, int N, int zero, double *param_b,
+                         double *grad_b, double *opt_b) {
     double f = sizeof(float);
     size_t own = zero >= 1 ? (P + (size_t)N - 1) / (size_t)N : P;
     size_t cap = max_block < own ? max_block : own;

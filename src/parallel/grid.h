@@ -6,8 +6,8 @@
 #include "comm.h"
 
 typedef struct {
-    int dp, pp, tp;           // axis sizes
-    int dp_i, pp_i, tp_i;     // this rank's coordinates
+    int dp, pp, tp;       // axis sizes
+    int dp_i, pp_i, tp_i; // this rank's coordinates
     Comm *world, *dp_comm, *pp_comm, *tp_comm;
 } Grid;
 

@@ -29,9 +29,10 @@ static double block_cost(const GPT *m, int b, int T) {
 
 int pipeline_partition(const GPT *m, int D, int s, const char *stage_layers, int *b0, int *b1) {
     int nb = m->nblocks, L = m->cfg.L;
-    if (D > L) return loom_fail("--pp %d needs at least %d transformer layers (model has %d)", D, D, L);
+    if (D > L)
+        return loom_fail("--pp %d needs at least %d transformer layers (model has %d)", D, D, L);
     int *start = xcalloc((size_t)D + 1, sizeof(int));
-    if (stage_layers) {  // layers per stage; the embedding joins stage 0, the head the last
+    if (stage_layers) { // layers per stage; the embedding joins stage 0, the head the last
         const char *p = stage_layers;
         int total = 0;
         for (int k = 0; k < D; k++) {
@@ -52,15 +53,17 @@ int pipeline_partition(const GPT *m, int D, int s, const char *stage_layers, int
                              stage_layers, D, L);
         }
         start[D] = nb;
-    } else {  // contiguous split minimising the most expensive stage (linear partition)
+    } else { // contiguous split minimising the most expensive stage (linear partition)
         double *pre = xcalloc((size_t)nb + 1, sizeof(double));
-        for (int b = 0; b < nb; b++) pre[b + 1] = pre[b] + block_cost(m, b, m->cfg.maxT);
+        for (int b = 0; b < nb; b++)
+            pre[b + 1] = pre[b] + block_cost(m, b, m->cfg.maxT);
         // best[k][i]: minimal max cost splitting blocks [0, i) into k stages
         double *best = xcalloc((size_t)(D + 1) * (nb + 1), sizeof(double));
         int *cut = xcalloc((size_t)(D + 1) * (nb + 1), sizeof(int));
 #define BEST(k, i) best[(size_t)(k) * (nb + 1) + (i)]
 #define CUT(k, i) cut[(size_t)(k) * (nb + 1) + (i)]
-        for (int i = 0; i <= nb; i++) BEST(1, i) = pre[i];
+        for (int i = 0; i <= nb; i++)
+            BEST(1, i) = pre[i];
         for (int k = 2; k <= D; k++)
             for (int i = k; i <= nb; i++) {
                 BEST(k, i) = INFINITY;
@@ -70,7 +73,8 @@ int pipeline_partition(const GPT *m, int D, int s, const char *stage_layers, int
                 }
             }
         start[D] = nb;
-        for (int k = D, i = nb; k >= 2; k--) i = start[k - 1] = CUT(k, i);
+        for (int k = D, i = nb; k >= 2; k--)
+            i = start[k - 1] = CUT(k, i);
         start[0] = 0;
 #undef BEST
 #undef CUT
@@ -92,17 +96,17 @@ typedef struct {
     int D, s, b0, b1, first, last;
     int nslots;
     Workspace *ws;
-    CommReq *send_x, *send_dx;  // per slot: the last sends out of its buffers
+    CommReq *send_x, *send_dx; // per slot: the last sends out of its buffers
     // Stage-local state: only this stage's flat range [lo, hi) is held (two weight versions
     // under 2bw), plus, on the last stage, a replica of the tied wte [0, tie_n).
     float *pbuf[2], *gbuf, *om, *ov;  // weights per version, gradients, AdamW moments
     float *wbuf[2], *wgrad, *wm, *wv; // the wte replica (last stage only)
     int nver, cur_ver, t;             // versions held, the one blocks point at, AdamW step
     int replica;                      // 1 on the last stage when it is not also the first
-    size_t lo, hi;              // this stage's flat range
-    size_t tie_n;               // wte elements (tied embedding), synchronised first <-> last
-    Comm *tie;                  // communicator of the first and last stage (NULL if D == 1)
-    double loss_sum;            // Σ micro-batch mean losses of the current batch (last stage)
+    size_t lo, hi;                    // this stage's flat range
+    size_t tie_n;                     // wte elements (tied embedding), synchronised first <-> last
+    Comm *tie;                        // communicator of the first and last stage (NULL if D == 1)
+    double loss_sum; // Σ micro-batch mean losses of the current batch (last stage)
     BlockHooks hooks;
     // 2bw: a finished batch's update runs in the background. Its gradients move to spare
     // buffers, its reductions (dp, tied embedding, global norm and loss) proceed as a chain of
@@ -110,7 +114,7 @@ typedef struct {
     // the first micro-batch that needs the new version — so no stage ever waits for a flush.
     float *gspare, *wspare;
     struct {
-        int phase;  // 0 idle, 1 dp reduce, 2 tie reduce, 3 norm/loss reduce, 4 dp loss, 5 ready
+        int phase; // 0 idle, 1 dp reduce, 2 tie reduce, 3 norm/loss reduce, 4 dp loss, 5 ready
         int step;
         double t0, v[2];
         float *g, *wg;
@@ -166,7 +170,8 @@ static void forward_micro(Pipe *p, int g, const PipelineIO *io, int step, int j)
     io->batch(io->ctx, step, j, ws->tokens, ws->targets);
     size_t n = (size_t)ws->B * ws->T * m->cfg.C;
     if (!p->first) {
-        CommReq r = comm_irecv(p->g->pp_comm, workspace_stream(ws, m, p->b0 - 1), n, p->s - 1, 2 * g);
+        CommReq r =
+            comm_irecv(p->g->pp_comm, workspace_stream(ws, m, p->b0 - 1), n, p->s - 1, 2 * g);
         comm_wait(&r);
     }
     for (int b = p->b0; b < p->b1; b++) {
@@ -289,24 +294,25 @@ static void pend_advance(Pipe *p, int block) {
     size_t n = p->hi - p->lo;
     for (;;) {
         switch (p->pend.phase) {
-        case 1:  // replicas' gradients
+        case 1: // replicas' gradients
             if (!req_done(&p->pend.req[0], block) || !req_done(&p->pend.req[1], block)) return;
             p->pend.phase = 2;
             if (p->tie)
-                p->pend.req[0] = comm_iallreduce(p->tie, p->replica ? p->pend.wg : p->pend.g, p->tie_n);
+                p->pend.req[0] =
+                    comm_iallreduce(p->tie, p->replica ? p->pend.wg : p->pend.g, p->tie_n);
             break;
-        case 2:  // tied embedding
+        case 2: // tied embedding
             if (p->tie && !req_done(&p->pend.req[0], block)) return;
             p->pend.phase = 3;
             p->pend.v[0] = p->m->be->sumsq(p->pend.g, n);
             p->pend.req[0] = comm_iallreduce_f64(g->pp_comm, p->pend.v, 2);
             break;
-        case 3:  // global norm and the last stage's loss
+        case 3: // global norm and the last stage's loss
             if (!req_done(&p->pend.req[0], block)) return;
             p->pend.phase = 4;
             p->pend.req[0] = comm_iallreduce_f64(g->dp_comm, &p->pend.v[1], 1);
             break;
-        case 4:  // mean loss over replicas
+        case 4: // mean loss over replicas
             if (!req_done(&p->pend.req[0], block)) return;
             p->pend.v[1] /= g->dp;
             p->pend.phase = 5;
@@ -328,7 +334,7 @@ static void pend_start(Pipe *p, int step, double t0) {
         p->wgrad = p->wspare, p->wspare = t;
         be->fill(p->wgrad, 0.f, p->tie_n);
     }
-    use_version(p, p->cur_ver);  // blocks now accumulate into the fresh buffers
+    use_version(p, p->cur_ver); // blocks now accumulate into the fresh buffers
     p->pend.step = step;
     p->pend.t0 = t0;
     p->pend.g = p->gspare;
@@ -337,8 +343,8 @@ static void pend_start(Pipe *p, int step, double t0) {
     p->pend.v[1] = p->last ? p->loss_sum / p->pc->K : 0;
     p->loss_sum = 0;
     p->pend.req[0] = comm_iallreduce(p->g->dp_comm, p->pend.g, n);
-    p->pend.req[1] = p->replica ? comm_iallreduce(p->g->dp_comm, p->pend.wg, p->tie_n)
-                                : (CommReq){0};
+    p->pend.req[1] =
+        p->replica ? comm_iallreduce(p->g->dp_comm, p->pend.wg, p->tie_n) : (CommReq){0};
     p->pend.phase = 1;
     pend_advance(p, 0);
 }
@@ -358,13 +364,14 @@ static void pend_complete(Pipe *p) {
         int newest = step == 0 ? 0 : (step & 1), next = (step + 1) & 1;
         be->copy(p->pbuf[next], p->pbuf[newest], n);
         if (p->replica) be->copy(p->wbuf[next], p->wbuf[newest], p->tie_n);
-        float *g = p->gbuf, *wg = p->wgrad;  // the update reads the batch's gradients
+        float *g = p->gbuf, *wg = p->wgrad; // the update reads the batch's gradients
         p->gbuf = p->pend.g, p->wgrad = p->pend.wg;
         apply_update(p, &p->opt->cfg, next, lr, scale);
         p->gbuf = g, p->wgrad = wg;
     }
     p->pend.phase = 0;
-    if (!p->stop) p->stop = p->io->report(p->io->ctx, step + 1, loss, norm, lr, now_sec() - p->pend.t0);
+    if (!p->stop)
+        p->stop = p->io->report(p->io->ctx, step + 1, loss, norm, lr, now_sec() - p->pend.t0);
 }
 
 int pipeline_train(GPT *m, const Grid *g, const PipelineConfig *pc, AdamW *opt, int start,
@@ -403,7 +410,8 @@ int pipeline_train(GPT *m, const Grid *g, const PipelineConfig *pc, AdamW *opt, 
         }
     }
     p.gbuf = be->alloc(n), p.om = be->alloc(n), p.ov = be->alloc(n);
-    if (p.replica) p.wgrad = be->alloc(p.tie_n), p.wm = be->alloc(p.tie_n), p.wv = be->alloc(p.tie_n);
+    if (p.replica)
+        p.wgrad = be->alloc(p.tie_n), p.wm = be->alloc(p.tie_n), p.wv = be->alloc(p.tie_n);
     p.t = opt->t;
     size_t held = n + (p.replica ? p.tie_n : 0);
     memory_report[0] = 4.0 * held * p.nver;
@@ -429,17 +437,21 @@ int pipeline_train(GPT *m, const Grid *g, const PipelineConfig *pc, AdamW *opt, 
     if (pc->schedule != SCHED_2BW) {
         for (int step = start; step < steps && !rc; step++) {
             double t0 = now_sec();
-            int base = step * K, warm = pc->schedule == SCHED_GPIPE ? K : (D - s - 1 < K ? D - s - 1 : K);
+            int base = step * K,
+                warm = pc->schedule == SCHED_GPIPE ? K : (D - s - 1 < K ? D - s - 1 : K);
             int inflight = 0;
-            for (int j = 0; j < warm; j++) forward_micro(&p, base + j, io, step, j), inflight++;
+            for (int j = 0; j < warm; j++)
+                forward_micro(&p, base + j, io, step, j), inflight++;
             if (inflight > peak_inflight) peak_inflight = inflight;
             for (int j = 0; j < K - warm; j++) {
                 forward_micro(&p, base + warm + j, io, step, warm + j);
                 if (++inflight > peak_inflight) peak_inflight = inflight;
                 backward_micro(&p, base + j, step, grad_scale), inflight--;
             }
-            for (int j = K - warm; j < K; j++) backward_micro(&p, base + j, step, grad_scale);
-            for (int k = 0; k < p.nslots; k++) comm_wait(&p.send_x[k]), comm_wait(&p.send_dx[k]);
+            for (int j = K - warm; j < K; j++)
+                backward_micro(&p, base + j, step, grad_scale);
+            for (int k = 0; k < p.nslots; k++)
+                comm_wait(&p.send_x[k]), comm_wait(&p.send_dx[k]);
             rc = finish_batch(&p, opt, step, io, t0);
         }
     } else {
@@ -465,7 +477,7 @@ int pipeline_train(GPT *m, const Grid *g, const PipelineConfig *pc, AdamW *opt, 
             backward_micro(&p, gi, gi / K, grad_scale);
             nb++, inflight--;
             if (gi % K == K - 1) {
-                pend_complete(&p);  // (normally already applied) keeps one update in flight
+                pend_complete(&p); // (normally already applied) keeps one update in flight
                 pend_start(&p, gi / K, t0);
                 t0 = now_sec();
             }
@@ -473,7 +485,8 @@ int pipeline_train(GPT *m, const Grid *g, const PipelineConfig *pc, AdamW *opt, 
         pend_complete(&p);
         rc = p.stop;
 #undef VERSION_OF
-        for (int k = 0; k < p.nslots; k++) comm_wait(&p.send_x[k]), comm_wait(&p.send_dx[k]);
+        for (int k = 0; k < p.nslots; k++)
+            comm_wait(&p.send_x[k]), comm_wait(&p.send_dx[k]);
     }
     // Hand back a whole-model buffer holding this stage's trained weights (the newest version:
     // W(steps) under 2bw) — pipeline_gather_params fills in the other stages' blocks.
@@ -486,12 +499,13 @@ int pipeline_train(GPT *m, const Grid *g, const PipelineConfig *pc, AdamW *opt, 
         m->blocks[b].grads = m->grads + m->blocks[b].off;
     }
     opt->t = p.t;
-    float *bufs[] = {p.pbuf[0], p.pbuf[1], p.gbuf, p.om, p.ov, p.wbuf[0], p.wbuf[1], p.wgrad,
-                     p.wm,      p.wv,      p.gspare, p.wspare};
+    float *bufs[] = {p.pbuf[0], p.pbuf[1], p.gbuf, p.om, p.ov,     p.wbuf[0],
+                     p.wbuf[1], p.wgrad,   p.wm,   p.wv, p.gspare, p.wspare};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->release(bufs[i]);
     m->hooks = saved;
-    for (int k = 0; k < p.nslots; k++) workspace_free(&p.ws[k], m);
+    for (int k = 0; k < p.nslots; k++)
+        workspace_free(&p.ws[k], m);
     free(p.ws), free(p.send_x), free(p.send_dx);
     return rc;
 }

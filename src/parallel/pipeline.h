@@ -25,7 +25,7 @@ typedef enum { SCHED_GPIPE, SCHED_1F1B, SCHED_2BW } Schedule;
 typedef struct {
     Schedule schedule;
     int K, B, T, recompute;
-    const char *stage_layers;  // "3,3,2": transformer layers per stage (NULL: balanced)
+    const char *stage_layers; // "3,3,2": transformer layers per stage (NULL: balanced)
     float grad_clip;
 } PipelineConfig;
 

@@ -10,8 +10,8 @@
 #include "../common.h"
 
 typedef struct {
-    double t;      // seconds per micro-batch (compute + point-to-point)
-    double w;      // parameter count
+    double t; // seconds per micro-batch (compute + point-to-point)
+    double w; // parameter count
     int layers;
     int has_embed, has_head;
 } StageCost;
@@ -19,10 +19,12 @@ typedef struct {
 // Splits [embed, L layers, head] into d stages minimising the slowest (linear partition).
 static void split(const double *cost, int nb, int d, int *start) {
     double *pre = xcalloc((size_t)nb + 1, sizeof(double));
-    for (int i = 0; i < nb; i++) pre[i + 1] = pre[i] + cost[i];
+    for (int i = 0; i < nb; i++)
+        pre[i + 1] = pre[i] + cost[i];
     double *best = xcalloc((size_t)(d + 1) * (nb + 1), sizeof(double));
     int *cut = xcalloc((size_t)(d + 1) * (nb + 1), sizeof(int));
-    for (int i = 0; i <= nb; i++) best[nb + 1 + i] = pre[i];
+    for (int i = 0; i <= nb; i++)
+        best[nb + 1 + i] = pre[i];
     for (int k = 2; k <= d; k++)
         for (int i = k; i <= nb; i++) {
             double *bk = &best[(size_t)k * (nb + 1) + i];
@@ -33,7 +35,8 @@ static void split(const double *cost, int nb, int d, int *start) {
             }
         }
     start[d] = nb;
-    for (int k = d, i = nb; k >= 2; k--) i = start[k - 1] = cut[(size_t)k * (nb + 1) + i];
+    for (int k = d, i = nb; k >= 2; k--)
+        i = start[k - 1] = cut[(size_t)k * (nb + 1) + i];
     start[0] = 0;
     free(pre), free(best), free(cut);
 }
@@ -73,7 +76,7 @@ static int evaluate(const Profile *p, const PlanInput *in, int w, int d, int b, 
             params += wparams[k];
             layers += k == PROF_LAYER;
         }
-        if (s == d - 1 && d > 1) params += V * C;  // the tied wte replica
+        if (s == d - 1 && d > 1) params += V * C; // the tied wte replica
         t += p2p;
         worst = fmax(worst, t);
         double ar = w > 1 ? 2.0 * (w - 1) / w * params * 4 / in->bandwidth : 0;
@@ -84,8 +87,8 @@ static int evaluate(const Profile *p, const PlanInput *in, int w, int d, int b, 
         double per_layer = (15 * C + 4) * b * T * 4 + (double)b * c->H * T * T * 4;
         double acts = rc ? inflight * (layers + 1) * b * T * C * 4 + per_layer
                          : inflight * ((layers + 1) * b * T * C * 4 + layers * per_layer);
-        if (start[s + 1] == nb) acts += inflight * (double)b * T * V * 4;  // logits/probs
-        acts += 7 * b * T * C * 4;                                          // scratch
+        if (start[s + 1] == nb) acts += inflight * (double)b * T * V * 4; // logits/probs
+        acts += 7 * b * T * C * 4;                                        // scratch
         worst_mem = fmax(worst_mem, mem + acts);
         snprintf(sl + strlen(sl), sizeof out->stage_layers - strlen(sl), "%s%d", s ? "," : "",
                  layers);

@@ -14,19 +14,19 @@
 #include "profile.h"
 
 typedef struct {
-    int workers;          // ranks (w·d must equal it)
-    double mem_bytes;     // memory per worker
-    double bandwidth;     // inter-worker bandwidth, bytes/s
-    double latency;       // per message, seconds
-    int global_batch;     // sequences per optimizer step (G)
-    double cores;         // cores shared by all workers (0: each worker has its own)
+    int workers;      // ranks (w·d must equal it)
+    double mem_bytes; // memory per worker
+    double bandwidth; // inter-worker bandwidth, bytes/s
+    double latency;   // per message, seconds
+    int global_batch; // sequences per optimizer step (G)
+    double cores;     // cores shared by all workers (0: each worker has its own)
 } PlanInput;
 
 typedef struct {
     int w, d, b, K, recompute;
-    char stage_layers[128];  // layers per stage, e.g. "3,3"
+    char stage_layers[128]; // layers per stage, e.g. "3,3"
     double step_s, tokens_per_s, mem_bytes;
-    double compute_s, allreduce_s;  // the two terms of the step time
+    double compute_s, allreduce_s; // the two terms of the step time
 } Plan;
 
 // Fills up to max plans, best first; returns how many fit.

@@ -14,19 +14,24 @@ static double time_block(GPT *m, Workspace *ws, int b, int backward, float *dx) 
     const Block *blk = &m->blocks[b];
     size_t n = (size_t)ws->B * ws->T * m->cfg.C;
     for (int r = 0; r < 3; r++) {
-        BlockIO io = {.tokens = ws->tokens, .targets = ws->targets, .dx = dx,
-                      .wte = gpt_embed(m)->params, .dwte = gpt_embed(m)->grads,
+        BlockIO io = {.tokens = ws->tokens,
+                      .targets = ws->targets,
+                      .dx = dx,
+                      .wte = gpt_embed(m)->params,
+                      .dwte = gpt_embed(m)->grads,
                       .grad_scale = 1e-3f};
         if (blk->kind != BLOCK_EMBED) io.x_in = workspace_stream(ws, m, b - 1);
         if (blk->kind != BLOCK_HEAD) io.x_out = workspace_stream(ws, m, b);
-        if (backward) block_forward(m, blk, ws, &io);  // backward needs this forward's state
+        if (backward) block_forward(m, blk, ws, &io); // backward needs this forward's state
         if (backward && blk->kind != BLOCK_HEAD) m->be->fill(dx, 1e-3f, n);
         double t0 = now_sec();
-        if (backward) block_backward(m, blk, ws, &io);
-        else block_forward(m, blk, ws, &io);
+        if (backward)
+            block_backward(m, blk, ws, &io);
+        else
+            block_forward(m, blk, ws, &io);
         t[r] = now_sec() - t0;
     }
-    double a = t[0], b2 = t[1], c = t[2];  // median of three
+    double a = t[0], b2 = t[1], c = t[2]; // median of three
     return a > b2 ? (b2 > c ? b2 : (a > c ? c : a)) : (a > c ? a : (b2 > c ? c : b2));
 }
 
@@ -35,7 +40,7 @@ int profile_measure(Profile *p, const GPTConfig *cfg, int T, int max_b, int thre
     p->cfg = *cfg;
     p->T = T;
     p->threads = threads;
-    GPTConfig one = *cfg;  // embedding + one layer + head is enough: layers are identical
+    GPTConfig one = *cfg; // embedding + one layer + head is enough: layers are identical
     one.L = 1;
     if (one.maxT < T) one.maxT = T;
     GPT m;
@@ -123,8 +128,8 @@ int profile_load(Profile *p, const char *path) {
              num(c, "block_size", &v[4], path) || num(j, "seq", &v[5], path) ||
              num(j, "threads", &v[6], path);
     if (!rc) {
-        p->cfg = (GPTConfig){.L = (int)v[0], .H = (int)v[1], .C = (int)v[2], .V = (int)v[3],
-                             .maxT = (int)v[4]};
+        p->cfg = (GPTConfig){
+            .L = (int)v[0], .H = (int)v[1], .C = (int)v[2], .V = (int)v[3], .maxT = (int)v[4]};
         p->T = (int)v[5];
         p->threads = (int)v[6];
         const char *names[3] = {"embed", "layer", "head"};

@@ -8,7 +8,7 @@
 #define PROFILE_MAX_B 8
 
 typedef struct {
-    int b;  // micro-batch size
+    int b; // micro-batch size
     // seconds per micro-batch: forward and backward of the embedding, one layer, the head
     double fwd[3], bwd[3];
 } ProfileRow;

@@ -30,14 +30,14 @@ void adamw_free(AdamW *o, const GPT *m) {
 
 float clip_scale(float grad_norm, float max_norm) {
     if (max_norm <= 0.f) return 1.0f;
-    float s = max_norm / (grad_norm + 1e-6f);  // same rule as torch.nn.utils.clip_grad_norm_
+    float s = max_norm / (grad_norm + 1e-6f); // same rule as torch.nn.utils.clip_grad_norm_
     return s < 1.0f ? s : 1.0f;
 }
 
 void adamw_step(AdamW *o, GPT *m, float lr, float grad_scale) {
     o->t++;
     const OptConfig *c = &o->cfg;
-    for (int b = 0; b < m->nblocks; b++) {  // block by block: each owns its slices
+    for (int b = 0; b < m->nblocks; b++) { // block by block: each owns its slices
         const Block *blk = &m->blocks[b];
         for (int i = blk->t0; i < blk->t0 + blk->nt; i++) {
             const TensorSpec *t = &m->tensors[i];

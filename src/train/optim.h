@@ -9,15 +9,15 @@ typedef enum { LR_CONSTANT, LR_COSINE } LrSchedule;
 typedef struct {
     float lr, min_lr, beta1, beta2, eps, weight_decay, grad_clip;
     LrSchedule schedule;
-    int warmup;       // linear warmup steps (both schedules)
-    int total_steps;  // cosine decays from lr to min_lr at total_steps
+    int warmup;      // linear warmup steps (both schedules)
+    int total_steps; // cosine decays from lr to min_lr at total_steps
 } OptConfig;
 
 typedef struct {
     OptConfig cfg;
     size_t n;
-    float *m, *v;  // (n) device buffers
-    int t;         // updates applied so far (bias correction uses t+1)
+    float *m, *v; // (n) device buffers
+    int t;        // updates applied so far (bias correction uses t+1)
 } AdamW;
 
 // Learning rate for 0-based optimizer step `step`.

@@ -20,8 +20,10 @@ void progress_start(Progress *p, int enabled, int start_step, int total_steps, i
 
 static void fmt_eta(char *buf, size_t n, double s) {
     int sec = (int)(s + 0.5);
-    if (sec >= 3600) snprintf(buf, n, "%dh%02dm", sec / 3600, sec / 60 % 60);
-    else snprintf(buf, n, "%dm%02ds", sec / 60, sec % 60);
+    if (sec >= 3600)
+        snprintf(buf, n, "%dh%02dm", sec / 3600, sec / 60 % 60);
+    else
+        snprintf(buf, n, "%dm%02ds", sec / 60, sec % 60);
 }
 
 void progress_step(Progress *p, int step, double loss, double tok_per_s, double mfu, double dt) {

@@ -53,10 +53,10 @@ typedef struct {
     const TrainArgs *a;
     Comm *world;
     Grid grid;
-    int N, r;  // data-parallel size and this rank's index
-    int lead;  // world rank 0: prints, writes metrics and exports
+    int N, r; // data-parallel size and this rank's index
+    int lead; // world rank 0: prints, writes metrics and exports
     GPT model;
-    DataParallel *dp;  // gradient reduction; over a one-rank communicator under CO2
+    DataParallel *dp; // gradient reduction; over a one-rank communicator under CO2
     CO2 *co2;
     Workspace ws;
     AdamW opt;
@@ -64,7 +64,7 @@ typedef struct {
     int has_val;
     int *inputs, *targets;
     Rng rng;
-    char tokenizer_dir[4200];  // data's tokenizer directory, copied into checkpoints
+    char tokenizer_dir[4200]; // data's tokenizer directory, copied into checkpoints
 } Trainer;
 
 // Stops the run: the lead rank prints, every rank exits with the same code.
@@ -95,8 +95,10 @@ static int copy_tree(const char *src, const char *dst) {
         }
         size_t len;
         char *buf = read_file(s, &len);
-        if (!buf) rc = -1;
-        else rc = write_file_atomic(t, buf, len);
+        if (!buf)
+            rc = -1;
+        else
+            rc = write_file_atomic(t, buf, len);
         free(buf);
     }
     closedir(d);
@@ -149,8 +151,11 @@ static int do_save(Trainer *tr, int step) {
     CkptShard shard = {.lo = lo, .hi = hi, .params = p, .m = m, .v = v};
     // zero 0: every rank holds the same full state, so only the first writes it
     int writes = a->zero > 0 || tr->r == 0;
-    CkptMeta meta = {.cfg = tr->model.cfg, .step = step, .opt_t = tr->opt.t,
-                     .rng_state = tr->rng.state, .rng_inc = tr->rng.inc,
+    CkptMeta meta = {.cfg = tr->model.cfg,
+                     .step = step,
+                     .opt_t = tr->opt.t,
+                     .rng_state = tr->rng.state,
+                     .rng_inc = tr->rng.inc,
                      .data_window = (uint64_t)step * a->grad_accum * tr->N};
     snprintf(meta.tokenizer, sizeof meta.tokenizer, "%s", tr->tokenizer_dir[0] ? "dir" : "");
     meta.train_args = args_json(a);
@@ -176,8 +181,10 @@ static double evaluate(Trainer *tr) {
 static int export_weights(Trainer *tr, const char *path, int grads) {
     GPT view = tr->model;
     float *host = xmalloc(tr->model.nparams * sizeof(float));
-    if (grads) tr->model.be->download(host, tr->model.grads, tr->model.nparams);
-    else dp_full_params(tr->dp, host);  // collective for ZeRO-3
+    if (grads)
+        tr->model.be->download(host, tr->model.grads, tr->model.nparams);
+    else
+        dp_full_params(tr->dp, host); // collective for ZeRO-3
     view.params = host;
     int rc = tr->lead ? st_save_gpt(&view, path) : 0;
     free(host);
@@ -196,7 +203,8 @@ static void maybe_inject_fault(int rank, int step) {
         fprintf(stderr, "loom[rank %d]: %s at step %d\n", rank, names[k], step);
         fflush(stderr);
         if (k == 0) raise(SIGKILL);
-        for (;;) pause();
+        for (;;)
+            pause();
     }
 }
 
@@ -219,8 +227,8 @@ static void log_step(Trainer *tr, Progress *pg, Metrics *mt, const StepLog *l) {
 // (which may shard them) and the optimizer for the owned slice. Returns the first step.
 static int setup_model(Trainer *tr, char *resume_dir, size_t n) {
     const TrainArgs *a = tr->a;
-    GPTConfig cfg = {.L = a->layers, .H = a->heads, .C = a->dim, .V = a->vocab,
-                     .maxT = a->block_size};
+    GPTConfig cfg = {
+        .L = a->layers, .H = a->heads, .C = a->dim, .V = a->vocab, .maxT = a->block_size};
     CkptMeta meta = {0};
     resume_dir[0] = 0;
     if (a->resume) {
@@ -248,25 +256,37 @@ static int setup_model(Trainer *tr, char *resume_dir, size_t n) {
     } else {
         gpt_init_weights(m, (unsigned long long)a->seed);
     }
-    if (a->pp > 1) {  // the pipeline owns gradient reduction; AdamW moments span the layout
-        OptConfig oc = {.lr = a->lr, .min_lr = a->min_lr, .beta1 = a->beta1, .beta2 = a->beta2,
-                        .eps = a->eps, .weight_decay = a->weight_decay, .grad_clip = a->grad_clip,
+    if (a->pp > 1) { // the pipeline owns gradient reduction; AdamW moments span the layout
+        OptConfig oc = {.lr = a->lr,
+                        .min_lr = a->min_lr,
+                        .beta1 = a->beta1,
+                        .beta2 = a->beta2,
+                        .eps = a->eps,
+                        .weight_decay = a->weight_decay,
+                        .grad_clip = a->grad_clip,
                         .schedule = strcmp(a->lr_schedule, "cosine") ? LR_CONSTANT : LR_COSINE,
-                        .warmup = a->warmup, .total_steps = a->steps};
+                        .warmup = a->warmup,
+                        .total_steps = a->steps};
         memset(&tr->opt, 0, sizeof tr->opt);
-        tr->opt.cfg = oc;  // the pipeline keeps the moments per stage
+        tr->opt.cfg = oc; // the pipeline keeps the moments per stage
         return start;
     }
     // CO2 workers never reduce gradients: their strategy runs over a communicator of one
-    const Comm *grad_comm = a->co2 ? comm_split(tr->grid.dp_comm, tr->grid.dp_comm->rank, 0, "self")
-                                   : tr->grid.dp_comm;
+    const Comm *grad_comm =
+        a->co2 ? comm_split(tr->grid.dp_comm, tr->grid.dp_comm->rank, 0, "self") : tr->grid.dp_comm;
     tr->dp = dp_create(m, grad_comm, a->co2 ? 0 : a->zero, a->bucket_mb);
     size_t lo, hi;
     dp_owned_range(tr->dp, &lo, &hi);
-    OptConfig oc = {.lr = a->lr, .min_lr = a->min_lr, .beta1 = a->beta1, .beta2 = a->beta2,
-                    .eps = a->eps, .weight_decay = a->weight_decay, .grad_clip = a->grad_clip,
+    OptConfig oc = {.lr = a->lr,
+                    .min_lr = a->min_lr,
+                    .beta1 = a->beta1,
+                    .beta2 = a->beta2,
+                    .eps = a->eps,
+                    .weight_decay = a->weight_decay,
+                    .grad_clip = a->grad_clip,
                     .schedule = strcmp(a->lr_schedule, "cosine") ? LR_CONSTANT : LR_COSINE,
-                    .warmup = a->warmup, .total_steps = a->steps};
+                    .warmup = a->warmup,
+                    .total_steps = a->steps};
     adamw_create_range(&tr->opt, m, &oc, lo, hi);
     if (a->resume) {
         size_t k = hi - lo;
@@ -314,15 +334,23 @@ static int pipe_report(void *ctx, int step, double loss, double norm, float lr, 
     const TrainArgs *a = tr->a;
     if (!isfinite(loss) || !isfinite(norm)) {
         if (tr->lead)
-            fprintf(stderr, "\nloom: step %d: the loss or gradient is not finite (loss %g, grad "
-                    "norm %g); stopping without applying it\n", step, loss, norm);
+            fprintf(stderr,
+                    "\nloom: step %d: the loss or gradient is not finite (loss %g, grad "
+                    "norm %g); stopping without applying it\n",
+                    step, loss, norm);
         return EXIT_NUMERIC;
     }
     size_t tokens = (size_t)a->batch * a->seq * a->grad_accum * tr->N;
     double flops = gpt_flops_per_step(&tr->model.cfg, a->batch, a->seq) * a->grad_accum /
-                   (double)(tr->grid.pp);  // per rank
-    StepLog rec = {.step = step, .loss = loss, .lr = lr, .norm = norm, .dt = dt,
-                   .tps = tokens / dt, .mfu = flops / dt / (a->peak_gflops * 1e9), .exposed_ms = -1};
+                   (double)(tr->grid.pp); // per rank
+    StepLog rec = {.step = step,
+                   .loss = loss,
+                   .lr = lr,
+                   .norm = norm,
+                   .dt = dt,
+                   .tps = tokens / dt,
+                   .mfu = flops / dt / (a->peak_gflops * 1e9),
+                   .exposed_ms = -1};
     log_step(tr, pc->pg, pc->mt, &rec);
     return 0;
 }
@@ -332,8 +360,12 @@ static int train_pipeline(Trainer *tr, Metrics *mt) {
     Schedule sched = !strcmp(a->schedule, "gpipe") ? SCHED_GPIPE
                      : !strcmp(a->schedule, "2bw") ? SCHED_2BW
                                                    : SCHED_1F1B;
-    PipelineConfig pc = {.schedule = sched, .K = a->grad_accum, .B = a->batch, .T = a->seq,
-                         .recompute = a->recompute, .stage_layers = a->stage_layers,
+    PipelineConfig pc = {.schedule = sched,
+                         .K = a->grad_accum,
+                         .B = a->batch,
+                         .T = a->seq,
+                         .recompute = a->recompute,
+                         .stage_layers = a->stage_layers,
                          .grad_clip = a->grad_clip};
     Progress pg;
     progress_start(&pg, a->progress && tr->lead, 0, a->steps, a->log_every);
@@ -346,14 +378,15 @@ static int train_pipeline(Trainer *tr, Metrics *mt) {
     double wb, gb, ob;
     pipeline_memory(&wb, &gb, &ob);
     if (tr->lead)
-        fprintf(stderr, "loom: pipeline %d stages x dp %d, schedule %s | peak %d micro-batches of "
+        fprintf(stderr,
+                "loom: pipeline %d stages x dp %d, schedule %s | peak %d micro-batches of "
                 "activations held on stage 0 | stage 0 holds weights %.2f MiB, grads %.2f MiB, "
-                "optimizer %.2f MiB (whole model %.2f MiB)\n", tr->grid.pp, tr->N, a->schedule,
-                pipeline_peak_inflight(), wb / 1048576, gb / 1048576, ob / 1048576,
-                tr->model.nparams * 4.0 / 1048576);
-    if (a->export_path || tr->has_val)  // every stage contributes its blocks
+                "optimizer %.2f MiB (whole model %.2f MiB)\n",
+                tr->grid.pp, tr->N, a->schedule, pipeline_peak_inflight(), wb / 1048576,
+                gb / 1048576, ob / 1048576, tr->model.nparams * 4.0 / 1048576);
+    if (a->export_path || tr->has_val) // every stage contributes its blocks
         if (pipeline_gather_params(&tr->model, &tr->grid, a->stage_layers)) fail(tr, EXIT_USAGE);
-    if (tr->has_val && tr->lead) {  // evaluated once, at the end, with the whole model on rank 0
+    if (tr->has_val && tr->lead) { // evaluated once, at the end, with the whole model on rank 0
         if (workspace_create(&tr->ws, &tr->model, a->batch, a->seq, a->recompute))
             fail(tr, EXIT_USAGE);
         double vl = evaluate(tr);
@@ -377,8 +410,8 @@ static void apply_auto_plan(TrainArgs *b) {
     double msg[5] = {0};
     char layers[128] = "";
     if (world->rank == 0) {
-        GPTConfig cfg = {.L = b->layers, .H = b->heads, .C = b->dim, .V = b->vocab,
-                         .maxT = b->block_size};
+        GPTConfig cfg = {
+            .L = b->layers, .H = b->heads, .C = b->dim, .V = b->vocab, .maxT = b->block_size};
         if (b->init && init_read_config(b->init, b->heads, &cfg)) die_last(EXIT_INPUT);
         int threads = b->threads > 0 ? b->threads : 1;
         backend_cpu_set_threads(threads);
@@ -390,7 +423,8 @@ static void apply_auto_plan(TrainArgs *b) {
         PlanInput in = {.workers = world->size,
                         .mem_bytes = b->plan_mem_gb > 0 ? b->plan_mem_gb * 1073741824.0
                                                         : (double)pages * psize / local_n * 0.8,
-                        .bandwidth = b->plan_bandwidth_gbps * 1e9 / 8, .latency = 1e-4,
+                        .bandwidth = b->plan_bandwidth_gbps * 1e9 / 8,
+                        .latency = 1e-4,
                         .global_batch = b->batch * b->grad_accum * b->dp,
                         .cores = local_n > 1 ? (double)sysconf(_SC_NPROCESSORS_ONLN) : 0};
         Plan best;
@@ -398,10 +432,11 @@ static void apply_auto_plan(TrainArgs *b) {
             die(EXIT_INPUT, "--plan auto: no plan fits the memory of this machine");
         msg[0] = best.w, msg[1] = best.d, msg[2] = best.b, msg[3] = best.K, msg[4] = best.recompute;
         snprintf(layers, sizeof layers, "%s", best.stage_layers);
-        fprintf(stderr, "loom: --plan auto: dp %d x pp %d, micro-batch %d x %d, recompute %s, "
-                "stages %s: predicted %.0f tok/s\n", best.w, best.d, best.b, best.K,
-                best.recompute ? "on" : "off", best.d > 1 ? best.stage_layers : "-",
-                best.tokens_per_s);
+        fprintf(stderr,
+                "loom: --plan auto: dp %d x pp %d, micro-batch %d x %d, recompute %s, "
+                "stages %s: predicted %.0f tok/s\n",
+                best.w, best.d, best.b, best.K, best.recompute ? "on" : "off",
+                best.d > 1 ? best.stage_layers : "-", best.tokens_per_s);
     }
     comm_broadcast(world, msg, sizeof msg, 0);
     comm_broadcast(world, layers, sizeof layers, 0);
@@ -425,7 +460,8 @@ int train_run(const TrainArgs *args) {
     if (a->dump_grads && a->zero >= 2) die(EXIT_USAGE, "--dump-grads needs --zero 0 or 1");
     if (a->co2 && (a->save || a->resume))
         die(EXIT_USAGE, "--co2 does not checkpoint yet (--save/--resume); use --export");
-    if (a->co2 && a->zero > 2) die(EXIT_USAGE, "--co2 composes with --zero 1 or 2 (sharded outer state)");
+    if (a->co2 && a->zero > 2)
+        die(EXIT_USAGE, "--co2 composes with --zero 1 or 2 (sharded outer state)");
     if (a->co2 && a->zero && !strcmp(a->gap_mode, "adaptive"))
         die(EXIT_USAGE, "--gap-mode adaptive is not implemented with sharded CO2 (--zero)");
     if (a->co2 && a->tau < 1) die(EXIT_USAGE, "--tau must be >= 1");
@@ -463,11 +499,15 @@ int train_run(const TrainArgs *args) {
         return prc;
     }
     int K = a->grad_accum, N = tr.N;
-    int gN = a->co2 ? 1 : N;  // ranks a gradient is averaged over
+    int gN = a->co2 ? 1 : N; // ranks a gradient is averaged over
     if (a->co2) {
-        CO2Config cc = {.tau = a->tau, .alpha = a->outer_lr, .beta = a->outer_momentum,
-                        .lambda = a->gap_penalty, .phi = a->outer_clip,
-                        .adaptive = !strcmp(a->gap_mode, "adaptive"), .sharded = a->zero > 0};
+        CO2Config cc = {.tau = a->tau,
+                        .alpha = a->outer_lr,
+                        .beta = a->outer_momentum,
+                        .lambda = a->gap_penalty,
+                        .phi = a->outer_clip,
+                        .adaptive = !strcmp(a->gap_mode, "adaptive"),
+                        .sharded = a->zero > 0};
         tr.co2 = co2_create(&tr.model, tr.grid.dp_comm, &cc);
     }
     // CO2 reports the worker-mean loss of each inner step one step late (reduced without
@@ -476,12 +516,11 @@ int train_run(const TrainArgs *args) {
     CommReq lreq[2] = {{0}, {0}};
     StepLog pend[2];
     int npend = 0;
-    double flops = gpt_flops_per_step(cfg, a->batch, a->seq) * K;  // per rank
+    double flops = gpt_flops_per_step(cfg, a->batch, a->seq) * K; // per rank
     if (tr.lead) {
-        fprintf(stderr,
-                "loom: model L%d H%d C%d V%d T%d, %.2fM params | batch %d x seq %d x accum %d",
-                cfg->L, cfg->H, cfg->C, cfg->V, cfg->maxT, tr.model.nparams / 1e6, a->batch,
-                a->seq, K);
+        fprintf(
+            stderr, "loom: model L%d H%d C%d V%d T%d, %.2fM params | batch %d x seq %d x accum %d",
+            cfg->L, cfg->H, cfg->C, cfg->V, cfg->maxT, tr.model.nparams / 1e6, a->batch, a->seq, K);
         if (N > 1 || a->zero) fprintf(stderr, " x dp %d (zero %d)", N, a->zero);
         fprintf(stderr, " | %d steps%s%s\n", a->steps, resume_dir[0] ? " | resumed from " : "",
                 resume_dir);
@@ -499,8 +538,8 @@ int train_run(const TrainArgs *args) {
         for (int j = 0; j < K; j++) {
             // sequential order: step s, micro-batch j, data-parallel rank r of N
             uint64_t w = ((uint64_t)step * N + 0) * K + (uint64_t)j * N + tr.r;
-            dataset_window(&tr.train, w, a->batch, a->seq, a->shuffle, (uint64_t)a->seed,
-                           tr.inputs, tr.targets);
+            dataset_window(&tr.train, w, a->batch, a->seq, a->shuffle, (uint64_t)a->seed, tr.inputs,
+                           tr.targets);
             dp_begin_micro(tr.dp, j == K - 1);
             loss += gpt_forward(&tr.model, &tr.ws, tr.inputs, tr.targets);
             gpt_backward(&tr.model, &tr.ws, 1.0f / (float)(BT * K * gN));
@@ -516,27 +555,31 @@ int train_run(const TrainArgs *args) {
         double norm = sqrt(dp_grad_sumsq(tr.dp));
         float lr = lr_at(&tr.opt.cfg, step);
         if (!isfinite(loss) || !isfinite(norm)) {
-            if (a->co2) {  // a local decision: take the other workers down with this one
+            if (a->co2) { // a local decision: take the other workers down with this one
                 char msg[256];
-                snprintf(msg, sizeof msg, "step %d: the loss or gradient is not finite (loss %g, "
-                         "grad norm %g); stopping the job", step + 1, loss, norm);
+                snprintf(msg, sizeof msg,
+                         "step %d: the loss or gradient is not finite (loss %g, "
+                         "grad norm %g); stopping the job",
+                         step + 1, loss, norm);
                 comm_abort(EXIT_NUMERIC, msg);
             }
             if (!strcmp(a->on_nonfinite, "skip")) {
                 skipped++;
                 if (tr.lead)
-                    progress_note(&pg, "step %d: loss %g, grad norm %g is not finite; update skipped",
+                    progress_note(&pg,
+                                  "step %d: loss %g, grad norm %g is not finite; update skipped",
                                   step + 1, loss, norm);
                 continue;
             }
             progress_end(&pg);
             if (tr.lead)
-                fprintf(stderr,
-                        "loom: step %d: %s is %s (loss %g, grad norm %g); stopping without "
-                        "applying it. Lower --lr, set --grad-clip, or pass --on-nonfinite skip.%s%s\n",
-                        step + 1, isfinite(loss) ? "the gradient" : "the loss",
-                        isnan(isfinite(loss) ? norm : loss) ? "NaN" : "infinite", loss, norm,
-                        a->save ? " The last good checkpoint is in " : "", a->save ? a->save : "");
+                fprintf(
+                    stderr,
+                    "loom: step %d: %s is %s (loss %g, grad norm %g); stopping without "
+                    "applying it. Lower --lr, set --grad-clip, or pass --on-nonfinite skip.%s%s\n",
+                    step + 1, isfinite(loss) ? "the gradient" : "the loss",
+                    isnan(isfinite(loss) ? norm : loss) ? "NaN" : "infinite", loss, norm,
+                    a->save ? " The last good checkpoint is in " : "", a->save ? a->save : "");
             rc = EXIT_NUMERIC;
             break;
         }
@@ -545,8 +588,13 @@ int train_run(const TrainArgs *args) {
         exposed_total += dp_exposed_wait(tr.dp);
         step_total += dt;
         double tps = BT * K * N / dt, mfu = flops / dt / (a->peak_gflops * 1e9);
-        StepLog rec = {.step = step + 1, .loss = loss, .lr = lr, .norm = norm, .dt = dt,
-                       .tps = tps, .mfu = mfu,
+        StepLog rec = {.step = step + 1,
+                       .loss = loss,
+                       .lr = lr,
+                       .norm = norm,
+                       .dt = dt,
+                       .tps = tps,
+                       .mfu = mfu,
                        .exposed_ms = N > 1 && !a->co2 ? dp_exposed_wait(tr.dp) * 1e3 : -1};
         if (a->co2) {
             double e0 = co2_exposed(tr.co2);
@@ -557,7 +605,7 @@ int train_run(const TrainArgs *args) {
             lbuf[k] = (float)(loss / N);
             lreq[k] = comm_iallreduce(tr.grid.dp_comm, &lbuf[k], 1);
             pend[k] = rec;
-            if (npend) {  // the previous step's mean loss has had a whole step to arrive
+            if (npend) { // the previous step's mean loss has had a whole step to arrive
                 comm_wait(&lreq[k ^ 1]);
                 pend[k ^ 1].loss = lbuf[k ^ 1];
                 log_step(&tr, &pg, &mt, &pend[k ^ 1]);
@@ -573,7 +621,8 @@ int train_run(const TrainArgs *args) {
                 progress_note(&pg, "step %d: val loss %.4f", step + 1, vl);
             }
         }
-        if (a->save && a->save_every > 0 && (step + 1) % a->save_every == 0 && step + 1 < a->steps) {
+        if (a->save && a->save_every > 0 && (step + 1) % a->save_every == 0 &&
+            step + 1 < a->steps) {
             comm_set_context(step + 1, "checkpoint");
             if (do_save(&tr, step + 1)) {
                 progress_end(&pg);
@@ -590,8 +639,8 @@ int train_run(const TrainArgs *args) {
             pend[k].loss = lbuf[k];
             log_step(&tr, &pg, &mt, &pend[k]);
         }
-        if (a->steps % a->tau) co2_round_end(tr.co2);  // the final, partial round
-        co2_finish(tr.co2);                            // x = the final anchor
+        if (a->steps % a->tau) co2_round_end(tr.co2); // the final, partial round
+        co2_finish(tr.co2);                           // x = the final anchor
     }
     progress_end(&pg);
     if (!rc) {
@@ -603,11 +652,13 @@ int train_run(const TrainArgs *args) {
                 fprintf(stderr, "loom: val loss %.4f\n", vl);
             }
         }
-        if (skipped && tr.lead) fprintf(stderr, "loom: %d steps skipped for non-finite values\n", skipped);
+        if (skipped && tr.lead)
+            fprintf(stderr, "loom: %d steps skipped for non-finite values\n", skipped);
         if (a->co2 && tr.lead && step_total > 0)
-            fprintf(stderr, "loom: co2 %d workers, tau %d | exposed communication %.1f%% of step "
-                    "time | CO2 state %.1f MiB per worker\n", N, a->tau,
-                    100 * exposed_total / step_total, co2_memory(tr.co2) / 1048576);
+            fprintf(stderr,
+                    "loom: co2 %d workers, tau %d | exposed communication %.1f%% of step "
+                    "time | CO2 state %.1f MiB per worker\n",
+                    N, a->tau, 100 * exposed_total / step_total, co2_memory(tr.co2) / 1048576);
         if (N > 1 && !a->co2 && tr.lead && step_total > 0) {
             double pb, gb, ob;
             dp_memory(tr.dp, &pb, &gb, &ob);
@@ -649,8 +700,8 @@ int train_run(const TrainArgs *args) {
 }
 
 int train_dry_run(const TrainArgs *a) {
-    GPTConfig cfg = {.L = a->layers, .H = a->heads, .C = a->dim, .V = a->vocab,
-                     .maxT = a->block_size};
+    GPTConfig cfg = {
+        .L = a->layers, .H = a->heads, .C = a->dim, .V = a->vocab, .maxT = a->block_size};
     if (a->init && init_read_config(a->init, a->heads, &cfg)) die_last(EXIT_INPUT);
     if (gpt_config_check(&cfg)) die_last(EXIT_USAGE);
     double act = workspace_floats(&cfg, a->batch, a->seq, a->recompute) * 4.0;

@@ -21,10 +21,10 @@ typedef struct {
     float peak_gflops;
     // parallelism (the process grid; world size = dp, until pipeline/tensor parallelism)
     int dp, zero, dry_run;
-    int pp;                  // pipeline stages
-    char *schedule;          // gpipe | 1f1b | 2bw
-    char *stage_layers;      // transformer layers per stage, e.g. "3,3" (NULL: balanced)
-    char *plan;              // "auto": profile and pick dp/pp/batch/grad-accum/recompute
+    int pp;             // pipeline stages
+    char *schedule;     // gpipe | 1f1b | 2bw
+    char *stage_layers; // transformer layers per stage, e.g. "3,3" (NULL: balanced)
+    char *plan;         // "auto": profile and pick dp/pp/batch/grad-accum/recompute
     float plan_mem_gb, plan_bandwidth_gbps;
     float bucket_mb, comm_timeout;
     // CO2: local steps + one-round-stale outer all-reduce (the dp ranks are its workers)
