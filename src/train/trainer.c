@@ -492,12 +492,6 @@ int train_run(const TrainArgs *args) {
     Metrics mt = {0};
     if (tr.lead && metrics_open(&mt, a->metrics, resume_dir[0] != 0)) fail(&tr, EXIT_IO);
 
-    if (a->pp > 1) {
-        int prc = train_pipeline(&tr, &mt);
-        if (tr.lead) metrics_close(&mt);
-        comm_finalize();
-        return prc;
-    }
     int K = a->grad_accum, N = tr.N;
     int gN = a->co2 ? 1 : N; // ranks a gradient is averaged over
     if (a->co2) {
@@ -522,8 +516,16 @@ int train_run(const TrainArgs *args) {
             stderr, "loom: model L%d H%d C%d V%d T%d, %.2fM params | batch %d x seq %d x accum %d",
             cfg->L, cfg->H, cfg->C, cfg->V, cfg->maxT, tr.model.nparams / 1e6, a->batch, a->seq, K);
         if (N > 1 || a->zero) fprintf(stderr, " x dp %d (zero %d)", N, a->zero);
+        if (a->pp > 1) fprintf(stderr, " x pp %d (%s)", a->pp, a->schedule);
+        if (a->co2) fprintf(stderr, " | co2 tau %d", a->tau);
         fprintf(stderr, " | %d steps%s%s\n", a->steps, resume_dir[0] ? " | resumed from " : "",
                 resume_dir);
+    }
+    if (a->pp > 1) {
+        int prc = train_pipeline(&tr, &mt);
+        if (tr.lead) metrics_close(&mt);
+        comm_finalize();
+        return prc;
     }
     Progress pg;
     progress_start(&pg, a->progress && tr.lead, start, a->steps, a->log_every);
