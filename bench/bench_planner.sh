@@ -13,12 +13,12 @@ d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 cp ./loom "$d/loom"
 model="--layers 4 --heads 4 --dim 128 --vocab 50257 --block-size 128"
 /usr/bin/python3 ../shared/peer/torch_gpt.py tokens --vocab 50257 --n 400000 --out "$d/tok.bin"
-echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; $(date -u +%F); loom $(git rev-parse --short HEAD)"
-echo "model: L4 H4 C128 V50257 T128; global batch 8 sequences; planner: --cores $(nproc) --bandwidth-gbps $bw"
+echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(getconf _NPROCESSORS_ONLN) cores; $(date -u +%F); loom $(git rev-parse --short HEAD)"
+echo "model: L4 H4 C128 V50257 T128; global batch 8 sequences; planner: --cores $(getconf _NPROCESSORS_ONLN) --bandwidth-gbps $bw"
 "$d/loom" plan $model --seq 128 --threads 1 --max-micro-batch 8 --workers 1 --global-batch 8 \
     --save-profile "$d/prof.json" > /dev/null 2>&1
 for w in 1 2 4; do
-    "$d/loom" plan --profile "$d/prof.json" --workers $w --global-batch 8 --cores "$(nproc)" \
+    "$d/loom" plan --profile "$d/prof.json" --workers $w --global-batch 8 --cores "$(getconf _NPROCESSORS_ONLN)" \
         --bandwidth-gbps "$bw" --top 100 --json "$d/plans$w.json" > /dev/null
 done
 # a spread of plans: per worker count the predicted best, plus other shapes
@@ -49,7 +49,7 @@ while read -r n w dd b k rc sl pred; do
     [ "$dd" -gt 1 ] && flags="$flags --schedule 2bw --stage-layers $sl"
     [ "$rc" = 1 ] && flags="$flags --recompute"
     mpirun -np "$n" --oversubscribe --bind-to none "$d/loom" train $model --seq 128 --data "$d/tok.bin" \
-        $flags --metrics "$d/m.jsonl" > /dev/null 2>&1
+        $flags --metrics "$d/m.jsonl" < /dev/null > /dev/null 2>&1
     meas=$(/usr/bin/python3 -c "
 import json, statistics
 r = [json.loads(l) for l in open('$d/m.jsonl') if 'step_ms' in l][2:]
