@@ -31,10 +31,10 @@ static int write_json(const char *path, const Plan *pl, int n) {
         fprintf(f,
                 "  {\"w\": %d, \"d\": %d, \"micro_batch\": %d, \"grad_accum\": %d, \"recompute\": "
                 "%s, \"stage_layers\": \"%s\", \"tokens_per_s\": %.6g, \"step_s\": %.9g, "
-                "\"compute_s\": %.9g, \"allreduce_s\": %.9g, \"mem_bytes\": %.0f}%s\n",
+                "\"compute_s\": %.9g, \"allreduce_s\": %.9g, \"update_s\": %.9g, \"mem_bytes\": %.0f}%s\n",
                 pl[i].w, pl[i].d, pl[i].b, pl[i].K, pl[i].recompute ? "true" : "false",
                 pl[i].stage_layers, pl[i].tokens_per_s, pl[i].step_s, pl[i].compute_s,
-                pl[i].allreduce_s, pl[i].mem_bytes, i + 1 < n ? "," : "");
+                pl[i].allreduce_s, pl[i].update_s, pl[i].mem_bytes, i + 1 < n ? "," : "");
     fprintf(f, "]\n");
     fclose(f);
     return 0;

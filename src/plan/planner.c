@@ -64,7 +64,7 @@ static int evaluate(const Profile *p, const PlanInput *in, int w, int d, int b, 
     split(cost, nb, d, start);
     double boundary = b * T * C * 4.0;
     double p2p = d > 1 ? 2 * (boundary / in->bandwidth + in->latency) : 0;
-    double worst = 0, worst_mem = 0, worst_ar = 0;
+    double worst = 0, worst_mem = 0, worst_ar = 0, worst_update = 0;
     char *sl = out->stage_layers;
     sl[0] = 0;
     for (int s = 0; s < d; s++) {
@@ -81,6 +81,7 @@ static int evaluate(const Profile *p, const PlanInput *in, int w, int d, int b, 
         worst = fmax(worst, t);
         double ar = w > 1 ? 2.0 * (w - 1) / w * params * 4 / in->bandwidth : 0;
         worst_ar = fmax(worst_ar, ar);
+        worst_update = fmax(worst_update, params * p->update_s_per_param * slow);
         // memory: weights (2 versions when pipelined), grads (2 under 2BW), AdamW (2)
         double mem = params * 4 * ((d > 1 ? 2 : 1) + (d > 1 ? 2 : 1) + 2);
         int inflight = d > 1 ? d - s : 1;
@@ -97,7 +98,8 @@ static int evaluate(const Profile *p, const PlanInput *in, int w, int d, int b, 
     out->w = w, out->d = d, out->b = b, out->K = K, out->recompute = rc;
     out->compute_s = K * worst;
     out->allreduce_s = worst_ar;
-    out->step_s = fmax(out->compute_s, out->allreduce_s);
+    out->update_s = worst_update;
+    out->step_s = fmax(out->compute_s, out->allreduce_s) + out->update_s;
     out->tokens_per_s = in->global_batch * T / out->step_s;
     out->mem_bytes = worst_mem;
     return worst_mem <= in->mem_bytes;

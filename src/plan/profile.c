@@ -66,6 +66,20 @@ int profile_measure(Profile *p, const GPTConfig *cfg, int T, int max_b, int thre
         free(dx);
         workspace_free(&ws, &m);
     }
+    // the per-step optimizer work, per parameter: AdamW, zeroing the gradients, their norm
+    size_t n = 1 << 22;
+    float *w = xalloc_floats(n), *g = xalloc_floats(n), *mo = xalloc_floats(n), *v = xalloc_floats(n);
+    double best = 1e30;
+    for (int r = 0; r < 3; r++) {
+        double t0 = now_sec();
+        m.be->adamw(w, g, mo, v, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, r + 1);
+        m.be->fill(g, 0.f, n);
+        (void)m.be->sumsq(g, n);
+        double t = now_sec() - t0;
+        best = t < best ? t : best;
+    }
+    p->update_s_per_param = best / (double)n;
+    free(w), free(g), free(mo), free(v);
     gpt_free(&m);
     return 0;
 }
@@ -81,6 +95,7 @@ int profile_save(const Profile *p, const char *path) {
     cJSON_AddNumberToObject(c, "block_size", p->cfg.maxT);
     cJSON_AddNumberToObject(j, "seq", p->T);
     cJSON_AddNumberToObject(j, "threads", p->threads);
+    cJSON_AddNumberToObject(j, "update_s_per_param", p->update_s_per_param);
     cJSON *rows = cJSON_AddArrayToObject(j, "rows");
     const char *names[3] = {"embed", "layer", "head"};
     for (int i = 0; i < p->nrows; i++) {
@@ -122,11 +137,13 @@ int profile_load(Profile *p, const char *path) {
         return loom_fail("%s: not a loom profile (written by loom plan --save-profile)", path);
     }
     cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "model");
-    double v[8];
+    double v[8] = {0};
     int rc = num(c, "layers", &v[0], path) || num(c, "heads", &v[1], path) ||
              num(c, "dim", &v[2], path) || num(c, "vocab", &v[3], path) ||
              num(c, "block_size", &v[4], path) || num(j, "seq", &v[5], path) ||
              num(j, "threads", &v[6], path);
+    cJSON *up = cJSON_GetObjectItemCaseSensitive(j, "update_s_per_param");
+    if (cJSON_IsNumber(up)) p->update_s_per_param = up->valuedouble;  // optional
     if (!rc) {
         p->cfg = (GPTConfig){
             .L = (int)v[0], .H = (int)v[1], .C = (int)v[2], .V = (int)v[3], .maxT = (int)v[4]};
@@ -136,7 +153,7 @@ int profile_load(Profile *p, const char *path) {
         for (cJSON *r = cJSON_GetObjectItemCaseSensitive(j, "rows")->child; r && !rc; r = r->next) {
             if (p->nrows >= PROFILE_MAX_B) break;
             ProfileRow *row = &p->rows[p->nrows++];
-            double b;
+            double b = 0;
             rc = num(r, "micro_batch", &b, path);
             row->b = (int)b;
             for (int k = 0; k < 3 && !rc; k++) {

@@ -17,6 +17,7 @@ typedef struct {
     GPTConfig cfg;
     int T, threads, nrows;
     ProfileRow rows[PROFILE_MAX_B];
+    double update_s_per_param;  // AdamW + gradient zeroing + norm, per parameter per step
 } Profile;
 
 enum { PROF_EMBED = 0, PROF_LAYER = 1, PROF_HEAD = 2 };
