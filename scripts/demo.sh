@@ -18,7 +18,7 @@ rm -rf "$run"; mkdir -p "$run"
 ./loom train \
     --data "$out/train_*.bin" --val-data "$out/val_*.bin" \
     --layers 4 --heads 4 --dim 128 --vocab 256 --block-size 128 \
-    --batch 16 --seq 128 --steps ${DEMO_STEPS:-400} \
+    --batch 16 --seq 128 --steps ${DEMO_STEPS:-700} \
     --lr 2e-3 --warmup 20 --lr-schedule cosine --min-lr 2e-4 --weight-decay 0.1 --grad-clip 1.0 \
     --val-every 100 --metrics "$run/metrics.jsonl" --save "$run/ckpt" --shuffle on
 ./loom plot "$run/metrics.jsonl" -o "$run/loss.svg" --title "loom demo: 4-layer GPT on fortunes"
