@@ -16,7 +16,7 @@ d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 /usr/bin/python3 ../shared/peer/torch_gpt.py tokens --vocab 50257 --n 400000 --out "$d/tok.bin"
 flags="--data $d/tok.bin --layers 4 --heads 4 --dim 128 --vocab 50257 --block-size 128 --batch 4
        --seq 128 --steps $steps --progress off --dp 2 --threads 1"
-echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; $(date -u +%F); loom $(git rev-parse --short HEAD)"
+echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(getconf _NPROCESSORS_ONLN) cores; $(date -u +%F); loom $(git rev-parse --short HEAD)"
 echo "config: L4 H4 C128 V50257 T128 B4 per rank (6.9M params; 27.5 MB per all-reduce), 2 ranks x 1 thread, delay $delay s"
 echo
 echo "| run | emulated delay | median step ms | vs local only | exposed comm ms/step |"
