@@ -38,10 +38,11 @@ int pipeline_partition(const GPT *m, int D, int s, const char *stage_layers, int
         for (int k = 0; k < D; k++) {
             char *end;
             long v = strtol(p, &end, 10);
-            if (end == p || v < 1) {
+            // the first and last stage may hold no layer (they keep the embedding / head)
+            if (end == p || v < 0 || (v == 0 && k != 0 && k != D - 1)) {
                 free(start);
-                return loom_fail("--stage-layers '%s': need %d positive counts separated by commas",
-                                 stage_layers, D);
+                return loom_fail("--stage-layers '%s': need %d counts separated by commas (only "
+                                 "the first and last stage may be 0)", stage_layers, D);
             }
             start[k] = k == 0 ? 0 : 1 + total;
             total += (int)v;
