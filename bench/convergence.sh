@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# bench/convergence.sh — does CO2 (and PipeDream-2BW) reach the validation loss of synchronous
+# training for the same tokens? Byte-level model on the bundled fortunes corpus, 2 ranks.
+#
+#   bench/convergence.sh [--steps N (300)] [--val-every N (48)] [--val-windows N (32)]
+#                        [--lr X (1e-3)] [--warmup N (20)] [--sweep "TAU:ALPHA:BETA,..."]
+#                        [--only dp,co2,sweep,pp] [--out DIR] [--img DIR (docs/img)] [--loom PATH]
+#                        [--no-wait]
+#
+# Model L4 H4 C128 V256 T128 (block 128), cosine schedule to lr/10, all runs the same seed and
+# data order. Token budget per optimizer step: 2 x 8 x 128 = 2048 for every run:
+#   dp             --dp 2, batch 8 per rank (synchronous all-reduce every step)
+#   co2_constant   --dp 2 --co2 (τ 12, α 1, β 0.5, λ 1, φ 1: the defaults), batch 8 per worker
+#   co2_adaptive   the same with --gap-mode adaptive
+#   co2_tau*_a*_b* the --sweep settings (constant gap penalty)
+#   pp2_1f1b       --pp 2 --grad-accum 4 --batch 4 --schedule 1f1b (global batch 16 x 128 as dp)
+#   pp2_2bw        the same with --schedule 2bw
+# Validation: --val-every (a multiple of every τ, so CO2 is evaluated on its anchor right after
+# a round ends; it must not divide --steps, so the final value is the CO2 anchor after the
+# in-flight average is applied). Pipeline runs evaluate once, at the end (loom's limitation).
+# Writes a markdown table (final validation loss, ratio to dp) and loss-curve PNGs via
+# `loom plot --smooth 10` into --img. Timing does not affect the numbers, but the script still
+# waits for other benchmarks so that it does not disturb them.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+STEPS=300; VAL_EVERY=48; VAL_WIN=32; LR=1e-3; WARMUP=20; SWEEP="6:1:0.5,24:1:0.5,12:1:0.2"
+ONLY="dp,co2,sweep,pp"; OUT=""; IMG="$ROOT/docs/img"; LOOM="$ROOT/loom"; WAIT=1; PY=/usr/bin/python3
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --steps) STEPS="$2"; shift 2 ;;
+        --val-every) VAL_EVERY="$2"; shift 2 ;;
+        --val-windows) VAL_WIN="$2"; shift 2 ;;
+        --lr) LR="$2"; shift 2 ;;
+        --warmup) WARMUP="$2"; shift 2 ;;
+        --sweep) SWEEP="$2"; shift 2 ;;
+        --only) ONLY="$2"; shift 2 ;;
+        --out) OUT="$2"; shift 2 ;;
+        --img) IMG="$2"; shift 2 ;;
+        --loom) LOOM="$2"; shift 2 ;;
+        --no-wait) WAIT=0; shift ;;
+        -h|--help) usage; exit 0 ;;
+        *) echo "convergence.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+    esac
+done
+[ -x "$LOOM" ] || { echo "convergence.sh: no loom binary at $LOOM (run 'make')" >&2; exit 2; }
+[ $((STEPS % VAL_EVERY)) -ne 0 ] || echo "convergence.sh: warning: --val-every divides --steps; CO2's last value is then a worker's local model, not the final anchor" >&2
+[ -n "$OUT" ] || OUT="$(mktemp -d /tmp/loom-convergence.XXXXXX)"
+mkdir -p "$OUT/curves" "$IMG"; OUT="$(cd "$OUT" && pwd)"
+
+if [ "$WAIT" = 1 ]; then
+    for ((i = 0; i < 60; i++)); do
+        pgrep -f 'bench_dp.sh|bench_train.sh|bench_co2.sh|bench_pipeline.sh' >/dev/null || break
+        [ "$i" = 0 ] && echo "waiting for another benchmark to finish (polling every 30 s, at most 30 min)"
+        sleep 30
+    done
+fi
+cp "$LOOM" "$OUT/loom"; BIN="$OUT/loom"
+
+DATA="$OUT/fortunes"
+if [ ! -f "$DATA/meta.json" ]; then
+    mapfile -t FILES < <(find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' | sort)
+    [ "${#FILES[@]}" -gt 0 ] || { echo "convergence.sh: no fortunes corpus (apt-get install fortunes)" >&2; exit 2; }
+    "$BIN" prepare --tokenizer byte --out "$DATA" "${FILES[@]}" >"$OUT/prepare.log" 2>&1
+fi
+{
+    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "loom_git: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (dirty tree)')"
+    echo "corpus: $(cat "$DATA/meta.json" 2>/dev/null | tr -d '\n' | cut -c1-200)"
+    echo "invocation: $0 --steps $STEPS --val-every $VAL_EVERY --val-windows $VAL_WIN --lr $LR --warmup $WARMUP --sweep $SWEEP --only $ONLY"
+} | tee "$OUT/machine.txt"
+
+COMMON=(--data "$DATA/train_*.bin" --val-data "$DATA/val_*.bin" --layers 4 --heads 4 --dim 128 --vocab 256
+        --block-size 128 --seq 128 --steps "$STEPS" --lr "$LR" --warmup "$WARMUP" --lr-schedule cosine
+        --min-lr "$(awk -v l="$LR" 'BEGIN{print l/10}')" --threads 1 --progress off --val-windows "$VAL_WIN" --seed 1337)
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
+
+run() {  # NAME FLAGS...
+    local name=$1; shift
+    local cmd=("$ROOT/scripts/loom-mpirun" -np 2 -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS -x OMP_WAIT_POLICY
+               "$BIN" train "${COMMON[@]}" "$@" --metrics "$OUT/curves/$name.jsonl")
+    echo "\$ ${cmd[*]}" >>"$OUT/commands.txt"
+    local t0=$SECONDS rc=0
+    timeout -k 10 900 "${cmd[@]}" >"$OUT/$name.log" 2>&1 || rc=$?
+    local vl; vl=$(grep -o '"val_loss":[0-9.eE+-]*' "$OUT/curves/$name.jsonl" 2>/dev/null | tail -1 | cut -d: -f2)
+    echo "$name rc=$rc val_loss=${vl:-?} ($((SECONDS - t0)) s)" | tee -a "$OUT/runs.txt"
+    [ "$rc" = 0 ] || tail -5 "$OUT/$name.log"
+}
+
+has() { [[ ",$ONLY," == *",$1,"* ]]; }
+START=$SECONDS
+has dp && run dp --dp 2 --batch 8 --val-every "$VAL_EVERY"
+if has co2; then
+    run co2_constant --dp 2 --batch 8 --val-every "$VAL_EVERY" --co2
+    run co2_adaptive --dp 2 --batch 8 --val-every "$VAL_EVERY" --co2 --gap-mode adaptive
+fi
+SW=()
+if has sweep; then
+    IFS=',' read -r -a SWL <<<"$SWEEP"
+    for sw in "${SWL[@]}"; do
+        IFS=':' read -r tau al be <<<"$sw"
+        [ $((VAL_EVERY % tau)) = 0 ] || echo "convergence.sh: note: --val-every $VAL_EVERY is not a multiple of tau $tau" >&2
+        n="co2_tau${tau}_a${al}_b${be}"; SW+=("$n")
+        run "$n" --dp 2 --batch 8 --val-every "$VAL_EVERY" --co2 --tau "$tau" --outer-lr "$al" --outer-momentum "$be"
+    done
+fi
+if has pp; then
+    run pp2_1f1b --pp 2 --grad-accum 4 --batch 4 --schedule 1f1b
+    run pp2_2bw --pp 2 --grad-accum 4 --batch 4 --schedule 2bw
+fi
+echo "total: $((SECONDS - START)) s" | tee -a "$OUT/machine.txt"
+
+C="$OUT/curves"
+plot() {  # OUT.png TITLE FILES...
+    local o=$1 t=$2; shift 2
+    local fs=(); for f in "$@"; do [ -s "$C/$f.jsonl" ] && fs+=("$C/$f.jsonl"); done
+    [ "${#fs[@]}" -gt 1 ] && "$BIN" plot "${fs[@]}" -o "$IMG/$o" --smooth 10 --title "$t" && echo "wrote $IMG/$o"
+    return 0
+}
+plot co2_convergence.png "DP vs CO2 (2 workers, L4 C128 bytes, fortunes): training and validation loss" dp co2_constant co2_adaptive
+plot co2_sweep.png "CO2 settings (τ / α / β), constant gap penalty" dp co2_constant "${SW[@]}"
+plot pipeline_convergence.png "Pipeline --pp 2, K 4: 1F1B vs PipeDream-2BW (DP for reference)" pp2_1f1b pp2_2bw dp
+
+$PY - "$C" <<'PY' | tee "$OUT/summary.md"
+import json, os, sys
+c = sys.argv[1]
+def load(n):
+    p = f"{c}/{n}.jsonl"
+    if not os.path.exists(p): return None
+    rows = [json.loads(l) for l in open(p)]
+    val = [(r["step"], r["val_loss"]) for r in rows if "val_loss" in r]
+    tr = [r["loss"] for r in rows if "loss" in r]
+    return {"val": val, "train_last20": sum(tr[-20:]) / max(1, len(tr[-20:])), "steps": len(tr)}
+names = sorted(f[:-6] for f in os.listdir(c) if f.endswith(".jsonl"))
+order = ["dp", "co2_constant", "co2_adaptive"] + [n for n in names if n.startswith("co2_tau")] + ["pp2_1f1b", "pp2_2bw"]
+d = {n: load(n) for n in order}
+base = d.get("dp") and d["dp"]["val"] and d["dp"]["val"][-1][1]
+ref_pp = d.get("pp2_1f1b") and d["pp2_1f1b"]["val"] and d["pp2_1f1b"]["val"][-1][1]
+steps_val = sorted({s for n in order if d.get(n) for s, _ in d[n]["val"]})
+print("| run | final val loss | ÷ dp | ÷ 1f1b | train loss (mean of last 20 steps) | val loss at steps " + ", ".join(map(str, steps_val[:-1])) + " |")
+print("|---|---|---|---|---|---|")
+for n in order:
+    r = d.get(n)
+    if not r or not r["val"]: continue
+    f = r["val"][-1][1]
+    mid = {s: v for s, v in r["val"][:-1]}
+    print(f"| {n} | {f:.4f} | " + (f"{f / base:.3f}" if base else "—") + " | " + (f"{f / ref_pp:.3f}" if n.startswith("pp") and ref_pp else "—")
+          + f" | {r['train_last20']:.4f} | " + ", ".join(f"{mid[s]:.3f}" if s in mid else "—" for s in steps_val[:-1]) + " |")
+PY
