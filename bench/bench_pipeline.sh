@@ -4,7 +4,8 @@
 #
 #   bench/bench_pipeline.sh [--rounds R (1)] [--steps S (5)] [--warmup W (2)] [--k 2,4,8] [--d 2,4]
 #                           [--net-settings 1gbit,100mbit] [--net-k 4] [--net-steps S (4)]
-#                           [--model small|tiny] [--out DIR] [--loom PATH] [--no-wait]
+#                           [--modes gpipe,1f1b,2bw,dp] [--merge DIR] [--model small|tiny]
+#                           [--out DIR] [--loom PATH] [--no-wait]
 #
 # Model small = L8 H4 C256 V50257 T128 B2 (19.6M params; block 128), 1 thread per rank.
 # Per D (stages = ranks) and K (micro-batches per step):
@@ -15,7 +16,13 @@
 # one micro-batch through the whole model. D=4 on this 2-core host is oversubscribed.
 # The emulated links (D=2 and --net-k only): 1gbit = namespaces lpp0/lpp1 on a bridge shaped
 # with tbf (bench/netlab/setup.sh); 100mbit = TAPs joined by wirelay, 100 Mbit/s, 5 ms one way.
-# Step time: median step_ms after --warmup steps; tok/s = global tokens per step / step time.
+# Step time is wall clock: rank 0 writes its metrics into a FIFO that a reader timestamps, and
+# step time = (time of the second-to-last line - time of the line of step --warmup) / the steps
+# between them. (loom's own step_ms for 2bw spans two batches: the report of batch t comes when
+# its update is applied, about one batch later, and its clock starts at the end of batch t-1.
+# So step_ms is kept only as "loom-reported".) tok/s = global tokens per step / step time.
+# --merge DIR adds the results of an earlier run (DIR/results.jsonl) for cells this run did not
+# measure; --modes limits the pipeline/dp runs.
 # Bubble estimate (the formula): the slowest stage's compute per micro-batch is
 #   t_stage = T1 * max(f_max, 1/min(D, cores))
 # where f_max is that stage's share of the model's cost under loom's own partition cost model
@@ -27,11 +34,11 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-ROUNDS=1; STEPS=5; WARMUP=2; KS="2,4,8"; DS="2,4"; NET="1gbit,100mbit"; NETK="4"; NETSTEPS=4
+ROUNDS=1; STEPS=6; MODES="gpipe,1f1b,2bw,dp"; MERGE=""; WARMUP=2; KS="2,4,8"; DS="2,4"; NET="1gbit,100mbit"; NETK="4"; NETSTEPS=4
 MODEL=small; OUT=""; LOOM="$ROOT/loom"; WAIT=1; PY=/usr/bin/python3
 PEER_DIR="$(realpath -m "$ROOT/../shared/peer")"; [ -f "$PEER_DIR/torch_gpt.py" ] || PEER_DIR=/work/shared/peer
 RUN_TIMEOUT=600
-usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
     case "$1" in
         --rounds) ROUNDS="$2"; shift 2 ;;
@@ -43,6 +50,8 @@ while [ $# -gt 0 ]; do
         --net-k) NETK="$2"; shift 2 ;;
         --net-steps) NETSTEPS="$2"; shift 2 ;;
         --model) MODEL="$2"; shift 2 ;;
+        --modes) MODES="$2"; shift 2 ;;
+        --merge) MERGE="$2"; shift 2 ;;
         --out) OUT="$2"; shift 2 ;;
         --loom) LOOM="$2"; shift 2 ;;
         --no-wait) WAIT=0; shift ;;
@@ -50,7 +59,7 @@ while [ $# -gt 0 ]; do
         *) echo "bench_pipeline.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
-[ "$STEPS" -gt "$WARMUP" ] && [ "$NETSTEPS" -gt "$WARMUP" ] || { echo "bench_pipeline.sh: steps must exceed --warmup" >&2; exit 2; }
+[ "$STEPS" -gt $((WARMUP + 1)) ] && [ "$NETSTEPS" -gt $((WARMUP + 1)) ] || { echo "bench_pipeline.sh: steps must exceed --warmup" >&2; exit 2; }
 [ -x "$LOOM" ] || { echo "bench_pipeline.sh: no loom binary at $LOOM (run 'make')" >&2; exit 2; }
 case "$MODEL" in
     small) read -r L H C V T B <<<"8 4 256 50257 128 2" ;;
@@ -83,7 +92,7 @@ cp "$LOOM" "$OUT/loom"; BIN="$OUT/loom"; NPROC=$(nproc)
     echo "loadavg_start: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "loom_git: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (dirty tree)')"
     echo "model: L$L H$H C$C V$V T$T B$B (micro-batch), 1 thread per rank"
-    echo "invocation: $0 --rounds $ROUNDS --steps $STEPS --warmup $WARMUP --k $KS --d $DS --net-settings '$NET' --net-k $NETK --net-steps $NETSTEPS --model $MODEL"
+    echo "invocation: $0 --rounds $ROUNDS --steps $STEPS --warmup $WARMUP --k $KS --d $DS --net-settings '$NET' --net-k $NETK --net-steps $NETSTEPS --modes $MODES${MERGE:+ --merge $MERGE} --model $MODEL"
 } | tee "$OUT/machine.txt"
 
 IFS=',' read -r -a KLIST <<<"$KS"; IFS=',' read -r -a DLIST <<<"$DS"; IFS=',' read -r -a NETLIST <<<"$NET"
@@ -96,6 +105,12 @@ mkdir -p "$OUT/hosts"; printf 'n%d slots=1\n' 0 1 >"$OUT/hosts/hosts.2"
 NETNS_MCA=(--hostfile "$OUT/hosts/hosts.2" --mca plm_rsh_agent "$NETLAB/rsh-netns" --mca plm_rsh_no_tree_spawn 1
            --mca btl tcp,self --mca btl_tcp_if_include 10.77.0.0/24 --mca oob_tcp_if_include 10.77.0.0/24)
 
+# Timestamps each line arriving on the FIFO argv[1] into argv[2] ("unix_time json").
+TSREADER='import sys, time
+with open(sys.argv[1], "rb") as f, open(sys.argv[2], "w") as o:
+    for line in iter(f.readline, b""):
+        o.write("%.6f %s" % (time.time(), line.decode())); o.flush()'
+
 # run_one SETTING ROUND MODE D K STEPS
 run_one() {
     local s=$1 r=$2 mode=$3 D=$4 K=$5 steps=$6 extra=() tpst
@@ -107,31 +122,43 @@ run_one() {
         *) extra=(--pp "$D" --grad-accum "$K" --schedule "$mode"); tpst=$((B * T * K)) ;;
     esac
     local prog=("$BIN" train --data "$DATA" "${MODELF[@]}" --steps "$steps" --threads 1 --progress off
-                --comm-timeout 300 "${extra[@]}" --metrics "$OUT/$tag.jsonl")
+                --comm-timeout 300 "${extra[@]}" --metrics "$OUT/$tag.fifo")
     local envv=(OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE)
     local xs=(-x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS -x OMP_WAIT_POLICY) cmd
     if [ "$mode" = single ]; then cmd=(env "${envv[@]}" "${prog[@]}")
     elif [ "$s" = loopback ]; then cmd=(env "${envv[@]}" "$ROOT/scripts/loom-mpirun" --oversubscribe -np "$D" "${xs[@]}" "${prog[@]}")
     else cmd=(ip netns exec lpp0 env "${envv[@]}" "$ROOT/scripts/loom-mpirun" -np "$D" "${NETNS_MCA[@]}" "${xs[@]}" "${prog[@]}"); fi
     echo "\$ ${cmd[*]}" >>"$OUT/commands.txt"
-    local rc=0 t0 t1
+    rm -f "$OUT/$tag.fifo"; mkfifo "$OUT/$tag.fifo"
+    $PY -c "$TSREADER" "$OUT/$tag.fifo" "$OUT/$tag.ts" &
+    local rp=$! rc=0 t0 t1
     t0=$(date +%s.%N)
     timeout -k 10 "$RUN_TIMEOUT" "${cmd[@]}" >"$OUT/$tag.log" 2>&1 || rc=$?
     t1=$(date +%s.%N)
-    $PY - "$OUT" "$tag" "$s" "$r" "$mode" "$D" "$K" "$rc" "$tpst" "$WARMUP" "$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}')" <<'PY' | tee -a "$OUT/results.jsonl" | $PY -c 'import json,sys; r=json.loads(sys.stdin.read()); print("   %-8s %-6s D=%d K=%d r%d: " % (r["setting"], r["mode"], r["D"], r["K"], r["round"]) + ("FAILED rc=%d: %s" % (r["rc"], " | ".join(r.get("tail", []))) if r.get("failed") else "%.0f tok/s, median step %.0f ms, wall %.0f s" % (r["tps"], r["median_ms"], r["wall_s"])))'
+    timeout 2 sh -c ": > '$OUT/$tag.fifo'" 2>/dev/null || true   # unblocks a reader that never saw a writer
+    wait "$rp" 2>/dev/null || true
+    rm -f "$OUT/$tag.fifo"
+    $PY - "$OUT" "$tag" "$s" "$r" "$mode" "$D" "$K" "$rc" "$tpst" "$WARMUP" "$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}')" <<'PY' | tee -a "$OUT/results.jsonl" | $PY -c 'import json,sys; r=json.loads(sys.stdin.read()); print("   %-8s %-6s D=%d K=%d r%d: " % (r["setting"], r["mode"], r["D"], r["K"], r["round"]) + ("FAILED rc=%d: %s" % (r["rc"], " | ".join(r.get("tail", []))) if r.get("failed") else "%.0f tok/s, wall step %.0f ms (loom-reported median %.0f ms), run %.0f s" % (r["tps"], r["wall_step_ms"], r["median_ms"], r["wall_s"])))'
 import json, statistics, sys
 out, tag, s, rnd, mode, D, K, rc, tpst, warm, wall = sys.argv[1:]
 r = {"tag": tag, "setting": s, "round": int(rnd), "mode": mode, "D": int(D), "K": int(K), "rc": int(rc),
      "wall_s": float(wall), "tokens_per_step": int(tpst)}
-steps = []
+rows = []
 try:
-    steps = [j for j in map(json.loads, open(f"{out}/{tag}.jsonl")) if "step_ms" in j]
+    for line in open(f"{out}/{tag}.ts"):
+        t, j = line.split(" ", 1)
+        j = json.loads(j)
+        if "step_ms" in j: rows.append((float(t), j))
 except OSError:
     pass
+steps = [j for _, j in rows]
 timed = steps[int(warm):]
-if r["rc"] == 0 and timed:
+a, b = int(warm) - 1, len(rows) - 2   # lines of step `warm` and of the second-to-last step
+if r["rc"] == 0 and timed and b > a >= 0:
     r["median_ms"] = round(statistics.median(j["step_ms"] for j in timed), 1)
-    r["tps"] = round(int(tpst) / r["median_ms"] * 1000, 1)
+    r["wall_step_ms"] = round((rows[b][0] - rows[a][0]) / (b - a) * 1000, 1)
+    r["tps"] = round(int(tpst) / r["wall_step_ms"] * 1000, 1)
+    r["tps_reported"] = round(int(tpst) / r["median_ms"] * 1000, 1)
     r["step_ms"] = [round(j["step_ms"]) for j in steps]
     r["final_loss"] = steps[-1]["loss"]
 else:
@@ -150,6 +177,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
         for K in "${KLIST[@]}"; do
             if [ $(((r + K) % 2)) = 0 ]; then order=(gpipe 1f1b 2bw dp); else order=(dp 2bw 1f1b gpipe); fi
             for m in "${order[@]}"; do
+                [[ ",$MODES," == *",$m,"* ]] || continue
                 # loom: --schedule 1f1b/2bw needs --grad-accum >= --pp
                 if [ "$K" -lt "$D" ] && [ "$m" = 1f1b -o "$m" = 2bw ]; then continue; fi
                 run_one loopback "$r" "$m" "$D" "$K" "$STEPS"
@@ -166,15 +194,26 @@ for s in "${NETLIST[@]}"; do
         *) echo "bench_pipeline.sh: unknown setting '$s' (1gbit|100mbit)" >&2; exit 2 ;;
     esac
     echo "== $s"
-    for K in $NETK; do for m in gpipe 1f1b 2bw dp; do run_one "$s" 1 "$m" 2 "$K" "$NETSTEPS"; done; done
+    for K in $NETK; do for m in gpipe 1f1b 2bw dp; do
+        [[ ",$MODES," == *",$m,"* ]] && run_one "$s" 1 "$m" 2 "$K" "$NETSTEPS"
+    done; done
     cleanup
 done
 echo "total bench time: $(($(date +%s) - START)) s   loadavg_end: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/machine.txt"
 echo "raw results: $OUT"
-$PY - "$OUT" "$NPROC" "$L" "$C" "$V" "$T" <<'PY' | tee "$OUT/summary.md"
+$PY - "$OUT" "$NPROC" "$L" "$C" "$V" "$T" "$MERGE" <<'PY' | tee "$OUT/summary.md"
 import json, statistics, sys
-out, ncores, L, C, V, T = sys.argv[1], *map(int, sys.argv[2:])
+out, ncores, L, C, V, T, merge = sys.argv[1], *map(int, sys.argv[2:7]), sys.argv[7]
 rows = [json.loads(l) for l in open(f"{out}/results.jsonl")]
+if merge:
+    have = {(r["setting"], r["mode"], r["D"], r["K"]) for r in rows}
+    old = [json.loads(l) for l in open(f"{merge}/results.jsonl")]
+    for r in old:
+        if (r["setting"], r["mode"], r["D"], r["K"]) not in have and not r.get("failed"):
+            if "wall_step_ms" not in r and not r.get("failed"):   # an older run: step_ms only
+                r["wall_step_ms"] = r["median_ms"]
+            r["merged"] = True
+            rows.append(r)
 ok = [r for r in rows if not r.get("failed")]
 cost = [C] + [12 * C * C + 2 * T * C] * L + [V * C]   # loom's block_cost (pipeline.c)
 def fmax(D):   # the linear partition minimising the most expensive stage, as loom computes it
@@ -201,7 +240,7 @@ for s in dict.fromkeys(r["setting"] for r in rows if r["mode"] != "single"):
     for D in sorted({r["D"] for r in rows if r["setting"] == s and r["mode"] != "single"}):
         for K in sorted({r["K"] for r in rows if r["setting"] == s and r["D"] == D and r["mode"] != "single"}):
             tp = {m: cell(s, m, D, K)[0] for m in ("gpipe", "1f1b", "2bw", "dp")}
-            ms = {m: cell(s, m, D, K, "median_ms")[0] for m in ("gpipe", "1f1b", "2bw")}
+            ms = {m: cell(s, m, D, K, "wall_step_ms")[0] for m in ("gpipe", "1f1b", "2bw")}
             f = max(fmax(D), 1 / min(D, ncores))
             bub = [f"{100 * (1 - K * t1 * f / ms[m]):.0f}%" if (ms[m] and t1) else "—" for m in ("gpipe", "1f1b", "2bw")]
             ratio = f"{tp['2bw'] / tp['1f1b']:.2f}×" if tp["2bw"] and tp["1f1b"] else "—"
@@ -213,7 +252,7 @@ for D in sorted({r["D"] for r in rows if r["mode"] != "single"}):
     print(f"stage cost share of the slowest stage at D={D}: f_max = {fmax(D):.3f}")
 print()
 print("Median step ms per run (all steps):")
-for r in ok: print(f"  {r['tag']}: median {r['median_ms']} ms  steps {r['step_ms']}")
+for r in ok: print(f"  {r['tag']}{' (merged)' if r.get('merged') else ''}: wall {r.get('wall_step_ms')} ms/step, loom-reported median {r['median_ms']} ms  steps {r['step_ms']}")
 bad = [r for r in rows if r.get("failed")]
 if bad:
     print("\nFAILED runs:")
