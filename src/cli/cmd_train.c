@@ -73,6 +73,10 @@ int cmd_train(int argc, char **argv) {
          NULL, 1e-6, 1e6},
         {"comm-timeout", OPT_FLOAT, &a.comm_timeout,
          "seconds a collective may wait before the job is aborted (0 = never)", NULL, 0, 1e9},
+        {"comm-thread", OPT_ONOFF, &a.comm_thread,
+         "a progress thread drives non-blocking MPI operations every millisecond (off: only "
+         "between kernels)",
+         NULL, 0, 0},
         {"pp", OPT_INT, &a.pp, "pipeline stages (world size = dp x pp)", NULL, 1, 1 << 20},
         {"schedule", OPT_STR, &a.schedule, "pipeline schedule", "gpipe|1f1b|2bw", 0, 0},
         {"stage-layers", OPT_STR, &a.stage_layers,

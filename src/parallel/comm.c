@@ -1,8 +1,12 @@
-// comm.c — MPI behind comm.h: requests are tracked so comm_progress can drive them, and every
-// wait runs under the watchdog.
+// comm.c — MPI behind comm.h: requests are tracked so comm_progress (and the progress
+// thread) can drive them, and every wait runs under the watchdog.
+//
+// Threading: MPI is initialised MPI_THREAD_SERIALIZED and every MPI call made here holds
+// mpi_lock, so the progress thread and the training thread never call MPI at the same time.
 #include "comm.h"
 
 #include <mpi.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +24,15 @@ static const char *ctx_what = "startup";
 #define MAX_PENDING 256
 static MPI_Request *pending[MAX_PENDING];
 static int npending;
+
+static pthread_mutex_t mpi_lock = PTHREAD_MUTEX_INITIALIZER;
+#define LOCK() pthread_mutex_lock(&mpi_lock)
+#define UNLOCK() pthread_mutex_unlock(&mpi_lock)
+static int thread_level; // what MPI_Init_thread provided
+static pthread_t progress_tid;
+static volatile int progress_on;
+static double progress_interval = 1e-3;
+static void progress_locked(void);
 
 static void track(MPI_Request *r) {
     for (int i = 0; i < npending; i++)
@@ -43,7 +56,8 @@ static int launched_by_mpi(void) {
 Comm *comm_world(int *argc, char ***argv) {
     if (mpi_on || !launched_by_mpi()) return &world;
     int provided;
-    MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
+    thread_level = provided;
     mpi_on = 1;
     MPI_Comm *h = xmalloc(sizeof *h);
     *h = MPI_COMM_WORLD;
@@ -56,7 +70,38 @@ Comm *comm_world(int *argc, char ***argv) {
 
 int comm_distributed(void) { return mpi_on && world.size > 1; }
 
+// The progress thread: every `progress_interval` seconds, while non-blocking operations are
+// outstanding, one MPI_Test drives Open MPI's progress engine (which otherwise runs only inside
+// MPI calls), so transfers keep moving through long kernels that never reach a poll hook.
+static void *progress_main(void *arg) {
+    (void)arg;
+    struct timespec nap = {0, (long)(progress_interval * 1e9)};
+    while (progress_on) {
+        nanosleep(&nap, NULL);
+        if (!npending || pthread_mutex_trylock(&mpi_lock)) continue; // idle, or MPI is busy
+        progress_locked();
+        UNLOCK();
+    }
+    return NULL;
+}
+
+int comm_start_progress_thread(double interval_s) {
+    if (!mpi_on || world.size == 1 || progress_on) return progress_on;
+    if (thread_level < MPI_THREAD_SERIALIZED) return 0;
+    if (interval_s > 0) progress_interval = interval_s;
+    progress_on = 1;
+    if (pthread_create(&progress_tid, NULL, progress_main, NULL)) progress_on = 0;
+    return progress_on;
+}
+
+static void stop_progress_thread(void) {
+    if (!progress_on) return;
+    progress_on = 0;
+    pthread_join(progress_tid, NULL);
+}
+
 void comm_finalize(void) {
+    stop_progress_thread();
     if (mpi_on) MPI_Finalize();
     mpi_on = 0;
 }
@@ -64,6 +109,7 @@ void comm_finalize(void) {
 void comm_abort(int code, const char *msg) {
     fprintf(stderr, "loom[rank %d]: %s\n", world.rank, msg);
     fflush(stderr);
+    progress_on = 0; // the thread may hold the lock; MPI_Abort ends every rank regardless
     if (mpi_on) MPI_Abort(MPI_COMM_WORLD, code);
     exit(code);
 }
@@ -76,14 +122,17 @@ Comm *comm_split(const Comm *parent, int color, int key, const char *name) {
         return c;
     }
     MPI_Comm *h = xmalloc(sizeof *h);
+    LOCK();
     MPI_Comm_split(*(MPI_Comm *)parent->handle, color < 0 ? MPI_UNDEFINED : color, key, h);
     if (*h == MPI_COMM_NULL) { // not a member
+        UNLOCK();
         free(h);
         c->size = 0;
         return c;
     }
     MPI_Comm_rank(*h, &c->rank);
     MPI_Comm_size(*h, &c->size);
+    UNLOCK();
     c->handle = h;
     return c;
 }
@@ -138,9 +187,11 @@ CommReq comm_iallreduce(const Comm *c, float *buf, size_t n) {
     check_count(n, "allreduce");
     CommReq r = new_req(c, "allreduce");
     r.not_before = r.started + delay_for(n);
+    LOCK();
     check(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, H(c), r.handle),
           "allreduce", c);
     track(r.handle);
+    UNLOCK();
     return r;
 }
 
@@ -152,9 +203,11 @@ void comm_allreduce(const Comm *c, float *buf, size_t n) {
 CommReq comm_iallreduce_f64(const Comm *c, double *buf, int n) {
     if (c->size <= 1) return done_req(c, "allreduce(f64)");
     CommReq r = new_req(c, "allreduce(f64)");
+    LOCK();
     check(MPI_Iallreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, MPI_SUM, H(c), r.handle),
           "allreduce(f64)", c);
     track(r.handle);
+    UNLOCK();
     return r;
 }
 
@@ -173,9 +226,11 @@ CommReq comm_ireduce_scatter(const Comm *c, const float *send, float *recv, cons
     for (int q = 0; q < c->size; q++)
         total += (size_t)counts[q];
     r.not_before = r.started + delay_for(total);
+    LOCK();
     check(MPI_Ireduce_scatter(send, recv, counts, MPI_FLOAT, MPI_SUM, H(c), r.handle),
           "reduce_scatter", c);
     track(r.handle);
+    UNLOCK();
     return r;
 }
 
@@ -186,10 +241,12 @@ CommReq comm_iallgatherv(const Comm *c, float *buf, const int *counts, const int
     for (int q = 0; q < c->size; q++)
         total += (size_t)counts[q];
     r.not_before = r.started + delay_for(total);
+    LOCK();
     check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_FLOAT, H(c),
                           r.handle),
           "allgather", c);
     track(r.handle);
+    UNLOCK();
     return r;
 }
 
@@ -202,32 +259,40 @@ void comm_broadcast(const Comm *c, void *buf, size_t bytes, int root) {
     if (c->size == 1) return;
     check_count(bytes, "broadcast");
     CommReq r = new_req(c, "broadcast");
+    LOCK();
     check(MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, H(c), r.handle), "broadcast", c);
     track(r.handle);
+    UNLOCK();
     comm_wait(&r);
 }
 
 void comm_barrier(const Comm *c) {
     if (c->size == 1) return;
     CommReq r = new_req(c, "barrier");
+    LOCK();
     check(MPI_Ibarrier(H(c), r.handle), "barrier", c);
     track(r.handle);
+    UNLOCK();
     comm_wait(&r);
 }
 
 CommReq comm_isend(const Comm *c, const float *buf, size_t n, int peer, int tag) {
     check_count(n, "send");
     CommReq r = new_req(c, "send");
+    LOCK();
     check(MPI_Isend(buf, (int)n, MPI_FLOAT, peer, tag, H(c), r.handle), "send", c);
     track(r.handle);
+    UNLOCK();
     return r;
 }
 
 CommReq comm_irecv(const Comm *c, float *buf, size_t n, int peer, int tag) {
     check_count(n, "recv");
     CommReq r = new_req(c, "recv");
+    LOCK();
     check(MPI_Irecv(buf, (int)n, MPI_FLOAT, peer, tag, H(c), r.handle), "recv", c);
     track(r.handle);
+    UNLOCK();
     return r;
 }
 
@@ -240,12 +305,19 @@ static void finish(CommReq *r) {
 int comm_test(CommReq *r) {
     if (!r->handle) return 1;
     int flag = 0;
-    check(MPI_Test(r->handle, &flag, MPI_STATUS_IGNORE), r->op, r->comm);
+    LOCK();
+    int rc = MPI_Test(r->handle, &flag, MPI_STATUS_IGNORE);
+    UNLOCK();
+    check(rc, r->op, r->comm);
     if (flag && r->not_before > 0 && now_sec() < r->not_before) {
         // data has arrived; the emulated link is still "busy" (request is now MPI_REQUEST_NULL)
         return 0;
     }
-    if (flag) finish(r);
+    if (flag) {
+        LOCK();
+        finish(r);
+        UNLOCK();
+    }
     return flag;
 }
 
@@ -253,6 +325,7 @@ int comm_test(CommReq *r) {
 static void peer_list(const Comm *c, char *out, size_t n) {
     out[0] = 0;
     if (!c->handle) return;
+    if (pthread_mutex_trylock(&mpi_lock)) return; // the progress thread is stuck inside MPI
     MPI_Group g, wg;
     MPI_Comm_group(H(c), &g);
     MPI_Comm_group(MPI_COMM_WORLD, &wg);
@@ -264,6 +337,7 @@ static void peer_list(const Comm *c, char *out, size_t n) {
     }
     MPI_Group_free(&g);
     MPI_Group_free(&wg);
+    UNLOCK();
 }
 
 static void watchdog_fire(const CommReq *r, double waited) {
@@ -289,7 +363,12 @@ void comm_wait(CommReq *r) {
 }
 
 void comm_progress(void) {
-    if (!npending) return;
+    if (!npending || pthread_mutex_trylock(&mpi_lock)) return; // the thread is progressing
+    progress_locked();
+    UNLOCK();
+}
+
+static void progress_locked(void) {
     // One MPI_Test on a live request runs Open MPI's progress engine for all of them.
     // Completed requests become MPI_REQUEST_NULL; their owner's comm_test sees them done.
     for (int i = 0; i < npending; i++) {

@@ -28,6 +28,9 @@ typedef struct {
 Comm *comm_world(int *argc, char ***argv);
 int comm_distributed(void);
 void comm_finalize(void);
+// Starts a thread that drives outstanding non-blocking operations every interval_s seconds
+// (Open MPI progresses them only inside MPI calls). Returns 1 if it runs (MPI with > 1 rank).
+int comm_start_progress_thread(double interval_s);
 // Aborts every rank of the job with the given exit status after printing msg.
 _Noreturn void comm_abort(int code, const char *msg);
 // Splits `parent` into sub-communicators: ranks with the same color, ordered by key. Collective
