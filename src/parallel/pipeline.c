@@ -42,7 +42,8 @@ int pipeline_partition(const GPT *m, int D, int s, const char *stage_layers, int
             if (end == p || v < 0 || (v == 0 && k != 0 && k != D - 1)) {
                 free(start);
                 return loom_fail("--stage-layers '%s': need %d counts separated by commas (only "
-                                 "the first and last stage may be 0)", stage_layers, D);
+                                 "the first and last stage may be 0)",
+                                 stage_layers, D);
             }
             start[k] = k == 0 ? 0 : 1 + total;
             total += (int)v;
@@ -117,7 +118,7 @@ typedef struct {
     struct {
         int phase; // 0 idle, 1 dp reduce, 2 tie reduce, 3 norm/loss reduce, 4 dp loss, 5 ready
         int step;
-        double t0, v[2];
+        double dt, v[2]; // the batch's wall time (end of batch t-1 to end of batch t); norm², loss
         float *g, *wg;
         CommReq req[2];
     } pend;
@@ -337,7 +338,7 @@ static void pend_start(Pipe *p, int step, double t0) {
     }
     use_version(p, p->cur_ver); // blocks now accumulate into the fresh buffers
     p->pend.step = step;
-    p->pend.t0 = t0;
+    p->pend.dt = now_sec() - t0;
     p->pend.g = p->gspare;
     p->pend.wg = p->wspare;
     p->pend.v[0] = 0;
@@ -371,8 +372,7 @@ static void pend_complete(Pipe *p) {
         p->gbuf = g, p->wgrad = wg;
     }
     p->pend.phase = 0;
-    if (!p->stop)
-        p->stop = p->io->report(p->io->ctx, step + 1, loss, norm, lr, now_sec() - p->pend.t0);
+    if (!p->stop) p->stop = p->io->report(p->io->ctx, step + 1, loss, norm, lr, p->pend.dt);
 }
 
 int pipeline_train(GPT *m, const Grid *g, const PipelineConfig *pc, AdamW *opt, int start,
