@@ -9,6 +9,10 @@
          one step earlier, is averaged and applied one step late:
          a(t+1) = a(t) - mean_r u_r(a(t-1)), a(1) = a(0), the last average applied at the end
          (CO2 with tau=1, beta=0, alpha=1, lambda=1, no outer clip must equal this)
+  co2-adaptive --init W --data D --workers N --steps S --tau T --outer-lr A --outer-momentum B
+         --outer-clip F [AdamW flags] --metrics M --export E
+         CO2 (the peer's `co2` rule) with the adaptive gap penalty: per tensor,
+         lambda = 1 + alpha*||m(t-1)|| / ||mean delta(t-1)|| (= 1 + ||a(t-1) - a(t-2)|| / ||..||)
   compare-st A B --tol X [--rel]   max |a-b| over all tensors (relative to each tensor's max |b|
          with --rel); exit 1 when above tol
   compare-losses A.jsonl B.jsonl --tol X   per-step |loss_a - loss_b|; exit 1 when above tol
@@ -97,6 +101,62 @@ def cmd_delayed_dp(a):
     tg.save_safetensors(a.export, [(n, p.t() if conv else p) for n, p, conv in base.hf_items()])
 
 
+def cmd_co2_adaptive(a):
+    import copy
+    import torch
+    import torch_gpt as tg
+    tg.set_threads(1)
+    base = tg.model_from_safetensors(a.init, a.heads)
+    toks = tg.read_tokens(a.data)
+    N, B, T = a.workers, a.batch, a.seq
+    workers = [copy.deepcopy(base) for _ in range(N)]
+    ns = argparse.Namespace(lr=a.lr, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=a.weight_decay)
+    opts = [tg.make_opt(w, ns) for w in workers]
+    anchor = [p.detach().clone() for p in base.parameters()]
+    mom = [torch.zeros_like(p) for p in anchor]
+    out = open(a.metrics, "w")
+
+    def outer(avg):
+        for m, q, d in zip(mom, anchor, avg):
+            dn = float(d.double().norm())
+            lam = 1.0 + a.outer_lr * float(m.double().norm()) / dn if dn > 0 else 1.0
+            m.mul_(a.outer_momentum).add_(d / lam)
+            if a.outer_clip > 0:
+                m.clamp_(-a.outer_clip, a.outer_clip)
+            q.sub_(a.outer_lr * m)
+
+    inflight, step = None, 0
+    while step < a.steps:
+        for _ in range(a.tau):
+            if step >= a.steps:
+                break
+            losses = []
+            for r, (w, o) in enumerate(zip(workers, opts)):
+                st = (step * N + r) * B * T
+                win = toks[st: st + B * T + 1]
+                w.zero_grad(set_to_none=True)
+                _, loss = w(win[:-1].view(B, T), win[1:].view(B, T))
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(w.parameters(), a.grad_clip if a.grad_clip > 0 else float("inf"))
+                o.step()
+                losses.append(loss.item())
+            step += 1
+            out.write(json.dumps({"step": step, "loss": sum(losses) / N}) + "\n")
+        with torch.no_grad():
+            deltas = [sum(q - list(w.parameters())[i].detach() for w in workers) / N for i, q in enumerate(anchor)]
+            if inflight is not None:
+                outer(inflight)
+            inflight = deltas
+            for w in workers:
+                for p, q in zip(w.parameters(), anchor):
+                    p.copy_(q)
+    with torch.no_grad():
+        outer(inflight)
+        for p, q in zip(base.parameters(), anchor):
+            p.copy_(q)
+    tg.save_safetensors(a.export, [(n, p.t() if conv else p) for n, p, conv in base.hf_items()])
+
+
 def cmd_compare_st(a):
     import numpy as np
     x, y = load_st(a.a), load_st(a.b)
@@ -160,9 +220,11 @@ def main():
     p.add_argument("--lr", type=float, default=1e-3); p.add_argument("--weight-decay", type=float, default=0.1)
     p.add_argument("--grad-clip", type=float, default=1.0)
     p.add_argument("--metrics"); p.add_argument("--export")
+    p.add_argument("--tau", type=int, default=12); p.add_argument("--outer-lr", type=float, default=1.0)
+    p.add_argument("--outer-momentum", type=float, default=0.5); p.add_argument("--outer-clip", type=float, default=1.0)
     a = p.parse_args()
     f = {"grads": cmd_grads, "logits": cmd_logits, "compare-st": cmd_compare_st,
-         "delayed-dp": cmd_delayed_dp,
+         "delayed-dp": cmd_delayed_dp, "co2-adaptive": cmd_co2_adaptive,
          "compare-losses": cmd_compare_losses, "compare-f32": cmd_compare_f32}[a.cmd]
     sys.exit(f(a) or 0)
 

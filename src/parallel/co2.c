@@ -25,13 +25,16 @@ struct CO2 {
     float *a_sh, *aprev_sh, *m_sh, *xbar_sh; // anchor a(t), a(t-1), momentum, mean x slice
     float *send;                             // x_r of the round being reduce-scattered (P)
     float *next;                             // the anchor being all-gathered (P)
-    CommReq rs, ag;
-    int rs_pending; // reduce-scatter started, its result not applied yet
+    CommReq rs, ag, nq;
+    int rs_pending;   // reduce-scatter started, its result not applied yet
+    int norm_pending; // adaptive: per-tensor norms of the slices being summed over workers
+    double *sq;       // adaptive, sharded: ‖m(t−1)‖², ‖Δ̄‖² per tensor (2·ntensors)
     const BlockHooks *chained;
     BlockHooks hooks;
 };
 
 static void sharded_apply_rs(CO2 *o, int wait);
+static void sharded_apply_norms(CO2 *o, int wait);
 
 // ---------------------------------------------------------------- hooks
 
@@ -49,6 +52,7 @@ static void hook_poll(void *ctx) {
     CO2 *o = ctx;
     comm_progress();
     if (o->rs_pending && comm_test(&o->rs)) sharded_apply_rs(o, 0);
+    if (o->norm_pending && comm_test(&o->nq)) sharded_apply_norms(o, 0);
 }
 
 CO2 *co2_create(GPT *m, const Comm *c, const CO2Config *cfg) {
@@ -84,6 +88,7 @@ CO2 *co2_create(GPT *m, const Comm *c, const CO2Config *cfg) {
         be->copy(o->a_sh, m->params + o->lo, n);
         be->copy(o->aprev_sh, m->params + o->lo, n);
         be->copy(o->next, m->params, o->P); // a(1) = a(0)
+        o->sq = xcalloc((size_t)2 * m->ntensors, sizeof(double));
     }
     o->chained = m->hooks;
     o->hooks =
@@ -102,26 +107,48 @@ void co2_free(CO2 *o) {
     o->m->hooks = o->chained;
     free(o->counts);
     free(o->displs);
+    free(o->sq);
     free(o);
 }
 
-static double norm_of(const float *x, size_t n) {
+static double sumsq_of(const float *x, size_t n) {
     double s = 0;
     for (size_t i = 0; i < n; i++)
         s += (double)x[i] * x[i];
-    return sqrt(s);
+    return s;
+}
+
+// The part of tensor i inside the flat range [lo, hi): [*s, *e), or 0 if none.
+static int piece_of(const TensorSpec *t, size_t lo, size_t hi, size_t *s, size_t *e) {
+    *s = t->off > lo ? t->off : lo;
+    *e = t->off + t->n < hi ? t->off + t->n : hi;
+    return *e > *s;
+}
+
+// Adaptive gap penalty: Σ over [lo, hi) of m² and Δ̄² per tensor into sq (2·ntensors).
+static void partial_norms(const CO2 *o, const float *mom, const float *avg, size_t lo, size_t hi,
+                          double *sq) {
+    const GPT *m = o->m;
+    for (int i = 0; i < m->ntensors; i++) {
+        size_t s, e;
+        sq[2 * i] = sq[2 * i + 1] = 0;
+        if (!piece_of(&m->tensors[i], lo, hi, &s, &e)) continue;
+        sq[2 * i] = sumsq_of(mom + (s - lo), e - s);
+        sq[2 * i + 1] = sumsq_of(avg + (s - lo), e - s);
+    }
 }
 
 // m ← β·m + avg/λ, clipped; a ← a − α·m over the flat range [lo, hi); mom, anchor and avg
-// point at element lo. avg holds the worker-mean Δ̄.
+// point at element lo. avg holds the worker-mean Δ̄. Adaptive mode takes each tensor's
+// ‖m(t−1)‖² and ‖Δ̄‖² from sq (summed over the whole tensor, even when [lo, hi) holds a piece).
 static void outer_update_range(CO2 *o, float *mom, float *anchor, const float *avg, size_t lo,
-                               size_t hi) {
+                               size_t hi, const double *sq) {
     const CO2Config *c = &o->cfg;
     const GPT *m = o->m;
     for (int i = 0; i < m->ntensors; i++) {
         const TensorSpec *t0 = &m->tensors[i];
-        size_t s = t0->off > lo ? t0->off : lo, e = t0->off + t0->n < hi ? t0->off + t0->n : hi;
-        if (e <= s) continue;
+        size_t s, e;
+        if (!piece_of(t0, lo, hi, &s, &e)) continue;
         TensorSpec piece = *t0;
         piece.n = e - s;
         const TensorSpec *t = &piece;
@@ -129,7 +156,7 @@ static void outer_update_range(CO2 *o, float *mom, float *anchor, const float *a
         const float *d = avg + (s - lo);
         float lambda = c->lambda;
         if (c->adaptive) { // how far the anchor moved since Δ̄ was computed, relative to Δ̄
-            double moved = c->alpha * norm_of(mo, t->n), size = norm_of(d, t->n);
+            double moved = c->alpha * sqrt(sq[2 * i]), size = sqrt(sq[2 * i + 1]);
             lambda = size > 0 ? (float)(1.0 + moved / size) : 1.0f;
         }
         float inv = 1.0f / lambda, beta = c->beta, phi = c->phi, alpha = c->alpha;
@@ -144,7 +171,13 @@ static void outer_update_range(CO2 *o, float *mom, float *anchor, const float *a
 }
 
 static void outer_update(CO2 *o, const float *avg) {
-    outer_update_range(o, o->mom, o->anchor, avg, 0, o->P);
+    double *sq = NULL;
+    if (o->cfg.adaptive) {
+        sq = xcalloc((size_t)2 * o->m->ntensors, sizeof(double));
+        partial_norms(o, o->mom, avg, 0, o->P, sq);
+    }
+    outer_update_range(o, o->mom, o->anchor, avg, 0, o->P, sq);
+    free(sq);
 }
 
 static void wait_avg(CO2 *o, int slot) {
@@ -162,8 +195,17 @@ static void timed_wait(CO2 *o, CommReq *r) {
     o->exposed += now_sec() - t0;
 }
 
-// The reduce-scatter of x(t) has landed: Δ̄ slice = a(t−1) − mean x, update the momentum and
-// anchor slices, and start gathering the new anchor a(t+1).
+// The outer update of this worker's slice, then the all-gather of the new anchor a(t+1).
+static void sharded_update(CO2 *o) {
+    size_t n = o->hi - o->lo;
+    outer_update_range(o, o->m_sh, o->a_sh, o->xbar_sh, o->lo, o->hi, o->sq);
+    o->m->be->copy(o->next + o->lo, o->a_sh, n);
+    o->ag = comm_iallgatherv(o->oc, o->next, o->counts, o->displs);
+}
+
+// The reduce-scatter of x(t) has landed: Δ̄ slice = a(t−1) − mean x. Constant gap penalty:
+// update the slices and start gathering the new anchor. Adaptive: first sum the per-tensor
+// norms of m and Δ̄ over the workers' slices (a small non-blocking all-reduce).
 static void sharded_apply_rs(CO2 *o, int wait) {
     if (wait) timed_wait(o, &o->rs);
     size_t n = o->hi - o->lo;
@@ -171,14 +213,26 @@ static void sharded_apply_rs(CO2 *o, int wait) {
     for (size_t i = 0; i < n; i++)
         d[i] = o->aprev_sh[i] - d[i];        // in place: Δ̄ slice
     o->m->be->copy(o->aprev_sh, o->a_sh, n); // a(t) starts the next round
-    outer_update_range(o, o->m_sh, o->a_sh, d, o->lo, o->hi);
-    o->m->be->copy(o->next + o->lo, o->a_sh, n);
-    o->ag = comm_iallgatherv(o->oc, o->next, o->counts, o->displs);
     o->rs_pending = 0;
+    if (!o->cfg.adaptive) {
+        sharded_update(o);
+        return;
+    }
+    partial_norms(o, o->m_sh, d, o->lo, o->hi, o->sq);
+    o->nq = comm_iallreduce_f64(o->oc, o->sq, 2 * o->m->ntensors);
+    o->norm_pending = 1;
+    if (wait) sharded_apply_norms(o, 1);
+}
+
+static void sharded_apply_norms(CO2 *o, int wait) {
+    if (wait) timed_wait(o, &o->nq);
+    o->norm_pending = 0;
+    sharded_update(o);
 }
 
 static void sharded_round_end(CO2 *o) {
     if (o->rs_pending) sharded_apply_rs(o, 1);
+    if (o->norm_pending) sharded_apply_norms(o, 1);
     timed_wait(o, &o->ag); // o->next = a(t)
     float *x = o->m->params;
     float invN = 1.0f / (float)o->c->size;
@@ -191,6 +245,7 @@ static void sharded_round_end(CO2 *o) {
 
 static void sharded_finish(CO2 *o) {
     if (o->rs_pending) sharded_apply_rs(o, 1);
+    if (o->norm_pending) sharded_apply_norms(o, 1);
     timed_wait(o, &o->ag);
     o->m->be->copy(o->m->params, o->next, o->P);
 }

@@ -42,8 +42,9 @@ void train_args_defaults(TrainArgs *a) {
     a->progress = 1;
     a->peak_gflops = 290.f;
     a->dp = 1, a->zero = 0, a->bucket_mb = 25.f, a->comm_timeout = 300.f;
+    a->comm_thread = 1;
     a->co2 = 0, a->tau = 12, a->outer_lr = 1.0f, a->outer_momentum = 0.5f, a->gap_penalty = 1.0f;
-    a->outer_clip = 1.0f, a->gap_mode = "constant";
+    a->outer_clip = 1.0f, a->gap_mode = "adaptive";
     a->pp = 1, a->schedule = "1f1b", a->stage_layers = NULL;
     a->plan = NULL, a->plan_mem_gb = 0, a->plan_bandwidth_gbps = 1.0f;
 }
@@ -221,6 +222,40 @@ static void log_step(Trainer *tr, Progress *pg, Metrics *mt, const StepLog *l) {
     progress_step(pg, l->step, l->loss, l->tps, l->mfu, l->dt);
 }
 
+// CO2 logs each inner step's worker-mean loss once it is known. A round's local losses are
+// averaged by ONE small non-blocking all-reduce started at the round end, ahead of the outer
+// average (so on a slow link it is never queued behind those megabytes), and the round's lines
+// are written as soon as it lands: tested every step, waited for at the next round end. No
+// step ever blocks on it.
+typedef struct {
+    StepLog *rec; // (tau) the round's lines
+    double *loss; // (tau) local losses / N, then their sum over workers
+    int n, inflight;
+    CommReq req;
+} RoundLosses;
+
+static void round_losses_log(Trainer *tr, Progress *pg, Metrics *mt, RoundLosses *r, int wait) {
+    if (!r->inflight) return;
+    if (wait)
+        comm_wait(&r->req);
+    else if (!comm_test(&r->req))
+        return;
+    for (int i = 0; i < r->n; i++) {
+        r->rec[i].loss = r->loss[i];
+        log_step(tr, pg, mt, &r->rec[i]);
+    }
+    r->inflight = r->n = 0;
+}
+
+// End of a round: writes the previous round's lines (long since reduced), starts this one's.
+static void round_losses_send(Trainer *tr, Progress *pg, Metrics *mt, RoundLosses rl[2]) {
+    round_losses_log(tr, pg, mt, &rl[1], 1);
+    RoundLosses t = rl[1];
+    rl[1] = rl[0], rl[0] = t;
+    rl[1].req = comm_iallreduce_f64(tr->grid.dp_comm, rl[1].loss, rl[1].n);
+    rl[1].inflight = 1;
+}
+
 // ---------------------------------------------------------------- setup
 
 // Creates the model with its initial or resumed parameters, then the data-parallel strategy
@@ -305,6 +340,7 @@ static void setup_grid(Trainer *tr) {
     const TrainArgs *a = tr->a;
     tr->world = comm_world(NULL, NULL);
     comm_set_timeout(a->comm_timeout);
+    if (a->comm_thread) comm_start_progress_thread(1e-3);
     if (grid_create(&tr->grid, tr->world, a->dp, a->pp, 1)) fail(tr, EXIT_USAGE);
     tr->N = tr->grid.dp;
     tr->r = tr->grid.dp_i;
@@ -462,8 +498,6 @@ int train_run(const TrainArgs *args) {
         die(EXIT_USAGE, "--co2 does not checkpoint yet (--save/--resume); use --export");
     if (a->co2 && a->zero > 2)
         die(EXIT_USAGE, "--co2 composes with --zero 1 or 2 (sharded outer state)");
-    if (a->co2 && a->zero && !strcmp(a->gap_mode, "adaptive"))
-        die(EXIT_USAGE, "--gap-mode adaptive is not implemented with sharded CO2 (--zero)");
     if (a->co2 && a->tau < 1) die(EXIT_USAGE, "--tau must be >= 1");
     if (a->pp > 1 && (a->save || a->resume || a->co2 || a->zero || a->dump_grads))
         die(EXIT_USAGE, "--pp does not combine with --save/--resume/--co2/--zero/--dump-grads yet");
@@ -504,12 +538,12 @@ int train_run(const TrainArgs *args) {
                         .sharded = a->zero > 0};
         tr.co2 = co2_create(&tr.model, tr.grid.dp_comm, &cc);
     }
-    // CO2 reports the worker-mean loss of each inner step one step late (reduced without
-    // blocking); lbuf/lreq/pend hold the step in flight.
-    float lbuf[2] = {0, 0};
-    CommReq lreq[2] = {{0}, {0}};
-    StepLog pend[2];
-    int npend = 0;
+    // CO2: rl[0] collects the current round's losses, rl[1] is the previous round's, in flight
+    RoundLosses rl[2] = {{0}};
+    for (int i = 0; a->co2 && i < 2; i++) {
+        rl[i].rec = xcalloc((size_t)a->tau, sizeof(StepLog));
+        rl[i].loss = xcalloc((size_t)a->tau, sizeof(double));
+    }
     double flops = gpt_flops_per_step(cfg, a->batch, a->seq) * K; // per rank
     if (tr.lead) {
         fprintf(
@@ -586,37 +620,37 @@ int train_run(const TrainArgs *args) {
             break;
         }
         dp_optimizer_step(tr.dp, &tr.opt, lr, clip_scale((float)norm, a->grad_clip));
+        double co2_wait = 0;
+        StepLog one, *rec = &one;
+        if (a->co2) { // the round's end (or the run's: a final, partial round) is part of its step
+            rec = &rl[0].rec[rl[0].n]; // (stays valid when the two rounds swap places)
+            rl[0].loss[rl[0].n++] = loss / N;
+            round_losses_log(&tr, &pg, &mt, &rl[1], 0);
+            if ((step + 1) % a->tau == 0 || step + 1 == a->steps) {
+                double e0 = co2_exposed(tr.co2);
+                round_losses_send(&tr, &pg, &mt, rl); // ahead of the outer average
+                co2_round_end(tr.co2);
+                co2_wait = co2_exposed(tr.co2) - e0;
+            }
+        }
         double dt = now_sec() - t0;
-        exposed_total += dp_exposed_wait(tr.dp);
+        exposed_total += a->co2 ? co2_wait : dp_exposed_wait(tr.dp);
         step_total += dt;
         double tps = BT * K * N / dt, mfu = flops / dt / (a->peak_gflops * 1e9);
-        StepLog rec = {.step = step + 1,
-                       .loss = loss,
-                       .lr = lr,
-                       .norm = norm,
-                       .dt = dt,
-                       .tps = tps,
-                       .mfu = mfu,
-                       .exposed_ms = N > 1 && !a->co2 ? dp_exposed_wait(tr.dp) * 1e3 : -1};
-        if (a->co2) {
-            double e0 = co2_exposed(tr.co2);
-            if ((step + 1) % a->tau == 0) co2_round_end(tr.co2);
-            rec.exposed_ms = (co2_exposed(tr.co2) - e0) * 1e3;
-            exposed_total += co2_exposed(tr.co2) - e0;
-            int k = step & 1;
-            lbuf[k] = (float)(loss / N);
-            lreq[k] = comm_iallreduce(tr.grid.dp_comm, &lbuf[k], 1);
-            pend[k] = rec;
-            if (npend) { // the previous step's mean loss has had a whole step to arrive
-                comm_wait(&lreq[k ^ 1]);
-                pend[k ^ 1].loss = lbuf[k ^ 1];
-                log_step(&tr, &pg, &mt, &pend[k ^ 1]);
-            }
-            npend = 1;
-        } else {
-            log_step(&tr, &pg, &mt, &rec);
-        }
-        if (tr.has_val && a->val_every > 0 && (step + 1) % a->val_every == 0) {
+        *rec = (StepLog){.step = step + 1,
+                         .loss = loss,
+                         .lr = lr,
+                         .norm = norm,
+                         .dt = dt,
+                         .tps = tps,
+                         .mfu = mfu,
+                         .exposed_ms = a->co2  ? co2_wait * 1e3
+                                       : N > 1 ? dp_exposed_wait(tr.dp) * 1e3
+                                               : -1};
+        if (!a->co2) log_step(&tr, &pg, &mt, rec);
+        // CO2 evaluates its final model (the anchor, after the last average) after the loop
+        int last_co2 = a->co2 && step + 1 == a->steps;
+        if (tr.has_val && a->val_every > 0 && (step + 1) % a->val_every == 0 && !last_co2) {
             double vl = evaluate(&tr);
             if (tr.lead) {
                 metrics_val(&mt, step + 1, vl);
@@ -635,19 +669,15 @@ int train_run(const TrainArgs *args) {
         }
     }
     if (a->co2 && !rc) {
-        if (npend) {
-            int k = (a->steps - 1) & 1;
-            comm_wait(&lreq[k]);
-            pend[k].loss = lbuf[k];
-            log_step(&tr, &pg, &mt, &pend[k]);
-        }
-        if (a->steps % a->tau) co2_round_end(tr.co2); // the final, partial round
-        co2_finish(tr.co2);                           // x = the final anchor
+        round_losses_log(&tr, &pg, &mt, &rl[1], 1);
+        co2_finish(tr.co2); // x = the final anchor
     }
+    for (int i = 0; a->co2 && i < 2; i++)
+        free(rl[i].rec), free(rl[i].loss);
     progress_end(&pg);
     if (!rc) {
         comm_set_context(a->steps, "finishing");
-        if (tr.has_val && (a->val_every <= 0 || a->steps % a->val_every)) {
+        if (tr.has_val && (a->val_every <= 0 || a->steps % a->val_every || a->co2)) {
             double vl = evaluate(&tr);
             if (tr.lead) {
                 metrics_val(&mt, a->steps, vl);
