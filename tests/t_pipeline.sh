@@ -6,7 +6,12 @@
 #   * 2bw reproduces PipeDream-2BW's delayed update W(t+1) = W(t) - opt(grad f(W(t-1))) of the
 #     PyTorch peer (torch_gpt.py train --mode 2bw) at D = 2 and 4: losses within 2e-4, final
 #     weights within 1e-4;
-#   * activations held per stage: gpipe holds K micro-batches, 1f1b and 2bw at most D.
+#   * activations held per stage: gpipe holds K micro-batches, 1f1b and 2bw at most D (counted,
+#     and the activation bytes stage 0 allocates: gpipe's grow with K, 1f1b's do not);
+#   * dp 2 x pp 2 with --zero 1 (AdamW moments sharded over each stage's replicas): 1f1b equals
+#     the single process, 2bw the peer's rule, and the optimizer state per rank halves;
+#   * --val-every through the pipeline equals the single process's validation at the same
+#     steps; 2bw's drains for validation do not change its training losses.
 # asan: skip
 set -eu
 . "$(dirname "$0")/lib.sh"
@@ -35,11 +40,39 @@ for sched in gpipe 1f1b; do
         peak=$(sed -n 's/.*peak \([0-9]*\) micro-batches.*/\1/p' "$d/log")
         want=$([ $sched = gpipe ] && echo 6 || echo $D)
         [ "$peak" = "$want" ] || { echo "stage 0 held $peak micro-batches, expected $want"; exit 1; }
+        sed -n 's/.*activations \([0-9.]*\) MiB.*/\1/p' "$d/log" > "$d/acts_${sched}_$D"
     done
 done
+# activation memory of stage 0 (same blocks at D=2): gpipe allocates K = 6 slots, 1f1b D = 2
+$PY - "$(cat "$d/acts_gpipe_2")" "$(cat "$d/acts_1f1b_2")" <<'PY'
+import sys
+g, f = map(float, sys.argv[1:])
+print(f"stage 0 activations at D=2, K=6: gpipe {g} MiB, 1f1b {f} MiB")
+sys.exit(0 if f > 0 and abs(g / f - 3) < 0.01 else 1)
+PY
 $MPI -np 4 $LOOM train $flags --grad-accum 3 --dp 2 --pp 2 --schedule 1f1b \
     --metrics "$d/dpp.jsonl" --export "$d/dpp.safetensors" 2>/dev/null
 check "dp 2 x pp 2 1f1b" "$d/dpp.jsonl" "$d/dpp.safetensors"
+$MPI -np 4 $LOOM train $flags --grad-accum 3 --dp 2 --pp 2 --schedule 1f1b --zero 1 \
+    --metrics "$d/dpz.jsonl" --export "$d/dpz.safetensors" 2> "$d/z1.log"
+check "dp 2 x pp 2 1f1b zero 1" "$d/dpz.jsonl" "$d/dpz.safetensors"
+$MPI -np 4 $LOOM train $flags --grad-accum 3 --dp 2 --pp 2 --schedule 1f1b --steps 1 2> "$d/z0.log"
+o0=$(sed -n 's/.*optimizer \([0-9.]*\) MiB.*/\1/p' "$d/z0.log"); o1=$(sed -n 's/.*optimizer \([0-9.]*\) MiB.*/\1/p' "$d/z1.log")
+echo "stage 0 optimizer state per rank: zero 0 $o0 MiB, zero 1 $o1 MiB"
+$PY -c "import sys; sys.exit(0 if abs(float('$o0') / float('$o1') - 2) < 0.1 else 1)"
+
+echo "== validation every 2 steps through the pipeline equals the single process"
+$LOOM train $flags --grad-accum 4 --val-data "$d/d.bin" --val-every 2 --metrics "$d/sv.jsonl" 2>/dev/null
+$MPI -np 2 $LOOM train $flags --grad-accum 4 --val-data "$d/d.bin" --val-every 2 --pp 2 \
+    --metrics "$d/pv.jsonl" 2>/dev/null
+$PY - "$d/sv.jsonl" "$d/pv.jsonl" <<'PY'
+import json, sys
+def vals(p):
+    return {r["step"]: r["val_loss"] for r in map(json.loads, open(p)) if "val_loss" in r}
+a, b = vals(sys.argv[1]), vals(sys.argv[2])
+print("single process:", a, "| pipeline:", b)
+sys.exit(0 if sorted(a) == sorted(b) == [2, 4, 5] and all(abs(a[k] - b[k]) < 1e-5 for k in a) else 1)
+PY
 
 echo "== 2bw against the PyTorch peer's delayed-update rule"
 $PY "$PEER" gen --layers 4 --heads 2 --dim 32 --vocab 64 --block-size 32 --seed 4 --out "$d/w.safetensors"
@@ -63,6 +96,18 @@ $MPI -np 4 $LOOM train --init "$d/w.safetensors" --data "$d/d.bin" ${common/--gr
 echo "2bw dp 2 x pp 2: $($REF compare-losses "$d/bw4.jsonl" "$d/bw_ref4.jsonl" --tol 2e-4 | tail -1)"
 $REF compare-losses "$d/bw4.jsonl" "$d/bw_ref4.jsonl" --tol 2e-4 > /dev/null
 $REF compare-st "$d/bw4.safetensors" "$d/bw_ref4.safetensors" --tol 1e-4
+$MPI -np 4 $LOOM train --init "$d/w.safetensors" --data "$d/d.bin" ${common/--grad-accum 4/--grad-accum 2} \
+    --lr-schedule constant --dp 2 --pp 2 --schedule 2bw --zero 1 --metrics "$d/bw4z.jsonl" \
+    --export "$d/bw4z.safetensors" --progress off 2>/dev/null
+echo "2bw dp 2 x pp 2 zero 1: $($REF compare-losses "$d/bw4z.jsonl" "$d/bw_ref4.jsonl" --tol 2e-4 | tail -1)"
+$REF compare-losses "$d/bw4z.jsonl" "$d/bw_ref4.jsonl" --tol 2e-4 > /dev/null
+$REF compare-st "$d/bw4z.safetensors" "$d/bw_ref4.safetensors" --tol 1e-4
+# validation points drain the 2bw stream; the training losses must not change
+$MPI -np 2 $LOOM train --init "$d/w.safetensors" --data "$d/d.bin" $common --lr-schedule constant \
+    --pp 2 --schedule 2bw --val-data "$d/d.bin" --val-every 3 --metrics "$d/bwv.jsonl" --progress off 2>/dev/null
+$REF compare-losses "$d/bwv.jsonl" "$d/bw.jsonl" --tol 0 | tail -1
+$REF compare-losses "$d/bwv.jsonl" "$d/bw.jsonl" --tol 0 > /dev/null
+[ "$(grep -c val_loss "$d/bwv.jsonl")" = 3 ]
 # and 2bw really differs from 1f1b (the test would notice a missing delay)
 $MPI -np 2 $LOOM train --init "$d/w.safetensors" --data "$d/d.bin" $common --lr-schedule constant \
     --pp 2 --schedule 1f1b --metrics "$d/f.jsonl" --progress off 2>/dev/null

@@ -180,6 +180,9 @@ int workspace_create_range(Workspace *ws, const GPT *m, int B, int T, int recomp
     ws->scratch = m->be->alloc(BT * 7 * C);
     ws->tokens = xcalloc(BT, sizeof(int));
     ws->targets = xcalloc(BT, sizeof(int));
+    ws->floats = (size_t)(b1 - b0 + 1) * BT * C +
+                 (recompute ? 1 : (size_t)(nl ? nl : 1)) * ws->layer_stride +
+                 (b1 == m->nblocks ? head_floats(c, B, T) : 1) + BT * C + BT * 7 * C;
     return 0;
 }
 

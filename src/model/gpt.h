@@ -90,6 +90,7 @@ typedef struct {
     float *dstream;        // (B,T,C) gradient of the residual stream, updated in place
     float *scratch;        // layer backward scratch: (B,T,4C) + 2·(B,T,C) + recompute out (B,T,C)
     int *tokens, *targets; // (B,T) copies of the current micro-batch
+    size_t floats;         // activation floats allocated (for memory reports)
 } Workspace;
 
 int workspace_create(Workspace *ws, const GPT *m, int B, int T, int recompute);

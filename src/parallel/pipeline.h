@@ -13,8 +13,11 @@
 //          W(t+1) = W(t) - opt(grad f(W(t-1))). AdamW moments are not duplicated.
 // The LM head is tied to the token embedding: the last stage keeps a replica of wte; its
 // gradient is summed with the first stage's after every batch and both apply the same update.
-// With --dp W each stage is replicated W times; replicas all-reduce their stage's gradients.
-// Loss, gradient norm and clipping are global.
+// With --dp W each stage is replicated W times; replicas all-reduce their stage's gradients
+// (gpipe/1f1b: block by block during the last micro-batch's backward; 2bw: in the background
+// chain). With --zero 1 the replicas also shard the stage's AdamW moments: each updates its
+// 1/W of the stage and the new weights are all-gathered. Loss, gradient norm and clipping are
+// global. Validation (--val-every) is a forward-only pass of the windows through the stages.
 #pragma once
 #include "../model/gpt.h"
 #include "../train/optim.h"
@@ -25,7 +28,9 @@ typedef enum { SCHED_GPIPE, SCHED_1F1B, SCHED_2BW } Schedule;
 typedef struct {
     Schedule schedule;
     int K, B, T, recompute;
-    const char *stage_layers; // "3,3,2": transformer layers per stage (NULL: balanced)
+    int zero;                   // 1: shard AdamW moments over the stage's dp replicas
+    int val_every, val_windows; // validation every N steps (0: only at the end) over N windows
+    const char *stage_layers;   // "3,3,2": transformer layers per stage (NULL: balanced)
     float grad_clip;
 } PipelineConfig;
 
@@ -35,7 +40,12 @@ typedef struct {
     void (*batch)(void *ctx, int step, int j, int *inputs, int *targets);
     // Called on every rank once step `step` (1-based) is applied; loss and norm are global.
     // Returns non-zero to stop (e.g. a non-finite loss).
-    int (*report)(void *ctx, int step, double loss, double norm, float lr, double seconds);
+    // exposed: seconds this batch blocked on gradient reductions / weight gathers.
+    int (*report)(void *ctx, int step, double loss, double norm, float lr, double seconds,
+                  double exposed);
+    // Validation window w (NULL: no validation data), and where the mean loss goes (every rank).
+    void (*val_batch)(void *ctx, int w, int *inputs, int *targets);
+    void (*val_report)(void *ctx, int step, double loss);
 } PipelineIO;
 
 // Splits the blocks into g->pp stages; fills [b0, b1) for stage s. Fails on a bad --stage-layers.
@@ -50,5 +60,7 @@ int pipeline_train(GPT *m, const Grid *g, const PipelineConfig *pc, AdamW *opt, 
 int pipeline_gather_params(GPT *m, const Grid *g, const char *stage_layers);
 // Peak number of micro-batches whose activations a stage held in the last run.
 int pipeline_peak_inflight(void);
-// Bytes this stage held in the last run: weights (both versions under 2bw), gradients, AdamW.
-void pipeline_memory(double *weights, double *grads, double *opt);
+// Bytes stage 0 held in the last run: weights (both versions under 2bw), gradients, AdamW
+// moments, and activations (one workspace per micro-batch it can hold: K under gpipe, D-s
+// under 1f1b/2bw).
+void pipeline_memory(double *weights, double *grads, double *opt, double *acts);

@@ -364,7 +364,21 @@ static void pipe_batch(void *ctx, int step, int j, int *inputs, int *targets) {
     dataset_window(&tr->train, w, a->batch, a->seq, a->shuffle, (uint64_t)a->seed, inputs, targets);
 }
 
-static int pipe_report(void *ctx, int step, double loss, double norm, float lr, double dt) {
+// Validation window w: the same windows the single-process evaluate() reads.
+static void pipe_val_batch(void *ctx, int w, int *inputs, int *targets) {
+    Trainer *tr = ((PipeCtx *)ctx)->tr;
+    dataset_window(&tr->val, (uint64_t)w, tr->a->batch, tr->a->seq, 0, 0, inputs, targets);
+}
+
+static void pipe_val_report(void *ctx, int step, double loss) {
+    PipeCtx *pc = ctx;
+    if (!pc->tr->lead) return;
+    metrics_val(pc->mt, step, loss);
+    progress_note(pc->pg, "step %d: val loss %.4f", step, loss);
+}
+
+static int pipe_report(void *ctx, int step, double loss, double norm, float lr, double dt,
+                       double exposed) {
     PipeCtx *pc = ctx;
     Trainer *tr = pc->tr;
     const TrainArgs *a = tr->a;
@@ -386,7 +400,7 @@ static int pipe_report(void *ctx, int step, double loss, double norm, float lr, 
                    .dt = dt,
                    .tps = tokens / dt,
                    .mfu = flops / dt / (a->peak_gflops * 1e9),
-                   .exposed_ms = -1};
+                   .exposed_ms = exposed * 1e3};
     log_step(tr, pc->pg, pc->mt, &rec);
     return 0;
 }
@@ -402,35 +416,37 @@ static int train_pipeline(Trainer *tr, Metrics *mt) {
                          .T = a->seq,
                          .recompute = a->recompute,
                          .stage_layers = a->stage_layers,
-                         .grad_clip = a->grad_clip};
+                         .grad_clip = a->grad_clip,
+                         .zero = a->zero,
+                         .val_every = a->val_every,
+                         .val_windows = 0};
+    if (tr->has_val) { // as evaluate(): at most --val-windows windows of the validation data
+        uint64_t nw = dataset_num_windows(&tr->val, a->batch, a->seq);
+        pc.val_windows = a->val_windows < (int)nw ? a->val_windows : (int)nw;
+    }
     Progress pg;
     progress_start(&pg, a->progress && tr->lead, 0, a->steps, a->log_every);
     PipeCtx ctx = {.tr = tr, .pg = &pg, .mt = mt};
-    PipelineIO io = {.ctx = &ctx, .batch = pipe_batch, .report = pipe_report};
+    PipelineIO io = {.ctx = &ctx,
+                     .batch = pipe_batch,
+                     .report = pipe_report,
+                     .val_batch = tr->has_val ? pipe_val_batch : NULL,
+                     .val_report = pipe_val_report};
     int rc = pipeline_train(&tr->model, &tr->grid, &pc, &tr->opt, 0, a->steps, &io);
     progress_end(&pg);
     if (rc < 0) fail(tr, EXIT_USAGE);
     if (rc) return rc;
-    double wb, gb, ob;
-    pipeline_memory(&wb, &gb, &ob);
+    double wb, gb, ob, ab;
+    pipeline_memory(&wb, &gb, &ob, &ab);
     if (tr->lead)
         fprintf(stderr,
-                "loom: pipeline %d stages x dp %d, schedule %s | peak %d micro-batches of "
-                "activations held on stage 0 | stage 0 holds weights %.2f MiB, grads %.2f MiB, "
-                "optimizer %.2f MiB (whole model %.2f MiB)\n",
-                tr->grid.pp, tr->N, a->schedule, pipeline_peak_inflight(), wb / 1048576,
-                gb / 1048576, ob / 1048576, tr->model.nparams * 4.0 / 1048576);
-    if (a->export_path || tr->has_val) // every stage contributes its blocks
+                "loom: pipeline %d stages x dp %d (zero %d), schedule %s | peak %d micro-batches "
+                "of activations held on stage 0 | stage 0 holds weights %.2f MiB, grads %.2f "
+                "MiB, optimizer %.2f MiB, activations %.2f MiB (whole model %.2f MiB)\n",
+                tr->grid.pp, tr->N, a->zero, a->schedule, pipeline_peak_inflight(), wb / 1048576,
+                gb / 1048576, ob / 1048576, ab / 1048576, tr->model.nparams * 4.0 / 1048576);
+    if (a->export_path) { // every stage contributes its blocks
         if (pipeline_gather_params(&tr->model, &tr->grid, a->stage_layers)) fail(tr, EXIT_USAGE);
-    if (tr->has_val && tr->lead) { // evaluated once, at the end, with the whole model on rank 0
-        if (workspace_create(&tr->ws, &tr->model, a->batch, a->seq, a->recompute))
-            fail(tr, EXIT_USAGE);
-        double vl = evaluate(tr);
-        metrics_val(mt, a->steps, vl);
-        fprintf(stderr, "loom: val loss %.4f\n", vl);
-        workspace_free(&tr->ws, &tr->model);
-    }
-    if (a->export_path) {
         if (tr->lead) {
             if (st_save_gpt(&tr->model, a->export_path)) fail(tr, EXIT_IO);
             fprintf(stderr, "loom: exported %s\n", a->export_path);
@@ -499,10 +515,13 @@ int train_run(const TrainArgs *args) {
     if (a->co2 && a->zero > 2)
         die(EXIT_USAGE, "--co2 composes with --zero 1 or 2 (sharded outer state)");
     if (a->co2 && a->tau < 1) die(EXIT_USAGE, "--tau must be >= 1");
-    if (a->pp > 1 && (a->save || a->resume || a->co2 || a->zero || a->dump_grads))
-        die(EXIT_USAGE, "--pp does not combine with --save/--resume/--co2/--zero/--dump-grads yet");
-    if (a->pp > 1 && a->val_every > 0)
-        die(EXIT_USAGE, "--pp evaluates --val-data once, at the end; drop --val-every");
+    if (a->pp > 1 && (a->save || a->resume || a->co2 || a->dump_grads))
+        die(EXIT_USAGE, "--pp does not combine with --save/--resume/--co2/--dump-grads yet");
+    if (a->pp > 1 && a->zero > 1)
+        die(EXIT_USAGE,
+            "--pp composes with --zero 1 (AdamW state sharded over each stage's dp "
+            "replicas); --zero %d is not implemented inside a pipeline",
+            a->zero);
     char resume_dir[4096];
     int start = setup_model(&tr, resume_dir, sizeof resume_dir);
     if (start < 0) fail(&tr, EXIT_INPUT);
