@@ -27,7 +27,9 @@ void head_forward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) {
     const float *w = blk->params, *b = w + C;
     HeadActs a = head_acts(ws, m);
     be->layernorm_forward(a.lnf, a.mean, a.rstd, io->x_in, w, b, N, C);
+    block_poll(m);
     be->matmul_forward(a.probs, a.lnf, io->wte, NULL, N, C, V); // logits (N,V)
+    block_poll(m);
     io->loss_sum = 0.0;
     if (io->targets) io->loss_sum = be->softmax_xent_forward(a.probs, a.losses, io->targets, N, V);
 }
@@ -40,7 +42,9 @@ void head_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) {
     HeadActs a = head_acts(ws, m);
     float *dlnf = ws->scratch; // (N,C)
     be->softmax_xent_backward(a.probs, io->targets, io->grad_scale, N, V);
+    block_poll(m);
     be->matmul_backward(dlnf, io->dwte, NULL, a.probs, a.lnf, io->wte, N, C, V);
+    block_poll(m);
     be->fill(io->dx, 0.f, (size_t)N * C);
     be->layernorm_backward(io->dx, dw, db, dlnf, io->x_in, w, a.mean, a.rstd, N, C);
 }

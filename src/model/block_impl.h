@@ -9,3 +9,8 @@ void layer_forward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io);
 void layer_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io);
 void head_forward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io);
 void head_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io);
+
+// Lets a parallel strategy drive its communication between kernels.
+static inline void block_poll(const GPT *m) {
+    if (m->hooks && m->hooks->poll) m->hooks->poll(m->hooks->ctx);
+}

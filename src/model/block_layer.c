@@ -63,22 +63,19 @@ static void layer_run_forward(const GPT *m, const Block *blk, const Workspace *w
     be->layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x_in, p.ln1w, p.ln1b, N, C);
     be->matmul_forward(a.qkv, a.ln1, p.qkvw, p.qkvb, N, C, 3 * C); // (N,3C)
     be->attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);      // (N,C)
+    block_poll(m);
     be->matmul_forward(a.res2, a.atty, p.projw, p.projb, N, C, C); // (N,C)
     be->residual_forward(a.res2, a.res2, x_in, NC);
     be->layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p.ln2w, p.ln2b, N, C);
     be->matmul_forward(a.fch, a.ln2, p.fcw, p.fcb, N, C, 4 * C); // (N,4C)
     be->gelu_forward(a.fch_gelu, a.fch, NC * 4);
+    block_poll(m);
     be->matmul_forward(x_out, a.fch_gelu, p.fcprojw, p.fcprojb, N, 4 * C, C); // (N,C)
     be->residual_forward(x_out, x_out, a.res2, NC);
 }
 
 void layer_forward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) {
     layer_run_forward(m, blk, ws, io->x_in, io->x_out);
-}
-
-// Lets a parallel strategy drive its communication between kernels.
-static void poll(const GPT *m) {
-    if (m->hooks && m->hooks->poll) m->hooks->poll(m->hooks->ctx);
 }
 
 void layer_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) {
@@ -92,16 +89,16 @@ void layer_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) 
     float *dx = io->dx; // d(x_out) on entry; d(res2), then d(x_in) after the residual adds
     // MLP branch: x_out = res2 + fcproj(gelu(fc(ln2)))
     be->matmul_backward(big, g.fcprojw, g.fcprojb, dx, a.fch_gelu, p.fcprojw, N, 4 * C, C);
-    poll(m);
+    block_poll(m);
     be->gelu_backward(big, a.fch, big, NC * 4);
     be->matmul_backward(dln, g.fcw, g.fcb, big, a.ln2, p.fcw, N, C, 4 * C);
-    poll(m);
+    block_poll(m);
     be->layernorm_backward(dx, g.ln2w, g.ln2b, dln, a.res2, p.ln2w, a.ln2_mean, a.ln2_rstd, N, C);
     // attention branch: res2 = x_in + proj(attention(qkv(ln1)))
     be->matmul_backward(dsmall, g.projw, g.projb, dx, a.atty, p.projw, N, C, C);
-    poll(m);
+    block_poll(m);
     be->attention_backward(big, dsmall, a.qkv, a.att, B, T, C, NH); // big = dqkv (N,3C)
-    poll(m);
+    block_poll(m);
     be->matmul_backward(dln, g.qkvw, g.qkvb, big, a.ln1, p.qkvw, N, C, 3 * C);
     be->layernorm_backward(dx, g.ln1w, g.ln1b, dln, io->x_in, p.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
 }

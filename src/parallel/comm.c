@@ -34,6 +34,21 @@ static volatile int progress_on;
 static double progress_interval = 1e-3;
 static void progress_locked(void);
 
+// A chunked all-reduce in progress (comm_iallreduce_chunked); all fields under mpi_lock.
+#define CHUNK_WINDOW 2
+typedef struct ChunkJob {
+    MPI_Comm comm;
+    float *buf[2];
+    size_t n[2], chunk;
+    int seg; // the next chunk to start: segment and offset
+    size_t off;
+    MPI_Request req[CHUNK_WINDOW]; // FIFO of chunks in flight
+    int head, inflight, done, rc;
+    struct ChunkJob *next;
+} ChunkJob;
+static ChunkJob *jobs; // the jobs not finished yet, oldest first
+static void job_advance(ChunkJob *j);
+
 static void track(MPI_Request *r) {
     for (int i = 0; i < npending; i++)
         if (pending[i] == r) return;
@@ -78,7 +93,7 @@ static void *progress_main(void *arg) {
     struct timespec nap = {0, (long)(progress_interval * 1e9)};
     while (progress_on) {
         nanosleep(&nap, NULL);
-        if (!npending || pthread_mutex_trylock(&mpi_lock)) continue; // idle, or MPI is busy
+        if ((!npending && !jobs) || pthread_mutex_trylock(&mpi_lock)) continue; // idle, or busy
         progress_locked();
         UNLOCK();
     }
@@ -195,6 +210,26 @@ CommReq comm_iallreduce(const Comm *c, float *buf, size_t n) {
     return r;
 }
 
+CommReq comm_iallreduce_chunked(const Comm *c, float *b0, size_t n0, float *b1, size_t n1,
+                                size_t chunk) {
+    if (!b0) n0 = 0;
+    if (!b1) n1 = 0;
+    if (!c || c->size <= 1 || n0 + n1 == 0) return done_req(c, "allreduce (chunked)");
+    check_count(chunk, "allreduce (chunked)");
+    ChunkJob *j = xcalloc(1, sizeof *j);
+    *j = (ChunkJob){.comm = H(c), .buf = {b0, b1}, .n = {n0, n1}, .chunk = chunk ? chunk : 1};
+    CommReq r = {
+        .handle = j, .chunked = 1, .op = "allreduce (chunked)", .comm = c, .started = now_sec()};
+    LOCK();
+    ChunkJob **t = &jobs;
+    while (*t)
+        t = &(*t)->next;
+    *t = j;
+    job_advance(j);
+    UNLOCK();
+    return r;
+}
+
 void comm_allreduce(const Comm *c, float *buf, size_t n) {
     CommReq r = comm_iallreduce(c, buf, n);
     comm_wait(&r);
@@ -302,8 +337,29 @@ static void finish(CommReq *r) {
     r->handle = NULL;
 }
 
+// A chunked job: advance it; once done, unlink and free it.
+static int test_job(CommReq *r) {
+    ChunkJob *j = r->handle;
+    LOCK();
+    job_advance(j);
+    int done = j->done, rc = j->rc;
+    if (done || rc) {
+        ChunkJob **t = &jobs;
+        while (*t != j)
+            t = &(*t)->next;
+        *t = j->next;
+    }
+    UNLOCK();
+    check(rc, r->op, r->comm);
+    if (!done) return 0;
+    free(j);
+    r->handle = NULL, r->chunked = 0;
+    return 1;
+}
+
 int comm_test(CommReq *r) {
     if (!r->handle) return 1;
+    if (r->chunked) return test_job(r);
     int flag = 0;
     LOCK();
     int rc = MPI_Test(r->handle, &flag, MPI_STATUS_IGNORE);
@@ -350,12 +406,25 @@ static void watchdog_fire(const CommReq *r, double waited) {
     comm_abort(7, msg);
 }
 
+static void (*wait_hook)(void *);
+static void *wait_hook_ctx;
+static int in_wait_hook;
+void comm_set_wait_hook(void (*fn)(void *ctx), void *ctx) {
+    wait_hook = fn;
+    wait_hook_ctx = ctx;
+}
+
 void comm_wait(CommReq *r) {
     if (!r->handle) return;
     struct timespec nap = {0, 200000}; // 0.2 ms between polls
     for (long polls = 0;; polls++) {
         if (comm_test(r)) return;
         comm_progress();
+        if (wait_hook && !in_wait_hook) {
+            in_wait_hook = 1;
+            wait_hook(wait_hook_ctx);
+            in_wait_hook = 0;
+        }
         double waited = now_sec() - r->started;
         if (timeout_s > 0 && waited > timeout_s) watchdog_fire(r, waited);
         if (polls > 50) nanosleep(&nap, NULL);
@@ -363,14 +432,43 @@ void comm_wait(CommReq *r) {
 }
 
 void comm_progress(void) {
-    if (!npending || pthread_mutex_trylock(&mpi_lock)) return; // the thread is progressing
+    if ((!npending && !jobs) || pthread_mutex_trylock(&mpi_lock)) return; // the thread has it
     progress_locked();
     UNLOCK();
 }
 
+// Starts a job's chunks up to the window and retires the ones that landed (under mpi_lock).
+static void job_advance(ChunkJob *j) {
+    while (!j->done && !j->rc) {
+        while (j->inflight < CHUNK_WINDOW && j->seg < 2) {
+            if (j->off >= j->n[j->seg]) {
+                j->seg++, j->off = 0;
+                continue;
+            }
+            size_t len = j->n[j->seg] - j->off < j->chunk ? j->n[j->seg] - j->off : j->chunk;
+            MPI_Request *q = &j->req[(j->head + j->inflight) % CHUNK_WINDOW];
+            j->rc = MPI_Iallreduce(MPI_IN_PLACE, j->buf[j->seg] + j->off, (int)len, MPI_FLOAT,
+                                   MPI_SUM, j->comm, q);
+            if (j->rc) return;
+            j->off += len, j->inflight++;
+        }
+        if (!j->inflight) {
+            j->done = 1;
+            return;
+        }
+        int flag = 0;
+        j->rc = MPI_Test(&j->req[j->head], &flag, MPI_STATUS_IGNORE);
+        if (j->rc || !flag) return;
+        j->head = (j->head + 1) % CHUNK_WINDOW, j->inflight--;
+    }
+}
+
 static void progress_locked(void) {
-    // One MPI_Test on a live request runs Open MPI's progress engine for all of them.
-    // Completed requests become MPI_REQUEST_NULL; their owner's comm_test sees them done.
+    // Chunked all-reduces issue their next chunks; then one MPI_Test on a live request runs
+    // Open MPI's progress engine for all of them. Completed requests become
+    // MPI_REQUEST_NULL; their owner's comm_test sees them done.
+    for (ChunkJob *j = jobs; j; j = j->next)
+        job_advance(j);
     for (int i = 0; i < npending; i++) {
         if (*pending[i] == MPI_REQUEST_NULL) continue;
         int flag;

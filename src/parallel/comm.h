@@ -17,7 +17,8 @@ typedef struct {
 } Comm;
 
 typedef struct {
-    void *handle; // MPI_Request
+    void *handle; // MPI_Request, or the chunk job of comm_iallreduce_chunked (chunked = 1)
+    int chunked;
     const char *op;
     const Comm *comm;
     double started;
@@ -44,6 +45,13 @@ void comm_set_context(int step, const char *what);
 
 // Collectives on float32 buffers; sums. In-place where the signature has one buffer.
 CommReq comm_iallreduce(const Comm *c, float *buf, size_t n);
+// The all-reduce of b0[0, n0) and then b1[0, n1), sent as a chain of all-reduces of `chunk`
+// floats, at most two in flight, started and completed by the progress thread (or by
+// comm_test / comm_progress when there is none). Messages that share the link (a pipeline's
+// activations) then queue behind a chunk rather than behind the whole buffer. While it runs,
+// nothing else may start a collective on c (the chunks' order must be the same on every rank).
+CommReq comm_iallreduce_chunked(const Comm *c, float *b0, size_t n0, float *b1, size_t n1,
+                                size_t chunk);
 void comm_allreduce(const Comm *c, float *buf, size_t n);
 void comm_allreduce_f64(const Comm *c, double *buf, int n);
 CommReq comm_iallreduce_f64(const Comm *c, double *buf, int n);
@@ -63,6 +71,9 @@ CommReq comm_irecv(const Comm *c, float *buf, size_t n, int peer, int tag);
 // Completion. comm_test returns 1 when done. comm_wait blocks under the watchdog.
 int comm_test(CommReq *r);
 void comm_wait(CommReq *r);
+// A function comm_wait calls while it waits (never from inside itself), so a strategy can
+// advance its own background operations while the training thread is blocked (NULL: none).
+void comm_set_wait_hook(void (*fn)(void *ctx), void *ctx);
 // Drives outstanding non-blocking operations (Open MPI progresses them only inside MPI calls):
 // call it often from compute loops. Cheap when nothing is outstanding.
 void comm_progress(void);

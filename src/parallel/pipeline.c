@@ -98,6 +98,19 @@ int pipeline_partition(const GPT *m, int D, int s, const char *stage_layers, int
 static int tag_of(int g, int backward) { return 2 * (g % TAG_RANGE) + backward; }
 static int val_tag(int w) { return 2 * TAG_RANGE + w % TAG_RANGE; }
 
+// 2bw's background gradient reductions go out as a chain of 1 MiB all-reduces driven by the
+// progress thread (comm_iallreduce_chunked), so the activations the pipeline waits for, which
+// share each rank's link, queue behind a chunk rather than the whole reduction. (Test hook:
+// LOOM_PIPE_CHUNK=floats sets the chunk size.)
+static size_t chunk_floats(void) {
+    static size_t n;
+    if (!n) {
+        const char *v = getenv("LOOM_PIPE_CHUNK");
+        n = v && atol(v) > 0 ? (size_t)atol(v) : (size_t)1 << 18;
+    }
+    return n;
+}
+
 typedef struct {
     GPT *m;
     const Grid *g;
@@ -139,6 +152,7 @@ typedef struct {
         double dt, v[2]; // the batch's wall time (end of batch t-1 to end of batch t); norm², loss
         float *g, *wg;
         CommReq req[2];
+        int running; // pend_advance is on the stack (the wait hook must not re-enter it)
     } pend;
     AdamW *opt;
     const PipelineIO *io;
@@ -150,7 +164,14 @@ static void pend_advance(Pipe *p, int block);
 static void poll_hook(void *ctx) {
     Pipe *p = ctx;
     comm_progress();
-    if (p->pend.phase) pend_advance(p, 0);
+    if (p->pend.phase && !p->pend.running) pend_advance(p, 0);
+}
+
+// While the training thread waits (for an activation, a gradient, a send), the background
+// chain keeps moving: its next chunks start as soon as the previous ones land.
+static void wait_hook(void *ctx) {
+    Pipe *p = ctx;
+    if (p->pend.phase && !p->pend.running) pend_advance(p, 0);
 }
 
 // Points the blocks this stage uses (its own, and the embedding's wte on the last stage) at
@@ -345,22 +366,28 @@ static int req_done(Pipe *p, CommReq *r, int block) {
     return comm_test(r);
 }
 
+static void pend_advance_chain(Pipe *p, int block);
+
 // Moves the pending update through its chain as far as it can go (or, with block, to the end).
 static void pend_advance(Pipe *p, int block) {
+    p->pend.running = 1;
+    pend_advance_chain(p, block);
+    p->pend.running = 0;
+}
+
+static void pend_advance_chain(Pipe *p, int block) {
     const Grid *g = p->g;
     size_t n = p->hi - p->lo;
     for (;;) {
         switch (p->pend.phase) {
         case 1: // replicas' gradients
-            if (!req_done(p, &p->pend.req[0], block) || !req_done(p, &p->pend.req[1], block))
-                return;
+            if (!req_done(p, &p->pend.req[0], block)) return;
             p->pend.phase = 2;
-            if (p->tie)
-                p->pend.req[0] =
-                    comm_iallreduce(p->tie, p->replica ? p->pend.wg : p->pend.g, p->tie_n);
+            p->pend.req[0] = comm_iallreduce_chunked(p->tie, p->replica ? p->pend.wg : p->pend.g,
+                                                     p->tie_n, NULL, 0, chunk_floats());
             break;
         case 2: // tied embedding
-            if (p->tie && !req_done(p, &p->pend.req[0], block)) return;
+            if (!req_done(p, &p->pend.req[0], block)) return;
             p->pend.phase = 3;
             p->pend.v[0] = p->m->be->sumsq(p->pend.g, n);
             p->pend.req[0] = comm_iallreduce_f64(g->pp_comm, p->pend.v, 2);
@@ -420,9 +447,8 @@ static void pend_start(Pipe *p, int step, double t0) {
     p->pend.v[0] = 0;
     p->pend.v[1] = p->last ? p->loss_sum / p->pc->K : 0;
     p->loss_sum = 0;
-    p->pend.req[0] = comm_iallreduce(p->g->dp_comm, p->pend.g, n);
-    p->pend.req[1] =
-        p->replica ? comm_iallreduce(p->g->dp_comm, p->pend.wg, p->tie_n) : (CommReq){0};
+    p->pend.req[0] = comm_iallreduce_chunked(
+        p->g->dp_comm, p->pend.g, n, p->replica ? p->pend.wg : NULL, p->tie_n, chunk_floats());
     p->pend.phase = 1;
     pend_advance(p, 0);
 }
@@ -649,6 +675,7 @@ int pipeline_train(GPT *m, const Grid *g, const PipelineConfig *pc, AdamW *opt, 
     size_t n = p.hi - p.lo;
     const BlockHooks *saved = m->hooks;
     m->hooks = &p.hooks;
+    comm_set_wait_hook(wait_hook, &p);
     float grad_scale = 1.0f / ((float)pc->B * pc->T * pc->K * g->dp);
     peak_inflight = 0;
     int rc = pc->schedule == SCHED_2BW ? run_2bw(&p, start, steps, grad_scale)
@@ -669,6 +696,7 @@ int pipeline_train(GPT *m, const Grid *g, const PipelineConfig *pc, AdamW *opt, 
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->release(bufs[i]);
     m->hooks = saved;
+    comm_set_wait_hook(NULL, NULL);
     for (int k = 0; k < p.nslots; k++)
         workspace_free(&p.ws[k], m);
     free(p.ws), free(p.send_x), free(p.send_dx), free(p.breq);
