@@ -9,13 +9,6 @@
 
 #include "../common.h"
 
-typedef struct {
-    double t; // seconds per micro-batch (compute + point-to-point)
-    double w; // parameter count
-    int layers;
-    int has_embed, has_head;
-} StageCost;
-
 // Splits [embed, L layers, head] into d stages minimising the slowest (linear partition).
 static void split(const double *cost, int nb, int d, int *start) {
     double *pre = xcalloc((size_t)nb + 1, sizeof(double));
@@ -41,47 +34,137 @@ static void split(const double *cost, int nb, int d, int *start) {
     free(pre), free(best), free(cut);
 }
 
-static int evaluate(const Profile *p, const PlanInput *in, int w, int d, int b, int rc, Plan *out) {
+void plan_input_defaults(PlanInput *in) {
+    *in = (PlanInput){.workers = 1,
+                      .mem_bytes = 8.0 * 1073741824.0,
+                      .bandwidth = 1e9 / 8,
+                      .intra_bandwidth = 40e9 / 8,
+                      .latency = 1e-4,
+                      .net_cpu_per_byte = 1e-9,
+                      .node_size = 1,
+                      .cpu_group = 0,
+                      .cores = 0,
+                      .global_batch = 8,
+                      .bucket_bytes = 25.0 * 1048576};
+}
+
+// How much slower than profiled a block runs while `ranks` ranks of `threads` threads each have
+// their own cores out of `cores`: 1 alone, the profile's busy factor with every core busy,
+// linear between.
+static double contention(double busy, int ranks, int threads, int cores) {
+    double need = (double)ranks * threads;
+    if (cores <= 0 || need <= threads) return 1.0;
+    if (need >= cores) return busy;
+    return 1.0 + (busy - 1.0) * (need - threads) / (cores - threads);
+}
+
+// Seconds a ring all-reduce of `bytes` over n ranks takes at bus bandwidth bw, and the bytes
+// each rank sends plus receives.
+static double ring_allreduce(double bytes, int n, double bw, double latency) {
+    if (n <= 1) return 0;
+    return 2.0 * (n - 1) / n * bytes / bw + 2.0 * (n - 1) * latency;
+}
+static double ring_traffic(double bytes, int n) { return n > 1 ? 4.0 * (n - 1) / n * bytes : 0; }
+
+int plan_evaluate(const Profile *p, const PlanInput *in, int w, int d, int b, int rc, Plan *out) {
     const ProfileRow *row = profile_row(p, b);
     const GPTConfig *c = &p->cfg;
     if (!row || in->global_batch % (w * b)) return 0;
     int K = in->global_batch / (w * b), L = c->L, nb = L + 2;
     if (d > 1 && K < d) return 0;
-    if (d > L) return 0;
-    double slow = in->cores > 0 ? fmax(1.0, in->workers * (double)p->threads / in->cores) : 1.0;
-    double *cost = xcalloc((size_t)nb, sizeof(double));
+    if (d > L || d > 64) return 0;
+    // CPU: ranks sharing cores run at the busy factor, and beyond one rank per core they
+    // time-share (then the cores' total work bounds the step)
+    int group = in->cpu_group > 0 ? in->cpu_group : in->node_size;
+    if (group > in->workers) group = in->workers;
+    if (group < 1) group = 1;
+    int cores = in->cores > 0 ? in->cores : p->cores;
+    double f = contention(row->busy, group, p->threads, cores);
+    double share = cores > 0 ? (double)group * p->threads / cores : 0; // > 1: oversubscribed
+    double *fwd = xcalloc((size_t)nb, sizeof(double)), *bwd = xcalloc((size_t)nb, sizeof(double));
+    double *cost = xcalloc((size_t)nb, sizeof(double)), *wp = xcalloc((size_t)nb, sizeof(double));
     double C = c->C, V = c->V, T = p->T;
     double wparams[3] = {(V + c->maxT) * C, 12 * C * C + 13 * C, 2 * C};
-    for (int i = 0; i < nb; i++) {
+    for (int i = 0; i < nb; i++) { // profiled seconds per micro-batch, one rank alone
         int k = i == 0 ? PROF_EMBED : i == nb - 1 ? PROF_HEAD : PROF_LAYER;
-        cost[i] = (row->fwd[k] + row->bwd[k] + (rc && k == PROF_LAYER ? row->fwd[k] : 0)) * slow;
+        fwd[i] = row->fwd[k];
+        bwd[i] = row->bwd[k] + (rc && k == PROF_LAYER ? row->fwd[k] : 0);
+        cost[i] = fwd[i] + bwd[i];
+        wp[i] = wparams[k];
     }
+    // links: the dp replicas of a stage are consecutive ranks, pipeline neighbours w apart;
+    // network transfers overlap compute but cost CPU per byte, shared-memory ones are CPU work
+    int ns = in->node_size > 0 ? in->node_size : 1;
+    int dp_inter = w > ns || ns % w, pp_inter = w * d > ns;
+    double dp_bw = dp_inter ? in->bandwidth : in->intra_bandwidth;
+    double pp_bw = pp_inter ? in->bandwidth : in->intra_bandwidth;
+    double P = 0;
+    for (int i = 0; i < nb; i++)
+        P += wp[i];
     int start[65];
-    if (d > 64) {
-        free(cost);
-        return 0;
-    }
     split(cost, nb, d, start);
-    double boundary = b * T * C * 4.0;
-    double p2p = d > 1 ? 2 * (boundary / in->bandwidth + in->latency) : 0;
-    double worst = 0, worst_mem = 0, worst_ar = 0, worst_update = 0;
+    double worst_mem = 0, reduce = 0, update = 0, compute = 0, exposed = 0;
     char *sl = out->stage_layers;
     sl[0] = 0;
+    if (d == 1) {
+        double work = 0;
+        for (int i = 0; i < nb; i++)
+            work += cost[i];
+        work *= K;
+        reduce = ring_allreduce(P * 4, w, dp_bw, in->latency);
+        double comm_cpu = dp_inter ? ring_traffic(P * 4, w) * in->net_cpu_per_byte : reduce;
+        compute = share > 1 ? share * row->busy * (work + comm_cpu) : work * f + comm_cpu;
+        if (w > 1 && dp_inter) {
+            // buckets of consecutive blocks in backward order (as data_parallel.c forms them),
+            // each starting when its lowest block's backward of the last micro-batch is done
+            double speed = compute / work, t = 0, link = 0, cap = in->bucket_bytes / 4;
+            for (int i = nb - 1; i >= 0;) {
+                double size = wp[i];
+                t += bwd[i] * speed;
+                while (i - 1 >= 0 && size + wp[i - 1] <= cap)
+                    size += wp[--i], t += bwd[i] * speed;
+                double begin = link > t ? link : t;
+                link = begin + ring_allreduce(size * 4, w, dp_bw, in->latency);
+                i--;
+            }
+            exposed = link > t ? link - t : 0;
+        }
+        update = P * p->update_s_per_param * f;
+        worst_mem = P * 4 * (1 + 1 + 2);
+    }
+    double boundary = b * T * C * 4.0, period = 0, work_sum = 0, comm_cpu_max = 0;
     for (int s = 0; s < d; s++) {
         double t = 0, params = 0;
         int layers = 0;
         for (int i = start[s]; i < start[s + 1]; i++) {
-            int k = i == 0 ? PROF_EMBED : i == nb - 1 ? PROF_HEAD : PROF_LAYER;
             t += cost[i];
-            params += wparams[k];
-            layers += k == PROF_LAYER;
+            params += wp[i];
+            layers += i > 0 && i < nb - 1;
         }
-        if (s == d - 1 && d > 1) params += V * C; // the tied wte replica
-        t += p2p;
-        worst = fmax(worst, t);
-        double ar = w > 1 ? 2.0 * (w - 1) / w * params * 4 / in->bandwidth : 0;
-        worst_ar = fmax(worst_ar, ar);
-        worst_update = fmax(worst_update, params * p->update_s_per_param * slow);
+        if (d > 1) {
+            if (s == d - 1) params += V * C;   // the tied wte replica
+            int links = (s > 0) + (s < d - 1); // boundaries: activations out, gradients back
+            double p2p = links * (boundary / pp_bw + in->latency);
+            period = fmax(period, t * f + p2p);
+            // a batch's reductions: the stage over its w replicas, the tied embedding between
+            // the first and the last stage; and what moving all of it costs the CPU
+            int tied = s == 0 || s == d - 1;
+            double red = ring_allreduce(params * 4, w, dp_bw, in->latency) +
+                         (tied ? ring_allreduce(V * C * 4, 2, pp_bw, in->latency) : 0);
+            double net =
+                (dp_inter ? ring_traffic(params * 4, w) : 0) +
+                (pp_inter ? (tied ? ring_traffic(V * C * 4, 2) : 0) + 2.0 * K * links * boundary
+                          : 0);
+            double shm = (dp_inter ? 0 : ring_allreduce(params * 4, w, dp_bw, in->latency)) +
+                         (pp_inter ? 0
+                                   : (tied ? ring_allreduce(V * C * 4, 2, pp_bw, in->latency) : 0) +
+                                         K * p2p);
+            double ccpu = net * in->net_cpu_per_byte + shm;
+            comm_cpu_max = fmax(comm_cpu_max, ccpu);
+            work_sum += K * t + ccpu;
+            reduce = fmax(reduce, red);
+            update = fmax(update, params * p->update_s_per_param * f);
+        }
         // memory: weights (2 versions when pipelined), grads (2 under 2BW), AdamW (2)
         double mem = params * 4 * ((d > 1 ? 2 : 1) + (d > 1 ? 2 : 1) + 2);
         int inflight = d > 1 ? d - s : 1;
@@ -94,12 +177,30 @@ static int evaluate(const Profile *p, const PlanInput *in, int w, int d, int b, 
         snprintf(sl + strlen(sl), sizeof out->stage_layers - strlen(sl), "%s%d", s ? "," : "",
                  layers);
     }
-    free(cost);
+    if (d > 1) {
+        // 2BW, no flush: the slowest stage (with its transfers) sets the pace; time-shared
+        // cores may bound it instead. Over the network a batch's reductions run during the
+        // next batch (what outlasts it is exposed), in chunks that share each rank's link with
+        // the activations the pipeline waits for: while they run, each such message queues
+        // behind up to two 1 MiB chunks (pipeline.c). Over shared memory their cost is CPU
+        // work, already in comm_cpu.
+        compute = K * period + comm_cpu_max;
+        if (share > 1) compute = fmax(compute, share * row->busy * work_sum / d);
+        if (pp_inter || dp_inter) {
+            double ahead = fmin(2.0 * 1048576 / in->bandwidth, reduce); // queued per message
+            double hol = K * (d > 2 ? 2 : 1) * ahead;
+            exposed =
+                fmax(0, reduce - compute) + hol * (compute > 0 ? fmin(1, reduce / compute) : 1);
+        }
+    }
+    free(fwd), free(bwd), free(cost), free(wp);
     out->w = w, out->d = d, out->b = b, out->K = K, out->recompute = rc;
-    out->compute_s = K * worst;
-    out->allreduce_s = worst_ar;
-    out->update_s = worst_update;
-    out->step_s = fmax(out->compute_s, out->allreduce_s) + out->update_s;
+    out->compute_s = compute;
+    out->allreduce_s = reduce;
+    out->exposed_s = exposed;
+    out->update_s = update;
+    out->cpu_slow = share > 1 ? share * row->busy : f;
+    out->step_s = compute + exposed + update;
     out->tokens_per_s = in->global_batch * T / out->step_s;
     out->mem_bytes = worst_mem;
     return worst_mem <= in->mem_bytes;
@@ -118,7 +219,7 @@ int plan_search(const Profile *p, const PlanInput *in, Plan *out, int max) {
         int w = in->workers / d;
         for (int i = 0; i < p->nrows; i++)
             for (int rc = 0; rc <= 1; rc++)
-                if (n < 512 && evaluate(p, in, w, d, p->rows[i].b, rc, &all[n])) n++;
+                if (n < 512 && plan_evaluate(p, in, w, d, p->rows[i].b, rc, &all[n])) n++;
     }
     qsort(all, (size_t)n, sizeof(Plan), by_throughput);
     int k = n < max ? n : max;

@@ -2,37 +2,93 @@
 #include "profile.h"
 
 #include <cjson/cJSON.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../common.h"
 #include "../rng.h"
 
-// Median of three timings of one block's forward or backward.
-static double time_block(GPT *m, Workspace *ws, int b, int backward, float *dx) {
-    double t[3];
+#define REPS 5
+
+// Median of n values (sorts them).
+static double median(double *t, int n) {
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+            double x = t[j];
+            t[j] = t[j - 1], t[j - 1] = x;
+        }
+    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+// One timing of block b's forward or backward.
+static double time_block_once(GPT *m, Workspace *ws, int b, int backward, float *dx) {
     const Block *blk = &m->blocks[b];
     size_t n = (size_t)ws->B * ws->T * m->cfg.C;
-    for (int r = 0; r < 3; r++) {
-        BlockIO io = {.tokens = ws->tokens,
-                      .targets = ws->targets,
-                      .dx = dx,
-                      .wte = gpt_embed(m)->params,
-                      .dwte = gpt_embed(m)->grads,
-                      .grad_scale = 1e-3f};
-        if (blk->kind != BLOCK_EMBED) io.x_in = workspace_stream(ws, m, b - 1);
-        if (blk->kind != BLOCK_HEAD) io.x_out = workspace_stream(ws, m, b);
-        if (backward) block_forward(m, blk, ws, &io); // backward needs this forward's state
-        if (backward && blk->kind != BLOCK_HEAD) m->be->fill(dx, 1e-3f, n);
-        double t0 = now_sec();
-        if (backward)
-            block_backward(m, blk, ws, &io);
-        else
-            block_forward(m, blk, ws, &io);
-        t[r] = now_sec() - t0;
+    BlockIO io = {.tokens = ws->tokens,
+                  .targets = ws->targets,
+                  .dx = dx,
+                  .wte = gpt_embed(m)->params,
+                  .dwte = gpt_embed(m)->grads,
+                  .grad_scale = 1e-3f};
+    if (blk->kind != BLOCK_EMBED) io.x_in = workspace_stream(ws, m, b - 1);
+    if (blk->kind != BLOCK_HEAD) io.x_out = workspace_stream(ws, m, b);
+    if (backward) block_forward(m, blk, ws, &io); // backward needs this forward's state
+    if (backward && blk->kind != BLOCK_HEAD) m->be->fill(dx, 1e-3f, n);
+    double t0 = now_sec();
+    if (backward)
+        block_backward(m, blk, ws, &io);
+    else
+        block_forward(m, blk, ws, &io);
+    return now_sec() - t0;
+}
+
+// Median of REPS timings of one block's forward or backward.
+static double time_block(GPT *m, Workspace *ws, int b, int backward, float *dx) {
+    double t[REPS];
+    for (int r = 0; r < REPS; r++)
+        t[r] = time_block_once(m, ws, b, backward, dx);
+    return median(t, REPS);
+}
+
+// How much slower a layer's forward+backward at micro-batch b runs when `copies` single-
+// threaded copies run at once (one model and workspace each; BLAS calls inside the parallel
+// region run on one thread) than when copy 0 runs alone: the median over REPS alternations of
+// (mean time of the busy copies) / (time alone), so slow drifts of the machine cancel.
+static double busy_factor(const GPTConfig *one, int b, int T, int copies) {
+    double *t = xcalloc((size_t)copies, sizeof(double)), ratio[REPS];
+    GPT *ms = xcalloc((size_t)copies, sizeof(GPT));
+    Workspace *wss = xcalloc((size_t)copies, sizeof(Workspace));
+    float **dx = xcalloc((size_t)copies, sizeof(float *));
+    for (int i = 0; i < copies; i++) {
+        if (gpt_create(&ms[i], one, backend_cpu()) || workspace_create(&wss[i], &ms[i], b, T, 0))
+            die_last(EXIT_USAGE);
+        gpt_init_weights(&ms[i], 1);
+        dx[i] = xalloc_floats((size_t)b * T * one->C);
     }
-    double a = t[0], b2 = t[1], c = t[2]; // median of three
-    return a > b2 ? (b2 > c ? b2 : (a > c ? c : a)) : (a > c ? a : (b2 > c ? c : b2));
+    for (int r = 0; r < REPS; r++) {
+        double alone = time_block_once(&ms[0], &wss[0], 1, 0, dx[0]) +
+                       time_block_once(&ms[0], &wss[0], 1, 1, dx[0]);
+#pragma omp parallel num_threads(copies)
+        {
+            int i = omp_get_thread_num();
+            t[i] = time_block_once(&ms[i], &wss[i], 1, 0, dx[i]) +
+                   time_block_once(&ms[i], &wss[i], 1, 1, dx[i]);
+        }
+        double busy = 0;
+        for (int i = 0; i < copies; i++)
+            busy += t[i] / copies;
+        ratio[r] = busy / alone;
+    }
+    for (int i = 0; i < copies; i++) {
+        workspace_free(&wss[i], &ms[i]);
+        gpt_free(&ms[i]);
+        free(dx[i]);
+    }
+    free(t), free(ms), free(wss), free(dx);
+    double f = median(ratio, REPS);
+    return f > 1 ? f : 1;
 }
 
 int profile_measure(Profile *p, const GPTConfig *cfg, int T, int max_b, int threads) {
@@ -40,6 +96,7 @@ int profile_measure(Profile *p, const GPTConfig *cfg, int T, int max_b, int thre
     p->cfg = *cfg;
     p->T = T;
     p->threads = threads;
+    p->cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
     GPTConfig one = *cfg; // embedding + one layer + head is enough: layers are identical
     one.L = 1;
     if (one.maxT < T) one.maxT = T;
@@ -65,10 +122,14 @@ int profile_measure(Profile *p, const GPTConfig *cfg, int T, int max_b, int thre
         }
         free(dx);
         workspace_free(&ws, &m);
+        // contention: every core runs a copy (single-threaded profiles only)
+        int copies = threads == 1 ? p->cores : 1;
+        row->busy = copies > 1 ? busy_factor(&one, b, T, copies) : 1.0;
     }
     // the per-step optimizer work, per parameter: AdamW, zeroing the gradients, their norm
     size_t n = 1 << 22;
-    float *w = xalloc_floats(n), *g = xalloc_floats(n), *mo = xalloc_floats(n), *v = xalloc_floats(n);
+    float *w = xalloc_floats(n), *g = xalloc_floats(n), *mo = xalloc_floats(n),
+          *v = xalloc_floats(n);
     double best = 1e30;
     for (int r = 0; r < 3; r++) {
         double t0 = now_sec();
@@ -95,6 +156,7 @@ int profile_save(const Profile *p, const char *path) {
     cJSON_AddNumberToObject(c, "block_size", p->cfg.maxT);
     cJSON_AddNumberToObject(j, "seq", p->T);
     cJSON_AddNumberToObject(j, "threads", p->threads);
+    cJSON_AddNumberToObject(j, "cores", p->cores);
     cJSON_AddNumberToObject(j, "update_s_per_param", p->update_s_per_param);
     cJSON *rows = cJSON_AddArrayToObject(j, "rows");
     const char *names[3] = {"embed", "layer", "head"};
@@ -108,6 +170,7 @@ int profile_save(const Profile *p, const char *path) {
             snprintf(key, sizeof key, "%s_bwd_s", names[k]);
             cJSON_AddNumberToObject(r, key, p->rows[i].bwd[k]);
         }
+        cJSON_AddNumberToObject(r, "busy_factor", p->rows[i].busy);
         cJSON_AddItemToArray(rows, r);
     }
     char *text = cJSON_Print(j);
@@ -143,7 +206,9 @@ int profile_load(Profile *p, const char *path) {
              num(c, "block_size", &v[4], path) || num(j, "seq", &v[5], path) ||
              num(j, "threads", &v[6], path);
     cJSON *up = cJSON_GetObjectItemCaseSensitive(j, "update_s_per_param");
-    if (cJSON_IsNumber(up)) p->update_s_per_param = up->valuedouble;  // optional
+    if (cJSON_IsNumber(up)) p->update_s_per_param = up->valuedouble; // optional
+    cJSON *cores = cJSON_GetObjectItemCaseSensitive(j, "cores");
+    p->cores = cJSON_IsNumber(cores) ? (int)cores->valuedouble : 0; // optional: 0 = unknown
     if (!rc) {
         p->cfg = (GPTConfig){
             .L = (int)v[0], .H = (int)v[1], .C = (int)v[2], .V = (int)v[3], .maxT = (int)v[4]};
@@ -163,6 +228,8 @@ int profile_load(Profile *p, const char *path) {
                 snprintf(key, sizeof key, "%s_bwd_s", names[k]);
                 if (!rc) rc = num(r, key, &row->bwd[k], path);
             }
+            cJSON *busy = cJSON_GetObjectItemCaseSensitive(r, "busy_factor");
+            row->busy = cJSON_IsNumber(busy) && busy->valuedouble >= 1 ? busy->valuedouble : 1.0;
         }
     }
     cJSON_Delete(j);

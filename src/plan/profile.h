@@ -1,5 +1,8 @@
 // profile.h — measured per-block costs on this machine, the planner's input. Layers are
 // identical, so one layer is measured; the embedding and the head are measured separately.
+// Each micro-batch size also records how much slower a layer runs when every core of the
+// machine runs one (the contention of ranks that share a machine: memory bandwidth, caches,
+// turbo), and the communication between the job's ranks can be measured too.
 // A profile can be saved as JSON and read back, so a plan for a cluster can be made from a
 // profile taken on one of its machines.
 #pragma once
@@ -11,18 +14,21 @@ typedef struct {
     int b; // micro-batch size
     // seconds per micro-batch: forward and backward of the embedding, one layer, the head
     double fwd[3], bwd[3];
+    double busy; // a layer's forward+backward time with every core busy ÷ alone (≥ 1)
 } ProfileRow;
 
 typedef struct {
     GPTConfig cfg;
     int T, threads, nrows;
+    int cores; // cores of the profiled machine
     ProfileRow rows[PROFILE_MAX_B];
-    double update_s_per_param;  // AdamW + gradient zeroing + norm, per parameter per step
+    double update_s_per_param; // AdamW + gradient zeroing + norm, per parameter per step
 } Profile;
 
 enum { PROF_EMBED = 0, PROF_LAYER = 1, PROF_HEAD = 2 };
 
-// Times forward/backward of each block kind for micro-batch sizes 1, 2, 4, ... up to max_b.
+// Times forward/backward of each block kind for micro-batch sizes 1, 2, 4, ... up to max_b,
+// then a layer again with cores/threads copies running at once.
 int profile_measure(Profile *p, const GPTConfig *cfg, int T, int max_b, int threads);
 int profile_save(const Profile *p, const char *path);
 int profile_load(Profile *p, const char *path);

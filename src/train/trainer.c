@@ -25,6 +25,7 @@
 #include "../parallel/data_parallel.h"
 #include "../parallel/grid.h"
 #include "../parallel/pipeline.h"
+#include "../plan/commprobe.h"
 #include "../plan/planner.h"
 #include "../rng.h"
 #include "optim.h"
@@ -461,24 +462,39 @@ static void apply_auto_plan(TrainArgs *b) {
     Comm *world = comm_world(NULL, NULL);
     double msg[5] = {0};
     char layers[128] = "";
+    Profile prof;
+    PlanInput in;
+    plan_input_defaults(&in);
     if (world->rank == 0) {
         GPTConfig cfg = {
             .L = b->layers, .H = b->heads, .C = b->dim, .V = b->vocab, .maxT = b->block_size};
         if (b->init && init_read_config(b->init, b->heads, &cfg)) die_last(EXIT_INPUT);
         int threads = b->threads > 0 ? b->threads : 1;
         backend_cpu_set_threads(threads);
-        Profile prof;
         if (profile_measure(&prof, &cfg, b->seq, 8, threads)) die_last(EXIT_USAGE);
         long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGE_SIZE);
         const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
         int local_n = local ? atoi(local) : 1;
-        PlanInput in = {.workers = world->size,
-                        .mem_bytes = b->plan_mem_gb > 0 ? b->plan_mem_gb * 1073741824.0
-                                                        : (double)pages * psize / local_n * 0.8,
-                        .bandwidth = b->plan_bandwidth_gbps * 1e9 / 8,
-                        .latency = 1e-4,
-                        .global_batch = b->batch * b->grad_accum * b->dp,
-                        .cores = local_n > 1 ? (double)sysconf(_SC_NPROCESSORS_ONLN) : 0};
+        in.workers = world->size;
+        in.mem_bytes = b->plan_mem_gb > 0 ? b->plan_mem_gb * 1073741824.0
+                                          : (double)pages * psize / local_n * 0.8;
+        in.bandwidth = b->plan_bandwidth_gbps * 1e9 / 8;
+        in.node_size = local_n;
+        in.global_batch = b->batch * b->grad_accum * b->dp;
+        in.bucket_bytes = b->bucket_mb * 1048576.0;
+    }
+    if (world->size > 1) { // the job's real links (every rank takes part)
+        CommProbe pr;
+        comm_probe(world, 8 * 1048576.0, &pr);
+        if (pr.local) {
+            in.intra_bandwidth = pr.allreduce_bw;
+        } else {
+            in.bandwidth = pr.allreduce_bw;
+            in.net_cpu_per_byte = pr.cpu_per_byte;
+        }
+        in.latency = pr.latency;
+    }
+    if (world->rank == 0) {
         Plan best;
         if (plan_search(&prof, &in, &best, 1) != 1)
             die(EXIT_INPUT, "--plan auto: no plan fits the memory of this machine");
