@@ -4,10 +4,12 @@
 #
 #   bench/bench_pipeline.sh [--rounds R (1)] [--steps S (5)] [--warmup W (2)] [--k 2,4,8] [--d 2,4]
 #                           [--net-settings 1gbit,100mbit] [--net-k 4] [--net-steps S (4)]
-#                           [--modes gpipe,1f1b,2bw,dp] [--merge DIR] [--model small|tiny]
+#                           [--modes gpipe,1f1b,2bw,dp] [--merge DIR] [--model small|bytes|tiny]
 #                           [--out DIR] [--loom PATH] [--no-wait]
 #
-# Model small = L8 H4 C256 V50257 T128 B2 (19.6M params; block 128), 1 thread per rank.
+# Model small = L8 H4 C256 V50257 T128 B2 (19.6M params; block 128), bytes = L8 H4 C256 V256
+# T128 B2 (6.4M params: byte-level like the bundled corpus, so the stages balance), tiny = L4
+# H2 C64 V256 T32 B2; 1 thread per rank.
 # Per D (stages = ranks) and K (micro-batches per step):
 #   gpipe / 1f1b / 2bw   --pp D --grad-accum K --schedule X        (global batch K*B)
 #   dp                   --dp D --grad-accum max(1, K/D)           (global batch D*max(1,K/D)*B)
@@ -17,10 +19,11 @@
 # The emulated links (D=2 and --net-k only): 1gbit = namespaces lpp0/lpp1 on a bridge shaped
 # with tbf (bench/netlab/setup.sh); 100mbit = TAPs joined by wirelay, 100 Mbit/s, 5 ms one way.
 # Step time is wall clock: rank 0 writes its metrics into a FIFO that a reader timestamps, and
-# step time = (time of the second-to-last line - time of the line of step --warmup) / the steps
-# between them. (loom's own step_ms for 2bw spans two batches: the report of batch t comes when
-# its update is applied, about one batch later, and its clock starts at the end of batch t-1.
-# So step_ms is kept only as "loom-reported".) tok/s = global tokens per step / step time.
+# step time = (time of the third-to-last line - time of the line of step --warmup) / the steps
+# between them (a 2bw run's line for batch t comes when its delayed update is applied, about a
+# batch later, so its last two lines come after the final drain). loom's own step_ms (the time
+# between consecutive batch ends on rank 0) is shown as "loom-reported", a median over the
+# steps after --warmup. tok/s = global tokens per step / step time.
 # --merge DIR adds the results of an earlier run (DIR/results.jsonl) for cells this run did not
 # measure; --modes limits the pipeline/dp runs.
 # Bubble estimate (the formula): the slowest stage's compute per micro-batch is
@@ -59,12 +62,13 @@ while [ $# -gt 0 ]; do
         *) echo "bench_pipeline.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
-[ "$STEPS" -gt $((WARMUP + 1)) ] && [ "$NETSTEPS" -gt $((WARMUP + 1)) ] || { echo "bench_pipeline.sh: steps must exceed --warmup" >&2; exit 2; }
+[ "$STEPS" -gt $((WARMUP + 2)) ] && [ "$NETSTEPS" -gt $((WARMUP + 2)) ] || { echo "bench_pipeline.sh: steps must exceed --warmup + 2" >&2; exit 2; }
 [ -x "$LOOM" ] || { echo "bench_pipeline.sh: no loom binary at $LOOM (run 'make')" >&2; exit 2; }
 case "$MODEL" in
     small) read -r L H C V T B <<<"8 4 256 50257 128 2" ;;
+    bytes) read -r L H C V T B <<<"8 4 256 256 128 2" ;;
     tiny) read -r L H C V T B <<<"4 2 64 256 32 2" ;;
-    *) echo "bench_pipeline.sh: --model small|tiny" >&2; exit 2 ;;
+    *) echo "bench_pipeline.sh: --model small|bytes|tiny" >&2; exit 2 ;;
 esac
 [ -n "$NET" ] && [ "$(id -u)" -ne 0 ] && { echo "bench_pipeline.sh: emulated links need root; pass --net-settings ''" >&2; exit 2; }
 [ -n "$OUT" ] || OUT="$(mktemp -d /tmp/loom-bench-pipeline.XXXXXX)"
@@ -96,7 +100,8 @@ cp "$LOOM" "$OUT/loom"; BIN="$OUT/loom"; NPROC=$(nproc)
 } | tee "$OUT/machine.txt"
 
 IFS=',' read -r -a KLIST <<<"$KS"; IFS=',' read -r -a DLIST <<<"$DS"; IFS=',' read -r -a NETLIST <<<"$NET"
-MAXK=1; for k in "${KLIST[@]}" $NETK; do [ "$k" -gt "$MAXK" ] && MAXK=$k; done
+IFS="," read -r -a NETKLIST <<<"$NETK"
+MAXK=1; for k in "${KLIST[@]}" "${NETKLIST[@]}"; do [ "$k" -gt "$MAXK" ] && MAXK=$k; done
 MAXD=1; for d in "${DLIST[@]}"; do [ "$d" -gt "$MAXD" ] && MAXD=$d; done
 DATA="$OUT/tokens.bin"
 $PY "$PEER_DIR/torch_gpt.py" tokens --vocab "$V" --n $(( (STEPS > NETSTEPS ? STEPS : NETSTEPS) * MAXK * MAXD * B * T + 4096 )) --seed 1 --out "$DATA" >/dev/null
@@ -153,7 +158,8 @@ except OSError:
     pass
 steps = [j for _, j in rows]
 timed = steps[int(warm):]
-a, b = int(warm) - 1, len(rows) - 2   # lines of step `warm` and of the second-to-last step
+a, b = int(warm) - 1, len(rows) - 3   # lines of step `warm` and of the third-to-last step (the last
+# two lines of a 2bw run come after its final drain, a cool-down no steady-state step pays)
 if r["rc"] == 0 and timed and b > a >= 0:
     r["median_ms"] = round(statistics.median(j["step_ms"] for j in timed), 1)
     r["wall_step_ms"] = round((rows[b][0] - rows[a][0]) / (b - a) * 1000, 1)
@@ -194,7 +200,7 @@ for s in "${NETLIST[@]}"; do
         *) echo "bench_pipeline.sh: unknown setting '$s' (1gbit|100mbit)" >&2; exit 2 ;;
     esac
     echo "== $s"
-    for K in $NETK; do for m in gpipe 1f1b 2bw dp; do
+    for K in "${NETKLIST[@]}"; do for m in gpipe 1f1b 2bw dp; do
         [[ ",$MODES," == *",$m,"* ]] && run_one "$s" 1 "$m" 2 "$K" "$NETSTEPS"
     done; done
     cleanup
