@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # bench/bench_planner.sh — the planner's predictions against measurements, in one run.
 #
-#   bench/bench_planner.sh [--steps S (10)] [--warmup W (3)] [--settings loopback,1gbit,100mbit]
-#                          [--model bytes|small] [--global-batch G (8)] [--out DIR] [--no-wait]
+#   bench/bench_planner.sh [--steps S (10)] [--warmup W (3)] [--rounds R (2)]
+#                          [--settings loopback,1gbit,100mbit] [--model bytes|small]
+#                          [--global-batch G (8)] [--out DIR] [--no-wait]
 #
 # 1. Profiles the model once (`loom plan --save-profile`, 1 thread, alone on the machine).
 # 2. Per setting and rank count (loopback: 1, 2 and 4 ranks on this 2-core machine; the
@@ -12,7 +13,8 @@
 #    namespaces' ranks share this machine's cores.
 # 3. Runs, per (setting, ranks): the planner's top 2 plans, the best data-parallel plan and the
 #    best pipelined plan (and the best dp x pp at 4 ranks), and measures tokens/s (median of
-#    loom's step_ms after --warmup steps: the time between consecutive batch ends on rank 0).
+#    loom's step_ms after --warmup steps: the time between consecutive batch ends on rank 0),
+#    --rounds times in alternating order; a plan's measurement is the median over rounds.
 # Prints predicted vs measured per plan, and per (setting, ranks) whether the planner's top
 # choice is the measured best (or within 10% of it) and whether it picks pipelining exactly
 # where pipelining measured best.
@@ -21,14 +23,15 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-STEPS=10; WARMUP=3; SETTINGS="loopback,1gbit,100mbit"; MODEL=bytes; G=8; OUT=""; WAIT=1
+STEPS=10; WARMUP=3; ROUNDS=2; SETTINGS="loopback,1gbit,100mbit"; MODEL=bytes; G=8; OUT=""; WAIT=1
 PY=/usr/bin/python3; LOOM="$ROOT/loom"
 PEER_DIR="$(realpath -m "$ROOT/../shared/peer")"; [ -f "$PEER_DIR/torch_gpt.py" ] || PEER_DIR=/work/shared/peer
-usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
     case "$1" in
         --steps) STEPS="$2"; shift 2 ;;
         --warmup) WARMUP="$2"; shift 2 ;;
+        --rounds) ROUNDS="$2"; shift 2 ;;
         --settings) SETTINGS="$2"; shift 2 ;;
         --model) MODEL="$2"; shift 2 ;;
         --global-batch) G="$2"; shift 2 ;;
@@ -69,7 +72,7 @@ cp "$LOOM" "$OUT/loom"; BIN="$OUT/loom"; NPROC=$(getconf _NPROCESSORS_ONLN)
     echo "loadavg_start: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "loom_git: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (dirty tree)')"
     echo "model: L$L H$H C$C V$V T$T, global batch $G sequences, 1 thread per rank"
-    echo "invocation: $0 --steps $STEPS --warmup $WARMUP --settings $SETTINGS --model $MODEL --global-batch $G"
+    echo "invocation: $0 --steps $STEPS --warmup $WARMUP --rounds $ROUNDS --settings $SETTINGS --model $MODEL --global-batch $G"
 } | tee "$OUT/machine.txt"
 
 MODELF=(--layers "$L" --heads "$H" --dim "$C" --vocab "$V" --block-size "$T" --seq "$T")
@@ -119,21 +122,23 @@ for shape in (lambda p: p["d"] == 1, lambda p: p["w"] == 1 and p["d"] > 1, lambd
 for i, p in enumerate(pick):
     print(json.dumps(dict(p, rank_in_plan=plans.index(p) + 1)))
 PY
+        for ((rd = 1; rd <= ROUNDS; rd++)); do
+        if [ $((rd % 2)) = 1 ]; then cat "$OUT/$tag.pick"; else tac "$OUT/$tag.pick"; fi >"$OUT/$tag.order"
         while read -r pj; do
             read -r w d b k rc sl pred rk < <($PY -c 'import json,sys; p=json.loads(sys.argv[1]); print(p["w"], p["d"], p["micro_batch"], p["grad_accum"], int(p["recompute"]), p["stage_layers"] or "-", p["tokens_per_s"], p["rank_in_plan"])' "$pj")
             flags=(--dp "$w" --pp "$d" --batch "$b" --grad-accum "$k")
             [ "$d" -gt 1 ] && flags+=(--schedule 2bw --stage-layers "$sl")
             [ "$rc" = 1 ] && flags+=(--recompute)
-            run="${tag}_w${w}_d${d}_b${b}_rc${rc}"
+            run="${tag}_w${w}_d${d}_b${b}_rc${rc}_r$rd"
             echo "\$ ${flags[*]}" >>"$OUT/commands.txt"
             rcode=0
             launch "$s" "$((w * d))" timeout -k 10 600 "$BIN" train --data "$DATA" "${MODELF[@]}" "${flags[@]}" \
                 --steps "$STEPS" --threads 1 --progress off --metrics "$OUT/$run.jsonl" </dev/null >"$OUT/$run.log" 2>&1 || rcode=$?
-            $PY - "$OUT/$run.jsonl" "$pj" "$s" "$np" "$WARMUP" "$rcode" <<'PY' | tee -a "$OUT/results.jsonl" | $PY -c 'import json,sys; r=json.loads(sys.stdin.read()); print("   %-8s n=%d w%d d%d b%d rc%d: predicted %.0f, measured %s tok/s" % (r["setting"], r["ranks"], r["w"], r["d"], r["b"], r["recompute"], r["predicted"], r.get("measured", "FAILED")))'
+            $PY - "$OUT/$run.jsonl" "$pj" "$s" "$np" "$WARMUP" "$rcode" "$rd" <<'PY' | tee -a "$OUT/results.jsonl" | $PY -c 'import json,sys; r=json.loads(sys.stdin.read()); print("   %-8s n=%d w%d d%d b%d rc%d r%d: predicted %.0f, measured %s tok/s" % (r["setting"], r["ranks"], r["w"], r["d"], r["b"], r["recompute"], r["round"], r["predicted"], r.get("measured", "FAILED")))'
 import json, statistics, sys
-path, pj, s, np, warm, rc = sys.argv[1:]
+path, pj, s, np, warm, rc, rd = sys.argv[1:]
 p = json.loads(pj)
-r = {"setting": s, "ranks": int(np), "w": p["w"], "d": p["d"], "b": p["micro_batch"], "K": p["grad_accum"],
+r = {"setting": s, "ranks": int(np), "round": int(rd), "w": p["w"], "d": p["d"], "b": p["micro_batch"], "K": p["grad_accum"],
      "recompute": int(p["recompute"]), "stages": p["stage_layers"], "predicted": p["tokens_per_s"],
      "rank_in_plan": p["rank_in_plan"]}
 try:
@@ -147,21 +152,35 @@ except OSError:
     pass
 print(json.dumps(r))
 PY
-        done <"$OUT/$tag.pick"
+        done <"$OUT/$tag.order"
+        done
     done
     [ "$s" = loopback ] || cleanup
 done
 echo "total bench time: $(($(date +%s) - START)) s   loadavg_end: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/machine.txt"
 echo "raw results: $OUT"
 $PY - "$OUT" <<'PY' | tee "$OUT/summary.md"
-import json, sys
+import json, statistics, sys
 out = sys.argv[1]
-rows = [json.loads(l) for l in open(f"{out}/results.jsonl")]
+raw = [json.loads(l) for l in open(f"{out}/results.jsonl")]
 names = {"loopback": "loopback (shared memory)", "1gbit": "1 Gbit/s (tbf)", "100mbit": "100 Mbit/s + 5 ms"}
-print("| link | ranks | dp | pp | micro-batch | K | recompute | planner rank | predicted tok/s | measured tok/s | error |")
+rows = {}   # one per plan: measured = median over rounds
+for r in raw:
+    k = (r["setting"], r["ranks"], r["w"], r["d"], r["b"], r["recompute"])
+    rows.setdefault(k, dict(r, runs=[]))
+    if "measured" in r:
+        rows[k]["runs"].append(r["measured"])
+rows = list(rows.values())
+for r in rows:
+    if r["runs"]:
+        r["measured"] = statistics.median(r["runs"])
+        r["error_pct"] = 100 * (r["predicted"] - r["measured"]) / r["measured"]
+    else:
+        r.pop("measured", None), r.pop("error_pct", None)
+print("| link | ranks | dp | pp | micro-batch | K | recompute | planner rank | predicted tok/s | measured tok/s (runs) | error |")
 print("|---|---|---|---|---|---|---|---|---|---|---|")
 for r in rows:
-    m = f"{r['measured']:,.0f}" if "measured" in r else "failed"
+    m = f"{r['measured']:,.0f} (" + " / ".join(f"{x:,.0f}" for x in r["runs"]) + ")" if "measured" in r else "failed"
     e = f"{r['error_pct']:+.0f}%" if "error_pct" in r else "—"
     print(f"| {names.get(r['setting'], r['setting'])} | {r['ranks']} | {r['w']} | {r['d']} | {r['b']} | {r['K']} | {r['recompute']} | {r['rank_in_plan']} | {r['predicted']:,.0f} | {m} | {e} |")
 ok = [r for r in rows if "error_pct" in r]

@@ -3,30 +3,32 @@
 # training for the same tokens? Byte-level model on the bundled fortunes corpus, 2 ranks.
 #
 #   bench/convergence.sh [--steps N (300)] [--val-every N (48)] [--val-windows N (32)]
-#                        [--lr X (1e-3)] [--warmup N (20)] [--sweep "TAU:ALPHA:BETA[:adaptive],..."]
-#                        [--only dp,co2,sweep,pp] [--out DIR] [--img DIR (docs/img)] [--loom PATH]
-#                        [--no-wait]
+#                        [--lr X (1e-3)] [--warmup N (20)] [--sweep "TAU:ALPHA:BETA:MODE,..."]
+#                        [--seeds S1,S2 (1337)] [--only dp,co2,sweep,pp] [--out DIR]
+#                        [--img DIR (docs/img)] [--loom PATH] [--no-wait]
 #
-# Model L4 H4 C128 V256 T128 (block 128), cosine schedule to lr/10, all runs the same seed and
-# data order. Token budget per optimizer step: 2 x 8 x 128 = 2048 for every run:
+# Model L4 H4 C128 V256 T128 (block 128), cosine schedule to lr/10; every run of one seed has the
+# same initial weights and data order. Token budget per optimizer step: 2 x 8 x 128 = 2048:
 #   dp             --dp 2, batch 8 per rank (synchronous all-reduce every step)
-#   co2_constant   --dp 2 --co2 (τ 12, α 1, β 0.5, λ 1, φ 1: the defaults), batch 8 per worker
-#   co2_adaptive   the same with --gap-mode adaptive
-#   co2_tau*_a*_b* the --sweep settings (constant gap penalty; "_adaptive" with the 4th field)
+#   co2_constant   --dp 2 --co2 --gap-mode constant (τ 12, α 1, β 0.5, λ 1, φ 1: the public CO2
+#                  code's values), batch 8 per worker
+#   co2_adaptive   the same with --gap-mode adaptive (loom's default)
+#   co2_tau*_a*_b*_MODE  the --sweep settings (MODE constant or adaptive)
 #   pp2_1f1b       --pp 2 --grad-accum 4 --batch 4 --schedule 1f1b (global batch 16 x 128 as dp)
 #   pp2_2bw        the same with --schedule 2bw
-# Validation: --val-every (a multiple of every τ, so CO2 is evaluated on its anchor right after
-# a round ends; it must not divide --steps, so the final value is the CO2 anchor after the
-# in-flight average is applied). Pipeline runs evaluate once, at the end (loom's limitation).
+# Validation every --val-every steps (a multiple of every τ, so CO2 is evaluated on its anchor
+# right after a round) and at the end (CO2: the final anchor). With several --seeds the table
+# gives the mean over seeds (and each seed's value); the plots show the first seed.
 # Writes a markdown table (final validation loss, ratio to dp) and loss-curve PNGs via
 # `loom plot --smooth 10` into --img. Timing does not affect the numbers, but the script still
 # waits for other benchmarks so that it does not disturb them.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-STEPS=300; VAL_EVERY=48; VAL_WIN=32; LR=1e-3; WARMUP=20; SWEEP="6:1:0.5,24:1:0.5,12:1:0.2"
+STEPS=300; VAL_EVERY=48; VAL_WIN=32; LR=1e-3; WARMUP=20; SEEDS=1337
+SWEEP="12:1:0.2:constant,12:1:0:constant,12:1:0.2:adaptive,6:1:0.2:adaptive,24:1:0.2:adaptive"
 ONLY="dp,co2,sweep,pp"; OUT=""; IMG="$ROOT/docs/img"; LOOM="$ROOT/loom"; WAIT=1; PY=/usr/bin/python3
-usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
     case "$1" in
         --steps) STEPS="$2"; shift 2 ;;
@@ -35,6 +37,7 @@ while [ $# -gt 0 ]; do
         --lr) LR="$2"; shift 2 ;;
         --warmup) WARMUP="$2"; shift 2 ;;
         --sweep) SWEEP="$2"; shift 2 ;;
+        --seeds) SEEDS="$2"; shift 2 ;;
         --only) ONLY="$2"; shift 2 ;;
         --out) OUT="$2"; shift 2 ;;
         --img) IMG="$2"; shift 2 ;;
@@ -45,7 +48,6 @@ while [ $# -gt 0 ]; do
     esac
 done
 [ -x "$LOOM" ] || { echo "convergence.sh: no loom binary at $LOOM (run 'make')" >&2; exit 2; }
-[ $((STEPS % VAL_EVERY)) -ne 0 ] || echo "convergence.sh: warning: --val-every divides --steps; CO2's last value is then a worker's local model, not the final anchor" >&2
 [ -n "$OUT" ] || OUT="$(mktemp -d /tmp/loom-convergence.XXXXXX)"
 mkdir -p "$OUT/curves" "$IMG"; OUT="$(cd "$OUT" && pwd)"
 
@@ -68,15 +70,23 @@ fi
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "loom_git: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (dirty tree)')"
     echo "corpus: $(cat "$DATA/meta.json" 2>/dev/null | tr -d '\n' | cut -c1-200)"
-    echo "invocation: $0 --steps $STEPS --val-every $VAL_EVERY --val-windows $VAL_WIN --lr $LR --warmup $WARMUP --sweep $SWEEP --only $ONLY"
+    echo "invocation: $0 --steps $STEPS --val-every $VAL_EVERY --val-windows $VAL_WIN --lr $LR --warmup $WARMUP --sweep $SWEEP --seeds $SEEDS --only $ONLY"
 } | tee "$OUT/machine.txt"
 
 COMMON=(--data "$DATA/train_*.bin" --val-data "$DATA/val_*.bin" --layers 4 --heads 4 --dim 128 --vocab 256
         --block-size 128 --seq 128 --steps "$STEPS" --lr "$LR" --warmup "$WARMUP" --lr-schedule cosine
-        --min-lr "$(awk -v l="$LR" 'BEGIN{print l/10}')" --threads 1 --progress off --val-windows "$VAL_WIN" --seed 1337)
+        --min-lr "$(awk -v l="$LR" 'BEGIN{print l/10}')" --threads 1 --progress off --val-windows "$VAL_WIN")
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
 
-run() {  # NAME FLAGS...
+run() {  # NAME FLAGS... (for each seed: curves/NAME.jsonl for the first, NAME@SEED.jsonl after)
+    local base=$1; shift
+    IFS=',' read -r -a SL <<<"$SEEDS"
+    for seed in "${SL[@]}"; do
+        local name=$base; [ "$seed" = "${SL[0]}" ] || name="$base@$seed"
+        run_one "$name" "$@" --seed "$seed"
+    done
+}
+run_one() {  # NAME FLAGS...
     local name=$1; shift
     local cmd=("$ROOT/scripts/loom-mpirun" -np 2 -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS -x OMP_WAIT_POLICY
                "$BIN" train "${COMMON[@]}" "$@" --metrics "$OUT/curves/$name.jsonl")
@@ -92,7 +102,7 @@ has() { [[ ",$ONLY," == *",$1,"* ]]; }
 START=$SECONDS
 has dp && run dp --dp 2 --batch 8 --val-every "$VAL_EVERY"
 if has co2; then
-    run co2_constant --dp 2 --batch 8 --val-every "$VAL_EVERY" --co2
+    run co2_constant --dp 2 --batch 8 --val-every "$VAL_EVERY" --co2 --gap-mode constant
     run co2_adaptive --dp 2 --batch 8 --val-every "$VAL_EVERY" --co2 --gap-mode adaptive
 fi
 SW=()
@@ -101,14 +111,14 @@ if has sweep; then
     for sw in "${SWL[@]}"; do
         IFS=':' read -r tau al be gm <<<"$sw"
         [ $((VAL_EVERY % tau)) = 0 ] || echo "convergence.sh: note: --val-every $VAL_EVERY is not a multiple of tau $tau" >&2
-        n="co2_tau${tau}_a${al}_b${be}${gm:+_$gm}"; SW+=("$n")
+        gm=${gm:-constant}; n="co2_tau${tau}_a${al}_b${be}_$gm"; SW+=("$n")
         run "$n" --dp 2 --batch 8 --val-every "$VAL_EVERY" --co2 --tau "$tau" --outer-lr "$al" --outer-momentum "$be" \
-            --gap-mode "${gm:-constant}"
+            --gap-mode "$gm"
     done
 fi
 if has pp; then
-    run pp2_1f1b --pp 2 --grad-accum 4 --batch 4 --schedule 1f1b
-    run pp2_2bw --pp 2 --grad-accum 4 --batch 4 --schedule 2bw
+    run pp2_1f1b --pp 2 --grad-accum 4 --batch 4 --schedule 1f1b --val-every "$VAL_EVERY"
+    run pp2_2bw --pp 2 --grad-accum 4 --batch 4 --schedule 2bw --val-every "$VAL_EVERY"
 fi
 echo "total: $((SECONDS - START)) s" | tee -a "$OUT/machine.txt"
 
@@ -122,33 +132,36 @@ plot() {  # OUT.png TITLE FILES...
 plot co2_convergence.png "DP vs CO2, 2 workers (dashed: validation)" dp co2_constant co2_adaptive
 # the sweep plot leaves out the beta 0.5 runs (they diverge like co2_constant, which the first
 # plot shows, and would hide the rest); the table lists every run
-SWALL=(); for f in "$C"/co2_tau*.jsonl; do [ -e "$f" ] && [[ "$f" != *_b0.5* ]] && SWALL+=("$(basename "$f" .jsonl)"); done
+SWALL=(); for f in "$C"/co2_tau*.jsonl; do [ -e "$f" ] && [[ "$f" != *_b0.5* && "$f" != *@* ]] && SWALL+=("$(basename "$f" .jsonl)"); done
 plot co2_sweep.png "CO2 settings that converge, vs DP" dp "${SWALL[@]}"
 plot pipeline_convergence.png "--pp 2, K 4: 1F1B vs 2BW (DP: same curve as 1F1B)" dp pp2_1f1b pp2_2bw
 
 $PY - "$C" <<'PY' | tee "$OUT/summary.md"
 import json, os, sys
 c = sys.argv[1]
-def load(n):
-    p = f"{c}/{n}.jsonl"
-    if not os.path.exists(p): return None
+def load(p):
     rows = [json.loads(l) for l in open(p)]
     val = [(r["step"], r["val_loss"]) for r in rows if "val_loss" in r]
     tr = [r["loss"] for r in rows if "loss" in r]
-    return {"val": val, "train_last20": sum(tr[-20:]) / max(1, len(tr[-20:])), "steps": len(tr)}
-names = sorted(f[:-6] for f in os.listdir(c) if f.endswith(".jsonl"))
-order = ["dp", "co2_constant", "co2_adaptive"] + [n for n in names if n.startswith("co2_tau")] + ["pp2_1f1b", "pp2_2bw"]
-d = {n: load(n) for n in order}
-base = d.get("dp") and d["dp"]["val"] and d["dp"]["val"][-1][1]
-ref_pp = d.get("pp2_1f1b") and d["pp2_1f1b"]["val"] and d["pp2_1f1b"]["val"][-1][1]
-steps_val = sorted({s for n in order if d.get(n) for s, _ in d[n]["val"]})
-print("| run | final val loss | ÷ dp | ÷ 1f1b | train loss (mean of last 20 steps) | val loss at steps " + ", ".join(map(str, steps_val[:-1])) + " |")
-print("|---|---|---|---|---|---|")
+    return {"val": val, "train_last20": sum(tr[-20:]) / max(1, len(tr[-20:]))}
+runs = {}   # name -> [per-seed results]
+for f in sorted(os.listdir(c)):
+    if f.endswith(".jsonl"):
+        runs.setdefault(f[:-6].split("@")[0], []).append(load(f"{c}/{f}"))
+order = ["dp", "co2_constant", "co2_adaptive"] + sorted(n for n in runs if n.startswith("co2_tau")) + ["pp2_1f1b", "pp2_2bw"]
+def final(n):
+    r = [x["val"][-1][1] for x in runs.get(n, []) if x["val"]]
+    return sum(r) / len(r) if r else None, r
+base, ref_pp = final("dp")[0], final("pp2_1f1b")[0]
+steps_val = sorted({s for n in order for x in runs.get(n, [])[:1] for s, _ in x["val"]})
+print("| run | final val loss (mean over seeds) | per seed | ÷ dp | ÷ 1f1b | train loss (last 20 steps) | val loss at steps " + ", ".join(map(str, steps_val[:-1])) + " (first seed) |")
+print("|---|---|---|---|---|---|---|")
 for n in order:
-    r = d.get(n)
-    if not r or not r["val"]: continue
-    f = r["val"][-1][1]
-    mid = {s: v for s, v in r["val"][:-1]}
-    print(f"| {n} | {f:.4f} | " + (f"{f / base:.3f}" if base else "—") + " | " + (f"{f / ref_pp:.3f}" if n.startswith("pp") and ref_pp else "—")
-          + f" | {r['train_last20']:.4f} | " + ", ".join(f"{mid[s]:.3f}" if s in mid else "—" for s in steps_val[:-1]) + " |")
+    f, per = final(n)
+    if f is None: continue
+    mid = {s: v for s, v in runs[n][0]["val"][:-1]}
+    tr = sum(x["train_last20"] for x in runs[n]) / len(runs[n])
+    print(f"| {n} | {f:.4f} | " + " / ".join(f"{v:.4f}" for v in per) + " | " + (f"{f / base:.3f}" if base else "—") + " | "
+          + (f"{f / ref_pp:.3f}" if n.startswith("pp") and ref_pp else "—")
+          + f" | {tr:.4f} | " + ", ".join(f"{mid[s]:.3f}" if s in mid else "—" for s in steps_val[:-1]) + " |")
 PY
