@@ -11,7 +11,9 @@
 #   * dp 2 x pp 2 with --zero 1 (AdamW moments sharded over each stage's replicas): 1f1b equals
 #     the single process, 2bw the peer's rule, and the optimizer state per rank halves;
 #   * --val-every through the pipeline equals the single process's validation at the same
-#     steps; 2bw's drains for validation do not change its training losses.
+#     steps; 2bw's drains for validation do not change its training losses;
+#   * checkpoints: 1f1b and 2bw (dp 2 x pp 2, ZeRO-1, both weight versions saved) resume
+#     bit-identically, and one process resumes a 2-stage 1f1b checkpoint.
 # asan: skip
 set -eu
 . "$(dirname "$0")/lib.sh"
@@ -115,6 +117,42 @@ $MPI -np 2 $LOOM train --init "$d/w.safetensors" --data "$d/d.bin" $common --lr-
 if $REF compare-losses "$d/f.jsonl" "$d/bw_ref.jsonl" --tol 1e-6 > /dev/null; then
     echo "1f1b matched the 2bw rule: the comparison cannot tell them apart"; exit 1
 fi
+
+echo "== pipeline checkpoints: a resumed run continues exactly; any layout reads them"
+# 1f1b, 2 stages: 6 steps with a checkpoint every 3, then a resume from step 3 to 6
+$MPI -np 2 $LOOM train $flags --steps 6 --grad-accum 4 --pp 2 --save "$d/ck1" --save-every 3 \
+    --metrics "$d/c_full.jsonl" 2>/dev/null
+$MPI -np 2 $LOOM train $flags --steps 6 --grad-accum 4 --pp 2 --resume "$d/ck1/step_00000003" \
+    --metrics "$d/c_b.jsonl" 2>/dev/null
+$PY - "$d/c_b.jsonl" "$d/c_full.jsonl" <<'PY'
+import json, sys
+a, b = ({r["step"]: r["loss"] for r in map(json.loads, open(p)) if "loss" in r} for p in sys.argv[1:])
+print("1f1b resumed from step 3:", {s: a[s] - b[s] for s in a})
+sys.exit(0 if sorted(a) == [4, 5, 6] and all(a[s] == b[s] for s in a) else 1)
+PY
+# the 2-stage checkpoint resumed by one process (gpipe/1f1b equal the single process)
+$LOOM train $flags --steps 6 --grad-accum 4 --resume "$d/ck1/step_00000003" --metrics "$d/c_s.jsonl" 2>/dev/null
+$PY - "$d/c_s.jsonl" "$d/c_full.jsonl" <<'PY'
+import json, sys
+a, b = ({r["step"]: r["loss"] for r in map(json.loads, open(p)) if "loss" in r} for p in sys.argv[1:])
+print("single process resuming the pipeline checkpoint:", {s: round(a[s] - b[s], 9) for s in a})
+sys.exit(0 if sorted(a) == [4, 5, 6] and all(abs(a[s] - b[s]) < 1e-5 for s in a) else 1)
+PY
+# 2bw, dp 2 x pp 2, ZeRO-1: checkpoints every 3 steps hold both weight versions; 7 steps
+# straight vs a resume from step 3
+c2="--init $d/w.safetensors --data $d/d.bin --batch 2 --seq 16 --grad-accum 2 --lr 3e-3
+    --lr-schedule constant --weight-decay 0.1 --grad-clip 0.5 --dp 2 --pp 2 --schedule 2bw --zero 1
+    --progress off"
+$MPI -np 4 $LOOM train $c2 --steps 7 --metrics "$d/b_full.jsonl" 2>/dev/null
+$MPI -np 4 $LOOM train $c2 --steps 7 --save "$d/ck2" --save-every 3 --keep 5 --metrics /dev/null 2>/dev/null
+ls "$d/ck2" | grep -q step_00000003
+$MPI -np 4 $LOOM train $c2 --steps 7 --resume "$d/ck2/step_00000003" --metrics "$d/b_b.jsonl" 2>/dev/null
+$PY - "$d/b_b.jsonl" "$d/b_full.jsonl" <<'PY'
+import json, sys
+a, b = ({r["step"]: r["loss"] for r in map(json.loads, open(p)) if "loss" in r} for p in sys.argv[1:])
+print("2bw resumed from step 3:", {s: a[s] - b[s] for s in a})
+sys.exit(0 if sorted(a) == [4, 5, 6, 7] and all(a[s] == b[s] for s in a) else 1)
+PY
 
 echo "== a stuck stage: the watchdog names the stage and micro-batch being waited on"
 set +e

@@ -72,15 +72,16 @@ static void prune(const char *dir, int keep) {
     }
 }
 
-// Writes this rank's shard: params, m, v of [lo, hi).
+// Writes this rank's shard: params, m, v (and prev) of [lo, hi).
 static int write_shard(const char *path, const CkptShard *sh, uint32_t *crc) {
-    size_t n = sh->hi - sh->lo;
-    float *buf = xmalloc(3 * n * sizeof(float) + 1);
+    size_t n = sh->hi - sh->lo, k = sh->prev ? 4 : 3;
+    float *buf = xmalloc(k * n * sizeof(float) + 1);
     memcpy(buf, sh->params, n * sizeof(float));
     memcpy(buf + n, sh->m, n * sizeof(float));
     memcpy(buf + 2 * n, sh->v, n * sizeof(float));
-    *crc = crc32_update(0, buf, 3 * n * sizeof(float));
-    int rc = write_file_atomic(path, buf, 3 * n * sizeof(float));
+    if (sh->prev) memcpy(buf + 3 * n, sh->prev, n * sizeof(float));
+    *crc = crc32_update(0, buf, k * n * sizeof(float));
+    int rc = write_file_atomic(path, buf, k * n * sizeof(float));
     free(buf);
     return rc;
 }
@@ -116,7 +117,7 @@ static int rank0_commit(const char *dir, const char *name, const char *part, con
     }
     cJSON *shards = cJSON_AddArrayToObject(j, "shards");
     for (int q = 0; q < nranks; q++) {
-        const double *e = info + 4 * q; // written?, lo, hi, crc
+        const double *e = info + 5 * q; // written?, lo, hi, crc, arrays
         if (e[0] == 0) continue;
         cJSON *f = cJSON_CreateObject();
         snprintf(buf, sizeof buf, "shard_%05d.bin", q);
@@ -125,6 +126,7 @@ static int rank0_commit(const char *dir, const char *name, const char *part, con
         cJSON_AddNumberToObject(f, "hi", e[2]);
         snprintf(buf, sizeof buf, "%08x", (uint32_t)e[3]);
         cJSON_AddStringToObject(f, "crc32", buf);
+        cJSON_AddNumberToObject(f, "arrays", e[4]);
         cJSON_AddItemToArray(shards, f);
     }
     char *text = cJSON_Print(j);
@@ -166,16 +168,17 @@ int checkpoint_save(const char *dir, const Comm *c, const CkptShard *mine, const
     comm_allreduce_f64(c, &ok, 1); // also a barrier: the directory exists for everyone
     if (ok < c->size) return c->rank == 0 ? -1 : loom_fail("%s: rank 0 could not create it", part);
 
-    double *info = xcalloc(4 * (size_t)c->size, sizeof(double));
+    double *info = xcalloc(5 * (size_t)c->size, sizeof(double));
     double wrote_ok = 1;
     if (mine) {
         uint32_t crc;
         snprintf(path, sizeof path, "%s/shard_%05d.bin", part, c->rank);
         if (write_shard(path, mine, &crc)) wrote_ok = 0;
-        double *e = info + 4 * c->rank;
+        double *e = info + 5 * c->rank;
         e[0] = 1, e[1] = (double)mine->lo, e[2] = (double)mine->hi, e[3] = crc;
+        e[4] = mine->prev ? 4 : 3;
     }
-    comm_allreduce_f64(c, info, 4 * c->size);
+    comm_allreduce_f64(c, info, 5 * c->size);
     comm_allreduce_f64(c, &wrote_ok, 1);
     double rc = 0;
     if (wrote_ok < c->size)
@@ -273,8 +276,11 @@ void checkpoint_meta_free(CkptMeta *meta) {
     meta->train_args = NULL;
 }
 
-int checkpoint_read_state(const char *step_dir, size_t nparams, size_t plo, size_t phi,
-                          float *params, size_t olo, size_t ohi, float *m, float *v) {
+// Copies what the shards hold of [plo, phi) (params), [olo, ohi) (m, v) and [rlo, rhi) (prev);
+// *no_prev is set when a shard that overlaps [rlo, rhi) has no previous version.
+static int read_ranges(const char *step_dir, size_t nparams, size_t plo, size_t phi, float *params,
+                       size_t olo, size_t ohi, float *m, float *v, size_t rlo, size_t rhi,
+                       float *prev, int *no_prev) {
     char mpath[4200], path[4200];
     snprintf(mpath, sizeof mpath, "%s/checkpoint.json", step_dir);
     size_t len;
@@ -317,10 +323,22 @@ int checkpoint_read_state(const char *step_dir, size_t nparams, size_t plo, size
             rc = loom_fail("%s: malformed shard entry", mpath);
             break;
         }
-        size_t s1, e1, s2, e2;
+        cJSON *ar = cJSON_GetObjectItemCaseSensitive(f, "arrays");
+        size_t arrays = cJSON_IsNumber(ar) ? (size_t)ar->valuedouble : 3; // 3 before 2bw
+        if (arrays != 3 && arrays != 4) {
+            rc = loom_fail("%s: shard entry with %zu arrays (3 or 4 expected)", mpath, arrays);
+            break;
+        }
+        size_t s1, e1, s2, e2, s3, e3;
         s1 = plo > lo ? plo : lo, e1 = phi < hi ? phi : hi;
         s2 = olo > lo ? olo : lo, e2 = ohi < hi ? ohi : hi;
-        if (!(params && e1 > s1) && !((m || v) && e2 > s2)) continue; // nothing needed here
+        s3 = rlo > lo ? rlo : lo, e3 = rhi < hi ? rhi : hi;
+        if (prev && e3 > s3 && arrays < 4) {
+            *no_prev = 1;
+            continue;
+        }
+        if (!(params && e1 > s1) && !((m || v) && e2 > s2) && !(prev && e3 > s3))
+            continue; // nothing needed here
         snprintf(path, sizeof path, "%s/%s", step_dir, file->valuestring);
         char *data = read_file(path, &len);
         if (!data) {
@@ -328,10 +346,10 @@ int checkpoint_read_state(const char *step_dir, size_t nparams, size_t plo, size
             break;
         }
         size_t cnt = hi - lo;
-        if (len != 3 * cnt * sizeof(float)) {
+        if (len != arrays * cnt * sizeof(float)) {
             free(data);
             rc = loom_fail("%s: %zu bytes, expected %zu (truncated or wrong model shape)", path,
-                           len, 3 * cnt * sizeof(float));
+                           len, arrays * cnt * sizeof(float));
             break;
         }
         uint32_t got = crc32_update(0, data, len),
@@ -349,8 +367,22 @@ int checkpoint_read_state(const char *step_dir, size_t nparams, size_t plo, size
         if (m && e2 > s2) memcpy(m + (s2 - olo), fp + cnt + (s2 - lo), (e2 - s2) * sizeof(float));
         if (v && e2 > s2)
             memcpy(v + (s2 - olo), fp + 2 * cnt + (s2 - lo), (e2 - s2) * sizeof(float));
+        if (prev && e3 > s3)
+            memcpy(prev + (s3 - rlo), fp + 3 * cnt + (s3 - lo), (e3 - s3) * sizeof(float));
         free(data);
     }
     cJSON_Delete(j);
     return rc;
+}
+
+int checkpoint_read_state(const char *step_dir, size_t nparams, size_t plo, size_t phi,
+                          float *params, size_t olo, size_t ohi, float *m, float *v) {
+    return read_ranges(step_dir, nparams, plo, phi, params, olo, ohi, m, v, 0, 0, NULL, NULL);
+}
+
+int checkpoint_read_prev(const char *step_dir, size_t nparams, size_t lo, size_t hi, float *prev) {
+    int missing = 0;
+    if (read_ranges(step_dir, nparams, 0, 0, NULL, 0, 0, NULL, NULL, lo, hi, prev, &missing))
+        return -1;
+    return missing;
 }

@@ -4,7 +4,9 @@
 // Layout:  DIR/latest            one line: the name of the newest complete step directory
 //          DIR/step_00000100/    checkpoint.json (manifest), shard_<rank>.bin, extras
 // A shard file holds a contiguous range [lo, hi) of the flat layout: parameters, then AdamW m,
-// then v (3·(hi-lo) float32). Ranges are independent of how many ranks wrote them.
+// then v (3·(hi-lo) float32), and for a PipeDream-2BW run also the previous weight version
+// W(t−1) (4·(hi-lo); the manifest's "arrays"). Ranges are independent of how many ranks wrote
+// them.
 // A save writes DIR/step_N.partial/, fsyncs every file, renames it to DIR/step_N, then
 // atomically replaces DIR/latest. A crash at any point leaves the previous checkpoint intact.
 #pragma once
@@ -28,10 +30,11 @@ typedef struct {
 typedef int (*CkptExtraFn)(const char *step_dir, void *ctx);
 
 // One rank's piece of the training state: the flat range [lo, hi) of the parameters and of
-// both AdamW moments (host pointers, each hi-lo floats).
+// both AdamW moments (host pointers, each hi-lo floats); prev: 2bw's previous weight version
+// of the same range, or NULL.
 typedef struct {
     size_t lo, hi;
-    const float *params, *m, *v;
+    const float *params, *m, *v, *prev;
 } CkptShard;
 
 // Collective over `c` (every rank calls it; a single process passes a size-1 Comm). Ranks
@@ -50,3 +53,6 @@ void checkpoint_meta_free(CkptMeta *meta);
 // against its checksum. This is what makes resuming on another dp size or ZeRO stage work.
 int checkpoint_read_state(const char *step_dir, size_t nparams, size_t plo, size_t phi,
                           float *params, size_t olo, size_t ohi, float *m, float *v);
+// The previous weight version (2bw) of [lo, hi) into prev. Returns 0, 1 when the checkpoint
+// does not hold one (it was not written by 2bw; prev is untouched), or -1 on an error.
+int checkpoint_read_prev(const char *step_dir, size_t nparams, size_t lo, size_t hi, float *prev);

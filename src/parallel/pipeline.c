@@ -508,10 +508,32 @@ static int want_val(const Pipe *p, int done, int steps) {
     return pc->val_every > 0 && done % pc->val_every == 0;
 }
 
+static int want_save(const Pipe *p, int done, int steps) {
+    if (!p->io->save) return 0;
+    return done == steps || (p->pc->save_every > 0 && done % p->pc->save_every == 0);
+}
+
+// Checkpoint after `done` steps (nothing in flight). With ZeRO-1 every replica writes its
+// slice of the stage; otherwise replica 0 writes the whole stage. The last stage's wte replica
+// equals stage 0's (same updates), so only stage 0 writes it.
+static void pipe_save(Pipe *p, int done) {
+    int writes = p->zero1 || p->g->dp_i == 0, newest = p->nver == 2 ? buffer_of(done) : 0;
+    PipeShard sh = {.lo = p->lo + p->own_lo,
+                    .hi = p->lo + p->own_hi,
+                    .params = p->pbuf[newest] + p->own_lo,
+                    .m = p->om,
+                    .v = p->ov,
+                    .prev = p->nver == 2 ? p->pbuf[buffer_of(done - 1)] + p->own_lo : NULL};
+    comm_set_context(done, "pipeline checkpoint");
+    int rc = p->io->save(p->io->ctx, done, p->t, writes ? &sh : NULL);
+    if (rc && !p->stop) p->stop = rc;
+}
+
 // ---------------------------------------------------------------- the training loop
 
 // Allocates the stage's buffers (and drops the whole-model ones); sets the ZeRO-1 slices.
-static int pipe_setup(Pipe *p, GPT *m, const Grid *g, const PipelineConfig *pc, AdamW *opt) {
+static int pipe_setup(Pipe *p, GPT *m, const Grid *g, const PipelineConfig *pc, AdamW *opt,
+                      int start) {
     const Backend *be = m->be;
     p->first = p->s == 0;
     p->last = p->s == p->D - 1;
@@ -564,6 +586,15 @@ static int pipe_setup(Pipe *p, GPT *m, const Grid *g, const PipelineConfig *pc, 
     if (p->replica)
         p->wgrad = be->alloc(p->tie_n), p->wm = be->alloc(wown), p->wv = be->alloc(wown);
     p->t = opt->t;
+    if (start > 0 && p->io->load) { // resume: moments, and under 2bw W(start-1) (W(start) is m)
+        int prev = buffer_of(start - 1);
+        if (p->io->load(p->io->ctx, p->lo, p->hi, p->nver == 2 ? p->pbuf[prev] : NULL,
+                        p->lo + p->own_lo, p->lo + p->own_hi, p->om, p->ov))
+            return -1;
+        if (p->replica && p->io->load(p->io->ctx, 0, p->tie_n, p->nver == 2 ? p->wbuf[prev] : NULL,
+                                      p->wown_lo, p->wown_hi, p->wm, p->wv))
+            return -1;
+    }
     size_t held = n + (p->replica ? p->tie_n : 0);
     memory_report[0] = 4.0 * held * p->nver;
     memory_report[1] = 4.0 * held;
@@ -608,6 +639,10 @@ static int run_flushed(Pipe *p, int start, int steps, float grad_scale) {
         rc = finish_batch(p, p->opt, step, io, t0);
         if (!rc && want_val(p, step + 1, steps))
             io->val_report(io->ctx, step + 1, pipe_evaluate(p, 0));
+        if (!rc && want_save(p, step + 1, steps)) {
+            pipe_save(p, step + 1);
+            rc = p->stop;
+        }
     }
     return rc;
 }
@@ -651,13 +686,15 @@ static int run_2bw(Pipe *p, int start, int steps, float grad_scale) {
     const PipelineIO *io = p->io;
     for (int from = start; from < steps && !p->stop;) {
         int to = from + 1;
-        while (to < steps && !want_val(p, to, steps))
+        while (to < steps && !want_val(p, to, steps) && !want_save(p, to, steps))
             to++;
         run_2bw_segment(p, from, to, grad_scale);
         if (p->stop) break;
-        if (want_val(p, to, steps)) { // drain the last update: W(to) is the model after `to`
+        if (want_val(p, to, steps) || want_save(p, to, steps)) { // W(to): the model after `to`
             pend_complete(p);
-            if (!p->stop) io->val_report(io->ctx, to, pipe_evaluate(p, buffer_of(to)));
+            if (!p->stop && want_val(p, to, steps))
+                io->val_report(io->ctx, to, pipe_evaluate(p, buffer_of(to)));
+            if (!p->stop && want_save(p, to, steps)) pipe_save(p, to);
             if (p->stop) break;
         }
         from = to;
@@ -670,7 +707,7 @@ int pipeline_train(GPT *m, const Grid *g, const PipelineConfig *pc, AdamW *opt, 
                    int steps, const PipelineIO *io) {
     memory_report[0] = memory_report[1] = memory_report[2] = memory_report[3] = 0;
     Pipe p = {.m = m, .g = g, .pc = pc, .D = g->pp, .s = g->pp_i, .io = io};
-    if (pipe_setup(&p, m, g, pc, opt)) return -1;
+    if (pipe_setup(&p, m, g, pc, opt, start)) return -1;
     const Backend *be = m->be;
     size_t n = p.hi - p.lo;
     const BlockHooks *saved = m->hooks;

@@ -30,9 +30,17 @@ typedef struct {
     int K, B, T, recompute;
     int zero;                   // 1: shard AdamW moments over the stage's dp replicas
     int val_every, val_windows; // validation every N steps (0: only at the end) over N windows
+    int save_every;             // checkpoint every N steps (0: only at the end, when io->save)
     const char *stage_layers;   // "3,3,2": transformer layers per stage (NULL: balanced)
     float grad_clip;
 } PipelineConfig;
+
+// What one rank contributes to a checkpoint: the flat range [lo, hi) of the newest weights, the
+// AdamW moments and, under 2bw, the previous weight version (host buffers).
+typedef struct {
+    size_t lo, hi;
+    const float *params, *m, *v, *prev;
+} PipeShard;
 
 typedef struct {
     void *ctx;
@@ -46,6 +54,14 @@ typedef struct {
     // Validation window w (NULL: no validation data), and where the mean loss goes (every rank).
     void (*val_batch)(void *ctx, int w, int *inputs, int *targets);
     void (*val_report)(void *ctx, int step, double loss);
+    // Checkpoint after `step` steps (NULL: none). Collective: every rank calls it at the same
+    // steps, with its shard or NULL (another replica or stage writes that range). opt_t is the
+    // AdamW step count. Returns non-zero to stop.
+    int (*save)(void *ctx, int step, int opt_t, const PipeShard *shard);
+    // Resume (start > 0; NULL: none): the previous weight version of [lo, hi) into prev (left
+    // as it is when the checkpoint has none) and the moments of [olo, ohi) into m and v.
+    int (*load)(void *ctx, size_t lo, size_t hi, float *prev, size_t olo, size_t ohi, float *m,
+                float *v);
 } PipelineIO;
 
 // Splits the blocks into g->pp stages; fills [b0, b1) for stage s. Fails on a bad --stage-layers.

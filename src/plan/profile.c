@@ -44,14 +44,6 @@ static double time_block_once(GPT *m, Workspace *ws, int b, int backward, float 
     return now_sec() - t0;
 }
 
-// Median of REPS timings of one block's forward or backward.
-static double time_block(GPT *m, Workspace *ws, int b, int backward, float *dx) {
-    double t[REPS];
-    for (int r = 0; r < REPS; r++)
-        t[r] = time_block_once(m, ws, b, backward, dx);
-    return median(t, REPS);
-}
-
 // How much slower a layer's forward+backward at micro-batch b runs when `copies` single-
 // threaded copies run at once (one model and workspace each; BLAS calls inside the parallel
 // region run on one thread) than when copy 0 runs alone: the median over REPS alternations of
@@ -105,27 +97,48 @@ int profile_measure(Profile *p, const GPTConfig *cfg, int T, int max_b, int thre
     gpt_init_weights(&m, 1);
     Rng r;
     rng_seed(&r, 5, 5);
-    for (int b = 1; b <= max_b && p->nrows < PROFILE_MAX_B; b *= 2) {
-        Workspace ws;
-        if (workspace_create(&ws, &m, b, T, 0)) return -1;
+    // one workspace per micro-batch size; every block's forward and backward is then timed
+    // REPS times in rounds that interleave all of them (after a warm-up), so a short burst of
+    // noise on the machine moves one sample of each median, not a whole row
+    int nb = 0;
+    Workspace ws[PROFILE_MAX_B];
+    float *dx[PROFILE_MAX_B];
+    for (int b = 1; b <= max_b && nb < PROFILE_MAX_B; b *= 2, nb++) {
+        if (workspace_create(&ws[nb], &m, b, T, 0)) return -1;
         for (int i = 0; i < b * T; i++) {
-            ws.tokens[i] = (int)rng_below(&r, (uint32_t)cfg->V);
-            ws.targets[i] = (int)rng_below(&r, (uint32_t)cfg->V);
+            ws[nb].tokens[i] = (int)rng_below(&r, (uint32_t)cfg->V);
+            ws[nb].targets[i] = (int)rng_below(&r, (uint32_t)cfg->V);
         }
-        float *dx = xalloc_floats((size_t)b * T * cfg->C);
-        ProfileRow *row = &p->rows[p->nrows++];
-        row->b = b;
+        dx[nb] = xalloc_floats((size_t)b * T * cfg->C);
+        p->rows[nb].b = b;
+    }
+    p->nrows = nb;
+    for (double t0 = now_sec(); now_sec() - t0 < 0.5;) // warm-up: clocks, caches, page faults
+        for (int i = 0; i < nb; i++)
+            time_block_once(&m, &ws[i], 1, 1, dx[i]);
+    double(*samples)[3][2][REPS] = xcalloc((size_t)nb, sizeof *samples);
+    for (int rep = 0; rep < REPS; rep++)
+        for (int i = 0; i < nb; i++)
+            for (int k = 0; k < 3; k++)
+                for (int bwd = 0; bwd < 2; bwd++)
+                    samples[i][k][bwd][rep] = time_block_once(&m, &ws[i],
+                                                              k == PROF_EMBED   ? 0
+                                                              : k == PROF_LAYER ? 1
+                                                                                : 2,
+                                                              bwd, dx[i]);
+    for (int i = 0; i < nb; i++) {
+        ProfileRow *row = &p->rows[i];
         for (int k = 0; k < 3; k++) {
-            int blk = k == PROF_EMBED ? 0 : k == PROF_LAYER ? 1 : 2;
-            row->fwd[k] = time_block(&m, &ws, blk, 0, dx);
-            row->bwd[k] = time_block(&m, &ws, blk, 1, dx);
+            row->fwd[k] = median(samples[i][k][0], REPS);
+            row->bwd[k] = median(samples[i][k][1], REPS);
         }
-        free(dx);
-        workspace_free(&ws, &m);
+        free(dx[i]);
+        workspace_free(&ws[i], &m);
         // contention: every core runs a copy (single-threaded profiles only)
         int copies = threads == 1 ? p->cores : 1;
-        row->busy = copies > 1 ? busy_factor(&one, b, T, copies) : 1.0;
+        row->busy = copies > 1 ? busy_factor(&one, row->b, T, copies) : 1.0;
     }
+    free(samples);
     // the per-step optimizer work, per parameter: AdamW, zeroing the gradients, their norm
     size_t n = 1 << 22;
     float *w = xalloc_floats(n), *g = xalloc_floats(n), *mo = xalloc_floats(n),

@@ -67,6 +67,7 @@ typedef struct {
     int *inputs, *targets;
     Rng rng;
     char tokenizer_dir[4200]; // data's tokenizer directory, copied into checkpoints
+    const char *resume_dir;   // the step directory resumed from (NULL: a fresh run)
 } Trainer;
 
 // Stops the run: the lead rank prints, every rank exits with the same code.
@@ -133,9 +134,10 @@ static char *args_json(const TrainArgs *a) {
     snprintf(s, 1024,
              "{\"batch\":%d,\"seq\":%d,\"grad_accum\":%d,\"steps\":%d,\"shuffle\":%d,"
              "\"lr\":%.9g,\"min_lr\":%.9g,\"lr_schedule\":\"%s\",\"warmup\":%d,\"seed\":%d,"
-             "\"dp\":%d,\"zero\":%d}",
+             "\"dp\":%d,\"zero\":%d,\"pp\":%d,\"schedule\":\"%s\"}",
              a->batch, a->seq, a->grad_accum, a->steps, a->shuffle, a->lr, a->min_lr,
-             a->lr_schedule, a->warmup, a->seed, a->dp, a->zero);
+             a->lr_schedule, a->warmup, a->seed, a->dp, a->zero, a->pp,
+             a->pp > 1 ? a->schedule : "none");
     return s;
 }
 
@@ -304,7 +306,8 @@ static int setup_model(Trainer *tr, char *resume_dir, size_t n) {
                         .warmup = a->warmup,
                         .total_steps = a->steps};
         memset(&tr->opt, 0, sizeof tr->opt);
-        tr->opt.cfg = oc; // the pipeline keeps the moments per stage
+        tr->opt.cfg = oc; // the pipeline keeps the moments per stage (and reads them on resume)
+        if (a->resume) tr->opt.t = meta.opt_t, checkpoint_meta_free(&meta);
         return start;
     }
     // CO2 workers never reduce gradients: their strategy runs over a communicator of one
@@ -406,7 +409,70 @@ static int pipe_report(void *ctx, int step, double loss, double norm, float lr, 
     return 0;
 }
 
-static int train_pipeline(Trainer *tr, Metrics *mt) {
+// A pipeline checkpoint: every rank calls this at the same step, with its shard or NULL.
+static int pipe_save_ckpt(void *ctx, int step, int opt_t, const PipeShard *sh) {
+    PipeCtx *pc = ctx;
+    Trainer *tr = pc->tr;
+    const TrainArgs *a = tr->a;
+    const Backend *be = tr->model.be;
+    CkptShard shard = {0};
+    float *host[4] = {NULL, NULL, NULL, NULL};
+    if (sh) { // to host memory (a no-op copy on the CPU backend; needed for device backends)
+        size_t n = sh->hi - sh->lo;
+        const float *src[4] = {sh->params, sh->m, sh->v, sh->prev};
+        for (int i = 0; i < 4; i++)
+            if (src[i]) {
+                host[i] = xmalloc(n * sizeof(float) + 1);
+                be->download(host[i], src[i], n);
+            }
+        shard = (CkptShard){sh->lo, sh->hi, host[0], host[1], host[2], host[3]};
+    }
+    CkptMeta meta = {.cfg = tr->model.cfg,
+                     .step = step,
+                     .opt_t = opt_t,
+                     .rng_state = tr->rng.state,
+                     .rng_inc = tr->rng.inc,
+                     .data_window = (uint64_t)step * a->grad_accum * tr->N};
+    snprintf(meta.tokenizer, sizeof meta.tokenizer, "%s", tr->tokenizer_dir[0] ? "dir" : "");
+    meta.train_args = args_json(a);
+    int rc =
+        checkpoint_save(a->save, tr->world, sh ? &shard : NULL, &meta, save_extras, tr, a->keep);
+    free(meta.train_args);
+    for (int i = 0; i < 4; i++)
+        free(host[i]);
+    if (rc) {
+        progress_end(pc->pg);
+        if (tr->lead) fprintf(stderr, "loom: checkpoint failed: %s\n", loom_errmsg());
+        return EXIT_IO;
+    }
+    if (tr->lead && step == a->steps) fprintf(stderr, "loom: saved checkpoint to %s\n", a->save);
+    return 0;
+}
+
+// Resume: a stage's AdamW moments and, for 2bw, the previous weight version.
+static int pipe_load_ckpt(void *ctx, size_t lo, size_t hi, float *prev, size_t olo, size_t ohi,
+                          float *m, float *v) {
+    Trainer *tr = ((PipeCtx *)ctx)->tr;
+    const Backend *be = tr->model.be;
+    size_t P = tr->model.nparams, k = ohi - olo, n = hi - lo;
+    float *mh = xmalloc(k * sizeof(float) + 1), *vh = xmalloc(k * sizeof(float) + 1);
+    int rc = checkpoint_read_state(tr->resume_dir, P, 0, 0, NULL, olo, ohi, mh, vh);
+    if (!rc) be->upload(m, mh, k), be->upload(v, vh, k);
+    if (!rc && prev) {
+        float *ph = xmalloc(n * sizeof(float) + 1);
+        int got = checkpoint_read_prev(tr->resume_dir, P, lo, hi, ph);
+        if (got < 0)
+            rc = -1;
+        else if (got == 0)
+            be->upload(prev, ph, n);
+        // got == 1: not a 2bw checkpoint; the previous version starts as the newest
+        free(ph);
+    }
+    free(mh), free(vh);
+    return rc;
+}
+
+static int train_pipeline(Trainer *tr, Metrics *mt, int start) {
     const TrainArgs *a = tr->a;
     Schedule sched = !strcmp(a->schedule, "gpipe") ? SCHED_GPIPE
                      : !strcmp(a->schedule, "2bw") ? SCHED_2BW
@@ -420,22 +486,25 @@ static int train_pipeline(Trainer *tr, Metrics *mt) {
                          .grad_clip = a->grad_clip,
                          .zero = a->zero,
                          .val_every = a->val_every,
-                         .val_windows = 0};
+                         .val_windows = 0,
+                         .save_every = a->save ? a->save_every : 0};
     if (tr->has_val) { // as evaluate(): at most --val-windows windows of the validation data
         uint64_t nw = dataset_num_windows(&tr->val, a->batch, a->seq);
         pc.val_windows = a->val_windows < (int)nw ? a->val_windows : (int)nw;
     }
     Progress pg;
-    progress_start(&pg, a->progress && tr->lead, 0, a->steps, a->log_every);
+    progress_start(&pg, a->progress && tr->lead, start, a->steps, a->log_every);
     PipeCtx ctx = {.tr = tr, .pg = &pg, .mt = mt};
     PipelineIO io = {.ctx = &ctx,
                      .batch = pipe_batch,
                      .report = pipe_report,
                      .val_batch = tr->has_val ? pipe_val_batch : NULL,
-                     .val_report = pipe_val_report};
-    int rc = pipeline_train(&tr->model, &tr->grid, &pc, &tr->opt, 0, a->steps, &io);
+                     .val_report = pipe_val_report,
+                     .save = a->save ? pipe_save_ckpt : NULL,
+                     .load = tr->resume_dir ? pipe_load_ckpt : NULL};
+    int rc = pipeline_train(&tr->model, &tr->grid, &pc, &tr->opt, start, a->steps, &io);
     progress_end(&pg);
-    if (rc < 0) fail(tr, EXIT_USAGE);
+    if (rc < 0) fail(tr, tr->resume_dir ? EXIT_INPUT : EXIT_USAGE);
     if (rc) return rc;
     double wb, gb, ob, ab;
     pipeline_memory(&wb, &gb, &ob, &ab);
@@ -531,8 +600,8 @@ int train_run(const TrainArgs *args) {
     if (a->co2 && a->zero > 2)
         die(EXIT_USAGE, "--co2 composes with --zero 1 or 2 (sharded outer state)");
     if (a->co2 && a->tau < 1) die(EXIT_USAGE, "--tau must be >= 1");
-    if (a->pp > 1 && (a->save || a->resume || a->co2 || a->dump_grads))
-        die(EXIT_USAGE, "--pp does not combine with --save/--resume/--co2/--dump-grads yet");
+    if (a->pp > 1 && (a->co2 || a->dump_grads))
+        die(EXIT_USAGE, "--pp does not combine with --co2/--dump-grads yet");
     if (a->pp > 1 && a->zero > 1)
         die(EXIT_USAGE,
             "--pp composes with --zero 1 (AdamW state sharded over each stage's dp "
@@ -541,6 +610,7 @@ int train_run(const TrainArgs *args) {
     char resume_dir[4096];
     int start = setup_model(&tr, resume_dir, sizeof resume_dir);
     if (start < 0) fail(&tr, EXIT_INPUT);
+    tr.resume_dir = resume_dir[0] ? resume_dir : NULL;
     const GPTConfig *cfg = &tr.model.cfg;
     if (dataset_open(&tr.train, a->data, cfg->V)) fail(&tr, EXIT_INPUT);
     if (a->val_data) {
@@ -591,7 +661,7 @@ int train_run(const TrainArgs *args) {
                 resume_dir);
     }
     if (a->pp > 1) {
-        int prc = train_pipeline(&tr, &mt);
+        int prc = train_pipeline(&tr, &mt, start);
         if (tr.lead) metrics_close(&mt);
         comm_finalize();
         return prc;
