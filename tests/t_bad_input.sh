@@ -40,6 +40,18 @@ printf '\x10\x00\x00\x00\x00\x00\x00\x00{"a":1' > "$d/t.safetensors"
 t "t.safetensors" $LOOM train $base --data "$d/ok.bin" --init "$d/t.safetensors"
 t "no such checkpoint" $LOOM sample --ckpt "$d/nothing"
 t "unknown command" $LOOM frobnicate
+t "--comm-thread: 'sometimes' must be on or off" $LOOM train $base --data "$d/ok.bin" --comm-thread sometimes
+t "--gap-mode: 'fancy' is not one of constant|adaptive" $LOOM train $base --data "$d/ok.bin" --co2 --gap-mode fancy
+t "--dp 1 x --pp 2 x --tp 1 = 2 ranks, but the job has 1" $LOOM train $base --data "$d/ok.bin" --pp 2
+if command -v mpirun >/dev/null; then  # checks that need the ranks
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    MPI="mpirun --oversubscribe --bind-to none --mca btl self,vader,tcp"
+    t "--pp composes with --zero 1" $MPI -np 2 $LOOM train $base --data "$d/ok.bin" --pp 2 --zero 2
+    t "--pp 3 needs at least 3 transformer layers" $MPI -np 3 $LOOM train $base --data "$d/ok.bin" --pp 3
+    t "--stage-layers '1,x'" $MPI -np 2 $LOOM train $base --layers 2 --data "$d/ok.bin" --pp 2 --stage-layers 1,x
+fi
+t "missing.json: cannot open" $LOOM plan --profile "$d/missing.json"
+t "--workers: 0 is out of range" $LOOM plan --workers 0
 # a good config file works and flags override it
 printf '{"layers": 1, "heads": 2, "dim": 16, "vocab": 64, "block_size": 16, "batch": 2, "seq": 8, "steps": 2, "lr-schedule": "constant"}' > "$d/good.json"
 $LOOM train --config "$d/good.json" --data "$d/ok.bin" --steps 1 --progress off --metrics "$d/m.jsonl" || fails=$((fails + 1))
