@@ -4,7 +4,7 @@
 #   bench/bench_co2.sh [--rounds R (2)] [--slow-rounds R (1)] [--tau N (12)] [--co2-rounds N (4)]
 #                      [--warm-rounds N (2)]
 #                      [--dp-steps S (6)] [--accum-steps S (4)] [--accum K (4)]
-#                      [--settings loopback,1gbit,100mbit] [--modes co2,dp,dp-accum]
+#                      [--settings loopback,1gbit,100mbit-tbf,100mbit] [--modes co2,dp,dp-accum]
 #                      [--model small|30m] [--out DIR]
 #                      [--loom PATH] [--no-wait]
 #
@@ -18,13 +18,15 @@
 # Settings:
 #   loopback  scripts/loom-mpirun -np 2 on this machine (shared memory)
 #   1gbit     namespaces lco0/lco1 on a bridge, each link 1 Gbit/s each way (tbf; bench/netlab/setup.sh)
-#   100mbit   TAP devices joined by wirelay at 100 Mbit/s and 5 ms one-way delay (setup-tap.sh)
-# Throughput is wall clock: rank 0 writes its metrics into a FIFO that a reader timestamps line
-# by line, and tok/s = tokens of the steps between two lines / time between them. The window
-# skips the warm-up (first step for DP, first CO2 round) and, for CO2, spans whole rounds, so
-# the round-end work (Δ, applying the stale average, any wait for it) is inside it. loom's
-# own per-step tokens_per_s for CO2 leaves the round-end work out (its step_ms stops before
-# co2_round_end), so it is shown separately as "loom-reported".
+#   100mbit-tbf  the bridge of 1gbit shaped to 100 Mbit/s (tbf, in the kernel; no added delay)
+#   100mbit   TAP devices joined by wirelay at 100 Mbit/s and 5 ms one-way delay (setup-tap.sh;
+#             wirelay is a user-space process on the same 2 cores: it costs the ranks CPU)
+# DP throughput is wall clock: rank 0 writes its metrics into a FIFO that a reader timestamps
+# line by line, and tok/s = tokens of the steps between two lines / time between them (the
+# first step skipped). CO2 writes its lines a round at a time (a round's losses are averaged by
+# one all-reduce), so its tok/s comes from loom's step_ms over whole rounds after
+# --warm-rounds; a round's last step_ms includes the round-end work (Δ, applying the stale
+# average, any wait for it).
 # A cell is the median over rounds. Everything (namespaces, wirelay) is removed on exit.
 set -euo pipefail
 
@@ -149,13 +151,27 @@ try:
         if "step_ms" in j: rows.append((float(t), j))
 except OSError:
     pass
-# rows[i] is step i+1. CO2 logs step S-1 at the end of iteration S (after that iteration's
-# round end), so the lines of steps m*tau-1 mark round boundaries; DP logs step S at its end.
+rows.sort(key=lambda x: x[1]["step"])
 if mode == "co2":
-    lo, hi, shift = warm * tau - 2, (len(rows) // tau) * tau - 2, 2   # iterations warm*tau+1 .. M*tau
+    # CO2's lines arrive a round at a time (a round's losses are averaged by one all-reduce), so
+    # its time comes from loom's step_ms, which includes the round-end work and any wait
     r["exposed_ms_per_round"] = [round(j["comm_exposed_ms"]) for _, j in rows if j["step"] % tau == 0 and "comm_exposed_ms" in j]
-else:
-    lo, hi, shift = 0, len(rows) - 1, 1                        # iterations 2 .. last
+    M = len(rows) // tau
+    timed = [j for _, j in rows if warm * tau < j["step"] <= M * tau]
+    if int(rc) == 0 and timed:
+        total = sum(j["step_ms"] for j in timed)
+        r["window"] = [timed[0]["step"], timed[-1]["step"]]
+        r["tps"] = r["tps_reported"] = round(tokens_per_step * len(timed) / total * 1000, 1)
+        r["median_step_ms"] = round(statistics.median(j["step_ms"] for j in timed), 1)
+        r["wall_step_ms"] = round(total / len(timed), 1)
+        r["exposed_pct"] = round(100 * sum(j.get("comm_exposed_ms", 0) for j in timed) / total, 1)
+    else:
+        r["failed"] = True
+        r["tail"] = open(f"{out}/{tag}.log", errors="replace").read().strip().splitlines()[-6:]
+    print(json.dumps(r))
+    sys.exit(0)
+# DP logs step S at its end: the window spans iterations 2 .. last by wall clock
+lo, hi, shift = 0, len(rows) - 1, 1
 if int(rc) == 0 and len(rows) >= 2 and hi > lo >= 0:
     steps = rows[hi][1]["step"] - rows[lo][1]["step"]
     dt = rows[hi][0] - rows[lo][0]
@@ -182,9 +198,11 @@ for s in "${SETLIST[@]}"; do
         loopback) R=$ROUNDS ;;
         1gbit) R=$ROUNDS; "$NETLAB/setup.sh" 2 1gbit >>"$OUT/netlab.log" 2>&1
                echo "\$ NETLAB_NS=lco bench/netlab/setup.sh 2 1gbit" >>"$OUT/commands.txt" ;;
+        100mbit-tbf) R=$SLOW_ROUNDS; "$NETLAB/setup.sh" 2 100mbit >>"$OUT/netlab.log" 2>&1
+               echo "\$ NETLAB_NS=lco bench/netlab/setup.sh 2 100mbit" >>"$OUT/commands.txt" ;;
         100mbit) R=$SLOW_ROUNDS; "$NETLAB/setup-tap.sh" 2 1e8 5000 >>"$OUT/netlab.log" 2>&1
                echo "\$ NETLAB_NS=lco bench/netlab/setup-tap.sh 2 1e8 5000" >>"$OUT/commands.txt" ;;
-        *) echo "bench_co2.sh: unknown setting '$s' (loopback|1gbit|100mbit)" >&2; exit 2 ;;
+        *) echo "bench_co2.sh: unknown setting '$s' (loopback|1gbit|100mbit-tbf|100mbit)" >&2; exit 2 ;;
     esac
     echo "== $s"
     for ((r = 1; r <= R; r++)); do
@@ -203,10 +221,10 @@ ok = [r for r in rows if not r.get("failed")]
 def med(s, m, key="tps"):
     v = [r[key] for r in ok if r["setting"] == s and r["mode"] == m]
     return (statistics.median(v), v) if v else (None, [])
-names = {"loopback": "loopback (shared memory)", "1gbit": "1 Gbit/s (tbf)", "100mbit": "100 Mbit/s + 5 ms (wirelay)"}
+names = {"loopback": "loopback (shared memory)", "1gbit": "1 Gbit/s (tbf)", "100mbit-tbf": "100 Mbit/s (tbf)", "100mbit": "100 Mbit/s + 5 ms (wirelay)"}
 label = {"co2": f"CO2 τ={tau}", "dp": "sync DP", "dp-accum": f"sync DP, grad-accum {acc}"}
 settings = list(dict.fromkeys(r["setting"] for r in rows))
-print("| link | run | tok/s, wall clock (runs) | wall ms/step | exposed comm | tok/s loom-reported | CO2 tok/s ÷ this |")
+print("| link | run | tok/s (runs) | ms/step | exposed comm | tok/s loom-reported | CO2 tok/s ÷ this |")
 print("|---|---|---|---|---|---|---|")
 for s in settings:
     co2, _ = med(s, "co2")
@@ -224,7 +242,7 @@ for s in settings:
         print(f"CO2 at {names.get(s, s)}: {100 * c / lb:.0f}% of its loopback throughput")
 print("\nCO2 exposed wait at each round end, ms (the round-1 average is waited for at the end of round 2):")
 for r in ok:
-    if r["mode"] == "co2": print(f"  {r['tag']}: {r.get('exposed_ms_per_round')}  (timed window: steps {r['window'][0] + 2}..{r['window'][1] + 1})")
+    if r["mode"] == "co2": print(f"  {r['tag']}: {r.get('exposed_ms_per_round')}  (timed window: steps {r['window'][0]}..{r['window'][1]})")
 bad = [r for r in rows if r.get("failed")]
 if bad:
     print("\nFAILED runs:")
