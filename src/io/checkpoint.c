@@ -115,6 +115,11 @@ static int rank0_commit(const char *dir, const char *name, const char *part, con
         cJSON *args = cJSON_Parse(meta->train_args);
         if (args) cJSON_AddItemToObject(j, "train_args", args);
     }
+    if (meta->co2_workers > 0) {
+        cJSON *co2 = cJSON_AddObjectToObject(j, "co2");
+        cJSON_AddNumberToObject(co2, "workers", meta->co2_workers);
+        cJSON_AddNumberToObject(co2, "tau", meta->co2_tau);
+    }
     cJSON *shards = cJSON_AddArrayToObject(j, "shards");
     for (int q = 0; q < nranks; q++) {
         const double *e = info + 5 * q; // written?, lo, hi, crc, arrays
@@ -149,6 +154,12 @@ static int rank0_commit(const char *dir, const char *name, const char *part, con
 
 int checkpoint_save(const char *dir, const Comm *c, const CkptShard *mine, const CkptMeta *meta,
                     CkptExtraFn extra, void *extra_ctx, int keep) {
+    return checkpoint_save_with(dir, c, mine, meta, extra, extra_ctx, NULL, NULL, keep);
+}
+
+int checkpoint_save_with(const char *dir, const Comm *c, const CkptShard *mine,
+                         const CkptMeta *meta, CkptExtraFn extra, void *extra_ctx,
+                         CkptExtraFn rank_files, void *rank_ctx, int keep) {
     char name[64], final[4096], part[4096], path[4200];
     snprintf(name, sizeof name, "step_%08d", meta->step);
     snprintf(final, sizeof final, "%s/%s", dir, name);
@@ -178,6 +189,7 @@ int checkpoint_save(const char *dir, const Comm *c, const CkptShard *mine, const
         e[0] = 1, e[1] = (double)mine->lo, e[2] = (double)mine->hi, e[3] = crc;
         e[4] = mine->prev ? 4 : 3;
     }
+    if (rank_files && rank_files(part, rank_ctx)) wrote_ok = 0;
     comm_allreduce_f64(c, info, 5 * c->size);
     comm_allreduce_f64(c, &wrote_ok, 1);
     double rc = 0;
@@ -266,6 +278,12 @@ int checkpoint_read_meta(const char *step_dir, CkptMeta *meta) {
             snprintf(meta->tokenizer, sizeof meta->tokenizer, "%s", t->valuestring);
         cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "train_args");
         if (a) meta->train_args = cJSON_PrintUnformatted(a);
+        cJSON *co2 = cJSON_GetObjectItemCaseSensitive(j, "co2");
+        if (co2 && (get_int(co2, "workers", &meta->co2_workers, path) ||
+                    get_int(co2, "tau", &meta->co2_tau, path)))
+            rc = -1;
+        else if (co2 && (meta->co2_workers < 1 || meta->co2_tau < 1))
+            rc = loom_fail("%s: bad 'co2' entry", path);
     }
     cJSON_Delete(j);
     return rc;
@@ -385,4 +403,81 @@ int checkpoint_read_prev(const char *step_dir, size_t nparams, size_t lo, size_t
     if (read_ranges(step_dir, nparams, 0, 0, NULL, 0, 0, NULL, NULL, lo, hi, prev, &missing))
         return -1;
     return missing;
+}
+
+// ---------------------------------------------------------------- per-rank state files
+
+#define STATE_MAGIC "LOOMST1"
+typedef struct {
+    char magic[8], kind[16];
+    int32_t rank, nranks, narrays;
+    uint32_t crc; // over the lengths and the arrays
+} StateHeader;
+
+int state_file_write(const char *path, const char *kind, int rank, int nranks,
+                     const float *const *arrays, const size_t *lens, int n) {
+    size_t total = sizeof(StateHeader) + (size_t)n * sizeof(uint64_t);
+    for (int i = 0; i < n; i++)
+        total += lens[i] * sizeof(float);
+    char *buf = xcalloc(total, 1);
+    StateHeader *h = (StateHeader *)buf;
+    memcpy(h->magic, STATE_MAGIC, 8);
+    snprintf(h->kind, sizeof h->kind, "%s", kind);
+    h->rank = rank, h->nranks = nranks, h->narrays = n;
+    uint64_t *ln = (uint64_t *)(buf + sizeof *h);
+    char *p = (char *)(ln + n);
+    for (int i = 0; i < n; i++) {
+        ln[i] = lens[i];
+        memcpy(p, arrays[i], lens[i] * sizeof(float));
+        p += lens[i] * sizeof(float);
+    }
+    h->crc = crc32_update(0, ln, total - sizeof *h);
+    int rc = write_file_atomic(path, buf, total);
+    free(buf);
+    return rc;
+}
+
+int state_file_read(const char *path, const char *kind, int rank, int nranks, float *const *arrays,
+                    const size_t *lens, int n) {
+    size_t len;
+    char *buf = read_file(path, &len);
+    if (!buf) return -1;
+    int rc = 0;
+    StateHeader h;
+    size_t want = sizeof h + (size_t)n * sizeof(uint64_t);
+    for (int i = 0; i < n; i++)
+        want += lens[i] * sizeof(float);
+    if (len < sizeof h || memcmp(buf, STATE_MAGIC, 8)) {
+        rc = loom_fail("%s: not a loom state file", path);
+        goto out;
+    }
+    memcpy(&h, buf, sizeof h);
+    h.kind[sizeof h.kind - 1] = 0;
+    if (strcmp(h.kind, kind)) {
+        rc = loom_fail("%s: holds '%s' state, '%s' expected", path, h.kind, kind);
+    } else if (h.rank != rank || h.nranks != nranks) {
+        rc = loom_fail("%s: written by rank %d of %d, read by rank %d of %d", path, h.rank,
+                       h.nranks, rank, nranks);
+    } else if (h.narrays != n || len != want) {
+        rc = loom_fail("%s: %zu bytes with %d arrays; %zu bytes with %d arrays expected "
+                       "(model shape or layout differs)",
+                       path, len, h.narrays, want, n);
+    } else if (crc32_update(0, buf + sizeof h, len - sizeof h) != h.crc) {
+        rc = loom_fail("%s: checksum mismatch (corrupted file)", path);
+    } else {
+        const uint64_t *ln = (const uint64_t *)(buf + sizeof h);
+        const char *p = (const char *)(ln + n);
+        for (int i = 0; i < n && !rc; i++) {
+            if (ln[i] != lens[i]) {
+                rc = loom_fail("%s: array %d has %llu values, %zu expected", path, i,
+                               (unsigned long long)ln[i], lens[i]);
+                break;
+            }
+            memcpy(arrays[i], p, lens[i] * sizeof(float));
+            p += lens[i] * sizeof(float);
+        }
+    }
+out:
+    free(buf);
+    return rc;
 }

@@ -21,9 +21,10 @@ typedef struct {
     int step;  // optimizer steps completed
     int opt_t; // AdamW updates applied
     uint64_t rng_state, rng_inc;
-    uint64_t data_window; // next data window index
-    char tokenizer[16];   // "byte", "gpt2" or "" (unknown)
-    char *train_args;     // JSON text of the flags that shaped the run (owned, may be NULL)
+    uint64_t data_window;     // next data window index
+    char tokenizer[16];       // "byte", "gpt2" or "" (unknown)
+    char *train_args;         // JSON text of the flags that shaped the run (owned, may be NULL)
+    int co2_workers, co2_tau; // > 0: every worker wrote its CO2 state (co2_<rank>.bin)
 } CkptMeta;
 
 // Writes extra files (e.g. the tokenizer) into the step directory before it is committed.
@@ -43,6 +44,18 @@ typedef struct {
 // All ranks return the same status.
 int checkpoint_save(const char *dir, const Comm *c, const CkptShard *mine, const CkptMeta *meta,
                     CkptExtraFn extra, void *extra_ctx, int keep);
+// Same, and every rank (with or without a shard) first calls rank_files(step_dir, ctx) to
+// write files of its own into the step directory; a failure on any rank fails the save.
+int checkpoint_save_with(const char *dir, const Comm *c, const CkptShard *mine,
+                         const CkptMeta *meta, CkptExtraFn extra, void *extra_ctx,
+                         CkptExtraFn rank_files, void *rank_ctx, int keep);
+// A rank's own state file (e.g. a CO2 worker's outer state and inner AdamW moments): a header
+// naming its kind, the writer's rank and world size and each array's length, then the float32
+// arrays, with a CRC-32 over all of it. Reading checks every one of those and names the file.
+int state_file_write(const char *path, const char *kind, int rank, int nranks,
+                     const float *const *arrays, const size_t *lens, int n);
+int state_file_read(const char *path, const char *kind, int rank, int nranks, float *const *arrays,
+                    const size_t *lens, int n);
 // Resolves DIR (with a `latest` file) or a step directory into the step directory path.
 int checkpoint_resolve(const char *path, char *step_dir, size_t n);
 // Reads and validates the manifest (no tensors yet).

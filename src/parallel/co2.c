@@ -288,6 +288,49 @@ void co2_finish(CO2 *o) {
     o->m->be->copy(o->m->params, o->anchor, o->P);
 }
 
+// ---------------------------------------------------------------- checkpoint state
+// Unsharded: the outer momentum m(t) and the average Δ̄(t) started at this round end (waited
+// for, not applied). Sharded: everything in flight is drained — applying a landed reduce-scatter
+// early is what the poll hook does anyway, and x only takes the new anchor at the next round
+// end — leaving the slices a(t+1), a(t), m(t+1) and the gathered anchor a(t+1).
+
+static int state_arrays(CO2 *o, float **arrays, size_t *lens, const char **kind) {
+    if (!o->cfg.sharded) {
+        int cur = o->round & 1;
+        arrays[0] = o->mom, arrays[1] = o->delta[cur];
+        lens[0] = lens[1] = o->P;
+        *kind = "co2";
+        return 2;
+    }
+    size_t n = o->hi - o->lo;
+    arrays[0] = o->a_sh, arrays[1] = o->aprev_sh, arrays[2] = o->m_sh, arrays[3] = o->next;
+    lens[0] = lens[1] = lens[2] = n, lens[3] = o->P;
+    *kind = "co2-sharded";
+    return 4;
+}
+
+int co2_state(CO2 *o, const float **arrays, size_t *lens, const char **kind) {
+    if (!o->cfg.sharded) {
+        if (o->round >= 1) wait_avg(o, o->round & 1);
+    } else {
+        if (o->rs_pending) sharded_apply_rs(o, 1);
+        if (o->norm_pending) sharded_apply_norms(o, 1);
+        timed_wait(o, &o->ag);
+    }
+    float *a[CO2_STATE_MAX];
+    int n = state_arrays(o, a, lens, kind);
+    for (int i = 0; i < n; i++)
+        arrays[i] = a[i];
+    return n;
+}
+
+int co2_state_buffers(CO2 *o, int round, float **arrays, size_t *lens, const char **kind) {
+    o->round = round; // every request stays null: the state holds their results
+    return state_arrays(o, arrays, lens, kind);
+}
+
+int co2_rounds(const CO2 *o) { return o->round; }
+
 double co2_exposed(const CO2 *o) { return o->exposed; }
 
 double co2_memory(const CO2 *o) {

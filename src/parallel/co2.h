@@ -39,6 +39,17 @@ void co2_free(CO2 *o);
 void co2_round_end(CO2 *o);
 // After the last round: applies the in-flight average and leaves x = the final anchor.
 void co2_finish(CO2 *o);
+// Checkpointing at a round boundary (right after co2_round_end). co2_state waits for the outer
+// collectives in flight (their results are kept, and applied when the rule applies them) and
+// lists this worker's CO2 arrays: with the parameters (= the anchor a(t) there) and the
+// worker's own AdamW moments they determine the rest of the run. On a fresh CO2 (created from
+// the same anchor), co2_state_buffers(round) lists the same arrays to read into and continues
+// as if round `round` had just ended. `kind` names the layout ("co2" or "co2-sharded").
+// Both return the number of arrays (at most CO2_STATE_MAX); co2_rounds counts rounds ended.
+#define CO2_STATE_MAX 4
+int co2_state(CO2 *o, const float **arrays, size_t *lens, const char **kind);
+int co2_state_buffers(CO2 *o, int round, float **arrays, size_t *lens, const char **kind);
+int co2_rounds(const CO2 *o);
 // Seconds blocked waiting for averages so far (the exposed communication), and rounds done.
 double co2_exposed(const CO2 *o);
 // Bytes CO2 adds per worker (unsharded: anchor, momentum, two Δ buffers; sharded: the x_r

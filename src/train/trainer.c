@@ -66,8 +66,9 @@ typedef struct {
     int has_val;
     int *inputs, *targets;
     Rng rng;
-    char tokenizer_dir[4200]; // data's tokenizer directory, copied into checkpoints
-    const char *resume_dir;   // the step directory resumed from (NULL: a fresh run)
+    char tokenizer_dir[4200];               // data's tokenizer directory, copied into checkpoints
+    const char *resume_dir;                 // the step directory resumed from (NULL: a fresh run)
+    int resume_co2_workers, resume_co2_tau; // the checkpoint's CO2 state (0: none)
 } Trainer;
 
 // Stops the run: the lead rank prints, every rank exits with the same code.
@@ -141,7 +142,26 @@ static char *args_json(const TrainArgs *a) {
     return s;
 }
 
-static int do_save(Trainer *tr, int step) {
+// A CO2 worker's own state, written next to the shards: its outer arrays (co2_state) and its
+// inner AdamW moments, which differ between workers.
+typedef struct {
+    const Trainer *tr;
+    int n;
+    const float *arrays[CO2_STATE_MAX + 2];
+    size_t lens[CO2_STATE_MAX + 2];
+    const char *kind;
+} CO2Files;
+
+static int write_co2_files(const char *step_dir, void *ctx) {
+    const CO2Files *f = ctx;
+    char path[4300];
+    snprintf(path, sizeof path, "%s/co2_%05d.bin", step_dir, f->tr->r);
+    return state_file_write(path, f->kind, f->tr->r, f->tr->N, f->arrays, f->lens, f->n);
+}
+
+// with_co2: a CO2 run at a round boundary (not its end) also saves every worker's CO2 state,
+// so that the resumed run continues exactly.
+static int do_save(Trainer *tr, int step, int with_co2) {
     const TrainArgs *a = tr->a;
     size_t lo, hi;
     dp_owned_range(tr->dp, &lo, &hi);
@@ -153,8 +173,9 @@ static int do_save(Trainer *tr, int step) {
     be->download(m, tr->opt.m, n);
     be->download(v, tr->opt.v, n);
     CkptShard shard = {.lo = lo, .hi = hi, .params = p, .m = m, .v = v};
-    // zero 0: every rank holds the same full state, so only the first writes it
-    int writes = a->zero > 0 || tr->r == 0;
+    // zero 0 (and CO2, whose workers' strategy is unsharded): every rank holds the same full
+    // parameters, so only the first writes them
+    int writes = (a->zero > 0 && !a->co2) || tr->r == 0;
     CkptMeta meta = {.cfg = tr->model.cfg,
                      .step = step,
                      .opt_t = tr->opt.t,
@@ -163,8 +184,25 @@ static int do_save(Trainer *tr, int step) {
                      .data_window = (uint64_t)step * a->grad_accum * tr->N};
     snprintf(meta.tokenizer, sizeof meta.tokenizer, "%s", tr->tokenizer_dir[0] ? "dir" : "");
     meta.train_args = args_json(a);
-    int rc = checkpoint_save(a->save, tr->grid.dp_comm, writes ? &shard : NULL, &meta, save_extras,
-                             tr, a->keep);
+    CO2Files cf = {.tr = tr};
+    float *host[CO2_STATE_MAX] = {0};
+    if (with_co2) { // waits for the average in flight (kept, not applied)
+        const float *dev[CO2_STATE_MAX];
+        int k = co2_state(tr->co2, dev, cf.lens, &cf.kind);
+        for (int i = 0; i < k; i++) {
+            host[i] = xmalloc(cf.lens[i] * sizeof(float) + 1);
+            be->download(host[i], dev[i], cf.lens[i]);
+            cf.arrays[i] = host[i];
+        }
+        cf.arrays[k] = m, cf.arrays[k + 1] = v; // this worker's moments, full length
+        cf.lens[k] = cf.lens[k + 1] = n;
+        cf.n = k + 2;
+        meta.co2_workers = tr->N, meta.co2_tau = a->tau;
+    }
+    int rc = checkpoint_save_with(a->save, tr->grid.dp_comm, writes ? &shard : NULL, &meta,
+                                  save_extras, tr, with_co2 ? write_co2_files : NULL, &cf, a->keep);
+    for (int i = 0; i < CO2_STATE_MAX; i++)
+        free(host[i]);
     free(meta.train_args);
     free(p), free(m), free(v);
     return rc;
@@ -272,6 +310,7 @@ static int setup_model(Trainer *tr, char *resume_dir, size_t n) {
     if (a->resume) {
         if (checkpoint_resolve(a->resume, resume_dir, n) || checkpoint_read_meta(resume_dir, &meta))
             return -1;
+        tr->resume_co2_workers = meta.co2_workers, tr->resume_co2_tau = meta.co2_tau;
         cfg = meta.cfg;
     } else if (a->init) {
         if (init_read_config(a->init, a->heads, &cfg)) return -1;
@@ -338,6 +377,58 @@ static int setup_model(Trainer *tr, char *resume_dir, size_t n) {
         checkpoint_meta_free(&meta);
     }
     return start;
+}
+
+// Resuming under --co2: a checkpoint saved mid-run by CO2 restores every worker's outer state
+// and inner AdamW moments (same worker count, τ and --zero sharding); any other checkpoint
+// (a non-CO2 run, or the end of a CO2 run, whose final anchor has every average applied)
+// starts new CO2 rounds from its weights.
+static int co2_resume(Trainer *tr, int start) {
+    const TrainArgs *a = tr->a;
+    if (tr->resume_co2_workers == 0) {
+        if (tr->lead)
+            fprintf(stderr,
+                    "loom: %s holds no CO2 state (a non-CO2 run, or the end of a CO2 run): new "
+                    "CO2 rounds start from its weights\n",
+                    tr->resume_dir);
+        return 0;
+    }
+    if (tr->resume_co2_workers != tr->N)
+        return loom_fail("%s: holds the CO2 state of %d workers; resume it with --dp %d",
+                         tr->resume_dir, tr->resume_co2_workers, tr->resume_co2_workers);
+    if (tr->resume_co2_tau != a->tau || start % a->tau)
+        return loom_fail("%s: CO2 state saved with --tau %d at step %d; resume it with --tau %d",
+                         tr->resume_dir, tr->resume_co2_tau, start, tr->resume_co2_tau);
+    float *dev[CO2_STATE_MAX], *host[CO2_STATE_MAX + 2];
+    size_t lens[CO2_STATE_MAX + 2];
+    const char *kind;
+    int k = co2_state_buffers(tr->co2, start / a->tau, dev, lens, &kind);
+    size_t P = tr->model.nparams;
+    lens[k] = lens[k + 1] = P;
+    for (int i = 0; i < k + 2; i++)
+        host[i] = xmalloc(lens[i] * sizeof(float) + 1);
+    char path[4300];
+    snprintf(path, sizeof path, "%s/co2_%05d.bin", tr->resume_dir, tr->r);
+    int rc = state_file_read(path, kind, tr->r, tr->N, host, lens, k + 2);
+    if (rc && strstr(loom_errmsg(), "state, '")) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", loom_errmsg());
+        loom_fail("%s (the run that saved it used %s --zero)", why,
+                  strcmp(kind, "co2") ? "no" : "a sharded");
+    }
+    if (rc) { // this worker's own file: say so here (fail() prints on rank 0 only); mpirun
+              // then takes the other workers down
+        fprintf(stderr, "loom: rank %d: %s\n", tr->r, loom_errmsg());
+        fflush(stderr);
+        exit(EXIT_INPUT);
+    }
+    const Backend *be = tr->model.be;
+    for (int i = 0; i < k && !rc; i++)
+        be->upload(dev[i], host[i], lens[i]);
+    if (!rc) be->upload(tr->opt.m, host[k], P), be->upload(tr->opt.v, host[k + 1], P);
+    for (int i = 0; i < k + 2; i++)
+        free(host[i]);
+    return rc;
 }
 
 static void setup_grid(Trainer *tr) {
@@ -595,8 +686,11 @@ int train_run(const TrainArgs *args) {
     if (!a->data) die(EXIT_USAGE, "--data is required (a shard file, directory or glob)");
     if (a->zero < 0 || a->zero > 3) die(EXIT_USAGE, "--zero must be 0, 1, 2 or 3");
     if (a->dump_grads && a->zero >= 2) die(EXIT_USAGE, "--dump-grads needs --zero 0 or 1");
-    if (a->co2 && (a->save || a->resume))
-        die(EXIT_USAGE, "--co2 does not checkpoint yet (--save/--resume); use --export");
+    if (a->co2 && a->save && a->save_every > 0 && a->save_every % a->tau)
+        die(EXIT_USAGE,
+            "--save-every %d: under --co2 checkpoints are taken at round ends, so it must be a "
+            "multiple of --tau %d",
+            a->save_every, a->tau);
     if (a->co2 && a->zero > 2)
         die(EXIT_USAGE, "--co2 composes with --zero 1 or 2 (sharded outer state)");
     if (a->co2 && a->tau < 1) die(EXIT_USAGE, "--tau must be >= 1");
@@ -642,6 +736,7 @@ int train_run(const TrainArgs *args) {
                         .adaptive = !strcmp(a->gap_mode, "adaptive"),
                         .sharded = a->zero > 0};
         tr.co2 = co2_create(&tr.model, tr.grid.dp_comm, &cc);
+        if (tr.resume_dir && co2_resume(&tr, start)) fail(&tr, EXIT_INPUT);
     }
     // CO2: rl[0] collects the current round's losses, rl[1] is the previous round's, in flight
     RoundLosses rl[2] = {{0}};
@@ -765,7 +860,8 @@ int train_run(const TrainArgs *args) {
         if (a->save && a->save_every > 0 && (step + 1) % a->save_every == 0 &&
             step + 1 < a->steps) {
             comm_set_context(step + 1, "checkpoint");
-            if (do_save(&tr, step + 1)) {
+            if (a->co2) round_losses_log(&tr, &pg, &mt, &rl[1], 1); // metrics up to here
+            if (do_save(&tr, step + 1, a->co2)) {
                 progress_end(&pg);
                 if (tr.lead) fprintf(stderr, "loom: checkpoint failed: %s\n", loom_errmsg());
                 rc = EXIT_IO;
@@ -807,7 +903,7 @@ int train_run(const TrainArgs *args) {
                     N, a->zero, 100 * exposed_total / step_total, pb / 1048576, gb / 1048576,
                     ob / 1048576, ru.ru_maxrss / 1024.0);
         }
-        if (a->save && do_save(&tr, a->steps > start ? a->steps : start)) {
+        if (a->save && do_save(&tr, a->steps > start ? a->steps : start, 0)) {
             if (tr.lead) fprintf(stderr, "loom: checkpoint failed: %s\n", loom_errmsg());
             rc = EXIT_IO;
         } else if (a->save && tr.lead) {
