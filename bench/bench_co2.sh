@@ -8,8 +8,8 @@
 #                      [--model small|30m] [--out DIR]
 #                      [--loom PATH] [--no-wait]
 #
-# 2 ranks x 1 thread, model small = L4 H4 C256 V50257 T128 B4 (19.3M params, a 77 MB
-# all-reduce) or 30m = L6 H6 C384 V50257 T256 B4. Per setting and round (order alternates):
+# 2 ranks x 1 thread, model small = L4 H4 C256 V50257 T128 B4 (16.1M params, a 64 MB
+# all-reduce) or 30m = L6 H6 C384 V50257 T256 B4 (30.0M, 120 MB). Per setting and round (order alternates):
 #   co2      --co2 --tau N, N*co2-rounds steps; the first warm-rounds rounds are not timed (the
 #            first outer all-reduce starts at the end of round 1 and is waited for at the end of
 #            round 2; on the slow link that first one was not hidden, see BENCHMARKS.md)
