@@ -7,7 +7,8 @@
 #   * the same with the outer state sharded (--zero 1, 3 workers, constant gap penalty);
 #   * clear errors: a CO2 checkpoint resumed with another worker count, another tau or the other
 #     sharding; --save-every that is not a multiple of --tau; a corrupted worker state file;
-#   * a checkpoint without CO2 state (the end of a CO2 run) starts new rounds from its weights.
+#   * a checkpoint without CO2 state (the end of a CO2 run) starts new rounds from its weights;
+#     a mid-run CO2 checkpoint resumed without --co2 continues as data parallelism, with a note.
 set -eu
 . "$(dirname "$0")/lib.sh"
 command -v mpirun >/dev/null || { echo "SKIP: mpirun not installed"; exit 77; }
@@ -63,3 +64,9 @@ $MPI -np 2 $LOOM train $flags --dp 2 --steps 15 --resume "$d/ck_n2/step_00000012
 grep -q "holds no CO2 state" "$d/more.log"
 [ "$(grep -c '"loss"' "$d/more.jsonl")" = 3 ]
 echo "resumed the final anchor for 3 more steps"
+
+echo "== a CO2 checkpoint resumed without --co2 continues as data parallelism, and says so"
+$MPI -np 2 $LOOM train ${flags/--co2/} --dp 2 --resume "$ck" --metrics "$d/dp.jsonl" > "$d/dp.log" 2>&1
+grep -q "saved mid-run by CO2" "$d/dp.log"
+[ "$(grep -c '"loss"' "$d/dp.jsonl")" = 6 ]
+echo "resumed as DP for steps 7-12"

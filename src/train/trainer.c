@@ -737,6 +737,11 @@ int train_run(const TrainArgs *args) {
                         .sharded = a->zero > 0};
         tr.co2 = co2_create(&tr.model, tr.grid.dp_comm, &cc);
         if (tr.resume_dir && co2_resume(&tr, start)) fail(&tr, EXIT_INPUT);
+    } else if (tr.resume_dir && tr.resume_co2_workers > 0 && tr.lead) {
+        fprintf(stderr,
+                "loom: %s was saved mid-run by CO2; without --co2 training continues from its "
+                "anchor with worker 0's AdamW moments (the average in flight is dropped)\n",
+                tr.resume_dir);
     }
     // CO2: rl[0] collects the current round's losses, rl[1] is the previous round's, in flight
     RoundLosses rl[2] = {{0}};
