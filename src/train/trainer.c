@@ -142,6 +142,21 @@ static char *args_json(const TrainArgs *a) {
     return s;
 }
 
+// The manifest of a checkpoint taken after `step` optimizer steps (train_args is allocated;
+// the caller frees it).
+static CkptMeta ckpt_meta(const Trainer *tr, int step, int opt_t) {
+    const TrainArgs *a = tr->a;
+    CkptMeta meta = {.cfg = tr->model.cfg,
+                     .step = step,
+                     .opt_t = opt_t,
+                     .rng_state = tr->rng.state,
+                     .rng_inc = tr->rng.inc,
+                     .data_window = (uint64_t)step * a->grad_accum * tr->N};
+    snprintf(meta.tokenizer, sizeof meta.tokenizer, "%s", tr->tokenizer_dir[0] ? "dir" : "");
+    meta.train_args = args_json(a);
+    return meta;
+}
+
 // A CO2 worker's own state, written next to the shards: its outer arrays (co2_state) and its
 // inner AdamW moments, which differ between workers.
 typedef struct {
@@ -176,14 +191,7 @@ static int do_save(Trainer *tr, int step, int with_co2) {
     // zero 0 (and CO2, whose workers' strategy is unsharded): every rank holds the same full
     // parameters, so only the first writes them
     int writes = (a->zero > 0 && !a->co2) || tr->r == 0;
-    CkptMeta meta = {.cfg = tr->model.cfg,
-                     .step = step,
-                     .opt_t = tr->opt.t,
-                     .rng_state = tr->rng.state,
-                     .rng_inc = tr->rng.inc,
-                     .data_window = (uint64_t)step * a->grad_accum * tr->N};
-    snprintf(meta.tokenizer, sizeof meta.tokenizer, "%s", tr->tokenizer_dir[0] ? "dir" : "");
-    meta.train_args = args_json(a);
+    CkptMeta meta = ckpt_meta(tr, step, tr->opt.t);
     CO2Files cf = {.tr = tr};
     float *host[CO2_STATE_MAX] = {0};
     if (with_co2) { // waits for the average in flight (kept, not applied)
@@ -518,14 +526,7 @@ static int pipe_save_ckpt(void *ctx, int step, int opt_t, const PipeShard *sh) {
             }
         shard = (CkptShard){sh->lo, sh->hi, host[0], host[1], host[2], host[3]};
     }
-    CkptMeta meta = {.cfg = tr->model.cfg,
-                     .step = step,
-                     .opt_t = opt_t,
-                     .rng_state = tr->rng.state,
-                     .rng_inc = tr->rng.inc,
-                     .data_window = (uint64_t)step * a->grad_accum * tr->N};
-    snprintf(meta.tokenizer, sizeof meta.tokenizer, "%s", tr->tokenizer_dir[0] ? "dir" : "");
-    meta.train_args = args_json(a);
+    CkptMeta meta = ckpt_meta(tr, step, opt_t);
     int rc =
         checkpoint_save(a->save, tr->world, sh ? &shard : NULL, &meta, save_extras, tr, a->keep);
     free(meta.train_args);
