@@ -119,6 +119,7 @@ static int rank0_commit(const char *dir, const char *name, const char *part, con
         cJSON *co2 = cJSON_AddObjectToObject(j, "co2");
         cJSON_AddNumberToObject(co2, "workers", meta->co2_workers);
         cJSON_AddNumberToObject(co2, "tau", meta->co2_tau);
+        cJSON_AddNumberToObject(co2, "sharded", meta->co2_sharded);
     }
     cJSON *shards = cJSON_AddArrayToObject(j, "shards");
     for (int q = 0; q < nranks; q++) {
@@ -280,7 +281,8 @@ int checkpoint_read_meta(const char *step_dir, CkptMeta *meta) {
         if (a) meta->train_args = cJSON_PrintUnformatted(a);
         cJSON *co2 = cJSON_GetObjectItemCaseSensitive(j, "co2");
         if (co2 && (get_int(co2, "workers", &meta->co2_workers, path) ||
-                    get_int(co2, "tau", &meta->co2_tau, path)))
+                    get_int(co2, "tau", &meta->co2_tau, path) ||
+                    get_int(co2, "sharded", &meta->co2_sharded, path)))
             rc = -1;
         else if (co2 && (meta->co2_workers < 1 || meta->co2_tau < 1))
             rc = loom_fail("%s: bad 'co2' entry", path);

@@ -66,9 +66,9 @@ typedef struct {
     int has_val;
     int *inputs, *targets;
     Rng rng;
-    char tokenizer_dir[4200];               // data's tokenizer directory, copied into checkpoints
-    const char *resume_dir;                 // the step directory resumed from (NULL: a fresh run)
-    int resume_co2_workers, resume_co2_tau; // the checkpoint's CO2 state (0: none)
+    char tokenizer_dir[4200]; // data's tokenizer directory, copied into checkpoints
+    const char *resume_dir;   // the step directory resumed from (NULL: a fresh run)
+    int resume_co2_workers, resume_co2_tau, resume_co2_sharded; // its CO2 state (0: none)
 } Trainer;
 
 // Stops the run: the lead rank prints, every rank exits with the same code.
@@ -205,7 +205,7 @@ static int do_save(Trainer *tr, int step, int with_co2) {
         cf.arrays[k] = m, cf.arrays[k + 1] = v; // this worker's moments, full length
         cf.lens[k] = cf.lens[k + 1] = n;
         cf.n = k + 2;
-        meta.co2_workers = tr->N, meta.co2_tau = a->tau;
+        meta.co2_workers = tr->N, meta.co2_tau = a->tau, meta.co2_sharded = a->zero > 0;
     }
     int rc = checkpoint_save_with(a->save, tr->grid.dp_comm, writes ? &shard : NULL, &meta,
                                   save_extras, tr, with_co2 ? write_co2_files : NULL, &cf, a->keep);
@@ -319,6 +319,7 @@ static int setup_model(Trainer *tr, char *resume_dir, size_t n) {
         if (checkpoint_resolve(a->resume, resume_dir, n) || checkpoint_read_meta(resume_dir, &meta))
             return -1;
         tr->resume_co2_workers = meta.co2_workers, tr->resume_co2_tau = meta.co2_tau;
+        tr->resume_co2_sharded = meta.co2_sharded;
         cfg = meta.cfg;
     } else if (a->init) {
         if (init_read_config(a->init, a->heads, &cfg)) return -1;
@@ -407,6 +408,13 @@ static int co2_resume(Trainer *tr, int start) {
     if (tr->resume_co2_tau != a->tau || start % a->tau)
         return loom_fail("%s: CO2 state saved with --tau %d at step %d; resume it with --tau %d",
                          tr->resume_dir, tr->resume_co2_tau, start, tr->resume_co2_tau);
+    if (tr->resume_co2_sharded != (a->zero > 0))
+        return loom_fail("%s: CO2 state saved %s --zero ('%s'), this run needs '%s'; resume it %s "
+                         "--zero",
+                         tr->resume_dir, tr->resume_co2_sharded ? "with" : "without",
+                         tr->resume_co2_sharded ? "co2-sharded" : "co2",
+                         tr->resume_co2_sharded ? "co2" : "co2-sharded",
+                         tr->resume_co2_sharded ? "with" : "without");
     float *dev[CO2_STATE_MAX], *host[CO2_STATE_MAX + 2];
     size_t lens[CO2_STATE_MAX + 2];
     const char *kind;
@@ -417,26 +425,20 @@ static int co2_resume(Trainer *tr, int start) {
         host[i] = xmalloc(lens[i] * sizeof(float) + 1);
     char path[4300];
     snprintf(path, sizeof path, "%s/co2_%05d.bin", tr->resume_dir, tr->r);
-    int rc = state_file_read(path, kind, tr->r, tr->N, host, lens, k + 2);
-    if (rc && strstr(loom_errmsg(), "state, '")) {
-        char why[1024];
-        snprintf(why, sizeof why, "%s", loom_errmsg());
-        loom_fail("%s (the run that saved it used %s --zero)", why,
-                  strcmp(kind, "co2") ? "no" : "a sharded");
-    }
-    if (rc) { // this worker's own file: say so here (fail() prints on rank 0 only); mpirun
-              // then takes the other workers down
+    if (state_file_read(path, kind, tr->r, tr->N, host, lens, k + 2)) {
+        // this worker's own file: say so here (fail() prints on rank 0 only); mpirun then
+        // takes the other workers down
         fprintf(stderr, "loom: rank %d: %s\n", tr->r, loom_errmsg());
         fflush(stderr);
         exit(EXIT_INPUT);
     }
     const Backend *be = tr->model.be;
-    for (int i = 0; i < k && !rc; i++)
+    for (int i = 0; i < k; i++)
         be->upload(dev[i], host[i], lens[i]);
-    if (!rc) be->upload(tr->opt.m, host[k], P), be->upload(tr->opt.v, host[k + 1], P);
+    be->upload(tr->opt.m, host[k], P), be->upload(tr->opt.v, host[k + 1], P);
     for (int i = 0; i < k + 2; i++)
         free(host[i]);
-    return rc;
+    return 0;
 }
 
 static void setup_grid(Trainer *tr) {
