@@ -6,6 +6,7 @@
 #                        [--lr X (1e-3)] [--warmup N (20)] [--sweep "TAU:ALPHA:BETA:MODE,..."]
 #                        [--seeds S1,S2 (1337)] [--only dp,co2,sweep,pp] [--out DIR]
 #                        [--img DIR (docs/img)] [--loom PATH] [--no-wait]
+#                        [--pp-accum K (4)] [--extra "FLAGS" (added to every run)]
 #
 # Model L4 H4 C128 V256 T128 (block 128), cosine schedule to lr/10; every run of one seed has the
 # same initial weights and data order. Token budget per optimizer step: 2 x 8 x 128 = 2048:
@@ -14,7 +15,8 @@
 #                  code's values), batch 8 per worker
 #   co2_adaptive   the same with --gap-mode adaptive (loom's default)
 #   co2_tau*_a*_b*_MODE  the --sweep settings (MODE constant or adaptive)
-#   pp2_1f1b       --pp 2 --grad-accum 4 --batch 4 --schedule 1f1b (global batch 16 x 128 as dp)
+#   pp2_1f1b       --pp 2 --grad-accum 4 --batch 4 --schedule 1f1b (global batch 16 x 128 as dp;
+#                  --pp-accum K makes it 4K x 128, which dp does not follow)
 #   pp2_2bw        the same with --schedule 2bw
 # Validation every --val-every steps (a multiple of every τ, so CO2 is evaluated on its anchor
 # right after a round) and at the end (CO2: the final anchor). With several --seeds the table
@@ -28,6 +30,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 STEPS=300; VAL_EVERY=48; VAL_WIN=32; LR=1e-3; WARMUP=20; SEEDS=1337
 SWEEP="12:1:0.2:constant,12:1:0:constant,12:1:0.2:adaptive,6:1:0.2:adaptive,24:1:0.2:adaptive"
 ONLY="dp,co2,sweep,pp"; OUT=""; IMG="$ROOT/docs/img"; LOOM="$ROOT/loom"; WAIT=1; PY=/usr/bin/python3
+PP_ACCUM=4; EXTRA=""
 usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -43,6 +46,8 @@ while [ $# -gt 0 ]; do
         --img) IMG="$2"; shift 2 ;;
         --loom) LOOM="$2"; shift 2 ;;
         --no-wait) WAIT=0; shift ;;
+        --pp-accum) PP_ACCUM="$2"; shift 2 ;;
+        --extra) EXTRA="$2"; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) echo "convergence.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
@@ -70,12 +75,14 @@ fi
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "loom_git: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (dirty tree)')"
     echo "corpus: $(cat "$DATA/meta.json" 2>/dev/null | tr -d '\n' | cut -c1-200)"
-    echo "invocation: $0 --steps $STEPS --val-every $VAL_EVERY --val-windows $VAL_WIN --lr $LR --warmup $WARMUP --sweep $SWEEP --seeds $SEEDS --only $ONLY"
+    echo "invocation: $0 --steps $STEPS --val-every $VAL_EVERY --val-windows $VAL_WIN --lr $LR --warmup $WARMUP --sweep $SWEEP --seeds $SEEDS --only $ONLY --pp-accum $PP_ACCUM --extra '$EXTRA'"
 } | tee "$OUT/machine.txt"
 
 COMMON=(--data "$DATA/train_*.bin" --val-data "$DATA/val_*.bin" --layers 4 --heads 4 --dim 128 --vocab 256
         --block-size 128 --seq 128 --steps "$STEPS" --lr "$LR" --warmup "$WARMUP" --lr-schedule cosine
         --min-lr "$(awk -v l="$LR" 'BEGIN{print l/10}')" --threads 1 --progress off --val-windows "$VAL_WIN")
+read -r -a EXTRA_ARGS <<<"$EXTRA"
+COMMON+=("${EXTRA_ARGS[@]}")
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
 
 run() {  # NAME FLAGS... (for each seed: curves/NAME.jsonl for the first, NAME@SEED.jsonl after)
@@ -117,8 +124,8 @@ if has sweep; then
     done
 fi
 if has pp; then
-    run pp2_1f1b --pp 2 --grad-accum 4 --batch 4 --schedule 1f1b --val-every "$VAL_EVERY"
-    run pp2_2bw --pp 2 --grad-accum 4 --batch 4 --schedule 2bw --val-every "$VAL_EVERY"
+    run pp2_1f1b --pp 2 --grad-accum "$PP_ACCUM" --batch 4 --schedule 1f1b --val-every "$VAL_EVERY"
+    run pp2_2bw --pp 2 --grad-accum "$PP_ACCUM" --batch 4 --schedule 2bw --val-every "$VAL_EVERY"
 fi
 echo "total: $((SECONDS - START)) s" | tee -a "$OUT/machine.txt"
 

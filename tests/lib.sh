@@ -28,3 +28,11 @@ expect_fail() {
     fi
     echo "ok ($rc): $out"
 }
+# MPI: how the tests launch ranks on one machine (every transport, no core binding, more ranks
+# than cores allowed). need_mpi: skip the test (exit 77) without mpirun, else let root launch
+# and give each rank one OpenMP thread.
+MPI="mpirun --oversubscribe --bind-to none --mca btl self,vader,tcp"
+need_mpi() {
+    command -v mpirun >/dev/null || { echo "SKIP: mpirun not installed"; exit 77; }
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+}

@@ -17,10 +17,8 @@
 # asan: skip
 set -eu
 . "$(dirname "$0")/lib.sh"
-command -v mpirun >/dev/null || { echo "SKIP: mpirun not installed"; exit 77; }
+need_mpi
 $PY -c "import torch" 2>/dev/null || { echo "SKIP: python3-torch not installed"; exit 77; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-MPI="mpirun --oversubscribe --bind-to none --mca btl self,vader,tcp"
 PEER=${LOOM_PEER:-$(dirname "$0")/../../shared/peer/torch_gpt.py}
 REF="$PY $(dirname "$0")/torch_ref.py"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT

@@ -11,9 +11,7 @@
 #     a mid-run CO2 checkpoint resumed without --co2 continues as data parallelism, with a note.
 set -eu
 . "$(dirname "$0")/lib.sh"
-command -v mpirun >/dev/null || { echo "SKIP: mpirun not installed"; exit 77; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-MPI="mpirun --oversubscribe --bind-to none --mca btl self,vader,tcp"
+need_mpi
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 mkshard "$d/d.bin" 64 60000 3
 flags="--data $d/d.bin --layers 2 --heads 2 --dim 32 --vocab 64 --block-size 32 --batch 2 --seq 16

@@ -11,9 +11,7 @@
 # asan: skip
 set -eu
 . "$(dirname "$0")/lib.sh"
-command -v mpirun >/dev/null || { echo "SKIP: mpirun not installed"; exit 77; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-MPI="mpirun --oversubscribe --bind-to none --mca btl self,vader,tcp"
+need_mpi
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 mkshard "$d/d.bin" 256 200000 5
 flags="--data $d/d.bin --layers 2 --heads 4 --dim 128 --vocab 256 --block-size 64 --batch 4

@@ -6,9 +6,7 @@
 # 1 rank → 4 ranks ZeRO-3, continue the uninterrupted trajectory (losses within 1e-5).
 set -eu
 . "$(dirname "$0")/lib.sh"
-command -v mpirun >/dev/null || { echo "SKIP: mpirun not installed"; exit 77; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-MPI="mpirun --oversubscribe --bind-to none --mca btl self,vader,tcp"
+need_mpi
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 mkshard "$d/train.bin" 64 60000 3
 REF="$PY $(dirname "$0")/torch_ref.py compare-losses"

@@ -9,9 +9,7 @@
 #     operation, communicator and step it waits on, and aborts the job.
 set -eu
 . "$(dirname "$0")/lib.sh"
-command -v mpirun >/dev/null || { echo "SKIP: mpirun not installed"; exit 77; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-MPI="mpirun --oversubscribe --bind-to none --mca btl self,vader,tcp"
+need_mpi
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 mkshard "$d/train.bin" 64 60000 3
 flags="--data $d/train.bin --layers 2 --heads 2 --dim 32 --vocab 64 --block-size 32 --batch 2
