@@ -107,38 +107,80 @@ char *read_file(const char *path, size_t *len) {
     return buf;
 }
 
-int write_file_atomic(const char *path, const void *data, size_t len) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) return loom_fail("%s: cannot create: %s", tmp, strerror(errno));
-    const char *p = data;
-    size_t left = len;
-    while (left) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            close(fd);
-            unlink(tmp);
-            return loom_fail("%s: write failed: %s", tmp, strerror(errno));
-        }
-        p += w;
-        left -= (size_t)w;
+int aout_open(AtomicOut *o, const char *path) {
+    memset(o, 0, sizeof *o);
+    if (strlen(path) >= sizeof o->path) return loom_fail("%s: path too long", path);
+    snprintf(o->path, sizeof o->path, "%s", path);
+    snprintf(o->tmp, sizeof o->tmp, "%s.tmp.%d", path, (int)getpid());
+    o->fp = fopen(o->tmp, "wb");
+    if (!o->fp) {
+        o->failed = 1;
+        return loom_fail("%s: cannot create %s: %s", path, o->tmp, strerror(errno));
     }
-    if (fsync(fd) || close(fd)) {
-        unlink(tmp);
-        return loom_fail("%s: fsync failed: %s", tmp, strerror(errno));
+    return 0;
+}
+
+int aout_write(AtomicOut *o, const void *data, size_t n) {
+    if (o->failed) return -1;
+    if (n && fwrite(data, 1, n, o->fp) != n) {
+        o->failed = 1;
+        return loom_fail("%s: write failed: %s", o->path, strerror(errno));
     }
-    if (rename(tmp, path)) {
-        unlink(tmp);
-        return loom_fail("%s: rename failed: %s", path, strerror(errno));
+    return 0;
+}
+
+int aout_write_zeros(AtomicOut *o, size_t n) {
+    static const uint8_t zeros[4096];
+    while (n && !o->failed) {
+        size_t k = n < sizeof zeros ? n : sizeof zeros;
+        aout_write(o, zeros, k);
+        n -= k;
     }
-    char dirbuf[4096];
-    snprintf(dirbuf, sizeof dirbuf, "%s", path);
-    int dfd = open(dirname(dirbuf), O_RDONLY | O_DIRECTORY);
+    return o->failed ? -1 : 0;
+}
+
+void aout_abort(AtomicOut *o) {
+    if (o->fp) fclose(o->fp);
+    o->fp = NULL;
+    if (o->tmp[0]) unlink(o->tmp);
+    o->failed = 1;
+}
+
+int aout_commit(AtomicOut *o) {
+    if (o->failed || !o->fp) {
+        aout_abort(o);
+        return -1;
+    }
+    if (fflush(o->fp) || fsync(fileno(o->fp))) {
+        int e = errno;
+        aout_abort(o);
+        return loom_fail("%s: write failed: %s", o->path, strerror(e));
+    }
+    int rc = fclose(o->fp);
+    o->fp = NULL;
+    if (rc) {
+        int e = errno;
+        aout_abort(o);
+        return loom_fail("%s: write failed: %s", o->path, strerror(e));
+    }
+    if (rename(o->tmp, o->path)) {
+        int e = errno;
+        aout_abort(o);
+        return loom_fail("%s: cannot rename %s into place: %s", o->path, o->tmp, strerror(e));
+    }
+    char dir[sizeof o->path];
+    snprintf(dir, sizeof dir, "%s", o->path);
+    int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY);
     if (dfd >= 0) {
         fsync(dfd);
         close(dfd);
     }
     return 0;
+}
+
+int write_file_atomic(const char *path, const void *data, size_t len) {
+    AtomicOut o;
+    if (aout_open(&o, path)) return -1;
+    aout_write(&o, data, len);
+    return aout_commit(&o);
 }

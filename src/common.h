@@ -23,8 +23,33 @@ void *xcalloc(size_t n, size_t size);
 float *xalloc_floats(size_t n);
 
 double now_sec(void);
+// The intersection of [a, b) and [lo, hi): its start in *start and its length (0 when empty).
+static inline size_t range_isect(size_t a, size_t b, size_t lo, size_t hi, size_t *start) {
+    size_t s = a > lo ? a : lo, e = b < hi ? b : hi;
+    *start = s;
+    return e > s ? e - s : 0;
+}
 uint32_t crc32_update(uint32_t crc, const void *data, size_t n);
 // Read a whole file; returns NULL and records an error on failure.
 char *read_file(const char *path, size_t *len);
 // Write a file atomically: path.tmp, fsync, rename, fsync of the directory.
 int write_file_atomic(const char *path, const void *data, size_t len);
+// A file written to "<path>.tmp.<pid>" and renamed over path only by aout_commit, so the
+// destination never holds a partial file. After the first failed write every later call is a
+// no-op that returns -1, so callers may check only the final aout_commit.
+typedef struct {
+    FILE *fp;
+    int failed;
+    char path[4096];
+    char tmp[4096 + 32];
+} AtomicOut;
+
+int aout_open(AtomicOut *o, const char *path);
+int aout_write(AtomicOut *o, const void *data, size_t n);
+// Writes n zero bytes.
+int aout_write_zeros(AtomicOut *o, size_t n);
+// Flush, fsync, rename over the destination, fsync the directory. Removes the temporary file
+// on failure (and when an earlier write failed, keeping that write's error message).
+int aout_commit(AtomicOut *o);
+// Gives up: closes and removes the temporary file; the destination is untouched.
+void aout_abort(AtomicOut *o);

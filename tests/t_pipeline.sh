@@ -95,14 +95,17 @@ $MPI -np 4 $LOOM train --init "$d/w.safetensors" --data "$d/d.bin" ${common/--gr
     --export "$d/bw4.safetensors" --progress off 2>/dev/null
 echo "2bw dp 2 x pp 2: $($REF compare-losses "$d/bw4.jsonl" "$d/bw_ref4.jsonl" --tol 2e-4 | tail -1)"
 $REF compare-losses "$d/bw4.jsonl" "$d/bw_ref4.jsonl" --tol 2e-4 > /dev/null
-$REF compare-st "$d/bw4.safetensors" "$d/bw_ref4.safetensors" --tol 1e-4
+# (weights within 2e-4 with replicas: the dp all-reduce sums in another order than the peer's
+# single process, and AdamW's m/sqrt(v) magnifies last-bit differences of near-zero gradients;
+# measured 1.0e-4 on an x86-64 host at 4198533, before any change to the reductions)
+$REF compare-st "$d/bw4.safetensors" "$d/bw_ref4.safetensors" --tol 2e-4
 # (the background reductions in chunks of 1000 floats: many chunks, a ragged last one)
 LOOM_PIPE_CHUNK=1000 $MPI -np 4 -x LOOM_PIPE_CHUNK $LOOM train --init "$d/w.safetensors" --data "$d/d.bin" \
     ${common/--grad-accum 4/--grad-accum 2} --lr-schedule constant --dp 2 --pp 2 --schedule 2bw \
     --zero 1 --metrics "$d/bw4z.jsonl" --export "$d/bw4z.safetensors" --progress off 2>/dev/null
 echo "2bw dp 2 x pp 2 zero 1: $($REF compare-losses "$d/bw4z.jsonl" "$d/bw_ref4.jsonl" --tol 2e-4 | tail -1)"
 $REF compare-losses "$d/bw4z.jsonl" "$d/bw_ref4.jsonl" --tol 2e-4 > /dev/null
-$REF compare-st "$d/bw4z.safetensors" "$d/bw_ref4.safetensors" --tol 1e-4
+$REF compare-st "$d/bw4z.safetensors" "$d/bw_ref4.safetensors" --tol 2e-4
 # validation points drain the 2bw stream; the training losses must not change
 $MPI -np 2 $LOOM train --init "$d/w.safetensors" --data "$d/d.bin" $common --lr-schedule constant \
     --pp 2 --schedule 2bw --val-data "$d/d.bin" --val-every 3 --metrics "$d/bwv.jsonl" --progress off 2>/dev/null

@@ -6,7 +6,7 @@
 
 #include "../src/common.h"
 #include "../src/data/shard.h"
-#include "../src/train/optim.h"
+#include "../src/optim/optim.h"
 #include "test.h"
 
 static char dir[64];

@@ -22,6 +22,15 @@ typedef struct Backend {
     void (*scale)(float *x, float s, size_t n);
     double (*sumsq)(const float *x, size_t n);   // Σ x² in double
     int (*all_finite)(const float *x, size_t n); // 1 when no NaN/inf
+    // out[k] = Σ x² over x[k·chunk, min(n, (k+1)·chunk)) in double, each chunk summed in a
+    // fixed order (so the value does not depend on the thread count or on who computes it)
+    void (*sumsq_chunks)(const float *x, size_t n, size_t chunk, double *out);
+    // element-wise vector ops for the strategies (CO2's outer step, ZeRO's shard sums)
+    void (*axpby)(float *y, float a, const float *x, float b, size_t n); // y = a·x + b·y
+    // out = (a − b)·s (out may be a or b)
+    void (*sub_scaled)(float *out, const float *a, const float *b, float s, size_t n);
+    void (*copy_scaled)(float *dst, const float *src, float s, size_t n); // dst = s·src
+    void (*clamp)(float *x, float lo, float hi, size_t n);                // x = min(max(x,lo),hi)
 
     // ---- kernels
     // out (B,T,C) = wte[inp] + wpe[t]
@@ -68,6 +77,10 @@ typedef struct Backend {
                   float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t);
 } Backend;
 
+// The one place a backend is chosen: "cpu" (a CUDA build adds "cuda"). threads: CPU threads
+// for OpenMP and BLAS (0 = leave the default). NULL, with loom_errmsg naming --device, when the
+// device is unknown or not built in.
+const Backend *backend_select(const char *device, int threads);
+// The backends themselves (called only by backend_select).
 const Backend *backend_cpu(void);
-// Threads used by the CPU backend (OpenMP and BLAS). 0 = leave the default.
 void backend_cpu_set_threads(int n);

@@ -73,6 +73,38 @@ static double cpu_sumsq(const float *x, size_t n) {
         acc += part[k];
     return acc;
 }
+static void cpu_sumsq_chunks(const float *x, size_t n, size_t chunk, double *out) {
+    size_t nk = (n + chunk - 1) / chunk;
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (size_t k = 0; k < nk; k++) {
+        size_t i0 = k * chunk, i1 = i0 + chunk < n ? i0 + chunk : n;
+        double acc = 0.0;
+#pragma omp simd reduction(+ : acc)
+        for (size_t i = i0; i < i1; i++)
+            acc += (double)x[i] * x[i];
+        out[k] = acc;
+    }
+}
+static void cpu_axpby(float *y, float a, const float *x, float b, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++)
+        y[i] = a * x[i] + b * y[i];
+}
+static void cpu_sub_scaled(float *out, const float *a, const float *b, float s, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++)
+        out[i] = (a[i] - b[i]) * s;
+}
+static void cpu_copy_scaled(float *dst, const float *src, float s, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++)
+        dst[i] = src[i] * s;
+}
+static void cpu_clamp(float *x, float lo, float hi, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++)
+        x[i] = x[i] < lo ? lo : x[i] > hi ? hi : x[i];
+}
 static int cpu_all_finite(const float *x, size_t n) {
     int bad = 0;
 #pragma omp parallel for reduction(| : bad) schedule(static) if (n > 65536)
@@ -417,6 +449,11 @@ static const Backend CPU = {
     .scale = cpu_scale,
     .sumsq = cpu_sumsq,
     .all_finite = cpu_all_finite,
+    .sumsq_chunks = cpu_sumsq_chunks,
+    .axpby = cpu_axpby,
+    .sub_scaled = cpu_sub_scaled,
+    .copy_scaled = cpu_copy_scaled,
+    .clamp = cpu_clamp,
     .encoder_forward = cpu_encoder_forward,
     .encoder_backward = cpu_encoder_backward,
     .layernorm_forward = cpu_layernorm_forward,

@@ -28,7 +28,8 @@ int cmd_export(int argc, char **argv) {
     if (rc) die(EXIT_USAGE, "export: %s", loom_errmsg());
     if (npos != 1 || !out) die(EXIT_USAGE, "usage: loom export CHECKPOINT -o OUT.safetensors");
     GPT m;
-    if (model_open(&m, backend_cpu(), pos[0], heads, NULL, 0)) die_last(EXIT_INPUT);
+    const Backend *be = backend_select("cpu", 0);
+    if (!be || model_open(&m, be, pos[0], heads, NULL, 0)) die_last(EXIT_INPUT);
     if (gpt_save_weights_file(&m, out)) die_last(EXIT_IO);
     fprintf(stderr, "loom: wrote %s (%.2fM parameters)\n", out, m.nparams / 1e6);
     gpt_free(&m);

@@ -47,6 +47,7 @@ static int write_json(const char *path, const Plan *pl, int n) {
 
 int cmd_plan(int argc, char **argv) {
     int layers = 6, heads = 6, dim = 384, vocab = 50257, block = 256, seq = 256, workers = 2;
+    char *device = "cpu";
     int gbatch = 8, threads = 1, maxb = 8, top = 5, node_size = 1, cpu_group = 0, cores = 0;
     float mem_gb = 8.f, bw_gbps = 1.f, intra_gbps = 40.f, lat_ms = 0.1f, bucket_mb = 25.f;
     float probe_mb = 8.f;
@@ -81,6 +82,7 @@ int cmd_plan(int argc, char **argv) {
          1e-3, 1e4},
         {"global-batch", OPT_INT, &gbatch, "sequences per optimizer step", NULL, 1, 1 << 24},
         {"threads", OPT_INT, &threads, "threads per worker when profiling", NULL, 1, 4096},
+        {"device", OPT_STR, &device, "backend to profile: cpu", NULL, 0, 0},
         {"max-micro-batch", OPT_INT, &maxb, "largest micro-batch to profile (powers of two)", NULL,
          1, 4096},
         {"profile", OPT_STR, &prof_in, "read this saved profile instead of measuring", NULL, 0, 0},
@@ -107,10 +109,11 @@ int cmd_plan(int argc, char **argv) {
         GPTConfig cfg = {.L = layers, .H = heads, .C = dim, .V = vocab, .maxT = block};
         if (init && init_read_config(init, 0, &cfg)) die_last(EXIT_INPUT);
         if (gpt_config_check(&cfg)) die_last(EXIT_USAGE);
-        backend_cpu_set_threads(threads);
+        const Backend *be = backend_select(device, threads);
+        if (!be) die_last(EXIT_USAGE);
         fprintf(stderr, "loom: profiling L%d H%d C%d V%d at T %d, %d thread(s)...\n", cfg.L, cfg.H,
                 cfg.C, cfg.V, seq, threads);
-        if (profile_measure(&prof, &cfg, seq, maxb, threads)) die_last(EXIT_USAGE);
+        if (profile_measure(&prof, be, &cfg, seq, maxb, threads)) die_last(EXIT_USAGE);
         if (prof_out && profile_save(&prof, prof_out)) die_last(EXIT_IO);
     }
     PlanInput in;

@@ -70,6 +70,7 @@ static int parse_tokens(const char *s, TokenList *out, int V) {
 }
 
 int cmd_sample(int argc, char **argv) {
+    char *device = "cpu";
     char *ckpt = NULL, *prompt = NULL, *prompt_tokens = NULL, *tok_dir = NULL, *dump = NULL;
     int heads = 0, ntokens = 200, top_k = 40, seed = 1337, threads = 0;
     float temperature = 0.8f;
@@ -87,6 +88,7 @@ int cmd_sample(int argc, char **argv) {
          0},
         {"heads", OPT_INT, &heads, "head count for weights files without n_head", NULL, 0, 1024},
         {"threads", OPT_INT, &threads, "CPU threads (0 = all cores)", NULL, 0, 4096},
+        {"device", OPT_STR, &device, "backend: cpu", NULL, 0, 0},
         {"dump-logits", OPT_STR, &dump, "write the prompt's logits (T,V) as raw float32 and exit",
          NULL, 0, 0},
     };
@@ -96,10 +98,11 @@ int cmd_sample(int argc, char **argv) {
     if (rc == 1) return 0;
     if (rc) die(EXIT_USAGE, "sample: %s", loom_errmsg());
     if (!ckpt) die(EXIT_USAGE, "sample: --ckpt is required");
-    backend_cpu_set_threads(threads);
+    const Backend *be = backend_select(device, threads);
+    if (!be) die_last(EXIT_USAGE);
     GPT m;
     char step_dir[4096];
-    if (model_open(&m, backend_cpu(), ckpt, heads, step_dir, sizeof step_dir)) die_last(EXIT_INPUT);
+    if (model_open(&m, be, ckpt, heads, step_dir, sizeof step_dir)) die_last(EXIT_INPUT);
     int V = m.cfg.V, maxT = m.cfg.maxT;
 
     Tokenizer *tok = NULL;
@@ -135,19 +138,23 @@ int cmd_sample(int argc, char **argv) {
             die(EXIT_USAGE, "prompt longer than the model's block size %d", maxT);
         ws.T = (int)ctx.n;
         gpt_forward(&m, &ws, ctx.ids, NULL);
-        float *logits = workspace_probs(&ws, &m);
-        if (write_file_atomic(dump, logits, ctx.n * (size_t)V * sizeof(float))) die_last(EXIT_IO);
+        size_t nl = ctx.n * (size_t)V;
+        float *logits = xmalloc(nl * sizeof(float));
+        be->download(logits, workspace_probs(&ws, &m), nl); // backend memory → host
+        if (write_file_atomic(dump, logits, nl * sizeof(float))) die_last(EXIT_IO);
+        free(logits);
         return 0;
     }
     if (!tok) die(EXIT_INPUT, "no tokenizer to decode with (pass --tokenizer DIR)");
     Rng rng;
     rng_seed(&rng, (uint64_t)seed, 3);
     if (prompt) fputs(prompt, stdout);
+    float *logits = xmalloc((size_t)V * sizeof(float)); // the last position's, on the host
     for (int i = 0; i < ntokens; i++) {
         int T = (int)ctx.n < maxT ? (int)ctx.n : maxT;
         ws.T = T; // a workspace runs any T up to the one it was created for
         gpt_forward(&m, &ws, ctx.ids + ctx.n - T, NULL);
-        const float *logits = workspace_probs(&ws, &m) + (size_t)(T - 1) * V;
+        be->download(logits, workspace_probs(&ws, &m) + (size_t)(T - 1) * V, (size_t)V);
         int next = sample_token(logits, V, temperature, top_k, &rng);
         token_list_push(&ctx, next);
         if (tok && next == tokenizer_eot(tok)) break;
@@ -157,6 +164,7 @@ int cmd_sample(int argc, char **argv) {
         fflush(stdout);
     }
     fputc('\n', stdout);
+    free(logits);
     token_list_free(&ctx);
     workspace_free(&ws, &m);
     tokenizer_close(tok);

@@ -45,6 +45,7 @@ int cmd_train(int argc, char **argv) {
          0},
         {"threads", OPT_INT, &a.threads, "CPU threads for OpenMP and BLAS (0 = all cores)", NULL, 0,
          4096},
+        {"device", OPT_STR, &a.device, "backend: cpu (cuda in a CUDA build)", NULL, 0, 0},
         {"recompute", OPT_FLAG, &a.recompute,
          "recompute each layer's forward during backward (less memory)", NULL, 0, 0},
         {"metrics", OPT_STR, &a.metrics, "write one JSON line per step to this file", NULL, 0, 0},

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "../common.h"
+#include "../testhooks.h"
 
 static int fsync_dir(const char *dir) {
     int fd = open(dir, O_RDONLY | O_DIRECTORY);
@@ -86,14 +87,24 @@ static int write_shard(const char *path, const CkptShard *sh, uint32_t *crc) {
     return rc;
 }
 
-static int rank0_commit(const char *dir, const char *name, const char *part, const char *final,
-                        const CkptMeta *meta, const double *info, int nranks, CkptExtraFn extra,
-                        void *extra_ctx, int keep) {
-    char path[4200], buf[64];
-    if (extra && extra(part, extra_ctx)) return -1;
-    // Test hook: LOOM_FAULT_SAVE=1 fails here, as a crash mid-save would, to prove that the
-    // previous checkpoint stays intact and `latest` still points at it.
-    if (getenv("LOOM_FAULT_SAVE")) return loom_fail("%s: injected fault (LOOM_FAULT_SAVE)", part);
+int ckpt_begin(const char *dir, int step, char *part, size_t n) {
+    if (mkdir(dir, 0755) && errno != EEXIST)
+        return loom_fail("%s: cannot create checkpoint directory: %s", dir, strerror(errno));
+    snprintf(part, n, "%s/step_%08d.partial", dir, step);
+    rm_rf(part);
+    if (mkdir(part, 0755)) return loom_fail("%s: cannot create: %s", part, strerror(errno));
+    return 0;
+}
+
+int ckpt_write_shard(const char *part, int rank, const CkptShard *sh, CkptShardInfo *info) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/shard_%05d.bin", part, rank);
+    *info = (CkptShardInfo){.written = 1, .lo = sh->lo, .hi = sh->hi, .arrays = sh->prev ? 4 : 3};
+    return write_shard(path, sh, &info->crc);
+}
+
+static cJSON *manifest_json(const CkptMeta *meta, const CkptShardInfo *info, int n) {
+    char buf[64];
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "format", "loom-checkpoint-2");
     cJSON *c = cJSON_AddObjectToObject(j, "model");
@@ -122,19 +133,32 @@ static int rank0_commit(const char *dir, const char *name, const char *part, con
         cJSON_AddNumberToObject(co2, "sharded", meta->co2_sharded);
     }
     cJSON *shards = cJSON_AddArrayToObject(j, "shards");
-    for (int q = 0; q < nranks; q++) {
-        const double *e = info + 5 * q; // written?, lo, hi, crc, arrays
-        if (e[0] == 0) continue;
+    for (int q = 0; q < n; q++) {
+        const CkptShardInfo *e = &info[q];
+        if (!e->written) continue;
         cJSON *f = cJSON_CreateObject();
         snprintf(buf, sizeof buf, "shard_%05d.bin", q);
         cJSON_AddStringToObject(f, "file", buf);
-        cJSON_AddNumberToObject(f, "lo", e[1]);
-        cJSON_AddNumberToObject(f, "hi", e[2]);
-        snprintf(buf, sizeof buf, "%08x", (uint32_t)e[3]);
+        cJSON_AddNumberToObject(f, "lo", (double)e->lo);
+        cJSON_AddNumberToObject(f, "hi", (double)e->hi);
+        snprintf(buf, sizeof buf, "%08x", e->crc);
         cJSON_AddStringToObject(f, "crc32", buf);
-        cJSON_AddNumberToObject(f, "arrays", e[4]);
+        cJSON_AddNumberToObject(f, "arrays", e->arrays);
         cJSON_AddItemToArray(shards, f);
     }
+    return j;
+}
+
+int ckpt_commit(const char *dir, const char *part, const CkptMeta *meta, const CkptShardInfo *info,
+                int n, CkptExtraFn extra, void *extra_ctx, int keep) {
+    char path[4200], name[64], final[4200];
+    snprintf(name, sizeof name, "step_%08d", meta->step);
+    snprintf(final, sizeof final, "%s/%s", dir, name);
+    if (extra && extra(part, extra_ctx)) return -1;
+    // Test hook: LOOM_FAULT_SAVE=1 fails here, as a crash mid-save would, to prove that the
+    // previous checkpoint stays intact and `latest` still points at it.
+    if (testhook_save_fault()) return loom_fail("%s: injected fault (LOOM_FAULT_SAVE)", part);
+    cJSON *j = manifest_json(meta, info, n);
     char *text = cJSON_Print(j);
     cJSON_Delete(j);
     snprintf(path, sizeof path, "%s/checkpoint.json", part);
@@ -151,59 +175,6 @@ static int rank0_commit(const char *dir, const char *name, const char *part, con
     if (write_file_atomic(path, line, strlen(line))) return -1;
     prune(dir, keep);
     return 0;
-}
-
-int checkpoint_save(const char *dir, const Comm *c, const CkptShard *mine, const CkptMeta *meta,
-                    CkptExtraFn extra, void *extra_ctx, int keep) {
-    return checkpoint_save_with(dir, c, mine, meta, extra, extra_ctx, NULL, NULL, keep);
-}
-
-int checkpoint_save_with(const char *dir, const Comm *c, const CkptShard *mine,
-                         const CkptMeta *meta, CkptExtraFn extra, void *extra_ctx,
-                         CkptExtraFn rank_files, void *rank_ctx, int keep) {
-    char name[64], final[4096], part[4096], path[4200];
-    snprintf(name, sizeof name, "step_%08d", meta->step);
-    snprintf(final, sizeof final, "%s/%s", dir, name);
-    snprintf(part, sizeof part, "%s/%s.partial", dir, name);
-    double ok = 1;
-    if (c->rank == 0) {
-        if (mkdir(dir, 0755) && errno != EEXIST) {
-            loom_fail("%s: cannot create checkpoint directory: %s", dir, strerror(errno));
-            ok = 0;
-        }
-        rm_rf(part);
-        if (ok && mkdir(part, 0755)) {
-            loom_fail("%s: cannot create: %s", part, strerror(errno));
-            ok = 0;
-        }
-    }
-    comm_allreduce_f64(c, &ok, 1); // also a barrier: the directory exists for everyone
-    if (ok < c->size) return c->rank == 0 ? -1 : loom_fail("%s: rank 0 could not create it", part);
-
-    double *info = xcalloc(5 * (size_t)c->size, sizeof(double));
-    double wrote_ok = 1;
-    if (mine) {
-        uint32_t crc;
-        snprintf(path, sizeof path, "%s/shard_%05d.bin", part, c->rank);
-        if (write_shard(path, mine, &crc)) wrote_ok = 0;
-        double *e = info + 5 * c->rank;
-        e[0] = 1, e[1] = (double)mine->lo, e[2] = (double)mine->hi, e[3] = crc;
-        e[4] = mine->prev ? 4 : 3;
-    }
-    if (rank_files && rank_files(part, rank_ctx)) wrote_ok = 0;
-    comm_allreduce_f64(c, info, 5 * c->size);
-    comm_allreduce_f64(c, &wrote_ok, 1);
-    double rc = 0;
-    if (wrote_ok < c->size)
-        rc = -1;
-    else if (c->rank == 0)
-        rc = rank0_commit(dir, name, part, final, meta, info, c->size, extra, extra_ctx, keep);
-    free(info);
-    comm_broadcast(c, &rc, sizeof rc, 0);
-    if (rc && c->rank != 0) loom_fail("%s: checkpoint failed on another rank", part);
-    if (rc && wrote_ok < c->size && c->rank == 0 && !mine)
-        loom_fail("%s: a rank failed to write its shard", part);
-    return rc ? -1 : 0;
 }
 
 int checkpoint_resolve(const char *path, char *step_dir, size_t n) {

@@ -13,8 +13,6 @@
 #include <stdint.h>
 
 #include "../model/gpt.h"
-#include "../parallel/comm.h"
-#include "../train/optim.h"
 
 typedef struct {
     GPTConfig cfg;
@@ -39,17 +37,21 @@ typedef struct {
     const float *params, *m, *v, *prev;
 } CkptShard;
 
-// Collective over `c` (every rank calls it; a single process passes a size-1 Comm). Ranks
-// with a shard write DIR/step_N.partial/shard_<rank>.bin in parallel; rank 0 then writes the
-// manifest (with each shard's range and CRC-32), commits the directory and updates `latest`.
-// All ranks return the same status.
-int checkpoint_save(const char *dir, const Comm *c, const CkptShard *mine, const CkptMeta *meta,
-                    CkptExtraFn extra, void *extra_ctx, int keep);
-// Same, and every rank (with or without a shard) first calls rank_files(step_dir, ctx) to
-// write files of its own into the step directory; a failure on any rank fails the save.
-int checkpoint_save_with(const char *dir, const Comm *c, const CkptShard *mine,
-                         const CkptMeta *meta, CkptExtraFn extra, void *extra_ctx,
-                         CkptExtraFn rank_files, void *rank_ctx, int keep);
+// A save, file by file (the collective coordination lives with the strategies, see
+// strategy/ckpt_save.h): ckpt_begin creates DIR/step_N.partial (path into part); each rank with
+// a shard writes it with ckpt_write_shard; one rank then writes the manifest listing info[0, n)
+// (one entry per rank, `written` 0 for ranks without a shard), renames the directory to
+// DIR/step_N, replaces `latest` and prunes to `keep` step directories (ckpt_commit).
+typedef struct {
+    int written;
+    size_t lo, hi;
+    uint32_t crc;
+    int arrays;
+} CkptShardInfo;
+int ckpt_begin(const char *dir, int step, char *part, size_t n);
+int ckpt_write_shard(const char *part, int rank, const CkptShard *sh, CkptShardInfo *info);
+int ckpt_commit(const char *dir, const char *part, const CkptMeta *meta, const CkptShardInfo *info,
+                int n, CkptExtraFn extra, void *extra_ctx, int keep);
 // A rank's own state file (e.g. a CO2 worker's outer state and inner AdamW moments): a header
 // naming its kind, the writer's rank and world size and each array's length, then the float32
 // arrays, with a CRC-32 over all of it. Reading checks every one of those and names the file.

@@ -18,7 +18,7 @@ void metrics_step(Metrics *mt, int step, double loss, double lr, double grad_nor
                   double tokens_per_s, double mfu, double exposed_ms) {
     if (!mt->f) return;
     fprintf(mt->f,
-            "{\"step\":%d,\"loss\":%.7g,\"lr\":%.6g,\"grad_norm\":%.6g,\"step_ms\":%.3f,"
+            "{\"step\":%d,\"loss\":%.7g,\"lr\":%.6g,\"grad_norm\":%.17g,\"step_ms\":%.3f,"
             "\"tokens_per_s\":%.1f,\"mfu\":%.4f",
             step, loss, lr, grad_norm, step_ms, tokens_per_s, mfu);
     if (exposed_ms >= 0) fprintf(mt->f, ",\"comm_exposed_ms\":%.3f", exposed_ms);

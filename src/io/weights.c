@@ -108,28 +108,6 @@ void rfile_close(RFile *f) {
 
 // ---------------------------------------------------------------- atomic streaming writes
 
-int aout_open(AtomicOut *o, const char *path) {
-    memset(o, 0, sizeof *o);
-    if (strlen(path) >= sizeof o->path) return loom_fail("%s: path too long", path);
-    snprintf(o->path, sizeof o->path, "%s", path);
-    snprintf(o->tmp, sizeof o->tmp, "%s.tmp.%d", path, (int)getpid());
-    o->fp = fopen(o->tmp, "wb");
-    if (!o->fp) {
-        o->failed = 1;
-        return loom_fail("%s: cannot create %s: %s", path, o->tmp, strerror(errno));
-    }
-    return 0;
-}
-
-int aout_write(AtomicOut *o, const void *data, size_t n) {
-    if (o->failed) return -1;
-    if (n && fwrite(data, 1, n, o->fp) != n) {
-        o->failed = 1;
-        return loom_fail("%s: write failed: %s", o->path, strerror(errno));
-    }
-    return 0;
-}
-
 int aout_write_f32(AtomicOut *o, const float *x, size_t n) {
     uint8_t buf[4 * 4096];
     while (n && !o->failed) {
@@ -147,55 +125,6 @@ int aout_write_f32(AtomicOut *o, const float *x, size_t n) {
         n -= k;
     }
     return o->failed ? -1 : 0;
-}
-
-int aout_write_zeros(AtomicOut *o, size_t n) {
-    static const uint8_t zeros[4096];
-    while (n && !o->failed) {
-        size_t k = n < sizeof zeros ? n : sizeof zeros;
-        aout_write(o, zeros, k);
-        n -= k;
-    }
-    return o->failed ? -1 : 0;
-}
-
-void aout_abort(AtomicOut *o) {
-    if (o->fp) fclose(o->fp);
-    o->fp = NULL;
-    if (o->tmp[0]) unlink(o->tmp);
-    o->failed = 1;
-}
-
-int aout_commit(AtomicOut *o) {
-    if (o->failed || !o->fp) {
-        aout_abort(o);
-        return -1;
-    }
-    if (fflush(o->fp) || fsync(fileno(o->fp))) {
-        int e = errno;
-        aout_abort(o);
-        return loom_fail("%s: write failed: %s", o->path, strerror(e));
-    }
-    int rc = fclose(o->fp);
-    o->fp = NULL;
-    if (rc) {
-        int e = errno;
-        aout_abort(o);
-        return loom_fail("%s: write failed: %s", o->path, strerror(e));
-    }
-    if (rename(o->tmp, o->path)) {
-        int e = errno;
-        aout_abort(o);
-        return loom_fail("%s: cannot rename %s into place: %s", o->path, o->tmp, strerror(e));
-    }
-    char dir[sizeof o->path];
-    snprintf(dir, sizeof dir, "%s", o->path);
-    int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY);
-    if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
-    }
-    return 0;
 }
 
 // ---------------------------------------------------------------- float decoding

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "../common.h"
 #include "../model/gpt.h"
 
 // ---------------------------------------------------------------- whole files, any format
@@ -40,28 +41,6 @@ int rfile_open(RFile *f, const char *path);
 int rfile_read(const RFile *f, uint64_t off, void *buf, size_t n);
 void rfile_close(RFile *f);
 
-// A file written to "<path>.tmp.<pid>" and renamed over path only by aout_commit, so the
-// destination never holds a partial file. After the first failed write every later call is a
-// no-op that returns -1, so callers may check only the final aout_commit.
-typedef struct {
-    FILE *fp;
-    int failed;
-    char path[4096];
-    char tmp[4096 + 32];
-} AtomicOut;
-
-int aout_open(AtomicOut *o, const char *path);
-int aout_write(AtomicOut *o, const void *data, size_t n);
-// Writes n floats as little-endian float32.
-int aout_write_f32(AtomicOut *o, const float *x, size_t n);
-// Writes n zero bytes.
-int aout_write_zeros(AtomicOut *o, size_t n);
-// Flush, fsync, rename over the destination, fsync the directory. Removes the temporary file
-// on failure (and when an earlier write failed, keeping that write's error message).
-int aout_commit(AtomicOut *o);
-// Gives up: closes and removes the temporary file; the destination is untouched.
-void aout_abort(AtomicOut *o);
-
 typedef enum { RAW_F32, RAW_F16, RAW_BF16 } RawFloat;
 static inline size_t raw_float_size(RawFloat t) { return t == RAW_F32 ? 4 : 2; }
 // Decodes n little-endian values of type t into float32.
@@ -72,3 +51,6 @@ static inline uint32_t le32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 static inline uint64_t le64(const uint8_t *p) { return le32(p) | (uint64_t)le32(p + 4) << 32; }
+
+// Writes n floats as little-endian float32.
+int aout_write_f32(AtomicOut *o, const float *x, size_t n);

@@ -92,10 +92,12 @@ int gpt_create(GPT *m, const GPTConfig *cfg, const Backend *be) {
     m->nparams = off;
     m->params = be->alloc(off);
     m->grads = be->alloc(off);
+    m->nchunks = 0;
     for (int b = 0; b < m->nblocks; b++) {
-        m->blocks[b].params = m->params + m->blocks[b].off;
-        m->blocks[b].grads = m->grads + m->blocks[b].off;
+        m->blocks[b].chunk0 = m->nchunks;
+        m->nchunks += (int)((m->blocks[b].n + GPT_CHUNK - 1) / GPT_CHUNK);
     }
+    gpt_own_all(m);
     return 0;
 }
 

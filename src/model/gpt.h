@@ -34,6 +34,16 @@ typedef struct {
     float init_std; // N(0, std); 0 → zeros; -1 → ones
 } TensorSpec;
 
+// What a rank keeps of one block for its update, every piece behind a re-pointable pointer: a
+// ZeRO shard, a pipeline stage or a swapper sets them, and the optimizer, the strategies and
+// checkpoints reach the state only through them. [own_lo, own_hi) is the part of the block this
+// rank updates (own_lo == own_hi: none); every pointer is at element own_lo of its array.
+typedef struct {
+    size_t own_lo, own_hi;
+    float *own_params, *own_grads; // the parameters the update writes, the gradients it reads
+    float *m, *v;                  // AdamW moments
+} BlockState;
+
 typedef struct {
     BlockKind kind;
     int layer;     // 0..L-1 for BLOCK_LAYER, -1 otherwise
@@ -41,6 +51,8 @@ typedef struct {
     int t0, nt;    // tensors [t0, t0+nt) of GPT.tensors
     float *params; // where this block's parameters are now (normally GPT.params + off)
     float *grads;  // where its gradients accumulate
+    BlockState state;
+    int chunk0; // index of its first norm chunk (see gpt_chunk_*)
 } Block;
 
 // Hooks a parallel strategy installs around every block: ZeRO-3 gathers a block's parameters
@@ -64,6 +76,7 @@ typedef struct {
     size_t nparams;
     float *params; // (nparams) device buffer
     float *grads;  // (nparams) device buffer
+    int nchunks;   // norm chunks over all blocks
 } GPT;
 
 // Builds the block list and tensor table and allocates params and grads (zeroed).
@@ -73,6 +86,33 @@ void gpt_free(GPT *m);
 void gpt_init_weights(GPT *m, unsigned long long seed);
 const TensorSpec *gpt_find_tensor(const GPT *m, const char *name);
 static inline Block *gpt_embed(GPT *m) { return &m->blocks[0]; }
+// Releases the model's whole-model parameter and/or gradient buffer, for a strategy that keeps
+// only a shard or a stage: the blocks' pointers into it become NULL until it re-points them.
+void gpt_drop_whole(GPT *m, int params, int grads);
+// Points every block's state at the whole model (own = the block; params/grads = the model's
+// buffers; moments and extras cleared) — the single-process layout.
+void gpt_own_all(GPT *m);
+// Points block b's owned part at [lo, hi) ∩ block, with params/grads taken from buffers whose
+// element `base` is at pparams/pgrads (NULL leaves it NULL).
+void gpt_own_range(GPT *m, size_t lo, size_t hi, size_t base, float *pparams, float *pgrads);
+
+// ---------------------------------------------------------------- the layout of reductions
+// Sums over the model (the gradient norm, CO2's per-tensor norms) are taken over fixed chunks
+// of GPT_CHUNK elements counted from each block's start, one partial per chunk in double,
+// summed in chunk order. Shards are cut on chunk boundaries, so whoever holds a chunk computes
+// the same partial, and a sum cannot change by a bit when blocks are sharded, pipelined or
+// swapped.
+#define GPT_CHUNK ((size_t)4096)
+// The nearest chunk boundary to flat offset x (block ends are boundaries).
+size_t gpt_chunk_round(const GPT *m, size_t x);
+// Boundary q of N equal shards of the flat range [lo, hi), on a chunk boundary: shard q is
+// [gpt_shard_bound(q), gpt_shard_bound(q+1)). lo and hi must be chunk boundaries.
+size_t gpt_shard_bound(const GPT *m, size_t lo, size_t hi, int q, int N);
+// Writes Σ x² per chunk of the flat range [lo, hi) (chunk boundaries; x at element lo) into
+// part (m->nchunks doubles) at the chunks' indices.
+void gpt_chunk_sumsq(const GPT *m, const float *x, size_t lo, size_t hi, double *part);
+// Σ part in chunk order.
+double gpt_chunk_total(const GPT *m, const double *part);
 static inline Block *gpt_head(GPT *m) { return &m->blocks[m->nblocks - 1]; }
 
 // ---------------------------------------------------------------- running blocks

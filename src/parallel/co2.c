@@ -18,6 +18,7 @@ struct CO2 {
     float *anchor, *mom;
     float *delta[2]; // Δ of the round being averaged / of the round before
     CommReq req[2];
+    int scaled[2]; // delta[i] holds the mean already (its sum was divided by the contributors)
     // sharded
     Comm *oc;      // the outer collectives' own communicator
     size_t lo, hi; // owned slice of the flat layout
@@ -34,6 +35,7 @@ struct CO2 {
 };
 
 static void sharded_apply_rs(CO2 *o, int wait);
+static void timed_wait(CO2 *o, CommReq *r) { o->exposed += comm_wait_timed(r); }
 static void sharded_apply_norms(CO2 *o, int wait);
 
 // ---------------------------------------------------------------- hooks
@@ -74,7 +76,7 @@ CO2 *co2_create(GPT *m, const Comm *c, const CO2Config *cfg) {
         o->counts = xcalloc((size_t)N, sizeof(int));
         o->displs = xcalloc((size_t)N, sizeof(int));
         for (int q = 0; q < N; q++) {
-            size_t a = o->P * (size_t)q / (size_t)N, b = o->P * (size_t)(q + 1) / (size_t)N;
+            size_t a = gpt_shard_bound(m, 0, o->P, q, N), b = gpt_shard_bound(m, 0, o->P, q + 1, N);
             o->counts[q] = (int)(b - a);
             o->displs[q] = (int)a;
         }
@@ -111,30 +113,15 @@ void co2_free(CO2 *o) {
     free(o);
 }
 
-static double sumsq_of(const float *x, size_t n) {
-    double s = 0;
-    for (size_t i = 0; i < n; i++)
-        s += (double)x[i] * x[i];
-    return s;
-}
-
-// The part of tensor i inside the flat range [lo, hi): [*s, *e), or 0 if none.
-static int piece_of(const TensorSpec *t, size_t lo, size_t hi, size_t *s, size_t *e) {
-    *s = t->off > lo ? t->off : lo;
-    *e = t->off + t->n < hi ? t->off + t->n : hi;
-    return *e > *s;
-}
-
 // Adaptive gap penalty: Σ over [lo, hi) of m² and Δ̄² per tensor into sq (2·ntensors).
 static void partial_norms(const CO2 *o, const float *mom, const float *avg, size_t lo, size_t hi,
                           double *sq) {
     const GPT *m = o->m;
     for (int i = 0; i < m->ntensors; i++) {
-        size_t s, e;
-        sq[2 * i] = sq[2 * i + 1] = 0;
-        if (!piece_of(&m->tensors[i], lo, hi, &s, &e)) continue;
-        sq[2 * i] = sumsq_of(mom + (s - lo), e - s);
-        sq[2 * i + 1] = sumsq_of(avg + (s - lo), e - s);
+        const TensorSpec *t = &m->tensors[i];
+        size_t s, n = range_isect(t->off, t->off + t->n, lo, hi, &s);
+        sq[2 * i] = n ? m->be->sumsq(mom + (s - lo), n) : 0;
+        sq[2 * i + 1] = n ? m->be->sumsq(avg + (s - lo), n) : 0;
     }
 }
 
@@ -147,11 +134,8 @@ static void outer_update_range(CO2 *o, float *mom, float *anchor, const float *a
     const GPT *m = o->m;
     for (int i = 0; i < m->ntensors; i++) {
         const TensorSpec *t0 = &m->tensors[i];
-        size_t s, e;
-        if (!piece_of(t0, lo, hi, &s, &e)) continue;
-        TensorSpec piece = *t0;
-        piece.n = e - s;
-        const TensorSpec *t = &piece;
+        size_t s, n = range_isect(t0->off, t0->off + t0->n, lo, hi, &s);
+        if (!n) continue;
         float *mo = mom + (s - lo), *a = anchor + (s - lo);
         const float *d = avg + (s - lo);
         float lambda = c->lambda;
@@ -159,15 +143,20 @@ static void outer_update_range(CO2 *o, float *mom, float *anchor, const float *a
             double moved = c->alpha * sqrt(sq[2 * i]), size = sqrt(sq[2 * i + 1]);
             lambda = size > 0 ? (float)(1.0 + moved / size) : 1.0f;
         }
-        float inv = 1.0f / lambda, beta = c->beta, phi = c->phi, alpha = c->alpha;
-#pragma omp parallel for simd schedule(static) if (t->n > 65536)
-        for (size_t k = 0; k < t->n; k++) {
-            float v = beta * mo[k] + d[k] * inv;
-            if (phi > 0) v = v < -phi ? -phi : v > phi ? phi : v;
-            mo[k] = v;
-            a[k] -= alpha * v;
-        }
+        const Backend *be = m->be;
+        be->axpby(mo, 1.0f / lambda, d, c->beta, n); // m ← β·m + Δ̄/λ
+        if (c->phi > 0) be->clamp(mo, -c->phi, c->phi, n);
+        be->axpby(a, -c->alpha, mo, 1.0f, n); // a ← a − α·m
     }
+}
+
+// The average started in `slot` has landed: the sum of the workers' Δ becomes their mean, over
+// the workers the all-reduce reports as contributors.
+static void avg_landed(CO2 *o, int slot) {
+    timed_wait(o, &o->req[slot]);
+    if (o->scaled[slot]) return;
+    o->m->be->scale(o->delta[slot], 1.0f / (float)o->req[slot].contributors, o->P);
+    o->scaled[slot] = 1;
 }
 
 static void outer_update(CO2 *o, const float *avg) {
@@ -180,20 +169,7 @@ static void outer_update(CO2 *o, const float *avg) {
     free(sq);
 }
 
-static void wait_avg(CO2 *o, int slot) {
-    double t0 = now_sec();
-    comm_wait(&o->req[slot]);
-    o->exposed += now_sec() - t0;
-}
-
 // ---------------------------------------------------------------- sharded mode
-
-static void timed_wait(CO2 *o, CommReq *r) {
-    if (!r->handle) return;
-    double t0 = now_sec();
-    comm_wait(r);
-    o->exposed += now_sec() - t0;
-}
 
 // The outer update of this worker's slice, then the all-gather of the new anchor a(t+1).
 static void sharded_update(CO2 *o) {
@@ -209,10 +185,10 @@ static void sharded_update(CO2 *o) {
 static void sharded_apply_rs(CO2 *o, int wait) {
     if (wait) timed_wait(o, &o->rs);
     size_t n = o->hi - o->lo;
-    float *d = o->xbar_sh;
-    for (size_t i = 0; i < n; i++)
-        d[i] = o->aprev_sh[i] - d[i];        // in place: Δ̄ slice
-    o->m->be->copy(o->aprev_sh, o->a_sh, n); // a(t) starts the next round
+    float *d = o->xbar_sh; // Σ x over the workers that contributed, this slice
+    o->m->be->scale(d, 1.0f / (float)o->rs.contributors, n);
+    o->m->be->sub_scaled(d, o->aprev_sh, d, 1.0f, n); // in place: Δ̄ slice = a(t−1) − mean x
+    o->m->be->copy(o->aprev_sh, o->a_sh, n);          // a(t) starts the next round
     o->rs_pending = 0;
     if (!o->cfg.adaptive) {
         sharded_update(o);
@@ -235,9 +211,7 @@ static void sharded_round_end(CO2 *o) {
     if (o->norm_pending) sharded_apply_norms(o, 1);
     timed_wait(o, &o->ag); // o->next = a(t)
     float *x = o->m->params;
-    float invN = 1.0f / (float)o->c->size;
-    for (size_t i = 0; i < o->P; i++)
-        o->send[i] = x[i] * invN; // reduce-scatter sums means
+    o->m->be->copy(o->send, x, o->P); // summed by the reduce-scatter, averaged on landing
     o->rs = comm_ireduce_scatter(o->oc, o->send, o->xbar_sh, o->counts);
     o->rs_pending = 1;
     o->m->be->copy(x, o->next, o->P); // x_r ← a(t)
@@ -261,15 +235,12 @@ void co2_round_end(CO2 *o) {
     o->round++;
     int cur = o->round & 1, prev = cur ^ 1;
     float *d = o->delta[cur], *x = o->m->params, *a = o->anchor;
-    float invN = 1.0f / (float)o->c->size;
     size_t P = o->P;
-    // Δ(t)/N, so that the all-reduce sum is the worker mean
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < P; i++)
-        d[i] = (a[i] - x[i]) * invN;
+    o->m->be->sub_scaled(d, a, x, 1.0f, P); // Δ(t); its sum over the workers is averaged on landing
     o->req[cur] = comm_iallreduce(o->c, d, P);
+    o->scaled[cur] = 0;
     if (o->round >= 2) { // apply the average started one round ago
-        wait_avg(o, prev);
+        avg_landed(o, prev);
         outer_update(o, o->delta[prev]);
     }
     o->m->be->copy(x, a, P); // x_r ← a(t)
@@ -282,7 +253,7 @@ void co2_finish(CO2 *o) {
     }
     if (o->round >= 1) {
         int last = o->round & 1;
-        wait_avg(o, last);
+        avg_landed(o, last);
         outer_update(o, o->delta[last]);
     }
     o->m->be->copy(o->m->params, o->anchor, o->P);
@@ -311,7 +282,7 @@ static int state_arrays(CO2 *o, float **arrays, size_t *lens, const char **kind)
 
 int co2_state(CO2 *o, const float **arrays, size_t *lens, const char **kind) {
     if (!o->cfg.sharded) {
-        if (o->round >= 1) wait_avg(o, o->round & 1);
+        if (o->round >= 1) avg_landed(o, o->round & 1);
     } else {
         if (o->rs_pending) sharded_apply_rs(o, 1);
         if (o->norm_pending) sharded_apply_norms(o, 1);
@@ -326,6 +297,7 @@ int co2_state(CO2 *o, const float **arrays, size_t *lens, const char **kind) {
 
 int co2_state_buffers(CO2 *o, int round, float **arrays, size_t *lens, const char **kind) {
     o->round = round; // every request stays null: the state holds their results
+    o->scaled[0] = o->scaled[1] = 1;
     return state_arrays(o, arrays, lens, kind);
 }
 

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "../common.h"
+#include "../testhooks.h"
 
 static Comm world = {.handle = NULL, .rank = 0, .size = 1, .name = "world"};
 static int mpi_on;
@@ -160,15 +161,11 @@ void comm_set_context(int step, const char *what) {
 
 static MPI_Comm H(const Comm *c) { return *(MPI_Comm *)c->handle; }
 
-// Benchmark hook: LOOM_COMM_DELAY=S makes every collective of at least 4096 floats complete no
-// sooner than S seconds after it starts — an emulated slow link, without using any CPU, for
+// Test hook LOOM_COMM_DELAY (testhooks.h): an emulated slow link, without using any CPU, for
 // measuring how much communication a strategy hides.
 static double comm_delay = -1;
 static double delay_for(size_t n) {
-    if (comm_delay < 0) {
-        const char *v = getenv("LOOM_COMM_DELAY");
-        comm_delay = v ? atof(v) : 0;
-    }
+    if (comm_delay < 0) comm_delay = testhook_comm_delay();
     return n >= 4096 ? comm_delay : 0;
 }
 
@@ -179,18 +176,53 @@ static CommReq new_req(const Comm *c, const char *op) {
 }
 
 static CommReq done_req(const Comm *c, const char *op) {
-    CommReq r = {.handle = NULL, .op = op, .comm = c};
+    CommReq r = {.handle = NULL, .op = op, .comm = c, .contributors = c ? c->size : 1};
     return r;
 }
 
-static void check(int rc, const char *op, const Comm *c) {
-    if (rc == MPI_SUCCESS) return;
+static CommFailureFn fail_fn;
+static void *fail_ctx;
+
+void comm_set_failure_handler(CommFailureFn fn, void *ctx) {
+    fail_fn = fn;
+    fail_ctx = ctx;
+}
+
+// An operation failed: the handler hears it (and, over MPI, ends the job); -1 if it returns.
+static int op_failed(int code, const char *msg) {
+    if (!fail_fn) comm_abort(code, msg);
+    fail_fn(fail_ctx, code, msg);
+    loom_fail("%s", msg);
+    return -1;
+}
+
+static int check(int rc, const char *op, const Comm *c) {
+    if (rc == MPI_SUCCESS) return 0;
     char msg[MPI_MAX_ERROR_STRING + 256], err[MPI_MAX_ERROR_STRING];
     int len = 0;
     MPI_Error_string(rc, err, &len);
     snprintf(msg, sizeof msg, "%s on %s communicator failed at step %d (%s): %s", op, c->name,
              ctx_step, ctx_what, err);
-    comm_abort(6, msg);
+    return op_failed(6, msg);
+}
+
+int comm_req_members(const CommReq *r, int *world_ranks, int max) {
+    const Comm *c = r->comm;
+    int n = r->contributors < max ? r->contributors : max;
+    if (!c || !c->handle) {
+        if (n > 0) world_ranks[0] = world.rank;
+        return n;
+    }
+    LOCK();
+    MPI_Group g, wg;
+    MPI_Comm_group(H(c), &g);
+    MPI_Comm_group(MPI_COMM_WORLD, &wg);
+    for (int i = 0; i < n; i++) // every member contributes to a completed MPI collective
+        MPI_Group_translate_ranks(g, 1, &i, wg, &world_ranks[i]);
+    MPI_Group_free(&g);
+    MPI_Group_free(&wg);
+    UNLOCK();
+    return n;
 }
 
 static void check_count(size_t n, const char *op) {
@@ -230,9 +262,9 @@ CommReq comm_iallreduce_chunked(const Comm *c, float *b0, size_t n0, float *b1, 
     return r;
 }
 
-void comm_allreduce(const Comm *c, float *buf, size_t n) {
+int comm_allreduce(const Comm *c, float *buf, size_t n) {
     CommReq r = comm_iallreduce(c, buf, n);
-    comm_wait(&r);
+    return comm_wait(&r);
 }
 
 CommReq comm_iallreduce_f64(const Comm *c, double *buf, int n) {
@@ -246,9 +278,9 @@ CommReq comm_iallreduce_f64(const Comm *c, double *buf, int n) {
     return r;
 }
 
-void comm_allreduce_f64(const Comm *c, double *buf, int n) {
+int comm_allreduce_f64(const Comm *c, double *buf, int n) {
     CommReq r = comm_iallreduce_f64(c, buf, n);
-    comm_wait(&r);
+    return comm_wait(&r);
 }
 
 CommReq comm_ireduce_scatter(const Comm *c, const float *send, float *recv, const int *counts) {
@@ -285,9 +317,9 @@ CommReq comm_iallgatherv(const Comm *c, float *buf, const int *counts, const int
     return r;
 }
 
-void comm_allgatherv(const Comm *c, float *buf, const int *counts, const int *displs) {
+int comm_allgatherv(const Comm *c, float *buf, const int *counts, const int *displs) {
     CommReq r = comm_iallgatherv(c, buf, counts, displs);
-    comm_wait(&r);
+    return comm_wait(&r);
 }
 
 void comm_broadcast(const Comm *c, void *buf, size_t bytes, int root) {
@@ -350,10 +382,11 @@ static int test_job(CommReq *r) {
         *t = j->next;
     }
     UNLOCK();
-    check(rc, r->op, r->comm);
-    if (!done) return 0;
+    int bad = check(rc, r->op, r->comm);
+    if (!done && !bad) return 0;
     free(j);
     r->handle = NULL, r->chunked = 0;
+    r->status = bad, r->contributors = bad ? 0 : r->comm->size;
     return 1;
 }
 
@@ -364,17 +397,18 @@ int comm_test(CommReq *r) {
     LOCK();
     int rc = MPI_Test(r->handle, &flag, MPI_STATUS_IGNORE);
     UNLOCK();
-    check(rc, r->op, r->comm);
-    if (flag && r->not_before > 0 && now_sec() < r->not_before) {
+    int bad = check(rc, r->op, r->comm);
+    if (!bad && flag && r->not_before > 0 && now_sec() < r->not_before) {
         // data has arrived; the emulated link is still "busy" (request is now MPI_REQUEST_NULL)
         return 0;
     }
-    if (flag) {
+    if (flag || bad) {
         LOCK();
         finish(r);
         UNLOCK();
+        r->status = bad, r->contributors = bad ? 0 : r->comm->size;
     }
-    return flag;
+    return flag || bad;
 }
 
 // Names the world ranks of a communicator's members, e.g. "0 1 2 3".
@@ -396,14 +430,14 @@ static void peer_list(const Comm *c, char *out, size_t n) {
     UNLOCK();
 }
 
-static void watchdog_fire(const CommReq *r, double waited) {
+static int watchdog_fire(const CommReq *r, double waited) {
     char msg[1024], peers[512];
     peer_list(r->comm, peers, sizeof peers);
     snprintf(msg, sizeof msg,
              "watchdog: waited %.0f s for %s on the %s communicator (peers: world ranks %s) at "
              "step %d (%s); a peer is dead or stuck. Aborting the job (--comm-timeout %.0f).",
              waited, r->op, r->comm->name, peers, ctx_step, ctx_what, timeout_s);
-    comm_abort(7, msg);
+    return op_failed(7, msg);
 }
 
 static void (*wait_hook)(void *);
@@ -414,11 +448,11 @@ void comm_set_wait_hook(void (*fn)(void *ctx), void *ctx) {
     wait_hook_ctx = ctx;
 }
 
-void comm_wait(CommReq *r) {
-    if (!r->handle) return;
+int comm_wait(CommReq *r) {
+    if (!r->handle) return r->status;
     struct timespec nap = {0, 200000}; // 0.2 ms between polls
     for (long polls = 0;; polls++) {
-        if (comm_test(r)) return;
+        if (comm_test(r)) return r->status;
         comm_progress();
         if (wait_hook && !in_wait_hook) {
             in_wait_hook = 1;
@@ -426,9 +460,17 @@ void comm_wait(CommReq *r) {
             in_wait_hook = 0;
         }
         double waited = now_sec() - r->started;
-        if (timeout_s > 0 && waited > timeout_s) watchdog_fire(r, waited);
+        if (timeout_s > 0 && waited > timeout_s && watchdog_fire(r, waited))
+            return r->status = -1; // the handler returned: the operation is given up
         if (polls > 50) nanosleep(&nap, NULL);
     }
+}
+
+double comm_wait_timed(CommReq *r) {
+    if (!r->handle) return 0;
+    double t0 = now_sec();
+    comm_wait(r);
+    return now_sec() - t0;
 }
 
 void comm_progress(void) {

@@ -23,7 +23,21 @@ typedef struct {
     const Comm *comm;
     double started;
     double not_before; // LOOM_COMM_DELAY emulation: not complete before this time (0 = off)
+    int status;        // once complete: 0, or -1 when the operation failed (see below)
+    int contributors;  // once complete: members whose data is in the result (the group's size
+                       // as the operation saw it; read this, never a size cached earlier)
 } CommReq;
+
+// Failure reporting. An operation that fails (an MPI error, or the watchdog finding no
+// progress) calls the failure handler with an exit code and a message naming the operation,
+// communicator, peers and step. A handler that returns makes the operation complete with
+// status -1 and the members that did contribute (a transport where peers may leave); the MPI
+// implementation cannot go on after a failure, so the strategies over it end the job in their
+// handler. With no handler installed the job ends (comm_abort).
+typedef void (*CommFailureFn)(void *ctx, int code, const char *msg);
+void comm_set_failure_handler(CommFailureFn fn, void *ctx);
+// The world ranks that contributed to a completed operation (at most max); returns the count.
+int comm_req_members(const CommReq *r, int *world_ranks, int max);
 
 // Initialises MPI when launched by mpirun; returns the world communicator (size 1 otherwise).
 Comm *comm_world(int *argc, char ***argv);
@@ -52,15 +66,15 @@ CommReq comm_iallreduce(const Comm *c, float *buf, size_t n);
 // nothing else may start a collective on c (the chunks' order must be the same on every rank).
 CommReq comm_iallreduce_chunked(const Comm *c, float *b0, size_t n0, float *b1, size_t n1,
                                 size_t chunk);
-void comm_allreduce(const Comm *c, float *buf, size_t n);
-void comm_allreduce_f64(const Comm *c, double *buf, int n);
+int comm_allreduce(const Comm *c, float *buf, size_t n);
+int comm_allreduce_f64(const Comm *c, double *buf, int n);
 CommReq comm_iallreduce_f64(const Comm *c, double *buf, int n);
 // Each rank r receives the sum of [displs[r], displs[r]+counts[r]) of every rank's send buffer
 // into recv.
 CommReq comm_ireduce_scatter(const Comm *c, const float *send, float *recv, const int *counts);
 // In place: rank r contributes buf[displs[r] .. +counts[r]); all ranks end with all pieces.
 CommReq comm_iallgatherv(const Comm *c, float *buf, const int *counts, const int *displs);
-void comm_allgatherv(const Comm *c, float *buf, const int *counts, const int *displs);
+int comm_allgatherv(const Comm *c, float *buf, const int *counts, const int *displs);
 void comm_broadcast(const Comm *c, void *buf, size_t bytes, int root);
 void comm_barrier(const Comm *c);
 
@@ -68,9 +82,13 @@ void comm_barrier(const Comm *c);
 CommReq comm_isend(const Comm *c, const float *buf, size_t n, int peer, int tag);
 CommReq comm_irecv(const Comm *c, float *buf, size_t n, int peer, int tag);
 
-// Completion. comm_test returns 1 when done. comm_wait blocks under the watchdog.
+// Completion. comm_test returns 1 when done. comm_wait blocks under the watchdog and returns
+// the operation's status (0, or -1 when it failed and the failure handler returned).
 int comm_test(CommReq *r);
-void comm_wait(CommReq *r);
+int comm_wait(CommReq *r);
+// comm_wait, returning the seconds it blocked (0 for a request already done or null): what
+// strategies count as exposed communication.
+double comm_wait_timed(CommReq *r);
 // A function comm_wait calls while it waits (never from inside itself), so a strategy can
 // advance its own background operations while the training thread is blocked (NULL: none).
 void comm_set_wait_hook(void (*fn)(void *ctx), void *ctx);

@@ -48,18 +48,7 @@ struct DataParallel {
 };
 
 // comm_wait, with the blocked time counted as exposed communication.
-static void timed_wait(DataParallel *d, CommReq *r) {
-    if (!r->handle) return;
-    double t0 = now_sec();
-    comm_wait(r);
-    d->exposed += now_sec() - t0;
-}
-
-static size_t isect(size_t a, size_t b, size_t lo, size_t hi, size_t *start) {
-    size_t s = a > lo ? a : lo, e = b < hi ? b : hi;
-    *start = s;
-    return e > s ? e - s : 0;
-}
+static void timed_wait(DataParallel *d, CommReq *r) { d->exposed += comm_wait_timed(r); }
 
 // ---------------------------------------------------------------- zero 0/1: buckets
 
@@ -74,9 +63,7 @@ static void rs_complete(DataParallel *d, int slot) {
     PendingRS *p = &d->rs[slot];
     if (!p->active) return;
     timed_wait(d, &p->req);
-    float *dst = d->gshard + (p->a - d->lo);
-    for (size_t i = 0; i < p->n; i++)
-        dst[i] += p->recv[i];
+    d->m->be->axpby(d->gshard + (p->a - d->lo), 1.0f, p->recv, 1.0f, p->n);
     p->active = 0;
 }
 
@@ -84,10 +71,10 @@ static void rs_complete(DataParallel *d, int slot) {
 static void rs_start(DataParallel *d, int slot, float *send, float *recv, size_t a, size_t b) {
     for (int q = 0; q < d->N; q++) {
         size_t s;
-        d->tmp_counts[q] = (int)isect(a, b, d->bound[q], d->bound[q + 1], &s);
+        d->tmp_counts[q] = (int)range_isect(a, b, d->bound[q], d->bound[q + 1], &s);
     }
     PendingRS *p = &d->rs[slot];
-    p->n = isect(a, b, d->lo, d->hi, &p->a);
+    p->n = range_isect(a, b, d->lo, d->hi, &p->a);
     p->send = send;
     p->recv = recv;
     p->req = comm_ireduce_scatter(d->c, send, recv, d->tmp_counts);
@@ -102,11 +89,11 @@ static CommReq gather_start(DataParallel *d, int b, float *dst) {
     size_t a = blk->off, e = blk->off + blk->n;
     for (int q = 0; q < d->N; q++) {
         size_t s;
-        d->tmp_counts[q] = (int)isect(a, e, d->bound[q], d->bound[q + 1], &s);
+        d->tmp_counts[q] = (int)range_isect(a, e, d->bound[q], d->bound[q + 1], &s);
         d->tmp_displs[q] = (int)(s > a ? s - a : 0);
         if (!d->tmp_counts[q]) d->tmp_displs[q] = 0;
     }
-    size_t s, n = isect(a, e, d->lo, d->hi, &s);
+    size_t s, n = range_isect(a, e, d->lo, d->hi, &s);
     if (n) memcpy(dst + (s - a), d->pshard + (s - d->lo), n * sizeof(float));
     return comm_iallgatherv(d->c, dst, d->tmp_counts, d->tmp_displs);
 }
@@ -193,36 +180,8 @@ static void hook_poll(void *ctx) {
 
 // ---------------------------------------------------------------- setup
 
-DataParallel *dp_create(GPT *m, const Comm *c, int zero, double bucket_mb) {
-    DataParallel *d = xcalloc(1, sizeof *d);
-    d->m = m;
-    d->c = c;
-    d->N = c->size;
-    d->r = c->rank;
-    d->zero = zero;
-    d->P = m->nparams;
-    d->bound = xcalloc((size_t)d->N + 1, sizeof(size_t));
-    d->counts = xcalloc((size_t)d->N, sizeof(int));
-    d->displs = xcalloc((size_t)d->N, sizeof(int));
-    d->tmp_counts = xcalloc((size_t)d->N, sizeof(int));
-    d->tmp_displs = xcalloc((size_t)d->N, sizeof(int));
-    for (int q = 0; q <= d->N; q++)
-        d->bound[q] = d->P * (size_t)q / (size_t)d->N;
-    for (int q = 0; q < d->N; q++) {
-        d->counts[q] = (int)(d->bound[q + 1] - d->bound[q]);
-        d->displs[q] = (int)d->bound[q];
-    }
-    if (zero >= 1) {
-        d->lo = d->bound[d->r];
-        d->hi = d->bound[d->r + 1];
-    } else {
-        d->lo = 0;
-        d->hi = d->P;
-    }
-    for (int b = 1; b < m->nblocks; b++)
-        if (m->blocks[b].n > d->max_block) d->max_block = m->blocks[b].n;
-    d->rs_cap = d->max_block < d->hi - d->lo ? d->max_block : d->hi - d->lo;
-
+static void make_buckets(DataParallel *d, double bucket_mb) {
+    GPT *m = d->m;
     // buckets: consecutive blocks in backward order, each at most bucket_mb (one block at least)
     d->bucket_start = xmalloc(sizeof(int) * (size_t)m->nblocks);
     d->bucket_a = xcalloc((size_t)m->nblocks, sizeof(size_t));
@@ -242,7 +201,13 @@ DataParallel *dp_create(GPT *m, const Comm *c, int zero, double bucket_mb) {
         d->bucket_start[b] = k;
         b--;
     }
+}
 
+// ZeRO 2/3: the shards and transient buffers replace the model's whole gradient (and, for
+// ZeRO-3, parameter) buffers.
+static void shard_buffers(DataParallel *d) {
+    GPT *m = d->m;
+    int zero = d->zero;
     const Backend *be = m->be;
     if (zero >= 2) {
         d->gshard = be->alloc(d->hi - d->lo);
@@ -251,10 +216,7 @@ DataParallel *dp_create(GPT *m, const Comm *c, int zero, double bucket_mb) {
             d->trecv[s] = be->alloc(d->rs_cap);
         }
         d->egrad = be->alloc(m->blocks[0].n);
-        be->release(m->grads); // the full gradient buffer is never needed again
-        m->grads = NULL;
-        for (int b = 0; b < m->nblocks; b++)
-            m->blocks[b].grads = NULL;
+        gpt_drop_whole(m, 0, 1); // the full gradient buffer is never needed again
         m->blocks[0].grads = d->egrad;
     }
     if (zero >= 3) {
@@ -265,11 +227,46 @@ DataParallel *dp_create(GPT *m, const Comm *c, int zero, double bucket_mb) {
             d->bparam[s] = be->alloc(d->max_block);
             d->bparam_block[s] = -1;
         }
-        be->release(m->params);
-        m->params = NULL;
-        for (int b = 0; b < m->nblocks; b++)
-            m->blocks[b].params = NULL;
+        gpt_drop_whole(m, 1, 0);
     }
+}
+
+DataParallel *dp_create(GPT *m, const Comm *c, int zero, double bucket_mb) {
+    DataParallel *d = xcalloc(1, sizeof *d);
+    d->m = m;
+    d->c = c;
+    d->N = c->size;
+    d->r = c->rank;
+    d->zero = zero;
+    d->P = m->nparams;
+    d->bound = xcalloc((size_t)d->N + 1, sizeof(size_t));
+    d->counts = xcalloc((size_t)d->N, sizeof(int));
+    d->displs = xcalloc((size_t)d->N, sizeof(int));
+    d->tmp_counts = xcalloc((size_t)d->N, sizeof(int));
+    d->tmp_displs = xcalloc((size_t)d->N, sizeof(int));
+    for (int q = 0; q <= d->N; q++) // on norm-chunk boundaries (gpt.h)
+        d->bound[q] = gpt_shard_bound(m, 0, d->P, q, d->N);
+    for (int q = 0; q < d->N; q++) {
+        d->counts[q] = (int)(d->bound[q + 1] - d->bound[q]);
+        d->displs[q] = (int)d->bound[q];
+    }
+    if (zero >= 1) {
+        d->lo = d->bound[d->r];
+        d->hi = d->bound[d->r + 1];
+    } else {
+        d->lo = 0;
+        d->hi = d->P;
+    }
+    for (int b = 1; b < m->nblocks; b++)
+        if (m->blocks[b].n > d->max_block) d->max_block = m->blocks[b].n;
+    d->rs_cap = d->max_block < d->hi - d->lo ? d->max_block : d->hi - d->lo;
+
+    make_buckets(d, bucket_mb);
+    shard_buffers(d);
+    // what this rank updates, for the optimizer's per-block pointers
+    float *own_p = zero >= 3 ? d->pshard : m->params + d->lo;
+    float *own_g = zero >= 2 ? d->gshard : m->grads + d->lo;
+    gpt_own_range(m, d->lo, d->hi, d->lo, own_p, own_g);
     d->hooks =
         (BlockHooks){.before = hook_before, .after = hook_after, .poll = hook_poll, .ctx = d};
     m->hooks = &d->hooks;
@@ -316,10 +313,16 @@ void dp_finish_grads(DataParallel *d) {
 double dp_exposed_wait(const DataParallel *d) { return d->exposed; }
 
 double dp_grad_sumsq(DataParallel *d) {
-    const Backend *be = d->m->be;
-    if (d->zero < 2) return be->sumsq(d->m->grads, d->P);
-    double s = be->sumsq(d->gshard, d->hi - d->lo);
-    comm_allreduce_f64(d->c, &s, 1);
+    GPT *m = d->m;
+    double *part = xcalloc((size_t)m->nchunks, sizeof(double));
+    if (d->zero < 2) { // every rank holds the reduced gradient
+        gpt_chunk_sumsq(m, m->grads, 0, d->P, part);
+    } else { // each chunk from its owner, zeros elsewhere: the sum is exact
+        gpt_chunk_sumsq(m, d->gshard, d->lo, d->hi, part);
+        comm_allreduce_f64(d->c, part, m->nchunks);
+    }
+    double s = gpt_chunk_total(m, part);
+    free(part);
     return s;
 }
 
@@ -334,9 +337,7 @@ void dp_zero_grad(DataParallel *d) {
 
 void dp_optimizer_step(DataParallel *d, AdamW *opt, float lr, float grad_scale) {
     GPT *m = d->m;
-    float *params = d->zero >= 3 ? d->pshard : m->params + d->lo;
-    float *grads = d->zero >= 2 ? d->gshard : m->grads + d->lo;
-    adamw_step_range(opt, m, d->lo, d->hi, params, grads, lr, grad_scale);
+    adamw_step(opt, m, lr, grad_scale); // through the blocks' pointers (set in dp_create)
     if (d->zero == 1 || d->zero == 2) {
         CommReq r = comm_iallgatherv(d->c, m->params, d->counts, d->displs);
         timed_wait(d, &r);

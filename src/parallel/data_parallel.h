@@ -15,7 +15,7 @@
 #include <stddef.h>
 
 #include "../model/gpt.h"
-#include "../train/optim.h"
+#include "../optim/optim.h"
 #include "comm.h"
 
 typedef struct DataParallel DataParallel;

@@ -20,7 +20,7 @@
 // global. Validation (--val-every) is a forward-only pass of the windows through the stages.
 #pragma once
 #include "../model/gpt.h"
-#include "../train/optim.h"
+#include "../optim/optim.h"
 #include "grid.h"
 
 typedef enum { SCHED_GPIPE, SCHED_1F1B, SCHED_2BW } Schedule;
@@ -28,10 +28,9 @@ typedef enum { SCHED_GPIPE, SCHED_1F1B, SCHED_2BW } Schedule;
 typedef struct {
     Schedule schedule;
     int K, B, T, recompute;
-    int zero;                   // 1: shard AdamW moments over the stage's dp replicas
-    int val_every, val_windows; // validation every N steps (0: only at the end) over N windows
-    int save_every;             // checkpoint every N steps (0: only at the end, when io->save)
-    const char *stage_layers;   // "3,3,2": transformer layers per stage (NULL: balanced)
+    int zero;                 // 1: shard AdamW moments over the stage's dp replicas
+    int val_windows;          // windows a validation pass reads
+    const char *stage_layers; // "3,3,2": transformer layers per stage (NULL: balanced)
     float grad_clip;
 } PipelineConfig;
 
@@ -46,37 +45,47 @@ typedef struct {
     void *ctx;
     // The micro-batch j of optimizer step `step` for this data-parallel rank.
     void (*batch)(void *ctx, int step, int j, int *inputs, int *targets);
-    // Called on every rank once step `step` (1-based) is applied; loss and norm are global.
-    // Returns non-zero to stop (e.g. a non-finite loss).
-    // exposed: seconds this batch blocked on gradient reductions / weight gathers.
-    int (*report)(void *ctx, int step, double loss, double norm, float lr, double seconds,
-                  double exposed);
-    // Validation window w (NULL: no validation data), and where the mean loss goes (every rank).
+    // Step `step` (1-based) is known, on every rank: loss and norm are global; seconds is its
+    // wall time; exposed the seconds it blocked on reductions and gathers; applied 0 when the
+    // loss or norm was not finite (the update was not applied and the pipeline stops).
+    void (*report)(void *ctx, int step, double loss, double norm, float lr, double seconds,
+                   double exposed, int applied);
+    // Validation window w (NULL: no validation data).
     void (*val_batch)(void *ctx, int w, int *inputs, int *targets);
-    void (*val_report)(void *ctx, int step, double loss);
-    // Checkpoint after `step` steps (NULL: none). Collective: every rank calls it at the same
-    // steps, with its shard or NULL (another replica or stage writes that range). opt_t is the
-    // AdamW step count. Returns non-zero to stop.
-    int (*save)(void *ctx, int step, int opt_t, const PipeShard *shard);
     // Resume (start > 0; NULL: none): the previous weight version of [lo, hi) into prev (left
     // as it is when the checkpoint has none) and the moments of [olo, ohi) into m and v.
     int (*load)(void *ctx, size_t lo, size_t hi, float *prev, size_t olo, size_t ohi, float *m,
                 float *v);
 } PipelineIO;
 
-// Splits the blocks into g->pp stages; fills [b0, b1) for stage s. Fails on a bad --stage-layers.
+typedef struct Pipeline Pipeline;
+
+// Splits the blocks into D stages; fills [b0, b1) for stage s. Fails on a bad --stage-layers.
 int pipeline_partition(const GPT *m, int D, int s, const char *stage_layers, int *b0, int *b1);
-// Trains steps [start, steps). Each stage keeps only its own range of weights (two versions
-// under 2bw), gradients and AdamW moments (opt supplies the configuration and step count;
-// its own buffers are not used). On return m->params holds this stage's blocks (the newest
-// version); pipeline_gather_params completes it. Returns 0, or a report callback's non-zero.
-int pipeline_train(GPT *m, const Grid *g, const PipelineConfig *pc, AdamW *opt, int start,
-                   int steps, const PipelineIO *io);
-// Makes every stage's copy of the parameters complete (each stage contributes its blocks).
-int pipeline_gather_params(GPT *m, const Grid *g, const char *stage_layers);
-// Peak number of micro-batches whose activations a stage held in the last run.
-int pipeline_peak_inflight(void);
-// Bytes stage 0 held in the last run: weights (both versions under 2bw), gradients, AdamW
-// moments, and activations (one workspace per micro-batch it can hold: K under gpipe, D-s
-// under 1f1b/2bw).
-void pipeline_memory(double *weights, double *grads, double *opt, double *acts);
+// This rank's stage, ready to run steps from `start` (opt_t: AdamW updates applied so far).
+// It keeps only its own range of weights (two versions under 2bw), gradients and AdamW moments,
+// and releases the model's whole-model buffers. NULL with loom_errmsg.
+Pipeline *pipeline_create(GPT *m, const Grid *g, const PipelineConfig *pc, const OptConfig *oc,
+                          int opt_t, int start, const PipelineIO *io);
+void pipeline_free(Pipeline *p);
+// Runs step `step`. gpipe/1f1b: the whole batch, flushed and updated. 2bw: the stream up to the
+// batch's last backward, with its update started in the background (reported later);
+// boundary: drain the stream after it (validation, checkpoint or the end follows). Returns 1
+// once a non-finite step has stopped the pipeline, else 0.
+int pipeline_step(Pipeline *p, int step, int boundary);
+// 2bw: completes the update in flight (and reports it); nothing to do for gpipe/1f1b.
+void pipeline_drain(Pipeline *p);
+// Mean loss of pc->val_windows validation windows through the stages (newest weights).
+double pipeline_evaluate(Pipeline *p);
+// What this rank contributes to a checkpoint after the steps run so far (nothing in flight):
+// the newest weights of its range, its moments and, under 2bw, the previous version (backend
+// buffers). Returns 1 when this rank writes it (another replica may hold the same range).
+int pipeline_shard(Pipeline *p, PipeShard *sh);
+int pipeline_opt_t(const Pipeline *p);
+// Collective over the stages: every stage's newest weights into host (nparams floats).
+int pipeline_full_params(Pipeline *p, float *host);
+// Peak number of micro-batches whose activations this stage held.
+int pipeline_peak_inflight(const Pipeline *p);
+// Bytes this stage holds: weights (both versions under 2bw), gradients, AdamW moments, and
+// activations (one workspace per micro-batch it can hold: K under gpipe, D-s under 1f1b/2bw).
+void pipeline_memory(const Pipeline *p, double *weights, double *grads, double *opt, double *acts);

@@ -48,13 +48,13 @@ static double time_block_once(GPT *m, Workspace *ws, int b, int backward, float 
 // threaded copies run at once (one model and workspace each; BLAS calls inside the parallel
 // region run on one thread) than when copy 0 runs alone: the median over REPS alternations of
 // (mean time of the busy copies) / (time alone), so slow drifts of the machine cancel.
-static double busy_factor(const GPTConfig *one, int b, int T, int copies) {
+static double busy_factor(const Backend *be, const GPTConfig *one, int b, int T, int copies) {
     double *t = xcalloc((size_t)copies, sizeof(double)), ratio[REPS];
     GPT *ms = xcalloc((size_t)copies, sizeof(GPT));
     Workspace *wss = xcalloc((size_t)copies, sizeof(Workspace));
     float **dx = xcalloc((size_t)copies, sizeof(float *));
     for (int i = 0; i < copies; i++) {
-        if (gpt_create(&ms[i], one, backend_cpu()) || workspace_create(&wss[i], &ms[i], b, T, 0))
+        if (gpt_create(&ms[i], one, be) || workspace_create(&wss[i], &ms[i], b, T, 0))
             die_last(EXIT_USAGE);
         gpt_init_weights(&ms[i], 1);
         dx[i] = xalloc_floats((size_t)b * T * one->C);
@@ -83,7 +83,8 @@ static double busy_factor(const GPTConfig *one, int b, int T, int copies) {
     return f > 1 ? f : 1;
 }
 
-int profile_measure(Profile *p, const GPTConfig *cfg, int T, int max_b, int threads) {
+int profile_measure(Profile *p, const Backend *be, const GPTConfig *cfg, int T, int max_b,
+                    int threads) {
     memset(p, 0, sizeof *p);
     p->cfg = *cfg;
     p->T = T;
@@ -93,7 +94,7 @@ int profile_measure(Profile *p, const GPTConfig *cfg, int T, int max_b, int thre
     one.L = 1;
     if (one.maxT < T) one.maxT = T;
     GPT m;
-    if (gpt_create(&m, &one, backend_cpu())) return -1;
+    if (gpt_create(&m, &one, be)) return -1;
     gpt_init_weights(&m, 1);
     Rng r;
     rng_seed(&r, 5, 5);
@@ -136,7 +137,7 @@ int profile_measure(Profile *p, const GPTConfig *cfg, int T, int max_b, int thre
         workspace_free(&ws[i], &m);
         // contention: every core runs a copy (single-threaded profiles only)
         int copies = threads == 1 ? p->cores : 1;
-        row->busy = copies > 1 ? busy_factor(&one, row->b, T, copies) : 1.0;
+        row->busy = copies > 1 ? busy_factor(be, &one, row->b, T, copies) : 1.0;
     }
     free(samples);
     // the per-step optimizer work, per parameter: AdamW, zeroing the gradients, their norm

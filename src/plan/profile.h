@@ -29,7 +29,8 @@ enum { PROF_EMBED = 0, PROF_LAYER = 1, PROF_HEAD = 2 };
 
 // Times forward/backward of each block kind for micro-batch sizes 1, 2, 4, ... up to max_b,
 // then a layer again with cores/threads copies running at once.
-int profile_measure(Profile *p, const GPTConfig *cfg, int T, int max_b, int threads);
+int profile_measure(Profile *p, const Backend *be, const GPTConfig *cfg, int T, int max_b,
+                    int threads);
 int profile_save(const Profile *p, const char *path);
 int profile_load(Profile *p, const char *path);
 // The row for micro-batch b (NULL when not profiled).

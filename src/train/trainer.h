@@ -1,6 +1,8 @@
-// trainer.h — the training loop: data windows → micro-batch forward/backward (gradient
-// accumulation) → data-parallel reduction / ZeRO → NaN check → clipping → AdamW → metrics,
-// validation, checkpoints. The same loop runs as one process or as every rank of an MPI job.
+// trainer.h — `loom train`: its flags (TrainArgs; defaults and the strategy configuration
+// they make in args.c), the run (loop.c: setup, then batch → strategy step → metrics →
+// validation → checkpoint), --plan auto and --dry-run (autoplan.c). The same loop runs as one
+// process or as every rank of an MPI job; how a step is distributed is the strategy's
+// (strategy/strategy.h).
 #pragma once
 
 typedef struct {
@@ -16,6 +18,7 @@ typedef struct {
     int warmup;
     // run
     int seed, threads, recompute;
+    char *device; // backend: cpu (cuda with a CUDA build)
     char *metrics, *save, *resume, *export_path, *on_nonfinite, *dump_grads;
     int save_every, keep, val_every, val_windows, log_every, progress;
     float peak_gflops;
@@ -35,6 +38,10 @@ typedef struct {
 } TrainArgs;
 
 void train_args_defaults(TrainArgs *a);
+// JSON text of the flags that shaped the run, for the checkpoint manifest (caller frees).
+char *train_args_json(const TrainArgs *a);
+// --plan auto: profiles the model, searches the plans for this job and adopts the best one.
+void train_apply_auto_plan(TrainArgs *a);
 // Runs training; returns a process exit status (0 on success) and prints errors itself.
 int train_run(const TrainArgs *a);
 // --dry-run: prints the per-rank memory plan for dp 1, 2, 4 (and --dp) × ZeRO 0–3 and returns.

@@ -1,0 +1,86 @@
+// pipeline_impl.h — the pipeline runtime's state, shared by its files: pipeline.c (stages,
+// buffers, micro-batch forward/backward, validation, checkpoint views) and pipeline_sched.c
+// (the schedules: a flushed gpipe/1f1b step, and 2bw's stream with background updates).
+#pragma once
+#include "../common.h"
+#include "pipeline.h"
+
+struct Pipeline {
+    GPT *m;
+    const Grid *g;
+    const PipelineConfig *pc;
+    int D, s, b0, b1, first, last;
+    int nslots;
+    Workspace *ws;
+    CommReq *send_x, *send_dx; // per slot: the last sends out of its buffers
+    // Stage-local state: only this stage's flat range [lo, hi) is held (two weight versions
+    // under 2bw), plus, on the last stage, a replica of the tied wte [0, tie_n).
+    float *pbuf[2], *gbuf, *om, *ov;  // weights per version, gradients, AdamW moments
+    float *wbuf[2], *wgrad, *wm, *wv; // the wte replica (last stage only)
+    int nver, cur_ver, t;             // versions held, the one blocks point at, AdamW step
+    int replica;                      // 1 on the last stage when it is not also the first
+    size_t lo, hi;                    // this stage's flat range
+    size_t tie_n;                     // wte elements (tied embedding), synchronised first <-> last
+    Comm *tie;                        // communicator of the first and last stage (NULL if D == 1)
+    // ZeRO-1 over the dp replicas: this replica updates [own_lo, own_hi) of the stage range
+    // (offsets from lo) and [wown_lo, wown_hi) of the wte replica; the moments cover only those.
+    int zero1;
+    size_t own_lo, own_hi, wown_lo, wown_hi;
+    int *cnt, *dsp, *wcnt, *wdsp; // all-gather layouts over the dp replicas
+    // gpipe/1f1b with dp replicas: per-block all-reduces started during the last backward
+    CommReq *breq;
+    int nbreq;
+    double exposed;  // seconds the current batch blocked on reductions and gathers
+    double loss_sum; // Σ micro-batch mean losses of the current batch (last stage)
+    BlockHooks hooks;
+    // 2bw: a finished batch's update runs in the background. Its gradients move to spare
+    // buffers, its reductions (dp, tied embedding, global norm and loss) proceed as a chain of
+    // non-blocking collectives driven from the poll hook, the update is applied to the free
+    // version buffer as soon as they land (then all-gathered under ZeRO-1), and it is complete
+    // before the first micro-batch that needs the new version — so no stage waits for a flush.
+    float *gspare, *wspare;
+    struct {
+        int phase; // 0 idle, 1 dp reduce, 2 tie reduce, 3 norm/loss, 4 dp loss, 5 update,
+                   // 6 gather, 7 done
+        int step;
+        double dt, v[2]; // the batch's wall time (end of batch t-1 to end of batch t); norm², loss
+        float *g, *wg;
+        double loss;  // the last stage's mean loss of the batch
+        double *part; // norm partials and loss, being summed over the stages
+        CommReq req[2];
+        int running; // pend_advance is on the stack (the wait hook must not re-enter it)
+    } pend;
+    OptConfig opt;
+    const PipelineIO *io;
+    int stop; // a step's loss or gradient was not finite: the stream ends
+    // 2bw: the 1F1B stream of the current segment (steps from seg_from until a boundary)
+    int seg_active, seg_from, nf, nb, inflight;
+    double t0;     // when the current batch started (end of the previous one)
+    double mem[4]; // bytes held: weights, grads, optimizer, activations
+    int peak_inflight;
+    int done;         // steps completed
+    float grad_scale; // 1/(B·T·K·dp)
+    const BlockHooks *saved_hooks;
+};
+typedef struct Pipeline Pipe;
+
+// Message tags: forward activations 2·g, activation gradients 2·g+1 for micro-batch g (modulo
+// a range far larger than the micro-batches in flight), validation windows above that.
+#define TAG_RANGE (1 << 22)
+static inline int tag_of(int g, int backward) { return 2 * (g % TAG_RANGE) + backward; }
+static inline int val_tag(int w) { return 2 * TAG_RANGE + w % TAG_RANGE; }
+// 2bw: the buffer holding W(k), the weights after k updates (W(0) is the initial model).
+static inline int buffer_of(int k) { return k & 1; }
+static inline int slot_of(const Pipe *p, int g) { return g % p->nslots; }
+static inline void timed_wait(Pipe *p, CommReq *r) { p->exposed += comm_wait_timed(r); }
+
+void pipe_use_version(Pipe *p, int v);
+void pipe_set_context(const Pipe *p, int step, const char *what, int g);
+void pipe_forward_micro(Pipe *p, int g, int step, int j);
+void pipe_backward_micro(Pipe *p, int g, int step, float grad_scale, int reduce);
+void pipe_wait_sends(Pipe *p);
+// pipeline_sched.c
+int pipe_step_flushed(Pipe *p, int step, float grad_scale);
+int pipe_step_2bw(Pipe *p, int step, int boundary, float grad_scale);
+void pipe_pend_advance(Pipe *p, int block);
+void pipe_pend_complete(Pipe *p);

@@ -1,0 +1,274 @@
+// pipeline_sched.c — the pipeline schedules (see pipeline.h): a flushed gpipe/1f1b step
+// (reduce, clip, update at the end of every batch) and 2bw's stream, whose updates run in the
+// background as a chain of non-blocking collectives and land before the batch that needs them.
+#include <math.h>
+#include <stdlib.h>
+
+#include "../testhooks.h"
+#include "pipeline_impl.h"
+
+// 2bw's background gradient reductions go out as a chain of 1 MiB all-reduces driven by the
+// progress thread (comm_iallreduce_chunked), so the activations the pipeline waits for, which
+// share each rank's link, queue behind a chunk rather than the whole reduction. (Test hook:
+// LOOM_PIPE_CHUNK sets the chunk size: testhooks.h.)
+static size_t chunk_floats(void) {
+    static size_t n;
+    if (!n) n = testhook_pipe_chunk();
+    return n;
+}
+
+// Per-chunk Σ g² of this stage's gradients g (its flat range; the wte replica is not counted:
+// stage 0 holds the same values), followed by the loss: m->nchunks + 1 doubles (caller frees),
+// zeros outside the stage, so their sum over the stages is the whole model's, bit for bit.
+static double *norm_loss_partials(Pipe *p, const float *g, double loss) {
+    double *v = xcalloc((size_t)p->m->nchunks + 1, sizeof(double));
+    gpt_chunk_sumsq(p->m, g, p->lo, p->hi, v);
+    v[p->m->nchunks] = loss;
+    return v;
+}
+
+// AdamW on this replica's part of the stage (and of the wte replica) in weight version v, from
+// gradients g / wg. Under ZeRO-1 that is its 1/W slice; the rest arrives by all-gather.
+static void apply_update(Pipe *p, int v, const float *g, const float *wg, float lr, float scale) {
+    p->t++;
+    size_t a = p->own_lo, e = p->own_hi;
+    adamw_update_range(p->m, &p->opt, p->t, p->lo + a, p->lo + e, p->pbuf[v] + a, g + a, p->om,
+                       p->ov, lr, scale);
+    if (p->replica)
+        adamw_update_range(p->m, &p->opt, p->t, p->wown_lo, p->wown_hi, p->wbuf[v] + p->wown_lo,
+                           wg + p->wown_lo, p->wm, p->wv, lr, scale);
+}
+
+// ZeRO-1: every replica contributes its updated slice of version v.
+static void start_gather(Pipe *p, int v, CommReq req[2]) {
+    req[0] = comm_iallgatherv(p->g->dp_comm, p->pbuf[v], p->cnt, p->dsp);
+    req[1] =
+        p->replica ? comm_iallgatherv(p->g->dp_comm, p->wbuf[v], p->wcnt, p->wdsp) : (CommReq){0};
+}
+
+// End of batch `step` under gpipe/1f1b: reduce gradients (dp replicas, tied embedding), global
+// loss and norm, clip, update. Returns the report callback's value.
+static int finish_batch(Pipe *p, int step, double t0) {
+    const PipelineIO *io = p->io;
+    GPT *m = p->m;
+    const Backend *be = m->be;
+    const Grid *g = p->g;
+    comm_set_context(step + 1, "pipeline optimizer step");
+    size_t n = p->hi - p->lo;
+    for (int i = 0; i < p->nbreq; i++) // the replicas' per-block all-reduces
+        timed_wait(p, &p->breq[i]);
+    p->nbreq = 0;
+    // wte: the head's part (last stage) + the embedding's part (first stage), on both
+    if (p->tie) {
+        CommReq r = comm_iallreduce(p->tie, p->replica ? p->wgrad : p->gbuf, p->tie_n);
+        timed_wait(p, &r);
+    }
+    double *v = norm_loss_partials(p, p->gbuf, p->last ? p->loss_sum / p->pc->K : 0);
+    int nc = m->nchunks;
+    comm_allreduce_f64(g->pp_comm, v, nc + 1);
+    if (g->dp > 1) {
+        comm_allreduce_f64(g->dp_comm, &v[nc], 1);
+        v[nc] /= g->dp;
+    }
+    double norm = sqrt(gpt_chunk_total(m, v)), loss = v[nc];
+    free(v);
+    float lr = lr_at(&p->opt, step);
+    int ok = isfinite(loss) && isfinite(norm);
+    if (ok) {
+        apply_update(p, 0, p->gbuf, p->wgrad, lr, clip_scale((float)norm, p->pc->grad_clip));
+        if (p->zero1) {
+            CommReq r[2];
+            start_gather(p, 0, r);
+            timed_wait(p, &r[0]), timed_wait(p, &r[1]);
+        }
+    }
+    io->report(io->ctx, step + 1, loss, norm, lr, now_sec() - t0, p->exposed, ok);
+    if (!ok) p->stop = 1;
+    p->exposed = 0;
+    be->fill(p->gbuf, 0.f, n);
+    if (p->replica) be->fill(p->wgrad, 0.f, p->tie_n);
+    p->loss_sum = 0;
+    return p->stop;
+}
+
+// ---------------------------------------------------------------- 2bw: background updates
+
+static int req_done(Pipe *p, CommReq *r, int block) {
+    if (block) {
+        timed_wait(p, r);
+        return 1;
+    }
+    return comm_test(r);
+}
+
+static void pend_advance_chain(Pipe *p, int block);
+
+// Moves the pending update through its chain as far as it can go (or, with block, to the end).
+void pipe_pend_advance(Pipe *p, int block) {
+    p->pend.running = 1;
+    pend_advance_chain(p, block);
+    p->pend.running = 0;
+}
+
+static void pend_advance_chain(Pipe *p, int block) {
+    const Grid *g = p->g;
+    size_t n = p->hi - p->lo;
+    for (;;) {
+        switch (p->pend.phase) {
+        case 1: // replicas' gradients
+            if (!req_done(p, &p->pend.req[0], block)) return;
+            p->pend.phase = 2;
+            p->pend.req[0] = comm_iallreduce_chunked(p->tie, p->replica ? p->pend.wg : p->pend.g,
+                                                     p->tie_n, NULL, 0, chunk_floats());
+            break;
+        case 2: // tied embedding
+            if (!req_done(p, &p->pend.req[0], block)) return;
+            p->pend.phase = 3;
+            free(p->pend.part);
+            p->pend.part = norm_loss_partials(p, p->pend.g, p->pend.loss);
+            p->pend.req[0] = comm_iallreduce_f64(g->pp_comm, p->pend.part, p->m->nchunks + 1);
+            break;
+        case 3: // global norm partials and the last stage's loss
+            if (!req_done(p, &p->pend.req[0], block)) return;
+            p->pend.phase = 4;
+            p->pend.v[0] = gpt_chunk_total(p->m, p->pend.part);
+            p->pend.v[1] = p->pend.part[p->m->nchunks];
+            p->pend.req[0] = comm_iallreduce_f64(g->dp_comm, &p->pend.v[1], 1);
+            break;
+        case 4: // mean loss over replicas
+            if (!req_done(p, &p->pend.req[0], block)) return;
+            p->pend.v[1] /= g->dp;
+            p->pend.phase = 5;
+            break;
+        case 5: { // W(t+1) = W(t) - opt(g_t), written over W(t-1)'s buffer (free since batch t)
+            int step = p->pend.step, next = buffer_of(step + 1);
+            double norm = sqrt(p->pend.v[0]), loss = p->pend.v[1];
+            p->pend.phase = 7;
+            if (!isfinite(loss) || !isfinite(norm)) break; // reported, never applied
+            p->m->be->copy(p->pbuf[next], p->pbuf[buffer_of(step)], n);
+            if (p->replica) p->m->be->copy(p->wbuf[next], p->wbuf[buffer_of(step)], p->tie_n);
+            apply_update(p, next, p->pend.g, p->pend.wg, lr_at(&p->opt, step),
+                         clip_scale((float)norm, p->pc->grad_clip));
+            if (p->zero1) {
+                start_gather(p, next, p->pend.req);
+                p->pend.phase = 6;
+            }
+            break;
+        }
+        case 6: // ZeRO-1: the other replicas' slices of the new version
+            if (!req_done(p, &p->pend.req[0], block) || !req_done(p, &p->pend.req[1], block))
+                return;
+            p->pend.phase = 7;
+            break;
+        default: return;
+        }
+    }
+}
+
+// End of batch `step` on this stage: hand its gradients to the background chain.
+static void pend_start(Pipe *p, int step, double t0) {
+    const Backend *be = p->m->be;
+    size_t n = p->hi - p->lo;
+    float *t = p->gbuf;
+    p->gbuf = p->gspare, p->gspare = t;
+    be->fill(p->gbuf, 0.f, n);
+    if (p->replica) {
+        t = p->wgrad;
+        p->wgrad = p->wspare, p->wspare = t;
+        be->fill(p->wgrad, 0.f, p->tie_n);
+    }
+    pipe_use_version(p, p->cur_ver); // blocks now accumulate into the fresh buffers
+    p->pend.step = step;
+    p->pend.dt = now_sec() - t0;
+    p->pend.g = p->gspare;
+    p->pend.wg = p->wspare;
+    p->pend.v[0] = p->pend.v[1] = 0;
+    p->pend.loss = p->last ? p->loss_sum / p->pc->K : 0;
+    p->loss_sum = 0;
+    p->pend.req[0] = comm_iallreduce_chunked(
+        p->g->dp_comm, p->pend.g, n, p->replica ? p->pend.wg : NULL, p->tie_n, chunk_floats());
+    p->pend.phase = 1;
+    pipe_pend_advance(p, 0);
+}
+
+// Finishes the pending update (blocking for what is left of its chain) and reports it.
+void pipe_pend_complete(Pipe *p) {
+    if (!p->pend.phase) return;
+    comm_set_context(p->pend.step + 1, "pipeline 2bw update");
+    pipe_pend_advance(p, 1);
+    int step = p->pend.step;
+    p->pend.phase = 0;
+    double loss = p->pend.v[1], norm = sqrt(p->pend.v[0]);
+    int ok = isfinite(loss) && isfinite(norm);
+    if (!p->stop)
+        p->io->report(p->io->ctx, step + 1, loss, norm, lr_at(&p->opt, step), p->pend.dt,
+                      p->exposed, ok);
+    if (!ok) p->stop = 1;
+    p->exposed = 0;
+}
+
+// gpipe / 1f1b: one flushed step.
+int pipe_step_flushed(Pipe *p, int step, float grad_scale) {
+    const PipelineConfig *pc = p->pc;
+    int K = pc->K, D = p->D, s = p->s;
+    int overlap = p->g->dp > 1; // replicas' all-reduces during the last micro-batch's backward
+    double t0 = now_sec();
+    int base = step * K, warm = pc->schedule == SCHED_GPIPE ? K : (D - s - 1 < K ? D - s - 1 : K);
+    int inflight = 0;
+    for (int j = 0; j < warm; j++)
+        pipe_forward_micro(p, base + j, step, j), inflight++;
+    if (inflight > p->peak_inflight) p->peak_inflight = inflight;
+    for (int j = 0; j < K - warm; j++) {
+        pipe_forward_micro(p, base + warm + j, step, warm + j);
+        if (++inflight > p->peak_inflight) p->peak_inflight = inflight;
+        pipe_backward_micro(p, base + j, step, grad_scale, overlap && j == K - 1), inflight--;
+    }
+    for (int j = K - warm; j < K; j++)
+        pipe_backward_micro(p, base + j, step, grad_scale, overlap && j == K - 1);
+    pipe_wait_sends(p);
+    return finish_batch(p, step, t0);
+}
+
+// 2bw: one 1F1B stream over all micro-batches of a segment of steps, no flush; batch t uses
+// version max(t-1, 0). A call runs the stream until batch `step`'s last backward is done; the
+// stream drains at a boundary (the end, a validation point or a checkpoint).
+int pipe_step_2bw(Pipe *p, int step, int boundary, float grad_scale) {
+    int K = p->pc->K, warm = p->D - p->s - 1;
+    if (!p->seg_active) {
+        p->seg_active = 1, p->seg_from = step;
+        p->nf = p->nb = p->inflight = 0;
+        p->t0 = now_sec();
+    }
+    // forwards run at most `warm` micro-batches ahead, so only batch step+1 can be touched
+    int total = (step + (boundary ? 1 : 2) - p->seg_from) * K, g0 = p->seg_from * K;
+    int until = (step + 1 - p->seg_from) * K;
+#define VERSION_OF(gi) ((gi) / K == 0 ? 0 : buffer_of((gi) / K - 1))
+    while (p->nb < until && !p->stop) {
+        int do_forward = p->nf < total && (p->nf < warm || p->nf - p->nb <= warm);
+        if (do_forward && p->nf - p->nb < p->nslots) {
+            int gi = g0 + p->nf;
+            // batch t+2 needs W(t+1): the pending update of batch t must be complete
+            if (p->pend.phase && gi / K >= p->pend.step + 2) pipe_pend_complete(p);
+            pipe_use_version(p, VERSION_OF(gi));
+            pipe_forward_micro(p, gi, gi / K, gi % K);
+            p->nf++;
+            if (++p->inflight > p->peak_inflight) p->peak_inflight = p->inflight;
+            if (p->nf <= warm) continue;
+        }
+        int gi = g0 + p->nb;
+        pipe_use_version(p, VERSION_OF(gi));
+        pipe_backward_micro(p, gi, gi / K, grad_scale, 0);
+        p->nb++, p->inflight--;
+        if (gi % K == K - 1) {
+            pipe_pend_complete(p); // (normally already applied) keeps one update in flight
+            pend_start(p, gi / K, p->t0);
+            p->t0 = now_sec();
+        }
+    }
+#undef VERSION_OF
+    if (boundary || p->stop) {
+        pipe_wait_sends(p);
+        p->seg_active = 0;
+    }
+    return p->stop;
+}

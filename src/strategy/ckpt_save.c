@@ -1,0 +1,69 @@
+// ckpt_save.c — the collective coordination of a checkpoint save (see ckpt_save.h).
+#include "ckpt_save.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "../common.h"
+
+int ckpt_save_collective(const char *dir, const Comm *c, const CkptShard *mine,
+                         const CkptMeta *meta, CkptExtraFn extra, void *extra_ctx,
+                         CkptExtraFn rank_files, void *rank_ctx, int keep) {
+    char part[4200];
+    double ok = c->rank != 0 || ckpt_begin(dir, meta->step, part, sizeof part) == 0;
+    comm_allreduce_f64(c, &ok, 1); // also a barrier: the directory exists for everyone
+    snprintf(part, sizeof part, "%s/step_%08d.partial", dir, meta->step);
+    if (ok < c->size) return c->rank == 0 ? -1 : loom_fail("%s: rank 0 could not create it", part);
+    // per rank: written?, lo, hi, crc, arrays (doubles hold every value exactly)
+    double *info = xcalloc(5 * (size_t)c->size, sizeof(double));
+    double wrote_ok = 1;
+    if (mine) {
+        CkptShardInfo si;
+        if (ckpt_write_shard(part, c->rank, mine, &si)) wrote_ok = 0;
+        double *e = info + 5 * c->rank;
+        e[0] = 1, e[1] = (double)si.lo, e[2] = (double)si.hi, e[3] = si.crc, e[4] = si.arrays;
+    }
+    if (rank_files && rank_files(part, rank_ctx)) wrote_ok = 0;
+    comm_allreduce_f64(c, info, 5 * c->size);
+    comm_allreduce_f64(c, &wrote_ok, 1);
+    double rc = 0;
+    if (wrote_ok < c->size) {
+        rc = -1;
+    } else if (c->rank == 0) {
+        CkptShardInfo *si = xcalloc((size_t)c->size, sizeof *si);
+        for (int q = 0; q < c->size; q++) {
+            const double *e = info + 5 * q;
+            si[q] = (CkptShardInfo){.written = e[0] != 0,
+                                    .lo = (size_t)e[1],
+                                    .hi = (size_t)e[2],
+                                    .crc = (uint32_t)e[3],
+                                    .arrays = (int)e[4]};
+        }
+        rc = ckpt_commit(dir, part, meta, si, c->size, extra, extra_ctx, keep);
+        free(si);
+    }
+    free(info);
+    comm_broadcast(c, &rc, sizeof rc, 0);
+    if (rc && c->rank != 0) loom_fail("%s: checkpoint failed on another rank", part);
+    if (rc && wrote_ok < c->size && c->rank == 0 && !mine)
+        loom_fail("%s: a rank failed to write its shard", part);
+    return rc ? -1 : 0;
+}
+
+CkptShard ckpt_shard_download(const Backend *be, size_t lo, size_t hi, const float *params,
+                              const float *m, const float *v, const float *prev) {
+    size_t n = hi - lo;
+    const float *src[4] = {params, m, v, prev};
+    float *dst[4] = {NULL, NULL, NULL, NULL};
+    for (int i = 0; i < 4; i++)
+        if (src[i]) {
+            dst[i] = xmalloc(n * sizeof(float) + 1);
+            be->download(dst[i], src[i], n);
+        }
+    return (CkptShard){lo, hi, dst[0], dst[1], dst[2], dst[3]};
+}
+
+void ckpt_shard_free(CkptShard *sh) {
+    free((void *)sh->params), free((void *)sh->m), free((void *)sh->v), free((void *)sh->prev);
+    *sh = (CkptShard){0};
+}

@@ -1,0 +1,16 @@
+// ckpt_save.h — a checkpoint save as a collective: every rank of `c` calls it; ranks with a
+// shard write it in parallel, every rank may write files of its own (rank_files), and rank 0
+// writes the manifest and commits the step directory (io/checkpoint.h does the file work).
+// All ranks return the same status.
+#pragma once
+#include "../io/checkpoint.h"
+#include "../parallel/comm.h"
+
+int ckpt_save_collective(const char *dir, const Comm *c, const CkptShard *mine,
+                         const CkptMeta *meta, CkptExtraFn extra, void *extra_ctx,
+                         CkptExtraFn rank_files, void *rank_ctx, int keep);
+// Host copies of a shard held in backend buffers: params/m/v/prev of n floats each (prev may
+// be NULL). Frees with ckpt_shard_free.
+CkptShard ckpt_shard_download(const Backend *be, size_t lo, size_t hi, const float *params,
+                              const float *m, const float *v, const float *prev);
+void ckpt_shard_free(CkptShard *sh);

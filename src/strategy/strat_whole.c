@@ -1,0 +1,98 @@
+// strat_whole.c — the pieces strat_dp.c and strat_co2.c share (see strat_whole.h).
+#include "strat_whole.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "../common.h"
+#include "ckpt_save.h"
+
+int whole_create(Strategy *s, Whole *w, const Comm *grad_comm, int zero) {
+    const StrategyConfig *c = s->cfg;
+    GPT *m = s->model;
+    w->grad_ranks = grad_comm->size;
+    w->dp = dp_create(m, grad_comm, zero, c->bucket_mb);
+    size_t lo, hi;
+    dp_owned_range(w->dp, &lo, &hi);
+    adamw_create(&w->opt, m, &c->opt, lo, hi);
+    if (s->resume_dir) {
+        size_t k = hi - lo;
+        float *mh = xmalloc(k * sizeof(float) + 1), *vh = xmalloc(k * sizeof(float) + 1);
+        int rc = checkpoint_read_state(s->resume_dir, m->nparams, 0, 0, NULL, lo, hi, mh, vh);
+        if (!rc) m->be->upload(w->opt.m, mh, k), m->be->upload(w->opt.v, vh, k);
+        free(mh), free(vh);
+        if (rc) return -1;
+        w->opt.t = s->resume->opt_t;
+    }
+    if (workspace_create(&w->ws, m, c->batch, c->seq, c->recompute)) return -1;
+    size_t BT = (size_t)c->batch * c->seq;
+    w->inputs = xmalloc(BT * sizeof(int));
+    w->targets = xmalloc(BT * sizeof(int));
+    return 0;
+}
+
+void whole_free(Strategy *s, Whole *w) {
+    free(w->inputs), free(w->targets);
+    workspace_free(&w->ws, s->model);
+    adamw_free(&w->opt, s->model);
+    dp_free(w->dp);
+}
+
+double whole_grads(Strategy *s, Whole *w, int step) {
+    const StrategyConfig *c = s->cfg;
+    int K = c->grad_accum;
+    float scale = 1.0f / (float)((size_t)c->batch * c->seq * K * w->grad_ranks);
+    dp_zero_grad(w->dp);
+    double loss = 0;
+    for (int j = 0; j < K; j++) {
+        s->data->train(s->data->ctx, step, j, w->inputs, w->targets);
+        dp_begin_micro(w->dp, j == K - 1);
+        loss += gpt_forward(s->model, &w->ws, w->inputs, w->targets);
+        gpt_backward(s->model, &w->ws, scale);
+    }
+    dp_finish_grads(w->dp);
+    return loss / K;
+}
+
+void whole_update(Strategy *s, Whole *w, int step, double loss, StepRecord *r) {
+    r->norm = sqrt(dp_grad_sumsq(w->dp));
+    r->lr = lr_at(&s->cfg->opt, step);
+    r->applied = isfinite(loss) && isfinite(r->norm);
+    if (r->applied)
+        dp_optimizer_step(w->dp, &w->opt, r->lr, clip_scale((float)r->norm, s->cfg->opt.grad_clip));
+}
+
+double whole_evaluate(Strategy *s, Whole *w) {
+    double sum = 0;
+    int n = s->cfg->val_windows;
+    for (int k = 0; k < n; k++) {
+        s->data->val(s->data->ctx, k, w->inputs, w->targets);
+        sum += gpt_forward(s->model, &w->ws, w->inputs, w->targets);
+    }
+    return n ? sum / n : NAN;
+}
+
+int whole_save(Strategy *s, Whole *w, const char *dir, CkptMeta *meta, int writes,
+               CkptExtraFn extra, void *extra_ctx, CkptExtraFn rank_files, void *rank_ctx,
+               int keep) {
+    size_t lo, hi;
+    dp_owned_range(w->dp, &lo, &hi);
+    CkptShard sh =
+        ckpt_shard_download(s->model->be, lo, hi, dp_owned_params(w->dp), w->opt.m, w->opt.v, NULL);
+    meta->opt_t = w->opt.t;
+    int rc = ckpt_save_collective(dir, s->grid->dp_comm, writes ? &sh : NULL, meta, extra,
+                                  extra_ctx, rank_files, rank_ctx, keep);
+    ckpt_shard_free(&sh);
+    return rc;
+}
+
+int whole_full_params(Strategy *s, Whole *w, float *host, int grads) {
+    GPT *m = s->model;
+    float *buf = host ? host : xmalloc(m->nparams * sizeof(float));
+    if (grads)
+        m->be->download(buf, m->grads, m->nparams);
+    else
+        dp_full_params(w->dp, buf); // collective for ZeRO-3
+    if (!host) free(buf);
+    return 0;
+}

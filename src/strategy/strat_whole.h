@@ -1,0 +1,32 @@
+// strat_whole.h — what the strategies that keep the whole model on every rank share
+// (strat_dp.c, strat_co2.c): the data-parallel mechanics (parallel/data_parallel.h) with the
+// optimizer over the slice this rank owns, one workspace, and the step's micro-batches.
+#pragma once
+#include "../parallel/data_parallel.h"
+#include "strategy.h"
+
+typedef struct {
+    DataParallel *dp;
+    AdamW opt;
+    Workspace ws;
+    int *inputs, *targets;
+    int grad_ranks; // ranks a gradient is averaged over (the dp size; 1 under CO2)
+} Whole;
+
+// Sets up the mechanics over grad_comm with ZeRO stage `zero`, the optimizer for the owned
+// slice (its moments read back on resume) and the workspace. Returns 0 or -1.
+int whole_create(Strategy *s, Whole *w, const Comm *grad_comm, int zero);
+void whole_free(Strategy *s, Whole *w);
+// The step's K micro-batches, forward and backward, and the reductions of their gradients;
+// returns this rank's mean loss.
+double whole_grads(Strategy *s, Whole *w, int step);
+// Global gradient norm, then — if it and the loss are finite — clipping and AdamW on the owned
+// slice. Fills the record's norm, lr and applied.
+void whole_update(Strategy *s, Whole *w, int step, double loss, StepRecord *r);
+double whole_evaluate(Strategy *s, Whole *w);
+// The checkpoint: `writes` ranks write the owned slice with their moments; rank_files (may be
+// NULL) lets every rank add files of its own. Collective over the dp communicator.
+int whole_save(Strategy *s, Whole *w, const char *dir, CkptMeta *meta, int writes,
+               CkptExtraFn extra, void *extra_ctx, CkptExtraFn rank_files, void *rank_ctx,
+               int keep);
+int whole_full_params(Strategy *s, Whole *w, float *host, int grads);

@@ -1,0 +1,113 @@
+// strategy.h — the Strategy interface: how one optimizer step is distributed over the process
+// grid. The training loop (train/loop.c) only loops — batch → strategy step → metrics →
+// validation → checkpoint — and every way of running a step is one implementation of this
+// table, in its own file, listed once in registry.c:
+//   strat_dp.c        single process, data parallel, ZeRO 1/2/3
+//   strat_co2.c       CO2: local steps + a one-round-stale outer average
+//   strat_pipeline.c  pipeline stages: gpipe, 1f1b, 2bw
+// A strategy owns the state of its step (optimizer moments, reductions in flight, stage
+// buffers), decides what its rank writes into a checkpoint and reads back on resume, and hands
+// the loop one StepRecord per optimizer step, possibly late (CO2 averages a round's losses in
+// the background; 2bw reports a step when its delayed update lands).
+#pragma once
+#include "../io/checkpoint.h"
+#include "../model/gpt.h"
+#include "../optim/optim.h"
+#include "../parallel/grid.h"
+
+// The flags that shape a step (filled by the loop from the command line).
+typedef struct {
+    int batch, seq, grad_accum, steps, recompute;
+    OptConfig opt;
+    int val_windows; // windows a validation pass reads (already capped to the data)
+    int save_every;  // checkpoints every N steps (0: only at the end or none)
+    // data parallel / ZeRO
+    int zero;
+    float bucket_mb;
+    int dump_grads; // --dump-grads was given (the strategy must be able to hand gradients out)
+    // CO2
+    int co2, tau, gap_adaptive;
+    float outer_lr, outer_momentum, gap_penalty, outer_clip;
+    // pipeline
+    int pp;
+    const char *schedule;     // gpipe | 1f1b | 2bw
+    const char *stage_layers; // NULL: balanced
+} StrategyConfig;
+
+// Where a strategy gets its data: micro-batch j of 0-based optimizer step `step` for this
+// rank's data-parallel index, and validation window w.
+typedef struct {
+    void *ctx;
+    void (*train)(void *ctx, int step, int j, int *inputs, int *targets);
+    void (*val)(void *ctx, int w, int *inputs, int *targets);
+} StrategyData;
+
+// One optimizer step, as the loop logs it.
+typedef struct {
+    int step;       // 1-based
+    double loss;    // mean over the step's tokens on every data-parallel rank / worker
+    double norm;    // global gradient norm (before clipping)
+    float lr;       //
+    double seconds; // wall time of the step
+    double exposed; // seconds it blocked on communication (< 0: no communication)
+    int applied;    // 0: the loss or gradient was not finite and the update was not applied
+    int must_stop;  // with applied 0: the strategy cannot skip it (the run stops)
+} StepRecord;
+
+typedef struct Strategy Strategy;
+
+typedef struct {
+    const char *name;
+    // Selected for this configuration? The first entry of the registry that wants it runs.
+    int (*wants)(const StrategyConfig *c);
+    // Flags this strategy cannot honour: loom_fail naming the flag, -1.
+    int (*check)(const StrategyConfig *c);
+    // Sets up from s->model (initial or resumed parameters) and s->grid; on resume
+    // (s->resume_dir) reads its own state. Returns 0 or -1 (loom_errmsg).
+    int (*create)(Strategy *s);
+    // Runs optimizer step `step` (0-based). `boundary`: the loop validates, saves or stops
+    // after it, so no later step's work may start. Returns 0 or -1.
+    int (*step)(Strategy *s, int step, int boundary);
+    // Completes work in flight before validation or a save (final = 1: after the last step,
+    // leaving the trained model in place).
+    void (*drain)(Strategy *s, int final);
+    // Mean validation loss over s->cfg->val_windows windows (every rank gets it).
+    double (*evaluate)(Strategy *s);
+    // Collective checkpoint after `meta->step` steps (final: the end of the run).
+    int (*save)(Strategy *s, const char *dir, CkptMeta *meta, int final, CkptExtraFn extra,
+                void *extra_ctx, int keep);
+    // Collective: the whole model's parameters (grads = 1: gradients) into host memory on the
+    // lead rank (host may be NULL elsewhere). Returns 0 or -1.
+    int (*full_params)(Strategy *s, float *host, int grads);
+    // A communication operation failed (comm.h): a strategy that can lose a member carries on
+    // (the operation completes with status -1 and its contributors); over MPI the job ends
+    // (strategy_end_job).
+    void (*comm_failed)(Strategy *s, int code, const char *msg);
+    // Prints (lead rank) what the strategy held and how much communication was exposed.
+    void (*summary)(Strategy *s, double exposed_s, double step_s);
+    void (*destroy)(Strategy *s);
+} StrategyOps;
+
+struct Strategy {
+    const StrategyOps *ops;
+    GPT *model;
+    const Grid *grid;
+    const StrategyConfig *cfg;
+    const StrategyData *data;
+    const char *resume_dir; // the step directory resumed from (NULL: a fresh run)
+    const CkptMeta *resume; // its manifest
+    int start;              // first step of this run
+    int lead;               // world rank 0
+    StepRecord *rec;        // records not yet taken by the loop
+    int nrec, caprec;
+    void *impl;
+};
+
+// The strategy for this configuration (registry.c), checked; NULL with loom_errmsg.
+const StrategyOps *strategy_find(const StrategyConfig *c);
+// Hands a record to the loop (strategies call it when a step's numbers are known).
+void strategy_emit(Strategy *s, const StepRecord *r);
+// The oldest record not yet taken: 1 and *r, or 0.
+int strategy_take(Strategy *s, StepRecord *r);
+// comm_failed for strategies over MPI, which cannot go on without a member: ends the job.
+_Noreturn void strategy_end_job(Strategy *s, int code, const char *msg);

@@ -1,0 +1,33 @@
+// testhooks.c — the environment's test hooks (see testhooks.h).
+#include "testhooks.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+void testhook_fault(int rank, int step) {
+    const char *names[2] = {"LOOM_FAULT_KILL", "LOOM_FAULT_HANG"};
+    for (int k = 0; k < 2; k++) {
+        const char *v = getenv(names[k]);
+        int r, s;
+        if (!v || sscanf(v, "%d:%d", &r, &s) != 2 || r != rank || s != step) continue;
+        fprintf(stderr, "loom[rank %d]: %s at step %d\n", rank, names[k], step);
+        fflush(stderr);
+        if (k == 0) raise(SIGKILL);
+        for (;;)
+            pause();
+    }
+}
+
+int testhook_save_fault(void) { return getenv("LOOM_FAULT_SAVE") != NULL; }
+
+double testhook_comm_delay(void) {
+    const char *v = getenv("LOOM_COMM_DELAY");
+    return v ? atof(v) : 0;
+}
+
+size_t testhook_pipe_chunk(void) {
+    const char *v = getenv("LOOM_PIPE_CHUNK");
+    return v && atol(v) > 0 ? (size_t)atol(v) : (size_t)1 << 18;
+}

@@ -1,0 +1,17 @@
+// testhooks.h — every test hook loom reads from the environment, in one place. They exist so
+// the test suite can provoke faults and slow links that are hard to make otherwise; none is
+// needed in normal use.
+//   LOOM_FAULT_KILL=RANK:STEP  that world rank SIGKILLs itself when the step starts (a crash)
+//   LOOM_FAULT_HANG=RANK:STEP  that rank stops responding (a stuck peer: the watchdog's case)
+//   LOOM_FAULT_SAVE=1          a checkpoint save fails just before its commit
+//   LOOM_COMM_DELAY=S          collectives of ≥ 4096 floats complete no earlier than S seconds
+//                              after they start (an emulated slow link, for overlap tests)
+//   LOOM_PIPE_CHUNK=FLOATS     chunk size of 2bw's background all-reduces (default 2^18)
+#pragma once
+#include <stddef.h>
+
+// Kills or hangs this rank if LOOM_FAULT_KILL / LOOM_FAULT_HANG name it and this step.
+void testhook_fault(int rank, int step);
+int testhook_save_fault(void);
+double testhook_comm_delay(void);
+size_t testhook_pipe_chunk(void);

@@ -1,0 +1,43 @@
+// args.c — `loom train`'s flag defaults and their JSON record in checkpoints (see trainer.h).
+#include <cjson/cJSON.h>
+#include <string.h>
+
+#include "../common.h"
+#include "trainer.h"
+
+void train_args_defaults(TrainArgs *a) {
+    memset(a, 0, sizeof *a);
+    a->layers = 4, a->heads = 4, a->dim = 128, a->vocab = 256, a->block_size = 256;
+    a->batch = 8, a->seq = 128, a->grad_accum = 1, a->steps = 100, a->shuffle = 0;
+    a->lr = 3e-4f, a->min_lr = 0.f, a->beta1 = 0.9f, a->beta2 = 0.95f, a->eps = 1e-8f;
+    a->weight_decay = 0.1f, a->grad_clip = 1.0f, a->lr_schedule = "cosine", a->warmup = 0;
+    a->seed = 1337, a->threads = 0, a->recompute = 0, a->device = "cpu";
+    a->on_nonfinite = "stop";
+    a->save_every = 0, a->keep = 2, a->val_every = 0, a->val_windows = 8, a->log_every = 10;
+    a->progress = 1;
+    a->peak_gflops = 290.f;
+    a->dp = 1, a->zero = 0, a->bucket_mb = 25.f, a->comm_timeout = 300.f;
+    a->comm_thread = 1;
+    a->co2 = 0, a->tau = 12, a->outer_lr = 1.0f, a->outer_momentum = 0.5f, a->gap_penalty = 1.0f;
+    a->outer_clip = 1.0f, a->gap_mode = "adaptive";
+    a->pp = 1, a->schedule = "1f1b", a->stage_layers = NULL;
+    a->plan = NULL, a->plan_mem_gb = 0, a->plan_bandwidth_gbps = 1.0f;
+}
+
+char *train_args_json(const TrainArgs *a) {
+    cJSON *j = cJSON_CreateObject();
+    const char *ints[] = {"batch",  "seq",  "grad_accum", "steps", "shuffle",
+                          "warmup", "seed", "dp",         "zero",  "pp"};
+    int ivals[] = {a->batch,  a->seq,  a->grad_accum, a->steps, a->shuffle,
+                   a->warmup, a->seed, a->dp,         a->zero,  a->pp};
+    for (size_t i = 0; i < sizeof ivals / sizeof ivals[0]; i++)
+        cJSON_AddNumberToObject(j, ints[i], ivals[i]);
+    cJSON_AddNumberToObject(j, "lr", a->lr);
+    cJSON_AddNumberToObject(j, "min_lr", a->min_lr);
+    cJSON_AddStringToObject(j, "lr_schedule", a->lr_schedule);
+    cJSON_AddStringToObject(j, "schedule", a->pp > 1 ? a->schedule : "none");
+    cJSON_AddStringToObject(j, "device", a->device);
+    char *s = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    return s;
+}

@@ -1,0 +1,96 @@
+// autoplan.c — `loom train --plan auto` (profile the model, measure this job's links, adopt the
+// planner's best layout) and `--dry-run` (the per-rank memory plan), both before any training.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../common.h"
+#include "../io/weights.h"
+#include "../parallel/data_parallel.h"
+#include "../plan/commprobe.h"
+#include "../plan/planner.h"
+#include "trainer.h"
+
+// --plan auto: rank 0 profiles the model and searches the plans for this job's ranks with
+// global batch = --batch x --grad-accum x --dp; every rank adopts the best one.
+void train_apply_auto_plan(TrainArgs *b) {
+    Comm *world = comm_world(NULL, NULL);
+    double msg[5] = {0};
+    char layers[128] = "";
+    Profile prof;
+    PlanInput in;
+    plan_input_defaults(&in);
+    if (world->rank == 0) {
+        GPTConfig cfg = {
+            .L = b->layers, .H = b->heads, .C = b->dim, .V = b->vocab, .maxT = b->block_size};
+        if (b->init && init_read_config(b->init, b->heads, &cfg)) die_last(EXIT_INPUT);
+        int threads = b->threads > 0 ? b->threads : 1;
+        const Backend *be = backend_select(b->device, threads);
+        if (!be) die_last(EXIT_USAGE);
+        if (profile_measure(&prof, be, &cfg, b->seq, 8, threads)) die_last(EXIT_USAGE);
+        long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGE_SIZE);
+        const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+        int local_n = local ? atoi(local) : 1;
+        in.workers = world->size;
+        in.mem_bytes = b->plan_mem_gb > 0 ? b->plan_mem_gb * 1073741824.0
+                                          : (double)pages * psize / local_n * 0.8;
+        in.bandwidth = b->plan_bandwidth_gbps * 1e9 / 8;
+        in.node_size = local_n;
+        in.global_batch = b->batch * b->grad_accum * b->dp;
+        in.bucket_bytes = b->bucket_mb * 1048576.0;
+    }
+    if (world->size > 1) { // the job's real links (every rank takes part)
+        CommProbe pr;
+        comm_probe(world, 8 * 1048576.0, &pr);
+        if (pr.local) {
+            in.intra_bandwidth = pr.allreduce_bw;
+        } else {
+            in.bandwidth = pr.allreduce_bw;
+            in.net_cpu_per_byte = pr.cpu_per_byte;
+        }
+        in.latency = pr.latency;
+    }
+    if (world->rank == 0) {
+        Plan best;
+        if (plan_search(&prof, &in, &best, 1) != 1)
+            die(EXIT_INPUT, "--plan auto: no plan fits the memory of this machine");
+        msg[0] = best.w, msg[1] = best.d, msg[2] = best.b, msg[3] = best.K, msg[4] = best.recompute;
+        snprintf(layers, sizeof layers, "%s", best.stage_layers);
+        fprintf(stderr,
+                "loom: --plan auto: dp %d x pp %d, micro-batch %d x %d, recompute %s, "
+                "stages %s: predicted %.0f tok/s\n",
+                best.w, best.d, best.b, best.K, best.recompute ? "on" : "off",
+                best.d > 1 ? best.stage_layers : "-", best.tokens_per_s);
+    }
+    comm_broadcast(world, msg, sizeof msg, 0);
+    comm_broadcast(world, layers, sizeof layers, 0);
+    b->dp = (int)msg[0], b->pp = (int)msg[1], b->batch = (int)msg[2];
+    b->grad_accum = (int)msg[3], b->recompute = (int)msg[4];
+    if (b->pp > 1) {
+        b->schedule = "2bw";
+        b->stage_layers = strdup(layers);
+    }
+}
+
+int train_dry_run(const TrainArgs *a) {
+    GPTConfig cfg = {
+        .L = a->layers, .H = a->heads, .C = a->dim, .V = a->vocab, .maxT = a->block_size};
+    if (a->init && init_read_config(a->init, a->heads, &cfg)) die_last(EXIT_INPUT);
+    if (gpt_config_check(&cfg)) die_last(EXIT_USAGE);
+    double act = workspace_floats(&cfg, a->batch, a->seq, a->recompute) * 4.0;
+    printf("memory plan per rank (MiB) for L%d H%d C%d V%d T%d, batch %d x seq %d%s\n", cfg.L,
+           cfg.H, cfg.C, cfg.V, cfg.maxT, a->batch, a->seq, a->recompute ? ", recompute" : "");
+    printf("%4s %5s %10s %10s %10s %12s %10s\n", "dp", "zero", "params", "grads", "optimizer",
+           "activations", "total");
+    int ns[4] = {1, 2, 4, a->dp}, count = a->dp == 1 || a->dp == 2 || a->dp == 4 ? 3 : 4;
+    for (int i = 0; i < count; i++)
+        for (int z = 0; z <= 3; z++) {
+            double p, g, o;
+            dp_memory_plan(&cfg, ns[i], z, &p, &g, &o);
+            printf("%4d %5d %10.1f %10.1f %10.1f %12.1f %10.1f%s\n", ns[i], z, p / 1048576,
+                   g / 1048576, o / 1048576, act / 1048576, (p + g + o + act) / 1048576,
+                   ns[i] == a->dp && z == a->zero ? "   <- this run" : "");
+        }
+    return 0;
+}

@@ -1,0 +1,199 @@
+// loop.c — the training loop: batch → strategy step → metrics and progress → validation →
+// checkpoint. It knows nothing of how a step is distributed: the strategy (strategy.h) runs
+// the step and hands back one record per step, possibly late.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common.h"
+#include "../io/safetensors.h"
+#include "run.h"
+
+typedef struct {
+    Run *r;
+    Strategy *s;
+    int skipped;
+    double exposed, seconds; // totals over the logged steps
+} Loop;
+
+static void log_record(Loop *l, const StepRecord *rec) {
+    Run *r = l->r;
+    const TrainArgs *a = r->a;
+    double tokens = (double)a->batch * a->seq * a->grad_accum * r->grid.dp;
+    double flops = gpt_flops_per_step(&r->model.cfg, a->batch, a->seq) * a->grad_accum /
+                   r->grid.pp; // per rank
+    double tps = tokens / rec->seconds, mfu = flops / rec->seconds / (a->peak_gflops * 1e9);
+    l->seconds += rec->seconds;
+    if (rec->exposed > 0) l->exposed += rec->exposed;
+    if (r->lead)
+        metrics_step(&r->mt, rec->step, rec->loss, rec->lr, rec->norm, rec->seconds * 1e3, tps, mfu,
+                     rec->exposed >= 0 ? rec->exposed * 1e3 : -1);
+    progress_step(&r->pg, rec->step, rec->loss, tps, mfu, rec->seconds);
+}
+
+// Logs the records the strategy has handed over. A step whose loss or gradient is not finite
+// is skipped (--on-nonfinite skip, where the strategy can) or stops the run (EXIT_NUMERIC).
+static int take_records(Loop *l) {
+    Run *r = l->r;
+    const TrainArgs *a = r->a;
+    StepRecord rec;
+    while (strategy_take(l->s, &rec)) {
+        if (rec.applied) {
+            log_record(l, &rec);
+            continue;
+        }
+        if (!rec.must_stop && !strcmp(a->on_nonfinite, "skip")) {
+            l->skipped++;
+            if (r->lead)
+                progress_note(&r->pg,
+                              "step %d: loss %g, grad norm %g is not finite; update skipped",
+                              rec.step, rec.loss, rec.norm);
+            continue;
+        }
+        progress_end(&r->pg);
+        if (r->lead)
+            fprintf(stderr,
+                    "loom: step %d: %s is %s (loss %g, grad norm %g); stopping without applying "
+                    "it. Lower --lr, set --grad-clip%s.%s%s\n",
+                    rec.step, isfinite(rec.loss) ? "the gradient" : "the loss",
+                    isnan(isfinite(rec.loss) ? rec.norm : rec.loss) ? "NaN" : "infinite", rec.loss,
+                    rec.norm, rec.must_stop ? "" : ", or pass --on-nonfinite skip",
+                    a->save ? " The last good checkpoint is in " : "", a->save ? a->save : "");
+        return EXIT_NUMERIC;
+    }
+    return 0;
+}
+
+static void validate(Loop *l, int step, int final) {
+    Run *r = l->r;
+    double vl = l->s->ops->evaluate(l->s);
+    if (!r->lead) return;
+    metrics_val(&r->mt, step, vl);
+    if (final)
+        fprintf(stderr, "loom: val loss %.4f\n", vl);
+    else
+        progress_note(&r->pg, "step %d: val loss %.4f", step, vl);
+}
+
+static int save(Loop *l, int step, int final) {
+    Run *r = l->r;
+    comm_set_context(step, "checkpoint");
+    CkptMeta meta = run_ckpt_meta(r, step);
+    int rc = l->s->ops->save(l->s, r->a->save, &meta, final, run_save_extras, r, r->a->keep);
+    free(meta.train_args);
+    if (rc) {
+        progress_end(&r->pg);
+        if (r->lead) fprintf(stderr, "loom: checkpoint failed: %s\n", loom_errmsg());
+        return EXIT_IO;
+    }
+    if (final && r->lead) fprintf(stderr, "loom: saved checkpoint to %s\n", r->a->save);
+    return 0;
+}
+
+// The whole model's parameters (or gradients) written as safetensors by the lead rank.
+static int export_model(Loop *l, const char *path, int grads) {
+    Run *r = l->r;
+    GPT view = r->model;
+    float *host = xmalloc(r->model.nparams * sizeof(float));
+    int rc = l->s->ops->full_params(l->s, host, grads);
+    view.params = host;
+    if (!rc && r->lead) rc = st_save_gpt(&view, path);
+    free(host);
+    return rc;
+}
+
+static int run_steps(Loop *l) {
+    Run *r = l->r;
+    const TrainArgs *a = r->a;
+    Strategy *s = l->s;
+    for (int step = r->start; step < a->steps; step++) {
+        int done = step + 1, last = done == a->steps;
+        int val = r->has_val && a->val_every > 0 && done % a->val_every == 0 && !last;
+        int ckpt = a->save && a->save_every > 0 && done % a->save_every == 0 && !last;
+        comm_set_context(done, "training step");
+        if (s->ops->step(s, step, val || ckpt || last)) run_fail(r, EXIT_USAGE);
+        int rc = take_records(l);
+        if (rc) return rc;
+        if (a->dump_grads && step == r->start && export_model(l, a->dump_grads, 1)) return EXIT_IO;
+        if (val || ckpt) {
+            s->ops->drain(s, 0);
+            if ((rc = take_records(l))) return rc;
+        }
+        if (val) validate(l, done, 0);
+        if (ckpt && (rc = save(l, done, 0))) return rc;
+    }
+    s->ops->drain(s, 1);
+    return take_records(l);
+}
+
+// After the last step: validation, the strategy's summary, the final checkpoint, the export.
+static int finish(Loop *l) {
+    Run *r = l->r;
+    const TrainArgs *a = r->a;
+    comm_set_context(a->steps, "finishing");
+    if (r->has_val) validate(l, a->steps, 1);
+    if (l->skipped && r->lead)
+        fprintf(stderr, "loom: %d steps skipped for non-finite values\n", l->skipped);
+    l->s->ops->summary(l->s, l->exposed, l->seconds);
+    int rc = a->save ? save(l, a->steps > r->start ? a->steps : r->start, 1) : 0;
+    if (!rc && a->export_path) {
+        if (export_model(l, a->export_path, 0)) {
+            if (r->lead) fprintf(stderr, "loom: export failed: %s\n", loom_errmsg());
+            rc = EXIT_IO;
+        } else if (r->lead) {
+            fprintf(stderr, "loom: exported %s\n", a->export_path);
+        }
+    }
+    return rc;
+}
+
+static void comm_failed(void *ctx, int code, const char *msg) {
+    Strategy *s = ctx;
+    s->ops->comm_failed(s, code, msg);
+}
+
+static void banner(const Run *r, const Strategy *s) {
+    const TrainArgs *a = r->a;
+    const GPTConfig *c = &r->model.cfg;
+    if (!r->lead) return;
+    fprintf(stderr, "loom: model L%d H%d C%d V%d T%d, %.2fM params | batch %d x seq %d x accum %d",
+            c->L, c->H, c->C, c->V, c->maxT, r->model.nparams / 1e6, a->batch, a->seq,
+            a->grad_accum);
+    if (r->grid.dp > 1 || a->zero) fprintf(stderr, " x dp %d (zero %d)", r->grid.dp, a->zero);
+    if (a->pp > 1) fprintf(stderr, " x pp %d (%s)", a->pp, a->schedule);
+    if (a->co2) fprintf(stderr, " | co2 tau %d", a->tau);
+    fprintf(stderr, " | %s | %d steps%s%s\n", s->ops->name, a->steps,
+            r->resume_dir[0] ? " | resumed from " : "", r->resume_dir);
+}
+
+int train_run(const TrainArgs *args) {
+    TrainArgs planned = *args;
+    if (args->plan) train_apply_auto_plan(&planned);
+    Run r = {.a = &planned};
+    run_setup(&r);
+    const StrategyOps *ops = strategy_find(&r.sc);
+    if (!ops) run_fail(&r, EXIT_USAGE);
+    Strategy s = {.ops = ops,
+                  .model = &r.model,
+                  .grid = &r.grid,
+                  .cfg = &r.sc,
+                  .data = &r.data,
+                  .resume_dir = r.resume_dir[0] ? r.resume_dir : NULL,
+                  .resume = &r.resume,
+                  .start = r.start,
+                  .lead = r.lead};
+    comm_set_failure_handler(comm_failed, &s); // the strategy hears failed operations
+    if (ops->create(&s)) run_fail(&r, s.resume_dir ? EXIT_INPUT : EXIT_USAGE);
+    banner(&r, &s);
+    Loop l = {.r = &r, .s = &s};
+    progress_start(&r.pg, planned.progress && r.lead, r.start, planned.steps, planned.log_every);
+    int rc = run_steps(&l);
+    progress_end(&r.pg);
+    if (!rc) rc = finish(&l);
+    ops->destroy(&s);
+    comm_set_failure_handler(NULL, NULL);
+    free(s.rec);
+    run_teardown(&r);
+    return rc;
+}

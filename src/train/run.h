@@ -1,0 +1,43 @@
+// run.h — what one training process holds for the loop (loop.c) and how it is set up and torn
+// down (setup.c): the grid, the backend, the model with its initial or resumed parameters, the
+// data, the checkpoint it resumed from, metrics and progress.
+#pragma once
+#include "../data/shard.h"
+#include "../io/checkpoint.h"
+#include "../io/metrics.h"
+#include "../model/gpt.h"
+#include "../parallel/grid.h"
+#include "../rng.h"
+#include "../strategy/strategy.h"
+#include "progress.h"
+#include "trainer.h"
+
+typedef struct {
+    const TrainArgs *a;
+    Comm *world;
+    Grid grid;
+    int lead; // world rank 0: prints, writes metrics and exports
+    GPT model;
+    DataSet train, val;
+    int has_val;
+    Rng rng;
+    char tokenizer_dir[4200]; // the data's tokenizer directory, copied into checkpoints
+    char resume_dir[4096];    // the step directory resumed from ("" for a fresh run)
+    CkptMeta resume;          // its manifest
+    int start;                // the first step
+    Metrics mt;
+    Progress pg;
+    StrategyConfig sc;
+    StrategyData data;
+} Run;
+
+// Stops the run: the lead rank prints loom_errmsg, every rank exits with `code`.
+_Noreturn void run_fail(const Run *r, int code);
+// Grid, backend, model (initial, --init or resumed parameters), data, metrics file and the
+// strategy configuration; exits through run_fail on any error.
+void run_setup(Run *r);
+void run_teardown(Run *r);
+// The manifest of a checkpoint after `step` steps (train_args allocated; the caller frees it).
+CkptMeta run_ckpt_meta(const Run *r, int step);
+// Copies the data's tokenizer into a step directory (a CkptExtraFn; ctx is the Run).
+int run_save_extras(const char *step_dir, void *ctx);

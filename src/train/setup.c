@@ -1,0 +1,190 @@
+// setup.c — a training process's setup and teardown (see run.h).
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../common.h"
+#include "../io/fsutil.h"
+#include "../io/weights.h"
+#include "../testhooks.h"
+#include "run.h"
+
+_Noreturn void run_fail(const Run *r, int code) {
+    if (!r->world || r->world->rank == 0) fprintf(stderr, "loom: %s\n", loom_errmsg());
+    fflush(stderr);
+    exit(code);
+}
+
+static void setup_grid(Run *r) {
+    const TrainArgs *a = r->a;
+    r->world = comm_world(NULL, NULL);
+    comm_set_timeout(a->comm_timeout);
+    if (a->comm_thread) comm_start_progress_thread(1e-3);
+    if (grid_create(&r->grid, r->world, a->dp, a->pp, 1)) run_fail(r, EXIT_USAGE);
+    r->lead = r->world->rank == 0;
+}
+
+// The model with its initial, --init or resumed parameters (every rank holds them whole until
+// the strategy takes what it owns).
+static int setup_model(Run *r, const Backend *be) {
+    const TrainArgs *a = r->a;
+    GPTConfig cfg = {
+        .L = a->layers, .H = a->heads, .C = a->dim, .V = a->vocab, .maxT = a->block_size};
+    if (a->resume) {
+        if (checkpoint_resolve(a->resume, r->resume_dir, sizeof r->resume_dir) ||
+            checkpoint_read_meta(r->resume_dir, &r->resume))
+            return -1;
+        cfg = r->resume.cfg;
+    } else if (a->init && init_read_config(a->init, a->heads, &cfg)) {
+        return -1;
+    }
+    if (gpt_create(&r->model, &cfg, be)) return -1;
+    GPT *m = &r->model;
+    rng_seed(&r->rng, (uint64_t)a->seed, 7);
+    if (a->resume) {
+        float *host = xmalloc(m->nparams * sizeof(float));
+        int rc =
+            checkpoint_read_state(r->resume_dir, m->nparams, 0, m->nparams, host, 0, 0, NULL, NULL);
+        if (!rc) m->be->upload(m->params, host, m->nparams);
+        free(host);
+        if (rc) return -1;
+        r->rng.state = r->resume.rng_state, r->rng.inc = r->resume.rng_inc;
+        r->start = r->resume.step;
+    } else if (a->init) {
+        return gpt_load_init_file(m, a->init);
+    } else {
+        gpt_init_weights(m, (unsigned long long)a->seed);
+    }
+    return 0;
+}
+
+// The tokenizer directory written by `loom prepare` next to the shards, if any.
+static void find_tokenizer_dir(Run *r) {
+    r->tokenizer_dir[0] = 0;
+    if (!r->train.nfiles) return;
+    char buf[4096], cand[4200];
+    snprintf(buf, sizeof buf, "%s", r->train.paths[0]);
+    snprintf(cand, sizeof cand, "%s/tokenizer", dirname(buf));
+    struct stat st;
+    if (stat(cand, &st) == 0 && S_ISDIR(st.st_mode))
+        snprintf(r->tokenizer_dir, sizeof r->tokenizer_dir, "%s", cand);
+}
+
+// Micro-batch j of step `step` for this data-parallel rank: windows in sequential order, step
+// s, micro-batch j, rank q of N (a test hook may kill or hang the rank as the step starts).
+static void train_batch(void *ctx, int step, int j, int *inputs, int *targets) {
+    Run *r = ctx;
+    const TrainArgs *a = r->a;
+    uint64_t N = (uint64_t)r->grid.dp, K = (uint64_t)a->grad_accum;
+    if (j == 0) testhook_fault(r->world->rank, step + 1);
+    uint64_t w = (uint64_t)step * N * K + (uint64_t)j * N + (uint64_t)r->grid.dp_i;
+    dataset_window(&r->train, w, a->batch, a->seq, a->shuffle, (uint64_t)a->seed, inputs, targets);
+}
+
+static void val_batch(void *ctx, int w, int *inputs, int *targets) {
+    Run *r = ctx;
+    dataset_window(&r->val, (uint64_t)w, r->a->batch, r->a->seq, 0, 0, inputs, targets);
+}
+
+static void strategy_config(Run *r) {
+    const TrainArgs *a = r->a;
+    int nw = 0;
+    if (r->has_val) {
+        uint64_t have = dataset_num_windows(&r->val, a->batch, a->seq);
+        nw = a->val_windows < (int64_t)have ? a->val_windows : (int)have;
+    }
+    r->sc = (StrategyConfig){
+        .batch = a->batch,
+        .seq = a->seq,
+        .grad_accum = a->grad_accum,
+        .steps = a->steps,
+        .recompute = a->recompute,
+        .opt = {.lr = a->lr,
+                .min_lr = a->min_lr,
+                .beta1 = a->beta1,
+                .beta2 = a->beta2,
+                .eps = a->eps,
+                .weight_decay = a->weight_decay,
+                .grad_clip = a->grad_clip,
+                .schedule = strcmp(a->lr_schedule, "cosine") ? LR_CONSTANT : LR_COSINE,
+                .warmup = a->warmup,
+                .total_steps = a->steps},
+        .val_windows = nw,
+        .save_every = a->save ? a->save_every : 0,
+        .zero = a->zero,
+        .bucket_mb = a->bucket_mb,
+        .dump_grads = a->dump_grads != NULL,
+        .co2 = a->co2,
+        .tau = a->tau,
+        .gap_adaptive = !strcmp(a->gap_mode, "adaptive"),
+        .outer_lr = a->outer_lr,
+        .outer_momentum = a->outer_momentum,
+        .gap_penalty = a->gap_penalty,
+        .outer_clip = a->outer_clip,
+        .pp = a->pp,
+        .schedule = a->schedule,
+        .stage_layers = a->stage_layers};
+    r->data = (StrategyData){.ctx = r, .train = train_batch, .val = val_batch};
+}
+
+static void setup_data(Run *r) {
+    const TrainArgs *a = r->a;
+    int V = r->model.cfg.V;
+    if (dataset_open(&r->train, a->data, V)) run_fail(r, EXIT_INPUT);
+    if (a->val_data) {
+        if (dataset_open(&r->val, a->val_data, V)) run_fail(r, EXIT_INPUT);
+        r->has_val = 1;
+    }
+    if (dataset_num_windows(&r->train, a->batch, a->seq) == 0) {
+        loom_fail("%s: %zu tokens is less than one batch of --batch*--seq+1 = %d", a->data,
+                  r->train.total, a->batch * a->seq + 1);
+        run_fail(r, EXIT_INPUT);
+    }
+    find_tokenizer_dir(r);
+}
+
+void run_setup(Run *r) {
+    const TrainArgs *a = r->a;
+    setup_grid(r);
+    const Backend *be = backend_select(a->device, a->threads);
+    if (!be) run_fail(r, EXIT_USAGE);
+    if (!a->data) {
+        loom_fail("--data is required (a shard file, directory or glob)");
+        run_fail(r, EXIT_USAGE);
+    }
+    if (setup_model(r, be)) run_fail(r, EXIT_INPUT);
+    setup_data(r);
+    strategy_config(r);
+    if (r->lead && metrics_open(&r->mt, a->metrics, r->resume_dir[0] != 0)) run_fail(r, EXIT_IO);
+}
+
+void run_teardown(Run *r) {
+    if (r->lead) metrics_close(&r->mt);
+    gpt_free(&r->model);
+    dataset_close(&r->train);
+    if (r->has_val) dataset_close(&r->val);
+    if (r->resume_dir[0]) checkpoint_meta_free(&r->resume);
+    comm_finalize();
+}
+
+CkptMeta run_ckpt_meta(const Run *r, int step) {
+    const TrainArgs *a = r->a;
+    CkptMeta meta = {.cfg = r->model.cfg,
+                     .step = step,
+                     .rng_state = r->rng.state,
+                     .rng_inc = r->rng.inc,
+                     .data_window = (uint64_t)step * a->grad_accum * r->grid.dp};
+    snprintf(meta.tokenizer, sizeof meta.tokenizer, "%s", r->tokenizer_dir[0] ? "dir" : "");
+    meta.train_args = train_args_json(a);
+    return meta;
+}
+
+int run_save_extras(const char *step_dir, void *ctx) {
+    const Run *r = ctx;
+    if (!r->tokenizer_dir[0]) return 0;
+    char dst[4300];
+    snprintf(dst, sizeof dst, "%s/tokenizer", step_dir);
+    return copy_tree(r->tokenizer_dir, dst);
+}
