@@ -23,6 +23,7 @@ void *xcalloc(size_t n, size_t size);
 float *xalloc_floats(size_t n);
 
 double now_sec(void);
+// CRC-32 (zlib's crc32_z) of data, continuing from crc: crc32_update(0, ...) starts a new one.
 uint32_t crc32_update(uint32_t crc, const void *data, size_t n);
 // Read a whole file; returns NULL and records an error on failure.
 char *read_file(const char *path, size_t *len);
