@@ -5,9 +5,15 @@ OPT      ?= -O3
 BLAS_DIR ?= /usr/lib/x86_64-linux-gnu/openblas-openmp
 BLAS_INC ?= /usr/include/x86_64-linux-gnu/openblas-openmp
 CFLAGS   ?= $(OPT) $(ARCH)
-CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -fopenmp -fno-math-errno -I$(BLAS_INC) $(MPI_INC) -MMD -MP
+# cairo (plots) and zlib (CRC-32) through pkg-config; libpng only for the plot test's PNG reader.
+PKGS     := cairo zlib
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS := $(or $(shell pkg-config --libs $(PKGS) 2>/dev/null),-lcairo -lz)
+TEST_LIBS := $(or $(shell pkg-config --libs libpng 2>/dev/null),-lpng16)
+CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -fopenmp -fno-math-errno -I$(BLAS_INC) $(MPI_INC) \
+            $(PKG_CFLAGS) -MMD -MP
 LDFLAGS  += -fopenmp -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) $(EXTRA_LDFLAGS)
-LDLIBS   += -lopenblas -lcjson -lm $(MPI_LIB)
+LDLIBS   += -lopenblas -lcjson $(PKG_LIBS) -lm $(MPI_LIB)
 MPI_INC  := $(shell mpicc --showme:compile 2>/dev/null)
 MPI_LIB  := $(shell mpicc --showme:link 2>/dev/null)
 BUILD    ?= build
@@ -34,7 +40,7 @@ $(BUILD)/%.o: %.c
 
 $(BUILD)/tests/%: tests/%.c $(BUILD)/libloom.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libloom.a $(LDLIBS)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libloom.a $(LDLIBS) $(TEST_LIBS)
 
 tests: $(TEST_BIN)
 

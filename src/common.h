@@ -29,6 +29,7 @@ static inline size_t range_isect(size_t a, size_t b, size_t lo, size_t hi, size_
     *start = s;
     return e > s ? e - s : 0;
 }
+// CRC-32 (zlib's crc32_z) of data, continuing from crc: crc32_update(0, ...) starts a new one.
 uint32_t crc32_update(uint32_t crc, const void *data, size_t n);
 // Read a whole file; returns NULL and records an error on failure.
 char *read_file(const char *path, size_t *len);

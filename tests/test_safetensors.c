@@ -1060,6 +1060,16 @@ TEST(detect_unknown_format) {
     gpt_free(&m);
 }
 
+// The checksum the checkpoint manifests record: the standard CRC-32 check value, and a CRC
+// continued over two pieces equals the CRC of the whole (checkpoint files are hashed that way).
+TEST(crc32_values) {
+    const char *s = "123456789";
+    CHECK(crc32_update(0, s, 9) == 0xCBF43926u, "crc32(123456789) = %08x", crc32_update(0, s, 9));
+    CHECK(crc32_update(0, s, 0) == 0, "empty");
+    CHECK(crc32_update(crc32_update(0, s, 4), s + 4, 5) == 0xCBF43926u, "continued");
+    CHECK(crc32_update(0, "The quick brown fox jumps over the lazy dog", 43) == 0x414FA339u, "fox");
+}
+
 // A model shaped like a real small GPT (C=64, L=3, V=300): layout mistakes that cancel on tiny
 // square-ish shapes (e.g. transposes of C×C) still show up as value mismatches here.
 TEST(larger_model_round_trips) {
@@ -1134,6 +1144,7 @@ int main(void) {
     RUN(llmc_bf16);
     RUN(llmc_malformed);
     RUN(detect_unknown_format);
+    RUN(crc32_values);
     RUN(larger_model_round_trips);
     if (!test_failed_count)
         rm_dir();

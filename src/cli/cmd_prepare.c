@@ -13,6 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "../common.h"
 #include "../data/shard.h"
 #include "../data/tokenizer.h"
@@ -152,13 +154,19 @@ int cmd_prepare(int argc, char **argv) {
     if (tokenizer_save(tok, path)) die(EXIT_IO, "prepare: %s", loom_errmsg());
     int train_shards = write_split(out, "train", all.tok, n_train, (size_t)shard_tokens);
     int val_shards = write_split(out, "val", all.tok + n_train, n_val, (size_t)shard_tokens);
-    char meta[512];
-    int mlen = snprintf(meta, sizeof meta,
-                        "{\"tokenizer\": \"%s\", \"vocab\": %d, \"train_tokens\": %zu, "
-                        "\"val_tokens\": %zu}\n",
-                        tokenizer_kind(tok), vocab, n_train, n_val);
+    cJSON *meta = cJSON_CreateObject();
+    cJSON_AddStringToObject(meta, "tokenizer", tokenizer_kind(tok));
+    cJSON_AddNumberToObject(meta, "vocab", vocab);
+    cJSON_AddNumberToObject(meta, "train_tokens", (double)n_train); // exact below 2^53
+    cJSON_AddNumberToObject(meta, "val_tokens", (double)n_val);
+    char *text = cJSON_PrintUnformatted(meta);
+    if (!text) die(EXIT_IO, "prepare: out of memory");
+    size_t tlen = strlen(text);
+    text[tlen] = '\n'; // the NUL becomes the final newline (written with tlen + 1)
     snprintf(path, sizeof path, "%s/meta.json", out);
-    if (write_file_atomic(path, meta, (size_t)mlen)) die(EXIT_IO, "prepare: %s", loom_errmsg());
+    if (write_file_atomic(path, text, tlen + 1)) die(EXIT_IO, "prepare: %s", loom_errmsg());
+    cJSON_free(text);
+    cJSON_Delete(meta);
 
     double dt = now_sec() - t0;
     printf("prepare: %d file%s, %.2f MB -> %zu %s tokens (train %zu in %d shard%s, val %zu in "

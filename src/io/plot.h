@@ -1,11 +1,11 @@
-// plot.h — draw loss curves from metrics logs as SVG (text) or PNG (own encoder, no libraries).
+// plot.h — draw loss curves from metrics logs as SVG or PNG (cairo).
 //
 // One chart: training loss against step (or tokens) for each log, one colour per log, labelled
 // with the file name (parent directories are added when names collide); validation losses as
 // dashed lines with markers; optional centred moving-average smoothing (the raw curve is kept,
 // faint, behind the smoothed one); "nice" axis ticks; optional log-scale y; title and legend.
-// The PNG raster has anti-aliased lines and text in a built-in 5x7 bitmap font (ASCII; other
-// bytes draw as '?'); it is compressed with a small fixed-Huffman deflate encoder.
+// Cairo draws anti-aliased lines and text in fontconfig's sans-serif (invalid UTF-8 bytes draw
+// as '?') and writes the file; in the SVG, text is glyph outlines.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -33,7 +33,7 @@ int plot_render(const MetricsLog *logs, int nlogs, const PlotOptions *opt, PlotF
 // plot_render + write_file_atomic, with the format chosen by plot_format_for(path).
 int plot_write(const char *path, const MetricsLog *logs, int nlogs, const PlotOptions *opt);
 
-// Encode 8-bit RGB pixels (rows top to bottom, 3*w bytes each) as a PNG file.
+// Encode 8-bit RGB pixels (rows top to bottom, 3*w bytes each) as a PNG file (8-bit RGB).
 // Returns 0 and a malloc'd buffer, or -1 with loom_errmsg.
 int png_encode_rgb(const uint8_t *rgb, int w, int h, uint8_t **out, size_t *len);
 

@@ -8,7 +8,6 @@
 
 #include <cjson/cJSON.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -446,67 +445,63 @@ out:
 
 // ---------------------------------------------------------------- writing
 
-typedef struct {
-    char *p;
-    size_t len, cap;
-} StrBuf;
-
-static void sb_printf(StrBuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(StrBuf *b, const char *fmt, ...) {
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
-        va_end(ap);
-        if (k >= 0 && (size_t)k < b->cap - b->len) {
-            b->len += (size_t)k;
-            return;
-        }
-        size_t ncap = b->cap * 2 + (size_t)(k > 0 ? k : 0) + 64;
-        char *np = xmalloc(ncap);
-        memcpy(np, b->p, b->len);
-        free(b->p);
-        b->p = np;
-        b->cap = ncap;
-    }
-}
-
-int st_save_gpt(const GPT *m, const char *path) {
+// The JSON header: __metadata__ (the config as strings, as transformers writes it), then each
+// tensor's dtype, shape and byte range; space-padded to a multiple of 8 bytes.
+static char *st_header(const GPT *m, size_t *len) {
     const GPTConfig *c = &m->cfg;
-    StrBuf h = {xmalloc(4096), 0, 4096};
-    sb_printf(&h,
-              "{\"__metadata__\":{\"format\":\"pt\",\"n_head\":\"%d\",\"n_layer\":\"%d\","
-              "\"n_embd\":\"%d\",\"vocab_size\":\"%d\",\"n_positions\":\"%d\"}",
-              c->H, c->L, c->C, c->V, c->maxT);
-    uint64_t off = 0;
+    cJSON *root = cJSON_CreateObject(), *meta = cJSON_AddObjectToObject(root, "__metadata__");
+    const char *keys[5] = {"n_head", "n_layer", "n_embd", "vocab_size", "n_positions"};
+    int vals[5] = {c->H, c->L, c->C, c->V, c->maxT};
+    cJSON_AddStringToObject(meta, "format", "pt");
+    for (int k = 0; k < 5; k++) {
+        char v[16];
+        snprintf(v, sizeof v, "%d", vals[k]);
+        cJSON_AddStringToObject(meta, keys[k], v);
+    }
+    uint64_t off = 0; // offsets and shapes are exact as doubles (below 2^53)
     for (int i = 0; i < m->ntensors; i++) {
         const TensorSpec *t = &m->tensors[i];
         uint64_t shape[2];
         int nd = hf_shape(t, shape);
-        sb_printf(&h, ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%llu", t->name,
-                  (unsigned long long)shape[0]);
-        if (nd == 2) sb_printf(&h, ",%llu", (unsigned long long)shape[1]);
-        sb_printf(&h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
-                  (unsigned long long)(off + 4 * t->n));
+        cJSON *e = cJSON_AddObjectToObject(root, t->name);
+        cJSON_AddStringToObject(e, "dtype", "F32");
+        cJSON *sh = cJSON_AddArrayToObject(e, "shape"),
+              *r = cJSON_AddArrayToObject(e, "data_offsets");
+        for (int d = 0; d < nd; d++)
+            cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)shape[d]));
+        cJSON_AddItemToArray(r, cJSON_CreateNumber((double)off));
+        cJSON_AddItemToArray(r, cJSON_CreateNumber((double)(off + 4 * t->n)));
         off += 4 * t->n;
     }
-    sb_printf(&h, "}");
-    while (h.len % 8)
-        sb_printf(&h, " ");
+    char *text = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    if (!text) die(EXIT_IO, "out of memory writing a safetensors header");
+    size_t n = strlen(text), padded = (n + 7) / 8 * 8;
+    char *h = xmalloc(padded);
+    memcpy(h, text, n);
+    memset(h + n, ' ', padded - n);
+    cJSON_free(text);
+    *len = padded;
+    return h;
+}
+
+int st_save_gpt(const GPT *m, const char *path) {
+    size_t hlen;
+    char *hdr = st_header(m, &hlen);
     uint8_t lenb[8];
     for (int k = 0; k < 8; k++)
-        lenb[k] = (uint8_t)((uint64_t)h.len >> (8 * k));
+        lenb[k] = (uint8_t)((uint64_t)hlen >> (8 * k));
 
     float *host = xmalloc(m->nparams * sizeof(float));
     m->be->download(host, m->params, m->nparams);
     AtomicOut o;
     if (aout_open(&o, path)) {
-        free(h.p);
+        free(hdr);
         free(host);
         return -1;
     }
     aout_write(&o, lenb, 8);
-    aout_write(&o, h.p, h.len);
+    aout_write(&o, hdr, hlen);
     float *row = NULL;
     size_t row_cap = 0;
     for (int i = 0; i < m->ntensors && !o.failed; i++) {
@@ -529,7 +524,7 @@ int st_save_gpt(const GPT *m, const char *path) {
         }
     }
     free(row);
-    free(h.p);
+    free(hdr);
     free(host);
     return aout_commit(&o);
 }
