@@ -14,14 +14,13 @@ int metrics_open(Metrics *mt, const char *path, int append) {
     return 0;
 }
 
-void metrics_step(Metrics *mt, int step, double loss, double lr, double grad_norm, double step_ms,
-                  double tokens_per_s, double mfu, double exposed_ms) {
+void metrics_step(Metrics *mt, const MetricsStep *m) {
     if (!mt->f) return;
     fprintf(mt->f,
             "{\"step\":%d,\"loss\":%.7g,\"lr\":%.6g,\"grad_norm\":%.17g,\"step_ms\":%.3f,"
-            "\"tokens_per_s\":%.1f,\"mfu\":%.4f",
-            step, loss, lr, grad_norm, step_ms, tokens_per_s, mfu);
-    if (exposed_ms >= 0) fprintf(mt->f, ",\"comm_exposed_ms\":%.3f", exposed_ms);
+            "\"tokens\":%.0f,\"tokens_per_s\":%.1f,\"mfu\":%.4f",
+            m->step, m->loss, m->lr, m->grad_norm, m->step_ms, m->tokens, m->tokens_per_s, m->mfu);
+    if (m->exposed_ms >= 0) fprintf(mt->f, ",\"comm_exposed_ms\":%.3f", m->exposed_ms);
     fputs("}\n", mt->f);
     fflush(mt->f);
 }

@@ -1,5 +1,6 @@
 // metrics.h — the JSON Lines metrics file: one object per optimizer step
-// {"step","loss","lr","grad_norm","step_ms","tokens_per_s","mfu"[,"comm_exposed_ms"]} and one
+// {"step","loss","lr","grad_norm","step_ms","tokens","tokens_per_s","mfu"[,"comm_exposed_ms"]}
+// ("tokens": training tokens read since the start of the first run, across resumes) and one
 // per evaluation
 // {"step","val_loss"}. Lines are flushed as written so a crashed run keeps its history.
 #pragma once
@@ -10,8 +11,14 @@ typedef struct {
 } Metrics;
 
 int metrics_open(Metrics *mt, const char *path, int append);
-// exposed_ms: time the step spent waiting on communication after compute (< 0: not written)
-void metrics_step(Metrics *mt, int step, double loss, double lr, double grad_norm, double step_ms,
-                  double tokens_per_s, double mfu, double exposed_ms);
+typedef struct {
+    int step;
+    double loss, lr, grad_norm, step_ms;
+    double tokens; // cumulative training tokens after this step
+    double tokens_per_s, mfu;
+    double exposed_ms; // time the step waited on communication after compute (< 0: not written)
+} MetricsStep;
+
+void metrics_step(Metrics *mt, const MetricsStep *m);
 void metrics_val(Metrics *mt, int step, double val_loss);
 void metrics_close(Metrics *mt);

@@ -222,6 +222,11 @@ static int co2_full_params(Strategy *s, float *host, int grads) {
     return whole_full_params(s, &((Co2State *)s->impl)->w, host, grads);
 }
 
+static void co2_describe(const Strategy *s, char *buf, size_t n) {
+    snprintf(buf, n, "co2: %d workers, tau %d%s", s->grid->dp, s->cfg->tau,
+             s->cfg->zero ? ", sharded outer state" : "");
+}
+
 static void co2_summary(Strategy *s, double exposed_s, double step_s) {
     Co2State *o = s->impl;
     if (!s->lead || step_s <= 0) return;
@@ -252,5 +257,6 @@ const StrategyOps STRATEGY_CO2 = {.name = "co2",
                                   .save = co2_save,
                                   .full_params = co2_full_params,
                                   .comm_failed = strategy_end_job,
+                                  .describe = co2_describe,
                                   .summary = co2_summary,
                                   .destroy = co2_destroy};

@@ -66,6 +66,13 @@ static int dp_full(Strategy *s, float *host, int grads) {
     return whole_full_params(s, s->impl, host, grads);
 }
 
+static void dp_describe(const Strategy *s, char *buf, size_t n) {
+    if (s->grid->dp > 1 || s->cfg->zero)
+        snprintf(buf, n, "data parallel: dp %d (zero %d)", s->grid->dp, s->cfg->zero);
+    else
+        snprintf(buf, n, "one process");
+}
+
 static void dp_summary(Strategy *s, double exposed_s, double step_s) {
     Whole *w = s->impl;
     if (s->grid->dp == 1 || !s->lead || step_s <= 0) return;
@@ -97,5 +104,6 @@ const StrategyOps STRATEGY_DP = {.name = "data-parallel",
                                  .save = dp_save,
                                  .full_params = dp_full,
                                  .comm_failed = strategy_end_job,
+                                 .describe = dp_describe,
                                  .summary = dp_summary,
                                  .destroy = dp_destroy};

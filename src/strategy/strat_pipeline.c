@@ -140,6 +140,11 @@ static int pp_full_params(Strategy *s, float *host, int grads) {
     return rc;
 }
 
+static void pp_describe(const Strategy *s, char *buf, size_t n) {
+    snprintf(buf, n, "pipeline: pp %d (%s) x dp %d (zero %d)", s->grid->pp, s->cfg->schedule,
+             s->grid->dp, s->cfg->zero);
+}
+
 static void pp_summary(Strategy *s, double exposed_s, double step_s) {
     (void)exposed_s, (void)step_s;
     Pipeline *p = ((PipeState *)s->impl)->p;
@@ -173,5 +178,6 @@ const StrategyOps STRATEGY_PIPELINE = {.name = "pipeline",
                                        .save = pp_save,
                                        .full_params = pp_full_params,
                                        .comm_failed = strategy_end_job,
+                                       .describe = pp_describe,
                                        .summary = pp_summary,
                                        .destroy = pp_destroy};

@@ -83,6 +83,8 @@ typedef struct {
     // (the operation completes with status -1 and its contributors); over MPI the job ends
     // (strategy_end_job).
     void (*comm_failed)(Strategy *s, int code, const char *msg);
+    // One line on how steps run, for the run's banner (e.g. "dp 2 (zero 1)").
+    void (*describe)(const Strategy *s, char *buf, size_t n);
     // Prints (lead rank) what the strategy held and how much communication was exposed.
     void (*summary)(Strategy *s, double exposed_s, double step_s);
     void (*destroy)(Strategy *s);

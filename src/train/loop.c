@@ -26,9 +26,16 @@ static void log_record(Loop *l, const StepRecord *rec) {
     double tps = tokens / rec->seconds, mfu = flops / rec->seconds / (a->peak_gflops * 1e9);
     l->seconds += rec->seconds;
     if (rec->exposed > 0) l->exposed += rec->exposed;
-    if (r->lead)
-        metrics_step(&r->mt, rec->step, rec->loss, rec->lr, rec->norm, rec->seconds * 1e3, tps, mfu,
-                     rec->exposed >= 0 ? rec->exposed * 1e3 : -1);
+    MetricsStep ms = {.step = rec->step,
+                      .loss = rec->loss,
+                      .lr = rec->lr,
+                      .grad_norm = rec->norm,
+                      .step_ms = rec->seconds * 1e3,
+                      .tokens = (double)run_data_window(r, rec->step) * a->batch * a->seq,
+                      .tokens_per_s = tps,
+                      .mfu = mfu,
+                      .exposed_ms = rec->exposed >= 0 ? rec->exposed * 1e3 : -1};
+    if (r->lead) metrics_step(&r->mt, &ms);
     progress_step(&r->pg, rec->step, rec->loss, tps, mfu, rec->seconds);
 }
 
@@ -156,15 +163,15 @@ static void comm_failed(void *ctx, int code, const char *msg) {
 static void banner(const Run *r, const Strategy *s) {
     const TrainArgs *a = r->a;
     const GPTConfig *c = &r->model.cfg;
+    char how[256];
+    s->ops->describe(s, how, sizeof how);
     if (!r->lead) return;
-    fprintf(stderr, "loom: model L%d H%d C%d V%d T%d, %.2fM params | batch %d x seq %d x accum %d",
+    fprintf(stderr,
+            "loom: model L%d H%d C%d V%d T%d, %.2fM params | batch %d x seq %d x accum %d | %s | "
+            "%d steps%s%s\n",
             c->L, c->H, c->C, c->V, c->maxT, r->model.nparams / 1e6, a->batch, a->seq,
-            a->grad_accum);
-    if (r->grid.dp > 1 || a->zero) fprintf(stderr, " x dp %d (zero %d)", r->grid.dp, a->zero);
-    if (a->pp > 1) fprintf(stderr, " x pp %d (%s)", a->pp, a->schedule);
-    if (a->co2) fprintf(stderr, " | co2 tau %d", a->tau);
-    fprintf(stderr, " | %s | %d steps%s%s\n", s->ops->name, a->steps,
-            r->resume_dir[0] ? " | resumed from " : "", r->resume_dir);
+            a->grad_accum, how, a->steps, r->resume_dir[0] ? " | resumed from " : "",
+            r->resume_dir);
 }
 
 int train_run(const TrainArgs *args) {

@@ -25,6 +25,7 @@ typedef struct {
     char resume_dir[4096];    // the step directory resumed from ("" for a fresh run)
     CkptMeta resume;          // its manifest
     int start;                // the first step
+    uint64_t window0;         // the first data window this run reads (the resumed position)
     Metrics mt;
     Progress pg;
     StrategyConfig sc;
@@ -37,6 +38,9 @@ _Noreturn void run_fail(const Run *r, int code);
 // strategy configuration; exits through run_fail on any error.
 void run_setup(Run *r);
 void run_teardown(Run *r);
+// The next unread data window after `step` steps (every rank's micro-batches of the steps this
+// run took follow the resumed position, whatever layout wrote it).
+uint64_t run_data_window(const Run *r, int step);
 // The manifest of a checkpoint after `step` steps (train_args allocated; the caller frees it).
 CkptMeta run_ckpt_meta(const Run *r, int step);
 // Copies the data's tokenizer into a step directory (a CkptExtraFn; ctx is the Run).

@@ -52,6 +52,7 @@ static int setup_model(Run *r, const Backend *be) {
         if (rc) return -1;
         r->rng.state = r->resume.rng_state, r->rng.inc = r->resume.rng_inc;
         r->start = r->resume.step;
+        r->window0 = r->resume.data_window;
     } else if (a->init) {
         return gpt_load_init_file(m, a->init);
     } else {
@@ -72,14 +73,20 @@ static void find_tokenizer_dir(Run *r) {
         snprintf(r->tokenizer_dir, sizeof r->tokenizer_dir, "%s", cand);
 }
 
-// Micro-batch j of step `step` for this data-parallel rank: windows in sequential order, step
-// s, micro-batch j, rank q of N (a test hook may kill or hang the rank as the step starts).
+uint64_t run_data_window(const Run *r, int step) {
+    uint64_t NK = (uint64_t)r->grid.dp * (uint64_t)r->a->grad_accum;
+    return r->window0 + (uint64_t)(step - r->start) * NK;
+}
+
+// Micro-batch j of step `step` for this data-parallel rank: windows in sequential order from
+// the resumed position, step s, micro-batch j, rank q of N (a test hook may kill or hang the
+// rank as the step starts).
 static void train_batch(void *ctx, int step, int j, int *inputs, int *targets) {
     Run *r = ctx;
     const TrainArgs *a = r->a;
-    uint64_t N = (uint64_t)r->grid.dp, K = (uint64_t)a->grad_accum;
+    uint64_t N = (uint64_t)r->grid.dp;
     if (j == 0) testhook_fault(r->world->rank, step + 1);
-    uint64_t w = (uint64_t)step * N * K + (uint64_t)j * N + (uint64_t)r->grid.dp_i;
+    uint64_t w = run_data_window(r, step) + (uint64_t)j * N + (uint64_t)r->grid.dp_i;
     dataset_window(&r->train, w, a->batch, a->seq, a->shuffle, (uint64_t)a->seed, inputs, targets);
 }
 
@@ -175,7 +182,7 @@ CkptMeta run_ckpt_meta(const Run *r, int step) {
                      .step = step,
                      .rng_state = r->rng.state,
                      .rng_inc = r->rng.inc,
-                     .data_window = (uint64_t)step * a->grad_accum * r->grid.dp};
+                     .data_window = run_data_window(r, step)};
     snprintf(meta.tokenizer, sizeof meta.tokenizer, "%s", r->tokenizer_dir[0] ? "dir" : "");
     meta.train_args = train_args_json(a);
     return meta;
