@@ -12,15 +12,12 @@ int cmd_export(int argc, char **argv) {
     char *out = NULL;
     int heads = 0;
     const Option opts[] = {
-        {"o", OPT_STR, &out, "output file: .safetensors (Hugging Face GPT-2) or .bin (llm.c)", NULL,
-         0, 0},
+        {"output|o", OPT_STR, &out,
+         "output file: .safetensors (Hugging Face GPT-2) or .bin (llm.c)", NULL, 0, 0},
         {"heads", OPT_INT, &heads, "head count for weights files without n_head", NULL, 0, 1024},
     };
     char *pos[1];
     int npos = 0;
-    // accept "-o" as well as "--o"
-    for (int i = 1; i < argc; i++)
-        if (argv[i][0] == '-' && argv[i][1] == 'o' && !argv[i][2]) argv[i] = "--o";
     int rc = options_parse(opts, 2, argc, argv,
                            "usage: loom export CHECKPOINT_DIR|WEIGHTS -o OUT.safetensors|OUT.bin",
                            pos, 1, &npos);

@@ -7,134 +7,63 @@
 #include "../io/metrics_read.h"
 #include "../io/plot.h"
 #include "commands.h"
+#include "options.h"
 
-static void plot_usage(FILE *f) {
-    fputs("usage: loom plot METRICS.jsonl [MORE.jsonl ...] -o OUT.svg|OUT.png [options]\n"
-          "\n"
-          "Draws training loss (and validation loss, where logged) against step, one curve per\n"
-          "metrics file. The output format follows the extension of OUT.\n"
-          "\n"
-          "options:\n"
-          "  -o, --output FILE   output image, .svg or .png (required)\n"
-          "  --title TEXT        chart title (default \"Training loss\")\n"
-          "  --smooth N          centred moving average over N points (raw curve kept faint)\n"
-          "  --x step|tokens     x axis: optimizer step (default) or tokens seen\n"
-          "  --log-y             logarithmic loss axis\n"
-          "  --size WxH          image size in pixels (default 1000x600)\n"
-          "  -h, --help          show this help\n",
-          f);
-}
+#define USAGE                                                                                      \
+    "usage: loom plot METRICS.jsonl [MORE.jsonl ...] -o OUT.svg|OUT.png [options]\n"               \
+    "Draws training loss (and validation loss, where logged) against step, one curve per\n"        \
+    "metrics file. The output format follows the extension of OUT."
 
-static int usage_error(const char *fmt, const char *arg) {
-    fputs("loom plot: ", stderr);
-    fprintf(stderr, fmt, arg);
-    fputc('\n', stderr);
-    plot_usage(stderr);
+static int plot_fail(const char *msg) {
+    fprintf(stderr, "loom plot: %s\n%.*s (see --help)\n", msg, (int)strcspn(USAGE, "\n"), USAGE);
     return EXIT_USAGE;
 }
 
-static int parse_int(const char *s, long lo, long hi, int *out) {
+// "WxH" within 300x200 .. 8192x8192.
+static int parse_size(const char *s, int *w, int *h) {
     char *end;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || v < lo || v > hi) return -1;
-    *out = (int)v;
+    long a = strtol(s, &end, 10);
+    if (end == s || *end != 'x') return -1;
+    const char *p = end + 1;
+    long b = strtol(p, &end, 10);
+    if (end == p || *end || a < 300 || a > 8192 || b < 200 || b > 8192) return -1;
+    *w = (int)a, *h = (int)b;
     return 0;
 }
 
 int cmd_plot(int argc, char **argv) {
     PlotOptions opt = {0};
-    const char *out = NULL;
-    const char **inputs = xcalloc((size_t)(argc > 0 ? argc : 1), sizeof *inputs);
-    int ninputs = 0, only_files = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (only_files || a[0] != '-' || !a[1]) {
-            inputs[ninputs++] = a;
-            continue;
-        }
-        if (!strcmp(a, "--")) {
-            only_files = 1;
-            continue;
-        }
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            plot_usage(stdout);
-            free(inputs);
-            return 0;
-        }
-        if (!strcmp(a, "--log-y")) {
-            opt.log_y = 1;
-            continue;
-        }
-        // options taking a value: "--opt VALUE" or "--opt=VALUE"
-        static const char *const names[] = {"-o",       "--output", "--title",
-                                            "--smooth", "--x",      "--size"};
-        const char *val = NULL;
-        int which = -1;
-        for (int k = 0; k < (int)(sizeof names / sizeof names[0]) && which < 0; k++) {
-            size_t l = strlen(names[k]);
-            if (!strcmp(a, names[k])) {
-                if (i + 1 >= argc) {
-                    free(inputs);
-                    return usage_error("option %s needs a value", a);
-                }
-                which = k;
-                val = argv[++i];
-            } else if (!strncmp(a, names[k], l) && a[l] == '=' && k > 0) {
-                which = k;
-                val = a + l + 1;
-            }
-        }
-        int rc = 0;
-        switch (which) {
-        case 0:
-        case 1: out = val; break;
-        case 2: opt.title = val; break;
-        case 3:
-            if (parse_int(val, 1, 1000000, &opt.smooth))
-                rc = usage_error("--smooth wants a whole number of points >= 1, not '%s'", val);
-            break;
-        case 4:
-            if (!strcmp(val, "step"))
-                opt.x = PLOT_X_STEP;
-            else if (!strcmp(val, "tokens"))
-                opt.x = PLOT_X_TOKENS;
-            else
-                rc = usage_error("--x wants 'step' or 'tokens', not '%s'", val);
-            break;
-        case 5: {
-            char w[16] = {0}, h[16] = {0};
-            const char *x = strchr(val, 'x');
-            if (!x || x == val || (size_t)(x - val) >= sizeof w || strlen(x + 1) >= sizeof h) {
-                rc = usage_error("--size wants WIDTHxHEIGHT, not '%s'", val);
-                break;
-            }
-            memcpy(w, val, (size_t)(x - val));
-            strcpy(h, x + 1);
-            if (parse_int(w, 300, 8192, &opt.width) || parse_int(h, 200, 8192, &opt.height))
-                rc = usage_error("--size wants WIDTHxHEIGHT within 300x200..8192x8192, not '%s'",
-                                 val);
-            break;
-        }
-        default: rc = usage_error("unknown option '%s'", a);
-        }
-        if (rc) {
-            free(inputs);
-            return rc;
-        }
-    }
-    if (!ninputs) {
+    char *out = NULL, *x = "step", *size = NULL, *title = NULL;
+    const Option opts[] = {
+        {"output|o", OPT_STR, &out, "output image, .svg or .png (required)", NULL, 0, 0},
+        {"title", OPT_STR, &title, "chart title (default \"Training loss\")", NULL, 0, 0},
+        {"smooth", OPT_INT, &opt.smooth,
+         "centred moving average over N points (raw curve kept faint; 0 = off)", NULL, 0, 1000000},
+        {"x", OPT_STR, &x, "x axis: optimizer step or tokens seen", "step|tokens", 0, 0},
+        {"log-y", OPT_FLAG, &opt.log_y, "logarithmic loss axis", NULL, 0, 0},
+        {"size", OPT_STR, &size, "image size WIDTHxHEIGHT in pixels (default 1000x600)", NULL, 0,
+         0},
+    };
+    int n = (int)(sizeof opts / sizeof opts[0]), ninputs = 0;
+    char **inputs = xcalloc((size_t)(argc > 0 ? argc : 1), sizeof *inputs);
+    int rc = options_parse(opts, n, argc, argv, USAGE, inputs, argc, &ninputs);
+    if (rc == 1 || rc < 0) {
         free(inputs);
-        return usage_error("%s", "no metrics files given");
+        return rc == 1 ? 0 : plot_fail(loom_errmsg());
     }
-    if (!out) {
+    opt.title = title;
+    opt.x = strcmp(x, "tokens") ? PLOT_X_STEP : PLOT_X_TOKENS;
+    const char *bad = !ninputs ? "no metrics files given"
+                      : !out   ? "no output file given (-o OUT.svg)"
+                      : plot_format_for(out) == PLOT_FMT_NONE
+                          ? "the output must end in .svg or .png"
+                      : size && parse_size(size, &opt.width, &opt.height)
+                          ? "--size wants WIDTHxHEIGHT within 300x200..8192x8192"
+                          : NULL;
+    if (bad) {
         free(inputs);
-        return usage_error("%s", "no output file given (-o OUT.svg or -o OUT.png)");
+        return plot_fail(bad);
     }
-    if (plot_format_for(out) == PLOT_FMT_NONE) {
-        free(inputs);
-        return usage_error("output '%s' must end in .svg or .png", out);
-    }
-
     MetricsLog *logs = xcalloc((size_t)ninputs, sizeof *logs);
     for (int i = 0; i < ninputs; i++)
         if (metrics_read(inputs[i], &logs[i])) die_last(EXIT_INPUT);

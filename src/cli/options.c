@@ -13,17 +13,27 @@
 #define MAX_OPTS 128
 static unsigned char was_set[MAX_OPTS];
 
+// a: a table name (its "|x" letter ignored); b: as given. '-' and '_' are interchangeable.
 static int same_name(const char *a, const char *b) {
-    for (; *a && *b; a++, b++) {
+    for (; *a && *a != '|' && *b; a++, b++) {
         char x = *a == '_' ? '-' : *a, y = *b == '_' ? '-' : *b;
         if (x != y) return 0;
     }
-    return *a == *b;
+    return (!*a || *a == '|') && !*b;
+}
+
+// An option's long name for messages (without its "|x" letter).
+#define LONG_NAME(o) (int)strcspn((o)->name, "|"), (o)->name
+
+// The one-letter form of an option named "name|x" ("" when it has none).
+static const char *letter_of(const Option *o) {
+    const char *bar = strchr(o->name, '|');
+    return bar ? bar + 1 : "";
 }
 
 static const Option *find(const Option *opts, int n, const char *name, int *idx) {
     for (int i = 0; i < n; i++)
-        if (same_name(opts[i].name, name)) {
+        if (same_name(opts[i].name, name) || !strcmp(letter_of(&opts[i]), name)) {
             *idx = i;
             return &opts[i];
         }
@@ -45,8 +55,8 @@ static int in_choices(const char *choices, const char *v) {
 static int range_ok(const Option *o, double v, const char *where) {
     if (o->min == o->max) return 0;
     if (v < o->min || v > o->max)
-        return loom_fail("%s--%s: %.15g is out of range [%.15g, %.15g]", where, o->name, v, o->min,
-                         o->max);
+        return loom_fail("%s--%.*s: %.15g is out of range [%.15g, %.15g]", where, LONG_NAME(o), v,
+                         o->min, o->max);
     return 0;
 }
 
@@ -58,7 +68,7 @@ static int set_value(const Option *o, const char *v, const char *where) {
         errno = 0;
         long x = strtol(v, &end, 10);
         if (errno || end == v || *end || x < -2147483647L || x > 2147483647L)
-            return loom_fail("%s--%s: '%s' is not an integer", where, o->name, v);
+            return loom_fail("%s--%.*s: '%s' is not an integer", where, LONG_NAME(o), v);
         if (range_ok(o, (double)x, where)) return -1;
         *(int *)o->ptr = (int)x;
         return 0;
@@ -67,14 +77,14 @@ static int set_value(const Option *o, const char *v, const char *where) {
         errno = 0;
         double x = strtod(v, &end);
         if (errno || end == v || *end || !isfinite(x))
-            return loom_fail("%s--%s: '%s' is not a finite number", where, o->name, v);
+            return loom_fail("%s--%.*s: '%s' is not a finite number", where, LONG_NAME(o), v);
         if (range_ok(o, x, where)) return -1;
         *(float *)o->ptr = (float)x;
         return 0;
     }
     case OPT_STR:
         if (o->choices && !in_choices(o->choices, v))
-            return loom_fail("%s--%s: '%s' is not one of %s", where, o->name, v, o->choices);
+            return loom_fail("%s--%.*s: '%s' is not one of %s", where, LONG_NAME(o), v, o->choices);
         *(char **)o->ptr = strdup(v);
         return 0;
     case OPT_ONOFF:
@@ -83,7 +93,7 @@ static int set_value(const Option *o, const char *v, const char *where) {
         else if (!strcmp(v, "off") || !strcmp(v, "false") || !strcmp(v, "0"))
             *(int *)o->ptr = 0;
         else
-            return loom_fail("%s--%s: '%s' must be on or off", where, o->name, v);
+            return loom_fail("%s--%.*s: '%s' must be on or off", where, LONG_NAME(o), v);
         return 0;
     case OPT_FLAG: *(int *)o->ptr = 1; return 0;
     }
@@ -113,7 +123,12 @@ void options_help(const Option *opts, int n, const char *usage) {
                           : o->choices           ? " CHOICE"
                                                  : " VALUE";
         char left[64];
-        snprintf(left, sizeof left, "--%s%s", o->name, arg);
+        const char *letter = letter_of(o);
+        int len = (int)(strcspn(o->name, "|"));
+        if (*letter)
+            snprintf(left, sizeof left, "-%s, --%.*s%s", letter, len, o->name, arg);
+        else
+            snprintf(left, sizeof left, "--%s%s", o->name, arg);
         printf("  %-26s %s", left, o->help);
         if (o->choices) printf(" (%s)", o->choices);
         printf(" [%s]\n", def);
@@ -191,20 +206,26 @@ int options_parse(const Option *opts, int n, int argc, char **argv, const char *
             if (options_load_json(opts, n, argv[i + 1])) return -1;
         }
     }
+    int only_pos = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--config")) {
+        if (!strcmp(a, "--config") && !only_pos) {
             i++;
             continue;
         }
-        if (strncmp(a, "--", 2) != 0) {
+        if (!strcmp(a, "--") && !only_pos) {
+            only_pos = 1;
+            continue;
+        }
+        int letter = a[0] == '-' && a[1] && a[1] != '-' && !a[2]; // "-x"
+        if (only_pos || (strncmp(a, "--", 2) != 0 && !letter)) {
             if (!positional || !npos || *npos >= max_pos)
                 return loom_fail("unexpected argument '%s' (see --help)", a);
             positional[(*npos)++] = argv[i];
             continue;
         }
         char name[128];
-        snprintf(name, sizeof name, "%s", a + 2);
+        snprintf(name, sizeof name, "%s", a + (letter ? 1 : 2));
         char *eq = strchr(name, '=');
         const char *val = NULL;
         if (eq) {
@@ -215,11 +236,11 @@ int options_parse(const Option *opts, int n, int argc, char **argv, const char *
         const Option *o = find(opts, n, name, &idx);
         if (!o) return loom_fail("unknown flag --%s (see --help)", name);
         if (o->type == OPT_FLAG) {
-            if (val) return loom_fail("--%s takes no value", o->name);
+            if (val) return loom_fail("--%.*s takes no value", LONG_NAME(o));
             *(int *)o->ptr = 1;
         } else {
             if (!val) {
-                if (i + 1 >= argc) return loom_fail("--%s needs a value", o->name);
+                if (i + 1 >= argc) return loom_fail("--%.*s needs a value", LONG_NAME(o));
                 val = argv[++i];
             }
             if (set_value(o, val, "")) return -1;

@@ -16,7 +16,9 @@ typedef struct {
 } Option;
 
 // Parses argv[1..] (argv[0] is the subcommand). Positional arguments are collected into
-// positional[] (up to max_pos; NULL to reject any). Handles --help and --config FILE.
+// positional[] (up to max_pos; NULL to reject any); after "--" every argument is positional.
+// Flags are "--name VALUE", "--name=VALUE" or, for a table name "name|x", also "-x VALUE".
+// Handles --help (-h) and --config FILE.
 // Returns 0 to continue, 1 when help was printed, -1 on error (message via loom_errmsg).
 int options_parse(const Option *opts, int n, int argc, char **argv, const char *usage,
                   char **positional, int max_pos, int *npos);
