@@ -40,8 +40,9 @@ typedef struct {
 // rank updates (own_lo == own_hi: none); every pointer is at element own_lo of its array.
 typedef struct {
     size_t own_lo, own_hi;
-    float *own_params, *own_grads; // the parameters the update writes, the gradients it reads
-    float *m, *v;                  // AdamW moments
+    float *own_params;      // the parameters the update writes
+    const float *own_grads; // the gradients it reads
+    float *m, *v;           // AdamW moments
 } BlockState;
 
 typedef struct {
@@ -94,7 +95,9 @@ void gpt_drop_whole(GPT *m, int params, int grads);
 void gpt_own_all(GPT *m);
 // Points block b's owned part at [lo, hi) ∩ block, with params/grads taken from buffers whose
 // element `base` is at pparams/pgrads (NULL leaves it NULL).
-void gpt_own_range(GPT *m, size_t lo, size_t hi, size_t base, float *pparams, float *pgrads);
+void gpt_own_range(GPT *m, size_t lo, size_t hi, size_t base, float *pparams, const float *pgrads);
+// Points the owned parts' moments into mo / vo, whose element `base` is the flat offset base.
+void gpt_own_moments(GPT *m, float *mo, float *vo, size_t base);
 
 // ---------------------------------------------------------------- the layout of reductions
 // Sums over the model (the gradient norm, CO2's per-tensor norms) are taken over fixed chunks

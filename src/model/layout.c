@@ -3,7 +3,7 @@
 #include "../common.h"
 #include "gpt.h"
 
-void gpt_own_range(GPT *m, size_t lo, size_t hi, size_t base, float *pparams, float *pgrads) {
+void gpt_own_range(GPT *m, size_t lo, size_t hi, size_t base, float *pparams, const float *pgrads) {
     for (int b = 0; b < m->nblocks; b++) {
         Block *blk = &m->blocks[b];
         BlockState *st = &blk->state;
@@ -12,6 +12,15 @@ void gpt_own_range(GPT *m, size_t lo, size_t hi, size_t base, float *pparams, fl
         st->own_hi = n ? s + n : blk->off;
         st->own_params = n && pparams ? pparams + (s - base) : NULL;
         st->own_grads = n && pgrads ? pgrads + (s - base) : NULL;
+    }
+}
+
+void gpt_own_moments(GPT *m, float *mo, float *vo, size_t base) {
+    for (int b = 0; b < m->nblocks; b++) {
+        BlockState *st = &m->blocks[b].state;
+        int own = st->own_hi > st->own_lo;
+        st->m = own ? mo + (st->own_lo - base) : NULL;
+        st->v = own ? vo + (st->own_lo - base) : NULL;
     }
 }
 

@@ -56,12 +56,16 @@ void adamw_update_range(const GPT *m, const OptConfig *c, int t, size_t lo, size
     }
 }
 
-void adamw_step(AdamW *o, GPT *m, float lr, float grad_scale) {
-    o->t++;
+void adamw_step_blocks(const OptConfig *c, int t, GPT *m, float lr, float grad_scale) {
     for (int b = 0; b < m->nblocks; b++) { // block by block, through the re-pointable pointers
         const BlockState *st = &m->blocks[b].state;
         if (st->own_lo == st->own_hi) continue;
-        adamw_update_range(m, &o->cfg, o->t, st->own_lo, st->own_hi, st->own_params, st->own_grads,
-                           st->m, st->v, lr, grad_scale);
+        adamw_update_range(m, c, t, st->own_lo, st->own_hi, st->own_params, st->own_grads, st->m,
+                           st->v, lr, grad_scale);
     }
+}
+
+void adamw_step(AdamW *o, GPT *m, float lr, float grad_scale) {
+    o->t++;
+    adamw_step_blocks(&o->cfg, o->t, m, lr, grad_scale);
 }

@@ -34,6 +34,8 @@ void adamw_free(AdamW *o, GPT *m);
 // range's first element. Weight decay follows each tensor's rank.
 void adamw_update_range(const GPT *m, const OptConfig *c, int t, size_t lo, size_t hi, float *w,
                         const float *g, float *mo, float *vo, float lr, float grad_scale);
-// o->t++, then the update of every block's owned part through the per-block pointers
-// (blk->own_params, blk->own_grads, blk->m, blk->v).
+// The update at step count t of every block's owned part, through the per-block pointers
+// (blk->state: own_params, own_grads, m, v), in block order.
+void adamw_step_blocks(const OptConfig *c, int t, GPT *m, float lr, float grad_scale);
+// o->t++, then adamw_step_blocks.
 void adamw_step(AdamW *o, GPT *m, float lr, float grad_scale);

@@ -27,16 +27,29 @@ static double *norm_loss_partials(Pipe *p, const float *g, double loss) {
     return v;
 }
 
+// Points the blocks' update state at what this replica updates: its part of the stage in
+// weight version v with gradients g, and on the last stage the wte replica's part (block 0)
+// with gradients wg; the moments follow.
+static void point_state(Pipe *p, int v, const float *g, const float *wg) {
+    GPT *m = p->m;
+    size_t a = p->lo + p->own_lo, e = p->lo + p->own_hi;
+    gpt_own_range(m, a, e, a, p->pbuf[v] + p->own_lo, g + p->own_lo);
+    gpt_own_moments(m, p->om, p->ov, a);
+    if (!p->replica) return;
+    BlockState *st = &m->blocks[0].state; // the tied embedding's copy: wte = [0, tie_n)
+    *st = (BlockState){.own_lo = p->wown_lo,
+                       .own_hi = p->wown_hi,
+                       .own_params = p->wbuf[v] + p->wown_lo,
+                       .own_grads = wg + p->wown_lo,
+                       .m = p->wm,
+                       .v = p->wv};
+}
+
 // AdamW on this replica's part of the stage (and of the wte replica) in weight version v, from
 // gradients g / wg. Under ZeRO-1 that is its 1/W slice; the rest arrives by all-gather.
 static void apply_update(Pipe *p, int v, const float *g, const float *wg, float lr, float scale) {
-    p->t++;
-    size_t a = p->own_lo, e = p->own_hi;
-    adamw_update_range(p->m, &p->opt, p->t, p->lo + a, p->lo + e, p->pbuf[v] + a, g + a, p->om,
-                       p->ov, lr, scale);
-    if (p->replica)
-        adamw_update_range(p->m, &p->opt, p->t, p->wown_lo, p->wown_hi, p->wbuf[v] + p->wown_lo,
-                           wg + p->wown_lo, p->wm, p->wv, lr, scale);
+    point_state(p, v, g, wg);
+    adamw_step_blocks(&p->opt, ++p->t, p->m, lr, scale);
 }
 
 // ZeRO-1: every replica contributes its updated slice of version v.
