@@ -45,6 +45,18 @@ typedef struct {
     float *m, *v;           // AdamW moments
 } BlockState;
 
+// Model-sized state a strategy keeps beside the optimizer's, per block: slots of the flat range
+// [lo, hi) ∩ block, each pointer at element lo (CO2: anchor, outer momentum, the average being
+// applied; 2bw: the other weight version than the one blk->params points at). A swapper moves
+// these with the block.
+enum { EXTRA_CO2_ANCHOR, EXTRA_CO2_MOMENTUM, EXTRA_CO2_AVERAGE };
+enum { EXTRA_OTHER_VERSION };
+enum { BLOCK_EXTRA = 3 };
+typedef struct {
+    size_t lo, hi;
+    float *p[BLOCK_EXTRA];
+} BlockExtra;
+
 typedef struct {
     BlockKind kind;
     int layer;     // 0..L-1 for BLOCK_LAYER, -1 otherwise
@@ -53,6 +65,7 @@ typedef struct {
     float *params; // where this block's parameters are now (normally GPT.params + off)
     float *grads;  // where its gradients accumulate
     BlockState state;
+    BlockExtra extra;
     int chunk0; // index of its first norm chunk (see gpt_chunk_*)
 } Block;
 
@@ -96,6 +109,9 @@ void gpt_own_all(GPT *m);
 // Points block b's owned part at [lo, hi) ∩ block, with params/grads taken from buffers whose
 // element `base` is at pparams/pgrads (NULL leaves it NULL).
 void gpt_own_range(GPT *m, size_t lo, size_t hi, size_t base, float *pparams, const float *pgrads);
+// Points extra slot k of every block at buf, which holds the flat range [lo, hi) (element lo
+// first); the blocks' extra ranges become [lo, hi) ∩ block.
+void gpt_extra_range(GPT *m, int k, float *buf, size_t lo, size_t hi);
 // Points the owned parts' moments into mo / vo, whose element `base` is the flat offset base.
 void gpt_own_moments(GPT *m, float *mo, float *vo, size_t base);
 

@@ -24,6 +24,16 @@ void gpt_own_moments(GPT *m, float *mo, float *vo, size_t base) {
     }
 }
 
+void gpt_extra_range(GPT *m, int k, float *buf, size_t lo, size_t hi) {
+    for (int b = 0; b < m->nblocks; b++) {
+        Block *blk = &m->blocks[b];
+        size_t s, n = range_isect(blk->off, blk->off + blk->n, lo, hi, &s);
+        blk->extra.lo = n ? s : blk->off;
+        blk->extra.hi = n ? s + n : blk->off;
+        blk->extra.p[k] = n && buf ? buf + (s - lo) : NULL;
+    }
+}
+
 void gpt_own_all(GPT *m) {
     for (int b = 0; b < m->nblocks; b++) {
         Block *blk = &m->blocks[b];

@@ -125,29 +125,42 @@ static void partial_norms(const CO2 *o, const float *mom, const float *avg, size
     }
 }
 
-// m ← β·m + avg/λ, clipped; a ← a − α·m over the flat range [lo, hi); mom, anchor and avg
-// point at element lo. avg holds the worker-mean Δ̄. Adaptive mode takes each tensor's
-// ‖m(t−1)‖² and ‖Δ̄‖² from sq (summed over the whole tensor, even when [lo, hi) holds a piece).
-static void outer_update_range(CO2 *o, float *mom, float *anchor, const float *avg, size_t lo,
-                               size_t hi, const double *sq) {
+// m ← β·m + Δ̄/λ, clipped; a ← a − α·m, block by block through the blocks' CO2 slots (anchor,
+// momentum, the average being applied; set by point_blocks). Adaptive mode takes each tensor's
+// ‖m(t−1)‖² and ‖Δ̄‖² from sq (summed over the whole tensor, even when a worker holds a piece).
+static void outer_update_blocks(CO2 *o, const double *sq) {
     const CO2Config *c = &o->cfg;
     const GPT *m = o->m;
-    for (int i = 0; i < m->ntensors; i++) {
-        const TensorSpec *t0 = &m->tensors[i];
-        size_t s, n = range_isect(t0->off, t0->off + t0->n, lo, hi, &s);
-        if (!n) continue;
-        float *mo = mom + (s - lo), *a = anchor + (s - lo);
-        const float *d = avg + (s - lo);
-        float lambda = c->lambda;
-        if (c->adaptive) { // how far the anchor moved since Δ̄ was computed, relative to Δ̄
-            double moved = c->alpha * sqrt(sq[2 * i]), size = sqrt(sq[2 * i + 1]);
-            lambda = size > 0 ? (float)(1.0 + moved / size) : 1.0f;
+    const Backend *be = m->be;
+    for (int b = 0; b < m->nblocks; b++) {
+        const Block *blk = &m->blocks[b];
+        const BlockExtra *x = &blk->extra;
+        for (int i = blk->t0; x->hi > x->lo && i < blk->t0 + blk->nt; i++) {
+            const TensorSpec *t = &m->tensors[i];
+            size_t s, n = range_isect(t->off, t->off + t->n, x->lo, x->hi, &s);
+            if (!n) continue;
+            float *mo = x->p[EXTRA_CO2_MOMENTUM] + (s - x->lo),
+                  *a = x->p[EXTRA_CO2_ANCHOR] + (s - x->lo);
+            const float *d = x->p[EXTRA_CO2_AVERAGE] + (s - x->lo);
+            float lambda = c->lambda;
+            if (c->adaptive) { // how far the anchor moved since Δ̄ was computed, relative to Δ̄
+                double moved = c->alpha * sqrt(sq[2 * i]), size = sqrt(sq[2 * i + 1]);
+                lambda = size > 0 ? (float)(1.0 + moved / size) : 1.0f;
+            }
+            be->axpby(mo, 1.0f / lambda, d, c->beta, n); // m ← β·m + Δ̄/λ
+            if (c->phi > 0) be->clamp(mo, -c->phi, c->phi, n);
+            be->axpby(a, -c->alpha, mo, 1.0f, n); // a ← a − α·m
         }
-        const Backend *be = m->be;
-        be->axpby(mo, 1.0f / lambda, d, c->beta, n); // m ← β·m + Δ̄/λ
-        if (c->phi > 0) be->clamp(mo, -c->phi, c->phi, n);
-        be->axpby(a, -c->alpha, mo, 1.0f, n); // a ← a − α·m
     }
+}
+
+// Points the blocks' CO2 slots at this worker's outer state and the average avg to apply.
+static void point_blocks(CO2 *o, float *avg) {
+    int sh = o->cfg.sharded;
+    size_t lo = sh ? o->lo : 0, hi = sh ? o->hi : o->P;
+    gpt_extra_range(o->m, EXTRA_CO2_ANCHOR, sh ? o->a_sh : o->anchor, lo, hi);
+    gpt_extra_range(o->m, EXTRA_CO2_MOMENTUM, sh ? o->m_sh : o->mom, lo, hi);
+    gpt_extra_range(o->m, EXTRA_CO2_AVERAGE, avg, lo, hi);
 }
 
 // The average started in `slot` has landed: the sum of the workers' Δ becomes their mean, over
@@ -159,13 +172,14 @@ static void avg_landed(CO2 *o, int slot) {
     o->scaled[slot] = 1;
 }
 
-static void outer_update(CO2 *o, const float *avg) {
+static void outer_update(CO2 *o, float *avg) {
     double *sq = NULL;
     if (o->cfg.adaptive) {
         sq = xcalloc((size_t)2 * o->m->ntensors, sizeof(double));
         partial_norms(o, o->mom, avg, 0, o->P, sq);
     }
-    outer_update_range(o, o->mom, o->anchor, avg, 0, o->P, sq);
+    point_blocks(o, avg);
+    outer_update_blocks(o, sq);
     free(sq);
 }
 
@@ -174,7 +188,8 @@ static void outer_update(CO2 *o, const float *avg) {
 // The outer update of this worker's slice, then the all-gather of the new anchor a(t+1).
 static void sharded_update(CO2 *o) {
     size_t n = o->hi - o->lo;
-    outer_update_range(o, o->m_sh, o->a_sh, o->xbar_sh, o->lo, o->hi, o->sq);
+    point_blocks(o, o->xbar_sh);
+    outer_update_blocks(o, o->sq);
     o->m->be->copy(o->next + o->lo, o->a_sh, n);
     o->ag = comm_iallgatherv(o->oc, o->next, o->counts, o->displs);
 }

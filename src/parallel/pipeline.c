@@ -114,6 +114,7 @@ void pipe_use_version(Pipe *p, int v) {
         }
     }
     p->cur_ver = v;
+    if (p->nver == 2) gpt_extra_range(m, EXTRA_OTHER_VERSION, p->pbuf[v ^ 1], p->lo, p->hi);
 }
 
 // What the watchdog prints if this stage waits too long: stage, direction and micro-batch.
