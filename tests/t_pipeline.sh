@@ -18,8 +18,9 @@
 set -eu
 . "$(dirname "$0")/lib.sh"
 need_mpi
+need_torch
 REF="$PY $(dirname "$0")/torch_ref.py"
-PEER=${LOOM_PEER:-$(dirname "$0")/../../shared/peer/torch_gpt.py}
+PEER=$(dirname "$0")/torch_gpt.py
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 mkshard "$d/d.bin" 64 60000 3
 flags="--data $d/d.bin --layers 5 --heads 2 --dim 32 --vocab 64 --block-size 32 --batch 2 --seq 16
