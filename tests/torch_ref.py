@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """torch_ref.py — reference values from PyTorch for loom's tests, on top of the PyTorch GPT-2
 peer tests/torch_gpt.py (its model, safetensors/token files and AdamW set-up; the peer itself
-runs `train` (plain, 2bw) and `co2` (constant or adaptive gap penalty)).
+runs `train` (plain, 2bw) and `co2` (constant or adaptive gap penalty)), and the comparisons
+the tests make (NumPy only).
 
   grads  --init W --data D --batch B --seq T --grad-accum K --out G.safetensors
          gradient of the first step's mean loss (HF names and layout) and prints the loss
@@ -18,9 +19,29 @@ runs `train` (plain, 2bw) and `co2` (constant or adaptive gap penalty)).
          when the steps differ or when a loss is not finite
   compare-f32 A B --tol X          max |a-b| of two raw float32 files (exit 1 as for compare-st)
 """
-import argparse, json, math, os, sys
+import argparse, json, math, os, struct, sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # torch_gpt.py sits next to this file
+
+
+def read_st(path):
+    """{name: float32 numpy array} of a safetensors file. The model commands use the peer's
+    torch_gpt.load_safetensors; the compare commands use this NumPy-only reader so that they
+    do not pay torch's import (seconds) on each of the suite's many comparisons."""
+    import numpy as np
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        hdr = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for k, v in hdr.items():
+        if k == "__metadata__":
+            continue
+        if v["dtype"] != "F32":
+            raise SystemExit(f"{path}: {k}: only F32 is supported here, got {v['dtype']}")
+        a, b = v["data_offsets"]
+        out[k] = np.frombuffer(data[a:b], dtype=np.float32).reshape(v["shape"])
+    return out
 
 
 def cmd_grads(a):
@@ -87,9 +108,8 @@ def cmd_delayed_dp(a):
 
 
 def cmd_compare_st(a):
-    import torch
-    import torch_gpt as tg
-    x, y = tg.load_safetensors(a.a), tg.load_safetensors(a.b)
+    import numpy as np
+    x, y = read_st(a.a), read_st(a.b)
     if set(x) != set(y):
         print("tensor names differ:", sorted(set(x) ^ set(y)))
         return 1
@@ -101,17 +121,17 @@ def cmd_compare_st(a):
         print("tensor shapes differ:", "; ".join(shapes))
         return 1
     for path, t in ((a.a, x), (a.b, y)):
-        bad = [k for k in sorted(t) if not bool(torch.isfinite(t[k]).all())]
+        bad = [k for k in sorted(t) if not np.isfinite(t[k]).all()]
         if bad:
             print(f"{path}: non-finite values (NaN or inf) in", ", ".join(bad))
             return 1
     worst = (0.0, sorted(y)[0])
     for k in sorted(y):
-        if y[k].numel() == 0:
+        if y[k].size == 0:
             continue
-        d = float((x[k].double() - y[k].double()).abs().max())
+        d = float(np.max(np.abs(x[k].astype(np.float64) - y[k])))
         if a.rel:
-            d /= max(float(y[k].double().abs().max()), 1e-30)
+            d /= max(float(np.max(np.abs(y[k]))), 1e-30)
         if d > worst[0]:
             worst = (d, k)
     print(f"max {'relative ' if a.rel else ''}difference {worst[0]:.3g} ({worst[1]}), tolerance {a.tol}")
