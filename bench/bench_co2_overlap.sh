@@ -13,7 +13,7 @@ delay=0.6 steps=16
 while [ $# -gt 0 ]; do case $1 in --delay) delay=$2; shift 2;; --steps) steps=$2; shift 2;; *) echo "unknown $1"; exit 2;; esac; done
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
-/usr/bin/python3 ../shared/peer/torch_gpt.py tokens --vocab 50257 --n 400000 --out "$d/tok.bin"
+/usr/bin/python3 tests/torch_gpt.py tokens --vocab 50257 --n 400000 --out "$d/tok.bin"
 flags="--data $d/tok.bin --layers 4 --heads 4 --dim 128 --vocab 50257 --block-size 128 --batch 4
        --seq 128 --steps $steps --progress off --dp 2 --threads 1"
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(getconf _NPROCESSORS_ONLN) cores; $(date -u +%F); loom $(git rev-parse --short HEAD)"

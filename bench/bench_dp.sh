@@ -39,8 +39,7 @@ ROUNDS=2; NET_ROUNDS=2; SLOW_ROUNDS=1
 STEPS=6; SLOW_STEPS=5; WARMUP=2; MEM_STEPS=4
 SETTINGS="loopback,1gbit,100mbit"; RANKS="2,4"; ZERO1="loopback"
 LOOM="$ROOT/loom"
-PEER_DIR="$(realpath -m "$ROOT/../shared/peer")"
-[ -f "$PEER_DIR/torch_gpt.py" ] || PEER_DIR=/work/shared/peer
+PEER_DIR="$ROOT/tests"   # the PyTorch peer, tests/torch_gpt.py
 PY=/usr/bin/python3
 OUT=""; TINY=0; WAIT=1
 RUN_TIMEOUT=600   # seconds per run before it is killed and reported as failed

@@ -39,7 +39,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ROUNDS=1; STEPS=6; MODES="gpipe,1f1b,2bw,dp"; MERGE=""; WARMUP=2; KS="2,4,8"; DS="2,4"; NET="1gbit,100mbit"; NETK="4"; NETSTEPS=4
 MODEL=small; OUT=""; LOOM="$ROOT/loom"; WAIT=1; PY=/usr/bin/python3
-PEER_DIR="$(realpath -m "$ROOT/../shared/peer")"; [ -f "$PEER_DIR/torch_gpt.py" ] || PEER_DIR=/work/shared/peer
+PEER_DIR="$ROOT/tests"   # the PyTorch peer, tests/torch_gpt.py
 RUN_TIMEOUT=600
 usage() { sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do

@@ -25,7 +25,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 STEPS=10; WARMUP=3; ROUNDS=2; SETTINGS="loopback,1gbit,100mbit"; MODEL=bytes; G=8; OUT=""; WAIT=1
 PY=/usr/bin/python3; LOOM="$ROOT/loom"
-PEER_DIR="$(realpath -m "$ROOT/../shared/peer")"; [ -f "$PEER_DIR/torch_gpt.py" ] || PEER_DIR=/work/shared/peer
+PEER_DIR="$ROOT/tests"   # the PyTorch peer, tests/torch_gpt.py
 usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
     case "$1" in

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/bench_train.sh — core-engine benchmark: single-process `loom train` against the
-# PyTorch peer (shared/peer/torch_gpt.py bench), same shapes, same threads, fp32.
+# PyTorch peer (tests/torch_gpt.py bench), same shapes, same threads, fp32.
 #
 #   bench/bench_train.sh [--rounds R] [--steps S] [--threads N] [--configs 124m,30m]
 #                        [--loom PATH] [--peer PATH] [--out DIR]
@@ -24,8 +24,7 @@ STEPS=6
 THREADS=2
 CONFIGS="124m,30m"
 LOOM="$ROOT/loom"
-PEER="$(realpath -m "$ROOT/../shared/peer/torch_gpt.py")"
-[ -f "$PEER" ] || PEER=/work/shared/peer/torch_gpt.py
+PEER="$ROOT/tests/torch_gpt.py"
 PY=/usr/bin/python3
 OUT=""
 PEAK=290

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/peer_2bw_rule.sh — is a convergence gap between 2BW and 1F1B loom's, or the delayed-update
-# rule's? Runs the PyTorch peer (../shared/peer/torch_gpt.py train) on the bundled corpus with
+# rule's? Runs the PyTorch peer (tests/torch_gpt.py train) on the bundled corpus with
 # and without PipeDream-2BW's rule W(t+1) = W(t) − opt(∇f(W(t−1))), at each learning rate, and
 # prints the mean training loss per 100 steps. No loom code is involved.
 #
@@ -21,7 +21,7 @@ while [ $# -gt 0 ]; do
         *) echo "peer_2bw_rule.sh: unknown argument '$1'" >&2; exit 2 ;;
     esac
 done
-PEER="$(realpath -m "$ROOT/../shared/peer/torch_gpt.py")"
+PEER="$ROOT/tests/torch_gpt.py"
 [ -f "$PEER" ] || { echo "peer_2bw_rule.sh: no PyTorch peer at $PEER" >&2; exit 2; }
 OUT=${OUT:-$(mktemp -d /tmp/peer2bw.XXXXXX)}
 mkdir -p "$OUT"

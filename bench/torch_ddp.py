@@ -25,11 +25,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import argparse, datetime, json, resource, statistics, sys, time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-for cand in (os.environ.get("LOOM_PEER_DIR"), os.path.join(HERE, "..", "..", "shared", "peer"),
-             "/work/shared/peer"):
-    if cand and os.path.isfile(os.path.join(cand, "torch_gpt.py")):
-        sys.path.insert(0, os.path.abspath(cand))
-        break
+# the PyTorch peer: tests/torch_gpt.py (bench_dp.sh --peer-dir sets LOOM_PEER_DIR to another one)
+sys.path.insert(0, os.path.abspath(os.environ.get("LOOM_PEER_DIR") or os.path.join(HERE, "..", "tests")))
 import torch
 import torch.distributed as dist
 from torch_gpt import GPT, read_tokens, set_threads  # noqa: E402

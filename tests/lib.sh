@@ -14,7 +14,7 @@ with open(path, "wb") as f:
     f.write(struct.pack(f"<{n}H", *toks))
 PY
 }
-# expect_fail CODE_RANGE PATTERN -- CMD...: CMD must exit with 1..125 (not a crash), and its
+# expect_fail PATTERN CMD...: CMD must exit with 1..125 (not a crash), and its
 # stderr must contain PATTERN.
 expect_fail() {
     local pattern=$1; shift
@@ -28,11 +28,23 @@ expect_fail() {
     fi
     echo "ok ($rc): $out"
 }
+# missing_dep WHAT: fail the test (exit 1, not the skip code 77) because a dependency is absent.
+# `make test` installs every dependency when run as root (scripts/deps.sh test), so on a set-up
+# machine this never happens; the message says how to set one up.
+missing_dep() {
+    echo "FAILED: missing dependency: $1 (run \`make test\` as root to install it, or run" \
+         "\`bash scripts/deps.sh test\` to see the commands)"
+    exit 1
+}
+# need_torch: PyTorch and NumPy importable by $PY (Debian python3-torch python3-numpy).
+need_torch() {
+    $PY -c "import torch, numpy" 2>/dev/null || missing_dep "python3-torch/python3-numpy for $PY"
+}
 # MPI: how the tests launch ranks on one machine (every transport, no core binding, more ranks
-# than cores allowed). need_mpi: skip the test (exit 77) without mpirun, else let root launch
-# and give each rank one OpenMP thread.
+# than cores allowed). need_mpi: fail without mpirun, else let root launch and give each rank
+# one OpenMP thread.
 MPI="mpirun --oversubscribe --bind-to none --mca btl self,vader,tcp"
 need_mpi() {
-    command -v mpirun >/dev/null || { echo "SKIP: mpirun not installed"; exit 77; }
+    command -v mpirun >/dev/null || missing_dep "mpirun (Debian openmpi-bin)"
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 }

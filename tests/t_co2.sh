@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # t_co2.sh — CO2's exact update rule under mpirun:
-#   * 2 and 3 workers against the single-process simulation in ../shared/peer/torch_gpt.py co2,
+#   * 2 and 3 workers against the single-process simulation in tests/torch_gpt.py co2,
 #     with outer clipping on, beta > 0, lambda != 1 and a final partial round (11 steps, tau 3):
 #     losses within 2e-4 per inner step, final (anchor) weights within 1e-4;
 #   * the same with the outer state sharded (--zero 1: reduce-scatter of x_r + all-gather);
 #   * the adaptive gap penalty (per tensor, lambda = 1 + alpha*||m(t-1)||/||mean delta||) against
-#     an independent PyTorch implementation (tests/torch_ref.py co2-adaptive), 2 workers and 3
+#     the PyTorch peer (tests/torch_gpt.py co2 --gap-penalty adaptive), 2 workers and 3
 #     workers sharded (--zero 2: the per-tensor norms are summed over the workers' slices);
 #   * the equivalence: with tau=1, beta=0, alpha=1, lambda=1 and no outer clip, CO2 on N workers
 #     is data parallelism in which each worker's own AdamW update, computed at the weights of one
@@ -18,8 +18,8 @@
 set -eu
 . "$(dirname "$0")/lib.sh"
 need_mpi
-$PY -c "import torch" 2>/dev/null || { echo "SKIP: python3-torch not installed"; exit 77; }
-PEER=${LOOM_PEER:-$(dirname "$0")/../../shared/peer/torch_gpt.py}
+need_torch
+PEER=$(dirname "$0")/torch_gpt.py
 REF="$PY $(dirname "$0")/torch_ref.py"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 mkshard "$d/d.bin" 64 60000 3
@@ -52,8 +52,8 @@ fi
 echo "== adaptive gap penalty"
 adapt="--steps 11 --tau 3 --outer-lr 0.9 --outer-momentum 0.6 --outer-clip 0.004"
 for n in 2 3; do
-    $REF co2-adaptive --init "$d/w.safetensors" --heads 2 --data "$d/d.bin" --workers $n $common $adapt \
-        --metrics "$d/aref$n.jsonl" --export "$d/aref$n.safetensors"
+    $PY "$PEER" co2 --init "$d/w.safetensors" --heads 2 --data "$d/d.bin" --workers $n $common $adapt \
+        --gap-penalty adaptive --metrics "$d/aref$n.jsonl" --export "$d/aref$n.safetensors" > /dev/null
     zero=$([ $n = 3 ] && echo "--zero 2" || echo "")
     $MPI -np $n $LOOM train --init "$d/w.safetensors" --data "$d/d.bin" --dp $n --co2 --gap-mode adaptive \
         $zero $common $adapt --lr-schedule constant --metrics "$d/ad$n.jsonl" --export "$d/ad$n.safetensors" --progress off

@@ -7,6 +7,7 @@
 set -eu
 . "$(dirname "$0")/lib.sh"
 need_mpi
+$PY -c "import numpy" 2>/dev/null || missing_dep "python3-numpy for $PY"   # compare-st
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 mkshard "$d/train.bin" 64 60000 3
 REF="$PY $(dirname "$0")/torch_ref.py compare-losses"

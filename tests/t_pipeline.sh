@@ -5,7 +5,7 @@
 #     batch: losses within 1e-5 per step, exported weights within 1e-5;
 #   * 2bw reproduces PipeDream-2BW's delayed update W(t+1) = W(t) - opt(grad f(W(t-1))) of the
 #     PyTorch peer (torch_gpt.py train --mode 2bw) at D = 2 and 4: losses within 2e-4, final
-#     weights within 1e-4;
+#     weights within 1e-4 (2e-4 with dp replicas, see below);
 #   * activations held per stage: gpipe holds K micro-batches, 1f1b and 2bw at most D (counted,
 #     and the activation bytes stage 0 allocates: gpipe's grow with K, 1f1b's do not);
 #   * dp 2 x pp 2 with --zero 1 (AdamW moments sharded over each stage's replicas): 1f1b equals
@@ -18,8 +18,9 @@
 set -eu
 . "$(dirname "$0")/lib.sh"
 need_mpi
+need_torch
 REF="$PY $(dirname "$0")/torch_ref.py"
-PEER=${LOOM_PEER:-$(dirname "$0")/../../shared/peer/torch_gpt.py}
+PEER=$(dirname "$0")/torch_gpt.py
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 mkshard "$d/d.bin" 64 60000 3
 flags="--data $d/d.bin --layers 5 --heads 2 --dim 32 --vocab 64 --block-size 32 --batch 2 --seq 16

