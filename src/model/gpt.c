@@ -38,7 +38,7 @@ static void add_tensor(GPT *m, size_t *off, const char *name, int rows, int cols
     *off += t->n;
 }
 
-int gpt_create(GPT *m, const GPTConfig *cfg, const Backend *be) {
+int gpt_create_layout(GPT *m, const GPTConfig *cfg, const Backend *be) {
     if (gpt_config_check(cfg)) return -1;
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
@@ -90,8 +90,6 @@ int gpt_create(GPT *m, const GPTConfig *cfg, const Backend *be) {
         blk->n = off - blk->off;
     }
     m->nparams = off;
-    m->params = be->alloc(off);
-    m->grads = be->alloc(off);
     m->nchunks = 0;
     for (int b = 0; b < m->nblocks; b++) {
         m->blocks[b].chunk0 = m->nchunks;
@@ -109,12 +107,24 @@ void gpt_free(GPT *m) {
     memset(m, 0, sizeof *m);
 }
 
-void gpt_init_weights(GPT *m, unsigned long long seed) {
+void gpt_alloc_whole(GPT *m, int params, int grads) {
+    if (params && !m->params) m->params = m->be->alloc(m->nparams);
+    if (grads && !m->grads) m->grads = m->be->alloc(m->nparams);
+    gpt_own_all(m);
+}
+
+int gpt_create(GPT *m, const GPTConfig *cfg, const Backend *be) {
+    if (gpt_create_layout(m, cfg, be)) return -1;
+    gpt_alloc_whole(m, 1, 1);
+    return 0;
+}
+
+void gpt_init_range(const GPT *m, unsigned long long seed, size_t lo, size_t hi, float *dst) {
     Rng r;
     rng_seed(&r, seed, 0x9e3779b97f4a7c15ULL);
     enum { CHUNK = 1 << 20 }; // staged in pieces: no second parameter-sized buffer at start-up
     float *host = xmalloc(CHUNK * sizeof(float));
-    for (int i = 0; i < m->ntensors; i++) {
+    for (int i = 0; i < m->ntensors; i++) { // every value is drawn, those in [lo, hi) kept
         const TensorSpec *t = &m->tensors[i];
         for (size_t k0 = 0; k0 < t->n; k0 += CHUNK) {
             size_t n = t->n - k0 < CHUNK ? t->n - k0 : CHUNK;
@@ -122,10 +132,15 @@ void gpt_init_weights(GPT *m, unsigned long long seed) {
                 host[k] = t->init_std > 0   ? t->init_std * rng_normal(&r)
                           : t->init_std < 0 ? 1.f
                                             : 0.f;
-            m->be->upload(m->params + t->off + k0, host, n);
+            size_t s, len = range_isect(t->off + k0, t->off + k0 + n, lo, hi, &s);
+            if (len) m->be->upload(dst + (s - lo), host + (s - t->off - k0), len);
         }
     }
     free(host);
+}
+
+void gpt_init_weights(GPT *m, unsigned long long seed) {
+    gpt_init_range(m, seed, 0, m->nparams, m->params);
 }
 
 const TensorSpec *gpt_find_tensor(const GPT *m, const char *name) {

@@ -95,9 +95,16 @@ typedef struct {
 
 // Builds the block list and tensor table and allocates params and grads (zeroed).
 int gpt_create(GPT *m, const GPTConfig *cfg, const Backend *be);
+// The block list and tensor table only: no parameter or gradient buffer yet (a strategy that
+// keeps a shard or a stage allocates just that; gpt_alloc_whole adds the whole-model ones).
+int gpt_create_layout(GPT *m, const GPTConfig *cfg, const Backend *be);
+void gpt_alloc_whole(GPT *m, int params, int grads);
 void gpt_free(GPT *m);
 // GPT-2 init: N(0,0.02); residual projections N(0, 0.02/sqrt(2L)); biases 0; LayerNorm (1,0).
 void gpt_init_weights(GPT *m, unsigned long long seed);
+// The same initial values of the flat range [lo, hi) only, into dst (backend memory, hi-lo
+// floats), with a bounded host buffer.
+void gpt_init_range(const GPT *m, unsigned long long seed, size_t lo, size_t hi, float *dst);
 const TensorSpec *gpt_find_tensor(const GPT *m, const char *name);
 static inline Block *gpt_embed(GPT *m) { return &m->blocks[0]; }
 // Releases the model's whole-model parameter and/or gradient buffer, for a strategy that keeps

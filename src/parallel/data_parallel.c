@@ -221,7 +221,7 @@ static void shard_buffers(DataParallel *d) {
     }
     if (zero >= 3) {
         d->pshard = be->alloc(d->hi - d->lo);
-        be->copy(d->pshard, m->params + d->lo, d->hi - d->lo);
+        if (m->params) be->copy(d->pshard, m->params + d->lo, d->hi - d->lo);
         d->eparam = be->alloc(m->blocks[0].n);
         for (int s = 0; s < 2; s++) {
             d->bparam[s] = be->alloc(d->max_block);
@@ -354,6 +354,8 @@ void dp_full_params(DataParallel *d, float *dst) {
     d->m->be->download(dst + d->lo, d->pshard, d->hi - d->lo);
     comm_allgatherv(d->c, dst, d->counts, d->displs);
 }
+
+float *dp_shard_params(DataParallel *d) { return d->pshard; }
 
 const float *dp_owned_params(DataParallel *d) {
     return d->zero >= 3 ? d->pshard : d->m->params + d->lo;

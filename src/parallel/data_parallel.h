@@ -20,6 +20,8 @@
 
 typedef struct DataParallel DataParallel;
 
+// The model's whole parameter buffer holds the initial values for ZeRO 0-2 (then dropped by
+// ZeRO-3 if present; ZeRO-3 fills dp_shard_params instead).
 DataParallel *dp_create(GPT *m, const Comm *dp, int zero, double bucket_mb);
 void dp_free(DataParallel *d);
 // The slice of the flat buffers this rank owns (the whole model for zero 0).
@@ -38,6 +40,8 @@ void dp_optimizer_step(DataParallel *d, AdamW *opt, float lr, float grad_scale);
 void dp_full_params(DataParallel *d, float *dst);
 // This rank's owned parameters (hi-lo floats): a view, valid until the next step.
 const float *dp_owned_params(DataParallel *d);
+// ZeRO-3: the parameter shard to fill before the first step (the model has no whole buffer).
+float *dp_shard_params(DataParallel *d);
 // Overwrites the owned parameter slice (and, for zero 0–2, the full buffer on all ranks
 // after dp_full_params-style gathering) from a full host copy.
 void dp_set_params(DataParallel *d, const float *full);

@@ -279,12 +279,15 @@ static int pipe_setup(Pipe *p, GPT *m, const Grid *g, const PipelineConfig *pc, 
         p->own_lo = (size_t)p->dsp[q], p->own_hi = p->own_lo + (size_t)p->cnt[q];
         if (p->replica) p->wown_lo = (size_t)p->wdsp[q], p->wown_hi = p->wown_lo + p->wcnt[q];
     }
-    for (int v = 0; v < p->nver; v++) {
+    for (int v = 0; v < p->nver; v++) { // the stage's initial weights (and the wte replica's)
         p->pbuf[v] = be->alloc(n);
-        be->copy(p->pbuf[v], m->params + p->lo, n);
-        if (p->replica) {
-            p->wbuf[v] = be->alloc(p->tie_n);
-            be->copy(p->wbuf[v], m->params, p->tie_n);
+        if (p->replica) p->wbuf[v] = be->alloc(p->tie_n);
+        if (v > 0) {
+            be->copy(p->pbuf[v], p->pbuf[0], n);
+            if (p->replica) be->copy(p->wbuf[v], p->wbuf[0], p->tie_n);
+        } else if (p->io->params(p->io->ctx, p->lo, p->hi, p->pbuf[0]) ||
+                   (p->replica && p->io->params(p->io->ctx, 0, p->tie_n, p->wbuf[0]))) {
+            return -1;
         }
     }
     size_t own = p->own_hi - p->own_lo, wown = p->wown_hi - p->wown_lo;

@@ -50,6 +50,8 @@ typedef struct {
     // loss or norm was not finite (the update was not applied and the pipeline stops).
     void (*report)(void *ctx, int step, double loss, double norm, float lr, double seconds,
                    double exposed, int applied);
+    // The initial parameters of the flat range [lo, hi) into dst (backend memory).
+    int (*params)(void *ctx, size_t lo, size_t hi, float *dst);
     // Validation window w (NULL: no validation data).
     void (*val_batch)(void *ctx, int w, int *inputs, int *targets);
     // Resume (start > 0; NULL: none): the previous weight version of [lo, hi) into prev (left
@@ -63,8 +65,8 @@ typedef struct Pipeline Pipeline;
 // Splits the blocks into D stages; fills [b0, b1) for stage s. Fails on a bad --stage-layers.
 int pipeline_partition(const GPT *m, int D, int s, const char *stage_layers, int *b0, int *b1);
 // This rank's stage, ready to run steps from `start` (opt_t: AdamW updates applied so far).
-// It keeps only its own range of weights (two versions under 2bw), gradients and AdamW moments,
-// and releases the model's whole-model buffers. NULL with loom_errmsg.
+// It keeps only its own range of weights (two versions under 2bw, filled through io->params),
+// gradients and AdamW moments; the model needs no whole-model buffer. NULL with loom_errmsg.
 Pipeline *pipeline_create(GPT *m, const Grid *g, const PipelineConfig *pc, const OptConfig *oc,
                           int opt_t, int start, const PipelineIO *io);
 void pipeline_free(Pipeline *p);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "../common.h"
 #include "../parallel/pipeline.h"
@@ -32,6 +33,11 @@ static int pp_check(const StrategyConfig *c) {
 static void pp_batch(void *ctx, int step, int j, int *inputs, int *targets) {
     const Strategy *s = ctx;
     s->data->train(s->data->ctx, step, j, inputs, targets);
+}
+
+static int pp_params(void *ctx, size_t lo, size_t hi, float *dst) {
+    const Strategy *s = ctx;
+    return s->data->params(s->data->ctx, lo, hi, dst);
 }
 
 static void pp_val_batch(void *ctx, int w, int *inputs, int *targets) {
@@ -94,6 +100,7 @@ static int pp_create(Strategy *s) {
     ps->io = (PipelineIO){.ctx = s,
                           .batch = pp_batch,
                           .report = pp_report,
+                          .params = pp_params,
                           .val_batch = c->val_windows > 0 ? pp_val_batch : NULL,
                           .load = s->resume_dir ? pp_load : NULL};
     int opt_t = s->resume_dir ? s->resume->opt_t : 0;
@@ -151,13 +158,15 @@ static void pp_summary(Strategy *s, double exposed_s, double step_s) {
     double wb, gb, ob, ab;
     pipeline_memory(p, &wb, &gb, &ob, &ab);
     if (!s->lead) return;
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
     fprintf(stderr,
             "loom: pipeline %d stages x dp %d (zero %d), schedule %s | peak %d micro-batches of "
             "activations held on stage 0 | stage 0 holds weights %.2f MiB, grads %.2f MiB, "
-            "optimizer %.2f MiB, activations %.2f MiB (whole model %.2f MiB)\n",
+            "optimizer %.2f MiB, activations %.2f MiB (whole model %.2f MiB), peak RSS %.1f MiB\n",
             s->grid->pp, s->grid->dp, s->cfg->zero, s->cfg->schedule, pipeline_peak_inflight(p),
             wb / 1048576, gb / 1048576, ob / 1048576, ab / 1048576,
-            s->model->nparams * 4.0 / 1048576);
+            s->model->nparams * 4.0 / 1048576, ru.ru_maxrss / 1024.0);
 }
 
 static void pp_destroy(Strategy *s) {

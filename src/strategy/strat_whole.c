@@ -11,9 +11,14 @@ int whole_create(Strategy *s, Whole *w, const Comm *grad_comm, int zero) {
     const StrategyConfig *c = s->cfg;
     GPT *m = s->model;
     w->grad_ranks = grad_comm->size;
+    if (zero < 3) { // every rank keeps the whole parameters (and, below ZeRO 2, gradients)
+        gpt_alloc_whole(m, 1, zero < 2);
+        if (s->data->params(s->data->ctx, 0, m->nparams, m->params)) return -1;
+    }
     w->dp = dp_create(m, grad_comm, zero, c->bucket_mb);
     size_t lo, hi;
     dp_owned_range(w->dp, &lo, &hi);
+    if (zero >= 3 && s->data->params(s->data->ctx, lo, hi, dp_shard_params(w->dp))) return -1;
     adamw_create(&w->opt, m, &c->opt, lo, hi);
     if (s->resume_dir) {
         size_t k = hi - lo;

@@ -35,11 +35,14 @@ typedef struct {
 } StrategyConfig;
 
 // Where a strategy gets its data: micro-batch j of 0-based optimizer step `step` for this
-// rank's data-parallel index, and validation window w.
+// rank's data-parallel index, validation window w, and the initial parameters (random, --init
+// or resumed) of any flat range, so that a rank materialises only what it keeps.
 typedef struct {
     void *ctx;
     void (*train)(void *ctx, int step, int j, int *inputs, int *targets);
     void (*val)(void *ctx, int w, int *inputs, int *targets);
+    // parameters [lo, hi) into dst (backend memory, hi-lo floats); 0 or -1 (loom_errmsg)
+    int (*params)(void *ctx, size_t lo, size_t hi, float *dst);
 } StrategyData;
 
 // One optimizer step, as the loop logs it.
@@ -62,8 +65,9 @@ typedef struct {
     int (*wants)(const StrategyConfig *c);
     // Flags this strategy cannot honour: loom_fail naming the flag, -1.
     int (*check)(const StrategyConfig *c);
-    // Sets up from s->model (initial or resumed parameters) and s->grid; on resume
-    // (s->resume_dir) reads its own state. Returns 0 or -1 (loom_errmsg).
+    // Sets up from s->model (its layout; no parameter buffers yet) and s->grid: allocates what
+    // this rank keeps and fills it through s->data->params; on resume (s->resume_dir) reads its
+    // own state. Returns 0 or -1 (loom_errmsg).
     int (*create)(Strategy *s);
     // Runs optimizer step `step` (0-based). `boundary`: the loop validates, saves or stops
     // after it, so no later step's work may start. Returns 0 or -1.

@@ -16,8 +16,9 @@ typedef struct {
     const TrainArgs *a;
     Comm *world;
     Grid grid;
-    int lead; // world rank 0: prints, writes metrics and exports
-    GPT model;
+    int lead;       // world rank 0: prints, writes metrics and exports
+    GPT model;      // the layout; the strategy allocates and fills what this rank keeps
+    GPT init_model; // --init: the file's weights, until the strategy has taken its part
     DataSet train, val;
     int has_val;
     Rng rng;
@@ -37,6 +38,8 @@ _Noreturn void run_fail(const Run *r, int code);
 // Grid, backend, model (initial, --init or resumed parameters), data, metrics file and the
 // strategy configuration; exits through run_fail on any error.
 void run_setup(Run *r);
+// After the strategy is set up: frees what only set-up needed (the --init weights).
+void run_setup_done(Run *r);
 void run_teardown(Run *r);
 // The next unread data window after `step` steps (every rank's micro-batches of the steps this
 // run took follow the resumed position, whatever layout wrote it).

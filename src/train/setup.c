@@ -26,8 +26,8 @@ static void setup_grid(Run *r) {
     r->lead = r->world->rank == 0;
 }
 
-// The model with its initial, --init or resumed parameters (every rank holds them whole until
-// the strategy takes what it owns).
+// The model's layout; its parameters come later, range by range, through initial_params (so a
+// rank that keeps a shard or a stage never holds the whole model).
 static int setup_model(Run *r, const Backend *be) {
     const TrainArgs *a = r->a;
     GPTConfig cfg = {
@@ -40,24 +40,37 @@ static int setup_model(Run *r, const Backend *be) {
     } else if (a->init && init_read_config(a->init, a->heads, &cfg)) {
         return -1;
     }
-    if (gpt_create(&r->model, &cfg, be)) return -1;
-    GPT *m = &r->model;
+    if (gpt_create_layout(&r->model, &cfg, be)) return -1;
     rng_seed(&r->rng, (uint64_t)a->seed, 7);
     if (a->resume) {
-        float *host = xmalloc(m->nparams * sizeof(float));
-        int rc =
-            checkpoint_read_state(r->resume_dir, m->nparams, 0, m->nparams, host, 0, 0, NULL, NULL);
-        if (!rc) m->be->upload(m->params, host, m->nparams);
-        free(host);
-        if (rc) return -1;
         r->rng.state = r->resume.rng_state, r->rng.inc = r->resume.rng_inc;
         r->start = r->resume.step;
         r->window0 = r->resume.data_window;
-    } else if (a->init) {
-        return gpt_load_init_file(m, a->init);
-    } else {
-        gpt_init_weights(m, (unsigned long long)a->seed);
+    } else if (a->init) { // a weights file is read whole, once (freed when the strategy is set up)
+        if (gpt_create(&r->init_model, &cfg, be) || gpt_load_init_file(&r->init_model, a->init))
+            return -1;
     }
+    return 0;
+}
+
+// StrategyData.params: the initial parameters of [lo, hi) — the checkpoint's, the --init
+// file's, or GPT-2's random initialisation — into dst.
+static int initial_params(void *ctx, size_t lo, size_t hi, float *dst) {
+    Run *r = ctx;
+    const GPT *m = &r->model;
+    size_t n = hi - lo;
+    if (r->resume_dir[0]) {
+        float *host = xmalloc(n * sizeof(float) + 1);
+        int rc = checkpoint_read_state(r->resume_dir, m->nparams, lo, hi, host, 0, 0, NULL, NULL);
+        if (!rc) m->be->upload(dst, host, n);
+        free(host);
+        return rc;
+    }
+    if (r->init_model.params) {
+        m->be->copy(dst, r->init_model.params + lo, n);
+        return 0;
+    }
+    gpt_init_range(m, (unsigned long long)r->a->seed, lo, hi, dst);
     return 0;
 }
 
@@ -133,7 +146,8 @@ static void strategy_config(Run *r) {
         .pp = a->pp,
         .schedule = a->schedule,
         .stage_layers = a->stage_layers};
-    r->data = (StrategyData){.ctx = r, .train = train_batch, .val = val_batch};
+    r->data =
+        (StrategyData){.ctx = r, .train = train_batch, .val = val_batch, .params = initial_params};
 }
 
 static void setup_data(Run *r) {
@@ -166,6 +180,8 @@ void run_setup(Run *r) {
     strategy_config(r);
     if (r->lead && metrics_open(&r->mt, a->metrics, r->resume_dir[0] != 0)) run_fail(r, EXIT_IO);
 }
+
+void run_setup_done(Run *r) { gpt_free(&r->init_model); }
 
 void run_teardown(Run *r) {
     if (r->lead) metrics_close(&r->mt);
