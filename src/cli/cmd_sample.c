@@ -69,95 +69,99 @@ static int parse_tokens(const char *s, TokenList *out, int V) {
     return 0;
 }
 
-int cmd_sample(int argc, char **argv) {
-    char *device = "cpu";
-    char *ckpt = NULL, *prompt = NULL, *prompt_tokens = NULL, *tok_dir = NULL, *dump = NULL;
-    int heads = 0, ntokens = 200, top_k = 40, seed = 1337, threads = 0;
-    float temperature = 0.8f;
-    const Option opts[] = {
-        {"ckpt", OPT_STR, &ckpt, "checkpoint directory, .safetensors or llm.c .bin", NULL, 0, 0},
-        {"prompt", OPT_STR, &prompt, "text to continue", NULL, 0, 0},
-        {"prompt-tokens", OPT_STR, &prompt_tokens, "comma-separated token ids instead of --prompt",
-         NULL, 0, 0},
-        {"tokens", OPT_INT, &ntokens, "tokens to generate", NULL, 0, 1 << 24},
-        {"temperature", OPT_FLOAT, &temperature, "sampling temperature (0 = greedy)", NULL, 0, 100},
-        {"top-k", OPT_INT, &top_k, "sample among the k most likely tokens (0 = all)", NULL, 0,
-         1 << 24},
-        {"seed", OPT_INT, &seed, "sampling seed", NULL, 0, 0},
-        {"tokenizer", OPT_STR, &tok_dir, "tokenizer directory (default: the checkpoint's)", NULL, 0,
-         0},
-        {"heads", OPT_INT, &heads, "head count for weights files without n_head", NULL, 0, 1024},
-        {"threads", OPT_INT, &threads, "CPU threads (0 = all cores)", NULL, 0, 4096},
-        {"device", OPT_STR, &device, "backend: cpu", NULL, 0, 0},
-        {"dump-logits", OPT_STR, &dump, "write the prompt's logits (T,V) as raw float32 and exit",
-         NULL, 0, 0},
-    };
-    int n = (int)(sizeof opts / sizeof opts[0]);
-    int rc = options_parse(opts, n, argc, argv, "usage: loom sample --ckpt DIR|FILE --prompt TEXT",
-                           NULL, 0, NULL);
-    if (rc == 1) return 0;
-    if (rc) die(EXIT_USAGE, "sample: %s", loom_errmsg());
-    if (!ckpt) die(EXIT_USAGE, "sample: --ckpt is required");
-    const Backend *be = backend_select(device, threads);
-    if (!be) die_last(EXIT_USAGE);
-    GPT m;
-    char step_dir[4096];
-    if (model_open(&m, be, ckpt, heads, step_dir, sizeof step_dir)) die_last(EXIT_INPUT);
-    int V = m.cfg.V, maxT = m.cfg.maxT;
+typedef struct {
+    char *device, *ckpt, *prompt, *prompt_tokens, *tok_dir, *dump;
+    int heads, ntokens, top_k, seed, threads;
+    float temperature;
+} SampleArgs;
 
+// Returns 0 to go on, 1 after --help.
+static int sample_parse(int argc, char **argv, SampleArgs *a) {
+    *a = (SampleArgs){
+        .device = "cpu", .ntokens = 200, .top_k = 40, .seed = 1337, .temperature = 0.8f};
+    const Option opts[] = {
+        {"ckpt", OPT_STR, &a->ckpt, "checkpoint directory, .safetensors or llm.c .bin", NULL, 0, 0},
+        {"prompt", OPT_STR, &a->prompt, "text to continue", NULL, 0, 0},
+        {"prompt-tokens", OPT_STR, &a->prompt_tokens,
+         "comma-separated token ids instead of --prompt", NULL, 0, 0},
+        {"tokens", OPT_INT, &a->ntokens, "tokens to generate", NULL, 0, 1 << 24},
+        {"temperature", OPT_FLOAT, &a->temperature, "sampling temperature (0 = greedy)", NULL, 0,
+         100},
+        {"top-k", OPT_INT, &a->top_k, "sample among the k most likely tokens (0 = all)", NULL, 0,
+         1 << 24},
+        {"seed", OPT_INT, &a->seed, "sampling seed", NULL, 0, 0},
+        {"tokenizer", OPT_STR, &a->tok_dir, "tokenizer directory (default: the checkpoint's)", NULL,
+         0, 0},
+        {"heads", OPT_INT, &a->heads, "head count for weights files without n_head", NULL, 0, 1024},
+        {"threads", OPT_INT, &a->threads, "CPU threads (0 = all cores)", NULL, 0, 4096},
+        {"device", OPT_STR, &a->device, "backend: cpu", NULL, 0, 0},
+        {"dump-logits", OPT_STR, &a->dump,
+         "write the prompt's logits (T,V) as raw float32 and exit", NULL, 0, 0},
+    };
+    int rc = options_parse(opts, (int)(sizeof opts / sizeof opts[0]), argc, argv,
+                           "usage: loom sample --ckpt DIR|FILE --prompt TEXT", NULL, 0, NULL);
+    if (rc < 0) die(EXIT_USAGE, "sample: %s", loom_errmsg());
+    if (rc == 0 && !a->ckpt) die(EXIT_USAGE, "sample: --ckpt is required");
+    return rc;
+}
+
+// --tokenizer, else the checkpoint's tokenizer/, else bytes for a 256-token model (or NULL).
+static Tokenizer *sample_tokenizer(const SampleArgs *a, const char *step_dir, int V) {
     Tokenizer *tok = NULL;
     char dir[4200];
-    if (tok_dir)
-        snprintf(dir, sizeof dir, "%s", tok_dir);
-    else
-        snprintf(dir, sizeof dir, "%s/tokenizer", step_dir);
-    if (tok_dir || step_dir[0]) {
+    snprintf(dir, sizeof dir, "%s%s", a->tok_dir ? a->tok_dir : step_dir,
+             a->tok_dir ? "" : "/tokenizer");
+    if (a->tok_dir || step_dir[0]) {
         tok = tokenizer_load_dir(dir);
-        if (!tok && tok_dir) die_last(EXIT_INPUT);
+        if (!tok && a->tok_dir) die_last(EXIT_INPUT);
     }
     if (!tok && V == 256) tok = tokenizer_open_byte();
     if (tok && tokenizer_vocab_size(tok) > V)
         die(EXIT_INPUT, "%s: tokenizer has %d tokens but the model's vocab is %d", dir,
             tokenizer_vocab_size(tok), V);
+    return tok;
+}
 
-    TokenList ctx = {0};
-    if (prompt_tokens) {
-        if (parse_tokens(prompt_tokens, &ctx, V)) die_last(EXIT_USAGE);
-    } else if (prompt && *prompt) {
+static void sample_prompt(const SampleArgs *a, Tokenizer *tok, int V, TokenList *ctx) {
+    if (a->prompt_tokens) {
+        if (parse_tokens(a->prompt_tokens, ctx, V)) die_last(EXIT_USAGE);
+    } else if (a->prompt && *a->prompt) {
         if (!tok)
             die(EXIT_INPUT, "no tokenizer for --prompt (pass --tokenizer DIR or --prompt-tokens)");
-        tokenizer_encode(tok, prompt, strlen(prompt), &ctx);
+        tokenizer_encode(tok, a->prompt, strlen(a->prompt), ctx);
     }
-    if (ctx.n == 0)
-        token_list_push(&ctx, tok && tokenizer_eot(tok) >= 0 ? tokenizer_eot(tok) : '\n' % V);
+    if (ctx->n == 0)
+        token_list_push(ctx, tok && tokenizer_eot(tok) >= 0 ? tokenizer_eot(tok) : '\n' % V);
+}
 
-    Workspace ws;
-    if (workspace_create(&ws, &m, 1, maxT, 0)) die_last(EXIT_USAGE);
-    if (dump) {
-        if ((int)ctx.n > maxT)
-            die(EXIT_USAGE, "prompt longer than the model's block size %d", maxT);
-        ws.T = (int)ctx.n;
-        gpt_forward(&m, &ws, ctx.ids, NULL);
-        size_t nl = ctx.n * (size_t)V;
-        float *logits = xmalloc(nl * sizeof(float));
-        be->download(logits, workspace_probs(&ws, &m), nl); // backend memory → host
-        if (write_file_atomic(dump, logits, nl * sizeof(float))) die_last(EXIT_IO);
-        free(logits);
-        return 0;
-    }
-    if (!tok) die(EXIT_INPUT, "no tokenizer to decode with (pass --tokenizer DIR)");
+// --dump-logits: the prompt's logits (T,V), downloaded from backend memory.
+static void dump_logits(GPT *m, Workspace *ws, const TokenList *ctx, const char *path) {
+    int V = m->cfg.V;
+    if ((int)ctx->n > m->cfg.maxT)
+        die(EXIT_USAGE, "prompt longer than the model's block size %d", m->cfg.maxT);
+    ws->T = (int)ctx->n;
+    gpt_forward(m, ws, ctx->ids, NULL);
+    size_t nl = ctx->n * (size_t)V;
+    float *logits = xmalloc(nl * sizeof(float));
+    m->be->download(logits, workspace_probs(ws, m), nl);
+    if (write_file_atomic(path, logits, nl * sizeof(float))) die_last(EXIT_IO);
+    free(logits);
+}
+
+static void generate(const SampleArgs *a, GPT *m, Workspace *ws, Tokenizer *tok, TokenList *ctx) {
+    int V = m->cfg.V, maxT = m->cfg.maxT;
     Rng rng;
-    rng_seed(&rng, (uint64_t)seed, 3);
-    if (prompt) fputs(prompt, stdout);
+    rng_seed(&rng, (uint64_t)a->seed, 3);
+    if (a->prompt) fputs(a->prompt, stdout);
     float *logits = xmalloc((size_t)V * sizeof(float)); // the last position's, on the host
-    for (int i = 0; i < ntokens; i++) {
-        int T = (int)ctx.n < maxT ? (int)ctx.n : maxT;
-        ws.T = T; // a workspace runs any T up to the one it was created for
-        gpt_forward(&m, &ws, ctx.ids + ctx.n - T, NULL);
-        be->download(logits, workspace_probs(&ws, &m) + (size_t)(T - 1) * V, (size_t)V);
-        int next = sample_token(logits, V, temperature, top_k, &rng);
-        token_list_push(&ctx, next);
-        if (tok && next == tokenizer_eot(tok)) break;
+    for (int i = 0; i < a->ntokens; i++) {
+        int T = (int)ctx->n < maxT ? (int)ctx->n : maxT;
+        ws->T = T; // a workspace runs any T up to the one it was created for
+        gpt_forward(m, ws, ctx->ids + ctx->n - T, NULL);
+        m->be->download(logits, workspace_probs(ws, m) + (size_t)(T - 1) * V, (size_t)V);
+        int next = sample_token(logits, V, a->temperature, a->top_k, &rng);
+        token_list_push(ctx, next);
+        if (next == tokenizer_eot(tok)) break;
         size_t len;
         const char *bytes = tokenizer_token(tok, next, &len);
         if (bytes) fwrite(bytes, 1, len, stdout);
@@ -165,6 +169,27 @@ int cmd_sample(int argc, char **argv) {
     }
     fputc('\n', stdout);
     free(logits);
+}
+
+int cmd_sample(int argc, char **argv) {
+    SampleArgs a;
+    if (sample_parse(argc, argv, &a)) return 0;
+    const Backend *be = backend_select(a.device, a.threads);
+    if (!be) die_last(EXIT_USAGE);
+    GPT m;
+    char step_dir[4096];
+    if (model_open(&m, be, a.ckpt, a.heads, step_dir, sizeof step_dir)) die_last(EXIT_INPUT);
+    Tokenizer *tok = sample_tokenizer(&a, step_dir, m.cfg.V);
+    TokenList ctx = {0};
+    sample_prompt(&a, tok, m.cfg.V, &ctx);
+    Workspace ws;
+    if (workspace_create(&ws, &m, 1, m.cfg.maxT, 0)) die_last(EXIT_USAGE);
+    if (a.dump) {
+        dump_logits(&m, &ws, &ctx, a.dump);
+    } else {
+        if (!tok) die(EXIT_INPUT, "no tokenizer to decode with (pass --tokenizer DIR)");
+        generate(&a, &m, &ws, tok, &ctx);
+    }
     token_list_free(&ctx);
     workspace_free(&ws, &m);
     tokenizer_close(tok);
