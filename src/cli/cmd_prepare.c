@@ -73,6 +73,43 @@ static int write_split(const char *dir, const char *name, const uint16_t *tokens
     return k;
 }
 
+static Tokenizer *open_tokenizer(const char *kind, const char *bpe_dir) {
+    Tokenizer *tok = NULL;
+    if (!strcmp(kind, "byte")) {
+        tok = tokenizer_open_byte();
+    } else {
+        const char *dir = bpe_dir ? bpe_dir : tokenizer_find_gpt2_dir();
+        if (!dir) die(EXIT_INPUT, "prepare: %s", loom_errmsg());
+        tok = tokenizer_open_gpt2(dir);
+        if (!tok) die(EXIT_INPUT, "prepare: %s", loom_errmsg());
+    }
+    int vocab = tokenizer_vocab_size(tok);
+    if (vocab > 65536)
+        die(EXIT_INPUT, "prepare: vocabulary of %d tokens does not fit llm.c's uint16 shards",
+            vocab);
+    return tok;
+}
+
+// Every file's tokens into all, one end-of-text token between files; returns the bytes read.
+static size_t tokenize_files(Tokenizer *tok, char **files, int nfiles, Tokens *all) {
+    int eot = tokenizer_eot(tok);
+    TokenList ids = {0};
+    size_t bytes = 0;
+    for (int i = 0; i < nfiles; i++) {
+        size_t len;
+        char *text = read_file(files[i], &len);
+        if (!text) die(EXIT_INPUT, "prepare: %s", loom_errmsg());
+        if (i > 0 && eot >= 0) tokens_append(all, &eot, 1);
+        ids.n = 0;
+        tokenizer_encode(tok, text, len, &ids);
+        tokens_append(all, ids.ids, ids.n);
+        bytes += len;
+        free(text);
+    }
+    token_list_free(&ids);
+    return bytes;
+}
+
 int cmd_prepare(int argc, char **argv) {
     char *kind = NULL, *bpe_dir = NULL, *out = NULL;
     float val_fraction = 0.1f;
@@ -108,35 +145,10 @@ int cmd_prepare(int argc, char **argv) {
     }
 
     double t0 = now_sec();
-    Tokenizer *tok = NULL;
-    if (!strcmp(kind, "byte")) {
-        tok = tokenizer_open_byte();
-    } else {
-        const char *dir = bpe_dir ? bpe_dir : tokenizer_find_gpt2_dir();
-        if (!dir) die(EXIT_INPUT, "prepare: %s", loom_errmsg());
-        tok = tokenizer_open_gpt2(dir);
-        if (!tok) die(EXIT_INPUT, "prepare: %s", loom_errmsg());
-    }
+    Tokenizer *tok = open_tokenizer(kind, bpe_dir);
     int vocab = tokenizer_vocab_size(tok), eot = tokenizer_eot(tok);
-    if (vocab > 65536)
-        die(EXIT_INPUT, "prepare: vocabulary of %d tokens does not fit llm.c's uint16 shards",
-            vocab);
-
     Tokens all = {0};
-    TokenList ids = {0};
-    size_t bytes = 0;
-    for (int i = 0; i < nfiles; i++) {
-        size_t len;
-        char *text = read_file(files[i], &len);
-        if (!text) die(EXIT_INPUT, "prepare: %s", loom_errmsg());
-        if (i > 0 && eot >= 0) tokens_append(&all, &eot, 1);
-        ids.n = 0;
-        tokenizer_encode(tok, text, len, &ids);
-        tokens_append(&all, ids.ids, ids.n);
-        bytes += len;
-        free(text);
-    }
-    token_list_free(&ids);
+    size_t bytes = tokenize_files(tok, files, nfiles, &all);
     size_t text_tokens = all.n - (eot >= 0 ? (size_t)(nfiles - 1) : 0);
     if (!text_tokens)
         die(EXIT_INPUT, "prepare: no tokens: the input file%s empty", nfiles > 1 ? "s are" : " is");
