@@ -66,114 +66,154 @@ static double ring_allreduce(double bytes, int n, double bw, double latency) {
 }
 static double ring_traffic(double bytes, int n) { return n > 1 ? 4.0 * (n - 1) / n * bytes : 0; }
 
-int plan_evaluate(const Profile *p, const PlanInput *in, int w, int d, int b, int rc, Plan *out) {
-    const ProfileRow *row = profile_row(p, b);
-    const GPTConfig *c = &p->cfg;
-    if (!row || in->global_batch % (w * b)) return 0;
-    int K = in->global_batch / (w * b), L = c->L, nb = L + 2;
-    if (d > 1 && K < d) return 0;
-    if (d > L || d > 64) return 0;
+// What every part of one plan's evaluation shares.
+typedef struct {
+    const Profile *p;
+    const PlanInput *in;
+    const ProfileRow *row;
+    int w, d, b, K, nb;
+    double f, share;               // contention factor; > 1: time-shared cores
+    double *fwd, *bwd, *cost, *wp; // per block: seconds per micro-batch, parameters
+    int dp_inter, pp_inter;        // the dp / pp links cross machines
+    double dp_bw, pp_bw, P;        // link bandwidths; total parameters
+} Eval;
+
+// d == 1: data parallelism alone (compute, all-reduce, what of it is exposed, update, memory).
+static void eval_dp(const Eval *e, double *compute, double *reduce, double *exposed, double *update,
+                    double *mem) {
+    const PlanInput *in = e->in;
+    double work = 0;
+    for (int i = 0; i < e->nb; i++)
+        work += e->cost[i];
+    work *= e->K;
+    *reduce = ring_allreduce(e->P * 4, e->w, e->dp_bw, in->latency);
+    double comm_cpu = e->dp_inter ? ring_traffic(e->P * 4, e->w) * in->net_cpu_per_byte : *reduce;
+    *compute = e->share > 1 ? e->share * e->row->busy * (work + comm_cpu) : work * e->f + comm_cpu;
+    *exposed = 0;
+    if (e->w > 1 && e->dp_inter) {
+        // buckets of consecutive blocks in backward order (as data_parallel.c forms them),
+        // each starting when its lowest block's backward of the last micro-batch is done
+        double speed = *compute / work, t = 0, link = 0, cap = in->bucket_bytes / 4;
+        for (int i = e->nb - 1; i >= 0;) {
+            double size = e->wp[i];
+            t += e->bwd[i] * speed;
+            while (i - 1 >= 0 && size + e->wp[i - 1] <= cap)
+                size += e->wp[--i], t += e->bwd[i] * speed;
+            double begin = link > t ? link : t;
+            link = begin + ring_allreduce(size * 4, e->w, e->dp_bw, in->latency);
+            i--;
+        }
+        *exposed = link > t ? link - t : 0;
+    }
+    *update = e->P * e->p->update_s_per_param * e->f;
+    *mem = e->P * 4 * (1 + 1 + 2);
+}
+
+// Stage s of a pipeline (d > 1): its time per micro-batch with transfers, its batch's
+// reductions and their CPU cost.
+static void eval_stage(const Eval *e, double t, double params, int s, double *period, double *red,
+                       double *ccpu) {
+    const PlanInput *in = e->in;
+    const GPTConfig *c = &e->p->cfg;
+    double V = c->V, C = c->C, boundary = e->b * e->p->T * C * 4.0;
+    int d = e->d, links = (s > 0) + (s < d - 1); // boundaries: activations out, gradients back
+    double p2p = links * (boundary / e->pp_bw + in->latency);
+    *period = t * e->f + p2p;
+    // a batch's reductions: the stage over its w replicas, the tied embedding between the
+    // first and the last stage; and what moving all of it costs the CPU
+    int tied = s == 0 || s == d - 1;
+    double tie = tied ? ring_allreduce(V * C * 4, 2, e->pp_bw, in->latency) : 0;
+    *red = ring_allreduce(params * 4, e->w, e->dp_bw, in->latency) + tie;
+    double net =
+        (e->dp_inter ? ring_traffic(params * 4, e->w) : 0) +
+        (e->pp_inter ? (tied ? ring_traffic(V * C * 4, 2) : 0) + 2.0 * e->K * links * boundary : 0);
+    double shm = (e->dp_inter ? 0 : ring_allreduce(params * 4, e->w, e->dp_bw, in->latency)) +
+                 (e->pp_inter ? 0 : tie + e->K * p2p);
+    *ccpu = net * in->net_cpu_per_byte + shm;
+}
+
+// Stage s's memory: weights (2 versions when pipelined), grads (2 under 2BW), AdamW (2), and
+// the activations of the micro-batches it holds.
+static double stage_memory(const Eval *e, double params, int layers, int s, int last, int rc) {
+    const GPTConfig *c = &e->p->cfg;
+    double C = c->C, V = c->V, T = e->p->T, b = e->b;
+    int d = e->d;
+    double mem = params * 4 * ((d > 1 ? 2 : 1) + (d > 1 ? 2 : 1) + 2);
+    int inflight = d > 1 ? d - s : 1;
+    double per_layer = (15 * C + 4) * b * T * 4 + b * c->H * T * T * 4;
+    double acts = rc ? inflight * (layers + 1) * b * T * C * 4 + per_layer
+                     : inflight * ((layers + 1) * b * T * C * 4 + layers * per_layer);
+    if (last) acts += inflight * b * T * V * 4; // logits/probs
+    acts += 7 * b * T * C * 4;                  // scratch
+    return mem + acts;
+}
+
+// The blocks' profiled costs and the links of layout (w, d): fills e (caller frees its arrays).
+static void eval_setup(Eval *e, int rc) {
+    const PlanInput *in = e->in;
+    const GPTConfig *c = &e->p->cfg;
     // CPU: ranks sharing cores run at the busy factor, and beyond one rank per core they
     // time-share (then the cores' total work bounds the step)
     int group = in->cpu_group > 0 ? in->cpu_group : in->node_size;
     if (group > in->workers) group = in->workers;
     if (group < 1) group = 1;
-    int cores = in->cores > 0 ? in->cores : p->cores;
-    double f = contention(row->busy, group, p->threads, cores);
-    double share = cores > 0 ? (double)group * p->threads / cores : 0; // > 1: oversubscribed
-    double *fwd = xcalloc((size_t)nb, sizeof(double)), *bwd = xcalloc((size_t)nb, sizeof(double));
-    double *cost = xcalloc((size_t)nb, sizeof(double)), *wp = xcalloc((size_t)nb, sizeof(double));
-    double C = c->C, V = c->V, T = p->T;
+    int cores = in->cores > 0 ? in->cores : e->p->cores;
+    e->f = contention(e->row->busy, group, e->p->threads, cores);
+    e->share = cores > 0 ? (double)group * e->p->threads / cores : 0;
+    int nb = e->nb;
+    e->fwd = xcalloc((size_t)nb, sizeof(double)), e->bwd = xcalloc((size_t)nb, sizeof(double));
+    e->cost = xcalloc((size_t)nb, sizeof(double)), e->wp = xcalloc((size_t)nb, sizeof(double));
+    double C = c->C, V = c->V;
     double wparams[3] = {(V + c->maxT) * C, 12 * C * C + 13 * C, 2 * C};
     for (int i = 0; i < nb; i++) { // profiled seconds per micro-batch, one rank alone
         int k = i == 0 ? PROF_EMBED : i == nb - 1 ? PROF_HEAD : PROF_LAYER;
-        fwd[i] = row->fwd[k];
-        bwd[i] = row->bwd[k] + (rc && k == PROF_LAYER ? row->fwd[k] : 0);
-        cost[i] = fwd[i] + bwd[i];
-        wp[i] = wparams[k];
+        e->fwd[i] = e->row->fwd[k];
+        e->bwd[i] = e->row->bwd[k] + (rc && k == PROF_LAYER ? e->row->fwd[k] : 0);
+        e->cost[i] = e->fwd[i] + e->bwd[i];
+        e->wp[i] = wparams[k];
+        e->P += e->wp[i];
     }
     // links: the dp replicas of a stage are consecutive ranks, pipeline neighbours w apart;
     // network transfers overlap compute but cost CPU per byte, shared-memory ones are CPU work
     int ns = in->node_size > 0 ? in->node_size : 1;
-    int dp_inter = w > ns || ns % w, pp_inter = w * d > ns;
-    double dp_bw = dp_inter ? in->bandwidth : in->intra_bandwidth;
-    double pp_bw = pp_inter ? in->bandwidth : in->intra_bandwidth;
-    double P = 0;
-    for (int i = 0; i < nb; i++)
-        P += wp[i];
-    int start[65];
-    split(cost, nb, d, start);
+    e->dp_inter = e->w > ns || ns % e->w, e->pp_inter = e->w * e->d > ns;
+    e->dp_bw = e->dp_inter ? in->bandwidth : in->intra_bandwidth;
+    e->pp_bw = e->pp_inter ? in->bandwidth : in->intra_bandwidth;
+}
+
+int plan_evaluate(const Profile *p, const PlanInput *in, int w, int d, int b, int rc, Plan *out) {
+    const ProfileRow *row = profile_row(p, b);
+    if (!row || in->global_batch % (w * b)) return 0;
+    Eval e = {.p = p, .in = in, .row = row, .w = w, .d = d, .b = b, .nb = p->cfg.L + 2};
+    e.K = in->global_batch / (w * b);
+    if ((d > 1 && e.K < d) || d > p->cfg.L || d > 64) return 0;
+    eval_setup(&e, rc);
+    int nb = e.nb, K = e.K, start[65];
+    split(e.cost, nb, d, start);
     double worst_mem = 0, reduce = 0, update = 0, compute = 0, exposed = 0;
+    if (d == 1) eval_dp(&e, &compute, &reduce, &exposed, &update, &worst_mem);
+    double period = 0, work_sum = 0, comm_cpu_max = 0;
     char *sl = out->stage_layers;
     sl[0] = 0;
-    if (d == 1) {
-        double work = 0;
-        for (int i = 0; i < nb; i++)
-            work += cost[i];
-        work *= K;
-        reduce = ring_allreduce(P * 4, w, dp_bw, in->latency);
-        double comm_cpu = dp_inter ? ring_traffic(P * 4, w) * in->net_cpu_per_byte : reduce;
-        compute = share > 1 ? share * row->busy * (work + comm_cpu) : work * f + comm_cpu;
-        if (w > 1 && dp_inter) {
-            // buckets of consecutive blocks in backward order (as data_parallel.c forms them),
-            // each starting when its lowest block's backward of the last micro-batch is done
-            double speed = compute / work, t = 0, link = 0, cap = in->bucket_bytes / 4;
-            for (int i = nb - 1; i >= 0;) {
-                double size = wp[i];
-                t += bwd[i] * speed;
-                while (i - 1 >= 0 && size + wp[i - 1] <= cap)
-                    size += wp[--i], t += bwd[i] * speed;
-                double begin = link > t ? link : t;
-                link = begin + ring_allreduce(size * 4, w, dp_bw, in->latency);
-                i--;
-            }
-            exposed = link > t ? link - t : 0;
-        }
-        update = P * p->update_s_per_param * f;
-        worst_mem = P * 4 * (1 + 1 + 2);
-    }
-    double boundary = b * T * C * 4.0, period = 0, work_sum = 0, comm_cpu_max = 0;
     for (int s = 0; s < d; s++) {
         double t = 0, params = 0;
         int layers = 0;
         for (int i = start[s]; i < start[s + 1]; i++) {
-            t += cost[i];
-            params += wp[i];
+            t += e.cost[i];
+            params += e.wp[i];
             layers += i > 0 && i < nb - 1;
         }
         if (d > 1) {
-            if (s == d - 1) params += V * C;   // the tied wte replica
-            int links = (s > 0) + (s < d - 1); // boundaries: activations out, gradients back
-            double p2p = links * (boundary / pp_bw + in->latency);
-            period = fmax(period, t * f + p2p);
-            // a batch's reductions: the stage over its w replicas, the tied embedding between
-            // the first and the last stage; and what moving all of it costs the CPU
-            int tied = s == 0 || s == d - 1;
-            double red = ring_allreduce(params * 4, w, dp_bw, in->latency) +
-                         (tied ? ring_allreduce(V * C * 4, 2, pp_bw, in->latency) : 0);
-            double net =
-                (dp_inter ? ring_traffic(params * 4, w) : 0) +
-                (pp_inter ? (tied ? ring_traffic(V * C * 4, 2) : 0) + 2.0 * K * links * boundary
-                          : 0);
-            double shm = (dp_inter ? 0 : ring_allreduce(params * 4, w, dp_bw, in->latency)) +
-                         (pp_inter ? 0
-                                   : (tied ? ring_allreduce(V * C * 4, 2, pp_bw, in->latency) : 0) +
-                                         K * p2p);
-            double ccpu = net * in->net_cpu_per_byte + shm;
+            if (s == d - 1) params += (double)p->cfg.V * p->cfg.C; // the tied wte replica
+            double per, red, ccpu;
+            eval_stage(&e, t, params, s, &per, &red, &ccpu);
+            period = fmax(period, per);
             comm_cpu_max = fmax(comm_cpu_max, ccpu);
             work_sum += K * t + ccpu;
             reduce = fmax(reduce, red);
-            update = fmax(update, params * p->update_s_per_param * f);
+            update = fmax(update, params * p->update_s_per_param * e.f);
         }
-        // memory: weights (2 versions when pipelined), grads (2 under 2BW), AdamW (2)
-        double mem = params * 4 * ((d > 1 ? 2 : 1) + (d > 1 ? 2 : 1) + 2);
-        int inflight = d > 1 ? d - s : 1;
-        double per_layer = (15 * C + 4) * b * T * 4 + (double)b * c->H * T * T * 4;
-        double acts = rc ? inflight * (layers + 1) * b * T * C * 4 + per_layer
-                         : inflight * ((layers + 1) * b * T * C * 4 + layers * per_layer);
-        if (start[s + 1] == nb) acts += inflight * (double)b * T * V * 4; // logits/probs
-        acts += 7 * b * T * C * 4;                                        // scratch
-        worst_mem = fmax(worst_mem, mem + acts);
+        worst_mem = fmax(worst_mem, stage_memory(&e, params, layers, s, start[s + 1] == nb, rc));
         snprintf(sl + strlen(sl), sizeof out->stage_layers - strlen(sl), "%s%d", s ? "," : "",
                  layers);
     }
@@ -185,23 +225,23 @@ int plan_evaluate(const Profile *p, const PlanInput *in, int w, int d, int b, in
         // behind up to two 1 MiB chunks (pipeline.c). Over shared memory their cost is CPU
         // work, already in comm_cpu.
         compute = K * period + comm_cpu_max;
-        if (share > 1) compute = fmax(compute, share * row->busy * work_sum / d);
-        if (pp_inter || dp_inter) {
+        if (e.share > 1) compute = fmax(compute, e.share * row->busy * work_sum / d);
+        if (e.pp_inter || e.dp_inter) {
             double ahead = fmin(2.0 * 1048576 / in->bandwidth, reduce); // queued per message
             double hol = K * (d > 2 ? 2 : 1) * ahead;
             exposed =
                 fmax(0, reduce - compute) + hol * (compute > 0 ? fmin(1, reduce / compute) : 1);
         }
     }
-    free(fwd), free(bwd), free(cost), free(wp);
+    free(e.fwd), free(e.bwd), free(e.cost), free(e.wp);
     out->w = w, out->d = d, out->b = b, out->K = K, out->recompute = rc;
     out->compute_s = compute;
     out->allreduce_s = reduce;
     out->exposed_s = exposed;
     out->update_s = update;
-    out->cpu_slow = share > 1 ? share * row->busy : f;
+    out->cpu_slow = e.share > 1 ? e.share * row->busy : e.f;
     out->step_s = compute + exposed + update;
-    out->tokens_per_s = in->global_batch * T / out->step_s;
+    out->tokens_per_s = (double)in->global_batch * p->T / out->step_s;
     out->mem_bytes = worst_mem;
     return worst_mem <= in->mem_bytes;
 }
