@@ -94,7 +94,7 @@ static CommReq gather_start(DataParallel *d, int b, float *dst) {
         if (!d->tmp_counts[q]) d->tmp_displs[q] = 0;
     }
     size_t s, n = range_isect(a, e, d->lo, d->hi, &s);
-    if (n) memcpy(dst + (s - a), d->pshard + (s - d->lo), n * sizeof(float));
+    if (n) d->m->be->copy(dst + (s - a), d->pshard + (s - d->lo), n);
     return comm_iallgatherv(d->c, dst, d->tmp_counts, d->tmp_displs);
 }
 
@@ -137,11 +137,11 @@ static void hook_before(void *ctx, int b, int backward) {
         }
     }
     if (d->zero >= 2 && backward) {
-        if (b == head) memset(d->egrad, 0, m->blocks[0].n * sizeof(float));
+        if (b == head) m->be->fill(d->egrad, 0.f, m->blocks[0].n);
         if (b != 0) {
             int s = d->tslot;
             rs_complete(d, s); // the buffer's previous reduction must be done
-            memset(d->tgrad[s], 0, blk->n * sizeof(float));
+            m->be->fill(d->tgrad[s], 0.f, blk->n);
             blk->grads = d->tgrad[s];
         }
     }
