@@ -1,11 +1,9 @@
 // checkpoint.c — atomic, checksummed training checkpoints (see checkpoint.h).
 #include "checkpoint.h"
 
-#include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +12,7 @@
 
 #include "../common.h"
 #include "../testhooks.h"
+#include "ckpt_manifest.h"
 
 static int fsync_dir(const char *dir) {
     int fd = open(dir, O_RDONLY | O_DIRECTORY);
@@ -103,52 +102,6 @@ int ckpt_write_shard(const char *part, int rank, const CkptShard *sh, CkptShardI
     return write_shard(path, sh, &info->crc);
 }
 
-static cJSON *manifest_json(const CkptMeta *meta, const CkptShardInfo *info, int n) {
-    char buf[64];
-    cJSON *j = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "format", "loom-checkpoint-2");
-    cJSON *c = cJSON_AddObjectToObject(j, "model");
-    cJSON_AddNumberToObject(c, "layers", meta->cfg.L);
-    cJSON_AddNumberToObject(c, "heads", meta->cfg.H);
-    cJSON_AddNumberToObject(c, "dim", meta->cfg.C);
-    cJSON_AddNumberToObject(c, "vocab", meta->cfg.V);
-    cJSON_AddNumberToObject(c, "block_size", meta->cfg.maxT);
-    cJSON_AddNumberToObject(j, "step", meta->step);
-    cJSON_AddNumberToObject(j, "opt_t", meta->opt_t);
-    snprintf(buf, sizeof buf, "%" PRIu64, meta->rng_state);
-    cJSON_AddStringToObject(j, "rng_state", buf);
-    snprintf(buf, sizeof buf, "%" PRIu64, meta->rng_inc);
-    cJSON_AddStringToObject(j, "rng_inc", buf);
-    snprintf(buf, sizeof buf, "%" PRIu64, meta->data_window);
-    cJSON_AddStringToObject(j, "data_window", buf);
-    cJSON_AddStringToObject(j, "tokenizer", meta->tokenizer);
-    if (meta->train_args) {
-        cJSON *args = cJSON_Parse(meta->train_args);
-        if (args) cJSON_AddItemToObject(j, "train_args", args);
-    }
-    if (meta->co2_workers > 0) {
-        cJSON *co2 = cJSON_AddObjectToObject(j, "co2");
-        cJSON_AddNumberToObject(co2, "workers", meta->co2_workers);
-        cJSON_AddNumberToObject(co2, "tau", meta->co2_tau);
-        cJSON_AddNumberToObject(co2, "sharded", meta->co2_sharded);
-    }
-    cJSON *shards = cJSON_AddArrayToObject(j, "shards");
-    for (int q = 0; q < n; q++) {
-        const CkptShardInfo *e = &info[q];
-        if (!e->written) continue;
-        cJSON *f = cJSON_CreateObject();
-        snprintf(buf, sizeof buf, "shard_%05d.bin", q);
-        cJSON_AddStringToObject(f, "file", buf);
-        cJSON_AddNumberToObject(f, "lo", (double)e->lo);
-        cJSON_AddNumberToObject(f, "hi", (double)e->hi);
-        snprintf(buf, sizeof buf, "%08x", e->crc);
-        cJSON_AddStringToObject(f, "crc32", buf);
-        cJSON_AddNumberToObject(f, "arrays", e->arrays);
-        cJSON_AddItemToArray(shards, f);
-    }
-    return j;
-}
-
 int ckpt_commit(const char *dir, const char *part, const CkptMeta *meta, const CkptShardInfo *info,
                 int n, CkptExtraFn extra, void *extra_ctx, int keep) {
     char path[4200], name[64], final[4200];
@@ -158,9 +111,7 @@ int ckpt_commit(const char *dir, const char *part, const CkptMeta *meta, const C
     // Test hook: LOOM_FAULT_SAVE=1 fails here, as a crash mid-save would, to prove that the
     // previous checkpoint stays intact and `latest` still points at it.
     if (testhook_save_fault()) return loom_fail("%s: injected fault (LOOM_FAULT_SAVE)", part);
-    cJSON *j = manifest_json(meta, info, n);
-    char *text = cJSON_Print(j);
-    cJSON_Delete(j);
+    char *text = manifest_text(meta, 0, info, n);
     snprintf(path, sizeof path, "%s/checkpoint.json", part);
     int rc = write_file_atomic(path, text, strlen(text));
     free(text);
@@ -176,6 +127,8 @@ int ckpt_commit(const char *dir, const char *part, const CkptMeta *meta, const C
     prune(dir, keep);
     return 0;
 }
+
+// ---------------------------------------------------------------- reading
 
 int checkpoint_resolve(const char *path, char *step_dir, size_t n) {
     char p[4200];
@@ -201,65 +154,14 @@ int checkpoint_resolve(const char *path, char *step_dir, size_t n) {
     return 0;
 }
 
-static int get_int(cJSON *o, const char *key, int *out, const char *file) {
-    cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!cJSON_IsNumber(v)) return loom_fail("%s: missing or non-numeric '%s'", file, key);
-    *out = v->valueint;
-    return 0;
-}
-
-static int get_u64(cJSON *o, const char *key, uint64_t *out, const char *file) {
-    cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!cJSON_IsString(v)) return loom_fail("%s: missing '%s'", file, key);
-    char *end;
-    *out = strtoull(v->valuestring, &end, 10);
-    if (*end) return loom_fail("%s: '%s' is not an unsigned integer", file, key);
-    return 0;
-}
-
 int checkpoint_read_meta(const char *step_dir, CkptMeta *meta) {
+    CkptManifest mf;
     memset(meta, 0, sizeof *meta);
-    char path[4200];
-    snprintf(path, sizeof path, "%s/checkpoint.json", step_dir);
-    size_t len;
-    char *txt = read_file(path, &len);
-    if (!txt) return -1;
-    cJSON *j = cJSON_ParseWithLength(txt, len);
-    free(txt);
-    if (!j) return loom_fail("%s: corrupted manifest (not valid JSON)", path);
-    int rc = 0;
-    cJSON *fmt = cJSON_GetObjectItemCaseSensitive(j, "format");
-    cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "model");
-    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "loom-checkpoint-2"))
-        rc = loom_fail("%s: not a loom checkpoint manifest", path);
-    else if (!cJSON_IsObject(c))
-        rc = loom_fail("%s: missing 'model'", path);
-    else if (get_int(c, "layers", &meta->cfg.L, path) || get_int(c, "heads", &meta->cfg.H, path) ||
-             get_int(c, "dim", &meta->cfg.C, path) || get_int(c, "vocab", &meta->cfg.V, path) ||
-             get_int(c, "block_size", &meta->cfg.maxT, path) ||
-             get_int(j, "step", &meta->step, path) || get_int(j, "opt_t", &meta->opt_t, path) ||
-             get_u64(j, "rng_state", &meta->rng_state, path) ||
-             get_u64(j, "rng_inc", &meta->rng_inc, path) ||
-             get_u64(j, "data_window", &meta->data_window, path))
-        rc = -1;
-    else if (gpt_config_check(&meta->cfg))
-        rc = loom_fail("%s: bad model shape: %s", path, loom_errmsg());
-    if (!rc) {
-        cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "tokenizer");
-        if (cJSON_IsString(t))
-            snprintf(meta->tokenizer, sizeof meta->tokenizer, "%s", t->valuestring);
-        cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "train_args");
-        if (a) meta->train_args = cJSON_PrintUnformatted(a);
-        cJSON *co2 = cJSON_GetObjectItemCaseSensitive(j, "co2");
-        if (co2 && (get_int(co2, "workers", &meta->co2_workers, path) ||
-                    get_int(co2, "tau", &meta->co2_tau, path) ||
-                    get_int(co2, "sharded", &meta->co2_sharded, path)))
-            rc = -1;
-        else if (co2 && (meta->co2_workers < 1 || meta->co2_tau < 1))
-            rc = loom_fail("%s: bad 'co2' entry", path);
-    }
-    cJSON_Delete(j);
-    return rc;
+    if (manifest_read(step_dir, &mf)) return -1;
+    *meta = mf.meta;
+    mf.meta.train_args = NULL; // moved to meta
+    manifest_free(&mf);
+    return 0;
 }
 
 void checkpoint_meta_free(CkptMeta *meta) {
@@ -267,102 +169,61 @@ void checkpoint_meta_free(CkptMeta *meta) {
     meta->train_args = NULL;
 }
 
+// One shard file, read whole and checked against its size and checksum (NULL on error).
+static float *read_entry_data(const char *step_dir, const CkptEntry *e) {
+    char path[4200];
+    size_t len,
+        want = (e->hi - e->lo) * (size_t)e->arrays * sizeof(float); // checked by the manifest
+    if (path_fmt(path, sizeof path, "%s/%s", step_dir, e->file)) return NULL;
+    char *data = read_file(path, &len);
+    if (!data) return NULL;
+    uint32_t got = len == want ? crc32_update(0, data, len) : 0;
+    if (len != want)
+        loom_fail("%s: %zu bytes, expected %zu (changed while reading?)", path, len, want);
+    else if (got != e->crc)
+        loom_fail("%s: checksum mismatch (crc32 %08x, manifest says %08x): file is corrupted", path,
+                  got, e->crc);
+    if (len != want || got != e->crc) {
+        free(data);
+        return NULL;
+    }
+    return (float *)data;
+}
+
 // Copies what the shards hold of [plo, phi) (params), [olo, ohi) (m, v) and [rlo, rhi) (prev);
 // *no_prev is set when a shard that overlaps [rlo, rhi) has no previous version.
 static int read_ranges(const char *step_dir, size_t nparams, size_t plo, size_t phi, float *params,
                        size_t olo, size_t ohi, float *m, float *v, size_t rlo, size_t rhi,
                        float *prev, int *no_prev) {
-    char mpath[4200], path[4200];
-    snprintf(mpath, sizeof mpath, "%s/checkpoint.json", step_dir);
-    size_t len;
-    char *txt = read_file(mpath, &len);
-    if (!txt) return -1;
-    cJSON *j = cJSON_ParseWithLength(txt, len);
-    free(txt);
-    cJSON *shards = cJSON_GetObjectItemCaseSensitive(j, "shards");
-    if (!cJSON_IsArray(shards)) {
-        cJSON_Delete(j);
-        return loom_fail("%s: manifest lists no shards", mpath);
-    }
-    // the shards must tile [0, nparams) exactly: check coverage before reading anything
-    size_t covered = 0;
-    int rc = 0, n = cJSON_GetArraySize(shards);
-    for (int want = 0; want < n && !rc; want++) {
-        int found = 0;
-        for (cJSON *f = shards->child; f; f = f->next) {
-            cJSON *lo = cJSON_GetObjectItemCaseSensitive(f, "lo");
-            if (cJSON_IsNumber(lo) && (size_t)lo->valuedouble == covered) {
-                cJSON *hi = cJSON_GetObjectItemCaseSensitive(f, "hi");
-                if (!cJSON_IsNumber(hi) || hi->valuedouble <= lo->valuedouble) break;
-                covered = (size_t)hi->valuedouble;
-                found = 1;
-                break;
-            }
-        }
-        if (!found) break;
-    }
-    if (covered != nparams)
-        rc = loom_fail("%s: shards cover %zu of %zu parameters (model shape mismatch or a shard "
-                       "missing from the manifest)",
-                       mpath, covered, nparams);
-    for (cJSON *f = shards->child; f && !rc; f = f->next) {
-        cJSON *file = cJSON_GetObjectItemCaseSensitive(f, "file");
-        cJSON *crc = cJSON_GetObjectItemCaseSensitive(f, "crc32");
-        size_t lo = (size_t)cJSON_GetObjectItemCaseSensitive(f, "lo")->valuedouble;
-        size_t hi = (size_t)cJSON_GetObjectItemCaseSensitive(f, "hi")->valuedouble;
-        if (!cJSON_IsString(file) || !cJSON_IsString(crc) || strchr(file->valuestring, '/')) {
-            rc = loom_fail("%s: malformed shard entry", mpath);
-            break;
-        }
-        cJSON *ar = cJSON_GetObjectItemCaseSensitive(f, "arrays");
-        size_t arrays = cJSON_IsNumber(ar) ? (size_t)ar->valuedouble : 3; // 3 before 2bw
-        if (arrays != 3 && arrays != 4) {
-            rc = loom_fail("%s: shard entry with %zu arrays (3 or 4 expected)", mpath, arrays);
-            break;
-        }
-        size_t s1, e1, s2, e2, s3, e3;
-        s1 = plo > lo ? plo : lo, e1 = phi < hi ? phi : hi;
-        s2 = olo > lo ? olo : lo, e2 = ohi < hi ? ohi : hi;
-        s3 = rlo > lo ? rlo : lo, e3 = rhi < hi ? rhi : hi;
-        if (prev && e3 > s3 && arrays < 4) {
-            *no_prev = 1;
-            continue;
-        }
-        if (!(params && e1 > s1) && !((m || v) && e2 > s2) && !(prev && e3 > s3))
-            continue; // nothing needed here
-        snprintf(path, sizeof path, "%s/%s", step_dir, file->valuestring);
-        char *data = read_file(path, &len);
-        if (!data) {
+    CkptManifest mf;
+    if (manifest_read(step_dir, &mf)) return -1;
+    int rc = 0;
+    if (mf.nparams != nparams)
+        rc = loom_fail("%s: a model of %zu parameters, %zu expected (model shape mismatch)",
+                       mf.path, mf.nparams, nparams);
+    if (plo > phi || phi > nparams || olo > ohi || ohi > nparams || rlo > rhi || rhi > nparams)
+        rc = loom_fail("%s: requested ranges outside [0, %zu)", mf.path, nparams);
+    for (int i = 0; i < mf.n && !rc; i++) {
+        const CkptEntry *e = &mf.e[i];
+        if (i && e->lo == mf.e[i - 1].lo && e->hi == mf.e[i - 1].hi) continue; // a replica
+        size_t s1 = 0, s2 = 0, s3 = 0, lo = e->lo, cnt = e->hi - e->lo;
+        size_t n1 = params ? range_isect(plo, phi, lo, e->hi, &s1) : 0;
+        size_t n2 = m || v ? range_isect(olo, ohi, lo, e->hi, &s2) : 0;
+        size_t n3 = prev ? range_isect(rlo, rhi, lo, e->hi, &s3) : 0;
+        if (n3 && e->arrays < 4) *no_prev = 1, n3 = 0;
+        if (!n1 && !n2 && !n3) continue; // nothing needed here
+        float *fp = read_entry_data(step_dir, e);
+        if (!fp) {
             rc = -1;
             break;
         }
-        size_t cnt = hi - lo;
-        if (len != arrays * cnt * sizeof(float)) {
-            free(data);
-            rc = loom_fail("%s: %zu bytes, expected %zu (truncated or wrong model shape)", path,
-                           len, arrays * cnt * sizeof(float));
-            break;
-        }
-        uint32_t got = crc32_update(0, data, len),
-                 want = (uint32_t)strtoul(crc->valuestring, NULL, 16);
-        if (got != want) {
-            free(data);
-            rc = loom_fail("%s: checksum mismatch (crc32 %08x, manifest says %08x): file is "
-                           "corrupted",
-                           path, got, want);
-            break;
-        }
-        const float *fp = (const float *)data;
-        if (params && e1 > s1)
-            memcpy(params + (s1 - plo), fp + (s1 - lo), (e1 - s1) * sizeof(float));
-        if (m && e2 > s2) memcpy(m + (s2 - olo), fp + cnt + (s2 - lo), (e2 - s2) * sizeof(float));
-        if (v && e2 > s2)
-            memcpy(v + (s2 - olo), fp + 2 * cnt + (s2 - lo), (e2 - s2) * sizeof(float));
-        if (prev && e3 > s3)
-            memcpy(prev + (s3 - rlo), fp + 3 * cnt + (s3 - lo), (e3 - s3) * sizeof(float));
-        free(data);
+        if (n1) memcpy(params + (s1 - plo), fp + (s1 - lo), n1 * sizeof(float));
+        if (n2 && m) memcpy(m + (s2 - olo), fp + cnt + (s2 - lo), n2 * sizeof(float));
+        if (n2 && v) memcpy(v + (s2 - olo), fp + 2 * cnt + (s2 - lo), n2 * sizeof(float));
+        if (n3) memcpy(prev + (s3 - rlo), fp + 3 * cnt + (s3 - lo), n3 * sizeof(float));
+        free(fp);
     }
-    cJSON_Delete(j);
+    manifest_free(&mf);
     return rc;
 }
 
