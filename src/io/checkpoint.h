@@ -49,7 +49,8 @@ typedef struct {
     int arrays;
 } CkptShardInfo;
 int ckpt_begin(const char *dir, int step, char *part, size_t n);
-int ckpt_write_shard(const char *part, int rank, const CkptShard *sh, CkptShardInfo *info);
+int ckpt_write_shard(const char *part, int rank, int step, const CkptShard *sh,
+                     CkptShardInfo *info);
 int ckpt_commit(const char *dir, const char *part, const CkptMeta *meta, const CkptShardInfo *info,
                 int n, CkptExtraFn extra, void *extra_ctx, int keep);
 // A rank's own state file (e.g. a CO2 worker's outer state and inner AdamW moments): a header

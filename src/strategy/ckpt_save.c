@@ -19,7 +19,7 @@ int ckpt_save_collective(const char *dir, const Comm *c, const CkptShard *mine,
     double wrote_ok = 1;
     if (mine) {
         CkptShardInfo si;
-        if (ckpt_write_shard(part, c->rank, mine, &si)) wrote_ok = 0;
+        if (ckpt_write_shard(part, c->rank, meta->step, mine, &si)) wrote_ok = 0;
         double *e = info + 5 * c->rank;
         e[0] = 1, e[1] = (double)si.lo, e[2] = (double)si.hi, e[3] = si.crc, e[4] = si.arrays;
     }
