@@ -176,7 +176,8 @@ int ckpt_write_shard(const char *part, int rank, int step, const CkptShard *sh,
 static int install(const char *part, const char *final, const char *old) {
     struct stat st;
     int64_t seq;
-    if (lstat(final, &st) && errno == ENOENT) {
+    if (lstat(final, &st)) {
+        if (errno != ENOENT) return loom_fail("%s: cannot stat: %s", final, strerror(errno));
         if (rename(part, final)) return loom_fail("%s: rename failed: %s", final, strerror(errno));
         return 0;
     }
