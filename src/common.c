@@ -68,6 +68,16 @@ uint32_t crc32_update(uint32_t crc, const void *data, size_t n) {
     return (uint32_t)crc32_z(crc, data, n);
 }
 
+int path_fmt(char *out, size_t n, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(out, n, fmt, ap);
+    va_end(ap);
+    if (k < 0 || (size_t)k >= n)
+        return loom_fail("path too long (%d bytes, at most %zu): %.200s...", k, n - 1, out);
+    return 0;
+}
+
 char *read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) {

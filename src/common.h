@@ -31,6 +31,9 @@ static inline size_t range_isect(size_t a, size_t b, size_t lo, size_t hi, size_
 }
 // CRC-32 (zlib's crc32_z) of data, continuing from crc: crc32_update(0, ...) starts a new one.
 uint32_t crc32_update(uint32_t crc, const void *data, size_t n);
+// snprintf into out[n] for a path; -1 (loom_fail naming the start of it) when it does not fit,
+// instead of silently using a truncated path.
+int path_fmt(char *out, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 // Read a whole file; returns NULL and records an error on failure.
 char *read_file(const char *path, size_t *len);
 // Write a file atomically: path.tmp, fsync, rename, fsync of the directory.

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 void testhook_fault(int rank, int step) {
@@ -21,6 +22,28 @@ void testhook_fault(int rank, int step) {
 }
 
 int testhook_save_fault(void) { return getenv("LOOM_FAULT_SAVE") != NULL; }
+
+void testhook_save_pause(int rank, int step) {
+    const char *v = getenv("LOOM_FAULT_SAVE_PAUSE");
+    int r, s;
+    if (!v || sscanf(v, "%d:%d", &r, &s) != 2 || r != rank || s != step) return;
+    fprintf(stderr,
+            "loom[rank %d]: LOOM_FAULT_SAVE_PAUSE at step %d: paused in the shard write, pid %d\n",
+            rank, step, (int)getpid());
+    fflush(stderr);
+    for (;;)
+        pause();
+}
+
+void testhook_save_kill(const char *point) {
+    const char *v = getenv("LOOM_FAULT_SAVE_KILL");
+    if (!v || strcmp(v, point)) return;
+    fprintf(stderr, "loom: LOOM_FAULT_SAVE_KILL at '%s'\n", point);
+    fflush(stderr);
+    raise(SIGKILL);
+}
+
+int testhook_save_no_exchange(void) { return getenv("LOOM_SAVE_NO_EXCHANGE") != NULL; }
 
 double testhook_comm_delay(void) {
     const char *v = getenv("LOOM_COMM_DELAY");

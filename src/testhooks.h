@@ -4,6 +4,14 @@
 //   LOOM_FAULT_KILL=RANK:STEP  that world rank SIGKILLs itself when the step starts (a crash)
 //   LOOM_FAULT_HANG=RANK:STEP  that rank stops responding (a stuck peer: the watchdog's case)
 //   LOOM_FAULT_SAVE=1          a checkpoint save fails just before its commit
+//   LOOM_FAULT_SAVE_PAUSE=RANK:STEP  that rank stops inside its shard write of the step-STEP
+//                              save, after the first array is written (a partial file on disk),
+//                              and says so on stderr with its pid, for a test to SIGKILL it
+//   LOOM_FAULT_SAVE_KILL=POINT the committing rank SIGKILLs itself at a named point of the
+//                              commit: "replace" (an older directory of the same step has just
+//                              been moved out of the way, `latest` not yet rewritten)
+//   LOOM_SAVE_NO_EXCHANGE=1    re-saving a step takes the path for filesystems without
+//                              renameat2(RENAME_EXCHANGE) (old directory renamed to .old first)
 //   LOOM_COMM_DELAY=S          collectives of ≥ 4096 floats complete no earlier than S seconds
 //                              after they start (an emulated slow link, for overlap tests)
 //   LOOM_PIPE_CHUNK=FLOATS     chunk size of 2bw's background all-reduces (default 2^18)
@@ -13,5 +21,10 @@
 // Kills or hangs this rank if LOOM_FAULT_KILL / LOOM_FAULT_HANG name it and this step.
 void testhook_fault(int rank, int step);
 int testhook_save_fault(void);
+// LOOM_FAULT_SAVE_PAUSE: never returns when it names this rank and step.
+void testhook_save_pause(int rank, int step);
+// LOOM_FAULT_SAVE_KILL: SIGKILLs this process when it names `point`.
+void testhook_save_kill(const char *point);
+int testhook_save_no_exchange(void);
 double testhook_comm_delay(void);
 size_t testhook_pipe_chunk(void);

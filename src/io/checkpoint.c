@@ -1,11 +1,9 @@
 // checkpoint.c — atomic, checksummed training checkpoints (see checkpoint.h).
 #include "checkpoint.h"
 
-#include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +12,7 @@
 
 #include "../common.h"
 #include "../testhooks.h"
+#include "ckpt_manifest.h"
 
 static int fsync_dir(const char *dir) {
     int fd = open(dir, O_RDONLY | O_DIRECTORY);
@@ -23,243 +22,252 @@ static int fsync_dir(const char *dir) {
     return 0;
 }
 
+// Removes a file or a directory tree; never follows a symbolic link (it removes the link).
 static int rm_rf(const char *path) {
+    struct stat st;
+    if (lstat(path, &st)) return errno == ENOENT ? 0 : -1;
+    if (!S_ISDIR(st.st_mode)) return unlink(path);
     DIR *d = opendir(path);
-    if (!d) return unlink(path);
+    if (!d) return -1;
     struct dirent *e;
-    char sub[4096];
+    char sub[4200];
     while ((e = readdir(d))) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-        struct stat st;
-        if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode))
-            rm_rf(sub);
-        else
-            unlink(sub);
+        if (path_fmt(sub, sizeof sub, "%s/%s", path, e->d_name) == 0) rm_rf(sub);
     }
     closedir(d);
     return rmdir(path);
 }
 
-static int cmp_names(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
+// "step_<digits>" followed by *suffix ("" for a checkpoint, ".partial", ".old"); 0 otherwise.
+static int step_name(const char *s, const char **suffix) {
+    if (strncmp(s, "step_", 5)) return 0;
+    size_t n = strspn(s + 5, "0123456789");
+    if (n < 8 || n > 10) return 0;
+    *suffix = s + 5 + n;
+    return 1;
 }
 
-// Removes all but the newest `keep` step directories and any leftover partial ones.
-static void prune(const char *dir, int keep) {
+// ---------------------------------------------------------------- the save order and pruning
+
+// A checkpoint loom wrote in DIR: its name, save order (manifest "seq") and step.
+typedef struct {
+    char name[64];
+    int64_t seq;
+    long step;
+} SaveDir;
+
+static int cmp_saves(const void *a, const void *b) {
+    const SaveDir *x = a, *y = b;
+    if (x->seq != y->seq) return x->seq < y->seq ? -1 : 1;
+    return x->step < y->step ? -1 : x->step > y->step;
+}
+
+// Removes the leftover dir/name (path sub): a step_<N>.partial always (a save that did not
+// finish), a step_<N>.old unless step_<N> is incomplete and named by `latest`.
+static void clean_leftover(const char *dir, const char *name, const char *suffix,
+                           const char *latest, const char *sub) {
+    char base[4200];
+    int64_t seq;
+    size_t blen = (size_t)(suffix - name);
+    int needed =
+        !strcmp(suffix, ".old") && strlen(latest) == blen && !strncmp(latest, name, blen) &&
+        (path_fmt(base, sizeof base, "%s/%.*s", dir, (int)blen, name) || !manifest_seq(base, &seq));
+    if (!needed) rm_rf(sub);
+}
+
+// The step_<N> directories of dir that hold a loom manifest, oldest save first (*n of them).
+// With `latest` (the name `latest` now holds), leftover step_<N>.partial directories are
+// removed, and step_<N>.old ones unless checkpoint_resolve may still need them (step_<N> is
+// incomplete and is what `latest` names; see install). Anything else is left alone.
+static SaveDir *list_saves(const char *dir, int *n, const char *latest) {
     DIR *d = opendir(dir);
-    if (!d) return;
-    char *names[4096];
-    int n = 0;
+    int cap = 16;
+    SaveDir *v = xmalloc((size_t)cap * sizeof *v);
+    *n = 0;
+    if (!d) return v;
     struct dirent *e;
-    char sub[4096];
+    char sub[4200];
     while ((e = readdir(d))) {
-        if (strncmp(e->d_name, "step_", 5)) continue;
-        if (strstr(e->d_name, ".partial")) {
-            snprintf(sub, sizeof sub, "%s/%s", dir, e->d_name);
-            rm_rf(sub);
-        } else if (n < 4096) {
-            names[n++] = strdup(e->d_name);
+        const char *suffix;
+        struct stat st;
+        int64_t seq;
+        if (!step_name(e->d_name, &suffix) || strlen(e->d_name) >= sizeof v->name ||
+            path_fmt(sub, sizeof sub, "%s/%s", dir, e->d_name) || lstat(sub, &st) ||
+            !S_ISDIR(st.st_mode))
+            continue;
+        if (latest && (!strcmp(suffix, ".partial") || !strcmp(suffix, ".old"))) {
+            clean_leftover(dir, e->d_name, suffix, latest, sub);
+        } else if (!*suffix && manifest_seq(sub, &seq)) {
+            if (*n == cap) v = realloc(v, (size_t)(cap *= 2) * sizeof *v);
+            if (!v) die(EXIT_IO, "out of memory listing %s", dir);
+            snprintf(v[*n].name, sizeof v->name, "%s", e->d_name);
+            v[*n].seq = seq, v[(*n)++].step = strtol(e->d_name + 5, NULL, 10);
         }
     }
     closedir(d);
-    qsort(names, (size_t)n, sizeof(char *), cmp_names);
-    for (int i = 0; i < n; i++) {
-        if (keep > 0 && i < n - keep) {
-            snprintf(sub, sizeof sub, "%s/%s", dir, names[i]);
-            rm_rf(sub);
-        }
-        free(names[i]);
-    }
+    qsort(v, (size_t)*n, sizeof *v, cmp_saves);
+    return v;
 }
 
-// Writes this rank's shard: params, m, v (and prev) of [lo, hi).
-static int write_shard(const char *path, const CkptShard *sh, uint32_t *crc) {
+// The save order of the next checkpoint written into dir: after every one already there.
+static int64_t ckpt_next_seq(const char *dir) {
+    int n;
+    SaveDir *v = list_saves(dir, &n, NULL);
+    int64_t seq = n ? v[n - 1].seq + 1 : 1;
+    free(v);
+    return seq < 1 ? 1 : seq;
+}
+
+// Keeps the `keep` most recently saved checkpoints of dir (0: all), and always `latest`.
+static void ckpt_prune(const char *dir, int keep, const char *latest) {
+    int n;
+    char sub[4200];
+    SaveDir *v = list_saves(dir, &n, latest);
+    for (int i = 0; keep > 0 && i < n - keep; i++)
+        if (strcmp(v[i].name, latest) && path_fmt(sub, sizeof sub, "%s/%s", dir, v[i].name) == 0)
+            rm_rf(sub);
+    free(v);
+}
+
+// ---------------------------------------------------------------- saving
+
+// Writes this rank's shard: params, m, v (and prev) of [lo, hi), array by array.
+static int write_shard(const char *path, int rank, int step, const CkptShard *sh, uint32_t *crc) {
     size_t n = sh->hi - sh->lo, k = sh->prev ? 4 : 3;
-    float *buf = xmalloc(k * n * sizeof(float) + 1);
-    memcpy(buf, sh->params, n * sizeof(float));
-    memcpy(buf + n, sh->m, n * sizeof(float));
-    memcpy(buf + 2 * n, sh->v, n * sizeof(float));
-    if (sh->prev) memcpy(buf + 3 * n, sh->prev, n * sizeof(float));
-    *crc = crc32_update(0, buf, k * n * sizeof(float));
-    int rc = write_file_atomic(path, buf, k * n * sizeof(float));
-    free(buf);
-    return rc;
+    const float *arrays[4] = {sh->params, sh->m, sh->v, sh->prev};
+    AtomicOut o;
+    if (aout_open(&o, path)) return -1;
+    *crc = 0;
+    for (size_t a = 0; a < k; a++) {
+        *crc = crc32_update(*crc, arrays[a], n * sizeof(float));
+        aout_write(&o, arrays[a], n * sizeof(float));
+        if (a == 0 && !o.failed) {
+            fflush(o.fp);
+            testhook_save_pause(rank, step); // a crash with a partial file on disk
+        }
+    }
+    return aout_commit(&o);
 }
 
 int ckpt_begin(const char *dir, int step, char *part, size_t n) {
     if (mkdir(dir, 0755) && errno != EEXIST)
         return loom_fail("%s: cannot create checkpoint directory: %s", dir, strerror(errno));
-    snprintf(part, n, "%s/step_%08d.partial", dir, step);
+    if (path_fmt(part, n, "%s/step_%08d.partial", dir, step)) return -1;
     rm_rf(part);
     if (mkdir(part, 0755)) return loom_fail("%s: cannot create: %s", part, strerror(errno));
     return 0;
 }
 
-int ckpt_write_shard(const char *part, int rank, const CkptShard *sh, CkptShardInfo *info) {
+int ckpt_write_shard(const char *part, int rank, int step, const CkptShard *sh,
+                     CkptShardInfo *info) {
     char path[4200];
-    snprintf(path, sizeof path, "%s/shard_%05d.bin", part, rank);
-    *info = (CkptShardInfo){.written = 1, .lo = sh->lo, .hi = sh->hi, .arrays = sh->prev ? 4 : 3};
-    return write_shard(path, sh, &info->crc);
+    *info = (CkptShardInfo){
+        .written = sh->hi > sh->lo, .lo = sh->lo, .hi = sh->hi, .arrays = sh->prev ? 4 : 3};
+    if (!info->written) return 0; // an empty range: no file, no manifest entry
+    if (path_fmt(path, sizeof path, "%s/shard_%05d.bin", part, rank)) return -1;
+    return write_shard(path, rank, step, sh, &info->crc);
 }
 
-static cJSON *manifest_json(const CkptMeta *meta, const CkptShardInfo *info, int n) {
-    char buf[64];
-    cJSON *j = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "format", "loom-checkpoint-2");
-    cJSON *c = cJSON_AddObjectToObject(j, "model");
-    cJSON_AddNumberToObject(c, "layers", meta->cfg.L);
-    cJSON_AddNumberToObject(c, "heads", meta->cfg.H);
-    cJSON_AddNumberToObject(c, "dim", meta->cfg.C);
-    cJSON_AddNumberToObject(c, "vocab", meta->cfg.V);
-    cJSON_AddNumberToObject(c, "block_size", meta->cfg.maxT);
-    cJSON_AddNumberToObject(j, "step", meta->step);
-    cJSON_AddNumberToObject(j, "opt_t", meta->opt_t);
-    snprintf(buf, sizeof buf, "%" PRIu64, meta->rng_state);
-    cJSON_AddStringToObject(j, "rng_state", buf);
-    snprintf(buf, sizeof buf, "%" PRIu64, meta->rng_inc);
-    cJSON_AddStringToObject(j, "rng_inc", buf);
-    snprintf(buf, sizeof buf, "%" PRIu64, meta->data_window);
-    cJSON_AddStringToObject(j, "data_window", buf);
-    cJSON_AddStringToObject(j, "tokenizer", meta->tokenizer);
-    if (meta->train_args) {
-        cJSON *args = cJSON_Parse(meta->train_args);
-        if (args) cJSON_AddItemToObject(j, "train_args", args);
+// Moves the complete directory part to final. An older directory of the same step (which
+// `latest` may name) is swapped out atomically and left at old, so that `latest` names a
+// complete checkpoint at every instant; without RENAME_EXCHANGE (some filesystems), the old
+// one moves to old first and checkpoint_resolve falls back to it until the new one is in place.
+static int install(const char *part, const char *final, const char *old) {
+    struct stat st;
+    int64_t seq;
+    if (lstat(final, &st)) {
+        if (errno != ENOENT) return loom_fail("%s: cannot stat: %s", final, strerror(errno));
+        if (rename(part, final)) return loom_fail("%s: rename failed: %s", final, strerror(errno));
+        return 0;
     }
-    if (meta->co2_workers > 0) {
-        cJSON *co2 = cJSON_AddObjectToObject(j, "co2");
-        cJSON_AddNumberToObject(co2, "workers", meta->co2_workers);
-        cJSON_AddNumberToObject(co2, "tau", meta->co2_tau);
-        cJSON_AddNumberToObject(co2, "sharded", meta->co2_sharded);
+    if (!S_ISDIR(st.st_mode) || !manifest_seq(final, &seq))
+        return loom_fail("%s exists and is not a loom checkpoint: not replacing it", final);
+    rm_rf(old);
+    int x = testhook_save_no_exchange()
+                ? (errno = EINVAL, -1)
+                : renameat2(AT_FDCWD, part, AT_FDCWD, final, RENAME_EXCHANGE);
+    if (x == 0) {
+        testhook_save_kill("replace");
+        if (rename(part, old)) return loom_fail("%s: rename failed: %s", old, strerror(errno));
+        return 0;
     }
-    cJSON *shards = cJSON_AddArrayToObject(j, "shards");
-    for (int q = 0; q < n; q++) {
-        const CkptShardInfo *e = &info[q];
-        if (!e->written) continue;
-        cJSON *f = cJSON_CreateObject();
-        snprintf(buf, sizeof buf, "shard_%05d.bin", q);
-        cJSON_AddStringToObject(f, "file", buf);
-        cJSON_AddNumberToObject(f, "lo", (double)e->lo);
-        cJSON_AddNumberToObject(f, "hi", (double)e->hi);
-        snprintf(buf, sizeof buf, "%08x", e->crc);
-        cJSON_AddStringToObject(f, "crc32", buf);
-        cJSON_AddNumberToObject(f, "arrays", e->arrays);
-        cJSON_AddItemToArray(shards, f);
-    }
-    return j;
+    if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP)
+        return loom_fail("%s: cannot exchange with %s: %s", final, part, strerror(errno));
+    if (rename(final, old)) return loom_fail("%s: rename failed: %s", old, strerror(errno));
+    testhook_save_kill("replace");
+    if (rename(part, final)) return loom_fail("%s: rename failed: %s", final, strerror(errno));
+    return 0;
 }
 
 int ckpt_commit(const char *dir, const char *part, const CkptMeta *meta, const CkptShardInfo *info,
                 int n, CkptExtraFn extra, void *extra_ctx, int keep) {
-    char path[4200], name[64], final[4200];
+    char path[4200], name[64], final[4200], old[4300];
     snprintf(name, sizeof name, "step_%08d", meta->step);
-    snprintf(final, sizeof final, "%s/%s", dir, name);
+    if (path_fmt(final, sizeof final, "%s/%s", dir, name) ||
+        path_fmt(old, sizeof old, "%s.old", final) ||
+        path_fmt(path, sizeof path, "%s/checkpoint.json", part))
+        return -1;
     if (extra && extra(part, extra_ctx)) return -1;
     // Test hook: LOOM_FAULT_SAVE=1 fails here, as a crash mid-save would, to prove that the
     // previous checkpoint stays intact and `latest` still points at it.
     if (testhook_save_fault()) return loom_fail("%s: injected fault (LOOM_FAULT_SAVE)", part);
-    cJSON *j = manifest_json(meta, info, n);
-    char *text = cJSON_Print(j);
-    cJSON_Delete(j);
-    snprintf(path, sizeof path, "%s/checkpoint.json", part);
+    char *text = manifest_text(meta, ckpt_next_seq(dir), info, n);
     int rc = write_file_atomic(path, text, strlen(text));
     free(text);
-    if (rc || fsync_dir(part)) return -1;
-    // commit: replace any older directory of the same step, then point `latest` at it
-    rm_rf(final);
-    if (rename(part, final)) return loom_fail("%s: rename failed: %s", final, strerror(errno));
+    if (rc || fsync_dir(part) || install(part, final, old)) return -1;
     fsync_dir(dir);
     char line[80];
     snprintf(line, sizeof line, "%s\n", name);
-    snprintf(path, sizeof path, "%s/latest", dir);
-    if (write_file_atomic(path, line, strlen(line))) return -1;
-    prune(dir, keep);
+    if (path_fmt(path, sizeof path, "%s/latest", dir) ||
+        write_file_atomic(path, line, strlen(line)))
+        return -1;
+    rm_rf(old); // only now: until `latest` names the new directory, resolve may need it
+    ckpt_prune(dir, keep, name);
     return 0;
 }
+
+// ---------------------------------------------------------------- reading
 
 int checkpoint_resolve(const char *path, char *step_dir, size_t n) {
     char p[4200];
     struct stat st;
-    snprintf(p, sizeof p, "%s/checkpoint.json", path);
-    if (stat(p, &st) == 0) {
-        snprintf(step_dir, n, "%s", path);
-        return 0;
-    }
-    snprintf(p, sizeof p, "%s/latest", path);
-    size_t len;
-    char *txt = read_file(p, &len);
-    if (!txt)
+    if (path_fmt(p, sizeof p, "%s/checkpoint.json", path)) return -1;
+    if (stat(p, &st) == 0) return path_fmt(step_dir, n, "%s", path);
+    if (path_fmt(p, sizeof p, "%s/latest", path)) return -1;
+    if (stat(p, &st) || !S_ISREG(st.st_mode))
         return loom_fail("%s: not a checkpoint (no checkpoint.json and no 'latest' file)", path);
+    size_t len;
+    char *txt = st.st_size <= 256 ? read_file(p, &len) : NULL;
+    if (!txt) return loom_fail("%s: malformed 'latest' file (too long or unreadable)", p);
     char *nl = strchr(txt, '\n');
-    if (nl) *nl = 0;
-    if (!txt[0] || strchr(txt, '/')) {
-        free(txt);
-        return loom_fail("%s: malformed 'latest' file", p);
-    }
-    snprintf(step_dir, n, "%s/%s", path, txt);
+    if (nl && !nl[1]) *nl = 0;
+    const char *suffix;
+    int ok = strlen(txt) == len - (nl ? 1 : 0) && step_name(txt, &suffix) && !*suffix;
+    int rc = ok ? path_fmt(step_dir, n, "%s/%s", path, txt)
+                : loom_fail("%s: malformed 'latest' file: it must name a step_<number> directory "
+                            "inside %s",
+                            p, path);
     free(txt);
-    return 0;
-}
-
-static int get_int(cJSON *o, const char *key, int *out, const char *file) {
-    cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!cJSON_IsNumber(v)) return loom_fail("%s: missing or non-numeric '%s'", file, key);
-    *out = v->valueint;
-    return 0;
-}
-
-static int get_u64(cJSON *o, const char *key, uint64_t *out, const char *file) {
-    cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!cJSON_IsString(v)) return loom_fail("%s: missing '%s'", file, key);
-    char *end;
-    *out = strtoull(v->valuestring, &end, 10);
-    if (*end) return loom_fail("%s: '%s' is not an unsigned integer", file, key);
+    if (rc) return -1;
+    // a crash while replacing the directory without RENAME_EXCHANGE (see install) leaves the
+    // complete previous version at <name>.old
+    char old[4300];
+    if (path_fmt(p, sizeof p, "%s/checkpoint.json", step_dir) == 0 && stat(p, &st) &&
+        path_fmt(old, sizeof old, "%s.old", step_dir) == 0 &&
+        path_fmt(p, sizeof p, "%s/checkpoint.json", old) == 0 && stat(p, &st) == 0)
+        return path_fmt(step_dir, n, "%s", old);
     return 0;
 }
 
 int checkpoint_read_meta(const char *step_dir, CkptMeta *meta) {
+    CkptManifest mf;
     memset(meta, 0, sizeof *meta);
-    char path[4200];
-    snprintf(path, sizeof path, "%s/checkpoint.json", step_dir);
-    size_t len;
-    char *txt = read_file(path, &len);
-    if (!txt) return -1;
-    cJSON *j = cJSON_ParseWithLength(txt, len);
-    free(txt);
-    if (!j) return loom_fail("%s: corrupted manifest (not valid JSON)", path);
-    int rc = 0;
-    cJSON *fmt = cJSON_GetObjectItemCaseSensitive(j, "format");
-    cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "model");
-    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "loom-checkpoint-2"))
-        rc = loom_fail("%s: not a loom checkpoint manifest", path);
-    else if (!cJSON_IsObject(c))
-        rc = loom_fail("%s: missing 'model'", path);
-    else if (get_int(c, "layers", &meta->cfg.L, path) || get_int(c, "heads", &meta->cfg.H, path) ||
-             get_int(c, "dim", &meta->cfg.C, path) || get_int(c, "vocab", &meta->cfg.V, path) ||
-             get_int(c, "block_size", &meta->cfg.maxT, path) ||
-             get_int(j, "step", &meta->step, path) || get_int(j, "opt_t", &meta->opt_t, path) ||
-             get_u64(j, "rng_state", &meta->rng_state, path) ||
-             get_u64(j, "rng_inc", &meta->rng_inc, path) ||
-             get_u64(j, "data_window", &meta->data_window, path))
-        rc = -1;
-    else if (gpt_config_check(&meta->cfg))
-        rc = loom_fail("%s: bad model shape: %s", path, loom_errmsg());
-    if (!rc) {
-        cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "tokenizer");
-        if (cJSON_IsString(t))
-            snprintf(meta->tokenizer, sizeof meta->tokenizer, "%s", t->valuestring);
-        cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "train_args");
-        if (a) meta->train_args = cJSON_PrintUnformatted(a);
-        cJSON *co2 = cJSON_GetObjectItemCaseSensitive(j, "co2");
-        if (co2 && (get_int(co2, "workers", &meta->co2_workers, path) ||
-                    get_int(co2, "tau", &meta->co2_tau, path) ||
-                    get_int(co2, "sharded", &meta->co2_sharded, path)))
-            rc = -1;
-        else if (co2 && (meta->co2_workers < 1 || meta->co2_tau < 1))
-            rc = loom_fail("%s: bad 'co2' entry", path);
-    }
-    cJSON_Delete(j);
-    return rc;
+    if (manifest_read(step_dir, &mf)) return -1;
+    *meta = mf.meta;
+    mf.meta.train_args = NULL; // moved to meta
+    manifest_free(&mf);
+    return 0;
 }
 
 void checkpoint_meta_free(CkptMeta *meta) {
@@ -267,102 +275,61 @@ void checkpoint_meta_free(CkptMeta *meta) {
     meta->train_args = NULL;
 }
 
+// One shard file, read whole and checked against its size and checksum (NULL on error).
+static float *read_entry_data(const char *step_dir, const CkptEntry *e) {
+    char path[4200];
+    size_t len,
+        want = (e->hi - e->lo) * (size_t)e->arrays * sizeof(float); // checked by the manifest
+    if (path_fmt(path, sizeof path, "%s/%s", step_dir, e->file)) return NULL;
+    char *data = read_file(path, &len);
+    if (!data) return NULL;
+    uint32_t got = len == want ? crc32_update(0, data, len) : 0;
+    if (len != want)
+        loom_fail("%s: %zu bytes, expected %zu (changed while reading?)", path, len, want);
+    else if (got != e->crc)
+        loom_fail("%s: checksum mismatch (crc32 %08x, manifest says %08x): file is corrupted", path,
+                  got, e->crc);
+    if (len != want || got != e->crc) {
+        free(data);
+        return NULL;
+    }
+    return (float *)data;
+}
+
 // Copies what the shards hold of [plo, phi) (params), [olo, ohi) (m, v) and [rlo, rhi) (prev);
 // *no_prev is set when a shard that overlaps [rlo, rhi) has no previous version.
 static int read_ranges(const char *step_dir, size_t nparams, size_t plo, size_t phi, float *params,
                        size_t olo, size_t ohi, float *m, float *v, size_t rlo, size_t rhi,
                        float *prev, int *no_prev) {
-    char mpath[4200], path[4200];
-    snprintf(mpath, sizeof mpath, "%s/checkpoint.json", step_dir);
-    size_t len;
-    char *txt = read_file(mpath, &len);
-    if (!txt) return -1;
-    cJSON *j = cJSON_ParseWithLength(txt, len);
-    free(txt);
-    cJSON *shards = cJSON_GetObjectItemCaseSensitive(j, "shards");
-    if (!cJSON_IsArray(shards)) {
-        cJSON_Delete(j);
-        return loom_fail("%s: manifest lists no shards", mpath);
-    }
-    // the shards must tile [0, nparams) exactly: check coverage before reading anything
-    size_t covered = 0;
-    int rc = 0, n = cJSON_GetArraySize(shards);
-    for (int want = 0; want < n && !rc; want++) {
-        int found = 0;
-        for (cJSON *f = shards->child; f; f = f->next) {
-            cJSON *lo = cJSON_GetObjectItemCaseSensitive(f, "lo");
-            if (cJSON_IsNumber(lo) && (size_t)lo->valuedouble == covered) {
-                cJSON *hi = cJSON_GetObjectItemCaseSensitive(f, "hi");
-                if (!cJSON_IsNumber(hi) || hi->valuedouble <= lo->valuedouble) break;
-                covered = (size_t)hi->valuedouble;
-                found = 1;
-                break;
-            }
-        }
-        if (!found) break;
-    }
-    if (covered != nparams)
-        rc = loom_fail("%s: shards cover %zu of %zu parameters (model shape mismatch or a shard "
-                       "missing from the manifest)",
-                       mpath, covered, nparams);
-    for (cJSON *f = shards->child; f && !rc; f = f->next) {
-        cJSON *file = cJSON_GetObjectItemCaseSensitive(f, "file");
-        cJSON *crc = cJSON_GetObjectItemCaseSensitive(f, "crc32");
-        size_t lo = (size_t)cJSON_GetObjectItemCaseSensitive(f, "lo")->valuedouble;
-        size_t hi = (size_t)cJSON_GetObjectItemCaseSensitive(f, "hi")->valuedouble;
-        if (!cJSON_IsString(file) || !cJSON_IsString(crc) || strchr(file->valuestring, '/')) {
-            rc = loom_fail("%s: malformed shard entry", mpath);
-            break;
-        }
-        cJSON *ar = cJSON_GetObjectItemCaseSensitive(f, "arrays");
-        size_t arrays = cJSON_IsNumber(ar) ? (size_t)ar->valuedouble : 3; // 3 before 2bw
-        if (arrays != 3 && arrays != 4) {
-            rc = loom_fail("%s: shard entry with %zu arrays (3 or 4 expected)", mpath, arrays);
-            break;
-        }
-        size_t s1, e1, s2, e2, s3, e3;
-        s1 = plo > lo ? plo : lo, e1 = phi < hi ? phi : hi;
-        s2 = olo > lo ? olo : lo, e2 = ohi < hi ? ohi : hi;
-        s3 = rlo > lo ? rlo : lo, e3 = rhi < hi ? rhi : hi;
-        if (prev && e3 > s3 && arrays < 4) {
-            *no_prev = 1;
-            continue;
-        }
-        if (!(params && e1 > s1) && !((m || v) && e2 > s2) && !(prev && e3 > s3))
-            continue; // nothing needed here
-        snprintf(path, sizeof path, "%s/%s", step_dir, file->valuestring);
-        char *data = read_file(path, &len);
-        if (!data) {
+    CkptManifest mf;
+    if (manifest_read(step_dir, &mf)) return -1;
+    int rc = 0;
+    if (mf.nparams != nparams)
+        rc = loom_fail("%s: a model of %zu parameters, %zu expected (model shape mismatch)",
+                       mf.path, mf.nparams, nparams);
+    if (plo > phi || phi > nparams || olo > ohi || ohi > nparams || rlo > rhi || rhi > nparams)
+        rc = loom_fail("%s: requested ranges outside [0, %zu)", mf.path, nparams);
+    for (int i = 0; i < mf.n && !rc; i++) {
+        const CkptEntry *e = &mf.e[i];
+        if (i && e->lo == mf.e[i - 1].lo && e->hi == mf.e[i - 1].hi) continue; // a replica
+        size_t s1 = 0, s2 = 0, s3 = 0, lo = e->lo, cnt = e->hi - e->lo;
+        size_t n1 = params ? range_isect(plo, phi, lo, e->hi, &s1) : 0;
+        size_t n2 = m || v ? range_isect(olo, ohi, lo, e->hi, &s2) : 0;
+        size_t n3 = prev ? range_isect(rlo, rhi, lo, e->hi, &s3) : 0;
+        if (n3 && e->arrays < 4) *no_prev = 1, n3 = 0;
+        if (!n1 && !n2 && !n3) continue; // nothing needed here
+        float *fp = read_entry_data(step_dir, e);
+        if (!fp) {
             rc = -1;
             break;
         }
-        size_t cnt = hi - lo;
-        if (len != arrays * cnt * sizeof(float)) {
-            free(data);
-            rc = loom_fail("%s: %zu bytes, expected %zu (truncated or wrong model shape)", path,
-                           len, arrays * cnt * sizeof(float));
-            break;
-        }
-        uint32_t got = crc32_update(0, data, len),
-                 want = (uint32_t)strtoul(crc->valuestring, NULL, 16);
-        if (got != want) {
-            free(data);
-            rc = loom_fail("%s: checksum mismatch (crc32 %08x, manifest says %08x): file is "
-                           "corrupted",
-                           path, got, want);
-            break;
-        }
-        const float *fp = (const float *)data;
-        if (params && e1 > s1)
-            memcpy(params + (s1 - plo), fp + (s1 - lo), (e1 - s1) * sizeof(float));
-        if (m && e2 > s2) memcpy(m + (s2 - olo), fp + cnt + (s2 - lo), (e2 - s2) * sizeof(float));
-        if (v && e2 > s2)
-            memcpy(v + (s2 - olo), fp + 2 * cnt + (s2 - lo), (e2 - s2) * sizeof(float));
-        if (prev && e3 > s3)
-            memcpy(prev + (s3 - rlo), fp + 3 * cnt + (s3 - lo), (e3 - s3) * sizeof(float));
-        free(data);
+        if (n1) memcpy(params + (s1 - plo), fp + (s1 - lo), n1 * sizeof(float));
+        if (n2 && m) memcpy(m + (s2 - olo), fp + cnt + (s2 - lo), n2 * sizeof(float));
+        if (n2 && v) memcpy(v + (s2 - olo), fp + 2 * cnt + (s2 - lo), n2 * sizeof(float));
+        if (n3) memcpy(prev + (s3 - rlo), fp + 3 * cnt + (s3 - lo), n3 * sizeof(float));
+        free(fp);
     }
-    cJSON_Delete(j);
+    manifest_free(&mf);
     return rc;
 }
 

@@ -7,8 +7,11 @@
 // then v (3·(hi-lo) float32), and for a PipeDream-2BW run also the previous weight version
 // W(t−1) (4·(hi-lo); the manifest's "arrays"). Ranges are independent of how many ranks wrote
 // them.
-// A save writes DIR/step_N.partial/, fsyncs every file, renames it to DIR/step_N, then
-// atomically replaces DIR/latest. A crash at any point leaves the previous checkpoint intact.
+// A save writes DIR/step_N.partial/, fsyncs every file, renames it to DIR/step_N (an existing
+// step_N is swapped out atomically, see install in checkpoint.c), then atomically replaces
+// DIR/latest. A crash at any point leaves `latest` naming a complete checkpoint. The manifest
+// records its save order ("seq"); pruning keeps the `keep` most recently saved checkpoints and
+// always the one `latest` names, and touches only directories loom wrote.
 #pragma once
 #include <stdint.h>
 
@@ -41,7 +44,8 @@ typedef struct {
 // strategy/ckpt_save.h): ckpt_begin creates DIR/step_N.partial (path into part); each rank with
 // a shard writes it with ckpt_write_shard; one rank then writes the manifest listing info[0, n)
 // (one entry per rank, `written` 0 for ranks without a shard), renames the directory to
-// DIR/step_N, replaces `latest` and prunes to `keep` step directories (ckpt_commit).
+// DIR/step_N, replaces `latest` and prunes to `keep` step directories (ckpt_commit). A rank
+// whose range is empty writes no file (written 0).
 typedef struct {
     int written;
     size_t lo, hi;
@@ -49,7 +53,8 @@ typedef struct {
     int arrays;
 } CkptShardInfo;
 int ckpt_begin(const char *dir, int step, char *part, size_t n);
-int ckpt_write_shard(const char *part, int rank, const CkptShard *sh, CkptShardInfo *info);
+int ckpt_write_shard(const char *part, int rank, int step, const CkptShard *sh,
+                     CkptShardInfo *info);
 int ckpt_commit(const char *dir, const char *part, const CkptMeta *meta, const CkptShardInfo *info,
                 int n, CkptExtraFn extra, void *extra_ctx, int keep);
 // A rank's own state file (e.g. a CO2 worker's outer state and inner AdamW moments): a header
@@ -59,9 +64,11 @@ int state_file_write(const char *path, const char *kind, int rank, int nranks,
                      const float *const *arrays, const size_t *lens, int n);
 int state_file_read(const char *path, const char *kind, int rank, int nranks, float *const *arrays,
                     const size_t *lens, int n);
-// Resolves DIR (with a `latest` file) or a step directory into the step directory path.
+// Resolves DIR (with a `latest` file, which must name a step_<digits> directory inside DIR) or a
+// step directory into the step directory path.
 int checkpoint_resolve(const char *path, char *step_dir, size_t n);
-// Reads and validates the manifest (no tensors yet).
+// Reads and validates the whole manifest (every field, the shards tiling the model, the shard
+// files' sizes; no tensors yet). Errors name the file and the field.
 int checkpoint_read_meta(const char *step_dir, CkptMeta *meta);
 void checkpoint_meta_free(CkptMeta *meta);
 // Reads any layout into any other: parameters [plo, phi) into params and moments [olo, ohi)

@@ -10,30 +10,40 @@
 
 #include "../common.h"
 
+// One entry of the tree: a directory (recursed into) or a regular file (copied); anything else
+// — a symbolic link, a device, a FIFO — is refused rather than followed or read.
+static int copy_entry(const char *s, const char *t) {
+    struct stat st;
+    if (lstat(s, &st)) return loom_fail("%s: cannot stat: %s", s, strerror(errno));
+    if (S_ISLNK(st.st_mode))
+        return loom_fail("%s: a symbolic link; only regular files and directories are copied "
+                         "(links are not followed)",
+                         s);
+    if (S_ISDIR(st.st_mode)) return copy_tree(s, t);
+    if (!S_ISREG(st.st_mode)) return loom_fail("%s: not a regular file or a directory", s);
+    size_t len;
+    char *buf = read_file(s, &len);
+    if (!buf) return -1;
+    int rc = write_file_atomic(t, buf, len);
+    free(buf);
+    return rc;
+}
+
 int copy_tree(const char *src, const char *dst) {
-    if (mkdir(dst, 0755) && errno != EEXIST) return loom_fail("%s: cannot create", dst);
+    if (mkdir(dst, 0755) && errno != EEXIST)
+        return loom_fail("%s: cannot create: %s", dst, strerror(errno));
     DIR *d = opendir(src);
     if (!d) return loom_fail("%s: cannot open: %s", src, strerror(errno));
     struct dirent *e;
     int rc = 0;
+    char s[4200], t[4200];
     while (!rc && (e = readdir(d))) {
         if (e->d_name[0] == '.') continue;
-        char s[4200], t[4200];
-        snprintf(s, sizeof s, "%s/%s", src, e->d_name);
-        snprintf(t, sizeof t, "%s/%s", dst, e->d_name);
-        struct stat st;
-        if (stat(s, &st)) continue;
-        if (S_ISDIR(st.st_mode)) {
-            rc = copy_tree(s, t);
-            continue;
-        }
-        size_t len;
-        char *buf = read_file(s, &len);
-        if (!buf)
+        if (path_fmt(s, sizeof s, "%s/%s", src, e->d_name) ||
+            path_fmt(t, sizeof t, "%s/%s", dst, e->d_name))
             rc = -1;
         else
-            rc = write_file_atomic(t, buf, len);
-        free(buf);
+            rc = copy_entry(s, t);
     }
     closedir(d);
     return rc;

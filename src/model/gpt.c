@@ -24,6 +24,22 @@ int gpt_config_check(const GPTConfig *c) {
     return 0;
 }
 
+int gpt_param_count(const GPTConfig *c, size_t *n) {
+    if (gpt_config_check(c)) return -1;
+    // wte V·C + wpe maxT·C + L·(12C² + 13C) + ln_f 2C, checked at every step
+    size_t C = (size_t)c->C, a, b, t;
+    int ovf = __builtin_mul_overflow(C, C, &a) || __builtin_mul_overflow(a, (size_t)12, &a) ||
+              __builtin_mul_overflow(C, (size_t)13, &b) || __builtin_add_overflow(a, b, &a) ||
+              __builtin_mul_overflow(a, (size_t)c->L, &t) ||
+              __builtin_mul_overflow((size_t)c->V + (size_t)c->maxT + 2, C, &b) ||
+              __builtin_add_overflow(t, b, &t);
+    if (ovf)
+        return loom_fail("model shape L%d C%d V%d T%d: parameter count overflows", c->L, c->C, c->V,
+                         c->maxT);
+    *n = t;
+    return 0;
+}
+
 static void add_tensor(GPT *m, size_t *off, const char *name, int rows, int cols, int conv,
                        float std) {
     TensorSpec *t = &m->tensors[m->ntensors++];

@@ -20,6 +20,9 @@ typedef struct {
 
 // Returns 0 or -1 (with loom_errmsg naming the field) when the shape is impossible.
 int gpt_config_check(const GPTConfig *c);
+// The number of parameters of a model of shape c (the flat layout gpt_create builds) into *n;
+// -1 (loom_fail) when the shape is impossible or the count overflows.
+int gpt_param_count(const GPTConfig *c, size_t *n);
 
 typedef enum { BLOCK_EMBED, BLOCK_LAYER, BLOCK_HEAD } BlockKind;
 

@@ -10,16 +10,18 @@ int ckpt_save_collective(const char *dir, const Comm *c, const CkptShard *mine,
                          const CkptMeta *meta, CkptExtraFn extra, void *extra_ctx,
                          CkptExtraFn rank_files, void *rank_ctx, int keep) {
     char part[4200];
-    double ok = c->rank != 0 || ckpt_begin(dir, meta->step, part, sizeof part) == 0;
+    double ok = c->rank != 0
+                    ? path_fmt(part, sizeof part, "%s/step_%08d.partial", dir, meta->step) == 0
+                    : ckpt_begin(dir, meta->step, part, sizeof part) == 0;
     comm_allreduce_f64(c, &ok, 1); // also a barrier: the directory exists for everyone
-    snprintf(part, sizeof part, "%s/step_%08d.partial", dir, meta->step);
-    if (ok < c->size) return c->rank == 0 ? -1 : loom_fail("%s: rank 0 could not create it", part);
+    if (ok < c->size)
+        return c->rank == 0 ? -1 : loom_fail("%s: checkpoint directory not created", dir);
     // per rank: written?, lo, hi, crc, arrays (doubles hold every value exactly)
     double *info = xcalloc(5 * (size_t)c->size, sizeof(double));
     double wrote_ok = 1;
     if (mine) {
         CkptShardInfo si;
-        if (ckpt_write_shard(part, c->rank, mine, &si)) wrote_ok = 0;
+        if (ckpt_write_shard(part, c->rank, meta->step, mine, &si)) wrote_ok = 0;
         double *e = info + 5 * c->rank;
         e[0] = 1, e[1] = (double)si.lo, e[2] = (double)si.hi, e[3] = si.crc, e[4] = si.arrays;
     }

@@ -208,6 +208,6 @@ int run_save_extras(const char *step_dir, void *ctx) {
     const Run *r = ctx;
     if (!r->tokenizer_dir[0]) return 0;
     char dst[4300];
-    snprintf(dst, sizeof dst, "%s/tokenizer", step_dir);
-    return copy_tree(r->tokenizer_dir, dst);
+    return path_fmt(dst, sizeof dst, "%s/tokenizer", step_dir) ? -1
+                                                               : copy_tree(r->tokenizer_dir, dst);
 }
