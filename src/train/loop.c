@@ -32,7 +32,7 @@ static int log_record(Loop *l, const StepRecord *rec) {
     double tokens = (double)a->batch * a->seq * a->grad_accum * r->grid.dp;
     double flops = gpt_flops_per_step(&r->model.cfg, a->batch, a->seq) * a->grad_accum /
                    r->grid.pp; // per rank
-    double tps = tokens / rec->seconds, mfu = flops / rec->seconds / (a->peak_gflops * 1e9);
+    double tps = tokens / rec->seconds, mfu = flops / rec->seconds / (r->peak_gflops * 1e9);
     l->seconds += rec->seconds;
     if (rec->exposed > 0) l->exposed += rec->exposed;
     MetricsStep ms = {.step = rec->step,

@@ -28,6 +28,7 @@ typedef struct {
     uint64_t window0;         // the first data window this run reads (the resumed position)
     Metrics mt;
     Progress pg;
+    double peak_gflops; // MFU's denominator: --peak-gflops, or measured (lead rank; NaN elsewhere)
     StrategyConfig sc;
     StrategyData data;
 } Run;

@@ -1,5 +1,6 @@
 // setup.c — a training process's setup and teardown (see run.h).
 #include <libgen.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,11 +153,23 @@ static void setup_data(Run *r) {
     find_tokenizer_dir(r);
 }
 
+// The peak MFU is reported against: --peak-gflops, or (0) the backend's probe on the lead rank,
+// the one that prints progress and writes metrics.
+static void setup_peak(Run *r, const Backend *be) {
+    r->peak_gflops = r->a->peak_gflops > 0 ? r->a->peak_gflops : NAN;
+    if (r->a->peak_gflops > 0 || !r->lead) return;
+    int threads = 0;
+    r->peak_gflops = be->peak_gflops(&threads);
+    fprintf(stderr, "loom: peak fp32 %.1f GFLOP/s measured on %d thread%s (MFU is against it)\n",
+            r->peak_gflops, threads, threads == 1 ? "" : "s");
+}
+
 void run_setup(Run *r) {
     const TrainArgs *a = r->a;
     setup_grid(r);
     const Backend *be = backend_select(a->device, a->threads);
     if (!be) run_fail(r, EXIT_USAGE);
+    setup_peak(r, be);
     if (!a->data) {
         loom_fail("--data is required (a shard file, directory or glob)");
         run_fail(r, EXIT_USAGE);
