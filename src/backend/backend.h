@@ -88,6 +88,6 @@ const Backend *backend_select(const char *device, int threads);
 // The backends themselves (called only by backend_select).
 const Backend *backend_cpu(void);
 void backend_cpu_set_threads(int n);
-// The CPU's fp32 peak in GFLOP/s, measured by a short FMA probe (peak.c, ~30 ms of CPU a thread) on every thread
-// OpenMP uses; *threads gets their number. The backend's peak_gflops.
+// The CPU's fp32 peak in GFLOP/s, measured by a short FMA probe (peak.c, ~30 ms of CPU a
+// thread) on every thread OpenMP uses; *threads gets their number. The backend's peak_gflops.
 double backend_cpu_peak_gflops(int *threads);

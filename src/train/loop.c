@@ -203,6 +203,7 @@ int train_run(const TrainArgs *args) {
                   .lead = r.lead};
     comm_set_failure_handler(comm_failed, &s); // the strategy hears failed operations
     if (ops->create(&s)) run_fail(&r, s.resume_dir ? EXIT_INPUT : EXIT_USAGE);
+    run_peak(&r);
     banner(&r, &s);
     Loop l = {.r = &r, .s = &s};
     progress_start(&r.pg, planned.progress && r.lead, r.start, planned.steps, planned.log_every);

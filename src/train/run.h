@@ -39,6 +39,10 @@ _Noreturn void run_fail(const Run *r, int code);
 // strategy configuration; exits through run_fail on any error.
 void run_setup(Run *r);
 void run_teardown(Run *r);
+// The peak MFU is reported against (r->peak_gflops): --peak-gflops, or (0) the backend's probe
+// on the lead rank, the one that prints progress and writes metrics, which says what it measured.
+// Called once the run is set up (a probe before a setup error would delay only rank 0's message).
+void run_peak(Run *r);
 // The next unread data window after `step` steps (every rank's micro-batches of the steps this
 // run took follow the resumed position, whatever layout wrote it).
 uint64_t run_data_window(const Run *r, int step);

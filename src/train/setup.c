@@ -153,9 +153,8 @@ static void setup_data(Run *r) {
     find_tokenizer_dir(r);
 }
 
-// The peak MFU is reported against: --peak-gflops, or (0) the backend's probe on the lead rank,
-// the one that prints progress and writes metrics.
-static void setup_peak(Run *r, const Backend *be) {
+void run_peak(Run *r) {
+    const Backend *be = r->model.be;
     r->peak_gflops = r->a->peak_gflops > 0 ? r->a->peak_gflops : NAN;
     if (r->a->peak_gflops > 0 || !r->lead) return;
     int threads = 0;
@@ -169,7 +168,6 @@ void run_setup(Run *r) {
     setup_grid(r);
     const Backend *be = backend_select(a->device, a->threads);
     if (!be) run_fail(r, EXIT_USAGE);
-    setup_peak(r, be);
     if (!a->data) {
         loom_fail("--data is required (a shard file, directory or glob)");
         run_fail(r, EXIT_USAGE);
