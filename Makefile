@@ -70,6 +70,6 @@ format:
 	clang-format -i $(wildcard src/*.[ch] src/*/*.[ch] tests/*.c)
 
 clean:
-	rm -rf build build-asan loom
+	rm -rf build build-asan build-v3 build-generic loom
 
 -include $(LIB_OBJ:.o=.d) $(BUILD)/src/cli/main.d

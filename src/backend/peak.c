@@ -42,7 +42,7 @@ static float SUM(vec v) {
 }
 #endif
 
-static volatile float sink; // keeps the chains' results alive
+static float sink; // keeps the chains' results alive (every thread adds its own, atomically)
 
 // CHAINS independent accumulators, `iters` rounds of x = x·m + a each (values stay bounded).
 static float chains(long iters, float seed) {
@@ -69,22 +69,23 @@ static double cpu_seconds(void) {
 // three ~8 ms runs.
 static double thread_gflops(float seed) {
     long iters = 1 << 10;
-    double dt = 0;
+    float keep = 0;
     for (; iters < (1L << 40); iters *= 2) {
         double t0 = cpu_seconds();
-        sink += chains(iters, seed);
-        if ((dt = cpu_seconds() - t0) >= 2e-3) break;
+        keep += chains(iters, seed);
+        if (cpu_seconds() - t0 >= 2e-3) break;
     }
     iters *= 4;
     double best = 0;
     for (int r = 0; r < 3; r++) {
         double t0 = cpu_seconds();
-        float s = chains(iters, seed);
-        dt = cpu_seconds() - t0;
-        sink += s;
+        keep += chains(iters, seed);
+        double dt = cpu_seconds() - t0;
         double g = 2.0 * LANES * CHAINS * (double)iters / dt / 1e9;
         if (dt > 0 && g > best) best = g;
     }
+#pragma omp atomic
+    sink += keep;
     return best;
 }
 
