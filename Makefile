@@ -22,6 +22,15 @@ MPI_LIB  := $(shell mpicc --showme:link 2>/dev/null)
 BUILD    ?= build
 LOOM_BIN ?= loom
 
+# Objects built with other flags (another ARCH or OPT) are never reused: the compiler and flags
+# are recorded in $(BUILD)/cflags.stamp, rewritten (so every object is rebuilt) when they change.
+# `make ARCH=-march=x86-64-v3` (AVX2 machines) or `make ARCH=` (any x86-64) builds a binary
+# that runs on older nodes than -march=native; BUILD=build-v3 LOOM_BIN=build-v3/loom keeps it apart.
+FLAGS_STAMP := $(BUILD)/cflags.stamp
+FLAGS_NOW := $(CC) $(CFLAGS)
+$(shell mkdir -p $(BUILD) && { printf '%s\n' '$(FLAGS_NOW)' | cmp -s - $(FLAGS_STAMP) || \
+          printf '%s\n' '$(FLAGS_NOW)' > $(FLAGS_STAMP); })
+
 LIB_SRC  := $(filter-out src/cli/main.c,$(wildcard src/*.c src/*/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(wildcard tests/test_*.c)
@@ -37,7 +46,7 @@ $(BUILD)/libloom.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/%.o: %.c
+$(BUILD)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
@@ -67,6 +76,6 @@ format:
 	clang-format -i $(wildcard src/*.[ch] src/*/*.[ch] tests/*.c)
 
 clean:
-	rm -rf build build-asan loom
+	rm -rf build build-asan build-v3 build-generic loom
 
 -include $(LIB_OBJ:.o=.d) $(BUILD)/src/cli/main.d

@@ -13,7 +13,8 @@
 # /usr/bin/time -f %M for loom, the peer's own ru_maxrss (RESULT peak_rss_mib).
 # These hosts are shared: each run also records the CPU share other processes took while it
 # ran, and a disturbed run (> --max-foreign) is repeated, keeping the least disturbed attempt.
-# FLOPs per step are loom's (metrics "mfu" = flops/step_time/peak), used for both engines.
+# FLOPs per step are loom's (metrics "mfu" = flops/step_time/peak, with --peak-gflops $PEAK so
+# summarize.py can invert it), used for both engines.
 # Raw logs land in --out (default: a fresh directory under /tmp); bench/summarize.py
 # prints the per-run lines and the final markdown table.
 set -euo pipefail
@@ -146,7 +147,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
                     [ "$v" = loom_recompute ] && extra=(--recompute)
                     run_timed "$tag" "$BIN" train --data "$DATA" --vocab "$V" --layers "$L" --heads "$H" \
                         --dim "$C" --block-size "$BS" --seq "$T" --batch "$B" --steps "$STEPS" \
-                        --threads "$THREADS" --progress off --metrics "$OUT/$tag.jsonl" "${extra[@]}"
+                        --threads "$THREADS" --peak-gflops "$PEAK" --progress off --metrics "$OUT/$tag.jsonl" "${extra[@]}"
                     ;;
                 torch)
                     run_timed "$tag" "$PY" "$PEER" bench --layers "$L" --heads "$H" --dim "$C" \

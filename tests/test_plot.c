@@ -130,8 +130,8 @@ static int count_str(const char *s, const char *needle) {
 
 TEST(nonfinite_values) {
     const char *t = "{\"step\":1,\"loss\":3.5,\"note\":\"nan inf\"}\n"
-                    "{\"step\":2,\"loss\":nan,\"lr\":inf,\"grad_norm\":-inf,\"ok\":true}\n"
-                    "{\"step\":3,\"loss\":-nan,\"lr\":\"Infinity\",\"grad_norm\":null}\n"
+                    "{\"step\":2,\"loss\":null,\"lr\":\"inf\",\"grad_norm\":\"-inf\",\"ok\":true}\n"
+                    "{\"step\":3,\"loss\":null,\"lr\":\"Infinity\",\"grad_norm\":null}\n"
                     "{\"step\":4,\"loss\":3.0}\n"
                     "{\"step\":5,\"loss\":2.9}\n";
     MetricsLog m;
@@ -158,6 +158,9 @@ TEST(nonfinite_values) {
     metrics_free(&m);
     const char *bad = "{\"step\":1,\"loss\":xnan}\n";
     CHECK(metrics_parse(bad, strlen(bad), "nf.jsonl", &m) == -1, "xnan accepted");
+    // bare nan / inf are not JSON (test_metrics.c checks the message)
+    bad = "{\"step\":2,\"loss\":nan}\n";
+    CHECK(metrics_parse(bad, strlen(bad), "nf.jsonl", &m) == -1, "bare nan accepted");
 }
 
 static void expect_parse_error(const char *text, const char *want) {

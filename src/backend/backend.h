@@ -75,6 +75,10 @@ typedef struct Backend {
     // bias corrections use step t ≥ 1.
     void (*adamw)(float *param, const float *grad, float *m, float *v, size_t n, float lr,
                   float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t);
+
+    // ---- the device's fp32 peak in GFLOP/s, measured (a short probe: call it once, before the
+    // work starts); *threads gets the number of threads it ran on (MFU's denominator)
+    double (*peak_gflops)(int *threads);
 } Backend;
 
 // The one place a backend is chosen: "cpu" (a CUDA build adds "cuda"). threads: CPU threads
@@ -84,3 +88,6 @@ const Backend *backend_select(const char *device, int threads);
 // The backends themselves (called only by backend_select).
 const Backend *backend_cpu(void);
 void backend_cpu_set_threads(int n);
+// The CPU's fp32 peak in GFLOP/s, measured by a short FMA probe (peak.c, ~30 ms of CPU a
+// thread) on every thread OpenMP uses; *threads gets their number. The backend's peak_gflops.
+double backend_cpu_peak_gflops(int *threads);

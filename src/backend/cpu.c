@@ -468,6 +468,7 @@ static const Backend CPU = {
     .softmax_xent_forward = cpu_softmax_xent_forward,
     .softmax_xent_backward = cpu_softmax_xent_backward,
     .adamw = cpu_adamw,
+    .peak_gflops = backend_cpu_peak_gflops,
 };
 
 const Backend *backend_cpu(void) { return &CPU; }

@@ -107,7 +107,8 @@ int cmd_train(int argc, char **argv) {
          "print the per-rank memory plan (dp 1/2/4 x ZeRO 0-3) and exit", NULL, 0, 0},
         {"dump-grads", OPT_STR, &a.dump_grads,
          "write the first step's gradients as safetensors (testing)", NULL, 0, 0},
-        {"peak-gflops", OPT_FLOAT, &a.peak_gflops, "machine peak GFLOP/s for MFU", NULL, 1e-3, 1e9},
+        {"peak-gflops", OPT_FLOAT, &a.peak_gflops,
+         "machine peak GFLOP/s for MFU (0: measure it, a short FMA probe)", NULL, 0, 1e9},
     };
     int n = (int)(sizeof opts / sizeof opts[0]);
     int rc = options_parse(opts, n, argc, argv, "usage: loom train --data SHARDS [options]", NULL,

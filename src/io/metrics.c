@@ -2,36 +2,85 @@
 #include "metrics.h"
 
 #include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../common.h"
 
 int metrics_open(Metrics *mt, const char *path, int append) {
     mt->f = NULL;
+    mt->path = NULL;
+    mt->failed = 0;
     if (!path) return 0;
     mt->f = fopen(path, append ? "a" : "w");
     if (!mt->f) return loom_fail("%s: cannot open metrics file: %s", path, strerror(errno));
+    size_t n = strlen(path) + 1;
+    mt->path = memcpy(xmalloc(n), path, n);
     return 0;
 }
 
-void metrics_step(Metrics *mt, const MetricsStep *m) {
-    if (!mt->f) return;
-    fprintf(mt->f,
-            "{\"step\":%d,\"loss\":%.7g,\"lr\":%.6g,\"grad_norm\":%.17g,\"step_ms\":%.3f,"
-            "\"tokens\":%.0f,\"tokens_per_s\":%.1f,\"mfu\":%.4f",
-            m->step, m->loss, m->lr, m->grad_norm, m->step_ms, m->tokens, m->tokens_per_s, m->mfu);
-    if (m->exposed_ms >= 0) fprintf(mt->f, ",\"comm_exposed_ms\":%.3f", m->exposed_ms);
-    fputs("}\n", mt->f);
-    fflush(mt->f);
+// Appends `"key":value` (with a leading comma unless first) to buf; a non-finite value is
+// written as null, since JSON has no nan or inf.
+static void field(char *buf, size_t cap, const char *key, const char *fmt, double v) {
+    // (cap leaves room for every field, so nothing here is ever cut short)
+    size_t n = strlen(buf);
+    if (n >= cap) return;
+    int k = snprintf(buf + n, cap - n, "%s\"%s\":", n > 1 ? "," : "", key);
+    if (k < 0 || (size_t)k >= cap - n) return;
+    n += (size_t)k;
+    if (isfinite(v))
+        snprintf(buf + n, cap - n, fmt, v);
+    else
+        snprintf(buf + n, cap - n, "null");
 }
 
-void metrics_val(Metrics *mt, int step, double val_loss) {
-    if (!mt->f) return;
-    fprintf(mt->f, "{\"step\":%d,\"val_loss\":%.7g}\n", step, val_loss);
-    fflush(mt->f);
+static void close_line(char *buf, size_t cap) {
+    size_t n = strlen(buf);
+    snprintf(buf + n, cap - n, "}\n");
+}
+
+// Writes one line and flushes it; the first failure is recorded (loom_fail naming the file)
+// and every later call fails without writing.
+static int put_line(Metrics *mt, const char *line) {
+    if (mt->failed) return -1;
+    errno = 0;
+    if (fputs(line, mt->f) < 0 || fflush(mt->f) || ferror(mt->f)) {
+        mt->failed = 1;
+        return loom_fail("%s: cannot write metrics: %s", mt->path, strerror(errno ? errno : EIO));
+    }
+    return 0;
+}
+
+int metrics_step(Metrics *mt, const MetricsStep *m) {
+    if (!mt->f) return 0;
+    char buf[4096] = "{"; // room for every field at %.3f of DBL_MAX
+    field(buf, sizeof buf, "step", "%.0f", m->step);
+    field(buf, sizeof buf, "loss", "%.7g", m->loss);
+    field(buf, sizeof buf, "lr", "%.6g", m->lr);
+    field(buf, sizeof buf, "grad_norm", "%.17g", m->grad_norm);
+    field(buf, sizeof buf, "step_ms", "%.3f", m->step_ms);
+    field(buf, sizeof buf, "tokens", "%.0f", m->tokens);
+    field(buf, sizeof buf, "tokens_per_s", "%.1f", m->tokens_per_s);
+    field(buf, sizeof buf, "mfu", "%.4f", m->mfu);
+    if (m->exposed_ms >= 0) field(buf, sizeof buf, "comm_exposed_ms", "%.3f", m->exposed_ms);
+    close_line(buf, sizeof buf);
+    return put_line(mt, buf);
+}
+
+int metrics_val(Metrics *mt, int step, double val_loss) {
+    if (!mt->f) return 0;
+    char buf[1024] = "{";
+    field(buf, sizeof buf, "step", "%.0f", step);
+    field(buf, sizeof buf, "val_loss", "%.7g", val_loss);
+    close_line(buf, sizeof buf);
+    return put_line(mt, buf);
 }
 
 void metrics_close(Metrics *mt) {
     if (mt->f) fclose(mt->f);
+    free(mt->path);
     mt->f = NULL;
+    mt->path = NULL;
 }

@@ -3,11 +3,15 @@
 // ("tokens": training tokens read since the start of the first run, across resumes) and one
 // per evaluation
 // {"step","val_loss"}. Lines are flushed as written so a crashed run keeps its history.
+// A value that is not finite (the loss of a skipped step, a NaN gradient norm) is written as
+// null: JSON has no nan or inf.
 #pragma once
 #include <stdio.h>
 
 typedef struct {
     FILE *f;
+    char *path;
+    int failed; // a write failed (reported once; later writes fail silently)
 } Metrics;
 
 int metrics_open(Metrics *mt, const char *path, int append);
@@ -19,6 +23,8 @@ typedef struct {
     double exposed_ms; // time the step waited on communication after compute (< 0: not written)
 } MetricsStep;
 
-void metrics_step(Metrics *mt, const MetricsStep *m);
-void metrics_val(Metrics *mt, int step, double val_loss);
+// Write one line and flush it. Return 0, or -1 with loom_errmsg naming the file when the line
+// could not be written (disk full, I/O error); after a failure every call returns -1.
+int metrics_step(Metrics *mt, const MetricsStep *m);
+int metrics_val(Metrics *mt, int step, double val_loss);
 void metrics_close(Metrics *mt);

@@ -51,7 +51,9 @@ static void reserve_val(MetricsLog *m) {
     m->val_tokens = grow(m->val_tokens, m->cap_val);
 }
 
-// Value of `key` in object `o`: 1 = present (stored in *v), 0 = absent, -1 = wrong type.
+// Value of `key` in object `o`: 1 = present (stored in *v; null is NaN, the writer's
+// non-finite value; the strings "nan" / "inf" / "-inf" are read too), 0 = absent, -1 = not a
+// number.
 static int get_num(const cJSON *o, const char *key, double *v) {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, key);
     *v = NAN;
@@ -76,78 +78,31 @@ static int get_num(const cJSON *o, const char *key, double *v) {
     return -1;
 }
 
-// C's printf writes non-finite numbers as bare nan / inf, which is not JSON. Copy the line with
-// such tokens (outside strings) quoted, so get_num reads them; returns NULL when there are none.
-static char *quote_nonfinite(const char *line, size_t len, size_t *outlen) {
-    char *out = NULL;
-    size_t o = 0;
-    int in_str = 0, found = 0;
-    for (size_t i = 0; i < len; i++) {
-        char c = line[i];
-        if (in_str) {
-            if (c == '\\' && i + 1 < len) {
-                if (out) out[o++] = c;
-                c = line[++i];
-            } else if (c == '"') {
-                in_str = 0;
-            }
-        } else if (c == '"') {
-            in_str = 1;
-        } else {
-            size_t j = i + (c == '-' || c == '+');
-            size_t k = j;
-            while (k < len && ((line[k] | 32) >= 'a' && (line[k] | 32) <= 'z'))
-                k++;
-            int word = (k - j == 3 &&
-                        (!strncasecmp(line + j, "nan", 3) || !strncasecmp(line + j, "inf", 3))) ||
-                       (k - j == 8 && !strncasecmp(line + j, "infinity", 8));
-            if (word) {
-                if (!out) {
-                    out = xmalloc(3 * len + 1); // each token grows by 2 bytes at most
-                    memcpy(out, line, i);
-                    o = i;
-                }
-                out[o++] = '"';
-                memcpy(out + o, line + i, k - i);
-                o += k - i;
-                out[o++] = '"';
-                i = k - 1;
-                found = 1;
-                continue;
-            }
-            if (k > j) { // some other bare word (true, false, null, garbage): keep it whole
-                if (out) memcpy(out + o, line + i, k - i), o += k - i;
-                i = k - 1;
-                continue;
-            }
-        }
-        if (out) out[o++] = c;
-    }
-    if (!found) {
-        free(out);
-        return NULL;
-    }
-    out[o] = 0;
-    *outlen = o;
-    return out;
+// Whether a line that is not JSON holds a bare nan / inf value (as printf writes them), for a
+// message that says what is wrong.
+static int has_bare_nonfinite(const char *line, size_t len) {
+    static const char *tok[] = {":nan",  ":-nan",  ":inf",  ":-inf",
+                                ": nan", ": -nan", ": inf", ": -inf"};
+    for (size_t t = 0; t < sizeof tok / sizeof tok[0]; t++)
+        if (memmem(line, len, tok[t], strlen(tok[t]))) return 1;
+    return 0;
 }
 
 // Parse one line (`len` bytes at `line`, not NUL-terminated). Returns 0 or -1 with a message.
 static int parse_line(MetricsLog *m, const char *line, size_t len, const char *name,
                       size_t lineno) {
-    size_t qlen = 0;
-    char *quoted = quote_nonfinite(line, len, &qlen);
-    if (quoted) line = quoted, len = qlen;
     const char *end = NULL;
     cJSON *o = cJSON_ParseWithLengthOpts(line, len, &end, 0);
     int trailing = 0;
     if (o && end)
         for (const char *q = end; q < line + len; q++)
             if (*q != ' ' && *q != '\t') trailing = 1;
-    free(quoted);
     if (!o || !cJSON_IsObject(o) || trailing) {
         cJSON_Delete(o);
-        return loom_fail("%s:%zu: malformed line (expected a JSON object)", name, lineno);
+        return loom_fail("%s:%zu: malformed line (expected a JSON object%s)", name, lineno,
+                         has_bare_nonfinite(line, len)
+                             ? "; bare nan / inf is not JSON: a value that is not finite is null"
+                             : "");
     }
     static const char *keys[] = {"step",    "loss",         "lr",     "grad_norm",
                                  "step_ms", "tokens_per_s", "tokens", "val_loss"};

@@ -4,8 +4,9 @@
 // step): "step" and "loss" are required; "lr", "grad_norm", "step_ms", "tokens_per_s" and
 // "tokens" (cumulative tokens seen) are optional. A line with "val_loss" (and "step") is a
 // validation row. A line may carry both. Lines with neither are ignored, as are unknown keys.
-// A number may also be given as null, or as nan / inf / -inf, bare (as printf writes them) or
-// quoted (read as NaN / ±inf).
+// A number may also be null (read as NaN: the writer's value for a number that is not finite)
+// or a string "nan" / "inf" / "-inf". The lines must be JSON: bare nan / inf (as printf writes
+// them, and as loom wrote them before it wrote null) make the line malformed.
 // When a step number does not increase (a run resumed from an earlier checkpoint appended to the
 // same file), the rows it supersedes — those with step >= the new one — are dropped.
 // A missing file or a malformed line is an error naming the file (and line).

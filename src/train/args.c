@@ -15,7 +15,7 @@ void train_args_defaults(TrainArgs *a) {
     a->on_nonfinite = "stop";
     a->save_every = 0, a->keep = 2, a->val_every = 0, a->val_windows = 8, a->log_every = 10;
     a->progress = 1;
-    a->peak_gflops = 290.f;
+    a->peak_gflops = 0; // measure
     a->dp = 1, a->zero = 0, a->bucket_mb = 25.f, a->comm_timeout = 300.f;
     a->comm_thread = 1;
     a->co2 = 0, a->tau = 12, a->outer_lr = 1.0f, a->outer_momentum = 0.5f, a->gap_penalty = 1.0f;

@@ -17,13 +17,22 @@ typedef struct {
     double exposed, seconds; // totals over the logged steps
 } Loop;
 
-static void log_record(Loop *l, const StepRecord *rec) {
+// A metrics line could not be written (disk full): the run stops with EXIT_IO rather than go
+// on without its history. Only the lead rank writes, so with more ranks it ends them all.
+static int metrics_failed(Loop *l) {
+    progress_end(&l->r->pg);
+    if (l->r->world->size > 1) comm_abort(EXIT_IO, loom_errmsg());
+    fprintf(stderr, "loom: %s; stopping\n", loom_errmsg());
+    return EXIT_IO;
+}
+
+static int log_record(Loop *l, const StepRecord *rec) {
     Run *r = l->r;
     const TrainArgs *a = r->a;
     double tokens = (double)a->batch * a->seq * a->grad_accum * r->grid.dp;
     double flops = gpt_flops_per_step(&r->model.cfg, a->batch, a->seq) * a->grad_accum /
                    r->grid.pp; // per rank
-    double tps = tokens / rec->seconds, mfu = flops / rec->seconds / (a->peak_gflops * 1e9);
+    double tps = tokens / rec->seconds, mfu = flops / rec->seconds / (r->peak_gflops * 1e9);
     l->seconds += rec->seconds;
     if (rec->exposed > 0) l->exposed += rec->exposed;
     MetricsStep ms = {.step = rec->step,
@@ -35,8 +44,9 @@ static void log_record(Loop *l, const StepRecord *rec) {
                       .tokens_per_s = tps,
                       .mfu = mfu,
                       .exposed_ms = rec->exposed >= 0 ? rec->exposed * 1e3 : -1};
-    if (r->lead) metrics_step(&r->mt, &ms);
+    if (r->lead && metrics_step(&r->mt, &ms)) return metrics_failed(l);
     progress_step(&r->pg, rec->step, rec->loss, tps, mfu, rec->seconds);
+    return 0;
 }
 
 // Logs the records the strategy has handed over. A step whose loss or gradient is not finite
@@ -47,7 +57,7 @@ static int take_records(Loop *l) {
     StepRecord rec;
     while (strategy_take(l->s, &rec)) {
         if (rec.applied) {
-            log_record(l, &rec);
+            if (log_record(l, &rec)) return EXIT_IO;
             continue;
         }
         if (!rec.must_stop && !strcmp(a->on_nonfinite, "skip")) {
@@ -72,15 +82,16 @@ static int take_records(Loop *l) {
     return 0;
 }
 
-static void validate(Loop *l, int step, int final) {
+static int validate(Loop *l, int step, int final) {
     Run *r = l->r;
     double vl = l->s->ops->evaluate(l->s);
-    if (!r->lead) return;
-    metrics_val(&r->mt, step, vl);
+    if (!r->lead) return 0;
+    if (metrics_val(&r->mt, step, vl)) return metrics_failed(l);
     if (final)
         fprintf(stderr, "loom: val loss %.4f\n", vl);
     else
         progress_note(&r->pg, "step %d: val loss %.4f", step, vl);
+    return 0;
 }
 
 static int save(Loop *l, int step, int final) {
@@ -127,7 +138,7 @@ static int run_steps(Loop *l) {
             s->ops->drain(s, 0);
             if ((rc = take_records(l))) return rc;
         }
-        if (val) validate(l, done, 0);
+        if (val && validate(l, done, 0)) return EXIT_IO;
         if (ckpt && (rc = save(l, done, 0))) return rc;
     }
     s->ops->drain(s, 1);
@@ -139,7 +150,7 @@ static int finish(Loop *l) {
     Run *r = l->r;
     const TrainArgs *a = r->a;
     comm_set_context(a->steps, "finishing");
-    if (r->has_val) validate(l, a->steps, 1);
+    if (r->has_val && validate(l, a->steps, 1)) return EXIT_IO;
     if (l->skipped && r->lead)
         fprintf(stderr, "loom: %d steps skipped for non-finite values\n", l->skipped);
     l->s->ops->summary(l->s, l->exposed, l->seconds);
@@ -193,6 +204,7 @@ int train_run(const TrainArgs *args) {
     comm_set_failure_handler(comm_failed, &s); // the strategy hears failed operations
     if (ops->create(&s)) run_fail(&r, s.resume_dir ? EXIT_INPUT : EXIT_USAGE);
     run_setup_done(&r);
+    run_peak(&r);
     banner(&r, &s);
     Loop l = {.r = &r, .s = &s};
     progress_start(&r.pg, planned.progress && r.lead, r.start, planned.steps, planned.log_every);

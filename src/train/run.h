@@ -29,6 +29,7 @@ typedef struct {
     uint64_t window0;         // the first data window this run reads (the resumed position)
     Metrics mt;
     Progress pg;
+    double peak_gflops; // MFU's denominator: --peak-gflops, or measured (lead rank; NaN elsewhere)
     StrategyConfig sc;
     StrategyData data;
 } Run;
@@ -41,6 +42,10 @@ void run_setup(Run *r);
 // After the strategy is set up: frees what only set-up needed (the --init weights).
 void run_setup_done(Run *r);
 void run_teardown(Run *r);
+// The peak MFU is reported against (r->peak_gflops): --peak-gflops, or (0) the backend's probe
+// on the lead rank, the one that prints progress and writes metrics, which says what it measured.
+// Called once the run is set up (a probe before a setup error would delay only rank 0's message).
+void run_peak(Run *r);
 // The next unread data window after `step` steps (every rank's micro-batches of the steps this
 // run took follow the resumed position, whatever layout wrote it).
 uint64_t run_data_window(const Run *r, int step);

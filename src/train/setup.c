@@ -1,5 +1,6 @@
 // setup.c — a training process's setup and teardown (see run.h).
 #include <libgen.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,6 +165,16 @@ static void setup_data(Run *r) {
         run_fail(r, EXIT_INPUT);
     }
     find_tokenizer_dir(r);
+}
+
+void run_peak(Run *r) {
+    const Backend *be = r->model.be;
+    r->peak_gflops = r->a->peak_gflops > 0 ? r->a->peak_gflops : NAN;
+    if (r->a->peak_gflops > 0 || !r->lead) return;
+    int threads = 0;
+    r->peak_gflops = be->peak_gflops(&threads);
+    fprintf(stderr, "loom: peak fp32 %.1f GFLOP/s measured on %d thread%s (MFU is against it)\n",
+            r->peak_gflops, threads, threads == 1 ? "" : "s");
 }
 
 void run_setup(Run *r) {

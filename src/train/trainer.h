@@ -21,7 +21,7 @@ typedef struct {
     char *device; // backend: cpu (cuda with a CUDA build)
     char *metrics, *save, *resume, *export_path, *on_nonfinite, *dump_grads;
     int save_every, keep, val_every, val_windows, log_every, progress;
-    float peak_gflops;
+    float peak_gflops; // for MFU; 0: measured at the start (the backend's peak_gflops)
     // parallelism (the process grid; world size = dp, until pipeline/tensor parallelism)
     int dp, zero, dry_run;
     int pp;             // pipeline stages
