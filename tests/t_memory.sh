@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # t_memory.sh — a ZeRO-3 rank and a pipeline rank never hold the whole model: the model is
 # created without whole-model buffers and each rank materialises only its shard or stage
-# (random init), so its peak RSS stays within what it reports holding (params + grads +
+# (random init, or streamed from a checkpoint on resume), and a save streams its shard through
+# a bounded buffer, so its peak RSS stays within what it reports holding (params + grads +
 # optimizer [+ activations]) plus a stated 32 MiB for the libraries' transient buffers (MPI's
 # collective temporaries, OpenBLAS's packing buffers), over the peak RSS of the same run with a
 # tiny model. The model (L16 C256 V4096, 13.7M parameters: 52 MiB per copy) is chosen so that
@@ -34,7 +35,19 @@ for m in big tiny; do
     $MPI -np 4 $LOOM train $common ${!m} --dp 4 --zero 3 2> "$d/z3$m.log"
 done
 check "dp 4 ZeRO-3 (rank 0)" "$d/z3big.log" "$d/z3tiny.log"
-for m in big tiny; do
-    $MPI -np 4 $LOOM train $common ${!m} --pp 4 --grad-accum 4 --schedule 1f1b 2> "$d/pp$m.log"
+for m in big tiny; do # saving every step, then resuming
+    $MPI -np 4 $LOOM train $common ${!m} --dp 4 --zero 3 --save "$d/ck$m" --save-every 1 \
+        2> "$d/z3s$m.log"
+    $MPI -np 4 $LOOM train $common ${!m} --dp 4 --zero 3 --steps 3 --resume "$d/ck$m" \
+        2> "$d/z3r$m.log"
 done
-check "pp 4 (stage 0)" "$d/ppbig.log" "$d/pptiny.log"
+check "dp 4 ZeRO-3, saving" "$d/z3sbig.log" "$d/z3stiny.log"
+check "dp 4 ZeRO-3, resumed" "$d/z3rbig.log" "$d/z3rtiny.log"
+for m in big tiny; do
+    $MPI -np 4 $LOOM train $common ${!m} --pp 4 --grad-accum 4 --schedule 2bw \
+        --save "$d/pk$m" 2> "$d/pp$m.log"
+    $MPI -np 4 $LOOM train $common ${!m} --pp 4 --grad-accum 4 --schedule 2bw --steps 3 \
+        --resume "$d/pk$m" 2> "$d/ppr$m.log"
+done
+check "pp 4 2bw (stage 0), saving" "$d/ppbig.log" "$d/pptiny.log"
+check "pp 4 2bw (stage 0), resumed" "$d/pprbig.log" "$d/pprtiny.log"

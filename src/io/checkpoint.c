@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include "../common.h"
 #include "../testhooks.h"
 #include "ckpt_manifest.h"
+#include "weights.h"
 
 static int fsync_dir(const char *dir) {
     int fd = open(dir, O_RDONLY | O_DIRECTORY);
@@ -132,21 +134,37 @@ static void ckpt_prune(const char *dir, int keep, const char *latest) {
 
 // ---------------------------------------------------------------- saving
 
+// Floats moved per piece when a shard is streamed to or from backend memory.
+#define STREAM_FLOATS ((size_t)1 << 20)
+
+// Appends n floats of src (backend memory when be is set) to o, updating crc.
+static void write_array(AtomicOut *o, const Backend *be, const float *src, size_t n, uint32_t *crc,
+                        float *buf) {
+    for (size_t k = 0; k < n && !o->failed; k += STREAM_FLOATS) {
+        size_t c = n - k < STREAM_FLOATS ? n - k : STREAM_FLOATS;
+        const float *p = src + k;
+        if (be) be->download(buf, src + k, c), p = buf;
+        *crc = crc32_update(*crc, p, c * sizeof(float));
+        aout_write(o, p, c * sizeof(float));
+    }
+}
+
 // Writes this rank's shard: params, m, v (and prev) of [lo, hi), array by array.
 static int write_shard(const char *path, int rank, int step, const CkptShard *sh, uint32_t *crc) {
     size_t n = sh->hi - sh->lo, k = sh->prev ? 4 : 3;
     const float *arrays[4] = {sh->params, sh->m, sh->v, sh->prev};
     AtomicOut o;
     if (aout_open(&o, path)) return -1;
+    float *buf = sh->be ? xmalloc(STREAM_FLOATS * sizeof(float)) : NULL;
     *crc = 0;
     for (size_t a = 0; a < k; a++) {
-        *crc = crc32_update(*crc, arrays[a], n * sizeof(float));
-        aout_write(&o, arrays[a], n * sizeof(float));
+        write_array(&o, sh->be, arrays[a], n, crc, buf);
         if (a == 0 && !o.failed) {
             fflush(o.fp);
             testhook_save_pause(rank, step); // a crash with a partial file on disk
         }
     }
+    free(buf);
     return aout_commit(&o);
 }
 
@@ -275,74 +293,81 @@ void checkpoint_meta_free(CkptMeta *meta) {
     meta->train_args = NULL;
 }
 
-// One shard file, read whole and checked against its size and checksum (NULL on error).
-static float *read_entry_data(const char *step_dir, const CkptEntry *e) {
+// Streams shard file e through buf (STREAM_FLOATS floats), checking its size and CRC-32, and
+// copies what w wants of each of its arrays. Returns 0 or -1 (loom_errmsg names the file).
+static int read_entry(const char *step_dir, const CkptEntry *e, CkptWant *w, float *buf) {
     char path[4200];
-    size_t len,
-        want = (e->hi - e->lo) * (size_t)e->arrays * sizeof(float); // checked by the manifest
-    if (path_fmt(path, sizeof path, "%s/%s", step_dir, e->file)) return NULL;
-    char *data = read_file(path, &len);
-    if (!data) return NULL;
-    uint32_t got = len == want ? crc32_update(0, data, len) : 0;
-    if (len != want)
-        loom_fail("%s: %zu bytes, expected %zu (changed while reading?)", path, len, want);
-    else if (got != e->crc)
-        loom_fail("%s: checksum mismatch (crc32 %08x, manifest says %08x): file is corrupted", path,
-                  got, e->crc);
-    if (len != want || got != e->crc) {
-        free(data);
-        return NULL;
+    if (path_fmt(path, sizeof path, "%s/%s", step_dir, e->file)) return -1;
+    RFile f;
+    if (rfile_open(&f, path)) return -1;
+    size_t cnt = e->hi - e->lo, total = cnt * (size_t)e->arrays; // floats, checked by the manifest
+    int rc = f.size == total * sizeof(float)
+                 ? 0
+                 : loom_fail("%s: %" PRIu64 " bytes, expected %zu (changed while reading?)", path,
+                             f.size, total * sizeof(float));
+    uint32_t crc = 0;
+    for (size_t f0 = 0; f0 < total && !rc; f0 += STREAM_FLOATS) {
+        size_t c = total - f0 < STREAM_FLOATS ? total - f0 : STREAM_FLOATS;
+        if ((rc = rfile_read(&f, (uint64_t)f0 * sizeof(float), buf, c * sizeof(float)))) break;
+        crc = crc32_update(crc, buf, c * sizeof(float));
+        for (int a = 0; a < e->arrays; a++) { // array a holds file floats [a·cnt, (a+1)·cnt)
+            size_t s, n = range_isect(w->lo[a], w->hi[a], e->lo, e->hi, &s);
+            size_t at, k = n ? range_isect(a * cnt + (s - e->lo), a * cnt + (s - e->lo) + n, f0,
+                                           f0 + c, &at)
+                             : 0;
+            if (!k) continue;
+            float *dst = w->dst[a] + (s - w->lo[a]) + (at - (a * cnt + (s - e->lo)));
+            if (w->be)
+                w->be->upload(dst, buf + (at - f0), k);
+            else
+                memcpy(dst, buf + (at - f0), k * sizeof(float));
+        }
     }
-    return (float *)data;
+    rfile_close(&f);
+    if (!rc && crc != e->crc)
+        rc = loom_fail("%s: checksum mismatch (crc32 %08x, manifest says %08x): file is corrupted",
+                       path, crc, e->crc);
+    return rc;
 }
 
-// Copies what the shards hold of [plo, phi) (params), [olo, ohi) (m, v) and [rlo, rhi) (prev);
-// *no_prev is set when a shard that overlaps [rlo, rhi) has no previous version.
-static int read_ranges(const char *step_dir, size_t nparams, size_t plo, size_t phi, float *params,
-                       size_t olo, size_t ohi, float *m, float *v, size_t rlo, size_t rhi,
-                       float *prev, int *no_prev) {
+int checkpoint_read_into(const char *step_dir, size_t nparams, CkptWant *w) {
     CkptManifest mf;
     if (manifest_read(step_dir, &mf)) return -1;
     int rc = 0;
     if (mf.nparams != nparams)
         rc = loom_fail("%s: a model of %zu parameters, %zu expected (model shape mismatch)",
                        mf.path, mf.nparams, nparams);
-    if (plo > phi || phi > nparams || olo > ohi || ohi > nparams || rlo > rhi || rhi > nparams)
-        rc = loom_fail("%s: requested ranges outside [0, %zu)", mf.path, nparams);
+    for (int a = 0; a < 4 && !rc; a++)
+        if (w->lo[a] > w->hi[a] || w->hi[a] > nparams || (w->hi[a] > w->lo[a] && !w->dst[a]))
+            rc = loom_fail("%s: requested ranges outside [0, %zu)", mf.path, nparams);
+    float *buf = xmalloc(STREAM_FLOATS * sizeof(float));
     for (int i = 0; i < mf.n && !rc; i++) {
         const CkptEntry *e = &mf.e[i];
         if (i && e->lo == mf.e[i - 1].lo && e->hi == mf.e[i - 1].hi) continue; // a replica
-        size_t s1 = 0, s2 = 0, s3 = 0, lo = e->lo, cnt = e->hi - e->lo;
-        size_t n1 = params ? range_isect(plo, phi, lo, e->hi, &s1) : 0;
-        size_t n2 = m || v ? range_isect(olo, ohi, lo, e->hi, &s2) : 0;
-        size_t n3 = prev ? range_isect(rlo, rhi, lo, e->hi, &s3) : 0;
-        if (n3 && e->arrays < 4) *no_prev = 1, n3 = 0;
-        if (!n1 && !n2 && !n3) continue; // nothing needed here
-        float *fp = read_entry_data(step_dir, e);
-        if (!fp) {
-            rc = -1;
-            break;
-        }
-        if (n1) memcpy(params + (s1 - plo), fp + (s1 - lo), n1 * sizeof(float));
-        if (n2 && m) memcpy(m + (s2 - olo), fp + cnt + (s2 - lo), n2 * sizeof(float));
-        if (n2 && v) memcpy(v + (s2 - olo), fp + 2 * cnt + (s2 - lo), n2 * sizeof(float));
-        if (n3) memcpy(prev + (s3 - rlo), fp + 3 * cnt + (s3 - lo), n3 * sizeof(float));
-        free(fp);
+        size_t s, need = 0;
+        for (int a = 0; a < 4; a++)
+            need += range_isect(w->lo[a], w->hi[a], e->lo, e->hi, &s);
+        if (range_isect(w->lo[CKPT_PREV], w->hi[CKPT_PREV], e->lo, e->hi, &s) && e->arrays < 4)
+            w->no_prev = 1;
+        if (need) rc = read_entry(step_dir, e, w, buf);
     }
+    free(buf);
     manifest_free(&mf);
     return rc;
 }
 
 int checkpoint_read_state(const char *step_dir, size_t nparams, size_t plo, size_t phi,
                           float *params, size_t olo, size_t ohi, float *m, float *v) {
-    return read_ranges(step_dir, nparams, plo, phi, params, olo, ohi, m, v, 0, 0, NULL, NULL);
+    CkptWant w = {.lo = {plo, olo, olo, 0},
+                  .hi = {params ? phi : plo, m ? ohi : olo, v ? ohi : olo, 0},
+                  .dst = {params, m, v, NULL}};
+    return checkpoint_read_into(step_dir, nparams, &w);
 }
 
 int checkpoint_read_prev(const char *step_dir, size_t nparams, size_t lo, size_t hi, float *prev) {
-    int missing = 0;
-    if (read_ranges(step_dir, nparams, 0, 0, NULL, 0, 0, NULL, NULL, lo, hi, prev, &missing))
-        return -1;
-    return missing;
+    CkptWant w = {.lo = {0, 0, 0, lo}, .hi = {0, 0, 0, hi}, .dst = {NULL, NULL, NULL, prev}};
+    if (checkpoint_read_into(step_dir, nparams, &w)) return -1;
+    return w.no_prev;
 }
 
 // ---------------------------------------------------------------- per-rank state files
@@ -355,69 +380,85 @@ typedef struct {
 } StateHeader;
 
 int state_file_write(const char *path, const char *kind, int rank, int nranks,
-                     const float *const *arrays, const size_t *lens, int n) {
-    size_t total = sizeof(StateHeader) + (size_t)n * sizeof(uint64_t);
+                     const float *const *arrays, const size_t *lens, int n, const Backend *be) {
+    StateHeader h = {.rank = rank, .nranks = nranks, .narrays = n};
+    memcpy(h.magic, STATE_MAGIC, 8);
+    snprintf(h.kind, sizeof h.kind, "%s", kind);
+    uint64_t *ln = xcalloc((size_t)n + 1, sizeof *ln);
     for (int i = 0; i < n; i++)
-        total += lens[i] * sizeof(float);
-    char *buf = xcalloc(total, 1);
-    StateHeader *h = (StateHeader *)buf;
-    memcpy(h->magic, STATE_MAGIC, 8);
-    snprintf(h->kind, sizeof h->kind, "%s", kind);
-    h->rank = rank, h->nranks = nranks, h->narrays = n;
-    uint64_t *ln = (uint64_t *)(buf + sizeof *h);
-    char *p = (char *)(ln + n);
-    for (int i = 0; i < n; i++) {
         ln[i] = lens[i];
-        memcpy(p, arrays[i], lens[i] * sizeof(float));
-        p += lens[i] * sizeof(float);
+    AtomicOut o;
+    if (aout_open(&o, path)) return free(ln), -1;
+    // the header's CRC covers what follows it: written last, over the placeholder
+    aout_write(&o, &h, sizeof h);
+    aout_write(&o, ln, (size_t)n * sizeof *ln);
+    uint32_t crc = crc32_update(0, ln, (size_t)n * sizeof *ln);
+    float *buf = be ? xmalloc(STREAM_FLOATS * sizeof(float)) : NULL;
+    for (int i = 0; i < n; i++)
+        write_array(&o, be, arrays[i], lens[i], &crc, buf);
+    free(buf), free(ln);
+    h.crc = crc;
+    if (!o.failed && (fseek(o.fp, 0, SEEK_SET) || fwrite(&h, sizeof h, 1, o.fp) != 1)) {
+        aout_abort(&o);
+        return loom_fail("%s: write failed: %s", path, strerror(errno));
     }
-    h->crc = crc32_update(0, ln, total - sizeof *h);
-    int rc = write_file_atomic(path, buf, total);
-    free(buf);
+    return aout_commit(&o);
+}
+
+// The header and array lengths of a state file, checked against what the reader expects.
+static int state_check(const RFile *f, const char *kind, int rank, int nranks, const size_t *lens,
+                       int n, uint32_t *crc) {
+    const char *path = f->path;
+    StateHeader h;
+    uint64_t want = sizeof h + (uint64_t)n * sizeof(uint64_t);
+    for (int i = 0; i < n; i++)
+        want += lens[i] * sizeof(float);
+    if (f->size < sizeof h || rfile_read(f, 0, &h, sizeof h) || memcmp(h.magic, STATE_MAGIC, 8))
+        return loom_fail("%s: not a loom state file", path);
+    h.kind[sizeof h.kind - 1] = 0;
+    if (strcmp(h.kind, kind))
+        return loom_fail("%s: holds '%s' state, '%s' expected", path, h.kind, kind);
+    if (h.rank != rank || h.nranks != nranks)
+        return loom_fail("%s: written by rank %d of %d, read by rank %d of %d", path, h.rank,
+                         h.nranks, rank, nranks);
+    if (h.narrays != n || f->size != want)
+        return loom_fail("%s: %" PRIu64 " bytes with %d arrays; %" PRIu64 " bytes with %d arrays "
+                         "expected (model shape or layout differs)",
+                         path, f->size, h.narrays, want, n);
+    uint64_t *ln = xcalloc((size_t)n + 1, sizeof *ln);
+    int rc = rfile_read(f, sizeof h, ln, (size_t)n * sizeof *ln);
+    for (int i = 0; i < n && !rc; i++)
+        if (ln[i] != lens[i])
+            rc = loom_fail("%s: array %d has %llu values, %zu expected", path, i,
+                           (unsigned long long)ln[i], lens[i]);
+    *crc = crc32_update(0, ln, (size_t)n * sizeof *ln);
+    free(ln);
     return rc;
 }
 
 int state_file_read(const char *path, const char *kind, int rank, int nranks, float *const *arrays,
-                    const size_t *lens, int n) {
-    size_t len;
-    char *buf = read_file(path, &len);
-    if (!buf) return -1;
-    int rc = 0;
+                    const size_t *lens, int n, const Backend *be) {
+    RFile f;
+    if (rfile_open(&f, path)) return -1;
+    uint32_t crc = 0;
     StateHeader h;
-    size_t want = sizeof h + (size_t)n * sizeof(uint64_t);
-    for (int i = 0; i < n; i++)
-        want += lens[i] * sizeof(float);
-    if (len < sizeof h || memcmp(buf, STATE_MAGIC, 8)) {
-        rc = loom_fail("%s: not a loom state file", path);
-        goto out;
-    }
-    memcpy(&h, buf, sizeof h);
-    h.kind[sizeof h.kind - 1] = 0;
-    if (strcmp(h.kind, kind)) {
-        rc = loom_fail("%s: holds '%s' state, '%s' expected", path, h.kind, kind);
-    } else if (h.rank != rank || h.nranks != nranks) {
-        rc = loom_fail("%s: written by rank %d of %d, read by rank %d of %d", path, h.rank,
-                       h.nranks, rank, nranks);
-    } else if (h.narrays != n || len != want) {
-        rc = loom_fail("%s: %zu bytes with %d arrays; %zu bytes with %d arrays expected "
-                       "(model shape or layout differs)",
-                       path, len, h.narrays, want, n);
-    } else if (crc32_update(0, buf + sizeof h, len - sizeof h) != h.crc) {
-        rc = loom_fail("%s: checksum mismatch (corrupted file)", path);
-    } else {
-        const uint64_t *ln = (const uint64_t *)(buf + sizeof h);
-        const char *p = (const char *)(ln + n);
-        for (int i = 0; i < n && !rc; i++) {
-            if (ln[i] != lens[i]) {
-                rc = loom_fail("%s: array %d has %llu values, %zu expected", path, i,
-                               (unsigned long long)ln[i], lens[i]);
-                break;
-            }
-            memcpy(arrays[i], p, lens[i] * sizeof(float));
-            p += lens[i] * sizeof(float);
+    int rc = state_check(&f, kind, rank, nranks, lens, n, &crc);
+    if (!rc) rc = rfile_read(&f, 0, &h, sizeof h);
+    uint64_t off = sizeof h + (uint64_t)n * sizeof(uint64_t);
+    float *buf = xmalloc(STREAM_FLOATS * sizeof(float));
+    for (int i = 0; i < n && !rc; i++)
+        for (size_t k = 0; k < lens[i] && !rc; k += STREAM_FLOATS) { // streamed, then checked
+            size_t c = lens[i] - k < STREAM_FLOATS ? lens[i] - k : STREAM_FLOATS;
+            if ((rc = rfile_read(&f, off, buf, c * sizeof(float)))) break;
+            crc = crc32_update(crc, buf, c * sizeof(float));
+            if (be)
+                be->upload(arrays[i] + k, buf, c);
+            else
+                memcpy(arrays[i] + k, buf, c * sizeof(float));
+            off += c * sizeof(float);
         }
-    }
-out:
     free(buf);
+    rfile_close(&f);
+    if (!rc && crc != h.crc) rc = loom_fail("%s: checksum mismatch (corrupted file)", path);
     return rc;
 }

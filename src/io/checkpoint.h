@@ -35,9 +35,12 @@ typedef int (*CkptExtraFn)(const char *step_dir, void *ctx);
 // One rank's piece of the training state: the flat range [lo, hi) of the parameters and of
 // both AdamW moments (host pointers, each hi-lo floats); prev: 2bw's previous weight version
 // of the same range, or NULL.
+// be: when set, the arrays are that backend's memory and are written through a bounded buffer
+// (no host copy of the shard); NULL: host memory.
 typedef struct {
     size_t lo, hi;
     const float *params, *m, *v, *prev;
+    const Backend *be;
 } CkptShard;
 
 // A save, file by file (the collective coordination lives with the strategies, see
@@ -60,10 +63,12 @@ int ckpt_commit(const char *dir, const char *part, const CkptMeta *meta, const C
 // A rank's own state file (e.g. a CO2 worker's outer state and inner AdamW moments): a header
 // naming its kind, the writer's rank and world size and each array's length, then the float32
 // arrays, with a CRC-32 over all of it. Reading checks every one of those and names the file.
+// Both stream the arrays through a bounded buffer; be: the arrays are that backend's memory
+// (NULL: host memory).
 int state_file_write(const char *path, const char *kind, int rank, int nranks,
-                     const float *const *arrays, const size_t *lens, int n);
+                     const float *const *arrays, const size_t *lens, int n, const Backend *be);
 int state_file_read(const char *path, const char *kind, int rank, int nranks, float *const *arrays,
-                    const size_t *lens, int n);
+                    const size_t *lens, int n, const Backend *be);
 // Resolves DIR (with a `latest` file, which must name a step_<digits> directory inside DIR) or a
 // step directory into the step directory path.
 int checkpoint_resolve(const char *path, char *step_dir, size_t n);
@@ -76,6 +81,18 @@ void checkpoint_meta_free(CkptMeta *meta);
 // against its checksum. This is what makes resuming on another dp size or ZeRO stage work.
 int checkpoint_read_state(const char *step_dir, size_t nparams, size_t plo, size_t phi,
                           float *params, size_t olo, size_t ohi, float *m, float *v);
+// What a rank reads back, straight into its own buffers: for each array of the shards (params,
+// AdamW m, v, 2bw's previous version) the flat range [lo, hi) it wants (lo == hi: none) and
+// where it goes (hi-lo floats; backend memory when be is set). The shard files are streamed
+// through a bounded buffer, each read once and checked against its CRC-32.
+enum { CKPT_PARAMS, CKPT_M, CKPT_V, CKPT_PREV };
+typedef struct {
+    size_t lo[4], hi[4];
+    float *dst[4];
+    const Backend *be;
+    int no_prev; // out: a shard holding part of the CKPT_PREV range has no previous version
+} CkptWant;
+int checkpoint_read_into(const char *step_dir, size_t nparams, CkptWant *want);
 // The previous weight version (2bw) of [lo, hi) into prev. Returns 0, 1 when the checkpoint
 // does not hold one (it was not written by 2bw; prev is untouched), or -1 on an error.
 int checkpoint_read_prev(const char *step_dir, size_t nparams, size_t lo, size_t hi, float *prev);

@@ -235,6 +235,31 @@ static double evaluate_version(Pipe *p, int v) {
     return nw > 0 ? v2[0] / nw : NAN;
 }
 
+// The stage's weights (and the wte replica's). Fresh: the initial values in every version.
+// Resumed: W(start) and its moments in one read of the checkpoint, and under 2bw W(start-1)
+// (the newest again when the checkpoint has no previous version).
+static int stage_weights(Pipe *p, int start) {
+    const Backend *be = p->m->be;
+    size_t n = p->hi - p->lo;
+    int cur = p->nver == 2 ? buffer_of(start) : 0, prv = cur ^ 1;
+    float *prev = p->nver == 2 ? p->pbuf[prv] : NULL, *wprev = p->nver == 2 ? p->wbuf[prv] : NULL;
+    int no_prev = 1, w_no_prev = 1;
+    if (start > 0 && p->io->load) {
+        no_prev = p->io->load(p->io->ctx, p->lo, p->hi, p->pbuf[cur], prev, p->lo + p->own_lo,
+                              p->lo + p->own_hi, p->om, p->ov);
+        if (no_prev >= 0 && p->replica)
+            w_no_prev = p->io->load(p->io->ctx, 0, p->tie_n, p->wbuf[cur], wprev, p->wown_lo,
+                                    p->wown_hi, p->wm, p->wv);
+        if (no_prev < 0 || (p->replica && w_no_prev < 0)) return -1;
+    } else if (p->io->params(p->io->ctx, p->lo, p->hi, p->pbuf[cur]) ||
+               (p->replica && p->io->params(p->io->ctx, 0, p->tie_n, p->wbuf[cur]))) {
+        return -1;
+    }
+    if (p->nver == 2 && no_prev) be->copy(p->pbuf[prv], p->pbuf[cur], n);
+    if (p->nver == 2 && p->replica && w_no_prev) be->copy(p->wbuf[prv], p->wbuf[cur], p->tie_n);
+    return 0;
+}
+
 // Allocates the stage's buffers (and drops the whole-model ones); sets the ZeRO-1 slices.
 static int pipe_setup(Pipe *p, GPT *m, const Grid *g, const PipelineConfig *pc, int start) {
     const Backend *be = m->be;
@@ -279,30 +304,15 @@ static int pipe_setup(Pipe *p, GPT *m, const Grid *g, const PipelineConfig *pc, 
         p->own_lo = (size_t)p->dsp[q], p->own_hi = p->own_lo + (size_t)p->cnt[q];
         if (p->replica) p->wown_lo = (size_t)p->wdsp[q], p->wown_hi = p->wown_lo + p->wcnt[q];
     }
-    for (int v = 0; v < p->nver; v++) { // the stage's initial weights (and the wte replica's)
+    for (int v = 0; v < p->nver; v++) {
         p->pbuf[v] = be->alloc(n);
         if (p->replica) p->wbuf[v] = be->alloc(p->tie_n);
-        if (v > 0) {
-            be->copy(p->pbuf[v], p->pbuf[0], n);
-            if (p->replica) be->copy(p->wbuf[v], p->wbuf[0], p->tie_n);
-        } else if (p->io->params(p->io->ctx, p->lo, p->hi, p->pbuf[0]) ||
-                   (p->replica && p->io->params(p->io->ctx, 0, p->tie_n, p->wbuf[0]))) {
-            return -1;
-        }
     }
     size_t own = p->own_hi - p->own_lo, wown = p->wown_hi - p->wown_lo;
     p->gbuf = be->alloc(n), p->om = be->alloc(own), p->ov = be->alloc(own);
     if (p->replica)
         p->wgrad = be->alloc(p->tie_n), p->wm = be->alloc(wown), p->wv = be->alloc(wown);
-    if (start > 0 && p->io->load) { // resume: moments, and under 2bw W(start-1) (W(start) is m)
-        int prev = buffer_of(start - 1);
-        if (p->io->load(p->io->ctx, p->lo, p->hi, p->nver == 2 ? p->pbuf[prev] : NULL,
-                        p->lo + p->own_lo, p->lo + p->own_hi, p->om, p->ov))
-            return -1;
-        if (p->replica && p->io->load(p->io->ctx, 0, p->tie_n, p->nver == 2 ? p->wbuf[prev] : NULL,
-                                      p->wown_lo, p->wown_hi, p->wm, p->wv))
-            return -1;
-    }
+    if (stage_weights(p, start)) return -1;
     size_t held = n + (p->replica ? p->tie_n : 0);
     p->mem[0] = 4.0 * held * p->nver;
     p->mem[1] = 4.0 * held;

@@ -54,10 +54,11 @@ typedef struct {
     int (*params)(void *ctx, size_t lo, size_t hi, float *dst);
     // Validation window w (NULL: no validation data).
     void (*val_batch)(void *ctx, int w, int *inputs, int *targets);
-    // Resume (start > 0; NULL: none): the previous weight version of [lo, hi) into prev (left
-    // as it is when the checkpoint has none) and the moments of [olo, ohi) into m and v.
-    int (*load)(void *ctx, size_t lo, size_t hi, float *prev, size_t olo, size_t ohi, float *m,
-                float *v);
+    // Resume (start > 0; NULL: none), in one read of the checkpoint: the weights of [lo, hi)
+    // into params, the previous weight version into prev (NULL: not wanted) and the moments of
+    // [olo, ohi) into m and v. Returns 0, 1 when the checkpoint holds no previous version, -1.
+    int (*load)(void *ctx, size_t lo, size_t hi, float *params, float *prev, size_t olo,
+                size_t ohi, float *m, float *v);
 } PipelineIO;
 
 typedef struct Pipeline Pipeline;

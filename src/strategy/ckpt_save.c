@@ -51,21 +51,3 @@ int ckpt_save_collective(const char *dir, const Comm *c, const CkptShard *mine,
         loom_fail("%s: a rank failed to write its shard", part);
     return rc ? -1 : 0;
 }
-
-CkptShard ckpt_shard_download(const Backend *be, size_t lo, size_t hi, const float *params,
-                              const float *m, const float *v, const float *prev) {
-    size_t n = hi - lo;
-    const float *src[4] = {params, m, v, prev};
-    float *dst[4] = {NULL, NULL, NULL, NULL};
-    for (int i = 0; i < 4; i++)
-        if (src[i]) {
-            dst[i] = xmalloc(n * sizeof(float) + 1);
-            be->download(dst[i], src[i], n);
-        }
-    return (CkptShard){lo, hi, dst[0], dst[1], dst[2], dst[3]};
-}
-
-void ckpt_shard_free(CkptShard *sh) {
-    free((void *)sh->params), free((void *)sh->m), free((void *)sh->v), free((void *)sh->prev);
-    *sh = (CkptShard){0};
-}

@@ -9,8 +9,3 @@
 int ckpt_save_collective(const char *dir, const Comm *c, const CkptShard *mine,
                          const CkptMeta *meta, CkptExtraFn extra, void *extra_ctx,
                          CkptExtraFn rank_files, void *rank_ctx, int keep);
-// Host copies of a shard held in backend buffers: params/m/v/prev of n floats each (prev may
-// be NULL). Frees with ckpt_shard_free.
-CkptShard ckpt_shard_download(const Backend *be, size_t lo, size_t hi, const float *params,
-                              const float *m, const float *v, const float *prev);
-void ckpt_shard_free(CkptShard *sh);

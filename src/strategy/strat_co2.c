@@ -88,24 +88,20 @@ static int co2_resume(Strategy *s, Co2State *o) {
                          "--zero",
                          s->resume_dir, sh ? "with" : "without", sh ? "co2-sharded" : "co2",
                          sh ? "co2" : "co2-sharded", sh ? "with" : "without");
-    float *dev[CO2_STATE_MAX + 2], *host[CO2_STATE_MAX + 2];
+    float *dev[CO2_STATE_MAX + 2];
     size_t lens[CO2_STATE_MAX + 2];
     const char *kind;
     int k = co2_state_buffers(o->co2, s->start / c->tau, dev, lens, &kind);
     dev[k] = o->w.opt.m, dev[k + 1] = o->w.opt.v; // this worker's own moments
     lens[k] = lens[k + 1] = s->model->nparams;
-    for (int i = 0; i < k + 2; i++)
-        host[i] = xmalloc(lens[i] * sizeof(float) + 1);
     char path[4300];
     snprintf(path, sizeof path, "%s/co2_%05d.bin", s->resume_dir, rank);
-    int rc = state_file_read(path, kind, rank, N, host, lens, k + 2);
-    if (rc) { // this worker's own file: say so here (only rank 0 prints the run's errors)
+    if (state_file_read(path, kind, rank, N, dev, lens, k + 2, s->model->be)) {
+        // this worker's own file: say so here (only rank 0 prints the run's errors)
         fprintf(stderr, "loom: rank %d: %s\n", rank, loom_errmsg());
         fflush(stderr);
         exit(EXIT_INPUT);
     }
-    for (int i = 0; i < k + 2; i++)
-        s->model->be->upload(dev[i], host[i], lens[i]), free(host[i]);
     return 0;
 }
 
@@ -175,16 +171,17 @@ static double co2_evaluate(Strategy *s) { return whole_evaluate(s, &((Co2State *
 // A worker's own state, written next to the shards: its outer arrays and its AdamW moments.
 typedef struct {
     int rank, N, n;
-    const float *arrays[CO2_STATE_MAX + 2];
+    const float *arrays[CO2_STATE_MAX + 2]; // backend memory
     size_t lens[CO2_STATE_MAX + 2];
     const char *kind;
+    const Backend *be;
 } CO2Files;
 
 static int write_co2_files(const char *step_dir, void *ctx) {
     const CO2Files *f = ctx;
     char path[4300];
     snprintf(path, sizeof path, "%s/co2_%05d.bin", step_dir, f->rank);
-    return state_file_write(path, f->kind, f->rank, f->N, f->arrays, f->lens, f->n);
+    return state_file_write(path, f->kind, f->rank, f->N, f->arrays, f->lens, f->n, f->be);
 }
 
 // Mid-run (a round end), every worker also saves its CO2 state so that the resumed run
@@ -192,30 +189,19 @@ static int write_co2_files(const char *step_dir, void *ctx) {
 static int co2_save(Strategy *s, const char *dir, CkptMeta *meta, int final, CkptExtraFn extra,
                     void *extra_ctx, int keep) {
     Co2State *o = s->impl;
-    const Backend *be = s->model->be;
     size_t P = s->model->nparams;
-    CO2Files cf = {.rank = s->grid->dp_i, .N = s->grid->dp};
-    float *host[CO2_STATE_MAX + 2] = {0};
-    if (!final) { // waits for the average in flight (kept, not applied)
-        const float *dev[CO2_STATE_MAX + 2];
-        int k = co2_state(o->co2, dev, cf.lens, &cf.kind);
-        dev[k] = o->w.opt.m, dev[k + 1] = o->w.opt.v;
+    CO2Files cf = {.rank = s->grid->dp_i, .N = s->grid->dp, .be = s->model->be};
+    if (!final) { // waits for the average in flight (kept, not applied); streamed to the file
+        int k = co2_state(o->co2, cf.arrays, cf.lens, &cf.kind);
+        cf.arrays[k] = o->w.opt.m, cf.arrays[k + 1] = o->w.opt.v;
         cf.lens[k] = cf.lens[k + 1] = P;
         cf.n = k + 2;
-        for (int i = 0; i < cf.n; i++) {
-            host[i] = xmalloc(cf.lens[i] * sizeof(float) + 1);
-            be->download(host[i], dev[i], cf.lens[i]);
-            cf.arrays[i] = host[i];
-        }
         meta->co2_workers = s->grid->dp, meta->co2_tau = s->cfg->tau;
         meta->co2_sharded = s->cfg->zero > 0;
     }
     // every worker's strategy is unsharded: the first writes the parameters
-    int rc = whole_save(s, &o->w, dir, meta, s->grid->dp_i == 0, extra, extra_ctx,
-                        final ? NULL : write_co2_files, &cf, keep);
-    for (int i = 0; i < CO2_STATE_MAX + 2; i++)
-        free(host[i]);
-    return rc;
+    return whole_save(s, &o->w, dir, meta, s->grid->dp_i == 0, extra, extra_ctx,
+                      final ? NULL : write_co2_files, &cf, keep);
 }
 
 static int co2_full_params(Strategy *s, float *host, int grads) {

@@ -58,27 +58,17 @@ static void pp_report(void *ctx, int step, double loss, double norm, float lr, d
     strategy_emit(ctx, &r);
 }
 
-// Resume: a stage's AdamW moments and, for 2bw, the previous weight version.
-static int pp_load(void *ctx, size_t lo, size_t hi, float *prev, size_t olo, size_t ohi, float *m,
-                   float *v) {
+// Resume: a stage's weights, AdamW moments and, for 2bw, the previous weight version, streamed
+// from the checkpoint into the stage's buffers.
+static int pp_load(void *ctx, size_t lo, size_t hi, float *params, float *prev, size_t olo,
+                   size_t ohi, float *m, float *v) {
     const Strategy *s = ctx;
-    const Backend *be = s->model->be;
-    size_t P = s->model->nparams, k = ohi - olo, n = hi - lo;
-    float *mh = xmalloc(k * sizeof(float) + 1), *vh = xmalloc(k * sizeof(float) + 1);
-    int rc = checkpoint_read_state(s->resume_dir, P, 0, 0, NULL, olo, ohi, mh, vh);
-    if (!rc) be->upload(m, mh, k), be->upload(v, vh, k);
-    if (!rc && prev) {
-        float *ph = xmalloc(n * sizeof(float) + 1);
-        int got = checkpoint_read_prev(s->resume_dir, P, lo, hi, ph);
-        if (got < 0)
-            rc = -1;
-        else if (got == 0)
-            be->upload(prev, ph, n);
-        // got == 1: not a 2bw checkpoint; the previous version starts as the newest
-        free(ph);
-    }
-    free(mh), free(vh);
-    return rc;
+    CkptWant w = {.lo = {lo, olo, olo, lo},
+                  .hi = {hi, ohi, ohi, prev ? hi : lo},
+                  .dst = {params, m, v, prev},
+                  .be = s->model->be};
+    if (checkpoint_read_into(s->resume_dir, s->model->nparams, &w)) return -1;
+    return !prev || w.no_prev;
 }
 
 static int pp_create(Strategy *s) {
@@ -128,15 +118,11 @@ static int pp_save(Strategy *s, const char *dir, CkptMeta *meta, int final, Ckpt
     Pipeline *p = ((PipeState *)s->impl)->p;
     PipeShard sh;
     int writes = pipeline_shard(p, &sh);
-    CkptShard host = {0};
-    if (writes)
-        host = ckpt_shard_download(s->model->be, sh.lo, sh.hi, sh.params, sh.m, sh.v, sh.prev);
+    CkptShard mine = {sh.lo, sh.hi, sh.params, sh.m, sh.v, sh.prev, s->model->be};
     meta->opt_t = pipeline_opt_t(p);
     comm_set_context(meta->step, "pipeline checkpoint");
-    int rc = ckpt_save_collective(dir, s->grid->world, writes ? &host : NULL, meta, extra,
-                                  extra_ctx, NULL, NULL, keep);
-    ckpt_shard_free(&host);
-    return rc;
+    return ckpt_save_collective(dir, s->grid->world, writes ? &mine : NULL, meta, extra, extra_ctx,
+                                NULL, NULL, keep);
 }
 
 static int pp_full_params(Strategy *s, float *host, int grads) {

@@ -11,23 +11,22 @@ int whole_create(Strategy *s, Whole *w, const Comm *grad_comm, int zero) {
     const StrategyConfig *c = s->cfg;
     GPT *m = s->model;
     w->grad_ranks = grad_comm->size;
-    if (zero < 3) { // every rank keeps the whole parameters (and, below ZeRO 2, gradients)
-        gpt_alloc_whole(m, 1, zero < 2);
-        if (s->data->params(s->data->ctx, 0, m->nparams, m->params)) return -1;
-    }
+    if (zero < 3) gpt_alloc_whole(m, 1, zero < 2); // whole parameters (and below ZeRO 2 grads)
     w->dp = dp_create(m, grad_comm, zero, c->bucket_mb);
     size_t lo, hi;
     dp_owned_range(w->dp, &lo, &hi);
-    if (zero >= 3 && s->data->params(s->data->ctx, lo, hi, dp_shard_params(w->dp))) return -1;
     adamw_create(&w->opt, m, &c->opt, lo, hi);
-    if (s->resume_dir) {
-        size_t k = hi - lo;
-        float *mh = xmalloc(k * sizeof(float) + 1), *vh = xmalloc(k * sizeof(float) + 1);
-        int rc = checkpoint_read_state(s->resume_dir, m->nparams, 0, 0, NULL, lo, hi, mh, vh);
-        if (!rc) m->be->upload(w->opt.m, mh, k), m->be->upload(w->opt.v, vh, k);
-        free(mh), free(vh);
-        if (rc) return -1;
+    float *params = zero >= 3 ? dp_shard_params(w->dp) : m->params;
+    size_t plo = zero >= 3 ? lo : 0, phi = zero >= 3 ? hi : m->nparams;
+    if (s->resume_dir) { // the parameters it keeps and its moments, in one read, streamed
+        CkptWant want = {.lo = {plo, lo, lo, 0},
+                         .hi = {phi, hi, hi, 0},
+                         .dst = {params, w->opt.m, w->opt.v, NULL},
+                         .be = m->be};
+        if (checkpoint_read_into(s->resume_dir, m->nparams, &want)) return -1;
         w->opt.t = s->resume->opt_t;
+    } else if (s->data->params(s->data->ctx, plo, phi, params)) {
+        return -1;
     }
     if (workspace_create(&w->ws, m, c->batch, c->seq, c->recompute)) return -1;
     size_t BT = (size_t)c->batch * c->seq;
@@ -82,13 +81,10 @@ int whole_save(Strategy *s, Whole *w, const char *dir, CkptMeta *meta, int write
                int keep) {
     size_t lo, hi;
     dp_owned_range(w->dp, &lo, &hi);
-    CkptShard sh =
-        ckpt_shard_download(s->model->be, lo, hi, dp_owned_params(w->dp), w->opt.m, w->opt.v, NULL);
+    CkptShard sh = {lo, hi, dp_owned_params(w->dp), w->opt.m, w->opt.v, NULL, s->model->be};
     meta->opt_t = w->opt.t;
-    int rc = ckpt_save_collective(dir, s->grid->dp_comm, writes ? &sh : NULL, meta, extra,
-                                  extra_ctx, rank_files, rank_ctx, keep);
-    ckpt_shard_free(&sh);
-    return rc;
+    return ckpt_save_collective(dir, s->grid->dp_comm, writes ? &sh : NULL, meta, extra, extra_ctx,
+                                rank_files, rank_ctx, keep);
 }
 
 int whole_full_params(Strategy *s, Whole *w, float *host, int grads) {

@@ -61,11 +61,8 @@ static int initial_params(void *ctx, size_t lo, size_t hi, float *dst) {
     const GPT *m = &r->model;
     size_t n = hi - lo;
     if (r->resume_dir[0]) {
-        float *host = xmalloc(n * sizeof(float) + 1);
-        int rc = checkpoint_read_state(r->resume_dir, m->nparams, lo, hi, host, 0, 0, NULL, NULL);
-        if (!rc) m->be->upload(dst, host, n);
-        free(host);
-        return rc;
+        CkptWant w = {.lo = {lo}, .hi = {hi}, .dst = {dst}, .be = m->be};
+        return checkpoint_read_into(r->resume_dir, m->nparams, &w);
     }
     if (r->init_model.params) {
         m->be->copy(dst, r->init_model.params + lo, n);
