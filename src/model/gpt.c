@@ -6,22 +6,55 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../common.h"
 #include "../rng.h"
 
 int gpt_config_check(const GPTConfig *c) {
-    if (c->L < 1) return loom_fail("--layers must be >= 1 (got %d)", c->L);
+    if (c->L < 1 || c->L > GPT_MAX_LAYERS)
+        return loom_fail("--layers must be in [1, %d] (got %d)", GPT_MAX_LAYERS, c->L);
     if (c->H < 1) return loom_fail("--heads must be >= 1 (got %d)", c->H);
-    if (c->C < 1) return loom_fail("--dim must be >= 1 (got %d)", c->C);
+    if (c->C < 1 || c->C > GPT_MAX_DIM)
+        return loom_fail("--dim must be in [1, %d] (got %d)", GPT_MAX_DIM, c->C);
     if (c->C % c->H)
         return loom_fail("--dim %d is not divisible by --heads %d (head size must be whole)", c->C,
                          c->H);
     if (c->V < 2 || c->V > 65536)
         return loom_fail("--vocab must be in [2, 65536] (got %d; shards store uint16 tokens)",
                          c->V);
-    if (c->maxT < 1) return loom_fail("--block-size must be >= 1 (got %d)", c->maxT);
+    if (c->maxT < 1 || c->maxT > GPT_MAX_BLOCK)
+        return loom_fail("--block-size must be in [1, %d] (got %d)", GPT_MAX_BLOCK, c->maxT);
     return 0;
+}
+
+// a*b+c in size_t; returns 0, or -1 when it overflows.
+static int mul_add(size_t a, size_t b, size_t c, size_t *out) {
+    if (b && a > (SIZE_MAX - c) / b) return -1;
+    *out = a * b + c;
+    return 0;
+}
+
+int gpt_param_count(const GPTConfig *c, size_t *n) {
+    if (gpt_config_check(c)) return -1;
+    size_t C = (size_t)c->C, per_layer, emb, total;
+    // per layer: 2 LayerNorms (4C), qkv (3C·C + 3C), attn proj (C·C + C), fc (4C·C + 4C),
+    // fc proj (4C·C + C) = 12C² + 13C; embeddings (V + maxT)·C; final LayerNorm 2C
+    if (mul_add(12 * C, C, 13 * C, &per_layer) ||
+        mul_add((size_t)c->V + (size_t)c->maxT, C, 2 * C, &emb) ||
+        mul_add(per_layer, (size_t)c->L, emb, &total))
+        return loom_fail("model shape L=%d C=%d V=%d maxT=%d: parameter count overflows", c->L,
+                         c->C, c->V, c->maxT);
+    *n = total;
+    return 0;
+}
+
+// Bytes of physical memory, or 0 when unknown.
+static size_t phys_mem_bytes(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || psize <= 0) return 0;
+    if ((unsigned long)pages > SIZE_MAX / (unsigned long)psize) return SIZE_MAX;
+    return (size_t)pages * (size_t)psize;
 }
 
 static void add_tensor(GPT *m, size_t *off, const char *name, int rows, int cols, int conv,
@@ -39,7 +72,15 @@ static void add_tensor(GPT *m, size_t *off, const char *name, int rows, int cols
 }
 
 int gpt_create(GPT *m, const GPTConfig *cfg, const Backend *be) {
-    if (gpt_config_check(cfg)) return -1;
+    size_t want;
+    if (gpt_param_count(cfg, &want)) return -1;
+    // parameters and gradients, float32 each; refuse before allocating what cannot fit
+    size_t mem = phys_mem_bytes();
+    if (want > SIZE_MAX / (2 * sizeof(float)) || (mem && want * 2 * sizeof(float) > mem))
+        return loom_fail("model L=%d H=%d C=%d V=%d maxT=%d has %zu parameters: %.1f GiB for "
+                         "parameters and gradients, more than this machine's %.1f GiB of memory",
+                         cfg->L, cfg->H, cfg->C, cfg->V, cfg->maxT, want,
+                         (double)want * 2 * sizeof(float) / (1 << 30), (double)mem / (1 << 30));
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
     m->be = be;
@@ -90,6 +131,7 @@ int gpt_create(GPT *m, const GPTConfig *cfg, const Backend *be) {
         blk->n = off - blk->off;
     }
     m->nparams = off;
+    if (off != want) die(EXIT_IO, "gpt_create: laid out %zu parameters, expected %zu", off, want);
     m->params = be->alloc(off);
     m->grads = be->alloc(off);
     for (int b = 0; b < m->nblocks; b++) {
