@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -48,6 +49,7 @@ void *xcalloc(size_t n, size_t size) {
 
 float *xalloc_floats(size_t n) {
     void *p = NULL;
+    if (n > (SIZE_MAX - 63) / sizeof(float)) die(EXIT_IO, "out of memory allocating %zu floats", n);
     size_t bytes = (n ? n : 1) * sizeof(float);
     bytes = (bytes + 63) & ~(size_t)63;
     if (posix_memalign(&p, 64, bytes)) die(EXIT_IO, "out of memory allocating %zu floats", n);
@@ -81,35 +83,54 @@ uint32_t crc32_update(uint32_t crc, const void *data, size_t n) {
 }
 
 char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
+    // O_NONBLOCK: opening a FIFO must not wait for a writer; it is rejected below.
+    int fd = open(path, O_RDONLY | O_NONBLOCK);
+    if (fd < 0) {
         loom_fail("%s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    if (n < 0) {
-        fclose(f);
-        loom_fail("%s: cannot determine size", path);
+    struct stat st;
+    if (fstat(fd, &st)) {
+        loom_fail("%s: cannot stat: %s", path, strerror(errno));
+        close(fd);
         return NULL;
     }
-    char *buf = xmalloc((size_t)n + 1);
-    if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        fclose(f);
-        free(buf);
-        loom_fail("%s: read error", path);
+    if (!S_ISREG(st.st_mode)) {
+        loom_fail("%s: not a regular file (%s)", path,
+                  S_ISDIR(st.st_mode)    ? "a directory"
+                  : S_ISFIFO(st.st_mode) ? "a FIFO"
+                                         : "a device or socket");
+        close(fd);
         return NULL;
     }
-    fclose(f);
+    if ((uint64_t)st.st_size >= SIZE_MAX) {
+        loom_fail("%s: too large (%lld bytes)", path, (long long)st.st_size);
+        close(fd);
+        return NULL;
+    }
+    size_t n = (size_t)st.st_size, got = 0;
+    char *buf = xmalloc(n + 1);
+    while (got < n) {
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            loom_fail("%s: %s", path, r < 0 ? strerror(errno) : "file shrank while being read");
+            close(fd);
+            free(buf);
+            return NULL;
+        }
+        got += (size_t)r;
+    }
+    close(fd);
     buf[n] = 0;
-    if (len) *len = (size_t)n;
+    if (len) *len = n;
     return buf;
 }
 
 int write_file_atomic(const char *path, const void *data, size_t len) {
     char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= sizeof tmp)
+        return loom_fail("%.200s...: path too long", path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) return loom_fail("%s: cannot create: %s", tmp, strerror(errno));
     const char *p = data;
