@@ -55,6 +55,7 @@ test-asan:
 # fuzz/fuzz_<name>.c with seeds in fuzz/corpus/<name>/. `make fuzz FUZZ_SECONDS=N` builds them
 # under ASan+UBSan in build-fuzz/ and runs each for N seconds; any crash, sanitizer report,
 # leak, hang over 10 s or RSS over FUZZ_RSS_MB fails. Artifacts go to build-fuzz/fuzz/<name>/.
+# FUZZ_TARGETS="a b" picks targets; FUZZ_SKIP (default: manifest, see fuzz/run.sh) leaves some out.
 FUZZ_SECONDS ?= 60
 FUZZ_RSS_MB  ?= 2048
 FUZZ_BUILD   ?= build-fuzz
@@ -73,7 +74,9 @@ fuzz-build:
 	  EXTRA_LDFLAGS="$(FUZZ_SAN)" fuzz-targets
 
 fuzz: fuzz-build
-	FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_RSS_MB=$(FUZZ_RSS_MB) bash fuzz/run.sh
+	FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_RSS_MB=$(FUZZ_RSS_MB) \
+	  $(if $(FUZZ_TARGETS),FUZZ_TARGETS="$(FUZZ_TARGETS)") \
+	  $(if $(filter-out undefined,$(origin FUZZ_SKIP)),FUZZ_SKIP="$(FUZZ_SKIP)") bash fuzz/run.sh
 
 format:
 	clang-format -i $(wildcard src/*.[ch] src/*/*.[ch] tests/*.c fuzz/*.[ch])

@@ -748,6 +748,8 @@ static int load_merges(Bpe *b, const VocabMap *map, const char *path) {
     size_t nlines = 1;
     for (size_t i = 0; i < b->merges_len; i++)
         nlines += text[i] == '\n';
+    if (nlines > (1u << 30)) // ranks and line numbers are int
+        return loom_fail("%s: %zu lines is too many merges", path, nlines);
     b->merge_mask = pow2_at_least(2 * nlines) - 1;
     b->merges = xmalloc((b->merge_mask + 1) * sizeof(MergeSlot));
     for (size_t i = 0; i <= b->merge_mask; i++)
