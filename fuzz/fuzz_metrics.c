@@ -18,8 +18,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                        .smooth = (int)(size % 5),
                        .x = size & 1 ? PLOT_X_TOKENS : PLOT_X_STEP,
                        .log_y = (size >> 1) & 1,
-                       .width = 160,
-                       .height = 100};
+                       .width = 240,
+                       .height = 160};
     uint8_t *out = NULL;
     size_t len = 0;
     if (plot_render(&m, 1, &opt, (size >> 2) & 1 ? PLOT_FMT_PNG : PLOT_FMT_SVG, &out, &len) == 0)

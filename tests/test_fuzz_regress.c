@@ -23,6 +23,7 @@
 #include "../src/io/checkpoint.h"
 #include "../src/io/llmc_checkpoint.h"
 #include "../src/io/metrics_read.h"
+#include "../src/io/plot.h"
 #include "../src/io/safetensors.h"
 #include "../src/io/weights.h"
 #include "../src/model/gpt.h"
@@ -133,7 +134,19 @@ static int run_metrics(const uint8_t *d, size_t n, const char **named) {
     *named = put("metrics.jsonl", d, n);
     MetricsLog m;
     int rc = metrics_read(*named, &m);
-    if (!rc) metrics_free(&m);
+    if (rc) return rc;
+    // then `loom plot`, with fuzz_metrics' options
+    PlotOptions opt = {.title = "fuzz",
+                       .smooth = (int)(n % 5),
+                       .x = n & 1 ? PLOT_X_TOKENS : PLOT_X_STEP,
+                       .log_y = (n >> 1) & 1,
+                       .width = 240,
+                       .height = 160};
+    uint8_t *out = NULL;
+    size_t len = 0;
+    rc = plot_render(&m, 1, &opt, (n >> 2) & 1 ? PLOT_FMT_PNG : PLOT_FMT_SVG, &out, &len);
+    free(out);
+    metrics_free(&m);
     return rc;
 }
 

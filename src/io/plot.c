@@ -675,10 +675,24 @@ typedef struct {
     Axis ax, ay;
 } Frame;
 
-static double fx(const Frame *f, double x) { return f->L + axis_frac(&f->ax, x) * (f->R - f->L); }
-static double fy(const Frame *f, double y) { return f->B - axis_frac(&f->ay, y) * (f->B - f->T); }
+// Pixel coordinates are clamped far outside the image but well inside int: a point off the
+// chart (a smoothed value outside the raw range) still converts safely and is clipped.
+static double clamp_px(double v) { return !(v > -1e5) ? -1e5 : v > 1e5 ? 1e5 : v; }
+static double fx(const Frame *f, double x) {
+    return clamp_px(f->L + axis_frac(&f->ax, x) * (f->R - f->L));
+}
+static double fy(const Frame *f, double y) {
+    return clamp_px(f->B - axis_frac(&f->ay, y) * (f->B - f->T));
+}
 
-static int y_ok(const Frame *f, double y) { return isfinite(y) && (!f->ay.log || y > 0); }
+// Values a chart can hold: finite, |v| <= PLOT_MAX_ABS and, on a log axis, >= 1/PLOT_MAX_ABS;
+// others are skipped like NaN, so axis arithmetic (ranges, log10, tick spacing) stays finite.
+#define PLOT_MAX_ABS 1e100
+static int x_ok(double x) { return isfinite(x) && fabs(x) <= PLOT_MAX_ABS; }
+static int val_ok(double y, int log) {
+    return isfinite(y) && fabs(y) <= PLOT_MAX_ABS && (!log || y >= 1 / PLOT_MAX_ABS);
+}
+static int y_ok(const Frame *f, double y) { return val_ok(y, f->ay.log); }
 
 // Draw the finite runs of (x[i], y[i]) as polylines; long runs in SVG are thinned to at most
 // first/min/max/last per pixel column.
@@ -687,10 +701,10 @@ static void draw_series_line(Surface *S, const Frame *f, const double *x, const 
     double *px = xmalloc((n ? n : 1) * sizeof *px), *py = xmalloc((n ? n : 1) * sizeof *py);
     size_t i = 0;
     while (i < n) {
-        while (i < n && !(y_ok(f, y[i]) && isfinite(x[i])))
+        while (i < n && !(y_ok(f, y[i]) && x_ok(x[i])))
             i++;
         size_t m = 0;
-        while (i < n && y_ok(f, y[i]) && isfinite(x[i])) {
+        while (i < n && y_ok(f, y[i]) && x_ok(x[i])) {
             px[m] = fx(f, x[i]);
             py[m] = fy(f, y[i]);
             m++, i++;
@@ -741,7 +755,7 @@ static size_t points_in(const Frame *f, const Series *sr, int ns, double x0, dou
             size_t n = pass ? m->n_val : m->n;
             const double *xs = pass ? sr[i].xv : sr[i].x, *ys = pass ? m->val_loss : m->loss;
             for (size_t j = 0; j < n; j++) {
-                if (!y_ok(f, ys[j])) continue;
+                if (!y_ok(f, ys[j]) || !x_ok(xs[j])) continue;
                 double px = fx(f, xs[j]), py = fy(f, ys[j]);
                 if (px >= x0 && px <= x1 && py >= y0 && py <= y1) k++;
             }
@@ -818,7 +832,7 @@ static int render(Surface *S, const MetricsLog *logs, int nlogs, const PlotOptio
             size_t n = pass ? m->n_val : m->n;
             const double *xs = pass ? s->xv : s->x, *ys = pass ? m->val_loss : m->loss;
             for (size_t j = 0; j < n; j++) {
-                if (!isfinite(ys[j]) || !isfinite(xs[j]) || (opt->log_y && ys[j] <= 0)) continue;
+                if (!val_ok(ys[j], opt->log_y) || !x_ok(xs[j])) continue;
                 xmin = fmin(xmin, xs[j]), xmax = fmax(xmax, xs[j]);
                 ymin = fmin(ymin, ys[j]), ymax = fmax(ymax, ys[j]);
             }
@@ -903,7 +917,7 @@ static int render(Surface *S, const MetricsLog *logs, int nlogs, const PlotOptio
         const MetricsLog *m = s->log;
         if (m->n_val > 200) continue; // too many to mark; the dashed line shows them
         for (size_t j = 0; j < m->n_val; j++)
-            if (y_ok(&f, m->val_loss[j]) && isfinite(s->xv[j]))
+            if (y_ok(&f, m->val_loss[j]) && x_ok(s->xv[j]))
                 draw_marker(S, fx(&f, s->xv[j]), fy(&f, m->val_loss[j]), 3.5, s->val_color);
     }
 
