@@ -271,6 +271,30 @@ TEST(huge_safetensors_shape_is_an_error) {
           "%s", loom_errmsg());
 }
 
+TEST(many_safetensors_entries_are_fast) {
+    // 200k zero-sized tensors (a 13 MB header): the duplicate check was O(n^2), minutes
+    enum { N = 200000 };
+    size_t cap = (size_t)N * 64 + 64, k = 8;
+    char *buf = xmalloc(cap);
+    buf[k++] = '{';
+    for (int i = 0; i < N; i++)
+        k += (size_t)snprintf(buf + k, cap - k,
+                              "%s\"x%d\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}",
+                              i ? "," : "", i);
+    k += (size_t)snprintf(buf + k, cap - k,
+                          ",\"x7\":{\"dtype\":\"F32\",\"shape\":[0],"
+                          "\"data_offsets\":[0,0]}}");
+    uint64_t hn = k - 8;
+    memcpy(buf, &hn, 8);
+    const char *p = put("many.safetensors", buf, k);
+    free(buf);
+    GPTConfig cfg;
+    double t0 = now_sec();
+    CHECK(st_read_config(p, 0, &cfg) == -1 && strstr(loom_errmsg(), "'x7' appears twice"), "%s",
+          loom_errmsg());
+    CHECK(now_sec() - t0 < 10, "took %.1f s", now_sec() - t0);
+}
+
 // ---------------------------------------------------------------- 2.13: not regular files
 
 TEST(directories_and_fifos_are_errors) {
@@ -305,6 +329,7 @@ int main(void) {
     RUN(shape_bounds);
     RUN(huge_llmc_header_is_an_error);
     RUN(huge_safetensors_shape_is_an_error);
+    RUN(many_safetensors_entries_are_fast);
     RUN(directories_and_fifos_are_errors);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);

@@ -72,6 +72,12 @@ static int entry_cmp(const void *a, const void *b) {
     return x->end < y->end ? -1 : x->end > y->end;
 }
 
+static int name_cmp(const void *a, const void *b) {
+    const StEntry *x = *(const StEntry *const *)a, *y = *(const StEntry *const *)b;
+    int c = strcmp(x->name, y->name);
+    return c ? c : strcmp(x->key, y->key);
+}
+
 static const char *strip_prefix(const char *k) {
     size_t n = strlen(ST_PREFIX);
     return strncmp(k, ST_PREFIX, n) ? k : k + n;
@@ -214,14 +220,16 @@ static int st_open(StFile *s, const char *path) {
             free(ord);
             goto fail;
         }
+    // sorted by name, duplicates are neighbours (O(n log n): a header may list 10^6 tensors)
+    qsort(ord, (size_t)s->n, sizeof *ord, name_cmp);
+    for (int i = 1; i < s->n; i++)
+        if (!strcmp(ord[i]->name, ord[i - 1]->name)) {
+            loom_fail("%s: tensor '%s' appears twice ('%s' and '%s')", path, ord[i]->name,
+                      ord[i - 1]->key, ord[i]->key);
+            free(ord);
+            goto fail;
+        }
     free(ord);
-    for (int i = 0; i < s->n; i++)
-        for (int j = 0; j < i; j++)
-            if (!strcmp(s->e[i].name, s->e[j].name)) {
-                loom_fail("%s: tensor '%s' appears twice ('%s' and '%s')", path, s->e[i].name,
-                          s->e[j].key, s->e[i].key);
-                goto fail;
-            }
     return 0;
 fail: // the failing step has recorded the message
     st_close(s);
