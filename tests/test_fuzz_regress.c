@@ -295,6 +295,30 @@ TEST(many_safetensors_entries_are_fast) {
     CHECK(now_sec() - t0 < 10, "took %.1f s", now_sec() - t0);
 }
 
+TEST(deep_models_load_fast) {
+    // 65536 layers of C=1 is a 6.5 MB llm.c file; loading looked every tensor up linearly
+    // (786k x 786k name comparisons: hours). Now a lookup is a few comparisons.
+    GPTConfig c = {.L = GPT_MAX_LAYERS, .H = 1, .C = 1, .V = 2, .maxT = 1};
+    GPT m;
+    CHECK(gpt_create(&m, &c, backend_cpu()) == 0, "%s", loom_errmsg());
+    if (!m.params) return;
+    char path[128];
+    snprintf(path, sizeof path, "%s/deep.bin", tmpdir);
+    double t0 = now_sec();
+    CHECK(llmc_save_gpt(&m, path) == 0 && llmc_load_gpt(&m, path) == 0, "%s", loom_errmsg());
+    CHECK(now_sec() - t0 < 30, "llm.c save+load took %.1f s", now_sec() - t0);
+    unlink(path);
+    gpt_free(&m);
+    c.L = 16384; // safetensors: a 19 MB header
+    CHECK(gpt_create(&m, &c, backend_cpu()) == 0, "%s", loom_errmsg());
+    snprintf(path, sizeof path, "%s/deep.safetensors", tmpdir);
+    t0 = now_sec();
+    CHECK(st_save_gpt(&m, path) == 0 && st_load_gpt(&m, path) == 0, "%s", loom_errmsg());
+    CHECK(now_sec() - t0 < 30, "safetensors save+load took %.1f s", now_sec() - t0);
+    unlink(path);
+    gpt_free(&m);
+}
+
 // ---------------------------------------------------------------- 2.13: not regular files
 
 TEST(directories_and_fifos_are_errors) {
@@ -330,6 +354,7 @@ int main(void) {
     RUN(huge_llmc_header_is_an_error);
     RUN(huge_safetensors_shape_is_an_error);
     RUN(many_safetensors_entries_are_fast);
+    RUN(deep_models_load_fast);
     RUN(directories_and_fifos_are_errors);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);

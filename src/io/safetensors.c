@@ -38,6 +38,7 @@ typedef struct {
     const cJSON *meta; // __metadata__ object or NULL
     int n;
     StEntry *e;
+    StEntry **by_name; // e sorted by name, for st_find
 } StFile;
 
 static const struct {
@@ -52,6 +53,7 @@ static const struct {
 static void st_close(StFile *s) {
     if (s->root) cJSON_Delete(s->root);
     free(s->e);
+    free(s->by_name);
     if (s->f.fd >= 0) rfile_close(&s->f);
     memset(s, 0, sizeof *s);
     s->f.fd = -1;
@@ -229,7 +231,7 @@ static int st_open(StFile *s, const char *path) {
             free(ord);
             goto fail;
         }
-    free(ord);
+    s->by_name = ord;
     return 0;
 fail: // the failing step has recorded the message
     st_close(s);
@@ -237,8 +239,15 @@ fail: // the failing step has recorded the message
 }
 
 static const StEntry *st_find(const StFile *s, const char *name) {
-    for (int i = 0; i < s->n; i++)
-        if (!strcmp(s->e[i].name, name)) return &s->e[i];
+    int lo = 0, hi = s->n; // binary search: loading a deep model looks up 12 tensors per layer
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2, c = strcmp(s->by_name[mid]->name, name);
+        if (!c) return s->by_name[mid];
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
     return NULL;
 }
 

@@ -169,8 +169,23 @@ void gpt_init_weights(GPT *m, unsigned long long seed) {
 }
 
 const TensorSpec *gpt_find_tensor(const GPT *m, const char *name) {
-    for (int i = 0; i < m->ntensors; i++)
-        if (!strcmp(m->tensors[i].name, name)) return &m->tensors[i];
+    // "h.<l>.*" is in layer l's block; anything else in the embedding or the head: a lookup
+    // costs a few comparisons however deep the model (loaders look up every tensor)
+    int b0 = 0, b1 = m->nblocks;
+    if (!strncmp(name, "h.", 2) && name[2] >= '0' && name[2] <= '9') {
+        long l = 0;
+        const char *p = name + 2;
+        while (*p >= '0' && *p <= '9' && l <= m->cfg.L)
+            l = l * 10 + (*p++ - '0');
+        if (*p != '.' || l >= m->cfg.L || l >= m->nblocks - 2) return NULL;
+        b0 = (int)l + 1, b1 = b0 + 1;
+    }
+    for (int b = b0; b < b1; b++) {
+        if (b1 - b0 > 1 && b > 0 && b < m->nblocks - 1) b = m->nblocks - 1; // skip the layers
+        const Block *blk = &m->blocks[b];
+        for (int i = blk->t0; i < blk->t0 + blk->nt; i++)
+            if (!strcmp(m->tensors[i].name, name)) return &m->tensors[i];
+    }
     return NULL;
 }
 
