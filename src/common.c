@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -49,6 +50,7 @@ void *xcalloc(size_t n, size_t size) {
 
 float *xalloc_floats(size_t n) {
     void *p = NULL;
+    if (n > (SIZE_MAX - 63) / sizeof(float)) die(EXIT_IO, "out of memory allocating %zu floats", n);
     size_t bytes = (n ? n : 1) * sizeof(float);
     bytes = (bytes + 63) & ~(size_t)63;
     if (posix_memalign(&p, 64, bytes)) die(EXIT_IO, "out of memory allocating %zu floats", n);
@@ -79,37 +81,56 @@ int path_fmt(char *out, size_t n, const char *fmt, ...) {
 }
 
 char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
+    // O_NONBLOCK: opening a FIFO must not wait for a writer; it is rejected below.
+    int fd = open(path, O_RDONLY | O_NONBLOCK);
+    if (fd < 0) {
         loom_fail("%s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    if (n < 0) {
-        fclose(f);
-        loom_fail("%s: cannot determine size", path);
+    struct stat st;
+    if (fstat(fd, &st)) {
+        loom_fail("%s: cannot stat: %s", path, strerror(errno));
+        close(fd);
         return NULL;
     }
-    char *buf = xmalloc((size_t)n + 1);
-    if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        fclose(f);
-        free(buf);
-        loom_fail("%s: read error", path);
+    if (!S_ISREG(st.st_mode)) {
+        loom_fail("%s: not a regular file (%s)", path,
+                  S_ISDIR(st.st_mode)    ? "a directory"
+                  : S_ISFIFO(st.st_mode) ? "a FIFO"
+                                         : "a device or socket");
+        close(fd);
         return NULL;
     }
-    fclose(f);
+    if ((uint64_t)st.st_size >= SIZE_MAX) {
+        loom_fail("%s: too large (%lld bytes)", path, (long long)st.st_size);
+        close(fd);
+        return NULL;
+    }
+    size_t n = (size_t)st.st_size, got = 0;
+    char *buf = xmalloc(n + 1);
+    while (got < n) {
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            loom_fail("%s: %s", path, r < 0 ? strerror(errno) : "file shrank while being read");
+            close(fd);
+            free(buf);
+            return NULL;
+        }
+        got += (size_t)r;
+    }
+    close(fd);
     buf[n] = 0;
-    if (len) *len = (size_t)n;
+    if (len) *len = n;
     return buf;
 }
 
 int aout_open(AtomicOut *o, const char *path) {
     memset(o, 0, sizeof *o);
-    if (strlen(path) >= sizeof o->path) return loom_fail("%s: path too long", path);
+    if (strlen(path) >= sizeof o->path ||
+        (size_t)snprintf(o->tmp, sizeof o->tmp, "%s.tmp.%d", path, (int)getpid()) >= sizeof o->tmp)
+        return loom_fail("%.200s...: path too long", path);
     snprintf(o->path, sizeof o->path, "%s", path);
-    snprintf(o->tmp, sizeof o->tmp, "%s.tmp.%d", path, (int)getpid());
     o->fp = fopen(o->tmp, "wb");
     if (!o->fp) {
         o->failed = 1;

@@ -50,6 +50,12 @@ if command -v mpirun >/dev/null; then  # checks that need the ranks
     t "--stage-layers '1,x'" $MPI -np 2 $LOOM train $base --layers 2 --data "$d/ok.bin" --pp 2 --stage-layers 1,x
 fi
 t "missing.json: cannot open" $LOOM plan --profile "$d/missing.json"
+# found by make fuzz / hardening: huge config integers, directories and FIFOs given as files
+t "huge_int.json: key 'steps' must be an integer" $LOOM train $base --data "$d/ok.bin" --config "$(dirname "$0")/data/fuzz_regress/config/huge_int.json"
+t "not a regular file (a directory)" $LOOM train $base --data "$d/ok.bin" --config "$d"
+mkfifo "$d/fifo"
+t "fifo: not a regular file (a FIFO)" timeout 20 $LOOM train $base --data "$d/ok.bin" --config "$d/fifo"
+t "fifo: not a regular file" timeout 20 $LOOM train $base --data "$d/fifo"
 t "--workers: 0 is out of range" $LOOM plan --workers 0
 # a good config file works and flags override it
 printf '{"layers": 1, "heads": 2, "dim": 16, "vocab": 64, "block_size": 16, "batch": 2, "seq": 8, "steps": 2, "lr-schedule": "constant"}' > "$d/good.json"

@@ -12,6 +12,9 @@
 
 #define MAX_OPTS 128
 static unsigned char was_set[MAX_OPTS];
+// OPT_STR values this parse allocated, so a key given twice (or a flag overriding the config
+// file) frees the value it replaces
+static char *owned[MAX_OPTS];
 
 // a: a table name (its "|x" letter ignored); b: as given. '-' and '_' are interchangeable.
 static int same_name(const char *a, const char *b) {
@@ -60,8 +63,8 @@ static int range_ok(const Option *o, double v, const char *where) {
     return 0;
 }
 
-// Sets option o from text; `where` prefixes messages ("" or "FILE: ").
-static int set_value(const Option *o, const char *v, const char *where) {
+// Sets option o (number idx in its table) from text; `where` prefixes messages ("" or "FILE: ").
+static int set_value(const Option *o, int idx, const char *v, const char *where) {
     char *end;
     switch (o->type) {
     case OPT_INT: {
@@ -85,8 +88,15 @@ static int set_value(const Option *o, const char *v, const char *where) {
     case OPT_STR:
         if (o->choices && !in_choices(o->choices, v))
             return loom_fail("%s--%.*s: '%s' is not one of %s", where, LONG_NAME(o), v, o->choices);
-        *(char **)o->ptr = strdup(v);
-        return 0;
+        {
+            size_t n = strlen(v) + 1;
+            char *dup = memcpy(xmalloc(n), v, n);
+            char **dst = o->ptr;
+            if (idx < MAX_OPTS && owned[idx] && *dst == owned[idx]) free(owned[idx]);
+            *dst = dup;
+            if (idx < MAX_OPTS) owned[idx] = dup;
+            return 0;
+        }
     case OPT_ONOFF:
         if (!strcmp(v, "on") || !strcmp(v, "true") || !strcmp(v, "1"))
             *(int *)o->ptr = 1;
@@ -165,8 +175,12 @@ int options_load_json(const Option *opts, int n, const char *path) {
         else if (cJSON_IsBool(it))
             v = cJSON_IsTrue(it) ? "on" : "off";
         else if (cJSON_IsNumber(it)) {
-            if (o->type == OPT_INT && it->valuedouble != (double)(long)it->valuedouble) {
-                rc = loom_fail("%s: key '%s' must be an integer", path, it->string);
+            double d = it->valuedouble; // range first: casting a huge double to long is UB
+            if (o->type == OPT_INT &&
+                (!(d >= -2147483647.0 && d <= 2147483647.0) || d != (double)(long)d)) {
+                rc = loom_fail("%s: key '%s' must be an integer in [-2147483647, 2147483647] "
+                               "(got %.17g)",
+                               path, it->string, d);
                 break;
             }
             if (o->type == OPT_INT)
@@ -183,7 +197,7 @@ int options_load_json(const Option *opts, int n, const char *path) {
         } else if ((o->type == OPT_INT || o->type == OPT_FLOAT) && cJSON_IsString(it)) {
             rc = loom_fail("%s: key '%s' must be a number, not a string", path, it->string);
         } else {
-            rc = set_value(o, v, where);
+            rc = set_value(o, idx, v, where);
         }
         if (!rc && idx < MAX_OPTS) was_set[idx] = 1;
     }
@@ -195,6 +209,7 @@ int options_parse(const Option *opts, int n, int argc, char **argv, const char *
                   char **positional, int max_pos, int *npos) {
     if (npos) *npos = 0;
     memset(was_set, 0, sizeof was_set);
+    memset(owned, 0, sizeof owned);
     // config file first, so explicit flags override it
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -243,7 +258,7 @@ int options_parse(const Option *opts, int n, int argc, char **argv, const char *
                 if (i + 1 >= argc) return loom_fail("--%.*s needs a value", LONG_NAME(o));
                 val = argv[++i];
             }
-            if (set_value(o, val, "")) return -1;
+            if (set_value(o, idx, val, "")) return -1;
         }
         if (idx < MAX_OPTS) was_set[idx] = 1;
     }

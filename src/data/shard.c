@@ -33,6 +33,11 @@ static int cmp_str(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+static char *xstrdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    return memcpy(xmalloc(n), s, n);
+}
+
 static int has_bin_suffix(const char *s) {
     size_t n = strlen(s);
     return n > 4 && !strcmp(s + n - 4, ".bin");
@@ -47,18 +52,24 @@ static int expand_spec(const char *spec, char ***out, int *nout) {
         DIR *dir = opendir(spec);
         if (!dir) return loom_fail("%s: cannot open directory: %s", spec, strerror(errno));
         struct dirent *e;
+        int cap = 0;
         while ((e = readdir(dir))) {
             if (!has_bin_suffix(e->d_name)) continue;
-            v = realloc(v, sizeof(char *) * (n + 1));
+            if (n == cap) {
+                cap = cap ? 2 * cap : 16;
+                char **nv = realloc(v, sizeof(char *) * (size_t)cap);
+                if (!nv) die(EXIT_IO, "out of memory listing %s", spec);
+                v = nv;
+            }
             size_t len = strlen(spec) + strlen(e->d_name) + 2;
             v[n] = xmalloc(len);
-            snprintf(v[n++], len, "%s/%s", spec, e->d_name);
+            snprintf(v[n++], len, "%s/%s", spec, e->d_name); // len fits it exactly
         }
         closedir(dir);
         if (!n) return loom_fail("%s: directory has no *.bin shards", spec);
     } else if (stat(spec, &st) == 0) {
         v = xmalloc(sizeof(char *));
-        v[n++] = strdup(spec);
+        v[n++] = xstrdup(spec);
     } else {
         glob_t g;
         if (glob(spec, 0, NULL, &g) != 0 || g.gl_pathc == 0) {
@@ -67,7 +78,7 @@ static int expand_spec(const char *spec, char ***out, int *nout) {
         }
         v = xmalloc(sizeof(char *) * g.gl_pathc);
         for (size_t i = 0; i < g.gl_pathc; i++)
-            v[n++] = strdup(g.gl_pathv[i]);
+            v[n++] = xstrdup(g.gl_pathv[i]);
         globfree(&g);
     }
     qsort(v, (size_t)n, sizeof(char *), cmp_str);
@@ -78,10 +89,18 @@ static int expand_spec(const char *spec, char ***out, int *nout) {
 
 static int open_shard(DataSet *d, int i) {
     const char *path = d->paths[i];
-    int fd = open(path, O_RDONLY);
+    int fd = open(path, O_RDONLY | O_NONBLOCK); // a FIFO must not block; rejected below
     if (fd < 0) return loom_fail("%s: cannot open: %s", path, strerror(errno));
     struct stat st;
-    fstat(fd, &st);
+    if (fstat(fd, &st)) {
+        int err = errno;
+        close(fd);
+        return loom_fail("%s: cannot stat: %s", path, strerror(err));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return loom_fail("%s: not a regular file (a token shard must be one)", path);
+    }
     size_t size = (size_t)st.st_size;
     if (size < SHARD_HEADER_INTS * 4) {
         close(fd);

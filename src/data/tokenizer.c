@@ -95,7 +95,8 @@ static int file_exists(const char *path) {
 int tokenizer_save(const Tokenizer *t, const char *dir) {
     if (make_dirs(dir)) return -1;
     char path[4096];
-    snprintf(path, sizeof path, "%s/kind", dir);
+    if (snprintf(path, sizeof path, "%s/kind", dir) >= (int)sizeof path)
+        return loom_fail("%.200s...: path too long", dir);
     char line[64];
     int n = snprintf(line, sizeof line, "%s\n", t->ops->kind);
     if (write_file_atomic(path, line, (size_t)n)) return -1;
@@ -104,6 +105,11 @@ int tokenizer_save(const Tokenizer *t, const char *dir) {
 
 Tokenizer *tokenizer_load_dir(const char *dir) {
     char path[4096];
+    // the longest name below is "encoder.json"; a directory that long cannot hold it
+    if (strlen(dir) + sizeof "/encoder.json" > sizeof path) {
+        loom_fail("%.200s...: path too long", dir);
+        return NULL;
+    }
     snprintf(path, sizeof path, "%s/kind", dir);
     if (!file_exists(path)) {
         char a[4096], b[4096];
@@ -144,8 +150,8 @@ const char *tokenizer_find_gpt2_dir(void) {
     for (size_t i = 0; i < sizeof candidates / sizeof *candidates; i++) {
         if (!candidates[i]) continue;
         char a[4096], b[4096];
-        snprintf(a, sizeof a, "%s/encoder.json", candidates[i]);
-        snprintf(b, sizeof b, "%s/vocab.json", candidates[i]);
+        if (snprintf(a, sizeof a, "%s/encoder.json", candidates[i]) >= (int)sizeof a) continue;
+        snprintf(b, sizeof b, "%s/vocab.json", candidates[i]); // shorter than a
         if (file_exists(a) || file_exists(b)) return candidates[i];
     }
     loom_fail("GPT-2 BPE files (encoder.json + vocab.bpe) not found%s%s%s in "

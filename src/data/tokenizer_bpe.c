@@ -589,9 +589,10 @@ static const uint8_t *bpe_token_bytes(const Tokenizer *t, int id, size_t *len) {
 static int bpe_save(const Tokenizer *t, const char *dir) {
     const Bpe *b = t->impl;
     char path[4096];
-    snprintf(path, sizeof path, "%s/encoder.json", dir);
+    if (snprintf(path, sizeof path, "%s/encoder.json", dir) >= (int)sizeof path)
+        return loom_fail("%.200s...: path too long", dir);
     if (write_file_atomic(path, b->vocab_text, b->vocab_len)) return -1;
-    snprintf(path, sizeof path, "%s/vocab.bpe", dir);
+    snprintf(path, sizeof path, "%s/vocab.bpe", dir); // shorter than the one above
     return write_file_atomic(path, b->merges_text, b->merges_len);
 }
 
@@ -747,6 +748,8 @@ static int load_merges(Bpe *b, const VocabMap *map, const char *path) {
     size_t nlines = 1;
     for (size_t i = 0; i < b->merges_len; i++)
         nlines += text[i] == '\n';
+    if (nlines > (1u << 30)) // ranks and line numbers are int
+        return loom_fail("%s: %zu lines is too many merges", path, nlines);
     b->merge_mask = pow2_at_least(2 * nlines) - 1;
     b->merges = xmalloc((b->merge_mask + 1) * sizeof(MergeSlot));
     for (size_t i = 0; i <= b->merge_mask; i++)
@@ -797,23 +800,23 @@ static int load_merges(Bpe *b, const VocabMap *map, const char *path) {
     return rc;
 }
 
-Tokenizer *tokenizer_open_gpt2_files(const char *vocab_json, const char *merges) {
-    Bpe *b = xcalloc(1, sizeof *b);
+// Builds the tokenizer from b->vocab_text and b->merges_text (owned by b); frees b on failure.
+static Tokenizer *bpe_open(Bpe *b, const char *vocab_name, const char *merges_name) {
     VocabMap map = {0};
     int rc = 0;
-    b->vocab_text = read_file(vocab_json, &b->vocab_len);
-    if (!b->vocab_text) rc = -1;
-    if (!rc) b->merges_text = read_file(merges, &b->merges_len);
-    if (!rc && !b->merges_text) rc = -1;
-    if (!rc) rc = load_vocab(b, &map, vocab_json);
+    // token offsets are 32-bit: the raw bytes of all tokens (never more than the file) must fit
+    if (b->vocab_len >= UINT32_MAX)
+        rc =
+            loom_fail("%s: %zu bytes is too large for a vocabulary file", vocab_name, b->vocab_len);
+    if (!rc) rc = load_vocab(b, &map, vocab_name);
     for (int byte = 0; byte < 256 && !rc; byte++) {
         uint8_t c = (uint8_t)byte;
         b->byte_tok[byte] = vocab_find(b, &map, &c, 1);
         if (b->byte_tok[byte] < 0)
             rc = loom_fail("%s: no token for byte 0x%02x (not a byte-level BPE vocabulary)",
-                           vocab_json, byte);
+                           vocab_name, byte);
     }
-    if (!rc) rc = load_merges(b, &map, merges);
+    if (!rc) rc = load_merges(b, &map, merges_name);
     int eot = rc ? -1 : vocab_find(b, &map, (const uint8_t *)"<|endoftext|>", 13);
     free(map.slot);
     if (rc) {
@@ -827,12 +830,40 @@ Tokenizer *tokenizer_open_gpt2_files(const char *vocab_json, const char *merges)
     return t;
 }
 
+Tokenizer *tokenizer_open_gpt2_files(const char *vocab_json, const char *merges) {
+    Bpe *b = xcalloc(1, sizeof *b);
+    b->vocab_text = read_file(vocab_json, &b->vocab_len);
+    if (b->vocab_text) b->merges_text = read_file(merges, &b->merges_len);
+    if (!b->merges_text) {
+        bpe_free(b);
+        return NULL;
+    }
+    return bpe_open(b, vocab_json, merges);
+}
+
+Tokenizer *tokenizer_open_gpt2_mem(const char *vocab_name, const void *vocab, size_t vocab_len,
+                                   const char *merges_name, const void *merges, size_t merges_len) {
+    Bpe *b = xcalloc(1, sizeof *b);
+    b->vocab_text = xmalloc(vocab_len + 1);
+    memcpy(b->vocab_text, vocab, vocab_len);
+    b->vocab_text[vocab_len] = 0;
+    b->vocab_len = vocab_len;
+    b->merges_text = xmalloc(merges_len + 1);
+    memcpy(b->merges_text, merges, merges_len);
+    b->merges_text[merges_len] = 0;
+    b->merges_len = merges_len;
+    return bpe_open(b, vocab_name, merges_name);
+}
+
 Tokenizer *tokenizer_open_gpt2(const char *dir) {
     static const char *pairs[][2] = {{"encoder.json", "vocab.bpe"}, {"vocab.json", "merges.txt"}};
     char v[4096], m[4096];
     for (int i = 0; i < 2; i++) {
-        snprintf(v, sizeof v, "%s/%s", dir, pairs[i][0]);
-        snprintf(m, sizeof m, "%s/%s", dir, pairs[i][1]);
+        if (snprintf(v, sizeof v, "%s/%s", dir, pairs[i][0]) >= (int)sizeof v ||
+            snprintf(m, sizeof m, "%s/%s", dir, pairs[i][1]) >= (int)sizeof m) {
+            loom_fail("%.200s...: path too long", dir);
+            return NULL;
+        }
         FILE *f = fopen(v, "rb");
         if (!f) continue;
         fclose(f);

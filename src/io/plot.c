@@ -42,9 +42,22 @@ typedef struct {
     int ns, any_val;
 } Chart;
 
-static double fx(const Chart *c, double x) { return c->L + axis_frac(&c->ax, x) * (c->R - c->L); }
-static double fy(const Chart *c, double y) { return c->B - axis_frac(&c->ay, y) * (c->B - c->T); }
-static int y_ok(const Chart *c, double y) { return isfinite(y) && (!c->ay.log || y > 0); }
+// Pixel coordinates are clamped far outside the image but well inside int: a point off the
+// chart (a smoothed value outside the raw range) still converts safely and is clipped.
+static double clamp_px(double v) { return !(v > -1e5) ? -1e5 : v > 1e5 ? 1e5 : v; }
+static double fx(const Chart *c, double x) {
+    return clamp_px(c->L + axis_frac(&c->ax, x) * (c->R - c->L));
+}
+static double fy(const Chart *c, double y) {
+    return clamp_px(c->B - axis_frac(&c->ay, y) * (c->B - c->T));
+}
+// Values a chart can hold: finite, |v| <= PLOT_MAX_ABS and, on a log axis, >= 1/PLOT_MAX_ABS;
+// others are skipped like NaN, so axis arithmetic (ranges, log10, tick spacing) stays finite.
+#define PLOT_MAX_ABS 1e100
+static int val_ok(double v, int log) {
+    return isfinite(v) && fabs(v) <= PLOT_MAX_ABS && (!log || v >= 1 / PLOT_MAX_ABS);
+}
+static int y_ok(const Chart *c, double y) { return val_ok(y, c->ay.log); }
 
 // The last `k` components of a path (the whole path when it has fewer).
 static const char *path_tail(const char *p, int k) {
@@ -103,10 +116,10 @@ static void draw_series(const Chart *c, const double *x, const double *y, size_t
     double *px = xmalloc((n ? n : 1) * sizeof *px), *py = xmalloc((n ? n : 1) * sizeof *py);
     size_t i = 0;
     while (i < n) {
-        while (i < n && !(y_ok(c, y[i]) && isfinite(x[i])))
+        while (i < n && !(y_ok(c, y[i]) && val_ok(x[i], 0)))
             i++;
         size_t m = 0;
-        for (; i < n && y_ok(c, y[i]) && isfinite(x[i]); i++, m++)
+        for (; i < n && y_ok(c, y[i]) && val_ok(x[i], 0); i++, m++)
             px[m] = fx(c, x[i]), py[m] = fy(c, y[i]);
         if (m > (size_t)(4 * (c->R - c->L))) m = thin(px, py, m);
         if (m == 1 && !dashed)
@@ -223,7 +236,7 @@ static int series_init(Chart *c, const MetricsLog *logs, const PlotOptions *o, d
             size_t n = pass ? m->n_val : m->n;
             const double *xs = pass ? s->xv : s->x, *ys = pass ? m->val_loss : m->loss;
             for (size_t j = 0; j < n; j++) {
-                if (!isfinite(ys[j]) || !isfinite(xs[j]) || (o->log_y && ys[j] <= 0)) continue;
+                if (!val_ok(ys[j], o->log_y) || !val_ok(xs[j], 0)) continue;
                 r[0] = fmin(r[0], xs[j]), r[1] = fmax(r[1], xs[j]);
                 r[2] = fmin(r[2], ys[j]), r[3] = fmax(r[3], ys[j]);
             }
@@ -295,7 +308,7 @@ static void draw_data(const Chart *c) {
         const MetricsLog *m = s->log;
         if (m->n_val > 200) continue; // too many to mark; the dashed line shows them
         for (size_t j = 0; j < m->n_val; j++)
-            if (y_ok(c, m->val_loss[j]) && isfinite(s->xv[j]))
+            if (y_ok(c, m->val_loss[j]) && val_ok(s->xv[j], 0))
                 draw_marker(c->cr, fx(c, s->xv[j]), fy(c, m->val_loss[j]), 3.5, s->val_color);
     }
 }

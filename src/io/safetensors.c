@@ -37,6 +37,7 @@ typedef struct {
     const cJSON *meta; // __metadata__ object or NULL
     int n;
     StEntry *e;
+    StEntry **by_name; // e sorted by name, for st_find
 } StFile;
 
 static const struct {
@@ -51,6 +52,7 @@ static const struct {
 static void st_close(StFile *s) {
     if (s->root) cJSON_Delete(s->root);
     free(s->e);
+    free(s->by_name);
     if (s->f.fd >= 0) rfile_close(&s->f);
     memset(s, 0, sizeof *s);
     s->f.fd = -1;
@@ -69,6 +71,12 @@ static int entry_cmp(const void *a, const void *b) {
     const StEntry *x = *(const StEntry *const *)a, *y = *(const StEntry *const *)b;
     if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
     return x->end < y->end ? -1 : x->end > y->end;
+}
+
+static int name_cmp(const void *a, const void *b) {
+    const StEntry *x = *(const StEntry *const *)a, *y = *(const StEntry *const *)b;
+    int c = strcmp(x->name, y->name);
+    return c ? c : strcmp(x->key, y->key);
 }
 
 static const char *strip_prefix(const char *k) {
@@ -213,14 +221,16 @@ static int st_open(StFile *s, const char *path) {
             free(ord);
             goto fail;
         }
-    free(ord);
-    for (int i = 0; i < s->n; i++)
-        for (int j = 0; j < i; j++)
-            if (!strcmp(s->e[i].name, s->e[j].name)) {
-                loom_fail("%s: tensor '%s' appears twice ('%s' and '%s')", path, s->e[i].name,
-                          s->e[j].key, s->e[i].key);
-                goto fail;
-            }
+    // sorted by name, duplicates are neighbours (O(n log n): a header may list 10^6 tensors)
+    qsort(ord, (size_t)s->n, sizeof *ord, name_cmp);
+    for (int i = 1; i < s->n; i++)
+        if (!strcmp(ord[i]->name, ord[i - 1]->name)) {
+            loom_fail("%s: tensor '%s' appears twice ('%s' and '%s')", path, ord[i]->name,
+                      ord[i - 1]->key, ord[i]->key);
+            free(ord);
+            goto fail;
+        }
+    s->by_name = ord;
     return 0;
 fail: // the failing step has recorded the message
     st_close(s);
@@ -228,8 +238,15 @@ fail: // the failing step has recorded the message
 }
 
 static const StEntry *st_find(const StFile *s, const char *name) {
-    for (int i = 0; i < s->n; i++)
-        if (!strcmp(s->e[i].name, name)) return &s->e[i];
+    int lo = 0, hi = s->n; // binary search: loading a deep model looks up 12 tensors per layer
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2, c = strcmp(s->by_name[mid]->name, name);
+        if (!c) return s->by_name[mid];
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
     return NULL;
 }
 

@@ -6,38 +6,55 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../common.h"
 #include "../rng.h"
 
 int gpt_config_check(const GPTConfig *c) {
-    if (c->L < 1) return loom_fail("--layers must be >= 1 (got %d)", c->L);
+    if (c->L < 1 || c->L > GPT_MAX_LAYERS)
+        return loom_fail("--layers must be in [1, %d] (got %d)", GPT_MAX_LAYERS, c->L);
     if (c->H < 1) return loom_fail("--heads must be >= 1 (got %d)", c->H);
-    if (c->C < 1) return loom_fail("--dim must be >= 1 (got %d)", c->C);
+    if (c->C < 1 || c->C > GPT_MAX_DIM)
+        return loom_fail("--dim must be in [1, %d] (got %d)", GPT_MAX_DIM, c->C);
     if (c->C % c->H)
         return loom_fail("--dim %d is not divisible by --heads %d (head size must be whole)", c->C,
                          c->H);
     if (c->V < 2 || c->V > 65536)
         return loom_fail("--vocab must be in [2, 65536] (got %d; shards store uint16 tokens)",
                          c->V);
-    if (c->maxT < 1) return loom_fail("--block-size must be >= 1 (got %d)", c->maxT);
+    if (c->maxT < 1 || c->maxT > GPT_MAX_BLOCK)
+        return loom_fail("--block-size must be in [1, %d] (got %d)", GPT_MAX_BLOCK, c->maxT);
+    return 0;
+}
+
+// a*b+c in size_t; returns 0, or -1 when it overflows.
+static int mul_add(size_t a, size_t b, size_t c, size_t *out) {
+    if (b && a > (SIZE_MAX - c) / b) return -1;
+    *out = a * b + c;
     return 0;
 }
 
 int gpt_param_count(const GPTConfig *c, size_t *n) {
     if (gpt_config_check(c)) return -1;
-    // wte V·C + wpe maxT·C + L·(12C² + 13C) + ln_f 2C, checked at every step
-    size_t C = (size_t)c->C, a, b, t;
-    int ovf = __builtin_mul_overflow(C, C, &a) || __builtin_mul_overflow(a, (size_t)12, &a) ||
-              __builtin_mul_overflow(C, (size_t)13, &b) || __builtin_add_overflow(a, b, &a) ||
-              __builtin_mul_overflow(a, (size_t)c->L, &t) ||
-              __builtin_mul_overflow((size_t)c->V + (size_t)c->maxT + 2, C, &b) ||
-              __builtin_add_overflow(t, b, &t);
-    if (ovf)
-        return loom_fail("model shape L%d C%d V%d T%d: parameter count overflows", c->L, c->C, c->V,
-                         c->maxT);
-    *n = t;
+    size_t C = (size_t)c->C, per_layer, emb, total;
+    // per layer: 2 LayerNorms (4C), qkv (3C·C + 3C), attn proj (C·C + C), fc (4C·C + 4C),
+    // fc proj (4C·C + C) = 12C² + 13C; embeddings (V + maxT)·C; final LayerNorm 2C
+    if (mul_add(12 * C, C, 13 * C, &per_layer) ||
+        mul_add((size_t)c->V + (size_t)c->maxT, C, 2 * C, &emb) ||
+        mul_add(per_layer, (size_t)c->L, emb, &total))
+        return loom_fail("model shape L=%d C=%d V=%d maxT=%d: parameter count overflows", c->L,
+                         c->C, c->V, c->maxT);
+    *n = total;
     return 0;
+}
+
+// Bytes of physical memory, or 0 when unknown.
+static size_t phys_mem_bytes(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || psize <= 0) return 0;
+    if ((unsigned long)pages > SIZE_MAX / (unsigned long)psize) return SIZE_MAX;
+    return (size_t)pages * (size_t)psize;
 }
 
 static void add_tensor(GPT *m, size_t *off, const char *name, int rows, int cols, int conv,
@@ -55,7 +72,8 @@ static void add_tensor(GPT *m, size_t *off, const char *name, int rows, int cols
 }
 
 int gpt_create_layout(GPT *m, const GPTConfig *cfg, const Backend *be) {
-    if (gpt_config_check(cfg)) return -1;
+    size_t want;
+    if (gpt_param_count(cfg, &want)) return -1;
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
     m->be = be;
@@ -106,6 +124,7 @@ int gpt_create_layout(GPT *m, const GPTConfig *cfg, const Backend *be) {
         blk->n = off - blk->off;
     }
     m->nparams = off;
+    if (off != want) die(EXIT_IO, "gpt_create: laid out %zu parameters, expected %zu", off, want);
     m->nchunks = 0;
     for (int b = 0; b < m->nblocks; b++) {
         m->blocks[b].chunk0 = m->nchunks;
@@ -123,15 +142,31 @@ void gpt_free(GPT *m) {
     memset(m, 0, sizeof *m);
 }
 
-void gpt_alloc_whole(GPT *m, int params, int grads) {
+int gpt_alloc_whole(GPT *m, int params, int grads) {
+    // float32 each; refuse before allocating what cannot fit in this machine's memory
+    size_t want = m->nparams * (size_t)(!!params + !!grads), mem = phys_mem_bytes();
+    const GPTConfig *c = &m->cfg;
+    if (want > SIZE_MAX / sizeof(float) || (mem && want * sizeof(float) > mem))
+        return loom_fail("model L=%d H=%d C=%d V=%d maxT=%d has %zu parameters: %.1f GiB for its "
+                         "whole %s, more than this machine's %.1f GiB of memory",
+                         c->L, c->H, c->C, c->V, c->maxT, m->nparams,
+                         (double)want * sizeof(float) / (1 << 30),
+                         params && grads ? "parameters and gradients"
+                         : params        ? "parameters"
+                                         : "gradients",
+                         (double)mem / (1 << 30));
     if (params && !m->params) m->params = m->be->alloc(m->nparams);
     if (grads && !m->grads) m->grads = m->be->alloc(m->nparams);
     gpt_own_all(m);
+    return 0;
 }
 
 int gpt_create(GPT *m, const GPTConfig *cfg, const Backend *be) {
     if (gpt_create_layout(m, cfg, be)) return -1;
-    gpt_alloc_whole(m, 1, 1);
+    if (gpt_alloc_whole(m, 1, 1)) {
+        gpt_free(m);
+        return -1;
+    }
     return 0;
 }
 
@@ -160,8 +195,23 @@ void gpt_init_weights(GPT *m, unsigned long long seed) {
 }
 
 const TensorSpec *gpt_find_tensor(const GPT *m, const char *name) {
-    for (int i = 0; i < m->ntensors; i++)
-        if (!strcmp(m->tensors[i].name, name)) return &m->tensors[i];
+    // "h.<l>.*" is in layer l's block; anything else in the embedding or the head: a lookup
+    // costs a few comparisons however deep the model (loaders look up every tensor)
+    int b0 = 0, b1 = m->nblocks;
+    if (!strncmp(name, "h.", 2) && name[2] >= '0' && name[2] <= '9') {
+        long l = 0;
+        const char *p = name + 2;
+        while (*p >= '0' && *p <= '9' && l <= m->cfg.L)
+            l = l * 10 + (*p++ - '0');
+        if (*p != '.' || l >= m->cfg.L || l >= m->nblocks - 2) return NULL;
+        b0 = (int)l + 1, b1 = b0 + 1;
+    }
+    for (int b = b0; b < b1; b++) {
+        if (b1 - b0 > 1 && b > 0 && b < m->nblocks - 1) b = m->nblocks - 1; // skip the layers
+        const Block *blk = &m->blocks[b];
+        for (int i = blk->t0; i < blk->t0 + blk->nt; i++)
+            if (!strcmp(m->tensors[i].name, name)) return &m->tensors[i];
+    }
     return NULL;
 }
 

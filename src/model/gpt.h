@@ -18,10 +18,15 @@ typedef struct {
     int maxT; // longest sequence (rows of the position embedding)
 } GPTConfig;
 
+// Upper bounds on a shape (so sizes never overflow, whatever a weights file's header says).
+#define GPT_MAX_LAYERS 65536
+#define GPT_MAX_DIM (1 << 20)
+#define GPT_MAX_BLOCK (1 << 24)
+
 // Returns 0 or -1 (with loom_errmsg naming the field) when the shape is impossible.
 int gpt_config_check(const GPTConfig *c);
-// The number of parameters of a model of shape c (the flat layout gpt_create builds) into *n;
-// -1 (loom_fail) when the shape is impossible or the count overflows.
+// Parameters of a model of shape c (checked, in size_t). Returns 0, or -1 with loom_errmsg when
+// the shape is invalid or the count overflows.
 int gpt_param_count(const GPTConfig *c, size_t *n);
 
 typedef enum { BLOCK_EMBED, BLOCK_LAYER, BLOCK_HEAD } BlockKind;
@@ -96,12 +101,15 @@ typedef struct {
     int nchunks;   // norm chunks over all blocks
 } GPT;
 
-// Builds the block list and tensor table and allocates params and grads (zeroed).
+// Builds the block list and tensor table and allocates params and grads (zeroed). A shape whose
+// parameters and gradients would not fit in this machine's physical memory is an error (-1,
+// before anything is allocated).
 int gpt_create(GPT *m, const GPTConfig *cfg, const Backend *be);
 // The block list and tensor table only: no parameter or gradient buffer yet (a strategy that
-// keeps a shard or a stage allocates just that; gpt_alloc_whole adds the whole-model ones).
+// keeps a shard or a stage allocates just that; gpt_alloc_whole adds the whole-model ones, and
+// refuses, before allocating, what would not fit in physical memory).
 int gpt_create_layout(GPT *m, const GPTConfig *cfg, const Backend *be);
-void gpt_alloc_whole(GPT *m, int params, int grads);
+int gpt_alloc_whole(GPT *m, int params, int grads);
 void gpt_free(GPT *m);
 // GPT-2 init: N(0,0.02); residual projections N(0, 0.02/sqrt(2L)); biases 0; LayerNorm (1,0).
 void gpt_init_weights(GPT *m, unsigned long long seed);

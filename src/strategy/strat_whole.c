@@ -11,7 +11,7 @@ int whole_create(Strategy *s, Whole *w, const Comm *grad_comm, int zero) {
     const StrategyConfig *c = s->cfg;
     GPT *m = s->model;
     w->grad_ranks = grad_comm->size;
-    if (zero < 3) gpt_alloc_whole(m, 1, zero < 2); // whole parameters (and below ZeRO 2 grads)
+    if (zero < 3 && gpt_alloc_whole(m, 1, zero < 2)) return -1; // whole params (grads < ZeRO 2)
     w->dp = dp_create(m, grad_comm, zero, c->bucket_mb);
     size_t lo, hi;
     dp_owned_range(w->dp, &lo, &hi);

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# make_corpus.sh — regenerates the seed corpora in fuzz/corpus/<name>/: small valid files
+# written by loom itself (a 1-layer model trained for 3 steps: its safetensors and llm.c
+# exports, metrics log and checkpoint manifest) plus hand-made valid files and edge cases
+# (written by the Python below). Needs ./loom (make) and python3. Deterministic except for
+# the trained weights' timing columns.
+set -eu
+cd "$(dirname "$0")/.."
+LOOM=${LOOM:-./loom}
+PY=${PY:-python3}
+. tests/lib.sh
+c=fuzz/corpus
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+rm -rf "$c"
+mkdir -p "$c"/{safetensors,llmc,shard,bpe,config,metrics,state,manifest}
+mkshard "$tmp/ok.bin" 16 400 1
+$LOOM train --layers 1 --heads 2 --dim 4 --vocab 16 --block-size 4 --batch 1 --seq 4 --steps 3 \
+    --data "$tmp/ok.bin" --val-data "$tmp/ok.bin" --val-every 2 --val-windows 1 --progress off \
+    --metrics "$c/metrics/loom.jsonl" --save "$tmp/ck" --export "$c/safetensors/loom.safetensors" \
+    >/dev/null 2>&1
+$LOOM export "$tmp/ck" -o "$c/llmc/loom.bin" >/dev/null 2>&1
+cp "$tmp"/ck/step_*/checkpoint.json "$c/manifest/loom.json"
+$PY - "$c" <<'PY'
+import json, struct, sys, zlib
+c = sys.argv[1]
+def w(path, data):
+    with open(f"{c}/{path}", "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
+
+# safetensors: F16 with a prefix and no n_head; a header-only file; a bad offsets entry
+def st(tensors, meta=None, dtype="F16", prefix="transformer."):
+    hdr, data = {}, b""
+    for name, shape in tensors:
+        n = 1
+        for d in shape: n *= d
+        size = n * (2 if dtype in ("F16", "BF16") else 4)
+        hdr[prefix + name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + size]}
+        data += bytes((i * 37) % 251 for i in range(size))
+    if meta: hdr["__metadata__"] = meta
+    h = json.dumps(hdr).encode()
+    return struct.pack("<Q", len(h)) + h + data
+C, V, T = 4, 8, 4
+layer = [("ln_1.weight", [C]), ("ln_1.bias", [C]), ("attn.c_attn.weight", [C, 3 * C]),
+         ("attn.c_attn.bias", [3 * C]), ("attn.c_proj.weight", [C, C]), ("attn.c_proj.bias", [C]),
+         ("ln_2.weight", [C]), ("ln_2.bias", [C]), ("mlp.c_fc.weight", [C, 4 * C]),
+         ("mlp.c_fc.bias", [4 * C]), ("mlp.c_proj.weight", [4 * C, C]), ("mlp.c_proj.bias", [C])]
+ts = [("wte.weight", [V, C]), ("wpe.weight", [T, C])] + [("h.0." + n, s) for n, s in layer] + \
+     [("ln_f.weight", [C]), ("ln_f.bias", [C])]
+w("safetensors/f16_prefix.safetensors", st(ts))
+w("safetensors/bf16_meta.safetensors", st(ts, {"n_head": "2", "n_layer": "1"}, "BF16", ""))
+w("safetensors/header_only.safetensors", struct.pack("<Q", 2) + b"{}")
+w("safetensors/overlap.safetensors", st([("wte.weight", [2, 2]), ("wpe.weight", [2, 2])])[:-3])
+
+# llm.c: bf16 (version 5) with a padded vocabulary; a header alone
+def llmc(version, maxT, V, L, NH, C, Vp):
+    h = struct.pack("<8i", 20240326, version, maxT, V, L, NH, C, Vp) + b"\0" * (1024 - 32)
+    n = Vp * C + maxT * C + L * (12 * C * C + 13 * C) + 2 * C
+    return h + bytes(i % 7 for i in range(n * (4 if version == 3 else 2)))
+w("llmc/bf16_padded.bin", llmc(5, 4, 6, 1, 2, 4, 8))
+w("llmc/header_only.bin", llmc(3, 4, 6, 1, 2, 4, 8)[:1024])
+
+# shards: the first byte picks the vocabulary (2 + 257·byte), then the file
+def shard(toks, count=None):
+    h = struct.pack("<3i", 20240520, 1, len(toks) if count is None else count) + b"\0" * (1024 - 12)
+    return h + struct.pack(f"<{len(toks)}H", *toks)
+w("shard/ok", b"\x01" + shard([(i * 7) % 200 for i in range(64)]))
+w("shard/empty", b"\x00" + shard([]))
+w("shard/count_mismatch", b"\x00" + shard([1, 2, 3], 5))
+w("shard/out_of_vocab", b"\x00" + shard([0, 1, 9]))
+
+# BPE: encoder.json (the 256 byte tokens in GPT-2's alphabet, some merges, <|endoftext|>),
+# a NUL byte, vocab.bpe
+bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+cs, k = bs[:], 0
+for b in range(256):
+    if b not in bs:
+        bs.append(b); cs.append(256 + k); k += 1
+alpha = {b: chr(ch) for b, ch in zip(bs, cs)}
+enc = {alpha[b]: i for i, b in enumerate(range(256))}
+merges = [("h", "e"), ("l", "l"), ("he", "ll"), ("hell", "o"), ("\u0120", "w"), ("o", "r"),
+          ("\u0120w", "or"), ("l", "d"), ("\u0120wor", "ld"), ("i", "t"), ("'", "s")]
+for a, b in merges:
+    enc.setdefault(a + b, len(enc))
+enc["<|endoftext|>"] = len(enc)
+mtext = "#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges)
+w("bpe/small", json.dumps(enc) + "\0" + mtext)
+w("bpe/crlf", json.dumps(enc) + "\0" + mtext.replace("\n", "\r\n"))
+w("bpe/no_merges", json.dumps({alpha[b]: b for b in range(256)}))
+
+# config files
+w("config/good.json", '{"layers": 2, "steps": 10, "lr": 3e-4, "beta1": 0.9, "lr_schedule": "constant", "data": "x.bin", "shuffle": true, "recompute": true}')
+w("config/strings.json", '{"shuffle": "off", "lr-schedule": "cosine", "steps": -3, "beta1": 1e308}')
+w("config/bad.json", '{"layers": 2.5, "steps": "ten"}')
+
+# metrics: hand-written rows with non-finite values, a resume, validation rows
+w("metrics/edge.jsonl", '{"step": 1, "loss": 3.5, "lr": 1e-4, "grad_norm": nan, "step_ms": 10, "tokens_per_s": 800}\n'
+  '{"step": 2, "loss": inf, "tokens": 16}\n{"step": 1, "loss": -Infinity, "val_loss": "nan"}\n'
+  '\n  {"step": 3, "val_loss": 2.0, "tokens": 24}\r\n{"other": 1}\n')
+
+# CO2 state files: the first byte is the harness's selector (bit 0: fix the CRC; bits 1-2:
+# expected lengths {3,5,0}/{0,0,0}/{1,1,1}/{16,0,2}; bits 3-4: one more array each; bit 5:
+# rank; bit 6: kind "co2-sharded"), then the file: magic, kind, rank, nranks, narrays, crc,
+# the lengths as u64, the float32 arrays
+def state(kind, rank, nranks, arrays):
+    body = struct.pack(f"<{len(arrays)}Q", *[len(a) for a in arrays])
+    for a in arrays: body += struct.pack(f"<{len(a)}f", *a)
+    hdr = b"LOOMST1\0" + kind.encode().ljust(16, b"\0") + struct.pack("<3i", rank, nranks, len(arrays))
+    return hdr + struct.pack("<I", zlib.crc32(body)) + body
+w("state/ok", b"\x08" + state("co2", 0, 2, [[1, 2, 3], [4, 5, 6, 7, 8]]))
+w("state/sharded_rank1", b"\x60" + state("co2-sharded", 1, 2, [[0.5, 0.25, 0.125]]))
+w("state/lens_differ", b"\x09" + state("co2", 0, 2, [[1, 2], [3, 4, 5, 6, 7, 8]]))
+w("state/bad_crc", b"\x08" + state("co2", 0, 2, [[1, 2, 3], [4, 5, 6, 7, 8]])[:-1] + b"\x01")
+PY
+du -sh "$c"
