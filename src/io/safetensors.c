@@ -140,6 +140,32 @@ static int parse_entry(StFile *s, const cJSON *item, StEntry *e) {
 }
 
 // Opens path and validates its whole header. On failure everything is released.
+// No overlapping data and no tensor twice (also "x" next to "transformer.x"); leaves the
+// entries sorted by name in s->by_name. O(n log n): a header may list 10^6 tensors.
+static int check_entries(StFile *s) {
+    StEntry **ord = xmalloc((size_t)(s->n > 0 ? s->n : 1) * sizeof *ord);
+    for (int i = 0; i < s->n; i++)
+        ord[i] = &s->e[i];
+    qsort(ord, (size_t)s->n, sizeof *ord, entry_cmp);
+    for (int i = 1; i < s->n; i++)
+        if (ord[i]->begin < ord[i - 1]->end) {
+            loom_fail("%s: tensors '%s' and '%s' have overlapping data_offsets", s->path,
+                      ord[i - 1]->key, ord[i]->key);
+            free(ord);
+            return -1;
+        }
+    qsort(ord, (size_t)s->n, sizeof *ord, name_cmp); // duplicates become neighbours
+    for (int i = 1; i < s->n; i++)
+        if (!strcmp(ord[i]->name, ord[i - 1]->name)) {
+            loom_fail("%s: tensor '%s' appears twice ('%s' and '%s')", s->path, ord[i]->name,
+                      ord[i - 1]->key, ord[i]->key);
+            free(ord);
+            return -1;
+        }
+    s->by_name = ord;
+    return 0;
+}
+
 static int st_open(StFile *s, const char *path) {
     memset(s, 0, sizeof *s);
     s->path = path;
@@ -209,28 +235,7 @@ static int st_open(StFile *s, const char *path) {
         if (parse_entry(s, it, &s->e[s->n])) goto fail;
         s->n++;
     }
-    // Duplicates (also "x" next to "transformer.x") and overlapping data.
-    StEntry **ord = xmalloc((size_t)(s->n > 0 ? s->n : 1) * sizeof *ord);
-    for (int i = 0; i < s->n; i++)
-        ord[i] = &s->e[i];
-    qsort(ord, (size_t)s->n, sizeof *ord, entry_cmp);
-    for (int i = 1; i < s->n; i++)
-        if (ord[i]->begin < ord[i - 1]->end) {
-            loom_fail("%s: tensors '%s' and '%s' have overlapping data_offsets", path,
-                      ord[i - 1]->key, ord[i]->key);
-            free(ord);
-            goto fail;
-        }
-    // sorted by name, duplicates are neighbours (O(n log n): a header may list 10^6 tensors)
-    qsort(ord, (size_t)s->n, sizeof *ord, name_cmp);
-    for (int i = 1; i < s->n; i++)
-        if (!strcmp(ord[i]->name, ord[i - 1]->name)) {
-            loom_fail("%s: tensor '%s' appears twice ('%s' and '%s')", path, ord[i]->name,
-                      ord[i - 1]->key, ord[i]->key);
-            free(ord);
-            goto fail;
-        }
-    s->by_name = ord;
+    if (check_entries(s)) goto fail;
     return 0;
 fail: // the failing step has recorded the message
     st_close(s);
