@@ -48,7 +48,8 @@ static int setup_model(Run *r, const Backend *be) {
         r->start = r->resume.step;
         r->window0 = r->resume.data_window;
     } else if (a->init) { // a weights file is read whole, once (freed when the strategy is set up)
-        if (gpt_create(&r->init_model, &cfg, be) || gpt_load_init_file(&r->init_model, a->init))
+        if (gpt_create_layout(&r->init_model, &cfg, be) || gpt_alloc_whole(&r->init_model, 1, 0) ||
+            gpt_load_init_file(&r->init_model, a->init))
             return -1;
     }
     return 0;
