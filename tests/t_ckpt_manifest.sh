@@ -40,7 +40,7 @@ dwstep|j["data_window"] = "1"|'"'"'data_window'"'"' 1 is out of range for step 2
 rnginc|j["rng_inc"] = "14"|'"'"'rng_inc'"'"' must be odd
 rngnum|j["rng_state"] = 5|'"'"'rng_state'"'"' is missing or not a string
 layers|j["model"]["layers"] = 1e9|'"'"'model.layers'"'"' must be an integer
-overflow|j["model"].update(layers=1048576, dim=16777216, block_size=16777216, heads=1)|bad '"'"'model'"'"' shape: model shape L1048576 C16777216 V64 T16777216: parameter count overflows
+overflow|j["model"].update(layers=1048576, dim=16777216, block_size=16777216, heads=1)|bad '"'"'model'"'"' shape: --layers must be in [1, 65536] (got 1048576)
 heads|j["model"]["heads"] = 3|bad '"'"'model'"'"' shape
 co2|j["co2"] = 5|'"'"'co2'"'"' is not an object
 co2sh|j["co2"] = {"workers": 1, "tau": 1, "sharded": 2}|'"'"'co2.sharded'"'"' must be an integer in [0, 1]
