@@ -3,9 +3,15 @@
 // needed in normal use.
 //   LOOM_FAULT_KILL=RANK:STEP  that world rank SIGKILLs itself when the step starts (a crash)
 //   LOOM_FAULT_HANG=RANK:STEP  that rank stops responding (a stuck peer: the watchdog's case)
+//   LOOM_FAULT_STOP=RANK:STEP  that rank stops itself with SIGSTOP (every thread stops)
 //   LOOM_FAULT_SAVE=1          a checkpoint save fails just before its commit
+//   LOOM_SAVE_DELAY=S          rank 0 takes S more seconds to commit a checkpoint (a slow disk)
 //   LOOM_COMM_DELAY=S          collectives of ≥ 4096 floats complete no earlier than S seconds
-//                              after they start (an emulated slow link, for overlap tests)
+//                              after they start (an emulated slow link, for overlap tests); a
+//                              collective moved in pieces has the delay spread over its pieces
+//                              in proportion to their size (a slow link that keeps moving)
+//   LOOM_COMM_CHUNK=ELEMS      the most elements one piece of a collective moves (default 2^20)
+//   LOOM_TAG_UB=N              use N as MPI_TAG_UB when it is lower (tag wrap-around tests)
 //   LOOM_PIPE_CHUNK=FLOATS     chunk size of 2bw's background all-reduces (default 2^18)
 #pragma once
 #include <stddef.h>
@@ -13,5 +19,8 @@
 // Kills or hangs this rank if LOOM_FAULT_KILL / LOOM_FAULT_HANG name it and this step.
 void testhook_fault(int rank, int step);
 int testhook_save_fault(void);
+double testhook_save_delay(void);
 double testhook_comm_delay(void);
+size_t testhook_comm_chunk(void);
+int testhook_tag_ub(void);
 size_t testhook_pipe_chunk(void);
