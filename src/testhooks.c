@@ -6,9 +6,10 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-void testhook_fault(int rank, int step) {
-    const char *names[3] = {"LOOM_FAULT_KILL", "LOOM_FAULT_HANG", "LOOM_FAULT_STOP"};
-    for (int k = 0; k < 3; k++) {
+int testhook_fault(int rank, int step) {
+    const char *names[4] = {"LOOM_FAULT_KILL", "LOOM_FAULT_HANG", "LOOM_FAULT_STOP",
+                            "LOOM_FAULT_MISMATCH"};
+    for (int k = 0; k < 4; k++) {
         const char *v = getenv(names[k]);
         int r, s;
         if (!v || sscanf(v, "%d:%d", &r, &s) != 2 || r != rank || s != step) continue;
@@ -16,9 +17,11 @@ void testhook_fault(int rank, int step) {
         fflush(stderr);
         if (k == 0) raise(SIGKILL);
         if (k == 2) raise(SIGSTOP); // the whole process, its MPI and progress threads included
+        if (k == 3) return 1;
         for (;;)
             pause();
     }
+    return 0;
 }
 
 int testhook_save_fault(void) { return getenv("LOOM_FAULT_SAVE") != NULL; }

@@ -4,6 +4,8 @@
 //   LOOM_FAULT_KILL=RANK:STEP  that world rank SIGKILLs itself when the step starts (a crash)
 //   LOOM_FAULT_HANG=RANK:STEP  that rank stops responding (a stuck peer: the watchdog's case)
 //   LOOM_FAULT_STOP=RANK:STEP  that rank stops itself with SIGSTOP (every thread stops)
+//   LOOM_FAULT_MISMATCH=RANK:STEP  that rank enters a world barrier the others never enter
+//                              (mismatched collectives: every rank alive, none progressing)
 //   LOOM_FAULT_SAVE=1          a checkpoint save fails just before its commit
 //   LOOM_SAVE_DELAY=S          rank 0 takes S more seconds to commit a checkpoint (a slow disk)
 //   LOOM_COMM_DELAY=S          collectives of ≥ 4096 floats complete no earlier than S seconds
@@ -16,8 +18,9 @@
 #pragma once
 #include <stddef.h>
 
-// Kills or hangs this rank if LOOM_FAULT_KILL / LOOM_FAULT_HANG name it and this step.
-void testhook_fault(int rank, int step);
+// Kills, hangs or stops this rank if LOOM_FAULT_KILL / _HANG / _STOP name it and this step;
+// returns 1 if LOOM_FAULT_MISMATCH does (the caller then enters a barrier nobody else does).
+int testhook_fault(int rank, int step);
 int testhook_save_fault(void);
 double testhook_save_delay(void);
 double testhook_comm_delay(void);

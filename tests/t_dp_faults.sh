@@ -7,6 +7,9 @@
 #     same losses as an uninterrupted run (bit-identical);
 #   * rank 1 stops responding at step 3: rank 0's watchdog (--comm-timeout 3) names the
 #     operation, communicator and step it waits on, and aborts the job;
+#   * rank 1 enters a world barrier at step 3 while rank 0 all-reduces (mismatched
+#     collectives: both alive, both progress threads running, nothing moves): the watchdog
+#     ends the job;
 #   * rank 1 is stopped with SIGSTOP at step 3 (every thread stops): the same, within the
 #     timeout plus a margin, naming rank 1;
 #   * a slow link that keeps moving (LOOM_COMM_DELAY 6 s per all-reduce, spread over its
@@ -51,13 +54,15 @@ echo "stuck peer: exit $rc after ${took}s"
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { echo "expected the watchdog to abort the job"; exit 1; }
 grep -q "watchdog: waited .* for allreduce on the dp communicator .* at step 3" "$d/hang.log"
 
-# watchdog_case NAME ENV...: a run that must end through the watchdog at step 3 within 40 s
-# (timeout 3 s + a generous margin for a loaded machine), exit 1..125, naming rank 1.
+# watchdog_case NAME ENV [PATTERN]: a run that must end through the watchdog at step 3 within
+# 40 s (timeout 3 s + a generous margin for a loaded machine), exit 1..125; its message must
+# match PATTERN (default: names the dp all-reduce, rank 1 and step 3).
 watchdog_case() {
-    local name=$1 rc took start; shift
+    local name=$1 rc took start
+    local pat=${3:-"watchdog: waited .* for .* on the dp communicator (no progress for .*waiting on world ranks 1) at step 3 (training step)"}
     start=$(date +%s)
     set +e
-    env "$@" timeout 90 $MPI -np 2 -x "${1%%=*}" $LOOM train $flags > "$d/$name.log" 2>&1
+    env "$2" timeout 90 $MPI -np 2 -x "${2%%=*}" $LOOM train $flags > "$d/$name.log" 2>&1
     rc=$?
     set -e
     took=$(( $(date +%s) - start ))
@@ -65,10 +70,11 @@ watchdog_case() {
     echo "$name: exit $rc after ${took}s"
     [ "$rc" -ge 1 ] && [ "$rc" -le 125 ] && [ "$rc" -ne 124 ] || { echo "$name: expected exit 1..125"; exit 1; }
     [ "$took" -lt 40 ] || { echo "$name: took too long"; exit 1; }
-    grep -q "watchdog: waited .* for .* on the dp communicator (no progress for .*waiting on world ranks 1) at step 3 (training step)" "$d/$name.log" \
-        || { echo "$name: the watchdog message does not name the operation, rank 1 and step 3"; exit 1; }
+    grep -q "$pat" "$d/$name.log" || { echo "$name: no watchdog message matching '$pat'"; exit 1; }
 }
 watchdog_case stopped LOOM_FAULT_STOP=1:3
+watchdog_case mismatch LOOM_FAULT_MISMATCH=1:3 \
+    "watchdog: waited .* for \(allreduce on the dp\|barrier on the world\) communicator .* at step 3"
 
 # A slow link that progresses: each all-reduce takes 6 s (twice the timeout) in ~15 pieces.
 slow="--data $d/train.bin --layers 2 --heads 2 --dim 32 --vocab 64 --block-size 32 --batch 2
