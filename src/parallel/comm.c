@@ -90,6 +90,8 @@ static void untrack(MPI_Request *r) {
         }
 }
 
+int comm_outstanding(void) { return atomic_load(&outstanding); }
+
 // Launched by mpirun, or by srun/another PMIx launcher?
 static int launched_by_mpi(void) {
     return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK");

@@ -22,6 +22,8 @@ void comm_heartbeats_send(const Comm *c);
 void comm_other_members(const Comm *c, char *out, size_t n);
 // MPI is up with more than one rank, and may be called from other threads (under the lock).
 int comm_threads_ok(void);
+// Point-to-point requests and collectives started and not collected yet (for tests).
+int comm_outstanding(void);
 // An operation failed: the handler hears it (and, over MPI, ends the job); -1 if it returns.
 int comm_op_failed(int code, const char *msg);
 
