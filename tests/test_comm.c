@@ -2,7 +2,8 @@
 // stay within a small MPI_TAG_UB (LOOM_TAG_UB). Then, when mpirun is installed, the program
 // runs itself on 2 ranks (LOOM_COMM_CHUNK=1000 floats per piece, LOOM_COMM_DELAY=2 s per
 // collective of ≥ 4096 floats) and checks there:
-//   * chunked all-reduce and broadcast results (ragged last pieces, two segments);
+//   * all-reduce, broadcast, reduce-scatter and all-gather in pieces (ragged last pieces, two
+//     segments, unequal blocks);
 //   * collectives started in one order and waited in the reverse order (the queue);
 //   * a collective that takes twice the timeout but keeps completing pieces is not killed;
 //   * 600 outstanding point-to-point requests are all tracked (the table grows) and land;
@@ -113,6 +114,28 @@ TEST(queue_order_and_broadcast) {
     agree();
 }
 
+TEST(layouts_in_pieces) { // 1000 elements a piece: 500 per member, 3 pieces of unequal blocks
+    int counts[2] = {1300, 900}, displs[2] = {0, 1300}, mine = counts[W->rank];
+    float send[2200], recv[1300], g[2300];
+    for (int i = 0; i < 2200; i++)
+        send[i] = (float)(i + W->rank);
+    for (int i = 0; i < 2300; i++)
+        g[i] = -1;
+    int gc[2] = {1500, 700}, gd[2] = {0, 1600}; // a gap the all-gather leaves alone
+    for (int i = 0; i < gc[W->rank]; i++)
+        g[gd[W->rank] + i] = (float)(gd[W->rank] + i);
+    CommReq rs = comm_ireduce_scatter(W, send, recv, counts);
+    CommReq ag = comm_iallgatherv(W, g, gc, gd);
+    CHECK(comm_wait(&ag) == 0 && comm_wait(&rs) == 0, "status");
+    int bad = 0;
+    for (int i = 0; i < mine; i++)
+        bad += recv[i] != (float)(2 * (displs[W->rank] + i) + 1);
+    for (int i = 0; i < 2300; i++)
+        bad += g[i] != (i >= 1500 && i < 1600 ? -1 : (float)i);
+    CHECK(bad == 0, "%d wrong values", bad);
+    agree();
+}
+
 TEST(many_point_to_point_requests) {
     enum { N = 300, LEN = 4 };
     static float out[N][LEN], in[N][LEN];
@@ -163,6 +186,7 @@ static int run_mpi_part(int argc, char **argv) {
     comm_set_timeout(30);
     RUN(allreduce_in_pieces_slow_link);
     RUN(queue_order_and_broadcast);
+    RUN(layouts_in_pieces);
     RUN(many_point_to_point_requests);
     RUN(heartbeats_and_watchdog);
     comm_finalize();

@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "../common.h"
 #include "../testhooks.h"
@@ -32,15 +31,9 @@ static atomic_int outstanding;
 
 static pthread_mutex_t mpi_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Thread_local int lock_held; // this thread holds mpi_lock (comm_abort must not re-take)
-static void LOCK(void) {
-    pthread_mutex_lock(&mpi_lock);
-    lock_held = 1;
-}
-static int TRYLOCK(void) { return pthread_mutex_trylock(&mpi_lock) == 0 && (lock_held = 1); }
-static void UNLOCK(void) {
-    lock_held = 0;
-    pthread_mutex_unlock(&mpi_lock);
-}
+#define LOCK() (pthread_mutex_lock(&mpi_lock), lock_held = 1)
+#define TRYLOCK() (pthread_mutex_trylock(&mpi_lock) == 0 && (lock_held = 1))
+#define UNLOCK() (lock_held = 0, pthread_mutex_unlock(&mpi_lock))
 static int thread_level; // what MPI_Init_thread provided
 static void progress_locked(void);
 
@@ -57,12 +50,16 @@ typedef struct Job {
     char *buf[2];
     size_t n[2], chunk, total; // elements per segment, per piece, in all
     int root;                  // J_BCAST
-    const void *send;          // J_RSCATTER
-    int *counts, *displs;      // J_RSCATTER, J_GATHERV (one piece: the caller's int layout)
-    int seg;                   // the next piece: segment and offset
-    size_t off, issued;        // elements started so far
-    MPI_Request req[WINDOW];   // FIFO of pieces in flight
-    double due[WINDOW];        // LOOM_COMM_DELAY: a piece does not complete before this
+    const float *send;         // J_RSCATTER
+    int *counts, *displs;      // J_RSCATTER, J_GATHERV: the caller's layout (J_RSCATTER: offsets)
+    int nranks, rank;          // of the layout
+    size_t per;                // elements of each member's block per piece
+    int *pc, *pd;              // the pieces in flight: counts, displacements (WINDOW x nranks)
+    float *stage;            // J_RSCATTER: the pieces' send blocks, packed (WINDOW x per x nranks)
+    int seg;                 // the next piece: segment and offset
+    size_t off, issued;      // elements started so far
+    MPI_Request req[WINDOW]; // FIFO of pieces in flight
+    double due[WINDOW];      // LOOM_COMM_DELAY: a piece does not complete before this
     int head, inflight, all_issued, done, rc;
     long pieces_done, pieces;
     double t0, delay, progress; // start; emulated link time; when a piece last completed
@@ -151,12 +148,12 @@ void comm_abort(int code, const char *msg) {
         dl.tv_sec += 5;
         if (pthread_mutex_timedlock(&mpi_lock, &dl)) {
             fprintf(stderr, "loom[rank %d]: MPI is busy in another thread; exiting\n", world.rank);
-            _exit(code);
+            _Exit(code);
         }
         lock_held = 1;
     }
     MPI_Abort(MPI_COMM_WORLD, code);
-    _exit(code);
+    _Exit(code);
 }
 
 Comm *comm_split(const Comm *parent, int color, int key, const char *name) {
@@ -183,21 +180,6 @@ Comm *comm_split(const Comm *parent, int color, int key, const char *name) {
 }
 
 static MPI_Comm H(const Comm *c) { return *(MPI_Comm *)c->handle; }
-
-// Test hook LOOM_COMM_DELAY (testhooks.h): an emulated slow link, without using any CPU, for
-// measuring how much communication a strategy hides. A job's pieces complete no earlier than
-// their share of the delay (a slow link that progresses).
-static double comm_delay = -1;
-static double delay_for(size_t n) {
-    if (comm_delay < 0) comm_delay = testhook_comm_delay();
-    return n >= 4096 ? comm_delay : 0;
-}
-// The most elements one piece of a collective moves (LOOM_COMM_CHUNK, ≤ INT_MAX).
-static size_t chunk_limit(void) {
-    static size_t lim;
-    if (!lim) lim = testhook_comm_chunk();
-    return lim < 1 ? 1 : lim > 2147483647 ? 2147483647 : lim;
-}
 
 static CommReq done_req(const Comm *c, const char *op) {
     CommReq r = {.handle = NULL, .op = op, .comm = c, .contributors = c ? c->size : 1};
@@ -238,15 +220,32 @@ int comm_req_members(const CommReq *r, int *world_ranks, int max) {
     return n;
 }
 
-// Starts the next piece of j into *q; *len = the elements it covers.
-static int issue_piece(Job *j, MPI_Request *q, size_t *len) {
+// Piece idx of a reduce-scatter or all-gather, in window slot k: elements [idx·per, +per) of
+// every member's block (a reduce-scatter's send blocks packed into the slot's stage).
+static int layout_piece(Job *j, int k, size_t idx, MPI_Request *q) {
+    size_t at = idx * j->per, used = 0;
+    int *pc = j->pc + (size_t)k * (size_t)j->nranks, *pd = j->pd + (size_t)k * (size_t)j->nranks;
+    float *stage = j->stage ? j->stage + (size_t)k * j->per * (size_t)j->nranks : NULL;
+    for (int r = 0; r < j->nranks; r++) {
+        size_t c = (size_t)j->counts[r], len = c > at ? c - at : 0;
+        len = len < j->per ? len : j->per;
+        pc[r] = (int)len, pd[r] = j->displs[r] + (int)(len ? at : 0);
+        if (stage) memcpy(stage + used, j->send + pd[r], len * sizeof(float));
+        used += len;
+    }
+    if (j->kind == J_GATHERV)
+        return MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, j->buf[0], pc, pd, MPI_FLOAT,
+                               j->comm, q);
+    size_t mine = (size_t)j->counts[j->rank], off = at < mine ? at : mine;
+    return MPI_Ireduce_scatter(stage, (float *)j->buf[0] + off, pc, MPI_FLOAT, MPI_SUM, j->comm, q);
+}
+
+// Starts the next piece of j into slot k; *len = the elements it covers.
+static int issue_piece(Job *j, int k, size_t *len) {
+    MPI_Request *q = &j->req[k];
     *len = 1;
     if (j->kind == J_BARRIER) return MPI_Ibarrier(j->comm, q);
-    if (j->kind == J_RSCATTER)
-        return MPI_Ireduce_scatter(j->send, j->buf[0], j->counts, j->type, MPI_SUM, j->comm, q);
-    if (j->kind == J_GATHERV)
-        return MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, j->buf[0], j->counts, j->displs,
-                               j->type, j->comm, q);
+    if (j->kind == J_RSCATTER || j->kind == J_GATHERV) return layout_piece(j, k, j->issued, q);
     while (j->off >= j->n[j->seg])
         j->seg++, j->off = 0;
     size_t rest = j->n[j->seg] - j->off;
@@ -263,7 +262,7 @@ static void job_advance(Job *j, int may_start) {
         while (may_start && j->inflight < WINDOW && !j->all_issued) {
             int k = (j->head + j->inflight) % WINDOW;
             size_t len;
-            if ((j->rc = issue_piece(j, &j->req[k], &len))) return;
+            if ((j->rc = issue_piece(j, k, &len))) return;
             j->off += len, j->issued += len, j->inflight++;
             j->all_issued = j->issued >= j->total;
             j->due[k] = j->delay > 0 ? j->t0 + j->delay * (double)j->issued / (double)j->total : 0;
@@ -312,7 +311,7 @@ static CommReq submit(const Comm *c, const char *op, Job *j) {
 static CommReq submit_sum(const Comm *c, const char *op, void *b0, size_t n0, void *b1, size_t n1,
                           size_t chunk, int f64, double delay) {
     Job *j = xcalloc(1, sizeof *j);
-    size_t lim = chunk_limit();
+    size_t lim = comm_chunk_limit();
     *j = (Job){.kind = J_SUM,
                .type = f64 ? MPI_DOUBLE : MPI_FLOAT,
                .esize = f64 ? sizeof(double) : sizeof(float),
@@ -325,7 +324,7 @@ static CommReq submit_sum(const Comm *c, const char *op, void *b0, size_t n0, vo
 
 CommReq comm_iallreduce(const Comm *c, float *buf, size_t n) {
     if (c->size == 1 || n == 0) return done_req(c, "allreduce");
-    return submit_sum(c, "allreduce", buf, n, NULL, 0, 0, 0, delay_for(n));
+    return submit_sum(c, "allreduce", buf, n, NULL, 0, 0, 0, comm_link_delay(n));
 }
 
 CommReq comm_iallreduce_chunked(const Comm *c, float *b0, size_t n0, float *b1, size_t n1,
@@ -351,27 +350,31 @@ int comm_allreduce_f64(const Comm *c, double *buf, int n) {
     return comm_wait(&r);
 }
 
-// A one-piece job over the caller's int layout; dies if the layout's extent overflows an int.
+// A reduce-scatter or all-gather job over the caller's int layout, in pieces of at most
+// LOOM_COMM_CHUNK elements in all; dies if the layout's extent overflows an int.
 static Job *layout_job(const Comm *c, JobKind kind, const int *counts, const int *displs,
                        size_t *total, const char *op) {
     Job *j = xcalloc(1, sizeof *j);
-    *j = (Job){.kind = kind, .type = MPI_FLOAT, .esize = sizeof(float), .n = {1, 0}, .chunk = 1};
-    j->counts = xmalloc((size_t)c->size * sizeof(int));
-    memcpy(j->counts, counts, (size_t)c->size * sizeof(int));
-    if (displs) {
-        j->displs = xmalloc((size_t)c->size * sizeof(int));
-        memcpy(j->displs, displs, (size_t)c->size * sizeof(int));
-    }
-    size_t end = 0;
+    size_t n = (size_t)c->size, end = 0, most = 0;
+    *j = (Job){.kind = kind, .type = MPI_FLOAT, .esize = sizeof(float), .chunk = 1};
+    j->nranks = c->size, j->rank = c->rank;
+    j->counts = xmalloc(n * sizeof(int)), j->displs = xmalloc(n * sizeof(int));
     *total = 0;
     for (int q = 0; q < c->size; q++) {
         size_t e = (size_t)counts[q] + (displs ? (size_t)displs[q] : *total);
         if (counts[q] < 0 || (displs && displs[q] < 0)) e = (size_t)1 << 40; // overflowed
+        j->counts[q] = counts[q], j->displs[q] = displs ? displs[q] : (int)*total;
         *total += (size_t)(counts[q] > 0 ? counts[q] : 0);
         end = e > end ? e : end;
+        most = (size_t)counts[q] > most ? (size_t)counts[q] : most;
     }
     if (end > 2147483647)
         die(EXIT_USAGE, "%s on %s communicator: a layout over 2^31 elements", op, c->name);
+    j->per = comm_chunk_limit() / n > 0 ? comm_chunk_limit() / n : 1;
+    j->n[0] = most ? (most + j->per - 1) / j->per : 1; // pieces
+    if (most && most < j->per) j->per = most;
+    j->pc = xmalloc(WINDOW * n * sizeof(int)), j->pd = xmalloc(WINDOW * n * sizeof(int));
+    if (kind == J_RSCATTER) j->stage = xmalloc(WINDOW * j->per * n * sizeof(float));
     return j;
 }
 
@@ -382,7 +385,7 @@ CommReq comm_ireduce_scatter(const Comm *c, const float *send, float *recv, cons
     }
     size_t total;
     Job *j = layout_job(c, J_RSCATTER, counts, NULL, &total, "reduce_scatter");
-    j->send = send, j->buf[0] = (char *)recv, j->delay = delay_for(total);
+    j->send = send, j->buf[0] = (char *)recv, j->delay = comm_link_delay(total);
     return submit(c, "reduce_scatter", j);
 }
 
@@ -390,7 +393,7 @@ CommReq comm_iallgatherv(const Comm *c, float *buf, const int *counts, const int
     if (c->size == 1) return done_req(c, "allgather");
     size_t total;
     Job *j = layout_job(c, J_GATHERV, counts, displs, &total, "allgather");
-    j->buf[0] = (char *)buf, j->delay = delay_for(total);
+    j->buf[0] = (char *)buf, j->delay = comm_link_delay(total);
     return submit(c, "allgather", j);
 }
 
@@ -402,7 +405,7 @@ int comm_allgatherv(const Comm *c, float *buf, const int *counts, const int *dis
 void comm_broadcast(const Comm *c, void *buf, size_t bytes, int root) {
     if (c->size == 1 || bytes == 0) return;
     Job *j = xcalloc(1, sizeof *j);
-    size_t lim = chunk_limit() < 536870911 ? 4 * chunk_limit() : 2147483647; // in bytes
+    size_t lim = comm_chunk_limit() < 536870911 ? 4 * comm_chunk_limit() : 2147483647; // in bytes
     *j = (Job){.kind = J_BCAST, .type = MPI_BYTE, .esize = 1, .buf = {buf}, .n = {bytes}};
     j->chunk = lim, j->root = root;
     CommReq r = submit(c, "broadcast", j);
@@ -456,7 +459,7 @@ static int test_job(CommReq *r, CommProgress *pr) {
     UNLOCK();
     int bad = check(rc, r->op, r->comm);
     if (!done && !bad) return 0;
-    free(j->counts), free(j->displs), free(j);
+    free(j->counts), free(j->displs), free(j->pc), free(j->pd), free(j->stage), free(j);
     r->handle = NULL, r->chunked = 0;
     r->status = bad, r->contributors = bad ? 0 : r->comm->size;
     return 1;

@@ -31,5 +31,9 @@ int comm_op_failed(int code, const char *msg);
 extern double comm_timeout_s;
 extern int comm_ctx_step;
 extern const char *comm_ctx_what;
+// LOOM_COMM_DELAY: the emulated link time of a collective of n elements (0: none).
+double comm_link_delay(size_t n);
+// The most elements one piece of a collective moves (LOOM_COMM_CHUNK, at most INT_MAX).
+size_t comm_chunk_limit(void);
 extern atomic_int comm_progress_on; // the progress thread runs (cleared: it stops)
 void comm_stop_progress_thread(void);

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "../common.h"
+#include "../testhooks.h"
 #include "comm_impl.h"
 
 double comm_timeout_s = 300.0;
@@ -32,6 +33,21 @@ int comm_op_failed(int code, const char *msg) {
     fail_fn(fail_ctx, code, msg);
     loom_fail("%s", msg);
     return -1;
+}
+
+// Test hook LOOM_COMM_DELAY (testhooks.h): an emulated slow link, without using any CPU, for
+// measuring how much communication a strategy hides. A job's pieces complete no earlier than
+// their share of the delay (a slow link that progresses).
+static double comm_delay = -1;
+double comm_link_delay(size_t n) {
+    if (comm_delay < 0) comm_delay = testhook_comm_delay();
+    return n >= 4096 ? comm_delay : 0;
+}
+// The most elements one piece of a collective moves (LOOM_COMM_CHUNK, ≤ INT_MAX).
+size_t comm_chunk_limit(void) {
+    static size_t lim;
+    if (!lim) lim = testhook_comm_chunk();
+    return lim < 1 ? 1 : lim > 2147483647 ? 2147483647 : lim;
 }
 
 static int watchdog_fire(const CommReq *r, double waited, double idle, const CommProgress *pr) {
