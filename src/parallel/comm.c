@@ -109,14 +109,15 @@ Comm *comm_world(int *argc, char ***argv) {
     int *ub = NULL;
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
     if (flag && ub && *ub > 0) tag_ub = *ub;
-    (void)comm_tag_ub(); // reads LOOM_TAG_UB once, before any thread can
+    // the test hooks are read once, here, before any other thread can
+    (void)comm_tag_ub(), (void)comm_chunk_limit(), (void)comm_link_delay(0);
     return &world;
 }
 
 int comm_distributed(void) { return mpi_on && world.size > 1; }
 
 // The tag of heartbeats: MPI_TAG_UB (or the lower LOOM_TAG_UB); other messages stay below.
-static int hb_tag(void) { // LOOM_TAG_UB is read by comm_world (or, without MPI, on one thread)
+static int hb_tag(void) {
     static int fake = -1;
     if (fake < 0) fake = testhook_tag_ub();
     return fake > 0 && fake < tag_ub ? fake : tag_ub;
