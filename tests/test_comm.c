@@ -9,6 +9,7 @@
 //   * 600 outstanding point-to-point requests are all tracked (the table grows) and land;
 //   * a heartbeat (busy section) on one rank keeps the other's barrier alive past the
 //     timeout, and with no heartbeat the watchdog fires.
+// LOOM_TEST_BIG=1 adds a broadcast of more than INT_MAX bytes (4 GiB of memory in all).
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -38,7 +39,7 @@ static int failures;
 static void on_failure(void *ctx, int code, const char *msg) {
     (void)ctx, (void)code;
     failures++;
-    fprintf(stderr, "  rank %d: failure reported: %s\n", W->rank, msg);
+    fprintf(stderr, "  rank %d: failure reported (one is provoked on purpose): %s\n", W->rank, msg);
 }
 static void nap(double s) {
     struct timespec t = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
@@ -177,6 +178,22 @@ TEST(heartbeats_and_watchdog) {
     agree();
 }
 
+// Opt-in (LOOM_TEST_BIG=1: 2 x 2 GiB of memory): a broadcast of more than INT_MAX bytes moves
+// as pieces whose counts fit an int (it used to die: "exceeds MPI's int count").
+TEST(broadcast_over_int_max_bytes) {
+    size_t n = (size_t)2147483647 + 4097, at[4] = {0, 2147483646, 2147483647, n - 1};
+    char *b = calloc(n, 1); // untouched pages stay unallocated zeros
+    CHECK(b != NULL, "no memory for %zu bytes", n);
+    if (!b) return;
+    for (int i = 0; i < 4 && W->rank == 0; i++)
+        b[at[i]] = (char)(i + 1);
+    comm_broadcast(W, b, n, 0);
+    for (int i = 0; i < 4; i++)
+        CHECK(b[at[i]] == (char)(i + 1), "byte %zu: %d", at[i], b[at[i]]);
+    free(b);
+    agree();
+}
+
 static int run_mpi_part(int argc, char **argv) {
     W = comm_world(&argc, &argv);
     if (W->size != 2) return fprintf(stderr, "needs 2 ranks\n"), 1;
@@ -184,6 +201,11 @@ static int run_mpi_part(int argc, char **argv) {
     comm_set_failure_handler(on_failure, NULL);
     comm_start_progress_thread(1e-3);
     comm_set_timeout(30);
+    if (getenv("LOOM_TEST_BIG")) {
+        RUN(broadcast_over_int_max_bytes);
+        comm_finalize();
+        return test_summary();
+    }
     RUN(allreduce_in_pieces_slow_link);
     RUN(queue_order_and_broadcast);
     RUN(layouts_in_pieces);
@@ -206,7 +228,8 @@ int main(int argc, char **argv) {
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     exe[n > 0 ? n : 0] = 0;
     snprintf(cmd, sizeof cmd,
-             "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 "
+             "env -u LOOM_TEST_BIG OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+             "OMP_NUM_THREADS=1 "
              "LOOM_COMM_CHUNK=1000 LOOM_COMM_DELAY=2 timeout 120 mpirun --oversubscribe "
              "--bind-to none --mca btl self,vader,tcp -np 2 -x LOOM_COMM_CHUNK -x "
              "LOOM_COMM_DELAY -x LOOM_TAG_UB -x OMP_NUM_THREADS '%s'",
@@ -216,5 +239,13 @@ int main(int argc, char **argv) {
         printf("FAIL - mpi part: mpirun exited with %d\n", rc);
         return 1;
     }
-    return test_summary();
+    if (getenv("LOOM_TEST_BIG")) { // the default pieces (4 MiB)
+        snprintf(cmd, sizeof cmd,
+                 "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 mpirun "
+                 "--oversubscribe --bind-to none --mca btl self,vader,tcp -np 2 -x LOOM_TEST_BIG "
+                 "'%s'",
+                 exe);
+        if ((rc = system(cmd)) != 0) printf("FAIL - big part: mpirun exited with %d\n", rc);
+    }
+    return rc ? 1 : test_summary();
 }
