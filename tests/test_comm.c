@@ -3,7 +3,7 @@
 // runs itself on 2 ranks (LOOM_COMM_CHUNK=1000 floats per piece, LOOM_COMM_DELAY=2 s per
 // collective of ≥ 4096 floats) and checks there:
 //   * all-reduce, broadcast, reduce-scatter and all-gather in pieces (ragged last pieces, two
-//     segments, unequal blocks);
+//     segments, unequal blocks; an all-gather over a layout wider than an int, staged);
 //   * collectives started in one order and waited in the reverse order (the queue);
 //   * a collective that takes twice the timeout but keeps completing pieces is not killed;
 //   * 600 outstanding point-to-point requests are all tracked (the table grows) and land;
@@ -85,7 +85,7 @@ TEST(queue_order_and_broadcast) {
         b1[i] = (float)W->rank;
     for (int i = 0; i < 1000; i++)
         g[i] = i / 500 == W->rank ? (float)i : -1;
-    int counts[2] = {500, 500}, displs[2] = {0, 500};
+    size_t counts[2] = {500, 500}, displs[2] = {0, 500};
     CommReq r[4] = {comm_iallreduce(W, a, 5000), comm_iallreduce_f64(W, d, 3),
                     comm_iallreduce_chunked(W, b0, 3001, b1, 2999, 700),
                     comm_iallgatherv(W, g, counts, displs)};
@@ -116,21 +116,22 @@ TEST(queue_order_and_broadcast) {
 }
 
 TEST(layouts_in_pieces) { // 1000 elements a piece: 500 per member, 3 pieces of unequal blocks
-    int counts[2] = {1300, 900}, displs[2] = {0, 1300}, mine = counts[W->rank];
+    size_t counts[2] = {1300, 900}, displs[2] = {0, 1300};
+    int mine = (int)counts[W->rank];
     float send[2200], recv[1300], g[2300];
     for (int i = 0; i < 2200; i++)
         send[i] = (float)(i + W->rank);
     for (int i = 0; i < 2300; i++)
         g[i] = -1;
-    int gc[2] = {1500, 700}, gd[2] = {0, 1600}; // a gap the all-gather leaves alone
-    for (int i = 0; i < gc[W->rank]; i++)
+    size_t gc[2] = {1500, 700}, gd[2] = {0, 1600}; // a gap the all-gather leaves alone
+    for (size_t i = 0; i < gc[W->rank]; i++)
         g[gd[W->rank] + i] = (float)(gd[W->rank] + i);
     CommReq rs = comm_ireduce_scatter(W, send, recv, counts);
     CommReq ag = comm_iallgatherv(W, g, gc, gd);
     CHECK(comm_wait(&ag) == 0 && comm_wait(&rs) == 0, "status");
     int bad = 0;
     for (int i = 0; i < mine; i++)
-        bad += recv[i] != (float)(2 * (displs[W->rank] + i) + 1);
+        bad += recv[i] != (float)(2 * (displs[W->rank] + (size_t)i) + 1);
     for (int i = 0; i < 2300; i++)
         bad += g[i] != (i >= 1500 && i < 1600 ? -1 : (float)i);
     CHECK(bad == 0, "%d wrong values", bad);
@@ -209,6 +210,9 @@ static int run_mpi_part(int argc, char **argv) {
     RUN(allreduce_in_pieces_slow_link);
     RUN(queue_order_and_broadcast);
     RUN(layouts_in_pieces);
+    comm_set_int_limit(1000); // as if MPI's int displacements could not span these layouts
+    RUN(layouts_in_pieces);
+    comm_set_int_limit(2147483647);
     RUN(many_point_to_point_requests);
     RUN(heartbeats_and_watchdog);
     comm_finalize();

@@ -1,7 +1,7 @@
 // comm.c — MPI behind comm.h: every collective is a job on one queue, moved as pieces of at
-// most LOOM_COMM_CHUNK elements (so a large one shows progress, and no count exceeds an int);
-// point-to-point requests are tracked so comm_progress (and the progress thread) can drive
-// them. Waits and the watchdog are in comm_watchdog.c.
+// most LOOM_COMM_CHUNK elements (a large one shows progress; every count fits an int);
+// point-to-point requests are tracked so comm_progress (and the progress thread) drive them.
+// The MPI-free half (waits, watchdog, threads, blocking forms) is comm_watchdog.c.
 //
 // Threading: MPI is initialised MPI_THREAD_SERIALIZED and every MPI call made here holds
 // mpi_lock, so the progress thread, the heartbeat thread and the training thread never call
@@ -51,15 +51,16 @@ typedef struct Job {
     size_t n[2], chunk, total; // elements per segment, per piece, in all
     int root;                  // J_BCAST
     const float *send;         // J_RSCATTER
-    int *counts, *displs;      // J_RSCATTER, J_GATHERV: the caller's layout (J_RSCATTER: offsets)
-    int nranks, rank;          // of the layout
+    size_t *counts, *displs;   // J_RSCATTER, J_GATHERV: the caller's layout (J_RSCATTER: offsets)
+    int nranks, rank, staged;  // of the layout; staged: J_GATHERV through the stage
     size_t per;                // elements of each member's block per piece
     int *pc, *pd;              // the pieces in flight: counts, displacements (WINDOW x nranks)
-    float *stage;            // J_RSCATTER: the pieces' send blocks, packed (WINDOW x per x nranks)
-    int seg;                 // the next piece: segment and offset
-    size_t off, issued;      // elements started so far
-    MPI_Request req[WINDOW]; // FIFO of pieces in flight
-    double due[WINDOW];      // LOOM_COMM_DELAY: a piece does not complete before this
+    float *stage;              // the pieces' packed blocks (WINDOW x per x nranks), when used
+    size_t at[WINDOW];         // the pieces' offset in every member's block
+    int seg;                   // the next piece: segment and offset
+    size_t off, issued;        // elements started so far
+    MPI_Request req[WINDOW];   // FIFO of pieces in flight
+    double due[WINDOW];        // LOOM_COMM_DELAY: a piece does not complete before this
     int head, inflight, all_issued, done, rc;
     long pieces_done, pieces;
     double t0, delay, progress; // start; emulated link time; when a piece last completed
@@ -223,23 +224,39 @@ int comm_req_members(const CommReq *r, int *world_ranks, int max) {
 }
 
 // Piece idx of a reduce-scatter or all-gather, in window slot k: elements [idx·per, +per) of
-// every member's block (a reduce-scatter's send blocks packed into the slot's stage).
+// every member's block. A reduce-scatter packs its send blocks into the slot's stage; so does
+// an all-gather whose layout spans more than an int (int displacements), unpacked on arrival.
 static int layout_piece(Job *j, int k, size_t idx, MPI_Request *q) {
-    size_t at = idx * j->per, used = 0;
-    int *pc = j->pc + (size_t)k * (size_t)j->nranks, *pd = j->pd + (size_t)k * (size_t)j->nranks;
-    float *stage = j->stage ? j->stage + (size_t)k * j->per * (size_t)j->nranks : NULL;
-    for (int r = 0; r < j->nranks; r++) {
-        size_t c = (size_t)j->counts[r], len = c > at ? c - at : 0;
+    size_t at = idx * j->per, used = 0, n = (size_t)j->nranks;
+    int *pc = j->pc + (size_t)k * n, *pd = j->pd + (size_t)k * n;
+    float *stage = j->stage ? j->stage + (size_t)k * j->per * n : NULL, *buf = (float *)j->buf[0];
+    for (size_t r = 0; r < n; r++) {
+        size_t len = j->counts[r] > at ? j->counts[r] - at : 0;
         len = len < j->per ? len : j->per;
-        pc[r] = (int)len, pd[r] = j->displs[r] + (int)(len ? at : 0);
-        if (stage) memcpy(stage + used, j->send + pd[r], len * sizeof(float));
+        pc[r] = (int)len, pd[r] = (int)(stage ? used : j->displs[r] + (len ? at : 0));
+        if (j->kind == J_RSCATTER) memcpy(stage + used, j->send + j->displs[r] + at, len * 4);
         used += len;
     }
-    if (j->kind == J_GATHERV)
-        return MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, j->buf[0], pc, pd, MPI_FLOAT,
-                               j->comm, q);
-    size_t mine = (size_t)j->counts[j->rank], off = at < mine ? at : mine;
-    return MPI_Ireduce_scatter(stage, (float *)j->buf[0] + off, pc, MPI_FLOAT, MPI_SUM, j->comm, q);
+    j->at[k] = at;
+    size_t mine = j->counts[j->rank], off = at < mine ? at : mine;
+    if (j->kind == J_RSCATTER)
+        return MPI_Ireduce_scatter(stage, buf + off, pc, MPI_FLOAT, MPI_SUM, j->comm, q);
+    if (!stage)
+        return MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, pc, pd, MPI_FLOAT, j->comm,
+                               q);
+    return MPI_Iallgatherv(buf + j->displs[j->rank] + off, pc[j->rank], MPI_FLOAT, stage, pc, pd,
+                           MPI_FLOAT, j->comm, q);
+}
+
+// A staged all-gather's piece in slot k has landed: the other members' blocks to their place.
+static void layout_unpack(Job *j, int k) {
+    size_t n = (size_t)j->nranks;
+    const int *pc = j->pc + (size_t)k * n, *pd = j->pd + (size_t)k * n;
+    const float *stage = j->stage + (size_t)k * j->per * n;
+    for (size_t r = 0; r < n; r++)
+        if ((int)r != j->rank)
+            memcpy((float *)j->buf[0] + j->displs[r] + j->at[k], stage + pd[r],
+                   (size_t)pc[r] * sizeof(float));
 }
 
 // Starts the next piece of j into slot k; *len = the elements it covers.
@@ -276,6 +293,7 @@ static void job_advance(Job *j, int may_start) {
         int flag = 0, k = j->head;
         if ((j->rc = MPI_Test(&j->req[k], &flag, MPI_STATUS_IGNORE)) || !flag) return;
         if (j->due[k] > 0 && now_sec() < j->due[k]) return; // the emulated link is still busy
+        if (j->staged) layout_unpack(j, k);
         j->head = (k + 1) % WINDOW, j->inflight--, j->pieces_done++, j->progress = now_sec();
     }
 }
@@ -337,71 +355,58 @@ CommReq comm_iallreduce_chunked(const Comm *c, float *b0, size_t n0, float *b1, 
     return submit_sum(c, "allreduce (chunked)", b0, n0, b1, n1, chunk, 0, 0);
 }
 
-int comm_allreduce(const Comm *c, float *buf, size_t n) {
-    CommReq r = comm_iallreduce(c, buf, n);
-    return comm_wait(&r);
-}
-
 CommReq comm_iallreduce_f64(const Comm *c, double *buf, int n) {
     if (c->size <= 1 || n <= 0) return done_req(c, "allreduce(f64)");
     return submit_sum(c, "allreduce(f64)", buf, (size_t)n, NULL, 0, 0, 1, 0);
 }
 
-int comm_allreduce_f64(const Comm *c, double *buf, int n) {
-    CommReq r = comm_iallreduce_f64(c, buf, n);
-    return comm_wait(&r);
-}
+// Layouts spanning more than this many elements are all-gathered through a stage (MPI's
+// displacements are ints); tests lower it.
+static size_t int_limit = 2147483647;
+void comm_set_int_limit(size_t n) { int_limit = n; }
 
-// A reduce-scatter or all-gather job over the caller's int layout, in pieces of at most
-// LOOM_COMM_CHUNK elements in all; dies if the layout's extent overflows an int.
-static Job *layout_job(const Comm *c, JobKind kind, const int *counts, const int *displs,
-                       size_t *total, const char *op) {
+// A reduce-scatter or all-gather job over the caller's layout, in pieces of at most
+// LOOM_COMM_CHUNK elements in all (so every count and displacement MPI sees fits an int).
+static Job *layout_job(const Comm *c, JobKind kind, const size_t *counts, const size_t *displs,
+                       size_t *total) {
     Job *j = xcalloc(1, sizeof *j);
     size_t n = (size_t)c->size, end = 0, most = 0;
     *j = (Job){.kind = kind, .type = MPI_FLOAT, .esize = sizeof(float), .chunk = 1};
     j->nranks = c->size, j->rank = c->rank;
-    j->counts = xmalloc(n * sizeof(int)), j->displs = xmalloc(n * sizeof(int));
+    j->counts = xmalloc(n * sizeof(size_t)), j->displs = xmalloc(n * sizeof(size_t));
     *total = 0;
-    for (int q = 0; q < c->size; q++) {
-        size_t e = (size_t)counts[q] + (displs ? (size_t)displs[q] : *total);
-        if (counts[q] < 0 || (displs && displs[q] < 0)) e = (size_t)1 << 40; // overflowed
-        j->counts[q] = counts[q], j->displs[q] = displs ? displs[q] : (int)*total;
-        *total += (size_t)(counts[q] > 0 ? counts[q] : 0);
-        end = e > end ? e : end;
-        most = (size_t)counts[q] > most ? (size_t)counts[q] : most;
+    for (size_t q = 0; q < n; q++) {
+        j->counts[q] = counts[q], j->displs[q] = displs ? displs[q] : *total;
+        *total += counts[q];
+        end = j->displs[q] + counts[q] > end ? j->displs[q] + counts[q] : end;
+        most = counts[q] > most ? counts[q] : most;
     }
-    if (end > 2147483647)
-        die(EXIT_USAGE, "%s on %s communicator: a layout over 2^31 elements", op, c->name);
     j->per = comm_chunk_limit() / n > 0 ? comm_chunk_limit() / n : 1;
     j->n[0] = most ? (most + j->per - 1) / j->per : 1; // pieces
     if (most && most < j->per) j->per = most;
+    j->staged = kind == J_GATHERV && end > int_limit;
     j->pc = xmalloc(WINDOW * n * sizeof(int)), j->pd = xmalloc(WINDOW * n * sizeof(int));
-    if (kind == J_RSCATTER) j->stage = xmalloc(WINDOW * j->per * n * sizeof(float));
+    if (kind == J_RSCATTER || j->staged) j->stage = xmalloc(WINDOW * j->per * n * sizeof(float));
     return j;
 }
 
-CommReq comm_ireduce_scatter(const Comm *c, const float *send, float *recv, const int *counts) {
+CommReq comm_ireduce_scatter(const Comm *c, const float *send, float *recv, const size_t *counts) {
     if (c->size == 1) {
-        if (send != recv) memcpy(recv, send, (size_t)counts[0] * sizeof(float));
+        if (send != recv) memcpy(recv, send, counts[0] * sizeof(float));
         return done_req(c, "reduce_scatter");
     }
     size_t total;
-    Job *j = layout_job(c, J_RSCATTER, counts, NULL, &total, "reduce_scatter");
+    Job *j = layout_job(c, J_RSCATTER, counts, NULL, &total);
     j->send = send, j->buf[0] = (char *)recv, j->delay = comm_link_delay(total);
     return submit(c, "reduce_scatter", j);
 }
 
-CommReq comm_iallgatherv(const Comm *c, float *buf, const int *counts, const int *displs) {
+CommReq comm_iallgatherv(const Comm *c, float *buf, const size_t *counts, const size_t *displs) {
     if (c->size == 1) return done_req(c, "allgather");
     size_t total;
-    Job *j = layout_job(c, J_GATHERV, counts, displs, &total, "allgather");
+    Job *j = layout_job(c, J_GATHERV, counts, displs, &total);
     j->buf[0] = (char *)buf, j->delay = comm_link_delay(total);
     return submit(c, "allgather", j);
-}
-
-int comm_allgatherv(const Comm *c, float *buf, const int *counts, const int *displs) {
-    CommReq r = comm_iallgatherv(c, buf, counts, displs);
-    return comm_wait(&r);
 }
 
 void comm_broadcast(const Comm *c, void *buf, size_t bytes, int root) {
@@ -422,7 +427,7 @@ void comm_barrier(const Comm *c) {
     comm_wait(&r);
 }
 
-static CommReq p2p(const Comm *c, const float *buf, size_t n, int peer, int tag, int send) {
+CommReq comm_p2p(const Comm *c, const float *buf, size_t n, int peer, int tag, int send) {
     const char *op = send ? "send" : "recv";
     if (n > (size_t)2147483647) die(EXIT_USAGE, "%s: %zu elements exceeds MPI's int count", op, n);
     if (tag < 0 || tag > comm_tag_ub())
@@ -437,13 +442,6 @@ static CommReq p2p(const Comm *c, const float *buf, size_t n, int peer, int tag,
     check(rc, op, c);
     return r;
 }
-CommReq comm_isend(const Comm *c, const float *buf, size_t n, int peer, int tag) {
-    return p2p(c, buf, n, peer, tag, 1);
-}
-CommReq comm_irecv(const Comm *c, float *buf, size_t n, int peer, int tag) {
-    return p2p(c, buf, n, peer, tag, 0);
-}
-
 // A job: advance the queue; once this one is done, unlink and free it.
 static int test_job(CommReq *r, CommProgress *pr) {
     Job *j = r->handle;

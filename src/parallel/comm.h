@@ -17,8 +17,10 @@
 //     before those have);
 //   - a heartbeat from a peer in a busy section (comm_busy_begin): local work, such as
 //     writing a checkpoint, that the other ranks' next operation waits for.
-// Reduce-scatter, all-gather (their int layouts are the caller's) and point-to-point messages
-// are one piece each: their deadline runs from their start.
+// A reduce-scatter or all-gather moves slices of every member's block per piece (layouts are
+// size_t; one spanning more than 2^31 elements is gathered through a staging buffer, as MPI's
+// displacements are ints). A point-to-point message is one piece: its deadline runs from its
+// start.
 //
 // Without mpirun or srun (no OMPI_COMM_WORLD_SIZE / PMIX_RANK / PMI_RANK in the environment)
 // MPI is never initialised and
@@ -96,10 +98,10 @@ int comm_allreduce_f64(const Comm *c, double *buf, int n);
 CommReq comm_iallreduce_f64(const Comm *c, double *buf, int n);
 // Each rank r receives the sum of [displs[r], displs[r]+counts[r]) of every rank's send buffer
 // into recv.
-CommReq comm_ireduce_scatter(const Comm *c, const float *send, float *recv, const int *counts);
+CommReq comm_ireduce_scatter(const Comm *c, const float *send, float *recv, const size_t *counts);
 // In place: rank r contributes buf[displs[r] .. +counts[r]); all ranks end with all pieces.
-CommReq comm_iallgatherv(const Comm *c, float *buf, const int *counts, const int *displs);
-int comm_allgatherv(const Comm *c, float *buf, const int *counts, const int *displs);
+CommReq comm_iallgatherv(const Comm *c, float *buf, const size_t *counts, const size_t *displs);
+int comm_allgatherv(const Comm *c, float *buf, const size_t *counts, const size_t *displs);
 void comm_broadcast(const Comm *c, void *buf, size_t bytes, int root);
 void comm_barrier(const Comm *c);
 

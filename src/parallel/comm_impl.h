@@ -12,6 +12,8 @@ typedef struct {
 } CommProgress;
 
 // comm.c
+// A non-blocking send (send = 1) or receive of n floats; dies on n or tag out of MPI's range.
+CommReq comm_p2p(const Comm *c, const float *buf, size_t n, int peer, int tag, int send);
 // comm_test, also reporting the operation's progress (when it is not done yet).
 int comm_test_progress(CommReq *r, CommProgress *pr);
 // Receives the heartbeats waiting on c (comm_busy_begin on a peer); returns how many.
@@ -24,6 +26,9 @@ void comm_other_members(const Comm *c, char *out, size_t n);
 int comm_threads_ok(void);
 // Point-to-point requests and collectives started and not collected yet (for tests).
 int comm_outstanding(void);
+// Layouts of reduce-scatters and all-gathers spanning more than n elements (default INT_MAX)
+// are all-gathered through a stage buffer (for tests).
+void comm_set_int_limit(size_t n);
 // An operation failed: the handler hears it (and, over MPI, ends the job); -1 if it returns.
 int comm_op_failed(int code, const char *msg);
 

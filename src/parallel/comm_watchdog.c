@@ -1,6 +1,6 @@
-// comm_watchdog.c — failure reports, waits under the watchdog, the progress thread, and busy
-// sections with their heartbeats (see comm.h). No MPI here: the MPI side is in comm.c, reached
-// through comm_impl.h.
+// comm_watchdog.c — the MPI-free half of comm.h: failure reports, waits under the watchdog,
+// the blocking forms, the progress thread, and busy sections with their heartbeats. The MPI
+// side is comm.c, reached through comm_impl.h.
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -63,6 +63,28 @@ static int watchdog_fire(const CommReq *r, double waited, double idle, const Com
              waited, r->op, r->comm->name, idle, pieces, peers[0] ? peers : "?", comm_ctx_step,
              comm_ctx_what, comm_timeout_s);
     return comm_op_failed(7, msg);
+}
+
+// Blocking forms: the non-blocking operation and comm_wait.
+int comm_allreduce(const Comm *c, float *buf, size_t n) {
+    CommReq r = comm_iallreduce(c, buf, n);
+    return comm_wait(&r);
+}
+
+int comm_allreduce_f64(const Comm *c, double *buf, int n) {
+    CommReq r = comm_iallreduce_f64(c, buf, n);
+    return comm_wait(&r);
+}
+
+int comm_allgatherv(const Comm *c, float *buf, const size_t *counts, const size_t *displs) {
+    CommReq r = comm_iallgatherv(c, buf, counts, displs);
+    return comm_wait(&r);
+}
+CommReq comm_isend(const Comm *c, const float *buf, size_t n, int peer, int tag) {
+    return comm_p2p(c, buf, n, peer, tag, 1);
+}
+CommReq comm_irecv(const Comm *c, float *buf, size_t n, int peer, int tag) {
+    return comm_p2p(c, buf, n, peer, tag, 0);
 }
 
 static void (*wait_hook)(void *);

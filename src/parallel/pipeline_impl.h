@@ -26,7 +26,7 @@ struct Pipeline {
     // (offsets from lo) and [wown_lo, wown_hi) of the wte replica; the moments cover only those.
     int zero1;
     size_t own_lo, own_hi, wown_lo, wown_hi;
-    int *cnt, *dsp, *wcnt, *wdsp; // all-gather layouts over the dp replicas
+    size_t *cnt, *dsp, *wcnt, *wdsp; // all-gather layouts over the dp replicas
     // gpipe/1f1b with dp replicas: per-block all-reduces started during the last backward
     CommReq *breq;
     int nbreq;
