@@ -7,18 +7,22 @@
 #include <string.h>
 #include <unistd.h>
 
-void testhook_fault(int rank, int step) {
-    const char *names[2] = {"LOOM_FAULT_KILL", "LOOM_FAULT_HANG"};
-    for (int k = 0; k < 2; k++) {
+int testhook_fault(int rank, int step) {
+    const char *names[4] = {"LOOM_FAULT_KILL", "LOOM_FAULT_HANG", "LOOM_FAULT_STOP",
+                            "LOOM_FAULT_MISMATCH"};
+    for (int k = 0; k < 4; k++) {
         const char *v = getenv(names[k]);
         int r, s;
         if (!v || sscanf(v, "%d:%d", &r, &s) != 2 || r != rank || s != step) continue;
         fprintf(stderr, "loom[rank %d]: %s at step %d\n", rank, names[k], step);
         fflush(stderr);
         if (k == 0) raise(SIGKILL);
+        if (k == 2) raise(SIGSTOP); // the whole process, its MPI and progress threads included
+        if (k == 3) return 1;
         for (;;)
             pause();
     }
+    return 0;
 }
 
 int testhook_save_fault(void) { return getenv("LOOM_FAULT_SAVE") != NULL; }
@@ -44,6 +48,20 @@ void testhook_save_kill(const char *point) {
 }
 
 int testhook_save_no_exchange(void) { return getenv("LOOM_SAVE_NO_EXCHANGE") != NULL; }
+double testhook_save_delay(void) {
+    const char *v = getenv("LOOM_SAVE_DELAY");
+    return v ? atof(v) : 0;
+}
+
+size_t testhook_comm_chunk(void) {
+    const char *v = getenv("LOOM_COMM_CHUNK");
+    return v && atol(v) > 0 ? (size_t)atol(v) : (size_t)1 << 20;
+}
+
+int testhook_tag_ub(void) {
+    const char *v = getenv("LOOM_TAG_UB");
+    return v ? atoi(v) : 0;
+}
 
 double testhook_comm_delay(void) {
     const char *v = getenv("LOOM_COMM_DELAY");

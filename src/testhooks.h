@@ -3,6 +3,9 @@
 // needed in normal use.
 //   LOOM_FAULT_KILL=RANK:STEP  that world rank SIGKILLs itself when the step starts (a crash)
 //   LOOM_FAULT_HANG=RANK:STEP  that rank stops responding (a stuck peer: the watchdog's case)
+//   LOOM_FAULT_STOP=RANK:STEP  that rank stops itself with SIGSTOP (every thread stops)
+//   LOOM_FAULT_MISMATCH=RANK:STEP  that rank enters a world barrier the others never enter
+//                              (mismatched collectives: every rank alive, none progressing)
 //   LOOM_FAULT_SAVE=1          a checkpoint save fails just before its commit
 //   LOOM_FAULT_SAVE_PAUSE=RANK:STEP  that rank stops inside its shard write of the step-STEP
 //                              save, after the first array is written (a partial file on disk),
@@ -12,19 +15,28 @@
 //                              been moved out of the way, `latest` not yet rewritten)
 //   LOOM_SAVE_NO_EXCHANGE=1    re-saving a step takes the path for filesystems without
 //                              renameat2(RENAME_EXCHANGE) (old directory renamed to .old first)
+//   LOOM_SAVE_DELAY=S          rank 0 takes S more seconds to commit a checkpoint (a slow disk)
 //   LOOM_COMM_DELAY=S          collectives of ≥ 4096 floats complete no earlier than S seconds
-//                              after they start (an emulated slow link, for overlap tests)
+//                              after they start (an emulated slow link, for overlap tests); a
+//                              collective moved in pieces has the delay spread over its pieces
+//                              in proportion to their size (a slow link that keeps moving)
+//   LOOM_COMM_CHUNK=ELEMS      the most elements one piece of a collective moves (default 2^20)
+//   LOOM_TAG_UB=N              use N as MPI_TAG_UB when it is lower (tag wrap-around tests)
 //   LOOM_PIPE_CHUNK=FLOATS     chunk size of 2bw's background all-reduces (default 2^18)
 #pragma once
 #include <stddef.h>
 
-// Kills or hangs this rank if LOOM_FAULT_KILL / LOOM_FAULT_HANG name it and this step.
-void testhook_fault(int rank, int step);
+// Kills, hangs or stops this rank if LOOM_FAULT_KILL / _HANG / _STOP name it and this step;
+// returns 1 if LOOM_FAULT_MISMATCH does (the caller then enters a barrier nobody else does).
+int testhook_fault(int rank, int step);
 int testhook_save_fault(void);
 // LOOM_FAULT_SAVE_PAUSE: never returns when it names this rank and step.
 void testhook_save_pause(int rank, int step);
 // LOOM_FAULT_SAVE_KILL: SIGKILLs this process when it names `point`.
 void testhook_save_kill(const char *point);
 int testhook_save_no_exchange(void);
+double testhook_save_delay(void);
 double testhook_comm_delay(void);
+size_t testhook_comm_chunk(void);
+int testhook_tag_ub(void);
 size_t testhook_pipe_chunk(void);

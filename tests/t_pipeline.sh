@@ -12,6 +12,8 @@
 #     the single process, 2bw the peer's rule, and the optimizer state per rank halves;
 #   * --val-every through the pipeline equals the single process's validation at the same
 #     steps; 2bw's drains for validation do not change its training losses;
+#   * with MPI_TAG_UB lowered to 32 (LOOM_TAG_UB) message tags wrap within it (tags above it
+#     are refused) and the losses are unchanged;
 #   * checkpoints: 1f1b and 2bw (dp 2 x pp 2, ZeRO-1, both weight versions saved) resume
 #     bit-identically, and one process resumes a 2-stage 1f1b checkpoint.
 # asan: skip
@@ -74,6 +76,14 @@ a, b = vals(sys.argv[1]), vals(sys.argv[2])
 print("single process:", a, "| pipeline:", b)
 sys.exit(0 if sorted(a) == sorted(b) == [2, 4, 5] and all(abs(a[k] - b[k]) < 1e-5 for k in a) else 1)
 PY
+
+echo "== tags wrap within a small MPI_TAG_UB (LOOM_TAG_UB=32: 10 micro-batch tags, 20 micro-batches)"
+tagrun() { $MPI -np 2 "$@" $LOOM train $flags --grad-accum 4 --val-data "$d/d.bin" --val-every 2 \
+    --pp 2 --schedule 2bw --metrics "$d/tag.jsonl" 2>"$d/tag.log" || { grep -m3 "^loom" "$d/tag.log" >&2; exit 1; }
+    grep -o '"\(loss\|val_loss\)":[^,}]*' "$d/tag.jsonl"; }
+tagrun > "$d/tag0"
+LOOM_TAG_UB=32 tagrun -x LOOM_TAG_UB > "$d/tag1"
+diff "$d/tag0" "$d/tag1" && echo "same losses with tags wrapped at 31"
 
 echo "== 2bw against the PyTorch peer's delayed-update rule"
 $PY "$PEER" gen --layers 4 --heads 2 --dim 32 --vocab 64 --block-size 32 --seed 4 --out "$d/w.safetensors"

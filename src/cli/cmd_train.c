@@ -69,7 +69,7 @@ static const Option OPTS[] = {
     {"bucket-mb", OPT_FLOAT, &A.bucket_mb, "gradient all-reduce bucket size in MiB (zero 0/1)",
      NULL, 1e-6, 1e6},
     {"comm-timeout", OPT_FLOAT, &A.comm_timeout,
-     "seconds a collective may wait before the job is aborted (0 = never)", NULL, 0, 1e9},
+     "seconds an operation may wait without progress before the job is aborted (0 = never)", NULL, 0, 1e9},
     {"comm-thread", OPT_ONOFF, &A.comm_thread,
      "a progress thread drives non-blocking MPI operations every millisecond (off: only "
      "between kernels)",

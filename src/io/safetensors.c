@@ -147,23 +147,21 @@ static int check_entries(StFile *s) {
     for (int i = 0; i < s->n; i++)
         ord[i] = &s->e[i];
     qsort(ord, (size_t)s->n, sizeof *ord, entry_cmp);
-    for (int i = 1; i < s->n; i++)
-        if (ord[i]->begin < ord[i - 1]->end) {
-            loom_fail("%s: tensors '%s' and '%s' have overlapping data_offsets", s->path,
-                      ord[i - 1]->key, ord[i]->key);
-            free(ord);
-            return -1;
-        }
-    qsort(ord, (size_t)s->n, sizeof *ord, name_cmp); // duplicates become neighbours
-    for (int i = 1; i < s->n; i++)
-        if (!strcmp(ord[i]->name, ord[i - 1]->name)) {
-            loom_fail("%s: tensor '%s' appears twice ('%s' and '%s')", s->path, ord[i]->name,
-                      ord[i - 1]->key, ord[i]->key);
-            free(ord);
-            return -1;
-        }
-    s->by_name = ord;
-    return 0;
+    int rc = 0;
+    for (int i = 1; i < s->n && !rc; i++)
+        if (ord[i]->begin < ord[i - 1]->end)
+            rc = loom_fail("%s: tensors '%s' and '%s' have overlapping data_offsets", s->path,
+                           ord[i - 1]->key, ord[i]->key);
+    if (!rc) qsort(ord, (size_t)s->n, sizeof *ord, name_cmp); // duplicates become neighbours
+    for (int i = 1; i < s->n && !rc; i++)
+        if (!strcmp(ord[i]->name, ord[i - 1]->name))
+            rc = loom_fail("%s: tensor '%s' appears twice ('%s' and '%s')", s->path, ord[i]->name,
+                           ord[i - 1]->key, ord[i]->key);
+    if (rc)
+        free(ord);
+    else
+        s->by_name = ord;
+    return rc;
 }
 
 static int st_open(StFile *s, const char *path) {

@@ -22,7 +22,7 @@ struct CO2 {
     // sharded
     Comm *oc;      // the outer collectives' own communicator
     size_t lo, hi; // owned slice of the flat layout
-    int *counts, *displs;
+    size_t *counts, *displs;
     float *a_sh, *aprev_sh, *m_sh, *xbar_sh; // anchor a(t), a(t-1), momentum, mean x slice
     float *send;                             // x_r of the round being reduce-scattered (P)
     float *next;                             // the anchor being all-gathered (P)
@@ -73,15 +73,15 @@ CO2 *co2_create(GPT *m, const Comm *c, const CO2Config *cfg) {
     } else {
         int N = c->size;
         o->oc = comm_split(c, 0, c->rank, "co2-outer");
-        o->counts = xcalloc((size_t)N, sizeof(int));
-        o->displs = xcalloc((size_t)N, sizeof(int));
+        o->counts = xcalloc((size_t)N, sizeof(size_t));
+        o->displs = xcalloc((size_t)N, sizeof(size_t));
         for (int q = 0; q < N; q++) {
             size_t a = gpt_shard_bound(m, 0, o->P, q, N), b = gpt_shard_bound(m, 0, o->P, q + 1, N);
-            o->counts[q] = (int)(b - a);
-            o->displs[q] = (int)a;
+            o->counts[q] = b - a;
+            o->displs[q] = a;
         }
-        o->lo = (size_t)o->displs[c->rank];
-        o->hi = o->lo + (size_t)o->counts[c->rank];
+        o->lo = o->displs[c->rank];
+        o->hi = o->lo + o->counts[c->rank];
         size_t n = o->hi - o->lo;
         o->a_sh = be->alloc(n), o->aprev_sh = be->alloc(n), o->m_sh = be->alloc(n);
         o->xbar_sh = be->alloc(n);

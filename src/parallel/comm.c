@@ -1,12 +1,14 @@
-// comm.c — MPI behind comm.h: requests are tracked so comm_progress (and the progress
-// thread) can drive them, and every wait runs under the watchdog.
+// comm.c — MPI behind comm.h: every collective is a job on one queue, moved as pieces of at
+// most LOOM_COMM_CHUNK elements (a large one shows progress; every count fits an int);
+// point-to-point requests are tracked so comm_progress (and the progress thread) drive them.
+// The MPI-free half (waits, watchdog, threads, blocking forms) is comm_watchdog.c.
 //
 // Threading: MPI is initialised MPI_THREAD_SERIALIZED and every MPI call made here holds
-// mpi_lock, so the progress thread and the training thread never call MPI at the same time.
-#include "comm.h"
-
+// mpi_lock, so the progress thread, the heartbeat thread and the training thread never call
+// MPI at the same time.
 #include <mpi.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,55 +16,79 @@
 
 #include "../common.h"
 #include "../testhooks.h"
+#include "comm_impl.h"
 
 static Comm world = {.handle = NULL, .rank = 0, .size = 1, .name = "world"};
 static int mpi_on;
-static double timeout_s = 300.0;
-static int ctx_step = -1;
-static const char *ctx_what = "startup";
+static int tag_ub = 32767; // MPI_TAG_UB once MPI is up (32767 is the guaranteed minimum)
 
-// Outstanding requests, polled by comm_progress.
-#define MAX_PENDING 256
-static MPI_Request *pending[MAX_PENDING];
-static int npending;
+// Outstanding point-to-point requests, polled by comm_progress (under mpi_lock; grows).
+static MPI_Request **pending;
+static int npending, cap_pending;
+// Point-to-point requests and queued jobs not finished: the lock-free "anything to do?" check
+// of the progress thread and comm_progress reads only this.
+static atomic_int outstanding;
 
 static pthread_mutex_t mpi_lock = PTHREAD_MUTEX_INITIALIZER;
-#define LOCK() pthread_mutex_lock(&mpi_lock)
-#define UNLOCK() pthread_mutex_unlock(&mpi_lock)
+static _Thread_local int lock_held; // this thread holds mpi_lock (comm_abort must not re-take)
+#define LOCK() (pthread_mutex_lock(&mpi_lock), lock_held = 1)
+#define TRYLOCK() (pthread_mutex_trylock(&mpi_lock) == 0 && (lock_held = 1))
+#define UNLOCK() (lock_held = 0, pthread_mutex_unlock(&mpi_lock))
 static int thread_level; // what MPI_Init_thread provided
-static pthread_t progress_tid;
-static volatile int progress_on;
-static double progress_interval = 1e-3;
 static void progress_locked(void);
 
-// A chunked all-reduce in progress (comm_iallreduce_chunked); all fields under mpi_lock.
-#define CHUNK_WINDOW 2
-typedef struct ChunkJob {
+// A collective in progress. Collectives on one communicator must be started in the same order
+// on every rank, so a job starts pieces only once every earlier job on its communicator has
+// started all of its own; at most WINDOW pieces of a job are in flight. All under mpi_lock.
+typedef enum { J_SUM, J_BCAST, J_BARRIER, J_RSCATTER, J_GATHERV } JobKind;
+#define WINDOW 2
+typedef struct Job {
+    JobKind kind;
     MPI_Comm comm;
-    float *buf[2];
-    size_t n[2], chunk;
-    int seg; // the next chunk to start: segment and offset
-    size_t off;
-    MPI_Request req[CHUNK_WINDOW]; // FIFO of chunks in flight
-    int head, inflight, done, rc;
-    struct ChunkJob *next;
-} ChunkJob;
-static ChunkJob *jobs; // the jobs not finished yet, oldest first
-static void job_advance(ChunkJob *j);
+    MPI_Datatype type;
+    size_t esize;
+    char *buf[2];
+    size_t n[2], chunk, total; // elements per segment, per piece, in all
+    int root;                  // J_BCAST
+    const float *send;         // J_RSCATTER
+    size_t *counts, *displs;   // J_RSCATTER, J_GATHERV: the caller's layout (J_RSCATTER: offsets)
+    int nranks, rank, staged;  // of the layout; staged: J_GATHERV through the stage
+    size_t per;                // elements of each member's block per piece
+    int *pc, *pd;              // the pieces in flight: counts, displacements (WINDOW x nranks)
+    float *stage;              // the pieces' packed blocks (WINDOW x per x nranks), when used
+    size_t at[WINDOW];         // the pieces' offset in every member's block
+    int seg;                   // the next piece: segment and offset
+    size_t off, issued;        // elements started so far
+    MPI_Request req[WINDOW];   // FIFO of pieces in flight
+    double due[WINDOW];        // LOOM_COMM_DELAY: a piece does not complete before this
+    int head, inflight, all_issued, done, rc;
+    long pieces_done, pieces;
+    double t0, delay, progress; // start; emulated link time; when a piece last completed
+    struct Job *next;
+} Job;
+static Job *jobs; // the jobs not collected yet, in the order they were started
 
 static void track(MPI_Request *r) {
-    for (int i = 0; i < npending; i++)
-        if (pending[i] == r) return;
-    if (npending < MAX_PENDING) pending[npending++] = r;
+    if (npending == cap_pending) {
+        cap_pending = cap_pending ? 2 * cap_pending : 64;
+        MPI_Request **grown = realloc(pending, (size_t)cap_pending * sizeof *pending);
+        if (!grown) die(EXIT_IO, "out of memory for %d MPI requests", cap_pending);
+        pending = grown;
+    }
+    pending[npending++] = r;
+    atomic_fetch_add(&outstanding, 1);
 }
 
 static void untrack(MPI_Request *r) {
     for (int i = 0; i < npending; i++)
         if (pending[i] == r) {
             pending[i] = pending[--npending];
+            atomic_fetch_sub(&outstanding, 1);
             return;
         }
 }
+
+int comm_outstanding(void) { return atomic_load(&outstanding); }
 
 // Launched by mpirun, or by srun/another PMIx launcher?
 static int launched_by_mpi(void) {
@@ -71,7 +97,7 @@ static int launched_by_mpi(void) {
 
 Comm *comm_world(int *argc, char ***argv) {
     if (mpi_on || !launched_by_mpi()) return &world;
-    int provided;
+    int provided, flag = 0;
     MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
     thread_level = provided;
     mpi_on = 1;
@@ -81,53 +107,56 @@ Comm *comm_world(int *argc, char ***argv) {
     world.handle = h;
     MPI_Comm_rank(MPI_COMM_WORLD, &world.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world.size);
+    int *ub = NULL;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+    if (flag && ub && *ub > 0) tag_ub = *ub;
+    // the test hooks are read once, here, before any other thread can
+    (void)comm_tag_ub(), (void)comm_chunk_limit(), (void)comm_link_delay(0);
     return &world;
 }
 
 int comm_distributed(void) { return mpi_on && world.size > 1; }
 
-// The progress thread: every `progress_interval` seconds, while non-blocking operations are
-// outstanding, one MPI_Test drives Open MPI's progress engine (which otherwise runs only inside
-// MPI calls), so transfers keep moving through long kernels that never reach a poll hook.
-static void *progress_main(void *arg) {
-    (void)arg;
-    struct timespec nap = {0, (long)(progress_interval * 1e9)};
-    while (progress_on) {
-        nanosleep(&nap, NULL);
-        if ((!npending && !jobs) || pthread_mutex_trylock(&mpi_lock)) continue; // idle, or busy
-        progress_locked();
-        UNLOCK();
-    }
-    return NULL;
+// The tag of heartbeats: MPI_TAG_UB (or the lower LOOM_TAG_UB); other messages stay below.
+static int hb_tag(void) {
+    static int fake = -1;
+    if (fake < 0) fake = testhook_tag_ub();
+    return fake > 0 && fake < tag_ub ? fake : tag_ub;
 }
+int comm_tag_ub(void) { return hb_tag() - 1; }
 
-int comm_start_progress_thread(double interval_s) {
-    if (!mpi_on || world.size == 1 || progress_on) return progress_on;
-    if (thread_level < MPI_THREAD_SERIALIZED) return 0;
-    if (interval_s > 0) progress_interval = interval_s;
-    progress_on = 1;
-    if (pthread_create(&progress_tid, NULL, progress_main, NULL)) progress_on = 0;
-    return progress_on;
-}
-
-static void stop_progress_thread(void) {
-    if (!progress_on) return;
-    progress_on = 0;
-    pthread_join(progress_tid, NULL);
+int comm_threads_ok(void) {
+    return mpi_on && world.size > 1 && thread_level >= MPI_THREAD_SERIALIZED;
 }
 
 void comm_finalize(void) {
-    stop_progress_thread();
+    comm_busy_end();
+    comm_stop_progress_thread();
     if (mpi_on) MPI_Finalize();
     mpi_on = 0;
 }
 
+// MPI is SERIALIZED, so MPI_Abort is called holding mpi_lock: no other thread is inside MPI.
+// The threads that take the lock hold it only for non-blocking calls; if it stays taken
+// anyway (a thread stuck inside MPI), this rank exits without MPI_Abort and mpirun ends the
+// job when it sees a rank exit non-zero.
 void comm_abort(int code, const char *msg) {
     fprintf(stderr, "loom[rank %d]: %s\n", world.rank, msg);
     fflush(stderr);
-    progress_on = 0; // the thread may hold the lock; MPI_Abort ends every rank regardless
-    if (mpi_on) MPI_Abort(MPI_COMM_WORLD, code);
-    exit(code);
+    if (!mpi_on) exit(code);
+    atomic_store(&comm_progress_on, 0); // the thread stops at its next wake-up
+    if (!lock_held) {
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_sec += 5;
+        if (pthread_mutex_timedlock(&mpi_lock, &dl)) {
+            fprintf(stderr, "loom[rank %d]: MPI is busy in another thread; exiting\n", world.rank);
+            _Exit(code);
+        }
+        lock_held = 1;
+    }
+    MPI_Abort(MPI_COMM_WORLD, code);
+    _Exit(code);
 }
 
 Comm *comm_split(const Comm *parent, int color, int key, const char *name) {
@@ -153,47 +182,11 @@ Comm *comm_split(const Comm *parent, int color, int key, const char *name) {
     return c;
 }
 
-void comm_set_timeout(double seconds) { timeout_s = seconds; }
-void comm_set_context(int step, const char *what) {
-    ctx_step = step;
-    ctx_what = what;
-}
-
 static MPI_Comm H(const Comm *c) { return *(MPI_Comm *)c->handle; }
-
-// Test hook LOOM_COMM_DELAY (testhooks.h): an emulated slow link, without using any CPU, for
-// measuring how much communication a strategy hides.
-static double comm_delay = -1;
-static double delay_for(size_t n) {
-    if (comm_delay < 0) comm_delay = testhook_comm_delay();
-    return n >= 4096 ? comm_delay : 0;
-}
-
-static CommReq new_req(const Comm *c, const char *op) {
-    CommReq r = {.handle = xmalloc(sizeof(MPI_Request)), .op = op, .comm = c, .started = now_sec()};
-    *(MPI_Request *)r.handle = MPI_REQUEST_NULL;
-    return r;
-}
 
 static CommReq done_req(const Comm *c, const char *op) {
     CommReq r = {.handle = NULL, .op = op, .comm = c, .contributors = c ? c->size : 1};
     return r;
-}
-
-static CommFailureFn fail_fn;
-static void *fail_ctx;
-
-void comm_set_failure_handler(CommFailureFn fn, void *ctx) {
-    fail_fn = fn;
-    fail_ctx = ctx;
-}
-
-// An operation failed: the handler hears it (and, over MPI, ends the job); -1 if it returns.
-static int op_failed(int code, const char *msg) {
-    if (!fail_fn) comm_abort(code, msg);
-    fail_fn(fail_ctx, code, msg);
-    loom_fail("%s", msg);
-    return -1;
 }
 
 static int check(int rc, const char *op, const Comm *c) {
@@ -202,8 +195,19 @@ static int check(int rc, const char *op, const Comm *c) {
     int len = 0;
     MPI_Error_string(rc, err, &len);
     snprintf(msg, sizeof msg, "%s on %s communicator failed at step %d (%s): %s", op, c->name,
-             ctx_step, ctx_what, err);
-    return op_failed(6, msg);
+             comm_ctx_step, comm_ctx_what, err);
+    return comm_op_failed(6, msg);
+}
+
+// The world ranks of c's first n members (under mpi_lock).
+static void world_ranks_locked(const Comm *c, int *out, int n) {
+    MPI_Group g, wg;
+    MPI_Comm_group(H(c), &g);
+    MPI_Comm_group(MPI_COMM_WORLD, &wg);
+    for (int i = 0; i < n; i++)
+        MPI_Group_translate_ranks(g, 1, &i, wg, &out[i]);
+    MPI_Group_free(&g);
+    MPI_Group_free(&wg);
 }
 
 int comm_req_members(const CommReq *r, int *world_ranks, int max) {
@@ -214,32 +218,133 @@ int comm_req_members(const CommReq *r, int *world_ranks, int max) {
         return n;
     }
     LOCK();
-    MPI_Group g, wg;
-    MPI_Comm_group(H(c), &g);
-    MPI_Comm_group(MPI_COMM_WORLD, &wg);
-    for (int i = 0; i < n; i++) // every member contributes to a completed MPI collective
-        MPI_Group_translate_ranks(g, 1, &i, wg, &world_ranks[i]);
-    MPI_Group_free(&g);
-    MPI_Group_free(&wg);
+    world_ranks_locked(c, world_ranks, n); // every member contributes to an MPI collective
     UNLOCK();
     return n;
 }
 
-static void check_count(size_t n, const char *op) {
-    if (n > (size_t)2147483647) die(EXIT_USAGE, "%s: %zu elements exceeds MPI's int count", op, n);
+// Piece idx of a reduce-scatter or all-gather, in window slot k: elements [idx·per, +per) of
+// every member's block. A reduce-scatter packs its send blocks into the slot's stage; so does
+// an all-gather whose layout spans more than an int (int displacements), unpacked on arrival.
+static int layout_piece(Job *j, int k, size_t idx, MPI_Request *q) {
+    size_t at = idx * j->per, used = 0, n = (size_t)j->nranks;
+    int *pc = j->pc + (size_t)k * n, *pd = j->pd + (size_t)k * n;
+    float *stage = j->stage ? j->stage + (size_t)k * j->per * n : NULL, *buf = (float *)j->buf[0];
+    for (size_t r = 0; r < n; r++) {
+        size_t len = j->counts[r] > at ? j->counts[r] - at : 0;
+        len = len < j->per ? len : j->per;
+        pc[r] = (int)len, pd[r] = (int)(stage ? used : j->displs[r] + (len ? at : 0));
+        if (j->kind == J_RSCATTER) memcpy(stage + used, j->send + j->displs[r] + at, len * 4);
+        used += len;
+    }
+    j->at[k] = at;
+    size_t mine = j->counts[j->rank], off = at < mine ? at : mine;
+    if (j->kind == J_RSCATTER)
+        return MPI_Ireduce_scatter(stage, buf + off, pc, MPI_FLOAT, MPI_SUM, j->comm, q);
+    if (!stage)
+        return MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, pc, pd, MPI_FLOAT, j->comm,
+                               q);
+    return MPI_Iallgatherv(buf + j->displs[j->rank] + off, pc[j->rank], MPI_FLOAT, stage, pc, pd,
+                           MPI_FLOAT, j->comm, q);
+}
+
+// A staged all-gather's piece in slot k has landed: the other members' blocks to their place.
+static void layout_unpack(Job *j, int k) {
+    size_t n = (size_t)j->nranks;
+    const int *pc = j->pc + (size_t)k * n, *pd = j->pd + (size_t)k * n;
+    const float *stage = j->stage + (size_t)k * j->per * n;
+    for (size_t r = 0; r < n; r++)
+        if ((int)r != j->rank)
+            memcpy((float *)j->buf[0] + j->displs[r] + j->at[k], stage + pd[r],
+                   (size_t)pc[r] * sizeof(float));
+}
+
+// Starts the next piece of j into slot k; *len = the elements it covers.
+static int issue_piece(Job *j, int k, size_t *len) {
+    MPI_Request *q = &j->req[k];
+    *len = 1;
+    if (j->kind == J_BARRIER) return MPI_Ibarrier(j->comm, q);
+    if (j->kind == J_RSCATTER || j->kind == J_GATHERV) return layout_piece(j, k, j->issued, q);
+    while (j->off >= j->n[j->seg])
+        j->seg++, j->off = 0;
+    size_t rest = j->n[j->seg] - j->off;
+    *len = rest < j->chunk ? rest : j->chunk;
+    void *p = j->buf[j->seg] + j->off * j->esize;
+    if (j->kind == J_BCAST) return MPI_Ibcast(p, (int)*len, j->type, j->root, j->comm, q);
+    return MPI_Iallreduce(MPI_IN_PLACE, p, (int)*len, j->type, MPI_SUM, j->comm, q);
+}
+
+// Starts a job's pieces up to the window (if it may start any) and retires the ones that
+// landed, in order.
+static void job_advance(Job *j, int may_start) {
+    while (!j->done && !j->rc) {
+        while (may_start && j->inflight < WINDOW && !j->all_issued) {
+            int k = (j->head + j->inflight) % WINDOW;
+            size_t len;
+            if ((j->rc = issue_piece(j, k, &len))) return;
+            j->off += len, j->issued += len, j->inflight++;
+            j->all_issued = j->issued >= j->total;
+            j->due[k] = j->delay > 0 ? j->t0 + j->delay * (double)j->issued / (double)j->total : 0;
+        }
+        if (!j->inflight) {
+            j->done = j->all_issued;
+            return;
+        }
+        int flag = 0, k = j->head;
+        if ((j->rc = MPI_Test(&j->req[k], &flag, MPI_STATUS_IGNORE)) || !flag) return;
+        if (j->due[k] > 0 && now_sec() < j->due[k]) return; // the emulated link is still busy
+        if (j->staged) layout_unpack(j, k);
+        j->head = (k + 1) % WINDOW, j->inflight--, j->pieces_done++, j->progress = now_sec();
+    }
+}
+
+// Advances every queued job. A job that has not started yet is waiting on the jobs before it
+// on its communicator, so it counts their progress as its own.
+static void advance_all(void) {
+    for (Job *j = jobs; j; j = j->next) {
+        const Job *prev = NULL; // the latest earlier job on the same communicator
+        for (const Job *p = jobs; p != j; p = p->next)
+            if (p->comm == j->comm) prev = p;
+        if (prev && !j->issued && prev->progress > j->progress) j->progress = prev->progress;
+        job_advance(j, !prev || prev->all_issued);
+    }
+}
+
+static CommReq submit(const Comm *c, const char *op, Job *j) {
+    j->comm = H(c);
+    j->t0 = j->progress = now_sec();
+    if (!j->chunk) j->chunk = 1;
+    j->total = j->n[0] + j->n[1];
+    j->pieces = (long)((j->n[0] + j->chunk - 1) / j->chunk + (j->n[1] + j->chunk - 1) / j->chunk);
+    CommReq r = {.handle = j, .chunked = 1, .op = op, .comm = c, .started = j->t0};
+    LOCK();
+    Job **t = &jobs;
+    while (*t)
+        t = &(*t)->next;
+    *t = j;
+    atomic_fetch_add(&outstanding, 1);
+    advance_all();
+    UNLOCK();
+    return r;
+}
+
+static CommReq submit_sum(const Comm *c, const char *op, void *b0, size_t n0, void *b1, size_t n1,
+                          size_t chunk, int f64, double delay) {
+    Job *j = xcalloc(1, sizeof *j);
+    size_t lim = comm_chunk_limit();
+    *j = (Job){.kind = J_SUM,
+               .type = f64 ? MPI_DOUBLE : MPI_FLOAT,
+               .esize = f64 ? sizeof(double) : sizeof(float),
+               .buf = {b0, b1},
+               .n = {n0, n1},
+               .chunk = chunk && chunk < lim ? chunk : lim,
+               .delay = delay};
+    return submit(c, op, j);
 }
 
 CommReq comm_iallreduce(const Comm *c, float *buf, size_t n) {
     if (c->size == 1 || n == 0) return done_req(c, "allreduce");
-    check_count(n, "allreduce");
-    CommReq r = new_req(c, "allreduce");
-    r.not_before = r.started + delay_for(n);
-    LOCK();
-    check(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, H(c), r.handle),
-          "allreduce", c);
-    track(r.handle);
-    UNLOCK();
-    return r;
+    return submit_sum(c, "allreduce", buf, n, NULL, 0, 0, 0, comm_link_delay(n));
 }
 
 CommReq comm_iallreduce_chunked(const Comm *c, float *b0, size_t n0, float *b1, size_t n1,
@@ -247,270 +352,192 @@ CommReq comm_iallreduce_chunked(const Comm *c, float *b0, size_t n0, float *b1, 
     if (!b0) n0 = 0;
     if (!b1) n1 = 0;
     if (!c || c->size <= 1 || n0 + n1 == 0) return done_req(c, "allreduce (chunked)");
-    check_count(chunk, "allreduce (chunked)");
-    ChunkJob *j = xcalloc(1, sizeof *j);
-    *j = (ChunkJob){.comm = H(c), .buf = {b0, b1}, .n = {n0, n1}, .chunk = chunk ? chunk : 1};
-    CommReq r = {
-        .handle = j, .chunked = 1, .op = "allreduce (chunked)", .comm = c, .started = now_sec()};
-    LOCK();
-    ChunkJob **t = &jobs;
-    while (*t)
-        t = &(*t)->next;
-    *t = j;
-    job_advance(j);
-    UNLOCK();
-    return r;
-}
-
-int comm_allreduce(const Comm *c, float *buf, size_t n) {
-    CommReq r = comm_iallreduce(c, buf, n);
-    return comm_wait(&r);
+    return submit_sum(c, "allreduce (chunked)", b0, n0, b1, n1, chunk, 0, 0);
 }
 
 CommReq comm_iallreduce_f64(const Comm *c, double *buf, int n) {
-    if (c->size <= 1) return done_req(c, "allreduce(f64)");
-    CommReq r = new_req(c, "allreduce(f64)");
-    LOCK();
-    check(MPI_Iallreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, MPI_SUM, H(c), r.handle),
-          "allreduce(f64)", c);
-    track(r.handle);
-    UNLOCK();
-    return r;
+    if (c->size <= 1 || n <= 0) return done_req(c, "allreduce(f64)");
+    return submit_sum(c, "allreduce(f64)", buf, (size_t)n, NULL, 0, 0, 1, 0);
 }
 
-int comm_allreduce_f64(const Comm *c, double *buf, int n) {
-    CommReq r = comm_iallreduce_f64(c, buf, n);
-    return comm_wait(&r);
+// Layouts spanning more than this many elements are all-gathered through a stage (MPI's
+// displacements are ints); tests lower it.
+static size_t int_limit = 2147483647;
+void comm_set_int_limit(size_t n) { int_limit = n; }
+
+// A reduce-scatter or all-gather job over the caller's layout, in pieces of at most
+// LOOM_COMM_CHUNK elements in all (so every count and displacement MPI sees fits an int).
+static Job *layout_job(const Comm *c, JobKind kind, const size_t *counts, const size_t *displs,
+                       size_t *total) {
+    Job *j = xcalloc(1, sizeof *j);
+    size_t n = (size_t)c->size, end = 0, most = 0;
+    *j = (Job){.kind = kind, .type = MPI_FLOAT, .esize = sizeof(float), .chunk = 1};
+    j->nranks = c->size, j->rank = c->rank;
+    j->counts = xmalloc(n * sizeof(size_t)), j->displs = xmalloc(n * sizeof(size_t));
+    *total = 0;
+    for (size_t q = 0; q < n; q++) {
+        j->counts[q] = counts[q], j->displs[q] = displs ? displs[q] : *total;
+        *total += counts[q];
+        end = j->displs[q] + counts[q] > end ? j->displs[q] + counts[q] : end;
+        most = counts[q] > most ? counts[q] : most;
+    }
+    j->per = comm_chunk_limit() / n > 0 ? comm_chunk_limit() / n : 1;
+    j->n[0] = most ? (most + j->per - 1) / j->per : 1; // pieces
+    if (most && most < j->per) j->per = most;
+    j->staged = kind == J_GATHERV && end > int_limit;
+    j->pc = xmalloc(WINDOW * n * sizeof(int)), j->pd = xmalloc(WINDOW * n * sizeof(int));
+    if (kind == J_RSCATTER || j->staged) j->stage = xmalloc(WINDOW * j->per * n * sizeof(float));
+    return j;
 }
 
-CommReq comm_ireduce_scatter(const Comm *c, const float *send, float *recv, const int *counts) {
+CommReq comm_ireduce_scatter(const Comm *c, const float *send, float *recv, const size_t *counts) {
     if (c->size == 1) {
-        if (send != recv) memcpy(recv, send, (size_t)counts[0] * sizeof(float));
+        if (send != recv) memcpy(recv, send, counts[0] * sizeof(float));
         return done_req(c, "reduce_scatter");
     }
-    CommReq r = new_req(c, "reduce_scatter");
-    size_t total = 0;
-    for (int q = 0; q < c->size; q++)
-        total += (size_t)counts[q];
-    r.not_before = r.started + delay_for(total);
-    LOCK();
-    check(MPI_Ireduce_scatter(send, recv, counts, MPI_FLOAT, MPI_SUM, H(c), r.handle),
-          "reduce_scatter", c);
-    track(r.handle);
-    UNLOCK();
-    return r;
+    size_t total;
+    Job *j = layout_job(c, J_RSCATTER, counts, NULL, &total);
+    j->send = send, j->buf[0] = (char *)recv, j->delay = comm_link_delay(total);
+    return submit(c, "reduce_scatter", j);
 }
 
-CommReq comm_iallgatherv(const Comm *c, float *buf, const int *counts, const int *displs) {
+CommReq comm_iallgatherv(const Comm *c, float *buf, const size_t *counts, const size_t *displs) {
     if (c->size == 1) return done_req(c, "allgather");
-    CommReq r = new_req(c, "allgather");
-    size_t total = 0;
-    for (int q = 0; q < c->size; q++)
-        total += (size_t)counts[q];
-    r.not_before = r.started + delay_for(total);
-    LOCK();
-    check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_FLOAT, H(c),
-                          r.handle),
-          "allgather", c);
-    track(r.handle);
-    UNLOCK();
-    return r;
-}
-
-int comm_allgatherv(const Comm *c, float *buf, const int *counts, const int *displs) {
-    CommReq r = comm_iallgatherv(c, buf, counts, displs);
-    return comm_wait(&r);
+    size_t total;
+    Job *j = layout_job(c, J_GATHERV, counts, displs, &total);
+    j->buf[0] = (char *)buf, j->delay = comm_link_delay(total);
+    return submit(c, "allgather", j);
 }
 
 void comm_broadcast(const Comm *c, void *buf, size_t bytes, int root) {
-    if (c->size == 1) return;
-    check_count(bytes, "broadcast");
-    CommReq r = new_req(c, "broadcast");
-    LOCK();
-    check(MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, H(c), r.handle), "broadcast", c);
-    track(r.handle);
-    UNLOCK();
+    if (c->size == 1 || bytes == 0) return;
+    Job *j = xcalloc(1, sizeof *j);
+    size_t lim = comm_chunk_limit() < 536870911 ? 4 * comm_chunk_limit() : 2147483647; // in bytes
+    *j = (Job){.kind = J_BCAST, .type = MPI_BYTE, .esize = 1, .buf = {buf}, .n = {bytes}};
+    j->chunk = lim, j->root = root;
+    CommReq r = submit(c, "broadcast", j);
     comm_wait(&r);
 }
 
 void comm_barrier(const Comm *c) {
     if (c->size == 1) return;
-    CommReq r = new_req(c, "barrier");
-    LOCK();
-    check(MPI_Ibarrier(H(c), r.handle), "barrier", c);
-    track(r.handle);
-    UNLOCK();
+    Job *j = xcalloc(1, sizeof *j);
+    *j = (Job){.kind = J_BARRIER, .n = {1, 0}, .chunk = 1};
+    CommReq r = submit(c, "barrier", j);
     comm_wait(&r);
 }
 
-CommReq comm_isend(const Comm *c, const float *buf, size_t n, int peer, int tag) {
-    check_count(n, "send");
-    CommReq r = new_req(c, "send");
+CommReq comm_p2p(const Comm *c, const float *buf, size_t n, int peer, int tag, int send) {
+    const char *op = send ? "send" : "recv";
+    if (n > (size_t)2147483647) die(EXIT_USAGE, "%s: %zu elements exceeds MPI's int count", op, n);
+    if (tag < 0 || tag > comm_tag_ub())
+        die(EXIT_USAGE, "%s: tag %d outside [0, %d] (MPI_TAG_UB)", op, tag, comm_tag_ub());
+    CommReq r = {.handle = xmalloc(sizeof(MPI_Request)), .op = op, .comm = c, .started = now_sec()};
+    *(MPI_Request *)r.handle = MPI_REQUEST_NULL;
     LOCK();
-    check(MPI_Isend(buf, (int)n, MPI_FLOAT, peer, tag, H(c), r.handle), "send", c);
+    int rc = send ? MPI_Isend(buf, (int)n, MPI_FLOAT, peer, tag, H(c), r.handle)
+                  : MPI_Irecv((float *)buf, (int)n, MPI_FLOAT, peer, tag, H(c), r.handle);
     track(r.handle);
     UNLOCK();
+    check(rc, op, c);
     return r;
 }
-
-CommReq comm_irecv(const Comm *c, float *buf, size_t n, int peer, int tag) {
-    check_count(n, "recv");
-    CommReq r = new_req(c, "recv");
+// A job: advance the queue; once this one is done, unlink and free it.
+static int test_job(CommReq *r, CommProgress *pr) {
+    Job *j = r->handle;
     LOCK();
-    check(MPI_Irecv(buf, (int)n, MPI_FLOAT, peer, tag, H(c), r.handle), "recv", c);
-    track(r.handle);
-    UNLOCK();
-    return r;
-}
-
-static void finish(CommReq *r) {
-    untrack(r->handle);
-    free(r->handle);
-    r->handle = NULL;
-}
-
-// A chunked job: advance it; once done, unlink and free it.
-static int test_job(CommReq *r) {
-    ChunkJob *j = r->handle;
-    LOCK();
-    job_advance(j);
+    advance_all();
     int done = j->done, rc = j->rc;
+    if (pr) *pr = (CommProgress){j->progress, j->pieces_done, j->pieces};
     if (done || rc) {
-        ChunkJob **t = &jobs;
+        Job **t = &jobs;
         while (*t != j)
             t = &(*t)->next;
         *t = j->next;
+        atomic_fetch_sub(&outstanding, 1);
     }
     UNLOCK();
     int bad = check(rc, r->op, r->comm);
     if (!done && !bad) return 0;
-    free(j);
+    free(j->counts), free(j->displs), free(j->pc), free(j->pd), free(j->stage), free(j);
     r->handle = NULL, r->chunked = 0;
     r->status = bad, r->contributors = bad ? 0 : r->comm->size;
     return 1;
 }
 
-int comm_test(CommReq *r) {
+int comm_test_progress(CommReq *r, CommProgress *pr) {
     if (!r->handle) return 1;
-    if (r->chunked) return test_job(r);
+    if (r->chunked) return test_job(r, pr);
+    if (pr) *pr = (CommProgress){r->started, 0, 1}; // no progress is visible inside a message
     int flag = 0;
     LOCK();
     int rc = MPI_Test(r->handle, &flag, MPI_STATUS_IGNORE);
     UNLOCK();
     int bad = check(rc, r->op, r->comm);
-    if (!bad && flag && r->not_before > 0 && now_sec() < r->not_before) {
-        // data has arrived; the emulated link is still "busy" (request is now MPI_REQUEST_NULL)
-        return 0;
-    }
     if (flag || bad) {
         LOCK();
-        finish(r);
+        untrack(r->handle);
         UNLOCK();
+        free(r->handle);
+        r->handle = NULL;
         r->status = bad, r->contributors = bad ? 0 : r->comm->size;
     }
     return flag || bad;
 }
 
-// Names the world ranks of a communicator's members, e.g. "0 1 2 3".
-static void peer_list(const Comm *c, char *out, size_t n) {
+int comm_test(CommReq *r) { return comm_test_progress(r, NULL); }
+
+// Names the world ranks of a communicator's other members, e.g. "1 2 3".
+void comm_other_members(const Comm *c, char *out, size_t n) {
     out[0] = 0;
-    if (!c->handle) return;
-    if (pthread_mutex_trylock(&mpi_lock)) return; // the progress thread is stuck inside MPI
-    MPI_Group g, wg;
-    MPI_Comm_group(H(c), &g);
-    MPI_Comm_group(MPI_COMM_WORLD, &wg);
+    if (!c || !c->handle || !TRYLOCK()) return; // another thread is stuck inside MPI
+    int *w = xmalloc((size_t)c->size * sizeof *w);
+    world_ranks_locked(c, w, c->size);
+    UNLOCK();
     size_t used = 0;
-    for (int i = 0; i < c->size && used + 16 < n; i++) {
-        int w;
-        MPI_Group_translate_ranks(g, 1, &i, wg, &w);
-        used += (size_t)snprintf(out + used, n - used, "%s%d", i ? " " : "", w);
+    for (int i = 0; i < c->size && used + 16 < n; i++)
+        if (i != c->rank)
+            used += (size_t)snprintf(out + used, n - used, "%s%d", used ? " " : "", w[i]);
+    free(w);
+}
+
+// Heartbeats: one int on tag hb_tag() of the communicator itself (point-to-point messages
+// never match collectives), sent and dropped (MPI_Request_free; the int is never written).
+static const int hb_token;
+void comm_heartbeats_send(const Comm *c) {
+    if (!mpi_on || !c || !c->handle || c->size < 2 || thread_level < MPI_THREAD_SERIALIZED) return;
+    LOCK();
+    for (int q = 0; q < c->size; q++) {
+        MPI_Request rq;
+        if (q != c->rank && MPI_Isend(&hb_token, 1, MPI_INT, q, hb_tag(), H(c), &rq) == 0)
+            MPI_Request_free(&rq);
     }
-    MPI_Group_free(&g);
-    MPI_Group_free(&wg);
     UNLOCK();
 }
 
-static int watchdog_fire(const CommReq *r, double waited) {
-    char msg[1024], peers[512];
-    peer_list(r->comm, peers, sizeof peers);
-    snprintf(msg, sizeof msg,
-             "watchdog: waited %.0f s for %s on the %s communicator (peers: world ranks %s) at "
-             "step %d (%s); a peer is dead or stuck. Aborting the job (--comm-timeout %.0f).",
-             waited, r->op, r->comm->name, peers, ctx_step, ctx_what, timeout_s);
-    return op_failed(7, msg);
-}
-
-static void (*wait_hook)(void *);
-static void *wait_hook_ctx;
-static int in_wait_hook;
-void comm_set_wait_hook(void (*fn)(void *ctx), void *ctx) {
-    wait_hook = fn;
-    wait_hook_ctx = ctx;
-}
-
-int comm_wait(CommReq *r) {
-    if (!r->handle) return r->status;
-    struct timespec nap = {0, 200000}; // 0.2 ms between polls
-    for (long polls = 0;; polls++) {
-        if (comm_test(r)) return r->status;
-        comm_progress();
-        if (wait_hook && !in_wait_hook) {
-            in_wait_hook = 1;
-            wait_hook(wait_hook_ctx);
-            in_wait_hook = 0;
-        }
-        double waited = now_sec() - r->started;
-        if (timeout_s > 0 && waited > timeout_s && watchdog_fire(r, waited))
-            return r->status = -1; // the handler returned: the operation is given up
-        if (polls > 50) nanosleep(&nap, NULL);
+int comm_heartbeats_recv(const Comm *c) {
+    if (!mpi_on || !c || !c->handle || c->size < 2 || !TRYLOCK()) return 0;
+    int n = 0, flag = 0, tok;
+    MPI_Status st;
+    while (MPI_Iprobe(MPI_ANY_SOURCE, hb_tag(), H(c), &flag, &st) == MPI_SUCCESS && flag) {
+        MPI_Recv(&tok, 1, MPI_INT, st.MPI_SOURCE, hb_tag(), H(c), MPI_STATUS_IGNORE);
+        n++;
     }
-}
-
-double comm_wait_timed(CommReq *r) {
-    if (!r->handle) return 0;
-    double t0 = now_sec();
-    comm_wait(r);
-    return now_sec() - t0;
+    UNLOCK();
+    return n;
 }
 
 void comm_progress(void) {
-    if ((!npending && !jobs) || pthread_mutex_trylock(&mpi_lock)) return; // the thread has it
+    if (!atomic_load(&outstanding) || !TRYLOCK()) return; // nothing to do, or the thread has it
     progress_locked();
     UNLOCK();
 }
 
-// Starts a job's chunks up to the window and retires the ones that landed (under mpi_lock).
-static void job_advance(ChunkJob *j) {
-    while (!j->done && !j->rc) {
-        while (j->inflight < CHUNK_WINDOW && j->seg < 2) {
-            if (j->off >= j->n[j->seg]) {
-                j->seg++, j->off = 0;
-                continue;
-            }
-            size_t len = j->n[j->seg] - j->off < j->chunk ? j->n[j->seg] - j->off : j->chunk;
-            MPI_Request *q = &j->req[(j->head + j->inflight) % CHUNK_WINDOW];
-            j->rc = MPI_Iallreduce(MPI_IN_PLACE, j->buf[j->seg] + j->off, (int)len, MPI_FLOAT,
-                                   MPI_SUM, j->comm, q);
-            if (j->rc) return;
-            j->off += len, j->inflight++;
-        }
-        if (!j->inflight) {
-            j->done = 1;
-            return;
-        }
-        int flag = 0;
-        j->rc = MPI_Test(&j->req[j->head], &flag, MPI_STATUS_IGNORE);
-        if (j->rc || !flag) return;
-        j->head = (j->head + 1) % CHUNK_WINDOW, j->inflight--;
-    }
-}
-
 static void progress_locked(void) {
-    // Chunked all-reduces issue their next chunks; then one MPI_Test on a live request runs
-    // Open MPI's progress engine for all of them. Completed requests become
-    // MPI_REQUEST_NULL; their owner's comm_test sees them done.
-    for (ChunkJob *j = jobs; j; j = j->next)
-        job_advance(j);
+    // Jobs start their next pieces; then one MPI_Test on a live point-to-point request runs
+    // Open MPI's progress engine for all of them (completed requests become MPI_REQUEST_NULL;
+    // their owner's comm_test sees them done).
+    advance_all();
     for (int i = 0; i < npending; i++) {
         if (*pending[i] == MPI_REQUEST_NULL) continue;
         int flag;

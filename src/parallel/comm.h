@@ -1,8 +1,26 @@
 // comm.h — the one thin communication layer over MPI (Open MPI). Nothing else in loom
 // includes mpi.h. Every operation has a non-blocking form returning a CommReq; the blocking
-// forms are the non-blocking ones plus comm_wait, so every wait runs under the watchdog:
-// after --comm-timeout seconds a rank prints which operation, step and peers it is waiting on
-// and aborts the whole job (never a silent hang).
+// forms are the non-blocking ones plus comm_wait, so every wait runs under the watchdog.
+//
+// The watchdog (comm_wait) fires when the operation waited on makes no progress for
+// --comm-timeout seconds: the rank prints the operation, step and the other ranks it waits on
+// and the job ends (never a silent hang). What counts as progress is what Open MPI lets us
+// observe: it has no byte counters for one operation (MPI_T has none per request in 4.1), but a
+// request's completion is visible. So every collective is moved as a queue of pieces of at most
+// LOOM_COMM_CHUNK elements (default 2^20 floats, 4 MiB; a broadcast 4 MiB of bytes), and a
+// piece completing is progress. A slow link that keeps moving data never fires the watchdog as
+// long as one piece moves within the timeout; a dead, stopped (SIGSTOP) or stuck peer, or ranks
+// deadlocked in mismatched operations, make no progress and fire it. A piece count of an int
+// also keeps collectives over > 2^31 elements within MPI's int counts (this MPI is 3.1: no
+// large-count functions). Progress is also:
+//   - a piece of a collective queued before it on the same communicator (it cannot start
+//     before those have);
+//   - a heartbeat from a peer in a busy section (comm_busy_begin): local work, such as
+//     writing a checkpoint, that the other ranks' next operation waits for.
+// A reduce-scatter or all-gather moves slices of every member's block per piece (layouts are
+// size_t; one spanning more than 2^31 elements is gathered through a staging buffer, as MPI's
+// displacements are ints). A point-to-point message is one piece: its deadline runs from its
+// start.
 //
 // Without mpirun or srun (no OMPI_COMM_WORLD_SIZE / PMIX_RANK / PMI_RANK in the environment)
 // MPI is never initialised and
@@ -17,15 +35,14 @@ typedef struct {
 } Comm;
 
 typedef struct {
-    void *handle; // MPI_Request, or the chunk job of comm_iallreduce_chunked (chunked = 1)
+    void *handle; // MPI_Request (point to point), or the queued job of a collective (chunked = 1)
     int chunked;
     const char *op;
     const Comm *comm;
     double started;
-    double not_before; // LOOM_COMM_DELAY emulation: not complete before this time (0 = off)
-    int status;        // once complete: 0, or -1 when the operation failed (see below)
-    int contributors;  // once complete: members whose data is in the result (the group's size
-                       // as the operation saw it; read this, never a size cached earlier)
+    int status;       // once complete: 0, or -1 when the operation failed (see below)
+    int contributors; // once complete: members whose data is in the result (the group's size
+                      // as the operation saw it; read this, never a size cached earlier)
 } CommReq;
 
 // Failure reporting. An operation that fails (an MPI error, or the watchdog finding no
@@ -52,18 +69,28 @@ _Noreturn void comm_abort(int code, const char *msg);
 // over parent; a rank passing a negative color joins none (the result has size 0).
 Comm *comm_split(const Comm *parent, int color, int key, const char *name);
 
-// Watchdog: seconds a wait may take (0 = forever), and what the program is doing (printed
-// when the watchdog fires).
+// Watchdog: seconds a wait may go without progress (0 = forever), and what the program is
+// doing (printed when the watchdog fires).
 void comm_set_timeout(double seconds);
 void comm_set_context(int step, const char *what);
+// A busy section: this rank does local work (e.g. writes a checkpoint) that the other members
+// of c will wait for in their next operation on c. Until comm_busy_end a thread sends them a
+// heartbeat every min(timeout/4, 1 s), which their watchdog counts as progress. One at a time.
+void comm_busy_begin(const Comm *c);
+void comm_busy_end(void);
+// The largest tag comm_isend/comm_irecv accept: MPI_TAG_UB less one (the top tag carries the
+// heartbeats), at least 32766. LOOM_TAG_UB lowers it for tests.
+int comm_tag_ub(void);
 
 // Collectives on float32 buffers; sums. In-place where the signature has one buffer.
 CommReq comm_iallreduce(const Comm *c, float *buf, size_t n);
+// Collectives start in the order they are called: a later one on the same communicator starts
+// once every piece of the earlier ones has started (the same order on every rank).
 // The all-reduce of b0[0, n0) and then b1[0, n1), sent as a chain of all-reduces of `chunk`
-// floats, at most two in flight, started and completed by the progress thread (or by
-// comm_test / comm_progress when there is none). Messages that share the link (a pipeline's
-// activations) then queue behind a chunk rather than behind the whole buffer. While it runs,
-// nothing else may start a collective on c (the chunks' order must be the same on every rank).
+// floats (at most LOOM_COMM_CHUNK), at most two in flight, started and completed by the
+// progress thread (or by comm_test / comm_progress when there is none). Messages that share
+// the link (a pipeline's activations) then queue behind a chunk rather than behind the whole
+// buffer. comm_iallreduce is the same with the default chunk.
 CommReq comm_iallreduce_chunked(const Comm *c, float *b0, size_t n0, float *b1, size_t n1,
                                 size_t chunk);
 int comm_allreduce(const Comm *c, float *buf, size_t n);
@@ -71,14 +98,14 @@ int comm_allreduce_f64(const Comm *c, double *buf, int n);
 CommReq comm_iallreduce_f64(const Comm *c, double *buf, int n);
 // Each rank r receives the sum of [displs[r], displs[r]+counts[r]) of every rank's send buffer
 // into recv.
-CommReq comm_ireduce_scatter(const Comm *c, const float *send, float *recv, const int *counts);
+CommReq comm_ireduce_scatter(const Comm *c, const float *send, float *recv, const size_t *counts);
 // In place: rank r contributes buf[displs[r] .. +counts[r]); all ranks end with all pieces.
-CommReq comm_iallgatherv(const Comm *c, float *buf, const int *counts, const int *displs);
-int comm_allgatherv(const Comm *c, float *buf, const int *counts, const int *displs);
+CommReq comm_iallgatherv(const Comm *c, float *buf, const size_t *counts, const size_t *displs);
+int comm_allgatherv(const Comm *c, float *buf, const size_t *counts, const size_t *displs);
 void comm_broadcast(const Comm *c, void *buf, size_t bytes, int root);
 void comm_barrier(const Comm *c);
 
-// Point to point (pipeline stages).
+// Point to point (pipeline stages). Tags in [0, comm_tag_ub()]; n < 2^31.
 CommReq comm_isend(const Comm *c, const float *buf, size_t n, int peer, int tag);
 CommReq comm_irecv(const Comm *c, float *buf, size_t n, int peer, int tag);
 

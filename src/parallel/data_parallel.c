@@ -21,9 +21,9 @@ struct DataParallel {
     const Comm *c;
     int N, r, zero, last;
     size_t P, lo, hi;
-    size_t *bound;        // (N+1) shard boundaries: rank q owns [bound[q], bound[q+1])
-    int *counts, *displs; // shard sizes/offsets as ints, for the parameter all-gather
-    int *tmp_counts, *tmp_displs;
+    size_t *bound;           // (N+1) shard boundaries: rank q owns [bound[q], bound[q+1])
+    size_t *counts, *displs; // shard sizes/offsets, for the parameter all-gather
+    size_t *tmp_counts, *tmp_displs;
     size_t max_block; // largest block other than the embedding (which has its own buffers)
     size_t rs_cap;    // receive buffer size: min(max_block, owned slice)
     // zero 0/1: buckets of consecutive blocks, reduced as soon as their lowest block is done
@@ -71,7 +71,7 @@ static void rs_complete(DataParallel *d, int slot) {
 static void rs_start(DataParallel *d, int slot, float *send, float *recv, size_t a, size_t b) {
     for (int q = 0; q < d->N; q++) {
         size_t s;
-        d->tmp_counts[q] = (int)range_isect(a, b, d->bound[q], d->bound[q + 1], &s);
+        d->tmp_counts[q] = range_isect(a, b, d->bound[q], d->bound[q + 1], &s);
     }
     PendingRS *p = &d->rs[slot];
     p->n = range_isect(a, b, d->lo, d->hi, &p->a);
@@ -89,8 +89,8 @@ static CommReq gather_start(DataParallel *d, int b, float *dst) {
     size_t a = blk->off, e = blk->off + blk->n;
     for (int q = 0; q < d->N; q++) {
         size_t s;
-        d->tmp_counts[q] = (int)range_isect(a, e, d->bound[q], d->bound[q + 1], &s);
-        d->tmp_displs[q] = (int)(s > a ? s - a : 0);
+        d->tmp_counts[q] = range_isect(a, e, d->bound[q], d->bound[q + 1], &s);
+        d->tmp_displs[q] = s > a ? s - a : 0;
         if (!d->tmp_counts[q]) d->tmp_displs[q] = 0;
     }
     size_t s, n = range_isect(a, e, d->lo, d->hi, &s);
@@ -240,15 +240,15 @@ DataParallel *dp_create(GPT *m, const Comm *c, int zero, double bucket_mb) {
     d->zero = zero;
     d->P = m->nparams;
     d->bound = xcalloc((size_t)d->N + 1, sizeof(size_t));
-    d->counts = xcalloc((size_t)d->N, sizeof(int));
-    d->displs = xcalloc((size_t)d->N, sizeof(int));
-    d->tmp_counts = xcalloc((size_t)d->N, sizeof(int));
-    d->tmp_displs = xcalloc((size_t)d->N, sizeof(int));
+    d->counts = xcalloc((size_t)d->N, sizeof(size_t));
+    d->displs = xcalloc((size_t)d->N, sizeof(size_t));
+    d->tmp_counts = xcalloc((size_t)d->N, sizeof(size_t));
+    d->tmp_displs = xcalloc((size_t)d->N, sizeof(size_t));
     for (int q = 0; q <= d->N; q++) // on norm-chunk boundaries (gpt.h)
         d->bound[q] = gpt_shard_bound(m, 0, d->P, q, d->N);
     for (int q = 0; q < d->N; q++) {
-        d->counts[q] = (int)(d->bound[q + 1] - d->bound[q]);
-        d->displs[q] = (int)d->bound[q];
+        d->counts[q] = d->bound[q + 1] - d->bound[q];
+        d->displs[q] = d->bound[q];
     }
     if (zero >= 1) {
         d->lo = d->bound[d->r];

@@ -291,17 +291,17 @@ static int pipe_setup(Pipe *p, GPT *m, const Grid *g, const PipelineConfig *pc, 
     p->zero1 = pc->zero >= 1 && W > 1;
     p->own_lo = 0, p->own_hi = n, p->wown_lo = 0, p->wown_hi = p->replica ? p->tie_n : 0;
     if (p->zero1) { // replica slices on norm-chunk boundaries (gpt.h), offsets from lo / 0
-        p->cnt = xcalloc((size_t)W, sizeof(int)), p->dsp = xcalloc((size_t)W, sizeof(int));
-        p->wcnt = xcalloc((size_t)W, sizeof(int)), p->wdsp = xcalloc((size_t)W, sizeof(int));
+        p->cnt = xcalloc((size_t)W, sizeof(size_t)), p->dsp = xcalloc((size_t)W, sizeof(size_t));
+        p->wcnt = xcalloc((size_t)W, sizeof(size_t)), p->wdsp = xcalloc((size_t)W, sizeof(size_t));
         for (int r = 0; r < W; r++) {
             size_t a = gpt_shard_bound(m, p->lo, p->hi, r, W) - p->lo;
             size_t b = gpt_shard_bound(m, p->lo, p->hi, r + 1, W) - p->lo;
-            p->dsp[r] = (int)a, p->cnt[r] = (int)(b - a);
+            p->dsp[r] = a, p->cnt[r] = b - a;
             a = gpt_shard_bound(m, 0, p->tie_n, r, W),
             b = gpt_shard_bound(m, 0, p->tie_n, r + 1, W);
-            p->wdsp[r] = (int)a, p->wcnt[r] = (int)(b - a);
+            p->wdsp[r] = a, p->wcnt[r] = b - a;
         }
-        p->own_lo = (size_t)p->dsp[q], p->own_hi = p->own_lo + (size_t)p->cnt[q];
+        p->own_lo = p->dsp[q], p->own_hi = p->own_lo + p->cnt[q];
         if (p->replica) p->wown_lo = (size_t)p->wdsp[q], p->wown_hi = p->wown_lo + p->wcnt[q];
     }
     for (int v = 0; v < p->nver; v++) {
@@ -407,12 +407,13 @@ int pipeline_full_params(Pipeline *p, float *host) {
     const Grid *g = p->g;
     const char *stage_layers = p->pc->stage_layers;
     int D = g->pp;
-    int *counts = xcalloc((size_t)D, sizeof(int)), *displs = xcalloc((size_t)D, sizeof(int));
+    size_t *counts = xcalloc((size_t)D, sizeof(size_t)),
+           *displs = xcalloc((size_t)D, sizeof(size_t));
     for (int s = 0; s < D; s++) {
         int b0, b1;
         if (pipeline_partition(m, D, s, stage_layers, &b0, &b1)) return -1;
-        displs[s] = (int)m->blocks[b0].off;
-        counts[s] = (int)(m->blocks[b1 - 1].off + m->blocks[b1 - 1].n - m->blocks[b0].off);
+        displs[s] = m->blocks[b0].off;
+        counts[s] = m->blocks[b1 - 1].off + m->blocks[b1 - 1].n - m->blocks[b0].off;
     }
     int newest = p->nver == 2 ? buffer_of(p->done) : 0;
     m->be->download(host + p->lo, p->pbuf[newest], p->hi - p->lo);

@@ -26,7 +26,7 @@ struct Pipeline {
     // (offsets from lo) and [wown_lo, wown_hi) of the wte replica; the moments cover only those.
     int zero1;
     size_t own_lo, own_hi, wown_lo, wown_hi;
-    int *cnt, *dsp, *wcnt, *wdsp; // all-gather layouts over the dp replicas
+    size_t *cnt, *dsp, *wcnt, *wdsp; // all-gather layouts over the dp replicas
     // gpipe/1f1b with dp replicas: per-block all-reduces started during the last backward
     CommReq *breq;
     int nbreq;
@@ -65,10 +65,15 @@ struct Pipeline {
 typedef struct Pipeline Pipe;
 
 // Message tags: forward activations 2·g, activation gradients 2·g+1 for micro-batch g (modulo
-// a range far larger than the micro-batches in flight), validation windows above that.
-#define TAG_RANGE (1 << 22)
-static inline int tag_of(int g, int backward) { return 2 * (g % TAG_RANGE) + backward; }
-static inline int val_tag(int w) { return 2 * TAG_RANGE + w % TAG_RANGE; }
+// a range far larger than the micro-batches in flight), validation windows above that. The
+// range is a third of the tags MPI allows (comm_tag_ub, at least 32766), at most 2^22, so
+// every tag stays within MPI_TAG_UB.
+static inline int tag_range(void) {
+    int r = (comm_tag_ub() + 1) / 3;
+    return r < (1 << 22) ? r : 1 << 22;
+}
+static inline int tag_of(int g, int backward) { return 2 * (g % tag_range()) + backward; }
+static inline int val_tag(int w) { return 2 * tag_range() + w % tag_range(); }
 // 2bw: the buffer holding W(k), the weights after k updates (W(0) is the initial model).
 static inline int buffer_of(int k) { return k & 1; }
 static inline int slot_of(const Pipe *p, int g) { return g % p->nslots; }

@@ -3,22 +3,38 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "../common.h"
+#include "../testhooks.h"
+
+// Rank 0's commit (manifest, rename, pruning), with the LOOM_SAVE_DELAY slow-disk test hook.
+static double commit(const char *dir, const char *part, const CkptMeta *meta,
+                     const CkptShardInfo *si, int n, CkptExtraFn extra, void *extra_ctx, int keep) {
+    double d = testhook_save_delay();
+    struct timespec nap = {(time_t)d, (long)((d - (double)(time_t)d) * 1e9)};
+    if (d > 0) nanosleep(&nap, NULL);
+    return ckpt_commit(dir, part, meta, si, n, extra, extra_ctx, keep);
+}
 
 int ckpt_save_collective(const char *dir, const Comm *c, const CkptShard *mine,
                          const CkptMeta *meta, CkptExtraFn extra, void *extra_ctx,
                          CkptExtraFn rank_files, void *rank_ctx, int keep) {
+    // Writing files is local work the other ranks wait for in their next collective on c: a
+    // busy section, so their watchdog hears this rank is working (comm_busy_begin).
     char part[4200];
+    comm_busy_begin(c);
     double ok = c->rank != 0
                     ? path_fmt(part, sizeof part, "%s/step_%08d.partial", dir, meta->step) == 0
                     : ckpt_begin(dir, meta->step, part, sizeof part) == 0;
+    comm_busy_end();
     comm_allreduce_f64(c, &ok, 1); // also a barrier: the directory exists for everyone
     if (ok < c->size)
         return c->rank == 0 ? -1 : loom_fail("%s: checkpoint directory not created", dir);
     // per rank: written?, lo, hi, crc, arrays (doubles hold every value exactly)
     double *info = xcalloc(5 * (size_t)c->size, sizeof(double));
     double wrote_ok = 1;
+    comm_busy_begin(c);
     if (mine) {
         CkptShardInfo si;
         if (ckpt_write_shard(part, c->rank, meta->step, mine, &si)) wrote_ok = 0;
@@ -26,6 +42,7 @@ int ckpt_save_collective(const char *dir, const Comm *c, const CkptShard *mine,
         e[0] = 1, e[1] = (double)si.lo, e[2] = (double)si.hi, e[3] = si.crc, e[4] = si.arrays;
     }
     if (rank_files && rank_files(part, rank_ctx)) wrote_ok = 0;
+    comm_busy_end();
     comm_allreduce_f64(c, info, 5 * c->size);
     comm_allreduce_f64(c, &wrote_ok, 1);
     double rc = 0;
@@ -41,7 +58,9 @@ int ckpt_save_collective(const char *dir, const Comm *c, const CkptShard *mine,
                                     .crc = (uint32_t)e[3],
                                     .arrays = (int)e[4]};
         }
-        rc = ckpt_commit(dir, part, meta, si, c->size, extra, extra_ctx, keep);
+        comm_busy_begin(c);
+        rc = commit(dir, part, meta, si, c->size, extra, extra_ctx, keep);
+        comm_busy_end();
         free(si);
     }
     free(info);

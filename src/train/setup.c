@@ -91,13 +91,13 @@ uint64_t run_data_window(const Run *r, int step) {
 }
 
 // Micro-batch j of step `step` for this data-parallel rank: windows in sequential order from
-// the resumed position, step s, micro-batch j, rank q of N (a test hook may kill or hang the
-// rank as the step starts).
+// the resumed position, step s, micro-batch j, rank q of N (a test hook may kill, hang or stop
+// the rank as the step starts, or make it enter a barrier the other ranks never enter).
 static void train_batch(void *ctx, int step, int j, int *inputs, int *targets) {
     Run *r = ctx;
     const TrainArgs *a = r->a;
     uint64_t N = (uint64_t)r->grid.dp;
-    if (j == 0) testhook_fault(r->world->rank, step + 1);
+    if (j == 0 && testhook_fault(r->world->rank, step + 1)) comm_barrier(r->world);
     uint64_t w = run_data_window(r, step) + (uint64_t)j * N + (uint64_t)r->grid.dp_i;
     dataset_window(&r->train, w, a->batch, a->seq, a->shuffle, (uint64_t)a->seed, inputs, targets);
 }

@@ -1,0 +1,44 @@
+// comm_impl.h — what comm.c (the MPI side: operations, the job queue, heartbeat messages) and
+// comm_watchdog.c (waits, the watchdog, busy sections; no MPI) share. Not for other files.
+#pragma once
+#include <stdatomic.h>
+
+#include "comm.h"
+
+// How far an operation has got, as comm_wait's watchdog sees it.
+typedef struct {
+    double progress; // last time the operation advanced (a piece completed; start otherwise)
+    long pieces_done, pieces;
+} CommProgress;
+
+// comm.c
+// A non-blocking send (send = 1) or receive of n floats; dies on n or tag out of MPI's range.
+CommReq comm_p2p(const Comm *c, const float *buf, size_t n, int peer, int tag, int send);
+// comm_test, also reporting the operation's progress (when it is not done yet).
+int comm_test_progress(CommReq *r, CommProgress *pr);
+// Receives the heartbeats waiting on c (comm_busy_begin on a peer); returns how many.
+int comm_heartbeats_recv(const Comm *c);
+// Sends one heartbeat to every other member of c.
+void comm_heartbeats_send(const Comm *c);
+// The world ranks of c's members other than this rank, e.g. "1 2 3" ("" if not known now).
+void comm_other_members(const Comm *c, char *out, size_t n);
+// MPI is up with more than one rank, and may be called from other threads (under the lock).
+int comm_threads_ok(void);
+// Point-to-point requests and collectives started and not collected yet (for tests).
+int comm_outstanding(void);
+// Layouts of reduce-scatters and all-gathers spanning more than n elements (default INT_MAX)
+// are all-gathered through a stage buffer (for tests).
+void comm_set_int_limit(size_t n);
+// An operation failed: the handler hears it (and, over MPI, ends the job); -1 if it returns.
+int comm_op_failed(int code, const char *msg);
+
+// comm_watchdog.c
+extern double comm_timeout_s;
+extern int comm_ctx_step;
+extern const char *comm_ctx_what;
+// LOOM_COMM_DELAY: the emulated link time of a collective of n elements (0: none).
+double comm_link_delay(size_t n);
+// The most elements one piece of a collective moves (LOOM_COMM_CHUNK, at most INT_MAX).
+size_t comm_chunk_limit(void);
+extern atomic_int comm_progress_on; // the progress thread runs (cleared: it stops)
+void comm_stop_progress_thread(void);
