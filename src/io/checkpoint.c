@@ -103,7 +103,7 @@ static SaveDir *list_saves(const char *dir, int *n, const char *latest) {
         } else if (!*suffix && manifest_seq(sub, &seq)) {
             if (*n == cap) v = realloc(v, (size_t)(cap *= 2) * sizeof *v);
             if (!v) die(EXIT_IO, "out of memory listing %s", dir);
-            snprintf(v[*n].name, sizeof v->name, "%s", e->d_name);
+            memcpy(v[*n].name, e->d_name, strlen(e->d_name) + 1); // length checked above
             v[*n].seq = seq, v[(*n)++].step = strtol(e->d_name + 5, NULL, 10);
         }
     }

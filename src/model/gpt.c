@@ -2,6 +2,7 @@
 // workspace of activations, and the single-process forward/backward over all blocks.
 #include "gpt.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,11 +126,19 @@ int gpt_create_layout(GPT *m, const GPTConfig *cfg, const Backend *be) {
     }
     m->nparams = off;
     if (off != want) die(EXIT_IO, "gpt_create: laid out %zu parameters, expected %zu", off, want);
-    m->nchunks = 0;
+    size_t chunks = 0; // norm chunks (gpt_chunk_*): counted in size_t, kept where an int holds
     for (int b = 0; b < m->nblocks; b++) {
-        m->blocks[b].chunk0 = m->nchunks;
-        m->nchunks += (int)((m->blocks[b].n + GPT_CHUNK - 1) / GPT_CHUNK);
+        m->blocks[b].chunk0 = (int)(chunks < INT_MAX ? chunks : INT_MAX);
+        chunks += (m->blocks[b].n + GPT_CHUNK - 1) / GPT_CHUNK;
     }
+    if (chunks > INT_MAX / 2) {
+        loom_fail("model L=%d C=%d V=%d maxT=%d has %zu parameters: more than loom handles (its "
+                  "gradient norm alone would keep %zu partial sums in memory)",
+                  cfg->L, cfg->C, cfg->V, cfg->maxT, off, chunks);
+        gpt_free(m);
+        return -1;
+    }
+    m->nchunks = (int)chunks;
     gpt_own_all(m);
     return 0;
 }
