@@ -11,6 +11,8 @@ secs=${FUZZ_SECONDS:-60}
 rss=${FUZZ_RSS_MB:-2048}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+# fontconfig (under cairo) keeps process-wide caches until exit: fuzz/lsan.supp
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$(cd "$(dirname "$0")" && pwd)/lsan.supp}
 export OMP_NUM_THREADS=1
 skip=" ${FUZZ_SKIP-} "
 all=$(for f in fuzz/fuzz_*.c; do n=$(basename "$f" .c); n=${n#fuzz_}; [[ $skip == *" $n "* ]] || echo "$n"; done)
