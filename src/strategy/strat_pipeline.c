@@ -127,10 +127,7 @@ static int pp_save(Strategy *s, const char *dir, CkptMeta *meta, int final, Ckpt
 
 static int pp_full_params(Strategy *s, float *host, int grads) {
     if (grads) return loom_fail("the pipeline strategy cannot hand out whole-model gradients");
-    float *buf = host ? host : xmalloc(s->model->nparams * sizeof(float));
-    int rc = pipeline_full_params(((PipeState *)s->impl)->p, buf);
-    if (!host) free(buf);
-    return rc;
+    return pipeline_full_params(((PipeState *)s->impl)->p, host);
 }
 
 static void pp_describe(const Strategy *s, char *buf, size_t n) {

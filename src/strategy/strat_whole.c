@@ -89,11 +89,9 @@ int whole_save(Strategy *s, Whole *w, const char *dir, CkptMeta *meta, int write
 
 int whole_full_params(Strategy *s, Whole *w, float *host, int grads) {
     GPT *m = s->model;
-    float *buf = host ? host : xmalloc(m->nparams * sizeof(float));
     if (grads)
-        m->be->download(buf, m->grads, m->nparams);
+        m->be->download(host, m->grads, m->nparams);
     else
-        dp_full_params(w->dp, buf); // collective for ZeRO-3
-    if (!host) free(buf);
+        dp_full_params(w->dp, host); // collective for ZeRO-3
     return 0;
 }

@@ -35,8 +35,9 @@ typedef struct {
 } StrategyConfig;
 
 // Where a strategy gets its data: micro-batch j of 0-based optimizer step `step` for this
-// rank's data-parallel index, validation window w, and the initial parameters (random, --init
-// or resumed) of any flat range, so that a rank materialises only what it keeps.
+// rank's data-parallel index, validation window w, and, for a fresh run, the initial parameters
+// (random or --init) of any flat range, so that a rank materialises only what it keeps (a
+// resumed strategy streams its range from s->resume_dir with checkpoint_read_into instead).
 typedef struct {
     void *ctx;
     void (*train)(void *ctx, int step, int j, int *inputs, int *targets);
@@ -80,8 +81,8 @@ typedef struct {
     // Collective checkpoint after `meta->step` steps (final: the end of the run).
     int (*save)(Strategy *s, const char *dir, CkptMeta *meta, int final, CkptExtraFn extra,
                 void *extra_ctx, int keep);
-    // Collective: the whole model's parameters (grads = 1: gradients) into host memory on the
-    // lead rank (host may be NULL elsewhere). Returns 0 or -1.
+    // Collective: the whole model's parameters (grads = 1: gradients) into host (nparams floats
+    // on every rank: the gathers fill every rank's copy). Returns 0 or -1.
     int (*full_params)(Strategy *s, float *host, int grads);
     // A communication operation failed (comm.h): a strategy that can lose a member carries on
     // (the operation completes with status -1 and its contributors); over MPI the job ends

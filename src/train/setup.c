@@ -55,18 +55,13 @@ static int setup_model(Run *r, const Backend *be) {
     return 0;
 }
 
-// StrategyData.params: the initial parameters of [lo, hi) — the checkpoint's, the --init
-// file's, or GPT-2's random initialisation — into dst.
+// StrategyData.params: the initial parameters of [lo, hi) of a fresh run — the --init file's,
+// or GPT-2's random initialisation — into dst (a resumed strategy streams its checkpoint).
 static int initial_params(void *ctx, size_t lo, size_t hi, float *dst) {
     Run *r = ctx;
     const GPT *m = &r->model;
-    size_t n = hi - lo;
-    if (r->resume_dir[0]) {
-        CkptWant w = {.lo = {lo}, .hi = {hi}, .dst = {dst}, .be = m->be};
-        return checkpoint_read_into(r->resume_dir, m->nparams, &w);
-    }
     if (r->init_model.params) {
-        m->be->copy(dst, r->init_model.params + lo, n);
+        m->be->copy(dst, r->init_model.params + lo, hi - lo);
         return 0;
     }
     gpt_init_range(m, (unsigned long long)r->a->seed, lo, hi, dst);
