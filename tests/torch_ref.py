@@ -25,9 +25,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # torch_gpt.py 
 
 
 def read_st(path):
-    """{name: float32 numpy array} of a safetensors file. The model commands use the peer's
-    torch_gpt.load_safetensors; the compare commands use this NumPy-only reader so that they
-    do not pay torch's import (seconds) on each of the suite's many comparisons."""
+    """{name: float32 numpy array} of a safetensors file, without importing torch (the compare
+    commands run it many times per suite); the peer's torch_gpt.load_safetensors wraps it."""
     import numpy as np
     with open(path, "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
