@@ -244,6 +244,32 @@ size_t workspace_floats(const GPTConfig *c, int B, int T, int recompute) {
            BT * C + BT * 7 * C;
 }
 
+size_t workspace_shared_floats(const GPTConfig *c, int B, int T, int recompute) {
+    size_t BT = (size_t)B * T;
+    return head_floats(c, B, T) + BT * 7 * c->C + (recompute ? layer_act_floats(c, B, T) : 0);
+}
+
+size_t workspace_own_floats(const GPTConfig *c, int B, int T, int recompute) {
+    size_t BT = (size_t)B * T, C = (size_t)c->C;
+    return (size_t)(c->L + 3) * BT * C + BT * C +
+           (recompute ? 0 : (size_t)c->L * layer_act_floats(c, B, T));
+}
+
+int workspace_create_sharing(Workspace *ws, const GPT *m, const Workspace *share) {
+    const GPTConfig *c = &m->cfg;
+    int B = share->B, T = share->T, rc = share->recompute;
+    size_t BT = (size_t)B * T;
+    *ws = *share;
+    ws->shares = 1;
+    ws->stream = m->be->alloc((size_t)(share->b1 - share->b0 + 1) * BT * c->C);
+    ws->dstream = m->be->alloc(BT * c->C);
+    if (!rc) ws->layer = m->be->alloc((size_t)c->L * ws->layer_stride);
+    ws->tokens = xcalloc(BT, sizeof(int));
+    ws->targets = xcalloc(BT, sizeof(int));
+    ws->floats = workspace_own_floats(c, B, T, rc);
+    return 0;
+}
+
 int workspace_create(Workspace *ws, const GPT *m, int B, int T, int recompute) {
     return workspace_create_range(ws, m, B, T, recompute, 0, m->nblocks);
 }
@@ -281,10 +307,9 @@ int workspace_create_range(Workspace *ws, const GPT *m, int B, int T, int recomp
 void workspace_free(Workspace *ws, const GPT *m) {
     const Backend *be = m->be;
     be->release(ws->stream);
-    be->release(ws->layer);
-    be->release(ws->head);
     be->release(ws->dstream);
-    be->release(ws->scratch);
+    if (!ws->shares || !ws->recompute) be->release(ws->layer);
+    if (!ws->shares) be->release(ws->head), be->release(ws->scratch);
     free(ws->tokens);
     free(ws->targets);
     memset(ws, 0, sizeof *ws);

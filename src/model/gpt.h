@@ -168,6 +168,7 @@ typedef struct {
     float *scratch;        // layer backward scratch: (B,T,4C) + 2·(B,T,C) + recompute out (B,T,C)
     int *tokens, *targets; // (B,T) copies of the current micro-batch
     size_t floats;         // activation floats allocated (for memory reports)
+    int shares;            // head, scratch (and the recompute slot) belong to another workspace
 } Workspace;
 
 int workspace_create(Workspace *ws, const GPT *m, int B, int T, int recompute);
@@ -178,6 +179,13 @@ int workspace_create_range(Workspace *ws, const GPT *m, int B, int T, int recomp
 float *workspace_stream(const Workspace *ws, const GPT *m, int l);
 void workspace_free(Workspace *ws, const GPT *m);
 size_t workspace_floats(const GPTConfig *c, int B, int T, int recompute);
+// Several micro-batches in flight at once (block swapping runs K of them through a unit): a
+// workspace that shares `share`'s head, scratch and (with recompute) layer slot, with its own
+// residual stream, stream gradient, tokens and (without recompute) layer activations.
+int workspace_create_sharing(Workspace *ws, const GPT *m, const Workspace *share);
+// Floats of the parts micro-batches share, and of those each needs for itself.
+size_t workspace_shared_floats(const GPTConfig *c, int B, int T, int recompute);
+size_t workspace_own_floats(const GPTConfig *c, int B, int T, int recompute);
 
 // What flows into and out of a block for one micro-batch.
 typedef struct {
