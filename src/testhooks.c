@@ -72,3 +72,5 @@ size_t testhook_pipe_chunk(void) {
     const char *v = getenv("LOOM_PIPE_CHUNK");
     return v && atol(v) > 0 ? (size_t)atol(v) : (size_t)1 << 18;
 }
+
+int testhook_tied_interleaved(void) { return getenv("LOOM_TIED_INTERLEAVED") != NULL; }

@@ -39,4 +39,8 @@ double testhook_save_delay(void);
 double testhook_comm_delay(void);
 size_t testhook_comm_chunk(void);
 int testhook_tag_ub(void);
+// LOOM_TIED_INTERLEAVED: the whole-model strategies accumulate the head's part of the tied
+// embedding's gradient straight into the embedding's (the order before gpt.h head_dwte), so a
+// test can show its comparison sees the order (negative control).
+int testhook_tied_interleaved(void);
 size_t testhook_pipe_chunk(void);

@@ -350,6 +350,12 @@ double gpt_forward(GPT *m, Workspace *ws, const int *tokens, const int *targets)
     return loss;
 }
 
+void gpt_fold_head(GPT *m, float *dwte) {
+    size_t n = (size_t)m->cfg.V * m->cfg.C;
+    m->be->axpby(dwte, 1.0f, m->head_dwte, 1.0f, n); // E + H
+    m->be->fill(m->head_dwte, 0.f, n);
+}
+
 void gpt_backward(GPT *m, Workspace *ws, float grad_scale) {
     const BlockHooks *h = m->hooks;
     for (int b = m->nblocks - 1; b >= 0; b--) {
@@ -360,10 +366,11 @@ void gpt_backward(GPT *m, Workspace *ws, float grad_scale) {
         if (blk->kind != BLOCK_HEAD) io.x_out = stream_at(ws, m, b);
         if (blk->kind == BLOCK_HEAD) {
             io.wte = gpt_embed(m)->params;
-            io.dwte = gpt_embed(m)->grads;
+            io.dwte = m->head_dwte ? m->head_dwte : gpt_embed(m)->grads;
             io.grad_scale = grad_scale;
         }
         block_backward(m, blk, ws, &io);
+        if (b == 0 && m->head_dwte && m->fold_head) gpt_fold_head(m, blk->grads);
         if (h && h->after) h->after(h->ctx, b, 1);
     }
 }

@@ -99,6 +99,13 @@ typedef struct {
     float *params; // (nparams) device buffer
     float *grads;  // (nparams) device buffer
     int nchunks;   // norm chunks over all blocks
+    // The tied embedding's gradient is the embedding's part E (its backward) plus the head's
+    // part H. With head_dwte set, gpt_backward accumulates H there and, after the embedding's
+    // backward of a micro-batch with fold_head set, adds it to E once (E + H) and clears it —
+    // the order a pipeline (H on the last stage, E on the first) and block swapping (the head
+    // and the embedding in different units) share. NULL: H accumulates straight into E.
+    float *head_dwte; // (V·C) device buffer, or NULL
+    int fold_head;
 } GPT;
 
 // Builds the block list and tensor table and allocates params and grads (zeroed). A shape whose
@@ -214,5 +221,7 @@ double gpt_forward(GPT *m, Workspace *ws, const int *tokens, const int *targets)
 // (use 1/(B·T·K) for the mean loss of K accumulated micro-batches).
 void gpt_backward(GPT *m, Workspace *ws, float grad_scale);
 void gpt_zero_grad(GPT *m);
+// dwte (the embedding's gradient, V·C floats from its start) += head_dwte; head_dwte = 0.
+void gpt_fold_head(GPT *m, float *dwte);
 // FLOPs of one forward+backward on (B,T) tokens (6·N·tokens + attention), for MFU.
 double gpt_flops_per_step(const GPTConfig *c, int B, int T);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../common.h"
+#include "../testhooks.h"
 
 // A reduce-scatter of one block's gradient in flight (zero 2/3).
 typedef struct {
@@ -267,6 +268,9 @@ DataParallel *dp_create(GPT *m, const Comm *c, int zero, double bucket_mb) {
     float *own_p = zero >= 3 ? d->pshard : m->params + d->lo;
     float *own_g = zero >= 2 ? d->gshard : m->grads + d->lo;
     gpt_own_range(m, d->lo, d->hi, d->lo, own_p, own_g);
+    // the head's part of the tied embedding's gradient, added to the embedding's once per
+    // reduction (gpt.h head_dwte): every ZeRO stage and the pipeline sum E + H
+    if (!testhook_tied_interleaved()) m->head_dwte = m->be->alloc((size_t)m->cfg.V * m->cfg.C);
     d->hooks =
         (BlockHooks){.before = hook_before, .after = hook_after, .poll = hook_poll, .ctx = d};
     m->hooks = &d->hooks;
@@ -286,6 +290,7 @@ void dp_free(DataParallel *d) {
     if (d->pshard) be->release(d->pshard);
     if (d->eparam) be->release(d->eparam);
     d->m->hooks = NULL;
+    if (d->m->head_dwte) be->release(d->m->head_dwte), d->m->head_dwte = NULL;
     free(d->bound), free(d->counts), free(d->displs), free(d->tmp_counts), free(d->tmp_displs);
     free(d->bucket_start), free(d->bucket_a), free(d->bucket_b), free(d->bucket_req);
     free(d);
@@ -298,7 +303,10 @@ void dp_owned_range(const DataParallel *d, size_t *lo, size_t *hi) {
 
 // ---------------------------------------------------------------- the step
 
-void dp_begin_micro(DataParallel *d, int last) { d->last = last; }
+void dp_begin_micro(DataParallel *d, int last) {
+    d->last = last;
+    d->m->fold_head = d->zero >= 2 || last; // ZeRO 2/3 reduce the embedding every micro-batch
+}
 
 void dp_finish_grads(DataParallel *d) {
     if (d->zero >= 2) {
@@ -375,23 +383,25 @@ void dp_set_params(DataParallel *d, const float *full) {
 // Transient buffers: two block gradients in flight plus their receive pieces, the embedding's
 // gradient for one micro-batch (the tied head writes all of it), and for zero 3 the gathered
 // embedding and two gathered blocks.
-static void memory_model(size_t P, size_t embed, size_t max_block, int N, int zero, double *param_b,
-                         double *grad_b, double *opt_b) {
+static void memory_model(size_t P, size_t embed, size_t wte, size_t max_block, int N, int zero,
+                         double *param_b, double *grad_b, double *opt_b) {
     double f = sizeof(float);
     size_t own = zero >= 1 ? (P + (size_t)N - 1) / (size_t)N : P;
     size_t cap = max_block < own ? max_block : own;
     *param_b = zero >= 3 ? f * (own + embed + 2 * max_block) : f * P;
     *grad_b = zero >= 2 ? f * (own + 2 * max_block + 2 * cap + embed) : f * P;
+    *grad_b += f * (double)wte; // the head's part of the tied embedding's gradient
     *opt_b = f * 2 * own;
 }
 
 void dp_memory(const DataParallel *d, double *param_b, double *grad_b, double *opt_b) {
-    memory_model(d->P, d->m->blocks[0].n, d->max_block, d->N, d->zero, param_b, grad_b, opt_b);
+    memory_model(d->P, d->m->blocks[0].n, (size_t)d->m->cfg.V * d->m->cfg.C, d->max_block, d->N,
+                 d->zero, param_b, grad_b, opt_b);
 }
 
 void dp_memory_plan(const GPTConfig *c, int N, int zero, double *param_b, double *grad_b,
                     double *opt_b) {
     size_t C = (size_t)c->C, embed = ((size_t)c->V + (size_t)c->maxT) * C;
     size_t layer = 12 * C * C + 13 * C, P = embed + (size_t)c->L * layer + 2 * C;
-    memory_model(P, embed, layer, N, zero, param_b, grad_b, opt_b);
+    memory_model(P, embed, (size_t)c->V * C, layer, N, zero, param_b, grad_b, opt_b);
 }
