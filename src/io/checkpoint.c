@@ -138,15 +138,21 @@ static void ckpt_prune(const char *dir, int keep, const char *latest) {
 #define STREAM_FLOATS ((size_t)1 << 20)
 
 // Appends n floats of src (backend memory when be is set) to o, updating crc.
-static void write_array(AtomicOut *o, const Backend *be, const float *src, size_t n, uint32_t *crc,
-                        float *buf) {
+static int write_array(AtomicOut *o, const CkptShard *sh, int a, const float *src, size_t n,
+                       uint32_t *crc, float *buf) {
     for (size_t k = 0; k < n && !o->failed; k += STREAM_FLOATS) {
         size_t c = n - k < STREAM_FLOATS ? n - k : STREAM_FLOATS;
         const float *p = src + k;
-        if (be) be->download(buf, src + k, c), p = buf;
+        if (sh->fetch) {
+            if (sh->fetch(sh->fetch_ctx, a, sh->lo + k, c, buf)) return -1;
+            p = buf;
+        } else if (sh->be) {
+            sh->be->download(buf, src + k, c), p = buf;
+        }
         *crc = crc32_update(*crc, p, c * sizeof(float));
         aout_write(o, p, c * sizeof(float));
     }
+    return 0;
 }
 
 // Writes this rank's shard: params, m, v (and prev) of [lo, hi), array by array.
@@ -155,10 +161,14 @@ static int write_shard(const char *path, int rank, int step, const CkptShard *sh
     const float *arrays[4] = {sh->params, sh->m, sh->v, sh->prev};
     AtomicOut o;
     if (aout_open(&o, path)) return -1;
-    float *buf = sh->be ? xmalloc(STREAM_FLOATS * sizeof(float)) : NULL;
+    float *buf = sh->be || sh->fetch ? xmalloc(STREAM_FLOATS * sizeof(float)) : NULL;
     *crc = 0;
     for (size_t a = 0; a < k; a++) {
-        write_array(&o, sh->be, arrays[a], n, crc, buf);
+        if (write_array(&o, sh, (int)a, arrays[a], n, crc, buf)) {
+            free(buf);
+            aout_abort(&o);
+            return -1;
+        }
         if (a == 0 && !o.failed) {
             fflush(o.fp);
             testhook_save_pause(rank, step); // a crash with a partial file on disk
@@ -316,6 +326,11 @@ static int read_entry(const char *step_dir, const CkptEntry *e, CkptWant *w, flo
                                            f0 + c, &at)
                              : 0;
             if (!k) continue;
+            if (w->store) {
+                if ((rc = w->store(w->store_ctx, a, e->lo + (at - a * cnt), k, buf + (at - f0))))
+                    break;
+                continue;
+            }
             float *dst = w->dst[a] + (s - w->lo[a]) + (at - (a * cnt + (s - e->lo)));
             if (w->be)
                 w->be->upload(dst, buf + (at - f0), k);
@@ -394,8 +409,9 @@ int state_file_write(const char *path, const char *kind, int rank, int nranks,
     aout_write(&o, ln, (size_t)n * sizeof *ln);
     uint32_t crc = crc32_update(0, ln, (size_t)n * sizeof *ln);
     float *buf = be ? xmalloc(STREAM_FLOATS * sizeof(float)) : NULL;
+    CkptShard via = {.be = be};
     for (int i = 0; i < n; i++)
-        write_array(&o, be, arrays[i], lens[i], &crc, buf);
+        write_array(&o, &via, i, arrays[i], lens[i], &crc, buf);
     free(buf), free(ln);
     h.crc = crc;
     if (!o.failed && (fseek(o.fp, 0, SEEK_SET) || fwrite(&h, sizeof h, 1, o.fp) != 1)) {

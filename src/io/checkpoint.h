@@ -37,10 +37,14 @@ typedef int (*CkptExtraFn)(const char *step_dir, void *ctx);
 // of the same range, or NULL.
 // be: when set, the arrays are that backend's memory and are written through a bounded buffer
 // (no host copy of the shard); NULL: host memory.
+// fetch: when set, the arrays are read through it instead (array CKPT_PARAMS/M/V, flat offset
+// at, n floats into dst; 0 or -1 with loom_errmsg) — a state kept in a slow tier.
 typedef struct {
     size_t lo, hi;
     const float *params, *m, *v, *prev;
     const Backend *be;
+    int (*fetch)(void *ctx, int array, size_t at, size_t n, float *dst);
+    void *fetch_ctx;
 } CkptShard;
 
 // A save, file by file (the collective coordination lives with the strategies, see
@@ -86,10 +90,13 @@ int checkpoint_read_state(const char *step_dir, size_t nparams, size_t plo, size
 // where it goes (hi-lo floats; backend memory when be is set). The shard files are streamed
 // through a bounded buffer, each read once and checked against its CRC-32.
 enum { CKPT_PARAMS, CKPT_M, CKPT_V, CKPT_PREV };
+// store: when set, what is read goes through it instead of dst (array, flat offset at, n floats).
 typedef struct {
     size_t lo[4], hi[4];
     float *dst[4];
     const Backend *be;
+    int (*store)(void *ctx, int array, size_t at, size_t n, const float *src);
+    void *store_ctx;
     int no_prev; // out: a shard holding part of the CKPT_PREV range has no previous version
 } CkptWant;
 int checkpoint_read_into(const char *step_dir, size_t nparams, CkptWant *want);

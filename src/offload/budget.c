@@ -29,7 +29,7 @@ size_t offload_unit_floats(const GPT *m, OffloadUnit u) {
 }
 
 size_t offload_slots_floats(const GPT *m, const OffloadPlan *p) {
-    int S = p->prefetch + 1;
+    int S = p->prefetch + 2;
     size_t total = 0;
     for (int i = 0; i < S; i++) {
         size_t big = 0;
@@ -81,7 +81,7 @@ void offload_io_bytes(const GPT *m, const OffloadShape *s, const OffloadPlan *p,
     for (int u = 0; u < n; u++) // forward
         rd += unit_params(m, p->unit[u], 0);
     if (n > 1) rd += wte;                          // the head's tied wte
-    for (int u = n - 2 - p->prefetch; u >= 0; u--) // backward: units no longer in a slot
+    for (int u = n - 3 - p->prefetch; u >= 0; u--) // backward: units no longer in a slot
         rd += unit_params(m, p->unit[u], 1);
     rd += wte, wr += wte; // the head's wte gradient H, out and back
     int N = s->dp > 1 ? s->dp : 1;

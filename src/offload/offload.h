@@ -5,7 +5,8 @@
 //
 // The schedule of one optimizer step with K micro-batches (swap_step.c):
 //   forward   units 0 .. n-2 in order: unit u's parameters are read while unit u-1 computes
-//             (up to `prefetch` units ahead; unit u lives in slot u mod (prefetch+1)); each
+//             (up to `prefetch` units ahead; unit u lives in slot u mod (prefetch+2): one
+//             computing, `prefetch` being read, one writing its gradient back); each
 //             unit runs its blocks for micro-batches 1..K, keeping each block's output (the
 //             residual stream) per micro-batch — with --recompute nothing else; without it
 //             every layer's activations per micro-batch.
@@ -57,7 +58,7 @@ size_t offload_pad(size_t n);
 // region (parameters in the forward, its gradient in the backward, which reads no parameters);
 // the head its own parameters and gradients plus the tied wte and the head's wte gradient H.
 size_t offload_unit_floats(const GPT *m, OffloadUnit u);
-// Floats of each slot (prefetch+1 of them): slot i holds the largest unit u with u ≡ i.
+// Floats of all slots (prefetch+2 of them): slot i holds the largest unit u with u ≡ i.
 size_t offload_slots_floats(const GPT *m, const OffloadPlan *p);
 // Activation and workspace bytes for K micro-batches of (B,T) (gpt.h workspaces).
 double offload_workspace_bytes(const GPT *m, const OffloadShape *s);

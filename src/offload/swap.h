@@ -1,0 +1,62 @@
+// swap.h — the executor of block swapping: trains a whole model whose parameters, gradients
+// and AdamW moments live in the slow tier (tier.h), with only the units computing and being
+// read ahead, the activations and bounded streaming buffers in fast memory. The schedule is
+// offload.h's; the numbers it allocates by are budget.c's. Used by the whole-model strategies
+// (strategy/strat_whole.c): one process, data parallelism with ZeRO 0/1, CO2's workers.
+//
+// In the tier (one file per rank): the parameters of every block, each block starting on a
+// TIER_ALIGN boundary (offload_pad); the gradients and both moments of the flat range this
+// rank updates; the head's part H of the tied embedding's gradient between the turn and the
+// end of the backward.
+#pragma once
+#include "../optim/optim.h"
+#include "../parallel/comm.h"
+#include "offload.h"
+
+typedef struct Swapper Swapper;
+
+typedef struct {
+    int B, T, K, recompute;
+    OptConfig opt;
+    const Comm *comm; // the ranks a gradient is summed over (size 1: none); ZeRO-1 shards over it
+    int zero;         // 0 or 1
+    const char *dir;  // --offload-dir
+    size_t budget;    // --fast-mem, bytes
+    const OffloadPlan *plan;
+} SwapConfig;
+
+// The arrays of the tier a caller reads or writes (swap_store / swap_fetch).
+enum { SWAP_PARAMS, SWAP_M, SWAP_V };
+
+// Opens the tier, allocates the slots, the workspaces and the streaming buffers (exactly
+// offload_fast_bytes; more than the budget is an error naming the minimum). NULL + loom_errmsg.
+Swapper *swap_create(GPT *m, const SwapConfig *c);
+void swap_free(Swapper *s);
+// The flat range whose gradients and moments this rank keeps and updates.
+void swap_owned(const Swapper *s, size_t *lo, size_t *hi);
+// Writes / reads n floats of flat range [at, at+n) of an array (moments: inside the owned
+// range), host memory. 0 or -1 (loom_errmsg).
+int swap_store(Swapper *s, int array, size_t at, size_t n, const float *src);
+int swap_fetch(Swapper *s, int array, size_t at, size_t n, float *dst);
+// AdamW updates applied (the bias correction's count).
+int *swap_opt_t(Swapper *s);
+
+// Micro-batch j of the step (tokens and targets, B·T each) / validation window w.
+typedef void (*SwapBatchFn)(void *ctx, int step, int j, int *inputs, int *targets);
+typedef void (*SwapValFn)(void *ctx, int w, int *inputs, int *targets);
+
+// The step's K micro-batches through every unit, gradients scaled by `scale`, summed over the
+// ranks and written to the tier, norm partials taken. Returns 0 with this rank's mean loss in
+// *loss, or -1 (loom_errmsg: the tier failed).
+int swap_grads(Swapper *s, SwapBatchFn batch, void *ctx, int step, float scale, double *loss);
+// Σ g² of the step's gradient (identical on every rank, the same bits as in memory).
+double swap_grad_sumsq(Swapper *s);
+// AdamW at learning rate lr with gradients scaled by grad_scale, streamed through the owned
+// range (parameters all-gathered under ZeRO-1). 0 or -1.
+int swap_update(Swapper *s, float lr, float grad_scale);
+// Mean loss over validation windows 0..n-1 (K at a time through every unit). 0 or -1.
+int swap_evaluate(Swapper *s, int n, SwapValFn val, void *ctx, double *loss);
+// Seconds blocked on the tier since the last call.
+double swap_io_wait(Swapper *s);
+// Bytes read and written since the last call.
+void swap_io_bytes(Swapper *s, double *read, double *written);

@@ -1,0 +1,60 @@
+// swap_impl.h — the executor's state, shared by swap.c (layout, slots, moving data),
+// swap_step.c (forward/backward schedule) and swap_update.c (norm and AdamW pass).
+#pragma once
+#include "swap.h"
+#include "tier.h"
+
+enum { REGION_PARAMS, REGION_GRADS, REGION_M, REGION_V, REGION_H, NREGIONS };
+enum { SLOT_WRITES = 3 };
+
+typedef struct {
+    float *buf;
+    size_t floats;
+    int unit;        // the unit whose parameters are (or are being read) here, -1: none
+    int params_ok;   // those parameters are intact (the embedding's backward overwrites them)
+    uint64_t rd[2];  // reads in flight into the slot
+    uint64_t wr[SLOT_WRITES]; // writes in flight out of it
+} Slot;
+
+struct Swapper {
+    GPT *m;
+    SwapConfig c;
+    OffloadPlan plan;
+    Tier *tier;
+    size_t *poff;           // (nblocks+1) padded offset of each block in the parameter region
+    size_t plo, phi;        // the owned range [lo, hi) at padded offsets
+    size_t lo, hi;          // the owned flat range
+    size_t region[NREGIONS]; // byte offset of each region in the tier
+    int S;                  // slots
+    Slot *slot;
+    Workspace *ws;          // (K): ws[0] owns head/scratch, the others share them
+    float *stream;          // 8·OFFLOAD_OPT_CHUNK floats: update chunks, bounce buffer
+    double *part;           // (nchunks) norm partials of the step's gradient
+    size_t *bound;          // (N+1) shard bounds over the ranks (ZeRO-1)
+    int N, rank, t;
+    double waited;
+    uint64_t last_read, last_written;
+};
+
+// Padded offset of flat offset x (inside block b).
+static inline size_t swap_padpos(const Swapper *s, int b, size_t x) {
+    return s->poff[b] + (x - s->m->blocks[b].off);
+}
+// The block holding flat offset x.
+int swap_block_at(const Swapper *s, size_t x);
+// Byte offset in the tier of flat offset x of region r (grads/m/v: inside the owned range).
+size_t swap_tier_off(const Swapper *s, int r, size_t x);
+
+// Slot handling (swap.c).
+Slot *swap_slot_of(Swapper *s, int u);
+// Points the unit's blocks at its slot (params, grads, the head's wte and H).
+void swap_point_unit(Swapper *s, int u);
+// Starts reading unit u's parameters into its slot (layers_only: what a backward needs) unless
+// they are there; waits for the slot's writes first. 0 or -1.
+int swap_fetch_unit(Swapper *s, int u, int layers_only);
+// Waits until unit u's reads are done. 0 or -1.
+int swap_ready(Swapper *s, int u);
+// The head's tied wte (in the head unit's slot) and its H buffer.
+float *swap_wte(Swapper *s, int u);
+float *swap_hbuf(Swapper *s, int u);
+int swap_wait_slot_writes(Swapper *s, Slot *sl);
