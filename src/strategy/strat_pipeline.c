@@ -118,7 +118,13 @@ static int pp_save(Strategy *s, const char *dir, CkptMeta *meta, int final, Ckpt
     Pipeline *p = ((PipeState *)s->impl)->p;
     PipeShard sh;
     int writes = pipeline_shard(p, &sh);
-    CkptShard mine = {sh.lo, sh.hi, sh.params, sh.m, sh.v, sh.prev, s->model->be};
+    CkptShard mine = {.lo = sh.lo,
+                      .hi = sh.hi,
+                      .params = sh.params,
+                      .m = sh.m,
+                      .v = sh.v,
+                      .prev = sh.prev,
+                      .be = s->model->be};
     meta->opt_t = pipeline_opt_t(p);
     comm_set_context(meta->step, "pipeline checkpoint");
     return ckpt_save_collective(dir, s->grid->world, writes ? &mine : NULL, meta, extra, extra_ctx,
