@@ -36,7 +36,8 @@ TEST(nonfinite_written_as_null) {
                      .tokens = 64,
                      .tokens_per_s = 6400,
                      .mfu = 0.1,
-                     .exposed_ms = -1};
+                     .exposed_ms = -1,
+                     .io_ms = -1};
     MetricsStep b = a;
     b.step = 2, b.loss = NAN, b.grad_norm = INFINITY, b.mfu = -INFINITY, b.exposed_ms = 1.5;
     CHECK(metrics_step(&mt, &a) == 0, "step 1: %s", loom_errmsg());
@@ -93,7 +94,7 @@ TEST(write_failure_reported) {
         printf("skip - write_failure_reported: %s\n", loom_errmsg());
         return;
     }
-    MetricsStep a = {.step = 1, .loss = 3.5, .exposed_ms = -1};
+    MetricsStep a = {.step = 1, .loss = 3.5, .exposed_ms = -1, .io_ms = -1};
     CHECK(metrics_step(&mt, &a) == -1, "write to /dev/full succeeded");
     CHECK(strstr(loom_errmsg(), "/dev/full: cannot write metrics: No space left on device"),
           "message: %s", loom_errmsg());

@@ -353,7 +353,8 @@ int checkpoint_read_into(const char *step_dir, size_t nparams, CkptWant *w) {
         rc = loom_fail("%s: a model of %zu parameters, %zu expected (model shape mismatch)",
                        mf.path, mf.nparams, nparams);
     for (int a = 0; a < 4 && !rc; a++)
-        if (w->lo[a] > w->hi[a] || w->hi[a] > nparams || (w->hi[a] > w->lo[a] && !w->dst[a]))
+        if (w->lo[a] > w->hi[a] || w->hi[a] > nparams ||
+            (w->hi[a] > w->lo[a] && !w->dst[a] && !w->store))
             rc = loom_fail("%s: requested ranges outside [0, %zu)", mf.path, nparams);
     float *buf = xmalloc(STREAM_FLOATS * sizeof(float));
     for (int i = 0; i < mf.n && !rc; i++) {

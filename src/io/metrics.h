@@ -1,5 +1,6 @@
 // metrics.h — the JSON Lines metrics file: one object per optimizer step
-// {"step","loss","lr","grad_norm","step_ms","tokens","tokens_per_s","mfu"[,"comm_exposed_ms"]}
+// {"step","loss","lr","grad_norm","step_ms","tokens","tokens_per_s","mfu"[,"comm_exposed_ms"]
+//  [,"io_ms"]}
 // ("tokens": training tokens read since the start of the first run, across resumes) and one
 // per evaluation
 // {"step","val_loss"}. Lines are flushed as written so a crashed run keeps its history.
@@ -21,6 +22,7 @@ typedef struct {
     double tokens; // cumulative training tokens after this step
     double tokens_per_s, mfu;
     double exposed_ms; // time the step waited on communication after compute (< 0: not written)
+    double io_ms;      // time it waited on block swapping's slow tier (< 0: not written)
 } MetricsStep;
 
 // Write one line and flush it. Return 0, or -1 with loom_errmsg naming the file when the line

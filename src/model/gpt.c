@@ -179,24 +179,45 @@ int gpt_create(GPT *m, const GPTConfig *cfg, const Backend *be) {
     return 0;
 }
 
-void gpt_init_range(const GPT *m, unsigned long long seed, size_t lo, size_t hi, float *dst) {
+int gpt_init_stream(const GPT *m, unsigned long long seed, size_t lo, size_t hi, GptSink sink,
+                    void *ctx) {
     Rng r;
     rng_seed(&r, seed, 0x9e3779b97f4a7c15ULL);
     enum { CHUNK = 1 << 20 }; // staged in pieces: no second parameter-sized buffer at start-up
     float *host = xmalloc(CHUNK * sizeof(float));
-    for (int i = 0; i < m->ntensors; i++) { // every value is drawn, those in [lo, hi) kept
+    int rc = 0;
+    for (int i = 0; i < m->ntensors && !rc; i++) { // every value is drawn, those in [lo, hi) kept
         const TensorSpec *t = &m->tensors[i];
-        for (size_t k0 = 0; k0 < t->n; k0 += CHUNK) {
+        if (t->off >= hi) break;
+        for (size_t k0 = 0; k0 < t->n && !rc; k0 += CHUNK) {
             size_t n = t->n - k0 < CHUNK ? t->n - k0 : CHUNK;
             for (size_t k = 0; k < n; k++)
                 host[k] = t->init_std > 0   ? t->init_std * rng_normal(&r)
                           : t->init_std < 0 ? 1.f
                                             : 0.f;
             size_t s, len = range_isect(t->off + k0, t->off + k0 + n, lo, hi, &s);
-            if (len) m->be->upload(dst + (s - lo), host + (s - t->off - k0), len);
+            if (len) rc = sink(ctx, s, len, host + (s - t->off - k0));
         }
     }
     free(host);
+    return rc;
+}
+
+typedef struct {
+    const GPT *m;
+    float *dst;
+    size_t lo;
+} UploadSink;
+
+static int upload_sink(void *ctx, size_t at, size_t n, const float *src) {
+    UploadSink *u = ctx;
+    u->m->be->upload(u->dst + (at - u->lo), src, n);
+    return 0;
+}
+
+void gpt_init_range(const GPT *m, unsigned long long seed, size_t lo, size_t hi, float *dst) {
+    UploadSink u = {m, dst, lo};
+    gpt_init_stream(m, seed, lo, hi, upload_sink, &u);
 }
 
 void gpt_init_weights(GPT *m, unsigned long long seed) {

@@ -123,6 +123,11 @@ void gpt_init_weights(GPT *m, unsigned long long seed);
 // The same initial values of the flat range [lo, hi) only, into dst (backend memory, hi-lo
 // floats), with a bounded host buffer.
 void gpt_init_range(const GPT *m, unsigned long long seed, size_t lo, size_t hi, float *dst);
+// The same values handed to sink in ascending pieces of host memory (flat offset at, n floats);
+// returns the first non-zero sink result, or 0.
+typedef int (*GptSink)(void *ctx, size_t at, size_t n, const float *src);
+int gpt_init_stream(const GPT *m, unsigned long long seed, size_t lo, size_t hi, GptSink sink,
+                    void *ctx);
 const TensorSpec *gpt_find_tensor(const GPT *m, const char *name);
 static inline Block *gpt_embed(GPT *m) { return &m->blocks[0]; }
 // Releases the model's whole-model parameter and/or gradient buffer, for a strategy that keeps

@@ -49,9 +49,17 @@ double offload_workspace_bytes(const GPT *m, const OffloadShape *s) {
     return sizeof(float) * (shared + s->K * own) + (double)s->K * 2 * BT * sizeof(int);
 }
 
+size_t offload_opt_chunk(const GPT *m) {
+    size_t big = 0;
+    for (int b = 0; b < m->nblocks; b++)
+        if (m->blocks[b].n > big) big = m->blocks[b].n;
+    big = offload_pad(big);
+    return big < ((size_t)1 << 20) ? big : (size_t)1 << 20;
+}
+
 double offload_fast_bytes(const GPT *m, const OffloadShape *s, const OffloadPlan *p) {
     double slots = sizeof(float) * (double)offload_slots_floats(m, p);
-    double opt = sizeof(float) * 8.0 * OFFLOAD_OPT_CHUNK;
+    double opt = sizeof(float) * 8.0 * (double)offload_opt_chunk(m);
     double norms = sizeof(double) * (double)m->nchunks;
     return slots + offload_workspace_bytes(m, s) + opt + norms;
 }
@@ -91,6 +99,29 @@ void offload_io_bytes(const GPT *m, const OffloadShape *s, const OffloadPlan *p,
     wr += all + 2 * own; // parameters (all-gathered under ZeRO-1), m, v
     *read = (double)rd * sizeof(float);
     *written = (double)wr * sizeof(float);
+}
+
+int offload_plan_fit(const GPT *m, const OffloadShape *s, size_t budget, OffloadPlan *p) {
+    int L = m->nblocks - 2;
+    for (int g = L; g >= 1; g--) {
+        int n = 1 + (L + g - 1) / g;
+        memset(p, 0, sizeof *p);
+        p->prefetch = 1;
+        p->nunits = n;
+        p->unit = xcalloc((size_t)n, sizeof(OffloadUnit));
+        p->unit[0] = (OffloadUnit){0, 0};
+        for (int u = 1; u < n; u++) {
+            int first = 1 + (u - 1) * g, last = first + g - 1;
+            p->unit[u] = (OffloadUnit){first, u == n - 1 ? m->nblocks - 1 : last};
+        }
+        if (offload_fast_bytes(m, s, p) <= (double)budget) return 0;
+        offload_plan_free(p);
+    }
+    return loom_fail(
+        "--fast-mem %.2f GiB is too small: this model and batch need at least %.2f GiB "
+        "of fast memory (of it %.2f GiB activations and workspace)",
+        (double)budget / (1 << 30), offload_min_bytes(m, s) / (1 << 30),
+        offload_workspace_bytes(m, s) / (1 << 30));
 }
 
 void offload_plan_per_block(const GPT *m, OffloadPlan *p) {

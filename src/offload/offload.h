@@ -22,15 +22,16 @@
 //             in-memory path: embedding part + head part, see gpt.h head_dwte).
 //   update    with the global norm known (clipping and the non-finite check need all of it),
 //             AdamW streams parameters, gradients and both moments through fast memory in
-//             chunks of OFFLOAD_OPT_CHUNK floats, double-buffered, and writes parameters and
+//             pieces of offload_opt_chunk floats, double-buffered, and writes parameters and
 //             moments back.
 #pragma once
 #include <stddef.h>
 
 #include "../model/gpt.h"
 
-// Floats per optimizer streaming chunk (each of parameters, gradients, m, v; two in flight).
-#define OFFLOAD_OPT_CHUNK ((size_t)1 << 20)
+// Floats per optimizer streaming piece (each of parameters, gradients, m, v; two in flight):
+// 2^20, or the largest block rounded up to the tier's alignment when that is smaller.
+size_t offload_opt_chunk(const GPT *m);
 
 typedef struct {
     int first, last; // blocks, inclusive
@@ -71,6 +72,10 @@ double offload_min_bytes(const GPT *m, const OffloadShape *s);
 void offload_io_bytes(const GPT *m, const OffloadShape *s, const OffloadPlan *p, double *read,
                       double *written);
 
+// The simplest plan that fits `budget`: the embedding alone, then the layers in runs of g (the
+// head with the last run), the largest g that fits, prefetch 1. 0, or -1 (loom_errmsg names the
+// minimum) when none does.
+int offload_plan_fit(const GPT *m, const OffloadShape *s, size_t budget, OffloadPlan *p);
 // Plans: one unit per block (prefetch 1), and freeing.
 void offload_plan_per_block(const GPT *m, OffloadPlan *p);
 void offload_plan_free(OffloadPlan *p);

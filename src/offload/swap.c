@@ -13,8 +13,10 @@ int swap_block_at(const Swapper *s, size_t x) {
     int lo = 0, hi = s->m->nblocks - 1;
     while (lo < hi) {
         int mid = (lo + hi + 1) / 2;
-        if (s->m->blocks[mid].off <= x) lo = mid;
-        else hi = mid - 1;
+        if (s->m->blocks[mid].off <= x)
+            lo = mid;
+        else
+            hi = mid - 1;
     }
     return lo;
 }
@@ -112,8 +114,8 @@ static int check_plan(const GPT *m, const OffloadPlan *p) {
         return loom_fail("offload plan: needs at least 2 units and prefetch >= 1 (got %d, %d)",
                          p->nunits, p->prefetch);
     for (int u = 0, next = 0; u < p->nunits; next = p->unit[u].last + 1, u++)
-        if (p->unit[u].first != next || p->unit[u].last < next ||
-            p->unit[u].last >= m->nblocks || (u == p->nunits - 1 && p->unit[u].last != m->nblocks - 1))
+        if (p->unit[u].first != next || p->unit[u].last < next || p->unit[u].last >= m->nblocks ||
+            (u == p->nunits - 1 && p->unit[u].last != m->nblocks - 1))
             return loom_fail("offload plan: unit %d [%d, %d] does not continue the blocks", u,
                              p->unit[u].first, p->unit[u].last);
     return 0;
@@ -128,8 +130,8 @@ static void layout(Swapper *s) {
     s->rank = s->c.comm ? s->c.comm->rank : 0;
     s->bound = xcalloc((size_t)s->N + 1, sizeof(size_t));
     for (int q = 0; q <= s->N; q++)
-        s->bound[q] = s->c.zero >= 1 ? gpt_shard_bound(m, 0, m->nparams, q, s->N)
-                                     : (q ? m->nparams : 0);
+        s->bound[q] =
+            s->c.zero >= 1 ? gpt_shard_bound(m, 0, m->nparams, q, s->N) : (q ? m->nparams : 0);
     s->lo = s->c.zero >= 1 ? s->bound[s->rank] : 0;
     s->hi = s->c.zero >= 1 ? s->bound[s->rank + 1] : m->nparams;
     s->plo = padpos_of(s, s->lo);
@@ -159,7 +161,8 @@ static int alloc_fast(Swapper *s) {
     if (workspace_create(&s->ws[0], m, s->c.B, s->c.T, s->c.recompute)) return -1;
     for (int k = 1; k < s->c.K; k++)
         workspace_create_sharing(&s->ws[k], m, &s->ws[0]);
-    s->stream = tier_alloc(8 * OFFLOAD_OPT_CHUNK * sizeof(float));
+    s->chunk = offload_opt_chunk(m);
+    s->stream = tier_alloc(8 * s->chunk * sizeof(float));
     s->part = xcalloc((size_t)m->nchunks, sizeof(double));
     return 0;
 }
@@ -249,7 +252,7 @@ static int move_range(Swapper *s, int array, size_t at, size_t n, float *host, i
     if (r != REGION_PARAMS && (at < s->lo || at + n > s->hi))
         return loom_fail("offload: moments [%zu, %zu) outside the owned range [%zu, %zu)", at,
                          at + n, s->lo, s->hi);
-    size_t cap = 4 * OFFLOAD_OPT_CHUNK;
+    size_t cap = 4 * s->chunk;
     while (n) {
         int b = swap_block_at(s, at);
         const Block *blk = &s->m->blocks[b];

@@ -10,9 +10,9 @@ enum { SLOT_WRITES = 3 };
 typedef struct {
     float *buf;
     size_t floats;
-    int unit;        // the unit whose parameters are (or are being read) here, -1: none
-    int params_ok;   // those parameters are intact (the embedding's backward overwrites them)
-    uint64_t rd[2];  // reads in flight into the slot
+    int unit;       // the unit whose parameters are (or are being read) here, -1: none
+    int params_ok;  // those parameters are intact (the embedding's backward overwrites them)
+    uint64_t rd[2]; // reads in flight into the slot
     uint64_t wr[SLOT_WRITES]; // writes in flight out of it
 } Slot;
 
@@ -21,16 +21,17 @@ struct Swapper {
     SwapConfig c;
     OffloadPlan plan;
     Tier *tier;
-    size_t *poff;           // (nblocks+1) padded offset of each block in the parameter region
-    size_t plo, phi;        // the owned range [lo, hi) at padded offsets
-    size_t lo, hi;          // the owned flat range
+    size_t *poff;            // (nblocks+1) padded offset of each block in the parameter region
+    size_t plo, phi;         // the owned range [lo, hi) at padded offsets
+    size_t lo, hi;           // the owned flat range
     size_t region[NREGIONS]; // byte offset of each region in the tier
-    int S;                  // slots
+    int S;                   // slots
     Slot *slot;
-    Workspace *ws;          // (K): ws[0] owns head/scratch, the others share them
-    float *stream;          // 8·OFFLOAD_OPT_CHUNK floats: update chunks, bounce buffer
-    double *part;           // (nchunks) norm partials of the step's gradient
-    size_t *bound;          // (N+1) shard bounds over the ranks (ZeRO-1)
+    Workspace *ws; // (K): ws[0] owns head/scratch, the others share them
+    size_t chunk;  // offload_opt_chunk
+    float *stream; // 8·chunk floats: update pieces, bounce buffer
+    double *part;  // (nchunks) norm partials of the step's gradient
+    size_t *bound; // (N+1) shard bounds over the ranks (ZeRO-1)
     int N, rank, t;
     double waited;
     uint64_t last_read, last_written;

@@ -51,7 +51,7 @@ static void zero_grads(Swapper *s, int u) {
 static int fold_head(Swapper *s) {
     GPT *m = s->m;
     float *E = m->blocks[0].grads, *buf = s->stream;
-    size_t n = wte_n(m), cap = 4 * OFFLOAD_OPT_CHUNK;
+    size_t n = wte_n(m), cap = 4 * s->chunk;
     for (size_t a = 0; a < n; a += cap) {
         size_t k = n - a < cap ? n - a : cap;
         uint64_t t = tier_read_async(s->tier, swap_tier_off(s, REGION_H, a), buf,

@@ -1,6 +1,6 @@
 // swap_update.c — the update pass of a swapped step: the global gradient norm from the
 // partials the backward took, then AdamW streamed through fast memory in pieces of at most
-// OFFLOAD_OPT_CHUNK floats (parameters, gradients, m, v), two pieces in flight, parameters and
+// s->chunk floats (parameters, gradients, m, v), two pieces in flight, parameters and
 // moments written back; under ZeRO-1 each piece's parameters are all-gathered from their
 // owners on the way.
 #include <stdlib.h>
@@ -21,7 +21,7 @@ typedef struct {
 // across a block.
 static size_t piece_end(const Swapper *s, size_t x, size_t end) {
     const Block *blk = &s->m->blocks[swap_block_at(s, x)];
-    size_t e = blk->off + blk->n, c = x + OFFLOAD_OPT_CHUNK;
+    size_t e = blk->off + blk->n, c = x + s->chunk;
     e = e < c ? e : c;
     return e < end ? e : end;
 }
@@ -58,7 +58,8 @@ static int issue(Swapper *s, Piece *q, size_t a, size_t e) {
 
 // All-gathers the piece's parameters from their owners (ZeRO-1), in place.
 static int gather(Swapper *s, Piece *q) {
-    size_t *cnt = xcalloc((size_t)s->N, sizeof(size_t)), *dsp = xcalloc((size_t)s->N, sizeof(size_t));
+    size_t *cnt = xcalloc((size_t)s->N, sizeof(size_t)),
+           *dsp = xcalloc((size_t)s->N, sizeof(size_t));
     for (int r = 0; r < s->N; r++) {
         size_t st;
         cnt[r] = range_isect(q->a, q->a + q->n, s->bound[r], s->bound[r + 1], &st);
@@ -89,9 +90,9 @@ int swap_update(Swapper *s, float lr, float grad_scale) {
     s->t++;
     Piece q[2] = {{0}};
     for (int i = 0; i < 2; i++) {
-        float *base = s->stream + (size_t)i * 4 * OFFLOAD_OPT_CHUNK;
-        q[i].p = base, q[i].g = base + OFFLOAD_OPT_CHUNK;
-        q[i].mo = base + 2 * OFFLOAD_OPT_CHUNK, q[i].vo = base + 3 * OFFLOAD_OPT_CHUNK;
+        float *base = s->stream + (size_t)i * 4 * s->chunk;
+        q[i].p = base, q[i].g = base + s->chunk;
+        q[i].mo = base + 2 * s->chunk, q[i].vo = base + 3 * s->chunk;
     }
     // ZeRO-1 walks every piece (each rank gathers what the others own); otherwise the owned range
     int gathers = s->N > 1 && s->c.zero >= 1;

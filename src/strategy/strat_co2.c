@@ -27,6 +27,9 @@ typedef struct {
 static int co2_wants(const StrategyConfig *c) { return c->co2; }
 
 static int co2_check(const StrategyConfig *c) {
+    if (c->offload)
+        return loom_fail("--offload with --co2: CO2's outer state is not swapped yet (one "
+                         "process or --dp with --zero 0/1 are)");
     if (c->zero < 0 || c->zero > 2)
         return loom_fail("--co2 composes with --zero 1 or 2 (sharded outer state)");
     if (c->tau < 1) return loom_fail("--tau must be >= 1");

@@ -18,6 +18,11 @@ static int dp_wants(const StrategyConfig *c) {
 static int dp_check(const StrategyConfig *c) {
     if (c->zero < 0 || c->zero > 3) return loom_fail("--zero must be 0, 1, 2 or 3");
     if (c->dump_grads && c->zero >= 2) return loom_fail("--dump-grads needs --zero 0 or 1");
+    if (c->offload && c->zero >= 2)
+        return loom_fail("--offload with --zero %d: block swapping keeps every rank's gradients "
+                         "and moments in its own tier (ZeRO 0 or 1)",
+                         c->zero);
+    if (c->offload && c->dump_grads) return loom_fail("--offload with --dump-grads: not available");
     return 0;
 }
 
@@ -37,6 +42,7 @@ static int dp_step(Strategy *s, int step, int boundary) {
     Whole *w = s->impl;
     double t0 = now_sec();
     double loss = whole_grads(s, w, step);
+    if (w->failed) return -1;
     int N = s->grid->dp;
     if (N > 1) {
         comm_allreduce_f64(s->grid->dp_comm, &loss, 1);
@@ -44,8 +50,9 @@ static int dp_step(Strategy *s, int step, int boundary) {
     }
     StepRecord r = {.step = step + 1, .loss = loss};
     whole_update(s, w, step, loss, &r);
+    if (w->failed) return -1;
     r.seconds = now_sec() - t0;
-    r.exposed = N > 1 ? dp_exposed_wait(w->dp) : -1;
+    r.exposed = N > 1 && w->dp ? dp_exposed_wait(w->dp) : -1;
     strategy_emit(s, &r);
     return 0;
 }
@@ -67,15 +74,16 @@ static int dp_full(Strategy *s, float *host, int grads) {
 }
 
 static void dp_describe(const Strategy *s, char *buf, size_t n) {
+    const char *sw = s->cfg->offload ? ", blocks swapped through a disk tier" : "";
     if (s->grid->dp > 1 || s->cfg->zero)
-        snprintf(buf, n, "data parallel: dp %d (zero %d)", s->grid->dp, s->cfg->zero);
+        snprintf(buf, n, "data parallel: dp %d (zero %d)%s", s->grid->dp, s->cfg->zero, sw);
     else
-        snprintf(buf, n, "one process");
+        snprintf(buf, n, "one process%s", sw);
 }
 
 static void dp_summary(Strategy *s, double exposed_s, double step_s) {
     Whole *w = s->impl;
-    if (s->grid->dp == 1 || !s->lead || step_s <= 0) return;
+    if (s->grid->dp == 1 || !s->lead || step_s <= 0 || !w->dp) return;
     double pb, gb, ob;
     dp_memory(w->dp, &pb, &gb, &ob);
     struct rusage ru;

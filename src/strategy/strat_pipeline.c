@@ -21,6 +21,9 @@ typedef struct {
 static int pp_wants(const StrategyConfig *c) { return c->pp > 1; }
 
 static int pp_check(const StrategyConfig *c) {
+    if (c->offload)
+        return loom_fail("--offload with --pp: block swapping keeps a whole model per rank; "
+                         "pipeline stages are not swapped");
     if (c->co2 || c->dump_grads)
         return loom_fail("--pp does not combine with --co2/--dump-grads yet");
     if (c->zero < 0 || c->zero > 1)

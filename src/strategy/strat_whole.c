@@ -10,6 +10,7 @@
 int whole_create(Strategy *s, Whole *w, const Comm *grad_comm, int zero) {
     const StrategyConfig *c = s->cfg;
     GPT *m = s->model;
+    if (c->offload) return whole_swap_create(s, w, grad_comm, zero);
     w->grad_ranks = grad_comm->size;
     if (zero < 3 && gpt_alloc_whole(m, 1, zero < 2)) return -1; // whole params (grads < ZeRO 2)
     w->dp = dp_create(m, grad_comm, zero, c->bucket_mb);
@@ -36,6 +37,9 @@ int whole_create(Strategy *s, Whole *w, const Comm *grad_comm, int zero) {
 }
 
 void whole_free(Strategy *s, Whole *w) {
+    swap_free(w->sw);
+    w->sw = NULL;
+    if (!w->dp) return; // swapping: nothing else was set up
     free(w->inputs), free(w->targets);
     workspace_free(&w->ws, s->model);
     adamw_free(&w->opt, s->model);
@@ -44,6 +48,7 @@ void whole_free(Strategy *s, Whole *w) {
 
 double whole_grads(Strategy *s, Whole *w, int step) {
     const StrategyConfig *c = s->cfg;
+    if (w->sw) return whole_swap_grads(s, w, step);
     int K = c->grad_accum;
     float scale = 1.0f / (float)((size_t)c->batch * c->seq * K * w->grad_ranks);
     dp_zero_grad(w->dp);
@@ -59,6 +64,10 @@ double whole_grads(Strategy *s, Whole *w, int step) {
 }
 
 void whole_update(Strategy *s, Whole *w, int step, double loss, StepRecord *r) {
+    if (w->sw) {
+        whole_swap_update(s, w, step, loss, r);
+        return;
+    }
     r->norm = sqrt(dp_grad_sumsq(w->dp));
     r->lr = lr_at(&s->cfg->opt, step);
     r->applied = isfinite(loss) && isfinite(r->norm);
@@ -67,6 +76,7 @@ void whole_update(Strategy *s, Whole *w, int step, double loss, StepRecord *r) {
 }
 
 double whole_evaluate(Strategy *s, Whole *w) {
+    if (w->sw) return whole_swap_evaluate(s, w);
     double sum = 0;
     int n = s->cfg->val_windows;
     for (int k = 0; k < n; k++) {
@@ -79,16 +89,30 @@ double whole_evaluate(Strategy *s, Whole *w) {
 int whole_save(Strategy *s, Whole *w, const char *dir, CkptMeta *meta, int writes,
                CkptExtraFn extra, void *extra_ctx, CkptExtraFn rank_files, void *rank_ctx,
                int keep) {
-    size_t lo, hi;
-    dp_owned_range(w->dp, &lo, &hi);
-    CkptShard sh = {lo, hi, dp_owned_params(w->dp), w->opt.m, w->opt.v, NULL, s->model->be};
-    meta->opt_t = w->opt.t;
+    CkptShard sh;
+    if (w->sw) {
+        sh = whole_swap_shard(w);
+        meta->opt_t = *swap_opt_t(w->sw);
+    } else {
+        size_t lo, hi;
+        dp_owned_range(w->dp, &lo, &hi);
+        sh = (CkptShard){.lo = lo,
+                         .hi = hi,
+                         .params = dp_owned_params(w->dp),
+                         .m = w->opt.m,
+                         .v = w->opt.v,
+                         .be = s->model->be};
+        meta->opt_t = w->opt.t;
+    }
     return ckpt_save_collective(dir, s->grid->dp_comm, writes ? &sh : NULL, meta, extra, extra_ctx,
                                 rank_files, rank_ctx, keep);
 }
 
 int whole_full_params(Strategy *s, Whole *w, float *host, int grads) {
     GPT *m = s->model;
+    if (w->sw)
+        return grads ? loom_fail("--dump-grads is not available with --offload")
+                     : whole_swap_full_params(w, host, m->nparams);
     if (grads)
         m->be->download(host, m->grads, m->nparams);
     else

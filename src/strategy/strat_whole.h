@@ -2,6 +2,7 @@
 // (strat_dp.c, strat_co2.c): the data-parallel mechanics (parallel/data_parallel.h) with the
 // optimizer over the slice this rank owns, one workspace, and the step's micro-batches.
 #pragma once
+#include "../offload/swap.h"
 #include "../parallel/data_parallel.h"
 #include "strategy.h"
 
@@ -11,6 +12,8 @@ typedef struct {
     Workspace ws;
     int *inputs, *targets;
     int grad_ranks; // ranks a gradient is averaged over (the dp size; 1 under CO2)
+    Swapper *sw;    // block swapping (--offload): the state lives in its tier, not in memory
+    int failed;     // the tier failed (loom_errmsg): the step returns -1
 } Whole;
 
 // Sets up the mechanics over grad_comm with ZeRO stage `zero`, the optimizer for the owned
@@ -30,3 +33,11 @@ int whole_save(Strategy *s, Whole *w, const char *dir, CkptMeta *meta, int write
                CkptExtraFn extra, void *extra_ctx, CkptExtraFn rank_files, void *rank_ctx,
                int keep);
 int whole_full_params(Strategy *s, Whole *w, float *host, int grads);
+
+// The same with block swapping (whole_swap.c); strat_whole.c's functions dispatch to these.
+int whole_swap_create(Strategy *s, Whole *w, const Comm *grad_comm, int zero);
+double whole_swap_grads(Strategy *s, Whole *w, int step);
+void whole_swap_update(Strategy *s, Whole *w, int step, double loss, StepRecord *r);
+double whole_swap_evaluate(Strategy *s, Whole *w);
+CkptShard whole_swap_shard(Whole *w);
+int whole_swap_full_params(Whole *w, float *host, size_t n);

@@ -32,6 +32,11 @@ typedef struct {
     int pp;
     const char *schedule;     // gpipe | 1f1b | 2bw
     const char *stage_layers; // NULL: balanced
+    // block swapping (offload/): the state in a slow tier under offload_dir, fast_mem in memory
+    int offload;
+    const char *offload_dir, *offload_units, *offload_profile;
+    size_t fast_mem;
+    int offload_prefetch, threads;
 } StrategyConfig;
 
 // Where a strategy gets its data: micro-batch j of 0-based optimizer step `step` for this
@@ -44,6 +49,9 @@ typedef struct {
     void (*val)(void *ctx, int w, int *inputs, int *targets);
     // parameters [lo, hi) into dst (backend memory, hi-lo floats); 0 or -1 (loom_errmsg)
     int (*params)(void *ctx, size_t lo, size_t hi, float *dst);
+    // the same, handed over in ascending pieces of host memory to sink (for a state that lives
+    // in a slow tier); 0 or -1
+    int (*params_stream)(void *ctx, size_t lo, size_t hi, GptSink sink, void *sctx);
 } StrategyData;
 
 // One optimizer step, as the loop logs it.
@@ -54,6 +62,7 @@ typedef struct {
     float lr;       //
     double seconds; // wall time of the step
     double exposed; // seconds it blocked on communication (< 0: no communication)
+    double io;      // seconds it blocked on the slow tier of block swapping (< 0: none)
     int applied;    // 0: the loss or gradient was not finite and the update was not applied
     int must_stop;  // with applied 0: the strategy cannot skip it (the run stops)
 } StepRecord;

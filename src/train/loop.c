@@ -43,9 +43,11 @@ static int log_record(Loop *l, const StepRecord *rec) {
                       .tokens = (double)run_data_window(r, rec->step) * a->batch * a->seq,
                       .tokens_per_s = tps,
                       .mfu = mfu,
-                      .exposed_ms = rec->exposed >= 0 ? rec->exposed * 1e3 : -1};
+                      .exposed_ms = rec->exposed >= 0 ? rec->exposed * 1e3 : -1,
+                      .io_ms = r->sc.offload ? rec->io * 1e3 : -1};
     if (r->lead && metrics_step(&r->mt, &ms)) return metrics_failed(l);
-    progress_step(&r->pg, rec->step, rec->loss, tps, mfu, rec->seconds);
+    progress_step(&r->pg, rec->step, rec->loss, tps, mfu, rec->seconds,
+                  r->sc.offload ? rec->io : -1);
     return 0;
 }
 

@@ -26,18 +26,20 @@ static void fmt_eta(char *buf, size_t n, double s) {
         snprintf(buf, n, "%dm%02ds", sec / 60, sec % 60);
 }
 
-void progress_step(Progress *p, int step, double loss, double tok_per_s, double mfu, double dt) {
+void progress_step(Progress *p, int step, double loss, double tok_per_s, double mfu, double dt,
+                   double io_s) {
     if (!p->enabled) return;
     p->ema_dt = p->ema_dt > 0 ? 0.9 * p->ema_dt + 0.1 * dt : dt;
-    char eta[32];
+    char eta[32], io[48] = "";
     fmt_eta(eta, sizeof eta, p->ema_dt * (p->total - step));
+    if (io_s >= 0) snprintf(io, sizeof io, " | I/O wait %.0f ms", io_s * 1e3);
     if (p->tty) {
-        fprintf(stderr, "\r\033[Kstep %d/%d | loss %.4f | %.0f tok/s | MFU %.1f%% | ETA %s", step,
-                p->total, loss, tok_per_s, 100 * mfu, eta);
+        fprintf(stderr, "\r\033[Kstep %d/%d | loss %.4f | %.0f tok/s | MFU %.1f%%%s | ETA %s", step,
+                p->total, loss, tok_per_s, 100 * mfu, io, eta);
         p->line_open = 1;
     } else if (step % p->every == 0 || step == p->total || step == p->start + 1) {
-        fprintf(stderr, "step %d/%d | loss %.4f | %.0f tok/s | MFU %.1f%% | ETA %s\n", step,
-                p->total, loss, tok_per_s, 100 * mfu, eta);
+        fprintf(stderr, "step %d/%d | loss %.4f | %.0f tok/s | MFU %.1f%%%s | ETA %s\n", step,
+                p->total, loss, tok_per_s, 100 * mfu, io, eta);
     }
     fflush(stderr);
 }

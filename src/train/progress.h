@@ -9,6 +9,8 @@ typedef struct {
 } Progress;
 
 void progress_start(Progress *p, int enabled, int start_step, int total_steps, int log_every);
-void progress_step(Progress *p, int step, double loss, double tok_per_s, double mfu, double dt);
+// io_s: seconds the step waited on block swapping's slow tier (< 0: not swapping).
+void progress_step(Progress *p, int step, double loss, double tok_per_s, double mfu, double dt,
+                   double io_s);
 void progress_note(Progress *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void progress_end(Progress *p);

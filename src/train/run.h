@@ -32,6 +32,7 @@ typedef struct {
     double peak_gflops; // MFU's denominator: --peak-gflops, or measured (lead rank; NaN elsewhere)
     StrategyConfig sc;
     StrategyData data;
+    size_t fast_mem; // --fast-mem in bytes
 } Run;
 
 // Stops the run: the lead rank prints loom_errmsg, every rank exits with `code`.

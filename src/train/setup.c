@@ -9,6 +9,7 @@
 #include "../common.h"
 #include "../io/fsutil.h"
 #include "../io/weights.h"
+#include "../offload/offload.h"
 #include "../testhooks.h"
 #include "run.h"
 
@@ -66,6 +67,24 @@ static int initial_params(void *ctx, size_t lo, size_t hi, float *dst) {
     }
     gpt_init_range(m, (unsigned long long)r->a->seed, lo, hi, dst);
     return 0;
+}
+
+// StrategyData.params_stream: the same values in ascending pieces of host memory.
+static int initial_params_stream(void *ctx, size_t lo, size_t hi, GptSink sink, void *sctx) {
+    Run *r = ctx;
+    const GPT *m = &r->model;
+    if (!r->init_model.params)
+        return gpt_init_stream(m, (unsigned long long)r->a->seed, lo, hi, sink, sctx);
+    enum { PIECE = 1 << 20 };
+    float *buf = xmalloc(PIECE * sizeof(float));
+    int rc = 0;
+    for (size_t a = lo; a < hi && !rc; a += PIECE) {
+        size_t n = hi - a < PIECE ? hi - a : PIECE;
+        m->be->download(buf, r->init_model.params + a, n);
+        rc = sink(sctx, a, n, buf);
+    }
+    free(buf);
+    return rc;
 }
 
 // The tokenizer directory written by `loom prepare` next to the shards, if any.
@@ -139,9 +158,19 @@ static void strategy_config(Run *r) {
         .outer_clip = a->outer_clip,
         .pp = a->pp,
         .schedule = a->schedule,
-        .stage_layers = a->stage_layers};
-    r->data =
-        (StrategyData){.ctx = r, .train = train_batch, .val = val_batch, .params = initial_params};
+        .stage_layers = a->stage_layers,
+        .offload = a->offload != NULL,
+        .offload_dir = a->offload_dir,
+        .offload_units = a->offload_units,
+        .offload_profile = a->profile,
+        .fast_mem = r->fast_mem,
+        .offload_prefetch = a->offload_prefetch,
+        .threads = a->threads};
+    r->data = (StrategyData){.ctx = r,
+                             .train = train_batch,
+                             .val = val_batch,
+                             .params = initial_params,
+                             .params_stream = initial_params_stream};
 }
 
 static void setup_data(Run *r) {
@@ -170,9 +199,25 @@ void run_peak(Run *r) {
             r->peak_gflops, threads, threads == 1 ? "" : "s");
 }
 
+// --offload's flags: the kind, its directory and the fast-memory budget.
+static int check_offload(Run *r) {
+    const TrainArgs *a = r->a;
+    if (!a->offload)
+        return a->offload_dir || a->fast_mem || a->offload_units
+                   ? loom_fail("--offload-dir, --fast-mem and --offload-units need --offload disk")
+                   : 0;
+    if (!strcmp(a->offload, "host"))
+        return loom_fail("--offload host is reserved for the GPU backend (fast = GPU memory, slow "
+                         "= host memory); on the CPU use --offload disk");
+    if (!a->offload_dir) return loom_fail("--offload disk needs --offload-dir DIR");
+    if (!a->fast_mem) return loom_fail("--offload needs --fast-mem SIZE (per rank)");
+    return offload_parse_size("--fast-mem", a->fast_mem, &r->fast_mem);
+}
+
 void run_setup(Run *r) {
     const TrainArgs *a = r->a;
     setup_grid(r);
+    if (check_offload(r)) run_fail(r, EXIT_USAGE);
     const Backend *be = backend_select(a->device, a->threads);
     if (!be) run_fail(r, EXIT_USAGE);
     if (!a->data) {

@@ -35,6 +35,9 @@ typedef struct {
     int co2, tau;
     float outer_lr, outer_momentum, gap_penalty, outer_clip;
     char *gap_mode;
+    // block swapping: the training state in a slow tier, --fast-mem of it in memory
+    char *offload, *offload_dir, *fast_mem, *offload_units, *profile;
+    int offload_prefetch;
 } TrainArgs;
 
 void train_args_defaults(TrainArgs *a);

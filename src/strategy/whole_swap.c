@@ -1,0 +1,108 @@
+// whole_swap.c — the whole-model strategies (one process, data parallelism with ZeRO 0/1) with
+// block swapping: the state lives in the slow tier and the steps run through the swap executor
+// (offload/swap.h); strat_whole.c calls these when StrategyConfig.offload is set.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common.h"
+#include "strat_whole.h"
+
+static int sink_params(void *ctx, size_t at, size_t n, const float *src) {
+    return swap_store(ctx, SWAP_PARAMS, at, n, src);
+}
+
+static int store_state(void *ctx, int array, size_t at, size_t n, const float *src) {
+    return swap_store(ctx, array, at, n, src);
+}
+
+static int fetch_state(void *ctx, int array, size_t at, size_t n, float *dst) {
+    return swap_fetch(ctx, array, at, n, dst);
+}
+
+// The swap units: --offload-units, or the best plan the static analysis finds for the budget.
+static int make_plan(Strategy *s, const OffloadShape *sh, OffloadPlan *plan) {
+    const StrategyConfig *c = s->cfg;
+    memset(plan, 0, sizeof *plan);
+    if (c->offload_units) {
+        plan->prefetch = c->offload_prefetch;
+        return offload_plan_parse_units(s->model, c->offload_units, plan);
+    }
+    return offload_plan_fit(s->model, sh, c->fast_mem, plan);
+}
+
+int whole_swap_create(Strategy *s, Whole *w, const Comm *grad_comm, int zero) {
+    const StrategyConfig *c = s->cfg;
+    GPT *m = s->model;
+    OffloadShape sh = {c->batch, c->seq, c->grad_accum, c->recompute, grad_comm->size, zero};
+    OffloadPlan plan;
+    if (make_plan(s, &sh, &plan)) return -1;
+    SwapConfig sc = {.B = c->batch,
+                     .T = c->seq,
+                     .K = c->grad_accum,
+                     .recompute = c->recompute,
+                     .opt = c->opt,
+                     .comm = grad_comm,
+                     .zero = zero,
+                     .dir = c->offload_dir,
+                     .budget = c->fast_mem,
+                     .plan = &plan};
+    w->sw = swap_create(m, &sc);
+    if (w->sw && s->lead) {
+        double rd, wr;
+        offload_io_bytes(m, &sh, &plan, &rd, &wr);
+        fprintf(stderr,
+                "loom: offload: %d units, prefetch %d, %.1f MiB of %.1f MiB fast memory, %.2f GiB "
+                "read + %.2f GiB written per step\n",
+                plan.nunits, plan.prefetch, offload_fast_bytes(m, &sh, &plan) / 1048576,
+                (double)c->fast_mem / 1048576, rd / (1 << 30), wr / (1 << 30));
+    }
+    offload_plan_free(&plan);
+    if (!w->sw) return -1;
+    w->grad_ranks = grad_comm->size;
+    size_t lo, hi;
+    swap_owned(w->sw, &lo, &hi);
+    if (s->resume_dir) { // parameters and the owned moments, streamed into the tier
+        CkptWant want = {.lo = {0, lo, lo, 0},
+                         .hi = {m->nparams, hi, hi, 0},
+                         .store = store_state,
+                         .store_ctx = w->sw};
+        if (checkpoint_read_into(s->resume_dir, m->nparams, &want)) return -1;
+        *swap_opt_t(w->sw) = s->resume->opt_t;
+        return 0;
+    }
+    return s->data->params_stream(s->data->ctx, 0, m->nparams, sink_params, w->sw);
+}
+
+double whole_swap_grads(Strategy *s, Whole *w, int step) {
+    const StrategyConfig *c = s->cfg;
+    float scale = 1.0f / (float)((size_t)c->batch * c->seq * c->grad_accum * w->grad_ranks);
+    double loss = NAN;
+    if (swap_grads(w->sw, s->data->train, s->data->ctx, step, scale, &loss)) w->failed = 1;
+    return loss;
+}
+
+void whole_swap_update(Strategy *s, Whole *w, int step, double loss, StepRecord *r) {
+    r->norm = sqrt(swap_grad_sumsq(w->sw));
+    r->lr = lr_at(&s->cfg->opt, step);
+    r->applied = isfinite(loss) && isfinite(r->norm);
+    if (r->applied && swap_update(w->sw, r->lr, clip_scale((float)r->norm, s->cfg->opt.grad_clip)))
+        w->failed = 1;
+    r->io = swap_io_wait(w->sw);
+}
+
+double whole_swap_evaluate(Strategy *s, Whole *w) {
+    double loss = NAN;
+    if (swap_evaluate(w->sw, s->cfg->val_windows, s->data->val, s->data->ctx, &loss)) w->failed = 1;
+    return loss;
+}
+
+CkptShard whole_swap_shard(Whole *w) {
+    size_t lo, hi;
+    swap_owned(w->sw, &lo, &hi);
+    return (CkptShard){.lo = lo, .hi = hi, .fetch = fetch_state, .fetch_ctx = w->sw};
+}
+
+int whole_swap_full_params(Whole *w, float *host, size_t n) {
+    return swap_fetch(w->sw, SWAP_PARAMS, 0, n, host);
+}
