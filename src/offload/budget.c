@@ -2,12 +2,21 @@
 // numbers the executor allocates by and the static analysis plans with; plan helpers.
 #include <ctype.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../common.h"
 #include "offload.h"
 #include "tier.h"
+
+const char *offload_size_str(double bytes, char *buf, size_t n) {
+    if (bytes >= (double)(1 << 30))
+        snprintf(buf, n, "%.2f GiB", bytes / (1 << 30));
+    else
+        snprintf(buf, n, "%.1f MiB", bytes / (1 << 20));
+    return buf;
+}
 
 size_t offload_pad(size_t n) {
     size_t a = TIER_ALIGN / sizeof(float);
@@ -54,7 +63,7 @@ size_t offload_opt_chunk(const GPT *m) {
     for (int b = 0; b < m->nblocks; b++)
         if (m->blocks[b].n > big) big = m->blocks[b].n;
     big = offload_pad(big);
-    return big < ((size_t)1 << 20) ? big : (size_t)1 << 20;
+    return big < ((size_t)1 << 18) ? big : (size_t)1 << 18;
 }
 
 double offload_fast_bytes(const GPT *m, const OffloadShape *s, const OffloadPlan *p) {
@@ -117,11 +126,16 @@ int offload_plan_fit(const GPT *m, const OffloadShape *s, size_t budget, Offload
         if (offload_fast_bytes(m, s, p) <= (double)budget) return 0;
         offload_plan_free(p);
     }
+    char b0[32], b1[32], b2[32];
     return loom_fail(
-        "--fast-mem %.2f GiB is too small: this model and batch need at least %.2f GiB "
-        "of fast memory (of it %.2f GiB activations and workspace)",
-        (double)budget / (1 << 30), offload_min_bytes(m, s) / (1 << 30),
-        offload_workspace_bytes(m, s) / (1 << 30));
+        "--fast-mem %s is too small: this model with --batch %d --seq %d --grad-accum "
+        "%d%s needs at least %s of fast memory: the largest swap units (each layer's "
+        "parameters and gradients, the tied embedding's wte and the head's part of its "
+        "gradient) in their slots, and %s of activations and workspace",
+        offload_size_str((double)budget, b0, sizeof b0), s->B, s->T, s->K,
+        s->recompute ? " --recompute" : "",
+        offload_size_str(offload_min_bytes(m, s), b1, sizeof b1),
+        offload_size_str(offload_workspace_bytes(m, s), b2, sizeof b2));
 }
 
 void offload_plan_per_block(const GPT *m, OffloadPlan *p) {

@@ -30,7 +30,7 @@
 #include "../model/gpt.h"
 
 // Floats per optimizer streaming piece (each of parameters, gradients, m, v; two in flight):
-// 2^20, or the largest block rounded up to the tier's alignment when that is smaller.
+// 2^18 (1 MiB), or the largest block rounded up to the tier's alignment when that is smaller.
 size_t offload_opt_chunk(const GPT *m);
 
 typedef struct {
@@ -53,6 +53,8 @@ typedef struct {
     int dp, zero; // data-parallel ranks and ZeRO stage (0 or 1): what the update streams
 } OffloadShape;
 
+// "12.3 MiB" / "1.25 GiB" into buf; returns buf.
+const char *offload_size_str(double bytes, char *buf, size_t n);
 // Floats n rounded up to the tier's alignment (every block starts aligned in the tier).
 size_t offload_pad(size_t n);
 // Floats unit u needs in its slot: each layer its parameters and gradients; the embedding one

@@ -167,19 +167,17 @@ static int alloc_fast(Swapper *s) {
     return 0;
 }
 
-static double gib(double b) { return b / (1 << 30); }
-
 Swapper *swap_create(GPT *m, const SwapConfig *c) {
     if (check_plan(m, c->plan)) return NULL;
     OffloadShape sh = {c->B, c->T, c->K, c->recompute, c->comm ? c->comm->size : 1, c->zero};
     double need = offload_fast_bytes(m, &sh, c->plan), least = offload_min_bytes(m, &sh);
     if (need > (double)c->budget) {
-        loom_fail("--fast-mem %.2f GiB is too small: this model with --batch %d --seq %d "
-                  "--grad-accum %d%s needs at least %.2f GiB in fast memory (the largest block's "
-                  "parameters and gradients twice over, the tied embedding's wte and its head "
-                  "gradient, and %.2f GiB of activations and workspace); this plan needs %.2f GiB",
-                  gib((double)c->budget), c->B, c->T, c->K, c->recompute ? " --recompute" : "",
-                  gib(least), gib(offload_workspace_bytes(m, &sh)), gib(need));
+        char b0[32], b1[32], b2[32];
+        loom_fail("--fast-mem %s is too small for these swap units: they need %s (the least any "
+                  "grouping of this model with --batch %d --seq %d --grad-accum %d%s needs is %s)",
+                  offload_size_str((double)c->budget, b0, sizeof b0),
+                  offload_size_str(need, b1, sizeof b1), c->B, c->T, c->K,
+                  c->recompute ? " --recompute" : "", offload_size_str(least, b2, sizeof b2));
         return NULL;
     }
     Swapper *s = xcalloc(1, sizeof *s);

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# t_offload_errors.sh — bad input to --offload is a clear error (exit 1..125, the flag, the
+# directory or the combination named) and never a crash: a budget below the minimum (the
+# message states it), a missing --offload-dir, one that is a file, missing flags, a bad size,
+# --offload host (reserved for the GPU backend), and the combinations it does not support:
+# --pp, --zero 2/3, --co2, --dump-grads. A full disk and a read-only directory are checked on
+# real small filesystems where this machine lets the test mount one (unshare), else skipped
+# with a note.
+set -eu
+. "$(dirname "$0")/lib.sh"
+need_mpi
+d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
+mkshard "$d/train.bin" 64 20000 3
+mkdir "$d/off"; touch "$d/file"
+flags="--data $d/train.bin --layers 2 --heads 2 --dim 32 --vocab 64 --block-size 32 --batch 2
+       --seq 16 --steps 2 --progress off --threads 1"
+OFF="--offload disk --offload-dir $d/off"
+expect_fail "needs at least" $LOOM train $flags $OFF --fast-mem 64K
+expect_fail "--offload-dir $d/missing: No such file" $LOOM train $flags --offload disk \
+    --offload-dir "$d/missing" --fast-mem 64M
+expect_fail "Not a directory" $LOOM train $flags --offload disk --offload-dir "$d/file" \
+    --fast-mem 64M
+expect_fail "needs --offload-dir" $LOOM train $flags --offload disk --fast-mem 64M
+expect_fail "needs --fast-mem" $LOOM train $flags $OFF
+expect_fail "--fast-mem: '12X' is not a size" $LOOM train $flags $OFF --fast-mem 12X
+expect_fail "--offload host is reserved for the GPU backend" $LOOM train $flags --offload host \
+    --offload-dir "$d/off" --fast-mem 64M
+expect_fail "--offload with --dump-grads" $LOOM train $flags $OFF --fast-mem 64M \
+    --dump-grads "$d/g.bin"
+expect_fail "--offload-dir, --fast-mem and --offload-units need --offload" $LOOM train $flags \
+    --fast-mem 64M
+for z in 2 3; do
+    expect_fail "--offload with --zero $z" $MPI -np 2 $LOOM train $flags $OFF --fast-mem 64M \
+        --dp 2 --zero $z
+done
+expect_fail "--offload with --pp" $MPI -np 2 $LOOM train $flags $OFF --fast-mem 64M --pp 2
+expect_fail "--offload with --co2" $MPI -np 2 $LOOM train $flags $OFF --fast-mem 64M --dp 2 --co2
+[ -z "$(ls -A "$d/off")" ] || { echo "scratch files left behind"; exit 1; }
+
+# a full disk and a read-only directory: small tmpfs mounts in a private mount namespace
+flags=$(echo $flags) # one line, for sh -c
+ns="unshare -m"; [ "$(id -u)" = 0 ] || ns="unshare -r -m"
+if ! $ns true 2>/dev/null || ! $ns sh -c "mount -t tmpfs -o size=1m none $d/off" 2>/dev/null; then
+    echo "note: cannot mount a small filesystem here ($ns): full-disk and read-only cases not run"
+    exit 0
+fi
+expect_fail "No space left on device" $ns sh -c "mount -t tmpfs -o size=128k none $d/off &&
+    exec $LOOM train $flags $OFF --fast-mem 64M"
+expect_fail "Read-only file system" $ns sh -c "mount -t tmpfs -o ro,size=1m none $d/off &&
+    exec $LOOM train $flags $OFF --fast-mem 64M"
