@@ -2,9 +2,12 @@
 # t_offload.sh — block swapping (--offload disk) trains bit for bit what the in-memory run
 # trains: the same losses, gradient norms and validation losses in the metrics, and exported
 # weights equal byte for byte, with gradient accumulation (K = 3) and clipping on, recompute on
-# and off, the planned units and explicit ones with prefetch 2; for one process, and for dp 2
-# with ZeRO 0 and 1. Checkpoints: an offloaded run's checkpoint resumes with and without
-# offload (and an in-memory one with offload) onto the uninterrupted trajectory, byte for byte.
+# and off, the planned units and explicit ones with prefetch 2; for one process, for dp 2 with
+# ZeRO 0 and 1, and for CO2 (2 workers, tau 2, a partial last round, adaptive and constant gap
+# penalty: the anchor, outer momentum and round averages live in the tier, the averages run in
+# the background piece by piece). Checkpoints: an offloaded run's checkpoint resumes with and
+# without offload (and an in-memory one with offload) onto the uninterrupted trajectory, byte
+# for byte; for CO2 mid-run checkpoints (its outer state) likewise.
 # The scratch files are gone after every run. Negative control: a run with one step less
 # exports different bytes (the comparison sees a change of one update).
 set -eu
@@ -49,6 +52,31 @@ for z in 0 1; do
             --metrics "$d/dp$m.jsonl" --export "$d/dp$m.st" 2>"$d/dp.err" || { cat "$d/dp.err"; exit 1; }
     done
     same "dp 2 zero $z" dpmem dpoff
+done
+
+co2="$base --steps 5 --grad-accum 2 --dp 2 --co2 --tau 2"
+for g in adaptive constant; do
+    for m in mem off; do
+        extra=""; [ $m = off ] && extra=$OFF
+        $MPI -np 2 $LOOM train $co2 --gap-mode $g $extra --metrics "$d/co$m.jsonl" \
+            --export "$d/co$m.st" 2>"$d/co.err" || { cat "$d/co.err"; exit 1; }
+    done
+    same "co2 2 workers, $g gap penalty" comem cooff
+done
+cl="$base --lr-schedule constant --grad-accum 2 --dp 2 --co2 --tau 2 --steps 6"
+$MPI -np 2 $LOOM train $cl --export "$d/cfull.st" 2>/dev/null
+for src in off mem; do # a round-end checkpoint at step 4 (the step-6 one removed)
+    extra=""; [ $src = off ] && extra=$OFF
+    $MPI -np 2 $LOOM train $cl --save-every 2 --save "$d/cck_$src" $extra 2>/dev/null
+    rm -rf "$d/cck_$src/step_00000006"; echo step_00000004 >"$d/cck_$src/latest"
+done
+for c in "cck_off:" "cck_off:$OFF" "cck_mem:$OFF"; do
+    ck=${c%%:*} extra=${c#*:}
+    $MPI -np 2 $LOOM train $cl --resume "$d/$ck" $extra --export "$d/cres.st" 2>"$d/co.err" ||
+        { cat "$d/co.err"; exit 1; }
+    cmp -s "$d/cfull.st" "$d/cres.st" ||
+        { echo "co2: resume from $ck ${extra:+with offload} differs from the uninterrupted run"; exit 1; }
+    echo "co2: resume from $ck ${extra:+with --offload}: the uninterrupted run's bytes"
 done
 
 lin="$base --lr-schedule constant --grad-accum 2"

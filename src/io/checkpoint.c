@@ -142,12 +142,13 @@ static int write_array(AtomicOut *o, const CkptShard *sh, int a, const float *sr
                        uint32_t *crc, float *buf) {
     for (size_t k = 0; k < n && !o->failed; k += STREAM_FLOATS) {
         size_t c = n - k < STREAM_FLOATS ? n - k : STREAM_FLOATS;
-        const float *p = src + k;
+        const float *p = buf;
         if (sh->fetch) {
             if (sh->fetch(sh->fetch_ctx, a, sh->lo + k, c, buf)) return -1;
-            p = buf;
         } else if (sh->be) {
-            sh->be->download(buf, src + k, c), p = buf;
+            sh->be->download(buf, src + k, c);
+        } else {
+            p = src + k;
         }
         *crc = crc32_update(*crc, p, c * sizeof(float));
         aout_write(o, p, c * sizeof(float));
@@ -395,8 +396,9 @@ typedef struct {
     uint32_t crc; // over the lengths and the arrays
 } StateHeader;
 
-int state_file_write(const char *path, const char *kind, int rank, int nranks,
-                     const float *const *arrays, const size_t *lens, int n, const Backend *be) {
+static int state_write(const char *path, const char *kind, int rank, int nranks,
+                       const float *const *arrays, const size_t *lens, int n,
+                       const CkptShard *via) {
     StateHeader h = {.rank = rank, .nranks = nranks, .narrays = n};
     memcpy(h.magic, STATE_MAGIC, 8);
     snprintf(h.kind, sizeof h.kind, "%s", kind);
@@ -409,17 +411,35 @@ int state_file_write(const char *path, const char *kind, int rank, int nranks,
     aout_write(&o, &h, sizeof h);
     aout_write(&o, ln, (size_t)n * sizeof *ln);
     uint32_t crc = crc32_update(0, ln, (size_t)n * sizeof *ln);
-    float *buf = be ? xmalloc(STREAM_FLOATS * sizeof(float)) : NULL;
-    CkptShard via = {.be = be};
-    for (int i = 0; i < n; i++)
-        write_array(&o, &via, i, arrays[i], lens[i], &crc, buf);
+    float *buf = via->be || via->fetch ? xmalloc(STREAM_FLOATS * sizeof(float)) : NULL;
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++)
+        rc = write_array(&o, via, i, arrays ? arrays[i] : NULL, lens[i], &crc, buf);
     free(buf), free(ln);
+    if (rc) {
+        aout_abort(&o);
+        return -1;
+    }
     h.crc = crc;
     if (!o.failed && (fseek(o.fp, 0, SEEK_SET) || fwrite(&h, sizeof h, 1, o.fp) != 1)) {
         aout_abort(&o);
         return loom_fail("%s: write failed: %s", path, strerror(errno));
     }
     return aout_commit(&o);
+}
+
+int state_file_write(const char *path, const char *kind, int rank, int nranks,
+                     const float *const *arrays, const size_t *lens, int n, const Backend *be) {
+    CkptShard via = {.be = be};
+    return state_write(path, kind, rank, nranks, arrays, lens, n, &via);
+}
+
+int state_file_write_fn(const char *path, const char *kind, int rank, int nranks,
+                        const size_t *lens, int n,
+                        int (*fetch)(void *ctx, int array, size_t at, size_t n, float *dst),
+                        void *ctx) {
+    CkptShard via = {.fetch = fetch, .fetch_ctx = ctx};
+    return state_write(path, kind, rank, nranks, NULL, lens, n, &via);
 }
 
 // The header and array lengths of a state file, checked against what the reader expects.
@@ -453,8 +473,9 @@ static int state_check(const RFile *f, const char *kind, int rank, int nranks, c
     return rc;
 }
 
-int state_file_read(const char *path, const char *kind, int rank, int nranks, float *const *arrays,
-                    const size_t *lens, int n, const Backend *be) {
+static int state_read(const char *path, const char *kind, int rank, int nranks,
+                      float *const *arrays, const size_t *lens, int n, const CkptWant *via) {
+    const Backend *be = via->be;
     RFile f;
     if (rfile_open(&f, path)) return -1;
     uint32_t crc = 0;
@@ -468,7 +489,9 @@ int state_file_read(const char *path, const char *kind, int rank, int nranks, fl
             size_t c = lens[i] - k < STREAM_FLOATS ? lens[i] - k : STREAM_FLOATS;
             if ((rc = rfile_read(&f, off, buf, c * sizeof(float)))) break;
             crc = crc32_update(crc, buf, c * sizeof(float));
-            if (be)
+            if (via->store)
+                rc = via->store(via->store_ctx, i, k, c, buf);
+            else if (be)
                 be->upload(arrays[i] + k, buf, c);
             else
                 memcpy(arrays[i] + k, buf, c * sizeof(float));
@@ -478,4 +501,18 @@ int state_file_read(const char *path, const char *kind, int rank, int nranks, fl
     rfile_close(&f);
     if (!rc && crc != h.crc) rc = loom_fail("%s: checksum mismatch (corrupted file)", path);
     return rc;
+}
+
+int state_file_read(const char *path, const char *kind, int rank, int nranks, float *const *arrays,
+                    const size_t *lens, int n, const Backend *be) {
+    CkptWant via = {.be = be};
+    return state_read(path, kind, rank, nranks, arrays, lens, n, &via);
+}
+
+int state_file_read_fn(const char *path, const char *kind, int rank, int nranks, const size_t *lens,
+                       int n,
+                       int (*store)(void *ctx, int array, size_t at, size_t n, const float *src),
+                       void *ctx) {
+    CkptWant via = {.store = store, .store_ctx = ctx};
+    return state_read(path, kind, rank, nranks, NULL, lens, n, &via);
 }

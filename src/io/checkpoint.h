@@ -73,6 +73,15 @@ int state_file_write(const char *path, const char *kind, int rank, int nranks,
                      const float *const *arrays, const size_t *lens, int n, const Backend *be);
 int state_file_read(const char *path, const char *kind, int rank, int nranks, float *const *arrays,
                     const size_t *lens, int n, const Backend *be);
+// The same through callbacks (array i, offset at inside it, n floats): state in a slow tier.
+int state_file_write_fn(const char *path, const char *kind, int rank, int nranks,
+                        const size_t *lens, int n,
+                        int (*fetch)(void *ctx, int array, size_t at, size_t n, float *dst),
+                        void *ctx);
+int state_file_read_fn(const char *path, const char *kind, int rank, int nranks, const size_t *lens,
+                       int n,
+                       int (*store)(void *ctx, int array, size_t at, size_t n, const float *src),
+                       void *ctx);
 // Resolves DIR (with a `latest` file, which must name a step_<digits> directory inside DIR) or a
 // step directory into the step directory path.
 int checkpoint_resolve(const char *path, char *step_dir, size_t n);

@@ -62,13 +62,13 @@ size_t offload_opt_chunk(const GPT *m) {
     size_t big = 0;
     for (int b = 0; b < m->nblocks; b++)
         if (m->blocks[b].n > big) big = m->blocks[b].n;
-    big = offload_pad(big);
+    big = (big + GPT_CHUNK - 1) / GPT_CHUNK * GPT_CHUNK; // pieces on norm-chunk boundaries
     return big < ((size_t)1 << 18) ? big : (size_t)1 << 18;
 }
 
 double offload_fast_bytes(const GPT *m, const OffloadShape *s, const OffloadPlan *p) {
     double slots = sizeof(float) * (double)offload_slots_floats(m, p);
-    double opt = sizeof(float) * 8.0 * (double)offload_opt_chunk(m);
+    double opt = sizeof(float) * (s->co2 ? 10.0 : 8.0) * (double)offload_opt_chunk(m);
     double norms = sizeof(double) * (double)m->nchunks;
     return slots + offload_workspace_bytes(m, s) + opt + norms;
 }

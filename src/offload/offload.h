@@ -51,6 +51,7 @@ typedef struct {
 typedef struct {
     int B, T, K, recompute;
     int dp, zero; // data-parallel ranks and ZeRO stage (0 or 1): what the update streams
+    int co2;      // a CO2 worker: its background average keeps two pieces in flight
 } OffloadShape;
 
 // "12.3 MiB" / "1.25 GiB" into buf; returns buf.

@@ -31,7 +31,8 @@ static size_t padpos_of(const Swapper *s, size_t x) {
 size_t swap_tier_off(const Swapper *s, int r, size_t x) {
     if (r == REGION_H) return s->region[r] + x * sizeof(float);
     size_t p = padpos_of(s, x);
-    return s->region[r] + (r == REGION_PARAMS ? p : p - s->plo) * sizeof(float);
+    int whole = r == REGION_PARAMS || r >= REGION_ANCHOR;
+    return s->region[r] + (whole ? p : p - s->plo) * sizeof(float);
 }
 
 // The unit's first block with a gradient region of its own (the embedding's overlays its
@@ -169,7 +170,13 @@ static int alloc_fast(Swapper *s) {
 
 Swapper *swap_create(GPT *m, const SwapConfig *c) {
     if (check_plan(m, c->plan)) return NULL;
-    OffloadShape sh = {c->B, c->T, c->K, c->recompute, c->comm ? c->comm->size : 1, c->zero};
+    OffloadShape sh = {.B = c->B,
+                       .T = c->T,
+                       .K = c->K,
+                       .recompute = c->recompute,
+                       .dp = c->comm ? c->comm->size : 1,
+                       .zero = c->zero,
+                       .co2 = c->co2 != NULL};
     double need = offload_fast_bytes(m, &sh, c->plan), least = offload_min_bytes(m, &sh);
     if (need > (double)c->budget) {
         char b0[32], b1[32], b2[32];
@@ -188,17 +195,23 @@ Swapper *swap_create(GPT *m, const SwapConfig *c) {
     memcpy(s->plan.unit, c->plan->unit, (size_t)c->plan->nunits * sizeof(OffloadUnit));
     s->c.plan = &s->plan;
     layout(s);
-    size_t bytes = s->region[REGION_H] + wte_pad(m) * sizeof(float);
+    size_t bytes = s->region[REGION_H] + wte_pad(m) * sizeof(float), all = s->poff[m->nblocks];
+    for (int r = REGION_ANCHOR; r < NREGIONS; r++) { // CO2's outer state: whole-model arrays
+        s->region[r] = bytes;
+        if (c->co2) bytes += all * sizeof(float);
+    }
     s->tier = tier_open(c->dir, s->rank, bytes);
     if (!s->tier || alloc_fast(s)) {
         swap_free(s);
         return NULL;
     }
+    if (c->co2) swap_co2_setup(s);
     return s;
 }
 
 void swap_free(Swapper *s) {
     if (!s) return;
+    swap_co2_free(s);
     if (s->tier) tier_drain(s->tier), tier_close(s->tier);
     for (int i = 0; s->slot && i < s->S; i++)
         tier_free(s->slot[i].buf);
@@ -245,9 +258,9 @@ static int move_piece(Swapper *s, int r, size_t x, size_t n, float *host, int wr
     return tier_wait(s->tier, tier_write_async(s->tier, a0, bounce, e1 - a0));
 }
 
-static int move_range(Swapper *s, int array, size_t at, size_t n, float *host, int write) {
-    int r = array == SWAP_PARAMS ? REGION_PARAMS : array == SWAP_M ? REGION_M : REGION_V;
-    if (r != REGION_PARAMS && (at < s->lo || at + n > s->hi))
+int swap_move(Swapper *s, int r, size_t at, size_t n, float *host, int write) {
+    int owned = r == REGION_GRADS || r == REGION_M || r == REGION_V;
+    if (owned && (at < s->lo || at + n > s->hi))
         return loom_fail("offload: moments [%zu, %zu) outside the owned range [%zu, %zu)", at,
                          at + n, s->lo, s->hi);
     size_t cap = 4 * s->chunk;
@@ -263,10 +276,14 @@ static int move_range(Swapper *s, int array, size_t at, size_t n, float *host, i
     return 0;
 }
 
+static int region_of(int array) {
+    return array == SWAP_PARAMS ? REGION_PARAMS : array == SWAP_M ? REGION_M : REGION_V;
+}
+
 int swap_store(Swapper *s, int array, size_t at, size_t n, const float *src) {
-    return move_range(s, array, at, n, (float *)src, 1);
+    return swap_move(s, region_of(array), at, n, (float *)src, 1);
 }
 
 int swap_fetch(Swapper *s, int array, size_t at, size_t n, float *dst) {
-    return move_range(s, array, at, n, dst, 0);
+    return swap_move(s, region_of(array), at, n, dst, 0);
 }

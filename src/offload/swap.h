@@ -10,6 +10,7 @@
 // end of the backward.
 #pragma once
 #include "../optim/optim.h"
+#include "../parallel/co2.h"
 #include "../parallel/comm.h"
 #include "offload.h"
 
@@ -23,6 +24,8 @@ typedef struct {
     const char *dir;  // --offload-dir
     size_t budget;    // --fast-mem, bytes
     const OffloadPlan *plan;
+    const CO2Config *co2; // CO2's worker (unsharded outer state in the tier), or NULL
+    const Comm *co2_comm; // CO2's workers (the round averages are taken over them)
 } SwapConfig;
 
 // The arrays of the tier a caller reads or writes (swap_store / swap_fetch).
@@ -56,6 +59,24 @@ double swap_grad_sumsq(Swapper *s);
 int swap_update(Swapper *s, float lr, float grad_scale);
 // Mean loss over validation windows 0..n-1 (K at a time through every unit). 0 or -1.
 int swap_evaluate(Swapper *s, int n, SwapValFn val, void *ctx, double *loss);
+// CO2 (swap_co2.c), the same rule as parallel/co2.h with the anchor, the outer momentum and
+// both round averages in the tier, streamed in pieces; the average of a round's Δ runs piece by
+// piece in the background (driven between blocks) during the next round.
+// The anchor a(0) = the parameters now (after the fill, or a resumed round boundary).
+int swap_co2_begin(Swapper *s);
+// Ends round `round` (1-based: rounds ended so far, this one included).
+int swap_co2_round_end(Swapper *s, int round);
+// After the last round: applies the average in flight; the parameters become the anchor.
+int swap_co2_finish(Swapper *s, int round);
+// Waits for the average in flight (its result kept): a checkpoint's state is then the outer
+// momentum and that average — tier regions read and written through swap_co2_fetch/store
+// (array 0: momentum, 1: the average of round `round`).
+int swap_co2_settle(Swapper *s);
+int swap_co2_fetch(Swapper *s, int round, int array, size_t at, size_t n, float *dst);
+int swap_co2_store(Swapper *s, int round, int array, size_t at, size_t n, const float *src);
+// Seconds blocked on CO2's averages so far.
+double swap_co2_exposed(const Swapper *s);
+
 // Seconds blocked on the tier since the last call.
 double swap_io_wait(Swapper *s);
 // Bytes read and written since the last call.

@@ -4,7 +4,19 @@
 #include "swap.h"
 #include "tier.h"
 
-enum { REGION_PARAMS, REGION_GRADS, REGION_M, REGION_V, REGION_H, NREGIONS };
+enum {
+    REGION_PARAMS,
+    REGION_GRADS,
+    REGION_M,
+    REGION_V,
+    REGION_H,
+    // CO2 (swap_co2.c): the anchor, the outer momentum, the two round averages (Δ)
+    REGION_ANCHOR,
+    REGION_MOM,
+    REGION_D0,
+    REGION_D1,
+    NREGIONS
+};
 enum { SLOT_WRITES = 3 };
 
 typedef struct {
@@ -35,7 +47,13 @@ struct Swapper {
     int N, rank, t;
     double waited;
     uint64_t last_read, last_written;
+    struct SwapCO2 *co2; // CO2's outer state and its background average (swap_co2.c)
 };
+
+// CO2 (swap_co2.c): set up / free, and the poll that drives the background average.
+void swap_co2_setup(Swapper *s);
+void swap_co2_free(Swapper *s);
+void swap_co2_poll(Swapper *s);
 
 // Padded offset of flat offset x (inside block b).
 static inline size_t swap_padpos(const Swapper *s, int b, size_t x) {
@@ -46,6 +64,9 @@ int swap_block_at(const Swapper *s, size_t x);
 // Byte offset in the tier of flat offset x of region r (grads/m/v: inside the owned range).
 size_t swap_tier_off(const Swapper *s, int r, size_t x);
 
+// Reads (write 0) or writes n floats of region r at flat offset at, host memory, through the
+// bounce buffer (any alignment). 0 or -1.
+int swap_move(Swapper *s, int r, size_t at, size_t n, float *host, int write);
 // Slot handling (swap.c).
 Slot *swap_slot_of(Swapper *s, int u);
 // Points the unit's blocks at its slot (params, grads, the head's wte and H).

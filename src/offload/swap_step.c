@@ -13,6 +13,7 @@ static size_t wte_n(const GPT *m) { return (size_t)m->cfg.V * m->cfg.C; }
 // token loss (0 for other blocks).
 static double fwd(Swapper *s, int u, int b, int k) {
     GPT *m = s->m;
+    if (s->co2) swap_co2_poll(s); // CO2's average runs in the background
     Workspace *ws = &s->ws[k];
     const Block *blk = &m->blocks[b];
     BlockIO io = {.tokens = ws->tokens, .targets = ws->targets};
@@ -25,6 +26,7 @@ static double fwd(Swapper *s, int u, int b, int k) {
 
 static void bwd(Swapper *s, int u, int b, int k, float scale) {
     GPT *m = s->m;
+    if (s->co2) swap_co2_poll(s);
     Workspace *ws = &s->ws[k];
     const Block *blk = &m->blocks[b];
     BlockIO io = {.tokens = ws->tokens, .targets = ws->targets, .dx = ws->dstream};

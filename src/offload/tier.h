@@ -35,6 +35,9 @@ uint64_t tier_write_async(Tier *t, size_t off, const void *buf, size_t n);
 // directory and the system's reason (e.g. "No space left on device") when it failed; the
 // time blocked is added to tier_waited.
 int tier_wait(Tier *t, uint64_t ticket);
+// 1 when the ticket's request has completed (or failed: tier_wait reports it), else 0; never
+// blocks.
+int tier_done(Tier *t, uint64_t ticket);
 // Waits for every request queued so far; 0 or -1 as tier_wait.
 int tier_drain(Tier *t);
 // Seconds callers have spent blocked in tier_wait/tier_drain since the last reset.

@@ -113,24 +113,37 @@ void co2_free(CO2 *o) {
     free(o);
 }
 
+void co2_norms_add(const GPT *m, const float *mom, const float *avg, size_t lo, size_t hi,
+                   double *sq) {
+    for (int b = 0; b < m->nblocks; b++) {
+        const Block *blk = &m->blocks[b];
+        size_t bs, bn = range_isect(blk->off, blk->off + blk->n, lo, hi, &bs);
+        for (int i = blk->t0; bn && i < blk->t0 + blk->nt; i++) {
+            const TensorSpec *t = &m->tensors[i];
+            size_t ts, tn = range_isect(t->off, t->off + t->n, bs, bs + bn, &ts);
+            // the tensor's pieces in each norm chunk of its block (gpt.h), in order
+            for (size_t x = ts; x < ts + tn;) {
+                size_t c = blk->off + ((x - blk->off) / GPT_CHUNK + 1) * GPT_CHUNK;
+                size_t e = c < ts + tn ? c : ts + tn;
+                sq[2 * i] += m->be->sumsq(mom + (x - lo), e - x);
+                sq[2 * i + 1] += m->be->sumsq(avg + (x - lo), e - x);
+                x = e;
+            }
+        }
+    }
+}
+
 // Adaptive gap penalty: Σ over [lo, hi) of m² and Δ̄² per tensor into sq (2·ntensors).
 static void partial_norms(const CO2 *o, const float *mom, const float *avg, size_t lo, size_t hi,
                           double *sq) {
-    const GPT *m = o->m;
-    for (int i = 0; i < m->ntensors; i++) {
-        const TensorSpec *t = &m->tensors[i];
-        size_t s, n = range_isect(t->off, t->off + t->n, lo, hi, &s);
-        sq[2 * i] = n ? m->be->sumsq(mom + (s - lo), n) : 0;
-        sq[2 * i + 1] = n ? m->be->sumsq(avg + (s - lo), n) : 0;
-    }
+    memset(sq, 0, sizeof(double) * 2 * (size_t)o->m->ntensors);
+    co2_norms_add(o->m, mom, avg, lo, hi, sq);
 }
 
 // m ← β·m + Δ̄/λ, clipped; a ← a − α·m, block by block through the blocks' CO2 slots (anchor,
 // momentum, the average being applied; set by point_blocks). Adaptive mode takes each tensor's
 // ‖m(t−1)‖² and ‖Δ̄‖² from sq (summed over the whole tensor, even when a worker holds a piece).
-static void outer_update_blocks(CO2 *o, const double *sq) {
-    const CO2Config *c = &o->cfg;
-    const GPT *m = o->m;
+void co2_outer_update(const CO2Config *c, const GPT *m, const double *sq) {
     const Backend *be = m->be;
     for (int b = 0; b < m->nblocks; b++) {
         const Block *blk = &m->blocks[b];
@@ -179,7 +192,7 @@ static void outer_update(CO2 *o, float *avg) {
         partial_norms(o, o->mom, avg, 0, o->P, sq);
     }
     point_blocks(o, avg);
-    outer_update_blocks(o, sq);
+    co2_outer_update(&o->cfg, o->m, sq);
     free(sq);
 }
 
@@ -189,7 +202,7 @@ static void outer_update(CO2 *o, float *avg) {
 static void sharded_update(CO2 *o) {
     size_t n = o->hi - o->lo;
     point_blocks(o, o->xbar_sh);
-    outer_update_blocks(o, o->sq);
+    co2_outer_update(&o->cfg, o->m, o->sq);
     o->m->be->copy(o->next + o->lo, o->a_sh, n);
     o->ag = comm_iallgatherv(o->oc, o->next, o->counts, o->displs);
 }

@@ -31,6 +31,16 @@ typedef struct {
 
 typedef struct CO2 CO2;
 
+// The outer rule on whatever the blocks' CO2 slots (gpt.h BlockExtra: anchor, momentum, the
+// average to apply) point at — the whole model, a shard, or a piece a swapper streams:
+// m ← β·m + Δ̄/λ, clipped; a ← a − α·m. sq: per-tensor ‖m‖², ‖Δ̄‖² (adaptive λ; else NULL).
+void co2_outer_update(const CO2Config *c, const GPT *m, const double *sq);
+// Adds Σ m² and Σ Δ̄² per tensor over flat [lo, hi) (mom, avg at element lo; lo and hi on
+// norm-chunk boundaries) to sq (2·ntensors), one partial per tensor piece in each norm chunk,
+// in order: the sums do not depend on how the range is cut into pieces.
+void co2_norms_add(const GPT *m, const float *mom, const float *avg, size_t lo, size_t hi,
+                   double *sq);
+
 // Takes the current parameters as a(0). c is the communicator of the workers. Installs a poll
 // hook on m (chained to the hooks already there) that drives the outer collectives.
 CO2 *co2_create(GPT *m, const Comm *c, const CO2Config *cfg);

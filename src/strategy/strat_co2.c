@@ -20,16 +20,36 @@ typedef struct {
 
 typedef struct {
     Whole w;
-    CO2 *co2;
+    CO2 *co2;          // in memory; with --offload the outer state lives in w.sw's tier
+    int rounds;        // rounds ended (--offload)
     RoundLosses rl[2]; // [0]: the current round, [1]: the previous one, in flight
 } Co2State;
+
+// A CO2 state file's arrays in the tier (--offload): the outer momentum, the round's average,
+// then the worker's AdamW m and v.
+typedef struct {
+    Co2State *o;
+} SwapFile;
+
+static int swap_file_fetch(void *ctx, int array, size_t at, size_t n, float *dst) {
+    Co2State *o = ctx;
+    return array < 2 ? swap_co2_fetch(o->w.sw, o->rounds, array, at, n, dst)
+                     : swap_fetch(o->w.sw, array == 2 ? SWAP_M : SWAP_V, at, n, dst);
+}
+
+static int swap_file_store(void *ctx, int array, size_t at, size_t n, const float *src) {
+    Co2State *o = ctx;
+    return array < 2 ? swap_co2_store(o->w.sw, o->rounds, array, at, n, src)
+                     : swap_store(o->w.sw, array == 2 ? SWAP_M : SWAP_V, at, n, src);
+}
 
 static int co2_wants(const StrategyConfig *c) { return c->co2; }
 
 static int co2_check(const StrategyConfig *c) {
-    if (c->offload)
-        return loom_fail("--offload with --co2: CO2's outer state is not swapped yet (one "
-                         "process or --dp with --zero 0/1 are)");
+    if (c->offload && c->zero > 0)
+        return loom_fail("--offload with --co2 --zero %d: the sharded outer state is not swapped "
+                         "(--co2 with --zero 0 is)",
+                         c->zero);
     if (c->zero < 0 || c->zero > 2)
         return loom_fail("--co2 composes with --zero 1 or 2 (sharded outer state)");
     if (c->tau < 1) return loom_fail("--tau must be >= 1");
@@ -93,13 +113,22 @@ static int co2_resume(Strategy *s, Co2State *o) {
                          sh ? "co2" : "co2-sharded", sh ? "with" : "without");
     float *dev[CO2_STATE_MAX + 2];
     size_t lens[CO2_STATE_MAX + 2];
-    const char *kind;
-    int k = co2_state_buffers(o->co2, s->start / c->tau, dev, lens, &kind);
-    dev[k] = o->w.opt.m, dev[k + 1] = o->w.opt.v; // this worker's own moments
-    lens[k] = lens[k + 1] = s->model->nparams;
+    const char *kind = "co2";
     char path[4300];
     snprintf(path, sizeof path, "%s/co2_%05d.bin", s->resume_dir, rank);
-    if (state_file_read(path, kind, rank, N, dev, lens, k + 2, s->model->be)) {
+    int rc;
+    if (o->w.sw) { // unsharded: momentum, the round's average, m, v — into the tier
+        o->rounds = s->start / c->tau;
+        for (int i = 0; i < 4; i++)
+            lens[i] = s->model->nparams;
+        rc = state_file_read_fn(path, kind, rank, N, lens, 4, swap_file_store, o);
+    } else {
+        int k = co2_state_buffers(o->co2, s->start / c->tau, dev, lens, &kind);
+        dev[k] = o->w.opt.m, dev[k + 1] = o->w.opt.v; // this worker's own moments
+        lens[k] = lens[k + 1] = s->model->nparams;
+        rc = state_file_read(path, kind, rank, N, dev, lens, k + 2, s->model->be);
+    }
+    if (rc) {
         // this worker's own file: say so here (only rank 0 prints the run's errors)
         fprintf(stderr, "loom: rank %d: %s\n", rank, loom_errmsg());
         fflush(stderr);
@@ -114,18 +143,16 @@ static int co2_create_s(Strategy *s) {
     s->impl = o;
     // workers never reduce gradients: their data-parallel mechanics run over a group of one
     const Comm *self = comm_split(s->grid->dp_comm, s->grid->dp_comm->rank, 0, "self");
-    if (whole_create(s, &o->w, self, 0)) return -1;
-    CO2Config cc = {.tau = c->tau,
-                    .alpha = c->outer_lr,
-                    .beta = c->outer_momentum,
-                    .lambda = c->gap_penalty,
-                    .phi = c->outer_clip,
-                    .adaptive = c->gap_adaptive,
-                    .sharded = c->zero > 0};
-    o->co2 = co2_create(s->model, s->grid->dp_comm, &cc);
     for (int i = 0; i < 2; i++) {
         o->rl[i].rec = xcalloc((size_t)c->tau, sizeof(StepRecord));
         o->rl[i].loss = xcalloc((size_t)c->tau, sizeof(double));
+    }
+    if (whole_create(s, &o->w, self, 0)) return -1;
+    CO2Config cc = whole_co2_config(c);
+    if (o->w.sw) { // the anchor a(0) = the parameters, in the tier
+        if (swap_co2_begin(o->w.sw)) return -1;
+    } else {
+        o->co2 = co2_create(s->model, s->grid->dp_comm, &cc);
     }
     return s->resume_dir ? co2_resume(s, o) : 0;
 }
@@ -137,7 +164,9 @@ static int co2_step(Strategy *s, int step, int boundary) {
     double t0 = now_sec();
     double loss = whole_grads(s, &o->w, step);
     StepRecord r = {.step = step + 1, .loss = loss};
+    if (o->w.failed) return -1;
     whole_update(s, &o->w, step, loss, &r);
+    if (o->w.failed) return -1;
     if (!r.applied) { // a local decision: take the other workers down with this one
         char msg[256];
         snprintf(msg, sizeof msg,
@@ -152,10 +181,12 @@ static int co2_step(Strategy *s, int step, int boundary) {
     round_log(s, &o->rl[1], 0);
     double wait = 0;
     if ((step + 1) % c->tau == 0 || step + 1 == c->steps) {
-        double e0 = co2_exposed(o->co2);
+        Swapper *sw = o->w.sw;
+        double e0 = sw ? swap_co2_exposed(sw) : co2_exposed(o->co2);
         round_send(s, o); // ahead of the outer average
-        co2_round_end(o->co2);
-        wait = co2_exposed(o->co2) - e0;
+        if (sw && swap_co2_round_end(sw, ++o->rounds)) return -1;
+        if (!sw) co2_round_end(o->co2);
+        wait = (sw ? swap_co2_exposed(sw) : co2_exposed(o->co2)) - e0;
     }
     r.seconds = now_sec() - t0;
     r.exposed = wait;
@@ -165,8 +196,12 @@ static int co2_step(Strategy *s, int step, int boundary) {
 
 static void co2_drain(Strategy *s, int final) {
     Co2State *o = s->impl;
-    round_log(s, &o->rl[1], 1);    // records up to here
-    if (final) co2_finish(o->co2); // x = the final anchor
+    round_log(s, &o->rl[1], 1);                                    // records up to here
+    if (final && o->w.sw && swap_co2_finish(o->w.sw, o->rounds)) { // x = the final anchor
+        fprintf(stderr, "loom: %s\n", loom_errmsg());
+        exit(EXIT_IO);
+    }
+    if (final && !o->w.sw) co2_finish(o->co2);
 }
 
 static double co2_evaluate(Strategy *s) { return whole_evaluate(s, &((Co2State *)s->impl)->w); }
@@ -187,6 +222,18 @@ static int write_co2_files(const char *step_dir, void *ctx) {
     return state_file_write(path, f->kind, f->rank, f->N, f->arrays, f->lens, f->n, f->be);
 }
 
+static int write_swap_files(const char *step_dir, void *ctx) {
+    Co2State *o = ctx;
+    const Strategy *s = o->w.owner;
+    char path[4300];
+    size_t lens[4];
+    for (int i = 0; i < 4; i++)
+        lens[i] = s->model->nparams;
+    snprintf(path, sizeof path, "%s/co2_%05d.bin", step_dir, s->grid->dp_i);
+    return state_file_write_fn(path, "co2", s->grid->dp_i, s->grid->dp, lens, 4, swap_file_fetch,
+                               o);
+}
+
 // Mid-run (a round end), every worker also saves its CO2 state so that the resumed run
 // continues exactly; the final checkpoint holds the final anchor only.
 static int co2_save(Strategy *s, const char *dir, CkptMeta *meta, int final, CkptExtraFn extra,
@@ -194,6 +241,13 @@ static int co2_save(Strategy *s, const char *dir, CkptMeta *meta, int final, Ckp
     Co2State *o = s->impl;
     size_t P = s->model->nparams;
     CO2Files cf = {.rank = s->grid->dp_i, .N = s->grid->dp, .be = s->model->be};
+    if (!final && o->w.sw) { // the same four arrays, streamed from the tier
+        if (swap_co2_settle(o->w.sw)) return -1;
+        cf.n = 0;
+        meta->co2_workers = s->grid->dp, meta->co2_tau = s->cfg->tau, meta->co2_sharded = 0;
+        return whole_save(s, &o->w, dir, meta, s->grid->dp_i == 0, extra, extra_ctx,
+                          write_swap_files, o, keep);
+    }
     if (!final) { // waits for the average in flight (kept, not applied); streamed to the file
         int k = co2_state(o->co2, cf.arrays, cf.lens, &cf.kind);
         cf.arrays[k] = o->w.opt.m, cf.arrays[k + 1] = o->w.opt.v;
@@ -221,8 +275,10 @@ static void co2_summary(Strategy *s, double exposed_s, double step_s) {
     if (!s->lead || step_s <= 0) return;
     fprintf(stderr,
             "loom: co2 %d workers, tau %d | exposed communication %.1f%% of step time | CO2 "
-            "state %.1f MiB per worker\n",
-            s->grid->dp, s->cfg->tau, 100 * exposed_s / step_s, co2_memory(o->co2) / 1048576);
+            "state %.1f MiB per worker%s\n",
+            s->grid->dp, s->cfg->tau, 100 * exposed_s / step_s,
+            (o->co2 ? co2_memory(o->co2) : 4.0 * sizeof(float) * s->model->nparams) / 1048576,
+            o->co2 ? "" : " (in the offload tier)");
 }
 
 static void co2_destroy(Strategy *s) {

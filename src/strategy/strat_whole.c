@@ -10,6 +10,7 @@
 int whole_create(Strategy *s, Whole *w, const Comm *grad_comm, int zero) {
     const StrategyConfig *c = s->cfg;
     GPT *m = s->model;
+    w->owner = s;
     if (c->offload) return whole_swap_create(s, w, grad_comm, zero);
     w->grad_ranks = grad_comm->size;
     if (zero < 3 && gpt_alloc_whole(m, 1, zero < 2)) return -1; // whole params (grads < ZeRO 2)

@@ -14,6 +14,7 @@ typedef struct {
     int grad_ranks; // ranks a gradient is averaged over (the dp size; 1 under CO2)
     Swapper *sw;    // block swapping (--offload): the state lives in its tier, not in memory
     int failed;     // the tier failed (loom_errmsg): the step returns -1
+    const Strategy *owner;
 } Whole;
 
 // Sets up the mechanics over grad_comm with ZeRO stage `zero`, the optimizer for the owned
@@ -41,3 +42,5 @@ void whole_swap_update(Strategy *s, Whole *w, int step, double loss, StepRecord 
 double whole_swap_evaluate(Strategy *s, Whole *w);
 CkptShard whole_swap_shard(Whole *w);
 int whole_swap_full_params(Whole *w, float *host, size_t n);
+// CO2's outer rule from the flags.
+CO2Config whole_co2_config(const StrategyConfig *c);

@@ -31,10 +31,27 @@ static int make_plan(Strategy *s, const OffloadShape *sh, OffloadPlan *plan) {
     return offload_plan_fit(s->model, sh, c->fast_mem, plan);
 }
 
+CO2Config whole_co2_config(const StrategyConfig *c) {
+    return (CO2Config){.tau = c->tau,
+                       .alpha = c->outer_lr,
+                       .beta = c->outer_momentum,
+                       .lambda = c->gap_penalty,
+                       .phi = c->outer_clip,
+                       .adaptive = c->gap_adaptive,
+                       .sharded = c->zero > 0};
+}
+
 int whole_swap_create(Strategy *s, Whole *w, const Comm *grad_comm, int zero) {
     const StrategyConfig *c = s->cfg;
     GPT *m = s->model;
-    OffloadShape sh = {c->batch, c->seq, c->grad_accum, c->recompute, grad_comm->size, zero};
+    OffloadShape sh = {.B = c->batch,
+                       .T = c->seq,
+                       .K = c->grad_accum,
+                       .recompute = c->recompute,
+                       .dp = grad_comm->size,
+                       .zero = zero,
+                       .co2 = c->co2};
+    CO2Config cc = whole_co2_config(c);
     OffloadPlan plan;
     if (make_plan(s, &sh, &plan)) return -1;
     SwapConfig sc = {.B = c->batch,
@@ -46,7 +63,9 @@ int whole_swap_create(Strategy *s, Whole *w, const Comm *grad_comm, int zero) {
                      .zero = zero,
                      .dir = c->offload_dir,
                      .budget = c->fast_mem,
-                     .plan = &plan};
+                     .plan = &plan,
+                     .co2 = c->co2 ? &cc : NULL,
+                     .co2_comm = s->grid->dp_comm};
     w->sw = swap_create(m, &sc);
     if (w->sw && s->lead) {
         double rd, wr;
