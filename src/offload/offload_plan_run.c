@@ -36,24 +36,31 @@ static int costs_from(const Profile *pr, const GPT *m, const OffloadShape *s, co
     return 0;
 }
 
+static const char *threads_words(int threads, char *th) {
+    if (threads > 0)
+        snprintf(th, 32, "%d thread%s", threads, threads > 1 ? "s" : "");
+    else
+        snprintf(th, 32, "all cores");
+    return th;
+}
+
 int offload_costs_measure(const GPT *m, const OffloadShape *s, int threads,
                           const char *profile_path, const char *save_path, OffloadCosts *c,
                           FILE *log) {
     Profile pr;
+    char th[32];
     if (profile_path) {
         if (profile_load(&pr, profile_path)) return -1;
         if (log)
-            fprintf(log, "loom: offload plan: block costs from %s (measured with %d thread%s)\n",
-                    profile_path, pr.threads, pr.threads == 1 ? "" : "s");
+            fprintf(log, "loom: offload plan: block costs from %s (measured with %s)\n",
+                    profile_path, threads_words(pr.threads, th));
         return costs_from(&pr, m, s, profile_path, c);
     }
-    char th[32] = "all cores";
-    if (threads > 0) snprintf(th, sizeof th, "%d thread%s", threads, threads > 1 ? "s" : "");
     if (log)
         fprintf(log,
                 "loom: offload plan: profiling a layer, the embedding and the head at micro-batch "
                 "%d x %d, %s...\n",
-                s->B, s->T, th);
+                s->B, s->T, threads_words(threads, th));
     double t0 = now_sec();
     if (profile_measure_batch(&pr, m->be, &m->cfg, s->T, s->B, threads)) return -1;
     if (log) fprintf(log, "loom: offload plan: profiled in %.1f s\n", now_sec() - t0);
