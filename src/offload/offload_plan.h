@@ -70,7 +70,8 @@ typedef struct {
 
 // The plan with the least predicted step time whose offload_fast_bytes fit budget: dynamic
 // programming over contiguous groupings for each prefetch depth, the candidates simulated and
-// refined by local search. out is replaced (offload_plan_free it). 0, or -1 with loom_fail
+// refined by local search. On success out is overwritten with a new plan (not freed first; the
+// caller offload_plan_free's it), at least two units and prefetch >= 1. 0, or -1 with loom_fail
 // naming the least fast memory any plan needs for this model and batch and what it is made of.
 int offload_plan_search(const GPT *m, const OffloadShape *s, const OffloadCosts *c, double budget,
                         OffloadPlan *out);
