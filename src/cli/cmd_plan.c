@@ -2,6 +2,8 @@
 // profile) and print the best (width, depth, micro-batch, recompute) plans for a cluster.
 // Launched under mpirun it also measures the links between the job's ranks and plans for
 // them (rank 0 profiles and prints; the others take part in the measurement).
+// `loom plan --offload disk` runs the static analysis of block swapping instead: the same model
+// and batch flags as `loom train`, with its defaults; a table and one JSON line.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,9 +11,11 @@
 #include "../backend/backend.h"
 #include "../common.h"
 #include "../io/weights.h"
+#include "../offload/offload_plan.h"
 #include "../parallel/comm.h"
 #include "../plan/commprobe.h"
 #include "../plan/planner.h"
+#include "../train/trainer.h"
 #include "commands.h"
 #include "options.h"
 
@@ -165,7 +169,206 @@ static int plan_links(const PlanArgs *a, Comm *world, PlanInput *in) {
     return 1;
 }
 
+// ---------------------------------------------------------------- --offload
+
+typedef struct {
+    TrainArgs t; // the model and batch flags, with train's defaults
+    char *offload, *dir, *fast_mem, *units, *prof_in, *prof_out, *probe, *json;
+    int prefetch, heads_set;
+    float read_gbps, write_gbps; // given: the tier is not measured
+    size_t budget, probe_bytes;
+} OffArgs;
+
+static OffArgs O;
+
+static const Option OFF_OPTS[] = {
+    {"offload", OPT_STR, &O.offload, "block swapping: disk (host: reserved for the GPU backend)",
+     NULL, 0, 0},
+    {"offload-dir", OPT_STR, &O.dir, "directory of the slow tier's scratch file", NULL, 0, 0},
+    {"fast-mem", OPT_STR, &O.fast_mem, "fast memory per rank: bytes, or with K, M, G", NULL, 0, 0},
+    {"init", OPT_STR, &O.t.init, "take the model shape from a weights file", NULL, 0, 0},
+    {"layers", OPT_INT, &O.t.layers, "transformer layers L", NULL, 1, 1024},
+    {"heads", OPT_INT, &O.t.heads, "attention heads H", NULL, 1, 1024},
+    {"dim", OPT_INT, &O.t.dim, "channels C", NULL, 1, 65536},
+    {"vocab", OPT_INT, &O.t.vocab, "vocabulary size V", NULL, 2, 65536},
+    {"block-size", OPT_INT, &O.t.block_size, "maximum sequence length", NULL, 1, 1 << 20},
+    {"batch", OPT_INT, &O.t.batch, "micro-batch size B", NULL, 1, 1 << 20},
+    {"seq", OPT_INT, &O.t.seq, "sequence length T", NULL, 1, 1 << 20},
+    {"grad-accum", OPT_INT, &O.t.grad_accum, "micro-batches K per optimizer step", NULL, 1,
+     1 << 20},
+    {"recompute", OPT_FLAG, &O.t.recompute, "recompute each layer's forward during backward", NULL,
+     0, 0},
+    {"threads", OPT_INT, &O.t.threads, "CPU threads (0 = all cores)", NULL, 0, 4096},
+    {"device", OPT_STR, &O.t.device, "backend to profile: cpu", NULL, 0, 0},
+    {"dp", OPT_INT, &O.t.dp, "data-parallel ranks (each swaps its own state)", NULL, 1, 1 << 20},
+    {"zero", OPT_INT, &O.t.zero, "ZeRO stage (0 or 1: the update streams the owned part)", NULL, 0,
+     1},
+    {"offload-units", OPT_STR, &O.units,
+     "predict this grouping, e.g. [[0,3],[4,13]], instead of "
+     "searching",
+     NULL, 0, 0},
+    {"offload-prefetch", OPT_INT, &O.prefetch, "prefetch depth with --offload-units", NULL, 1,
+     OFFLOAD_MAX_PREFETCH},
+    {"profile", OPT_STR, &O.prof_in, "read the block costs from this saved profile", NULL, 0, 0},
+    {"save-profile", OPT_STR, &O.prof_out, "write the measured profile (JSON)", NULL, 0, 0},
+    {"tier-probe", OPT_STR, &O.probe, "bytes written and read back to measure the tier", NULL, 0,
+     0},
+    {"tier-read-gbps", OPT_FLOAT, &O.read_gbps,
+     "the tier's read bandwidth, GB/s (with --tier-write-gbps: not measured)", NULL, 0, 1e6},
+    {"tier-write-gbps", OPT_FLOAT, &O.write_gbps, "the tier's write bandwidth, GB/s", NULL, 0, 1e6},
+    {"json", OPT_STR, &O.json, "also write the JSON line to this file", NULL, 0, 0},
+};
+
+static void off_parse(int argc, char **argv) {
+    train_args_defaults(&O.t);
+    O.probe = "256M", O.prefetch = 1;
+    int n = (int)(sizeof OFF_OPTS / sizeof OFF_OPTS[0]);
+    int rc = options_parse(OFF_OPTS, n, argc, argv,
+                           "usage: loom plan --offload disk --offload-dir DIR --fast-mem SIZE "
+                           "[loom train's model and batch flags]",
+                           NULL, 0, NULL);
+    if (rc == 1) exit(0);
+    if (rc) die(EXIT_USAGE, "plan: %s", loom_errmsg());
+    O.heads_set = options_was_set(OFF_OPTS, n, "heads");
+    if (strcmp(O.offload, "disk"))
+        die(EXIT_USAGE, "plan: --offload %s: %s", O.offload,
+            strcmp(O.offload, "host") ? "unknown tier (disk)"
+                                      : "reserved for the GPU backend (the slow tier is then the "
+                                        "host's memory); this build plans --offload disk");
+    if (!O.dir) die(EXIT_USAGE, "plan: --offload disk needs --offload-dir DIR (the slow tier)");
+    if (!O.fast_mem)
+        die(EXIT_USAGE, "plan: --offload needs --fast-mem SIZE (fast memory per rank)");
+    if (offload_parse_size("--fast-mem", O.fast_mem, &O.budget) ||
+        offload_parse_size("--tier-probe", O.probe, &O.probe_bytes))
+        die_last(EXIT_USAGE);
+    if ((O.read_gbps > 0) != (O.write_gbps > 0))
+        die(EXIT_USAGE, "plan: --tier-read-gbps and --tier-write-gbps go together");
+    if (options_was_set(OFF_OPTS, n, "offload-prefetch") && !O.units)
+        die(EXIT_USAGE, "plan: --offload-prefetch goes with --offload-units (else it is searched)");
+    if (O.t.seq > O.t.block_size && !O.t.init)
+        die(EXIT_USAGE, "--seq %d is longer than --block-size %d", O.t.seq, O.t.block_size);
+}
+
+static const char *unit_what(const GPT *m, OffloadUnit u, char *buf, size_t n) {
+    int e = u.first == 0, h = u.last == m->nblocks - 1;
+    int l0 = e ? 0 : u.first - 1, l1 = h ? u.last - 2 : u.last - 1;
+    char layers[32] = "";
+    if (l1 > l0)
+        snprintf(layers, sizeof layers, "layers %d-%d", l0, l1);
+    else if (l1 == l0)
+        snprintf(layers, sizeof layers, "layer %d", l0);
+    snprintf(buf, n, "%s%s%s%s%s", e ? "embedding" : "", e && *layers ? " + " : "", layers,
+             h && (e || *layers) ? " + " : "", h ? "head, wte, H" : "");
+    return buf;
+}
+
+static void off_table(const GPT *m, const OffloadShape *s, const OffloadCosts *c,
+                      const OffloadPlan *p) {
+    printf("%4s %-7s %-28s %9s %9s %9s %10s %10s %8s\n", "unit", "blocks", "holds", "slot MiB",
+           "fwd s", "bwd s", "read MiB", "write MiB", "I/O s");
+    for (int u = 0; u < p->nunits; u++) {
+        OffloadUnitCost uc;
+        offload_unit_cost(m, s, c, p, u, &uc);
+        char what[64], blocks[24];
+        snprintf(blocks, sizeof blocks, "%d-%d", p->unit[u].first, p->unit[u].last);
+        double rd = uc.read_fwd + uc.read_bwd;
+        printf("%4d %-7s %-28s %9.1f %9.4g %9.4g %10.1f %10.1f %8.3g\n", u, blocks,
+               unit_what(m, p->unit[u], what, sizeof what),
+               4.0 * (double)offload_unit_floats(m, p->unit[u]) / 1048576.0, uc.fwd_s, uc.bwd_s,
+               rd / 1048576.0, uc.write / 1048576.0, rd / c->read_bps + uc.write / c->write_bps);
+    }
+}
+
+static void off_report(const GPT *m, const OffloadShape *s, const OffloadCosts *c, OffloadPlan *p) {
+    OffloadPrediction d;
+    offload_predict(m, s, c, p, &d);
+    double MiB = 1048576.0, slots = 4.0 * (double)offload_slots_floats(m, p);
+    double ws = offload_workspace_bytes(m, s), tok = (double)s->B * s->T * s->K;
+    off_table(m, s, c, p);
+    printf("prefetch %d (%d slots): peak fast memory %.1f MiB of %.1f MiB (slots %.1f, "
+           "activations and workspace %.1f, optimizer streaming and norms %.1f)\n",
+           p->prefetch, p->prefetch + 2, p->peak_fast_bytes / MiB, O.budget / MiB, slots / MiB,
+           ws / MiB, (p->peak_fast_bytes - slots - ws) / MiB);
+    printf("per step: compute %.3f s; I/O %.1f MiB read + %.1f MiB written = %.1f MiB, I/O bound "
+           "%.3f s (bytes / measured bandwidth)\n",
+           d.compute_s, d.read_bytes / MiB, d.written_bytes / MiB, p->io_bytes_per_step / MiB,
+           d.io_s);
+    printf("predicted %.3f s per step (the update pass %.3f s of it), %.1f tokens/s\n", d.step_s,
+           d.update_s, tok / d.step_s);
+    char *units = offload_units_json(p);
+    char line[512];
+    int k =
+        snprintf(line, sizeof line,
+                 "{\"predicted_step_ms\": %.6g, \"peak_fast_bytes\": %.0f, \"io_bytes_per_step\":"
+                 " %.0f, \"budget_bytes\": %zu, \"prefetch\": %d, \"read_bps\": %.6g, "
+                 "\"write_bps\": %.6g, \"compute_ms\": %.6g, \"io_bound_ms\": %.6g, "
+                 "\"read_bytes\": %.0f, \"written_bytes\": %.0f, \"tokens_per_s\": %.6g, "
+                 "\"units\": ",
+                 p->predicted_step_ms, p->peak_fast_bytes, p->io_bytes_per_step, O.budget,
+                 p->prefetch, c->read_bps, c->write_bps, 1e3 * d.compute_s, 1e3 * d.io_s,
+                 d.read_bytes, d.written_bytes, tok / d.step_s);
+    printf("%.*s%s}\n", k, line, units);
+    fflush(stdout);
+    FILE *f = O.json ? fopen(O.json, "w") : NULL;
+    if (O.json && !f) die(EXIT_IO, "%s: cannot write", O.json);
+    if (f) fprintf(f, "%.*s%s}\n", k, line, units), fclose(f);
+    free(units);
+}
+
+static int cmd_plan_offload(int argc, char **argv) {
+    off_parse(argc, argv);
+    GPTConfig cfg = {
+        .L = O.t.layers, .H = O.t.heads, .C = O.t.dim, .V = O.t.vocab, .maxT = O.t.block_size};
+    if (O.t.init && init_read_config(O.t.init, O.heads_set ? O.t.heads : 0, &cfg))
+        die_last(EXIT_INPUT);
+    if (O.t.seq > cfg.maxT)
+        die(EXIT_USAGE, "--seq %d is longer than the model's %d", O.t.seq, cfg.maxT);
+    const Backend *be = backend_select(O.t.device, O.t.threads);
+    GPT m;
+    if (!be || gpt_create_layout(&m, &cfg, be)) die_last(EXIT_USAGE);
+    OffloadShape s = {.B = O.t.batch,
+                      .T = O.t.seq,
+                      .K = O.t.grad_accum,
+                      .recompute = O.t.recompute,
+                      .dp = O.t.dp,
+                      .zero = O.t.zero};
+    OffloadPlan p = {0};
+    if (O.units && offload_plan_parse_units(&m, O.units, &p)) die_last(EXIT_USAGE);
+    p.prefetch = O.prefetch;
+    OffloadCosts c = {0};
+    c.read_bps = O.read_gbps * 1e9, c.write_bps = O.write_gbps * 1e9;
+    if (!(O.read_gbps > 0) && offload_tier_costs(&m, O.dir, O.probe_bytes, &c, stderr))
+        die_last(EXIT_IO);
+    if (offload_costs_measure(&m, &s, O.t.threads, O.prof_in, O.prof_out, &c, stderr))
+        die_last(O.prof_in ? EXIT_INPUT : EXIT_USAGE);
+    printf("offload plan: L%d H%d C%d V%d (%.4gM parameters), micro-batch %d x T %d, grad-accum "
+           "%d, recompute %s, dp %d, zero %d; tier %s: read %.3g GB/s, write %.3g GB/s\n",
+           cfg.L, cfg.H, cfg.C, cfg.V, m.nparams / 1e6, s.B, s.T, s.K, s.recompute ? "on" : "off",
+           s.dp, s.zero, O.dir, c.read_bps * 1e-9, c.write_bps * 1e-9);
+    printf("per micro-batch: embedding %.4g + %.4g s, layer %.4g + %.4g s, head %.4g + %.4g s "
+           "(forward + backward%s); AdamW %.3g ns per parameter\n",
+           c.fwd[0], c.bwd[0], c.fwd[1], c.bwd[1], c.fwd[2], c.bwd[2],
+           s.recompute ? ", with the recomputed forward" : "", c.update_s_per_param * 1e9);
+    if (O.units) {
+        double need = offload_fast_bytes(&m, &s, &p);
+        if (p.nunits < 2) die(EXIT_USAGE, "--offload-units: at least two units");
+        if (need > (double)O.budget)
+            die(EXIT_INPUT,
+                "--offload-units at prefetch %d needs %.1f MiB of fast memory, more "
+                "than --fast-mem %s",
+                p.prefetch, need / 1048576.0, O.fast_mem);
+    } else if (offload_plan_search(&m, &s, &c, (double)O.budget, &p))
+        die_last(EXIT_INPUT);
+    off_report(&m, &s, &c, &p);
+    offload_plan_free(&p);
+    gpt_free(&m);
+    return 0;
+}
+
 int cmd_plan(int argc, char **argv) {
+    for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
+        if (!strcmp(argv[i], "--offload") || !strncmp(argv[i], "--offload=", 10))
+            return cmd_plan_offload(argc, argv);
     PlanArgs a;
     if (plan_parse(argc, argv, &a)) return 0;
     Comm *world = comm_world(NULL, NULL);

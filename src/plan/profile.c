@@ -83,8 +83,9 @@ static double busy_factor(const Backend *be, const GPTConfig *one, int b, int T,
     return f > 1 ? f : 1;
 }
 
-int profile_measure(Profile *p, const Backend *be, const GPTConfig *cfg, int T, int max_b,
-                    int threads) {
+// Micro-batch sizes b0, 2·b0, 4·b0, ... up to max_b; contention: also the busy factors.
+static int measure(Profile *p, const Backend *be, const GPTConfig *cfg, int T, int b0, int max_b,
+                   int threads, int contention) {
     memset(p, 0, sizeof *p);
     p->cfg = *cfg;
     p->T = T;
@@ -104,7 +105,7 @@ int profile_measure(Profile *p, const Backend *be, const GPTConfig *cfg, int T, 
     int nb = 0;
     Workspace ws[PROFILE_MAX_B];
     float *dx[PROFILE_MAX_B];
-    for (int b = 1; b <= max_b && nb < PROFILE_MAX_B; b *= 2, nb++) {
+    for (int b = b0; b <= max_b && nb < PROFILE_MAX_B; b *= 2, nb++) {
         if (workspace_create(&ws[nb], &m, b, T, 0)) return -1;
         for (int i = 0; i < b * T; i++) {
             ws[nb].tokens[i] = (int)rng_below(&r, (uint32_t)cfg->V);
@@ -137,7 +138,7 @@ int profile_measure(Profile *p, const Backend *be, const GPTConfig *cfg, int T, 
         workspace_free(&ws[i], &m);
         // contention: every core runs a copy (single-threaded profiles only)
         int copies = threads == 1 ? p->cores : 1;
-        row->busy = copies > 1 ? busy_factor(be, &one, row->b, T, copies) : 1.0;
+        row->busy = contention && copies > 1 ? busy_factor(be, &one, row->b, T, copies) : 1.0;
     }
     free(samples);
     // the per-step optimizer work, per parameter: AdamW, zeroing the gradients, their norm
@@ -157,6 +158,16 @@ int profile_measure(Profile *p, const Backend *be, const GPTConfig *cfg, int T, 
     free(w), free(g), free(mo), free(v);
     gpt_free(&m);
     return 0;
+}
+
+int profile_measure(Profile *p, const Backend *be, const GPTConfig *cfg, int T, int max_b,
+                    int threads) {
+    return measure(p, be, cfg, T, 1, max_b, threads, 1);
+}
+
+int profile_measure_batch(Profile *p, const Backend *be, const GPTConfig *cfg, int T, int b,
+                          int threads) {
+    return measure(p, be, cfg, T, b, b, threads, 0);
 }
 
 int profile_save(const Profile *p, const char *path) {

@@ -31,6 +31,10 @@ enum { PROF_EMBED = 0, PROF_LAYER = 1, PROF_HEAD = 2 };
 // then a layer again with cores/threads copies running at once.
 int profile_measure(Profile *p, const Backend *be, const GPTConfig *cfg, int T, int max_b,
                     int threads);
+// One row only, for micro-batch b, without the contention measurement (busy = 1): what block
+// swapping plans with (one process, its own batch size).
+int profile_measure_batch(Profile *p, const Backend *be, const GPTConfig *cfg, int T, int b,
+                          int threads);
 int profile_save(const Profile *p, const char *path);
 int profile_load(Profile *p, const char *path);
 // The row for micro-batch b (NULL when not profiled).

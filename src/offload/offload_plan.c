@@ -1,0 +1,544 @@
+// offload_plan.c — the static analysis of block swapping (see offload_plan.h): the event
+// simulation of one swapped step, and the search over groupings and prefetch depths (dynamic
+// programming over contiguous groupings under per-slot size caps, the candidates simulated and
+// refined by local search). Measuring the costs: offload_plan_run.c.
+#include "offload_plan.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common.h"
+
+#define NEG (-1e300) // "long ago": before anything
+#define TOP 12       // candidates per prefetch depth that are refined
+
+static double dmax(double a, double b) { return a > b ? a : b; }
+
+// What the simulation and the search need of one model, shape and costs.
+typedef struct {
+    const GPT *m;
+    const OffloadShape *s;
+    const OffloadCosts *c;
+    int nb;
+    double *pf, *pb;        // (nb+1) prefix sums: compute seconds of K micro-batches
+    double *pp, *pl;        // (nb+1) prefix sums: padded parameter floats (all; layers only)
+    double wte;             // padded floats of the tied wte (and of H)
+    double own;             // the fraction of each gradient and moment this rank keeps
+    double upd_cpu, upd_io; // the update pass ends max(cpu + upd_cpu, io + upd_io)
+    double upd_work;        // its AdamW seconds
+    double fixed;           // fast bytes besides the slots
+    double *U;              // (nb*nb) offload_unit_floats of [a, b] (search only)
+    double *t;              // simulation scratch
+} Ctx;
+
+// ---------------------------------------------------------------- the numbers of one model
+
+// The update pass (offload_plan.h) from compute-free time cpu and I/O-free time io.
+static double update_end(const Ctx *x, double cpu, double io) {
+    const GPT *m = x->m;
+    double R = x->c->read_bps, W = x->c->write_bps, f = x->own;
+    double wbuf[2] = {NEG, NEG}, pr = 0, pc = 0, pw = 0; // piece i-1: reads end, compute, write
+    int i = 0;
+    for (int b = 0; b < m->nblocks; b++)
+        for (size_t at = 0; at < m->blocks[b].n; at += OFFLOAD_OPT_CHUNK, i++) {
+            size_t n = m->blocks[b].n - at;
+            n = n < OFFLOAD_OPT_CHUNK ? n : OFFLOAD_OPT_CHUNK;
+            double pad = 4.0 * (double)offload_pad(n);
+            cpu = dmax(cpu, wbuf[i % 2]); // the buffer's previous piece is written
+            io = dmax(io, cpu) + pad * (1 + 3 * f) / R;
+            double r = io;
+            if (i) { // piece i-1 computes and writes
+                cpu = dmax(cpu, pr) + pc;
+                io = wbuf[(i - 1) % 2] = dmax(io, cpu) + pw / W;
+            }
+            pr = r, pc = (double)n * f * x->c->update_s_per_param, pw = pad * (1 + 2 * f);
+        }
+    if (i) {
+        cpu = dmax(cpu, pr) + pc;
+        io = dmax(io, cpu) + pw / W;
+    }
+    return dmax(cpu, io);
+}
+
+static void ctx_init(Ctx *x, const GPT *m, const OffloadShape *s, const OffloadCosts *c,
+                     int table) {
+    memset(x, 0, sizeof *x);
+    x->m = m, x->s = s, x->c = c, x->nb = m->nblocks;
+    size_t nb = (size_t)m->nblocks;
+    x->pf = xcalloc(nb + 1, sizeof(double)), x->pb = xcalloc(nb + 1, sizeof(double));
+    x->pp = xcalloc(nb + 1, sizeof(double)), x->pl = xcalloc(nb + 1, sizeof(double));
+    x->t = xcalloc(3 * nb + OFFLOAD_MAX_PREFETCH + 2, sizeof(double));
+    for (size_t b = 0; b < nb; b++) {
+        const Block *blk = &m->blocks[b];
+        int k = blk->kind == BLOCK_EMBED ? 0 : blk->kind == BLOCK_LAYER ? 1 : 2;
+        double pad = (double)offload_pad(blk->n);
+        x->pf[b + 1] = x->pf[b] + s->K * c->fwd[k];
+        x->pb[b + 1] = x->pb[b] + s->K * c->bwd[k];
+        x->pp[b + 1] = x->pp[b] + pad;
+        x->pl[b + 1] = x->pl[b] + (blk->kind == BLOCK_LAYER ? pad : 0);
+    }
+    x->wte = (double)offload_pad((size_t)m->cfg.V * m->cfg.C);
+    double all = x->pp[nb];
+    int N = s->dp > 1 ? s->dp : 1;
+    x->own = s->zero >= 1 ? ceil(all / N) / all : 1.0;
+    x->upd_cpu = update_end(x, 0, NEG), x->upd_io = update_end(x, NEG, 0);
+    x->upd_work = (double)m->nparams * x->own * c->update_s_per_param;
+    OffloadPlan one;
+    offload_plan_per_block(m, &one);
+    x->fixed = offload_fast_bytes(m, s, &one) - 4.0 * (double)offload_slots_floats(m, &one);
+    offload_plan_free(&one);
+    if (!table) return;
+    x->U = xcalloc(nb * nb, sizeof(double));
+    for (size_t a = 0; a < nb; a++)
+        for (size_t b = a; b < nb; b++)
+            x->U[a * nb + b] = (double)offload_unit_floats(m, (OffloadUnit){(int)a, (int)b});
+}
+
+static void ctx_free(Ctx *x) {
+    free(x->pf), free(x->pb), free(x->pp), free(x->pl), free(x->t), free(x->U);
+}
+
+static void ctx_unit(const Ctx *x, OffloadUnit u, int idx, int n, int p, OffloadUnitCost *o) {
+    int a = u.first, b = u.last + 1;
+    o->fwd_s = x->pf[b] - x->pf[a];
+    o->bwd_s = x->pb[b] - x->pb[a];
+    o->read_fwd = 4 * (x->pp[b] - x->pp[a] + (idx == n - 1 && n > 1 ? x->wte : 0));
+    o->read_bwd = idx >= n - 2 - p ? 0 : 4 * (x->pl[b] - x->pl[a]); // n-2-p..n-1: resident
+    o->write = 4 * (x->pp[b] - x->pp[a]) * x->own;
+}
+
+// ---------------------------------------------------------------- the simulation
+
+// One step of units un[0..n-1] at prefetch p (the schedule in offload_plan.h); its seconds.
+static double simulate(const Ctx *x, const OffloadUnit *un, int n, int p, double *work) {
+    int S = p + 2;
+    double R = x->c->read_bps, W = x->c->write_bps, H = 4 * x->wte;
+    double *rf = x->t, *rb = x->t + n, *wend = x->t + 2 * n, cpu = 0, io, w = 0;
+    for (int i = 0; i < S; i++)
+        wend[i] = NEG;
+    OffloadUnitCost c, cv;
+    ctx_unit(x, un[0], 0, n, p, &c);
+    io = rf[0] = c.read_fwd / R;
+    for (int u = 0, issued = 0; u < n; u++) { // forward, and the turn's reads
+        cpu = dmax(cpu, rf[u]);
+        for (; issued < u + p && issued < n - 1; issued++) {
+            ctx_unit(x, un[issued + 1], issued + 1, n, p, &cv);
+            io = rf[issued + 1] = dmax(io, cpu) + cv.read_fwd / R;
+        }
+        ctx_unit(x, un[u], u, n, p, &c);
+        if (u < n - 1) cpu += c.fwd_s, w += c.fwd_s;
+    }
+    cpu += c.fwd_s + c.bwd_s, w += c.fwd_s + c.bwd_s; // the turn, then its gradient and H out
+    io = wend[(n - 1) % S] = dmax(io, cpu) + c.write / W + H / W;
+    for (int u = n - 2; u >= 0; u--) {
+        ctx_unit(x, un[u], u, n, p, &c);
+        if (u <= n - 3 - p) cpu = dmax(cpu, rb[u]); // not resident: its read
+        int v = u - p;                              // read into its slot now
+        if (v >= 0 && v <= n - 3 - p) {
+            ctx_unit(x, un[v], v, n, p, &cv);
+            cpu = dmax(cpu, wend[v % S]); // after that slot's writes (unit v+S)
+            rb[v] = cpu;
+            if (cv.read_bwd > 0) io = rb[v] = dmax(io, cpu) + cv.read_bwd / R;
+        }
+        cpu += c.bwd_s, w += c.bwd_s;
+        if (u == 0) cpu = io = dmax(io, cpu) + H / R; // H back and added
+        io = wend[u % S] = dmax(io, cpu) + c.write / W;
+    }
+    if (work) work[0] = w, work[1] = cpu;
+    return dmax(cpu + x->upd_cpu, io + x->upd_io);
+}
+
+static void predict_fill(const Ctx *x, OffloadPlan *p, OffloadPrediction *d) {
+    double work[2], rd, wr;
+    double t = simulate(x, p->unit, p->nunits, p->prefetch, work);
+    offload_io_bytes(x->m, x->s, p, &rd, &wr);
+    p->predicted_step_ms = 1e3 * t;
+    p->peak_fast_bytes = offload_fast_bytes(x->m, x->s, p);
+    p->io_bytes_per_step = rd + wr;
+    if (!d) return;
+    d->step_s = t;
+    d->compute_s = work[0] + x->upd_work;
+    d->update_s = t - work[1];
+    d->read_bytes = rd, d->written_bytes = wr;
+    d->io_s = rd / x->c->read_bps + wr / x->c->write_bps;
+}
+
+double offload_predict(const GPT *m, const OffloadShape *s, const OffloadCosts *c, OffloadPlan *p,
+                       OffloadPrediction *d) {
+    Ctx x;
+    ctx_init(&x, m, s, c, 0);
+    predict_fill(&x, p, d);
+    ctx_free(&x);
+    return p->predicted_step_ms / 1e3;
+}
+
+void offload_unit_cost(const GPT *m, const OffloadShape *s, const OffloadCosts *c,
+                       const OffloadPlan *p, int u, OffloadUnitCost *out) {
+    Ctx x;
+    ctx_init(&x, m, s, c, 0);
+    ctx_unit(&x, p->unit[u], u, p->nunits, p->prefetch, out);
+    ctx_free(&x);
+}
+
+// ---------------------------------------------------------------- the search
+
+enum { OBJ_TIME, OBJ_MEM };
+
+// A grouping as cuts: cut[b] = 1 when a unit ends at block b (cut[nb-1] = 1).
+typedef struct {
+    char *cut;
+    int p;
+    double t, mem;
+} Cand;
+
+static int to_units(const char *cut, int nb, OffloadUnit *u) {
+    int n = 0;
+    for (int b = 0, first = 0; b < nb; b++)
+        if (cut[b]) u[n++] = (OffloadUnit){first, b}, first = b + 1;
+    return n;
+}
+
+// Fast bytes of units u[0..n-1] at prefetch p (offload_fast_bytes, from the table).
+static double mem_of(const Ctx *x, const OffloadUnit *u, int n, int p) {
+    double slots = 0;
+    for (int i = 0; i < p + 2; i++) {
+        double big = 0;
+        for (int k = i; k < n; k += p + 2)
+            big = dmax(big, x->U[u[k].first * x->nb + u[k].last]);
+        slots += big;
+    }
+    return x->fixed + 4 * slots;
+}
+
+// Simulates a candidate; 0 when it is a plan within budget, -1 otherwise.
+static int evaluate(const Ctx *x, Cand *c, double budget, OffloadUnit *u) {
+    int n = to_units(c->cut, x->nb, u);
+    if (n < 2 || c->p < 1) return -1;
+    c->mem = mem_of(x, u, n, c->p);
+    if (c->mem > budget) return -1;
+    c->t = simulate(x, u, n, c->p, NULL);
+    return 0;
+}
+
+// a better than b under the objective (ties: the other measure, then the shallower prefetch).
+static int better(const Cand *a, const Cand *b, int obj) {
+    double a1 = obj == OBJ_TIME ? a->t : a->mem, b1 = obj == OBJ_TIME ? b->t : b->mem;
+    double a2 = obj == OBJ_TIME ? a->mem : a->t, b2 = obj == OBJ_TIME ? b->mem : b->t;
+    double tol = 1e-12 * fabs(b1);
+    if (a1 < b1 - tol || a1 > b1 + tol) return a1 < b1;
+    tol = 1e-12 * fabs(b2);
+    if (a2 < b2 - tol || a2 > b2 + tol) return a2 < b2;
+    return a->p < b->p;
+}
+
+// The DP's additive stand-in for a unit's share of the step: its compute or its own I/O,
+// whichever is longer; unit 0 adds what nothing hides (its forward read starts the step; H's
+// read and its gradient's write end the backward). r: the unit's place from the end.
+static double surrogate(const Ctx *x, int a, int b, int r, int p) {
+    double R = x->c->read_bps, W = x->c->write_bps, H = 4 * x->wte;
+    double comp = x->pf[b + 1] - x->pf[a] + x->pb[b + 1] - x->pb[a];
+    double par = 4 * (x->pp[b + 1] - x->pp[a]), rd = par + (r == 0 ? H : 0);
+    double rdb = r <= p + 1 ? 0 : 4 * (x->pl[b + 1] - x->pl[a]);
+    double io = (rd + rdb) / R + par * x->own / W + (r == 0 ? H / W : 0) + (a == 0 ? H / R : 0);
+    return dmax(comp, io) + (a == 0 ? rd / R + par * x->own / W + H / R : 0);
+}
+
+// DP from the last block backwards: the grouping of least surrogate cost whose units fit the
+// caps (the turn's slot class 0: cap0; unit 0 outside class 0: capE; the rest: capN).
+// State: the next unit's place r from the end, exactly while r < S, else r mod S.
+static int dp_caps(const Ctx *x, int p, double cap0, double capE, double capN, char *cut) {
+    int nb = x->nb, S = p + 2, NS = 2 * S;
+    double *g = xmalloc((size_t)(nb + 1) * NS * sizeof(double));
+    int *from = xmalloc((size_t)(nb + 1) * NS * sizeof(int));
+    for (int i = 0; i < (nb + 1) * NS; i++)
+        g[i] = INFINITY, from[i] = -1;
+    g[nb * NS] = 0;
+    for (int b = nb; b >= 1; b--)
+        for (int st = 0; st < NS; st++) {
+            if (g[b * NS + st] == INFINITY) continue;
+            int cls = st < S ? st : st - S, r = st < S ? st : S + cls;
+            int nst = st + 1 < S ? st + 1 : S + (cls + 1) % S;
+            for (int a = b - 1; a >= 0; a--) {
+                double cap = cls == 0 ? cap0 : a == 0 ? capE : capN;
+                if (x->U[a * nb + b - 1] > cap) {
+                    if (cls == 0 || a == 0 || capE <= capN) break;
+                    a = 1; // only unit 0 may be larger
+                    continue;
+                }
+                if (a == 0 && r == 0) continue; // at least two units
+                double v = g[b * NS + st] + surrogate(x, a, b - 1, r, p);
+                if (v < g[a * NS + nst]) g[a * NS + nst] = v, from[a * NS + nst] = b * NS + st;
+            }
+        }
+    int best = -1;
+    for (int st = 0; st < NS; st++)
+        if (g[st] < INFINITY && (best < 0 || g[st] < g[best])) best = st;
+    if (best >= 0) {
+        memset(cut, 0, (size_t)nb);
+        for (int cell = best; cell != nb * NS; cell = from[cell])
+            cut[from[cell] / NS - 1] = 1;
+    }
+    free(g), free(from);
+    return best >= 0 ? 0 : -1;
+}
+
+// The search's working set: the best TOP distinct candidates of one prefetch depth.
+typedef struct {
+    const Ctx *x;
+    double budget;
+    int obj;
+    Cand top[TOP];
+    int ntop;
+    OffloadUnit *u; // scratch
+} Search;
+
+static void offer(Search *q, const char *cut, int p) {
+    int nb = q->x->nb;
+    Cand c = {(char *)cut, p, 0, 0};
+    if (evaluate(q->x, &c, q->budget, q->u)) return;
+    for (int i = 0; i < q->ntop; i++)
+        if (q->top[i].p == p && !memcmp(q->top[i].cut, cut, (size_t)nb)) return;
+    int at = q->ntop;
+    while (at > 0 && better(&c, &q->top[at - 1], q->obj))
+        at--;
+    if (at >= TOP) return;
+    if (q->ntop == TOP) free(q->top[--q->ntop].cut);
+    memmove(&q->top[at + 1], &q->top[at], (size_t)(q->ntop - at) * sizeof(Cand));
+    q->top[at] = c;
+    q->top[at].cut = xmalloc((size_t)nb);
+    memcpy(q->top[at].cut, cut, (size_t)nb);
+    q->ntop++;
+}
+
+// Seeds that need no DP: one block per unit, and every split into two units.
+static void seeds(Search *q, int p, char *cut) {
+    int nb = q->x->nb;
+    memset(cut, 1, (size_t)nb);
+    offer(q, cut, p);
+    for (int b = 0; b < nb - 1; b++) {
+        memset(cut, 0, (size_t)nb);
+        cut[b] = cut[nb - 1] = 1;
+        offer(q, cut, p);
+    }
+}
+
+// The next layer count of a cap to try: every one up to 64 layers, then about 5% apart (deep
+// models would take minutes otherwise).
+static int next_k(int k, int max) {
+    if (max <= 64 || k < 16) return k + 1;
+    int nk = k + k / 20 + 1;
+    return k < max && nk > max ? max : nk;
+}
+
+// The DP under every useful combination of caps for prefetch p: capN from the sizes of runs
+// of layers, capE from the sizes of units holding the embedding, cap0 the rest of the budget
+// (time) or the least the turn's slot can be (memory).
+static void dp_candidates(Search *q, int p, char *cut) {
+    const Ctx *x = q->x;
+    int nb = x->nb, L = nb - 2;
+    double room = (q->budget - x->fixed) / 4, T0 = x->U[(nb - 1) * nb + nb - 1];
+    for (int kN = 1; kN <= L; kN = next_k(kN, L)) {
+        double capN = x->U[nb + kN];
+        for (int kE = 0; kE <= nb - 2; kE = next_k(kE, nb - 2)) {
+            double capE = x->U[kE];
+            int nk = next_k(kE, nb - 2);
+            if (capE < capN && nk <= nb - 2 && x->U[nk] < capN) continue; // the largest below
+            capE = dmax(capE, capN);
+            double caps0[3] = {room - capE - p * capN, T0, 0};
+            int n0 = 1;
+            if (q->obj == OBJ_MEM)
+                caps0[0] = dmax(T0, capN), caps0[2] = dmax(T0, capE), n0 = 3;
+            else if (caps0[0] < T0)
+                break; // larger kE need more
+            for (int i = 0; i < n0; i++)
+                if (!dp_caps(x, p, caps0[i], capE, capN, cut)) offer(q, cut, p);
+        }
+    }
+}
+
+// Tries t (a copy of c changed by a move); keeps it in c when better.
+static int try_move(Search *q, Cand *c, Cand *t) {
+    if (evaluate(q->x, t, q->budget, q->u) || !better(t, c, q->obj)) return 0;
+    memcpy(c->cut, t->cut, (size_t)q->x->nb);
+    c->p = t->p, c->t = t->t, c->mem = t->mem;
+    return 1;
+}
+
+// Moves the cuts with indices i..j of the cut list (ends excluded) by d blocks; 0 when they
+// would collide or leave the model.
+static int shift(char *cut, int nb, const int *at, int n, int i, int j, int d) {
+    if ((d < 0 && at[i] + d < (i ? at[i - 1] + 1 : 0)) ||
+        (d > 0 && at[j] + d > (j + 1 < n ? at[j + 1] - 1 : nb - 2)))
+        return 0;
+    for (int k = i; k <= j; k++)
+        cut[at[k]] = 0;
+    for (int k = i; k <= j; k++)
+        cut[at[k] + d] = 1;
+    return 1;
+}
+
+// Local search from c, first improvement until nothing improves. Moves: another prefetch depth
+// with or without toggling one cut; toggling two cuts; moving a run of consecutive cuts by one.
+static void polish(Search *q, Cand *c, int maxp) {
+    int nb = q->x->nb, *at = xmalloc((size_t)nb * sizeof(int)), reach = nb <= 64 ? nb : 8;
+    Cand t = {xmalloc((size_t)nb), 0, 0, 0};
+    for (int improved = 1; improved;) {
+        improved = 0;
+        for (int pp = 1; pp <= maxp; pp++)
+            for (int i = -1; i < nb - 1; i++) {
+                memcpy(t.cut, c->cut, (size_t)nb), t.p = pp;
+                if (i >= 0) t.cut[i] ^= 1;
+                if (i >= 0 || pp != c->p) improved |= try_move(q, c, &t);
+            }
+        for (int i = 0; i < nb - 1; i++)
+            for (int j = i + 1; j < nb - 1 && j - i <= reach; j++) {
+                memcpy(t.cut, c->cut, (size_t)nb), t.p = c->p;
+                t.cut[i] ^= 1, t.cut[j] ^= 1;
+                improved |= try_move(q, c, &t);
+            }
+        int n = 0;
+        for (int b = 0; b < nb - 1; b++)
+            if (c->cut[b]) at[n++] = b;
+        for (int i = 0; i < n; i++)
+            for (int j = i + 1; j < n && j - i <= reach; j++) // j == i: a pair toggle above
+                for (int d = -1; d <= 1; d += 2) {
+                    memcpy(t.cut, c->cut, (size_t)nb), t.p = c->p;
+                    if (shift(t.cut, nb, at, n, i, j, d) && try_move(q, c, &t)) {
+                        improved = 1;
+                        i = j = n; // the cut list changed
+                        break;
+                    }
+                }
+    }
+    free(t.cut), free(at);
+}
+
+// The best plan under the objective within budget into out; 0, or -1 when none fits.
+static int search(const Ctx *x, double budget, int obj, const OffloadSearchOpts *o,
+                  OffloadPlan *out) {
+    int nb = x->nb, maxp = o->max_prefetch < 1 ? 1 : o->max_prefetch;
+    if (maxp > OFFLOAD_MAX_PREFETCH) maxp = OFFLOAD_MAX_PREFETCH;
+    Search q = {
+        .x = x, .budget = budget, .obj = obj, .u = xcalloc((size_t)nb, sizeof(OffloadUnit))};
+    char *cut = xmalloc((size_t)nb);
+    Cand best = {xmalloc((size_t)nb), 0, INFINITY, INFINITY};
+    for (int p = 1; p <= maxp; p++) {
+        seeds(&q, p, cut);
+        dp_candidates(&q, p, cut);
+        for (int i = 0; i < q.ntop; i++) {
+            if (o->polish) polish(&q, &q.top[i], maxp);
+            if (!best.p || better(&q.top[i], &best, obj))
+                memcpy(best.cut, q.top[i].cut, (size_t)nb),
+                    best.p = q.top[i].p, best.t = q.top[i].t, best.mem = q.top[i].mem;
+            free(q.top[i].cut);
+        }
+        q.ntop = 0;
+    }
+    int ok = best.p > 0;
+    if (ok) {
+        memset(out, 0, sizeof *out);
+        out->unit = xcalloc((size_t)nb, sizeof(OffloadUnit));
+        out->nunits = to_units(best.cut, nb, out->unit);
+        out->prefetch = best.p;
+        predict_fill(x, out, NULL);
+    }
+    free(q.u), free(cut), free(best.cut);
+    return ok ? 0 : -1;
+}
+
+// ---------------------------------------------------------------- entry points
+
+static const OffloadSearchOpts DEFAULT_OPTS = {OFFLOAD_MAX_PREFETCH, 1};
+
+double offload_plan_min_bytes(const GPT *m, const OffloadShape *s, OffloadPlan *out) {
+    OffloadCosts c = {.fwd = {1, 1, 1}, .bwd = {1, 1, 1}, .read_bps = 1, .write_bps = 1};
+    Ctx x;
+    ctx_init(&x, m, s, &c, 1);
+    OffloadPlan p = {0};
+    double least = offload_min_bytes(m, s);
+    if (!search(&x, INFINITY, OBJ_MEM, &DEFAULT_OPTS, &p)) {
+        least = p.peak_fast_bytes;
+        if (out)
+            *out = p;
+        else
+            offload_plan_free(&p);
+    }
+    ctx_free(&x);
+    return least;
+}
+
+static const char *human(double b, char *buf) {
+    if (b >= 1073741824.0)
+        snprintf(buf, 32, "%.2f GiB", b / 1073741824.0);
+    else
+        snprintf(buf, 32, "%.1f MiB", b / 1048576.0);
+    return buf;
+}
+
+// What a unit holds, in words.
+static const char *unit_words(const GPT *m, OffloadUnit u) {
+    int e = u.first == 0, h = u.last == m->nblocks - 1;
+    return e && h ? "the whole model"
+           : h    ? "with the head: its tied wte and the wte gradient H"
+           : e    ? "with the embedding"
+                  : "transformer layers";
+}
+
+// loom_fail: the budget is below what any plan needs, and what that is made of.
+static int fail_budget(const GPT *m, const OffloadShape *s, double budget) {
+    OffloadPlan p = {0};
+    double least = offload_plan_min_bytes(m, s, &p), big = 0;
+    double part[3] = {0, offload_workspace_bytes(m, s), 4.0 * 8 * OFFLOAD_OPT_CHUNK};
+    const char *what[3] = {"slots for the units in flight (the model's largest blocks)",
+                           "activations and workspace (--batch, --seq, --grad-accum, --recompute)",
+                           "optimizer streaming buffers (fixed)"};
+    int bu = 0, most = 0;
+    if (p.nunits) part[0] = 4.0 * (double)offload_slots_floats(m, &p);
+    for (int u = 0; u < p.nunits; u++) {
+        double f = 4.0 * (double)offload_unit_floats(m, p.unit[u]);
+        if (f > big) big = f, bu = u;
+    }
+    for (int i = 1; i < 3; i++)
+        if (part[i] > part[most]) most = i;
+    char b[6][32];
+    int rc = loom_fail(
+        "--fast-mem %s is too small for this model with --batch %d --seq %d --grad-accum %d%s: "
+        "block swapping needs at least %s here: slots for the units in flight %s (the largest, "
+        "blocks %d-%d, %s: %s), activations and workspace %s, optimizer streaming buffers %s; "
+        "the most of it: the %s",
+        human(budget, b[0]), s->B, s->T, s->K, s->recompute ? " --recompute" : "",
+        human(least, b[1]), human(part[0], b[2]), p.nunits ? p.unit[bu].first : 0,
+        p.nunits ? p.unit[bu].last : 0, p.nunits ? unit_words(m, p.unit[bu]) : "-",
+        human(big, b[3]), human(part[1], b[4]), human(part[2], b[5]), what[most]);
+    offload_plan_free(&p);
+    return rc;
+}
+
+int offload_plan_search_opts(const GPT *m, const OffloadShape *s, const OffloadCosts *c,
+                             double budget, const OffloadSearchOpts *o, OffloadPlan *out) {
+    if (m->nblocks < 3) return loom_fail("offload plan: the model has no transformer layer");
+    if (!(c->read_bps > 0) || !(c->write_bps > 0))
+        return loom_fail("offload plan: the tier's bandwidth is unknown");
+    Ctx x;
+    ctx_init(&x, m, s, c, 1);
+    int rc = search(&x, budget, OBJ_TIME, o, out);
+    ctx_free(&x);
+    return rc ? fail_budget(m, s, budget) : 0;
+}
+
+int offload_plan_search(const GPT *m, const OffloadShape *s, const OffloadCosts *c, double budget,
+                        OffloadPlan *out) {
+    return offload_plan_search_opts(m, s, c, budget, &DEFAULT_OPTS, out);
+}
+
+char *offload_units_json(const OffloadPlan *p) {
+    size_t cap = 2 + (size_t)p->nunits * 26, len = 0;
+    char *t = xmalloc(cap);
+    len += (size_t)snprintf(t, cap, "[");
+    for (int u = 0; u < p->nunits; u++)
+        len += (size_t)snprintf(t + len, cap - len, "%s[%d,%d]", u ? "," : "", p->unit[u].first,
+                                p->unit[u].last);
+    snprintf(t + len, cap - len, "]");
+    return t;
+}

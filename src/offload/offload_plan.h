@@ -1,0 +1,103 @@
+// offload_plan.h — the static analysis of block swapping: predicts the seconds of one swapped
+// optimizer step by an event simulation of the executor's schedule (offload.h, swap_step.c,
+// swap_update.c), and searches the groupings of blocks into units and the prefetch depth for
+// the fastest plan that fits a fast-memory budget. Memory and bytes moved are budget.c's
+// (offload_fast_bytes, offload_io_bytes); the costs are measured (profile.h, tier_measure).
+//
+// The simulation: one compute stream and one I/O stream that serves requests in the order they
+// are queued, reads at read_bps and writes at write_bps.
+//   forward   unit 0's read is queued at the start; when unit u is ready (its reads done) the
+//             reads of units up to u+prefetch are queued, then u computes K micro-batches.
+//   turn      the last unit (its reads include the tied wte) computes K × (forward+backward);
+//             its gradient and then H are written.
+//   backward  units n-2 .. 0: a unit still in its slot from the forward is not read again;
+//             when unit u is ready, the layers of unit u-prefetch are read into its slot,
+//             after the compute stream has waited for that slot's previous writes (those of
+//             unit u+2); u computes K backwards; unit 0 then reads H back (the compute stream
+//             waits for it); each unit's gradient (the owned fraction under ZeRO-1) is written.
+//   update    AdamW in pieces of at most OFFLOAD_OPT_CHUNK floats within a block, two
+//             buffers: the next piece's reads are queued after the writes of the piece that
+//             last used its buffer are done, then the current piece waits for its reads,
+//             computes (update_s_per_param per parameter) and queues its writes; the step
+//             ends when every write is done.
+// Not modelled: communication (data-parallel all-reduces, ZeRO-1 gathers), page faults, the
+// I/O threads' CPU.
+#pragma once
+#include <stdio.h>
+
+#include "offload.h"
+
+typedef struct {
+    // seconds per micro-batch of (B,T) of one block of each kind (PROF_EMBED, PROF_LAYER,
+    // PROF_HEAD: layers are identical); a layer's backward includes its recomputed forward
+    // with --recompute
+    double fwd[3], bwd[3];
+    double update_s_per_param;  // AdamW (with zeroing and norms) per owned parameter
+    double read_bps, write_bps; // the slow tier
+    int threads;                // compute threads the costs were measured with
+} OffloadCosts;
+
+// What the simulation of one step found (seconds, bytes).
+typedef struct {
+    double step_s;
+    double compute_s; // the compute stream's work: blocks and AdamW
+    double update_s;  // the update pass, from its start to its last write
+    double io_s;      // the I/O stream's work: read bytes / read_bps + written / write_bps
+    double read_bytes, written_bytes;
+} OffloadPrediction;
+
+// Seconds of one step of plan p (simulated); fills p's predicted_step_ms, peak_fast_bytes
+// (offload_fast_bytes) and io_bytes_per_step (offload_io_bytes), and d when not NULL.
+double offload_predict(const GPT *m, const OffloadShape *s, const OffloadCosts *c, OffloadPlan *p,
+                       OffloadPrediction *d);
+
+// Per unit: compute seconds of K micro-batches and the bytes it moves in a step.
+typedef struct {
+    double fwd_s, bwd_s;       // the turn unit: its forward and its backward
+    double read_fwd, read_bwd; // parameters read for the forward (the last unit: + the tied
+                               // wte) and re-read for the backward (0 while still resident)
+    double write;              // its gradient written (the owned fraction)
+} OffloadUnitCost;
+void offload_unit_cost(const GPT *m, const OffloadShape *s, const OffloadCosts *c,
+                       const OffloadPlan *p, int u, OffloadUnitCost *out);
+
+#define OFFLOAD_MAX_PREFETCH 4
+
+typedef struct {
+    int max_prefetch; // depths 1..max_prefetch are searched (<= OFFLOAD_MAX_PREFETCH)
+    int polish;       // refine the dynamic programme's candidates by local search
+} OffloadSearchOpts;
+
+// The plan with the least predicted step time whose offload_fast_bytes fit budget: dynamic
+// programming over contiguous groupings for each prefetch depth, the candidates simulated and
+// refined by local search. On success out is overwritten with a new plan (not freed first; the
+// caller offload_plan_free's it), at least two units and prefetch >= 1. 0, or -1 with loom_fail
+// naming the least fast memory any plan needs for this model and batch and what it is made of.
+int offload_plan_search(const GPT *m, const OffloadShape *s, const OffloadCosts *c, double budget,
+                        OffloadPlan *out);
+int offload_plan_search_opts(const GPT *m, const OffloadShape *s, const OffloadCosts *c,
+                             double budget, const OffloadSearchOpts *o, OffloadPlan *out);
+// The least offload_fast_bytes of any plan (searched the same way), and that plan when out is
+// not NULL.
+double offload_plan_min_bytes(const GPT *m, const OffloadShape *s, OffloadPlan *out);
+
+// Block costs for shape s from a saved profile (profile_path: `loom plan --save-profile`; its
+// model's heads, dim, vocab and seq must match and it must hold a row for micro-batch B) or,
+// when profile_path is NULL, measured now on m's backend with `threads` threads (0: all) and
+// saved to save_path when not NULL. Fills c's block and update costs. 0 or -1 (loom_errmsg).
+int offload_costs_measure(const GPT *m, const OffloadShape *s, int threads,
+                          const char *profile_path, const char *save_path, OffloadCosts *c,
+                          FILE *log);
+// The tier's bandwidth under dir with the executor's access pattern: `bytes` (0: 256 MiB)
+// written and read back in requests of the size of a typical unit of m. 0 or -1.
+int offload_tier_costs(const GPT *m, const char *dir, size_t bytes, OffloadCosts *c, FILE *log);
+
+// What `loom train --offload` runs at start-up: the block costs (measured, or from
+// profile_path), the tier under dir (with at most budget/2 bytes of buffers, so the run's peak
+// memory stays within its budget), then the search. Progress lines go to log (NULL: silent).
+// 0, or -1 with loom_errmsg (no plan fits: the least the model and batch need).
+int offload_plan_for_run(const GPT *m, const OffloadShape *s, int threads, const char *dir,
+                         size_t budget, const char *profile_path, OffloadPlan *out, FILE *log);
+
+// "[[0,3],[4,7]]" for plan p (caller frees).
+char *offload_units_json(const OffloadPlan *p);

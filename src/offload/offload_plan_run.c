@@ -1,0 +1,107 @@
+// offload_plan_run.c — the measurements the static analysis of block swapping runs on (the
+// blocks' compute from a profile, the tier's bandwidth from tier_measure) and the analysis
+// `loom train --offload` runs at start-up (see offload_plan.h).
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common.h"
+#include "../plan/profile.h"
+#include "offload_plan.h"
+#include "tier.h"
+
+#define PROBE_BYTES ((size_t)256 << 20)
+
+// The profile's row for shape s into c; a profile of another shape is an error.
+static int costs_from(const Profile *pr, const GPT *m, const OffloadShape *s, const char *path,
+                      OffloadCosts *c) {
+    const GPTConfig *a = &pr->cfg, *b = &m->cfg;
+    if (a->H != b->H || a->C != b->C || a->V != b->V || pr->T != s->T)
+        return loom_fail("%s: a profile of heads %d, dim %d, vocab %d at --seq %d, not of this "
+                         "model (heads %d, dim %d, vocab %d) at --seq %d",
+                         path, a->H, a->C, a->V, pr->T, b->H, b->C, b->V, s->T);
+    const ProfileRow *row = profile_row(pr, s->B);
+    if (!row) {
+        char have[128] = "";
+        for (int i = 0; i < pr->nrows && strlen(have) < 100; i++)
+            snprintf(have + strlen(have), sizeof have - strlen(have), "%s%d", i ? ", " : "",
+                     pr->rows[i].b);
+        return loom_fail("%s: no row for micro-batch %d (it has %s)", path, s->B, have);
+    }
+    for (int k = 0; k < 3; k++) {
+        c->fwd[k] = row->fwd[k];
+        c->bwd[k] = row->bwd[k] + (s->recompute && k == PROF_LAYER ? row->fwd[k] : 0);
+    }
+    c->update_s_per_param = pr->update_s_per_param;
+    c->threads = pr->threads;
+    return 0;
+}
+
+static const char *threads_words(int threads, char *th) {
+    if (threads > 0)
+        snprintf(th, 32, "%d thread%s", threads, threads > 1 ? "s" : "");
+    else
+        snprintf(th, 32, "all cores");
+    return th;
+}
+
+int offload_costs_measure(const GPT *m, const OffloadShape *s, int threads,
+                          const char *profile_path, const char *save_path, OffloadCosts *c,
+                          FILE *log) {
+    Profile pr;
+    char th[32];
+    if (profile_path) {
+        if (profile_load(&pr, profile_path)) return -1;
+        if (log)
+            fprintf(log, "loom: offload plan: block costs from %s (measured with %s)\n",
+                    profile_path, threads_words(pr.threads, th));
+        return costs_from(&pr, m, s, profile_path, c);
+    }
+    if (log)
+        fprintf(log,
+                "loom: offload plan: profiling a layer, the embedding and the head at micro-batch "
+                "%d x %d, %s...\n",
+                s->B, s->T, threads_words(threads, th));
+    double t0 = now_sec();
+    if (profile_measure_batch(&pr, m->be, &m->cfg, s->T, s->B, threads)) return -1;
+    if (log) fprintf(log, "loom: offload plan: profiled in %.1f s\n", now_sec() - t0);
+    if (save_path && profile_save(&pr, save_path)) return -1;
+    return costs_from(&pr, m, s, "profile", c);
+}
+
+int offload_tier_costs(const GPT *m, const char *dir, size_t bytes, OffloadCosts *c, FILE *log) {
+    // the executor reads a unit at a time; a one-layer unit's parameters are the typical request
+    size_t piece = offload_pad(m->blocks[1].n) * sizeof(float);
+    piece = (piece + TIER_ALIGN - 1) / TIER_ALIGN * TIER_ALIGN;
+    if (!bytes) bytes = PROBE_BYTES;
+    bytes = bytes / TIER_ALIGN * TIER_ALIGN;
+    if (bytes < piece) bytes = piece;
+    double t0 = now_sec();
+    if (tier_measure(dir, bytes, piece, &c->read_bps, &c->write_bps)) return -1;
+    if (log)
+        fprintf(log,
+                "loom: offload plan: tier %s: read %.3g GB/s, write %.3g GB/s (%.1f MiB in "
+                "requests of %.2f MiB, %.1f s)\n",
+                dir, c->read_bps * 1e-9, c->write_bps * 1e-9, bytes / 1048576.0, piece / 1048576.0,
+                now_sec() - t0);
+    return 0;
+}
+
+int offload_plan_for_run(const GPT *m, const OffloadShape *s, int threads, const char *dir,
+                         size_t budget, const char *profile_path, OffloadPlan *out, FILE *log) {
+    OffloadCosts c = {0};
+    if (offload_costs_measure(m, s, threads, profile_path, NULL, &c, log)) return -1;
+    // the probe's buffers stay within half the budget: nothing else is allocated yet
+    size_t probe = budget / 2 < PROBE_BYTES ? budget / 2 : PROBE_BYTES;
+    if (offload_tier_costs(m, dir, probe, &c, log)) return -1;
+    if (offload_plan_search(m, s, &c, (double)budget, out)) return -1;
+    if (log) {
+        char *units = offload_units_json(out);
+        fprintf(log,
+                "loom: offload plan: units %s, prefetch %d: %.1f MiB of %.1f MiB fast memory, "
+                "%.1f MiB moved per step, predicted %.3f s per step\n",
+                units, out->prefetch, out->peak_fast_bytes / 1048576.0, budget / 1048576.0,
+                out->io_bytes_per_step / 1048576.0, out->predicted_step_ms / 1e3);
+        free(units);
+    }
+    return 0;
+}
