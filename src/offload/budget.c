@@ -110,34 +110,6 @@ void offload_io_bytes(const GPT *m, const OffloadShape *s, const OffloadPlan *p,
     *written = (double)wr * sizeof(float);
 }
 
-int offload_plan_fit(const GPT *m, const OffloadShape *s, size_t budget, OffloadPlan *p) {
-    int L = m->nblocks - 2;
-    for (int g = L; g >= 1; g--) {
-        int n = 1 + (L + g - 1) / g;
-        memset(p, 0, sizeof *p);
-        p->prefetch = 1;
-        p->nunits = n;
-        p->unit = xcalloc((size_t)n, sizeof(OffloadUnit));
-        p->unit[0] = (OffloadUnit){0, 0};
-        for (int u = 1; u < n; u++) {
-            int first = 1 + (u - 1) * g, last = first + g - 1;
-            p->unit[u] = (OffloadUnit){first, u == n - 1 ? m->nblocks - 1 : last};
-        }
-        if (offload_fast_bytes(m, s, p) <= (double)budget) return 0;
-        offload_plan_free(p);
-    }
-    char b0[32], b1[32], b2[32];
-    return loom_fail(
-        "--fast-mem %s is too small: this model with --batch %d --seq %d --grad-accum "
-        "%d%s needs at least %s of fast memory: the largest swap units (each layer's "
-        "parameters and gradients, the tied embedding's wte and the head's part of its "
-        "gradient) in their slots, and %s of activations and workspace",
-        offload_size_str((double)budget, b0, sizeof b0), s->B, s->T, s->K,
-        s->recompute ? " --recompute" : "",
-        offload_size_str(offload_min_bytes(m, s), b1, sizeof b1),
-        offload_size_str(offload_workspace_bytes(m, s), b2, sizeof b2));
-}
-
 void offload_plan_per_block(const GPT *m, OffloadPlan *p) {
     memset(p, 0, sizeof *p);
     p->nunits = m->nblocks;

@@ -69,16 +69,13 @@ double offload_workspace_bytes(const GPT *m, const OffloadShape *s);
 // Everything the executor allocates in fast memory for this plan: slots, workspace,
 // optimizer streaming buffers, norm partials and the micro-batches' tokens.
 double offload_fast_bytes(const GPT *m, const OffloadShape *s, const OffloadPlan *p);
-// The least any plan needs: one block per unit, prefetch 1.
+// What the plan of one block per unit with prefetch 1 needs (a bound on the least; the least
+// itself is searched: offload_plan_min_bytes, offload_plan.h).
 double offload_min_bytes(const GPT *m, const OffloadShape *s);
 // Bytes read from and written to the tier per optimizer step by this rank.
 void offload_io_bytes(const GPT *m, const OffloadShape *s, const OffloadPlan *p, double *read,
                       double *written);
 
-// The simplest plan that fits `budget`: the embedding alone, then the layers in runs of g (the
-// head with the last run), the largest g that fits, prefetch 1. 0, or -1 (loom_errmsg names the
-// minimum) when none does.
-int offload_plan_fit(const GPT *m, const OffloadShape *s, size_t budget, OffloadPlan *p);
 // Plans: one unit per block (prefetch 1), and freeing.
 void offload_plan_per_block(const GPT *m, OffloadPlan *p);
 void offload_plan_free(OffloadPlan *p);

@@ -40,10 +40,11 @@ static double update_end(const Ctx *x, double cpu, double io) {
     double R = x->c->read_bps, W = x->c->write_bps, f = x->own;
     double wbuf[2] = {NEG, NEG}, pr = 0, pc = 0, pw = 0; // piece i-1: reads end, compute, write
     int i = 0;
+    size_t chunk = offload_opt_chunk(m);
     for (int b = 0; b < m->nblocks; b++)
-        for (size_t at = 0; at < m->blocks[b].n; at += OFFLOAD_OPT_CHUNK, i++) {
+        for (size_t at = 0; at < m->blocks[b].n; at += chunk, i++) {
             size_t n = m->blocks[b].n - at;
-            n = n < OFFLOAD_OPT_CHUNK ? n : OFFLOAD_OPT_CHUNK;
+            n = n < chunk ? n : chunk;
             double pad = 4.0 * (double)offload_pad(n);
             cpu = dmax(cpu, wbuf[i % 2]); // the buffer's previous piece is written
             io = dmax(io, cpu) + pad * (1 + 3 * f) / R;
@@ -489,7 +490,8 @@ static const char *unit_words(const GPT *m, OffloadUnit u) {
 static int fail_budget(const GPT *m, const OffloadShape *s, double budget) {
     OffloadPlan p = {0};
     double least = offload_plan_min_bytes(m, s, &p), big = 0;
-    double part[3] = {0, offload_workspace_bytes(m, s), 4.0 * 8 * OFFLOAD_OPT_CHUNK};
+    double part[3] = {0, offload_workspace_bytes(m, s),
+                      4.0 * (s->co2 ? 10 : 8) * (double)offload_opt_chunk(m)};
     const char *what[3] = {"slots for the units in flight (the model's largest blocks)",
                            "activations and workspace (--batch, --seq, --grad-accum, --recompute)",
                            "optimizer streaming buffers (fixed)"};

@@ -15,7 +15,7 @@
 //             after the compute stream has waited for that slot's previous writes (those of
 //             unit u+2); u computes K backwards; unit 0 then reads H back (the compute stream
 //             waits for it); each unit's gradient (the owned fraction under ZeRO-1) is written.
-//   update    AdamW in pieces of at most OFFLOAD_OPT_CHUNK floats within a block, two
+//   update    AdamW in pieces of at most offload_opt_chunk floats within a block, two
 //             buffers: the next piece's reads are queued after the writes of the piece that
 //             last used its buffer are done, then the current piece waits for its reads,
 //             computes (update_s_per_param per parameter) and queues its writes; the step

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "../common.h"
+#include "offload_plan.h"
 #include "swap_impl.h"
 
 static size_t wte_pad(const GPT *m) { return offload_pad((size_t)m->cfg.V * m->cfg.C); }
@@ -177,7 +178,7 @@ Swapper *swap_create(GPT *m, const SwapConfig *c) {
                        .dp = c->comm ? c->comm->size : 1,
                        .zero = c->zero,
                        .co2 = c->co2 != NULL};
-    double need = offload_fast_bytes(m, &sh, c->plan), least = offload_min_bytes(m, &sh);
+    double need = offload_fast_bytes(m, &sh, c->plan), least = offload_plan_min_bytes(m, &sh, NULL);
     if (need > (double)c->budget) {
         char b0[32], b1[32], b2[32];
         loom_fail("--fast-mem %s is too small for these swap units: they need %s (the least any "

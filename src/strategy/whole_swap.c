@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../common.h"
+#include "../offload/offload_plan.h"
 #include "strat_whole.h"
 
 static int sink_params(void *ctx, size_t at, size_t n, const float *src) {
@@ -21,14 +22,31 @@ static int fetch_state(void *ctx, int array, size_t at, size_t n, float *dst) {
 }
 
 // The swap units: --offload-units, or the best plan the static analysis finds for the budget.
+// The first rank of the data-parallel group plans and every rank takes its plan: the ranks'
+// per-unit reductions must match.
 static int make_plan(Strategy *s, const OffloadShape *sh, OffloadPlan *plan) {
     const StrategyConfig *c = s->cfg;
+    const Comm *dp = s->grid->dp_comm;
     memset(plan, 0, sizeof *plan);
     if (c->offload_units) {
         plan->prefetch = c->offload_prefetch;
         return offload_plan_parse_units(s->model, c->offload_units, plan);
     }
-    return offload_plan_fit(s->model, sh, c->fast_mem, plan);
+    int head[3] = {0, 0, 0}; // status, units, prefetch
+    if (dp->rank == 0) {
+        head[0] = offload_plan_for_run(s->model, sh, c->threads, c->offload_dir, c->fast_mem,
+                                       c->offload_profile, plan, s->lead ? stderr : NULL);
+        head[1] = plan->nunits, head[2] = plan->prefetch;
+    }
+    if (dp->size == 1) return head[0];
+    comm_broadcast(dp, head, sizeof head, 0);
+    if (head[0]) return -1; // the first rank says why
+    if (dp->rank != 0) {
+        plan->nunits = head[1], plan->prefetch = head[2];
+        plan->unit = xcalloc((size_t)head[1], sizeof(OffloadUnit));
+    }
+    comm_broadcast(dp, plan->unit, (size_t)head[1] * sizeof(OffloadUnit), 0);
+    return 0;
 }
 
 CO2Config whole_co2_config(const StrategyConfig *c) {
