@@ -3,7 +3,7 @@
 # directory or the combination named) and never a crash: a budget below the minimum (the
 # message states it), a missing --offload-dir, one that is a file, missing flags, a bad size,
 # --offload host (reserved for the GPU backend), and the combinations it does not support:
-# --pp, --zero 2/3, --co2, --dump-grads. A full disk and a read-only directory are checked on
+# --pp, --zero 2/3, CO2's sharded outer state (--co2 --zero 1), --dump-grads. A full disk and a read-only directory are checked on
 # real small filesystems where this machine lets the test mount one (unshare), else skipped
 # with a note.
 set -eu
@@ -34,7 +34,8 @@ for z in 2 3; do
         --dp 2 --zero $z
 done
 expect_fail "--offload with --pp" $MPI -np 2 $LOOM train $flags $OFF --fast-mem 64M --pp 2
-expect_fail "--offload with --co2" $MPI -np 2 $LOOM train $flags $OFF --fast-mem 64M --dp 2 --co2
+expect_fail "--offload with --co2 --zero 1" $MPI -np 2 $LOOM train $flags $OFF --fast-mem 64M \
+    --dp 2 --co2 --zero 1
 [ -z "$(ls -A "$d/off")" ] || { echo "scratch files left behind"; exit 1; }
 
 # a full disk and a read-only directory: small tmpfs mounts in a private mount namespace
