@@ -1,0 +1,53 @@
+// tier.h — the slow tier of block swapping: one scratch file per rank on a local disk, read and
+// written by a background I/O thread with direct I/O (O_DIRECT), so the page cache never
+// quietly becomes the fast tier. Where the filesystem refuses O_DIRECT the tier falls back to
+// buffered I/O that drops its pages after each request (posix_fadvise DONTNEED), with a
+// warning. The fast tier is the caller's memory: buffers from tier_alloc.
+//
+// The file lives in its own subdirectory of the --offload-dir (one per rank and process), is
+// preallocated to its full size when opened (a disk too small is an error then, naming the
+// directory), and is unlinked — with its subdirectory — right after it is opened: the scratch
+// state disappears when the process exits, however it exits.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+// Offsets, lengths and buffer addresses of every request are multiples of this.
+#define TIER_ALIGN ((size_t)4096)
+
+typedef struct Tier Tier;
+
+// Opens a fresh scratch file of `bytes` (a multiple of TIER_ALIGN) for `rank` under dir.
+// Returns NULL with loom_errmsg naming dir when it is missing, not a directory, not writable,
+// or has too little space.
+Tier *tier_open(const char *dir, int rank, size_t bytes);
+// Stops the I/O thread (after the requests queued) and closes the file.
+void tier_close(Tier *t);
+// 1: direct I/O; 0: buffered fallback.
+int tier_direct(const Tier *t);
+
+// Queues a read of n bytes at file offset off into buf, or a write of buf; returns a ticket
+// (> 0). Requests may complete in any order, except that a request never starts before every
+// earlier request whose byte range overlaps its own has completed.
+uint64_t tier_read_async(Tier *t, size_t off, void *buf, size_t n);
+uint64_t tier_write_async(Tier *t, size_t off, const void *buf, size_t n);
+// Waits for a ticket (0: returns at once). Returns 0, or -1 with loom_errmsg naming the
+// directory and the system's reason (e.g. "No space left on device") when it failed; the
+// time blocked is added to tier_waited.
+int tier_wait(Tier *t, uint64_t ticket);
+// Waits for every request queued so far; 0 or -1 as tier_wait.
+int tier_drain(Tier *t);
+// Seconds callers have spent blocked in tier_wait/tier_drain since the last reset.
+double tier_waited(const Tier *t);
+void tier_reset_waited(Tier *t);
+// Bytes read and written since opening.
+void tier_bytes(const Tier *t, uint64_t *read, uint64_t *written);
+
+// Host memory aligned for direct I/O (zeroed), and its release.
+void *tier_alloc(size_t bytes);
+void tier_free(void *p);
+
+// Measures the tier under dir with the access pattern swapping uses: writes `bytes` in
+// requests of `piece` bytes, then reads them back, through the same I/O thread and flags.
+// Fills bytes per second of each. Returns 0 or -1 (loom_errmsg).
+int tier_measure(const char *dir, size_t bytes, size_t piece, double *read_bps, double *write_bps);
