@@ -22,14 +22,16 @@ RULES=(
   "file-size      a file over MAX_LINES lines is split (allowlisted generated tables excepted)"
 )
 # layering: rank per top-level directory; a file may include its own directory or a lower rank.
-declare -A RANK=([backend]=0 [model]=1 [optim]=2 [parallel]=2 [data]=2 [io]=2 [plan]=3 [offload]=3
-                 [strategy]=4 [train]=5 [cli]=6)
+declare -A RANK=([backend]=0 [model]=1 [optim]=2 [parallel]=2 [data]=2 [io]=2 [plan]=3
+                 [offload]=3 [strategy]=4 [train]=5 [cli]=6)
 ROOT_OK="common.h common.c rng.h rng.c testhooks.h testhooks.c" # top level: usable by everyone
 SIBLING="io>data parallel>optim offload>plan"        # equal-rank edges between directories that are allowed
 DENY=(                                   # "from-dir target-glob reason", checked first
   "io parallel/* io never calls communication"
   "io optim/* io stores optimizer state as plain buffers"
   "optim parallel/* the optimizer is a local update; strategies bring the communication"
+  "offload parallel/!(comm.h|co2.h) offload swaps a rank's own state: of parallel/ it uses comm.h and CO2's rule (co2.h)"
+  "offload data/* offload moves model and optimizer state, never the token data"
 )
 MPI_ONLY="src/parallel/comm.c"
 # plan/profile.c runs whole model copies on concurrent threads to measure contention (no
