@@ -2,6 +2,8 @@
 #include "profile.h"
 
 #include <cjson/cJSON.h>
+#include <limits.h>
+#include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -205,10 +207,20 @@ int profile_save(const Profile *p, const char *path) {
     return rc;
 }
 
+// A finite number >= 0 (and, for counts, a whole number that fits an int).
 static int num(cJSON *o, const char *k, double *out, const char *path) {
     cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
     if (!cJSON_IsNumber(v)) return loom_fail("%s: missing or non-numeric '%s'", path, k);
+    if (!isfinite(v->valuedouble) || v->valuedouble < 0)
+        return loom_fail("%s: '%s' is %g (a finite number >= 0 expected)", path, k, v->valuedouble);
     *out = v->valuedouble;
+    return 0;
+}
+
+static int count(cJSON *o, const char *k, double *out, const char *path) {
+    if (num(o, k, out, path)) return -1;
+    if (*out > INT_MAX || *out != (double)(int)*out)
+        return loom_fail("%s: '%s' is %g (a whole number expected)", path, k, *out);
     return 0;
 }
 
@@ -226,26 +238,36 @@ int profile_load(Profile *p, const char *path) {
     }
     cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "model");
     double v[8] = {0};
-    int rc = num(c, "layers", &v[0], path) || num(c, "heads", &v[1], path) ||
-             num(c, "dim", &v[2], path) || num(c, "vocab", &v[3], path) ||
-             num(c, "block_size", &v[4], path) || num(j, "seq", &v[5], path) ||
-             num(j, "threads", &v[6], path);
+    int rc = count(c, "layers", &v[0], path) || count(c, "heads", &v[1], path) ||
+             count(c, "dim", &v[2], path) || count(c, "vocab", &v[3], path) ||
+             count(c, "block_size", &v[4], path) || count(j, "seq", &v[5], path) ||
+             count(j, "threads", &v[6], path);
     cJSON *up = cJSON_GetObjectItemCaseSensitive(j, "update_s_per_param");
-    if (cJSON_IsNumber(up)) p->update_s_per_param = up->valuedouble; // optional
+    if (!rc && up && num(j, "update_s_per_param", &p->update_s_per_param, path)) rc = -1;
     cJSON *cores = cJSON_GetObjectItemCaseSensitive(j, "cores");
-    p->cores = cJSON_IsNumber(cores) ? (int)cores->valuedouble : 0; // optional: 0 = unknown
+    if (!rc && cores && count(j, "cores", &v[7], path)) rc = -1;
+    p->cores = rc ? 0 : (int)v[7]; // optional: 0 = unknown
+    cJSON *rows = cJSON_GetObjectItemCaseSensitive(j, "rows");
+    if (!rc && !cJSON_IsArray(rows)) rc = loom_fail("%s: missing 'rows' (a list)", path);
     if (!rc) {
         p->cfg = (GPTConfig){
             .L = (int)v[0], .H = (int)v[1], .C = (int)v[2], .V = (int)v[3], .maxT = (int)v[4]};
         p->T = (int)v[5];
         p->threads = (int)v[6];
+        char why[512] = "seq is not in [1, block_size]";
+        if (gpt_config_check(&p->cfg)) snprintf(why, sizeof why, "%s", loom_errmsg());
+        if (strcmp(why, "seq is not in [1, block_size]") || p->T < 1 || p->T > p->cfg.maxT)
+            rc = loom_fail("%s: model out of range: %s", path, why);
+    }
+    if (!rc) {
         const char *names[3] = {"embed", "layer", "head"};
-        for (cJSON *r = cJSON_GetObjectItemCaseSensitive(j, "rows")->child; r && !rc; r = r->next) {
+        for (cJSON *r = rows->child; r && !rc; r = r->next) {
             if (p->nrows >= PROFILE_MAX_B) break;
             ProfileRow *row = &p->rows[p->nrows++];
             double b = 0;
-            rc = num(r, "micro_batch", &b, path);
-            row->b = (int)b;
+            rc = count(r, "micro_batch", &b, path);
+            if (!rc && b < 1) rc = loom_fail("%s: micro_batch %g (>= 1 expected)", path, b);
+            row->b = rc ? 0 : (int)b;
             for (int k = 0; k < 3 && !rc; k++) {
                 char key[32];
                 snprintf(key, sizeof key, "%s_fwd_s", names[k]);
