@@ -1,7 +1,8 @@
 // offload_plan.c — the static analysis of block swapping (see offload_plan.h): the event
 // simulation of one swapped step, and the search over groupings and prefetch depths (dynamic
 // programming over contiguous groupings under per-slot size caps, the candidates simulated and
-// refined by local search). Measuring the costs: offload_plan_run.c.
+// refined by local search). Measuring the costs and the error for a budget nothing fits:
+// offload_plan_run.c.
 #include "offload_plan.h"
 
 #include <math.h>
@@ -469,54 +470,6 @@ double offload_plan_min_bytes(const GPT *m, const OffloadShape *s, OffloadPlan *
     return least;
 }
 
-static const char *human(double b, char *buf) {
-    if (b >= 1073741824.0)
-        snprintf(buf, 32, "%.2f GiB", b / 1073741824.0);
-    else
-        snprintf(buf, 32, "%.1f MiB", b / 1048576.0);
-    return buf;
-}
-
-// What a unit holds, in words.
-static const char *unit_words(const GPT *m, OffloadUnit u) {
-    int e = u.first == 0, h = u.last == m->nblocks - 1;
-    return e && h ? "the whole model"
-           : h    ? "with the head: its tied wte and the wte gradient H"
-           : e    ? "with the embedding"
-                  : "transformer layers";
-}
-
-// loom_fail: the budget is below what any plan needs, and what that is made of.
-static int fail_budget(const GPT *m, const OffloadShape *s, double budget) {
-    OffloadPlan p = {0};
-    double least = offload_plan_min_bytes(m, s, &p), big = 0;
-    double part[3] = {0, offload_workspace_bytes(m, s),
-                      4.0 * (s->co2 ? 10 : 8) * (double)offload_opt_chunk(m)};
-    const char *what[3] = {"slots for the units in flight (the model's largest blocks)",
-                           "activations and workspace (--batch, --seq, --grad-accum, --recompute)",
-                           "optimizer streaming buffers (fixed)"};
-    int bu = 0, most = 0;
-    if (p.nunits) part[0] = 4.0 * (double)offload_slots_floats(m, &p);
-    for (int u = 0; u < p.nunits; u++) {
-        double f = 4.0 * (double)offload_unit_floats(m, p.unit[u]);
-        if (f > big) big = f, bu = u;
-    }
-    for (int i = 1; i < 3; i++)
-        if (part[i] > part[most]) most = i;
-    char b[6][32];
-    int rc = loom_fail(
-        "--fast-mem %s is too small for this model with --batch %d --seq %d --grad-accum %d%s: "
-        "block swapping needs at least %s here: slots for the units in flight %s (the largest, "
-        "blocks %d-%d, %s: %s), activations and workspace %s, optimizer streaming buffers %s; "
-        "the most of it: the %s",
-        human(budget, b[0]), s->B, s->T, s->K, s->recompute ? " --recompute" : "",
-        human(least, b[1]), human(part[0], b[2]), p.nunits ? p.unit[bu].first : 0,
-        p.nunits ? p.unit[bu].last : 0, p.nunits ? unit_words(m, p.unit[bu]) : "-",
-        human(big, b[3]), human(part[1], b[4]), human(part[2], b[5]), what[most]);
-    offload_plan_free(&p);
-    return rc;
-}
-
 int offload_plan_search_opts(const GPT *m, const OffloadShape *s, const OffloadCosts *c,
                              double budget, const OffloadSearchOpts *o, OffloadPlan *out) {
     if (m->nblocks < 3) return loom_fail("offload plan: the model has no transformer layer");
@@ -526,21 +479,10 @@ int offload_plan_search_opts(const GPT *m, const OffloadShape *s, const OffloadC
     ctx_init(&x, m, s, c, 1);
     int rc = search(&x, budget, OBJ_TIME, o, out);
     ctx_free(&x);
-    return rc ? fail_budget(m, s, budget) : 0;
+    return rc ? offload_plan_fail(m, s, budget) : 0;
 }
 
 int offload_plan_search(const GPT *m, const OffloadShape *s, const OffloadCosts *c, double budget,
                         OffloadPlan *out) {
     return offload_plan_search_opts(m, s, c, budget, &DEFAULT_OPTS, out);
-}
-
-char *offload_units_json(const OffloadPlan *p) {
-    size_t cap = 2 + (size_t)p->nunits * 26, len = 0;
-    char *t = xmalloc(cap);
-    len += (size_t)snprintf(t, cap, "[");
-    for (int u = 0; u < p->nunits; u++)
-        len += (size_t)snprintf(t + len, cap - len, "%s[%d,%d]", u ? "," : "", p->unit[u].first,
-                                p->unit[u].last);
-    snprintf(t + len, cap - len, "]");
-    return t;
 }
