@@ -1,8 +1,8 @@
 // offload_plan.c — the static analysis of block swapping (see offload_plan.h): the event
 // simulation of one swapped step, and the search over groupings and prefetch depths (dynamic
 // programming over contiguous groupings under per-slot size caps, the candidates simulated and
-// refined by local search). Measuring the costs and the error for a budget nothing fits:
-// offload_plan_run.c.
+// refined by local search; the least-memory plan when none of them fits). Measuring the costs
+// and the error for a budget nothing fits: offload_plan_run.c.
 #include "offload_plan.h"
 
 #include <math.h>
@@ -334,25 +334,26 @@ static int next_k(int k, int max) {
 }
 
 // The DP under every useful combination of caps for prefetch p: capN from the sizes of runs
-// of layers, capE from the sizes of units holding the embedding, cap0 the rest of the budget
-// (time) or the least the turn's slot can be (memory).
+// of layers; capE from the sizes of units holding the embedding, or capE = capN (kE = -1: unit
+// 0 no larger than the others unless it shares the turn's slot class); cap0 the rest of the
+// budget (time) or the least the turn's slot can be (memory).
 static void dp_candidates(Search *q, int p, char *cut) {
     const Ctx *x = q->x;
     int nb = x->nb, L = nb - 2;
     double room = (q->budget - x->fixed) / 4, T0 = x->U[(nb - 1) * nb + nb - 1];
     for (int kN = 1; kN <= L; kN = next_k(kN, L)) {
         double capN = x->U[nb + kN];
-        for (int kE = 0; kE <= nb - 2; kE = next_k(kE, nb - 2)) {
-            double capE = x->U[kE];
-            int nk = next_k(kE, nb - 2);
-            if (capE < capN && nk <= nb - 2 && x->U[nk] < capN) continue; // the largest below
-            capE = dmax(capE, capN);
+        for (int kE = -1; kE <= nb - 2; kE = next_k(kE, nb - 2)) {
+            double capE = kE < 0 ? capN : x->U[kE];
+            if (kE >= 0 && capE <= capN) continue; // kE = -1 allows as much
             double caps0[3] = {room - capE - p * capN, T0, 0};
             int n0 = 1;
             if (q->obj == OBJ_MEM)
                 caps0[0] = dmax(T0, capN), caps0[2] = dmax(T0, capE), n0 = 3;
-            else if (caps0[0] < T0)
+            else if (caps0[0] < T0) {
+                if (kE < 0) continue;
                 break; // larger kE need more
+            }
             for (int i = 0; i < n0; i++)
                 if (!dp_caps(x, p, caps0[i], capE, capN, cut)) offer(q, cut, p);
         }
@@ -416,7 +417,24 @@ static void polish(Search *q, Cand *c, int maxp) {
     free(t.cut), free(at);
 }
 
-// The best plan under the objective within budget into out; 0, or -1 when none fits.
+static int least_plan(const GPT *m, const OffloadShape *s, const OffloadSearchOpts *o,
+                      OffloadPlan *out);
+
+// Polishes q's candidates and keeps the best in best; empties q.
+static void take(Search *q, Cand *best, int maxp, int polishing) {
+    for (int i = 0; i < q->ntop; i++) {
+        if (polishing) polish(q, &q->top[i], maxp);
+        if (!best->p || better(&q->top[i], best, q->obj))
+            memcpy(best->cut, q->top[i].cut, (size_t)q->x->nb),
+                best->p = q->top[i].p, best->t = q->top[i].t, best->mem = q->top[i].mem;
+        free(q->top[i].cut);
+    }
+    q->ntop = 0;
+}
+
+// The best plan under the objective within budget into out; 0, or -1 when none fits. The
+// time objective falls back on the least-memory plan (least_plan) when no candidate fits, so
+// it finds a plan whenever the budget holds the least that offload_plan_min_bytes reports.
 static int search(const Ctx *x, double budget, int obj, const OffloadSearchOpts *o,
                   OffloadPlan *out) {
     int nb = x->nb, maxp = o->max_prefetch < 1 ? 1 : o->max_prefetch;
@@ -428,14 +446,16 @@ static int search(const Ctx *x, double budget, int obj, const OffloadSearchOpts 
     for (int p = 1; p <= maxp; p++) {
         seeds(&q, p, cut);
         dp_candidates(&q, p, cut);
-        for (int i = 0; i < q.ntop; i++) {
-            if (o->polish) polish(&q, &q.top[i], maxp);
-            if (!best.p || better(&q.top[i], &best, obj))
-                memcpy(best.cut, q.top[i].cut, (size_t)nb),
-                    best.p = q.top[i].p, best.t = q.top[i].t, best.mem = q.top[i].mem;
-            free(q.top[i].cut);
-        }
-        q.ntop = 0;
+        take(&q, &best, maxp, o->polish);
+    }
+    OffloadPlan least = {0};
+    if (!best.p && obj == OBJ_TIME && !least_plan(x->m, x->s, o, &least)) {
+        memset(cut, 0, (size_t)nb);
+        for (int u = 0; u < least.nunits; u++)
+            cut[least.unit[u].last] = 1;
+        offer(&q, cut, least.prefetch); // nothing when it does not fit either
+        take(&q, &best, maxp, o->polish);
+        offload_plan_free(&least);
     }
     int ok = best.p > 0;
     if (ok) {
@@ -453,20 +473,27 @@ static int search(const Ctx *x, double budget, int obj, const OffloadSearchOpts 
 
 static const OffloadSearchOpts DEFAULT_OPTS = {OFFLOAD_MAX_PREFETCH, 1};
 
-double offload_plan_min_bytes(const GPT *m, const OffloadShape *s, OffloadPlan *out) {
+// The least-memory plan (searched with unit costs: the bytes do not depend on them) into out.
+static int least_plan(const GPT *m, const OffloadShape *s, const OffloadSearchOpts *o,
+                      OffloadPlan *out) {
     OffloadCosts c = {.fwd = {1, 1, 1}, .bwd = {1, 1, 1}, .read_bps = 1, .write_bps = 1};
     Ctx x;
     ctx_init(&x, m, s, &c, 1);
+    int rc = search(&x, INFINITY, OBJ_MEM, o, out);
+    ctx_free(&x);
+    return rc;
+}
+
+double offload_plan_min_bytes(const GPT *m, const OffloadShape *s, OffloadPlan *out) {
     OffloadPlan p = {0};
     double least = offload_min_bytes(m, s);
-    if (!search(&x, INFINITY, OBJ_MEM, &DEFAULT_OPTS, &p)) {
+    if (!least_plan(m, s, &DEFAULT_OPTS, &p)) {
         least = p.peak_fast_bytes;
         if (out)
             *out = p;
         else
             offload_plan_free(&p);
     }
-    ctx_free(&x);
     return least;
 }
 
