@@ -10,7 +10,8 @@ set -eu
 . "$(dirname "$0")/lib.sh"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 mkdir "$d/tier"
-M=(--layers 3 --heads 2 --dim 32 --vocab 64 --block-size 16 --batch 2 --seq 16 --grad-accum 2
+dim=32
+M=(--layers 3 --heads 2 --dim "$dim" --vocab 64 --block-size 16 --batch 2 --seq 16 --grad-accum 2
    --threads 1 --tier-probe 1M)
 OFF=(--offload disk --offload-dir "$d/tier")
 
@@ -50,13 +51,19 @@ for w in "${want%%|*}" "${want#*|}"; do
 done
 echo "ok: defaults $want"
 
-# too small: the error states the least, and the least is enough
+# too small: the error states the least, and the least is enough. The first budget is below
+# anything a plan can need whatever the optimizer's pieces: less than one layer's weights
+# (12·dim² floats; a slot holds a unit's parameters and gradients).
 P=("${OFF[@]}" "${M[@]}" --recompute --profile "$d/prof.json")
-expect_fail "needs at least" $LOOM plan "${P[@]}" --fast-mem 1M
-least=$($LOOM plan "${P[@]}" --fast-mem 1M 2>&1 | sed -n 's/.*needs at least \([0-9.]*\) MiB.*/\1/p')
+tiny=$((12 * dim * dim * 4 / 1024 - 1))K
+expect_fail "needs at least" $LOOM plan "${P[@]}" --fast-mem "$tiny"
+least=$($LOOM plan "${P[@]}" --fast-mem "$tiny" 2>&1 |
+    sed -n 's/.*needs at least \([0-9.]*\) MiB.*/\1/p')
 [ -n "$least" ] || { echo "FAILED: no 'at least N MiB' in the error"; exit 1; }
-below=$($PY -c "print('%dK' % int(float('$least') * 1024 - 200))")
-above=$($PY -c "print('%dK' % int(float('$least') * 1024 + 110))")
+# the least is printed to 0.1 MiB: 60 KiB either side is past the rounding
+below=$($PY -c "print('%dK' % int(float('$least') * 1024 - 60))")
+above=$($PY -c "print('%dK' % int(float('$least') * 1024 + 60))")
+[ "${below%K}" -gt "${tiny%K}" ] || { echo "FAILED: the least $least MiB is below $tiny"; exit 1; }
 expect_fail "needs at least $least MiB" $LOOM plan "${P[@]}" --fast-mem "$below"
 $LOOM plan "${P[@]}" --fast-mem "$above" > /dev/null
 

@@ -1,7 +1,8 @@
 // offload_plan.c — the static analysis of block swapping (see offload_plan.h): the event
 // simulation of one swapped step, and the search over groupings and prefetch depths (dynamic
 // programming over contiguous groupings under per-slot size caps, the candidates simulated and
-// refined by local search). Measuring the costs: offload_plan_run.c.
+// refined by local search; the least-memory plan when none of them fits). Measuring the costs
+// and the error for a budget nothing fits: offload_plan_run.c.
 #include "offload_plan.h"
 
 #include <math.h>
@@ -333,25 +334,26 @@ static int next_k(int k, int max) {
 }
 
 // The DP under every useful combination of caps for prefetch p: capN from the sizes of runs
-// of layers, capE from the sizes of units holding the embedding, cap0 the rest of the budget
-// (time) or the least the turn's slot can be (memory).
+// of layers; capE from the sizes of units holding the embedding, or capE = capN (kE = -1: unit
+// 0 no larger than the others unless it shares the turn's slot class); cap0 the rest of the
+// budget (time) or the least the turn's slot can be (memory).
 static void dp_candidates(Search *q, int p, char *cut) {
     const Ctx *x = q->x;
     int nb = x->nb, L = nb - 2;
     double room = (q->budget - x->fixed) / 4, T0 = x->U[(nb - 1) * nb + nb - 1];
     for (int kN = 1; kN <= L; kN = next_k(kN, L)) {
         double capN = x->U[nb + kN];
-        for (int kE = 0; kE <= nb - 2; kE = next_k(kE, nb - 2)) {
-            double capE = x->U[kE];
-            int nk = next_k(kE, nb - 2);
-            if (capE < capN && nk <= nb - 2 && x->U[nk] < capN) continue; // the largest below
-            capE = dmax(capE, capN);
+        for (int kE = -1; kE <= nb - 2; kE = next_k(kE, nb - 2)) {
+            double capE = kE < 0 ? capN : x->U[kE];
+            if (kE >= 0 && capE <= capN) continue; // kE = -1 allows as much
             double caps0[3] = {room - capE - p * capN, T0, 0};
             int n0 = 1;
             if (q->obj == OBJ_MEM)
                 caps0[0] = dmax(T0, capN), caps0[2] = dmax(T0, capE), n0 = 3;
-            else if (caps0[0] < T0)
+            else if (caps0[0] < T0) {
+                if (kE < 0) continue;
                 break; // larger kE need more
+            }
             for (int i = 0; i < n0; i++)
                 if (!dp_caps(x, p, caps0[i], capE, capN, cut)) offer(q, cut, p);
         }
@@ -415,7 +417,24 @@ static void polish(Search *q, Cand *c, int maxp) {
     free(t.cut), free(at);
 }
 
-// The best plan under the objective within budget into out; 0, or -1 when none fits.
+static int least_plan(const GPT *m, const OffloadShape *s, const OffloadSearchOpts *o,
+                      OffloadPlan *out);
+
+// Polishes q's candidates and keeps the best in best; empties q.
+static void take(Search *q, Cand *best, int maxp, int polishing) {
+    for (int i = 0; i < q->ntop; i++) {
+        if (polishing) polish(q, &q->top[i], maxp);
+        if (!best->p || better(&q->top[i], best, q->obj))
+            memcpy(best->cut, q->top[i].cut, (size_t)q->x->nb),
+                best->p = q->top[i].p, best->t = q->top[i].t, best->mem = q->top[i].mem;
+        free(q->top[i].cut);
+    }
+    q->ntop = 0;
+}
+
+// The best plan under the objective within budget into out; 0, or -1 when none fits. The
+// time objective falls back on the least-memory plan (least_plan) when no candidate fits, so
+// it finds a plan whenever the budget holds the least that offload_plan_min_bytes reports.
 static int search(const Ctx *x, double budget, int obj, const OffloadSearchOpts *o,
                   OffloadPlan *out) {
     int nb = x->nb, maxp = o->max_prefetch < 1 ? 1 : o->max_prefetch;
@@ -427,14 +446,16 @@ static int search(const Ctx *x, double budget, int obj, const OffloadSearchOpts 
     for (int p = 1; p <= maxp; p++) {
         seeds(&q, p, cut);
         dp_candidates(&q, p, cut);
-        for (int i = 0; i < q.ntop; i++) {
-            if (o->polish) polish(&q, &q.top[i], maxp);
-            if (!best.p || better(&q.top[i], &best, obj))
-                memcpy(best.cut, q.top[i].cut, (size_t)nb),
-                    best.p = q.top[i].p, best.t = q.top[i].t, best.mem = q.top[i].mem;
-            free(q.top[i].cut);
-        }
-        q.ntop = 0;
+        take(&q, &best, maxp, o->polish);
+    }
+    OffloadPlan least = {0};
+    if (!best.p && obj == OBJ_TIME && !least_plan(x->m, x->s, o, &least)) {
+        memset(cut, 0, (size_t)nb);
+        for (int u = 0; u < least.nunits; u++)
+            cut[least.unit[u].last] = 1;
+        offer(&q, cut, least.prefetch); // nothing when it does not fit either
+        take(&q, &best, maxp, o->polish);
+        offload_plan_free(&least);
     }
     int ok = best.p > 0;
     if (ok) {
@@ -452,69 +473,28 @@ static int search(const Ctx *x, double budget, int obj, const OffloadSearchOpts 
 
 static const OffloadSearchOpts DEFAULT_OPTS = {OFFLOAD_MAX_PREFETCH, 1};
 
-double offload_plan_min_bytes(const GPT *m, const OffloadShape *s, OffloadPlan *out) {
+// The least-memory plan (searched with unit costs: the bytes do not depend on them) into out.
+static int least_plan(const GPT *m, const OffloadShape *s, const OffloadSearchOpts *o,
+                      OffloadPlan *out) {
     OffloadCosts c = {.fwd = {1, 1, 1}, .bwd = {1, 1, 1}, .read_bps = 1, .write_bps = 1};
     Ctx x;
     ctx_init(&x, m, s, &c, 1);
+    int rc = search(&x, INFINITY, OBJ_MEM, o, out);
+    ctx_free(&x);
+    return rc;
+}
+
+double offload_plan_min_bytes(const GPT *m, const OffloadShape *s, OffloadPlan *out) {
     OffloadPlan p = {0};
     double least = offload_min_bytes(m, s);
-    if (!search(&x, INFINITY, OBJ_MEM, &DEFAULT_OPTS, &p)) {
+    if (!least_plan(m, s, &DEFAULT_OPTS, &p)) {
         least = p.peak_fast_bytes;
         if (out)
             *out = p;
         else
             offload_plan_free(&p);
     }
-    ctx_free(&x);
     return least;
-}
-
-static const char *human(double b, char *buf) {
-    if (b >= 1073741824.0)
-        snprintf(buf, 32, "%.2f GiB", b / 1073741824.0);
-    else
-        snprintf(buf, 32, "%.1f MiB", b / 1048576.0);
-    return buf;
-}
-
-// What a unit holds, in words.
-static const char *unit_words(const GPT *m, OffloadUnit u) {
-    int e = u.first == 0, h = u.last == m->nblocks - 1;
-    return e && h ? "the whole model"
-           : h    ? "with the head: its tied wte and the wte gradient H"
-           : e    ? "with the embedding"
-                  : "transformer layers";
-}
-
-// loom_fail: the budget is below what any plan needs, and what that is made of.
-static int fail_budget(const GPT *m, const OffloadShape *s, double budget) {
-    OffloadPlan p = {0};
-    double least = offload_plan_min_bytes(m, s, &p), big = 0;
-    double part[3] = {0, offload_workspace_bytes(m, s),
-                      4.0 * (s->co2 ? 10 : 8) * (double)offload_opt_chunk(m)};
-    const char *what[3] = {"slots for the units in flight (the model's largest blocks)",
-                           "activations and workspace (--batch, --seq, --grad-accum, --recompute)",
-                           "optimizer streaming buffers (fixed)"};
-    int bu = 0, most = 0;
-    if (p.nunits) part[0] = 4.0 * (double)offload_slots_floats(m, &p);
-    for (int u = 0; u < p.nunits; u++) {
-        double f = 4.0 * (double)offload_unit_floats(m, p.unit[u]);
-        if (f > big) big = f, bu = u;
-    }
-    for (int i = 1; i < 3; i++)
-        if (part[i] > part[most]) most = i;
-    char b[6][32];
-    int rc = loom_fail(
-        "--fast-mem %s is too small for this model with --batch %d --seq %d --grad-accum %d%s: "
-        "block swapping needs at least %s here: slots for the units in flight %s (the largest, "
-        "blocks %d-%d, %s: %s), activations and workspace %s, optimizer streaming buffers %s; "
-        "the most of it: the %s",
-        human(budget, b[0]), s->B, s->T, s->K, s->recompute ? " --recompute" : "",
-        human(least, b[1]), human(part[0], b[2]), p.nunits ? p.unit[bu].first : 0,
-        p.nunits ? p.unit[bu].last : 0, p.nunits ? unit_words(m, p.unit[bu]) : "-",
-        human(big, b[3]), human(part[1], b[4]), human(part[2], b[5]), what[most]);
-    offload_plan_free(&p);
-    return rc;
 }
 
 int offload_plan_search_opts(const GPT *m, const OffloadShape *s, const OffloadCosts *c,
@@ -526,21 +506,10 @@ int offload_plan_search_opts(const GPT *m, const OffloadShape *s, const OffloadC
     ctx_init(&x, m, s, c, 1);
     int rc = search(&x, budget, OBJ_TIME, o, out);
     ctx_free(&x);
-    return rc ? fail_budget(m, s, budget) : 0;
+    return rc ? offload_plan_fail(m, s, budget) : 0;
 }
 
 int offload_plan_search(const GPT *m, const OffloadShape *s, const OffloadCosts *c, double budget,
                         OffloadPlan *out) {
     return offload_plan_search_opts(m, s, c, budget, &DEFAULT_OPTS, out);
-}
-
-char *offload_units_json(const OffloadPlan *p) {
-    size_t cap = 2 + (size_t)p->nunits * 26, len = 0;
-    char *t = xmalloc(cap);
-    len += (size_t)snprintf(t, cap, "[");
-    for (int u = 0; u < p->nunits; u++)
-        len += (size_t)snprintf(t + len, cap - len, "%s[%d,%d]", u ? "," : "", p->unit[u].first,
-                                p->unit[u].last);
-    snprintf(t + len, cap - len, "]");
-    return t;
 }

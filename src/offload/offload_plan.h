@@ -78,8 +78,11 @@ int offload_plan_search(const GPT *m, const OffloadShape *s, const OffloadCosts 
 int offload_plan_search_opts(const GPT *m, const OffloadShape *s, const OffloadCosts *c,
                              double budget, const OffloadSearchOpts *o, OffloadPlan *out);
 // The least offload_fast_bytes of any plan (searched the same way), and that plan when out is
-// not NULL.
+// not NULL. The search finds a plan for every budget of at least this.
 double offload_plan_min_bytes(const GPT *m, const OffloadShape *s, OffloadPlan *out);
+// loom_fail (-1): budget is below what any plan needs; the message names the least
+// (offload_plan_min_bytes) and what it is made of.
+int offload_plan_fail(const GPT *m, const OffloadShape *s, double budget);
 
 // Block costs for shape s from a saved profile (profile_path: `loom plan --save-profile`; its
 // model's heads, dim, vocab and seq must match and it must hold a row for micro-batch B) or,

@@ -1,6 +1,7 @@
 // offload_plan_run.c — the measurements the static analysis of block swapping runs on (the
-// blocks' compute from a profile, the tier's bandwidth from tier_measure) and the analysis
-// `loom train --offload` runs at start-up (see offload_plan.h).
+// blocks' compute from a profile, the tier's bandwidth from tier_measure), the analysis
+// `loom train --offload` runs at start-up, the error for a budget nothing fits and the units as
+// JSON (see offload_plan.h).
 #include <stdlib.h>
 #include <string.h>
 
@@ -104,4 +105,56 @@ int offload_plan_for_run(const GPT *m, const OffloadShape *s, int threads, const
         free(units);
     }
     return 0;
+}
+
+static const char *size_str(double b, char *buf) { return offload_size_str(b, buf, 32); }
+
+// What a unit holds, in words.
+static const char *unit_words(const GPT *m, OffloadUnit u) {
+    int e = u.first == 0, h = u.last == m->nblocks - 1;
+    return e && h ? "the whole model"
+           : h    ? "with the head: its tied wte and the wte gradient H"
+           : e    ? "with the embedding"
+                  : "transformer layers";
+}
+
+int offload_plan_fail(const GPT *m, const OffloadShape *s, double budget) {
+    OffloadPlan p = {0};
+    double least = offload_plan_min_bytes(m, s, &p), big = 0;
+    double part[3] = {0, offload_workspace_bytes(m, s),
+                      4.0 * (s->co2 ? 10 : 8) * (double)offload_opt_chunk(m)};
+    const char *what[3] = {"slots for the units in flight (the model's largest blocks)",
+                           "activations and workspace (--batch, --seq, --grad-accum, --recompute)",
+                           "optimizer streaming buffers (fixed)"};
+    int bu = 0, most = 0;
+    if (p.nunits) part[0] = 4.0 * (double)offload_slots_floats(m, &p);
+    for (int u = 0; u < p.nunits; u++) {
+        double f = 4.0 * (double)offload_unit_floats(m, p.unit[u]);
+        if (f > big) big = f, bu = u;
+    }
+    for (int i = 1; i < 3; i++)
+        if (part[i] > part[most]) most = i;
+    char b[6][32];
+    int rc = loom_fail(
+        "--fast-mem %s is too small for this model with --batch %d --seq %d --grad-accum %d%s: "
+        "block swapping needs at least %s here: slots for the units in flight %s (the largest, "
+        "blocks %d-%d, %s: %s), activations and workspace %s, optimizer streaming buffers %s; "
+        "the most of it: the %s",
+        size_str(budget, b[0]), s->B, s->T, s->K, s->recompute ? " --recompute" : "",
+        size_str(least, b[1]), size_str(part[0], b[2]), p.nunits ? p.unit[bu].first : 0,
+        p.nunits ? p.unit[bu].last : 0, p.nunits ? unit_words(m, p.unit[bu]) : "-",
+        size_str(big, b[3]), size_str(part[1], b[4]), size_str(part[2], b[5]), what[most]);
+    offload_plan_free(&p);
+    return rc;
+}
+
+char *offload_units_json(const OffloadPlan *p) {
+    size_t cap = 2 + (size_t)p->nunits * 26, len = 0;
+    char *t = xmalloc(cap);
+    len += (size_t)snprintf(t, cap, "[");
+    for (int u = 0; u < p->nunits; u++)
+        len += (size_t)snprintf(t + len, cap - len, "%s[%d,%d]", u ? "," : "", p->unit[u].first,
+                                p->unit[u].last);
+    snprintf(t + len, cap - len, "]");
+    return t;
 }
