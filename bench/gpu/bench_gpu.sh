@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench_gpu.sh — GPT-2 training throughput on one GPU, bf16, the same batch and sequence for
 # every engine, one after another in one run:
-#   loom     $LOOM train --device cuda (bf16; LOOM_DTYPES="bf16 fp32" adds an fp32 row)
+#   loom     $LOOM train --device cuda (bf16; LOOM_DTYPES="bf16 fp32" adds an fp32 row;
+#            LOOM_VARIANTS="- LOOM_CUDA_FLASH=0" adds rows with that environment, - = none)
 #   llm.c    $LLMC (train_gpt2cu built on the same machine: bench/gpu/llmc_build.sh), -e dN
 #            random init, its default recompute (GELU), no cuDNN
 #   PyTorch  bench/gpu/torch_gpt2.py, eager and torch.compile
@@ -21,6 +22,7 @@ BATCH=${BATCH:-16} SEQ=${SEQ:-1024} STEPS=${STEPS:-30} WARM=${WARM:-10}
 PEAK_TFLOPS=${PEAK_TFLOPS:-989.4}
 ENGINES=${ENGINES:-"loom llmc eager compile"}
 LOOM_DTYPES=${LOOM_DTYPES:-bf16}
+LOOM_VARIANTS=${LOOM_VARIANTS:--}
 OUT_DIR=${OUT_DIR:-$(mktemp -d)}
 mkdir -p "$OUT_DIR"
 results="$OUT_DIR/results.jsonl"
@@ -54,14 +56,18 @@ for model in $MODELS; do
         case $e in
         loom)
             for dt in $LOOM_DTYPES; do
-                log="$OUT_DIR/loom_${model}_$dt.log"
-                mem=$(with_mem "$log" "$LOOM" train --data "$OUT_DIR/tok.bin" --layers "$L" \
-                    --heads "$H" --dim "$C" --vocab 50257 --block-size "$SEQ" --batch "$BATCH" \
-                    --seq "$SEQ" --steps $((STEPS + WARM)) --lr 3e-4 --weight-decay 0.1 \
-                    --grad-clip 1.0 --device "cuda:$dt" --peak-gflops "${PEAK_TFLOPS}e3" \
-                    --metrics "$OUT_DIR/loom_${model}_$dt.jsonl" --progress off)
-                "$PY" - "$OUT_DIR/loom_${model}_$dt.jsonl" "$model" "$dt" "$mem" "$WARM" \
-                    >>"$results" <<'PY'
+                for var in $LOOM_VARIANTS; do
+                    tag=$dt$([ "$var" = - ] || echo "+$var")
+                    envv=$([ "$var" = - ] || echo "$var")
+                    log="$OUT_DIR/loom_${model}_$tag.log"
+                    mem=$(with_mem "$log" env $envv "$LOOM" train --data "$OUT_DIR/tok.bin" \
+                        --layers "$L" --heads "$H" --dim "$C" --vocab 50257 --block-size "$SEQ" \
+                        --batch "$BATCH" --seq "$SEQ" --steps $((STEPS + WARM)) --lr 3e-4 \
+                        --weight-decay 0.1 --grad-clip 1.0 --device "cuda:$dt" \
+                        --peak-gflops "${PEAK_TFLOPS}e3" --progress off \
+                        --metrics "$OUT_DIR/loom_${model}_$tag.jsonl")
+                    "$PY" - "$OUT_DIR/loom_${model}_$tag.jsonl" "$model" "$tag" "$mem" "$WARM" \
+                        >>"$results" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"step_ms"' in l][int(sys.argv[5]):]
 ms = statistics.median(r["step_ms"] for r in rows)
@@ -70,6 +76,7 @@ print(json.dumps({"engine": "loom-" + sys.argv[3], "model": sys.argv[2], "step_m
                   "mfu": statistics.median(r["mfu"] for r in rows), "loss": rows[-1]["loss"],
                   "mem_mib": int(sys.argv[4] or 0)}))
 PY
+                done
             done
             ;;
         llmc)

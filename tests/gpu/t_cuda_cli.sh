@@ -51,7 +51,7 @@ $REF compare-st "$d/r_gpu.st" "$d/t_cpu.st" --tol 1e-4
 echo "== 4. bf16 vs fp32 on the bundled corpus"
 F=${FORTUNES:-data/fortunes}
 if [ -f "$F/meta.json" ]; then
-    conv="--data $F/train_*.bin --val-data $F/val_*.bin --layers 4 --heads 4 --dim 128 --vocab 256
+    conv="--data $F/train_*.bin --val-data $F/val_*.bin --layers 4 --heads 2 --dim 128 --vocab 256
           --block-size 128 --batch 16 --seq 128 --steps 300 --lr 2e-3 --warmup 20
           --lr-schedule cosine --min-lr 2e-4 --weight-decay 0.1 --grad-clip 1.0 --val-every 0
           --val-windows 20 --progress off --seed 3"

@@ -47,7 +47,7 @@ void cb_init(void) {
 // ------------------------------------------------------------------ cuBLASLt plans
 
 typedef struct {
-    int ta, tb, m, n, k, lda, ldb, ldc, bias, beta1, dtype, align; // the key
+    int ta, tb, m, n, k, lda, ldb, ldc, bias, beta1, dtype, align, bf16; // the key (bf16: CB_*)
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a, b, c;
     cublasLtMatmulAlgo_t algo;
@@ -69,13 +69,21 @@ static int align_of(const void *p) {
 static int same_key(const Plan *p, const Plan *k) {
     return p->ta == k->ta && p->tb == k->tb && p->m == k->m && p->n == k->n && p->k == k->k &&
            p->lda == k->lda && p->ldb == k->ldb && p->ldc == k->ldc && p->bias == k->bias &&
-           p->beta1 == k->beta1 && p->dtype == k->dtype && p->align == k->align;
+           p->beta1 == k->beta1 && p->dtype == k->dtype && p->align == k->align &&
+           p->bf16 == k->bf16;
+}
+
+// bf16 operands accumulate in plain fp32; fp32 operands in the dtype's compute type
+static cublasComputeType_t compute_for(int bf16) {
+    return bf16 & CB_BF16_AB ? CUBLAS_COMPUTE_32F : compute_type();
 }
 
 static void plan_build(Plan *p, const void *bias_ptr, int al[4]) {
     cublasOperation_t ta = p->ta ? CUBLAS_OP_T : CUBLAS_OP_N,
                       tb = p->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    CB(cublasLtMatmulDescCreate(&p->desc, compute_type(), CUDA_R_32F));
+    cudaDataType ab = p->bf16 & CB_BF16_AB ? CUDA_R_16BF : CUDA_R_32F;
+    cudaDataType cd = p->bf16 & CB_BF16_C ? CUDA_R_16BF : CUDA_R_32F;
+    CB(cublasLtMatmulDescCreate(&p->desc, compute_for(p->bf16), CUDA_R_32F));
     CB(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     CB(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
     if (p->bias) {
@@ -85,11 +93,9 @@ static void plan_build(Plan *p, const void *bias_ptr, int al[4]) {
                                           sizeof bias_ptr));
     }
     // column-major layouts: A is (ta ? k×m : m×k), B is (tb ? n×k : k×n), C is m×n
-    CB(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_32F, p->ta ? p->k : p->m, p->ta ? p->m : p->k,
-                                  p->lda));
-    CB(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_32F, p->tb ? p->n : p->k, p->tb ? p->k : p->n,
-                                  p->ldb));
-    CB(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, p->m, p->n, p->ldc));
+    CB(cublasLtMatrixLayoutCreate(&p->a, ab, p->ta ? p->k : p->m, p->ta ? p->m : p->k, p->lda));
+    CB(cublasLtMatrixLayoutCreate(&p->b, ab, p->tb ? p->n : p->k, p->tb ? p->k : p->n, p->ldb));
+    CB(cublasLtMatrixLayoutCreate(&p->c, cd, p->m, p->n, p->ldc));
     cublasLtMatmulPreference_t pref;
     CB(cublasLtMatmulPreferenceCreate(&pref));
     size_t ws = LT_WORK_BYTES;
@@ -135,11 +141,12 @@ static Plan *plan_get(Plan *key, const void *A, const void *B, const void *C, co
     return p;
 }
 
-void cb_matmul(int ta, int tb, int m, int n, int k, const float *A, int lda, const float *B,
-               int ldb, float *C, int ldc, float beta, const float *bias) {
+void cb_matmul(int ta, int tb, int m, int n, int k, const void *A, int lda, const void *B, int ldb,
+               void *C, int ldc, float beta, const void *bias, int bf16) {
     if (m <= 0 || n <= 0) return;
     float alpha = 1.0f;
     if (k <= 0) { // C = beta·C (+ bias): nothing to multiply
+        if (bf16 & CB_BF16_C) die(EXIT_IO, "cb_matmul: k = 0 with a bf16 result");
         if (beta == 0.0f) CU(cudaMemsetAsync(C, 0, (size_t)m * n * sizeof(float), cu_ctx.stream));
         if (bias) k_bias_rows(C, bias, n, m);
         return;
@@ -153,7 +160,8 @@ void cb_matmul(int ta, int tb, int m, int n, int k, const float *A, int lda, con
                 .ldb = ldb,
                 .ldc = ldc,
                 .bias = bias != NULL,
-                .beta1 = beta != 0.0f};
+                .beta1 = beta != 0.0f,
+                .bf16 = bf16};
     Plan *p = plan_get(&key, A, B, C, bias);
     if (p->ok) {
         if (bias)
@@ -163,13 +171,16 @@ void cb_matmul(int ta, int tb, int m, int n, int k, const float *A, int lda, con
                           lt_work, LT_WORK_BYTES, cu_ctx.stream));
         return;
     }
+    if (bias && (bf16 & CB_BF16_C)) die(EXIT_IO, "cb_matmul: no cuBLASLt plan for a bf16 bias");
     if (bias) { // fallback: the bias rows first, then accumulate the product onto them
         k_bias_rows(C, bias, n, m);
         beta = 1.0f;
     }
+    cudaDataType ab = bf16 & CB_BF16_AB ? CUDA_R_16BF : CUDA_R_32F;
+    cudaDataType cd = bf16 & CB_BF16_C ? CUDA_R_16BF : CUDA_R_32F;
     CB(cublasGemmEx(blas, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k,
-                    &alpha, A, CUDA_R_32F, lda, B, CUDA_R_32F, ldb, &beta, C, CUDA_R_32F, ldc,
-                    compute_type(), CUBLAS_GEMM_DEFAULT));
+                    &alpha, A, ab, lda, B, ab, ldb, &beta, C, cd, ldc, compute_for(bf16),
+                    CUBLAS_GEMM_DEFAULT));
 }
 
 void cb_matmul_batched(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda,

@@ -35,10 +35,39 @@ void cu_check(cudaError_t e, const char *what, const char *file, int line);
 
 // Scratch device memory, one growable buffer per slot (stream-ordered users only: a slot's
 // previous contents are dead once a later op on the stream asks for it).
-enum { SCR_INTS, SCR_PART, SCR_ATT, SCR_RED, SCR_SLOTS };
+enum { SCR_INTS, SCR_PART, SCR_ATT, SCR_RED, SCR_BF_A, SCR_BF_B, SCR_BF_OUT, SCR_FLASH, SCR_SLOTS };
 void *cu_scratch(int slot, size_t bytes);
 // Uploads n host ints into scratch slot `slot` (SCR_INTS by default); returns the device copy.
 int *cu_ints(const int *host, size_t n);
+
+// bf16 operands (cuda_bf16.c). cu_gen changes whenever parameters may have changed (every op
+// that is not a model kernel bumps it); a weight's bf16 copy is reconverted when it is stale.
+extern unsigned cu_gen;
+const void *cu_bf16_weight(const float *w, size_t n);
+const void *cu_bf16_act(int slot, const float *x, size_t n); // converted into scratch `slot`
+void cu_bf16_flush(void);                                    // drops every cached copy
+
+// Opt-in per-op device timing (cuda_prof.c, LOOM_CUDA_PROFILE=1): brackets around each op.
+enum {
+    PROF_ENC_F,
+    PROF_ENC_B,
+    PROF_LN_F,
+    PROF_LN_B,
+    PROF_MM_F,
+    PROF_MM_B,
+    PROF_ATT_F,
+    PROF_ATT_B,
+    PROF_GELU_F,
+    PROF_GELU_B,
+    PROF_RES,
+    PROF_XENT_F,
+    PROF_XENT_B,
+    PROF_ADAMW,
+    PROF_RED,
+    PROF_OPS
+};
+void cu_prof_begin(int op);
+void cu_prof_end(int op);
 
 // ---- k_ew.cu: element-wise and reductions
 void k_fill(float *x, float v, size_t n);
@@ -54,6 +83,9 @@ void k_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, f
              float eps, float wd, float gscale, float bc1, float bc2);
 // nonzero written to *flag_dev (int) when x holds a NaN or inf
 void k_nonfinite(int *flag_dev, const float *x, size_t n);
+// dst (n bf16) = src rounded to bf16
+void k_to_bf16(void *dst, const float *src, size_t n);
+void k_from_bf16(float *dst, const void *src, size_t n);
 // part_dev[k] = Σ x² over grid block k's grid-stride share, K_SUMSQ_BLOCKS doubles
 enum { K_SUMSQ_BLOCKS = 1024 };
 void k_sumsq_part(double *part_dev, const float *x, size_t n);
@@ -80,6 +112,14 @@ void k_softmax_xent_backward(float *pd, const int *targets, float scale, int N, 
 void k_causal_softmax(float *att, size_t rows, int T);
 // in place: datt → dpre = att ⊙ (datt − Σ att·datt) on j ≤ t, 0 above the diagonal
 void k_causal_softmax_backward(float *datt, const float *att, size_t rows, int T);
+
+// ---- k_flash.cu: tensor-core causal attention for bf16, head size 64, T > 64 (k_flash_ok).
+// aux is the model's (B,NH,T,T) att buffer, used as per-head scratch between the two passes;
+// drow is B·NH·T floats of scratch.
+int k_flash_ok(int T, int C, int NH);
+void k_flash_forward(float *out, float *aux, const float *qkv, int B, int T, int C, int NH);
+void k_flash_backward(float *dqkv, const float *dout, const float *qkv, const float *aux,
+                      float *drow, int B, int T, int C, int NH);
 
 #ifdef __cplusplus
 }

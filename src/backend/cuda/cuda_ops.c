@@ -18,8 +18,9 @@
 
 void cuda_encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B,
                           int T, int C) {
-    int *tok = cu_ints(inp, (size_t)B * T);
-    k_encoder_forward(out, tok, wte, wpe, B, T, C);
+    cu_prof_begin(PROF_ENC_F);
+    k_encoder_forward(out, cu_ints(inp, (size_t)B * T), wte, wpe, B, T, C);
+    cu_prof_end(PROF_ENC_F);
 }
 
 static int cmp_u64(const void *a, const void *b) {
@@ -32,8 +33,8 @@ static int cmp_u64(const void *a, const void *b) {
 void cuda_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B,
                            int T, int C) {
     size_t BT = (size_t)B * T;
+    cu_prof_begin(PROF_ENC_B);
     k_encoder_backward_wpe(dwpe, dout, B, T, C);
-    if (!BT) return;
     uint64_t *key = xmalloc(BT * sizeof *key);
     for (size_t i = 0; i < BT; i++)
         key[i] = (uint64_t)(uint32_t)inp[i] << 32 | i;
@@ -53,6 +54,7 @@ void cuda_encoder_backward(float *dwte, float *dwpe, const float *dout, const in
     memmove(start + U + 1, perm, BT * sizeof(int));
     int *dev = cu_ints(host, (size_t)2 * U + 1 + BT);
     k_encoder_backward_wte(dwte, dout, dev, dev + U, dev + 2 * U + 1, U, C);
+    cu_prof_end(PROF_ENC_B);
     free(host);
     free(key);
 }
@@ -61,40 +63,103 @@ void cuda_encoder_backward(float *dwte, float *dwpe, const float *dout, const in
 
 void cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
                             const float *b, int N, int C) {
+    cu_prof_begin(PROF_LN_F);
     k_layernorm_forward(out, mean, rstd, inp, w, b, N, C);
+    cu_prof_end(PROF_LN_F);
 }
 
 void cuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                              const float *w, const float *mean, const float *rstd, int N, int C) {
+    cu_prof_begin(PROF_LN_B);
     k_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    cu_prof_end(PROF_LN_B);
 }
 
 // ------------------------------------------------------------------ matmul
 // Row-major out (N,OC) is column-major (OC,N): out = W·inpᵀ in cuBLAS terms, W (OC,C)
 // row-major being the transposed operand.
 
+// In bf16 the weight's cached bf16 copy and the activations rounded into scratch go to the
+// tensor cores; products accumulate in fp32 and land in the fp32 outputs.
+static int bf16_mode(void) { return cu_ctx.dtype == CU_BF16; }
+
+// LOOM_CUDA_BF16_OUT=1: forward and input-gradient products write bf16 into scratch (the
+// bias as a cached bf16 copy), widened to the fp32 outputs by a pass of their own.
+static int bf16_out(void) {
+    static int env = -1;
+    if (env < 0) {
+        const char *e = getenv("LOOM_CUDA_BF16_OUT");
+        env = e && !strcmp(e, "1");
+    }
+    return env;
+}
+
+// out (m×n column-major, fp32) = op(A)·op(B) (+ bias) with bf16 operands
+static void bf16_product(int ta, int tb, int m, int n, int k, const void *A, int lda, const void *B,
+                         int ldb, float *out, const float *bias) {
+    if (!bf16_out()) {
+        cb_matmul(ta, tb, m, n, k, A, lda, B, ldb, out, m, 0.0f, bias, CB_BF16_AB);
+        return;
+    }
+    void *o = cu_scratch(SCR_BF_OUT, (size_t)m * n * 2);
+    cb_matmul(ta, tb, m, n, k, A, lda, B, ldb, o, m, 0.0f, bias ? cu_bf16_weight(bias, m) : NULL,
+              CB_BF16_AB | CB_BF16_C);
+    k_from_bf16(out, o, (size_t)m * n);
+}
+
 void cuda_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N,
                          int C, int OC) {
-    cb_matmul(1, 0, OC, N, C, w, C, inp, C, out, OC, 0.0f, bias);
+    cu_prof_begin(PROF_MM_F);
+    if (bf16_mode())
+        bf16_product(1, 0, OC, N, C, cu_bf16_weight(w, (size_t)OC * C), C,
+                     cu_bf16_act(SCR_BF_A, inp, (size_t)N * C), C, out, bias);
+    else
+        cb_matmul(1, 0, OC, N, C, w, C, inp, C, out, OC, 0.0f, bias, 0);
+    cu_prof_end(PROF_MM_F);
 }
 
 void cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                           const float *w, int N, int C, int OC) {
-    if (dinp) // dinp (N,C) = dout·W: column-major (C,N) = Wᶜᵐ(C,OC) · doutᶜᵐ(OC,N)
-        cb_matmul(0, 0, C, N, OC, w, C, dout, OC, dinp, C, 0.0f, NULL);
+    cu_prof_begin(PROF_MM_B);
+    int bf = bf16_mode();
+    const void *d = bf ? cu_bf16_act(SCR_BF_A, dout, (size_t)N * OC) : dout;
+    if (dinp && bf) // dinp (N,C) = dout·W: column-major (C,N) = Wᶜᵐ(C,OC) · doutᶜᵐ(OC,N)
+        bf16_product(0, 0, C, N, OC, cu_bf16_weight(w, (size_t)OC * C), C, d, OC, dinp, NULL);
+    else if (dinp)
+        cb_matmul(0, 0, C, N, OC, w, C, d, OC, dinp, C, 0.0f, NULL, 0);
     // dW (OC,C) += doutᵀ·inp: column-major (C,OC) += inpᶜᵐ(C,N) · (doutᶜᵐ)ᵀ(N,OC)
-    cb_matmul(0, 1, C, OC, N, inp, C, dout, OC, dw, C, 1.0f, NULL);
+    cb_matmul(0, 1, C, OC, N, bf ? cu_bf16_act(SCR_BF_B, inp, (size_t)N * C) : inp, C, d, OC, dw, C,
+              1.0f, NULL, bf ? CB_BF16_AB : 0);
     if (dbias) k_bias_backward(dbias, dout, N, OC);
+    cu_prof_end(PROF_MM_B);
 }
 
 // ------------------------------------------------------------------ attention
 // Per batch row b, the heads are a strided batch: Q, K, V of head h start at column h·hs of
 // the (T,3C) rows (leading dimension 3C), att of head h at h·T·T.
 
+// bf16 with head size 64 and T > 64 takes the flash kernels (k_flash.cu); LOOM_CUDA_FLASH=0
+// keeps the batched products.
+static int use_flash(int T, int C, int NH) {
+    static int env = -1;
+    if (env < 0) {
+        const char *e = getenv("LOOM_CUDA_FLASH");
+        env = !(e && !strcmp(e, "0"));
+    }
+    return env && bf16_mode() && k_flash_ok(T, C, NH);
+}
+
 void cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
+    if (use_flash(T, C, NH)) {
+        cu_prof_begin(PROF_ATT_F);
+        k_flash_forward(out, att, qkv, B, T, C, NH);
+        cu_prof_end(PROF_ATT_F);
+        return;
+    }
     int hs = C / NH, C3 = 3 * C;
     long long TT = (long long)T * T;
     float scale = 1.0f / sqrtf((float)hs);
+    cu_prof_begin(PROF_ATT_F);
     for (int b = 0; b < B; b++) { // att[t][j] = scale·q_t·k_j: column-major (j,t) = K·Qᵀ
         const float *q = qkv + (size_t)b * T * C3, *k = q + C;
         cb_matmul_batched(1, 0, T, T, hs, scale, k, C3, hs, q, C3, hs, att + (size_t)b * NH * TT, T,
@@ -106,14 +171,23 @@ void cuda_attention_forward(float *out, float *att, const float *qkv, int B, int
         cb_matmul_batched(0, 0, hs, T, T, 1.0f, v, C3, hs, att + (size_t)b * NH * TT, T, TT,
                           out + (size_t)b * T * C, C, hs, NH);
     }
+    cu_prof_end(PROF_ATT_F);
 }
 
 void cuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
                              int B, int T, int C, int NH) {
+    if (use_flash(T, C, NH)) {
+        cu_prof_begin(PROF_ATT_B);
+        float *drow = cu_scratch(SCR_FLASH, (size_t)B * NH * T * sizeof(float));
+        k_flash_backward(dqkv, dout, qkv, att, drow, B, T, C, NH);
+        cu_prof_end(PROF_ATT_B);
+        return;
+    }
     int hs = C / NH, C3 = 3 * C;
     long long TT = (long long)T * T;
     float scale = 1.0f / sqrtf((float)hs);
     float *datt = cu_scratch(SCR_ATT, (size_t)NH * TT * sizeof(float));
+    cu_prof_begin(PROF_ATT_B);
     for (int b = 0; b < B; b++) {
         size_t off = (size_t)b * T * C3;
         const float *q = qkv + off, *k = q + C, *v = q + 2 * C, *a = att + (size_t)b * NH * TT;
@@ -127,22 +201,33 @@ void cuda_attention_backward(float *dqkv, const float *dout, const float *qkv, c
         cb_matmul_batched(0, 0, hs, T, T, scale, k, C3, hs, datt, T, TT, dq, C3, hs, NH);
         cb_matmul_batched(0, 1, hs, T, T, scale, q, C3, hs, datt, T, TT, dk, C3, hs, NH);
     }
+    cu_prof_end(PROF_ATT_B);
 }
 
 // ------------------------------------------------------------------ element-wise, loss, AdamW
 
-void cuda_gelu_forward(float *out, const float *inp, size_t n) { k_gelu_forward(out, inp, n); }
+void cuda_gelu_forward(float *out, const float *inp, size_t n) {
+    cu_prof_begin(PROF_GELU_F);
+    k_gelu_forward(out, inp, n);
+    cu_prof_end(PROF_GELU_F);
+}
 void cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+    cu_prof_begin(PROF_GELU_B);
     k_gelu_backward(dinp, inp, dout, n);
+    cu_prof_end(PROF_GELU_B);
 }
 void cuda_residual_forward(float *out, const float *a, const float *b, size_t n) {
+    cu_prof_begin(PROF_RES);
     k_residual(out, a, b, n);
+    cu_prof_end(PROF_RES);
 }
 
 double cuda_softmax_xent_forward(float *logits_probs, float *losses, const int *targets, int N,
                                  int V) {
     if (N <= 0) return 0.0;
+    cu_prof_begin(PROF_XENT_F);
     k_softmax_xent_forward(logits_probs, losses, cu_ints(targets, (size_t)N), N, V);
+    cu_prof_end(PROF_XENT_F);
     float *host = xmalloc((size_t)N * sizeof(float));
     CU(cudaMemcpyAsync(host, losses, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost,
                        cu_ctx.stream));
@@ -157,11 +242,15 @@ double cuda_softmax_xent_forward(float *logits_probs, float *losses, const int *
 void cuda_softmax_xent_backward(float *probs_dlogits, const int *targets, float scale, int N,
                                 int V) {
     if (N <= 0) return;
+    cu_prof_begin(PROF_XENT_B);
     k_softmax_xent_backward(probs_dlogits, cu_ints(targets, (size_t)N), scale, N, V);
+    cu_prof_end(PROF_XENT_B);
 }
 
 void cuda_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr,
                 float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) {
     float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
+    cu_prof_begin(PROF_ADAMW);
     k_adamw(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, bc1, bc2);
+    cu_prof_end(PROF_ADAMW);
 }

@@ -2,6 +2,7 @@
 // GELU, residual, AdamW) and its reductions (finiteness, Σ x² in double: per block for sumsq,
 // per fixed chunk for sumsq_chunks). Every loop is grid-stride; reductions are fixed trees, so
 // a result does not depend on timing.
+#include <cuda_bf16.h>
 #include <math.h>
 
 #include "k_common.cuh"
@@ -50,6 +51,27 @@ __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, size_
         float mhat = mi / bc1, vhat = vi / bc2;
         p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
     }
+}
+
+// fp32 → bf16 (round to nearest even), four at a time where n allows
+__global__ void to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n) {
+    size_t n4 = n / 4;
+    GRID_STRIDE(i, n4) {
+        float4 v = reinterpret_cast<const float4 *>(src)[i];
+        __nv_bfloat162 *d = reinterpret_cast<__nv_bfloat162 *>(dst + 4 * i);
+        d[0] = __floats2bfloat162_rn(v.x, v.y);
+        d[1] = __floats2bfloat162_rn(v.z, v.w);
+    }
+    if (blockIdx.x == 0 && threadIdx.x < n % 4)
+        dst[4 * n4 + threadIdx.x] = __float2bfloat16_rn(src[4 * n4 + threadIdx.x]);
+}
+
+__global__ void to_bf16_scalar_kernel(__nv_bfloat16 *dst, const float *src, size_t n) {
+    GRID_STRIDE(i, n) { dst[i] = __float2bfloat16_rn(src[i]); }
+}
+
+__global__ void from_bf16_kernel(float *dst, const __nv_bfloat16 *src, size_t n) {
+    GRID_STRIDE(i, n) { dst[i] = __bfloat162float(src[i]); }
 }
 
 __global__ void sumsq_part_kernel(double *part, const float *x, size_t n) {
@@ -107,6 +129,21 @@ void k_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, f
     LAUNCH(adamw, n, p, g, m, v, n, lr, b1, b2, eps, wd, gscale, bc1, bc2);
 }
 void k_nonfinite(int *flag_dev, const float *x, size_t n) { LAUNCH(nonfinite, n, flag_dev, x, n); }
+void k_to_bf16(void *dst, const float *src, size_t n) {
+    if (!n) return;
+    __nv_bfloat16 *d = (__nv_bfloat16 *)dst;
+    if ((uintptr_t)src % 16 == 0 && (uintptr_t)dst % 8 == 0)
+        to_bf16_kernel<<<k_blocks(n / 4 + 1), K_THREADS, 0, cu_ctx.stream>>>(d, src, n);
+    else
+        to_bf16_scalar_kernel<<<k_blocks(n), K_THREADS, 0, cu_ctx.stream>>>(d, src, n);
+    CU_LAUNCHED("to_bf16");
+}
+void k_from_bf16(float *dst, const void *src, size_t n) {
+    if (!n) return;
+    from_bf16_kernel<<<k_blocks(n), K_THREADS, 0, cu_ctx.stream>>>(dst, (const __nv_bfloat16 *)src,
+                                                                   n);
+    CU_LAUNCHED("from_bf16");
+}
 void k_sumsq_part(double *part_dev, const float *x, size_t n) {
     sumsq_part_kernel<<<K_SUMSQ_BLOCKS, K_THREADS, 0, cu_ctx.stream>>>(part_dev, x, n);
     CU_LAUNCHED("sumsq_part");
