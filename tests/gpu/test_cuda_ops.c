@@ -244,6 +244,26 @@ TEST(adamw) {
 
 // ------------------------------------------------------------------ bf16
 
+// bf16, bias-free, OC % 8 != 0: the padded products (forward, dinp, dW accumulated)
+static void check_bf16_padded(int N, int C, int OC) {
+    size_t NC = (size_t)N * C, NO = (size_t)N * OC, OCC = (size_t)OC * C;
+    float *x = h_rand(NC, 1), *w = h_rand(OCC, 0.1f), *o = xalloc_floats(NO), *g = h_rand(NO, 1);
+    float *gi = xalloc_floats(NC), *gw = h_rand(OCC, 1);
+    float *dx = d_from(x, NC), *dw = d_from(w, OCC), *dO = d_poison(NO), *dg = d_from(g, NO);
+    float *dgi = d_poison(NC), *dgw = d_from(gw, OCC);
+    cpu->matmul_forward(o, x, w, NULL, N, C, OC), gpu->matmul_forward(dO, dx, dw, NULL, N, C, OC);
+    cpu->matmul_backward(gi, gw, NULL, g, x, w, N, C, OC);
+    gpu->matmul_backward(dgi, dgw, NULL, dg, dx, dw, N, C, OC);
+    CHECK(cmp_norm("bf16 padded matmul out", dO, o, NO, 1e-2) &&
+              cmp_norm("bf16 padded matmul dinp", dgi, gi, NC, 1e-2) &&
+              cmp_norm("bf16 padded matmul dw", dgw, gw, OCC, 1e-2),
+          "bf16 padded matmul N=%d C=%d OC=%d", N, C, OC);
+    free(x), free(w), free(o), free(g), free(gi), free(gw);
+    float *dp[] = {dx, dw, dO, dg, dgi, dgw};
+    for (int i = 0; i < 6; i++)
+        gpu->release(dp[i]);
+}
+
 // bf16 operands (8 bits of mantissa) with fp32 accumulation: norm-wise within 1e-2 of fp32
 // (2e-2 for the flash attention, whose P and dS are rounded to bf16 too).
 TEST(bf16_products) {
@@ -261,6 +281,7 @@ TEST(bf16_products) {
     cpu->matmul_forward(o, x, w, b, N, C, OC);
     gpu->matmul_forward(dO, dx, dw, db, N, C, OC);
     CHECK(cmp_norm("bf16 matmul out", dO, o, (size_t)N * OC, 1e-2), "bf16 matmul_forward");
+    check_bf16_padded(134, 96, 211);        // an output width that is not a multiple of 8
     check_attention(SHAPES[1], 1e-2, 0, 1); // head size 32: batched products
     // head size 64, T > 64: the flash kernels (a partial last tile, then whole tiles)
     check_attention((Shape){2, 131, 128, 2, 50}, 2e-2, 0, 1);

@@ -44,7 +44,8 @@ static Entry *find(const float *p) {
     return &tab[j];
 }
 
-const void *cu_bf16_weight(const float *w, size_t n) {
+const void *cu_bf16_weight(const float *w, size_t rows, size_t cols, size_t prows) {
+    size_t n = prows * cols;
     Entry *e = find(w);
     if (!e->src) e->src = w, used++;
     if (e->dst && e->n != n) CU(cudaFree(e->dst)), e->dst = NULL;
@@ -53,7 +54,10 @@ const void *cu_bf16_weight(const float *w, size_t n) {
         e->n = n, e->gen = 0;
     }
     if (e->gen != cu_gen) {
-        k_to_bf16(e->dst, w, n);
+        k_to_bf16(e->dst, w, rows * cols);
+        if (prows > rows) // padding rows are zero
+            CU(cudaMemsetAsync((char *)e->dst + rows * cols * 2, 0, (prows - rows) * cols * 2,
+                               cu_ctx.stream));
         e->gen = cu_gen;
     }
     return e->dst;

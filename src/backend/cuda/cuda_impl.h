@@ -43,7 +43,8 @@ int *cu_ints(const int *host, size_t n);
 // bf16 operands (cuda_bf16.c). cu_gen changes whenever parameters may have changed (every op
 // that is not a model kernel bumps it); a weight's bf16 copy is reconverted when it is stale.
 extern unsigned cu_gen;
-const void *cu_bf16_weight(const float *w, size_t n);
+// w (rows, cols) row-major as bf16, followed by prows − rows zero rows (prows ≥ rows)
+const void *cu_bf16_weight(const float *w, size_t rows, size_t cols, size_t prows);
 const void *cu_bf16_act(int slot, const float *x, size_t n); // converted into scratch `slot`
 void cu_bf16_flush(void);                                    // drops every cached copy
 
@@ -85,7 +86,8 @@ void k_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, f
 void k_nonfinite(int *flag_dev, const float *x, size_t n);
 // dst (n bf16) = src rounded to bf16
 void k_to_bf16(void *dst, const float *src, size_t n);
-void k_from_bf16(float *dst, const void *src, size_t n);
+// dst (rows, pcols) bf16 = src (rows, cols) fp32, zero in columns cols..pcols-1
+void k_to_bf16_pad(void *dst, const float *src, size_t rows, size_t cols, size_t pcols);
 // part_dev[k] = Σ x² over grid block k's grid-stride share, K_SUMSQ_BLOCKS doubles
 enum { K_SUMSQ_BLOCKS = 1024 };
 void k_sumsq_part(double *part_dev, const float *x, size_t n);

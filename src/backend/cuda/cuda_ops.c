@@ -79,40 +79,49 @@ void cuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dou
 // Row-major out (N,OC) is column-major (OC,N): out = W·inpᵀ in cuBLAS terms, W (OC,C)
 // row-major being the transposed operand.
 
-// In bf16 the weight's cached bf16 copy and the activations rounded into scratch go to the
-// tensor cores; products accumulate in fp32 and land in the fp32 outputs.
+// In bf16 the products read the weight's cached bf16 copy and the activations rounded into
+// scratch, accumulate in fp32 and write the fp32 outputs. An output width OC that is not a
+// multiple of 8 (GPT-2's vocabulary, 50257) leaves every column of the product misaligned and
+// cuBLASLt on slow kernels (97 TFLOP/s on an H100 for the LM head, 480-840 for the others), so
+// a bias-free product of such a width runs padded to a multiple of 64 (zero weight rows, zero
+// gradient columns; llm.c pads its vocabulary the same way) and the forward's result is copied
+// out of the padded scratch.
 static int bf16_mode(void) { return cu_ctx.dtype == CU_BF16; }
+static int pad_to(int OC, int has_bias) { return OC % 8 && !has_bias ? (OC + 63) / 64 * 64 : OC; }
 
-// LOOM_CUDA_BF16_OUT=1: forward and input-gradient products write bf16 into scratch (the
-// bias as a cached bf16 copy), widened to the fp32 outputs by a pass of their own.
-static int bf16_out(void) {
-    static int env = -1;
-    if (env < 0) {
-        const char *e = getenv("LOOM_CUDA_BF16_OUT");
-        env = e && !strcmp(e, "1");
-    }
-    return env;
-}
-
-// out (m×n column-major, fp32) = op(A)·op(B) (+ bias) with bf16 operands
-static void bf16_product(int ta, int tb, int m, int n, int k, const void *A, int lda, const void *B,
-                         int ldb, float *out, const float *bias) {
-    if (!bf16_out()) {
-        cb_matmul(ta, tb, m, n, k, A, lda, B, ldb, out, m, 0.0f, bias, CB_BF16_AB);
+static void bf16_forward(float *out, const float *inp, const float *w, const float *bias, int N,
+                         int C, int OC) {
+    const void *x = cu_bf16_act(SCR_BF_A, inp, (size_t)N * C);
+    int P = pad_to(OC, bias != NULL);
+    const void *wb = cu_bf16_weight(w, (size_t)OC, (size_t)C, (size_t)P);
+    if (P == OC) {
+        cb_matmul(1, 0, OC, N, C, wb, C, x, C, out, OC, 0.0f, bias, CB_BF16_AB);
         return;
     }
-    void *o = cu_scratch(SCR_BF_OUT, (size_t)m * n * 2);
-    cb_matmul(ta, tb, m, n, k, A, lda, B, ldb, o, m, 0.0f, bias ? cu_bf16_weight(bias, m) : NULL,
-              CB_BF16_AB | CB_BF16_C);
-    k_from_bf16(out, o, (size_t)m * n);
+    float *o = cu_scratch(SCR_BF_OUT, (size_t)P * N * sizeof(float));
+    cb_matmul(1, 0, P, N, C, wb, C, x, C, o, P, 0.0f, NULL, CB_BF16_AB);
+    CU(cudaMemcpy2DAsync(out, (size_t)OC * sizeof(float), o, (size_t)P * sizeof(float),
+                         (size_t)OC * sizeof(float), (size_t)N, cudaMemcpyDeviceToDevice,
+                         cu_ctx.stream));
+}
+
+static void bf16_backward(float *dinp, float *dw, const float *dout, const float *inp,
+                          const float *w, int N, int C, int OC, int has_bias) {
+    int P = pad_to(OC, has_bias);
+    void *d = cu_scratch(SCR_BF_A, (size_t)N * P * 2); // dout (N,P), zero past OC
+    k_to_bf16_pad(d, dout, (size_t)N, (size_t)OC, (size_t)P);
+    if (dinp)
+        cb_matmul(0, 0, C, N, P, cu_bf16_weight(w, (size_t)OC, (size_t)C, (size_t)P), C, d, P, dinp,
+                  C, 0.0f, NULL, CB_BF16_AB);
+    cb_matmul(0, 1, C, OC, N, cu_bf16_act(SCR_BF_B, inp, (size_t)N * C), C, d, P, dw, C, 1.0f, NULL,
+              CB_BF16_AB);
 }
 
 void cuda_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N,
                          int C, int OC) {
     cu_prof_begin(PROF_MM_F);
     if (bf16_mode())
-        bf16_product(1, 0, OC, N, C, cu_bf16_weight(w, (size_t)OC * C), C,
-                     cu_bf16_act(SCR_BF_A, inp, (size_t)N * C), C, out, bias);
+        bf16_forward(out, inp, w, bias, N, C, OC);
     else
         cb_matmul(1, 0, OC, N, C, w, C, inp, C, out, OC, 0.0f, bias, 0);
     cu_prof_end(PROF_MM_F);
@@ -121,15 +130,14 @@ void cuda_matmul_forward(float *out, const float *inp, const float *w, const flo
 void cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                           const float *w, int N, int C, int OC) {
     cu_prof_begin(PROF_MM_B);
-    int bf = bf16_mode();
-    const void *d = bf ? cu_bf16_act(SCR_BF_A, dout, (size_t)N * OC) : dout;
-    if (dinp && bf) // dinp (N,C) = dout·W: column-major (C,N) = Wᶜᵐ(C,OC) · doutᶜᵐ(OC,N)
-        bf16_product(0, 0, C, N, OC, cu_bf16_weight(w, (size_t)OC * C), C, d, OC, dinp, NULL);
-    else if (dinp)
-        cb_matmul(0, 0, C, N, OC, w, C, d, OC, dinp, C, 0.0f, NULL, 0);
-    // dW (OC,C) += doutᵀ·inp: column-major (C,OC) += inpᶜᵐ(C,N) · (doutᶜᵐ)ᵀ(N,OC)
-    cb_matmul(0, 1, C, OC, N, bf ? cu_bf16_act(SCR_BF_B, inp, (size_t)N * C) : inp, C, d, OC, dw, C,
-              1.0f, NULL, bf ? CB_BF16_AB : 0);
+    if (bf16_mode()) {
+        bf16_backward(dinp, dw, dout, inp, w, N, C, OC, dbias != NULL);
+    } else {
+        if (dinp) // dinp (N,C) = dout·W: column-major (C,N) = Wᶜᵐ(C,OC) · doutᶜᵐ(OC,N)
+            cb_matmul(0, 0, C, N, OC, w, C, dout, OC, dinp, C, 0.0f, NULL, 0);
+        // dW (OC,C) += doutᵀ·inp: column-major (C,OC) += inpᶜᵐ(C,N) · (doutᶜᵐ)ᵀ(N,OC)
+        cb_matmul(0, 1, C, OC, N, inp, C, dout, OC, dw, C, 1.0f, NULL, 0);
+    }
     if (dbias) k_bias_backward(dbias, dout, N, OC);
     cu_prof_end(PROF_MM_B);
 }

@@ -70,8 +70,12 @@ __global__ void to_bf16_scalar_kernel(__nv_bfloat16 *dst, const float *src, size
     GRID_STRIDE(i, n) { dst[i] = __float2bfloat16_rn(src[i]); }
 }
 
-__global__ void from_bf16_kernel(float *dst, const __nv_bfloat16 *src, size_t n) {
-    GRID_STRIDE(i, n) { dst[i] = __bfloat162float(src[i]); }
+__global__ void to_bf16_pad_kernel(__nv_bfloat16 *dst, const float *src, size_t cols, size_t pcols,
+                                   size_t n) {
+    GRID_STRIDE(i, n) {
+        size_t r = i / pcols, c = i % pcols;
+        dst[i] = c < cols ? __float2bfloat16_rn(src[r * cols + c]) : __float2bfloat16_rn(0.f);
+    }
 }
 
 __global__ void sumsq_part_kernel(double *part, const float *x, size_t n) {
@@ -138,11 +142,13 @@ void k_to_bf16(void *dst, const float *src, size_t n) {
         to_bf16_scalar_kernel<<<k_blocks(n), K_THREADS, 0, cu_ctx.stream>>>(d, src, n);
     CU_LAUNCHED("to_bf16");
 }
-void k_from_bf16(float *dst, const void *src, size_t n) {
+void k_to_bf16_pad(void *dst, const float *src, size_t rows, size_t cols, size_t pcols) {
+    if (pcols == cols) return k_to_bf16(dst, src, rows * cols);
+    size_t n = rows * pcols;
     if (!n) return;
-    from_bf16_kernel<<<k_blocks(n), K_THREADS, 0, cu_ctx.stream>>>(dst, (const __nv_bfloat16 *)src,
-                                                                   n);
-    CU_LAUNCHED("from_bf16");
+    to_bf16_pad_kernel<<<k_blocks(n), K_THREADS, 0, cu_ctx.stream>>>((__nv_bfloat16 *)dst, src,
+                                                                     cols, pcols, n);
+    CU_LAUNCHED("to_bf16_pad");
 }
 void k_sumsq_part(double *part_dev, const float *x, size_t n) {
     sumsq_part_kernel<<<K_SUMSQ_BLOCKS, K_THREADS, 0, cu_ctx.stream>>>(part_dev, x, n);
