@@ -146,7 +146,8 @@ fuzz:
 	  $(if $(filter-out undefined,$(origin FUZZ_SKIP)),FUZZ_SKIP="$(FUZZ_SKIP)") bash fuzz/run.sh
 
 format:
-	clang-format -i $(wildcard src/*.[ch] src/*/*.[ch] tests/*.c fuzz/*.[ch])
+	clang-format -i $(wildcard src/*.[ch] src/*/*.[ch] tests/*.c fuzz/*.[ch] src/backend/cuda/*.[ch] \
+	  src/backend/cuda/*.cu src/backend/cuda/*.cuh tests/gpu/*.[ch])
 
 clean:
 	rm -rf build build-asan build-v3 build-generic build-fuzz build-cuda loom
