@@ -22,21 +22,50 @@ MPI_LIB  := $(shell mpicc --showme:link 2>/dev/null)
 BUILD    ?= build
 LOOM_BIN ?= loom
 
+# ---- the CUDA backend: `make CUDA=1` (src/backend/cuda/, the toolkit at CUDA_HOME). The .cu
+# kernels are built for every GPU architecture this nvcc supports (CUDA_ARCHS overrides, e.g.
+# CUDA_ARCHS=90 for a quicker build for one GPU) plus PTX of the newest. cuBLAS and cuBLASLt
+# are linked from CUDA_HOME (rpath); the CUDA runtime statically, so the binary starts, and
+# trains on the CPU, on a machine without an NVIDIA driver. Plain `make` never looks at CUDA.
+CUDA      ?= 0
+CUDA_HOME ?= /usr/local/cuda
+ifeq ($(CUDA),1)
+NVCC       ?= $(CUDA_HOME)/bin/nvcc
+CUDA_ARCHS ?= $(shell $(NVCC) --list-gpu-code 2>/dev/null | sed -n 's/^sm_//p' | sort -n)
+CUDA_PTX   := $(lastword $(CUDA_ARCHS))
+comma      := ,
+NVCC_ARCH  := $(foreach a,$(CUDA_ARCHS),-gencode=arch=compute_$(a)$(comma)code=sm_$(a)) \
+              $(if $(CUDA_PTX),-gencode=arch=compute_$(CUDA_PTX)$(comma)code=compute_$(CUDA_PTX))
+NVCCFLAGS  ?= -O3
+NVCC_ALL   := $(NVCCFLAGS) $(NVCC_ARCH) -std=c++17 -Xcompiler -Wall,-Wextra
+CFLAGS     += -DLOOM_CUDA -I$(CUDA_HOME)/include
+CUDA_STAMP := $(NVCC) $(NVCC_ALL)
+endif
+
 # Objects built with other flags (another ARCH or OPT) are never reused: the compiler and flags
 # are recorded in $(BUILD)/cflags.stamp, rewritten (so every object is rebuilt) when they change.
 # `make ARCH=-march=x86-64-v3` (AVX2 machines) or `make ARCH=` (any x86-64) builds a binary
 # that runs on older nodes than -march=native; BUILD=build-v3 LOOM_BIN=build-v3/loom keeps it apart.
 FLAGS_STAMP := $(BUILD)/cflags.stamp
-FLAGS_NOW := $(CC) $(CFLAGS)
+FLAGS_NOW := $(CC) $(CFLAGS)$(if $(CUDA_STAMP), $(CUDA_STAMP))
 $(shell mkdir -p $(BUILD) && { printf '%s\n' '$(FLAGS_NOW)' | cmp -s - $(FLAGS_STAMP) || \
           printf '%s\n' '$(FLAGS_NOW)' > $(FLAGS_STAMP); })
 
 LIB_SRC  := $(filter-out src/cli/main.c,$(wildcard src/*.c src/*/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+ifeq ($(CUDA),1)
+CU_SRC   := $(wildcard src/backend/cuda/*.cu)
+LIB_SRC  += $(wildcard src/backend/cuda/*.c)
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_SRC:%.cu=$(BUILD)/%.cu.o)
+LDFLAGS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64
+LDLIBS   += -lcublasLt -lcublas -lcudart_static -lrt -ldl -lpthread -lstdc++
+endif
+GPU_TEST_BIN := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(wildcard tests/gpu/test_*.c))
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all demo test test-asan tests clean format fuzz fuzz-build fuzz-targets
+.PHONY: all demo test test-asan tests clean format fuzz fuzz-build fuzz-targets test-gpu \
+        gpu-tests
 all: $(LOOM_BIN)
 
 $(LOOM_BIN): $(BUILD)/src/cli/main.o $(BUILD)/libloom.a
@@ -49,6 +78,10 @@ $(BUILD)/libloom.a: $(LIB_OBJ)
 $(BUILD)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/%.cu.o: %.cu $(wildcard src/backend/cuda/*.h src/backend/cuda/*.cuh) $(FLAGS_STAMP)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_ALL) -c -o $@ $<
 
 $(BUILD)/tests/%: tests/%.c $(BUILD)/libloom.a
 	@mkdir -p $(dir $@)
@@ -63,6 +96,17 @@ test:
 	@bash scripts/deps.sh test
 	@$(MAKE) --no-print-directory $(LOOM_BIN) tests
 	@bash tests/run.sh
+
+# The GPU tests (tests/gpu/): a CUDA build in build-cuda/ (its own objects: `make` and ./loom
+# stay CPU-only), then every GPU test against the CPU backend. Without the toolkit, or without
+# a GPU, it says it skipped and succeeds.
+gpu-tests: $(GPU_TEST_BIN)
+
+test-gpu:
+	@if [ ! -x "$(CUDA_HOME)/bin/nvcc" ]; then \
+	  echo "test-gpu: skipped: no CUDA toolkit at $(CUDA_HOME) (set CUDA_HOME)"; exit 0; fi; \
+	$(MAKE) --no-print-directory CUDA=1 BUILD=build-cuda LOOM_BIN=build-cuda/loom \
+	  build-cuda/loom gpu-tests && LOOM_BUILD=build-cuda bash tests/gpu/run.sh
 
 # The same suite under AddressSanitizer + UndefinedBehaviorSanitizer (separate build dir).
 SAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
@@ -102,9 +146,10 @@ fuzz:
 	  $(if $(filter-out undefined,$(origin FUZZ_SKIP)),FUZZ_SKIP="$(FUZZ_SKIP)") bash fuzz/run.sh
 
 format:
-	clang-format -i $(wildcard src/*.[ch] src/*/*.[ch] tests/*.c fuzz/*.[ch])
+	clang-format -i $(wildcard src/*.[ch] src/*/*.[ch] tests/*.c fuzz/*.[ch] src/backend/cuda/*.[ch] \
+	  src/backend/cuda/*.cu src/backend/cuda/*.cuh tests/gpu/*.[ch])
 
 clean:
-	rm -rf build build-asan build-v3 build-generic build-fuzz loom
+	rm -rf build build-asan build-v3 build-generic build-fuzz build-cuda loom
 
--include $(LIB_OBJ:.o=.d) $(BUILD)/src/cli/main.d $(FUZZ_BIN:=.d)
+-include $(filter-out %.cu.d,$(LIB_OBJ:.o=.d)) $(BUILD)/src/cli/main.d $(FUZZ_BIN:=.d)

@@ -83,7 +83,7 @@ typedef struct Backend {
 
 // The one place a backend is chosen: "cpu" (a CUDA build adds "cuda"). threads: CPU threads
 // for OpenMP and BLAS (0 = leave the default). NULL, with loom_errmsg naming --device, when the
-// device is unknown or not built in.
+// device is unknown or not built in. The device may carry a precision: "cuda:fp32".
 const Backend *backend_select(const char *device, int threads);
 // The backends themselves (called only by backend_select).
 const Backend *backend_cpu(void);
@@ -91,3 +91,14 @@ void backend_cpu_set_threads(int n);
 // The CPU's fp32 peak in GFLOP/s, measured by a short FMA probe (peak.c, ~30 ms of CPU a
 // thread) on every thread OpenMP uses; *threads gets their number. The backend's peak_gflops.
 double backend_cpu_peak_gflops(int *threads);
+
+// backend_select with a precision (--dtype): "fp32", "bf16" or "fp16"; NULL is the device's
+// default (cpu: fp32; cuda: bf16). The CPU computes in fp32 only: anything else is an error
+// there. A dtype given both here and in the device string must agree.
+const Backend *backend_select_dtype(const char *device, const char *dtype, int threads);
+// The CUDA backend (only in a `make CUDA=1` build; src/backend/cuda/): matrix products in
+// dtype's precision with fp32 accumulation, everything else fp32. NULL, with loom_errmsg, when
+// no GPU or driver is usable or the dtype is unknown or unsupported by the GPU.
+const Backend *backend_cuda(const char *dtype);
+// The chosen GPU's name (NULL before backend_cuda succeeded).
+const char *backend_cuda_device_name(void);

@@ -1,18 +1,48 @@
-// select.c — the one place a backend is chosen from --device (see backend.h).
+// select.c — the one place a backend is chosen from --device (and --dtype; see backend.h).
 #include <string.h>
 
 #include "../common.h"
 #include "backend.h"
 
 const Backend *backend_select(const char *device, int threads) {
-    if (!device || !strcmp(device, "cpu")) {
+    return backend_select_dtype(device, NULL, threads);
+}
+
+const Backend *backend_select_dtype(const char *device, const char *dtype, int threads) {
+    char name[32] = "cpu";
+    if (device) {
+        const char *colon = strchr(device, ':');
+        size_t len = colon ? (size_t)(colon - device) : strlen(device);
+        if (len >= sizeof name) len = sizeof name - 1;
+        memcpy(name, device, len), name[len] = 0;
+        if (colon && dtype && strcmp(dtype, colon + 1)) {
+            loom_fail("--device '%s' and --dtype %s disagree", device, dtype);
+            return NULL;
+        }
+        if (colon) dtype = colon + 1;
+    }
+    if (!strcmp(name, "cpu")) {
+        if (dtype && strcmp(dtype, "fp32")) {
+            loom_fail("--dtype %s: the CPU backend computes in fp32 only (use --dtype fp32, or "
+                      "--device cuda)",
+                      dtype);
+            return NULL;
+        }
         backend_cpu_set_threads(threads);
         return backend_cpu();
     }
-    if (!strcmp(device, "cuda")) {
+    if (!strcmp(name, "cuda")) {
+#ifdef LOOM_CUDA
+        return backend_cuda(dtype);
+#else
         loom_fail("--device cuda: this loom was built without the CUDA backend (make CUDA=1)");
         return NULL;
+#endif
     }
+#ifdef LOOM_CUDA
+    loom_fail("--device '%s': unknown device (cpu, cuda)", device);
+#else
     loom_fail("--device '%s': unknown device (cpu%s)", device, "");
+#endif
     return NULL;
 }

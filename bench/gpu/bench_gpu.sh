@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# bench_gpu.sh — GPT-2 training throughput on one GPU, bf16, the same batch and sequence for
+# every engine, one after another in one run:
+#   loom     $LOOM train --device cuda (bf16; LOOM_DTYPES="bf16 fp32" adds an fp32 row;
+#            LOOM_VARIANTS="- LOOM_CUDA_FLASH=0" adds rows with that environment, - = none)
+#   llm.c    $LLMC (train_gpt2cu built on the same machine: bench/gpu/llmc_build.sh), -e dN
+#            random init, its default recompute (GELU), no cuDNN
+#   PyTorch  bench/gpu/torch_gpt2.py, eager and torch.compile
+# on random tokens (V = 50257) in the llm.c/loom shard format.
+#   MODELS="124m 350m" BATCH=16 SEQ=1024 STEPS=30 WARM=10 bench/gpu/bench_gpu.sh
+# For each engine: the median step time over the steps after the first WARM, tokens/s, MFU
+# against PEAK_TFLOPS (default 989.4: H100 SXM dense bf16, as llm.c counts it) with loom's
+# FLOP count for every engine, and the peak GPU memory nvidia-smi saw while it ran (the whole
+# device: CUDA context included). Raw output goes to $OUT_DIR; the table is printed last.
+set -u
+cd "$(dirname "$0")/../.."
+LOOM=${LOOM:-build-cuda/loom}
+LLMC=${LLMC:-}
+PY=${PY:-python3}
+MODELS=${MODELS:-124m}
+BATCH=${BATCH:-16} SEQ=${SEQ:-1024} STEPS=${STEPS:-30} WARM=${WARM:-10}
+PEAK_TFLOPS=${PEAK_TFLOPS:-989.4}
+ENGINES=${ENGINES:-"loom llmc eager compile"}
+LOOM_DTYPES=${LOOM_DTYPES:-bf16}
+LOOM_VARIANTS=${LOOM_VARIANTS:--}
+OUT_DIR=${OUT_DIR:-$(mktemp -d)}
+mkdir -p "$OUT_DIR"
+results="$OUT_DIR/results.jsonl"
+: >"$results"
+
+"$PY" - "$OUT_DIR/tok.bin" <<'PY'
+import sys, numpy as np
+n = 1 << 22  # 4 Mi random tokens: the windows wrap, the content does not matter for speed
+hdr = np.zeros(256, np.int32); hdr[:3] = (20240520, 1, n)
+with open(sys.argv[1], "wb") as f:
+    f.write(hdr.tobytes()); f.write(np.random.default_rng(0).integers(0, 50257, n, dtype=np.uint16).tobytes())
+PY
+
+# peak device memory while "$@" runs (MiB, nvidia-smi polled every 200 ms)
+with_mem() {
+    local log=$1; shift
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 >"$log.mem" 2>/dev/null &
+    local mon=$!
+    "$@" >"$log" 2>&1
+    local rc=$?
+    kill "$mon" 2>/dev/null; wait "$mon" 2>/dev/null
+    echo "exit $rc" >>"$log"
+    sort -n "$log.mem" | tail -1
+}
+
+shape_of() { case $1 in 124m) echo "12 12 768 12" ;; 350m) echo "24 16 1024 24" ;; esac; }
+
+for model in $MODELS; do
+    read -r L H C D <<<"$(shape_of "$model")"
+    for e in $ENGINES; do
+        case $e in
+        loom)
+            for dt in $LOOM_DTYPES; do
+                for var in $LOOM_VARIANTS; do
+                    tag=$dt$([ "$var" = - ] || echo "+$var")
+                    envv=$([ "$var" = - ] || echo "$var")
+                    log="$OUT_DIR/loom_${model}_$tag.log"
+                    mem=$(with_mem "$log" env $envv "$LOOM" train --data "$OUT_DIR/tok.bin" \
+                        --layers "$L" --heads "$H" --dim "$C" --vocab 50257 --block-size "$SEQ" \
+                        --batch "$BATCH" --seq "$SEQ" --steps $((STEPS + WARM)) --lr 3e-4 \
+                        --weight-decay 0.1 --grad-clip 1.0 --device "cuda:$dt" \
+                        --peak-gflops "${PEAK_TFLOPS}e3" --progress off \
+                        --metrics "$OUT_DIR/loom_${model}_$tag.jsonl")
+                    "$PY" - "$OUT_DIR/loom_${model}_$tag.jsonl" "$model" "$tag" "$mem" "$WARM" \
+                        >>"$results" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"step_ms"' in l][int(sys.argv[5]):]
+ms = statistics.median(r["step_ms"] for r in rows)
+print(json.dumps({"engine": "loom-" + sys.argv[3], "model": sys.argv[2], "step_ms": round(ms, 2),
+                  "tok_s": round(statistics.median(r["tokens_per_s"] for r in rows)),
+                  "mfu": statistics.median(r["mfu"] for r in rows), "loss": rows[-1]["loss"],
+                  "mem_mib": int(sys.argv[4] or 0)}))
+PY
+                done
+            done
+            ;;
+        llmc)
+            [ -x "$LLMC" ] || { echo "no llm.c binary (LLMC=$LLMC): skipped"; continue; }
+            log="$OUT_DIR/llmc_$model.log"
+            mem=$(with_mem "$log" "$LLMC" -i "$OUT_DIR/tok.bin" -j "$OUT_DIR/tok.bin" -e "d$D" \
+                -b "$BATCH" -t "$SEQ" -x $((STEPS + WARM)) -v 100000 -s 100000 -m 1 -n 0 -l 3e-4)
+            "$PY" - "$log" "$model" "$mem" "$WARM" "$BATCH" "$SEQ" "$PEAK_TFLOPS" "$L" "$C" \
+                >>"$results" <<'PY'
+import json, re, statistics, sys
+log, model, mem, warm, B, T, peak, L, C = sys.argv[1:]
+steps = [(float(m.group(1)), float(m.group(2))) for m in
+         re.finditer(r"\| ([0-9.]+) ms \| ([0-9.]+)% bf16 MFU", open(log).read())][int(warm):]
+if not steps:
+    sys.exit(print(json.dumps({"engine": "llm.c", "model": model, "error": "no step lines"})))
+ms = statistics.median(s[0] for s in steps)
+B, T, L, C = int(B), int(T), int(L), int(C)
+fl = 6.0 * (L * 12.0 * C * C + 50257 * C) * B * T + 3.0 * (L * 4.0 * T * C) * B * T
+print(json.dumps({"engine": "llm.c", "model": model, "step_ms": round(ms, 2),
+                  "tok_s": round(B * T / (ms / 1e3)), "mfu": fl / (ms / 1e3) / (float(peak) * 1e12),
+                  "llmc_own_mfu": statistics.median(s[1] for s in steps) / 100,
+                  "mem_mib": int(mem or 0)}))
+PY
+            ;;
+        eager | compile)
+            log="$OUT_DIR/torch_${e}_$model.log"
+            mem=$(with_mem "$log" "$PY" bench/gpu/torch_gpt2.py --model "$model" --batch "$BATCH" \
+                --seq "$SEQ" --steps "$STEPS" --warmup "$WARM" --mode "$e" \
+                --peak-tflops "$PEAK_TFLOPS")
+            line=$(grep '^{' "$log" | tail -1)
+            if [ -n "$line" ]; then
+                "$PY" -c 'import json,sys; d=json.loads(sys.argv[1]); d["mem_mib"]=int(sys.argv[2] or 0); print(json.dumps(d))' \
+                    "$line" "$mem" >>"$results"
+            else
+                echo "{\"engine\": \"pytorch-$e\", \"model\": \"$model\", \"error\": \"see $log\"}" >>"$results"
+            fi
+            ;;
+        esac
+        tail -1 "$results"
+    done
+done
+
+echo
+"$PY" - "$results" "$BATCH" "$SEQ" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+print(f"| model | engine | B×T | step ms | tokens/s | MFU | peak GPU MiB |")
+print("|---|---|---|---|---|---|---|")
+for r in rows:
+    if "error" in r:
+        print(f"| {r['model']} | {r['engine']} | | error: {r['error']} | | | |"); continue
+    print(f"| {r['model']} | {r['engine']} | {sys.argv[2]}×{sys.argv[3]} | {r['step_ms']:.1f} | "
+          f"{r['tok_s']:,} | {100 * r['mfu']:.1f}% | {r.get('mem_mib', 0):,} |")
+PY

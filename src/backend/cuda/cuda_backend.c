@@ -1,0 +1,257 @@
+// cuda_backend.c — the CUDA backend's table (backend.h) and what is not a model kernel:
+// start-up (device choice, stream, cuBLAS), device memory, the strategies' vector ops, the
+// reductions the trainer reads on the host, scratch buffers, and the spec-sheet peak.
+//
+// A binary built with CUDA=1 starts anywhere: nothing touches the driver until --device cuda
+// is chosen, and then a missing driver or GPU is an error with the reason, not a crash.
+#include <cuda_runtime.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../common.h"
+#include "../backend.h"
+#include "cuda_blas.h"
+#include "cuda_impl.h"
+#include "cuda_ops.h"
+
+CuCtx cu_ctx = {.device = -1};
+
+void cu_check(cudaError_t e, const char *what, const char *file, int line) {
+    if (e == cudaSuccess) return;
+    die(EXIT_IO, "CUDA error: %s (%s) in %s (%s:%d)", cudaGetErrorString(e), cudaGetErrorName(e),
+        what, file, line);
+}
+
+// ------------------------------------------------------------------ scratch
+
+static void *scr_ptr[SCR_SLOTS];
+static size_t scr_size[SCR_SLOTS];
+
+void *cu_scratch(int slot, size_t bytes) {
+    if (bytes <= scr_size[slot]) return scr_ptr[slot];
+    size_t want = bytes + bytes / 4; // grow geometrically
+    CU(cudaFree(scr_ptr[slot]));     // waits for the stream: nothing can still read it
+    CU(cudaMalloc(&scr_ptr[slot], want));
+    scr_size[slot] = want;
+    return scr_ptr[slot];
+}
+
+int *cu_ints(const int *host, size_t n) {
+    int *dev = cu_scratch(SCR_INTS, (n ? n : 1) * sizeof(int));
+    if (n) CU(cudaMemcpyAsync(dev, host, n * sizeof(int), cudaMemcpyHostToDevice, cu_ctx.stream));
+    return dev;
+}
+
+// ------------------------------------------------------------------ memory
+
+static float *cuda_alloc(size_t n) {
+    void *p = NULL;
+    size_t bytes = (n ? n : 1) * sizeof(float);
+    cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) {
+        size_t fr = 0, tot = 0;
+        cudaMemGetInfo(&fr, &tot);
+        die(EXIT_IO, "CUDA: cannot allocate %.2f GiB of device memory (%.2f GiB free of %.2f): %s",
+            (double)bytes / (1 << 30), (double)fr / (1 << 30), (double)tot / (1 << 30),
+            cudaGetErrorString(e));
+    }
+    CU(cudaMemsetAsync(p, 0, bytes, cu_ctx.stream));
+    return p;
+}
+static void cuda_release(float *p) {
+    cu_gen++;
+    cu_bf16_flush(); // a cached copy may belong to this buffer
+    if (p) CU(cudaFree(p));
+}
+static void cuda_upload(float *dst, const float *host_src, size_t n) {
+    cu_gen++;
+    if (n) CU(cudaMemcpyAsync(dst, host_src, n * sizeof(float), cudaMemcpyDefault, cu_ctx.stream));
+}
+static void cuda_download(float *host_dst, const float *src, size_t n) {
+    if (!n) return;
+    CU(cudaMemcpyAsync(host_dst, src, n * sizeof(float), cudaMemcpyDefault, cu_ctx.stream));
+    CU(cudaStreamSynchronize(cu_ctx.stream));
+}
+static void cuda_copy(float *dst, const float *src, size_t n) {
+    cu_gen++;
+    if (n && dst != src)
+        CU(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDefault, cu_ctx.stream));
+}
+
+// ------------------------------------------------------------------ reductions
+
+static double cuda_sumsq(const float *x, size_t n) {
+    if (!n) return 0.0;
+    double *dev = cu_scratch(SCR_RED, K_SUMSQ_BLOCKS * sizeof(double)), part[K_SUMSQ_BLOCKS];
+    k_sumsq_part(dev, x, n);
+    CU(cudaMemcpyAsync(part, dev, sizeof part, cudaMemcpyDeviceToHost, cu_ctx.stream));
+    CU(cudaStreamSynchronize(cu_ctx.stream));
+    double acc = 0.0;
+    for (int k = 0; k < K_SUMSQ_BLOCKS; k++)
+        acc += part[k];
+    return acc;
+}
+
+static void cuda_sumsq_chunks(const float *x, size_t n, size_t chunk, double *out) {
+    size_t nk = (n + chunk - 1) / chunk;
+    if (!nk) return;
+    double *dev = cu_scratch(SCR_RED, nk * sizeof(double));
+    cu_prof_begin(PROF_RED);
+    k_sumsq_chunks(dev, x, n, chunk);
+    cu_prof_end(PROF_RED);
+    CU(cudaMemcpyAsync(out, dev, nk * sizeof(double), cudaMemcpyDeviceToHost, cu_ctx.stream));
+    CU(cudaStreamSynchronize(cu_ctx.stream));
+}
+
+static int cuda_all_finite(const float *x, size_t n) {
+    if (!n) return 1;
+    int *flag = cu_scratch(SCR_RED, sizeof(int)), bad = 0;
+    CU(cudaMemsetAsync(flag, 0, sizeof(int), cu_ctx.stream));
+    k_nonfinite(flag, x, n);
+    CU(cudaMemcpyAsync(&bad, flag, sizeof bad, cudaMemcpyDeviceToHost, cu_ctx.stream));
+    CU(cudaStreamSynchronize(cu_ctx.stream));
+    return !bad;
+}
+
+// ------------------------------------------------------------------ peak
+// Spec-sheet dense rates per SM per clock (FLOPs; tensor cores with fp32 accumulation for
+// bf16/fp16, the CUDA cores for fp32) times the SM count and the spec boost clock, as llm.c
+// computes MFU: an H100 SXM gives 132 × 4096 × 1.83 GHz = 989 TFLOP/s bf16.
+
+static double per_sm_clock(int major, int minor, int tensor) {
+    int cc = major * 10 + minor;
+    if (!tensor) return cc == 75 || cc == 80 || cc < 75 ? 128 : 256;
+    if (cc == 80) return 2048;
+    if (cc == 90) return 4096;
+    if (cc == 100 || cc == 103 || cc == 110) return 8192;
+    return 512; // Turing (fp16), consumer Ampere, Ada, Blackwell GeForce, Orin
+}
+
+static double boost_mhz(void) {
+    static const struct {
+        const char *name;
+        double mhz;
+    } known[] = {{"H100 80GB HBM3", 1830}, {"H100 SXM", 1830}, {"H200", 1830}, {"H100 PCIe", 1620},
+                 {"H100 NVL", 1785},       {"A100", 1410},     {"GH200", 1830}};
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (strstr(cu_ctx.name, known[i].name)) return known[i].mhz;
+    int khz = 0;
+    if (cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, cu_ctx.device) != cudaSuccess) khz = 0;
+    return khz / 1000.0;
+}
+
+static double cuda_peak_gflops(int *threads) {
+    if (threads) *threads = cu_ctx.sms;
+    double rate = per_sm_clock(cu_ctx.cc_major, cu_ctx.cc_minor, cu_ctx.dtype != CU_FP32);
+    return rate * cu_ctx.sms * boost_mhz() * 1e-3; // MHz·1e6 FLOP/s = 1e-3 GFLOP/s per MHz
+}
+
+// ------------------------------------------------------------------ table
+
+#define EW(name, params, call)                                                                     \
+    static void cuda_##name params {                                                               \
+        cu_gen++;                                                                                  \
+        call;                                                                                      \
+    }
+EW(fill, (float *x, float v, size_t n), k_fill(x, v, n))
+EW(scale, (float *x, float s, size_t n), k_scale(x, s, n))
+EW(axpby, (float *y, float a, const float *x, float b, size_t n), k_axpby(y, a, x, b, n))
+EW(sub_scaled, (float *o, const float *a, const float *b, float s, size_t n),
+   k_sub_scaled(o, a, b, s, n))
+EW(copy_scaled, (float *d, const float *s_, float s, size_t n), k_copy_scaled(d, s_, s, n))
+EW(clamp, (float *x, float lo, float hi, size_t n), k_clamp(x, lo, hi, n))
+
+static void cuda_adamw_gen(float *param, const float *grad, float *m, float *v, size_t n, float lr,
+                           float beta1, float beta2, float eps, float wd, float gscale, int t) {
+    cu_gen++;
+    cuda_adamw(param, grad, m, v, n, lr, beta1, beta2, eps, wd, gscale, t);
+}
+
+static const Backend CUDA = {
+    .name = "cuda",
+    .alloc = cuda_alloc,
+    .release = cuda_release,
+    .upload = cuda_upload,
+    .download = cuda_download,
+    .fill = cuda_fill,
+    .copy = cuda_copy,
+    .scale = cuda_scale,
+    .sumsq = cuda_sumsq,
+    .all_finite = cuda_all_finite,
+    .sumsq_chunks = cuda_sumsq_chunks,
+    .axpby = cuda_axpby,
+    .sub_scaled = cuda_sub_scaled,
+    .copy_scaled = cuda_copy_scaled,
+    .clamp = cuda_clamp,
+    .encoder_forward = cuda_encoder_forward,
+    .encoder_backward = cuda_encoder_backward,
+    .layernorm_forward = cuda_layernorm_forward,
+    .layernorm_backward = cuda_layernorm_backward,
+    .matmul_forward = cuda_matmul_forward,
+    .matmul_backward = cuda_matmul_backward,
+    .attention_forward = cuda_attention_forward,
+    .attention_backward = cuda_attention_backward,
+    .gelu_forward = cuda_gelu_forward,
+    .gelu_backward = cuda_gelu_backward,
+    .residual_forward = cuda_residual_forward,
+    .softmax_xent_forward = cuda_softmax_xent_forward,
+    .softmax_xent_backward = cuda_softmax_xent_backward,
+    .adamw = cuda_adamw_gen,
+    .peak_gflops = cuda_peak_gflops,
+};
+
+// The GPU of this process: the local rank's (mpirun / srun / torchrun), modulo the count.
+static int local_device(int count) {
+    static const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) return atoi(v) % count;
+    }
+    return 0;
+}
+
+static int cuda_start(void) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e == cudaErrorInsufficientDriver)
+        return loom_fail("--device cuda: no usable NVIDIA GPU: no NVIDIA driver found (or one "
+                         "older than this CUDA %d.%d runtime)",
+                         CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10);
+    if (e != cudaSuccess || count == 0)
+        return loom_fail("--device cuda: no usable NVIDIA GPU (%s)",
+                         e != cudaSuccess ? cudaGetErrorString(e) : "no device found");
+    cu_ctx.device = local_device(count);
+    struct cudaDeviceProp p;
+    CU(cudaSetDevice(cu_ctx.device));
+    CU(cudaGetDeviceProperties(&p, cu_ctx.device));
+    snprintf(cu_ctx.name, sizeof cu_ctx.name, "%s", p.name);
+    cu_ctx.sms = p.multiProcessorCount;
+    cu_ctx.cc_major = p.major, cu_ctx.cc_minor = p.minor;
+    CU(cudaStreamCreateWithFlags(&cu_ctx.stream, cudaStreamNonBlocking));
+    cb_init();
+    return 0;
+}
+
+const Backend *backend_cuda(const char *dtype) {
+    CuDtype dt = CU_BF16; // the GPU's default
+    if (dtype && !strcmp(dtype, "fp32"))
+        dt = CU_FP32;
+    else if (dtype && !strcmp(dtype, "fp16")) {
+        loom_fail("--dtype fp16: not implemented yet (it needs dynamic loss scaling); use bf16 "
+                  "(compute capability 8.0 and newer) or fp32");
+        return NULL;
+    } else if (dtype && strcmp(dtype, "bf16")) {
+        loom_fail("--dtype '%s': unknown (bf16, fp16 or fp32)", dtype);
+        return NULL;
+    }
+    if (cu_ctx.device < 0 && cuda_start()) return NULL;
+    if (dt == CU_BF16 && cu_ctx.cc_major < 8) {
+        loom_fail("--dtype bf16: %s (compute capability %d.%d) has no bf16; use fp32", cu_ctx.name,
+                  cu_ctx.cc_major, cu_ctx.cc_minor);
+        return NULL;
+    }
+    cu_ctx.dtype = dt;
+    return &CUDA;
+}
+
+const char *backend_cuda_device_name(void) { return cu_ctx.device < 0 ? NULL : cu_ctx.name; }

@@ -1,0 +1,128 @@
+// cuda_impl.h — what the CUDA backend's files share (not part of the backend interface): the
+// context (device, compute stream, cuBLAS handles, scratch buffers), error checks, and the
+// kernel launchers that the .cu files export with C linkage. Host files are C11; the .cu files
+// hold kernels and their launchers only.
+//
+// Pointers: every float* a launcher takes is device memory. Token and target arrays arrive
+// from the model as host memory (Workspace.tokens) and are uploaded here (cu_ints).
+#pragma once
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// The precision of matrix products: fp32 (no TF32), or bf16 / fp16 operands with fp32
+// accumulation, fp32 master weights, moments and activations.
+typedef enum { CU_FP32, CU_BF16, CU_FP16 } CuDtype;
+
+typedef struct {
+    int device, sms, cc_major, cc_minor;
+    char name[256];
+    cudaStream_t stream; // every kernel, copy and cuBLAS call runs on it, in order
+    CuDtype dtype;
+} CuCtx;
+
+extern CuCtx cu_ctx;
+
+// Fatal unless e == cudaSuccess: prints what failed and exits (EXIT_IO).
+void cu_check(cudaError_t e, const char *what, const char *file, int line);
+#define CU(x) cu_check((x), #x, __FILE__, __LINE__)
+// After a kernel launch: launch-configuration errors surface here.
+#define CU_LAUNCHED(name) cu_check(cudaGetLastError(), name, __FILE__, __LINE__)
+
+// Scratch device memory, one growable buffer per slot (stream-ordered users only: a slot's
+// previous contents are dead once a later op on the stream asks for it).
+enum { SCR_INTS, SCR_PART, SCR_ATT, SCR_RED, SCR_BF_A, SCR_BF_B, SCR_BF_OUT, SCR_FLASH, SCR_SLOTS };
+void *cu_scratch(int slot, size_t bytes);
+// Uploads n host ints into scratch slot `slot` (SCR_INTS by default); returns the device copy.
+int *cu_ints(const int *host, size_t n);
+
+// bf16 operands (cuda_bf16.c). cu_gen changes whenever parameters may have changed (every op
+// that is not a model kernel bumps it); a weight's bf16 copy is reconverted when it is stale.
+extern unsigned cu_gen;
+// w (rows, cols) row-major as bf16, followed by prows − rows zero rows (prows ≥ rows)
+const void *cu_bf16_weight(const float *w, size_t rows, size_t cols, size_t prows);
+const void *cu_bf16_act(int slot, const float *x, size_t n); // converted into scratch `slot`
+void cu_bf16_flush(void);                                    // drops every cached copy
+
+// Opt-in per-op device timing (cuda_prof.c, LOOM_CUDA_PROFILE=1): brackets around each op.
+enum {
+    PROF_ENC_F,
+    PROF_ENC_B,
+    PROF_LN_F,
+    PROF_LN_B,
+    PROF_MM_F,
+    PROF_MM_B,
+    PROF_ATT_F,
+    PROF_ATT_B,
+    PROF_GELU_F,
+    PROF_GELU_B,
+    PROF_RES,
+    PROF_XENT_F,
+    PROF_XENT_B,
+    PROF_ADAMW,
+    PROF_RED,
+    PROF_OPS
+};
+void cu_prof_begin(int op);
+void cu_prof_end(int op);
+
+// ---- k_ew.cu: element-wise and reductions
+void k_fill(float *x, float v, size_t n);
+void k_scale(float *x, float s, size_t n);
+void k_axpby(float *y, float a, const float *x, float b, size_t n);
+void k_sub_scaled(float *out, const float *a, const float *b, float s, size_t n);
+void k_copy_scaled(float *dst, const float *src, float s, size_t n);
+void k_clamp(float *x, float lo, float hi, size_t n);
+void k_residual(float *out, const float *a, const float *b, size_t n);
+void k_gelu_forward(float *out, const float *inp, size_t n);
+void k_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+void k_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2,
+             float eps, float wd, float gscale, float bc1, float bc2);
+// nonzero written to *flag_dev (int) when x holds a NaN or inf
+void k_nonfinite(int *flag_dev, const float *x, size_t n);
+// dst (n bf16) = src rounded to bf16
+void k_to_bf16(void *dst, const float *src, size_t n);
+// dst (rows, pcols) bf16 = src (rows, cols) fp32, zero in columns cols..pcols-1
+void k_to_bf16_pad(void *dst, const float *src, size_t rows, size_t cols, size_t pcols);
+// part_dev[k] = Σ x² over grid block k's grid-stride share, K_SUMSQ_BLOCKS doubles
+enum { K_SUMSQ_BLOCKS = 1024 };
+void k_sumsq_part(double *part_dev, const float *x, size_t n);
+// out_dev[k] = Σ x² over chunk k (ceil(n/chunk) doubles)
+void k_sumsq_chunks(double *out_dev, const float *x, size_t n, size_t chunk);
+
+// ---- k_nn.cu: the model's kernels
+void k_encoder_forward(float *out, const int *tok, const float *wte, const float *wpe, int B, int T,
+                       int C);
+void k_encoder_backward_wpe(float *dwpe, const float *dout, int B, int T, int C);
+// groups: U distinct tokens; ids[U], start[U+1], perm[BT] (positions sorted by token)
+void k_encoder_backward_wte(float *dwte, const float *dout, const int *ids, const int *start,
+                            const int *perm, int U, int C);
+void k_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                         const float *b, int N, int C);
+void k_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                          const float *w, const float *mean, const float *rstd, int N, int C);
+void k_bias_rows(float *out, const float *bias, int N, int OC);       // out[n,:] = bias
+void k_bias_backward(float *dbias, const float *dout, int N, int OC); // dbias += Σ_n dout
+// losses[n] = -log softmax(row n)[target]; rows become probabilities
+void k_softmax_xent_forward(float *lp, float *losses, const int *targets, int N, int V);
+void k_softmax_xent_backward(float *pd, const int *targets, float scale, int N, int V);
+// causal softmax over rows of att (rows of length T, row r is query r % T), in place
+void k_causal_softmax(float *att, size_t rows, int T);
+// in place: datt → dpre = att ⊙ (datt − Σ att·datt) on j ≤ t, 0 above the diagonal
+void k_causal_softmax_backward(float *datt, const float *att, size_t rows, int T);
+
+// ---- k_flash.cu: tensor-core causal attention for bf16, head size 64, T > 64 (k_flash_ok).
+// aux is the model's (B,NH,T,T) att buffer, used as per-head scratch between the two passes;
+// drow is B·NH·T floats of scratch.
+int k_flash_ok(int T, int C, int NH);
+void k_flash_forward(float *out, float *aux, const float *qkv, int B, int T, int C, int NH);
+void k_flash_backward(float *dqkv, const float *dout, const float *qkv, const float *aux,
+                      float *drow, int B, int T, int C, int NH);
+
+#ifdef __cplusplus
+}
+#endif

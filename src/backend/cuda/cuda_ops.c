@@ -1,0 +1,264 @@
+// cuda_ops.c — the CUDA backend's model kernels behind the Backend table (semantics in
+// backend.h): embedding, LayerNorm, linear layers, attention, GELU, residual, the classifier
+// and AdamW. Each one launches the kernels of k_nn.cu / k_ew.cu or the products of
+// cuda_blas.c on the backend's stream.
+//
+// Attention keeps the (B,NH,T,T) probabilities in the model's att buffer, as the CPU backend
+// does: per batch row, QKᵀ and att·V are strided-batched products over the heads.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../common.h"
+#include "cuda_blas.h"
+#include "cuda_impl.h"
+#include "cuda_ops.h"
+
+// ------------------------------------------------------------------ embedding
+
+void cuda_encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B,
+                          int T, int C) {
+    cu_prof_begin(PROF_ENC_F);
+    k_encoder_forward(out, cu_ints(inp, (size_t)B * T), wte, wpe, B, T, C);
+    cu_prof_end(PROF_ENC_F);
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+// The token scatter grouped on the host: positions sorted by (token, position), one GPU
+// block per distinct token adds its rows in position order (no atomics, the CPU's order).
+void cuda_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B,
+                           int T, int C) {
+    size_t BT = (size_t)B * T;
+    cu_prof_begin(PROF_ENC_B);
+    k_encoder_backward_wpe(dwpe, dout, B, T, C);
+    uint64_t *key = xmalloc(BT * sizeof *key);
+    for (size_t i = 0; i < BT; i++)
+        key[i] = (uint64_t)(uint32_t)inp[i] << 32 | i;
+    qsort(key, BT, sizeof *key, cmp_u64);
+    // one int array: ids[U] | start[U+1] | perm[BT], U ≤ BT
+    int *host = xmalloc((3 * BT + 1) * sizeof(int)), *perm = host + 2 * BT + 1;
+    int U = 0;
+    for (size_t i = 0; i < BT; i++) {
+        int tok = (int)(key[i] >> 32);
+        if (!i || tok != (int)(key[i - 1] >> 32)) host[U++] = tok;
+        perm[i] = (int)(uint32_t)key[i];
+    }
+    int *start = host + U; // starts follow the ids directly, then perm is moved after them
+    for (size_t i = 0, u = 0; i < BT; i++)
+        if (!i || (key[i] >> 32) != (key[i - 1] >> 32)) start[u++] = (int)i;
+    start[U] = (int)BT;
+    memmove(start + U + 1, perm, BT * sizeof(int));
+    int *dev = cu_ints(host, (size_t)2 * U + 1 + BT);
+    k_encoder_backward_wte(dwte, dout, dev, dev + U, dev + 2 * U + 1, U, C);
+    cu_prof_end(PROF_ENC_B);
+    free(host);
+    free(key);
+}
+
+// ------------------------------------------------------------------ layernorm
+
+void cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                            const float *b, int N, int C) {
+    cu_prof_begin(PROF_LN_F);
+    k_layernorm_forward(out, mean, rstd, inp, w, b, N, C);
+    cu_prof_end(PROF_LN_F);
+}
+
+void cuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                             const float *w, const float *mean, const float *rstd, int N, int C) {
+    cu_prof_begin(PROF_LN_B);
+    k_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    cu_prof_end(PROF_LN_B);
+}
+
+// ------------------------------------------------------------------ matmul
+// Row-major out (N,OC) is column-major (OC,N): out = W·inpᵀ in cuBLAS terms, W (OC,C)
+// row-major being the transposed operand.
+
+// In bf16 the products read the weight's cached bf16 copy and the activations rounded into
+// scratch, accumulate in fp32 and write the fp32 outputs. An output width OC that is not a
+// multiple of 8 (GPT-2's vocabulary, 50257) leaves every column of the product misaligned and
+// cuBLASLt on slow kernels (97 TFLOP/s on an H100 for the LM head, 480-840 for the others), so
+// a bias-free product of such a width runs padded to a multiple of 64 (zero weight rows, zero
+// gradient columns; llm.c pads its vocabulary the same way) and the forward's result is copied
+// out of the padded scratch.
+static int bf16_mode(void) { return cu_ctx.dtype == CU_BF16; }
+static int pad_to(int OC, int has_bias) { return OC % 8 && !has_bias ? (OC + 63) / 64 * 64 : OC; }
+
+static void bf16_forward(float *out, const float *inp, const float *w, const float *bias, int N,
+                         int C, int OC) {
+    const void *x = cu_bf16_act(SCR_BF_A, inp, (size_t)N * C);
+    int P = pad_to(OC, bias != NULL);
+    const void *wb = cu_bf16_weight(w, (size_t)OC, (size_t)C, (size_t)P);
+    if (P == OC) {
+        cb_matmul(1, 0, OC, N, C, wb, C, x, C, out, OC, 0.0f, bias, CB_BF16_AB);
+        return;
+    }
+    float *o = cu_scratch(SCR_BF_OUT, (size_t)P * N * sizeof(float));
+    cb_matmul(1, 0, P, N, C, wb, C, x, C, o, P, 0.0f, NULL, CB_BF16_AB);
+    CU(cudaMemcpy2DAsync(out, (size_t)OC * sizeof(float), o, (size_t)P * sizeof(float),
+                         (size_t)OC * sizeof(float), (size_t)N, cudaMemcpyDeviceToDevice,
+                         cu_ctx.stream));
+}
+
+static void bf16_backward(float *dinp, float *dw, const float *dout, const float *inp,
+                          const float *w, int N, int C, int OC, int has_bias) {
+    int P = pad_to(OC, has_bias);
+    void *d = cu_scratch(SCR_BF_A, (size_t)N * P * 2); // dout (N,P), zero past OC
+    k_to_bf16_pad(d, dout, (size_t)N, (size_t)OC, (size_t)P);
+    if (dinp)
+        cb_matmul(0, 0, C, N, P, cu_bf16_weight(w, (size_t)OC, (size_t)C, (size_t)P), C, d, P, dinp,
+                  C, 0.0f, NULL, CB_BF16_AB);
+    cb_matmul(0, 1, C, OC, N, cu_bf16_act(SCR_BF_B, inp, (size_t)N * C), C, d, P, dw, C, 1.0f, NULL,
+              CB_BF16_AB);
+}
+
+void cuda_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N,
+                         int C, int OC) {
+    cu_prof_begin(PROF_MM_F);
+    if (bf16_mode())
+        bf16_forward(out, inp, w, bias, N, C, OC);
+    else
+        cb_matmul(1, 0, OC, N, C, w, C, inp, C, out, OC, 0.0f, bias, 0);
+    cu_prof_end(PROF_MM_F);
+}
+
+void cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                          const float *w, int N, int C, int OC) {
+    cu_prof_begin(PROF_MM_B);
+    if (bf16_mode()) {
+        bf16_backward(dinp, dw, dout, inp, w, N, C, OC, dbias != NULL);
+    } else {
+        if (dinp) // dinp (N,C) = dout·W: column-major (C,N) = Wᶜᵐ(C,OC) · doutᶜᵐ(OC,N)
+            cb_matmul(0, 0, C, N, OC, w, C, dout, OC, dinp, C, 0.0f, NULL, 0);
+        // dW (OC,C) += doutᵀ·inp: column-major (C,OC) += inpᶜᵐ(C,N) · (doutᶜᵐ)ᵀ(N,OC)
+        cb_matmul(0, 1, C, OC, N, inp, C, dout, OC, dw, C, 1.0f, NULL, 0);
+    }
+    if (dbias) k_bias_backward(dbias, dout, N, OC);
+    cu_prof_end(PROF_MM_B);
+}
+
+// ------------------------------------------------------------------ attention
+// Per batch row b, the heads are a strided batch: Q, K, V of head h start at column h·hs of
+// the (T,3C) rows (leading dimension 3C), att of head h at h·T·T.
+
+// bf16 with head size 64 and T > 64 takes the flash kernels (k_flash.cu); LOOM_CUDA_FLASH=0
+// keeps the batched products.
+static int use_flash(int T, int C, int NH) {
+    static int env = -1;
+    if (env < 0) {
+        const char *e = getenv("LOOM_CUDA_FLASH");
+        env = !(e && !strcmp(e, "0"));
+    }
+    return env && bf16_mode() && k_flash_ok(T, C, NH);
+}
+
+void cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
+    if (use_flash(T, C, NH)) {
+        cu_prof_begin(PROF_ATT_F);
+        k_flash_forward(out, att, qkv, B, T, C, NH);
+        cu_prof_end(PROF_ATT_F);
+        return;
+    }
+    int hs = C / NH, C3 = 3 * C;
+    long long TT = (long long)T * T;
+    float scale = 1.0f / sqrtf((float)hs);
+    cu_prof_begin(PROF_ATT_F);
+    for (int b = 0; b < B; b++) { // att[t][j] = scale·q_t·k_j: column-major (j,t) = K·Qᵀ
+        const float *q = qkv + (size_t)b * T * C3, *k = q + C;
+        cb_matmul_batched(1, 0, T, T, hs, scale, k, C3, hs, q, C3, hs, att + (size_t)b * NH * TT, T,
+                          TT, NH);
+    }
+    k_causal_softmax(att, (size_t)B * NH * T, T);
+    for (int b = 0; b < B; b++) { // out_t = Σ_j att[t][j]·v_j: column-major (hs,T) = Vᵀ·attᵀ
+        const float *v = qkv + (size_t)b * T * C3 + 2 * C;
+        cb_matmul_batched(0, 0, hs, T, T, 1.0f, v, C3, hs, att + (size_t)b * NH * TT, T, TT,
+                          out + (size_t)b * T * C, C, hs, NH);
+    }
+    cu_prof_end(PROF_ATT_F);
+}
+
+void cuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
+                             int B, int T, int C, int NH) {
+    if (use_flash(T, C, NH)) {
+        cu_prof_begin(PROF_ATT_B);
+        float *drow = cu_scratch(SCR_FLASH, (size_t)B * NH * T * sizeof(float));
+        k_flash_backward(dqkv, dout, qkv, att, drow, B, T, C, NH);
+        cu_prof_end(PROF_ATT_B);
+        return;
+    }
+    int hs = C / NH, C3 = 3 * C;
+    long long TT = (long long)T * T;
+    float scale = 1.0f / sqrtf((float)hs);
+    float *datt = cu_scratch(SCR_ATT, (size_t)NH * TT * sizeof(float));
+    cu_prof_begin(PROF_ATT_B);
+    for (int b = 0; b < B; b++) {
+        size_t off = (size_t)b * T * C3;
+        const float *q = qkv + off, *k = q + C, *v = q + 2 * C, *a = att + (size_t)b * NH * TT;
+        const float *dy = dout + (size_t)b * T * C;
+        float *dq = dqkv + off, *dk = dq + C, *dv = dq + 2 * C;
+        // datt[t][j] = dy_t·v_j ; dv_j = Σ_t att[t][j]·dy_t
+        cb_matmul_batched(1, 0, T, T, hs, 1.0f, v, C3, hs, dy, C, hs, datt, T, TT, NH);
+        cb_matmul_batched(0, 1, hs, T, T, 1.0f, dy, C, hs, a, T, TT, dv, C3, hs, NH);
+        k_causal_softmax_backward(datt, a, (size_t)NH * T, T);
+        // dq_t = scale·Σ_j dpre[t][j]·k_j ; dk_j = scale·Σ_t dpre[t][j]·q_t
+        cb_matmul_batched(0, 0, hs, T, T, scale, k, C3, hs, datt, T, TT, dq, C3, hs, NH);
+        cb_matmul_batched(0, 1, hs, T, T, scale, q, C3, hs, datt, T, TT, dk, C3, hs, NH);
+    }
+    cu_prof_end(PROF_ATT_B);
+}
+
+// ------------------------------------------------------------------ element-wise, loss, AdamW
+
+void cuda_gelu_forward(float *out, const float *inp, size_t n) {
+    cu_prof_begin(PROF_GELU_F);
+    k_gelu_forward(out, inp, n);
+    cu_prof_end(PROF_GELU_F);
+}
+void cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+    cu_prof_begin(PROF_GELU_B);
+    k_gelu_backward(dinp, inp, dout, n);
+    cu_prof_end(PROF_GELU_B);
+}
+void cuda_residual_forward(float *out, const float *a, const float *b, size_t n) {
+    cu_prof_begin(PROF_RES);
+    k_residual(out, a, b, n);
+    cu_prof_end(PROF_RES);
+}
+
+double cuda_softmax_xent_forward(float *logits_probs, float *losses, const int *targets, int N,
+                                 int V) {
+    if (N <= 0) return 0.0;
+    cu_prof_begin(PROF_XENT_F);
+    k_softmax_xent_forward(logits_probs, losses, cu_ints(targets, (size_t)N), N, V);
+    cu_prof_end(PROF_XENT_F);
+    float *host = xmalloc((size_t)N * sizeof(float));
+    CU(cudaMemcpyAsync(host, losses, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost,
+                       cu_ctx.stream));
+    CU(cudaStreamSynchronize(cu_ctx.stream));
+    double total = 0.0; // in order, as the CPU backend sums them
+    for (int n = 0; n < N; n++)
+        total += host[n];
+    free(host);
+    return total;
+}
+
+void cuda_softmax_xent_backward(float *probs_dlogits, const int *targets, float scale, int N,
+                                int V) {
+    if (N <= 0) return;
+    cu_prof_begin(PROF_XENT_B);
+    k_softmax_xent_backward(probs_dlogits, cu_ints(targets, (size_t)N), scale, N, V);
+    cu_prof_end(PROF_XENT_B);
+}
+
+void cuda_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr,
+                float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) {
+    float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
+    cu_prof_begin(PROF_ADAMW);
+    k_adamw(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, bc1, bc2);
+    cu_prof_end(PROF_ADAMW);
+}

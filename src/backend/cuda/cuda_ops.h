@@ -1,0 +1,30 @@
+// cuda_ops.h — the CUDA backend's model kernels (cuda_ops.c), as the Backend table
+// (cuda_backend.c) points at them. Semantics are backend.h's; pointers are device memory
+// except the int token / target arrays, which are host memory.
+#pragma once
+#include <stddef.h>
+
+void cuda_encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B,
+                          int T, int C);
+void cuda_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B,
+                           int T, int C);
+void cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                            const float *b, int N, int C);
+void cuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                             const float *w, const float *mean, const float *rstd, int N, int C);
+void cuda_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N,
+                         int C, int OC);
+void cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                          const float *w, int N, int C, int OC);
+void cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
+void cuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
+                             int B, int T, int C, int NH);
+void cuda_gelu_forward(float *out, const float *inp, size_t n);
+void cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+void cuda_residual_forward(float *out, const float *a, const float *b, size_t n);
+double cuda_softmax_xent_forward(float *logits_probs, float *losses, const int *targets, int N,
+                                 int V);
+void cuda_softmax_xent_backward(float *probs_dlogits, const int *targets, float scale, int N,
+                                int V);
+void cuda_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr,
+                float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t);

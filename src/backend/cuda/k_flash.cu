@@ -1,0 +1,325 @@
+// k_flash.cu — causal attention for --dtype bf16 without the (T,T) matrix: FlashAttention-2
+// style forward and backward on the tensor cores (mma.sync m16n8k16, bf16 operands, fp32
+// accumulation and softmax), head size 64. Q, K, V are read from the fp32 qkv rows and rounded
+// to bf16 as tiles enter shared memory.
+//
+// Forward: a block per (64 queries, head); each of its 4 warps owns 16 query rows, keeps Q in
+// registers and runs the online softmax over key tiles of 64 up to the diagonal. It writes the
+// output, and into the model's att buffer (T·T floats per head, opaque to the model) the
+// per-row log-sum-exp (base 2) and a copy of the output rows, which the backward needs.
+// Backward: D = rowsum(dO ∘ O) first; then a block per (64 keys, head), each warp owning 16
+// keys with dK, dV in registers, loops over the query tiles at or after its keys, recomputes
+// P from the log-sum-exp, and adds its dQ share into dqkv with fp32 atomics.
+//
+// Fragment layouts (PTX ISA, mma.m16n8k16): g = lane/4, t = lane%4; A (16×16) a0 = (g, 2t..2t+1),
+// a1 = (g+8, 2t..), a2 = (g, 2t+8..), a3 = (g+8, 2t+8..); B (16×8, k × n) b0 = (k 2t..2t+1, n g),
+// b1 = (k 2t+8.., n g); C (16×8) c0,c1 = (g, 2t..2t+1), c2,c3 = (g+8, 2t..).
+#include <cuda_bf16.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "k_common.cuh"
+
+#define D 64       // head size
+#define TILE 64    // queries and keys per tile
+#define LD (D + 8) // shared-memory row pitch in bf16 (16 bytes of padding against conflicts)
+typedef __nv_bfloat16 bf16;
+
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+__device__ __forceinline__ uint32_t ld2(const bf16 *p) {
+    return *reinterpret_cast<const uint32_t *>(p);
+}
+// Turing (sm_75) has no bf16 mma; it never runs these kernels (bf16 is refused below 8.0).
+__device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    __trap();
+#endif
+}
+__device__ __forceinline__ float quad_max(float v) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// A 64×64 tile of rows r0.. (zero past T) of a matrix with row stride ld, rounded to bf16,
+// into rows of `row` and/or (transposed) `col` shared memory. When g and ld allow 16-byte
+// loads, each thread issues all 8 of its loads before the first store (latency, not
+// bandwidth, bounds a tile).
+__device__ void load_tile(bf16 *row, bf16 *col, const float *g, int r0, int T, size_t ld) {
+    if (((uintptr_t)g | (ld * sizeof(float))) % 16 == 0 && blockDim.x == 128) {
+        float4 x[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++) { // 16 float4 a row, 64 rows: 1024 slots, 8 per thread
+            int i = threadIdx.x + 128 * k, r = i >> 4, c = (i & 15) * 4;
+            x[k] = r0 + r < T ? *reinterpret_cast<const float4 *>(g + (size_t)(r0 + r) * ld + c)
+                              : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            int i = threadIdx.x + 128 * k, r = i >> 4, c = (i & 15) * 4;
+            bf16 v[4] = {__float2bfloat16_rn(x[k].x), __float2bfloat16_rn(x[k].y),
+                         __float2bfloat16_rn(x[k].z), __float2bfloat16_rn(x[k].w)};
+            if (row) {
+                __nv_bfloat162 *d = reinterpret_cast<__nv_bfloat162 *>(row + r * LD + c);
+                d[0] = __halves2bfloat162(v[0], v[1]), d[1] = __halves2bfloat162(v[2], v[3]);
+            }
+            if (col)
+                for (int j = 0; j < 4; j++)
+                    col[(c + j) * LD + r] = v[j];
+        }
+        return;
+    }
+    for (int i = threadIdx.x; i < TILE * D; i += blockDim.x) {
+        int r = i / D, c = i % D;
+        bf16 v = __float2bfloat16_rn(r0 + r < T ? g[(size_t)(r0 + r) * ld + c] : 0.f);
+        if (row) row[r * LD + c] = v;
+        if (col) col[c * LD + r] = v;
+    }
+}
+
+// A fragments of 16 rows (r0.. of a matrix with row stride ld, zero past T) over D columns.
+__device__ void load_a(uint32_t a[4][4], const float *g, int r0, int T, size_t ld) {
+    int gq = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+    for (int kk = 0; kk < 4; kk++)
+        for (int h = 0; h < 2; h++) { // rows g, g+8
+            int r = r0 + gq + 8 * h;
+            const float *p = g + (size_t)(r < T ? r : 0) * ld + kk * 16 + 2 * t;
+            float z = r < T ? 1.f : 0.f; // rows past T are zero
+            a[kk][h] = pack2(z * p[0], z * p[1]), a[kk][2 + h] = pack2(z * p[8], z * p[9]);
+        }
+}
+
+// ------------------------------------------------------------------ forward
+
+__global__ void __launch_bounds__(128)
+    flash_fwd_kernel(float *out, float *aux, const float *qkv, int T, int C, int NH, float sl2) {
+    __shared__ bf16 Ks[TILE * LD], Vt[TILE * LD];
+    int qt = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH; // long first
+    int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    size_t C3 = 3 * (size_t)C;
+    const float *base = qkv + (size_t)b * T * C3 + h * D;
+    int row0 = qt * TILE + w * 16 + g, row1 = row0 + 8;
+    uint32_t qa[4][4];
+    load_a(qa, base, qt * TILE + w * 16, T, C3);
+    float o[8][4] = {}, m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+    for (int kt = 0; kt <= qt; kt++) {
+        int k0 = kt * TILE;
+        __syncthreads(); // every warp is done with the previous tile
+        load_tile(Ks, NULL, base + C, k0, T, C3);
+        load_tile(NULL, Vt, base + 2 * C, k0, T, C3);
+        __syncthreads();
+        float s[8][4] = {};
+        for (int nt = 0; nt < 8; nt++)
+            for (int kk = 0; kk < 4; kk++) {
+                const bf16 *kr = Ks + (nt * 8 + g) * LD + kk * 16 + 2 * t;
+                mma(s[nt], qa[kk], ld2(kr), ld2(kr + 8));
+            }
+        float mx0 = -INFINITY, mx1 = -INFINITY;
+        for (int nt = 0; nt < 8; nt++)
+            for (int e = 0; e < 2; e++) { // scores in log2 units; keys after the query masked
+                int key = k0 + nt * 8 + 2 * t + e;
+                s[nt][e] = key <= row0 ? s[nt][e] * sl2 : -INFINITY;
+                s[nt][2 + e] = key <= row1 ? s[nt][2 + e] * sl2 : -INFINITY;
+                mx0 = fmaxf(mx0, s[nt][e]), mx1 = fmaxf(mx1, s[nt][2 + e]);
+            }
+        float n0 = fmaxf(m0, quad_max(mx0)), n1 = fmaxf(m1, quad_max(mx1));
+        float a0 = exp2f(m0 - n0), a1 = exp2f(m1 - n1), r0 = 0.f, r1 = 0.f;
+        m0 = n0, m1 = n1;
+        for (int nt = 0; nt < 8; nt++)
+            for (int e = 0; e < 2; e++) {
+                s[nt][e] = exp2f(s[nt][e] - m0), r0 += s[nt][e];
+                s[nt][2 + e] = exp2f(s[nt][2 + e] - m1), r1 += s[nt][2 + e];
+            }
+        l0 = l0 * a0 + quad_sum(r0), l1 = l1 * a1 + quad_sum(r1);
+        for (int nt = 0; nt < 8; nt++)
+            o[nt][0] *= a0, o[nt][1] *= a0, o[nt][2] *= a1, o[nt][3] *= a1;
+        for (int kk = 0; kk < 4; kk++) { // O += P·V, P straight from the score registers
+            uint32_t pa[4] = {pack2(s[2 * kk][0], s[2 * kk][1]), pack2(s[2 * kk][2], s[2 * kk][3]),
+                              pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                              pack2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+            for (int nt = 0; nt < 8; nt++) {
+                const bf16 *vr = Vt + (nt * 8 + g) * LD + kk * 16 + 2 * t;
+                mma(o[nt], pa, ld2(vr), ld2(vr + 8));
+            }
+        }
+    }
+    // aux per head: T log-sum-exps, then the (T, D) output rows
+    float *lse = aux + (size_t)bh * T * T, *ocopy = lse + T;
+    float i0 = 1.0f / l0, i1 = 1.0f / l1;
+    for (int nt = 0; nt < 8; nt++)
+        for (int e = 0; e < 2; e++) {
+            int d = nt * 8 + 2 * t + e;
+            if (row0 < T) {
+                float v = o[nt][e] * i0;
+                out[((size_t)b * T + row0) * C + h * D + d] = v, ocopy[(size_t)row0 * D + d] = v;
+            }
+            if (row1 < T) {
+                float v = o[nt][2 + e] * i1;
+                out[((size_t)b * T + row1) * C + h * D + d] = v, ocopy[(size_t)row1 * D + d] = v;
+            }
+        }
+    if (t == 0 && row0 < T) lse[row0] = m0 + log2f(l0);
+    if (t == 0 && row1 < T) lse[row1] = m1 + log2f(l1);
+}
+
+// ------------------------------------------------------------------ backward
+
+// Drow[bh·T + t] = Σ_d dO[t,d]·O[t,d] (O from the forward's copy in aux); a warp per row
+__global__ void flash_drow_kernel(float *drow, const float *dout, const float *aux, int B, int T,
+                                  int C, int NH) {
+    size_t r = (size_t)blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (r >= (size_t)B * NH * T) return;
+    int t = (int)(r % T), bh = (int)(r / T), b = bh / NH, h = bh % NH;
+    const float *o = aux + (size_t)bh * T * T + T + (size_t)t * D;
+    const float *d = dout + ((size_t)b * T + t) * C + h * D;
+    float acc = d[lane] * o[lane] + d[lane + 32] * o[lane + 32];
+    acc = warp_sum(acc);
+    if (lane == 0) drow[r] = acc;
+}
+
+enum { BWD_TILES = 6, BWD_SMEM = BWD_TILES * TILE * LD * 2 + 2 * TILE * 4 };
+
+__global__ void __launch_bounds__(128)
+    flash_bwd_kernel(float *dqkv, const float *dout, const float *qkv, const float *aux,
+                     const float *drow, int T, int C, int NH, float scale, float sl2) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    bf16 *Kt = (bf16 *)smem, *Qs = Kt + TILE * LD, *Qt = Qs + TILE * LD, *dOs = Qt + TILE * LD;
+    bf16 *dOt = dOs + TILE * LD, *dSs = dOt + TILE * LD;
+    float *lse_s = (float *)(dSs + TILE * LD), *d_s = lse_s + TILE;
+    int kt = blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    size_t C3 = 3 * (size_t)C;
+    const float *q = qkv + (size_t)b * T * C3 + h * D, *k = q + C, *v = q + 2 * C;
+    const float *dO = dout + (size_t)b * T * C + h * D, *lse = aux + (size_t)bh * T * T;
+    const float *dr = drow + (size_t)bh * T;
+    float *dq = dqkv + (size_t)b * T * C3 + h * D, *dk = dq + C, *dv = dq + 2 * C;
+    int k0 = kt * TILE, key0 = k0 + w * 16 + g, key1 = key0 + 8;
+    uint32_t ka[4][4], va[4][4];
+    load_a(ka, k, k0 + w * 16, T, C3);
+    load_a(va, v, k0 + w * 16, T, C3);
+    load_tile(NULL, Kt, k, k0, T, C3);
+    float dka[8][4] = {}, dva[8][4] = {};
+    int nq = (T + TILE - 1) / TILE;
+    for (int qt = kt; qt < nq; qt++) {
+        int q0 = qt * TILE;
+        __syncthreads(); // the previous tile's readers are done
+        load_tile(Qs, Qt, q, q0, T, C3);
+        load_tile(dOs, dOt, dO, q0, T, C);
+        for (int i = threadIdx.x; i < TILE; i += blockDim.x) {
+            lse_s[i] = q0 + i < T ? lse[q0 + i] : INFINITY; // P = 0 on rows past T
+            d_s[i] = q0 + i < T ? dr[q0 + i] : 0.f;
+        }
+        __syncthreads();
+        float st[8][4] = {}, dp[8][4] = {}; // Sᵀ and dPᵀ: 16 keys × 64 queries of this warp
+        for (int nt = 0; nt < 8; nt++)
+            for (int kk = 0; kk < 4; kk++) {
+                const bf16 *qr = Qs + (nt * 8 + g) * LD + kk * 16 + 2 * t;
+                const bf16 *orow = dOs + (nt * 8 + g) * LD + kk * 16 + 2 * t;
+                mma(st[nt], ka[kk], ld2(qr), ld2(qr + 8));
+                mma(dp[nt], va[kk], ld2(orow), ld2(orow + 8));
+            }
+        for (int nt = 0; nt < 8; nt++)
+            for (int e = 0; e < 2; e++) { // Pᵀ, then dSᵀ = Pᵀ ∘ (dPᵀ − D) in dp
+                int ql = nt * 8 + 2 * t + e, qi = q0 + ql;
+                float p0 = key0 <= qi ? exp2f(st[nt][e] * sl2 - lse_s[ql]) : 0.f;
+                float p1 = key1 <= qi ? exp2f(st[nt][2 + e] * sl2 - lse_s[ql]) : 0.f;
+                st[nt][e] = p0, st[nt][2 + e] = p1;
+                dp[nt][e] = p0 * (dp[nt][e] - d_s[ql]);
+                dp[nt][2 + e] = p1 * (dp[nt][2 + e] - d_s[ql]);
+                dSs[ql * LD + w * 16 + g] = __float2bfloat16_rn(dp[nt][e]);
+                dSs[ql * LD + w * 16 + g + 8] = __float2bfloat16_rn(dp[nt][2 + e]);
+            }
+        for (int kk = 0; kk < 4; kk++) { // dV += Pᵀ·dO, dK += dSᵀ·Q (k = queries)
+            uint32_t pa[4] = {pack2(st[2 * kk][0], st[2 * kk][1]),
+                              pack2(st[2 * kk][2], st[2 * kk][3]),
+                              pack2(st[2 * kk + 1][0], st[2 * kk + 1][1]),
+                              pack2(st[2 * kk + 1][2], st[2 * kk + 1][3])};
+            uint32_t sa[4] = {pack2(dp[2 * kk][0], dp[2 * kk][1]),
+                              pack2(dp[2 * kk][2], dp[2 * kk][3]),
+                              pack2(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
+                              pack2(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+            for (int nt = 0; nt < 8; nt++) {
+                const bf16 *ot = dOt + (nt * 8 + g) * LD + kk * 16 + 2 * t;
+                const bf16 *qtr = Qt + (nt * 8 + g) * LD + kk * 16 + 2 * t;
+                mma(dva[nt], pa, ld2(ot), ld2(ot + 8));
+                mma(dka[nt], sa, ld2(qtr), ld2(qtr + 8));
+            }
+        }
+        __syncthreads();      // dS complete
+        float dqa[8][4] = {}; // dQ of queries w·16.. of the tile: dS (queries × keys)·K
+        for (int kk = 0; kk < 4; kk++) {
+            const bf16 *sr = dSs + (w * 16 + g) * LD + kk * 16 + 2 * t;
+            uint32_t a[4] = {ld2(sr), ld2(sr + 8 * LD), ld2(sr + 8), ld2(sr + 8 * LD + 8)};
+            for (int nt = 0; nt < 8; nt++) {
+                const bf16 *kr = Kt + (nt * 8 + g) * LD + kk * 16 + 2 * t;
+                mma(dqa[nt], a, ld2(kr), ld2(kr + 8));
+            }
+        }
+        int r0 = q0 + w * 16 + g, r1 = r0 + 8;
+        for (int nt = 0; nt < 8; nt++)
+            for (int e = 0; e < 2; e++) {
+                int d = nt * 8 + 2 * t + e;
+                if (r0 < T) atomicAdd(dq + (size_t)r0 * C3 + d, scale * dqa[nt][e]);
+                if (r1 < T) atomicAdd(dq + (size_t)r1 * C3 + d, scale * dqa[nt][2 + e]);
+            }
+    }
+    for (int nt = 0; nt < 8; nt++)
+        for (int e = 0; e < 2; e++) {
+            int d = nt * 8 + 2 * t + e;
+            if (key0 < T) {
+                dk[(size_t)key0 * C3 + d] = scale * dka[nt][e];
+                dv[(size_t)key0 * C3 + d] = dva[nt][e];
+            }
+            if (key1 < T) {
+                dk[(size_t)key1 * C3 + d] = scale * dka[nt][2 + e];
+                dv[(size_t)key1 * C3 + d] = dva[nt][2 + e];
+            }
+        }
+}
+
+// ------------------------------------------------------------------ launchers
+
+extern "C" {
+int k_flash_ok(int T, int C, int NH) { return NH > 0 && C == NH * D && T > D; }
+
+void k_flash_forward(float *out, float *aux, const float *qkv, int B, int T, int C, int NH) {
+    dim3 grid((unsigned)((T + TILE - 1) / TILE), (unsigned)(B * NH));
+    float sl2 = 1.4426950408889634f / sqrtf((float)D);
+    flash_fwd_kernel<<<grid, 128, 0, cu_ctx.stream>>>(out, aux, qkv, T, C, NH, sl2);
+    CU_LAUNCHED("flash_forward");
+}
+
+void k_flash_backward(float *dqkv, const float *dout, const float *qkv, const float *aux,
+                      float *drow, int B, int T, int C, int NH) {
+    static int attr_set;
+    if (!attr_set) {
+        CU(cudaFuncSetAttribute(flash_bwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                BWD_SMEM));
+        attr_set = 1;
+    }
+    size_t rows = (size_t)B * NH * T;
+    flash_drow_kernel<<<(unsigned)((rows + 7) / 8), 256, 0, cu_ctx.stream>>>(drow, dout, aux, B, T,
+                                                                             C, NH);
+    CU_LAUNCHED("flash_drow");
+    size_t C3 = 3 * (size_t)C; // dQ accumulates: its columns start at zero
+    CU(cudaMemset2DAsync(dqkv, C3 * sizeof(float), 0, (size_t)C * sizeof(float), (size_t)B * T,
+                         cu_ctx.stream));
+    dim3 grid((unsigned)((T + TILE - 1) / TILE), (unsigned)(B * NH));
+    float scale = 1.0f / sqrtf((float)D), sl2 = 1.4426950408889634f * scale;
+    flash_bwd_kernel<<<grid, 128, BWD_SMEM, cu_ctx.stream>>>(dqkv, dout, qkv, aux, drow, T, C, NH,
+                                                             scale, sl2);
+    CU_LAUNCHED("flash_backward");
+}
+}

@@ -1,0 +1,304 @@
+// k_nn.cu — the CUDA backend's model kernels: embedding forward/backward (the token scatter
+// grouped by token on the host, so no atomics and the CPU's summation order), LayerNorm
+// (a warp per row; parameter gradients through fixed per-block partial sums), bias rows and
+// bias gradients, the classifier's softmax + cross-entropy (a block per row, one online
+// max/sum pass), and the causal softmax of attention with its backward (a warp per row).
+#include <math.h>
+
+#include "k_common.cuh"
+
+#define LN_EPS 1e-5f
+enum { ROWS_PER_BLOCK = K_THREADS / 32 };
+
+static unsigned row_blocks(size_t rows) {
+    return (unsigned)((rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
+}
+
+// ------------------------------------------------------------------ embedding
+
+__global__ void encoder_fwd_kernel(float *out, const int *tok, const float *wte, const float *wpe,
+                                   int T, int C, size_t n) {
+    GRID_STRIDE(i, n) {
+        size_t bt = i / C;
+        int c = (int)(i % C), t = (int)(bt % T);
+        out[i] = wte[(size_t)tok[bt] * C + c] + wpe[(size_t)t * C + c];
+    }
+}
+
+__global__ void encoder_bwd_wpe_kernel(float *dwpe, const float *dout, int B, int T, int C) {
+    size_t n = (size_t)T * C;
+    GRID_STRIDE(i, n) {
+        float v = dwpe[i];
+        for (int b = 0; b < B; b++) // in b order, as the CPU adds them
+            v += dout[(size_t)b * n + i];
+        dwpe[i] = v;
+    }
+}
+
+__global__ void encoder_bwd_wte_kernel(float *dwte, const float *dout, const int *ids,
+                                       const int *start, const int *perm, int C) {
+    int u = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float *dst = dwte + (size_t)ids[u] * C + c;
+    float v = *dst;
+    for (int k = start[u]; k < start[u + 1]; k++) // positions in increasing order
+        v += dout[(size_t)perm[k] * C + c];
+    *dst = v;
+}
+
+// ------------------------------------------------------------------ layernorm
+
+__global__ void ln_fwd_kernel(float *out, float *mean, float *rstd, const float *inp,
+                              const float *w, const float *b, int N, int C) {
+    int row = blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const float *x = inp + (size_t)row * C;
+    float s = 0.f;
+    for (int c = lane; c < C; c += 32)
+        s += x[c];
+    float m = warp_sum(s) / C;
+    float v = 0.f;
+    for (int c = lane; c < C; c += 32) {
+        float d = x[c] - m;
+        v += d * d;
+    }
+    float rs = 1.0f / sqrtf(warp_sum(v) / C + LN_EPS);
+    float *o = out + (size_t)row * C;
+    for (int c = lane; c < C; c += 32)
+        o[c] = (x[c] - m) * rs * w[c] + b[c];
+    if (lane == 0) mean[row] = m, rstd[row] = rs;
+}
+
+__global__ void ln_bwd_rows_kernel(float *dinp, const float *dout, const float *inp, const float *w,
+                                   const float *mean, const float *rstd, int N, int C) {
+    int row = blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const float *x = inp + (size_t)row * C, *d = dout + (size_t)row * C;
+    float m = mean[row], s = rstd[row], a = 0.f, bsum = 0.f;
+    for (int c = lane; c < C; c += 32) {
+        float dn = w[c] * d[c];
+        a += dn;
+        bsum += dn * (x[c] - m) * s;
+    }
+    a = warp_sum(a) / C;
+    bsum = warp_sum(bsum) / C;
+    float *di = dinp + (size_t)row * C;
+    for (int c = lane; c < C; c += 32) {
+        float xh = (x[c] - m) * s;
+        di[c] += (w[c] * d[c] - a - xh * bsum) * s;
+    }
+}
+
+// Column sums over rows in fixed groups: block (bx, by) sums columns [32·bx, 32·bx+32) over
+// rows by·8+ty, by·8+ty + R·8, ... into part[by·C + c] (two arrays when ln: Σ x̂·d and Σ d).
+// With ln == 0 only part0 (Σ d) is written.
+__global__ void colpart_kernel(float *part0, float *part1, const float *d, const float *inp,
+                               const float *mean, const float *rstd, int N, int C, int ln) {
+    __shared__ float s0[8][33], s1[8][33];
+    int tx = threadIdx.x & 31, ty = threadIdx.x >> 5, c = blockIdx.x * 32 + tx;
+    int R = gridDim.y;
+    float a0 = 0.f, a1 = 0.f;
+    if (c < C) {
+        for (int n = blockIdx.y * 8 + ty; n < N; n += R * 8) {
+            float dv = d[(size_t)n * C + c];
+            a0 += dv;
+            if (ln) a1 += (inp[(size_t)n * C + c] - mean[n]) * rstd[n] * dv;
+        }
+    }
+    s0[ty][tx] = a0, s1[ty][tx] = a1;
+    __syncthreads();
+    if (ty == 0 && c < C) {
+        for (int k = 1; k < 8; k++)
+            a0 += s0[k][tx], a1 += s1[k][tx];
+        part0[(size_t)blockIdx.y * C + c] = a0;
+        if (ln) part1[(size_t)blockIdx.y * C + c] = a1;
+    }
+}
+
+// dst[c] += Σ_r part[r·C + c], r in order
+__global__ void colfinish_kernel(float *dst, const float *part, int R, int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float acc = 0.f;
+    for (int r = 0; r < R; r++)
+        acc += part[(size_t)r * C + c];
+    dst[c] += acc;
+}
+
+static int col_groups(int N) {
+    int R = (N + 63) / 64;
+    return R < 1 ? 1 : R > 256 ? 256 : R;
+}
+
+// dst0 += Σ_n d[n,:]; with ln, dst1 += Σ_n x̂[n,:]·d[n,:]
+static void col_sums(float *dst0, float *dst1, const float *d, const float *inp, const float *mean,
+                     const float *rstd, int N, int C) {
+    int R = col_groups(N), ln = dst1 != NULL;
+    float *part = (float *)cu_scratch(SCR_PART, (size_t)2 * R * C * sizeof(float));
+    dim3 grid((unsigned)((C + 31) / 32), (unsigned)R);
+    colpart_kernel<<<grid, K_THREADS, 0, cu_ctx.stream>>>(part, part + (size_t)R * C, d, inp, mean,
+                                                          rstd, N, C, ln);
+    CU_LAUNCHED("colpart");
+    unsigned fb = (unsigned)((C + K_THREADS - 1) / K_THREADS);
+    colfinish_kernel<<<fb, K_THREADS, 0, cu_ctx.stream>>>(dst0, part, R, C);
+    if (ln) colfinish_kernel<<<fb, K_THREADS, 0, cu_ctx.stream>>>(dst1, part + (size_t)R * C, R, C);
+    CU_LAUNCHED("colfinish");
+}
+
+__global__ void bias_rows_kernel(float *out, const float *bias, int OC, size_t n) {
+    GRID_STRIDE(i, n) { out[i] = bias[i % OC]; }
+}
+
+// ------------------------------------------------------------------ classifier
+
+// (m, s) pairs of a running max and Σ exp(x − m); combining keeps s relative to the new max.
+__device__ __forceinline__ void ms_add(float &m, float &s, float m2, float s2) {
+    float mx = fmaxf(m, m2);
+    if (mx == -INFINITY) return; // both empty
+    s = (m == -INFINITY ? 0.f : s * expf(m - mx)) + (m2 == -INFINITY ? 0.f : s2 * expf(m2 - mx));
+    m = mx;
+}
+
+__global__ void xent_fwd_kernel(float *lp, float *losses, const int *targets, int V) {
+    __shared__ float shm[32], shs[32];
+    float *row = lp + (size_t)blockIdx.x * V;
+    float m = -INFINITY, s = 0.f;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) { // one exp per element
+        float x = row[j];
+        if (x > m) {
+            s = (m == -INFINITY ? 0.f : s * expf(m - x)) + 1.f;
+            m = x;
+        } else {
+            s += expf(x - m);
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1)
+        ms_add(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    if (lane == 0) shm[wid] = m, shs[wid] = s;
+    __syncthreads();
+    m = -INFINITY, s = 0.f;
+    for (int k = 0; k < nw; k++) // every thread combines the warps in the same order
+        ms_add(m, s, shm[k], shs[k]);
+    float zt = row[targets[blockIdx.x]]; // read before the row is overwritten
+    __syncthreads();
+    float inv = 1.0f / s;
+    for (int j = threadIdx.x; j < V; j += blockDim.x)
+        row[j] = expf(row[j] - m) * inv;
+    if (threadIdx.x == 0) losses[blockIdx.x] = logf(s) - (zt - m);
+}
+
+__global__ void xent_bwd_kernel(float *pd, const int *targets, float scale, int V) {
+    float *row = pd + (size_t)blockIdx.x * V;
+    int t = targets[blockIdx.x];
+    for (int j = threadIdx.x; j < V; j += blockDim.x)
+        row[j] = row[j] * scale - (j == t ? scale : 0.f);
+}
+
+// ------------------------------------------------------------------ attention softmax
+
+__global__ void causal_softmax_kernel(float *att, size_t rows, int T) {
+    size_t r = (size_t)blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (r >= rows) return;
+    int t = (int)(r % T);
+    float *row = att + r * T;
+    float mx = -INFINITY;
+    for (int j = lane; j <= t; j += 32)
+        mx = fmaxf(mx, row[j]);
+    mx = warp_max(mx);
+    float sum = 0.f;
+    for (int j = lane; j <= t; j += 32) {
+        float e = expf(row[j] - mx);
+        row[j] = e;
+        sum += e;
+    }
+    float inv = 1.0f / warp_sum(sum);
+    for (int j = lane; j < T; j += 32)
+        row[j] = j <= t ? row[j] * inv : 0.f;
+}
+
+__global__ void causal_softmax_bwd_kernel(float *datt, const float *att, size_t rows, int T) {
+    size_t r = (size_t)blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (r >= rows) return;
+    int t = (int)(r % T);
+    float *d = datt + r * T;
+    const float *a = att + r * T;
+    float dot = 0.f;
+    for (int j = lane; j <= t; j += 32)
+        dot += a[j] * d[j];
+    dot = warp_sum(dot);
+    for (int j = lane; j < T; j += 32)
+        d[j] = j <= t ? a[j] * (d[j] - dot) : 0.f;
+}
+
+// ------------------------------------------------------------------ launchers
+
+extern "C" {
+void k_encoder_forward(float *out, const int *tok, const float *wte, const float *wpe, int B, int T,
+                       int C) {
+    size_t n = (size_t)B * T * C;
+    if (!n) return;
+    encoder_fwd_kernel<<<k_blocks(n), K_THREADS, 0, cu_ctx.stream>>>(out, tok, wte, wpe, T, C, n);
+    CU_LAUNCHED("encoder_forward");
+}
+void k_encoder_backward_wpe(float *dwpe, const float *dout, int B, int T, int C) {
+    size_t n = (size_t)T * C;
+    if (!n) return;
+    encoder_bwd_wpe_kernel<<<k_blocks(n), K_THREADS, 0, cu_ctx.stream>>>(dwpe, dout, B, T, C);
+    CU_LAUNCHED("encoder_backward_wpe");
+}
+void k_encoder_backward_wte(float *dwte, const float *dout, const int *ids, const int *start,
+                            const int *perm, int U, int C) {
+    if (!U || !C) return;
+    dim3 grid((unsigned)U, (unsigned)((C + K_THREADS - 1) / K_THREADS));
+    encoder_bwd_wte_kernel<<<grid, K_THREADS, 0, cu_ctx.stream>>>(dwte, dout, ids, start, perm, C);
+    CU_LAUNCHED("encoder_backward_wte");
+}
+void k_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                         const float *b, int N, int C) {
+    if (N <= 0) return;
+    ln_fwd_kernel<<<row_blocks(N), K_THREADS, 0, cu_ctx.stream>>>(out, mean, rstd, inp, w, b, N, C);
+    CU_LAUNCHED("layernorm_forward");
+}
+void k_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                          const float *w, const float *mean, const float *rstd, int N, int C) {
+    if (N <= 0) return;
+    ln_bwd_rows_kernel<<<row_blocks(N), K_THREADS, 0, cu_ctx.stream>>>(dinp, dout, inp, w, mean,
+                                                                       rstd, N, C);
+    CU_LAUNCHED("layernorm_backward");
+    col_sums(db, dw, dout, inp, mean, rstd, N, C);
+}
+void k_bias_rows(float *out, const float *bias, int N, int OC) {
+    size_t n = (size_t)N * OC;
+    if (!n) return;
+    bias_rows_kernel<<<k_blocks(n), K_THREADS, 0, cu_ctx.stream>>>(out, bias, OC, n);
+    CU_LAUNCHED("bias_rows");
+}
+void k_bias_backward(float *dbias, const float *dout, int N, int OC) {
+    if (N <= 0) return;
+    col_sums(dbias, NULL, dout, NULL, NULL, NULL, N, OC);
+}
+void k_softmax_xent_forward(float *lp, float *losses, const int *targets, int N, int V) {
+    if (N <= 0) return;
+    xent_fwd_kernel<<<(unsigned)N, 512, 0, cu_ctx.stream>>>(lp, losses, targets, V);
+    CU_LAUNCHED("softmax_xent_forward");
+}
+void k_softmax_xent_backward(float *pd, const int *targets, float scale, int N, int V) {
+    if (N <= 0) return;
+    xent_bwd_kernel<<<(unsigned)N, 512, 0, cu_ctx.stream>>>(pd, targets, scale, V);
+    CU_LAUNCHED("softmax_xent_backward");
+}
+void k_causal_softmax(float *att, size_t rows, int T) {
+    if (!rows) return;
+    causal_softmax_kernel<<<row_blocks(rows), K_THREADS, 0, cu_ctx.stream>>>(att, rows, T);
+    CU_LAUNCHED("causal_softmax");
+}
+void k_causal_softmax_backward(float *datt, const float *att, size_t rows, int T) {
+    if (!rows) return;
+    causal_softmax_bwd_kernel<<<row_blocks(rows), K_THREADS, 0, cu_ctx.stream>>>(datt, att, rows,
+                                                                                 T);
+    CU_LAUNCHED("causal_softmax_backward");
+}
+}
