@@ -70,7 +70,7 @@ static int parse_tokens(const char *s, TokenList *out, int V) {
 }
 
 typedef struct {
-    char *device, *ckpt, *prompt, *prompt_tokens, *tok_dir, *dump;
+    char *device, *dtype, *ckpt, *prompt, *prompt_tokens, *tok_dir, *dump;
     int heads, ntokens, top_k, seed, threads;
     float temperature;
 } SampleArgs;
@@ -94,7 +94,9 @@ static int sample_parse(int argc, char **argv, SampleArgs *a) {
          0, 0},
         {"heads", OPT_INT, &a->heads, "head count for weights files without n_head", NULL, 0, 1024},
         {"threads", OPT_INT, &a->threads, "CPU threads (0 = all cores)", NULL, 0, 4096},
-        {"device", OPT_STR, &a->device, "backend: cpu", NULL, 0, 0},
+        {"device", OPT_STR, &a->device, "backend: cpu (cuda in a CUDA build)", NULL, 0, 0},
+        {"dtype", OPT_STR, &a->dtype, "precision: fp32, or bf16 on a GPU (default: the device's)",
+         "fp32|bf16|fp16", 0, 0},
         {"dump-logits", OPT_STR, &a->dump,
          "write the prompt's logits (T,V) as raw float32 and exit", NULL, 0, 0},
     };
@@ -174,7 +176,7 @@ static void generate(const SampleArgs *a, GPT *m, Workspace *ws, Tokenizer *tok,
 int cmd_sample(int argc, char **argv) {
     SampleArgs a;
     if (sample_parse(argc, argv, &a)) return 0;
-    const Backend *be = backend_select(a.device, a.threads);
+    const Backend *be = backend_select_dtype(a.device, a.dtype, a.threads);
     if (!be) die_last(EXIT_USAGE);
     GPT m;
     char step_dir[4096];

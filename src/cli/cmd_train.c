@@ -42,6 +42,10 @@ static const Option OPTS[] = {
     {"threads", OPT_INT, &A.threads, "CPU threads for OpenMP and BLAS (0 = all cores)", NULL, 0,
      4096},
     {"device", OPT_STR, &A.device, "backend: cpu (cuda in a CUDA build)", NULL, 0, 0},
+    {"dtype", OPT_STR, &A.dtype,
+     "precision: fp32, or bf16 on a GPU (fp32 master weights and moments; default: the "
+     "device's, bf16 on a GPU)",
+     "fp32|bf16|fp16", 0, 0},
     {"recompute", OPT_FLAG, &A.recompute,
      "recompute each layer's forward during backward (less memory)", NULL, 0, 0},
     {"metrics", OPT_STR, &A.metrics, "write one JSON line per step to this file", NULL, 0, 0},

@@ -231,7 +231,18 @@ int *swap_opt_t(Swapper *s) { return &s->t; }
 double swap_io_wait(Swapper *s) {
     double w = tier_waited(s->tier);
     tier_reset_waited(s->tier);
+    s->wait_total += w;
     return w;
+}
+
+void swap_stats(const Swapper *s, SwapStats *st) {
+    uint64_t r, w;
+    tier_bytes(s->tier, &r, &w);
+    *st = (SwapStats){.steps = s->steps,
+                      .update_s = s->update_s,
+                      .wait_s = s->wait_total,
+                      .read_bytes = (double)(r - s->base_read),
+                      .written_bytes = (double)(w - s->base_written)};
 }
 
 void swap_io_bytes(Swapper *s, double *read, double *written) {

@@ -77,6 +77,14 @@ int swap_co2_store(Swapper *s, int round, int array, size_t at, size_t n, const 
 // Seconds blocked on CO2's averages so far.
 double swap_co2_exposed(const Swapper *s);
 
+// Totals since the first step: steps, seconds in the update pass, seconds blocked on the tier,
+// bytes read and written (validations and checkpoints included).
+typedef struct {
+    int steps;
+    double update_s, wait_s, read_bytes, written_bytes;
+} SwapStats;
+void swap_stats(const Swapper *s, SwapStats *st);
+
 // Seconds blocked on the tier since the last call.
 double swap_io_wait(Swapper *s);
 // Bytes read and written since the last call.

@@ -48,6 +48,10 @@ struct Swapper {
     double waited;
     uint64_t last_read, last_written;
     struct SwapCO2 *co2; // CO2's outer state and its background average (swap_co2.c)
+    int steps;           // swap_grads calls
+    uint64_t base_read, base_written; // tier bytes before the first step (the fill, a resume)
+    double update_s;     // seconds in swap_update
+    double wait_total;   // seconds blocked on the tier (swap_io_wait's sum)
 };
 
 // CO2 (swap_co2.c): set up / free, and the poll that drives the background average.

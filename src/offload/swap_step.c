@@ -141,6 +141,7 @@ static int backward_unit(Swapper *s, int u, float scale) {
 
 int swap_grads(Swapper *s, SwapBatchFn batch, void *ctx, int step, float scale, double *loss) {
     int n = s->plan.nunits;
+    if (!s->steps++) tier_bytes(s->tier, &s->base_read, &s->base_written);
     for (int k = 0; k < s->c.K; k++)
         batch(ctx, step, k, s->ws[k].tokens, s->ws[k].targets);
     memset(s->part, 0, (size_t)s->m->nchunks * sizeof(double));

@@ -10,6 +10,8 @@
 
 double swap_grad_sumsq(Swapper *s) { return gpt_chunk_total(s->m, s->part); }
 
+static int update_pass(Swapper *s, float lr, float grad_scale);
+
 typedef struct {
     size_t a, n;   // the piece: flat [a, a+n) inside one block
     size_t oa, ob; // its owned part
@@ -86,7 +88,7 @@ static int compute(Swapper *s, Piece *q, float lr, float scale) {
     return 0;
 }
 
-int swap_update(Swapper *s, float lr, float grad_scale) {
+static int update_pass(Swapper *s, float lr, float grad_scale) {
     s->t++;
     Piece q[2] = {{0}};
     for (int i = 0; i < 2; i++) {
@@ -111,4 +113,11 @@ int swap_update(Swapper *s, float lr, float grad_scale) {
     for (int i = 0; i < s->S; i++) // every unit's parameters changed
         s->slot[i].unit = -1, s->slot[i].params_ok = 0;
     return rc ? -1 : 0;
+}
+
+int swap_update(Swapper *s, float lr, float grad_scale) {
+    double t0 = now_sec();
+    int rc = update_pass(s, lr, grad_scale);
+    s->update_s += now_sec() - t0;
+    return rc;
 }

@@ -272,6 +272,7 @@ static void co2_describe(const Strategy *s, char *buf, size_t n) {
 
 static void co2_summary(Strategy *s, double exposed_s, double step_s) {
     Co2State *o = s->impl;
+    if (o->w.sw && s->lead) whole_swap_summary(&o->w);
     if (!s->lead || step_s <= 0) return;
     fprintf(stderr,
             "loom: co2 %d workers, tau %d | exposed communication %.1f%% of step time | CO2 "

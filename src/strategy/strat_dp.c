@@ -83,6 +83,7 @@ static void dp_describe(const Strategy *s, char *buf, size_t n) {
 
 static void dp_summary(Strategy *s, double exposed_s, double step_s) {
     Whole *w = s->impl;
+    if (w->sw && s->lead) whole_swap_summary(w);
     if (s->grid->dp == 1 || !s->lead || step_s <= 0 || !w->dp) return;
     double pb, gb, ob;
     dp_memory(w->dp, &pb, &gb, &ob);

@@ -42,5 +42,7 @@ void whole_swap_update(Strategy *s, Whole *w, int step, double loss, StepRecord 
 double whole_swap_evaluate(Strategy *s, Whole *w);
 CkptShard whole_swap_shard(Whole *w);
 int whole_swap_full_params(Whole *w, float *host, size_t n);
+// The lead rank's line on what swapping cost per step (bytes, the update pass, I/O waits).
+void whole_swap_summary(Whole *w);
 // CO2's outer rule from the flags.
 CO2Config whole_co2_config(const StrategyConfig *c);

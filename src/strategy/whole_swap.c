@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "../common.h"
 #include "../offload/offload_plan.h"
@@ -142,4 +143,18 @@ CkptShard whole_swap_shard(Whole *w) {
 
 int whole_swap_full_params(Whole *w, float *host, size_t n) {
     return swap_fetch(w->sw, SWAP_PARAMS, 0, n, host);
+}
+
+void whole_swap_summary(Whole *w) {
+    SwapStats st;
+    swap_stats(w->sw, &st);
+    if (st.steps < 1) return;
+    double n = st.steps, gib = 1 << 30;
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    fprintf(stderr,
+            "loom: offload per step: %.2f GiB read, %.2f GiB written, update pass %.2f s, waiting "
+            "on the disk %.2f s | peak RSS %.1f MiB\n",
+            st.read_bytes / n / gib, st.written_bytes / n / gib, st.update_s / n, st.wait_s / n,
+            ru.ru_maxrss / 1024.0);
 }

@@ -218,7 +218,7 @@ void run_setup(Run *r) {
     const TrainArgs *a = r->a;
     setup_grid(r);
     if (check_offload(r)) run_fail(r, EXIT_USAGE);
-    const Backend *be = backend_select(a->device, a->threads);
+    const Backend *be = backend_select_dtype(a->device, a->dtype, a->threads);
     if (!be) run_fail(r, EXIT_USAGE);
     if (!a->data) {
         loom_fail("--data is required (a shard file, directory or glob)");

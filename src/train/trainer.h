@@ -19,6 +19,7 @@ typedef struct {
     // run
     int seed, threads, recompute;
     char *device; // backend: cpu (cuda with a CUDA build)
+    char *dtype;  // precision (NULL: the device's default)
     char *metrics, *save, *resume, *export_path, *on_nonfinite, *dump_grads;
     int save_every, keep, val_every, val_windows, log_every, progress;
     float peak_gflops; // for MFU; 0: measured at the start (the backend's peak_gflops)
