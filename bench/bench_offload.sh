@@ -4,7 +4,7 @@
 #
 #   bench/bench_offload.sh [--sections 124m,774m,1558m] [--steps S] [--threads N]
 #                          [--dir DIR (offload dir, default /work/.offload-bench)]
-#                          [--loom PATH] [--out DIR]
+#                          [--loom PATH] [--out DIR] [--no-peer]
 #
 # 124m: GPT-2 124M, micro-batch 1 x 1024, --recompute: in memory with K = 1, 2, 4 micro-batches
 #       per step, then swapped at --fast-mem 1/2, 1/4 and 1/8 of its training state (parameters,
@@ -16,7 +16,7 @@
 # Every run: the median step time over the steps after the first, the median I/O wait (io_ms),
 # peak RSS (/usr/bin/time %M), the planner's predicted step time and the bytes moved per step
 # (loom's start-up log), and the share of the CPUs other processes used meanwhile. Raw logs in
-# --out; bench/offload_table.py prints the tables.
+# --out; bench/offload_table.py prints the tables. --no-peer leaves PyTorch out.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SECTIONS="124m,774m,1558m"
@@ -26,6 +26,7 @@ DIR=/work/.offload-bench
 LOOM="$ROOT/loom"
 PY=/usr/bin/python3
 OUT=""
+PEER=1
 while [ $# -gt 0 ]; do
     case "$1" in
         --sections) SECTIONS=$2; shift 2 ;;
@@ -34,6 +35,7 @@ while [ $# -gt 0 ]; do
         --dir) DIR=$2; shift 2 ;;
         --loom) LOOM=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
+        --no-peer) PEER=0; shift ;;
         -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "bench_offload.sh: unknown argument $1" >&2; exit 2 ;;
     esac
@@ -115,6 +117,7 @@ train() { # train TAG MODEL-FLAGS K EXTRA...
 }
 
 torch_bench() { # torch_bench TAG MODEL-FLAGS [VMEM-KIB]
+    [ "$PEER" = 1 ] || return 0
     local tag=$1 model=$2 lim=${3:-unlimited}
     run "$tag" bash -c "ulimit -v $lim && exec $PY $ROOT/tests/torch_gpt.py bench $model \
         --batch 1 --seq 1024 --steps $STEPS --threads $THREADS"
