@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # t_offload.sh — block swapping (--offload disk) trains bit for bit what the in-memory run
 # trains: the same losses, gradient norms and validation losses in the metrics, and exported
-# weights equal byte for byte, with gradient accumulation (K = 3) and clipping on, recompute on
-# and off, the planned units and explicit ones with prefetch 2; for one process, for dp 2 with
+# weights equal byte for byte, with gradient accumulation (K = 3), recompute on and off, the
+# planned units and explicit ones with prefetch 2, clipping on (AdamW a streamed pass after the
+# backward) and off (AdamW per unit right after its backward); for one process, for dp 2 with
 # ZeRO 0 and 1, and for CO2 (2 workers, tau 2, a partial last round, adaptive and constant gap
 # penalty: the anchor, outer momentum and round averages live in the tier, the averages run in
 # the background piece by piece). Checkpoints: an offloaded run's checkpoint resumes with and
@@ -41,21 +42,31 @@ for rc in "" "--recompute"; do
     run off2 $flags $rc $OFF --offload-units "[[0,1],[2,2],[3,5]]" --offload-prefetch 2
     same "1 process${rc:+ $rc}, units [[0,1],[2,2],[3,5]] prefetch 2" mem off2
 done
+# clipping off (and a non-finite step stopping the run): each unit's AdamW runs right after its
+# backward from the slot, the gradient never written (the fused update)
+for rc in "" "--recompute"; do
+    run memf $flags $rc --grad-clip 0
+    run offf $flags $rc --grad-clip 0 $OFF --offload-units "[[0,1],[2,2],[3,5]]" --offload-prefetch 2
+    same "1 process${rc:+ $rc}, --grad-clip 0: the update fused into the backward" memf offf
+done
 run short $flags --steps 3
 if cmp -s "$d/mem.st" "$d/short.st"; then echo "negative control: 3 and 4 steps export the same bytes"; exit 1; fi
 echo "negative control: one update less exports different bytes: seen"
 
 for z in 0 1; do
-    for m in mem off; do
-        extra=""; [ $m = off ] && extra=$OFF
-        $MPI -np 2 $LOOM train $flags --grad-accum 2 --dp 2 --zero $z $extra \
-            --metrics "$d/dp$m.jsonl" --export "$d/dp$m.st" 2>"$d/dp.err" || { cat "$d/dp.err"; exit 1; }
+    for clip in 0.5 0; do
+        for m in mem off; do
+            extra=""; [ $m = off ] && extra=$OFF
+            $MPI -np 2 $LOOM train $flags --grad-accum 2 --dp 2 --zero $z --grad-clip $clip $extra \
+                --metrics "$d/dp$m.jsonl" --export "$d/dp$m.st" 2>"$d/dp.err" ||
+                { cat "$d/dp.err"; exit 1; }
+        done
+        same "dp 2 zero $z, --grad-clip $clip" dpmem dpoff
     done
-    same "dp 2 zero $z" dpmem dpoff
 done
 
 co2="$base --steps 5 --grad-accum 2 --dp 2 --co2 --tau 2"
-for g in adaptive constant; do
+for g in "adaptive" "constant" "adaptive --grad-clip 0"; do
     for m in mem off; do
         extra=""; [ $m = off ] && extra=$OFF
         $MPI -np 2 $LOOM train $co2 --gap-mode $g $extra --metrics "$d/co$m.jsonl" \

@@ -20,7 +20,10 @@
 //             reads no parameters, so its gradient overlays its parameters in the slot; after
 //             it, H is streamed back from the tier and added once (the same order as the
 //             in-memory path: embedding part + head part, see gpt.h head_dwte).
-//   update    with the global norm known (clipping and the non-finite check need all of it),
+//   update    (clipping off and a non-finite step stopping the run: "fused") each unit's AdamW
+//             runs right after its backward from its slot, only the moments streamed: the
+//             gradient never leaves fast memory. Otherwise, with the global norm known
+//             (clipping and the non-finite check need all of it),
 //             AdamW streams parameters, gradients and both moments through fast memory in
 //             pieces of offload_opt_chunk floats, double-buffered, and writes parameters and
 //             moments back.

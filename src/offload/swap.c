@@ -76,6 +76,8 @@ int swap_wait_slot_writes(Swapper *s, Slot *sl) {
         if (tier_wait(s->tier, sl->wr[k])) rc = -1;
         sl->wr[k] = 0;
     }
+    if (tier_wait_upto(s->tier, sl->wr_upto)) rc = -1;
+    sl->wr_upto = 0;
     return rc;
 }
 
@@ -195,6 +197,7 @@ Swapper *swap_create(GPT *m, const SwapConfig *c) {
     s->plan.unit = xmalloc((size_t)c->plan->nunits * sizeof(OffloadUnit));
     memcpy(s->plan.unit, c->plan->unit, (size_t)c->plan->nunits * sizeof(OffloadUnit));
     s->c.plan = &s->plan;
+    s->fused = c->fused;
     layout(s);
     size_t bytes = s->region[REGION_H] + wte_pad(m) * sizeof(float), all = s->poff[m->nblocks];
     for (int r = REGION_ANCHOR; r < NREGIONS; r++) { // CO2's outer state: whole-model arrays

@@ -26,6 +26,10 @@ typedef struct {
     const OffloadPlan *plan;
     const CO2Config *co2; // CO2's worker (unsharded outer state in the tier), or NULL
     const Comm *co2_comm; // CO2's workers (the round averages are taken over them)
+    // AdamW per unit right after its backward, from the parameters and gradients in its slot
+    // (only the moments are read): where nothing needs the whole gradient first — clipping
+    // off, and a non-finite step stops the run (the update of later units cannot be undone).
+    int fused;
 } SwapConfig;
 
 // The arrays of the tier a caller reads or writes (swap_store / swap_fetch).
@@ -51,7 +55,9 @@ typedef void (*SwapValFn)(void *ctx, int w, int *inputs, int *targets);
 // The step's K micro-batches through every unit, gradients scaled by `scale`, summed over the
 // ranks and written to the tier, norm partials taken. Returns 0 with this rank's mean loss in
 // *loss, or -1 (loom_errmsg: the tier failed).
-int swap_grads(Swapper *s, SwapBatchFn batch, void *ctx, int step, float scale, double *loss);
+// lr: the step's learning rate, used by the fused update (SwapConfig.fused).
+int swap_grads(Swapper *s, SwapBatchFn batch, void *ctx, int step, float scale, float lr,
+               double *loss);
 // Σ g² of the step's gradient (identical on every rank, the same bits as in memory).
 double swap_grad_sumsq(Swapper *s);
 // AdamW at learning rate lr with gradients scaled by grad_scale, streamed through the owned

@@ -26,6 +26,7 @@ typedef struct {
     int params_ok;  // those parameters are intact (the embedding's backward overwrites them)
     uint64_t rd[2]; // reads in flight into the slot
     uint64_t wr[SLOT_WRITES]; // writes in flight out of it
+    uint64_t wr_upto;         // fused update: every write up to this ticket reads the slot
 } Slot;
 
 struct Swapper {
@@ -48,10 +49,12 @@ struct Swapper {
     double waited;
     uint64_t last_read, last_written;
     struct SwapCO2 *co2; // CO2's outer state and its background average (swap_co2.c)
+    int fused;           // AdamW per unit right after its backward (swap.h SwapConfig.fused)
+    float lr;            // this step's learning rate (fused)
     int steps;           // swap_grads calls
     uint64_t base_read, base_written; // tier bytes before the first step (the fill, a resume)
-    double update_s;     // seconds in swap_update
-    double wait_total;   // seconds blocked on the tier (swap_io_wait's sum)
+    double update_s;                  // seconds in swap_update
+    double wait_total;                // seconds blocked on the tier (swap_io_wait's sum)
 };
 
 // CO2 (swap_co2.c): set up / free, and the poll that drives the background average.
@@ -84,3 +87,6 @@ int swap_ready(Swapper *s, int u);
 float *swap_wte(Swapper *s, int u);
 float *swap_hbuf(Swapper *s, int u);
 int swap_wait_slot_writes(Swapper *s, Slot *sl);
+// Fused mode: AdamW on unit u's owned part from its slot (parameters, gradients), the moments
+// streamed, parameters and moments written (swap_update.c). 0 or -1.
+int swap_update_unit(Swapper *s, int u);

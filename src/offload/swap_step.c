@@ -89,6 +89,7 @@ static int finish_unit(Swapper *s, int u) {
         const Block *blk = &m->blocks[b];
         gpt_chunk_sumsq(m, blk->grads, blk->off, blk->off + blk->n, s->part);
     }
+    if (s->fused) return swap_update_unit(s, u); // the gradient never leaves fast memory
     if (gp1 > gp0) sl->wr[0] = write_grads(s, m->blocks[g0].grads, gp0, gp1);
     if (ge) sl->wr[1] = write_grads(s, m->blocks[0].grads, s->poff[0], s->poff[1]);
     return 0;
@@ -139,8 +140,11 @@ static int backward_unit(Swapper *s, int u, float scale) {
     return finish_unit(s, u);
 }
 
-int swap_grads(Swapper *s, SwapBatchFn batch, void *ctx, int step, float scale, double *loss) {
+int swap_grads(Swapper *s, SwapBatchFn batch, void *ctx, int step, float scale, float lr,
+               double *loss) {
     int n = s->plan.nunits;
+    s->lr = lr;
+    if (s->fused) s->t++; // this step's updates run unit by unit during the backward
     if (!s->steps++) tier_bytes(s->tier, &s->base_read, &s->base_written);
     for (int k = 0; k < s->c.K; k++)
         batch(ctx, step, k, s->ws[k].tokens, s->ws[k].targets);
@@ -157,6 +161,7 @@ int swap_grads(Swapper *s, SwapBatchFn batch, void *ctx, int step, float scale, 
     if (turn(s, scale, &sum)) return -1;
     for (int u = n - 2; u >= 0; u--)
         if (backward_unit(s, u, scale)) return -1;
+    if (s->fused) swap_slot_of(s, n - 1)->unit = -1; // its copy of the tied wte is stale now
     *loss = sum / s->c.K;
     return 0;
 }

@@ -353,6 +353,8 @@ static int wait_upto(Tier *t, uint64_t upto, int all) {
 
 int tier_wait(Tier *t, uint64_t ticket) { return wait_upto(t, ticket, 0); }
 
+int tier_wait_upto(Tier *t, uint64_t ticket) { return ticket ? wait_upto(t, ticket, 1) : 0; }
+
 int tier_drain(Tier *t) {
     pthread_mutex_lock(&t->mu);
     uint64_t last = t->next_ticket - 1;

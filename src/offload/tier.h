@@ -38,6 +38,8 @@ int tier_wait(Tier *t, uint64_t ticket);
 // 1 when the ticket's request has completed (or failed: tier_wait reports it), else 0; never
 // blocks.
 int tier_done(Tier *t, uint64_t ticket);
+// Waits for every request with a ticket up to `ticket`; 0 or -1 as tier_wait.
+int tier_wait_upto(Tier *t, uint64_t ticket);
 // Waits for every request queued so far; 0 or -1 as tier_wait.
 int tier_drain(Tier *t);
 // Seconds callers have spent blocked in tier_wait/tier_drain since the last reset.

@@ -14,6 +14,7 @@ typedef struct {
     int grad_ranks; // ranks a gradient is averaged over (the dp size; 1 under CO2)
     Swapper *sw;    // block swapping (--offload): the state lives in its tier, not in memory
     int failed;     // the tier failed (loom_errmsg): the step returns -1
+    int fused;      // swapping updates each unit right after its backward (SwapConfig.fused)
     const Strategy *owner;
 } Whole;
 

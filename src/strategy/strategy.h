@@ -37,6 +37,7 @@ typedef struct {
     const char *offload_dir, *offload_units, *offload_profile;
     size_t fast_mem;
     int offload_prefetch, threads;
+    int nonfinite_skip; // --on-nonfinite skip (a non-finite step must be skippable)
 } StrategyConfig;
 
 // Where a strategy gets its data: micro-batch j of 0-based optimizer step `step` for this

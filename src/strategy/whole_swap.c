@@ -84,7 +84,9 @@ int whole_swap_create(Strategy *s, Whole *w, const Comm *grad_comm, int zero) {
                      .budget = c->fast_mem,
                      .plan = &plan,
                      .co2 = c->co2 ? &cc : NULL,
-                     .co2_comm = s->grid->dp_comm};
+                     .co2_comm = s->grid->dp_comm,
+                     .fused = c->opt.grad_clip <= 0 && !c->nonfinite_skip};
+    w->fused = sc.fused;
     w->sw = swap_create(m, &sc);
     if (w->sw && s->lead) {
         double rd, wr;
@@ -116,7 +118,8 @@ double whole_swap_grads(Strategy *s, Whole *w, int step) {
     const StrategyConfig *c = s->cfg;
     float scale = 1.0f / (float)((size_t)c->batch * c->seq * c->grad_accum * w->grad_ranks);
     double loss = NAN;
-    if (swap_grads(w->sw, s->data->train, s->data->ctx, step, scale, &loss)) w->failed = 1;
+    if (swap_grads(w->sw, s->data->train, s->data->ctx, step, scale, lr_at(&c->opt, step), &loss))
+        w->failed = 1;
     return loss;
 }
 
@@ -124,8 +127,12 @@ void whole_swap_update(Strategy *s, Whole *w, int step, double loss, StepRecord 
     r->norm = sqrt(swap_grad_sumsq(w->sw));
     r->lr = lr_at(&s->cfg->opt, step);
     r->applied = isfinite(loss) && isfinite(r->norm);
-    if (r->applied && swap_update(w->sw, r->lr, clip_scale((float)r->norm, s->cfg->opt.grad_clip)))
+    if (w->fused) {
+        r->must_stop = !r->applied; // the units' updates already ran during the backward
+    } else if (r->applied &&
+               swap_update(w->sw, r->lr, clip_scale((float)r->norm, s->cfg->opt.grad_clip))) {
         w->failed = 1;
+    }
     r->io = swap_io_wait(w->sw);
 }
 

@@ -165,7 +165,8 @@ static void strategy_config(Run *r) {
         .offload_profile = a->profile,
         .fast_mem = r->fast_mem,
         .offload_prefetch = a->offload_prefetch,
-        .threads = a->threads};
+        .threads = a->threads,
+        .nonfinite_skip = !strcmp(a->on_nonfinite, "skip")};
     r->data = (StrategyData){.ctx = r,
                              .train = train_batch,
                              .val = val_batch,
