@@ -23,16 +23,16 @@ size_t offload_pad(size_t n) {
     return (n + a - 1) / a * a;
 }
 
-// The tied embedding's wte: the first V·C floats of the embedding block.
-static size_t wte_floats(const GPT *m) { return (size_t)m->cfg.V * m->cfg.C; }
+size_t offload_wte_floats(const GPT *m) { return (size_t)m->cfg.V * m->cfg.C; }
 
 size_t offload_unit_floats(const GPT *m, OffloadUnit u) {
     size_t f = 0;
     for (int b = u.first; b <= u.last; b++) {
         const Block *blk = &m->blocks[b];
         f += (blk->kind == BLOCK_EMBED ? 1 : 2) * offload_pad(blk->n);
-        if (blk->kind == BLOCK_HEAD && u.first > 0) f += 2 * offload_pad(wte_floats(m));
-        if (blk->kind == BLOCK_HEAD && u.first == 0) f += offload_pad(wte_floats(m)); // H only
+        if (blk->kind == BLOCK_HEAD && u.first > 0) f += 2 * offload_pad(offload_wte_floats(m));
+        if (blk->kind == BLOCK_HEAD && u.first == 0)
+            f += offload_pad(offload_wte_floats(m)); // H only
     }
     return f;
 }
@@ -91,7 +91,7 @@ static size_t unit_params(const GPT *m, OffloadUnit u, int layers_only) {
 
 void offload_io_bytes(const GPT *m, const OffloadShape *s, const OffloadPlan *p, double *read,
                       double *written) {
-    size_t all = 0, wte = offload_pad(wte_floats(m)), rd = 0, wr = 0;
+    size_t all = 0, wte = offload_pad(offload_wte_floats(m)), rd = 0, wr = 0;
     for (int b = 0; b < m->nblocks; b++)
         all += offload_pad(m->blocks[b].n);
     int n = p->nunits;

@@ -59,6 +59,8 @@ typedef struct {
 
 // "12.3 MiB" / "1.25 GiB" into buf; returns buf.
 const char *offload_size_str(double bytes, char *buf, size_t n);
+// Floats of the tied embedding's wte (V·C, the first floats of the embedding block).
+size_t offload_wte_floats(const GPT *m);
 // Floats n rounded up to the tier's alignment (every block starts aligned in the tier).
 size_t offload_pad(size_t n);
 // Floats unit u needs in its slot: each layer its parameters and gradients; the embedding one

@@ -8,7 +8,7 @@
 #include "offload_plan.h"
 #include "swap_impl.h"
 
-static size_t wte_pad(const GPT *m) { return offload_pad((size_t)m->cfg.V * m->cfg.C); }
+static size_t wte_pad(const GPT *m) { return offload_pad(offload_wte_floats(m)); }
 
 int swap_block_at(const Swapper *s, size_t x) {
     int lo = 0, hi = s->m->nblocks - 1;
@@ -20,6 +20,13 @@ int swap_block_at(const Swapper *s, size_t x) {
             hi = mid - 1;
     }
     return lo;
+}
+
+size_t swap_piece_end(const Swapper *s, size_t x, size_t end) {
+    const Block *blk = &s->m->blocks[swap_block_at(s, x)];
+    size_t e = blk->off + blk->n, c = x + s->chunk;
+    e = e < c ? e : c;
+    return e < end ? e : end;
 }
 
 // Padded position of flat offset x (x == nparams: the end).
@@ -246,13 +253,6 @@ void swap_stats(const Swapper *s, SwapStats *st) {
                       .wait_s = s->wait_total,
                       .read_bytes = (double)(r - s->base_read),
                       .written_bytes = (double)(w - s->base_written)};
-}
-
-void swap_io_bytes(Swapper *s, double *read, double *written) {
-    uint64_t r, w;
-    tier_bytes(s->tier, &r, &w);
-    *read = (double)(r - s->last_read), *written = (double)(w - s->last_written);
-    s->last_read = r, s->last_written = w;
 }
 
 // ---------------------------------------------------------------- ranges in and out

@@ -93,5 +93,3 @@ void swap_stats(const Swapper *s, SwapStats *st);
 
 // Seconds blocked on the tier since the last call.
 double swap_io_wait(Swapper *s);
-// Bytes read and written since the last call.
-void swap_io_bytes(Swapper *s, double *read, double *written);

@@ -31,11 +31,7 @@ struct SwapCO2 {
     Comm *comm; // the averages' own communicator: its collectives start in piece order everywhere
 };
 
-static size_t next_end(const Swapper *s, size_t x) {
-    const Block *blk = &s->m->blocks[swap_block_at(s, x)];
-    size_t e = blk->off + blk->n, c = x + s->chunk;
-    return e < c ? e : c;
-}
+static size_t next_end(const Swapper *s, size_t x) { return swap_piece_end(s, x, s->m->nparams); }
 
 void swap_co2_setup(Swapper *s) {
     struct SwapCO2 *o = xcalloc(1, sizeof *o);

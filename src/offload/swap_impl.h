@@ -47,7 +47,6 @@ struct Swapper {
     size_t *bound; // (N+1) shard bounds over the ranks (ZeRO-1)
     int N, rank, t;
     double waited;
-    uint64_t last_read, last_written;
     struct SwapCO2 *co2; // CO2's outer state and its background average (swap_co2.c)
     int fused;           // AdamW per unit right after its backward (swap.h SwapConfig.fused)
     float lr;            // this step's learning rate (fused)
@@ -68,6 +67,9 @@ static inline size_t swap_padpos(const Swapper *s, int b, size_t x) {
 }
 // The block holding flat offset x.
 int swap_block_at(const Swapper *s, size_t x);
+// The end of the streaming piece that starts at flat offset x: at most s->chunk floats, never
+// across a block, never past `end` (the update pass and CO2's passes walk the same pieces).
+size_t swap_piece_end(const Swapper *s, size_t x, size_t end);
 // Byte offset in the tier of flat offset x of region r (grads/m/v: inside the owned range).
 size_t swap_tier_off(const Swapper *s, int r, size_t x);
 

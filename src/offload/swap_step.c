@@ -7,8 +7,6 @@
 #include "../common.h"
 #include "swap_impl.h"
 
-static size_t wte_n(const GPT *m) { return (size_t)m->cfg.V * m->cfg.C; }
-
 // Block b's forward for micro-batch k of the unit u it belongs to; returns the head's mean
 // token loss (0 for other blocks).
 static double fwd(Swapper *s, int u, int b, int k) {
@@ -53,7 +51,7 @@ static void zero_grads(Swapper *s, int u) {
 static int fold_head(Swapper *s) {
     GPT *m = s->m;
     float *E = m->blocks[0].grads, *buf = s->stream;
-    size_t n = wte_n(m), cap = 4 * s->chunk;
+    size_t n = offload_wte_floats(m), cap = 4 * s->chunk;
     for (size_t a = 0; a < n; a += cap) {
         size_t k = n - a < cap ? n - a : cap;
         uint64_t t = tier_read_async(s->tier, swap_tier_off(s, REGION_H, a), buf,
@@ -111,7 +109,7 @@ static int turn(Swapper *s, float scale, double *loss) {
     const OffloadUnit *un = &s->plan.unit[u];
     if (swap_fetch_unit(s, u, 0) || swap_ready(s, u) || prefetch(s, u, -1, 1)) return -1;
     zero_grads(s, u);
-    s->m->be->fill(swap_hbuf(s, u), 0.f, offload_pad(wte_n(s->m)));
+    s->m->be->fill(swap_hbuf(s, u), 0.f, offload_pad(offload_wte_floats(s->m)));
     for (int k = 0; k < s->c.K; k++) {
         for (int b = un->first; b <= un->last; b++)
             *loss += fwd(s, u, b, k);
@@ -119,8 +117,9 @@ static int turn(Swapper *s, float scale, double *loss) {
             bwd(s, u, b, k, scale);
     }
     if (finish_unit(s, u)) return -1;
-    swap_slot_of(s, u)->wr[2] = tier_write_async(s->tier, s->region[REGION_H], swap_hbuf(s, u),
-                                                 offload_pad(wte_n(s->m)) * sizeof(float));
+    swap_slot_of(s, u)->wr[2] =
+        tier_write_async(s->tier, s->region[REGION_H], swap_hbuf(s, u),
+                         offload_pad(offload_wte_floats(s->m)) * sizeof(float));
     return 0;
 }
 

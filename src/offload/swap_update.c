@@ -21,15 +21,6 @@ typedef struct {
     int p_slot; // p is in a slot: its write is the slot's to wait for, not the buffer's
 } Piece;
 
-// The next piece after flat offset x (inside the range the pass walks): up to the chunk, never
-// across a block.
-static size_t piece_end(const Swapper *s, size_t x, size_t end) {
-    const Block *blk = &s->m->blocks[swap_block_at(s, x)];
-    size_t e = blk->off + blk->n, c = x + s->chunk;
-    e = e < c ? e : c;
-    return e < end ? e : end;
-}
-
 static int wait_all(Swapper *s, uint64_t *t, int n) {
     int rc = 0;
     for (int i = 0; i < n; i++)
@@ -112,10 +103,10 @@ static int walk(Swapper *s, size_t lo, size_t hi, Slot *sl, float lr, float grad
         hi = hi < s->hi ? hi : s->hi;
     }
     int rc = 0, cur = 0, fused = sl != NULL;
-    size_t a = lo, e = a < hi ? piece_end(s, a, hi) : hi;
+    size_t a = lo, e = a < hi ? swap_piece_end(s, a, hi) : hi;
     if (a < hi) rc = issue(s, &q[0], a, e, fused);
     while (!rc && a < hi) {
-        size_t a2 = e, e2 = a2 < hi ? piece_end(s, a2, hi) : hi;
+        size_t a2 = e, e2 = a2 < hi ? swap_piece_end(s, a2, hi) : hi;
         if (a2 < hi) rc = issue(s, &q[cur ^ 1], a2, e2, fused); // the next piece's reads first
         if (!rc) rc = compute(s, &q[cur], lr, grad_scale);
         if (!rc && q[cur].p_slot && q[cur].wr[0] > sl->wr_upto) sl->wr_upto = q[cur].wr[0];

@@ -25,12 +25,8 @@ typedef struct {
     RoundLosses rl[2]; // [0]: the current round, [1]: the previous one, in flight
 } Co2State;
 
-// A CO2 state file's arrays in the tier (--offload): the outer momentum, the round's average,
-// then the worker's AdamW m and v.
-typedef struct {
-    Co2State *o;
-} SwapFile;
-
+// A CO2 state file's arrays in the tier (--offload; ctx is the Co2State): the outer momentum,
+// the round's average, then the worker's AdamW m and v.
 static int swap_file_fetch(void *ctx, int array, size_t at, size_t n, float *dst) {
     Co2State *o = ctx;
     return array < 2 ? swap_co2_fetch(o->w.sw, o->rounds, array, at, n, dst)
