@@ -65,15 +65,14 @@ double whole_grads(Strategy *s, Whole *w, int step) {
 }
 
 void whole_update(Strategy *s, Whole *w, int step, double loss, StepRecord *r) {
-    if (w->sw) {
-        whole_swap_update(s, w, step, loss, r);
-        return;
-    }
-    r->norm = sqrt(dp_grad_sumsq(w->dp));
+    r->norm = sqrt(w->sw ? swap_grad_sumsq(w->sw) : dp_grad_sumsq(w->dp));
     r->lr = lr_at(&s->cfg->opt, step);
     r->applied = isfinite(loss) && isfinite(r->norm);
-    if (r->applied)
-        dp_optimizer_step(w->dp, &w->opt, r->lr, clip_scale((float)r->norm, s->cfg->opt.grad_clip));
+    float scale = clip_scale((float)r->norm, s->cfg->opt.grad_clip);
+    if (w->sw)
+        whole_swap_apply(w, r, scale);
+    else if (r->applied)
+        dp_optimizer_step(w->dp, &w->opt, r->lr, scale);
 }
 
 double whole_evaluate(Strategy *s, Whole *w) {

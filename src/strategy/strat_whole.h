@@ -39,7 +39,9 @@ int whole_full_params(Strategy *s, Whole *w, float *host, int grads);
 // The same with block swapping (whole_swap.c); strat_whole.c's functions dispatch to these.
 int whole_swap_create(Strategy *s, Whole *w, const Comm *grad_comm, int zero);
 double whole_swap_grads(Strategy *s, Whole *w, int step);
-void whole_swap_update(Strategy *s, Whole *w, int step, double loss, StepRecord *r);
+// The step's update once whole_update has filled r's norm, lr and applied (grad_scale: the
+// clipping factor); the record's I/O wait.
+void whole_swap_apply(Whole *w, StepRecord *r, float grad_scale);
 double whole_swap_evaluate(Strategy *s, Whole *w);
 CkptShard whole_swap_shard(Whole *w);
 int whole_swap_full_params(Whole *w, float *host, size_t n);

@@ -123,16 +123,11 @@ double whole_swap_grads(Strategy *s, Whole *w, int step) {
     return loss;
 }
 
-void whole_swap_update(Strategy *s, Whole *w, int step, double loss, StepRecord *r) {
-    r->norm = sqrt(swap_grad_sumsq(w->sw));
-    r->lr = lr_at(&s->cfg->opt, step);
-    r->applied = isfinite(loss) && isfinite(r->norm);
-    if (w->fused) {
+void whole_swap_apply(Whole *w, StepRecord *r, float grad_scale) {
+    if (w->fused)
         r->must_stop = !r->applied; // the units' updates already ran during the backward
-    } else if (r->applied &&
-               swap_update(w->sw, r->lr, clip_scale((float)r->norm, s->cfg->opt.grad_clip))) {
+    else if (r->applied && swap_update(w->sw, r->lr, grad_scale))
         w->failed = 1;
-    }
     r->io = swap_io_wait(w->sw);
 }
 
