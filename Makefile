@@ -8,10 +8,10 @@ OPT      ?= -O3
 BLAS_DIR ?= /usr/lib/x86_64-linux-gnu/openblas-openmp
 BLAS_INC ?= /usr/include/x86_64-linux-gnu/openblas-openmp
 CFLAGS   ?= $(OPT) $(ARCH)
-# cairo (plots) and zlib (CRC-32) through pkg-config; libpng only for the plot test's PNG reader.
-PKGS     := cairo zlib
+# cairo (plots), zlib (CRC-32) and libzmq (loom peer) through pkg-config; libpng only for the plot test's PNG reader.
+PKGS     := cairo zlib libzmq
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS := $(or $(shell pkg-config --libs $(PKGS) 2>/dev/null),-lcairo -lz)
+PKG_LIBS := $(or $(shell pkg-config --libs $(PKGS) 2>/dev/null),-lcairo -lz -lzmq)
 TEST_LIBS := $(or $(shell pkg-config --libs libpng 2>/dev/null),-lpng16)
 CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -fopenmp -fno-math-errno -I$(BLAS_INC) $(MPI_INC) \
             $(PKG_CFLAGS) -MMD -MP

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # deps.sh — make sure what loom needs is installed.
-#   scripts/deps.sh build   compiler, pkg-config, OpenBLAS (OpenMP flavour), cJSON, Open MPI,
+#   scripts/deps.sh build   compiler, pkg-config, OpenBLAS (OpenMP flavour), cJSON, Open MPI, ZeroMQ,
 #                           zlib, cairo + a font (plots), libpng (the plot test's PNG reader)
 #   scripts/deps.sh demo    build + the bundled corpus (Debian's `fortunes`)
 #   scripts/deps.sh test    demo + PyTorch/NumPy for the reference tests, Node.js + npm, and the
@@ -16,7 +16,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 what=${1:-build}
 case $what in build|demo|test|fuzz) ;; *) echo "usage: scripts/deps.sh build|demo|test|fuzz" >&2; exit 2 ;; esac
 pkgs="build-essential pkg-config libopenblas-openmp-dev libcjson-dev libopenmpi-dev openmpi-bin
-      zlib1g-dev libcairo2-dev fonts-dejavu-core libpng-dev"
+      zlib1g-dev libcairo2-dev fonts-dejavu-core libpng-dev libzmq3-dev"
 [ "$what" = demo ] || [ "$what" = test ] && pkgs="$pkgs fortunes"
 [ "$what" = test ] && pkgs="$pkgs python3-torch python3-numpy nodejs npm"
 [ "$what" = fuzz ] && pkgs="$pkgs clang libclang-rt-dev libomp-dev"

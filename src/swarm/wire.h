@@ -1,0 +1,99 @@
+// wire.h — the swarm's messages (loom peer): one ZeroMQ message = one frame of bytes,
+// little-endian, versioned, every length checked and bounded. wire.c encodes and decodes; it
+// never trusts a length: a message that is short, long, of an unknown type or version, or holds
+// out-of-range counts, ids or text is rejected with a reason (the caller counts it and goes on).
+//
+// Layout: a header — magic "LMSW", version u16, type u16, round i64, from (u8 length + the id's
+// bytes) — followed by the type's fields (wire.c has the exact order). Floats travel as
+// IEEE-754 binary32 and doubles as binary64, little-endian.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#define WIRE_VERSION 1
+#define WIRE_ID_MAX 64           // peer id: 1..64 bytes of [A-Za-z0-9._-]
+#define WIRE_ADDR_MAX 255        // tcp address "HOST:PORT", printable ASCII, no spaces
+#define WIRE_MAX_PEERS 256       // records / ids in one message
+#define WIRE_MAX_FLOATS (1 << 18) // floats in one DELTA or DATA message (1 MiB)
+#define WIRE_MAX_LOSSES 4096     // doubles in one DELTA's losses (τ ≤ 4096)
+#define WIRE_TEXT_MAX 16384      // HELLO's run description, REFUSE's reason
+// No valid message is longer than this (the decoder rejects longer input as oversized).
+#define WIRE_MSG_MAX ((size_t)WIRE_MAX_FLOATS * 4 + WIRE_MAX_LOSSES * 8 + 128 * 1024)
+
+typedef enum {
+    WIRE_HELLO = 1, // join request: rec[0] = the sender's record, text = its run description
+    WIRE_WELCOME,   // join accepted: rec[] = the responder's view (itself included)
+    WIRE_REFUSE,    // join refused: text = why (names the field that differs)
+    WIRE_GOSSIP,    // rec[] = records (the sender's view)
+    WIRE_DELTA,     // one piece of the sender's Δ of `round`: data = n floats at offset of total;
+                    // losses = the round's local losses (nloss doubles; in every piece)
+    WIRE_HAVE,      // the sender holds the whole Δ of `round` from ids[]; hash = its anchor's
+    WIRE_COMMIT,    // the average of `round` is over ids[] (sorted); attempt; hash = anchor's
+    WIRE_FETCH,     // request: array `what` of version `round`, [offset, offset + n) of total
+    WIRE_DATA,      // reply to FETCH: data = n floats at offset of total; hash = whole array's;
+                    // n = 0 with offset = total = 0: the responder no longer has that version
+    WIRE_BYE,       // the sender leaves the swarm
+    WIRE_NTYPES
+} WireType;
+
+// Arrays a FETCH / DATA names.
+typedef enum {
+    WIRE_ARR_ANCHOR = 1, // the anchor a(round) (a joiner's download)
+    WIRE_ARR_MOMENTUM,   // the outer momentum m(round)
+    WIRE_ARR_AVERAGE,    // the committed average Δ̄ of `round`
+    WIRE_ARR_META,       // the snapshot's small numbers as floats-in-bytes (see swarm_join.c)
+    WIRE_ARR_MAX
+} WireArray;
+
+#define WIRE_PEER_DONE 1u // flags: the peer finished its steps (it lingers to serve)
+#define WIRE_PEER_LEFT 2u // the peer said BYE
+
+typedef struct {
+    char id[WIRE_ID_MAX + 1];
+    char addr[WIRE_ADDR_MAX + 1];
+    uint64_t revision;   // its owner bumps it on every change; gossip keeps the highest
+    int64_t first_round; // first round it contributes a Δ to (0: not yet joined)
+    int64_t cur_round;   // the round it computes now
+    uint32_t flags;      // WIRE_PEER_*
+} PeerRecord;
+
+typedef struct {
+    uint16_t type; // WireType
+    int64_t round;
+    char from[WIRE_ID_MAX + 1];
+    uint32_t what;          // FETCH, DATA: WireArray
+    uint32_t attempt;       // COMMIT
+    uint64_t offset, total; // DELTA, FETCH, DATA: elements [offset, offset + n) of total
+    uint32_t n;             // DELTA, FETCH, DATA: floats (DELTA, DATA: in data)
+    const uint8_t *data;    // DELTA, DATA: n little-endian floats inside the decoded buffer
+    uint32_t nloss;         // DELTA
+    const uint8_t *losses;  // DELTA: nloss little-endian doubles inside the decoded buffer
+    uint64_t hash;          // HAVE, COMMIT, DATA
+    int nids;               // HAVE, COMMIT
+    char ids[WIRE_MAX_PEERS][WIRE_ID_MAX + 1];
+    int nrec;               // HELLO (1), WELCOME, GOSSIP
+    PeerRecord rec[WIRE_MAX_PEERS];
+    uint32_t text_len;      // HELLO, REFUSE
+    char text[WIRE_TEXT_MAX + 1]; // NUL-terminated copy
+} WireMsg; // large (~100 KiB): keep one per thread, not on small stacks
+
+// 1 if s is a valid peer id (1..WIRE_ID_MAX bytes of [A-Za-z0-9._-]).
+int wire_id_ok(const char *s);
+// 1 if s is a valid address (1..WIRE_ADDR_MAX printable non-space ASCII bytes).
+int wire_addr_ok(const char *s);
+// Bytes m encodes to (0 if a field is out of range: counts, ids, addresses, text).
+size_t wire_size(const WireMsg *m);
+// Encodes m into buf (cap bytes; data/losses are read from m->data / m->losses as host floats
+// and doubles, written little-endian). Returns the length, or 0 if it does not fit or a field is
+// out of range.
+size_t wire_encode(const WireMsg *m, uint8_t *buf, size_t cap);
+// Decodes buf[0, len) into m (m->data / m->losses point into buf). Returns 0, or -1 with a
+// one-line reason in err (e.g. "bad magic", "DELTA: n 300000 > 262144", "truncated GOSSIP").
+int wire_decode(const uint8_t *buf, size_t len, WireMsg *m, char *err, size_t errn);
+// Reads element i of a decoded float / double array (unaligned, little-endian).
+float wire_float(const uint8_t *p, size_t i);
+double wire_double(const uint8_t *p, size_t i);
+// Copies n decoded floats into dst (host order).
+void wire_floats(const uint8_t *p, size_t n, float *dst);
+// Name of a type ("DELTA"; "?" if unknown), for messages and counters.
+const char *wire_type_name(int type);
