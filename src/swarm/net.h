@@ -33,7 +33,8 @@ int net_secret_read(const char *path, char secret[NET_KEY_LEN + 1]);
 int net_keygen(const char *path);
 // Opens the transport and binds the inbox at listen ("HOST:PORT"; port 0 picks a free port:
 // net_bound_addr then tells which). max_msg bounds an incoming message (larger: dropped and
-// counted). Returns NULL with loom_errmsg (address in use, bad address, no CURVE in libzmq).
+// counted; over 2 * max_msg libzmq drops the sender's connection instead, uncounted).
+// Returns NULL with loom_errmsg (address in use, bad address, no CURVE in libzmq).
 Net *net_open(const char *listen, const char secret[NET_KEY_LEN + 1], size_t max_msg);
 // "HOST:PORT" actually bound (the port resolved when 0 was asked for).
 const char *net_bound_addr(const Net *n);
