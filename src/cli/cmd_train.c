@@ -1,5 +1,6 @@
 // cmd_train.c — `loom train`: flags and config file → TrainArgs → train_run().
 #include <stdio.h>
+#include <string.h>
 
 #include "../common.h"
 #include "../train/trainer.h"
@@ -126,20 +127,66 @@ static const Option OPTS[] = {
      "machine peak GFLOP/s for MFU (0: measure it, a short FMA probe)", NULL, 0, 1e9},
 };
 
-int cmd_train(int argc, char **argv) {
+// `loom peer`: every train flag plus the swarm's (swarm/swarm.h).
+static const Option PEER_OPTS[] = {
+    {"listen", OPT_STR, &A.listen, "this peer's address HOST:PORT (port 0: any free port)", NULL, 0,
+     0},
+    {"bootstrap", OPT_STR, &A.bootstrap,
+     "live peers to join through, HOST:PORT[,...] (none: this peer starts a swarm)", NULL, 0, 0},
+    {"secret", OPT_STR, &A.secret, "the swarm's secret key file (loom keygen -o FILE)", NULL, 0, 0},
+    {"peer-id", OPT_STR, &A.peer_id, "this peer's unique name ([A-Za-z0-9._-], <= 64)", NULL, 0, 0},
+    {"advertise", OPT_STR, &A.advertise, "the address other peers should use (default: --listen)",
+     NULL, 0, 0},
+    {"peer-timeout", OPT_FLOAT, &A.peer_timeout, "seconds a silent peer stays in the view", NULL,
+     0.1, 3600},
+    {"min-peers", OPT_INT, &A.min_peers, "peers in the view before the first step", NULL, 1, 4096},
+};
+
+// Flags of `loom train` that mean nothing for a peer.
+static int peer_flags_check(const Option *opts, int n) {
+    const char *bad[] = {"dp",           "pp",          "zero",     "co2",
+                         "comm-timeout", "plan",        "schedule", "stage-layers",
+                         "bucket-mb",    "comm-thread", "dry-run"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        if (options_was_set(opts, n, bad[i]))
+            return loom_fail("--%s has no meaning for loom peer (each peer is one process; the "
+                             "swarm averages CO2-style over whoever is in the round)",
+                             bad[i]);
+    const char *need[] = {"listen", "secret", "peer-id"};
+    char *vals[] = {A.listen, A.secret, A.peer_id};
+    for (int i = 0; i < 3; i++)
+        if (!vals[i]) return loom_fail("loom peer needs --%s", need[i]);
+    return 0;
+}
+
+static int train_main(int argc, char **argv, int peer) {
     train_args_defaults(&A);
-    const Option *opts = OPTS;
-    int n = (int)(sizeof OPTS / sizeof OPTS[0]);
-    int rc = options_parse(opts, n, argc, argv, "usage: loom train --data SHARDS [options]", NULL,
-                           0, NULL);
+    enum { NT = sizeof OPTS / sizeof OPTS[0], NP = sizeof PEER_OPTS / sizeof PEER_OPTS[0] };
+    static Option all[NT + NP];
+    memcpy(all, OPTS, sizeof OPTS);
+    memcpy(all + NT, PEER_OPTS, sizeof PEER_OPTS);
+    const Option *opts = peer ? all : OPTS;
+    int n = peer ? NT + NP : NT;
+    const char *cmd = peer ? "loom peer" : "loom train";
+    int rc = options_parse(opts, n, argc, argv,
+                           peer ? "usage: loom peer --data SHARDS --listen HOST:PORT --secret FILE "
+                                  "--peer-id NAME [--bootstrap HOST:PORT,...] [options]"
+                                : "usage: loom train --data SHARDS [options]",
+                           NULL, 0, NULL);
     if (rc == 1) return 0;
+    if (!rc && peer) rc = peer_flags_check(opts, n);
     if (rc) {
-        fprintf(stderr, "loom train: %s\n", loom_errmsg());
+        fprintf(stderr, "%s: %s\n", cmd, loom_errmsg());
         return EXIT_USAGE;
     }
+    A.peer = peer;
     if (A.init && !options_was_set(opts, n, "heads")) A.heads = 0; // from the file's metadata
     if (A.seq > A.block_size && !A.init && !A.resume)
         die(EXIT_USAGE, "--seq %d is longer than --block-size %d", A.seq, A.block_size);
     if (A.dry_run) return train_dry_run(&A);
     return train_run(&A);
 }
+
+int cmd_train(int argc, char **argv) { return train_main(argc, argv, 0); }
+
+int cmd_peer(int argc, char **argv) { return train_main(argc, argv, 1); }

@@ -7,3 +7,5 @@ int cmd_sample(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_export(int argc, char **argv);
+int cmd_peer(int argc, char **argv);
+int cmd_keygen(int argc, char **argv);

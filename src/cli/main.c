@@ -14,7 +14,9 @@ static void usage(FILE *f) {
           "  sample    generate text from a checkpoint (loom sample --help)\n"
           "  export    write a checkpoint as Hugging Face safetensors (loom export --help)\n"
           "  plot      draw the loss curve of a metrics file (loom plot --help)\n"
-          "  plan      profile the model and pick dp/pp/micro-batch/recompute (loom plan --help)\n",
+          "  plan      profile the model and pick dp/pp/micro-batch/recompute (loom plan --help)\n"
+          "  peer      train as one peer of a swarm over ZeroMQ (loom peer --help)\n"
+          "  keygen    make a swarm secret for loom peer (loom keygen -o FILE)\n",
           f);
 }
 
@@ -34,6 +36,8 @@ int main(int argc, char **argv) {
     if (!strcmp(c, "export")) return cmd_export(argc - 1, argv + 1);
     if (!strcmp(c, "plot")) return cmd_plot(argc - 1, argv + 1);
     if (!strcmp(c, "plan")) return cmd_plan(argc - 1, argv + 1);
+    if (!strcmp(c, "peer")) return cmd_peer(argc - 1, argv + 1);
+    if (!strcmp(c, "keygen")) return cmd_keygen(argc - 1, argv + 1);
     fprintf(stderr, "loom: unknown command '%s'\n", c);
     usage(stderr);
     return EXIT_USAGE;

@@ -66,6 +66,10 @@ int metrics_step(Metrics *mt, const MetricsStep *m) {
     field(buf, sizeof buf, "mfu", "%.4f", m->mfu);
     if (m->exposed_ms >= 0) field(buf, sizeof buf, "comm_exposed_ms", "%.3f", m->exposed_ms);
     if (m->io_ms >= 0) field(buf, sizeof buf, "io_ms", "%.3f", m->io_ms);
+    if (m->extra && m->extra[0]) {
+        size_t k = strlen(buf);
+        snprintf(buf + k, sizeof buf - k, ",%s", m->extra);
+    }
     close_line(buf, sizeof buf);
     return put_line(mt, buf);
 }

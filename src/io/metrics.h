@@ -23,6 +23,7 @@ typedef struct {
     double tokens_per_s, mfu;
     double exposed_ms; // time the step waited on communication after compute (< 0: not written)
     double io_ms;      // time it waited on block swapping's slow tier (< 0: not written)
+    const char *extra; // more fields, JSON text without braces (loom peer's), or NULL
 } MetricsStep;
 
 // Write one line and flush it. Return 0, or -1 with loom_errmsg naming the file when the line

@@ -7,11 +7,12 @@
 #include "../parallel/comm.h"
 #include "strategy.h"
 
-extern const StrategyOps STRATEGY_PIPELINE, STRATEGY_CO2, STRATEGY_DP;
+extern const StrategyOps STRATEGY_PIPELINE, STRATEGY_CO2, STRATEGY_PEER, STRATEGY_DP;
 
 static const StrategyOps *const TABLE[] = {
     &STRATEGY_PIPELINE, // --pp > 1: stages (gpipe, 1f1b, 2bw), dp replicas, ZeRO-1
     &STRATEGY_CO2,      // --co2: local steps + stale outer average
+    &STRATEGY_PEER,     // loom peer: CO2's rule over a swarm of peers (swarm/)
     &STRATEGY_DP,       // everything else: one process, data parallel, ZeRO 0-3
 };
 

@@ -38,6 +38,11 @@ typedef struct {
     size_t fast_mem;
     int offload_prefetch, threads;
     int nonfinite_skip; // --on-nonfinite skip (a non-finite step must be skippable)
+    // loom peer (swarm/): CO2's rule over the peers in the swarm (with tau, outer_* above)
+    int peer, min_peers;
+    const char *peer_id, *listen, *advertise, *bootstrap, *secret;
+    float peer_timeout;
+    const char *device; // the backend's name (a peer's state is host memory: cpu only for now)
 } StrategyConfig;
 
 // Where a strategy gets its data: micro-batch j of 0-based optimizer step `step` for this
@@ -53,19 +58,24 @@ typedef struct {
     // the same, handed over in ascending pieces of host memory to sink (for a state that lives
     // in a slow tier); 0 or -1
     int (*params_stream)(void *ctx, size_t lo, size_t hi, GptSink sink, void *sctx);
+    // training window w of the data (a strategy that assigns windows itself: loom peer)
+    void (*window)(void *ctx, uint64_t w, int *inputs, int *targets);
 } StrategyData;
 
 // One optimizer step, as the loop logs it.
 typedef struct {
-    int step;       // 1-based
-    double loss;    // mean over the step's tokens on every data-parallel rank / worker
-    double norm;    // global gradient norm (before clipping)
-    float lr;       //
-    double seconds; // wall time of the step
-    double exposed; // seconds it blocked on communication (< 0: no communication)
-    double io;      // seconds it blocked on the slow tier of block swapping (< 0: none)
-    int applied;    // 0: the loss or gradient was not finite and the update was not applied
-    int must_stop;  // with applied 0: the strategy cannot skip it (the run stops)
+    int step;          // 1-based
+    double loss;       // mean over the step's tokens on every data-parallel rank / worker
+    double norm;       // global gradient norm (before clipping)
+    float lr;          //
+    double seconds;    // wall time of the step
+    double exposed;    // seconds it blocked on communication (< 0: no communication)
+    double io;         // seconds it blocked on the slow tier of block swapping (< 0: none)
+    int applied;       // 0: the loss or gradient was not finite and the update was not applied
+    int must_stop;     // with applied 0: the strategy cannot skip it (the run stops)
+    uint64_t window;   // > 0: the next unread data window after this step (else the loop's count)
+    const char *extra; // more metrics fields, JSON text without braces (NULL: none; the
+                       // strategy keeps it alive until the next record is taken)
 } StepRecord;
 
 typedef struct Strategy Strategy;
@@ -103,6 +113,8 @@ typedef struct {
     // Prints (lead rank) what the strategy held and how much communication was exposed.
     void (*summary)(Strategy *s, double exposed_s, double step_s);
     void (*destroy)(Strategy *s);
+    // The next unread data window after `step` steps, for checkpoints (NULL: the loop's count).
+    uint64_t (*data_window)(Strategy *s, int step);
 } StrategyOps;
 
 struct Strategy {

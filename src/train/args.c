@@ -23,6 +23,7 @@ void train_args_defaults(TrainArgs *a) {
     a->pp = 1, a->schedule = "1f1b", a->stage_layers = NULL;
     a->plan = NULL, a->plan_mem_gb = 0, a->plan_bandwidth_gbps = 1.0f;
     a->offload_prefetch = 1;
+    a->peer_timeout = 10.f, a->min_peers = 1;
 }
 
 char *train_args_json(const TrainArgs *a) {

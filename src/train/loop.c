@@ -40,11 +40,14 @@ static int log_record(Loop *l, const StepRecord *rec) {
                       .lr = rec->lr,
                       .grad_norm = rec->norm,
                       .step_ms = rec->seconds * 1e3,
-                      .tokens = (double)run_data_window(r, rec->step) * a->batch * a->seq,
+                      .tokens =
+                          (double)(rec->window ? rec->window : run_data_window(r, rec->step)) *
+                          a->batch * a->seq,
                       .tokens_per_s = tps,
                       .mfu = mfu,
                       .exposed_ms = rec->exposed >= 0 ? rec->exposed * 1e3 : -1,
-                      .io_ms = r->sc.offload ? rec->io * 1e3 : -1};
+                      .io_ms = r->sc.offload ? rec->io * 1e3 : -1,
+                      .extra = rec->extra};
     if (r->lead && metrics_step(&r->mt, &ms)) return metrics_failed(l);
     progress_step(&r->pg, rec->step, rec->loss, tps, mfu, rec->seconds,
                   r->sc.offload ? rec->io : -1);
@@ -100,6 +103,7 @@ static int save(Loop *l, int step, int final) {
     Run *r = l->r;
     comm_set_context(step, "checkpoint");
     CkptMeta meta = run_ckpt_meta(r, step);
+    if (l->s->ops->data_window) meta.data_window = l->s->ops->data_window(l->s, step);
     int rc = l->s->ops->save(l->s, r->a->save, &meta, final, run_save_extras, r, r->a->keep);
     free(meta.train_args);
     if (rc) {
@@ -205,6 +209,7 @@ int train_run(const TrainArgs *args) {
                   .lead = r.lead};
     comm_set_failure_handler(comm_failed, &s); // the strategy hears failed operations
     if (ops->create(&s)) run_fail(&r, s.resume_dir ? EXIT_INPUT : EXIT_USAGE);
+    r.start = s.start; // a peer that joins late starts on the swarm's clock
     run_setup_done(&r);
     run_peak(&r);
     banner(&r, &s);

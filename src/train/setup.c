@@ -116,6 +116,12 @@ static void train_batch(void *ctx, int step, int j, int *inputs, int *targets) {
     dataset_window(&r->train, w, a->batch, a->seq, a->shuffle, (uint64_t)a->seed, inputs, targets);
 }
 
+static void train_window(void *ctx, uint64_t w, int *inputs, int *targets) {
+    Run *r = ctx;
+    const TrainArgs *a = r->a;
+    dataset_window(&r->train, w, a->batch, a->seq, a->shuffle, (uint64_t)a->seed, inputs, targets);
+}
+
 static void val_batch(void *ctx, int w, int *inputs, int *targets) {
     Run *r = ctx;
     dataset_window(&r->val, (uint64_t)w, r->a->batch, r->a->seq, 0, 0, inputs, targets);
@@ -166,12 +172,22 @@ static void strategy_config(Run *r) {
         .fast_mem = r->fast_mem,
         .offload_prefetch = a->offload_prefetch,
         .threads = a->threads,
-        .nonfinite_skip = !strcmp(a->on_nonfinite, "skip")};
+        .nonfinite_skip = !strcmp(a->on_nonfinite, "skip"),
+        .peer = a->peer,
+        .min_peers = a->min_peers,
+        .peer_id = a->peer_id,
+        .listen = a->listen,
+        .advertise = a->advertise,
+        .bootstrap = a->bootstrap,
+        .secret = a->secret,
+        .peer_timeout = a->peer_timeout,
+        .device = a->device};
     r->data = (StrategyData){.ctx = r,
                              .train = train_batch,
                              .val = val_batch,
                              .params = initial_params,
-                             .params_stream = initial_params_stream};
+                             .params_stream = initial_params_stream,
+                             .window = train_window};
 }
 
 static void setup_data(Run *r) {

@@ -39,6 +39,10 @@ typedef struct {
     // block swapping: the training state in a slow tier, --fast-mem of it in memory
     char *offload, *offload_dir, *fast_mem, *offload_units, *profile;
     int offload_prefetch;
+    // loom peer: the swarm (swarm/), CO2's rule over its peers
+    int peer, min_peers;
+    char *listen, *bootstrap, *secret, *peer_id, *advertise;
+    float peer_timeout;
 } TrainArgs;
 
 void train_args_defaults(TrainArgs *a);

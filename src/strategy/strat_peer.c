@@ -1,0 +1,358 @@
+// strat_peer.c — loom peer: this process is one peer of a swarm (swarm/swarm.h). It trains its
+// own copy of the whole model with its own AdamW for τ steps, then hands its Δ = a − x to the
+// swarm, which averages the Δs of the round's peers in the background during the next round;
+// one round later the average is applied with CO2's outer rule (parallel/co2.h:
+// co2_outer_update) — the same rule, staleness and losses as --co2 under MPI, over whoever is in
+// the round. Windows: the peer at position p of the round's N participants (sorted by id)
+// reads what MPI rank p of N reads under --co2.
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common.h"
+#include "../parallel/co2.h"
+#include "../swarm/swarm.h"
+#include "strat_whole.h"
+
+typedef struct {
+    Whole w;
+    Swarm *sw;
+    CO2Config cc;
+    float *anchor, *mom, *delta, *avg; // host memory (P)
+    int64_t round;                     // rounds ended
+    int64_t first_round;
+    uint64_t base;   // the first window of the current round
+    int pos, N;      // this peer's position among the round's participants, their count
+    int begun;       // the current round has begun (pos, N known)
+    double *loss[2]; // (tau) local losses: [0] this round, [1] the previous one
+    StepRecord *rec[2];
+    int n[2];
+    char (*extra)[256]; // (tau) metrics fields of the previous round's records
+    StrategyData data;  // the loop's data, with this peer's windows
+    const StrategyData *orig;
+    char *desc; // the run description (joiners must match it)
+} Peer;
+
+// Micro-batch j of step `step`: window base + (step − round start)·N·K + j·N + pos.
+static void peer_train(void *ctx, int step, int j, int *inputs, int *targets) {
+    Strategy *s = ctx;
+    Peer *p = s->impl;
+    uint64_t N = (uint64_t)p->N, K = (uint64_t)s->cfg->grad_accum;
+    uint64_t r0 = (uint64_t)p->round * (uint64_t)s->cfg->tau; // first step of the round
+    uint64_t w = p->base + ((uint64_t)step - r0) * N * K + (uint64_t)j * N + (uint64_t)p->pos;
+    p->orig->window(p->orig->ctx, w, inputs, targets);
+}
+
+static void peer_val(void *ctx, int w, int *inputs, int *targets) {
+    Strategy *s = ctx;
+    ((Peer *)s->impl)->orig->val(((Peer *)s->impl)->orig->ctx, w, inputs, targets);
+}
+
+static int peer_wants(const StrategyConfig *c) { return c->peer; }
+
+static int peer_check(const StrategyConfig *c) {
+    if (c->offload)
+        return loom_fail("loom peer with --offload: a peer's outer state is not swapped yet");
+    if (strcmp(c->device ? c->device : "cpu", "cpu"))
+        return loom_fail("loom peer runs on --device cpu for now");
+    if (c->tau < 1 || c->tau > 4096) return loom_fail("--tau must be in 1..4096 for loom peer");
+    if (c->save_every > 0 && c->save_every % c->tau)
+        return loom_fail("--save-every %d: a peer saves at round ends, so it must be a multiple "
+                         "of --tau %d",
+                         c->save_every, c->tau);
+    if (c->dump_grads) return loom_fail("loom peer does not combine with --dump-grads");
+    return 0;
+}
+
+// What a joiner must share with the swarm, named as the flags (REFUSE names the first that
+// differs).
+static char *run_desc(const Strategy *s) {
+    const StrategyConfig *c = s->cfg;
+    const GPTConfig *g = &s->model->cfg;
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "loom-peer-protocol", WIRE_VERSION);
+    const char *in[] = {"layers", "heads", "dim", "vocab",      "block-size",
+                        "tau",    "batch", "seq", "grad-accum", "steps"};
+    int iv[] = {g->L, g->H, g->C, g->V, g->maxT, c->tau, c->batch, c->seq, c->grad_accum, c->steps};
+    for (size_t i = 0; i < sizeof iv / sizeof iv[0]; i++)
+        cJSON_AddNumberToObject(j, in[i], iv[i]);
+    const char *fn[] = {"outer-lr", "outer-momentum", "gap-penalty", "outer-clip",
+                        "lr",       "min-lr",         "beta1",       "beta2",
+                        "eps",      "weight-decay",   "grad-clip"};
+    float fv[] = {c->outer_lr, c->outer_momentum,   c->gap_penalty,  c->outer_clip,
+                  c->opt.lr,   c->opt.min_lr,       c->opt.beta1,    c->opt.beta2,
+                  c->opt.eps,  c->opt.weight_decay, c->opt.grad_clip};
+    for (size_t i = 0; i < sizeof fv / sizeof fv[0]; i++)
+        cJSON_AddNumberToObject(j, fn[i], fv[i]);
+    cJSON_AddStringToObject(j, "gap-mode", c->gap_adaptive ? "adaptive" : "constant");
+    cJSON_AddStringToObject(j, "lr-schedule", c->opt.schedule == LR_COSINE ? "cosine" : "constant");
+    cJSON_AddNumberToObject(j, "warmup", c->opt.warmup);
+    char *t = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    return t;
+}
+
+// m ← β·m + Δ̄/λ (clipped); a ← a − α·m over the whole model (co2.h's rule).
+static void outer_update(Strategy *s, Peer *p) {
+    GPT *m = s->model;
+    size_t P = m->nparams;
+    double *sq = NULL;
+    if (p->cc.adaptive) {
+        sq = xcalloc((size_t)2 * m->ntensors, sizeof(double));
+        co2_norms_add(m, p->mom, p->avg, 0, P, sq);
+    }
+    gpt_extra_range(m, EXTRA_CO2_ANCHOR, p->anchor, 0, P);
+    gpt_extra_range(m, EXTRA_CO2_MOMENTUM, p->mom, 0, P);
+    gpt_extra_range(m, EXTRA_CO2_AVERAGE, p->avg, 0, P);
+    co2_outer_update(&p->cc, m, sq);
+    free(sq);
+}
+
+// Applies round r's average (the swarm's, waited for) under the state lock; the round's
+// records (kept in [1]) go to the loop with the set's mean losses. Returns the wait or < 0.
+static double apply_average(Strategy *s, Peer *p, int64_t r) {
+    double mean[4096];
+    int n = p->n[1];
+    for (int i = 0; i < n; i++)
+        mean[i] = p->rec[1][i].loss;
+    SwarmRound info = {0};
+    if (swarm_average(p->sw, r, p->avg, mean, n, &info)) return -1;
+    swarm_state_lock(p->sw);
+    outer_update(s, p);
+    swarm_state_unlock(p->sw, p->round, p->base);
+    for (int i = 0; i < n; i++) {
+        StepRecord *rec = &p->rec[1][i];
+        snprintf(p->extra[i], sizeof p->extra[i],
+                 "\"local_loss\":%.6f,\"round\":%lld,\"view\":%d,\"averaged\":%d,\"wait_ms\":%.1f,"
+                 "\"sent_mb\":%.3f",
+                 rec->loss, (long long)r, info.view, info.averaged, info.wait_s * 1e3,
+                 info.sent / 1048576.0);
+        rec->loss = mean[i];
+        rec->extra = p->extra[i];
+        strategy_emit(s, rec);
+    }
+    p->n[1] = 0;
+    return info.wait_s;
+}
+
+// The end of round r: hand the Δ over, apply the previous round's average (emitting that
+// round's records), keep this round's records for its own average, x ← a.
+static int round_end(Strategy *s, Peer *p, double *wait) {
+    GPT *m = s->model;
+    size_t P = m->nparams;
+    int64_t r = ++p->round;
+    m->be->sub_scaled(p->delta, p->anchor, m->params, 1.0f, P); // Δ = a − x
+    swarm_contribute(p->sw, r, p->delta, p->loss[0], p->n[0]);
+    p->base += (uint64_t)p->n[0] * (uint64_t)p->N * (uint64_t)s->cfg->grad_accum;
+    *wait = 0;
+    if (r >= 2) {
+        double w = apply_average(s, p, r - 1);
+        if (w < 0) return -1;
+        *wait = w;
+    } else {
+        swarm_state_lock(p->sw);
+        swarm_state_unlock(p->sw, r, p->base);
+    }
+    StepRecord *t = p->rec[1];
+    double *l = p->loss[1];
+    p->rec[1] = p->rec[0], p->loss[1] = p->loss[0], p->n[1] = p->n[0];
+    p->rec[0] = t, p->loss[0] = l, p->n[0] = 0;
+    swarm_anchor_hash(p->sw, r, swarm_hash(p->anchor, P));
+    m->be->copy(m->params, p->anchor, P); // x ← a(r)
+    p->begun = 0;
+    return 0;
+}
+
+// A joiner adopts the swarm's state: a(b), m(b) are in anchor/mom; a(b+1) needs round b's
+// average (b ≥ 1). It computes from round first_round on.
+static int adopt(Strategy *s, Peer *p, const SwarmState *st) {
+    const StrategyConfig *c = s->cfg;
+    if (st->round >= 1) {
+        double mean[1];
+        if (swarm_average(p->sw, st->round, p->avg, mean, 0, NULL)) return -1;
+        outer_update(s, p);
+    }
+    p->first_round = st->first_round;
+    p->round = st->first_round - 1;
+    p->base = st->window;
+    if (st->first_round == st->round + 2) // the round it sits out
+        p->base += (uint64_t)c->tau * (uint64_t)c->grad_accum *
+                   (uint64_t)swarm_participants(p->sw, st->round + 1);
+    int64_t start = p->round * c->tau;
+    s->start = start < c->steps ? (int)start : c->steps;
+    fprintf(stderr, "loom peer %s: joined the swarm at round %lld (step %d)\n", c->peer_id,
+            (long long)st->first_round, s->start);
+    return 0;
+}
+
+static int peer_create(Strategy *s) {
+    const StrategyConfig *c = s->cfg;
+    Peer *p = xcalloc(1, sizeof *p);
+    s->impl = p;
+    if (s->resume_dir) return loom_fail("loom peer --resume: not supported yet");
+    if (whole_create(s, &p->w, s->grid->dp_comm, 0)) return -1;
+    GPT *m = s->model;
+    size_t P = m->nparams;
+    p->anchor = xalloc_floats(P), p->mom = xalloc_floats(P);
+    p->delta = xalloc_floats(P), p->avg = xalloc_floats(P);
+    m->be->copy(p->anchor, m->params, P);
+    p->cc = whole_co2_config(c);
+    for (int i = 0; i < 2; i++) {
+        p->rec[i] = xcalloc((size_t)c->tau, sizeof(StepRecord));
+        p->loss[i] = xcalloc((size_t)c->tau, sizeof(double));
+    }
+    p->extra = xcalloc((size_t)c->tau, sizeof *p->extra);
+    p->desc = run_desc(s);
+    SwarmConfig sc = {.id = c->peer_id,
+                      .listen = c->listen,
+                      .advertise = c->advertise,
+                      .bootstrap = c->bootstrap,
+                      .secret = c->secret,
+                      .peer_timeout = c->peer_timeout,
+                      .P = P,
+                      .tau = c->tau,
+                      .run_desc = p->desc,
+                      .verbose = getenv("LOOM_PEER_VERBOSE") != NULL};
+    SwarmState st;
+    int joined;
+    p->sw = swarm_open(&sc, p->anchor, p->mom, &st, &joined);
+    if (!p->sw) return -1;
+    if (joined) {
+        if (adopt(s, p, &st)) return -1;
+        m->be->copy(m->params, p->anchor, P);
+    } else {
+        p->first_round = 1;
+        swarm_start_state(p->sw, 0, 0, NULL);
+    }
+    swarm_share_state(p->sw, p->anchor, p->mom);
+    swarm_state_lock(p->sw);
+    swarm_state_unlock(p->sw, p->round, p->base);
+    if (c->min_peers > 1) {
+        fprintf(stderr, "loom peer %s: waiting for %d peers\n", c->peer_id, c->min_peers);
+        if (swarm_wait_peers(p->sw, c->min_peers, 600))
+            return loom_fail("--min-peers %d: fewer peers joined within 600 s", c->min_peers);
+    }
+    p->orig = s->data;
+    p->data = *s->data;
+    p->data.ctx = s, p->data.train = peer_train, p->data.val = peer_val;
+    s->data = &p->data;
+    return 0;
+}
+
+static int peer_step(Strategy *s, int step, int boundary) {
+    (void)boundary;
+    Peer *p = s->impl;
+    const StrategyConfig *c = s->cfg;
+    if (!p->begun) {
+        swarm_round_begin(p->sw, p->round + 1, &p->pos, &p->N);
+        if (p->pos < 0) p->pos = 0, p->N = p->N > 0 ? p->N : 1; // not counted yet: a guess
+        p->begun = 1;
+    }
+    double t0 = now_sec();
+    double loss = whole_grads(s, &p->w, step);
+    StepRecord r = {.step = step + 1, .loss = loss};
+    whole_update(s, &p->w, step, loss, &r);
+    if (!r.applied) { // this peer stops; the swarm goes on without it
+        r.must_stop = 1;
+        strategy_emit(s, &r);
+        return 0;
+    }
+    uint64_t r0 = (uint64_t)p->round * (uint64_t)c->tau;
+    r.window = p->base + ((uint64_t)step + 1 - r0) * (uint64_t)p->N * (uint64_t)c->grad_accum;
+    StepRecord *rec = &p->rec[0][p->n[0]];
+    p->loss[0][p->n[0]++] = loss;
+    double wait = 0;
+    if (((step + 1) % c->tau == 0 || step + 1 == c->steps)) {
+        *rec = r; // (round_end moves it with the round's records)
+        if (round_end(s, p, &wait)) return -1;
+        rec = &p->rec[1][p->n[1] - 1];
+    }
+    r.seconds = now_sec() - t0;
+    r.exposed = wait;
+    *rec = r;
+    return 0;
+}
+
+// After the last round: its average, applied; x = the final anchor.
+static void peer_drain(Strategy *s, int final) {
+    Peer *p = s->impl;
+    if (!final || p->round < p->first_round) return;
+    if (apply_average(s, p, p->round) < 0) {
+        fprintf(stderr, "loom peer %s: %s\n", s->cfg->peer_id, loom_errmsg());
+        exit(EXIT_IO);
+    }
+    s->model->be->copy(s->model->params, p->anchor, s->model->nparams);
+}
+
+static double peer_evaluate(Strategy *s) { return whole_evaluate(s, &((Peer *)s->impl)->w); }
+
+static int peer_save(Strategy *s, const char *dir, CkptMeta *meta, int final, CkptExtraFn extra,
+                     void *extra_ctx, int keep) {
+    Peer *p = s->impl;
+    if (!final) return loom_fail("loom peer: checkpoints mid-run are not supported yet");
+    return whole_save(s, &p->w, dir, meta, 1, extra, extra_ctx, NULL, NULL, keep);
+}
+
+static int peer_full_params(Strategy *s, float *host, int grads) {
+    return whole_full_params(s, &((Peer *)s->impl)->w, host, grads);
+}
+
+static uint64_t peer_window(Strategy *s, int step) {
+    Peer *p = s->impl;
+    (void)step;
+    return p->base;
+}
+
+static void peer_describe(const Strategy *s, char *buf, size_t n) {
+    const Peer *p = s->impl;
+    SwarmStats st = swarm_stats(p->sw);
+    snprintf(buf, n, "peer %s: swarm of %d, tau %d", s->cfg->peer_id, st.view, s->cfg->tau);
+}
+
+static void peer_summary(Strategy *s, double exposed_s, double step_s) {
+    Peer *p = s->impl;
+    SwarmStats st = swarm_stats(p->sw);
+    fprintf(stderr,
+            "loom peer %s: waited %.1f%% of step time for averages | sent %.1f MiB, received "
+            "%.1f MiB | rejected %ld messages, %ld handshakes | %ld anchor mismatches\n",
+            s->cfg->peer_id, step_s > 0 ? 100 * exposed_s / step_s : 0, st.sent / 1048576.0,
+            st.received / 1048576.0, st.rejected, st.denied, st.diverged);
+}
+
+static void peer_destroy(Strategy *s) {
+    Peer *p = s->impl;
+    if (!p) return;
+    if (p->sw) {
+        swarm_finish(p->sw, 3 * s->cfg->peer_timeout);
+        swarm_close(p->sw);
+    }
+    whole_free(s, &p->w);
+    free(p->anchor), free(p->mom), free(p->delta), free(p->avg);
+    for (int i = 0; i < 2; i++)
+        free(p->rec[i]), free(p->loss[i]);
+    free(p->extra), free(p->desc);
+    if (p->orig) s->data = p->orig;
+    free(p);
+    s->impl = NULL;
+}
+
+static void peer_failed(Strategy *s, int code, const char *msg) {
+    (void)s;
+    die(code, "%s", msg);
+}
+
+const StrategyOps STRATEGY_PEER = {.name = "peer",
+                                   .wants = peer_wants,
+                                   .check = peer_check,
+                                   .create = peer_create,
+                                   .step = peer_step,
+                                   .drain = peer_drain,
+                                   .evaluate = peer_evaluate,
+                                   .save = peer_save,
+                                   .full_params = peer_full_params,
+                                   .comm_failed = peer_failed,
+                                   .describe = peer_describe,
+                                   .summary = peer_summary,
+                                   .destroy = peer_destroy,
+                                   .data_window = peer_window};

@@ -1,0 +1,348 @@
+// swarm.c — the swarm's network thread, gossip, and the API the peer strategy calls (see
+// swarm.h). The thread owns the sockets; everything it shares with the training thread is
+// under Swarm.mu, and the training thread waits on Swarm.cv for what the thread delivers.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../common.h"
+#include "swarm_impl.h"
+
+double sw_now(void) { return now_sec(); }
+
+uint64_t swarm_hash(const float *x, size_t n) {
+    const unsigned char *p = (const unsigned char *)x;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n * sizeof(float); i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+int sw_send(Swarm *s, const char *key, int type, int64_t round) {
+    WireMsg *m = s->out;
+    m->type = (uint16_t)type;
+    m->round = round;
+    snprintf(m->from, sizeof m->from, "%s", s->id);
+    size_t len = wire_encode(m, s->buf, WIRE_MSG_MAX);
+    if (!len) return NET_ERR;
+    int rc = net_send(s->net, key, s->buf, len);
+    if (rc == NET_OK) s->st.sent += len;
+    return rc;
+}
+
+void sw_broadcast(Swarm *s, int type, int64_t round) {
+    for (int i = 1; i < s->view.n; i++)
+        sw_send(s, s->view.e[i].rec.id, type, round);
+}
+
+void sw_bump(Swarm *s) { view_self(&s->view)->revision++; }
+
+// Connects to every peer in the view that has no socket yet (or moved).
+static void connect_view(Swarm *s) {
+    for (int i = 1; i < s->view.n; i++)
+        net_connect(s->net, s->view.e[i].rec.id, s->view.e[i].rec.addr);
+}
+
+static void merge_records(Swarm *s, const WireMsg *m) {
+    double now = sw_now();
+    for (int i = 0; i < m->nrec; i++) {
+        int had = view_find(&s->view, m->rec[i].id) >= 0;
+        int direct = !strcmp(m->rec[i].id, m->from);
+        if (view_merge(&s->view, &m->rec[i], direct, now) && !had &&
+            view_find(&s->view, m->rec[i].id) >= 0) {
+            net_connect(s->net, m->rec[i].id, m->rec[i].addr);
+            sw_new_peer(s, m->rec[i].id);
+        }
+    }
+    connect_view(s);
+}
+
+static void gossip(Swarm *s) {
+    WireMsg *m = s->out;
+    m->nrec = s->view.n < WIRE_MAX_PEERS ? s->view.n : WIRE_MAX_PEERS;
+    for (int i = 0; i < m->nrec; i++)
+        m->rec[i] = s->view.e[i].rec;
+    sw_broadcast(s, WIRE_GOSSIP, 0);
+}
+
+static void drop_peer(Swarm *s, const char *id, const char *why) {
+    if (s->c.verbose) fprintf(stderr, "loom peer %s: %s %s\n", s->id, id, why);
+    net_disconnect(s->net, id);
+    for (int j = 0; j < s->njobs;)
+        if (!strcmp(s->jobs[j].to, id))
+            s->jobs[j] = s->jobs[--s->njobs];
+        else
+            j++;
+    pthread_cond_broadcast(&s->cv);
+}
+
+static void tick(Swarm *s) {
+    double now = sw_now();
+    if (now - s->last_tick < SW_TICK) return;
+    s->last_tick = now;
+    PeerId gone[16];
+    int k = view_expire(&s->view, s->c.peer_timeout, now, gone, 16);
+    for (int i = 0; i < k && i < 16; i++)
+        drop_peer(s, gone[i], "timed out: left the view");
+    gossip(s);
+    sw_join_tick(s);
+    if (s->snap_valid && now - s->snap_used > 30) { // nobody downloads it any more
+        free(s->snap_a), free(s->snap_m);
+        s->snap_a = s->snap_m = NULL;
+        s->snap_valid = 0;
+    }
+    s->st.view = s->view.n;
+}
+
+static void dispatch(Swarm *s, const void *buf, size_t len) {
+    WireMsg *m = s->in;
+    char err[160];
+    s->st.received += len;
+    if (wire_decode(buf, len, m, err, sizeof err)) {
+        s->st.rejected++;
+        if (s->c.verbose) fprintf(stderr, "loom peer %s: rejected a message: %s\n", s->id, err);
+        return;
+    }
+    view_heard(&s->view, m->from, sw_now());
+    switch (m->type) {
+    case WIRE_HELLO: sw_on_hello(s, m); break;
+    case WIRE_WELCOME:
+        merge_records(s, m);
+        if (s->joining && !s->welcomed) {
+            s->welcomed = 1;
+            snprintf(s->donor, sizeof s->donor, "%s", m->from);
+        }
+        break;
+    case WIRE_REFUSE:
+        if (s->joining && !s->welcomed) {
+            s->refused++;
+            snprintf(s->reason, sizeof s->reason, "%s refused this peer: %.500s", m->from, m->text);
+        }
+        break;
+    case WIRE_GOSSIP: merge_records(s, m); break;
+    case WIRE_DELTA: sw_on_delta(s, m); break;
+    case WIRE_HAVE: sw_on_have(s, m); break;
+    case WIRE_COMMIT: sw_on_commit(s, m); break;
+    case WIRE_FETCH: sw_on_fetch(s, m); break;
+    case WIRE_DATA: sw_on_data(s, m); break;
+    case WIRE_BYE:
+        if (view_remove(&s->view, m->from, sw_now())) drop_peer(s, m->from, "said bye");
+        break;
+    }
+    pthread_cond_broadcast(&s->cv);
+}
+
+static void *net_main(void *arg) {
+    Swarm *s = arg;
+    pthread_mutex_lock(&s->mu);
+    while (!s->stop) {
+        pthread_mutex_unlock(&s->mu);
+        net_wait(s->net, s->njobs ? 1 : 10);
+        pthread_mutex_lock(&s->mu);
+        const void *buf;
+        size_t len;
+        for (int k = 0; k < 64 && net_recv(s->net, &buf, &len); k++)
+            dispatch(s, buf, len);
+        NetStats ns = net_stats(s->net);
+        s->st.denied = ns.denied, s->st.oversized = ns.oversized;
+        s->st.handshake_failed = ns.handshake_failed;
+        tick(s);
+        sw_round_tick(s);
+        if (s->fetch.active) sw_fetch_pump(s, &s->fetch);
+        for (int i = 0; i < SW_SLOTS; i++)
+            if (s->slot[i].fetch.active) sw_fetch_pump(s, &s->slot[i].fetch);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+// ---------------------------------------------------------------- the API
+
+// Waits on cv (mu held) for at most dt seconds.
+void sw_wait(Swarm *s, double dt) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double t = ts.tv_sec + ts.tv_nsec * 1e-9 + dt;
+    ts.tv_sec = (time_t)t;
+    ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+    pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+}
+
+static Swarm *swarm_alloc(const SwarmConfig *c) {
+    Swarm *s = xcalloc(1, sizeof *s);
+    s->c = *c;
+    s->P = c->P;
+    s->npieces = (c->P + SW_PIECE - 1) / SW_PIECE;
+    snprintf(s->id, sizeof s->id, "%s", c->id);
+    s->in = xmalloc(sizeof *s->in);
+    s->out = xcalloc(1, sizeof *s->out);
+    s->buf = xmalloc(WIRE_MSG_MAX);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->st_mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    return s;
+}
+
+Swarm *swarm_open(const SwarmConfig *c, float *anchor, float *mom, SwarmState *st, int *joined) {
+    char secret[NET_KEY_LEN + 1];
+    if (!wire_id_ok(c->id))
+        return loom_fail("--peer-id '%s': 1 to %d characters of A-Z a-z 0-9 . _ -", c->id,
+                         WIRE_ID_MAX),
+               NULL;
+    if (net_secret_read(c->secret, secret)) return NULL;
+    Swarm *s = swarm_alloc(c);
+    s->net = net_open(c->listen, secret, WIRE_MSG_MAX);
+    if (!s->net) {
+        swarm_close(s);
+        return NULL;
+    }
+    const char *adv = c->advertise ? c->advertise : net_bound_addr(s->net);
+    if (!wire_addr_ok(adv)) {
+        loom_fail("--advertise '%s' is not a usable HOST:PORT", adv);
+        swarm_close(s);
+        return NULL;
+    }
+    snprintf(s->addr, sizeof s->addr, "%s", adv);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts); // a restarted peer's records outrank its old ones
+    PeerRecord self = {.revision = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000};
+    snprintf(self.id, sizeof self.id, "%s", s->id);
+    snprintf(self.addr, sizeof self.addr, "%s", s->addr);
+    view_init(&s->view, &self, sw_now());
+    s->running = 1;
+    pthread_create(&s->thr, NULL, net_main, s);
+    *joined = c->bootstrap && c->bootstrap[0];
+    if (!*joined) {
+        memset(st, 0, sizeof *st);
+        return s;
+    }
+    if (sw_join(s, anchor, mom, st)) {
+        swarm_close(s);
+        return NULL;
+    }
+    return s;
+}
+
+void swarm_start_state(Swarm *s, int64_t round, uint64_t window, const float *avg) {
+    pthread_mutex_lock(&s->mu);
+    PeerRecord *me = view_self(&s->view);
+    me->first_round = round + 1, me->cur_round = round;
+    sw_bump(s);
+    s->my_round = round;
+    s->st_round = round, s->st_window = window;
+    if (round >= 1 && avg) { // the average of that round, as if it had just been committed
+        Slot *sl = sw_slot(s, round, 1);
+        sl->avg = xalloc_floats(s->P);
+        memcpy(sl->avg, avg, s->P * sizeof(float));
+        sl->avg_ready = sl->committed = 1;
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+static int count_joined(Swarm *s) {
+    int k = 0;
+    for (int i = 0; i < s->view.n; i++)
+        k += s->view.e[i].rec.first_round >= 1;
+    return k;
+}
+
+int swarm_wait_peers(Swarm *s, int n, double timeout_s) {
+    double end = sw_now() + timeout_s;
+    pthread_mutex_lock(&s->mu);
+    while (count_joined(s) < n && sw_now() < end)
+        sw_wait(s, 0.1);
+    int ok = count_joined(s) >= n;
+    pthread_mutex_unlock(&s->mu);
+    return ok ? 0 : -1;
+}
+
+void swarm_round_begin(Swarm *s, int64_t r, int *pos, int *n) {
+    pthread_mutex_lock(&s->mu);
+    PeerRecord *me = view_self(&s->view);
+    if (me->cur_round != r) me->cur_round = r, sw_bump(s);
+    s->my_round = r;
+    PeerId *ids = xmalloc(sizeof(PeerId) * WIRE_MAX_PEERS);
+    *n = view_participants(&s->view, r, ids, WIRE_MAX_PEERS);
+    *pos = view_position(ids, *n, s->id);
+    free(ids);
+    pthread_mutex_unlock(&s->mu);
+}
+
+int swarm_participants(Swarm *s, int64_t r) {
+    pthread_mutex_lock(&s->mu);
+    PeerId *ids = xmalloc(sizeof(PeerId) * WIRE_MAX_PEERS);
+    int n = view_participants(&s->view, r, ids, WIRE_MAX_PEERS);
+    free(ids);
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+void swarm_share_state(Swarm *s, const float *anchor, const float *mom) {
+    pthread_mutex_lock(&s->st_mu);
+    s->anchor = anchor, s->mom = mom;
+    pthread_mutex_unlock(&s->st_mu);
+}
+
+void swarm_state_lock(Swarm *s) { pthread_mutex_lock(&s->st_mu); }
+
+void swarm_state_unlock(Swarm *s, int64_t round, uint64_t window) {
+    s->st_round = round, s->st_window = window;
+    pthread_mutex_unlock(&s->st_mu);
+}
+
+int swarm_diverged(Swarm *s) {
+    pthread_mutex_lock(&s->mu);
+    int d = s->diverged;
+    pthread_mutex_unlock(&s->mu);
+    return d;
+}
+
+static int all_done(Swarm *s) {
+    for (int i = 1; i < s->view.n; i++)
+        if (!(s->view.e[i].rec.flags & (WIRE_PEER_DONE | WIRE_PEER_LEFT))) return 0;
+    return 1;
+}
+
+void swarm_finish(Swarm *s, double linger_s) {
+    double end = sw_now() + linger_s;
+    pthread_mutex_lock(&s->mu);
+    view_self(&s->view)->flags |= WIRE_PEER_DONE;
+    sw_bump(s);
+    s->last_tick = 0; // gossip it now
+    while (!all_done(s) && sw_now() < end)
+        sw_wait(s, 0.1);
+    s->out->nrec = 0;
+    sw_broadcast(s, WIRE_BYE, 0);
+    pthread_mutex_unlock(&s->mu);
+}
+
+SwarmStats swarm_stats(Swarm *s) {
+    pthread_mutex_lock(&s->mu);
+    SwarmStats st = s->st;
+    st.view = s->view.n;
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
+void swarm_close(Swarm *s) {
+    if (!s) return;
+    if (s->running) {
+        pthread_mutex_lock(&s->mu);
+        s->stop = 1;
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->thr, NULL);
+    }
+    if (s->net) net_close(s->net);
+    for (int i = 0; i < SW_SLOTS; i++)
+        sw_slot_free(&s->slot[i]);
+    sw_fetch_free(&s->fetch);
+    if (s->view.e) view_free(&s->view);
+    free(s->jobs);
+    free(s->snap_a), free(s->snap_m);
+    free(s->in), free(s->out), free(s->buf);
+    pthread_mutex_destroy(&s->mu);
+    pthread_mutex_destroy(&s->st_mu);
+    pthread_cond_destroy(&s->cv);
+    free(s);
+}

@@ -1,0 +1,143 @@
+// swarm_impl.h — what swarm.c (thread, API, gossip), swarm_round.c (Δs, HAVE, COMMIT, the
+// average) and swarm_join.c (HELLO, snapshots, fetches) share. Not for other files.
+// Everything here is guarded by Swarm.mu; the network thread holds it while it handles
+// messages, the training thread takes it briefly.
+#pragma once
+#include <pthread.h>
+
+#include "net.h"
+#include "swarm.h"
+#include "view.h"
+
+#define SW_SLOTS 4 // rounds kept: the one applied, the one averaged, one ahead, one spare
+#define SW_PIECE ((size_t)WIRE_MAX_FLOATS)
+#define SW_TICK 0.5 // seconds between gossip / HAVE rounds
+#define SW_FETCH_WINDOW 8
+#define SW_FETCH_RETRY 5.0
+
+typedef char PeerId[WIRE_ID_MAX + 1];
+
+typedef struct {
+    PeerId id;
+    float *delta;   // (P)
+    uint8_t *got;   // per piece
+    size_t ngot;    // pieces held
+    double *losses; // (nloss)
+    int nloss, complete;
+} Contrib;
+
+typedef struct {
+    PeerId from;
+    PeerId *ids;
+    int nids;
+    uint64_t hash;
+} HaveRep;
+
+typedef struct {
+    int active, done, failed;
+    uint32_t what;
+    int64_t round;
+    float *dst;
+    size_t total, npieces, ngot;
+    uint8_t *got;
+    double *asked;
+    PeerId donor;
+    uint64_t hash;
+    int hash_known;
+    char why[160];
+} Fetch;
+
+typedef struct {
+    int64_t round; // 0: free
+    Contrib *c;
+    int nc;
+    HaveRep *hv;
+    int nhv;
+    uint64_t hash;
+    int hash_set;
+    int committed, nset;
+    PeerId *set;
+    uint64_t chash;
+    float *avg;
+    double *loss;
+    int nloss, avg_ready, fetched;
+    Fetch fetch;          // the average, when this peer lacks a Δ of the set
+    int fetch_turn, want; // want: this peer waits for the average (it reports HAVE)
+    double have_at;       // last HAVE sent
+    uint64_t avg_hash;    // of avg (computed when first served)
+    int avg_hash_set;
+} Slot;
+
+typedef struct {
+    PeerId to;
+    int64_t round;
+    size_t next; // next piece
+} SendJob;
+
+struct Swarm {
+    SwarmConfig c;
+    PeerId id;
+    char addr[WIRE_ADDR_MAX + 1];
+    size_t P, npieces;
+    Net *net;
+    View view;
+    pthread_t thr;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop, running;
+    int64_t my_round; // the round this peer computes (messages far from it are dropped)
+    Slot slot[SW_SLOTS];
+    SendJob *jobs;
+    int njobs, capjobs;
+    WireMsg *in, *out; // scratch messages (network thread / training thread under mu)
+    uint8_t *buf;      // encode buffer (WIRE_MSG_MAX)
+    double last_tick;
+    // the strategy's live state (donors snapshot it under st_mu)
+    pthread_mutex_t st_mu;
+    const float *anchor, *mom;
+    int64_t st_round;
+    uint64_t st_window;
+    float *snap_a, *snap_m;
+    int64_t snap_round;
+    uint64_t snap_window, snap_ha, snap_hm;
+    double snap_used;
+    int snap_valid;
+    // joining
+    int joining, welcomed, refused, nboot;
+    char reason[600];
+    PeerId donor;
+    Fetch fetch; // the state download (meta, anchor, momentum)
+    int diverged;
+    SwarmStats st;
+};
+
+// swarm.c
+double sw_now(void);
+// Encodes s->out (type and fields set by the caller; from and round filled here) and sends it
+// to key: NET_OK / NET_BUSY / NET_ERR; counts bytes.
+int sw_send(Swarm *s, const char *key, int type, int64_t round);
+// Sends s->out to every peer in the view.
+void sw_broadcast(Swarm *s, int type, int64_t round);
+void sw_bump(Swarm *s);            // this peer's record changed: new revision
+void sw_wait(Swarm *s, double dt); // waits on cv (mu held) at most dt seconds
+
+// swarm_round.c
+Slot *sw_slot(Swarm *s, int64_t r, int create);
+void sw_slot_free(Slot *sl);
+void sw_on_delta(Swarm *s, const WireMsg *m);
+void sw_on_have(Swarm *s, const WireMsg *m);
+void sw_on_commit(Swarm *s, const WireMsg *m);
+void sw_round_tick(Swarm *s);               // HAVE resends, commits, Δ send jobs
+void sw_new_peer(Swarm *s, const char *id); // queue the Δs in flight to a newcomer
+
+// swarm_join.c
+void sw_on_hello(Swarm *s, const WireMsg *m);
+void sw_on_fetch(Swarm *s, const WireMsg *m);
+void sw_on_data(Swarm *s, const WireMsg *m);
+void sw_fetch_start(Fetch *f, uint32_t what, int64_t round, float *dst, size_t total,
+                    const char *donor);
+void sw_fetch_free(Fetch *f);
+void sw_fetch_pump(Swarm *s, Fetch *f);
+void sw_join_tick(Swarm *s);
+// The join (training thread): HELLO until welcomed, then the state download.
+int sw_join(Swarm *s, float *anchor, float *mom, SwarmState *st);

@@ -1,0 +1,323 @@
+// swarm_join.c — joining a swarm: HELLO / WELCOME / REFUSE (the run descriptions compared
+// field by field), the donor's snapshot of its state at its last round end, and fetches of an
+// array in pieces (anchor, momentum, a round's average), hash-checked and restartable from
+// another peer holding the same version.
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common.h"
+#include "swarm_impl.h"
+
+// ---------------------------------------------------------------- run descriptions
+
+// "" if b (a joiner's description) fits a (this swarm's); else names the first field that
+// differs, in why.
+static void compare_desc(const char *a, const char *b, char *why, size_t n) {
+    why[0] = 0;
+    cJSON *ja = cJSON_Parse(a), *jb = cJSON_Parse(b);
+    if (!ja || !jb || !cJSON_IsObject(jb)) {
+        snprintf(why, n, "its run description is not a JSON object");
+    } else {
+        const cJSON *x;
+        cJSON_ArrayForEach(x, ja) {
+            const cJSON *y = cJSON_GetObjectItemCaseSensitive(jb, x->string);
+            char *px = cJSON_PrintUnformatted(x), *py = y ? cJSON_PrintUnformatted(y) : NULL;
+            if (!py || strcmp(px, py))
+                snprintf(why, n, "--%s differs: the swarm has %s, this peer %s", x->string, px,
+                         py ? py : "(none)");
+            free(px), free(py);
+            if (why[0]) break;
+        }
+    }
+    cJSON_Delete(ja), cJSON_Delete(jb);
+}
+
+void sw_on_hello(Swarm *s, const WireMsg *m) {
+    if (m->nrec != 1 || strcmp(m->rec[0].id, m->from)) return;
+    if (view_self(&s->view)->first_round < 1) return; // not holding the swarm's state yet
+    const PeerRecord *r = &m->rec[0];
+    char why[400];
+    compare_desc(s->c.run_desc, m->text, why, sizeof why);
+    net_connect(s->net, r->id, r->addr);
+    WireMsg *o = s->out;
+    if (why[0]) {
+        snprintf(o->text, sizeof o->text, "%s", why);
+        o->text_len = (uint32_t)strlen(o->text);
+        sw_send(s, r->id, WIRE_REFUSE, 0);
+        return;
+    }
+    if (view_merge(&s->view, r, 1, sw_now())) sw_new_peer(s, r->id);
+    o->nrec = s->view.n < WIRE_MAX_PEERS ? s->view.n : WIRE_MAX_PEERS;
+    for (int i = 0; i < o->nrec; i++)
+        o->rec[i] = s->view.e[i].rec;
+    sw_send(s, r->id, WIRE_WELCOME, 0);
+}
+
+void sw_join_tick(Swarm *s) {
+    if (!s->joining || s->welcomed) return;
+    char list[4096];
+    snprintf(list, sizeof list, "%s", s->c.bootstrap);
+    for (char *save = NULL, *a = strtok_r(list, ",", &save); a; a = strtok_r(NULL, ",", &save)) {
+        char key[WIRE_ADDR_MAX + 8];
+        snprintf(key, sizeof key, "boot:%s", a);
+        if (net_connect(s->net, key, a)) continue;
+        WireMsg *o = s->out;
+        o->nrec = 1;
+        o->rec[0] = *view_self(&s->view);
+        snprintf(o->text, sizeof o->text, "%s", s->c.run_desc);
+        o->text_len = (uint32_t)strlen(o->text);
+        sw_send(s, key, WIRE_HELLO, 0);
+    }
+}
+
+// ---------------------------------------------------------------- serving
+
+// The snapshot a joiner downloads: this peer's anchor and momentum at its last round end (a
+// recent one is reused, so a slow download is not restarted by every round end).
+static void take_snapshot(Swarm *s) {
+    double now = sw_now();
+    if (s->snap_valid && (now - s->snap_used < 10 || s->snap_round == s->st_round)) return;
+    pthread_mutex_lock(&s->st_mu);
+    if (s->anchor) {
+        if (!s->snap_a) s->snap_a = xalloc_floats(s->P), s->snap_m = xalloc_floats(s->P);
+        memcpy(s->snap_a, s->anchor, s->P * sizeof(float));
+        memcpy(s->snap_m, s->mom, s->P * sizeof(float));
+        s->snap_round = s->st_round, s->snap_window = s->st_window;
+        s->snap_valid = 1;
+    }
+    pthread_mutex_unlock(&s->st_mu);
+    if (!s->snap_valid) return;
+    s->snap_ha = swarm_hash(s->snap_a, s->P);
+    s->snap_hm = swarm_hash(s->snap_m, s->P);
+}
+
+static void send_gone(Swarm *s, const WireMsg *m) {
+    WireMsg *o = s->out;
+    o->what = m->what, o->offset = o->total = 0, o->n = 0, o->hash = 0;
+    sw_send(s, m->from, WIRE_DATA, m->round);
+}
+
+static void send_piece(Swarm *s, const WireMsg *m, const float *src, uint64_t hash) {
+    WireMsg *o = s->out;
+    if (m->total != s->P || m->offset + m->n > s->P || m->n == 0) {
+        s->st.rejected++;
+        return;
+    }
+    o->what = m->what, o->offset = m->offset, o->total = s->P, o->n = m->n, o->hash = hash;
+    o->data = (const uint8_t *)(src + m->offset);
+    sw_send(s, m->from, WIRE_DATA, m->round);
+}
+
+void sw_on_fetch(Swarm *s, const WireMsg *m) {
+    if (!net_has(s->net, m->from)) return; // only peers in the view are answered
+    if (m->what == WIRE_ARR_META) {
+        take_snapshot(s);
+        if (!s->snap_valid) return send_gone(s, m);
+        s->snap_used = sw_now();
+        uint32_t w[8] = {(uint32_t)s->snap_window, (uint32_t)(s->snap_window >> 32),
+                         (uint32_t)s->snap_ha,     (uint32_t)(s->snap_ha >> 32),
+                         (uint32_t)s->snap_hm,     (uint32_t)(s->snap_hm >> 32)};
+        float f[8];
+        memcpy(f, w, sizeof f);
+        WireMsg *o = s->out;
+        o->what = WIRE_ARR_META, o->offset = 0, o->total = 8, o->n = 8, o->hash = 0;
+        o->data = (const uint8_t *)f;
+        sw_send(s, m->from, WIRE_DATA, s->snap_round);
+        return;
+    }
+    if (m->what == WIRE_ARR_ANCHOR || m->what == WIRE_ARR_MOMENTUM) {
+        if (!s->snap_valid || m->round != s->snap_round) return send_gone(s, m);
+        s->snap_used = sw_now();
+        int a = m->what == WIRE_ARR_ANCHOR;
+        send_piece(s, m, a ? s->snap_a : s->snap_m, a ? s->snap_ha : s->snap_hm);
+        return;
+    }
+    if (m->what == WIRE_ARR_AVERAGE) {
+        Slot *sl = sw_slot(s, m->round, 0);
+        if (!sl) return send_gone(s, m);
+        if (!sl->avg_ready) return; // not decided yet: the requester asks again
+        if (!sl->avg_hash_set) sl->avg_hash = swarm_hash(sl->avg, s->P), sl->avg_hash_set = 1;
+        send_piece(s, m, sl->avg, sl->avg_hash);
+    }
+}
+
+// ---------------------------------------------------------------- fetching
+
+void sw_fetch_free(Fetch *f) {
+    free(f->got), free(f->asked);
+    memset(f, 0, sizeof *f);
+}
+
+// Starts (or, for the same array and version, resumes with the pieces already held) a fetch
+// of total floats into dst from donor.
+void sw_fetch_start(Fetch *f, uint32_t what, int64_t round, float *dst, size_t total,
+                    const char *donor) {
+    int keep = f->got && f->what == what && f->round == round && f->total == total && f->dst == dst;
+    if (!keep) {
+        sw_fetch_free(f);
+        f->what = what, f->round = round, f->dst = dst, f->total = total;
+        f->npieces = total ? (total + SW_PIECE - 1) / SW_PIECE : 1;
+        f->got = xcalloc(f->npieces, 1);
+        f->asked = xcalloc(f->npieces, sizeof(double));
+    }
+    for (size_t i = 0; i < f->npieces; i++)
+        f->asked[i] = 0;
+    f->active = 1, f->done = f->failed = 0;
+    snprintf(f->donor, sizeof f->donor, "%s", donor);
+}
+
+static void fetch_fail(Fetch *f, const char *why) {
+    f->failed = 1;
+    snprintf(f->why, sizeof f->why, "%s", why);
+}
+
+void sw_fetch_pump(Swarm *s, Fetch *f) {
+    if (!f->active || f->done || f->failed) return;
+    if (view_find(&s->view, f->donor) < 0) return fetch_fail(f, "the donor left");
+    double now = sw_now();
+    int out = 0;
+    for (size_t i = 0; i < f->npieces; i++)
+        out += !f->got[i] && f->asked[i] > 0 && now - f->asked[i] < SW_FETCH_RETRY;
+    for (size_t i = 0; i < f->npieces && out < SW_FETCH_WINDOW; i++) {
+        if (f->got[i] || (f->asked[i] > 0 && now - f->asked[i] < SW_FETCH_RETRY)) continue;
+        WireMsg *o = s->out;
+        o->what = f->what, o->offset = i * SW_PIECE, o->total = f->total;
+        o->n = (uint32_t)(f->total - o->offset < SW_PIECE ? f->total - o->offset : SW_PIECE);
+        if (sw_send(s, f->donor, WIRE_FETCH, f->round) != NET_OK) break;
+        f->asked[i] = now;
+        out++;
+    }
+}
+
+static void fetch_data(Fetch *f, const WireMsg *m) {
+    if (m->n == 0 && m->total == 0) return fetch_fail(f, "the donor no longer has that version");
+    if (m->total != f->total || m->offset % SW_PIECE || m->offset >= f->total) return;
+    size_t i = m->offset / SW_PIECE;
+    size_t want = f->total - m->offset < SW_PIECE ? f->total - m->offset : SW_PIECE;
+    if (m->n != want || f->got[i]) return;
+    if (f->what == WIRE_ARR_META) f->round = m->round; // the snapshot's version
+    wire_floats(m->data, m->n, f->dst + m->offset);
+    f->got[i] = 1;
+    if (f->ngot == 0 || !f->hash_known) f->hash = m->hash, f->hash_known = 1;
+    if (++f->ngot < f->npieces) return;
+    if (f->what != WIRE_ARR_META && swarm_hash(f->dst, f->total) != f->hash) {
+        memset(f->got, 0, f->npieces), f->ngot = 0, f->hash_known = 0;
+        return fetch_fail(f, "the downloaded array does not match its hash");
+    }
+    f->done = 1;
+}
+
+void sw_on_data(Swarm *s, const WireMsg *m) {
+    Fetch *f = &s->fetch;
+    if (f->active && f->what == m->what && (m->what == WIRE_ARR_META || f->round == m->round) &&
+        !strcmp(f->donor, m->from)) {
+        fetch_data(f, m);
+        return;
+    }
+    Slot *sl = m->what == WIRE_ARR_AVERAGE ? sw_slot(s, m->round, 0) : NULL;
+    if (sl && sl->fetch.active && !strcmp(sl->fetch.donor, m->from)) fetch_data(&sl->fetch, m);
+}
+
+// ---------------------------------------------------------------- the joiner's side
+
+// Waits (mu held) until f is done or failed, at most t seconds; 0 when done.
+static int fetch_wait(Swarm *s, Fetch *f, double t) {
+    double end = sw_now() + t;
+    while (!f->done && !f->failed && sw_now() < end)
+        sw_wait(s, 0.1);
+    if (!f->done && !f->failed) fetch_fail(f, "no answer");
+    return f->done ? 0 : -1;
+}
+
+// Another peer holding state, to download from (rotating through the view).
+static int next_donor(Swarm *s, int turn) {
+    int k = 0;
+    for (int i = 1; i < s->view.n; i++)
+        k += s->view.e[i].rec.first_round >= 1;
+    for (int i = 1, j = 0; i < s->view.n && k; i++)
+        if (s->view.e[i].rec.first_round >= 1 && j++ == turn % k) {
+            snprintf(s->donor, sizeof s->donor, "%s", s->view.e[i].rec.id);
+            return 0;
+        }
+    return -1;
+}
+
+// The snapshot: its version and window, then the anchor and the momentum, each from the
+// current donor; a donor that leaves or moves on hands over to the next one (pieces of the
+// same version are kept).
+static int download(Swarm *s, float *anchor, float *mom, SwarmState *st) {
+    float meta[8];
+    double t = 3 * s->c.peer_timeout;
+    for (int turn = 0; turn < 16; turn++) {
+        if (turn && next_donor(s, turn)) break;
+        Fetch *f = &s->fetch;
+        sw_fetch_start(f, WIRE_ARR_META, 0, meta, 8, s->donor);
+        if (fetch_wait(s, f, t)) continue;
+        int64_t b = f->round;
+        uint32_t w[8];
+        memcpy(w, meta, sizeof w);
+        st->round = b;
+        st->window = (uint64_t)w[0] | (uint64_t)w[1] << 32;
+        sw_fetch_start(f, WIRE_ARR_ANCHOR, b, anchor, s->P, s->donor);
+        if (fetch_wait(s, f, t * 4)) continue;
+        sw_fetch_start(f, WIRE_ARR_MOMENTUM, b, mom, s->P, s->donor);
+        if (fetch_wait(s, f, t * 4)) continue;
+        f->active = 0;
+        return 0;
+    }
+    return loom_fail("could not download the swarm's state: %s", s->fetch.why);
+}
+
+static int swarm_started(Swarm *s) {
+    for (int i = 0; i < s->view.n; i++)
+        if (s->view.e[i].rec.cur_round > 0) return 1;
+    return 0;
+}
+
+int sw_join(Swarm *s, float *anchor, float *mom, SwarmState *st) {
+    double jt = 3 * s->c.peer_timeout;
+    jt = jt < 3 ? 3 : jt > 50 ? 50 : jt;
+    pthread_mutex_lock(&s->mu);
+    s->nboot = 1;
+    for (const char *p = s->c.bootstrap; *p; p++)
+        s->nboot += *p == ',';
+    s->joining = 1;
+    s->last_tick = 0;
+    double end = sw_now() + jt;
+    while (!s->welcomed && s->refused < s->nboot && sw_now() < end)
+        sw_wait(s, 0.1);
+    int rc = 0;
+    if (!s->welcomed && s->refused) {
+        rc = loom_fail("cannot join the swarm: %s", s->reason);
+    } else if (!s->welcomed) {
+        NetStats ns = net_stats(s->net);
+        rc = loom_fail("cannot join the swarm: no bootstrap peer (%s) answered within %.0f s%s",
+                       s->c.bootstrap, jt,
+                       ns.handshake_failed ? "; the handshakes failed: is --secret the swarm's "
+                                             "secret?"
+                                           : "; are they running, and is --secret the swarm's?");
+    }
+    if (!rc) {
+        PeerRecord *me = view_self(&s->view);
+        if (!swarm_started(s)) me->first_round = 1, sw_bump(s); // a swarm that has not begun
+        rc = download(s, anchor, mom, st);
+        if (!rc) {
+            if (me->first_round < 1) me->first_round = st->round + 2, sw_bump(s);
+            st->first_round = me->first_round;
+            s->my_round = me->cur_round = st->round;
+        }
+    }
+    s->joining = 0;
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+int swarm_resync(Swarm *s, float *anchor, float *mom, SwarmState *st) {
+    pthread_mutex_lock(&s->mu);
+    s->diverged = 0;
+    int rc = next_donor(s, 0) ? loom_fail("no peer to re-sync from") : download(s, anchor, mom, st);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}

@@ -1,0 +1,368 @@
+// swarm_round.c — one round's average (see swarm.h): the Δs each peer sends and collects, the
+// HAVE reports, the commit of the round's set by the lowest live participant, the average
+// summed in id order (or fetched when a Δ of the set is missing here).
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common.h"
+#include "swarm_impl.h"
+
+static int cmp_id(const void *a, const void *b) { return strcmp(a, b); }
+
+void sw_slot_free(Slot *sl) {
+    for (int i = 0; i < sl->nc; i++)
+        free(sl->c[i].delta), free(sl->c[i].got), free(sl->c[i].losses);
+    for (int i = 0; i < sl->nhv; i++)
+        free(sl->hv[i].ids);
+    free(sl->c), free(sl->hv), free(sl->set), free(sl->avg), free(sl->loss);
+    sw_fetch_free(&sl->fetch);
+    memset(sl, 0, sizeof *sl);
+}
+
+// The slot of round r (create: taking over the slot of a round 4 older); NULL if it is gone.
+Slot *sw_slot(Swarm *s, int64_t r, int create) {
+    Slot *sl = &s->slot[r % SW_SLOTS];
+    if (sl->round == r) return sl;
+    if (!create || sl->round > r) return NULL;
+    sw_slot_free(sl);
+    sl->round = r;
+    return sl;
+}
+
+// Rounds a message may be about: near the one this peer computes.
+static Slot *msg_slot(Swarm *s, int64_t r) {
+    if (r < 1 || r > s->my_round + 2 || r < s->my_round - 2) return NULL;
+    return sw_slot(s, r, 1);
+}
+
+static Contrib *contrib(Swarm *s, Slot *sl, const char *id, int create) {
+    for (int i = 0; i < sl->nc; i++)
+        if (!strcmp(sl->c[i].id, id)) return &sl->c[i];
+    if (!create) return NULL;
+    Contrib *c = xcalloc((size_t)sl->nc + 1, sizeof *c);
+    if (sl->nc) memcpy(c, sl->c, sizeof *c * (size_t)sl->nc);
+    free(sl->c);
+    sl->c = c;
+    c = &sl->c[sl->nc++];
+    snprintf(c->id, sizeof c->id, "%s", id);
+    c->delta = xalloc_floats(s->P);
+    c->got = xcalloc(s->npieces, 1);
+    return c;
+}
+
+static void add_job(Swarm *s, const char *to, int64_t r) {
+    if (s->njobs == s->capjobs) {
+        s->capjobs = s->capjobs ? 2 * s->capjobs : 16;
+        SendJob *j = xcalloc((size_t)s->capjobs, sizeof *j);
+        if (s->njobs) memcpy(j, s->jobs, sizeof *j * (size_t)s->njobs);
+        free(s->jobs);
+        s->jobs = j;
+    }
+    SendJob *j = &s->jobs[s->njobs++];
+    snprintf(j->to, sizeof j->to, "%s", to);
+    j->round = r, j->next = 0;
+}
+
+void sw_new_peer(Swarm *s, const char *id) {
+    for (int i = 0; i < SW_SLOTS; i++) {
+        Slot *sl = &s->slot[i];
+        if (sl->round && !sl->committed && contrib(s, sl, s->id, 0)) add_job(s, id, sl->round);
+    }
+}
+
+// The ids whose whole Δ of this round is here, sorted (into ids; returns the count).
+static int held(const Slot *sl, PeerId *ids) {
+    int k = 0;
+    for (int i = 0; i < sl->nc && k < WIRE_MAX_PEERS; i++)
+        if (sl->c[i].complete) snprintf(ids[k++], sizeof(PeerId), "%s", sl->c[i].id);
+    qsort(ids, (size_t)k, sizeof(PeerId), cmp_id);
+    return k;
+}
+
+static void send_have(Swarm *s, Slot *sl, const char *to) {
+    WireMsg *m = s->out;
+    m->nids = held(sl, m->ids);
+    m->hash = sl->hash;
+    if (to)
+        sw_send(s, to, WIRE_HAVE, sl->round);
+    else
+        sw_broadcast(s, WIRE_HAVE, sl->round);
+}
+
+static void send_commit(Swarm *s, Slot *sl, const char *to) {
+    WireMsg *m = s->out;
+    m->nids = sl->nset;
+    for (int i = 0; i < sl->nset; i++)
+        memcpy(m->ids[i], sl->set[i], sizeof(PeerId));
+    m->hash = sl->chash, m->attempt = 0;
+    if (to)
+        sw_send(s, to, WIRE_COMMIT, sl->round);
+    else
+        sw_broadcast(s, WIRE_COMMIT, sl->round);
+}
+
+// A donor for round r's average: the live members of the set first, then any peer; `turn`
+// picks among them (a retry takes the next). NULL when this peer is alone.
+static const char *avg_donor(Swarm *s, Slot *sl, int turn) {
+    int n = s->view.n - 1;
+    if (n < 1) return NULL;
+    const char **cand = xcalloc((size_t)n, sizeof *cand);
+    int k = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 1; i < s->view.n; i++) {
+            const char *id = s->view.e[i].rec.id;
+            int in = bsearch(id, sl->set, (size_t)sl->nset, sizeof(PeerId), cmp_id) != NULL;
+            if (in == (pass == 0)) cand[k++] = id;
+        }
+    const char *d = cand[turn % k];
+    free(cand);
+    return d;
+}
+
+// The set is decided: sum its Δs in id order (identical bits on every peer), or fetch the
+// average computed elsewhere when one is missing here.
+static void finish_commit(Swarm *s, Slot *sl) {
+    if (sl->avg_ready || sl->fetch.active) return;
+    Contrib **cs = xcalloc((size_t)sl->nset, sizeof *cs);
+    int all = 1;
+    for (int i = 0; i < sl->nset && all; i++) {
+        cs[i] = contrib(s, sl, sl->set[i], 0);
+        all = cs[i] && cs[i]->complete;
+    }
+    if (!sl->avg) sl->avg = xalloc_floats(s->P);
+    if (!all) {
+        free(cs);
+        const char *d = avg_donor(s, sl, 0);
+        if (d) sw_fetch_start(&sl->fetch, WIRE_ARR_AVERAGE, sl->round, sl->avg, s->P, d);
+        return;
+    }
+    float *a = sl->avg;
+    memset(a, 0, s->P * sizeof(float));
+    int nl = sl->nset ? cs[0]->nloss : 0;
+    for (int i = 0; i < sl->nset; i++) {
+        const float *d = cs[i]->delta;
+        for (size_t x = 0; x < s->P; x++)
+            a[x] += d[x];
+        if (cs[i]->nloss < nl) nl = cs[i]->nloss;
+    }
+    float inv = 1.0f / (float)sl->nset;
+    for (size_t x = 0; x < s->P; x++)
+        a[x] *= inv;
+    sl->loss = xcalloc((size_t)nl + 1, sizeof(double));
+    sl->nloss = nl;
+    for (int j = 0; j < nl; j++) {
+        for (int i = 0; i < sl->nset; i++)
+            sl->loss[j] += cs[i]->losses[j];
+        sl->loss[j] /= sl->nset;
+    }
+    free(cs);
+    for (int i = 0; i < sl->nc; i++) { // the Δs are no longer needed
+        free(sl->c[i].delta), free(sl->c[i].got), free(sl->c[i].losses);
+    }
+    free(sl->c);
+    sl->c = NULL, sl->nc = 0;
+    sl->avg_ready = 1;
+}
+
+void sw_on_delta(Swarm *s, const WireMsg *m) {
+    Slot *sl = msg_slot(s, m->round);
+    if (!sl || sl->committed) return;
+    size_t piece = m->offset / SW_PIECE;
+    size_t want = s->P - m->offset < SW_PIECE ? s->P - m->offset : SW_PIECE;
+    if (m->total != s->P || m->offset % SW_PIECE || m->n != want || m->nloss > (uint32_t)s->c.tau) {
+        s->st.rejected++;
+        return;
+    }
+    Contrib *c = contrib(s, sl, m->from, 1);
+    if (c->complete || c->got[piece]) return;
+    wire_floats(m->data, m->n, c->delta + m->offset);
+    c->got[piece] = 1;
+    c->ngot++;
+    if (m->nloss && !c->losses) {
+        c->losses = xcalloc(m->nloss, sizeof(double));
+        for (uint32_t i = 0; i < m->nloss; i++)
+            c->losses[i] = wire_double(m->losses, i);
+        c->nloss = (int)m->nloss;
+    }
+    if (c->ngot == s->npieces && c->losses) {
+        c->complete = 1;
+        if (sl->hash_set) send_have(s, sl, NULL);
+    }
+}
+
+static HaveRep *report(Slot *sl, const char *from, int create) {
+    for (int i = 0; i < sl->nhv; i++)
+        if (!strcmp(sl->hv[i].from, from)) return &sl->hv[i];
+    if (!create) return NULL;
+    HaveRep *h = xcalloc((size_t)sl->nhv + 1, sizeof *h);
+    if (sl->nhv) memcpy(h, sl->hv, sizeof *h * (size_t)sl->nhv);
+    free(sl->hv);
+    sl->hv = h;
+    h = &sl->hv[sl->nhv++];
+    snprintf(h->from, sizeof h->from, "%s", from);
+    return h;
+}
+
+static int has_id(PeerId *ids, int n, const char *id) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(ids[i], id)) return 1;
+    return 0;
+}
+
+// The coordinator (the lowest live participant) commits once every live participant holds
+// every live participant's Δ: the set is what they all hold.
+static void try_commit(Swarm *s, Slot *sl) {
+    if (sl->committed || !sl->hash_set) return;
+    PeerId *L = xmalloc(sizeof(PeerId) * WIRE_MAX_PEERS);
+    PeerId *mine = xmalloc(sizeof(PeerId) * WIRE_MAX_PEERS);
+    int nl = view_participants(&s->view, sl->round, L, WIRE_MAX_PEERS);
+    int nm = held(sl, mine), ok = nl > 0 && !strcmp(L[0], s->id);
+    for (int p = 0; p < nl && ok; p++) {
+        HaveRep *h = p == 0 ? NULL : report(sl, L[p], 0);
+        if (p > 0 && !h) ok = 0;
+        for (int q = 0; q < nl && ok; q++)
+            ok = p == 0 ? has_id(mine, nm, L[q]) : has_id(h->ids, h->nids, L[q]);
+    }
+    if (ok) { // S = ∩ of what they hold (a peer that died after everyone got its Δ stays in)
+        sl->set = xcalloc((size_t)nm + 1, sizeof(PeerId));
+        for (int i = 0; i < nm; i++) {
+            int in = 1;
+            for (int p = 1; p < nl && in; p++) {
+                HaveRep *h = report(sl, L[p], 0);
+                in = has_id(h->ids, h->nids, mine[i]);
+            }
+            if (in) memcpy(sl->set[sl->nset++], mine[i], sizeof(PeerId));
+        }
+        sl->chash = sl->hash;
+        sl->committed = 1;
+        send_commit(s, sl, NULL);
+        finish_commit(s, sl);
+    }
+    free(L), free(mine);
+}
+
+void sw_on_have(Swarm *s, const WireMsg *m) {
+    Slot *sl = msg_slot(s, m->round);
+    if (!sl) return;
+    if (sl->committed) { // a peer still waiting: it gets the commit (from whoever holds it)
+        send_commit(s, sl, m->from);
+        return;
+    }
+    HaveRep *h = report(sl, m->from, 1);
+    free(h->ids);
+    h->ids = xcalloc((size_t)m->nids + 1, sizeof(PeerId));
+    memcpy(h->ids, m->ids, sizeof(PeerId) * (size_t)m->nids);
+    h->nids = m->nids;
+    h->hash = m->hash;
+    try_commit(s, sl);
+}
+
+void sw_on_commit(Swarm *s, const WireMsg *m) {
+    Slot *sl = msg_slot(s, m->round);
+    if (!sl || sl->committed) return;
+    sl->set = xcalloc((size_t)m->nids + 1, sizeof(PeerId));
+    memcpy(sl->set, m->ids, sizeof(PeerId) * (size_t)m->nids);
+    sl->nset = m->nids;
+    qsort(sl->set, (size_t)sl->nset, sizeof(PeerId), cmp_id);
+    sl->chash = m->hash;
+    sl->committed = 1;
+    if (sl->hash_set && sl->hash != sl->chash) s->diverged = 1, s->st.diverged++;
+    finish_commit(s, sl);
+}
+
+// Sends the pending Δ pieces, one piece per peer per pass, until every queue is full.
+static void pump_jobs(Swarm *s) {
+    for (int moved = 1; moved;) {
+        moved = 0;
+        for (int j = 0; j < s->njobs;) {
+            SendJob *jb = &s->jobs[j];
+            Slot *sl = sw_slot(s, jb->round, 0);
+            Contrib *c = sl && !sl->committed ? contrib(s, sl, s->id, 0) : NULL;
+            if (!c || jb->next == s->npieces) {
+                s->jobs[j] = s->jobs[--s->njobs];
+                continue;
+            }
+            WireMsg *m = s->out;
+            m->offset = jb->next * SW_PIECE, m->total = s->P;
+            m->n = (uint32_t)(s->P - m->offset < SW_PIECE ? s->P - m->offset : SW_PIECE);
+            m->data = (const uint8_t *)(c->delta + m->offset);
+            m->nloss = jb->next == 0 ? (uint32_t)c->nloss : 0;
+            m->losses = (const uint8_t *)c->losses;
+            if (sw_send(s, jb->to, WIRE_DELTA, jb->round) == NET_OK) jb->next++, moved = 1;
+            j++;
+        }
+    }
+}
+
+void sw_round_tick(Swarm *s) {
+    pump_jobs(s);
+    double now = sw_now();
+    for (int i = 0; i < SW_SLOTS; i++) {
+        Slot *sl = &s->slot[i];
+        if (!sl->round) continue;
+        Fetch *f = &sl->fetch;
+        if (f->active && f->done) { // the average came from elsewhere
+            sl->avg_ready = sl->fetched = 1;
+            f->active = 0;
+        } else if (f->active && f->failed) {
+            const char *d = avg_donor(s, sl, ++sl->fetch_turn);
+            if (d) sw_fetch_start(f, WIRE_ARR_AVERAGE, sl->round, sl->avg, s->P, d);
+        }
+        if (sl->want && !sl->avg_ready && now - sl->have_at >= SW_TICK) {
+            sl->have_at = now;
+            if (sl->committed && !f->active) finish_commit(s, sl);
+            if (!sl->committed) send_have(s, sl, NULL);
+            try_commit(s, sl);
+        }
+    }
+}
+
+// ---------------------------------------------------------------- the strategy's side
+
+void swarm_contribute(Swarm *s, int64_t r, const float *delta, const double *losses, int nloss) {
+    pthread_mutex_lock(&s->mu);
+    Slot *sl = sw_slot(s, r, 1);
+    Contrib *c = contrib(s, sl, s->id, 1);
+    memcpy(c->delta, delta, s->P * sizeof(float));
+    free(c->losses);
+    c->losses = xcalloc((size_t)nloss + 1, sizeof(double));
+    memcpy(c->losses, losses, (size_t)nloss * sizeof(double));
+    c->nloss = nloss;
+    c->ngot = s->npieces, c->complete = 1;
+    for (int i = 1; i < s->view.n; i++)
+        add_job(s, s->view.e[i].rec.id, r);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void swarm_anchor_hash(Swarm *s, int64_t r, uint64_t hash) {
+    pthread_mutex_lock(&s->mu);
+    Slot *sl = sw_slot(s, r, 1);
+    sl->hash = hash, sl->hash_set = 1, sl->want = 1;
+    if (sl->committed && sl->chash != hash) s->diverged = 1, s->st.diverged++;
+    sl->have_at = 0; // report at once
+    pthread_mutex_unlock(&s->mu);
+}
+
+int swarm_average(Swarm *s, int64_t r, float *avg, double *loss, int nloss, SwarmRound *info) {
+    double t0 = sw_now();
+    pthread_mutex_lock(&s->mu);
+    Slot *sl = sw_slot(s, r, 1);
+    sl->want = 1;
+    while (!sl->avg_ready && !s->stop) {
+        if (sl->fetch.active && sl->fetch.failed && s->view.n == 1) {
+            pthread_mutex_unlock(&s->mu);
+            return loom_fail("round %lld: every peer that held its average has left", (long long)r);
+        }
+        sw_wait(s, 0.1);
+    }
+    memcpy(avg, sl->avg, s->P * sizeof(float));
+    if (!sl->fetched)
+        for (int j = 0; j < nloss && j < sl->nloss; j++)
+            loss[j] = sl->loss[j];
+    if (info) {
+        info->round = r, info->view = s->view.n, info->averaged = sl->nset;
+        info->wait_s = sw_now() - t0, info->sent = s->st.sent, info->fetched = sl->fetched;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}

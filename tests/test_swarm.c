@@ -1,0 +1,172 @@
+// test_swarm.c — the swarm protocol in one process (swarm/swarm.h): three peers on 127.0.0.1
+// (one starts the swarm, two join it and download its state), one round's average over all
+// of them (the same bits on every peer, the exact mean, the mean losses), refusals that name
+// the field, a wrong secret that cannot join, and garbage from an authenticated client that is
+// counted and changes nothing.
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "../src/common.h"
+#include "../src/swarm/net.h"
+#include "../src/swarm/swarm.h"
+#include "test.h"
+
+enum { P = 300001 }; // two pieces and a bit
+static char dir[] = "/tmp/loom-swarm-XXXXXX";
+static char secret[300], other[300];
+static int port;
+static const char *DESC = "{\"tau\":2,\"dim\":8}";
+
+static SwarmConfig config(const char *id, int k, const char *boot, const char *sec) {
+    static char listen[8][64], bootbuf[8][64];
+    snprintf(listen[k], sizeof listen[k], "127.0.0.1:%d", port + k);
+    if (boot) snprintf(bootbuf[k], sizeof bootbuf[k], "127.0.0.1:%d", port);
+    return (SwarmConfig){.id = id,
+                         .listen = listen[k],
+                         .bootstrap = boot ? bootbuf[k] : NULL,
+                         .secret = sec,
+                         .peer_timeout = 1.0,
+                         .P = P,
+                         .tau = 2,
+                         .run_desc = DESC};
+}
+
+static Swarm *sw[3];
+static float *anchor[3], *mom[3];
+
+TEST(three_peers_average) {
+    SwarmState st;
+    int joined;
+    anchor[0] = xalloc_floats(P), mom[0] = xalloc_floats(P);
+    for (size_t i = 0; i < P; i++)
+        anchor[0][i] = (float)i * 0.5f, mom[0][i] = -(float)i;
+    SwarmConfig c0 = config("a", 0, NULL, secret);
+    sw[0] = swarm_open(&c0, anchor[0], mom[0], &st, &joined);
+    CHECK(sw[0] && !joined, "first peer: %s", loom_errmsg());
+    if (!sw[0]) return;
+    swarm_start_state(sw[0], 0, 7, NULL);
+    swarm_share_state(sw[0], anchor[0], mom[0]);
+    swarm_state_lock(sw[0]);
+    swarm_state_unlock(sw[0], 0, 7);
+    const char *ids[] = {"a", "b", "c"};
+    for (int k = 1; k < 3; k++) {
+        anchor[k] = xalloc_floats(P), mom[k] = xalloc_floats(P);
+        SwarmConfig c = config(ids[k], k, "boot", secret);
+        sw[k] = swarm_open(&c, anchor[k], mom[k], &st, &joined);
+        CHECK(sw[k] && joined, "peer %s: %s", ids[k], loom_errmsg());
+        if (!sw[k]) return;
+        CHECK(st.round == 0 && st.first_round == 1 && st.window == 7,
+              "state round %lld first %lld window %llu", (long long)st.round,
+              (long long)st.first_round, (unsigned long long)st.window);
+        CHECK(!memcmp(anchor[k], anchor[0], P * 4) && !memcmp(mom[k], mom[0], P * 4),
+              "downloaded state differs");
+        swarm_share_state(sw[k], anchor[k], mom[k]);
+    }
+    CHECK(swarm_wait_peers(sw[0], 3, 10) == 0, "3 peers in a's view");
+    float *d = xalloc_floats(P);
+    for (int k = 0; k < 3; k++) {
+        int pos, n;
+        swarm_round_begin(sw[k], 1, &pos, &n);
+        CHECK(pos == k && n == 3, "peer %d: position %d of %d", k, pos, n);
+    }
+    for (int k = 0; k < 3; k++) {
+        for (size_t i = 0; i < P; i++)
+            d[i] = (float)(k + 1) * 0.25f + (float)(i % 7);
+        double loss[2] = {1.0 + k, 2.0 * k};
+        swarm_contribute(sw[k], 1, d, loss, 2);
+        swarm_anchor_hash(sw[k], 1, swarm_hash(anchor[0], P));
+    }
+    float *avg[3];
+    for (int k = 0; k < 3; k++) {
+        avg[k] = xalloc_floats(P);
+        double loss[2] = {-1, -1};
+        SwarmRound info;
+        CHECK(swarm_average(sw[k], 1, avg[k], loss, 2, &info) == 0, "average: %s", loom_errmsg());
+        CHECK(info.averaged == 3 && !info.fetched, "peer %d averaged %d", k, info.averaged);
+        CHECK(loss[0] == 2.0 && loss[1] == 2.0, "mean losses %g %g", loss[0], loss[1]);
+    }
+    int exact = 1;
+    for (size_t i = 0; i < P; i++) {
+        float want =
+            ((0.25f + (float)(i % 7)) + (0.5f + (float)(i % 7)) + (0.75f + (float)(i % 7))) *
+            (1.0f / 3.0f);
+        exact &= avg[0][i] == want;
+    }
+    CHECK(exact, "the average is the sum in id order times 1/3");
+    CHECK(!memcmp(avg[0], avg[1], P * 4) && !memcmp(avg[0], avg[2], P * 4),
+          "every peer holds the same bits");
+    for (int k = 0; k < 3; k++)
+        free(avg[k]);
+    free(d);
+}
+
+TEST(refused_naming_the_field) {
+    SwarmState st;
+    int joined;
+    float *a = xalloc_floats(P), *m = xalloc_floats(P);
+    SwarmConfig c = config("d", 3, "boot", secret);
+    c.run_desc = "{\"tau\":3,\"dim\":8}";
+    double t0 = now_sec();
+    Swarm *s = swarm_open(&c, a, m, &st, &joined);
+    CHECK(!s, "a peer with another tau joined");
+    CHECK(strstr(loom_errmsg(), "tau") && strstr(loom_errmsg(), "refused"), "message: %s",
+          loom_errmsg());
+    CHECK(now_sec() - t0 < 5, "refusal took %.1f s", now_sec() - t0);
+    free(a), free(m);
+}
+
+TEST(wrong_secret_cannot_join) {
+    SwarmState st;
+    int joined;
+    float *a = xalloc_floats(P), *m = xalloc_floats(P);
+    SwarmConfig c = config("e", 4, "boot", other);
+    double t0 = now_sec();
+    Swarm *s = swarm_open(&c, a, m, &st, &joined);
+    CHECK(!s, "a peer with another secret joined");
+    CHECK(strstr(loom_errmsg(), "secret"), "message: %s", loom_errmsg());
+    CHECK(now_sec() - t0 < 10, "took %.1f s", now_sec() - t0);
+    free(a), free(m);
+}
+
+// An authenticated client (the right secret) sends garbage: counted, nothing else happens.
+TEST(garbage_is_counted) {
+    char key[NET_KEY_LEN + 1];
+    CHECK(net_secret_read(secret, key) == 0, "%s", loom_errmsg());
+    Net *n = net_open("127.0.0.1:0", key, 1 << 20);
+    char to[64];
+    snprintf(to, sizeof to, "127.0.0.1:%d", port);
+    CHECK(n && net_connect(n, "a", to) == 0, "%s", loom_errmsg());
+    long before = swarm_stats(sw[0]).rejected;
+    unsigned char junk[64];
+    for (int i = 0; i < 64; i++)
+        junk[i] = (unsigned char)(i * 37 + 11);
+    int sent = 0;
+    for (int tries = 0; tries < 300 && sent < 3; tries++) {
+        if (net_send(n, "a", junk, sizeof junk) == NET_OK) sent++;
+        net_wait(n, 10);
+    }
+    CHECK(sent == 3, "sent %d", sent);
+    for (int i = 0; i < 100 && swarm_stats(sw[0]).rejected < before + 3; i++)
+        usleep(20000);
+    CHECK(swarm_stats(sw[0]).rejected >= before + 3, "rejected %ld -> %ld", before,
+          swarm_stats(sw[0]).rejected);
+    net_close(n);
+}
+
+int main(void) {
+    if (!mkdtemp(dir)) return 1;
+    snprintf(secret, sizeof secret, "%s/secret", dir);
+    snprintf(other, sizeof other, "%s/other", dir);
+    if (net_keygen(secret) || net_keygen(other)) return 1;
+    port = 20000 + (int)(getpid() % 20000);
+    RUN(three_peers_average);
+    RUN(refused_naming_the_field);
+    RUN(wrong_secret_cannot_join);
+    RUN(garbage_is_counted);
+    for (int k = 0; k < 3; k++)
+        if (sw[k]) swarm_close(sw[k]), free(anchor[k]), free(mom[k]);
+    unlink(secret), unlink(other), rmdir(dir);
+    return test_summary();
+}
