@@ -2,8 +2,8 @@
 # make_corpus.sh — regenerates the seed corpora in fuzz/corpus/<name>/: small valid files
 # written by loom itself (a 1-layer model trained for 3 steps: its safetensors and llm.c
 # exports, metrics log and checkpoint manifest) plus hand-made valid files and edge cases
-# (written by the Python below), among them valid swarm messages of every type (wire). Needs ./loom (make) and python3. Deterministic except for
-# the trained weights' timing columns.
+# (written by the Python below; among them a valid swarm message of every type, wire/). Needs
+# ./loom (make) and python3. Deterministic except for the trained weights' timing columns.
 set -eu
 cd "$(dirname "$0")/.."
 LOOM=${LOOM:-./loom}
