@@ -2,8 +2,8 @@
 # make_corpus.sh — regenerates the seed corpora in fuzz/corpus/<name>/: small valid files
 # written by loom itself (a 1-layer model trained for 3 steps: its safetensors and llm.c
 # exports, metrics log and checkpoint manifest) plus hand-made valid files and edge cases
-# (written by the Python below). Needs ./loom (make) and python3. Deterministic except for
-# the trained weights' timing columns.
+# (written by the Python below; among them a valid swarm message of every type, wire/). Needs
+# ./loom (make) and python3. Deterministic except for the trained weights' timing columns.
 set -eu
 cd "$(dirname "$0")/.."
 LOOM=${LOOM:-./loom}
@@ -12,7 +12,7 @@ PY=${PY:-python3}
 c=fuzz/corpus
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 rm -rf "$c"
-mkdir -p "$c"/{safetensors,llmc,shard,bpe,config,metrics,state,manifest}
+mkdir -p "$c"/{safetensors,llmc,shard,bpe,config,metrics,state,manifest,wire}
 mkshard "$tmp/ok.bin" 16 400 1
 $LOOM train --layers 1 --heads 2 --dim 4 --vocab 16 --block-size 4 --batch 1 --seq 4 --steps 3 \
     --data "$tmp/ok.bin" --val-data "$tmp/ok.bin" --val-every 2 --val-windows 1 --progress off \
@@ -110,5 +110,34 @@ w("state/ok", b"\x08" + state("co2", 0, 2, [[1, 2, 3], [4, 5, 6, 7, 8]]))
 w("state/sharded_rank1", b"\x60" + state("co2-sharded", 1, 2, [[0.5, 0.25, 0.125]]))
 w("state/lens_differ", b"\x09" + state("co2", 0, 2, [[1, 2], [3, 4, 5, 6, 7, 8]]))
 w("state/bad_crc", b"\x08" + state("co2", 0, 2, [[1, 2, 3], [4, 5, 6, 7, 8]])[:-1] + b"\x01")
+# swarm messages (src/swarm/wire.c has the layout): one valid message of each type, some at
+# their edges (a gone DATA, an empty GOSSIP, the largest counts of ids and losses)
+def hdr(t, rnd=3, frm=b"peer-1"):
+    return b"LMSW" + struct.pack("<HHqB", 1, t, rnd, len(frm)) + frm
+def rec(i, first=0):
+    pid, addr = b"node-%d" % i, b"10.0.0.%d:%d" % (i, 5555 + i)
+    return (struct.pack("<B", len(pid)) + pid + struct.pack("<H", len(addr)) + addr +
+            struct.pack("<QqqI", 7 + i, first, 9, i % 4))
+def recs(n): return struct.pack("<H", n) + b"".join(rec(i, i) for i in range(n))
+def text(t): return struct.pack("<I", len(t)) + t
+def ids(names): return struct.pack("<H", len(names)) + b"".join(bytes([len(n)]) + n for n in names)
+def floats(n): return struct.pack(f"<{n}f", *[(i * 0.37) - 1 for i in range(n)])
+nan = struct.pack("<If", 0x7fc01234, -0.0)
+w("wire/hello", hdr(1, 0) + recs(1) + text(b"seq 64 dim 32 layers 2 lr 3e-4"))
+w("wire/welcome", hdr(2) + recs(3))
+w("wire/refuse", hdr(3) + text(b"seq: 1024 here, 512 there"))
+w("wire/gossip", hdr(4) + recs(2))
+w("wire/gossip_empty", hdr(4, 0, b"a") + recs(0))
+w("wire/delta", hdr(5) + struct.pack("<QQII", 4, 16, 6, 2) + floats(4) + nan +
+  struct.pack("<2d", 3.25, float("nan")))
+w("wire/delta_losses", hdr(5) + struct.pack("<QQII", 0, 1, 1, 256) + floats(1) +
+  struct.pack("<256d", *[2.5 + i / 256 for i in range(256)]))
+w("wire/have", hdr(6) + struct.pack("<Q", 0x0123456789abcdef) + ids([b"a", b"b.2", b"c_3"]))
+w("wire/have_many", hdr(6) + struct.pack("<Q", 1) + ids([b"p%03d" % i for i in range(256)]))
+w("wire/commit", hdr(7) + struct.pack("<IQ", 2, 99) + ids([b"node-0", b"node-1"]))
+w("wire/fetch", hdr(8) + struct.pack("<IQQI", 1, 0, 1 << 20, 1 << 18))
+w("wire/data", hdr(9) + struct.pack("<IQQIQ", 2, 8, 12, 4, 5) + floats(4))
+w("wire/data_gone", hdr(9) + struct.pack("<IQQIQ", 3, 0, 0, 0, 0))
+w("wire/bye", hdr(10, 12))
 PY
 du -sh "$c"

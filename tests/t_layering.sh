@@ -32,6 +32,7 @@ DENY=(                                   # "from-dir target-glob reason", checke
   "optim parallel/* the optimizer is a local update; strategies bring the communication"
   "offload parallel/!(comm.h|co2.h) offload swaps a rank's own state: of parallel/ it uses comm.h and CO2's rule (co2.h)"
   "offload data/* offload moves model and optimizer state, never the token data"
+  "swarm @(model|optim|parallel|offload|data|io|plan|backend)/* the swarm moves float arrays and messages: it knows no model, optimizer or MPI"
 )
 MPI_ONLY="src/parallel/comm.c"
 # plan/profile.c runs whole model copies on concurrent threads to measure contention (no

@@ -75,7 +75,7 @@ typedef struct {
     PeerRecord rec[WIRE_MAX_PEERS];
     uint32_t text_len;      // HELLO, REFUSE
     char text[WIRE_TEXT_MAX + 1]; // NUL-terminated copy
-} WireMsg; // large (~100 KiB): keep one per thread, not on small stacks
+} WireMsg; // large (~122 KiB): keep one per thread, not on small stacks
 
 // 1 if s is a valid peer id (1..WIRE_ID_MAX bytes of [A-Za-z0-9._-]).
 int wire_id_ok(const char *s);
@@ -84,11 +84,13 @@ int wire_addr_ok(const char *s);
 // Bytes m encodes to (0 if a field is out of range: counts, ids, addresses, text).
 size_t wire_size(const WireMsg *m);
 // Encodes m into buf (cap bytes; data/losses are read from m->data / m->losses as host floats
-// and doubles, written little-endian). Returns the length, or 0 if it does not fit or a field is
-// out of range.
+// and doubles, written little-endian). Only the fields m's type carries are read. Returns the
+// length, or 0 if it does not fit or a field is out of range. A decoded message re-encodes to
+// exactly the bytes it came from (on a little-endian host, where its data are host floats).
 size_t wire_encode(const WireMsg *m, uint8_t *buf, size_t cap);
-// Decodes buf[0, len) into m (m->data / m->losses point into buf). Returns 0, or -1 with a
-// one-line reason in err (e.g. "bad magic", "DELTA: n 300000 > 262144", "truncated GOSSIP").
+// Decodes buf[0, len) into m (m->data / m->losses point into buf; counts and numbers the type
+// does not carry are 0). Returns 0, or -1 with a one-line reason in err (e.g. "bad magic",
+// "DELTA: n 300000 > 262144", "truncated GOSSIP"), and then m's contents are unspecified.
 int wire_decode(const uint8_t *buf, size_t len, WireMsg *m, char *err, size_t errn);
 // Reads element i of a decoded float / double array (unaligned, little-endian).
 float wire_float(const uint8_t *p, size_t i);

@@ -1,0 +1,26 @@
+// fuzz_wire.c — the swarm's messages (src/swarm/wire.c): wire_decode on the input as one
+// message. A rejection must come with a reason. An accepted message has every float and double
+// it carries read (ASan sees any pointer outside the input), and wire_encode of it must give
+// back exactly the input (the encoding is canonical), with wire_size its length; else abort.
+#include "../src/swarm/wire.h"
+#include "fuzz_util.h"
+
+static WireMsg msg; // ~120 KiB: kept off the stack
+static uint8_t out[WIRE_MSG_MAX];
+static float floats[WIRE_MAX_FLOATS];
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    char err[160] = "";
+    if (wire_decode(data, size, &msg, err, sizeof err)) {
+        if (!err[0]) abort();
+        return 0;
+    }
+    if (msg.n && msg.type != WIRE_FETCH) wire_floats(msg.data, msg.n, floats);
+    volatile double last = 0;
+    for (uint32_t i = 0; i < msg.nloss; i++)
+        last = wire_double(msg.losses, i);
+    (void)last;
+    size_t n = wire_encode(&msg, out, sizeof out);
+    if (n != size || wire_size(&msg) != size || memcmp(out, data, size)) abort();
+    return 0;
+}
