@@ -56,3 +56,72 @@ for n in 2 3; do
     $REF compare-st "$d/p$n-0.st" "$d/mpi$n.st" --tol 1e-5
     port=$((port + 10))
 done
+# negative control: the comparison notices a different run (2 peers against 3 MPI ranks)
+if $REF compare-losses "$d/p2-0.jsonl" "$d/mpi3.jsonl" --tol 1e-5 > /dev/null 2>&1; then
+    echo "2 peers matched 3 MPI ranks: the comparison cannot fail"; exit 1
+fi
+
+long="--layers 2 --heads 2 --dim 64 --vocab 64 --block-size 32 --batch 4 --seq 32 --tau 4 --peak-gflops 1"
+model=$long
+echo "== 2. kill -9 of one of 3 peers mid-round"
+started=()
+for i in 0 1 2; do
+    fault=$([ $i = 2 ] && echo 0:50 || true)
+    LOOM_FAULT_KILL=$fault peer "k$i" $((port + i)) "$([ $i -gt 0 ] && echo $port || true)" \
+        --steps 120 --min-peers 3 --export "$d/k$i.st"
+    started+=($!)
+done
+rc2=0; wait "${started[2]}" || rc2=$?
+[ "$rc2" = 137 ] || { echo "peer k2 should have been killed (exit $rc2)"; cat "$d/k2.log"; exit 1; }
+waitall "${started[0]}" "${started[1]}" || { tail -5 "$d"/k*.log; exit 1; }
+cmp "$d/k0.st" "$d/k1.st" || { echo "the survivors' anchors differ"; exit 1; }
+echo "k2 killed at step 50; k0 and k1 finished with identical anchors"
+port=$((port + 10))
+
+echo "== 3. a late joiner, and a killed peer restarted with the same id"
+LOOM_FAULT_KILL= peer j0 $port "" --steps 2000 --min-peers 2 --metrics "$d/j0.jsonl" --export "$d/j0.st"
+j0=$!
+LOOM_FAULT_KILL=0:300 peer j1 $((port + 1)) $port --steps 2000 --min-peers 2 --export "$d/j1.st"
+j1=$!
+rc=0; wait $j1 || rc=$?
+[ "$rc" = 137 ] || { echo "j1 should have been killed (exit $rc)"; cat "$d/j1.log"; exit 1; }
+LOOM_FAULT_KILL= peer j1 $((port + 1)) $port --steps 2000 --export "$d/j1.st"
+j1=$!
+LOOM_FAULT_KILL= peer j2 $((port + 2)) $port --steps 2000 --export "$d/j2.st"
+j2=$!
+waitall $j0 $j1 $j2 || { tail -5 "$d"/j*.log; exit 1; }
+grep -h "joined the swarm" "$d/j1.log" "$d/j2.log"
+cmp "$d/j0.st" "$d/j1.st" && cmp "$d/j0.st" "$d/j2.st" || { echo "anchors differ after joins"; exit 1; }
+echo "restarted j1 and late j2 ended with j0's anchor"
+port=$((port + 10))
+
+echo "== 4. a wrong secret, a different tau, flags that mean nothing here"
+model="--layers 2 --heads 2 --dim 32 --vocab 64 --block-size 32 --batch 2 --seq 16"
+peer w0 $port "" $outer --steps 11 --min-peers 2 --export "$d/w0.st"
+w0=$!
+peer w1 $((port + 1)) $port $outer --steps 11 --min-peers 2 --export "$d/w1.st"
+w1=$!
+start=$(date +%s)
+expect_fail "secret" $LOOM peer --data "$d/d.bin" $model $opt $outer --steps 11 --peer-id x \
+    --listen 127.0.0.1:$((port + 2)) --bootstrap 127.0.0.1:$port --secret "$d/other" \
+    --peer-timeout 2 --progress off
+echo "the intruder gave up after $(( $(date +%s) - start )) s"
+waitall $w0 $w1 || { tail -5 "$d"/w*.log; exit 1; }
+cmp "$d/w0.st" "$d/p2-0.st" || { echo "the intruder changed the swarm's trajectory"; exit 1; }
+peer v0 $port "" $outer --steps 11 --min-peers 2
+v0=$!
+expect_fail "--tau differs" $LOOM peer --data "$d/d.bin" $model $opt ${outer/--tau 3/--tau 4} \
+    --steps 11 --peer-id y --listen 127.0.0.1:$((port + 3)) --bootstrap 127.0.0.1:$port \
+    --secret "$d/secret" --peer-timeout 2 --progress off
+expect_fail "--dim differs" $LOOM peer --data "$d/d.bin" ${model/--dim 32/--dim 16} $opt $outer \
+    --steps 11 --peer-id z --listen 127.0.0.1:$((port + 4)) --bootstrap 127.0.0.1:$port \
+    --secret "$d/secret" --peer-timeout 2 --progress off
+kill -9 $v0 2>/dev/null || true
+for f in "--dp 2" "--zero 3" "--co2" "--comm-timeout 5" "--pp 2"; do
+    expect_fail "${f%% *} has no meaning" $LOOM peer --data "$d/d.bin" $f --peer-id q \
+        --listen 127.0.0.1:1 --secret "$d/secret"
+done
+expect_fail "needs --secret" $LOOM peer --data "$d/d.bin" --peer-id q --listen 127.0.0.1:1
+expect_fail "--secret" $LOOM peer --data "$d/d.bin" --peer-id q --listen 127.0.0.1:1 --secret "$d/none"
+expect_fail "--peer-id" $LOOM peer --data "$d/d.bin" --peer-id "bad id" --listen 127.0.0.1:1 --secret "$d/secret"
+expect_fail "exists" $LOOM keygen -o "$d/secret"

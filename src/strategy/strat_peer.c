@@ -13,6 +13,7 @@
 #include "../common.h"
 #include "../parallel/co2.h"
 #include "../swarm/swarm.h"
+#include "../testhooks.h"
 #include "strat_whole.h"
 
 typedef struct {
@@ -31,7 +32,8 @@ typedef struct {
     char (*extra)[256]; // (tau) metrics fields of the previous round's records
     StrategyData data;  // the loop's data, with this peer's windows
     const StrategyData *orig;
-    char *desc; // the run description (joiners must match it)
+    char *desc;  // the run description (joiners must match it)
+    int skip_to; // steps before it were the swarm's while this peer joined or re-synced
 } Peer;
 
 // Micro-batch j of step `step`: window base + (step − round start)·N·K + j·N + pos.
@@ -41,6 +43,7 @@ static void peer_train(void *ctx, int step, int j, int *inputs, int *targets) {
     uint64_t N = (uint64_t)p->N, K = (uint64_t)s->cfg->grad_accum;
     uint64_t r0 = (uint64_t)p->round * (uint64_t)s->cfg->tau; // first step of the round
     uint64_t w = p->base + ((uint64_t)step - r0) * N * K + (uint64_t)j * N + (uint64_t)p->pos;
+    if (j == 0) testhook_fault(0, step + 1); // LOOM_FAULT_KILL=0:STEP (each peer is rank 0)
     p->orig->window(p->orig->ctx, w, inputs, targets);
 }
 
@@ -93,6 +96,8 @@ static char *run_desc(const Strategy *s) {
     return t;
 }
 
+static int resync(Strategy *s, Peer *p);
+
 // m ← β·m + Δ̄/λ (clipped); a ← a − α·m over the whole model (co2.h's rule).
 static void outer_update(Strategy *s, Peer *p) {
     GPT *m = s->model;
@@ -117,7 +122,9 @@ static double apply_average(Strategy *s, Peer *p, int64_t r) {
     for (int i = 0; i < n; i++)
         mean[i] = p->rec[1][i].loss;
     SwarmRound info = {0};
-    if (swarm_average(p->sw, r, p->avg, mean, n, &info)) return -1;
+    int rc = swarm_average(p->sw, r, p->avg, mean, n, &info);
+    if (rc == SWARM_LOST) return resync(s, p) ? -1 : -2;
+    if (rc) return -1;
     swarm_state_lock(p->sw);
     outer_update(s, p);
     swarm_state_unlock(p->sw, p->round, p->base);
@@ -148,6 +155,7 @@ static int round_end(Strategy *s, Peer *p, double *wait) {
     *wait = 0;
     if (r >= 2) {
         double w = apply_average(s, p, r - 1);
+        if (w == -2) return 0; // re-synced: the swarm's state replaced this round
         if (w < 0) return -1;
         *wait = w;
     } else {
@@ -164,25 +172,31 @@ static int round_end(Strategy *s, Peer *p, double *wait) {
     return 0;
 }
 
-// A joiner adopts the swarm's state: a(b), m(b) are in anchor/mom; a(b+1) needs round b's
-// average (b ≥ 1). It computes from round first_round on.
-static int adopt(Strategy *s, Peer *p, const SwarmState *st) {
+// This peer holds the swarm's state after round end st->round (a(b), m(b) in anchor / mom; a
+// join or a re-sync): it computes from round b + 1 on, from x = a(b), and applies round b's
+// average at the end of round b + 1 as every peer does. Steps before are the swarm's past.
+static void adopt(Strategy *s, Peer *p, const SwarmState *st, const char *how) {
     const StrategyConfig *c = s->cfg;
-    if (st->round >= 1) {
-        double mean[1];
-        if (swarm_average(p->sw, st->round, p->avg, mean, 0, NULL)) return -1;
-        outer_update(s, p);
-    }
     p->first_round = st->first_round;
-    p->round = st->first_round - 1;
+    p->round = st->round;
     p->base = st->window;
-    if (st->first_round == st->round + 2) // the round it sits out
-        p->base += (uint64_t)c->tau * (uint64_t)c->grad_accum *
-                   (uint64_t)swarm_participants(p->sw, st->round + 1);
+    p->n[0] = p->n[1] = 0;
+    p->begun = 0;
+    s->model->be->copy(s->model->params, p->anchor, s->model->nparams);
     int64_t start = p->round * c->tau;
-    s->start = start < c->steps ? (int)start : c->steps;
-    fprintf(stderr, "loom peer %s: joined the swarm at round %lld (step %d)\n", c->peer_id,
-            (long long)st->first_round, s->start);
+    p->skip_to = start < c->steps ? (int)start : c->steps;
+    fprintf(stderr, "loom peer %s: %s the swarm at round %lld (step %d)\n", c->peer_id, how,
+            (long long)st->first_round, p->skip_to);
+}
+
+// The swarm moved on while this peer could not follow: take its current state.
+static int resync(Strategy *s, Peer *p) {
+    SwarmState st;
+    fprintf(stderr, "loom peer %s: %s; re-syncing\n", s->cfg->peer_id, loom_errmsg());
+    if (swarm_resync(p->sw, p->anchor, p->mom, &st)) return -1;
+    swarm_state_lock(p->sw);
+    swarm_state_unlock(p->sw, st.round, st.window);
+    adopt(s, p, &st, "re-synced with");
     return 0;
 }
 
@@ -219,8 +233,8 @@ static int peer_create(Strategy *s) {
     p->sw = swarm_open(&sc, p->anchor, p->mom, &st, &joined);
     if (!p->sw) return -1;
     if (joined) {
-        if (adopt(s, p, &st)) return -1;
-        m->be->copy(m->params, p->anchor, P);
+        adopt(s, p, &st, "joined");
+        s->start = p->skip_to;
     } else {
         p->first_round = 1;
         swarm_start_state(p->sw, 0, 0, NULL);
@@ -244,6 +258,7 @@ static int peer_step(Strategy *s, int step, int boundary) {
     (void)boundary;
     Peer *p = s->impl;
     const StrategyConfig *c = s->cfg;
+    if (step < p->skip_to) return 0; // covered by the swarm while this peer re-synced
     if (!p->begun) {
         swarm_round_begin(p->sw, p->round + 1, &p->pos, &p->N);
         if (p->pos < 0) p->pos = 0, p->N = p->N > 0 ? p->N : 1; // not counted yet: a guess
@@ -265,7 +280,9 @@ static int peer_step(Strategy *s, int step, int boundary) {
     double wait = 0;
     if (((step + 1) % c->tau == 0 || step + 1 == c->steps)) {
         *rec = r; // (round_end moves it with the round's records)
+        int64_t before = p->round;
         if (round_end(s, p, &wait)) return -1;
+        if (p->round != before + 1) return 0; // re-synced: this round's records are gone
         rec = &p->rec[1][p->n[1] - 1];
     }
     r.seconds = now_sec() - t0;
@@ -277,8 +294,10 @@ static int peer_step(Strategy *s, int step, int boundary) {
 // After the last round: its average, applied; x = the final anchor.
 static void peer_drain(Strategy *s, int final) {
     Peer *p = s->impl;
-    if (!final || p->round < p->first_round) return;
-    if (apply_average(s, p, p->round) < 0) {
+    if (!final || p->round < 1) return;
+    double w = apply_average(s, p, p->round);
+    if (w == -2) w = apply_average(s, p, p->round); // re-synced at the end: its last average
+    if (w < 0) {
         fprintf(stderr, "loom peer %s: %s\n", s->cfg->peer_id, loom_errmsg());
         exit(EXIT_IO);
     }

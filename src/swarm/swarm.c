@@ -105,6 +105,10 @@ static void dispatch(Swarm *s, const void *buf, size_t len) {
         return;
     }
     view_heard(&s->view, m->from, sw_now());
+    if (s->c.verbose && m->type != WIRE_DELTA && m->type != WIRE_GOSSIP && m->type != WIRE_HAVE &&
+        m->type != WIRE_COMMIT && m->type != WIRE_DATA && m->type != WIRE_FETCH)
+        fprintf(stderr, "loom peer %s: %.3f %s from %s\n", s->id, sw_now(), wire_type_name(m->type),
+                m->from);
     switch (m->type) {
     case WIRE_HELLO: sw_on_hello(s, m); break;
     case WIRE_WELCOME:

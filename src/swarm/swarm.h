@@ -80,8 +80,10 @@ int swarm_participants(Swarm *s, int64_t r);
 // The hash of this peer's anchor after round end r (compared with the coordinator's).
 void swarm_anchor_hash(Swarm *s, int64_t r, uint64_t hash);
 // Blocks until round r's average is decided: copies it into avg (P floats) and the mean of the
-// set's losses per step into loss (nloss; the local ones when the average was fetched). -1 if
-// the swarm could not produce it (this peer alone and the average lost) with loom_errmsg.
+// set's losses per step into loss (nloss; the local ones when the average was fetched).
+// SWARM_LOST (with loom_errmsg) when no peer holds it any more — the swarm moved on while this
+// peer was away or slow: re-sync (swarm_resync) and go on from the swarm's round.
+#define SWARM_LOST (-2)
 int swarm_average(Swarm *s, int64_t r, float *avg, double *loss, int nloss, SwarmRound *info);
 // The strategy's live state, for donors: under swarm_state_lock the strategy updates anchor /
 // mom at a round end and sets the round; the network thread snapshots them for a joiner.

@@ -14,6 +14,7 @@
 #define SW_TICK 0.5 // seconds between gossip / HAVE rounds
 #define SW_FETCH_WINDOW 8
 #define SW_FETCH_RETRY 5.0
+#define COMMIT_GONE 1u // a COMMIT with this attempt and no ids: the round is gone here
 
 typedef char PeerId[WIRE_ID_MAX + 1];
 
@@ -63,6 +64,7 @@ typedef struct {
     int nloss, avg_ready, fetched;
     Fetch fetch;          // the average, when this peer lacks a Δ of the set
     int fetch_turn, want; // want: this peer waits for the average (it reports HAVE)
+    int lost;             // no peer holds the average any more
     double have_at;       // last HAVE sent
     uint64_t avg_hash;    // of avg (computed when first served)
     int avg_hash_set;

@@ -64,6 +64,7 @@ void sw_join_tick(Swarm *s) {
         snprintf(key, sizeof key, "boot:%s", a);
         if (net_connect(s->net, key, a)) continue;
         WireMsg *o = s->out;
+        if (s->c.verbose) fprintf(stderr, "loom peer %s: %.3f HELLO to %s\n", s->id, sw_now(), a);
         o->nrec = 1;
         o->rec[0] = *view_self(&s->view);
         snprintf(o->text, sizeof o->text, "%s", s->c.run_desc);
@@ -74,11 +75,14 @@ void sw_join_tick(Swarm *s) {
 
 // ---------------------------------------------------------------- serving
 
-// The snapshot a joiner downloads: this peer's anchor and momentum at its last round end (a
-// recent one is reused, so a slow download is not restarted by every round end).
+// The snapshot a joiner downloads: this peer's anchor and momentum at its last round end. One
+// a round older is kept while a download of it is going on (its pieces asked for in the last
+// 2 s), so a download is not restarted by every round end; an older one is replaced (a joiner
+// needs that round's average, which peers keep for a few rounds only).
 static void take_snapshot(Swarm *s) {
     double now = sw_now();
-    if (s->snap_valid && (now - s->snap_used < 10 || s->snap_round == s->st_round)) return;
+    if (s->snap_valid && s->snap_round == s->st_round) return;
+    if (s->snap_valid && now - s->snap_used < 2 && s->snap_round + 1 >= s->st_round) return;
     pthread_mutex_lock(&s->st_mu);
     if (s->anchor) {
         if (!s->snap_a) s->snap_a = xalloc_floats(s->P), s->snap_m = xalloc_floats(s->P);
@@ -256,6 +260,9 @@ static int download(Swarm *s, float *anchor, float *mom, SwarmState *st) {
         sw_fetch_start(f, WIRE_ARR_META, 0, meta, 8, s->donor);
         if (fetch_wait(s, f, t)) continue;
         int64_t b = f->round;
+        if (s->c.verbose)
+            fprintf(stderr, "loom peer %s: downloading round %lld's state from %s\n", s->id,
+                    (long long)b, s->donor);
         uint32_t w[8];
         memcpy(w, meta, sizeof w);
         st->round = b;
@@ -270,10 +277,15 @@ static int download(Swarm *s, float *anchor, float *mom, SwarmState *st) {
     return loom_fail("could not download the swarm's state: %s", s->fetch.why);
 }
 
-static int swarm_started(Swarm *s) {
-    for (int i = 0; i < s->view.n; i++)
-        if (s->view.e[i].rec.cur_round > 0) return 1;
-    return 0;
+// A peer that holds the state after round end st->round takes part from the next round on.
+static void adopt_round(Swarm *s, SwarmState *st) {
+    PeerRecord *me = view_self(&s->view);
+    me->first_round = st->round + 1;
+    me->cur_round = st->round;
+    sw_bump(s);
+    st->first_round = me->first_round;
+    s->my_round = st->round;
+    s->last_tick = 0; // tell the others now
 }
 
 int sw_join(Swarm *s, float *anchor, float *mom, SwarmState *st) {
@@ -299,25 +311,27 @@ int sw_join(Swarm *s, float *anchor, float *mom, SwarmState *st) {
                                              "secret?"
                                            : "; are they running, and is --secret the swarm's?");
     }
-    if (!rc) {
-        PeerRecord *me = view_self(&s->view);
-        if (!swarm_started(s)) me->first_round = 1, sw_bump(s); // a swarm that has not begun
-        rc = download(s, anchor, mom, st);
-        if (!rc) {
-            if (me->first_round < 1) me->first_round = st->round + 2, sw_bump(s);
-            st->first_round = me->first_round;
-            s->my_round = me->cur_round = st->round;
-        }
-    }
+    if (!rc) rc = download(s, anchor, mom, st);
+    if (!rc) adopt_round(s, st);
     s->joining = 0;
     pthread_mutex_unlock(&s->mu);
     return rc;
 }
 
 int swarm_resync(Swarm *s, float *anchor, float *mom, SwarmState *st) {
+    pthread_mutex_lock(&s->st_mu); // no snapshots of a half-written state
+    const float *a = s->anchor, *m = s->mom;
+    s->anchor = s->mom = NULL;
+    s->snap_valid = 0;
+    pthread_mutex_unlock(&s->st_mu);
     pthread_mutex_lock(&s->mu);
     s->diverged = 0;
-    int rc = next_donor(s, 0) ? loom_fail("no peer to re-sync from") : download(s, anchor, mom, st);
+    int rc = -1;
+    for (int turn = 0; rc && turn < 4 && !next_donor(s, turn); turn++)
+        rc = download(s, anchor, mom, st);
+    if (rc && !loom_errmsg()[0]) loom_fail("no peer to re-sync from");
+    if (!rc) adopt_round(s, st);
     pthread_mutex_unlock(&s->mu);
+    swarm_share_state(s, a, m);
     return rc;
 }

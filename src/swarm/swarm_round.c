@@ -1,6 +1,7 @@
 // swarm_round.c — one round's average (see swarm.h): the Δs each peer sends and collects, the
 // HAVE reports, the commit of the round's set by the lowest live participant, the average
 // summed in id order (or fetched when a Δ of the set is missing here).
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,6 +62,12 @@ static void add_job(Swarm *s, const char *to, int64_t r) {
     SendJob *j = &s->jobs[s->njobs++];
     snprintf(j->to, sizeof j->to, "%s", to);
     j->round = r, j->next = 0;
+}
+
+static int job_pending(const Swarm *s, const char *to, int64_t r) {
+    for (int j = 0; j < s->njobs; j++)
+        if (s->jobs[j].round == r && !strcmp(s->jobs[j].to, to)) return 1;
+    return 0;
 }
 
 void sw_new_peer(Swarm *s, const char *id) {
@@ -235,6 +242,9 @@ static void try_commit(Swarm *s, Slot *sl) {
         }
         sl->chash = sl->hash;
         sl->committed = 1;
+        if (s->c.verbose)
+            fprintf(stderr, "loom peer %s: round %lld committed over %d of %d participants\n",
+                    s->id, (long long)sl->round, sl->nset, nl);
         send_commit(s, sl, NULL);
         finish_commit(s, sl);
     }
@@ -242,12 +252,22 @@ static void try_commit(Swarm *s, Slot *sl) {
 }
 
 void sw_on_have(Swarm *s, const WireMsg *m) {
-    Slot *sl = msg_slot(s, m->round);
-    if (!sl) return;
-    if (sl->committed) { // a peer still waiting: it gets the commit (from whoever holds it)
-        send_commit(s, sl, m->from);
+    Slot *old = m->round >= 1 ? sw_slot(s, m->round, 0) : NULL;
+    if (old && old->committed) { // a peer still waiting (a joiner, a late peer) gets the commit
+        send_commit(s, old, m->from);
         return;
     }
+    if (!old && m->round >= 1 && m->round < s->my_round - 2) { // long gone here: say so
+        WireMsg *o = s->out;
+        o->nids = 0, o->hash = 0, o->attempt = COMMIT_GONE;
+        sw_send(s, m->from, WIRE_COMMIT, m->round);
+        return;
+    }
+    Slot *sl = msg_slot(s, m->round);
+    if (!sl) return;
+    if (!has_id((PeerId *)m->ids, m->nids, s->id) && contrib(s, sl, s->id, 0) &&
+        !job_pending(s, m->from, m->round))
+        add_job(s, m->from, m->round); // it lacks this peer's Δ (sent before it could take it)
     HaveRep *h = report(sl, m->from, 1);
     free(h->ids);
     h->ids = xcalloc((size_t)m->nids + 1, sizeof(PeerId));
@@ -260,6 +280,10 @@ void sw_on_have(Swarm *s, const WireMsg *m) {
 void sw_on_commit(Swarm *s, const WireMsg *m) {
     Slot *sl = msg_slot(s, m->round);
     if (!sl || sl->committed) return;
+    if (m->attempt == COMMIT_GONE && m->nids == 0) { // the swarm has moved on without it
+        if (!sl->avg_ready) sl->lost = 1;
+        return;
+    }
     sl->set = xcalloc((size_t)m->nids + 1, sizeof(PeerId));
     memcpy(sl->set, m->ids, sizeof(PeerId) * (size_t)m->nids);
     sl->nset = m->nids;
@@ -305,7 +329,8 @@ void sw_round_tick(Swarm *s) {
             sl->avg_ready = sl->fetched = 1;
             f->active = 0;
         } else if (f->active && f->failed) {
-            const char *d = avg_donor(s, sl, ++sl->fetch_turn);
+            if (sl->fetch_turn > s->view.n + 2) sl->lost = 1, f->active = 0;
+            const char *d = sl->lost ? NULL : avg_donor(s, sl, ++sl->fetch_turn);
             if (d) sw_fetch_start(f, WIRE_ARR_AVERAGE, sl->round, sl->avg, s->P, d);
         }
         if (sl->want && !sl->avg_ready && now - sl->have_at >= SW_TICK) {
@@ -348,12 +373,15 @@ int swarm_average(Swarm *s, int64_t r, float *avg, double *loss, int nloss, Swar
     pthread_mutex_lock(&s->mu);
     Slot *sl = sw_slot(s, r, 1);
     sl->want = 1;
-    while (!sl->avg_ready && !s->stop) {
-        if (sl->fetch.active && sl->fetch.failed && s->view.n == 1) {
-            pthread_mutex_unlock(&s->mu);
-            return loom_fail("round %lld: every peer that held its average has left", (long long)r);
-        }
+    while (!sl->avg_ready && !sl->lost && !s->stop) {
+        if (sl->fetch.active && sl->fetch.failed && s->view.n == 1) sl->lost = 1;
         sw_wait(s, 0.1);
+    }
+    if (!sl->avg_ready) {
+        pthread_mutex_unlock(&s->mu);
+        loom_fail("round %lld's average is no longer held by any peer (the swarm moved on)",
+                  (long long)r);
+        return SWARM_LOST;
     }
     memcpy(avg, sl->avg, s->P * sizeof(float));
     if (!sl->fetched)

@@ -11,12 +11,12 @@
 #include <stdint.h>
 
 #define WIRE_VERSION 1
-#define WIRE_ID_MAX 64           // peer id: 1..64 bytes of [A-Za-z0-9._-]
-#define WIRE_ADDR_MAX 255        // tcp address "HOST:PORT", printable ASCII, no spaces
-#define WIRE_MAX_PEERS 256       // records / ids in one message
+#define WIRE_ID_MAX 64            // peer id: 1..64 bytes of [A-Za-z0-9._-]
+#define WIRE_ADDR_MAX 255         // tcp address "HOST:PORT", printable ASCII, no spaces
+#define WIRE_MAX_PEERS 256        // records / ids in one message
 #define WIRE_MAX_FLOATS (1 << 18) // floats in one DELTA or DATA message (1 MiB)
-#define WIRE_MAX_LOSSES 4096     // doubles in one DELTA's losses (τ ≤ 4096)
-#define WIRE_TEXT_MAX 16384      // HELLO's run description, REFUSE's reason
+#define WIRE_MAX_LOSSES 4096      // doubles in one DELTA's losses (τ ≤ 4096)
+#define WIRE_TEXT_MAX 16384       // HELLO's run description, REFUSE's reason
 // No valid message is longer than this (the decoder rejects longer input as oversized).
 #define WIRE_MSG_MAX ((size_t)WIRE_MAX_FLOATS * 4 + WIRE_MAX_LOSSES * 8 + 128 * 1024)
 
@@ -71,11 +71,11 @@ typedef struct {
     uint64_t hash;          // HAVE, COMMIT, DATA
     int nids;               // HAVE, COMMIT
     char ids[WIRE_MAX_PEERS][WIRE_ID_MAX + 1];
-    int nrec;               // HELLO (1), WELCOME, GOSSIP
+    int nrec; // HELLO (1), WELCOME, GOSSIP
     PeerRecord rec[WIRE_MAX_PEERS];
-    uint32_t text_len;      // HELLO, REFUSE
+    uint32_t text_len;            // HELLO, REFUSE
     char text[WIRE_TEXT_MAX + 1]; // NUL-terminated copy
-} WireMsg; // large (~122 KiB): keep one per thread, not on small stacks
+} WireMsg;                        // large (~122 KiB): keep one per thread, not on small stacks
 
 // 1 if s is a valid peer id (1..WIRE_ID_MAX bytes of [A-Za-z0-9._-]).
 int wire_id_ok(const char *s);
