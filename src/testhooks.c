@@ -74,3 +74,8 @@ size_t testhook_pipe_chunk(void) {
 }
 
 int testhook_tied_interleaved(void) { return getenv("LOOM_TIED_INTERLEAVED") != NULL; }
+
+long testhook_peer_diverge(void) {
+    const char *v = getenv("LOOM_FAULT_DIVERGE");
+    return v ? atol(v) : 0;
+}

@@ -23,6 +23,8 @@
 //   LOOM_COMM_CHUNK=ELEMS      the most elements one piece of a collective moves (default 2^20)
 //   LOOM_TAG_UB=N              use N as MPI_TAG_UB when it is lower (tag wrap-around tests)
 //   LOOM_PIPE_CHUNK=FLOATS     chunk size of 2bw's background all-reduces (default 2^18)
+//   LOOM_FAULT_DIVERGE=ROUND   loom peer: this peer's anchor is perturbed after that round end
+//                              (a peer whose anchor differs from the swarm's: it must re-sync)
 #pragma once
 #include <stddef.h>
 
@@ -44,3 +46,5 @@ int testhook_tag_ub(void);
 // test can show its comparison sees the order (negative control).
 int testhook_tied_interleaved(void);
 size_t testhook_pipe_chunk(void);
+// LOOM_FAULT_DIVERGE: the round end after which a peer perturbs its anchor (0: never).
+long testhook_peer_diverge(void);

@@ -8,16 +8,21 @@
 #      a killed peer restarted with the same id rejoins;
 #   4. a peer with another secret cannot join (clear error, bounded time) and the swarm's
 #      trajectory is the same as without it; a peer with a different --tau is refused with a
-#      message naming --tau; flags that mean nothing for a peer are clear errors.
+#      message naming --tau; flags that mean nothing for a peer are clear errors;
+#   5. checkpoints: a swarm stopped at a round end and restarted from its peers' checkpoints
+#      (the first without --bootstrap: it restarts the swarm) ends bit-identical to a run that
+#      never stopped;
+#   6. a peer whose anchor diverges (LOOM_FAULT_DIVERGE) notices it at the next commit and
+#      re-syncs: every peer ends with the same anchor.
 # asan: skip
 set -eu
 . "$(dirname "$0")/lib.sh"
 need_mpi
 need_torch
 REF="$PY $(dirname "$0")/torch_ref.py"
-d=$(mktemp -d)
+d=${PEER_TEST_DIR:-$(mktemp -d)}
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$d"; }
+cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; [ -n "${PEER_TEST_DIR:-}" ] || rm -rf "$d"; }
 trap cleanup EXIT
 mkshard "$d/d.bin" 64 60000 3
 $LOOM keygen -o "$d/secret" 2>/dev/null
@@ -48,7 +53,7 @@ for n in 2 3; do
             --min-peers $n --metrics "$d/p$n-$i.jsonl" --export "$d/p$n-$i.st"
         started+=($!)
     done
-    waitall "${started[@]}" || { tail -5 "$d"/p*.log; exit 1; }
+    waitall "${started[@]}" || { for f in "$d"/p*.log; do echo "== $f"; tail -n 5 "$f"; done; exit 1; }
     for i in $(seq 0 $((n - 1))); do
         cmp "$d/p$n-0.st" "$d/p$n-$i.st" || { echo "peer $i's anchor differs from peer 0's"; exit 1; }
     done
@@ -73,7 +78,7 @@ for i in 0 1 2; do
 done
 rc2=0; wait "${started[2]}" || rc2=$?
 [ "$rc2" = 137 ] || { echo "peer k2 should have been killed (exit $rc2)"; cat "$d/k2.log"; exit 1; }
-waitall "${started[0]}" "${started[1]}" || { tail -5 "$d"/k*.log; exit 1; }
+waitall "${started[0]}" "${started[1]}" || { for f in "$d"/k*.log; do echo "== $f"; tail -n 5 "$f"; done; exit 1; }
 cmp "$d/k0.st" "$d/k1.st" || { echo "the survivors' anchors differ"; exit 1; }
 echo "k2 killed at step 50; k0 and k1 finished with identical anchors"
 port=$((port + 10))
@@ -89,7 +94,7 @@ LOOM_FAULT_KILL= peer j1 $((port + 1)) $port --steps 2000 --export "$d/j1.st"
 j1=$!
 LOOM_FAULT_KILL= peer j2 $((port + 2)) $port --steps 2000 --export "$d/j2.st"
 j2=$!
-waitall $j0 $j1 $j2 || { tail -5 "$d"/j*.log; exit 1; }
+waitall $j0 $j1 $j2 || { for f in "$d"/j*.log; do echo "== $f"; tail -n 5 "$f"; done; exit 1; }
 grep -h "joined the swarm" "$d/j1.log" "$d/j2.log"
 cmp "$d/j0.st" "$d/j1.st" && cmp "$d/j0.st" "$d/j2.st" || { echo "anchors differ after joins"; exit 1; }
 echo "restarted j1 and late j2 ended with j0's anchor"
@@ -106,7 +111,7 @@ expect_fail "secret" $LOOM peer --data "$d/d.bin" $model $opt $outer --steps 11 
     --listen 127.0.0.1:$((port + 2)) --bootstrap 127.0.0.1:$port --secret "$d/other" \
     --peer-timeout 2 --progress off
 echo "the intruder gave up after $(( $(date +%s) - start )) s"
-waitall $w0 $w1 || { tail -5 "$d"/w*.log; exit 1; }
+waitall $w0 $w1 || { for f in "$d"/w*.log; do echo "== $f"; tail -n 5 "$f"; done; exit 1; }
 cmp "$d/w0.st" "$d/p2-0.st" || { echo "the intruder changed the swarm's trajectory"; exit 1; }
 peer v0 $port "" $outer --steps 11 --min-peers 2
 v0=$!
@@ -125,3 +130,37 @@ expect_fail "needs --secret" $LOOM peer --data "$d/d.bin" --peer-id q --listen 1
 expect_fail "--secret" $LOOM peer --data "$d/d.bin" --peer-id q --listen 127.0.0.1:1 --secret "$d/none"
 expect_fail "--peer-id" $LOOM peer --data "$d/d.bin" --peer-id "bad id" --listen 127.0.0.1:1 --secret "$d/secret"
 expect_fail "exists" $LOOM keygen -o "$d/secret"
+
+echo "== 5. resume a swarm from its peers' checkpoints"
+port=$((port + 10))
+peer c0 $port "" $outer --steps 12 --min-peers 2 --save "$d/c0" --save-every 6 --keep 0 --export "$d/c0.st"
+c0=$!
+peer c1 $((port + 1)) $port $outer --steps 12 --min-peers 2 --save "$d/c1" --save-every 6 --keep 0 --export "$d/c1.st"
+c1=$!
+waitall $c0 $c1 || { for f in "$d"/c*.log; do echo "== $f"; tail -n 5 "$f"; done; exit 1; }
+cmp "$d/c0.st" "$d/c1.st"
+[ -f "$d/c0/step_00000006/peer_state.bin" ] || { echo "no peer state in the step-6 checkpoint"; ls "$d/c0/step_00000006"; exit 1; }
+port=$((port + 10))
+peer c0 $port "" $outer --steps 12 --min-peers 2 --resume "$d/c0/step_00000006" --export "$d/r0.st"
+c0=$!
+peer c1 $((port + 1)) $port $outer --steps 12 --min-peers 2 --resume "$d/c1/step_00000006" --export "$d/r1.st"
+c1=$!
+waitall $c0 $c1 || { for f in "$d"/c*.log; do echo "== $f"; tail -n 5 "$f"; done; exit 1; }
+cmp "$d/r0.st" "$d/c0.st" && cmp "$d/r1.st" "$d/c0.st" || { echo "the resumed swarm ended elsewhere"; exit 1; }
+echo "resumed at step 6 from both peers' checkpoints: the same anchor as the uninterrupted run"
+
+echo "== 6. a diverged anchor is noticed and re-synced"
+port=$((port + 10))
+model=$long
+started=()
+for i in 0 1 2; do
+    div=$([ $i = 1 ] && echo 5 || true)
+    LOOM_FAULT_DIVERGE=$div peer v$i $((port + i)) "$([ $i -gt 0 ] && echo $port || true)" \
+        --steps 80 --min-peers 3 --export "$d/v$i.st"
+    started+=($!)
+done
+waitall "${started[@]}" || { for f in "$d"/v*.log; do echo "== $f"; tail -n 5 "$f"; done; exit 1; }
+grep -h "re-sync" "$d/v1.log"
+grep -q "re-synced with the swarm" "$d/v1.log" || { echo "v1 did not re-sync"; cat "$d/v1.log"; exit 1; }
+cmp "$d/v0.st" "$d/v1.st" && cmp "$d/v0.st" "$d/v2.st" || { echo "anchors differ after the re-sync"; exit 1; }
+echo "v1 re-synced; all three anchors identical"

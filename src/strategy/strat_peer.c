@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../common.h"
 #include "../parallel/co2.h"
@@ -97,6 +98,7 @@ static char *run_desc(const Strategy *s) {
 }
 
 static int resync(Strategy *s, Peer *p);
+static int64_t peer_resume(Strategy *s, Peer *p, int *has_avg);
 
 // m ← β·m + Δ̄/λ (clipped); a ← a − α·m over the whole model (co2.h's rule).
 static void outer_update(Strategy *s, Peer *p) {
@@ -144,18 +146,23 @@ static double apply_average(Strategy *s, Peer *p, int64_t r) {
 }
 
 // The end of round r: hand the Δ over, apply the previous round's average (emitting that
-// round's records), keep this round's records for its own average, x ← a.
+// round's records), keep this round's records for its own average, x ← a. Returns 0, 1 when
+// this peer re-synced with the swarm instead (the round's work is dropped), or -1.
 static int round_end(Strategy *s, Peer *p, double *wait) {
     GPT *m = s->model;
     size_t P = m->nparams;
+    *wait = 0;
+    if (swarm_diverged(p->sw)) { // a commit carried another anchor hash than this peer's
+        loom_fail("this peer's anchor differs from the swarm's");
+        return resync(s, p) ? -1 : 1;
+    }
     int64_t r = ++p->round;
     m->be->sub_scaled(p->delta, p->anchor, m->params, 1.0f, P); // Δ = a − x
     swarm_contribute(p->sw, r, p->delta, p->loss[0], p->n[0]);
     p->base += (uint64_t)p->n[0] * (uint64_t)p->N * (uint64_t)s->cfg->grad_accum;
-    *wait = 0;
     if (r >= 2) {
         double w = apply_average(s, p, r - 1);
-        if (w == -2) return 0; // re-synced: the swarm's state replaced this round
+        if (w == -2) return 1; // re-synced: the swarm's state replaced this round
         if (w < 0) return -1;
         *wait = w;
     } else {
@@ -166,6 +173,7 @@ static int round_end(Strategy *s, Peer *p, double *wait) {
     double *l = p->loss[1];
     p->rec[1] = p->rec[0], p->loss[1] = p->loss[0], p->n[1] = p->n[0];
     p->rec[0] = t, p->loss[0] = l, p->n[0] = 0;
+    if (r == testhook_peer_diverge()) p->anchor[0] += 1e-3f; // LOOM_FAULT_DIVERGE
     swarm_anchor_hash(p->sw, r, swarm_hash(p->anchor, P));
     m->be->copy(m->params, p->anchor, P); // x ← a(r)
     p->begun = 0;
@@ -204,7 +212,6 @@ static int peer_create(Strategy *s) {
     const StrategyConfig *c = s->cfg;
     Peer *p = xcalloc(1, sizeof *p);
     s->impl = p;
-    if (s->resume_dir) return loom_fail("loom peer --resume: not supported yet");
     if (whole_create(s, &p->w, s->grid->dp_comm, 0)) return -1;
     GPT *m = s->model;
     size_t P = m->nparams;
@@ -235,9 +242,13 @@ static int peer_create(Strategy *s) {
     if (joined) {
         adopt(s, p, &st, "joined");
         s->start = p->skip_to;
-    } else {
-        p->first_round = 1;
-        swarm_start_state(p->sw, 0, 0, NULL);
+    } else { // a new swarm, from this peer's initial or resumed state
+        int has_avg = 0;
+        int64_t r = s->resume_dir ? peer_resume(s, p, &has_avg) : 0;
+        if (r < 0) return -1;
+        p->round = r, p->first_round = r + 1;
+        p->base = s->resume_dir ? s->resume->data_window : 0;
+        swarm_start_state(p->sw, r, p->base, has_avg ? p->avg : NULL);
     }
     swarm_share_state(p->sw, p->anchor, p->mom);
     swarm_state_lock(p->sw);
@@ -280,9 +291,9 @@ static int peer_step(Strategy *s, int step, int boundary) {
     double wait = 0;
     if (((step + 1) % c->tau == 0 || step + 1 == c->steps)) {
         *rec = r; // (round_end moves it with the round's records)
-        int64_t before = p->round;
-        if (round_end(s, p, &wait)) return -1;
-        if (p->round != before + 1) return 0; // re-synced: this round's records are gone
+        int rc = round_end(s, p, &wait);
+        if (rc < 0) return -1;
+        if (rc) return 0; // re-synced: this round's records are gone
         rec = &p->rec[1][p->n[1] - 1];
     }
     r.seconds = now_sec() - t0;
@@ -306,11 +317,55 @@ static void peer_drain(Strategy *s, int final) {
 
 static double peer_evaluate(Strategy *s) { return whole_evaluate(s, &((Peer *)s->impl)->w); }
 
+// A peer's own state next to its checkpoint: the outer momentum and the average of the round
+// just ended (waited for), so that a resumed peer — or a swarm restarted from it — continues
+// exactly; the parameters there are the anchor, the moments this peer's own AdamW's.
+static int write_peer_file(const char *step_dir, void *ctx) {
+    Strategy *s = ctx;
+    Peer *p = s->impl;
+    char path[4300];
+    if (path_fmt(path, sizeof path, "%s/peer_state.bin", step_dir)) return -1;
+    const float *arrays[2] = {p->mom, p->avg};
+    size_t lens[2] = {s->model->nparams, s->model->nparams};
+    return state_file_write(path, "peer", 0, 1, arrays, lens, 2, s->model->be);
+}
+
 static int peer_save(Strategy *s, const char *dir, CkptMeta *meta, int final, CkptExtraFn extra,
                      void *extra_ctx, int keep) {
     Peer *p = s->impl;
-    if (!final) return loom_fail("loom peer: checkpoints mid-run are not supported yet");
-    return whole_save(s, &p->w, dir, meta, 1, extra, extra_ctx, NULL, NULL, keep);
+    if (final || p->round < 1) // the final anchor (or nothing averaged yet): weights only
+        return whole_save(s, &p->w, dir, meta, 1, extra, extra_ctx, NULL, NULL, keep);
+    double mean[1];
+    int rc = swarm_average(p->sw, p->round, p->avg, mean, 0, NULL);
+    if (rc == SWARM_LOST) // the swarm moved on: this peer's state is not the swarm's
+        return whole_save(s, &p->w, dir, meta, 1, extra, extra_ctx, NULL, NULL, keep);
+    if (rc) return -1;
+    meta->co2_workers = 1, meta->co2_tau = s->cfg->tau;
+    return whole_save(s, &p->w, dir, meta, 1, extra, extra_ctx, write_peer_file, s, keep);
+}
+
+// --resume: the checkpoint's weights are the anchor a(r) and its moments this peer's (read by
+// whole_create); a peer's checkpoint also holds m(r) and round r's average. Returns the round
+// (the checkpoint's step / τ) or -1.
+static int64_t peer_resume(Strategy *s, Peer *p, int *has_avg) {
+    const StrategyConfig *c = s->cfg;
+    *has_avg = 0;
+    if (s->start % c->tau)
+        return loom_fail("%s: step %d is not a round end of --tau %d (a peer resumes at round "
+                         "ends)",
+                         s->resume_dir, s->start, c->tau);
+    char path[4300];
+    if (path_fmt(path, sizeof path, "%s/peer_state.bin", s->resume_dir)) return -1;
+    if (access(path, F_OK) == 0) {
+        float *arrays[2] = {p->mom, p->avg};
+        size_t lens[2] = {s->model->nparams, s->model->nparams};
+        if (state_file_read(path, "peer", 0, 1, arrays, lens, 2, s->model->be)) return -1;
+        *has_avg = 1;
+    } else {
+        fprintf(stderr, "loom peer %s: %s holds no peer state: new rounds start from its weights\n",
+                c->peer_id, s->resume_dir);
+    }
+    return s->start / c->tau;
 }
 
 static int peer_full_params(Strategy *s, float *host, int grads) {

@@ -240,6 +240,9 @@ void swarm_start_state(Swarm *s, int64_t round, uint64_t window, const float *av
         sl->avg = xalloc_floats(s->P);
         memcpy(sl->avg, avg, s->P * sizeof(float));
         sl->avg_ready = sl->committed = 1;
+        sl->set = xcalloc(1, sizeof(PeerId)); // the set, as far as anyone can tell: this peer
+        memcpy(sl->set[0], s->id, sizeof(PeerId));
+        sl->nset = 1;
     }
     pthread_mutex_unlock(&s->mu);
 }

@@ -130,8 +130,8 @@ static const char *avg_donor(Swarm *s, Slot *sl, int turn) {
 // average computed elsewhere when one is missing here.
 static void finish_commit(Swarm *s, Slot *sl) {
     if (sl->avg_ready || sl->fetch.active) return;
-    Contrib **cs = xcalloc((size_t)sl->nset, sizeof *cs);
-    int all = 1;
+    Contrib **cs = xcalloc((size_t)sl->nset + 1, sizeof *cs);
+    int all = sl->nset > 0; // (an empty set comes from no commit this peer makes: fetch it)
     for (int i = 0; i < sl->nset && all; i++) {
         cs[i] = contrib(s, sl, sl->set[i], 0);
         all = cs[i] && cs[i]->complete;
