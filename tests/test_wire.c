@@ -421,7 +421,7 @@ TEST(malformed_rejected) {
     REJECT(&b, "FETCH: unknown array 0");
     header(&b, WIRE_FETCH, 1, "me"), le(&b, WIRE_ARR_MAX, 4), le(&b, 0, 8), le(&b, 8, 8);
     le(&b, 8, 4);
-    REJECT(&b, "FETCH: unknown array 5");
+    REJECT(&b, "FETCH: unknown array 6");
     header(&b, WIRE_FETCH, 1, "me"), le(&b, 1, 4), le(&b, 0, 8), le(&b, 8, 8), le(&b, 0, 4);
     REJECT(&b, "FETCH: n 0");
     header(&b, WIRE_FETCH, 1, "me"), le(&b, 1, 4), le(&b, 0, 8), le(&b, 8, 8), le(&b, 9, 4);

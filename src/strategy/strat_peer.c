@@ -33,8 +33,7 @@ typedef struct {
     char (*extra)[256]; // (tau) metrics fields of the previous round's records
     StrategyData data;  // the loop's data, with this peer's windows
     const StrategyData *orig;
-    char *desc;  // the run description (joiners must match it)
-    int skip_to; // steps before it were the swarm's while this peer joined or re-synced
+    char *desc; // the run description (joiners must match it)
 } Peer;
 
 // Micro-batch j of step `step`: window base + (step − round start)·N·K + j·N + pos.
@@ -192,9 +191,9 @@ static void adopt(Strategy *s, Peer *p, const SwarmState *st, const char *how) {
     p->begun = 0;
     s->model->be->copy(s->model->params, p->anchor, s->model->nparams);
     int64_t start = p->round * c->tau;
-    p->skip_to = start < c->steps ? (int)start : c->steps;
+    s->next_step = start < c->steps ? (int)start : c->steps; // the swarm's clock
     fprintf(stderr, "loom peer %s: %s the swarm at round %lld (step %d)\n", c->peer_id, how,
-            (long long)st->first_round, p->skip_to);
+            (long long)st->first_round, s->next_step);
 }
 
 // The swarm moved on while this peer could not follow: take its current state.
@@ -241,7 +240,7 @@ static int peer_create(Strategy *s) {
     if (!p->sw) return -1;
     if (joined) {
         adopt(s, p, &st, "joined");
-        s->start = p->skip_to;
+        s->start = s->next_step, s->next_step = -1;
     } else { // a new swarm, from this peer's initial or resumed state
         int has_avg = 0;
         int64_t r = s->resume_dir ? peer_resume(s, p, &has_avg) : 0;
@@ -269,7 +268,6 @@ static int peer_step(Strategy *s, int step, int boundary) {
     (void)boundary;
     Peer *p = s->impl;
     const StrategyConfig *c = s->cfg;
-    if (step < p->skip_to) return 0; // covered by the swarm while this peer re-synced
     if (!p->begun) {
         swarm_round_begin(p->sw, p->round + 1, &p->pos, &p->N);
         if (p->pos < 0) p->pos = 0, p->N = p->N > 0 ? p->N : 1; // not counted yet: a guess

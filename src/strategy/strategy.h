@@ -126,6 +126,8 @@ struct Strategy {
     const char *resume_dir; // the step directory resumed from (NULL: a fresh run)
     const CkptMeta *resume; // its manifest
     int start;              // first step of this run
+    int next_step;          // >= 0: the loop goes on at this step (set by a strategy whose clock
+                            // is not its own: a peer that re-synced with its swarm); else -1
     int lead;               // world rank 0
     StepRecord *rec;        // records not yet taken by the loop
     int nrec, caprec;

@@ -25,6 +25,7 @@ typedef struct {
     size_t ngot;    // pieces held
     double *losses; // (nloss)
     int nloss, complete;
+    double last; // when its last piece came
 } Contrib;
 
 typedef struct {
@@ -32,6 +33,7 @@ typedef struct {
     PeerId *ids;
     int nids;
     uint64_t hash;
+    double asked; // when this peer last asked the reporter for missing pieces of its Δ
 } HaveRep;
 
 typedef struct {
@@ -65,6 +67,7 @@ typedef struct {
     Fetch fetch;          // the average, when this peer lacks a Δ of the set
     int fetch_turn, want; // want: this peer waits for the average (it reports HAVE)
     int lost;             // no peer holds the average any more
+    double born;          // when this peer first heard of the round
     double have_at;       // last HAVE sent
     uint64_t avg_hash;    // of avg (computed when first served)
     int avg_hash_set;
@@ -129,8 +132,9 @@ void sw_slot_free(Slot *sl);
 void sw_on_delta(Swarm *s, const WireMsg *m);
 void sw_on_have(Swarm *s, const WireMsg *m);
 void sw_on_commit(Swarm *s, const WireMsg *m);
-void sw_round_tick(Swarm *s);               // HAVE resends, commits, Δ send jobs
-void sw_new_peer(Swarm *s, const char *id); // queue the Δs in flight to a newcomer
+void sw_round_tick(Swarm *s);                         // HAVE resends, commits, Δ send jobs
+void sw_new_peer(Swarm *s, const char *id);           // queue the Δs in flight to a newcomer
+void sw_send_delta_piece(Swarm *s, const WireMsg *m); // FETCH of WIRE_ARR_DELTA
 
 // swarm_join.c
 void sw_on_hello(Swarm *s, const WireMsg *m);

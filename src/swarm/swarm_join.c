@@ -116,6 +116,7 @@ static void send_piece(Swarm *s, const WireMsg *m, const float *src, uint64_t ha
 
 void sw_on_fetch(Swarm *s, const WireMsg *m) {
     if (!net_has(s->net, m->from)) return; // only peers in the view are answered
+    if (m->what == WIRE_ARR_DELTA) return sw_send_delta_piece(s, m);
     if (m->what == WIRE_ARR_META) {
         take_snapshot(s);
         if (!s->snap_valid) return send_gone(s, m);
@@ -326,6 +327,8 @@ int swarm_resync(Swarm *s, float *anchor, float *mom, SwarmState *st) {
     pthread_mutex_unlock(&s->st_mu);
     pthread_mutex_lock(&s->mu);
     s->diverged = 0;
+    for (int i = 0; i < SW_SLOTS; i++) // this peer's anchor hashes were of the state it drops
+        s->slot[i].hash_set = 0;
     int rc = -1;
     for (int turn = 0; rc && turn < 4 && !next_donor(s, turn); turn++)
         rc = download(s, anchor, mom, st);

@@ -27,6 +27,7 @@ Slot *sw_slot(Swarm *s, int64_t r, int create) {
     if (!create || sl->round > r) return NULL;
     sw_slot_free(sl);
     sl->round = r;
+    sl->born = sw_now();
     return sl;
 }
 
@@ -62,12 +63,6 @@ static void add_job(Swarm *s, const char *to, int64_t r) {
     SendJob *j = &s->jobs[s->njobs++];
     snprintf(j->to, sizeof j->to, "%s", to);
     j->round = r, j->next = 0;
-}
-
-static int job_pending(const Swarm *s, const char *to, int64_t r) {
-    for (int j = 0; j < s->njobs; j++)
-        if (s->jobs[j].round == r && !strcmp(s->jobs[j].to, to)) return 1;
-    return 0;
 }
 
 void sw_new_peer(Swarm *s, const char *id) {
@@ -181,6 +176,7 @@ void sw_on_delta(Swarm *s, const WireMsg *m) {
         return;
     }
     Contrib *c = contrib(s, sl, m->from, 1);
+    c->last = sw_now();
     if (c->complete || c->got[piece]) return;
     wire_floats(m->data, m->n, c->delta + m->offset);
     c->got[piece] = 1;
@@ -265,9 +261,6 @@ void sw_on_have(Swarm *s, const WireMsg *m) {
     }
     Slot *sl = msg_slot(s, m->round);
     if (!sl) return;
-    if (!has_id((PeerId *)m->ids, m->nids, s->id) && contrib(s, sl, s->id, 0) &&
-        !job_pending(s, m->from, m->round))
-        add_job(s, m->from, m->round); // it lacks this peer's Δ (sent before it could take it)
     HaveRep *h = report(sl, m->from, 1);
     free(h->ids);
     h->ids = xcalloc((size_t)m->nids + 1, sizeof(PeerId));
@@ -290,7 +283,7 @@ void sw_on_commit(Swarm *s, const WireMsg *m) {
     qsort(sl->set, (size_t)sl->nset, sizeof(PeerId), cmp_id);
     sl->chash = m->hash;
     sl->committed = 1;
-    if (sl->hash_set && sl->hash != sl->chash) s->diverged = 1, s->st.diverged++;
+    if (sl->hash_set && sl->hash != sl->chash) s->st.diverged += !s->diverged, s->diverged = 1;
     finish_commit(s, sl);
 }
 
@@ -318,6 +311,42 @@ static void pump_jobs(Swarm *s) {
     }
 }
 
+// A piece of this peer's own Δ of a round, asked for by a peer that lacks it.
+void sw_send_delta_piece(Swarm *s, const WireMsg *m) {
+    Slot *sl = sw_slot(s, m->round, 0);
+    Contrib *c = sl && !sl->committed ? contrib(s, sl, s->id, 0) : NULL;
+    if (!c || m->total != s->P || m->offset % SW_PIECE || m->offset >= s->P) return;
+    WireMsg *o = s->out;
+    o->offset = m->offset, o->total = s->P;
+    o->n = (uint32_t)(s->P - o->offset < SW_PIECE ? s->P - o->offset : SW_PIECE);
+    o->data = (const uint8_t *)(c->delta + o->offset);
+    o->nloss = o->offset == 0 ? (uint32_t)c->nloss : 0;
+    o->losses = (const uint8_t *)c->losses;
+    sw_send(s, m->from, WIRE_DELTA, m->round);
+}
+
+// A Δ this peer lacks although its sender holds it (its HAVE says so) and no piece of it came
+// for SW_FETCH_RETRY seconds (it was sent before this peer could take it, or pieces were
+// lost): ask the sender for the missing pieces.
+static void repair(Swarm *s, Slot *sl, double now) {
+    for (int i = 0; i < sl->nhv; i++) {
+        HaveRep *h = &sl->hv[i];
+        if (!has_id(h->ids, h->nids, h->from)) continue; // it has not contributed (yet)
+        Contrib *c = contrib(s, sl, h->from, 0);
+        if (c && c->complete) continue;
+        double last = c ? c->last : sl->born;
+        if (now - last < SW_FETCH_RETRY || now - h->asked < SW_FETCH_RETRY) continue;
+        h->asked = now;
+        for (size_t k = 0; k < s->npieces; k++) {
+            if (c && c->got[k]) continue;
+            WireMsg *o = s->out;
+            o->what = WIRE_ARR_DELTA, o->offset = k * SW_PIECE, o->total = s->P;
+            o->n = (uint32_t)(s->P - o->offset < SW_PIECE ? s->P - o->offset : SW_PIECE);
+            if (sw_send(s, h->from, WIRE_FETCH, sl->round) != NET_OK) break;
+        }
+    }
+}
+
 void sw_round_tick(Swarm *s) {
     pump_jobs(s);
     double now = sw_now();
@@ -335,6 +364,7 @@ void sw_round_tick(Swarm *s) {
         }
         if (sl->want && !sl->avg_ready && now - sl->have_at >= SW_TICK) {
             sl->have_at = now;
+            if (!sl->committed) repair(s, sl, now);
             if (sl->committed && !f->active) finish_commit(s, sl);
             if (!sl->committed) send_have(s, sl, NULL);
             try_commit(s, sl);
@@ -363,7 +393,7 @@ void swarm_anchor_hash(Swarm *s, int64_t r, uint64_t hash) {
     pthread_mutex_lock(&s->mu);
     Slot *sl = sw_slot(s, r, 1);
     sl->hash = hash, sl->hash_set = 1, sl->want = 1;
-    if (sl->committed && sl->chash != hash) s->diverged = 1, s->st.diverged++;
+    if (sl->committed && sl->chash != hash) s->st.diverged += !s->diverged, s->diverged = 1;
     sl->have_at = 0; // report at once
     pthread_mutex_unlock(&s->mu);
 }

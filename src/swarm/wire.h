@@ -42,6 +42,7 @@ typedef enum {
     WIRE_ARR_MOMENTUM,   // the outer momentum m(round)
     WIRE_ARR_AVERAGE,    // the committed average Δ̄ of `round`
     WIRE_ARR_META,       // the snapshot's small numbers as floats-in-bytes (see swarm_join.c)
+    WIRE_ARR_DELTA,      // pieces of the responder's own Δ of `round` (answered with DELTA)
     WIRE_ARR_MAX
 } WireArray;
 

@@ -139,6 +139,11 @@ static int run_steps(Loop *l) {
         if (s->ops->step(s, step, val || ckpt || last)) run_fail(r, EXIT_USAGE);
         int rc = take_records(l);
         if (rc) return rc;
+        if (s->next_step >= 0) { // the strategy moved its clock (a peer re-synced)
+            step = (s->next_step < a->steps ? s->next_step : a->steps) - 1;
+            s->next_step = -1;
+            continue;
+        }
         if (a->dump_grads && step == r->start && export_model(l, a->dump_grads, 1)) return EXIT_IO;
         if (val || ckpt) {
             s->ops->drain(s, 0);
@@ -206,6 +211,7 @@ int train_run(const TrainArgs *args) {
                   .resume_dir = r.resume_dir[0] ? r.resume_dir : NULL,
                   .resume = &r.resume,
                   .start = r.start,
+                  .next_step = -1,
                   .lead = r.lead};
     comm_set_failure_handler(comm_failed, &s); // the strategy hears failed operations
     if (ops->create(&s)) run_fail(&r, s.resume_dir ? EXIT_INPUT : EXIT_USAGE);
