@@ -8,7 +8,9 @@
 #   * CPU sharing: two ranks on two cores run at the profile's busy factor, four ranks on two
 #     cores time-share them; ranks on one machine reduce through shared memory, serially;
 #   * the search: with a fast network DP wins; on a slow one the pipeline does; a memory budget
-#     that nothing fits is a clear error; a profile round-trips through --save-profile/--profile.
+#     that nothing fits is a clear error; a profile round-trips through --save-profile/--profile;
+#   * the swarm of loom peers it compares with: a round's Δ exchange is (N-1) x |W| x 4 bytes /
+#     bandwidth + latency, hidden behind tau steps on a fast link, exposed on a slow one.
 set -eu
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 cat > "$d/prof.json" <<'JSON'
@@ -61,6 +63,20 @@ shm = 2 * 0.75 * P * 4 / 1e9 + 6 * lat
 assert close(dp4["compute_s"], 2 * 1.2 * (1 * model + shm)), dp4
 assert close(dp4["exposed_s"], 0), dp4
 print("cost model terms match the formulas; best on 1 Gbit/s:", fast[0])
+PY
+$LOOM plan --profile "$d/prof.json" --workers 2 --global-batch 8 --bandwidth-gbps 1 --tau 4 > "$d/peers.txt"
+$LOOM plan --profile "$d/prof.json" --workers 2 --global-batch 8 --bandwidth-gbps 0.0002 --tau 4 >> "$d/peers.txt"
+grep "^peers\|^choice" "$d/peers.txt"
+$PY - "$d/peers.txt" <<'PY'
+import re, sys
+lines = [l for l in open(sys.argv[1]) if l.startswith("peers:")]
+P = (256 + 32) * 64 + 4 * (12 * 64 * 64 + 13 * 64) + 2 * 64
+for line, bw in zip(lines, (1.25e8, 2.5e4)):
+    ex = float(re.search(r"exchange ([0-9.]+) s", line).group(1))
+    want = P * 4 / bw + 1e-4
+    assert abs(ex - want) <= 1e-3 * want + 1e-3, (line, want)
+assert "hidden" in lines[0] and "exposed" in lines[1], lines
+print("the swarm's exchange matches (N-1)|W|4/bw + latency; hidden at 1 Gbit/s, exposed at 200 kbit/s")
 PY
 $LOOM plan --profile "$d/prof.json" --workers 2 --global-batch 8 --bandwidth-gbps 0.0002 --json "$d/slow.json"
 $PY -c "import json,sys; p=json.load(open('$d/slow.json'))[0]; print('best on 200 kbit/s:', p); sys.exit(0 if p['d'] == 2 else 1)"

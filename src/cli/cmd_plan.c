@@ -14,6 +14,7 @@
 #include "../offload/offload_plan.h"
 #include "../parallel/comm.h"
 #include "../plan/commprobe.h"
+#include "../plan/peer_plan.h"
 #include "../plan/planner.h"
 #include "../train/trainer.h"
 #include "commands.h"
@@ -52,7 +53,7 @@ static int write_json(const char *path, const Plan *pl, int n) {
 typedef struct {
     int layers, heads, dim, vocab, block, seq, workers;
     char *device;
-    int gbatch, threads, maxb, top, node_size, cpu_group, cores;
+    int gbatch, threads, maxb, top, node_size, cpu_group, cores, tau;
     float mem_gb, bw_gbps, intra_gbps, lat_ms, bucket_mb, probe_mb;
     char *init, *prof_in, *prof_out, *json;
     int workers_set, node_size_set; // given explicitly
@@ -78,7 +79,8 @@ static int plan_parse(int argc, char **argv, PlanArgs *a) {
                     .intra_gbps = 40.f,
                     .lat_ms = 0.1f,
                     .bucket_mb = 25.f,
-                    .probe_mb = 8.f};
+                    .probe_mb = 8.f,
+                    .tau = 12};
     const Option opts[] = {
         {"init", OPT_STR, &a->init, "take the model shape from a weights file", NULL, 0, 0},
         {"layers", OPT_INT, &a->layers, "transformer layers", NULL, 1, 1024},
@@ -117,6 +119,8 @@ static int plan_parse(int argc, char **argv, PlanArgs *a) {
         {"save-profile", OPT_STR, &a->prof_out, "write the measured profile (JSON)", NULL, 0, 0},
         {"json", OPT_STR, &a->json, "write the best plans as JSON", NULL, 0, 0},
         {"top", OPT_INT, &a->top, "plans to show", NULL, 1, 512},
+        {"tau", OPT_INT, &a->tau, "local steps per round of the swarm compared (loom peer --tau)",
+         NULL, 1, 4096},
     };
     int n = (int)(sizeof opts / sizeof opts[0]);
     int rc = options_parse(opts, n, argc, argv,
@@ -365,6 +369,29 @@ static int cmd_plan_offload(int argc, char **argv) {
     return 0;
 }
 
+// The same workers as a swarm of `loom peer`s (peer_plan.h), and which of the two to run.
+static void print_peer_choice(const Profile *prof, const PlanInput *in, int tau, const Plan *best) {
+    PeerPlan pp;
+    if (!plan_peers(prof, in, tau, &pp)) {
+        printf("peers: %d x loom peer do not fit the memory (each holds the model and its "
+               "outer state)\n",
+               in->workers);
+        return;
+    }
+    printf("peers: %d x loom peer --tau %d --batch %d --grad-accum %d%s: %.1f tok/s (step %.3f "
+           "s, the Δ exchange %.3f s per round%s), %.1f MiB each\n",
+           pp.peers, pp.tau, pp.b, pp.K, pp.recompute ? " --recompute" : "", pp.tokens_per_s,
+           pp.step_s, pp.exchange_s,
+           pp.exchange_s > pp.tau * pp.step_s ? ", longer than the round: exposed" : ", hidden",
+           pp.mem_bytes / 1048576);
+    int peers = pp.tokens_per_s > best->tokens_per_s;
+    printf("choice: %s (%.2fx the other)\n",
+           peers         ? "peers (loom peer)"
+           : best->d > 1 ? "pipeline (the best plan above)"
+                         : "data parallel (the best plan above)",
+           peers ? pp.tokens_per_s / best->tokens_per_s : best->tokens_per_s / pp.tokens_per_s);
+}
+
 int cmd_plan(int argc, char **argv) {
     for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
         if (!strcmp(argv[i], "--offload") || !strncmp(argv[i], "--offload=", 10))
@@ -394,6 +421,7 @@ int cmd_plan(int argc, char **argv) {
     printf("best: loom train --dp %d --pp %d --batch %d --grad-accum %d%s%s%s\n", pl[0].w, pl[0].d,
            pl[0].b, pl[0].K, pl[0].d > 1 ? " --schedule 2bw --stage-layers " : "",
            pl[0].d > 1 ? pl[0].stage_layers : "", pl[0].recompute ? " --recompute" : "");
+    print_peer_choice(&prof, &in, a.tau, &pl[0]);
     if (a.json && write_json(a.json, pl, k)) die_last(EXIT_IO);
     free(pl);
     return 0;

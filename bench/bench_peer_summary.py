@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""bench/bench_peer_summary.py OUT TAU WARM ACC B T — the markdown tables of bench/bench_peer.sh
+from the files it leaves in OUT (per-peer metrics OUT/TAG/ID.jsonl, MPI rank-0 metrics OUT/TAG.ts
+with a wall-clock timestamp per line, OUT/TAG.rc)."""
+import glob, json, os, re, statistics, sys
+
+out, tau, warm, acc, B, T = sys.argv[1], *map(int, sys.argv[2:])
+med = statistics.median
+
+
+def rc_of(tag):
+    try:
+        return json.load(open(f"{out}/{tag}.rc"))
+    except OSError:
+        return None
+
+
+def peer_rows(path):
+    steps, val = [], None
+    for line in open(path):
+        try:
+            j = json.loads(line)
+        except ValueError:
+            continue
+        if "step_ms" in j:
+            steps.append(j)
+        elif "val_loss" in j:
+            val = j["val_loss"]
+    return steps, val
+
+
+def peer_log(path):
+    t = open(path, errors="replace").read()
+    m = re.search(r"sent ([0-9.]+) MiB, received ([0-9.]+) MiB", t)
+    v = re.findall(r"val loss ([0-9.]+)", t)
+    return (float(m.group(1)) if m else None), (float(v[-1]) if v else None), t
+
+
+def swarm_tput(tag):
+    peers = {}
+    for f in sorted(glob.glob(f"{out}/{tag}/*.jsonl")):
+        pid = os.path.basename(f)[:-6]
+        rows, _ = peer_rows(f)
+        sent, _, _ = peer_log(f[:-6] + ".log")
+        timed = [j for j in rows if j["round"] > warm]
+        if not timed:
+            continue
+        rounds = sorted({j["round"] for j in timed})
+        rms = [sum(j["step_ms"] for j in timed if j["round"] == r) for r in rounds]
+        waits = {j["round"]: j["wait_ms"] for j in rows}
+        peers[pid] = dict(tps=B * T * len(timed) / sum(j["step_ms"] for j in timed) * 1000,
+                          round_ms=med(rms), rounds=rounds, wait=[waits[r] for r in sorted(waits)],
+                          sent_per_round=(sent / max(j["round"] for j in rows)) if sent else None,
+                          view=sorted({j["view"] for j in rows}), averaged=sorted({j["averaged"] for j in rows}))
+    return peers
+
+
+def ts_rows(tag):
+    rows = []
+    try:
+        for line in open(f"{out}/{tag}.ts"):
+            t, j = line.split(" ", 1)
+            j = json.loads(j)
+            rows.append((float(t), j))
+    except OSError:
+        pass
+    return rows
+
+
+print("### Throughput (4 peers / ranks x 1 thread, 2 cores)\n")
+print("| link | run | tok/s | s per step (per peer/rank) | exposed wait | MiB sent per round per peer | notes |")
+print("|---|---|---|---|---|---|---|")
+names = {"100mbit": "100 Mbit/s + 5 ms (wirelay)", "100mbit-tbf": "100 Mbit/s (tbf)"}
+for s in ("100mbit", "100mbit-tbf"):
+    for m in ("swarm", "co2", "dp", "1f1b", "2bw"):
+        tag = f"tput_{s}_{m}"
+        rc = rc_of(tag)
+        if rc is None:
+            continue
+        lab = {"swarm": f"`loom peer` swarm τ {tau}", "co2": f"MPI CO2 τ {tau}", "dp": "MPI sync DP",
+               "1f1b": f"pipeline 1f1b K={acc}", "2bw": f"pipeline 2bw K={acc}"}[m]
+        if m == "swarm":
+            p = swarm_tput(tag)
+            if rc["rc"] or len(p) < 4:
+                print(f"| {names[s]} | {lab} | FAILED (rc {rc['rc']}, {len(p)} peers with timed rounds) | | | | |")
+                continue
+            tps = sum(x["tps"] for x in p.values())
+            rms = med([x["round_ms"] for x in p.values()])
+            waits = [w for x in p.values() for w in x["wait"][warm:]]
+            sent = med([x["sent_per_round"] for x in p.values() if x["sent_per_round"]])
+            per = " / ".join(f"{k} {x['tps']:.0f}" for k, x in sorted(p.items()))
+            print(f"| {names[s]} | {lab} | **{tps:,.0f}** (sum of {per}) | {rms / tau / 1000:.2f} "
+                  f"| median {med(waits):,.0f} ms, max {max(waits):,.0f} ms per round (timed rounds) "
+                  f"| {sent:,.1f} | rounds {p['p0']['rounds']} timed; view {p['p0']['view']}, averaged {p['p0']['averaged']}; wall {rc['wall_s']} s |")
+            continue
+        rows = [(t, j) for t, j in ts_rows(tag) if "step_ms" in j]
+        if rc["rc"] or len(rows) < 3:
+            print(f"| {names[s]} | {lab} | FAILED (rc {rc['rc']}) | | | | |")
+            continue
+        if m == "co2":
+            timed = [j for _, j in rows if j["step"] > warm * tau]
+            tot = sum(j["step_ms"] for j in timed)
+            tps = 4 * B * T * len(timed) / tot * 1000
+            ex = sum(j.get("comm_exposed_ms", 0) for j in timed)
+            ends = [round(j.get("comm_exposed_ms", 0)) for j in timed if j["step"] % tau == 0]
+            print(f"| {names[s]} | {lab} | **{tps:,.0f}** | {tot / len(timed) / 1000:.2f} | {100 * ex / tot:.1f}% "
+                  f"(round ends {ends} ms) | — | steps {timed[0]['step']}–{timed[-1]['step']} by step_ms; wall {rc['wall_s']} s |")
+        else:
+            tpst = 4 * B * T if m == "dp" else B * T * acc
+            a, b = 0, (len(rows) - 1 if m == "dp" else len(rows) - 3)
+            dt = (rows[b][0] - rows[a][0]) / (rows[b][1]["step"] - rows[a][1]["step"])
+            inside = [j for _, j in rows[a + 1:b + 1]]
+            ex = sum(j.get("comm_exposed_ms", 0) for j in inside) / sum(j["step_ms"] for j in inside)
+            print(f"| {names[s]} | {lab} | **{tpst / dt:,.0f}** | {dt:.2f} ({tpst} tok/step) | {100 * ex:.1f}% "
+                  f"| — | wall clock, steps {rows[a][1]['step'] + 1}–{rows[b][1]['step']}; loom median step_ms "
+                  f"{med(j['step_ms'] for j in inside) / 1000:.2f} s; wall {rc['wall_s']} s |")
+print()
+
+# churn
+runs = [t for t in ("churn_none", "churn_kill") if rc_of(t)]
+if runs:
+    print("### Churn (byte model L4 H4 C256 V256 T128 B8, fortunes corpus)\n")
+    print("| run | peers (finished) | swarm steps | tokens (all peers, averaged rounds) | tok/s (wall) | final val loss | max wait_ms (survivors / all) | rc |")
+    print("|---|---|---|---|---|---|---|---|")
+    for tag in runs:
+        rc = rc_of(tag)
+        tokens, vals, wsurv, wall_all, fin, ids, last = 0, [], [], [], [], [], 0
+        for f in sorted(glob.glob(f"{out}/{tag}/*.jsonl")):
+            pid = os.path.basename(f)[:-6]
+            ids.append(pid)
+            rows, v = peer_rows(f)
+            _, lv, txt = peer_log(f[:-6] + ".log")
+            tokens += 8 * 128 * len(rows)  # the churn model: B 8 x T 128 per peer step
+            w = [j["wait_ms"] for j in rows]
+            wall_all += w
+            if v is not None or lv is not None:
+                fin.append(pid); vals.append(v if v is not None else lv); wsurv += w
+            if rows:
+                last = max(last, rows[-1]["step"])
+        print(f"| {tag} | {', '.join(ids)} ({', '.join(fin)}) | {last} | {tokens:,} | {tokens / rc['wall_s']:,.0f} | "
+              f"{'/'.join(f'{x:.4f}' for x in sorted(set(vals)))} | {max(wsurv, default=0):,.0f} / {max(wall_all, default=0):,.0f} ms | {rc['rc']} |")
+    print()
+conv = [t for t in ("conv_dp", "conv_co2") if rc_of(t)]
+if conv:
+    print("### Convergence at equal tokens (loopback MPI runs)\n")
+    for tag in conv:
+        v = [j["val_loss"] for _, j in ts_rows(tag) if "val_loss" in j]
+        print(f"- {tag}: rc {rc_of(tag)['rc']}, final val loss {v[-1] if v else '?'}")
