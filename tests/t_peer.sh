@@ -121,6 +121,9 @@ expect_fail "--tau differs" $LOOM peer --data "$d/d.bin" $model $opt ${outer/--t
 expect_fail "--dim differs" $LOOM peer --data "$d/d.bin" ${model/--dim 32/--dim 16} $opt $outer \
     --steps 11 --peer-id z --listen 127.0.0.1:$((port + 4)) --bootstrap 127.0.0.1:$port \
     --secret "$d/secret" --peer-timeout 2 --progress off
+expect_fail "--peer-id v0 is this peer's" $LOOM peer --data "$d/d.bin" $model $opt $outer \
+    --steps 11 --peer-id v0 --listen 127.0.0.1:$((port + 5)) --bootstrap 127.0.0.1:$port \
+    --secret "$d/secret" --peer-timeout 2 --progress off
 kill -9 $v0 2>/dev/null || true
 for f in "--dp 2" "--zero 3" "--co2" "--comm-timeout 5" "--pp 2"; do
     expect_fail "${f%% *} has no meaning" $LOOM peer --data "$d/d.bin" $f --peer-id q \

@@ -40,6 +40,7 @@ void sw_on_hello(Swarm *s, const WireMsg *m) {
     const PeerRecord *r = &m->rec[0];
     char why[400];
     compare_desc(s->c.run_desc, m->text, why, sizeof why);
+    if (!strcmp(r->id, s->id)) snprintf(why, sizeof why, "--peer-id %s is this peer's", r->id);
     net_connect(s->net, r->id, r->addr);
     WireMsg *o = s->out;
     if (why[0]) {
