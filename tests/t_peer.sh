@@ -121,6 +121,10 @@ expect_fail "--tau differs" $LOOM peer --data "$d/d.bin" $model $opt ${outer/--t
 expect_fail "--dim differs" $LOOM peer --data "$d/d.bin" ${model/--dim 32/--dim 16} $opt $outer \
     --steps 11 --peer-id z --listen 127.0.0.1:$((port + 4)) --bootstrap 127.0.0.1:$port \
     --secret "$d/secret" --peer-timeout 2 --progress off
+mkdir -p "$d/tok/tokenizer"; cp "$d/d.bin" "$d/tok/d.bin"; echo '{"kind": "other"}' > "$d/tok/tokenizer/meta.json"
+expect_fail "the data's tokenizer" $LOOM peer --data "$d/tok/d.bin" $model $opt $outer \
+    --steps 11 --peer-id t --listen 127.0.0.1:$((port + 6)) --bootstrap 127.0.0.1:$port \
+    --secret "$d/secret" --peer-timeout 2 --progress off
 expect_fail "--peer-id v0 is this peer's" $LOOM peer --data "$d/d.bin" $model $opt $outer \
     --steps 11 --peer-id v0 --listen 127.0.0.1:$((port + 5)) --bootstrap 127.0.0.1:$port \
     --secret "$d/secret" --peer-timeout 2 --progress off

@@ -91,6 +91,7 @@ static char *run_desc(const Strategy *s) {
     cJSON_AddStringToObject(j, "gap-mode", c->gap_adaptive ? "adaptive" : "constant");
     cJSON_AddStringToObject(j, "lr-schedule", c->opt.schedule == LR_COSINE ? "cosine" : "constant");
     cJSON_AddNumberToObject(j, "warmup", c->opt.warmup);
+    cJSON_AddStringToObject(j, "tokenizer", c->tokenizer ? c->tokenizer : "none");
     char *t = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
     return t;

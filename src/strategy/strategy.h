@@ -42,7 +42,8 @@ typedef struct {
     int peer, min_peers;
     const char *peer_id, *listen, *advertise, *bootstrap, *secret;
     float peer_timeout;
-    const char *device; // the backend's name (a peer's state is host memory: cpu only for now)
+    const char *device;    // the backend's name (a peer's state is host memory: cpu only for now)
+    const char *tokenizer; // what identifies the data's tokenizer (peers must share it)
 } StrategyConfig;
 
 // Where a strategy gets its data: micro-batch j of 0-based optimizer step `step` for this

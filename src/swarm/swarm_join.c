@@ -24,9 +24,16 @@ static void compare_desc(const char *a, const char *b, char *why, size_t n) {
         cJSON_ArrayForEach(x, ja) {
             const cJSON *y = cJSON_GetObjectItemCaseSensitive(jb, x->string);
             char *px = cJSON_PrintUnformatted(x), *py = y ? cJSON_PrintUnformatted(y) : NULL;
-            if (!py || strcmp(px, py))
-                snprintf(why, n, "--%s differs: the swarm has %s, this peer %s", x->string, px,
-                         py ? py : "(none)");
+            if (!py || strcmp(px, py)) {
+                const char *k = x->string;
+                int flag = strcmp(k, "tokenizer") && strcmp(k, "loom-peer-protocol");
+                snprintf(why, n, "%s%s differs: the swarm has %s, this peer %s",
+                         flag ? "--" : "the ",
+                         strcmp(k, "tokenizer") ? k
+                                                : "data's tokenizer (the files of its "
+                                                  "tokenizer/ directory)",
+                         px, py ? py : "(none)");
+            }
             free(px), free(py);
             if (why[0]) break;
         }

@@ -23,6 +23,7 @@ typedef struct {
     int has_val;
     Rng rng;
     char tokenizer_dir[4200]; // the data's tokenizer directory, copied into checkpoints
+    char tokenizer_fp[32];    // what identifies it ("crc32:…" of its files, or "none")
     char resume_dir[4096];    // the step directory resumed from ("" for a fresh run)
     CkptMeta resume;          // its manifest
     int start;                // the first step

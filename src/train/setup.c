@@ -1,4 +1,5 @@
 // setup.c — a training process's setup and teardown (see run.h).
+#include <dirent.h>
 #include <libgen.h>
 #include <math.h>
 #include <stdio.h>
@@ -99,6 +100,33 @@ static void find_tokenizer_dir(Run *r) {
         snprintf(r->tokenizer_dir, sizeof r->tokenizer_dir, "%s", cand);
 }
 
+// What identifies the data's tokenizer (loom peer refuses a peer with another): a CRC-32 over
+// the names and contents of the files in the tokenizer directory `loom prepare` wrote next to
+// the shards, in name order; "none" without one (byte-level or bare shards).
+static void tokenizer_id(Run *r) {
+    snprintf(r->tokenizer_fp, sizeof r->tokenizer_fp, "none");
+    if (!r->tokenizer_dir[0]) return;
+    struct dirent **names;
+    int n = scandir(r->tokenizer_dir, &names, NULL, alphasort);
+    if (n < 0) return;
+    uint32_t crc = 0;
+    for (int i = 0; i < n; i++) {
+        char path[4500];
+        size_t len;
+        char *buf = NULL;
+        if (names[i]->d_name[0] != '.' &&
+            !path_fmt(path, sizeof path, "%s/%s", r->tokenizer_dir, names[i]->d_name) &&
+            (buf = read_file(path, &len))) {
+            crc = crc32_update(crc, names[i]->d_name, strlen(names[i]->d_name));
+            crc = crc32_update(crc, buf, len);
+        }
+        free(buf);
+        free(names[i]);
+    }
+    free(names);
+    snprintf(r->tokenizer_fp, sizeof r->tokenizer_fp, "crc32:%08x", crc);
+}
+
 uint64_t run_data_window(const Run *r, int step) {
     uint64_t NK = (uint64_t)r->grid.dp * (uint64_t)r->a->grad_accum;
     return r->window0 + (uint64_t)(step - r->start) * NK;
@@ -181,7 +209,8 @@ static void strategy_config(Run *r) {
         .bootstrap = a->bootstrap,
         .secret = a->secret,
         .peer_timeout = a->peer_timeout,
-        .device = a->device};
+        .device = a->device,
+        .tokenizer = r->tokenizer_fp};
     r->data = (StrategyData){.ctx = r,
                              .train = train_batch,
                              .val = val_batch,
@@ -204,6 +233,7 @@ static void setup_data(Run *r) {
         run_fail(r, EXIT_INPUT);
     }
     find_tokenizer_dir(r);
+    tokenizer_id(r);
 }
 
 void run_peak(Run *r) {
