@@ -2,7 +2,7 @@
 // (one starts the swarm, two join it and download its state), one round's average over all
 // of them (the same bits on every peer, the exact mean, the mean losses), refusals that name
 // the field, a wrong secret that cannot join, and garbage from an authenticated client that is
-// counted and changes nothing.
+// counted and changes nothing, and a message longer than any valid one, dropped and counted.
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -152,6 +152,22 @@ TEST(garbage_is_counted) {
         usleep(20000);
     CHECK(swarm_stats(sw[0]).rejected >= before + 3, "rejected %ld -> %ld", before,
           swarm_stats(sw[0]).rejected);
+    // oversized: longer than any valid message (dropped by the transport, counted)
+    size_t big = WIRE_MSG_MAX + 4096;
+    unsigned char *huge = calloc(big, 1);
+    long over = swarm_stats(sw[0]).oversized;
+    sent = 0;
+    for (int tries = 0; tries < 300 && !sent; tries++) {
+        sent = net_send(n, "a", huge, big) == NET_OK;
+        net_wait(n, 10);
+    }
+    for (int i = 0; i < 100 && swarm_stats(sw[0]).oversized == over; i++)
+        usleep(20000);
+    CHECK(swarm_stats(sw[0]).oversized == over + 1, "oversized %ld -> %ld", over,
+          swarm_stats(sw[0]).oversized);
+    free(huge);
+    // and the swarm still works: a's view still holds b and c
+    CHECK(swarm_stats(sw[0]).view == 3, "view %d", swarm_stats(sw[0]).view);
     net_close(n);
 }
 
