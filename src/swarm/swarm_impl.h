@@ -108,7 +108,7 @@ struct Swarm {
     double snap_used;
     int snap_valid;
     // joining
-    int joining, welcomed, refused, nboot;
+    int joining, welcomed, refused, nboot, boot_closed;
     char reason[600];
     PeerId donor;
     Fetch fetch; // the state download (meta, anchor, momentum)

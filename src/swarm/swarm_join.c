@@ -64,12 +64,16 @@ void sw_on_hello(Swarm *s, const WireMsg *m) {
 }
 
 void sw_join_tick(Swarm *s) {
-    if (!s->joining || s->welcomed) return;
+    if (!s->c.bootstrap || s->boot_closed || (!s->joining && !s->welcomed)) return;
     char list[4096];
     snprintf(list, sizeof list, "%s", s->c.bootstrap);
     for (char *save = NULL, *a = strtok_r(list, ",", &save); a; a = strtok_r(NULL, ",", &save)) {
         char key[WIRE_ADDR_MAX + 8];
         snprintf(key, sizeof key, "boot:%s", a);
+        if (s->welcomed) { // joined: the view's sockets take over
+            net_disconnect(s->net, key);
+            continue;
+        }
         if (net_connect(s->net, key, a)) continue;
         WireMsg *o = s->out;
         if (s->c.verbose) fprintf(stderr, "loom peer %s: %.3f HELLO to %s\n", s->id, sw_now(), a);
@@ -79,6 +83,7 @@ void sw_join_tick(Swarm *s) {
         o->text_len = (uint32_t)strlen(o->text);
         sw_send(s, key, WIRE_HELLO, 0);
     }
+    s->boot_closed = s->welcomed;
 }
 
 // ---------------------------------------------------------------- serving
