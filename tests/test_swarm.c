@@ -11,6 +11,7 @@
 #include "../src/common.h"
 #include "../src/swarm/net.h"
 #include "../src/swarm/swarm.h"
+#include "../src/swarm/view.h"
 #include "test.h"
 
 enum { P = 300001 }; // two pieces and a bit
@@ -171,7 +172,43 @@ TEST(garbage_is_counted) {
     net_close(n);
 }
 
+static PeerRecord rec(const char *id, uint64_t rev, int64_t first) {
+    PeerRecord r = {.revision = rev, .first_round = first};
+    snprintf(r.id, sizeof r.id, "%s", id);
+    snprintf(r.addr, sizeof r.addr, "127.0.0.1:1");
+    return r;
+}
+
+// Membership: newer revisions win, a peer that timed out stays out until a newer incarnation
+// (gossip still carrying its old record cannot bring it back), participants sorted by id.
+TEST(view_rules) {
+    View v;
+    PeerRecord me = rec("m", 1, 1), b = rec("b", 5, 1), z = rec("z", 3, 4);
+    view_init(&v, &me, 0.0);
+    CHECK(view_merge(&v, &b, 0, 0.0) == 1 && view_merge(&v, &z, 1, 0.0) == 1, "new peers");
+    PeerRecord old = rec("b", 4, 9);
+    CHECK(view_merge(&v, &old, 1, 0.5) == 0 && v.e[view_find(&v, "b")].rec.first_round == 1,
+          "an older revision is ignored");
+    PeerRecord self = rec("m", 99, 7);
+    CHECK(view_merge(&v, &self, 0, 0.5) == 0 && view_self(&v)->revision == 1,
+          "nobody else changes this peer's record");
+    char ids[8][WIRE_ID_MAX + 1];
+    CHECK(view_participants(&v, 3, ids, 8) == 2 && !strcmp(ids[0], "b") && !strcmp(ids[1], "m"),
+          "round 3: b, m (z takes part from round 4)");
+    CHECK(view_participants(&v, 4, ids, 8) == 3 && !strcmp(ids[2], "z"), "round 4: b, m, z");
+    view_heard(&v, "z", 5.0);
+    char gone[4][WIRE_ID_MAX + 1];
+    CHECK(view_expire(&v, 2.0, 5.5, gone, 4) == 1 && !strcmp(gone[0], "b"), "b timed out");
+    CHECK(view_merge(&v, &b, 0, 5.6) == 0 && view_find(&v, "b") < 0,
+          "gossip about b's old record does not bring it back");
+    PeerRecord b2 = rec("b", 6, 12);
+    CHECK(view_merge(&v, &b2, 1, 5.7) == 1 && view_find(&v, "b") > 0,
+          "a restarted b (higher revision) rejoins");
+    view_free(&v);
+}
+
 int main(void) {
+    RUN(view_rules);
     if (!mkdtemp(dir)) return 1;
     snprintf(secret, sizeof secret, "%s/secret", dir);
     snprintf(other, sizeof other, "%s/other", dir);
