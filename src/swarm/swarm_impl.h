@@ -68,6 +68,7 @@ typedef struct {
     int fetch_turn, want; // want: this peer waits for the average (it reports HAVE)
     int lost;             // no peer holds the average any more
     double born;          // when this peer first heard of the round
+    double reported_at;   // the coordinator: when every live participant had reported
     double have_at;       // last HAVE sent
     uint64_t avg_hash;    // of avg (computed when first served)
     int avg_hash_set;

@@ -219,14 +219,21 @@ static void try_commit(Swarm *s, Slot *sl) {
     PeerId *L = xmalloc(sizeof(PeerId) * WIRE_MAX_PEERS);
     PeerId *mine = xmalloc(sizeof(PeerId) * WIRE_MAX_PEERS);
     int nl = view_participants(&s->view, sl->round, L, WIRE_MAX_PEERS);
-    int nm = held(sl, mine), ok = nl > 0 && !strcmp(L[0], s->id);
-    for (int p = 0; p < nl && ok; p++) {
+    int nm = held(sl, mine), ok = nl > 0 && !strcmp(L[0], s->id), all = ok;
+    for (int p = 1; p < nl && all; p++) // every live participant has reported
+        all = report(sl, L[p], 0) != NULL;
+    for (int p = 0; p < nl && ok && all; p++) {
         HaveRep *h = p == 0 ? NULL : report(sl, L[p], 0);
-        if (p > 0 && !h) ok = 0;
         for (int q = 0; q < nl && ok; q++)
             ok = p == 0 ? has_id(mine, nm, L[q]) : has_id(h->ids, h->nids, L[q]);
     }
-    if (ok) { // S = ∩ of what they hold (a peer that died after everyone got its Δ stays in)
+    // Everyone has computed its Δ but some never reach some peer (a one-way link): after a
+    // deadline generous for a slow link (10 Mbit/s for every Δ), commit what they all hold.
+    double now = sw_now();
+    if (all && !sl->reported_at) sl->reported_at = now;
+    double deadline = 3 * s->c.peer_timeout + (nl - 1) * 4.0 * (double)s->P / 1.25e6;
+    if (all && !ok && now - sl->reported_at > deadline) ok = 1;
+    if (ok && all) { // S = ∩ of what they hold (a peer that died after everyone got its Δ stays in)
         sl->set = xcalloc((size_t)nm + 1, sizeof(PeerId));
         for (int i = 0; i < nm; i++) {
             int in = 1;
