@@ -53,6 +53,9 @@ static void merge_records(Swarm *s, const WireMsg *m) {
             view_find(&s->view, m->rec[i].id) >= 0) {
             net_connect(s->net, m->rec[i].id, m->rec[i].addr);
             sw_new_peer(s, m->rec[i].id);
+            if (view_self(&s->view)->first_round >= 1) // (a joiner hears of everyone at once)
+                fprintf(stderr, "loom peer %s: %s joined the swarm (%d in the view)\n", s->id,
+                        m->rec[i].id, s->view.n);
         }
     }
     connect_view(s);
@@ -67,7 +70,7 @@ static void gossip(Swarm *s) {
 }
 
 static void drop_peer(Swarm *s, const char *id, const char *why) {
-    if (s->c.verbose) fprintf(stderr, "loom peer %s: %s %s\n", s->id, id, why);
+    fprintf(stderr, "loom peer %s: %s %s (%d in the view)\n", s->id, id, why, s->view.n);
     net_disconnect(s->net, id);
     for (int j = 0; j < s->njobs;)
         if (!strcmp(s->jobs[j].to, id))
@@ -84,7 +87,7 @@ static void tick(Swarm *s) {
     PeerId gone[16];
     int k = view_expire(&s->view, s->c.peer_timeout, now, gone, 16);
     for (int i = 0; i < k && i < 16; i++)
-        drop_peer(s, gone[i], "timed out: left the view");
+        drop_peer(s, gone[i], "left the swarm (silent for --peer-timeout)");
     gossip(s);
     sw_join_tick(s);
     if (s->snap_valid && now - s->snap_used > 30) { // nobody downloads it any more
@@ -131,7 +134,8 @@ static void dispatch(Swarm *s, const void *buf, size_t len) {
     case WIRE_FETCH: sw_on_fetch(s, m); break;
     case WIRE_DATA: sw_on_data(s, m); break;
     case WIRE_BYE:
-        if (view_remove(&s->view, m->from, sw_now())) drop_peer(s, m->from, "said bye");
+        if (view_remove(&s->view, m->from, sw_now()))
+            drop_peer(s, m->from, "left the swarm (said bye)");
         break;
     }
     pthread_cond_broadcast(&s->cv);

@@ -56,7 +56,11 @@ void sw_on_hello(Swarm *s, const WireMsg *m) {
         sw_send(s, r->id, WIRE_REFUSE, 0);
         return;
     }
-    if (view_merge(&s->view, r, 1, sw_now())) sw_new_peer(s, r->id);
+    if (view_merge(&s->view, r, 1, sw_now())) {
+        sw_new_peer(s, r->id);
+        fprintf(stderr, "loom peer %s: %s joined the swarm (%d in the view)\n", s->id, r->id,
+                s->view.n);
+    }
     o->nrec = s->view.n < WIRE_MAX_PEERS ? s->view.n : WIRE_MAX_PEERS;
     for (int i = 0; i < o->nrec; i++)
         o->rec[i] = s->view.e[i].rec;
