@@ -283,6 +283,13 @@ int net_send(Net *n, const char *key, const void *buf, size_t len) {
     return loom_fail("send to %s (%s): %s", key, p->addr, zmq_strerror(errno)), NET_ERR;
 }
 
+int net_writable(const Net *n, const char *key) {
+    Peer *p = find(n, key);
+    int ev = 0;
+    size_t len = sizeof ev;
+    return p && zmq_getsockopt(p->sock, ZMQ_EVENTS, &ev, &len) == 0 && (ev & ZMQ_POLLOUT);
+}
+
 // ---- the ZAP handler and the monitors ----
 
 // Answers one ZAP request (RFC 27): frames version, request id, domain, address, identity,

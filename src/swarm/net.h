@@ -49,6 +49,9 @@ int net_has(const Net *n, const char *key);
 // Queues one message to key without blocking: NET_OK, NET_BUSY (its queue is full or it has no
 // completed connection yet: try later), NET_ERR (unknown key).
 int net_send(Net *n, const char *key, const void *buf, size_t len);
+// 1 if a message to key would be queued now (net_send would not say NET_BUSY): ask before
+// encoding a large one.
+int net_writable(const Net *n, const char *key);
 // Waits up to timeout_ms for an incoming message (also serves the ZAP handler and counts
 // handshake failures meanwhile). Returns 1 if one is ready, 0 on timeout.
 int net_wait(Net *n, int timeout_ms);

@@ -146,7 +146,7 @@ static void *net_main(void *arg) {
     pthread_mutex_lock(&s->mu);
     while (!s->stop) {
         pthread_mutex_unlock(&s->mu);
-        net_wait(s->net, s->njobs ? 1 : 10);
+        net_wait(s->net, s->njobs ? 2 : 10); // (pieces to send: look at their queues often)
         pthread_mutex_lock(&s->mu);
         const void *buf;
         size_t len;

@@ -306,6 +306,10 @@ static void pump_jobs(Swarm *s) {
                 s->jobs[j] = s->jobs[--s->njobs];
                 continue;
             }
+            if (!net_writable(s->net, jb->to)) { // its queue is full: encode nothing yet
+                j++;
+                continue;
+            }
             WireMsg *m = s->out;
             m->offset = jb->next * SW_PIECE, m->total = s->P;
             m->n = (uint32_t)(s->P - m->offset < SW_PIECE ? s->P - m->offset : SW_PIECE);
