@@ -94,7 +94,7 @@ GIT="$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "cpu: $(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1), $(nproc) cores"
     echo "loadavg_start: $(cut -d' ' -f1-3 /proc/loadavg)"
-    echo "loom_git: $GIT"
+    echo "loom_git: $GIT (the checkout's; with --loom, the binary may be older: md5 $(md5sum "$LOOM" | cut -c1-12))"
     echo "invocation: $0 --parts $PARTS --settings $SETTINGS --modes $MODESARG --model $MODEL --tau $TAU --rounds $ROUNDS --warm-rounds $WARM --dp-steps $DP_STEPS --pp-steps $PP_STEPS --accum $ACC --churn-rounds $CH_ROUNDS --churn-every $CH_EVERY --churn-link $CH_LINK --conv-modes $CONV_MODES"
 } | tee "$OUT/machine.txt"
 
@@ -248,7 +248,7 @@ if has "$PARTS" churn; then
             if [ "$vi" -lt "${#VICTIMS[@]}" ]; then v=${VICTIMS[$vi]}; else v=$(printf '%s\n' "${live[@]}" | sort -V | head -1); fi
             vi=$((vi + 1))
             if kill -0 "${PIDOF[$v]}" 2>/dev/null; then
-                kill -9 "${PIDOF[$v]}"; ns=${NSOF[$v]}; unset "PIDOF[$v]"
+                kill -9 "${PIDOF[$v]}"; wait "${PIDOF[$v]}" 2>/dev/null || true; ns=${NSOF[$v]}; unset "PIDOF[$v]"
                 echo "$(date +%s.%N) round $r: killed $v (ns $ns)" | tee -a "$OUT/$tag/events.txt"
                 boot=""; for id in "${!PIDOF[@]}"; do boot+="${boot:+,}${ADDROF[$id]}"; done
                 nid=p$gen; gen=$((gen + 1)); NSOF[$nid]=$ns

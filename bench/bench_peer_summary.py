@@ -123,7 +123,7 @@ print()
 runs = [t for t in ("churn_none", "churn_kill") if rc_of(t)]
 if runs:
     print("### Churn (byte model L4 H4 C256 V256 T128 B8, fortunes corpus)\n")
-    print("| run | peers (finished) | swarm steps | tokens (all peers, averaged rounds) | tok/s (wall) | final val loss | max wait_ms (survivors / all) | rc |")
+    print("| run | peers (finished) | swarm steps | tokens (all peers, averaged rounds) | tok/s (wall) | final val loss | max wait_ms in training, final drain excluded (survivors / all) | rc |")
     print("|---|---|---|---|---|---|---|---|")
     for tag in runs:
         rc = rc_of(tag)
@@ -134,7 +134,8 @@ if runs:
             rows, v = peer_rows(f)
             _, lv, txt = peer_log(f[:-6] + ".log")
             tokens += 8 * 128 * len(rows)  # the churn model: B 8 x T 128 per peer step
-            w = [j["wait_ms"] for j in rows]
+            last_r = max((j["round"] for j in rows), default=0)
+            w = [j["wait_ms"] for j in rows if j["round"] < last_r or v is None]  # not the final drain
             wall_all += w
             if v is not None or lv is not None:
                 fin.append(pid); vals.append(v if v is not None else lv); wsurv += w
@@ -142,7 +143,7 @@ if runs:
                 last = max(last, rows[-1]["step"])
         print(f"| {tag} | {', '.join(ids)} ({', '.join(fin)}) | {last} | {tokens:,} | {tokens / rc['wall_s']:,.0f} | "
               f"{'/'.join(f'{x:.4f}' for x in sorted(set(vals)))} | {max(wsurv, default=0):,.0f} / {max(wall_all, default=0):,.0f} ms | {rc['rc']} |")
-    print()
+    print("\ntok/s (wall) = tokens of the averaged rounds of every peer / the run's wall time (start-up included).\n")
 conv = [t for t in ("conv_dp", "conv_co2") if rc_of(t)]
 if conv:
     print("### Convergence at equal tokens (loopback MPI runs)\n")

@@ -33,7 +33,8 @@ typedef struct {
     char (*extra)[256]; // (tau) metrics fields of the previous round's records
     StrategyData data;  // the loop's data, with this peer's windows
     const StrategyData *orig;
-    char *desc; // the run description (joiners must match it)
+    char *desc;     // the run description (joiners must match it)
+    double drain_s; // the wait for the last round's average, after the last step
 } Peer;
 
 // Micro-batch j of step `step`: window base + (step − round start)·N·K + j·N + pos.
@@ -311,6 +312,7 @@ static void peer_drain(Strategy *s, int final) {
         fprintf(stderr, "loom peer %s: %s\n", s->cfg->peer_id, loom_errmsg());
         exit(EXIT_IO);
     }
+    p->drain_s = w;
     s->model->be->copy(s->model->params, p->anchor, s->model->nparams);
 }
 
@@ -387,10 +389,11 @@ static void peer_summary(Strategy *s, double exposed_s, double step_s) {
     Peer *p = s->impl;
     SwarmStats st = swarm_stats(p->sw);
     fprintf(stderr,
-            "loom peer %s: waited %.1f%% of step time for averages | sent %.1f MiB, received "
-            "%.1f MiB | rejected %ld messages, %ld handshakes | %ld anchor mismatches\n",
-            s->cfg->peer_id, step_s > 0 ? 100 * exposed_s / step_s : 0, st.sent / 1048576.0,
-            st.received / 1048576.0, st.rejected, st.denied, st.diverged);
+            "loom peer %s: waited %.1f%% of step time for averages, and %.1f s for the last one | "
+            "sent %.1f MiB, received %.1f MiB | rejected %ld messages, %ld handshakes | %ld "
+            "anchor mismatches\n",
+            s->cfg->peer_id, step_s > 0 ? 100 * exposed_s / step_s : 0, p->drain_s,
+            st.sent / 1048576.0, st.received / 1048576.0, st.rejected, st.denied, st.diverged);
 }
 
 static void peer_destroy(Strategy *s) {

@@ -99,5 +99,5 @@ int swarm_resync(Swarm *s, float *anchor, float *mom, SwarmState *st);
 void swarm_finish(Swarm *s, double linger_s);
 SwarmStats swarm_stats(Swarm *s);
 void swarm_close(Swarm *s);
-// 64-bit FNV-1a of n floats' bytes (the anchor hash).
+// A 64-bit hash of n floats' bits (anchor checks, downloads): FNV-1a over 64-bit words.
 uint64_t swarm_hash(const float *x, size_t n);
