@@ -158,8 +158,12 @@ static int round_end(Strategy *s, Peer *p, double *wait) {
         return resync(s, p) ? -1 : 1;
     }
     int64_t r = ++p->round;
+    double tm[6];
+    tm[0] = now_sec();
     m->be->sub_scaled(p->delta, p->anchor, m->params, 1.0f, P); // Δ = a − x
+    tm[1] = now_sec();
     swarm_contribute(p->sw, r, p->delta, p->loss[0], p->n[0]);
+    tm[2] = now_sec();
     p->base += (uint64_t)p->n[0] * (uint64_t)p->N * (uint64_t)s->cfg->grad_accum;
     if (r >= 2) {
         double w = apply_average(s, p, r - 1);
@@ -175,8 +179,17 @@ static int round_end(Strategy *s, Peer *p, double *wait) {
     p->rec[1] = p->rec[0], p->loss[1] = p->loss[0], p->n[1] = p->n[0];
     p->rec[0] = t, p->loss[0] = l, p->n[0] = 0;
     if (r == testhook_peer_diverge()) p->anchor[0] += 1e-3f; // LOOM_FAULT_DIVERGE
+    tm[3] = now_sec();
     swarm_anchor_hash(p->sw, r, swarm_hash(p->anchor, P));
+    tm[4] = now_sec();
     m->be->copy(m->params, p->anchor, P); // x ← a(r)
+    tm[5] = now_sec();
+    if (getenv("LOOM_PEER_VERBOSE"))
+        fprintf(stderr,
+                "loom peer %s: round %lld end: delta %.3f s, hand-over %.3f s, average %.3f s, "
+                "hash %.3f s, x <- a %.3f s\n",
+                s->cfg->peer_id, (long long)r, tm[1] - tm[0], tm[2] - tm[1], tm[3] - tm[2],
+                tm[4] - tm[3], tm[5] - tm[4]);
     p->begun = 0;
     return 0;
 }

@@ -162,7 +162,7 @@ static void *net_main(void *arg) {
         pthread_mutex_lock(&s->mu);
         const void *buf;
         size_t len;
-        for (int k = 0; k < 64 && net_recv(s->net, &buf, &len); k++)
+        for (int k = 0; k < SW_BURST && net_recv(s->net, &buf, &len); k++)
             dispatch(s, buf, len);
         NetStats ns = net_stats(s->net);
         s->st.denied = ns.denied, s->st.oversized = ns.oversized;
@@ -358,7 +358,9 @@ void swarm_close(Swarm *s) {
     }
     if (s->net) net_close(s->net);
     for (int i = 0; i < SW_SLOTS; i++)
-        sw_slot_free(&s->slot[i]);
+        sw_slot_free(s, &s->slot[i]);
+    for (int i = 0; i < s->npool; i++)
+        free(s->pool[i]);
     sw_fetch_free(&s->fetch);
     if (s->view.e) view_free(&s->view);
     free(s->jobs);

@@ -13,6 +13,8 @@
 #define SW_PIECE ((size_t)WIRE_MAX_FLOATS)
 #define SW_TICK 0.5 // seconds between gossip / HAVE rounds
 #define SW_FETCH_WINDOW 8
+#define SW_BURST 8 // pieces sent (or messages taken) per hold of Swarm.mu
+#define SW_POOL 8  // Δ buffers kept for reuse
 #define SW_FETCH_RETRY 5.0
 #define COMMIT_GONE 1u // a COMMIT with this attempt and no ids: the round is gone here
 
@@ -115,6 +117,8 @@ struct Swarm {
     Fetch fetch; // the state download (meta, anchor, momentum)
     int diverged;
     SwarmStats st;
+    float *pool[SW_POOL]; // Δ buffers for reuse
+    int npool;
 };
 
 // swarm.c
@@ -129,7 +133,10 @@ void sw_wait(Swarm *s, double dt); // waits on cv (mu held) at most dt seconds
 
 // swarm_round.c
 Slot *sw_slot(Swarm *s, int64_t r, int create);
-void sw_slot_free(Slot *sl);
+void sw_slot_free(Swarm *s, Slot *sl);
+// Δ-sized buffers, kept for reuse (no page faults every round); under mu.
+float *sw_buf_get(Swarm *s);
+void sw_buf_put(Swarm *s, float *b);
 void sw_on_delta(Swarm *s, const WireMsg *m);
 void sw_on_have(Swarm *s, const WireMsg *m);
 void sw_on_commit(Swarm *s, const WireMsg *m);

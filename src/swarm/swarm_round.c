@@ -10,9 +10,23 @@
 
 static int cmp_id(const void *a, const void *b) { return strcmp(a, b); }
 
-void sw_slot_free(Slot *sl) {
+float *sw_buf_get(Swarm *s) {
+    if (s->npool) return s->pool[--s->npool];
+    float *b = aligned_alloc(64, (s->P * sizeof(float) + 63) / 64 * 64);
+    if (!b) die(EXIT_IO, "out of memory for a %zu-float Δ", s->P);
+    return b;
+}
+
+void sw_buf_put(Swarm *s, float *b) {
+    if (b && s->npool < SW_POOL)
+        s->pool[s->npool++] = b;
+    else
+        free(b);
+}
+
+void sw_slot_free(Swarm *s, Slot *sl) {
     for (int i = 0; i < sl->nc; i++)
-        free(sl->c[i].delta), free(sl->c[i].got), free(sl->c[i].losses);
+        sw_buf_put(s, sl->c[i].delta), free(sl->c[i].got), free(sl->c[i].losses);
     for (int i = 0; i < sl->nhv; i++)
         free(sl->hv[i].ids);
     free(sl->c), free(sl->hv), free(sl->set), free(sl->avg), free(sl->loss);
@@ -25,7 +39,7 @@ Slot *sw_slot(Swarm *s, int64_t r, int create) {
     Slot *sl = &s->slot[r % SW_SLOTS];
     if (sl->round == r) return sl;
     if (!create || sl->round > r) return NULL;
-    sw_slot_free(sl);
+    sw_slot_free(s, sl);
     sl->round = r;
     sl->born = sw_now();
     return sl;
@@ -37,6 +51,7 @@ static Slot *msg_slot(Swarm *s, int64_t r) {
     return sw_slot(s, r, 1);
 }
 
+// The contribution of id to this round (create: 1 with a buffer for its pieces, 2 without).
 static Contrib *contrib(Swarm *s, Slot *sl, const char *id, int create) {
     for (int i = 0; i < sl->nc; i++)
         if (!strcmp(sl->c[i].id, id)) return &sl->c[i];
@@ -47,7 +62,7 @@ static Contrib *contrib(Swarm *s, Slot *sl, const char *id, int create) {
     sl->c = c;
     c = &sl->c[sl->nc++];
     snprintf(c->id, sizeof c->id, "%s", id);
-    c->delta = xalloc_floats(s->P);
+    if (create == 1) c->delta = sw_buf_get(s); // (not zeroed: its pieces fill it)
     c->got = xcalloc(s->npieces, 1);
     return c;
 }
@@ -139,17 +154,23 @@ static void finish_commit(Swarm *s, Slot *sl) {
         return;
     }
     float *a = sl->avg;
-    memset(a, 0, s->P * sizeof(float));
     int nl = sl->nset ? cs[0]->nloss : 0;
+    for (int i = 0; i < sl->nset; i++)
+        if (cs[i]->nloss < nl) nl = cs[i]->nloss;
+    // The sum runs without Swarm.mu (the training thread may need it meanwhile): only this
+    // thread changes the slot's contributions, and no round close enough to evict it can start
+    // while it is being averaged.
+    pthread_mutex_unlock(&s->mu);
+    memset(a, 0, s->P * sizeof(float));
     for (int i = 0; i < sl->nset; i++) {
         const float *d = cs[i]->delta;
         for (size_t x = 0; x < s->P; x++)
             a[x] += d[x];
-        if (cs[i]->nloss < nl) nl = cs[i]->nloss;
     }
     float inv = 1.0f / (float)sl->nset;
     for (size_t x = 0; x < s->P; x++)
         a[x] *= inv;
+    pthread_mutex_lock(&s->mu);
     sl->loss = xcalloc((size_t)nl + 1, sizeof(double));
     sl->nloss = nl;
     for (int j = 0; j < nl; j++) {
@@ -158,9 +179,8 @@ static void finish_commit(Swarm *s, Slot *sl) {
         sl->loss[j] /= sl->nset;
     }
     free(cs);
-    for (int i = 0; i < sl->nc; i++) { // the Δs are no longer needed
-        free(sl->c[i].delta), free(sl->c[i].got), free(sl->c[i].losses);
-    }
+    for (int i = 0; i < sl->nc; i++) // the Δs are no longer needed
+        sw_buf_put(s, sl->c[i].delta), free(sl->c[i].got), free(sl->c[i].losses);
     free(sl->c);
     sl->c = NULL, sl->nc = 0;
     sl->avg_ready = 1;
@@ -295,8 +315,10 @@ void sw_on_commit(Swarm *s, const WireMsg *m) {
 }
 
 // Sends the pending Δ pieces, one piece per peer per pass, until every queue is full.
+// (At most SW_BURST pieces per call: the network thread holds Swarm.mu meanwhile, and the
+// training thread must not wait long for it.)
 static void pump_jobs(Swarm *s) {
-    for (int moved = 1; moved;) {
+    for (int moved = 1, sent = 0; moved && sent < SW_BURST;) {
         moved = 0;
         for (int j = 0; j < s->njobs;) {
             SendJob *jb = &s->jobs[j];
@@ -316,7 +338,7 @@ static void pump_jobs(Swarm *s) {
             m->data = (const uint8_t *)(c->delta + m->offset);
             m->nloss = jb->next == 0 ? (uint32_t)c->nloss : 0;
             m->losses = (const uint8_t *)c->losses;
-            if (sw_send(s, jb->to, WIRE_DELTA, jb->round) == NET_OK) jb->next++, moved = 1;
+            if (sw_send(s, jb->to, WIRE_DELTA, jb->round) == NET_OK) jb->next++, moved = 1, sent++;
             j++;
         }
     }
@@ -387,9 +409,14 @@ void sw_round_tick(Swarm *s) {
 
 void swarm_contribute(Swarm *s, int64_t r, const float *delta, const double *losses, int nloss) {
     pthread_mutex_lock(&s->mu);
+    float *copy = sw_buf_get(s); // (copied outside the lock: the network thread goes on)
+    pthread_mutex_unlock(&s->mu);
+    memcpy(copy, delta, s->P * sizeof(float));
+    pthread_mutex_lock(&s->mu);
     Slot *sl = sw_slot(s, r, 1);
-    Contrib *c = contrib(s, sl, s->id, 1);
-    memcpy(c->delta, delta, s->P * sizeof(float));
+    Contrib *c = contrib(s, sl, s->id, 2); // (2: no buffer of its own)
+    free(c->delta);
+    c->delta = copy;
     free(c->losses);
     c->losses = xcalloc((size_t)nloss + 1, sizeof(double));
     memcpy(c->losses, losses, (size_t)nloss * sizeof(double));
