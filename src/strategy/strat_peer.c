@@ -24,12 +24,11 @@ typedef struct {
     float *anchor, *mom, *delta, *avg; // host memory (P)
     int64_t round;                     // rounds ended
     int64_t first_round;
-    uint64_t base;   // the first window of the current round
-    int pos, N;      // this peer's position among the round's participants, their count
-    int begun;       // the current round has begun (pos, N known)
-    double *loss[2]; // (tau) local losses: [0] this round, [1] the previous one
-    StepRecord *rec[2];
-    int n[2];
+    uint64_t base;      // the first window of the current round
+    int pos, N;         // this peer's position among the round's participants, their count
+    int begun;          // the current round has begun (pos, N known)
+    StepRecord *rec[2]; // (tau) the records of this round [0] and the previous one [1], with
+    int n[2];           // their local losses
     char (*extra)[256]; // (tau) metrics fields of the previous round's records
     StrategyData data;  // the loop's data, with this peer's windows
     const StrategyData *orig;
@@ -158,12 +157,11 @@ static int round_end(Strategy *s, Peer *p, double *wait) {
         return resync(s, p) ? -1 : 1;
     }
     int64_t r = ++p->round;
-    double tm[6];
-    tm[0] = now_sec();
     m->be->sub_scaled(p->delta, p->anchor, m->params, 1.0f, P); // Δ = a − x
-    tm[1] = now_sec();
-    swarm_contribute(p->sw, r, p->delta, p->loss[0], p->n[0]);
-    tm[2] = now_sec();
+    double loss[4096];
+    for (int i = 0; i < p->n[0]; i++)
+        loss[i] = p->rec[0][i].loss;
+    swarm_contribute(p->sw, r, p->delta, loss, p->n[0]);
     p->base += (uint64_t)p->n[0] * (uint64_t)p->N * (uint64_t)s->cfg->grad_accum;
     if (r >= 2) {
         double w = apply_average(s, p, r - 1);
@@ -175,21 +173,11 @@ static int round_end(Strategy *s, Peer *p, double *wait) {
         swarm_state_unlock(p->sw, r, p->base);
     }
     StepRecord *t = p->rec[1];
-    double *l = p->loss[1];
-    p->rec[1] = p->rec[0], p->loss[1] = p->loss[0], p->n[1] = p->n[0];
-    p->rec[0] = t, p->loss[0] = l, p->n[0] = 0;
+    p->rec[1] = p->rec[0], p->n[1] = p->n[0];
+    p->rec[0] = t, p->n[0] = 0;
     if (r == testhook_peer_diverge()) p->anchor[0] += 1e-3f; // LOOM_FAULT_DIVERGE
-    tm[3] = now_sec();
     swarm_anchor_hash(p->sw, r, swarm_hash(p->anchor, P));
-    tm[4] = now_sec();
     m->be->copy(m->params, p->anchor, P); // x ← a(r)
-    tm[5] = now_sec();
-    if (getenv("LOOM_PEER_VERBOSE"))
-        fprintf(stderr,
-                "loom peer %s: round %lld end: delta %.3f s, hand-over %.3f s, average %.3f s, "
-                "hash %.3f s, x <- a %.3f s\n",
-                s->cfg->peer_id, (long long)r, tm[1] - tm[0], tm[2] - tm[1], tm[3] - tm[2],
-                tm[4] - tm[3], tm[5] - tm[4]);
     p->begun = 0;
     return 0;
 }
@@ -233,10 +221,8 @@ static int peer_create(Strategy *s) {
     p->delta = xalloc_floats(P), p->avg = xalloc_floats(P);
     m->be->copy(p->anchor, m->params, P);
     p->cc = whole_co2_config(c);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 2; i++)
         p->rec[i] = xcalloc((size_t)c->tau, sizeof(StepRecord));
-        p->loss[i] = xcalloc((size_t)c->tau, sizeof(double));
-    }
     p->extra = xcalloc((size_t)c->tau, sizeof *p->extra);
     p->desc = run_desc(s);
     SwarmConfig sc = {.id = c->peer_id,
@@ -299,8 +285,7 @@ static int peer_step(Strategy *s, int step, int boundary) {
     }
     uint64_t r0 = (uint64_t)p->round * (uint64_t)c->tau;
     r.window = p->base + ((uint64_t)step + 1 - r0) * (uint64_t)p->N * (uint64_t)c->grad_accum;
-    StepRecord *rec = &p->rec[0][p->n[0]];
-    p->loss[0][p->n[0]++] = loss;
+    StepRecord *rec = &p->rec[0][p->n[0]++];
     double wait = 0;
     if (((step + 1) % c->tau == 0 || step + 1 == c->steps)) {
         *rec = r; // (round_end moves it with the round's records)
@@ -419,7 +404,7 @@ static void peer_destroy(Strategy *s) {
     whole_free(s, &p->w);
     free(p->anchor), free(p->mom), free(p->delta), free(p->avg);
     for (int i = 0; i < 2; i++)
-        free(p->rec[i]), free(p->loss[i]);
+        free(p->rec[i]);
     free(p->extra), free(p->desc);
     if (p->orig) s->data = p->orig;
     free(p);

@@ -9,8 +9,6 @@
 #include "../common.h"
 #include "swarm_impl.h"
 
-double sw_now(void) { return now_sec(); }
-
 uint64_t swarm_hash(const float *x, size_t n) {
     // FNV-1a's idea on 64-bit words (two floats at a time), then a final mix: a pass over the
     // anchor costs a fraction of a step even for large models
@@ -57,7 +55,7 @@ static void connect_view(Swarm *s) {
 }
 
 static void merge_records(Swarm *s, const WireMsg *m) {
-    double now = sw_now();
+    double now = now_sec();
     for (int i = 0; i < m->nrec; i++) {
         int had = view_find(&s->view, m->rec[i].id) >= 0;
         int direct = !strcmp(m->rec[i].id, m->from);
@@ -93,7 +91,7 @@ static void drop_peer(Swarm *s, const char *id, const char *why) {
 }
 
 static void tick(Swarm *s) {
-    double now = sw_now();
+    double now = now_sec();
     if (now - s->last_tick < SW_TICK) return;
     s->last_tick = now;
     PeerId gone[16];
@@ -119,11 +117,11 @@ static void dispatch(Swarm *s, const void *buf, size_t len) {
         if (s->c.verbose) fprintf(stderr, "loom peer %s: rejected a message: %s\n", s->id, err);
         return;
     }
-    view_heard(&s->view, m->from, sw_now());
+    view_heard(&s->view, m->from, now_sec());
     if (s->c.verbose && m->type != WIRE_DELTA && m->type != WIRE_GOSSIP && m->type != WIRE_HAVE &&
         m->type != WIRE_COMMIT && m->type != WIRE_DATA && m->type != WIRE_FETCH)
-        fprintf(stderr, "loom peer %s: %.3f %s from %s\n", s->id, sw_now(), wire_type_name(m->type),
-                m->from);
+        fprintf(stderr, "loom peer %s: %.3f %s from %s\n", s->id, now_sec(),
+                wire_type_name(m->type), m->from);
     switch (m->type) {
     case WIRE_HELLO: sw_on_hello(s, m); break;
     case WIRE_WELCOME:
@@ -146,7 +144,7 @@ static void dispatch(Swarm *s, const void *buf, size_t len) {
     case WIRE_FETCH: sw_on_fetch(s, m); break;
     case WIRE_DATA: sw_on_data(s, m); break;
     case WIRE_BYE:
-        if (view_remove(&s->view, m->from, sw_now()))
+        if (view_remove(&s->view, m->from, now_sec()))
             drop_peer(s, m->from, "left the swarm (said bye)");
         break;
     }
@@ -229,7 +227,7 @@ Swarm *swarm_open(const SwarmConfig *c, float *anchor, float *mom, SwarmState *s
     PeerRecord self = {.revision = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000};
     snprintf(self.id, sizeof self.id, "%s", s->id);
     snprintf(self.addr, sizeof self.addr, "%s", s->addr);
-    view_init(&s->view, &self, sw_now());
+    view_init(&s->view, &self, now_sec());
     s->running = 1;
     pthread_create(&s->thr, NULL, net_main, s);
     *joined = c->bootstrap && c->bootstrap[0];
@@ -271,9 +269,9 @@ static int count_joined(Swarm *s) {
 }
 
 int swarm_wait_peers(Swarm *s, int n, double timeout_s) {
-    double end = sw_now() + timeout_s;
+    double end = now_sec() + timeout_s;
     pthread_mutex_lock(&s->mu);
-    while (count_joined(s) < n && sw_now() < end)
+    while (count_joined(s) < n && now_sec() < end)
         sw_wait(s, 0.1);
     int ok = count_joined(s) >= n;
     pthread_mutex_unlock(&s->mu);
@@ -290,15 +288,6 @@ void swarm_round_begin(Swarm *s, int64_t r, int *pos, int *n) {
     *pos = view_position(ids, *n, s->id);
     free(ids);
     pthread_mutex_unlock(&s->mu);
-}
-
-int swarm_participants(Swarm *s, int64_t r) {
-    pthread_mutex_lock(&s->mu);
-    PeerId *ids = xmalloc(sizeof(PeerId) * WIRE_MAX_PEERS);
-    int n = view_participants(&s->view, r, ids, WIRE_MAX_PEERS);
-    free(ids);
-    pthread_mutex_unlock(&s->mu);
-    return n;
 }
 
 void swarm_share_state(Swarm *s, const float *anchor, const float *mom) {
@@ -328,12 +317,12 @@ static int all_done(Swarm *s) {
 }
 
 void swarm_finish(Swarm *s, double linger_s) {
-    double end = sw_now() + linger_s;
+    double end = now_sec() + linger_s;
     pthread_mutex_lock(&s->mu);
     view_self(&s->view)->flags |= WIRE_PEER_DONE;
     sw_bump(s);
     s->last_tick = 0; // gossip it now
-    while (!all_done(s) && sw_now() < end)
+    while (!all_done(s) && now_sec() < end)
         sw_wait(s, 0.1);
     s->out->nrec = 0;
     sw_broadcast(s, WIRE_BYE, 0);

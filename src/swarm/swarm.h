@@ -75,8 +75,6 @@ int swarm_wait_peers(Swarm *s, int n, double timeout_s);
 void swarm_round_begin(Swarm *s, int64_t r, int *pos, int *n);
 // This peer's Δ of round r (P floats) and its local losses (copied; sent in the background).
 void swarm_contribute(Swarm *s, int64_t r, const float *delta, const double *losses, int nloss);
-// Participants of round r in this peer's view.
-int swarm_participants(Swarm *s, int64_t r);
 // The hash of this peer's anchor after round end r (compared with the coordinator's).
 void swarm_anchor_hash(Swarm *s, int64_t r, uint64_t hash);
 // Blocks until round r's average is decided: copies it into avg (P floats) and the mean of the

@@ -122,7 +122,6 @@ struct Swarm {
 };
 
 // swarm.c
-double sw_now(void);
 // Encodes s->out (type and fields set by the caller; from and round filled here) and sends it
 // to key: NET_OK / NET_BUSY / NET_ERR; counts bytes.
 int sw_send(Swarm *s, const char *key, int type, int64_t round);

@@ -56,7 +56,7 @@ void sw_on_hello(Swarm *s, const WireMsg *m) {
         sw_send(s, r->id, WIRE_REFUSE, 0);
         return;
     }
-    if (view_merge(&s->view, r, 1, sw_now())) {
+    if (view_merge(&s->view, r, 1, now_sec())) {
         sw_new_peer(s, r->id);
         fprintf(stderr, "loom peer %s: %s joined the swarm (%d in the view)\n", s->id, r->id,
                 s->view.n);
@@ -80,7 +80,7 @@ void sw_join_tick(Swarm *s) {
         }
         if (net_connect(s->net, key, a)) continue;
         WireMsg *o = s->out;
-        if (s->c.verbose) fprintf(stderr, "loom peer %s: %.3f HELLO to %s\n", s->id, sw_now(), a);
+        if (s->c.verbose) fprintf(stderr, "loom peer %s: %.3f HELLO to %s\n", s->id, now_sec(), a);
         o->nrec = 1;
         o->rec[0] = *view_self(&s->view);
         snprintf(o->text, sizeof o->text, "%s", s->c.run_desc);
@@ -97,7 +97,7 @@ void sw_join_tick(Swarm *s) {
 // 2 s), so a download is not restarted by every round end; an older one is replaced (a joiner
 // needs that round's average, which peers keep for a few rounds only).
 static void take_snapshot(Swarm *s) {
-    double now = sw_now();
+    double now = now_sec();
     if (s->snap_valid && s->snap_round == s->st_round) return;
     if (s->snap_valid && now - s->snap_used < 2 && s->snap_round + 1 >= s->st_round) return;
     pthread_mutex_lock(&s->st_mu);
@@ -137,7 +137,7 @@ void sw_on_fetch(Swarm *s, const WireMsg *m) {
     if (m->what == WIRE_ARR_META) {
         take_snapshot(s);
         if (!s->snap_valid) return send_gone(s, m);
-        s->snap_used = sw_now();
+        s->snap_used = now_sec();
         uint32_t w[8] = {(uint32_t)s->snap_window, (uint32_t)(s->snap_window >> 32),
                          (uint32_t)s->snap_ha,     (uint32_t)(s->snap_ha >> 32),
                          (uint32_t)s->snap_hm,     (uint32_t)(s->snap_hm >> 32)};
@@ -151,7 +151,7 @@ void sw_on_fetch(Swarm *s, const WireMsg *m) {
     }
     if (m->what == WIRE_ARR_ANCHOR || m->what == WIRE_ARR_MOMENTUM) {
         if (!s->snap_valid || m->round != s->snap_round) return send_gone(s, m);
-        s->snap_used = sw_now();
+        s->snap_used = now_sec();
         int a = m->what == WIRE_ARR_ANCHOR;
         send_piece(s, m, a ? s->snap_a : s->snap_m, a ? s->snap_ha : s->snap_hm);
         return;
@@ -198,7 +198,7 @@ static void fetch_fail(Fetch *f, const char *why) {
 void sw_fetch_pump(Swarm *s, Fetch *f) {
     if (!f->active || f->done || f->failed) return;
     if (view_find(&s->view, f->donor) < 0) return fetch_fail(f, "the donor left");
-    double now = sw_now();
+    double now = now_sec();
     int out = 0;
     for (size_t i = 0; i < f->npieces; i++)
         out += !f->got[i] && f->asked[i] > 0 && now - f->asked[i] < SW_FETCH_RETRY;
@@ -246,8 +246,8 @@ void sw_on_data(Swarm *s, const WireMsg *m) {
 
 // Waits (mu held) until f is done or failed, at most t seconds; 0 when done.
 static int fetch_wait(Swarm *s, Fetch *f, double t) {
-    double end = sw_now() + t;
-    while (!f->done && !f->failed && sw_now() < end)
+    double end = now_sec() + t;
+    while (!f->done && !f->failed && now_sec() < end)
         sw_wait(s, 0.1);
     if (!f->done && !f->failed) fetch_fail(f, "no answer");
     return f->done ? 0 : -1;
@@ -321,8 +321,8 @@ int sw_join(Swarm *s, float *anchor, float *mom, SwarmState *st) {
         s->nboot += *p == ',';
     s->joining = 1;
     s->last_tick = 0;
-    double end = sw_now() + jt;
-    while (!s->welcomed && s->refused < s->nboot && sw_now() < end)
+    double end = now_sec() + jt;
+    while (!s->welcomed && s->refused < s->nboot && now_sec() < end)
         sw_wait(s, 0.1);
     int rc = 0;
     if (!s->welcomed && s->refused) {

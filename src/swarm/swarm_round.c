@@ -41,7 +41,7 @@ Slot *sw_slot(Swarm *s, int64_t r, int create) {
     if (!create || sl->round > r) return NULL;
     sw_slot_free(s, sl);
     sl->round = r;
-    sl->born = sw_now();
+    sl->born = now_sec();
     return sl;
 }
 
@@ -196,7 +196,7 @@ void sw_on_delta(Swarm *s, const WireMsg *m) {
         return;
     }
     Contrib *c = contrib(s, sl, m->from, 1);
-    c->last = sw_now();
+    c->last = now_sec();
     if (c->complete || c->got[piece]) return;
     wire_floats(m->data, m->n, c->delta + m->offset);
     c->got[piece] = 1;
@@ -249,7 +249,7 @@ static void try_commit(Swarm *s, Slot *sl) {
     }
     // Everyone has computed its Δ but some never reach some peer (a one-way link): after a
     // deadline generous for a slow link (10 Mbit/s for every Δ), commit what they all hold.
-    double now = sw_now();
+    double now = now_sec();
     if (all && !sl->reported_at) sl->reported_at = now;
     double deadline = 3 * s->c.peer_timeout + (nl - 1) * 4.0 * (double)s->P / 1.25e6;
     if (all && !ok && now - sl->reported_at > deadline) ok = 1;
@@ -382,7 +382,7 @@ static void repair(Swarm *s, Slot *sl, double now) {
 
 void sw_round_tick(Swarm *s) {
     pump_jobs(s);
-    double now = sw_now();
+    double now = now_sec();
     for (int i = 0; i < SW_SLOTS; i++) {
         Slot *sl = &s->slot[i];
         if (!sl->round) continue;
@@ -437,7 +437,7 @@ void swarm_anchor_hash(Swarm *s, int64_t r, uint64_t hash) {
 }
 
 int swarm_average(Swarm *s, int64_t r, float *avg, double *loss, int nloss, SwarmRound *info) {
-    double t0 = sw_now();
+    double t0 = now_sec();
     pthread_mutex_lock(&s->mu);
     Slot *sl = sw_slot(s, r, 1);
     sl->want = 1;
@@ -457,7 +457,7 @@ int swarm_average(Swarm *s, int64_t r, float *avg, double *loss, int nloss, Swar
             loss[j] = sl->loss[j];
     if (info) {
         info->round = r, info->view = s->view.n, info->averaged = sl->nset;
-        info->wait_s = sw_now() - t0, info->sent = s->st.sent, info->fetched = sl->fetched;
+        info->wait_s = now_sec() - t0, info->sent = s->st.sent, info->fetched = sl->fetched;
     }
     pthread_mutex_unlock(&s->mu);
     return 0;
