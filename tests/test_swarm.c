@@ -65,7 +65,9 @@ TEST(three_peers_average) {
               "downloaded state differs");
         swarm_share_state(sw[k], anchor[k], mom[k]);
     }
-    CHECK(swarm_wait_peers(sw[0], 3, 10) == 0, "3 peers in a's view");
+    // Every peer's view must hold all three (b learns of c by gossip, after a does).
+    for (int k = 0; k < 3; k++)
+        CHECK(swarm_wait_peers(sw[k], 3, 10) == 0, "3 peers in %s's view", ids[k]);
     float *d = xalloc_floats(P);
     for (int k = 0; k < 3; k++) {
         int pos, n;
