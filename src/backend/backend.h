@@ -71,6 +71,26 @@ typedef struct Backend {
     // in place: probs (N,V) → dlogits = (probs − onehot(target)) · scale
     void (*softmax_xent_backward)(float *probs_dlogits, const int *targets, float scale, int N,
                                   int V);
+    // ---- vocabulary shards (tensor parallelism; NULL in a backend without them): this rank
+    // holds rows [v0, v0+nv) of the vocabulary in a table of V ≥ nv rows (the rest padding).
+    // out (B,T,C) = (v0 ≤ tok < v0+nv ? wte[tok−v0] : 0) + (wpe ? wpe[t] : 0)
+    void (*encoder_forward_shard)(float *out, const int *inp, const float *wte, const float *wpe,
+                                  int v0, int nv, int B, int T, int C);
+    // dwte (V,C) += the rows' scatter of dout; dwpe (may be NULL) += Σ_b dout
+    void (*encoder_backward_shard)(float *dwte, float *dwpe, const float *dout, const int *inp,
+                                   int v0, int nv, int B, int T, int C);
+    // The cross-entropy over shards of the logits (N,V): mx (N) = max of the nv real columns
+    // (the caller takes the max across shards); st (N,2) = Σ exp(z − mx), the target's logit
+    // (0 when another shard holds it; the caller sums both across shards); then the logits
+    // become probabilities (padding 0) and losses (N) = log Σ − (z_t − mx): returns Σ losses.
+    void (*xent_shard_max)(float *mx, const float *logits, int N, int V, int nv);
+    void (*xent_shard_sum)(float *st, const float *logits, const float *mx, const int *targets,
+                           int v0, int N, int V, int nv);
+    double (*xent_shard_finish)(float *logits_probs, float *losses, const float *mx,
+                                const float *st, int N, int V, int nv);
+    // in place: probs → (probs − onehot(target − v0)) · scale
+    void (*xent_shard_backward)(float *probs_dlogits, const int *targets, int v0, float scale,
+                                int N, int V, int nv);
     // one AdamW step over n elements. grads are multiplied by grad_scale first (clipping);
     // bias corrections use step t ≥ 1.
     void (*adamw)(float *param, const float *grad, float *m, float *v, size_t n, float lr,

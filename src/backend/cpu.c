@@ -9,6 +9,7 @@
 
 #include "../common.h"
 #include "backend.h"
+#include "cpu_shard.h"
 
 #define LN_EPS 1e-5f
 #define GELU_K 0.7978845608028654f // sqrt(2/pi)
@@ -467,6 +468,12 @@ static const Backend CPU = {
     .residual_forward = cpu_residual_forward,
     .softmax_xent_forward = cpu_softmax_xent_forward,
     .softmax_xent_backward = cpu_softmax_xent_backward,
+    .encoder_forward_shard = cpu_encoder_forward_shard,
+    .encoder_backward_shard = cpu_encoder_backward_shard,
+    .xent_shard_max = cpu_xent_shard_max,
+    .xent_shard_sum = cpu_xent_shard_sum,
+    .xent_shard_finish = cpu_xent_shard_finish,
+    .xent_shard_backward = cpu_xent_shard_backward,
     .adamw = cpu_adamw,
     .peak_gflops = backend_cpu_peak_gflops,
 };

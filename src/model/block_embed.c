@@ -1,15 +1,30 @@
 // block_embed.c — the embedding block: x_0 = wte[token] + wpe[position]. It owns wte, which
-// the head also uses (tied LM head); the head receives wte only through BlockIO.
+// the head also uses (tied LM head); the head receives wte only through BlockIO. With tensor
+// parallelism a rank holds rows [v0, v0+nv) of wte: it embeds the tokens it holds (rank 0 adds
+// wpe) and an all-reduce completes x_0; backward scatters into its rows only.
 #include <stddef.h>
 
 #include "block_impl.h"
 
 void embed_forward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) {
-    const float *wte = blk->params, *wpe = wte + (size_t)m->cfg.V * m->cfg.C;
-    m->be->encoder_forward(io->x_out, io->tokens, wte, wpe, ws->B, ws->T, m->cfg.C);
+    const float *wte = blk->params, *wpe = wte + (size_t)gpt_vocab_rows(m) * m->cfg.C;
+    const TensorParallel *tp = &m->tp;
+    int B = ws->B, T = ws->T, C = m->cfg.C;
+    if (tp->n <= 1) {
+        m->be->encoder_forward(io->x_out, io->tokens, wte, wpe, B, T, C);
+        return;
+    }
+    m->be->encoder_forward_shard(io->x_out, io->tokens, wte, tp->i == 0 ? wpe : NULL, tp->v0,
+                                 tp->nv, B, T, C);
+    tp->allreduce(tp->ctx, io->x_out, (size_t)B * T * C, 0);
 }
 
 void embed_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) {
-    float *dwte = blk->grads, *dwpe = dwte + (size_t)m->cfg.V * m->cfg.C;
-    m->be->encoder_backward(dwte, dwpe, io->dx, io->tokens, ws->B, ws->T, m->cfg.C);
+    float *dwte = blk->grads, *dwpe = dwte + (size_t)gpt_vocab_rows(m) * m->cfg.C;
+    const TensorParallel *tp = &m->tp;
+    if (tp->n <= 1)
+        m->be->encoder_backward(dwte, dwpe, io->dx, io->tokens, ws->B, ws->T, m->cfg.C);
+    else // d(x_0) is the same on every rank: wpe's gradient too
+        m->be->encoder_backward_shard(dwte, dwpe, io->dx, io->tokens, tp->v0, tp->nv, ws->B,
+                                      ws->T, m->cfg.C);
 }

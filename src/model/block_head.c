@@ -1,12 +1,15 @@
 // block_head.c — the head block: final LayerNorm, logits = ln_f(x) · wteᵀ (tied), and the
 // softmax cross-entropy. Probabilities overwrite the logits in place to save (B,T,V) memory.
+// With tensor parallelism a rank computes the logits of its vocabulary rows only and the
+// cross-entropy is assembled from per-row partials (max, then Σ exp and the target's logit)
+// reduced across the group: the logits are never gathered; d(ln_f) is all-reduced.
 #include <stddef.h>
 #include <string.h>
 
 #include "block_impl.h"
 
 typedef struct {
-    float *lnf, *mean, *rstd, *probs, *losses;
+    float *lnf, *mean, *rstd, *probs, *losses, *mx, *st;
 } HeadActs;
 
 static HeadActs head_acts(const Workspace *ws, const GPT *m) {
@@ -16,14 +19,28 @@ static HeadActs head_acts(const Workspace *ws, const GPT *m) {
     a.lnf = q, q += BT * m->cfg.C;
     a.mean = q, q += BT;
     a.rstd = q, q += BT;
-    a.probs = q, q += BT * m->cfg.V;
-    a.losses = q;
+    a.probs = q, q += BT * (size_t)gpt_vocab_rows(m);
+    a.losses = q, q += BT;
+    a.mx = q, q += BT; // tensor parallelism only: (N) row max, (N,2) Σ exp and target logit
+    a.st = q;
     return a;
+}
+
+// The vocabulary-parallel cross-entropy: Σ token losses; probabilities of this rank's rows.
+static double xent_shards(const GPT *m, const HeadActs *a, const int *targets, int N) {
+    const Backend *be = m->be;
+    const TensorParallel *tp = &m->tp;
+    int V = tp->vrows;
+    be->xent_shard_max(a->mx, a->probs, N, V, tp->nv);
+    tp->allreduce(tp->ctx, a->mx, (size_t)N, 1);
+    be->xent_shard_sum(a->st, a->probs, a->mx, targets, tp->v0, N, V, tp->nv);
+    tp->allreduce(tp->ctx, a->st, (size_t)2 * N, 0);
+    return be->xent_shard_finish(a->probs, a->losses, a->mx, a->st, N, V, tp->nv);
 }
 
 void head_forward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) {
     const Backend *be = m->be;
-    int N = ws->B * ws->T, C = m->cfg.C, V = m->cfg.V;
+    int N = ws->B * ws->T, C = m->cfg.C, V = gpt_vocab_rows(m);
     const float *w = blk->params, *b = w + C;
     HeadActs a = head_acts(ws, m);
     be->layernorm_forward(a.lnf, a.mean, a.rstd, io->x_in, w, b, N, C);
@@ -31,19 +48,28 @@ void head_forward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) {
     be->matmul_forward(a.probs, a.lnf, io->wte, NULL, N, C, V); // logits (N,V)
     block_poll(m);
     io->loss_sum = 0.0;
-    if (io->targets) io->loss_sum = be->softmax_xent_forward(a.probs, a.losses, io->targets, N, V);
+    if (!io->targets) return;
+    if (m->tp.n > 1)
+        io->loss_sum = xent_shards(m, &a, io->targets, N);
+    else
+        io->loss_sum = be->softmax_xent_forward(a.probs, a.losses, io->targets, N, V);
 }
 
 void head_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) {
     const Backend *be = m->be;
-    int N = ws->B * ws->T, C = m->cfg.C, V = m->cfg.V;
+    const TensorParallel *tp = &m->tp;
+    int N = ws->B * ws->T, C = m->cfg.C, V = gpt_vocab_rows(m);
     const float *w = blk->params;
     float *dw = blk->grads, *db = dw + C;
     HeadActs a = head_acts(ws, m);
     float *dlnf = ws->scratch; // (N,C)
-    be->softmax_xent_backward(a.probs, io->targets, io->grad_scale, N, V);
+    if (tp->n > 1)
+        be->xent_shard_backward(a.probs, io->targets, tp->v0, io->grad_scale, N, V, tp->nv);
+    else
+        be->softmax_xent_backward(a.probs, io->targets, io->grad_scale, N, V);
     block_poll(m);
     be->matmul_backward(dlnf, io->dwte, NULL, a.probs, a.lnf, io->wte, N, C, V);
+    if (tp->n > 1) tp->allreduce(tp->ctx, dlnf, (size_t)N * C, 0);
     block_poll(m);
     be->fill(io->dx, 0.f, (size_t)N * C);
     be->layernorm_backward(io->dx, dw, db, dlnf, io->x_in, w, a.mean, a.rstd, N, C);

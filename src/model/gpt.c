@@ -58,9 +58,16 @@ static size_t phys_mem_bytes(void) {
     return (size_t)pages * (size_t)psize;
 }
 
+// Adds a tensor of the whole shape (rows, cols), cut for tensor parallelism as `split` says.
 static void add_tensor(GPT *m, size_t *off, const char *name, int rows, int cols, int conv,
-                       float std) {
+                       float std, int split) {
+    int tp = m->tp.n > 1 ? m->tp.n : 1;
+    if (tp > 1 && split == TP_VOCAB) rows = m->tp.vrows;
+    else if (tp > 1 && (split == TP_ROWS || split == TP_QKV)) rows /= tp;
+    else if (tp > 1 && split == TP_COLS) cols /= tp;
+    if (tp == 1) split = TP_REPLICATED;
     TensorSpec *t = &m->tensors[m->ntensors++];
+    t->split = split;
     snprintf(t->name, sizeof t->name, "%s", name);
     t->off = *off;
     t->ndim = cols ? 2 : 1;
@@ -73,11 +80,24 @@ static void add_tensor(GPT *m, size_t *off, const char *name, int rows, int cols
 }
 
 int gpt_create_layout(GPT *m, const GPTConfig *cfg, const Backend *be) {
+    return gpt_create_layout_tp(m, cfg, be, 1, 0);
+}
+
+int gpt_create_layout_tp(GPT *m, const GPTConfig *cfg, const Backend *be, int tp, int tpi) {
     size_t want;
     if (gpt_param_count(cfg, &want)) return -1;
+    if (tp < 1 || cfg->H % tp)
+        return loom_fail("--tp %d must divide --heads %d (each rank holds whole heads)", tp,
+                         cfg->H);
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
     m->be = be;
+    if (tp > 1) {
+        int Vp = (cfg->V + 64 * tp - 1) / (64 * tp) * (64 * tp); // padded vocabulary
+        m->tp = (TensorParallel){.n = tp, .i = tpi, .vrows = Vp / tp, .v0 = tpi * (Vp / tp)};
+        m->tp.nv = cfg->V - m->tp.v0 < 0 ? 0 : cfg->V - m->tp.v0;
+        if (m->tp.nv > m->tp.vrows) m->tp.nv = m->tp.vrows;
+    }
     int L = cfg->L, C = cfg->C;
     m->nblocks = L + 2;
     m->blocks = xcalloc((size_t)m->nblocks, sizeof(Block));
@@ -92,40 +112,41 @@ int gpt_create_layout(GPT *m, const GPTConfig *cfg, const Backend *be) {
         if (b == 0) {
             blk->kind = BLOCK_EMBED;
             blk->layer = -1;
-            add_tensor(m, &off, "wte.weight", cfg->V, C, 0, std);
-            add_tensor(m, &off, "wpe.weight", cfg->maxT, C, 0, std);
+            add_tensor(m, &off, "wte.weight", cfg->V, C, 0, std, TP_VOCAB);
+            add_tensor(m, &off, "wpe.weight", cfg->maxT, C, 0, std, TP_REPLICATED);
         } else if (b == m->nblocks - 1) {
             blk->kind = BLOCK_HEAD;
             blk->layer = -1;
-            add_tensor(m, &off, "ln_f.weight", C, 0, 0, -1.f);
-            add_tensor(m, &off, "ln_f.bias", C, 0, 0, 0.f);
+            add_tensor(m, &off, "ln_f.weight", C, 0, 0, -1.f, TP_REPLICATED);
+            add_tensor(m, &off, "ln_f.bias", C, 0, 0, 0.f, TP_REPLICATED);
         } else {
             int l = b - 1;
             blk->kind = BLOCK_LAYER;
             blk->layer = l;
-#define T_(suffix, r, c, conv, s)                                                                  \
+#define T_(suffix, r, c, conv, s, split)                                                           \
     snprintf(nm, sizeof nm, "h.%d.%s", l, suffix);                                                 \
-    add_tensor(m, &off, nm, r, c, conv, s)
+    add_tensor(m, &off, nm, r, c, conv, s, split)
             // order matters: layer_params() in block_layer.c walks the same sequence
-            T_("ln_1.weight", C, 0, 0, -1.f);
-            T_("ln_1.bias", C, 0, 0, 0.f);
-            T_("attn.c_attn.weight", 3 * C, C, 1, std);
-            T_("attn.c_attn.bias", 3 * C, 0, 0, 0.f);
-            T_("attn.c_proj.weight", C, C, 1, res_std);
-            T_("attn.c_proj.bias", C, 0, 0, 0.f);
-            T_("ln_2.weight", C, 0, 0, -1.f);
-            T_("ln_2.bias", C, 0, 0, 0.f);
-            T_("mlp.c_fc.weight", 4 * C, C, 1, std);
-            T_("mlp.c_fc.bias", 4 * C, 0, 0, 0.f);
-            T_("mlp.c_proj.weight", C, 4 * C, 1, res_std);
-            T_("mlp.c_proj.bias", C, 0, 0, 0.f);
+            T_("ln_1.weight", C, 0, 0, -1.f, TP_REPLICATED);
+            T_("ln_1.bias", C, 0, 0, 0.f, TP_REPLICATED);
+            T_("attn.c_attn.weight", 3 * C, C, 1, std, TP_QKV);
+            T_("attn.c_attn.bias", 3 * C, 0, 0, 0.f, TP_QKV);
+            T_("attn.c_proj.weight", C, C, 1, res_std, TP_COLS);
+            T_("attn.c_proj.bias", C, 0, 0, 0.f, TP_REPLICATED);
+            T_("ln_2.weight", C, 0, 0, -1.f, TP_REPLICATED);
+            T_("ln_2.bias", C, 0, 0, 0.f, TP_REPLICATED);
+            T_("mlp.c_fc.weight", 4 * C, C, 1, std, TP_ROWS);
+            T_("mlp.c_fc.bias", 4 * C, 0, 0, 0.f, TP_ROWS);
+            T_("mlp.c_proj.weight", C, 4 * C, 1, res_std, TP_COLS);
+            T_("mlp.c_proj.bias", C, 0, 0, 0.f, TP_REPLICATED);
 #undef T_
         }
         blk->nt = m->ntensors - blk->t0;
         blk->n = off - blk->off;
     }
     m->nparams = off;
-    if (off != want) die(EXIT_IO, "gpt_create: laid out %zu parameters, expected %zu", off, want);
+    if (tp == 1 && off != want)
+        die(EXIT_IO, "gpt_create: laid out %zu parameters, expected %zu", off, want);
     size_t chunks = 0; // norm chunks (gpt_chunk_*): counted in size_t, kept where an int holds
     for (int b = 0; b < m->nblocks; b++) {
         m->blocks[b].chunk0 = (int)(chunks < INT_MAX ? chunks : INT_MAX);
@@ -247,15 +268,25 @@ const TensorSpec *gpt_find_tensor(const GPT *m, const char *name) {
 
 // ---------------------------------------------------------------- workspace
 
-static size_t layer_act_floats(const GPTConfig *c, int B, int T) {
-    size_t BT = (size_t)B * T, C = (size_t)c->C;
+// A layer's saved activations; tp > 1: a tensor-parallel rank's (its heads and MLP columns).
+static size_t layer_act_floats_tp(const GPTConfig *c, int tp, int B, int T) {
+    size_t BT = (size_t)B * T, C = (size_t)c->C, Cl = C / (size_t)tp;
     // ln1, qkv, atty, res2, ln2, fch, fch_gelu | 2×(mean, rstd) | att
-    return BT * (C + 3 * C + C + C + C + 4 * C + 4 * C) + 4 * BT + (size_t)B * c->H * T * T;
+    return BT * (C + 3 * Cl + Cl + C + C + 4 * Cl + 4 * Cl) + 4 * BT +
+           (size_t)B * (c->H / tp) * T * T;
+}
+static size_t layer_act_floats(const GPTConfig *c, int B, int T) {
+    return layer_act_floats_tp(c, 1, B, T);
 }
 
-static size_t head_floats(const GPTConfig *c, int B, int T) {
+// The head's: lnf, mean, rstd, logits/probs of `rows` vocabulary rows, losses (and, with
+// tensor parallelism, the cross-entropy's per-row max and (sum, target logit) partials).
+static size_t head_floats_tp(const GPTConfig *c, int rows, int tp, int B, int T) {
     size_t BT = (size_t)B * T;
-    return BT * c->C + 2 * BT + BT * (size_t)c->V + BT;
+    return BT * c->C + 2 * BT + BT * (size_t)rows + BT + (tp > 1 ? 3 * BT : 0);
+}
+static size_t head_floats(const GPTConfig *c, int B, int T) {
+    return head_floats_tp(c, c->V, 1, B, T);
 }
 
 size_t workspace_floats(const GPTConfig *c, int B, int T, int recompute) {
@@ -310,18 +341,20 @@ int workspace_create_range(Workspace *ws, const GPT *m, int B, int T, int recomp
     // layers l live in blocks l+1; this workspace holds layers [b0-1, b1-1) ∩ [0, L)
     int l0 = b0 - 1 < 0 ? 0 : b0 - 1, l1 = b1 - 1 > c->L ? c->L : b1 - 1;
     int nl = l1 > l0 ? l1 - l0 : 0;
+    int tp = m->tp.n > 1 ? m->tp.n : 1;
+    size_t hf = b1 == m->nblocks ? head_floats_tp(c, gpt_vocab_rows(m), tp, B, T) : 1;
     ws->layer0 = l0;
-    ws->layer_stride = layer_act_floats(c, B, T);
+    ws->layer_stride = layer_act_floats_tp(c, tp, B, T);
     ws->stream = m->be->alloc((size_t)(b1 - b0 + 1) * BT * C);
     ws->layer = m->be->alloc((recompute ? 1 : (size_t)(nl ? nl : 1)) * ws->layer_stride);
-    ws->head = m->be->alloc(b1 == m->nblocks ? head_floats(c, B, T) : 1);
+    ws->head = m->be->alloc(hf);
     ws->dstream = m->be->alloc(BT * C);
     ws->scratch = m->be->alloc(BT * 7 * C);
     ws->tokens = xcalloc(BT, sizeof(int));
     ws->targets = xcalloc(BT, sizeof(int));
     ws->floats = (size_t)(b1 - b0 + 1) * BT * C +
                  (recompute ? 1 : (size_t)(nl ? nl : 1)) * ws->layer_stride +
-                 (b1 == m->nblocks ? head_floats(c, B, T) : 1) + BT * C + BT * 7 * C;
+                 hf + BT * C + BT * 7 * C;
     return 0;
 }
 
@@ -372,7 +405,7 @@ double gpt_forward(GPT *m, Workspace *ws, const int *tokens, const int *targets)
 }
 
 void gpt_fold_head(GPT *m, float *dwte) {
-    size_t n = (size_t)m->cfg.V * m->cfg.C;
+    size_t n = (size_t)gpt_vocab_rows(m) * m->cfg.C;
     m->be->axpby(dwte, 1.0f, m->head_dwte, 1.0f, n); // E + H
     m->be->fill(m->head_dwte, 0.f, n);
 }

@@ -40,7 +40,29 @@ typedef struct {
     int shape[2];   // loom's layout; linear weights are (out, in)
     int hf_conv1d;  // 1 when Hugging Face stores the transpose (Conv1D, (in, out))
     float init_std; // N(0, std); 0 → zeros; -1 → ones
+    int split;      // tensor parallelism: which part of the whole tensor a rank holds (TPSplit)
 } TensorSpec;
+
+// How a tensor-parallel rank's tensor is cut from the whole one (tp_layout.c maps them).
+typedef enum {
+    TP_REPLICATED, // every rank holds all of it (LayerNorms, row-parallel biases, wpe)
+    TP_ROWS,       // rows [i·r, (i+1)·r) (column-parallel MLP up-projection, its bias)
+    TP_QKV,        // rows [i·r, (i+1)·r) of each of q, k and v (the heads i holds)
+    TP_COLS,       // columns [i·c, (i+1)·c) (row-parallel projections)
+    TP_VOCAB,      // rows [i·r, (i+1)·r) of the vocabulary padded to a multiple of 64·tp
+} TPSplit;
+
+// Megatron 1D tensor parallelism: a model laid out for rank i of n holds only its part of each
+// layer (heads and MLP columns) and of the vocabulary (tp_layout.c), and its blocks reduce
+// partial results across the group through allreduce (installed by the strategy).
+typedef struct {
+    int n, i;  // group size (0 or 1: no tensor parallelism), this rank
+    int v0;    // first vocabulary row held
+    int nv;    // real vocabulary rows held (the rest of the local table is padding)
+    int vrows; // rows of the local embedding table (padded vocabulary / n)
+    void (*allreduce)(void *ctx, float *x, size_t n, int max); // in place: sum (max: 1 → max)
+    void *ctx;
+} TensorParallel;
 
 // What a rank keeps of one block for its update, every piece behind a re-pointable pointer: a
 // ZeRO shard, a pipeline stage or a swapper sets them, and the optimizer, the strategies and
@@ -106,6 +128,7 @@ typedef struct {
     // and the embedding in different units) share. NULL: H accumulates straight into E.
     float *head_dwte; // (V·C) device buffer, or NULL
     int fold_head;
+    TensorParallel tp; // tp.n > 1: this model is one tensor-parallel rank's part
 } GPT;
 
 // Builds the block list and tensor table and allocates params and grads (zeroed). A shape whose
@@ -117,6 +140,24 @@ int gpt_create(GPT *m, const GPTConfig *cfg, const Backend *be);
 // refuses, before allocating, what would not fit in physical memory).
 int gpt_create_layout(GPT *m, const GPTConfig *cfg, const Backend *be);
 int gpt_alloc_whole(GPT *m, int params, int grads);
+// The layout of tensor-parallel rank tpi of tp (tp_layout.c): cfg is the whole model's; every
+// tensor keeps its name, with the shape of the part this rank holds. -1 (loom_errmsg naming the
+// numbers) when tp does not divide the heads.
+int gpt_create_layout_tp(GPT *m, const GPTConfig *cfg, const Backend *be, int tp, int tpi);
+// Copies the elements of the whole model's flat range [at, at+n) (src, host) that the
+// tensor-parallel model `part` holds into dst (host, part->nparams floats).
+void gpt_tp_from_whole(const GPT *whole, const GPT *part, size_t at, size_t n, const float *src,
+                       float *dst);
+// Copies what tensor-parallel rank tpi holds (src, host, in its layout) into the whole model's
+// flat array dst (host, whole->nparams floats); replicated tensors are copied from any rank.
+void gpt_tp_to_whole(const GPT *whole, const GPT *part_layout, int tpi, const float *src,
+                     float *dst);
+// Rows of the (local) embedding table and of the logits: V, or a tensor-parallel rank's share.
+static inline int gpt_vocab_rows(const GPT *m) { return m->tp.n > 1 ? m->tp.vrows : m->cfg.V; }
+// 1 when tensor t of a tensor-parallel model is replicated on every rank of the group.
+static inline int gpt_tp_replicated(const GPT *m, int t) {
+    return m->tp.n <= 1 || m->tensors[t].split == TP_REPLICATED;
+}
 void gpt_free(GPT *m);
 // GPT-2 init: N(0,0.02); residual projections N(0, 0.02/sqrt(2L)); biases 0; LayerNorm (1,0).
 void gpt_init_weights(GPT *m, unsigned long long seed);

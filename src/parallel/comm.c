@@ -1,11 +1,9 @@
 // comm.c — MPI behind comm.h: every collective is a job on one queue, moved as pieces of at
 // most LOOM_COMM_CHUNK elements (a large one shows progress; every count fits an int);
 // point-to-point requests are tracked so comm_progress (and the progress thread) drive them.
-// The MPI-free half (waits, watchdog, threads, blocking forms) is comm_watchdog.c.
-//
-// Threading: MPI is initialised MPI_THREAD_SERIALIZED and every MPI call made here holds
-// mpi_lock, so the progress thread, the heartbeat thread and the training thread never call
-// MPI at the same time.
+// The MPI-free half (waits, watchdog, threads, blocking forms) is comm_watchdog.c. MPI is
+// MPI_THREAD_SERIALIZED and every MPI call made here holds mpi_lock: the progress, heartbeat
+// and training threads never call MPI at the same time.
 #include <mpi.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -49,7 +47,7 @@ typedef struct Job {
     size_t esize;
     char *buf[2];
     size_t n[2], chunk, total; // elements per segment, per piece, in all
-    int root;                  // J_BCAST
+    int root, max;             // J_BCAST: the root; J_SUM: the maximum instead of the sum
     const float *send;         // J_RSCATTER
     size_t *counts, *displs;   // J_RSCATTER, J_GATHERV: the caller's layout (J_RSCATTER: offsets)
     int nranks, rank, staged;  // of the layout; staged: J_GATHERV through the stage
@@ -185,8 +183,7 @@ Comm *comm_split(const Comm *parent, int color, int key, const char *name) {
 static MPI_Comm H(const Comm *c) { return *(MPI_Comm *)c->handle; }
 
 static CommReq done_req(const Comm *c, const char *op) {
-    CommReq r = {.handle = NULL, .op = op, .comm = c, .contributors = c ? c->size : 1};
-    return r;
+    return (CommReq){.handle = NULL, .op = op, .comm = c, .contributors = c ? c->size : 1};
 }
 
 static int check(int rc, const char *op, const Comm *c) {
@@ -271,7 +268,8 @@ static int issue_piece(Job *j, int k, size_t *len) {
     *len = rest < j->chunk ? rest : j->chunk;
     void *p = j->buf[j->seg] + j->off * j->esize;
     if (j->kind == J_BCAST) return MPI_Ibcast(p, (int)*len, j->type, j->root, j->comm, q);
-    return MPI_Iallreduce(MPI_IN_PLACE, p, (int)*len, j->type, MPI_SUM, j->comm, q);
+    return MPI_Iallreduce(MPI_IN_PLACE, p, (int)*len, j->type, j->max ? MPI_MAX : MPI_SUM, j->comm,
+                          q);
 }
 
 // Starts a job's pieces up to the window (if it may start any) and retires the ones that
@@ -329,12 +327,13 @@ static CommReq submit(const Comm *c, const char *op, Job *j) {
 }
 
 static CommReq submit_sum(const Comm *c, const char *op, void *b0, size_t n0, void *b1, size_t n1,
-                          size_t chunk, int f64, double delay) {
+                          size_t chunk, int how, double delay) { // how: f32 sum, f64 sum, f32 max
     Job *j = xcalloc(1, sizeof *j);
     size_t lim = comm_chunk_limit();
     *j = (Job){.kind = J_SUM,
-               .type = f64 ? MPI_DOUBLE : MPI_FLOAT,
-               .esize = f64 ? sizeof(double) : sizeof(float),
+               .max = how == 2,
+               .type = how == 1 ? MPI_DOUBLE : MPI_FLOAT,
+               .esize = how == 1 ? sizeof(double) : sizeof(float),
                .buf = {b0, b1},
                .n = {n0, n1},
                .chunk = chunk && chunk < lim ? chunk : lim,
@@ -345,6 +344,11 @@ static CommReq submit_sum(const Comm *c, const char *op, void *b0, size_t n0, vo
 CommReq comm_iallreduce(const Comm *c, float *buf, size_t n) {
     if (c->size == 1 || n == 0) return done_req(c, "allreduce");
     return submit_sum(c, "allreduce", buf, n, NULL, 0, 0, 0, comm_link_delay(n));
+}
+
+CommReq comm_iallreduce_max(const Comm *c, float *buf, size_t n) {
+    if (c->size == 1 || n == 0) return done_req(c, "allreduce(max)");
+    return submit_sum(c, "allreduce(max)", buf, n, NULL, 0, 0, 2, 0);
 }
 
 CommReq comm_iallreduce_chunked(const Comm *c, float *b0, size_t n0, float *b1, size_t n1,
@@ -535,8 +539,7 @@ void comm_progress(void) {
 
 static void progress_locked(void) {
     // Jobs start their next pieces; then one MPI_Test on a live point-to-point request runs
-    // Open MPI's progress engine for all of them (completed requests become MPI_REQUEST_NULL;
-    // their owner's comm_test sees them done).
+    // Open MPI's progress for all (completed ones become MPI_REQUEST_NULL: comm_test sees it).
     advance_all();
     for (int i = 0; i < npending; i++) {
         if (*pending[i] == MPI_REQUEST_NULL) continue;

@@ -94,6 +94,9 @@ CommReq comm_iallreduce(const Comm *c, float *buf, size_t n);
 CommReq comm_iallreduce_chunked(const Comm *c, float *b0, size_t n0, float *b1, size_t n1,
                                 size_t chunk);
 int comm_allreduce(const Comm *c, float *buf, size_t n);
+// The element-wise maximum instead of the sum.
+CommReq comm_iallreduce_max(const Comm *c, float *buf, size_t n);
+int comm_allreduce_max(const Comm *c, float *buf, size_t n);
 int comm_allreduce_f64(const Comm *c, double *buf, int n);
 CommReq comm_iallreduce_f64(const Comm *c, double *buf, int n);
 // Each rank r receives the sum of [displs[r], displs[r]+counts[r]) of every rank's send buffer

@@ -71,6 +71,11 @@ int comm_allreduce(const Comm *c, float *buf, size_t n) {
     return comm_wait(&r);
 }
 
+int comm_allreduce_max(const Comm *c, float *buf, size_t n) {
+    CommReq r = comm_iallreduce_max(c, buf, n);
+    return comm_wait(&r);
+}
+
 int comm_allreduce_f64(const Comm *c, double *buf, int n) {
     CommReq r = comm_iallreduce_f64(c, buf, n);
     return comm_wait(&r);

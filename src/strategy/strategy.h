@@ -28,6 +28,8 @@ typedef struct {
     // CO2
     int co2, tau, gap_adaptive;
     float outer_lr, outer_momentum, gap_penalty, outer_clip;
+    // tensor parallelism (Megatron 1D)
+    int tp;
     // pipeline
     int pp;
     const char *schedule;     // gpipe | 1f1b | 2bw

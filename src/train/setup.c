@@ -25,7 +25,7 @@ static void setup_grid(Run *r) {
     r->world = comm_world(NULL, NULL);
     comm_set_timeout(a->comm_timeout);
     if (a->comm_thread) comm_start_progress_thread(1e-3);
-    if (grid_create(&r->grid, r->world, a->dp, a->pp, 1)) run_fail(r, EXIT_USAGE);
+    if (grid_create(&r->grid, r->world, a->dp, a->pp, a->tp)) run_fail(r, EXIT_USAGE);
     r->lead = r->world->rank == 0;
 }
 
@@ -190,6 +190,7 @@ static void strategy_config(Run *r) {
         .outer_momentum = a->outer_momentum,
         .gap_penalty = a->gap_penalty,
         .outer_clip = a->outer_clip,
+        .tp = a->tp,
         .pp = a->pp,
         .schedule = a->schedule,
         .stage_layers = a->stage_layers,

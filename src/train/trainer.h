@@ -26,6 +26,7 @@ typedef struct {
     // parallelism (the process grid; world size = dp, until pipeline/tensor parallelism)
     int dp, zero, dry_run;
     int pp;             // pipeline stages
+    int tp;             // tensor-parallel ranks (Megatron 1D)
     char *schedule;     // gpipe | 1f1b | 2bw
     char *stage_layers; // transformer layers per stage, e.g. "3,3" (NULL: balanced)
     char *plan;         // "auto": profile and pick dp/pp/batch/grad-accum/recompute

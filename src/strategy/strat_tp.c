@@ -1,0 +1,256 @@
+// strat_tp.c — Megatron 1D tensor parallelism (--tp N) with data parallelism over dp: each
+// rank of a tensor-parallel group holds its part of every layer (NH/tp heads, 4C/tp of the
+// MLP) and of the vocabulary (model/tp_layout.c), its blocks all-reduce partial results over
+// the tp communicator (two per layer forward, two backward, one for the embedding and three
+// small ones for the vocabulary-parallel cross-entropy), and the part runs strat_whole's
+// data-parallel mechanics over dp exactly as a whole model would (ZeRO 0). The flat layout of
+// checkpoints, initial weights and exports stays the whole model's: a rank cuts its part out
+// of it when it starts or resumes, and the group gathers the whole back for a save or export.
+// Replicated tensors (LayerNorms, row-parallel biases, wpe) receive the same gradient on every
+// rank and stay identical without communication; the gradient norm counts them once.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "../common.h"
+#include "ckpt_save.h"
+#include "strat_whole.h"
+
+typedef struct {
+    const GPT *whole;  // the whole model's layout (s->model: no buffers)
+    GPT part;          // this rank's part of the model
+    Strategy inner;    // the strategy as strat_whole sees it: the part, and the data below
+    StrategyData data; // training and validation data; the part's initial parameters
+    const Strategy *outer;
+    Whole w;
+    float *stage[3]; // (part) host: parameters, m, v cut from the whole layout (start-up only)
+} TP;
+
+static void tp_allreduce(void *ctx, float *x, size_t n, int max) {
+    const Comm *c = ctx;
+    if (max)
+        comm_allreduce_max(c, x, n);
+    else
+        comm_allreduce(c, x, n);
+}
+
+static int tp_wants(const StrategyConfig *c) { return c->tp > 1; }
+
+static int tp_check(const StrategyConfig *c) {
+    const char *no = c->pp > 1     ? "--pp"
+                     : c->co2      ? "--co2"
+                     : c->offload  ? "--offload"
+                     : c->peer     ? "loom peer"
+                     : c->zero > 0 ? "--zero 1/2/3"
+                                   : NULL;
+    if (no)
+        return loom_fail("--tp %d with %s: not available yet (tensor parallelism runs with data "
+                         "parallelism, ZeRO 0)",
+                         c->tp, no);
+    if (c->device && strncmp(c->device, "cpu", 3))
+        return loom_fail("--tp with --device %s: tensor parallelism runs on the CPU backend only",
+                         c->device);
+    return 0;
+}
+
+// ---------------------------------------------------------------- the part from the whole
+
+static int cut_sink(void *ctx, size_t at, size_t n, const float *src) {
+    TP *t = ctx;
+    gpt_tp_from_whole(t->whole, &t->part, at, n, src, t->stage[0]);
+    return 0;
+}
+
+static int cut_store(void *ctx, int array, size_t at, size_t n, const float *src) {
+    TP *t = ctx;
+    gpt_tp_from_whole(t->whole, &t->part, at, n, src, t->stage[array]);
+    return 0;
+}
+
+// StrategyData.params for the part (ZeRO 0: the whole part at once): a fresh run's initial
+// weights or, on resume, the checkpoint's parameters (its moments are staged for tp_create).
+static int part_params(void *ctx, size_t lo, size_t hi, float *dst) {
+    TP *t = ctx;
+    const Strategy *s = t->outer;
+    size_t np = t->part.nparams, N = t->whole->nparams;
+    t->stage[0] = xalloc_floats(np);
+    int rc;
+    if (s->resume_dir) {
+        t->stage[1] = xalloc_floats(np), t->stage[2] = xalloc_floats(np);
+        CkptWant want = {.lo = {0, 0, 0, 0},
+                         .hi = {N, N, N, 0},
+                         .store = cut_store,
+                         .store_ctx = t};
+        rc = checkpoint_read_into(s->resume_dir, N, &want);
+    } else {
+        rc = s->data->params_stream(s->data->ctx, 0, N, cut_sink, t);
+    }
+    if (!rc) t->part.be->upload(dst, t->stage[0] + lo, hi - lo);
+    free(t->stage[0]);
+    t->stage[0] = NULL;
+    return rc;
+}
+
+// Every rank of a tensor-parallel group reads the same micro-batches (its dp replica's).
+static void part_train(void *ctx, int step, int j, int *inputs, int *targets) {
+    const StrategyData *d = ((TP *)ctx)->outer->data;
+    d->train(d->ctx, step, j, inputs, targets);
+}
+
+static void part_val(void *ctx, int w, int *inputs, int *targets) {
+    const StrategyData *d = ((TP *)ctx)->outer->data;
+    d->val(d->ctx, w, inputs, targets);
+}
+
+// ---------------------------------------------------------------- the whole from the parts
+
+// Every rank's part of src (backend memory, the part's layout) into dst (host, the whole
+// layout), on every rank of the tensor-parallel group.
+static int gather_whole(TP *t, const float *src, float *dst) {
+    const Grid *g = t->outer->grid;
+    size_t np = t->part.nparams, n = (size_t)g->tp;
+    size_t *counts = xmalloc(n * sizeof *counts), *displs = xmalloc(n * sizeof *displs);
+    float *all = xmalloc(n * np * sizeof(float));
+    for (size_t r = 0; r < n; r++)
+        counts[r] = np, displs[r] = r * np;
+    t->part.be->download(all + (size_t)g->tp_i * np, src, np);
+    int rc = comm_allgatherv(g->tp_comm, all, counts, displs);
+    for (size_t r = 0; r < n && !rc; r++)
+        gpt_tp_to_whole(t->whole, &t->part, (int)r, all + r * np, dst);
+    free(all), free(counts), free(displs);
+    return rc;
+}
+
+// ---------------------------------------------------------------- the strategy
+
+static int tp_create(Strategy *s) {
+    TP *t = xcalloc(1, sizeof *t);
+    s->impl = t;
+    const Grid *g = s->grid;
+    t->whole = s->model, t->outer = s;
+    if (gpt_create_layout_tp(&t->part, &s->model->cfg, s->model->be, g->tp, g->tp_i)) return -1;
+    t->part.tp.allreduce = tp_allreduce;
+    t->part.tp.ctx = (void *)g->tp_comm;
+    t->data = (StrategyData){.ctx = t, .train = part_train, .val = part_val, .params = part_params};
+    t->inner = *s;
+    t->inner.model = &t->part, t->inner.data = &t->data, t->inner.resume_dir = NULL;
+    if (whole_create(&t->inner, &t->w, g->dp_comm, 0)) return -1;
+    if (s->resume_dir) {
+        t->part.be->upload(t->w.opt.m, t->stage[1], t->part.nparams);
+        t->part.be->upload(t->w.opt.v, t->stage[2], t->part.nparams);
+        t->w.opt.t = s->resume->opt_t;
+    }
+    free(t->stage[1]), free(t->stage[2]);
+    t->stage[1] = t->stage[2] = NULL;
+    return 0;
+}
+
+// Σ g² over the whole model: the parts' split tensors, the replicated ones counted once.
+static double grad_sumsq(TP *t) {
+    const GPT *m = &t->part;
+    double sum = 0;
+    for (int i = 0; i < m->ntensors; i++)
+        if (!gpt_tp_replicated(m, i) || m->tp.i == 0)
+            sum += m->be->sumsq(m->grads + m->tensors[i].off, m->tensors[i].n);
+    comm_allreduce_f64(t->outer->grid->tp_comm, &sum, 1);
+    return sum;
+}
+
+static int tp_step(Strategy *s, int step, int boundary) {
+    (void)boundary;
+    TP *t = s->impl;
+    Whole *w = &t->w;
+    double t0 = now_sec();
+    double loss = whole_grads(&t->inner, w, step);
+    int N = s->grid->dp;
+    if (N > 1) {
+        comm_allreduce_f64(s->grid->dp_comm, &loss, 1);
+        loss /= N;
+    }
+    StepRecord r = {.step = step + 1, .loss = loss, .lr = lr_at(&s->cfg->opt, step)};
+    r.norm = sqrt(grad_sumsq(t));
+    r.applied = isfinite(loss) && isfinite(r.norm);
+    if (r.applied)
+        dp_optimizer_step(w->dp, &w->opt, r.lr, clip_scale((float)r.norm, s->cfg->opt.grad_clip));
+    r.seconds = now_sec() - t0;
+    r.exposed = N > 1 ? dp_exposed_wait(w->dp) : -1;
+    strategy_emit(s, &r);
+    return 0;
+}
+
+static void tp_drain(Strategy *s, int final) { (void)s, (void) final; }
+
+static double tp_evaluate(Strategy *s) {
+    TP *t = s->impl;
+    return whole_evaluate(&t->inner, &t->w);
+}
+
+// The whole model's parameters and moments, gathered in every tensor-parallel group; the first
+// group's rank 0 writes them as one shard of the whole layout (any layout resumes from it).
+static int tp_save(Strategy *s, const char *dir, CkptMeta *meta, int final, CkptExtraFn extra,
+                   void *extra_ctx, int keep) {
+    (void) final;
+    TP *t = s->impl;
+    size_t N = t->whole->nparams;
+    float *p = xalloc_floats(N), *m = xalloc_floats(N), *v = xalloc_floats(N);
+    int rc = gather_whole(t, t->part.params, p) || gather_whole(t, t->w.opt.m, m) ||
+             gather_whole(t, t->w.opt.v, v);
+    CkptShard sh = {.lo = 0, .hi = N, .params = p, .m = m, .v = v};
+    meta->opt_t = t->w.opt.t;
+    int writes = s->grid->dp_i == 0 && s->grid->tp_i == 0;
+    if (!rc)
+        rc = ckpt_save_collective(dir, s->grid->world, writes ? &sh : NULL, meta, extra,
+                                  extra_ctx, NULL, NULL, keep);
+    free(p), free(m), free(v);
+    return rc;
+}
+
+static int tp_full(Strategy *s, float *host, int grads) {
+    TP *t = s->impl;
+    memset(host, 0, t->whole->nparams * sizeof(float));
+    return gather_whole(t, grads ? t->part.grads : t->part.params, host);
+}
+
+static void tp_describe(const Strategy *s, char *buf, size_t n) {
+    snprintf(buf, n, "tensor parallel: tp %d (1d, vocabulary-parallel head) x dp %d",
+             s->grid->tp, s->grid->dp);
+}
+
+static void tp_summary(Strategy *s, double exposed_s, double step_s) {
+    (void)exposed_s, (void)step_s;
+    TP *t = s->impl;
+    if (!s->lead) return;
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    fprintf(stderr,
+            "loom: tp %d x dp %d | per rank: params %.1f MiB of the whole model's %.1f MiB, "
+            "activations %.1f MiB, peak RSS %.1f MiB\n",
+            s->grid->tp, s->grid->dp, t->part.nparams * 4.0 / 1048576,
+            t->whole->nparams * 4.0 / 1048576, t->w.ws.floats * 4.0 / 1048576,
+            ru.ru_maxrss / 1024.0);
+}
+
+static void tp_destroy(Strategy *s) {
+    TP *t = s->impl;
+    if (!t) return;
+    if (t->w.dp) whole_free(&t->inner, &t->w);
+    gpt_free(&t->part);
+    free(t);
+    s->impl = NULL;
+}
+
+const StrategyOps STRATEGY_TP = {.name = "tensor-parallel",
+                                 .wants = tp_wants,
+                                 .check = tp_check,
+                                 .create = tp_create,
+                                 .step = tp_step,
+                                 .drain = tp_drain,
+                                 .evaluate = tp_evaluate,
+                                 .save = tp_save,
+                                 .full_params = tp_full,
+                                 .comm_failed = strategy_end_job,
+                                 .describe = tp_describe,
+                                 .summary = tp_summary,
+                                 .destroy = tp_destroy};
