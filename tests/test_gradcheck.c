@@ -110,10 +110,10 @@ TEST(attention_grad) {
     AttCtx c = {.B = 2, .T = 7, .C = 12, .NH = 3};
     size_t nq = (size_t)c.B * c.T * 3 * c.C, no = (size_t)c.B * c.T * c.C;
     c.qkv = randv(nq, 1), c.R = randv(no, 1), c.out = xalloc_floats(no);
-    c.att = xalloc_floats((size_t)c.B * c.NH * c.T * c.T);
+    c.att = xalloc_floats(be->attention_saved_floats(c.B, c.T, c.NH));
     float *dqkv = xalloc_floats(nq);
     att_f(&c);
-    be->attention_backward(dqkv, c.R, c.qkv, c.att, c.B, c.T, c.C, c.NH);
+    be->attention_backward(dqkv, c.R, c.qkv, c.out, c.att, c.B, c.T, c.C, c.NH);
     CHECK(!fd_check("dqkv", att_f, &c, c.qkv, dqkv, nq, 150, 2e-2, 2e-3), "attention dqkv");
     // causality: output at t=0 must not depend on later positions' keys
     float before = c.out[0];

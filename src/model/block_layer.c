@@ -97,7 +97,7 @@ void layer_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) 
     // attention branch: res2 = x_in + proj(attention(qkv(ln1)))
     be->matmul_backward(dsmall, g.projw, g.projb, dx, a.atty, p.projw, N, C, C);
     block_poll(m);
-    be->attention_backward(big, dsmall, a.qkv, a.att, B, T, C, NH); // big = dqkv (N,3C)
+    be->attention_backward(big, dsmall, a.qkv, a.atty, a.att, B, T, C, NH); // big = dqkv (N,3C)
     block_poll(m);
     be->matmul_backward(dln, g.qkvw, g.qkvb, big, a.ln1, p.qkvw, N, C, 3 * C);
     be->layernorm_backward(dx, g.ln1w, g.ln1b, dln, io->x_in, p.ln1w, a.ln1_mean, a.ln1_rstd, N, C);

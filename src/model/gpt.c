@@ -247,10 +247,12 @@ const TensorSpec *gpt_find_tensor(const GPT *m, const char *name) {
 
 // ---------------------------------------------------------------- workspace
 
-static size_t layer_act_floats(const GPTConfig *c, int B, int T) {
+// att: what the backend's attention backward needs (the CPU: (B,NH,T) row statistics)
+static size_t layer_act_floats(const GPTConfig *c, const Backend *be, int B, int T) {
     size_t BT = (size_t)B * T, C = (size_t)c->C;
     // ln1, qkv, atty, res2, ln2, fch, fch_gelu | 2×(mean, rstd) | att
-    return BT * (C + 3 * C + C + C + C + 4 * C + 4 * C) + 4 * BT + (size_t)B * c->H * T * T;
+    return BT * (C + 3 * C + C + C + C + 4 * C + 4 * C) + 4 * BT +
+           be->attention_saved_floats(B, T, c->H);
 }
 
 static size_t head_floats(const GPTConfig *c, int B, int T) {
@@ -258,22 +260,22 @@ static size_t head_floats(const GPTConfig *c, int B, int T) {
     return BT * c->C + 2 * BT + BT * (size_t)c->V + BT;
 }
 
-size_t workspace_floats(const GPTConfig *c, int B, int T, int recompute) {
+size_t workspace_floats(const GPTConfig *c, const Backend *be, int B, int T, int recompute) {
     size_t BT = (size_t)B * T, C = (size_t)c->C;
     size_t slots = recompute ? 1 : (size_t)c->L;
-    return (size_t)(c->L + 1) * BT * C + slots * layer_act_floats(c, B, T) + head_floats(c, B, T) +
-           BT * C + BT * 7 * C;
+    return (size_t)(c->L + 1) * BT * C + slots * layer_act_floats(c, be, B, T) +
+           head_floats(c, B, T) + BT * C + BT * 7 * C;
 }
 
-size_t workspace_shared_floats(const GPTConfig *c, int B, int T, int recompute) {
+size_t workspace_shared_floats(const GPTConfig *c, const Backend *be, int B, int T, int recompute) {
     size_t BT = (size_t)B * T;
-    return head_floats(c, B, T) + BT * 7 * c->C + (recompute ? layer_act_floats(c, B, T) : 0);
+    return head_floats(c, B, T) + BT * 7 * c->C + (recompute ? layer_act_floats(c, be, B, T) : 0);
 }
 
-size_t workspace_own_floats(const GPTConfig *c, int B, int T, int recompute) {
+size_t workspace_own_floats(const GPTConfig *c, const Backend *be, int B, int T, int recompute) {
     size_t BT = (size_t)B * T, C = (size_t)c->C;
     return (size_t)(c->L + 3) * BT * C + BT * C +
-           (recompute ? 0 : (size_t)c->L * layer_act_floats(c, B, T));
+           (recompute ? 0 : (size_t)c->L * layer_act_floats(c, be, B, T));
 }
 
 int workspace_create_sharing(Workspace *ws, const GPT *m, const Workspace *share) {
@@ -287,7 +289,7 @@ int workspace_create_sharing(Workspace *ws, const GPT *m, const Workspace *share
     if (!rc) ws->layer = m->be->alloc((size_t)c->L * ws->layer_stride);
     ws->tokens = xcalloc(BT, sizeof(int));
     ws->targets = xcalloc(BT, sizeof(int));
-    ws->floats = workspace_own_floats(c, B, T, rc);
+    ws->floats = workspace_own_floats(c, m->be, B, T, rc);
     return 0;
 }
 
@@ -311,7 +313,7 @@ int workspace_create_range(Workspace *ws, const GPT *m, int B, int T, int recomp
     int l0 = b0 - 1 < 0 ? 0 : b0 - 1, l1 = b1 - 1 > c->L ? c->L : b1 - 1;
     int nl = l1 > l0 ? l1 - l0 : 0;
     ws->layer0 = l0;
-    ws->layer_stride = layer_act_floats(c, B, T);
+    ws->layer_stride = layer_act_floats(c, m->be, B, T);
     ws->stream = m->be->alloc((size_t)(b1 - b0 + 1) * BT * C);
     ws->layer = m->be->alloc((recompute ? 1 : (size_t)(nl ? nl : 1)) * ws->layer_stride);
     ws->head = m->be->alloc(b1 == m->nblocks ? head_floats(c, B, T) : 1);
