@@ -4,9 +4,10 @@
 //
 //   make bench-attention && build/bench/bench_attention [--reps N] [--B 4] [--NH 12] [--hs 64]
 //                                                       [--T 256,512,1024] [--threads N]
-// For each T: the median over N reps (default 7) of one forward + one backward of each kernel,
-// alternating old / new inside a rep so that a disturbance hits both; the new/old ratio; and the
-// largest difference of out and dqkv between the two (a sanity check, not a test).
+// For each T: the medians over N reps (default 7) of one forward and of one backward of each
+// kernel (ms; old and new alternate inside a rep so that a disturbance hits both), their sums
+// and the new/old ratio of the sums; the att each keeps (MiB); and the largest difference of
+// out and dqkv between the two (a sanity check, not a test).
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -127,26 +128,35 @@ static void bench_one(const Backend *be, int B, int NH, int hs, int T, int reps)
     float *o_out = xalloc_floats(n1), *o_att = xalloc_floats((size_t)B * NH * T * T);
     float *o_d = xalloc_floats(n3), *n_out = xalloc_floats(n1), *n_d = xalloc_floats(n3);
     float *n_att = be->alloc(be->attention_saved_floats(B, T, NH));
-    double *to = xcalloc(reps, sizeof(double)), *tn = xcalloc(reps, sizeof(double));
+    double *t[4]; // old fwd, old bwd, new fwd, new bwd
+    for (int i = 0; i < 4; i++)
+        t[i] = xcalloc(reps, sizeof(double));
     for (int r = -1; r < reps; r++) { // r = -1: warm-up
         double t0 = now();
         old_forward(o_out, o_att, qkv, B, T, C, NH);
-        old_backward(o_d, dout, qkv, o_att, B, T, C, NH);
         double t1 = now();
-        be->attention_forward(n_out, n_att, qkv, B, T, C, NH);
-        be->attention_backward(n_d, dout, qkv, n_out, n_att, B, T, C, NH);
+        old_backward(o_d, dout, qkv, o_att, B, T, C, NH);
         double t2 = now();
-        if (r >= 0) to[r] = t1 - t0, tn[r] = t2 - t1;
+        be->attention_forward(n_out, n_att, qkv, B, T, C, NH);
+        double t3 = now();
+        be->attention_backward(n_d, dout, qkv, n_out, n_att, B, T, C, NH);
+        double t4 = now();
+        if (r < 0) continue;
+        t[0][r] = t1 - t0, t[1][r] = t2 - t1, t[2][r] = t3 - t2, t[3][r] = t4 - t3;
     }
-    qsort(to, reps, sizeof(double), cmp_double);
-    qsort(tn, reps, sizeof(double), cmp_double);
-    double mo = to[reps / 2], mn = tn[reps / 2];
-    printf("| %4d | %9.2f | %9.2f | %5.2f | %8.1f | %8.1f | %.1e | %.1e |\n", T, 1e3 * mo, 1e3 * mn,
-           mn / mo, (double)B * NH * T * T * 4 / 1048576,
+    double md[4], mo, mn;
+    for (int i = 0; i < 4; i++)
+        qsort(t[i], reps, sizeof(double), cmp_double), md[i] = 1e3 * t[i][reps / 2];
+    mo = md[0] + md[1], mn = md[2] + md[3]; // totals: sums of the medians
+    printf("| %4d | %7.2f | %7.2f | %7.2f | %7.2f | %7.2f | %7.2f | %5.2f | %7.1f | %7.2f | %.0e "
+           "| %.0e |\n",
+           T, md[0], md[2], md[1], md[3], mo, mn, mn / mo, (double)B * NH * T * T * 4 / 1048576,
            be->attention_saved_floats(B, T, NH) * 4.0 / 1048576, maxdiff(o_out, n_out, n1),
            maxdiff(o_d, n_d, n3));
     free(qkv), free(dout), free(o_out), free(o_att), free(o_d), free(n_out), free(n_d);
-    be->release(n_att), free(to), free(tn);
+    be->release(n_att);
+    for (int i = 0; i < 4; i++)
+        free(t[i]);
 }
 
 int main(int argc, char **argv) {
@@ -174,8 +184,9 @@ int main(int argc, char **argv) {
     if (!be) return fprintf(stderr, "bench_attention: %s\n", loom_errmsg()), 1;
     printf("attention fwd+bwd, B=%d NH=%d hs=%d, %d threads, median of %d reps (ms)\n\n", B, NH, hs,
            omp_get_max_threads(), reps);
-    printf("|    T |  old (ms) |  new (ms) | new/old | old att MiB | new att MiB | max|Δout| | "
-           "max|Δdqkv| |\n|---|---|---|---|---|---|---|---|\n");
+    printf("| T | fwd old | fwd new | bwd old | bwd new | old | new | new/old | old att MiB | "
+           "new att MiB | max Δout | max Δdqkv |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
+           "\n");
     for (const char *p = Ts; *p;) {
         int T = atoi(p);
         if (T > 0) bench_one(be, B, NH, hs, T, reps);

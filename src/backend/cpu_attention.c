@@ -2,6 +2,11 @@
 // tiles of ATT_BQ queries against tiles of ATT_BK keys, an online softmax (running max m and
 // sum l per query row), no (T,T) matrix anywhere. The forward saves only each row's
 // log-sum-exp lse = m + log l (B,NH,T); the backward recomputes P = exp(S − lse) tile by tile.
+// A short sequence (T ≤ ATT_STORED) keeps its softmax (B,NH,T,T) instead — at most ATT_STORED
+// floats per row, so still linear in T — because recomputing it costs the backward a fifth
+// product that, on tiles this small, makes it slower than the stored-softmax kernel
+// (bench/bench_attention.c, B=4 NH=12 hs=64: 1.16x at T = 64, parity at 96, faster above).
+// Tiles are balanced (tile_of): no tile of a few rows, which cost a call each for no work.
 //
 // Per (batch b, head h), Q, K, V are (T,hs) views into qkv (B,T,3C) with row stride 3C, the
 // head's output an (T,hs) view into out (B,T,C) with row stride C. Tile products go through
@@ -18,13 +23,95 @@
 #ifndef ATT_BQ
 #define ATT_BQ 64 // queries per tile
 #endif
+#ifndef ATT_STORED
+#define ATT_STORED 96 // up to this T the softmax is stored (see above)
+#endif
 #ifndef ATT_BK
 #define ATT_BK 128 // keys per tile (64×128 measured best of 32–256 on B=4 NH=12 hs=64)
 #endif
 
-size_t cpu_attention_saved_floats(int B, int T, int NH) { return (size_t)B * NH * T; }
+size_t cpu_attention_saved_floats(int B, int T, int NH) {
+    return (size_t)B * NH * T * (T <= ATT_STORED ? T : 1);
+}
 
 static int imin(int a, int b) { return a < b ? a : b; }
+
+// The tile size that cuts n rows into ceil(n/max) tiles of about equal size, rounded up to a
+// multiple of 16 (whole vectors for the products), at most max: no tile of a few rows.
+static int tile_of(int n, int max) {
+    int k = (n + max - 1) / max, t = ((n + k - 1) / k + 15) / 16 * 16;
+    return t < max ? t : max;
+}
+
+// ------------------------------------------------------------------ T ≤ ATT_BQ: stored softmax
+
+static void small_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    size_t C3 = 3 * (size_t)C;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int bh = 0; bh < B * NH; bh++) {
+        int b = bh / NH, h = bh % NH;
+        const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
+        float *a = att + (size_t)bh * T * T;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, (int)C3, q + C,
+                    (int)C3, 0.0f, a, T);
+        for (int t = 0; t < T; t++) { // causal softmax over j ≤ t
+            float *row = a + (size_t)t * T, mx = -INFINITY, sum = 0.f;
+            for (int j = 0; j <= t; j++)
+                mx = row[j] > mx ? row[j] : mx;
+#pragma omp simd reduction(+ : sum)
+            for (int j = 0; j <= t; j++) {
+                row[j] = fast_expf(row[j] - mx);
+                sum += row[j];
+            }
+            for (int j = 0; j < T; j++)
+                row[j] = j <= t ? row[j] / sum : 0.f;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, q + 2 * C,
+                    (int)C3, 0.0f, out + (size_t)b * T * C + (size_t)h * hs, C);
+    }
+}
+
+static void small_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
+                           int B, int T, int C, int NH) {
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    size_t C3 = 3 * (size_t)C;
+#pragma omp parallel
+    {
+        float *dp = xalloc_floats((size_t)T * T);
+#pragma omp for schedule(dynamic, 1)
+        for (int bh = 0; bh < B * NH; bh++) {
+            int b = bh / NH, h = bh % NH;
+            size_t off = (size_t)b * T * C3 + (size_t)h * hs;
+            const float *q = qkv + off, *k = q + C, *v = q + 2 * C, *p = att + (size_t)bh * T * T;
+            const float *dy = dout + (size_t)b * T * C + (size_t)h * hs;
+            float *dq = dqkv + off;
+            // dP (T,T) = dO Vᵀ ; dV = Pᵀ dO
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, v, (int)C3,
+                        0.0f, dp, T);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, p, T, dy, C, 0.0f,
+                        dq + 2 * C, (int)C3);
+            for (int t = 0; t < T; t++) { // dS = P ∘ (dP − Σ_j P dP), in place in dp
+                const float *pr = p + (size_t)t * T;
+                float *dr = dp + (size_t)t * T, d = 0.f;
+                for (int j = 0; j <= t; j++)
+                    d += pr[j] * dr[j];
+                for (int j = 0; j < T; j++)
+                    dr[j] = j <= t ? pr[j] * (dr[j] - d) : 0.f;
+            }
+            // dQ = scale · dS K ; dK = scale · dSᵀ Q
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, scale, dp, T, k,
+                        (int)C3, 0.0f, dq, (int)C3);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, scale, dp, T, q, (int)C3,
+                        0.0f, dq + C, (int)C3);
+        }
+        free(dp);
+    }
+}
+
+// ------------------------------------------------------------------ blockwise
 
 // One key tile for query rows [i0, i0+nq): s (nq,nk; row stride ATT_BK) holds the scaled
 // scores on entry, P = exp(s − m_new) on exit (0 at the causal mask); m, l, acc (nq,hs) are
@@ -70,8 +157,9 @@ static void forward_qtile(float *o, float *lse, const float *q, const float *k, 
         m[r] = -INFINITY, l[r] = 0.f;
     for (size_t i = 0; i < (size_t)nq * hs; i++)
         acc[i] = 0.f;
-    for (int j0 = 0; j0 < i0 + nq; j0 += ATT_BK) { // key tiles up to the diagonal
-        int nk = imin(ATT_BK, i0 + nq - j0);
+    int bk = tile_of(i0 + nq, ATT_BK);
+    for (int j0 = 0; j0 < i0 + nq; j0 += bk) { // key tiles up to the diagonal
+        int nk = imin(bk, i0 + nq - j0);
         // s (nq,nk) = scale · Q_i K_jᵀ
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hs, scale, q + (size_t)i0 * C3,
                     C3, k + (size_t)j0 * C3, C3, 0.0f, s, ATT_BK);
@@ -90,7 +178,8 @@ static void forward_qtile(float *o, float *lse, const float *q, const float *k, 
 }
 
 void cpu_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
-    int hs = C / NH, nqt = (T + ATT_BQ - 1) / ATT_BQ;
+    if (T <= ATT_STORED) return small_forward(out, lse, qkv, B, T, C, NH);
+    int hs = C / NH, bq = tile_of(T, ATT_BQ), nqt = (T + bq - 1) / bq;
     float scale = 1.0f / sqrtf((float)hs);
     size_t C3 = 3 * (size_t)C;
 #pragma omp parallel
@@ -101,11 +190,11 @@ void cpu_attention_forward(float *out, float *lse, const float *qkv, int B, int 
 #pragma omp for schedule(dynamic, 1)
         for (long w = 0; w < (long)B * NH * nqt; w++) {
             int bh = (int)(w / nqt), qt = nqt - 1 - (int)(w % nqt); // long tiles first
-            int b = bh / NH, h = bh % NH, i0 = qt * ATT_BQ;
+            int b = bh / NH, h = bh % NH, i0 = qt * bq;
             const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
             float *o = out + (size_t)b * T * C + (size_t)h * hs;
-            forward_qtile(o, lse + (size_t)bh * T, q, q + C, q + 2 * C, i0, imin(ATT_BQ, T - i0), C,
-                          hs, scale, s, acc, m, l);
+            forward_qtile(o, lse + (size_t)bh * T, q, q + C, q + 2 * C, i0, imin(bq, T - i0), C, hs,
+                          scale, s, acc, m, l);
         }
         free(s), free(acc), free(m), free(l);
     }
@@ -130,8 +219,9 @@ static void backward_qtile(float *dq, float *dk, float *dv, const float *dy, con
             d += a[c] * b[c];
         w->d[r] = d;
     }
-    for (int j0 = 0; j0 < i0 + nq; j0 += ATT_BK) {
-        int nk = imin(ATT_BK, i0 + nq - j0);
+    int bk = tile_of(i0 + nq, ATT_BK);
+    for (int j0 = 0; j0 < i0 + nq; j0 += bk) {
+        int nk = imin(bk, i0 + nq - j0);
         const float *kj = k + (size_t)j0 * C3, *vj = v + (size_t)j0 * C3;
         // P (nq,nk) = exp(scale · Q_i K_jᵀ − lse), 0 above the diagonal
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hs, scale, qi, C3, kj, C3,
@@ -165,7 +255,8 @@ static void backward_qtile(float *dq, float *dk, float *dv, const float *dy, con
 
 void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
                             const float *lse, int B, int T, int C, int NH) {
-    int hs = C / NH;
+    if (T <= ATT_STORED) return small_backward(dqkv, dout, qkv, lse, B, T, C, NH);
+    int hs = C / NH, bq = tile_of(T, ATT_BQ);
     float scale = 1.0f / sqrtf((float)hs);
     size_t C3 = 3 * (size_t)C;
 #pragma omp parallel
@@ -181,9 +272,9 @@ void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, co
             for (int t = 0; t < T; t++) // dq, dk, dv of this head accumulate from zero
                 for (int part = 0; part < 3; part++)
                     memset(dq + (size_t)t * C3 + (size_t)part * C, 0, hs * sizeof(float));
-            for (int i0 = 0; i0 < T; i0 += ATT_BQ)
+            for (int i0 = 0; i0 < T; i0 += bq)
                 backward_qtile(dq, dq + C, dq + 2 * C, dout + ooff, out + ooff, q, q + C, q + 2 * C,
-                               lse + (size_t)bh * T, i0, imin(ATT_BQ, T - i0), C, hs, scale, &w);
+                               lse + (size_t)bh * T, i0, imin(bq, T - i0), C, hs, scale, &w);
         }
         free(w.p), free(w.dp), free(w.d);
     }
