@@ -55,8 +55,8 @@ typedef struct Backend {
                             const float *inp, const float *w, int N, int C, int OC);
     // causal self-attention. qkv (B,T,3C) → out (B,T,C). att is what the backward needs
     // besides qkv and out, attention_saved_floats(B,T,NH) floats, opaque to the model: the CPU
-    // keeps the per-row log-sum-exp (B,NH,T); CUDA fp32 the softmax (B,NH,T,T), its bf16 flash
-    // path per-row statistics in the same space.
+    // keeps the per-row log-sum-exp (B,NH,T) (the softmax (B,NH,T,T) while T ≤ 96); CUDA
+    // (B,NH,T,T): its fp32 path the softmax, its bf16 flash path row statistics in that space.
     void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C,
                               int NH);
     // dqkv (B,T,3C) overwritten from dout (B,T,C); out and att as the forward left them

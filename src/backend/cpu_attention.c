@@ -43,7 +43,7 @@ static int tile_of(int n, int max) {
     return t < max ? t : max;
 }
 
-// ------------------------------------------------------------------ T ≤ ATT_BQ: stored softmax
+// ------------------------------------------------------------------ T ≤ ATT_STORED: stored softmax
 
 static void small_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
     int hs = C / NH;
@@ -65,8 +65,9 @@ static void small_forward(float *out, float *att, const float *qkv, int B, int T
                 row[j] = fast_expf(row[j] - mx);
                 sum += row[j];
             }
+            float inv = 1.0f / sum;
             for (int j = 0; j < T; j++)
-                row[j] = j <= t ? row[j] / sum : 0.f;
+                row[j] = j <= t ? row[j] * inv : 0.f;
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, q + 2 * C,
                     (int)C3, 0.0f, out + (size_t)b * T * C + (size_t)h * hs, C);
@@ -177,8 +178,9 @@ static void forward_qtile(float *o, float *lse, const float *q, const float *k, 
     }
 }
 
-void cpu_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
-    if (T <= ATT_STORED) return small_forward(out, lse, qkv, B, T, C, NH);
+// att: the softmax (B,NH,T,T) for T ≤ ATT_STORED, else the row log-sum-exps (B,NH,T)
+void cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
+    if (T <= ATT_STORED) return small_forward(out, att, qkv, B, T, C, NH);
     int hs = C / NH, bq = tile_of(T, ATT_BQ), nqt = (T + bq - 1) / bq;
     float scale = 1.0f / sqrtf((float)hs);
     size_t C3 = 3 * (size_t)C;
@@ -193,7 +195,7 @@ void cpu_attention_forward(float *out, float *lse, const float *qkv, int B, int 
             int b = bh / NH, h = bh % NH, i0 = qt * bq;
             const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
             float *o = out + (size_t)b * T * C + (size_t)h * hs;
-            forward_qtile(o, lse + (size_t)bh * T, q, q + C, q + 2 * C, i0, imin(bq, T - i0), C, hs,
+            forward_qtile(o, att + (size_t)bh * T, q, q + C, q + 2 * C, i0, imin(bq, T - i0), C, hs,
                           scale, s, acc, m, l);
         }
         free(s), free(acc), free(m), free(l);
@@ -254,8 +256,8 @@ static void backward_qtile(float *dq, float *dk, float *dv, const float *dy, con
 }
 
 void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
-                            const float *lse, int B, int T, int C, int NH) {
-    if (T <= ATT_STORED) return small_backward(dqkv, dout, qkv, lse, B, T, C, NH);
+                            const float *att, int B, int T, int C, int NH) {
+    if (T <= ATT_STORED) return small_backward(dqkv, dout, qkv, att, B, T, C, NH);
     int hs = C / NH, bq = tile_of(T, ATT_BQ);
     float scale = 1.0f / sqrtf((float)hs);
     size_t C3 = 3 * (size_t)C;
@@ -274,7 +276,7 @@ void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, co
                     memset(dq + (size_t)t * C3 + (size_t)part * C, 0, hs * sizeof(float));
             for (int i0 = 0; i0 < T; i0 += bq)
                 backward_qtile(dq, dq + C, dq + 2 * C, dout + ooff, out + ooff, q, q + C, q + 2 * C,
-                               lse + (size_t)bh * T, i0, imin(bq, T - i0), C, hs, scale, &w);
+                               att + (size_t)bh * T, i0, imin(bq, T - i0), C, hs, scale, &w);
         }
         free(w.p), free(w.dp), free(w.d);
     }
