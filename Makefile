@@ -65,7 +65,7 @@ TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
 .PHONY: all demo test test-asan tests clean format fuzz fuzz-build fuzz-targets test-gpu \
-        gpu-tests
+        gpu-tests bench-attention
 all: $(LOOM_BIN)
 
 $(LOOM_BIN): $(BUILD)/src/cli/main.o $(BUILD)/libloom.a
@@ -88,6 +88,13 @@ $(BUILD)/tests/%: tests/%.c $(BUILD)/libloom.a
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libloom.a $(LDLIBS) $(TEST_LIBS)
 
 tests: $(TEST_BIN)
+
+# bench/bench_attention.c: the CPU attention kernel against the stored-softmax one it replaced.
+bench-attention: $(BUILD)/bench/bench_attention
+
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libloom.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libloom.a $(LDLIBS)
 
 demo:
 	@bash scripts/demo.sh
@@ -146,7 +153,7 @@ fuzz:
 	  $(if $(filter-out undefined,$(origin FUZZ_SKIP)),FUZZ_SKIP="$(FUZZ_SKIP)") bash fuzz/run.sh
 
 format:
-	clang-format -i $(wildcard src/*.[ch] src/*/*.[ch] tests/*.c fuzz/*.[ch] src/backend/cuda/*.[ch] \
+	clang-format -i $(wildcard src/*.[ch] src/*/*.[ch] tests/*.c bench/*.c fuzz/*.[ch] src/backend/cuda/*.[ch] \
 	  src/backend/cuda/*.cu src/backend/cuda/*.cuh tests/gpu/*.[ch])
 
 clean:

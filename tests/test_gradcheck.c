@@ -106,20 +106,27 @@ static double att_f(void *v) {
     return dot(c->out, c->R, (size_t)c->B * c->T * c->C);
 }
 
-TEST(attention_grad) {
-    AttCtx c = {.B = 2, .T = 7, .C = 12, .NH = 3};
+// T = 7 runs the CPU's stored-softmax path, T = 100 its blockwise one (cpu_attention.c)
+static void attention_grad_at(int B, int T, int C, int NH) {
+    AttCtx c = {.B = B, .T = T, .C = C, .NH = NH};
     size_t nq = (size_t)c.B * c.T * 3 * c.C, no = (size_t)c.B * c.T * c.C;
     c.qkv = randv(nq, 1), c.R = randv(no, 1), c.out = xalloc_floats(no);
-    c.att = xalloc_floats((size_t)c.B * c.NH * c.T * c.T);
+    c.att = xalloc_floats(be->attention_saved_floats(c.B, c.T, c.NH));
     float *dqkv = xalloc_floats(nq);
     att_f(&c);
-    be->attention_backward(dqkv, c.R, c.qkv, c.att, c.B, c.T, c.C, c.NH);
-    CHECK(!fd_check("dqkv", att_f, &c, c.qkv, dqkv, nq, 150, 2e-2, 2e-3), "attention dqkv");
+    be->attention_backward(dqkv, c.R, c.qkv, c.out, c.att, c.B, c.T, c.C, c.NH);
+    CHECK(!fd_check("dqkv", att_f, &c, c.qkv, dqkv, nq, 150, 2e-2, 2e-3), "attention dqkv T=%d", T);
     // causality: output at t=0 must not depend on later positions' keys
     float before = c.out[0];
     c.qkv[(size_t)3 * 3 * c.C + c.C] += 5.f; // key of position 3, batch 0
     att_f(&c);
-    CHECK(c.out[0] == before, "attention leaks future keys");
+    CHECK(c.out[0] == before, "attention leaks future keys (T=%d)", T);
+    free(c.qkv), free(c.R), free(c.out), free(c.att), free(dqkv);
+}
+
+TEST(attention_grad) {
+    attention_grad_at(2, 7, 12, 3);
+    attention_grad_at(2, 100, 12, 3);
 }
 
 typedef struct {

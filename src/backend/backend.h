@@ -53,12 +53,17 @@ typedef struct Backend {
     // dw (OC,C) += doutᵀ · inp, dbias (OC) += Σ_n dout (skipped when NULL)
     void (*matmul_backward)(float *dinp, float *dw, float *dbias, const float *dout,
                             const float *inp, const float *w, int N, int C, int OC);
-    // causal self-attention. qkv (B,T,3C) → out (B,T,C); att (B,NH,T,T) keeps the softmax
+    // causal self-attention. qkv (B,T,3C) → out (B,T,C). att is what the backward needs
+    // besides qkv and out, attention_saved_floats(B,T,NH) floats, opaque to the model: the CPU
+    // keeps the per-row log-sum-exp (B,NH,T) (the softmax (B,NH,T,T) while T ≤ 96); CUDA
+    // (B,NH,T,T): its fp32 path the softmax, its bf16 flash path row statistics in that space.
     void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C,
                               int NH);
-    // dqkv (B,T,3C) overwritten from dout (B,T,C)
-    void (*attention_backward)(float *dqkv, const float *dout, const float *qkv, const float *att,
-                               int B, int T, int C, int NH);
+    // dqkv (B,T,3C) overwritten from dout (B,T,C); out and att as the forward left them
+    void (*attention_backward)(float *dqkv, const float *dout, const float *qkv, const float *out,
+                               const float *att, int B, int T, int C, int NH);
+    // floats of the forward's att for a (B,T) micro-batch with NH heads
+    size_t (*attention_saved_floats)(int B, int T, int NH);
     // GELU, tanh approximation, elementwise over n
     void (*gelu_forward)(float *out, const float *inp, size_t n);
     void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);

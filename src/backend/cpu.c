@@ -9,35 +9,11 @@
 
 #include "../common.h"
 #include "backend.h"
+#include "cpu_impl.h"
 #include "cpu_shard.h"
 
 #define LN_EPS 1e-5f
 #define GELU_K 0.7978845608028654f // sqrt(2/pi)
-
-// ------------------------------------------------------------------ vector math
-// expf and tanhf from libm are scalar calls; these inline versions vectorize under
-// `omp simd` and are accurate to a few ulp (Cody-Waite range reduction + degree-6 polynomial).
-
-static inline float fast_expf(float x) {
-    x = x < -87.0f ? -87.0f : x; // ternaries, not fminf/fmaxf: NaN passes through
-    x = x > 88.0f ? 88.0f : x;
-    // round x·log2(e) to an integer n by adding 1.5·2^23: n lands in t's low mantissa bits
-    float t = x * 1.4426950409f + 12582912.0f;
-    float n = t - 12582912.0f;
-    float r = x - n * 0.693145752f - n * 1.428606765e-6f; // |r| <= ln2/2
-    float p = 1.0f + r * (1.0f + r * (0.5f + r * (0.1666666667f +
-                                                  r * (0.0416666667f +
-                                                       r * (0.0083333333f + r * 0.0013888889f)))));
-    uint32_t tb;
-    memcpy(&tb, &t, sizeof tb);
-    uint32_t sb = (tb - 0x4B400000u + 127u) << 23; // 2^n (unsigned: no UB for any input)
-    float scale;
-    memcpy(&scale, &sb, sizeof scale);
-    return p * scale;
-}
-
-// Absolute error ~2e-7 everywhere (relative error grows near 0, harmless inside GELU).
-static inline float fast_tanhf(float u) { return 1.0f - 2.0f / (fast_expf(2.0f * u) + 1.0f); }
 
 // ------------------------------------------------------------------ memory
 
@@ -248,87 +224,6 @@ static void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const floa
     }
 }
 
-// ------------------------------------------------------------------ attention
-// Per (batch, head): Q, K, V are (T,hs) views into qkv with row stride 3C. Each (b,h) pair
-// runs single-threaded sgemms; the pairs are spread over the OpenMP threads.
-
-static void cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
-                                  int NH) {
-    int hs = C / NH;
-    float scale = 1.0f / sqrtf((float)hs);
-    size_t C3 = 3 * (size_t)C;
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int bh = 0; bh < B * NH; bh++) {
-        int b = bh / NH, h = bh % NH;
-        const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
-        const float *k = q + C, *v = q + 2 * C;
-        float *a = att + (size_t)bh * T * T;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, (int)C3, k,
-                    (int)C3, 0.0f, a, T);
-        for (int t = 0; t < T; t++) { // causal softmax over j ≤ t
-            float *row = a + (size_t)t * T;
-            float mx = -INFINITY;
-            for (int j = 0; j <= t; j++)
-                mx = row[j] > mx ? row[j] : mx;
-            float sum = 0.f;
-#pragma omp simd reduction(+ : sum)
-            for (int j = 0; j <= t; j++) {
-                row[j] = fast_expf(row[j] - mx);
-                sum += row[j];
-            }
-            float inv = 1.0f / sum;
-            for (int j = 0; j <= t; j++)
-                row[j] *= inv;
-            for (int j = t + 1; j < T; j++)
-                row[j] = 0.f;
-        }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, v, (int)C3,
-                    0.0f, out + (size_t)b * T * C + (size_t)h * hs, C);
-    }
-}
-
-static void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv,
-                                   const float *att, int B, int T, int C, int NH) {
-    int hs = C / NH;
-    float scale = 1.0f / sqrtf((float)hs);
-    size_t C3 = 3 * (size_t)C;
-#pragma omp parallel
-    {
-        float *datt = xalloc_floats((size_t)T * T);
-#pragma omp for schedule(dynamic, 1)
-        for (int bh = 0; bh < B * NH; bh++) {
-            int b = bh / NH, h = bh % NH;
-            size_t off = (size_t)b * T * C3 + (size_t)h * hs;
-            const float *q = qkv + off, *k = q + C, *v = q + 2 * C;
-            float *dq = dqkv + off, *dk = dq + C, *dv = dq + 2 * C;
-            const float *a = att + (size_t)bh * T * T;
-            const float *dy = dout + (size_t)b * T * C + (size_t)h * hs;
-            // datt (T,T) = dy · vᵀ ; dv (T,hs) = attᵀ · dy
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, v, (int)C3,
-                        0.0f, datt, T);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, dy, C, 0.0f,
-                        dv, (int)C3);
-            for (int t = 0; t < T; t++) { // softmax backward, in place in datt
-                const float *ar = a + (size_t)t * T;
-                float *dr = datt + (size_t)t * T;
-                float dot = 0.f;
-                for (int j = 0; j <= t; j++)
-                    dot += ar[j] * dr[j];
-                for (int j = 0; j <= t; j++)
-                    dr[j] = ar[j] * (dr[j] - dot);
-                for (int j = t + 1; j < T; j++)
-                    dr[j] = 0.f;
-            }
-            // dq = scale · dpre · k ; dk = scale · dpreᵀ · q
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, scale, datt, T, k,
-                        (int)C3, 0.0f, dq, (int)C3);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, scale, datt, T, q,
-                        (int)C3, 0.0f, dk, (int)C3);
-        }
-        free(datt);
-    }
-}
-
 // ------------------------------------------------------------------ elementwise
 
 // Elementwise loops run as parallel chunks with a vectorized inner loop.
@@ -463,6 +358,7 @@ static const Backend CPU = {
     .matmul_backward = cpu_matmul_backward,
     .attention_forward = cpu_attention_forward,
     .attention_backward = cpu_attention_backward,
+    .attention_saved_floats = cpu_attention_saved_floats,
     .gelu_forward = cpu_gelu_forward,
     .gelu_backward = cpu_gelu_backward,
     .residual_forward = cpu_residual_forward,

@@ -123,7 +123,7 @@ void layer_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) 
     // attention branch: res2 = x_in + proj(attention(qkv(ln1)))
     be->matmul_backward(dsmall, g.projw, g.projb, dx, a.atty, p.projw, N, w.Cl, C);
     block_poll(m);
-    be->attention_backward(big, dsmall, a.qkv, a.att, B, T, w.Cl, w.NHl); // big = dqkv (N,3Cl)
+    be->attention_backward(big, dsmall, a.qkv, a.atty, a.att, B, T, w.Cl, w.NHl); // dqkv (N,3Cl)
     block_poll(m);
     be->matmul_backward(dln, g.qkvw, g.qkvb, big, a.ln1, p.qkvw, N, C, 3 * w.Cl);
     tp_sum(m, dln, NC);

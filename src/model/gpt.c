@@ -269,14 +269,15 @@ const TensorSpec *gpt_find_tensor(const GPT *m, const char *name) {
 // ---------------------------------------------------------------- workspace
 
 // A layer's saved activations; tp > 1: a tensor-parallel rank's (its heads and MLP columns).
-static size_t layer_act_floats_tp(const GPTConfig *c, int tp, int B, int T) {
+// att: what the backend's attention backward needs (the CPU: (B,NH,T) row statistics).
+static size_t layer_act_floats_tp(const GPTConfig *c, const Backend *be, int tp, int B, int T) {
     size_t BT = (size_t)B * T, C = (size_t)c->C, Cl = C / (size_t)tp;
     // ln1, qkv, atty, res2, ln2, fch, fch_gelu | 2×(mean, rstd) | att
     return BT * (C + 3 * Cl + Cl + C + C + 4 * Cl + 4 * Cl) + 4 * BT +
-           (size_t)B * (c->H / tp) * T * T;
+           be->attention_saved_floats(B, T, c->H / tp);
 }
-static size_t layer_act_floats(const GPTConfig *c, int B, int T) {
-    return layer_act_floats_tp(c, 1, B, T);
+static size_t layer_act_floats(const GPTConfig *c, const Backend *be, int B, int T) {
+    return layer_act_floats_tp(c, be, 1, B, T);
 }
 
 // The head's: lnf, mean, rstd, logits/probs of `rows` vocabulary rows, losses (and, with
@@ -289,22 +290,22 @@ static size_t head_floats(const GPTConfig *c, int B, int T) {
     return head_floats_tp(c, c->V, 1, B, T);
 }
 
-size_t workspace_floats(const GPTConfig *c, int B, int T, int recompute) {
+size_t workspace_floats(const GPTConfig *c, const Backend *be, int B, int T, int recompute) {
     size_t BT = (size_t)B * T, C = (size_t)c->C;
     size_t slots = recompute ? 1 : (size_t)c->L;
-    return (size_t)(c->L + 1) * BT * C + slots * layer_act_floats(c, B, T) + head_floats(c, B, T) +
-           BT * C + BT * 7 * C;
+    return (size_t)(c->L + 1) * BT * C + slots * layer_act_floats(c, be, B, T) +
+           head_floats(c, B, T) + BT * C + BT * 7 * C;
 }
 
-size_t workspace_shared_floats(const GPTConfig *c, int B, int T, int recompute) {
+size_t workspace_shared_floats(const GPTConfig *c, const Backend *be, int B, int T, int recompute) {
     size_t BT = (size_t)B * T;
-    return head_floats(c, B, T) + BT * 7 * c->C + (recompute ? layer_act_floats(c, B, T) : 0);
+    return head_floats(c, B, T) + BT * 7 * c->C + (recompute ? layer_act_floats(c, be, B, T) : 0);
 }
 
-size_t workspace_own_floats(const GPTConfig *c, int B, int T, int recompute) {
+size_t workspace_own_floats(const GPTConfig *c, const Backend *be, int B, int T, int recompute) {
     size_t BT = (size_t)B * T, C = (size_t)c->C;
     return (size_t)(c->L + 3) * BT * C + BT * C +
-           (recompute ? 0 : (size_t)c->L * layer_act_floats(c, B, T));
+           (recompute ? 0 : (size_t)c->L * layer_act_floats(c, be, B, T));
 }
 
 int workspace_create_sharing(Workspace *ws, const GPT *m, const Workspace *share) {
@@ -318,7 +319,7 @@ int workspace_create_sharing(Workspace *ws, const GPT *m, const Workspace *share
     if (!rc) ws->layer = m->be->alloc((size_t)c->L * ws->layer_stride);
     ws->tokens = xcalloc(BT, sizeof(int));
     ws->targets = xcalloc(BT, sizeof(int));
-    ws->floats = workspace_own_floats(c, B, T, rc);
+    ws->floats = workspace_own_floats(c, m->be, B, T, rc);
     return 0;
 }
 
@@ -344,7 +345,7 @@ int workspace_create_range(Workspace *ws, const GPT *m, int B, int T, int recomp
     int tp = m->tp.n > 1 ? m->tp.n : 1;
     size_t hf = b1 == m->nblocks ? head_floats_tp(c, gpt_vocab_rows(m), tp, B, T) : 1;
     ws->layer0 = l0;
-    ws->layer_stride = layer_act_floats_tp(c, tp, B, T);
+    ws->layer_stride = layer_act_floats_tp(c, m->be, tp, B, T);
     ws->stream = m->be->alloc((size_t)(b1 - b0 + 1) * BT * C);
     ws->layer = m->be->alloc((recompute ? 1 : (size_t)(nl ? nl : 1)) * ws->layer_stride);
     ws->head = m->be->alloc(hf);

@@ -231,14 +231,16 @@ int workspace_create_range(Workspace *ws, const GPT *m, int B, int T, int recomp
 // Block l's output in the residual stream (l = -1 .. nblocks-2; l = b-1 is block b's input).
 float *workspace_stream(const Workspace *ws, const GPT *m, int l);
 void workspace_free(Workspace *ws, const GPT *m);
-size_t workspace_floats(const GPTConfig *c, int B, int T, int recompute);
+// Activation floats of a whole-model workspace; be: the backend that will run it (its attention
+// keeps backend-specific saved state).
+size_t workspace_floats(const GPTConfig *c, const Backend *be, int B, int T, int recompute);
 // Several micro-batches in flight at once (block swapping runs K of them through a unit): a
 // workspace that shares `share`'s head, scratch and (with recompute) layer slot, with its own
 // residual stream, stream gradient, tokens and (without recompute) layer activations.
 int workspace_create_sharing(Workspace *ws, const GPT *m, const Workspace *share);
 // Floats of the parts micro-batches share, and of those each needs for itself.
-size_t workspace_shared_floats(const GPTConfig *c, int B, int T, int recompute);
-size_t workspace_own_floats(const GPTConfig *c, int B, int T, int recompute);
+size_t workspace_shared_floats(const GPTConfig *c, const Backend *be, int B, int T, int recompute);
+size_t workspace_own_floats(const GPTConfig *c, const Backend *be, int B, int T, int recompute);
 
 // What flows into and out of a block for one micro-batch.
 typedef struct {

@@ -53,8 +53,8 @@ size_t offload_slots_floats(const GPT *m, const OffloadPlan *p) {
 
 double offload_workspace_bytes(const GPT *m, const OffloadShape *s) {
     size_t BT = (size_t)s->B * s->T;
-    double own = (double)workspace_own_floats(&m->cfg, s->B, s->T, s->recompute);
-    double shared = (double)workspace_shared_floats(&m->cfg, s->B, s->T, s->recompute);
+    double own = (double)workspace_own_floats(&m->cfg, m->be, s->B, s->T, s->recompute);
+    double shared = (double)workspace_shared_floats(&m->cfg, m->be, s->B, s->T, s->recompute);
     return sizeof(float) * (shared + s->K * own) + (double)s->K * 2 * BT * sizeof(int);
 }
 

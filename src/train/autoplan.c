@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../backend/backend.h"
 #include "../common.h"
 #include "../io/weights.h"
 #include "../parallel/data_parallel.h"
@@ -78,7 +79,10 @@ int train_dry_run(const TrainArgs *a) {
         .L = a->layers, .H = a->heads, .C = a->dim, .V = a->vocab, .maxT = a->block_size};
     if (a->init && init_read_config(a->init, a->heads, &cfg)) die_last(EXIT_INPUT);
     if (gpt_config_check(&cfg)) die_last(EXIT_USAGE);
-    double act = workspace_floats(&cfg, a->batch, a->seq, a->recompute) * 4.0;
+    // the activations depend on the device (what its attention keeps for the backward)
+    const Backend *be = backend_select_dtype(a->device, a->dtype, 0);
+    if (!be) die_last(EXIT_USAGE);
+    double act = workspace_floats(&cfg, be, a->batch, a->seq, a->recompute) * 4.0;
     printf("memory plan per rank (MiB) for L%d H%d C%d V%d T%d, batch %d x seq %d%s\n", cfg.L,
            cfg.H, cfg.C, cfg.V, cfg.maxT, a->batch, a->seq, a->recompute ? ", recompute" : "");
     printf("%4s %5s %10s %10s %10s %12s %10s\n", "dp", "zero", "params", "grads", "optimizer",

@@ -191,6 +191,7 @@ static const Backend CUDA = {
     .matmul_backward = cuda_matmul_backward,
     .attention_forward = cuda_attention_forward,
     .attention_backward = cuda_attention_backward,
+    .attention_saved_floats = cuda_attention_saved_floats,
     .gelu_forward = cuda_gelu_forward,
     .gelu_backward = cuda_gelu_backward,
     .residual_forward = cuda_residual_forward,

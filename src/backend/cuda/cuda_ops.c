@@ -182,8 +182,14 @@ void cuda_attention_forward(float *out, float *att, const float *qkv, int B, int
     cu_prof_end(PROF_ATT_F);
 }
 
-void cuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
-                             int B, int T, int C, int NH) {
+// att holds the softmax (B,NH,T,T) for the batched products; the flash path keeps its per-row
+// statistics and output copy in the same space (k_flash.cu), so both ask for T·T per head.
+size_t cuda_attention_saved_floats(int B, int T, int NH) { return (size_t)B * NH * T * T; }
+
+// out is unused: the flash path reads its own copy of the output rows from att
+void cuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
+                             const float *att, int B, int T, int C, int NH) {
+    (void)out;
     if (use_flash(T, C, NH)) {
         cu_prof_begin(PROF_ATT_B);
         float *drow = cu_scratch(SCR_FLASH, (size_t)B * NH * T * sizeof(float));

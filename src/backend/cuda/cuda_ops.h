@@ -17,8 +17,9 @@ void cuda_matmul_forward(float *out, const float *inp, const float *w, const flo
 void cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                           const float *w, int N, int C, int OC);
 void cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
-void cuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
-                             int B, int T, int C, int NH);
+size_t cuda_attention_saved_floats(int B, int T, int NH);
+void cuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
+                             const float *att, int B, int T, int C, int NH);
 void cuda_gelu_forward(float *out, const float *inp, size_t n);
 void cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
 void cuda_residual_forward(float *out, const float *a, const float *b, size_t n);
