@@ -321,6 +321,96 @@ TEST(model_grad_and_recompute_identical) {
     CHECK(fabs(la - log(11.0)) < 0.1, "initial loss %f should be near ln V = %f", la, log(11.0));
 }
 
+// The vocabulary-parallel cross-entropy and embedding (tensor parallelism): two shards of a
+// vocabulary of 10 (6 rows each, the second with 2 rows of padding), their partials combined as
+// the tensor-parallel group's all-reduces do, against the whole-vocabulary kernels; the loss's
+// gradient is finite-differenced through the shard path.
+enum { SH_N = 5, SH_V = 10, SH_R = 6 };
+typedef struct {
+    float *z; // (N,V) the whole logits
+    int *tg;
+    float *probs; // (2, N, R) the shards' probabilities after the forward
+} ShardCtx;
+
+static double shard_loss(void *v) {
+    ShardCtx *c = v;
+    float mx[2][SH_N], st[2][2 * SH_N], losses[SH_N];
+    for (int k = 0; k < 2; k++) {
+        float *p = c->probs + (size_t)k * SH_N * SH_R;
+        for (int n = 0; n < SH_N; n++)
+            for (int j = 0; j < SH_R; j++)
+                p[n * SH_R + j] = k * SH_R + j < SH_V ? c->z[n * SH_V + k * SH_R + j] : 99.f;
+        be->xent_shard_max(mx[k], p, SH_N, SH_R, k ? SH_V - SH_R : SH_R);
+    }
+    for (int n = 0; n < SH_N; n++) // the max across shards
+        mx[0][n] = mx[1][n] = mx[0][n] > mx[1][n] ? mx[0][n] : mx[1][n];
+    for (int k = 0; k < 2; k++)
+        be->xent_shard_sum(st[k], c->probs + (size_t)k * SH_N * SH_R, mx[k], c->tg, k * SH_R, SH_N,
+                           SH_R, k ? SH_V - SH_R : SH_R);
+    for (int i = 0; i < 2 * SH_N; i++) // the sum across shards
+        st[0][i] = st[1][i] = st[0][i] + st[1][i];
+    double total = 0;
+    for (int k = 0; k < 2; k++)
+        total = be->xent_shard_finish(c->probs + (size_t)k * SH_N * SH_R, losses, mx[k], st[k],
+                                      SH_N, SH_R, k ? SH_V - SH_R : SH_R);
+    return total;
+}
+
+TEST(vocab_shards) {
+    ShardCtx c = {.z = randv(SH_N * SH_V, 2), .tg = xcalloc(SH_N, sizeof(int))};
+    c.probs = xalloc_floats(2 * SH_N * SH_R);
+    int tg[SH_N] = {0, 9, 5, 6, 3};
+    memcpy(c.tg, tg, sizeof tg);
+    float *whole = xalloc_floats(SH_N * SH_V), losses[SH_N];
+    memcpy(whole, c.z, SH_N * SH_V * sizeof(float));
+    double want = be->softmax_xent_forward(whole, losses, c.tg, SH_N, SH_V);
+    double got = shard_loss(&c);
+    CHECK(fabs(got - want) < 1e-5, "shard loss %.7f vs whole %.7f", got, want);
+    be->softmax_xent_backward(whole, c.tg, 0.5f, SH_N, SH_V);
+    float *dz = xalloc_floats(SH_N * SH_V);
+    double worst = 0;
+    for (int k = 0; k < 2; k++) {
+        float *p = c.probs + (size_t)k * SH_N * SH_R;
+        be->xent_shard_backward(p, c.tg, k * SH_R, 0.5f, SH_N, SH_R, k ? SH_V - SH_R : SH_R);
+        for (int n = 0; n < SH_N; n++)
+            for (int j = 0; j < SH_R; j++) {
+                int col = k * SH_R + j;
+                if (col >= SH_V) {
+                    CHECK(p[n * SH_R + j] == 0.f, "padding has a gradient");
+                    continue;
+                }
+                dz[n * SH_V + col] = 2.f * p[n * SH_R + j]; // d(Σ losses)
+                double e = fabs(p[n * SH_R + j] - whole[n * SH_V + col]);
+                worst = e > worst ? e : worst;
+            }
+    }
+    CHECK(worst < 1e-6, "shard dlogits differ from the whole kernel's by %g", worst);
+    CHECK(!fd_check("dlogits", shard_loss, &c, c.z, dz, SH_N * SH_V, 50, 2e-2, 2e-3),
+          "shard cross-entropy");
+    // the embedding: two shards' outputs sum to the whole lookup (+ wpe once)
+    int B = 1, T = 5, C = 3, tok[5] = {0, 9, 5, 6, 3};
+    float *wte = randv(12 * C, 1), *wpe = randv(T * C, 1), out[15], part[15], sum[15] = {0};
+    be->encoder_forward(out, tok, wte, wpe, B, T, C);
+    for (int k = 0; k < 2; k++) {
+        be->encoder_forward_shard(part, tok, wte + k * SH_R * C, k ? NULL : wpe, k * SH_R,
+                                  k ? SH_V - SH_R : SH_R, B, T, C);
+        for (int i = 0; i < 15; i++)
+            sum[i] += part[i];
+    }
+    double ew = 0;
+    for (int i = 0; i < 15; i++)
+        ew = fabs(sum[i] - out[i]) > ew ? fabs(sum[i] - out[i]) : ew;
+    CHECK(ew < 1e-6, "shard embeddings differ by %g", ew);
+    float *dw1 = xalloc_floats(12 * C), *dw2 = xalloc_floats(12 * C), *dp = xalloc_floats(T * C);
+    be->encoder_backward(dw1, dp, out, tok, B, T, C);
+    for (int k = 0; k < 2; k++)
+        be->encoder_backward_shard(dw2 + k * SH_R * C, NULL, out, tok, k * SH_R,
+                                   k ? SH_V - SH_R : SH_R, B, T, C);
+    CHECK(!memcmp(dw1, dw2, 12 * C * sizeof(float)), "shard embedding gradients differ");
+    free(c.z), free(c.tg), free(c.probs), free(whole), free(dz), free(wte), free(wpe);
+    free(dw1), free(dw2), free(dp);
+}
+
 int main(void) {
     rng_seed(&rng, 1234, 1);
     be = backend_cpu();
@@ -330,6 +420,7 @@ int main(void) {
     RUN(gelu_grad);
     RUN(softmax_xent_grad);
     RUN(encoder_grad);
+    RUN(vocab_shards);
     RUN(block_grads);
     RUN(block_grads_recompute);
     RUN(model_grad_and_recompute_identical);
