@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # t_tp.sh — Megatron 1D tensor parallelism (--tp) under mpirun equals the single process on
 # the same data (losses within 1e-5 per step, exported weights within 1e-5): tp 2 with a
-# vocabulary that leaves rank 1 only padding, tp 2 and tp 4 over a vocabulary split across
-# ranks (T = 100: the blockwise attention path), dp 2 x tp 2, --recompute, weight decay,
-# clipping and grad-accum > 1 throughout; checkpoints resume across tp layouts (tp 2 -> 1 rank,
-# tp 2 -> tp 4, 1 rank -> dp 2 x tp 2) and `loom export` of a tp checkpoint equals the run's
-# export. Negative control: a tp run compared with a run on other data must fail. Bad layouts
-# are clear errors naming the numbers.
+# vocabulary that leaves rank 1 only padding; tp 2 and tp 4 over a vocabulary split across
+# ranks (T = 100: the blockwise attention path); dp 2 x tp 2 (ZeRO 0 and 1); --recompute;
+# weight decay, clipping and grad-accum > 1 throughout. Checkpoints resume across layouts
+# (tp 2 -> 1 rank, tp 2 -> tp 4, dp 2 x tp 2 ZeRO-1 -> tp 4, 1 rank -> dp 2 x tp 2) and
+# `loom export` of a tp checkpoint equals the run's export. Negative control: a tp run on
+# other data must fail the comparison. Bad layouts are clear errors naming the numbers.
 set -eu
 . "$(dirname "$0")/lib.sh"
 need_mpi
@@ -39,6 +39,9 @@ same "tp 4" "$d/tp4.jsonl" "$d/ref.jsonl"
 $REF compare-st "$d/tp4.st" "$d/ref.st" --tol 1e-5
 $MPI -np 4 $LOOM train $f --grad-accum 2 --dp 2 --tp 2 --metrics "$d/dt.jsonl"
 same "dp 2 x tp 2" "$d/dt.jsonl" "$d/ref.jsonl"
+$MPI -np 4 $LOOM train $f --grad-accum 2 --dp 2 --tp 2 --zero 1 --metrics "$d/z1.jsonl" \
+    --save "$d/cz1" --save-every 3 --keep 0
+same "dp 2 x tp 2, ZeRO-1" "$d/z1.jsonl" "$d/ref.jsonl"
 $MPI -np 2 $LOOM train $f --grad-accum 4 --tp 2 --recompute --metrics "$d/rc.jsonl"
 same "tp 2 --recompute" "$d/rc.jsonl" "$d/ref.jsonl"
 
@@ -60,6 +63,9 @@ same "tp 2 checkpoint -> tp 4" "$d/c2to4.jsonl" "$d/tail.jsonl"
 $MPI -np 4 $LOOM train $f --grad-accum 2 --dp 2 --tp 2 --resume "$d/one/step_00000003" \
     --metrics "$d/1todt.jsonl"
 same "1-rank checkpoint -> dp 2 x tp 2" "$d/1todt.jsonl" "$d/tail.jsonl"
+$MPI -np 4 $LOOM train $f --grad-accum 4 --tp 4 --resume "$d/cz1/step_00000003" \
+    --metrics "$d/z1to4.jsonl"
+same "dp 2 x tp 2 ZeRO-1 checkpoint -> tp 4" "$d/z1to4.jsonl" "$d/tail.jsonl"
 $LOOM export "$d/c2" -o "$d/c2.st"
 $REF compare-st "$d/c2.st" "$d/tp2.st" --tol 0
 
@@ -67,5 +73,5 @@ $REF compare-st "$d/c2.st" "$d/tp2.st" --tol 0
 expect_fail "--tp 3 must divide --heads 4" $MPI -np 3 $LOOM train $f --tp 3
 expect_fail "= 2 ranks, but the job has 3" $MPI -np 3 $LOOM train $f --tp 2
 expect_fail "--tp 2 with --pp" $MPI -np 4 $LOOM train $f --tp 2 --pp 2
-expect_fail "--tp 2 with --zero" $MPI -np 2 $LOOM train $f --tp 2 --zero 1
+expect_fail "--tp 2 with --zero 2/3" $MPI -np 2 $LOOM train $f --tp 2 --zero 2
 expect_fail "--tp 2 with --co2" $MPI -np 2 $LOOM train $f --tp 2 --co2

@@ -3,7 +3,7 @@
 // MLP) and of the vocabulary (model/tp_layout.c), its blocks all-reduce partial results over
 // the tp communicator (two per layer forward, two backward, one for the embedding and three
 // small ones for the vocabulary-parallel cross-entropy), and the part runs strat_whole's
-// data-parallel mechanics over dp exactly as a whole model would (ZeRO 0). The flat layout of
+// data-parallel mechanics over dp exactly as a whole model would (ZeRO 0 or 1). The flat layout of
 // checkpoints, initial weights and exports stays the whole model's: a rank cuts its part out
 // of it when it starts or resumes, and the group gathers the whole back for a save or export.
 // Replicated tensors (LayerNorms, row-parallel biases, wpe) receive the same gradient on every
@@ -47,11 +47,11 @@ static int tp_check(const StrategyConfig *c) {
                      : c->co2      ? "--co2"
                      : c->offload  ? "--offload"
                      : c->peer     ? "loom peer"
-                     : c->zero > 0 ? "--zero 1/2/3"
+                     : c->zero > 1 ? "--zero 2/3"
                                    : NULL;
     if (no)
         return loom_fail("--tp %d with %s: not available yet (tensor parallelism runs with data "
-                         "parallelism, ZeRO 0)",
+                         "parallelism, ZeRO 0 or 1)",
                          c->tp, no);
     if (c->device && strncmp(c->device, "cpu", 3))
         return loom_fail("--tp with --device %s: tensor parallelism runs on the CPU backend only",
@@ -110,20 +110,40 @@ static void part_val(void *ctx, int w, int *inputs, int *targets) {
 
 // ---------------------------------------------------------------- the whole from the parts
 
-// Every rank's part of src (backend memory, the part's layout) into dst (host, the whole
-// layout), on every rank of the tensor-parallel group.
-static int gather_whole(TP *t, const float *src, float *dst) {
+// Every rank's part of src (the part's layout: backend memory, or host memory when `host`) into
+// dst (host, the whole layout), on every rank of the tensor-parallel group.
+static int gather_whole(TP *t, const float *src, int host, float *dst) {
     const Grid *g = t->outer->grid;
     size_t np = t->part.nparams, n = (size_t)g->tp;
     size_t *counts = xmalloc(n * sizeof *counts), *displs = xmalloc(n * sizeof *displs);
     float *all = xmalloc(n * np * sizeof(float));
     for (size_t r = 0; r < n; r++)
         counts[r] = np, displs[r] = r * np;
-    t->part.be->download(all + (size_t)g->tp_i * np, src, np);
+    if (host)
+        memcpy(all + (size_t)g->tp_i * np, src, np * sizeof(float));
+    else
+        t->part.be->download(all + (size_t)g->tp_i * np, src, np);
     int rc = comm_allgatherv(g->tp_comm, all, counts, displs);
     for (size_t r = 0; r < n && !rc; r++)
         gpt_tp_to_whole(t->whole, &t->part, (int)r, all + r * np, dst);
     free(all), free(counts), free(displs);
+    return rc;
+}
+
+// A moment (ZeRO-1: each dp rank holds its slice [lo, hi) of the part) whole, into host dst.
+static int gather_moment(TP *t, const float *slice, float *dst) {
+    const Grid *g = t->outer->grid;
+    size_t lo, hi, n = (size_t)g->dp;
+    dp_owned_range(t->w.dp, &lo, &hi);
+    double *r = xcalloc(2 * n, sizeof *r);
+    r[2 * g->dp_i] = (double)lo, r[2 * g->dp_i + 1] = (double)hi;
+    size_t *counts = xmalloc(n * sizeof *counts), *displs = xmalloc(n * sizeof *displs);
+    int rc = comm_allreduce_f64(g->dp_comm, r, (int)(2 * n));
+    for (size_t q = 0; q < n; q++)
+        displs[q] = (size_t)r[2 * q], counts[q] = (size_t)r[2 * q + 1] - displs[q];
+    t->part.be->download(dst + lo, slice, hi - lo);
+    if (!rc) rc = comm_allgatherv(g->dp_comm, dst, counts, displs);
+    free(r), free(counts), free(displs);
     return rc;
 }
 
@@ -140,10 +160,12 @@ static int tp_create(Strategy *s) {
     t->data = (StrategyData){.ctx = t, .train = part_train, .val = part_val, .params = part_params};
     t->inner = *s;
     t->inner.model = &t->part, t->inner.data = &t->data, t->inner.resume_dir = NULL;
-    if (whole_create(&t->inner, &t->w, g->dp_comm, 0)) return -1;
-    if (s->resume_dir) {
-        t->part.be->upload(t->w.opt.m, t->stage[1], t->part.nparams);
-        t->part.be->upload(t->w.opt.v, t->stage[2], t->part.nparams);
+    if (whole_create(&t->inner, &t->w, g->dp_comm, s->cfg->zero)) return -1;
+    if (s->resume_dir) { // ZeRO-1: the moments' slice this dp rank owns
+        size_t lo, hi;
+        dp_owned_range(t->w.dp, &lo, &hi);
+        t->part.be->upload(t->w.opt.m, t->stage[1] + lo, hi - lo);
+        t->part.be->upload(t->w.opt.v, t->stage[2] + lo, hi - lo);
         t->w.opt.t = s->resume->opt_t;
     }
     free(t->stage[1]), free(t->stage[2]);
@@ -200,8 +222,11 @@ static int tp_save(Strategy *s, const char *dir, CkptMeta *meta, int final, Ckpt
     TP *t = s->impl;
     size_t N = t->whole->nparams;
     float *p = xalloc_floats(N), *m = xalloc_floats(N), *v = xalloc_floats(N);
-    int rc = gather_whole(t, t->part.params, p) || gather_whole(t, t->w.opt.m, m) ||
-             gather_whole(t, t->w.opt.v, v);
+    float *pm = xalloc_floats(t->part.nparams), *pv = xalloc_floats(t->part.nparams);
+    int rc = gather_whole(t, t->part.params, 0, p) || gather_moment(t, t->w.opt.m, pm) ||
+             gather_moment(t, t->w.opt.v, pv) || gather_whole(t, pm, 1, m) ||
+             gather_whole(t, pv, 1, v);
+    free(pm), free(pv);
     CkptShard sh = {.lo = 0, .hi = N, .params = p, .m = m, .v = v};
     meta->opt_t = t->w.opt.t;
     int writes = s->grid->dp_i == 0 && s->grid->tp_i == 0;
@@ -215,12 +240,12 @@ static int tp_save(Strategy *s, const char *dir, CkptMeta *meta, int final, Ckpt
 static int tp_full(Strategy *s, float *host, int grads) {
     TP *t = s->impl;
     memset(host, 0, t->whole->nparams * sizeof(float));
-    return gather_whole(t, grads ? t->part.grads : t->part.params, host);
+    return gather_whole(t, grads ? t->part.grads : t->part.params, 0, host);
 }
 
 static void tp_describe(const Strategy *s, char *buf, size_t n) {
-    snprintf(buf, n, "tensor parallel: tp %d (1d, vocabulary-parallel head) x dp %d",
-             s->grid->tp, s->grid->dp);
+    snprintf(buf, n, "tensor parallel: tp %d (1d, vocabulary-parallel head) x dp %d (zero %d)",
+             s->grid->tp, s->grid->dp, s->cfg->zero);
 }
 
 // Per rank: memory, and what its blocks all-reduced over tp per layer and micro-batch (training
