@@ -22,8 +22,8 @@ void cpu_encoder_forward_shard(float *out, const int *inp, const float *wte, con
     }
 }
 
-void cpu_encoder_backward_shard(float *dwte, float *dwpe, const float *dout, const int *inp,
-                                int v0, int nv, int B, int T, int C) {
+void cpu_encoder_backward_shard(float *dwte, float *dwpe, const float *dout, const int *inp, int v0,
+                                int nv, int B, int T, int C) {
     // channels split across threads: no two threads add to the same element
 #pragma omp parallel
     {
@@ -57,8 +57,8 @@ void cpu_xent_shard_max(float *mx, const float *logits, int N, int V, int nv) {
     }
 }
 
-void cpu_xent_shard_sum(float *st, const float *logits, const float *mx, const int *targets,
-                        int v0, int N, int V, int nv) {
+void cpu_xent_shard_sum(float *st, const float *logits, const float *mx, const int *targets, int v0,
+                        int N, int V, int nv) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float *row = logits + (size_t)n * V;

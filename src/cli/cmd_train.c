@@ -147,9 +147,9 @@ static const Option PEER_OPTS[] = {
 
 // Flags of `loom train` that mean nothing for a peer.
 static int peer_flags_check(const Option *opts, int n) {
-    const char *bad[] = {"dp",           "pp",          "tp",       "zero",     "co2",
-                         "comm-timeout", "plan",        "schedule", "stage-layers",
-                         "bucket-mb",    "comm-thread", "dry-run"};
+    const char *bad[] = {"dp",           "pp",           "tp",          "zero",
+                         "co2",          "comm-timeout", "plan",        "schedule",
+                         "stage-layers", "bucket-mb",    "comm-thread", "dry-run"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         if (options_was_set(opts, n, bad[i]))
             return loom_fail("--%s has no meaning for loom peer (each peer is one process; the "

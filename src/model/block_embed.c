@@ -25,6 +25,6 @@ void embed_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) 
     if (tp->n <= 1)
         m->be->encoder_backward(dwte, dwpe, io->dx, io->tokens, ws->B, ws->T, m->cfg.C);
     else // d(x_0) is the same on every rank: wpe's gradient too
-        m->be->encoder_backward_shard(dwte, dwpe, io->dx, io->tokens, tp->v0, tp->nv, ws->B,
-                                      ws->T, m->cfg.C);
+        m->be->encoder_backward_shard(dwte, dwpe, io->dx, io->tokens, tp->v0, tp->nv, ws->B, ws->T,
+                                      m->cfg.C);
 }

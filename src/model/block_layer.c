@@ -82,7 +82,7 @@ static void layer_run_forward(const GPT *m, const Block *blk, const Workspace *w
     LayerParams p = layer_params(blk->params, C, w.Cl, w.F);
     LayerActs a = layer_acts(ws, m, blk->layer);
     be->layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x_in, p.ln1w, p.ln1b, N, C);
-    be->matmul_forward(a.qkv, a.ln1, p.qkvw, p.qkvb, N, C, 3 * w.Cl);  // (N,3Cl)
+    be->matmul_forward(a.qkv, a.ln1, p.qkvw, p.qkvb, N, C, 3 * w.Cl); // (N,3Cl)
     be->attention_forward(a.atty, a.att, a.qkv, B, T, w.Cl, w.NHl);   // (N,Cl)
     block_poll(m);
     be->matmul_forward(a.res2, a.atty, p.projw, w.lead ? p.projb : NULL, N, w.Cl, C); // (N,C)

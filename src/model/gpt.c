@@ -62,9 +62,12 @@ static size_t phys_mem_bytes(void) {
 static void add_tensor(GPT *m, size_t *off, const char *name, int rows, int cols, int conv,
                        float std, int split) {
     int tp = m->tp.n > 1 ? m->tp.n : 1;
-    if (tp > 1 && split == TP_VOCAB) rows = m->tp.vrows;
-    else if (tp > 1 && (split == TP_ROWS || split == TP_QKV)) rows /= tp;
-    else if (tp > 1 && split == TP_COLS) cols /= tp;
+    if (tp > 1 && split == TP_VOCAB)
+        rows = m->tp.vrows;
+    else if (tp > 1 && (split == TP_ROWS || split == TP_QKV))
+        rows /= tp;
+    else if (tp > 1 && split == TP_COLS)
+        cols /= tp;
     if (tp == 1) split = TP_REPLICATED;
     TensorSpec *t = &m->tensors[m->ntensors++];
     t->split = split;
@@ -354,8 +357,8 @@ int workspace_create_range(Workspace *ws, const GPT *m, int B, int T, int recomp
     ws->tokens = xcalloc(BT, sizeof(int));
     ws->targets = xcalloc(BT, sizeof(int));
     ws->floats = (size_t)(b1 - b0 + 1) * BT * C +
-                 (recompute ? 1 : (size_t)(nl ? nl : 1)) * ws->layer_stride +
-                 hf + BT * C + BT * 7 * C;
+                 (recompute ? 1 : (size_t)(nl ? nl : 1)) * ws->layer_stride + hf + BT * C +
+                 BT * 7 * C;
     return 0;
 }
 

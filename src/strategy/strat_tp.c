@@ -25,7 +25,7 @@ typedef struct {
     StrategyData data; // training and validation data; the part's initial parameters
     const Strategy *outer;
     Whole w;
-    float *stage[3]; // (part) host: parameters, m, v cut from the whole layout (start-up only)
+    float *stage[3];      // (part) host: parameters, m, v cut from the whole layout (start-up only)
     double floats, calls; // what the blocks all-reduced over tp (for the summary)
     int steps;
 } TP;
@@ -83,10 +83,8 @@ static int part_params(void *ctx, size_t lo, size_t hi, float *dst) {
     int rc;
     if (s->resume_dir) {
         t->stage[1] = xalloc_floats(np), t->stage[2] = xalloc_floats(np);
-        CkptWant want = {.lo = {0, 0, 0, 0},
-                         .hi = {N, N, N, 0},
-                         .store = cut_store,
-                         .store_ctx = t};
+        CkptWant want = {
+            .lo = {0, 0, 0, 0}, .hi = {N, N, N, 0}, .store = cut_store, .store_ctx = t};
         rc = checkpoint_read_into(s->resume_dir, N, &want);
     } else {
         rc = s->data->params_stream(s->data->ctx, 0, N, cut_sink, t);
@@ -231,8 +229,8 @@ static int tp_save(Strategy *s, const char *dir, CkptMeta *meta, int final, Ckpt
     meta->opt_t = t->w.opt.t;
     int writes = s->grid->dp_i == 0 && s->grid->tp_i == 0;
     if (!rc)
-        rc = ckpt_save_collective(dir, s->grid->world, writes ? &sh : NULL, meta, extra,
-                                  extra_ctx, NULL, NULL, keep);
+        rc = ckpt_save_collective(dir, s->grid->world, writes ? &sh : NULL, meta, extra, extra_ctx,
+                                  NULL, NULL, keep);
     free(p), free(m), free(v);
     return rc;
 }
