@@ -39,4 +39,4 @@ run "tp 2" 2 --tp 2
 run "tp 4" 4 --tp 4
 run "dp 4" 4 --dp 4
 run "dp 2 x tp 2" 4 --dp 2 --tp 2
-echo "host: $(nproc) cores; logs in $OUT"
+echo "host: $(nproc --all) cores; logs in $OUT"
