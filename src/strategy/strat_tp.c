@@ -61,16 +61,14 @@ static int tp_check(const StrategyConfig *c) {
 
 // ---------------------------------------------------------------- the part from the whole
 
-static int cut_sink(void *ctx, size_t at, size_t n, const float *src) {
-    TP *t = ctx;
-    gpt_tp_from_whole(t->whole, &t->part, at, n, src, t->stage[0]);
-    return 0;
-}
-
 static int cut_store(void *ctx, int array, size_t at, size_t n, const float *src) {
     TP *t = ctx;
     gpt_tp_from_whole(t->whole, &t->part, at, n, src, t->stage[array]);
     return 0;
+}
+
+static int cut_sink(void *ctx, size_t at, size_t n, const float *src) {
+    return cut_store(ctx, CKPT_PARAMS, at, n, src);
 }
 
 // StrategyData.params for the part (ZeRO 0: the whole part at once): a fresh run's initial
@@ -193,11 +191,8 @@ static int tp_step(Strategy *s, int step, int boundary) {
         comm_allreduce_f64(s->grid->dp_comm, &loss, 1);
         loss /= N;
     }
-    StepRecord r = {.step = step + 1, .loss = loss, .lr = lr_at(&s->cfg->opt, step)};
-    r.norm = sqrt(grad_sumsq(t));
-    r.applied = isfinite(loss) && isfinite(r.norm);
-    if (r.applied)
-        dp_optimizer_step(w->dp, &w->opt, r.lr, clip_scale((float)r.norm, s->cfg->opt.grad_clip));
+    StepRecord r = {.step = step + 1, .loss = loss};
+    whole_update_sumsq(&t->inner, w, step, loss, grad_sumsq(t), &r);
     r.seconds = now_sec() - t0;
     r.exposed = N > 1 ? dp_exposed_wait(w->dp) : -1;
     t->steps++;

@@ -65,7 +65,11 @@ double whole_grads(Strategy *s, Whole *w, int step) {
 }
 
 void whole_update(Strategy *s, Whole *w, int step, double loss, StepRecord *r) {
-    r->norm = sqrt(w->sw ? swap_grad_sumsq(w->sw) : dp_grad_sumsq(w->dp));
+    whole_update_sumsq(s, w, step, loss, w->sw ? swap_grad_sumsq(w->sw) : dp_grad_sumsq(w->dp), r);
+}
+
+void whole_update_sumsq(Strategy *s, Whole *w, int step, double loss, double sumsq, StepRecord *r) {
+    r->norm = sqrt(sumsq);
     r->lr = lr_at(&s->cfg->opt, step);
     r->applied = isfinite(loss) && isfinite(r->norm);
     float scale = clip_scale((float)r->norm, s->cfg->opt.grad_clip);

@@ -28,6 +28,8 @@ double whole_grads(Strategy *s, Whole *w, int step);
 // Global gradient norm, then — if it and the loss are finite — clipping and AdamW on the owned
 // slice. Fills the record's norm, lr and applied.
 void whole_update(Strategy *s, Whole *w, int step, double loss, StepRecord *r);
+// The same with the global Σ g² given (a strategy whose ranks hold parts of tensors: --tp).
+void whole_update_sumsq(Strategy *s, Whole *w, int step, double loss, double sumsq, StepRecord *r);
 double whole_evaluate(Strategy *s, Whole *w);
 // The checkpoint: `writes` ranks write the owned slice with their moments; rank_files (may be
 // NULL) lets every rank add files of its own. Collective over the dp communicator.
