@@ -80,10 +80,19 @@ static const Option OPTS[] = {
      "a progress thread drives non-blocking MPI operations every millisecond (off: only "
      "between kernels)",
      NULL, 0, 0},
-    {"pp", OPT_INT, &A.pp, "pipeline stages (world size = dp x pp x tp)", NULL, 1, 1 << 20},
+    {"pp", OPT_INT, &A.pp, "pipeline stages (world size = dp x pp x tp x cp)", NULL, 1, 1 << 20},
     {"tp", OPT_INT, &A.tp,
      "tensor-parallel ranks (Megatron 1D: heads, MLP and vocabulary split; must divide --heads)",
      NULL, 1, 1 << 20},
+    {"tp-mode", OPT_STR, &A.tp_mode,
+     "tensor parallelism: Megatron 1D, or Colossal-AI 2D (SUMMA on a q x q grid, --tp q^2)",
+     "1d|2d", 0, 0},
+    {"sp", OPT_FLAG, &A.sp,
+     "with --tp: sequence parallelism (LayerNorm/residual regions split along the sequence)", NULL,
+     0, 0},
+    {"cp", OPT_INT, &A.cp,
+     "context-parallel ranks: ring attention over a sequence split into 2 x cp chunks", NULL, 1,
+     1 << 20},
     {"schedule", OPT_STR, &A.schedule, "pipeline schedule", "gpipe|1f1b|2bw", 0, 0},
     {"stage-layers", OPT_STR, &A.stage_layers,
      "transformer layers per pipeline stage, e.g. 3,3 (default: balanced by cost)", NULL, 0, 0},
@@ -147,9 +156,9 @@ static const Option PEER_OPTS[] = {
 
 // Flags of `loom train` that mean nothing for a peer.
 static int peer_flags_check(const Option *opts, int n) {
-    const char *bad[] = {"dp",           "pp",           "tp",          "zero",
-                         "co2",          "comm-timeout", "plan",        "schedule",
-                         "stage-layers", "bucket-mb",    "comm-thread", "dry-run"};
+    const char *bad[] = {"dp",       "pp",           "tp",        "zero",         "cp",
+                         "sp",       "tp-mode",      "co2",       "comm-timeout", "plan",
+                         "schedule", "stage-layers", "bucket-mb", "comm-thread",  "dry-run"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         if (options_was_set(opts, n, bad[i]))
             return loom_fail("--%s has no meaning for loom peer (each peer is one process; the "

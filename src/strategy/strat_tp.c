@@ -40,9 +40,18 @@ static void tp_allreduce(void *ctx, float *x, size_t n, int max) {
         comm_allreduce(c, x, n);
 }
 
-static int tp_wants(const StrategyConfig *c) { return c->tp > 1; }
+static int tp_wants(const StrategyConfig *c) { return c->tp > 1 || c->cp > 1 || c->sp || c->tp_2d; }
 
 static int tp_check(const StrategyConfig *c) {
+    if (c->sp && c->tp < 2)
+        return loom_fail(
+            "--sp splits the sequence over the tensor-parallel group: it needs --tp >= 2 "
+            "(got --tp %d)",
+            c->tp);
+    if (c->tp_2d && c->tp < 2)
+        return loom_fail("--tp-mode 2d needs --tp q*q >= 4 (got --tp %d)", c->tp);
+    const char *later = c->sp ? "--sp" : c->cp > 1 ? "--cp" : c->tp_2d ? "--tp-mode 2d" : NULL;
+    if (later) return loom_fail("%s: not available yet", later);
     const char *no = c->pp > 1     ? "--pp"
                      : c->co2      ? "--co2"
                      : c->offload  ? "--offload"

@@ -28,8 +28,9 @@ typedef struct {
     // CO2
     int co2, tau, gap_adaptive;
     float outer_lr, outer_momentum, gap_penalty, outer_clip;
-    // tensor parallelism (Megatron 1D)
-    int tp;
+    // tensor parallelism (Megatron 1D; tp_2d: Colossal-AI 2D SUMMA), sequence parallelism within
+    // tp, context parallelism (ring attention over cp ranks)
+    int tp, tp_2d, sp, cp;
     // pipeline
     int pp;
     const char *schedule;     // gpipe | 1f1b | 2bw

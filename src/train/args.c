@@ -20,7 +20,8 @@ void train_args_defaults(TrainArgs *a) {
     a->comm_thread = 1;
     a->co2 = 0, a->tau = 12, a->outer_lr = 1.0f, a->outer_momentum = 0.5f, a->gap_penalty = 1.0f;
     a->outer_clip = 1.0f, a->gap_mode = "adaptive";
-    a->pp = 1, a->tp = 1, a->schedule = "1f1b", a->stage_layers = NULL;
+    a->pp = 1, a->tp = 1, a->cp = 1, a->sp = 0, a->tp_mode = "1d", a->schedule = "1f1b",
+    a->stage_layers = NULL;
     a->plan = NULL, a->plan_mem_gb = 0, a->plan_bandwidth_gbps = 1.0f;
     a->offload_prefetch = 1;
     a->peer_timeout = 10.f, a->min_peers = 1;
@@ -28,10 +29,10 @@ void train_args_defaults(TrainArgs *a) {
 
 char *train_args_json(const TrainArgs *a) {
     cJSON *j = cJSON_CreateObject();
-    const char *ints[] = {"batch", "seq", "grad_accum", "steps", "shuffle", "warmup",
-                          "seed",  "dp",  "zero",       "pp",    "tp"};
-    int ivals[] = {a->batch, a->seq, a->grad_accum, a->steps, a->shuffle, a->warmup,
-                   a->seed,  a->dp,  a->zero,       a->pp,    a->tp};
+    const char *ints[] = {"batch", "seq",  "grad_accum", "steps", "shuffle", "warmup", "seed",
+                          "dp",    "zero", "pp",         "tp",    "cp",      "sp"};
+    int ivals[] = {a->batch, a->seq,  a->grad_accum, a->steps, a->shuffle, a->warmup, a->seed,
+                   a->dp,    a->zero, a->pp,         a->tp,    a->cp,      a->sp};
     for (size_t i = 0; i < sizeof ivals / sizeof ivals[0]; i++)
         cJSON_AddNumberToObject(j, ints[i], ivals[i]);
     cJSON_AddNumberToObject(j, "lr", a->lr);
@@ -39,6 +40,7 @@ char *train_args_json(const TrainArgs *a) {
     cJSON_AddStringToObject(j, "lr_schedule", a->lr_schedule);
     cJSON_AddStringToObject(j, "schedule", a->pp > 1 ? a->schedule : "none");
     cJSON_AddStringToObject(j, "device", a->device);
+    cJSON_AddStringToObject(j, "tp_mode", a->tp_mode);
     char *s = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
     return s;

@@ -25,7 +25,7 @@ static void setup_grid(Run *r) {
     r->world = comm_world(NULL, NULL);
     comm_set_timeout(a->comm_timeout);
     if (a->comm_thread) comm_start_progress_thread(1e-3);
-    if (grid_create(&r->grid, r->world, a->dp, a->pp, a->tp)) run_fail(r, EXIT_USAGE);
+    if (grid_create(&r->grid, r->world, a->dp, a->pp, a->tp, a->cp)) run_fail(r, EXIT_USAGE);
     r->lead = r->world->rank == 0;
 }
 
@@ -191,6 +191,9 @@ static void strategy_config(Run *r) {
         .gap_penalty = a->gap_penalty,
         .outer_clip = a->outer_clip,
         .tp = a->tp,
+        .tp_2d = !strcmp(a->tp_mode, "2d"),
+        .sp = a->sp,
+        .cp = a->cp,
         .pp = a->pp,
         .schedule = a->schedule,
         .stage_layers = a->stage_layers,

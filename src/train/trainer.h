@@ -25,11 +25,14 @@ typedef struct {
     float peak_gflops; // for MFU; 0: measured at the start (the backend's peak_gflops)
     // parallelism (the process grid; world size = dp, until pipeline/tensor parallelism)
     int dp, zero, dry_run;
-    int pp;             // pipeline stages
-    int tp;             // tensor-parallel ranks (Megatron 1D)
-    char *schedule;     // gpipe | 1f1b | 2bw
-    char *stage_layers; // transformer layers per stage, e.g. "3,3" (NULL: balanced)
-    char *plan;         // "auto": profile and pick dp/pp/batch/grad-accum/recompute
+    int pp;              // pipeline stages
+    int tp;              // tensor-parallel ranks (Megatron 1D, or 2D SUMMA with tp_mode "2d")
+    const char *tp_mode; // "1d" | "2d"
+    int sp;              // sequence parallelism within tp
+    int cp;              // context-parallel ranks (ring attention)
+    char *schedule;      // gpipe | 1f1b | 2bw
+    char *stage_layers;  // transformer layers per stage, e.g. "3,3" (NULL: balanced)
+    char *plan;          // "auto": profile and pick dp/pp/batch/grad-accum/recompute
     float plan_mem_gb, plan_bandwidth_gbps;
     float bucket_mb, comm_timeout;
     int comm_thread; // progress thread for non-blocking MPI operations
