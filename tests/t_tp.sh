@@ -2,7 +2,7 @@
 # t_tp.sh — Megatron 1D tensor parallelism (--tp) under mpirun equals the single process on
 # the same data (losses within 1e-5 per step, exported weights within 1e-5): tp 2 with a
 # vocabulary that leaves rank 1 only padding; tp 2 and tp 4 over a vocabulary split across
-# ranks (T = 100: the blockwise attention path); dp 2 x tp 2 (ZeRO 0 and 1); --recompute;
+# ranks (T = 100: the blockwise attention path); dp 2 x tp 2 (ZeRO 0, 1 and 2); --recompute;
 # weight decay, clipping and grad-accum > 1 throughout. Checkpoints resume across layouts
 # (tp 2 -> 1 rank, tp 2 -> tp 4, dp 2 x tp 2 ZeRO-1 -> tp 4, 1 rank -> dp 2 x tp 2) and
 # `loom export` of a tp checkpoint equals the run's export. Negative control: a tp run on
@@ -42,6 +42,10 @@ same "dp 2 x tp 2" "$d/dt.jsonl" "$d/ref.jsonl"
 $MPI -np 4 $LOOM train $f --grad-accum 2 --dp 2 --tp 2 --zero 1 --metrics "$d/z1.jsonl" \
     --save "$d/cz1" --save-every 3 --keep 0
 same "dp 2 x tp 2, ZeRO-1" "$d/z1.jsonl" "$d/ref.jsonl"
+$MPI -np 4 $LOOM train $f --grad-accum 2 --dp 2 --tp 2 --zero 2 --metrics "$d/z2.jsonl" \
+    --export "$d/z2.st" --save "$d/cz2" --save-every 3 --keep 0
+same "dp 2 x tp 2, ZeRO-2" "$d/z2.jsonl" "$d/ref.jsonl"
+$REF compare-st "$d/z2.st" "$d/ref.st" --tol 1e-5
 $MPI -np 2 $LOOM train $f --grad-accum 4 --tp 2 --recompute --metrics "$d/rc.jsonl"
 same "tp 2 --recompute" "$d/rc.jsonl" "$d/ref.jsonl"
 
@@ -66,6 +70,9 @@ same "1-rank checkpoint -> dp 2 x tp 2" "$d/1todt.jsonl" "$d/tail.jsonl"
 $MPI -np 4 $LOOM train $f --grad-accum 4 --tp 4 --resume "$d/cz1/step_00000003" \
     --metrics "$d/z1to4.jsonl"
 same "dp 2 x tp 2 ZeRO-1 checkpoint -> tp 4" "$d/z1to4.jsonl" "$d/tail.jsonl"
+$MPI -np 2 $LOOM train $f --grad-accum 4 --tp 2 --resume "$d/cz2/step_00000003" \
+    --metrics "$d/z2to2.jsonl"
+same "dp 2 x tp 2 ZeRO-2 checkpoint -> tp 2" "$d/z2to2.jsonl" "$d/tail.jsonl"
 $LOOM export "$d/c2" -o "$d/c2.st"
 $REF compare-st "$d/c2.st" "$d/tp2.st" --tol 0
 
@@ -73,5 +80,5 @@ $REF compare-st "$d/c2.st" "$d/tp2.st" --tol 0
 expect_fail "--tp 3 must divide --heads 4" $MPI -np 3 $LOOM train $f --tp 3
 expect_fail "= 2 ranks, but the job has 3" $MPI -np 3 $LOOM train $f --tp 2
 expect_fail "--tp 2 with --pp" $MPI -np 4 $LOOM train $f --tp 2 --pp 2
-expect_fail "--tp 2 with --zero 2/3" $MPI -np 2 $LOOM train $f --tp 2 --zero 2
+expect_fail "--tp 2 with --zero 3" $MPI -np 2 $LOOM train $f --tp 2 --zero 3
 expect_fail "--tp 2 with --co2" $MPI -np 2 $LOOM train $f --tp 2 --co2

@@ -365,6 +365,10 @@ void dp_full_params(DataParallel *d, float *dst) {
 
 float *dp_shard_params(DataParallel *d) { return d->pshard; }
 
+const float *dp_owned_grads(const DataParallel *d) {
+    return d->zero >= 2 ? d->gshard : d->m->grads + d->lo;
+}
+
 const float *dp_owned_params(DataParallel *d) {
     return d->zero >= 3 ? d->pshard : d->m->params + d->lo;
 }

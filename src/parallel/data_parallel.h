@@ -38,6 +38,9 @@ void dp_zero_grad(DataParallel *d);
 void dp_optimizer_step(DataParallel *d, AdamW *opt, float lr, float grad_scale);
 // Full parameters into host-side dst (nparams floats), on every rank (zero 3 gathers).
 void dp_full_params(DataParallel *d, float *dst);
+// The reduced gradients of the owned slice (hi-lo floats, backend memory) after
+// dp_finish_grads: the gradient shard under ZeRO 2/3, else a view of the whole buffer.
+const float *dp_owned_grads(const DataParallel *d);
 // This rank's owned parameters (hi-lo floats): a view, valid until the next step.
 const float *dp_owned_params(DataParallel *d);
 // ZeRO-3: the parameter shard to fill before the first step (the model has no whole buffer).

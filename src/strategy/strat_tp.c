@@ -56,12 +56,13 @@ static int tp_check(const StrategyConfig *c) {
                      : c->co2      ? "--co2"
                      : c->offload  ? "--offload"
                      : c->peer     ? "loom peer"
-                     : c->zero > 1 ? "--zero 2/3"
+                     : c->zero > 2 ? "--zero 3"
                                    : NULL;
     if (no)
         return loom_fail("--tp %d with %s: not available yet (tensor parallelism runs with data "
-                         "parallelism, ZeRO 0 or 1)",
+                         "parallelism, ZeRO 0, 1 or 2)",
                          c->tp, no);
+    if (c->dump_grads && c->zero >= 2) return loom_fail("--dump-grads needs --zero 0 or 1");
     if (c->device && strncmp(c->device, "cpu", 3))
         return loom_fail("--tp with --device %s: tensor parallelism runs on the CPU backend only",
                          c->device);
@@ -178,14 +179,25 @@ static int tp_create(Strategy *s) {
     return 0;
 }
 
-// Σ g² over the whole model: the parts' split tensors, the replicated ones counted once.
+// Σ g² over the whole model: the parts' split tensors, the replicated ones counted once. Each
+// dp rank sums the reduced gradients of the slice it owns (ZeRO 2: all it holds; ZeRO 0/1: the
+// whole part on dp rank 0 only), then the sums are added over dp and tp.
 static double grad_sumsq(TP *t) {
     const GPT *m = &t->part;
+    const Grid *g = t->outer->grid;
+    size_t lo, hi;
+    dp_owned_range(t->w.dp, &lo, &hi);
+    const float *own = dp_owned_grads(t->w.dp);
+    int zero2 = t->outer->cfg->zero >= 2;
     double sum = 0;
-    for (int i = 0; i < m->ntensors; i++)
-        if (!gpt_tp_replicated(m, i) || m->tp.i == 0)
-            sum += m->be->sumsq(m->grads + m->tensors[i].off, m->tensors[i].n);
-    comm_allreduce_f64(t->outer->grid->tp_comm, &sum, 1);
+    for (int i = 0; i < m->ntensors && (zero2 || g->dp_i == 0); i++) {
+        size_t a = m->tensors[i].off, b = a + m->tensors[i].n;
+        if (zero2) a = a > lo ? a : lo, b = b < hi ? b : hi;
+        if (a < b && (!gpt_tp_replicated(m, i) || m->tp.i == 0))
+            sum += m->be->sumsq(zero2 ? own + (a - lo) : m->grads + a, b - a);
+    }
+    comm_allreduce_f64(g->dp_comm, &sum, 1);
+    comm_allreduce_f64(g->tp_comm, &sum, 1);
     return sum;
 }
 
