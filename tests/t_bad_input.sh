@@ -42,7 +42,7 @@ t "no such checkpoint" $LOOM sample --ckpt "$d/nothing"
 t "unknown command" $LOOM frobnicate
 t "--comm-thread: 'sometimes' must be on or off" $LOOM train $base --data "$d/ok.bin" --comm-thread sometimes
 t "--gap-mode: 'fancy' is not one of constant|adaptive" $LOOM train $base --data "$d/ok.bin" --co2 --gap-mode fancy
-t "--dp 1 x --pp 2 x --tp 1 = 2 ranks, but the job has 1" $LOOM train $base --data "$d/ok.bin" --pp 2
+t "--dp 1 x --pp 2 x --tp 1 x --cp 1 = 2 ranks, but the job has 1" $LOOM train $base --data "$d/ok.bin" --pp 2
 if command -v mpirun >/dev/null; then  # checks that need the ranks
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     t "--pp composes with --zero 1" $MPI -np 2 $LOOM train $base --data "$d/ok.bin" --pp 2 --zero 2
