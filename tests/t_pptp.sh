@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # t_pptp.sh — pipeline x Megatron 1D tensor parallelism (--pp 2 --tp 2, 4 ranks: every stage
 # runs its blocks' tp part) under mpirun equals the single process on the same data (losses
-# within 1e-5 per step, exported weights within 1e-5): 1f1b, gpipe with --recompute, and
-# dp 2 x pp 2 x tp 2 with ZeRO-1 (8 ranks); grad-accum > 1, weight decay and clipping
-# throughout. 2bw with tp equals 2bw without it (t_pipeline.sh checks 2bw against the PyTorch
+# within 1e-5 per step, exported weights within 1e-5, --val-every's losses within 1e-5): 1f1b,
+# gpipe with --recompute, and dp 2 x pp 2 x tp 2 with ZeRO-1 (8 ranks); grad-accum > 1, weight
+# decay and clipping throughout. 2bw with tp equals 2bw without it (t_pipeline.sh checks 2bw against the PyTorch
 # peer). Checkpoints stay in the whole flat layout: a pp 2 x tp 2 checkpoint resumes on 1 rank
 # and on tp 2, a 1-rank checkpoint on pp 2 x tp 2, a ZeRO-1 dp 2 x pp 2 x tp 2 one on 1 rank,
 # a 2bw one (both weight versions) on pp 2; `loom export` of it equals the run's export.
@@ -24,12 +24,21 @@ f="--data $d/v300.bin --vocab 300 --block-size 64 --seq 32 --layers 2 --heads 4 
    --lr 3e-3 --warmup 2 --weight-decay 0.1 --grad-clip 0.5 --progress off --seed 5 --batch 2
    --steps 6 --grad-accum 4"
 ck="--save-every 3 --keep 0"
+val="--val-data $d/v300.bin --val-every 2"
 
-$LOOM train $f --metrics "$d/ref.jsonl" --export "$d/ref.st" --save "$d/one" $ck 2>/dev/null
-$MPI -np 4 $LOOM train $f --pp 2 --tp 2 --schedule 1f1b --metrics "$d/a.jsonl" \
+$LOOM train $f $val --metrics "$d/ref.jsonl" --export "$d/ref.st" --save "$d/one" $ck 2>/dev/null
+$MPI -np 4 $LOOM train $f $val --pp 2 --tp 2 --schedule 1f1b --metrics "$d/a.jsonl" \
     --export "$d/a.st" --save "$d/ca" $ck 2> "$d/log"
 grep -q "pipeline: pp 2 (1f1b) x tp 2 (1d)" "$d/log" || { cat "$d/log"; exit 1; }
 same "pp 2 x tp 2, 1f1b" "$d/a.jsonl" "$d/ref.jsonl"
+$PY - "$d/ref.jsonl" "$d/a.jsonl" <<'PY'
+import json, sys
+def vals(p):
+    return {r["step"]: r["val_loss"] for r in map(json.loads, open(p)) if "val_loss" in r}
+a, b = vals(sys.argv[1]), vals(sys.argv[2])
+print("validation, single process:", a, "| pp 2 x tp 2:", b)
+sys.exit(0 if sorted(a) == sorted(b) == [2, 4, 6] and all(abs(a[k] - b[k]) < 1e-5 for k in a) else 1)
+PY
 $REF compare-st "$d/a.st" "$d/ref.st" --tol 1e-5
 $MPI -np 4 $LOOM train $f --pp 2 --tp 2 --schedule gpipe --recompute --metrics "$d/g.jsonl" \
     --export "$d/g.st" 2>/dev/null
@@ -55,7 +64,7 @@ fi
 echo "negative control: other data fails the comparison"
 
 # checkpoints across layouts, against the uninterrupted runs' last 3 steps
-tail -n 3 "$d/ref.jsonl" > "$d/tail.jsonl"
+grep -v val_loss "$d/ref.jsonl" | tail -n 3 > "$d/tail.jsonl"
 $LOOM train $f --resume "$d/ca/step_00000003" --metrics "$d/a1.jsonl" 2>/dev/null
 same "pp 2 x tp 2 checkpoint -> 1 rank" "$d/a1.jsonl" "$d/tail.jsonl"
 $MPI -np 2 $LOOM train $f --tp 2 --resume "$d/ca/step_00000003" --metrics "$d/a2.jsonl" 2>/dev/null

@@ -343,11 +343,12 @@ static void pp_summary(Strategy *s, double exposed_s, double step_s) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     fprintf(stderr,
-            "loom: pipeline %d stages x dp %d (zero %d), schedule %s | peak %d micro-batches of "
-            "activations held on stage 0 | stage 0 holds weights %.2f MiB, grads %.2f MiB, "
-            "optimizer %.2f MiB, activations %.2f MiB (whole model %.2f MiB), peak RSS %.1f MiB\n",
-            s->grid->pp, s->grid->dp, s->cfg->zero, s->cfg->schedule, pipeline_peak_inflight(p),
-            wb / 1048576, gb / 1048576, ob / 1048576, ab / 1048576,
+            "loom: pipeline %d stages x tp %d x dp %d (zero %d), schedule %s | peak %d "
+            "micro-batches of activations held on stage 0 | stage 0 holds weights %.2f MiB, grads "
+            "%.2f MiB, optimizer %.2f MiB, activations %.2f MiB (whole model %.2f MiB), peak RSS "
+            "%.1f MiB\n",
+            s->grid->pp, s->grid->tp, s->grid->dp, s->cfg->zero, s->cfg->schedule,
+            pipeline_peak_inflight(p), wb / 1048576, gb / 1048576, ob / 1048576, ab / 1048576,
             s->model->nparams * 4.0 / 1048576, ru.ru_maxrss / 1024.0);
 }
 
