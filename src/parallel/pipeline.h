@@ -61,8 +61,8 @@ typedef struct {
     // Resume (start > 0; NULL: none), in one read of the checkpoint: the weights of [lo, hi)
     // into params, the previous weight version into prev (NULL: not wanted) and the moments of
     // [olo, ohi) into m and v. Returns 0, 1 when the checkpoint holds no previous version, -1.
-    int (*load)(void *ctx, size_t lo, size_t hi, float *params, float *prev, size_t olo,
-                size_t ohi, float *m, float *v);
+    int (*load)(void *ctx, size_t lo, size_t hi, float *params, float *prev, size_t olo, size_t ohi,
+                float *m, float *v);
 } PipelineIO;
 
 typedef struct Pipeline Pipeline;
