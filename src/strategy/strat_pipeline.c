@@ -228,9 +228,10 @@ static int tp_save(Strategy *s, const char *dir, CkptMeta *meta, CkptExtraFn ext
         w[k] = xcalloc(N, sizeof(float)), rc = tp_gather(ps, ps->stage[k], lo, hi, w[k]);
     stage_free(ps);
     CkptShard mine = {.lo = wlo, .hi = whi};
-    if (!rc)
-        mine.params = w[0] + wlo, mine.m = w[1] + wlo, mine.v = w[2] + wlo,
+    if (!rc) {
+        mine.params = w[0] + wlo, mine.m = w[1] + wlo, mine.v = w[2] + wlo;
         mine.prev = sh.prev ? w[3] + wlo : NULL;
+    }
     meta->opt_t = pipeline_opt_t(ps->p);
     comm_set_context(meta->step, "pipeline checkpoint");
     int writes = s->grid->dp_i == 0 && s->grid->tp_i == 0;
