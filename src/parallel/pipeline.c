@@ -260,6 +260,17 @@ static int stage_weights(Pipe *p, int start) {
     return 0;
 }
 
+// The communicators of the tied embedding and of the norm (collective over the world).
+static void stage_comms(Pipe *p, const Grid *g) {
+    // the tied embedding's two holders: stage 0 and the last stage (of each dp replica and tp
+    // rank: a part's wte rows go to the same tp rank's head)
+    int in_tie = p->first || p->last;
+    Comm *tie = comm_split(g->world, in_tie ? g->dp_i * g->tp + g->tp_i : -1, g->pp_i, "tie");
+    p->tie = in_tie && p->D > 1 ? tie : NULL;
+    p->norm = g->tp > 1 ? comm_split(g->world, g->dp_i, g->pp_i * g->tp + g->tp_i, "pp x tp")
+                        : g->pp_comm;
+}
+
 // Allocates the stage's buffers (and drops the whole-model ones); sets the ZeRO-1 slices.
 static int pipe_setup(Pipe *p, GPT *m, const Grid *g, const PipelineConfig *pc, int start) {
     const Backend *be = m->be;
@@ -270,11 +281,8 @@ static int pipe_setup(Pipe *p, GPT *m, const Grid *g, const PipelineConfig *pc, 
         return loom_fail("--schedule 1f1b/2bw needs --grad-accum >= --pp (%d < %d)", pc->K, p->D);
     p->lo = m->blocks[p->b0].off;
     p->hi = m->blocks[p->b1 - 1].off + m->blocks[p->b1 - 1].n;
-    p->tie_n = (size_t)m->cfg.V * m->cfg.C;
-    // the tied embedding's two holders: stage 0 and the last stage (of each dp replica)
-    int in_tie = p->first || p->last;
-    Comm *tie = comm_split(g->world, in_tie ? g->dp_i : -1, g->pp_i, "tie");
-    p->tie = in_tie && p->D > 1 ? tie : NULL;
+    p->tie_n = (size_t)gpt_vocab_rows(m) * m->cfg.C; // a tp part holds its rows of wte
+    stage_comms(p, g);
     p->nslots = pc->schedule == SCHED_GPIPE ? pc->K : p->D - p->s;
     p->ws = xcalloc((size_t)p->nslots, sizeof(Workspace));
     p->send_x = xcalloc((size_t)p->nslots, sizeof(CommReq));

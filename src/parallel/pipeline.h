@@ -18,6 +18,10 @@
 // chain). With --zero 1 the replicas also shard the stage's AdamW moments: each updates its
 // 1/W of the stage and the new weights are all-gathered. Loss, gradient norm and clipping are
 // global. Validation (--val-every) is a forward-only pass of the windows through the stages.
+// The model may be a Megatron 1D tensor-parallel part (m->tp.n > 1, its hooks installed by the
+// strategy): every stage then holds its part's blocks, activations go to the next stage's rank
+// of the same tp index, the tied embedding's rows to the same tp rank of the other end, and the
+// norm is summed over every stage and tp rank of a replica (replicated tensors counted once).
 #pragma once
 #include "../model/gpt.h"
 #include "../optim/optim.h"
@@ -57,8 +61,8 @@ typedef struct {
     // Resume (start > 0; NULL: none), in one read of the checkpoint: the weights of [lo, hi)
     // into params, the previous weight version into prev (NULL: not wanted) and the moments of
     // [olo, ohi) into m and v. Returns 0, 1 when the checkpoint holds no previous version, -1.
-    int (*load)(void *ctx, size_t lo, size_t hi, float *params, float *prev, size_t olo,
-                size_t ohi, float *m, float *v);
+    int (*load)(void *ctx, size_t lo, size_t hi, float *params, float *prev, size_t olo, size_t ohi,
+                float *m, float *v);
 } PipelineIO;
 
 typedef struct Pipeline Pipeline;

@@ -22,6 +22,8 @@ struct Pipeline {
     size_t lo, hi;                    // this stage's flat range
     size_t tie_n;                     // wte elements (tied embedding), synchronised first <-> last
     Comm *tie;                        // communicator of the first and last stage (NULL if D == 1)
+    Comm *norm; // the stages' norm partials and loss are summed over it: pp_comm, or with tensor
+                // parallelism (the model is a tp part) every stage and tp rank of this dp replica
     // ZeRO-1 over the dp replicas: this replica updates [own_lo, own_hi) of the stage range
     // (offsets from lo) and [wown_lo, wown_hi) of the wte replica; the moments cover only those.
     int zero1;

@@ -17,13 +17,34 @@ static size_t chunk_floats(void) {
     return n;
 }
 
+// A tensor-parallel part's Σ g² per tensor of the stage, each added at the chunk its tensor
+// starts in; replicated tensors (the same on every tp rank) only on tp rank 0, so the sum over
+// the stages and tp ranks counts every whole-model gradient once.
+static void tp_sumsq(const Pipe *p, const float *g, double *v) {
+    const GPT *m = p->m;
+    for (int b = p->b0; b < p->b1; b++) {
+        const Block *blk = &m->blocks[b];
+        for (int i = blk->t0; i < blk->t0 + blk->nt; i++) {
+            const TensorSpec *t = &m->tensors[i];
+            if (gpt_tp_replicated(m, i) && m->tp.i != 0) continue;
+            v[blk->chunk0 + (t->off - blk->off) / GPT_CHUNK] +=
+                m->be->sumsq(g + (t->off - p->lo), t->n);
+        }
+    }
+}
+
 // Per-chunk Σ g² of this stage's gradients g (its flat range; the wte replica is not counted:
 // stage 0 holds the same values), followed by the loss: m->nchunks + 1 doubles (caller frees),
 // zeros outside the stage, so their sum over the stages is the whole model's, bit for bit.
+// A tensor-parallel part (summed over p->norm, the stages and tp ranks) gives its tensors'
+// sums (tp_sumsq) and, on tp rank 0 only, the loss every tp rank computed.
 static double *norm_loss_partials(Pipe *p, const float *g, double loss) {
     double *v = xcalloc((size_t)p->m->nchunks + 1, sizeof(double));
-    gpt_chunk_sumsq(p->m, g, p->lo, p->hi, v);
-    v[p->m->nchunks] = loss;
+    if (p->m->tp.n > 1)
+        tp_sumsq(p, g, v);
+    else
+        gpt_chunk_sumsq(p->m, g, p->lo, p->hi, v);
+    v[p->m->nchunks] = p->m->tp.n > 1 && p->m->tp.i != 0 ? 0 : loss;
     return v;
 }
 
@@ -78,7 +99,7 @@ static int finish_batch(Pipe *p, int step, double t0) {
     }
     double *v = norm_loss_partials(p, p->gbuf, p->last ? p->loss_sum / p->pc->K : 0);
     int nc = m->nchunks;
-    comm_allreduce_f64(g->pp_comm, v, nc + 1);
+    comm_allreduce_f64(p->norm, v, nc + 1);
     if (g->dp > 1) {
         comm_allreduce_f64(g->dp_comm, &v[nc], 1);
         v[nc] /= g->dp;
@@ -139,7 +160,7 @@ static void pend_advance_chain(Pipe *p, int block) {
             p->pend.phase = 3;
             free(p->pend.part);
             p->pend.part = norm_loss_partials(p, p->pend.g, p->pend.loss);
-            p->pend.req[0] = comm_iallreduce_f64(g->pp_comm, p->pend.part, p->m->nchunks + 1);
+            p->pend.req[0] = comm_iallreduce_f64(p->norm, p->pend.part, p->m->nchunks + 1);
             break;
         case 3: // global norm partials and the last stage's loss
             if (!req_done(p, &p->pend.req[0], block)) return;

@@ -10,8 +10,8 @@
 extern const StrategyOps STRATEGY_TP, STRATEGY_PIPELINE, STRATEGY_CO2, STRATEGY_PEER, STRATEGY_DP;
 
 static const StrategyOps *const TABLE[] = {
-    &STRATEGY_TP,       // --tp > 1: Megatron 1D tensor parallelism x dp (ZeRO 0)
-    &STRATEGY_PIPELINE, // --pp > 1: stages (gpipe, 1f1b, 2bw), dp replicas, ZeRO-1
+    &STRATEGY_TP,       // --tp > 1 (no --pp): Megatron 1D tensor parallelism x dp (ZeRO 0/1)
+    &STRATEGY_PIPELINE, // --pp > 1: stages (gpipe, 1f1b, 2bw) of 1D tp parts, dp replicas, ZeRO-1
     &STRATEGY_CO2,      // --co2: local steps + stale outer average
     &STRATEGY_PEER,     // loom peer: CO2's rule over a swarm of peers (swarm/)
     &STRATEGY_DP,       // everything else: one process, data parallel, ZeRO 0-3

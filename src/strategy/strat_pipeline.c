@@ -1,7 +1,11 @@
 // strat_pipeline.c — pipeline parallelism: the blocks split into --pp stages, micro-batches
 // streamed through them under gpipe, 1f1b or 2bw (PipeDream-2BW: two weight versions, the
 // update of batch t applied in the background before batch t+2), --dp replicas of every stage
-// with ZeRO-1 inside them (parallel/pipeline.h has the runtime).
+// with ZeRO-1 inside them (parallel/pipeline.h has the runtime). With --tp M every stage runs
+// the Megatron 1D tensor-parallel part of its blocks (model/tp_layout.c): the stage's tp group
+// all-reduces partial results as strat_tp does, activations go to the next stage's rank of the
+// same tp index, and initial weights, resumes, checkpoints and exports stay in the whole
+// model's flat layout (cut into the part on the way in, gathered over tp on the way out).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +20,10 @@ typedef struct {
     Pipeline *p;
     PipelineConfig pc;
     PipelineIO io;
+    Strategy *s;
+    GPT part;        // tp > 1: this rank's tensor-parallel part, which the stage runs
+    GPT *m;          // the model the stage runs: s->model, or &part
+    float *stage[4]; // tp > 1, start-up: host arrays in the part's layout (CKPT_PARAMS..PREV)
 } PipeState;
 
 static int pp_wants(const StrategyConfig *c) { return c->pp > 1; }
@@ -30,21 +38,25 @@ static int pp_check(const StrategyConfig *c) {
         return loom_fail("--pp composes with --zero 1 (AdamW state sharded over each stage's dp "
                          "replicas); --zero %d is not implemented inside a pipeline",
                          c->zero);
+    if (c->tp > 1 && c->device && strncmp(c->device, "cpu", 3))
+        return loom_fail("--pp %d x --tp %d with --device %s: tensor parallelism runs on the CPU "
+                         "backend only",
+                         c->pp, c->tp, c->device);
     return 0;
 }
 
 static void pp_batch(void *ctx, int step, int j, int *inputs, int *targets) {
-    const Strategy *s = ctx;
+    const Strategy *s = ((PipeState *)ctx)->s;
     s->data->train(s->data->ctx, step, j, inputs, targets);
 }
 
 static int pp_params(void *ctx, size_t lo, size_t hi, float *dst) {
-    const Strategy *s = ctx;
+    const Strategy *s = ((PipeState *)ctx)->s;
     return s->data->params(s->data->ctx, lo, hi, dst);
 }
 
 static void pp_val_batch(void *ctx, int w, int *inputs, int *targets) {
-    const Strategy *s = ctx;
+    const Strategy *s = ((PipeState *)ctx)->s;
     s->data->val(s->data->ctx, w, inputs, targets);
 }
 
@@ -58,20 +70,185 @@ static void pp_report(void *ctx, int step, double loss, double norm, float lr, d
                     .exposed = exposed,
                     .applied = applied,
                     .must_stop = !applied}; // the stream cannot skip an update
-    strategy_emit(ctx, &r);
+    strategy_emit(((PipeState *)ctx)->s, &r);
 }
 
 // Resume: a stage's weights, AdamW moments and, for 2bw, the previous weight version, streamed
 // from the checkpoint into the stage's buffers.
 static int pp_load(void *ctx, size_t lo, size_t hi, float *params, float *prev, size_t olo,
                    size_t ohi, float *m, float *v) {
-    const Strategy *s = ctx;
+    const Strategy *s = ((PipeState *)ctx)->s;
     CkptWant w = {.lo = {lo, olo, olo, lo},
                   .hi = {hi, ohi, ohi, prev ? hi : lo},
                   .dst = {params, m, v, prev},
                   .be = s->model->be};
     if (checkpoint_read_into(s->resume_dir, s->model->nparams, &w)) return -1;
     return !prev || w.no_prev;
+}
+
+// ---------------------------------------------------------------- tensor parallelism (tp > 1)
+
+static void tp_allreduce(void *ctx, float *x, size_t n, int max) {
+    const Comm *c = ((PipeState *)ctx)->s->grid->tp_comm;
+    if (max)
+        comm_allreduce_max(c, x, n);
+    else
+        comm_allreduce(c, x, n);
+}
+
+// The whole layout's range of the part's [lo, hi), which starts and ends on tensor boundaries
+// (a stage's blocks, or wte): the two layouts list the same tensors in the same order.
+static void whole_range(const PipeState *ps, size_t lo, size_t hi, size_t *wlo, size_t *whi) {
+    const GPT *w = ps->s->model, *p = &ps->part;
+    *wlo = w->nparams, *whi = 0;
+    for (int i = 0; i < p->ntensors; i++) {
+        const TensorSpec *t = &p->tensors[i], *wt = &w->tensors[i];
+        if (t->off < lo || t->off + t->n > hi) continue;
+        if (wt->off < *wlo) *wlo = wt->off;
+        if (wt->off + wt->n > *whi) *whi = wt->off + wt->n;
+    }
+    if (*whi < *wlo) *whi = *wlo;
+}
+
+static int cut_store(void *ctx, int array, size_t at, size_t n, const float *src) {
+    PipeState *ps = ctx;
+    gpt_tp_from_whole(ps->s->model, &ps->part, at, n, src, ps->stage[array]);
+    return 0;
+}
+
+static int cut_sink(void *ctx, size_t at, size_t n, const float *src) {
+    return cut_store(ctx, CKPT_PARAMS, at, n, src);
+}
+
+static void stage_alloc(PipeState *ps, int n) {
+    for (int k = 0; k < n; k++) // zeroed: the vocabulary's padding rows stay 0
+        ps->stage[k] = xcalloc(ps->part.nparams, sizeof(float));
+}
+
+static void stage_free(PipeState *ps) {
+    for (int k = 0; k < 4; k++)
+        free(ps->stage[k]), ps->stage[k] = NULL;
+}
+
+// The initial weights of the part's [lo, hi): the whole layout's range, cut.
+static int tp_params(void *ctx, size_t lo, size_t hi, float *dst) {
+    PipeState *ps = ctx;
+    const StrategyData *d = ps->s->data;
+    size_t wlo, whi;
+    whole_range(ps, lo, hi, &wlo, &whi);
+    stage_alloc(ps, 1);
+    int rc = d->params_stream(d->ctx, wlo, whi, cut_sink, ps);
+    if (!rc) ps->part.be->upload(dst, ps->stage[CKPT_PARAMS] + lo, hi - lo);
+    stage_free(ps);
+    return rc;
+}
+
+// Resume: the whole layout's range of the part's [lo, hi) read for every array and cut; the
+// part's [lo, hi) of the weights (and prev), [olo, ohi) of the moments uploaded.
+static int tp_load(void *ctx, size_t lo, size_t hi, float *params, float *prev, size_t olo,
+                   size_t ohi, float *m, float *v) {
+    PipeState *ps = ctx;
+    const Backend *be = ps->part.be;
+    size_t wlo, whi;
+    whole_range(ps, lo, hi, &wlo, &whi);
+    stage_alloc(ps, 4);
+    CkptWant w = {.lo = {wlo, wlo, wlo, wlo},
+                  .hi = {whi, whi, whi, prev ? whi : wlo},
+                  .store = cut_store,
+                  .store_ctx = ps};
+    int rc = checkpoint_read_into(ps->s->resume_dir, ps->s->model->nparams, &w);
+    if (!rc) {
+        be->upload(params, ps->stage[CKPT_PARAMS] + lo, hi - lo);
+        be->upload(m, ps->stage[CKPT_M] + olo, ohi - olo);
+        be->upload(v, ps->stage[CKPT_V] + olo, ohi - olo);
+        if (prev && !w.no_prev) be->upload(prev, ps->stage[CKPT_PREV] + lo, hi - lo);
+    }
+    stage_free(ps);
+    return rc ? -1 : !prev || w.no_prev;
+}
+
+// Every tp rank's [lo, hi) of a part-layout host array into whole (host, the whole layout),
+// on every rank of the stage's tp group.
+static int tp_gather(PipeState *ps, const float *part, size_t lo, size_t hi, float *whole) {
+    const Grid *g = ps->s->grid;
+    size_t n = hi - lo, np = ps->part.nparams, T = (size_t)g->tp;
+    size_t *counts = xmalloc(T * sizeof *counts), *displs = xmalloc(T * sizeof *displs);
+    float *all = xmalloc((T * n + 1) * sizeof(float)), *one = xcalloc(np, sizeof(float));
+    for (size_t r = 0; r < T; r++)
+        counts[r] = n, displs[r] = r * n;
+    memcpy(all + (size_t)g->tp_i * n, part + lo, n * sizeof(float));
+    int rc = comm_allgatherv(g->tp_comm, all, counts, displs);
+    for (size_t r = 0; r < T && !rc; r++) {
+        memcpy(one + lo, all + r * n, n * sizeof(float));
+        gpt_tp_to_whole(ps->s->model, &ps->part, (int)r, one, whole);
+    }
+    free(all), free(one), free(counts), free(displs);
+    return rc;
+}
+
+// The stage's part [lo, hi) of the newest weights, moments (ZeRO-1: summed over the dp
+// replicas, each holding its slice, zeros elsewhere) and 2bw's previous version, on host.
+static int stage_host(PipeState *ps, size_t lo, size_t hi, const PipeShard *sh) {
+    const Backend *be = ps->part.be;
+    const Grid *g = ps->s->grid;
+    size_t off = sh->lo - lo; // the shard's params / prev point at element sh->lo of the stage
+    stage_alloc(ps, sh->prev ? 4 : 3);
+    be->download(ps->stage[CKPT_PARAMS] + lo, sh->params - off, hi - lo);
+    be->download(ps->stage[CKPT_M] + sh->lo, sh->m, sh->hi - sh->lo);
+    be->download(ps->stage[CKPT_V] + sh->lo, sh->v, sh->hi - sh->lo);
+    if (sh->prev) be->download(ps->stage[CKPT_PREV] + lo, sh->prev - off, hi - lo);
+    if (ps->s->cfg->zero < 1 || g->dp < 2) return 0;
+    return comm_allreduce(g->dp_comm, ps->stage[CKPT_M] + lo, hi - lo) ||
+           comm_allreduce(g->dp_comm, ps->stage[CKPT_V] + lo, hi - lo);
+}
+
+// The part's flat range of this rank's stage.
+static int stage_range(const PipeState *ps, size_t *lo, size_t *hi) {
+    const GPT *m = &ps->part;
+    int b0, b1;
+    if (pipeline_partition(m, ps->s->grid->pp, ps->s->grid->pp_i, ps->pc.stage_layers, &b0, &b1))
+        return -1;
+    *lo = m->blocks[b0].off, *hi = m->blocks[b1 - 1].off + m->blocks[b1 - 1].n;
+    return 0;
+}
+
+// A checkpoint in the whole layout: the stage's parts gathered over tp; replica 0's tp rank 0
+// writes the stage's whole range.
+static int tp_save(Strategy *s, const char *dir, CkptMeta *meta, CkptExtraFn extra, void *extra_ctx,
+                   int keep) {
+    PipeState *ps = s->impl;
+    PipeShard sh;
+    pipeline_shard(ps->p, &sh);
+    size_t lo, hi, wlo, whi, N = s->model->nparams;
+    if (stage_range(ps, &lo, &hi)) return -1;
+    whole_range(ps, lo, hi, &wlo, &whi);
+    float *w[4] = {NULL};
+    int n = sh.prev ? 4 : 3, rc = stage_host(ps, lo, hi, &sh);
+    for (int k = 0; k < n && !rc; k++)
+        w[k] = xcalloc(N, sizeof(float)), rc = tp_gather(ps, ps->stage[k], lo, hi, w[k]);
+    stage_free(ps);
+    CkptShard mine = {.lo = wlo, .hi = whi};
+    if (!rc) {
+        mine.params = w[0] + wlo, mine.m = w[1] + wlo, mine.v = w[2] + wlo;
+        mine.prev = sh.prev ? w[3] + wlo : NULL;
+    }
+    meta->opt_t = pipeline_opt_t(ps->p);
+    comm_set_context(meta->step, "pipeline checkpoint");
+    int writes = s->grid->dp_i == 0 && s->grid->tp_i == 0;
+    if (!rc)
+        rc = ckpt_save_collective(dir, s->grid->world, writes ? &mine : NULL, meta, extra,
+                                  extra_ctx, NULL, NULL, keep);
+    for (int k = 0; k < 4; k++)
+        free(w[k]);
+    return rc;
+}
+
+// Every stage's part gathered over pp, then the parts over tp: the whole model into host.
+static int tp_full_params(PipeState *ps, float *host) {
+    float *part = xcalloc(ps->part.nparams, sizeof(float));
+    int rc = pipeline_full_params(ps->p, part) || tp_gather(ps, part, 0, ps->part.nparams, host);
+    free(part);
+    return rc;
 }
 
 static int pp_create(Strategy *s) {
@@ -90,14 +267,26 @@ static int pp_create(Strategy *s) {
                               .grad_clip = c->opt.grad_clip,
                               .zero = c->zero,
                               .val_windows = c->val_windows};
-    ps->io = (PipelineIO){.ctx = s,
+    int tp = s->grid->tp > 1;
+    ps->s = s, ps->m = s->model;
+    if (tp) { // the stage runs this rank's part, its blocks all-reducing over the tp group
+        if (gpt_create_layout_tp(&ps->part, &s->model->cfg, s->model->be, s->grid->tp,
+                                 s->grid->tp_i))
+            return -1;
+        ps->part.tp.allreduce = tp_allreduce;
+        ps->part.tp.ctx = ps;
+        ps->m = &ps->part;
+    }
+    ps->io = (PipelineIO){.ctx = ps,
                           .batch = pp_batch,
                           .report = pp_report,
-                          .params = pp_params,
+                          .params = tp ? tp_params : pp_params,
                           .val_batch = c->val_windows > 0 ? pp_val_batch : NULL,
-                          .load = s->resume_dir ? pp_load : NULL};
+                          .load = !s->resume_dir ? NULL
+                                  : tp           ? tp_load
+                                                 : pp_load};
     int opt_t = s->resume_dir ? s->resume->opt_t : 0;
-    ps->p = pipeline_create(s->model, s->grid, &ps->pc, &c->opt, opt_t, s->start, &ps->io);
+    ps->p = pipeline_create(ps->m, s->grid, &ps->pc, &c->opt, opt_t, s->start, &ps->io);
     return ps->p ? 0 : -1;
 }
 
@@ -118,6 +307,7 @@ static double pp_evaluate(Strategy *s) { return pipeline_evaluate(((PipeState *)
 static int pp_save(Strategy *s, const char *dir, CkptMeta *meta, int final, CkptExtraFn extra,
                    void *extra_ctx, int keep) {
     (void) final;
+    if (s->grid->tp > 1) return tp_save(s, dir, meta, extra, extra_ctx, keep);
     Pipeline *p = ((PipeState *)s->impl)->p;
     PipeShard sh;
     int writes = pipeline_shard(p, &sh);
@@ -136,12 +326,13 @@ static int pp_save(Strategy *s, const char *dir, CkptMeta *meta, int final, Ckpt
 
 static int pp_full_params(Strategy *s, float *host, int grads) {
     if (grads) return loom_fail("the pipeline strategy cannot hand out whole-model gradients");
+    if (s->grid->tp > 1) return tp_full_params(s->impl, host);
     return pipeline_full_params(((PipeState *)s->impl)->p, host);
 }
 
 static void pp_describe(const Strategy *s, char *buf, size_t n) {
-    snprintf(buf, n, "pipeline: pp %d (%s) x dp %d (zero %d)", s->grid->pp, s->cfg->schedule,
-             s->grid->dp, s->cfg->zero);
+    snprintf(buf, n, "pipeline: pp %d (%s) x tp %d (1d) x dp %d (zero %d)", s->grid->pp,
+             s->cfg->schedule, s->grid->tp, s->grid->dp, s->cfg->zero);
 }
 
 static void pp_summary(Strategy *s, double exposed_s, double step_s) {
@@ -153,11 +344,12 @@ static void pp_summary(Strategy *s, double exposed_s, double step_s) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     fprintf(stderr,
-            "loom: pipeline %d stages x dp %d (zero %d), schedule %s | peak %d micro-batches of "
-            "activations held on stage 0 | stage 0 holds weights %.2f MiB, grads %.2f MiB, "
-            "optimizer %.2f MiB, activations %.2f MiB (whole model %.2f MiB), peak RSS %.1f MiB\n",
-            s->grid->pp, s->grid->dp, s->cfg->zero, s->cfg->schedule, pipeline_peak_inflight(p),
-            wb / 1048576, gb / 1048576, ob / 1048576, ab / 1048576,
+            "loom: pipeline %d stages x tp %d x dp %d (zero %d), schedule %s | peak %d "
+            "micro-batches of activations held on stage 0 | stage 0 holds weights %.2f MiB, grads "
+            "%.2f MiB, optimizer %.2f MiB, activations %.2f MiB (whole model %.2f MiB), peak RSS "
+            "%.1f MiB\n",
+            s->grid->pp, s->grid->tp, s->grid->dp, s->cfg->zero, s->cfg->schedule,
+            pipeline_peak_inflight(p), wb / 1048576, gb / 1048576, ob / 1048576, ab / 1048576,
             s->model->nparams * 4.0 / 1048576, ru.ru_maxrss / 1024.0);
 }
 
@@ -165,6 +357,8 @@ static void pp_destroy(Strategy *s) {
     PipeState *ps = s->impl;
     if (!ps) return;
     pipeline_free(ps->p);
+    if (ps->m == &ps->part) gpt_free(&ps->part);
+    stage_free(ps);
     free(ps);
     s->impl = NULL;
 }

@@ -40,7 +40,10 @@ static void tp_allreduce(void *ctx, float *x, size_t n, int max) {
         comm_allreduce(c, x, n);
 }
 
-static int tp_wants(const StrategyConfig *c) { return c->tp > 1 || c->cp > 1 || c->sp || c->tp_2d; }
+// --pp with plain 1D tensor parallelism runs in the pipeline strategy (each stage a tp part).
+static int tp_wants(const StrategyConfig *c) {
+    return (c->tp > 1 && c->pp <= 1) || c->cp > 1 || c->sp || c->tp_2d;
+}
 
 static int tp_check(const StrategyConfig *c) {
     if (c->sp && c->tp < 2)
