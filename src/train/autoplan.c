@@ -106,8 +106,8 @@ static void dry_run_layout(const TrainArgs *a, const GPTConfig *cfg, const Backe
            "parameters per tensor-parallel part\n",
            a->dp, a->pp, a->tp, tp2d ? "2d" : "1d", a->sp ? ", sp" : "", a->cp, a->zero,
            a->dp * a->pp * a->tp * a->cp, m.part_params);
-    printf("per rank%s: params %.2f MiB, grads %.2f MiB, optimizer %.2f MiB, activations %.1f "
-           "MiB, total %.1f MiB\n",
+    printf("per rank%s: params %.2f MiB, grads %.2f MiB, optimizer %.2f MiB, activations %.2f "
+           "MiB, total %.2f MiB\n",
            stage, m.params / 1048576, m.grads / 1048576, m.opt / 1048576, m.acts / 1048576,
            layout_total(&m) / 1048576);
 }
