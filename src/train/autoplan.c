@@ -56,18 +56,22 @@ void train_apply_auto_plan(TrainArgs *b) {
         in.latency = pr.latency;
     }
     if (world->rank == 0) {
-        Plan best;
-        if (plan_search(&prof, &in, &best, 1) != 1)
-            die(EXIT_INPUT, "--plan auto: no plan fits the memory of this machine");
+        Plan top[3];
+        int k = plan_search(&prof, &in, top, 3);
+        if (k < 1) die(EXIT_INPUT, "--plan auto: no plan fits the memory of this machine");
+        const Plan best = top[0];
         msg[0] = best.w, msg[1] = best.d, msg[2] = best.b, msg[3] = best.K, msg[4] = best.recompute;
         msg[5] = best.tp, msg[6] = best.cp;
         snprintf(layers, sizeof layers, "%s", best.stage_layers);
-        fprintf(stderr,
-                "loom: --plan auto: dp %d x pp %d x tp %d x cp %d, micro-batch %d x %d, recompute "
-                "%s, stages %s: predicted %.0f tok/s (step %.3f s), %.1f MiB per rank\n",
-                best.w, best.d, best.tp, best.cp, best.b, best.K, best.recompute ? "on" : "off",
-                best.d > 1 ? best.stage_layers : "-", best.tokens_per_s, best.step_s,
-                best.mem_bytes / 1048576);
+        for (int i = 0; i < k; i++) // the chosen plan, then the runners-up
+            fprintf(stderr,
+                    "loom: --plan auto: %s dp %d x pp %d x tp %d x cp %d, micro-batch %d x %d, "
+                    "recompute %s, stages %s: predicted %.0f tok/s (step %.3f s), %.1f MiB per "
+                    "rank\n",
+                    i ? "  next:" : "chosen:", top[i].w, top[i].d, top[i].tp, top[i].cp, top[i].b,
+                    top[i].K, top[i].recompute ? "on" : "off",
+                    top[i].d > 1 ? top[i].stage_layers : "-", top[i].tokens_per_s, top[i].step_s,
+                    top[i].mem_bytes / 1048576);
     }
     comm_broadcast(world, msg, sizeof msg, 0);
     comm_broadcast(world, layers, sizeof layers, 0);
