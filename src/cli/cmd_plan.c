@@ -96,7 +96,7 @@ static int plan_parse(int argc, char **argv, PlanArgs *a) {
         {"vocab", OPT_INT, &a->vocab, "vocabulary size", NULL, 2, 65536},
         {"block-size", OPT_INT, &a->block, "maximum sequence length", NULL, 1, 1 << 20},
         {"seq", OPT_INT, &a->seq, "sequence length T", NULL, 1, 1 << 20},
-        {"workers", OPT_INT, &a->workers, "ranks to plan for (w x d)", NULL, 1, 1 << 16},
+        {"workers", OPT_INT, &a->workers, "ranks to plan for (w x d x tp x cp)", NULL, 1, 1 << 16},
         {"mem-gb", OPT_FLOAT, &a->mem_gb, "memory per worker, GiB", NULL, 1e-3, 1e6},
         {"bandwidth-gbps", OPT_FLOAT, &a->bw_gbps,
          "bandwidth between machines, Gbit/s (measured instead under mpirun)", NULL, 1e-6, 1e6},
