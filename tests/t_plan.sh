@@ -9,6 +9,14 @@
 #     cores time-share them; ranks on one machine reduce through shared memory, serially;
 #   * the search: with a fast network DP wins; on a slow one the pipeline does; a memory budget
 #     that nothing fits is a clear error; a profile round-trips through --save-profile/--profile;
+#   * tensor and context parallelism (4 ranks on one machine): a plan's compute is K x (block
+#     costs) / (tp x cp) plus tp's all-reduces (4 x (b,T/cp,C) per layer and micro-batch, ring
+#     over tp at the shared-memory bandwidth) and the cp ring's 3(cp-1) K/V hops of
+#     (b,T/cp,2C/tp) per layer and micro-batch, plus the gradient all-reduce of the tp part over
+#     w x cp ranks; without a memory limit data parallelism wins; with a limit a whole model per
+#     rank cannot meet, every fitting plan has tp > 1; with a sequence whose activations do not
+#     fit (even recomputed), every fitting plan has cp > 1; a plan's memory per rank is the
+#     dry-run's for its layout (loom train --dry-run);
 #   * the swarm of loom peers it compares with: a round's Δ exchange is (N-1) x |W| x 4 bytes /
 #     bandwidth + latency, hidden behind tau steps on a fast link, exposed on a slow one.
 set -eu
@@ -91,3 +99,61 @@ $LOOM plan --layers 1 --heads 2 --dim 16 --vocab 64 --block-size 16 --seq 16 --m
 $LOOM plan --profile "$d/m.json" --workers 2 --global-batch 4 --json "$d/b.json" > /dev/null
 cmp "$d/a.json" "$d/b.json"
 $PY -c "import json,sys; p=json.load(open('$d/m.json')); sys.exit(0 if p['cores'] >= 1 and all(r['busy_factor'] >= 1 for r in p['rows']) else 1)"
+
+# ---- tensor and context parallelism: a model whose parameters dominate (V 8192) and one whose
+# activations do (T 4096; 2 heads, so tp is at most 2); 4 ranks on one machine
+cat > "$d/big.json" <<'JSON'
+{"format": "loom-profile-1", "model": {"layers": 4, "heads": 4, "dim": 128, "vocab": 8192, "block_size": 64},
+ "seq": 64, "threads": 1, "rows": [
+  {"micro_batch": 1, "embed_fwd_s": 0.001, "embed_bwd_s": 0.001, "layer_fwd_s": 0.01, "layer_bwd_s": 0.02, "head_fwd_s": 0.02, "head_bwd_s": 0.04, "busy_factor": 1.2},
+  {"micro_batch": 2, "embed_fwd_s": 0.002, "embed_bwd_s": 0.002, "layer_fwd_s": 0.02, "layer_bwd_s": 0.04, "head_fwd_s": 0.04, "head_bwd_s": 0.08, "busy_factor": 1.2}]}
+JSON
+sed 's/"heads": 4, "dim": 128, "vocab": 8192, "block_size": 64}/"heads": 2, "dim": 64, "vocab": 256, "block_size": 4096}/; s/"seq": 64/"seq": 4096/' \
+    "$d/big.json" > "$d/long.json"
+four="--workers 4 --node-size 4 --global-batch 8 --top 200"
+$LOOM plan --profile "$d/big.json" $four --json "$d/tp_free.json" > /dev/null
+$LOOM plan --profile "$d/big.json" $four --mem-gb 0.025 --json "$d/tp_tight.json" | tee "$d/tp_tight.txt" | sed -n '2,4p;/^best/p'
+$LOOM plan --profile "$d/long.json" $four --json "$d/cp_free.json" > /dev/null
+$LOOM plan --profile "$d/long.json" $four --mem-gb 0.03 --json "$d/cp_tight.json" | sed -n '2,4p;/^best/p'
+grep -q "^best: loom train --dp [0-9]* --pp 1 --tp [24] --cp" "$d/tp_tight.txt"
+$PY - "$d" <<'PY'
+import json, sys
+d = sys.argv[1]
+free, tight, cfree, ctight = (json.load(open(f"{d}/{n}.json")) for n in ("tp_free", "tp_tight", "cp_free", "cp_tight"))
+def close(a, b):
+    return abs(a - b) < 1e-9 + 1e-9 * abs(b)
+# the terms of a dp 1 x tp 2 x cp 2 plan, micro-batch 2 (K = 4) on the V 8192 model
+L, C, T, V, maxT, lat, shm, tp, cp, b, K = 4, 128, 64, 8192, 64, 1e-4, 40e9 / 8, 2, 2, 2, 4
+p = next(x for x in free if (x["w"], x["d"], x["tp"], x["cp"], x["micro_batch"], x["recompute"]) == (1, 1, tp, cp, b, False))
+tok = b * T / cp
+tp_s = K * L * 4 * (2 * (tp - 1) / tp * tok * C * 4 / shm + 2 * (tp - 1) * lat)
+cp_s = K * L * 3 * (cp - 1) * (tok * 2 * C / tp * 4 / shm + lat)
+vrows = -(-V // (64 * tp)) * 64 * tp // tp
+P = vrows * C + maxT * C + L * (12 * C * C // tp + 7 * C // tp + 6 * C) + 2 * C   # the tp part
+grads = 2 * (cp - 1) / cp * P * 4 / shm + 2 * (cp - 1) * lat      # over w x cp = 2 ranks
+model = 0.004 + 4 * 0.06 + 0.12
+assert close(p["tp_s"], tp_s) and close(p["cp_s"], cp_s), (p, tp_s, cp_s)
+assert close(p["compute_s"], K * model / (tp * cp) + grads + tp_s + cp_s), p
+print("tp/cp terms match: compute", p["compute_s"], "tp", tp_s, "cp", cp_s)
+for name, plans in (("V 8192", free), ("T 4096", cfree)):
+    best = plans[0]
+    assert (best["w"], best["tp"], best["cp"]) == (4, 1, 1), (name, best)
+    print(f"{name}, no memory limit: data parallelism: {best}")
+# 25 MiB per rank: a whole model per rank needs more, whatever the micro-batch or recompute
+assert tight and all(x["tp"] > 1 and x["mem_bytes"] <= 0.025 * 2**30 for x in tight), tight
+assert not any(x["tp"] == 1 for x in tight)
+print("25 MiB per rank: every fitting plan has tp > 1; best:", tight[0])
+# 30 MiB per rank with T 4096: only splitting the sequence fits
+assert ctight and all(x["cp"] > 1 and x["mem_bytes"] <= 0.03 * 2**30 for x in ctight), ctight
+print("30 MiB per rank at T 4096: every fitting plan has cp > 1; best:", ctight[0])
+PY
+# the planner's memory is the dry-run's for the chosen layouts
+for pj in tp_tight cp_tight; do
+    read -r w tp cp b rc mem < <($PY -c "import json; p=json.load(open('$d/$pj.json'))[0]; print(p['w'], p['tp'], p['cp'], p['micro_batch'], int(p['recompute']), p['mem_bytes'])")
+    src=big; [ $pj = cp_tight ] && src=long
+    shape=$($PY -c "import json; m=json.load(open('$d/$src.json')); c=m['model']; print(f\"--layers {c['layers']} --heads {c['heads']} --dim {c['dim']} --vocab {c['vocab']} --block-size {c['block_size']} --seq {m['seq']}\")")
+    flags="$shape --batch $b --dp $w --tp $tp --cp $cp"; [ "$rc" = 1 ] && flags="$flags --recompute"
+    total=$($LOOM train --data none $flags --dry-run | sed -n 's/.*total \([0-9.]*\) MiB.*/\1/p')
+    awk -v t="$total" -v m="$mem" -v f="$flags" 'BEGIN { printf "%s: plan %.3f MiB, dry-run %s MiB\n", f, m / 1048576, t
+        d = m / 1048576 - t; exit !(t != "" && d < 0.006 && d > -0.006) }'
+done

@@ -1,5 +1,6 @@
 // cmd_plan.c — `loom plan`: profile the model's blocks on this machine (or read a saved
-// profile) and print the best (width, depth, micro-batch, recompute) plans for a cluster.
+// profile) and print the best (width, depth, tp, cp, micro-batch, recompute) plans for a
+// cluster, each with its predicted step time and memory per rank.
 // Launched under mpirun it also measures the links between the job's ranks and plans for
 // them (rank 0 profiles and prints; the others take part in the measurement).
 // `loom plan --offload disk` runs the static analysis of block swapping instead: the same model
@@ -21,14 +22,17 @@
 #include "options.h"
 
 static void print_plans(const Plan *pl, int n, FILE *f) {
-    fprintf(f, "%4s %3s %3s %3s %4s %9s %-12s %10s %9s %10s %9s %9s %12s\n", "rank", "w", "d", "b",
-            "K", "recompute", "stages", "tok/s", "step s", "compute s", "reduce s", "exposed s",
-            "mem/worker");
+    fprintf(f, "%4s %3s %3s %3s %3s %3s %4s %9s %-12s %10s %9s %10s %9s %9s %9s %12s\n", "rank",
+            "w", "d", "tp", "cp", "b", "K", "recompute", "stages", "tok/s", "step s", "compute s",
+            "tp+cp s", "reduce s", "exposed s", "mem/worker");
     for (int i = 0; i < n; i++)
-        fprintf(f, "%4d %3d %3d %3d %4d %9s %-12s %10.1f %9.3f %10.3f %9.3f %9.3f %9.1f MiB\n",
-                i + 1, pl[i].w, pl[i].d, pl[i].b, pl[i].K, pl[i].recompute ? "on" : "off",
-                pl[i].d > 1 ? pl[i].stage_layers : "-", pl[i].tokens_per_s, pl[i].step_s,
-                pl[i].compute_s, pl[i].allreduce_s, pl[i].exposed_s, pl[i].mem_bytes / 1048576);
+        fprintf(f,
+                "%4d %3d %3d %3d %3d %3d %4d %9s %-12s %10.1f %9.3f %10.3f %9.3f %9.3f %9.3f "
+                "%9.1f MiB\n",
+                i + 1, pl[i].w, pl[i].d, pl[i].tp, pl[i].cp, pl[i].b, pl[i].K,
+                pl[i].recompute ? "on" : "off", pl[i].d > 1 ? pl[i].stage_layers : "-",
+                pl[i].tokens_per_s, pl[i].step_s, pl[i].compute_s, pl[i].tp_s + pl[i].cp_s,
+                pl[i].allreduce_s, pl[i].exposed_s, pl[i].mem_bytes / 1048576);
 }
 
 static int write_json(const char *path, const Plan *pl, int n) {
@@ -37,13 +41,16 @@ static int write_json(const char *path, const Plan *pl, int n) {
     fprintf(f, "[\n");
     for (int i = 0; i < n; i++)
         fprintf(f,
-                "  {\"w\": %d, \"d\": %d, \"micro_batch\": %d, \"grad_accum\": %d, \"recompute\": "
+                "  {\"w\": %d, \"d\": %d, \"tp\": %d, \"cp\": %d, \"micro_batch\": %d, "
+                "\"grad_accum\": %d, \"recompute\": "
                 "%s, \"stage_layers\": \"%s\", \"tokens_per_s\": %.6g, \"step_s\": %.9g, "
-                "\"compute_s\": %.9g, \"allreduce_s\": %.9g, \"exposed_s\": %.9g, \"update_s\": "
+                "\"compute_s\": %.9g, \"tp_s\": %.9g, \"cp_s\": %.9g, \"allreduce_s\": %.9g, "
+                "\"exposed_s\": %.9g, \"update_s\": "
                 "%.9g, \"cpu_slowdown\": %.6g, \"mem_bytes\": %.0f}%s\n",
-                pl[i].w, pl[i].d, pl[i].b, pl[i].K, pl[i].recompute ? "true" : "false",
-                pl[i].stage_layers, pl[i].tokens_per_s, pl[i].step_s, pl[i].compute_s,
-                pl[i].allreduce_s, pl[i].exposed_s, pl[i].update_s, pl[i].cpu_slow, pl[i].mem_bytes,
+                pl[i].w, pl[i].d, pl[i].tp, pl[i].cp, pl[i].b, pl[i].K,
+                pl[i].recompute ? "true" : "false", pl[i].stage_layers, pl[i].tokens_per_s,
+                pl[i].step_s, pl[i].compute_s, pl[i].tp_s, pl[i].cp_s, pl[i].allreduce_s,
+                pl[i].exposed_s, pl[i].update_s, pl[i].cpu_slow, pl[i].mem_bytes,
                 i + 1 < n ? "," : "");
     fprintf(f, "]\n");
     fclose(f);
@@ -89,7 +96,7 @@ static int plan_parse(int argc, char **argv, PlanArgs *a) {
         {"vocab", OPT_INT, &a->vocab, "vocabulary size", NULL, 2, 65536},
         {"block-size", OPT_INT, &a->block, "maximum sequence length", NULL, 1, 1 << 20},
         {"seq", OPT_INT, &a->seq, "sequence length T", NULL, 1, 1 << 20},
-        {"workers", OPT_INT, &a->workers, "ranks to plan for (w x d)", NULL, 1, 1 << 16},
+        {"workers", OPT_INT, &a->workers, "ranks to plan for (w x d x tp x cp)", NULL, 1, 1 << 16},
         {"mem-gb", OPT_FLOAT, &a->mem_gb, "memory per worker, GiB", NULL, 1e-3, 1e6},
         {"bandwidth-gbps", OPT_FLOAT, &a->bw_gbps,
          "bandwidth between machines, Gbit/s (measured instead under mpirun)", NULL, 1e-6, 1e6},
@@ -386,9 +393,10 @@ static void print_peer_choice(const Profile *prof, const PlanInput *in, int tau,
            pp.mem_bytes / 1048576);
     int peers = pp.tokens_per_s > best->tokens_per_s;
     printf("choice: %s (%.2fx the other)\n",
-           peers         ? "peers (loom peer)"
-           : best->d > 1 ? "pipeline (the best plan above)"
-                         : "data parallel (the best plan above)",
+           peers                          ? "peers (loom peer)"
+           : best->d > 1                  ? "pipeline (the best plan above)"
+           : best->tp > 1 || best->cp > 1 ? "tensor/context parallel (the best plan above)"
+                                          : "data parallel (the best plan above)",
            peers ? pp.tokens_per_s / best->tokens_per_s : best->tokens_per_s / pp.tokens_per_s);
 }
 
@@ -409,6 +417,8 @@ int cmd_plan(int argc, char **argv) {
     in.bandwidth = a.bw_gbps * 1e9 / 8, in.intra_bandwidth = a.intra_gbps * 1e9 / 8;
     in.latency = a.lat_ms * 1e-3, in.node_size = a.node_size, in.cpu_group = a.cpu_group;
     in.cores = a.cores, in.global_batch = a.gbatch, in.bucket_bytes = a.bucket_mb * 1048576.0;
+    in.be = backend_select(a.device, 1); // for the activations' size (its attention's state)
+    if (!in.be) die_last(EXIT_USAGE);
     if (world->size > 1 && !plan_links(&a, world, &in)) return 0;
     Plan *pl = xcalloc((size_t)a.top, sizeof(Plan));
     int k = plan_search(&prof, &in, pl, a.top);
@@ -418,8 +428,9 @@ int cmd_plan(int argc, char **argv) {
            a.gbatch, prof.T, prof.cfg.L, prof.cfg.C, prof.cfg.V);
     if (!k) die(EXIT_INPUT, "no plan fits %.1f GiB per worker", a.mem_gb);
     print_plans(pl, k, stdout);
-    printf("best: loom train --dp %d --pp %d --batch %d --grad-accum %d%s%s%s\n", pl[0].w, pl[0].d,
-           pl[0].b, pl[0].K, pl[0].d > 1 ? " --schedule 2bw --stage-layers " : "",
+    printf("best: loom train --dp %d --pp %d --tp %d --cp %d --batch %d --grad-accum %d%s%s%s\n",
+           pl[0].w, pl[0].d, pl[0].tp, pl[0].cp, pl[0].b, pl[0].K,
+           pl[0].d > 1 ? " --schedule 2bw --stage-layers " : "",
            pl[0].d > 1 ? pl[0].stage_layers : "", pl[0].recompute ? " --recompute" : "");
     print_peer_choice(&prof, &in, a.tau, &pl[0]);
     if (a.json && write_json(a.json, pl, k)) die_last(EXIT_IO);

@@ -345,10 +345,9 @@ int workspace_create_range(Workspace *ws, const GPT *m, int B, int T, int recomp
     // layers l live in blocks l+1; this workspace holds layers [b0-1, b1-1) ∩ [0, L)
     int l0 = b0 - 1 < 0 ? 0 : b0 - 1, l1 = b1 - 1 > c->L ? c->L : b1 - 1;
     int nl = l1 > l0 ? l1 - l0 : 0;
-    int tp = m->tp.n > 1 ? m->tp.n : 1;
-    size_t hf = b1 == m->nblocks ? head_floats_tp(c, gpt_vocab_rows(m), tp, B, T) : 1;
+    size_t hf = b1 == m->nblocks ? workspace_head_floats(m, B, T) : 1;
     ws->layer0 = l0;
-    ws->layer_stride = layer_act_floats_tp(c, m->be, tp, B, T);
+    ws->layer_stride = workspace_layer_floats(m, B, T);
     ws->stream = m->be->alloc((size_t)(b1 - b0 + 1) * BT * C);
     ws->layer = m->be->alloc((recompute ? 1 : (size_t)(nl ? nl : 1)) * ws->layer_stride);
     ws->head = m->be->alloc(hf);
@@ -356,10 +355,27 @@ int workspace_create_range(Workspace *ws, const GPT *m, int B, int T, int recomp
     ws->scratch = m->be->alloc(BT * 7 * C);
     ws->tokens = xcalloc(BT, sizeof(int));
     ws->targets = xcalloc(BT, sizeof(int));
-    ws->floats = (size_t)(b1 - b0 + 1) * BT * C +
-                 (recompute ? 1 : (size_t)(nl ? nl : 1)) * ws->layer_stride + hf + BT * C +
-                 BT * 7 * C;
+    ws->floats = workspace_range_floats(m, B, T, recompute, b0, b1);
     return 0;
+}
+
+size_t workspace_layer_floats(const GPT *m, int B, int T) {
+    return layer_act_floats_tp(&m->cfg, m->be, m->tp.n > 1 ? m->tp.n : 1, B, T);
+}
+
+size_t workspace_head_floats(const GPT *m, int B, int T) {
+    return head_floats_tp(&m->cfg, gpt_vocab_rows(m), m->tp.n > 1 ? m->tp.n : 1, B, T);
+}
+
+size_t workspace_range_floats(const GPT *m, int B, int T, int recompute, int b0, int b1) {
+    const GPTConfig *c = &m->cfg;
+    size_t BT = (size_t)B * T, C = (size_t)c->C;
+    int l0 = b0 - 1 < 0 ? 0 : b0 - 1, l1 = b1 - 1 > c->L ? c->L : b1 - 1;
+    int nl = l1 > l0 ? l1 - l0 : 0;
+    size_t hf = b1 == m->nblocks ? workspace_head_floats(m, B, T) : 1;
+    return (size_t)(b1 - b0 + 1) * BT * C +
+           (recompute ? 1 : (size_t)(nl ? nl : 1)) * workspace_layer_floats(m, B, T) + hf + BT * C +
+           BT * 7 * C;
 }
 
 void workspace_free(Workspace *ws, const GPT *m) {

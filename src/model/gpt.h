@@ -234,6 +234,12 @@ void workspace_free(Workspace *ws, const GPT *m);
 // Activation floats of a whole-model workspace; be: the backend that will run it (its attention
 // keeps backend-specific saved state).
 size_t workspace_floats(const GPTConfig *c, const Backend *be, int B, int T, int recompute);
+// Activation floats of a workspace_create_range(m, B, T, recompute, b0, b1) (m may be a
+// tensor-parallel part): what its `floats` reports, without allocating.
+size_t workspace_range_floats(const GPT *m, int B, int T, int recompute, int b0, int b1);
+// One layer's saved activations, and the head's, of model m (its tensor-parallel part's).
+size_t workspace_layer_floats(const GPT *m, int B, int T);
+size_t workspace_head_floats(const GPT *m, int B, int T);
 // Several micro-batches in flight at once (block swapping runs K of them through a unit): a
 // workspace that shares `share`'s head, scratch and (with recompute) layer slot, with its own
 // residual stream, stream gradient, tokens and (without recompute) layer activations.

@@ -403,6 +403,11 @@ void dp_memory(const DataParallel *d, double *param_b, double *grad_b, double *o
                  d->zero, param_b, grad_b, opt_b);
 }
 
+void dp_memory_model(size_t P, size_t embed, size_t wte, size_t max_block, int N, int zero,
+                     double *param_b, double *grad_b, double *opt_b) {
+    memory_model(P, embed, wte, max_block, N, zero, param_b, grad_b, opt_b);
+}
+
 void dp_memory_plan(const GPTConfig *c, int N, int zero, double *param_b, double *grad_b,
                     double *opt_b) {
     size_t C = (size_t)c->C, embed = ((size_t)c->V + (size_t)c->maxT) * C;

@@ -50,6 +50,11 @@ float *dp_shard_params(DataParallel *d);
 void dp_set_params(DataParallel *d, const float *full);
 // Bytes held per rank: parameters, gradients (persistent + transient), optimizer moments.
 void dp_memory(const DataParallel *d, double *param_b, double *grad_b, double *opt_b);
+// The same numbers predicted from any layout's sizes (a tensor-parallel part): P parameters,
+// the embedding block's `embed`, the tied table's `wte` (the head's gradient part), the largest
+// block.
+void dp_memory_model(size_t P, size_t embed, size_t wte, size_t max_block, int N, int zero,
+                     double *param_b, double *grad_b, double *opt_b);
 // The same numbers predicted from the shape alone (for --dry-run, before launching).
 void dp_memory_plan(const GPTConfig *c, int N, int zero, double *param_b, double *grad_b,
                     double *opt_b);

@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "../common.h"
+#include "../parallel/pipeline.h"
+#include "layout_mem.h"
 
 // Splits [embed, L layers, head] into d stages minimising the slowest (linear partition).
 static void split(const double *cost, int nb, int d, int *start) {
@@ -72,25 +74,27 @@ typedef struct {
     const PlanInput *in;
     const ProfileRow *row;
     int w, d, b, K, nb;
-    double f, share;               // contention factor; > 1: time-shared cores
-    double *fwd, *bwd, *cost, *wp; // per block: seconds per micro-batch, parameters
+    int tp, cp, nr;  // tensor- and context-parallel ranks; nr = w·cp reduce gradients
+    double f, share; // contention factor; > 1: time-shared cores
+    double *fwd, *bwd, *cost, *wp; // per block: seconds per micro-batch, parameters (the part's)
     int dp_inter, pp_inter;        // the dp / pp links cross machines
-    double dp_bw, pp_bw, P;        // link bandwidths; total parameters
+    int cp_inter;                  // the cp ring crosses machines (tp stays within one)
+    double dp_bw, pp_bw, cp_bw, P; // link bandwidths; total parameters (the tp part's)
 } Eval;
 
 // d == 1: data parallelism alone (compute, all-reduce, what of it is exposed, update, memory).
-static void eval_dp(const Eval *e, double *compute, double *reduce, double *exposed, double *update,
-                    double *mem) {
+static void eval_dp(const Eval *e, double *compute, double *reduce, double *exposed,
+                    double *update) {
     const PlanInput *in = e->in;
     double work = 0;
     for (int i = 0; i < e->nb; i++)
         work += e->cost[i];
     work *= e->K;
-    *reduce = ring_allreduce(e->P * 4, e->w, e->dp_bw, in->latency);
-    double comm_cpu = e->dp_inter ? ring_traffic(e->P * 4, e->w) * in->net_cpu_per_byte : *reduce;
+    *reduce = ring_allreduce(e->P * 4, e->nr, e->dp_bw, in->latency);
+    double comm_cpu = e->dp_inter ? ring_traffic(e->P * 4, e->nr) * in->net_cpu_per_byte : *reduce;
     *compute = e->share > 1 ? e->share * e->row->busy * (work + comm_cpu) : work * e->f + comm_cpu;
     *exposed = 0;
-    if (e->w > 1 && e->dp_inter) {
+    if (e->nr > 1 && e->dp_inter) {
         // buckets of consecutive blocks in backward order (as data_parallel.c forms them),
         // each starting when its lowest block's backward of the last micro-batch is done
         double speed = *compute / work, t = 0, link = 0, cap = in->bucket_bytes / 4;
@@ -100,13 +104,43 @@ static void eval_dp(const Eval *e, double *compute, double *reduce, double *expo
             while (i - 1 >= 0 && size + e->wp[i - 1] <= cap)
                 size += e->wp[--i], t += e->bwd[i] * speed;
             double begin = link > t ? link : t;
-            link = begin + ring_allreduce(size * 4, e->w, e->dp_bw, in->latency);
+            link = begin + ring_allreduce(size * 4, e->nr, e->dp_bw, in->latency);
             i--;
         }
         *exposed = link > t ? link - t : 0;
     }
     *update = e->P * e->p->update_s_per_param * e->f;
-    *mem = e->P * 4 * (1 + 1 + 2);
+}
+
+// Tensor and context parallelism's blocking transfers per step (K micro-batches, L layers):
+// 1D tp all-reduces 4 × (b,T/cp,C) per layer, forward and backward, over the tp ranks of one
+// machine; the cp ring passes each rank's K/V chunk (b,T/cp,2C/tp) cp−1 hops forward and again
+// in backward with its gradient (3(cp−1) hops). Neither is overlapped with compute here.
+static void eval_tpcp(const Eval *e, double *tp_s, double *cp_s) {
+    const PlanInput *in = e->in;
+    double L = e->p->cfg.L, C = e->p->cfg.C, tok = (double)e->b * e->p->T / e->cp;
+    *tp_s = e->K * L * 4 * ring_allreduce(tok * C * 4, e->tp, in->intra_bandwidth, in->latency);
+    double hop = tok * 2 * C / e->tp * 4 / e->cp_bw + in->latency;
+    *cp_s = e->K * L * 3.0 * (e->cp - 1) * hop;
+}
+
+// Memory per rank: the dry-run's (layout_mem.h) for this plan's layout.
+static int plan_memory(const Eval *e, const char *stage_layers, int rc, double *mem) {
+    const Backend *be = e->in->be ? e->in->be : backend_select("cpu", 1);
+    LayoutShape s = {.dp = e->w,
+                     .pp = e->d,
+                     .schedule = SCHED_2BW,
+                     .stage_layers = e->d > 1 ? stage_layers : NULL,
+                     .tp = e->tp,
+                     .cp = e->cp,
+                     .B = e->b,
+                     .T = e->p->T,
+                     .K = e->K,
+                     .recompute = rc};
+    LayoutMemory m;
+    if (!be || layout_memory(&e->p->cfg, be, &s, &m)) return -1;
+    *mem = layout_total(&m);
+    return 0;
 }
 
 // Stage s of a pipeline (d > 1): its time per micro-batch with transfers, its batch's
@@ -132,22 +166,6 @@ static void eval_stage(const Eval *e, double t, double params, int s, double *pe
     *ccpu = net * in->net_cpu_per_byte + shm;
 }
 
-// Stage s's memory: weights (2 versions when pipelined), grads (2 under 2BW), AdamW (2), and
-// the activations of the micro-batches it holds.
-static double stage_memory(const Eval *e, double params, int layers, int s, int last, int rc) {
-    const GPTConfig *c = &e->p->cfg;
-    double C = c->C, V = c->V, T = e->p->T, b = e->b;
-    int d = e->d;
-    double mem = params * 4 * ((d > 1 ? 2 : 1) + (d > 1 ? 2 : 1) + 2);
-    int inflight = d > 1 ? d - s : 1;
-    double per_layer = (15 * C + 4) * b * T * 4 + b * c->H * T * T * 4;
-    double acts = rc ? inflight * (layers + 1) * b * T * C * 4 + per_layer
-                     : inflight * ((layers + 1) * b * T * C * 4 + layers * per_layer);
-    if (last) acts += inflight * b * T * V * 4; // logits/probs
-    acts += 7 * b * T * C * 4;                  // scratch
-    return mem + acts;
-}
-
 // The blocks' profiled costs and the links of layout (w, d): fills e (caller frees its arrays).
 static void eval_setup(Eval *e, int rc) {
     const PlanInput *in = e->in;
@@ -160,38 +178,59 @@ static void eval_setup(Eval *e, int rc) {
     int cores = in->cores > 0 ? in->cores : e->p->cores;
     e->f = contention(e->row->busy, group, e->p->threads, cores);
     e->share = cores > 0 ? (double)group * e->p->threads / cores : 0;
-    int nb = e->nb;
+    int nb = e->nb, split = e->tp * e->cp;
     e->fwd = xcalloc((size_t)nb, sizeof(double)), e->bwd = xcalloc((size_t)nb, sizeof(double));
     e->cost = xcalloc((size_t)nb, sizeof(double)), e->wp = xcalloc((size_t)nb, sizeof(double));
-    double C = c->C, V = c->V;
-    double wparams[3] = {(V + c->maxT) * C, 12 * C * C + 13 * C, 2 * C};
-    for (int i = 0; i < nb; i++) { // profiled seconds per micro-batch, one rank alone
+    double wparams[3];
+    layout_block_params(c, e->tp, wparams); // the tp part's (checked by the caller)
+    for (int i = 0; i < nb; i++) { // profiled seconds per micro-batch, one rank alone, ÷ tp·cp
         int k = i == 0 ? PROF_EMBED : i == nb - 1 ? PROF_HEAD : PROF_LAYER;
-        e->fwd[i] = e->row->fwd[k];
-        e->bwd[i] = e->row->bwd[k] + (rc && k == PROF_LAYER ? e->row->fwd[k] : 0);
+        e->fwd[i] = e->row->fwd[k] / split;
+        e->bwd[i] = (e->row->bwd[k] + (rc && k == PROF_LAYER ? e->row->fwd[k] : 0)) / split;
         e->cost[i] = e->fwd[i] + e->bwd[i];
         e->wp[i] = wparams[k];
         e->P += e->wp[i];
     }
-    // links: the dp replicas of a stage are consecutive ranks, pipeline neighbours w apart;
-    // network transfers overlap compute but cost CPU per byte, shared-memory ones are CPU work
-    int ns = in->node_size > 0 ? in->node_size : 1;
-    e->dp_inter = e->w > ns || ns % e->w, e->pp_inter = e->w * e->d > ns;
+    // links: tp ranks are consecutive (on one machine), cp neighbours tp apart, the dp
+    // replicas of a stage span w·tp·cp ranks, pipeline neighbours w apart; network transfers
+    // overlap compute but cost CPU per byte, shared-memory ones are CPU work
+    int ns = in->node_size > 0 ? in->node_size : 1, span = e->w * split;
+    e->dp_inter = span > ns || ns % span, e->pp_inter = e->w * e->d > ns;
+    e->cp_inter = split > ns || ns % split;
     e->dp_bw = e->dp_inter ? in->bandwidth : in->intra_bandwidth;
     e->pp_bw = e->pp_inter ? in->bandwidth : in->intra_bandwidth;
+    e->cp_bw = e->cp_inter ? in->bandwidth : in->intra_bandwidth;
+}
+
+// A layout the planner considers: tp divides the heads and the ranks of one machine, T divides
+// into 2·cp chunks, and tp/cp only without a pipeline (d = 1).
+static int layout_ok(const Profile *p, const PlanInput *in, int d, int tp, int cp) {
+    int ns = in->node_size > 0 ? in->node_size : 1;
+    if (tp < 1 || cp < 1 || p->cfg.H % tp || ns % tp || p->T % (2 * cp)) return 0;
+    return d == 1 || (tp == 1 && cp == 1);
 }
 
 int plan_evaluate(const Profile *p, const PlanInput *in, int w, int d, int b, int rc, Plan *out) {
+    return plan_evaluate_layout(p, in, w, d, 1, 1, b, rc, out);
+}
+
+int plan_evaluate_layout(const Profile *p, const PlanInput *in, int w, int d, int tp, int cp, int b,
+                         int rc, Plan *out) {
     const ProfileRow *row = profile_row(p, b);
-    if (!row || in->global_batch % (w * b)) return 0;
+    if (!row || in->global_batch % (w * b) || !layout_ok(p, in, d, tp, cp)) return 0;
     Eval e = {.p = p, .in = in, .row = row, .w = w, .d = d, .b = b, .nb = p->cfg.L + 2};
+    e.tp = tp, e.cp = cp, e.nr = w * cp;
     e.K = in->global_batch / (w * b);
     if ((d > 1 && e.K < d) || d > p->cfg.L || d > 64) return 0;
     eval_setup(&e, rc);
     int nb = e.nb, K = e.K, start[65];
     split(e.cost, nb, d, start);
-    double worst_mem = 0, reduce = 0, update = 0, compute = 0, exposed = 0;
-    if (d == 1) eval_dp(&e, &compute, &reduce, &exposed, &update, &worst_mem);
+    double worst_mem = 0, reduce = 0, update = 0, compute = 0, exposed = 0, tp_s = 0, cp_s = 0;
+    if (d == 1) {
+        eval_dp(&e, &compute, &reduce, &exposed, &update);
+        eval_tpcp(&e, &tp_s, &cp_s);
+        compute += tp_s + cp_s;
+    }
     double period = 0, work_sum = 0, comm_cpu_max = 0;
     char *sl = out->stage_layers;
     sl[0] = 0;
@@ -213,7 +252,6 @@ int plan_evaluate(const Profile *p, const PlanInput *in, int w, int d, int b, in
             reduce = fmax(reduce, red);
             update = fmax(update, params * p->update_s_per_param * e.f);
         }
-        worst_mem = fmax(worst_mem, stage_memory(&e, params, layers, s, start[s + 1] == nb, rc));
         snprintf(sl + strlen(sl), sizeof out->stage_layers - strlen(sl), "%s%d", s ? "," : "",
                  layers);
     }
@@ -234,7 +272,9 @@ int plan_evaluate(const Profile *p, const PlanInput *in, int w, int d, int b, in
         }
     }
     free(e.fwd), free(e.bwd), free(e.cost), free(e.wp);
+    if (plan_memory(&e, sl, rc, &worst_mem)) return 0;
     out->w = w, out->d = d, out->b = b, out->K = K, out->recompute = rc;
+    out->tp = tp, out->cp = cp, out->tp_s = tp_s, out->cp_s = cp_s;
     out->compute_s = compute;
     out->allreduce_s = reduce;
     out->exposed_s = exposed;
@@ -251,18 +291,25 @@ static int by_throughput(const void *a, const void *b) {
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
+#define PLAN_CAP 4096
+
 int plan_search(const Profile *p, const PlanInput *in, Plan *out, int max) {
-    Plan all[512];
-    int n = 0;
-    for (int d = 1; d <= in->workers; d++) {
-        if (in->workers % d) continue;
-        int w = in->workers / d;
-        for (int i = 0; i < p->nrows; i++)
-            for (int rc = 0; rc <= 1; rc++)
-                if (n < 512 && plan_evaluate(p, in, w, d, p->rows[i].b, rc, &all[n])) n++;
-    }
+    Plan *all = xcalloc(PLAN_CAP, sizeof(Plan));
+    int n = 0, N = in->workers;
+    for (int d = 1; d <= N; d++)
+        for (int tp = 1; tp <= N / d; tp++)
+            for (int cp = 1; cp <= N / (d * tp); cp++) {
+                if (N % (d * tp * cp)) continue;
+                int w = N / (d * tp * cp);
+                for (int i = 0; i < p->nrows; i++)
+                    for (int rc = 0; rc <= 1; rc++)
+                        if (n < PLAN_CAP &&
+                            plan_evaluate_layout(p, in, w, d, tp, cp, p->rows[i].b, rc, &all[n]))
+                            n++;
+            }
     qsort(all, (size_t)n, sizeof(Plan), by_throughput);
     int k = n < max ? n : max;
     memcpy(out, all, (size_t)k * sizeof(Plan));
+    free(all);
     return k;
 }

@@ -9,7 +9,9 @@
 #include "../common.h"
 #include "../io/weights.h"
 #include "../parallel/data_parallel.h"
+#include "../parallel/pipeline.h"
 #include "../plan/commprobe.h"
+#include "../plan/layout_mem.h"
 #include "../plan/planner.h"
 #include "trainer.h"
 
@@ -17,7 +19,7 @@
 // global batch = --batch x --grad-accum x --dp; every rank adopts the best one.
 void train_apply_auto_plan(TrainArgs *b) {
     Comm *world = comm_world(NULL, NULL);
-    double msg[5] = {0};
+    double msg[7] = {0};
     char layers[128] = "";
     Profile prof;
     PlanInput in;
@@ -40,6 +42,7 @@ void train_apply_auto_plan(TrainArgs *b) {
         in.node_size = local_n;
         in.global_batch = b->batch * b->grad_accum * b->dp;
         in.bucket_bytes = b->bucket_mb * 1048576.0;
+        in.be = be;
     }
     if (world->size > 1) { // the job's real links (every rank takes part)
         CommProbe pr;
@@ -53,25 +56,64 @@ void train_apply_auto_plan(TrainArgs *b) {
         in.latency = pr.latency;
     }
     if (world->rank == 0) {
-        Plan best;
-        if (plan_search(&prof, &in, &best, 1) != 1)
-            die(EXIT_INPUT, "--plan auto: no plan fits the memory of this machine");
+        Plan top[3];
+        int k = plan_search(&prof, &in, top, 3);
+        if (k < 1) die(EXIT_INPUT, "--plan auto: no plan fits the memory of this machine");
+        const Plan best = top[0];
         msg[0] = best.w, msg[1] = best.d, msg[2] = best.b, msg[3] = best.K, msg[4] = best.recompute;
+        msg[5] = best.tp, msg[6] = best.cp;
         snprintf(layers, sizeof layers, "%s", best.stage_layers);
-        fprintf(stderr,
-                "loom: --plan auto: dp %d x pp %d, micro-batch %d x %d, recompute %s, "
-                "stages %s: predicted %.0f tok/s\n",
-                best.w, best.d, best.b, best.K, best.recompute ? "on" : "off",
-                best.d > 1 ? best.stage_layers : "-", best.tokens_per_s);
+        for (int i = 0; i < k; i++) // the chosen plan, then the runners-up
+            fprintf(stderr,
+                    "loom: --plan auto: %s dp %d x pp %d x tp %d x cp %d, micro-batch %d x %d, "
+                    "recompute %s, stages %s: predicted %.0f tok/s (step %.3f s), %.1f MiB per "
+                    "rank\n",
+                    i ? "  next:" : "chosen:", top[i].w, top[i].d, top[i].tp, top[i].cp, top[i].b,
+                    top[i].K, top[i].recompute ? "on" : "off",
+                    top[i].d > 1 ? top[i].stage_layers : "-", top[i].tokens_per_s, top[i].step_s,
+                    top[i].mem_bytes / 1048576);
     }
     comm_broadcast(world, msg, sizeof msg, 0);
     comm_broadcast(world, layers, sizeof layers, 0);
     b->dp = (int)msg[0], b->pp = (int)msg[1], b->batch = (int)msg[2];
     b->grad_accum = (int)msg[3], b->recompute = (int)msg[4];
+    b->tp = (int)msg[5], b->cp = (int)msg[6];
     if (b->pp > 1) {
         b->schedule = "2bw";
         b->stage_layers = strdup(layers);
     }
+}
+
+// --dry-run: this run's own layout (dp x pp x tp x cp, ZeRO, sp, 1D/2D), per rank.
+static void dry_run_layout(const TrainArgs *a, const GPTConfig *cfg, const Backend *be) {
+    int tp2d = a->tp_mode && !strcmp(a->tp_mode, "2d");
+    LayoutShape s = {.dp = a->dp,
+                     .zero = a->zero,
+                     .pp = a->pp,
+                     .schedule = !strcmp(a->schedule, "gpipe") ? SCHED_GPIPE
+                                 : !strcmp(a->schedule, "2bw") ? SCHED_2BW
+                                                               : SCHED_1F1B,
+                     .stage_layers = a->stage_layers,
+                     .tp = a->tp,
+                     .tp_2d = tp2d,
+                     .sp = a->sp,
+                     .cp = a->cp,
+                     .B = a->batch,
+                     .T = a->seq,
+                     .K = a->grad_accum,
+                     .recompute = a->recompute};
+    LayoutMemory m;
+    if (layout_memory(cfg, be, &s, &m)) die_last(EXIT_USAGE);
+    char stage[32] = "";
+    if (a->pp > 1) snprintf(stage, sizeof stage, " (stage %d, the largest)", m.stage);
+    printf("this run's layout: dp %d x pp %d x tp %d (%s%s) x cp %d, zero %d: %d ranks, %zu "
+           "parameters per tensor-parallel part\n",
+           a->dp, a->pp, a->tp, tp2d ? "2d" : "1d", a->sp ? ", sp" : "", a->cp, a->zero,
+           a->dp * a->pp * a->tp * a->cp, m.part_params);
+    printf("per rank%s: params %.2f MiB, grads %.2f MiB, optimizer %.2f MiB, activations %.2f "
+           "MiB, total %.2f MiB\n",
+           stage, m.params / 1048576, m.grads / 1048576, m.opt / 1048576, m.acts / 1048576,
+           layout_total(&m) / 1048576);
 }
 
 int train_dry_run(const TrainArgs *a) {
@@ -94,7 +136,8 @@ int train_dry_run(const TrainArgs *a) {
             dp_memory_plan(&cfg, ns[i], z, &p, &g, &o);
             printf("%4d %5d %10.1f %10.1f %10.1f %12.1f %10.1f%s\n", ns[i], z, p / 1048576,
                    g / 1048576, o / 1048576, act / 1048576, (p + g + o + act) / 1048576,
-                   ns[i] == a->dp && z == a->zero ? "   <- this run" : "");
+                   ns[i] == a->dp && z == a->zero ? "   <- this run's dp and zero" : "");
         }
+    dry_run_layout(a, &cfg, be);
     return 0;
 }

@@ -52,9 +52,11 @@ typedef struct {
 void train_args_defaults(TrainArgs *a);
 // JSON text of the flags that shaped the run, for the checkpoint manifest (caller frees).
 char *train_args_json(const TrainArgs *a);
-// --plan auto: profiles the model, searches the plans for this job and adopts the best one.
+// --plan auto: profiles the model, searches the plans (dp, pp, tp, cp, micro-batch, recompute)
+// for this job and adopts the best one.
 void train_apply_auto_plan(TrainArgs *a);
 // Runs training; returns a process exit status (0 on success) and prints errors itself.
 int train_run(const TrainArgs *a);
-// --dry-run: prints the per-rank memory plan for dp 1, 2, 4 (and --dp) × ZeRO 0–3 and returns.
+// --dry-run: prints the per-rank memory plan for dp 1, 2, 4 (and --dp) × ZeRO 0–3, then this
+// run's layout's (dp × pp × tp × cp, sp, 1D/2D; plan/layout_mem.h), and returns.
 int train_dry_run(const TrainArgs *a);
