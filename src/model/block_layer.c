@@ -84,9 +84,9 @@ static void layer_run_forward(const GPT *m, const Block *blk, const Workspace *w
     LayerParams p = layer_params(blk->params, C, w.Cl, w.F);
     LayerActs a = layer_acts(ws, m, blk->layer);
     be->layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x_in, p.ln1w, p.ln1b, R, C);
-    const float *ln1 = tp_gather(m, ws, a.ln1, full, tmp);          // (N,C)
-    be->matmul_forward(a.qkv, ln1, p.qkvw, p.qkvb, N, C, 3 * w.Cl); // (N,3Cl)
-    be->attention_forward(a.atty, a.att, a.qkv, B, T, w.Cl, w.NHl); // (N,Cl)
+    const float *ln1bt = tp_gather(m, ws, a.ln1, full, tmp);          // (N,C), in (B,T) order
+    be->matmul_forward(a.qkv, ln1bt, p.qkvw, p.qkvb, N, C, 3 * w.Cl); // (N,3Cl)
+    be->attention_forward(a.atty, a.att, a.qkv, B, T, w.Cl, w.NHl);   // (N,Cl)
     block_poll(m);
     float *part = sp ? full : a.res2; // (N,C) partial sums of the row-parallel product
     be->matmul_forward(part, a.atty, p.projw, w.lead ? p.projb : NULL, N, w.Cl, C);
