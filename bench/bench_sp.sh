@@ -2,13 +2,13 @@
 # bench/bench_sp.sh — sequence parallelism (--sp with --tp N) on bench_tp.sh's model: per-rank
 # activation memory and what the blocks communicate over tp per layer and micro-batch (from the
 # run's summary line), tp 2 and tp 4, with and without --sp.
-#   bench/bench_sp.sh [--steps S (2)] [--out DIR]
+#   bench/bench_sp.sh [--steps S (1)] [--out DIR]
 # Model: L4 H8 C512, GPT-2's vocabulary (50257), batch 4 x seq 256, random tokens (as
 # bench_tp.sh). The volumes count whole (B,T,C) tensors (an all-reduce of n floats moves what a
 # reduce-scatter of n plus an all-gather of n move); embedding and loss are spread over layers.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-STEPS=2 OUT=""
+STEPS=1 OUT=""
 while [ $# -gt 0 ]; do
     case $1 in --steps) STEPS=$2; shift 2 ;; --out) OUT=$2; shift 2 ;; *) echo "?? $1"; exit 2 ;; esac
 done
@@ -24,7 +24,7 @@ with open(sys.argv[1], "wb") as f:
 PY
 flags="--data $OUT/data.bin --layers 4 --heads 8 --dim 512 --vocab 50257 --block-size 256
        --batch 4 --seq 256 --steps $STEPS --progress off --peak-gflops 100"
-num() { grep -o "$2" "$1" | head -1 | grep -o '[0-9][0-9.]*' | head -1; }
+num() { grep -o "$2" "$1" | head -1 | grep -o "[0-9][0-9.]*" | head -1 || true; }
 run() { # NAME NP FLAGS...
     local name=$1 np=$2; shift 2
     local log="$OUT/${name// /_}.log"
