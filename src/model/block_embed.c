@@ -1,7 +1,9 @@
 // block_embed.c — the embedding block: x_0 = wte[token] + wpe[position]. It owns wte, which
 // the head also uses (tied LM head); the head receives wte only through BlockIO. With tensor
 // parallelism a rank holds rows [v0, v0+nv) of wte: it embeds the tokens it holds (rank 0 adds
-// wpe) and an all-reduce completes x_0; backward scatters into its rows only.
+// wpe) and an all-reduce completes x_0; backward scatters into its rows only. With sequence
+// parallelism the partial x_0 is reduce-scattered (a rank keeps its positions) and d(x_0) is
+// all-gathered before the backward.
 #include <stddef.h>
 
 #include "block_impl.h"
@@ -14,9 +16,10 @@ void embed_forward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) {
         m->be->encoder_forward(io->x_out, io->tokens, wte, wpe, B, T, C);
         return;
     }
-    m->be->encoder_forward_shard(io->x_out, io->tokens, wte, tp->i == 0 ? wpe : NULL, tp->v0,
-                                 tp->nv, B, T, C);
-    tp->allreduce(tp->ctx, io->x_out, (size_t)B * T * C, 0);
+    float *part = tp->sp ? ws->scratch : io->x_out; // (B,T,C) partial sums
+    m->be->encoder_forward_shard(part, io->tokens, wte, tp->i == 0 ? wpe : NULL, tp->v0, tp->nv, B,
+                                 T, C);
+    tp_reduce(m, ws, part, io->x_out, ws->scratch + (size_t)B * T * C);
 }
 
 void embed_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) {
@@ -24,7 +27,10 @@ void embed_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) 
     const TensorParallel *tp = &m->tp;
     if (tp->n <= 1)
         m->be->encoder_backward(dwte, dwpe, io->dx, io->tokens, ws->B, ws->T, m->cfg.C);
-    else // d(x_0) is the same on every rank: wpe's gradient too
-        m->be->encoder_backward_shard(dwte, dwpe, io->dx, io->tokens, tp->v0, tp->nv, ws->B, ws->T,
+    else { // d(x_0) is the same on every rank: wpe's gradient too
+        size_t NC = (size_t)ws->B * ws->T * m->cfg.C;
+        const float *dx = tp_gather(m, ws, io->dx, ws->scratch, ws->scratch + NC);
+        m->be->encoder_backward_shard(dwte, dwpe, dx, io->tokens, tp->v0, tp->nv, ws->B, ws->T,
                                       m->cfg.C);
+    }
 }

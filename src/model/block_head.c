@@ -2,7 +2,9 @@
 // softmax cross-entropy. Probabilities overwrite the logits in place to save (B,T,V) memory.
 // With tensor parallelism a rank computes the logits of its vocabulary rows only and the
 // cross-entropy is assembled from per-row partials (max, then Σ exp and the target's logit)
-// reduced across the group: the logits are never gathered; d(ln_f) is all-reduced.
+// reduced across the group: the logits are never gathered; d(ln_f) is all-reduced. With
+// sequence parallelism ln_f runs on the rank's positions, its output is all-gathered before the
+// logits (and again in backward), d(ln_f) is reduce-scattered and ln_f's gradient summed.
 #include <stddef.h>
 #include <string.h>
 
@@ -13,12 +15,12 @@ typedef struct {
 } HeadActs;
 
 static HeadActs head_acts(const Workspace *ws, const GPT *m) {
-    size_t BT = (size_t)ws->B * ws->T;
+    size_t BT = (size_t)ws->B * ws->T, R = workspace_rows(ws, m); // R: ln_f's rows
     HeadActs a;
     float *q = ws->head;
-    a.lnf = q, q += BT * m->cfg.C;
-    a.mean = q, q += BT;
-    a.rstd = q, q += BT;
+    a.lnf = q, q += R * m->cfg.C;
+    a.mean = q, q += R;
+    a.rstd = q, q += R;
     a.probs = q, q += BT * (size_t)gpt_vocab_rows(m);
     a.losses = q, q += BT;
     a.mx = q, q += BT; // tensor parallelism only: (N) row max, (N,2) Σ exp and target logit
@@ -40,12 +42,13 @@ static double xent_shards(const GPT *m, const HeadActs *a, const int *targets, i
 
 void head_forward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) {
     const Backend *be = m->be;
-    int N = ws->B * ws->T, C = m->cfg.C, V = gpt_vocab_rows(m);
+    int N = ws->B * ws->T, C = m->cfg.C, V = gpt_vocab_rows(m), R = (int)workspace_rows(ws, m);
     const float *w = blk->params, *b = w + C;
     HeadActs a = head_acts(ws, m);
-    be->layernorm_forward(a.lnf, a.mean, a.rstd, io->x_in, w, b, N, C);
+    be->layernorm_forward(a.lnf, a.mean, a.rstd, io->x_in, w, b, R, C);
+    const float *lnf = tp_gather(m, ws, a.lnf, ws->scratch, ws->scratch + (size_t)N * C); // (N,C)
     block_poll(m);
-    be->matmul_forward(a.probs, a.lnf, io->wte, NULL, N, C, V); // logits (N,V)
+    be->matmul_forward(a.probs, lnf, io->wte, NULL, N, C, V); // logits (N,V)
     block_poll(m);
     io->loss_sum = 0.0;
     if (!io->targets) return;
@@ -59,18 +62,29 @@ void head_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) {
     const Backend *be = m->be;
     const TensorParallel *tp = &m->tp;
     int N = ws->B * ws->T, C = m->cfg.C, V = gpt_vocab_rows(m);
+    size_t NC = (size_t)N * C;
     const float *w = blk->params;
-    float *dw = blk->grads, *db = dw + C;
     HeadActs a = head_acts(ws, m);
-    float *dlnf = ws->scratch; // (N,C)
+    // scratch: d(ln_f) (N,C) | gathered ln_f, then the held rows' d(ln_f) | reorder | ln_f's 2C
+    float *dlnf = ws->scratch, *full = dlnf + NC, *tmp = full + NC;
+    float *dheld = workspace_rows(ws, m) < (size_t)N ? full : dlnf;
     if (tp->n > 1)
         be->xent_shard_backward(a.probs, io->targets, tp->v0, io->grad_scale, N, V, tp->nv);
     else
         be->softmax_xent_backward(a.probs, io->targets, io->grad_scale, N, V);
     block_poll(m);
-    be->matmul_backward(dlnf, io->dwte, NULL, a.probs, a.lnf, io->wte, N, C, V);
-    if (tp->n > 1) tp->allreduce(tp->ctx, dlnf, (size_t)N * C, 0);
+    const float *lnf = tp_gather(m, ws, a.lnf, full, tmp);
+    be->matmul_backward(dlnf, io->dwte, NULL, a.probs, lnf, io->wte, N, C, V);
+    tp_reduce(m, ws, dlnf, dheld, tmp);
     block_poll(m);
-    be->fill(io->dx, 0.f, (size_t)N * C);
-    be->layernorm_backward(io->dx, dw, db, dlnf, io->x_in, w, a.mean, a.rstd, N, C);
+    be->fill(io->dx, 0.f, workspace_rows(ws, m) * C);
+    tp_layernorm_backward(m, ws,
+                          &(LnBack){.dx = io->dx,
+                                    .dw = blk->grads,
+                                    .tmp = tmp + NC,
+                                    .dout = dheld,
+                                    .inp = io->x_in,
+                                    .w = w,
+                                    .mean = a.mean,
+                                    .rstd = a.rstd});
 }

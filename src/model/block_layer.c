@@ -5,7 +5,11 @@
 // With tensor parallelism (m->tp.n > 1) a rank holds NH/tp heads (q, k, v and the attention
 // projection's matching columns) and 4C/tp of the MLP: the column-parallel products give its
 // part, the row-parallel ones a partial sum that one all-reduce per branch completes (the
-// replicated bias added by rank 0 only); backward reduces d(ln) the same way.
+// replicated bias added by rank 0 only); backward reduces d(ln) the same way. With sequence
+// parallelism (seq_parallel.c) the LayerNorm/residual regions hold T/tp positions of every
+// sequence: ln output all-gathered before the column-parallel products (and again in backward:
+// only the shard is kept), row-parallel partials reduce-scattered, d(x) all-gathered before the
+// row-parallel backward and d(ln) reduce-scattered after the column-parallel one.
 #include <stddef.h>
 
 #include "block_impl.h"
@@ -50,82 +54,109 @@ typedef struct {
 
 static LayerActs layer_acts(const Workspace *ws, const GPT *m, int layer) {
     Widths w = widths(m);
-    size_t BT = (size_t)ws->B * ws->T, C = (size_t)w.C, Cl = (size_t)w.Cl, F = (size_t)w.F;
+    // R: rows of the LayerNorm/residual regions (B·T/tp with sequence parallelism)
+    size_t BT = (size_t)ws->B * ws->T, R = workspace_rows(ws, m), C = (size_t)w.C,
+           Cl = (size_t)w.Cl, F = (size_t)w.F;
     float *q = ws->layer + (ws->recompute ? 0 : (size_t)(layer - ws->layer0) * ws->layer_stride);
     LayerActs a;
-    a.ln1 = q, q += BT * C;
+    a.ln1 = q, q += R * C;
     a.qkv = q, q += BT * 3 * Cl;
     a.atty = q, q += BT * Cl;
-    a.res2 = q, q += BT * C;
-    a.ln2 = q, q += BT * C;
+    a.res2 = q, q += R * C;
+    a.ln2 = q, q += R * C;
     a.fch = q, q += BT * F;
     a.fch_gelu = q, q += BT * F;
-    a.ln1_mean = q, q += BT;
-    a.ln1_rstd = q, q += BT;
-    a.ln2_mean = q, q += BT;
-    a.ln2_rstd = q, q += BT;
+    a.ln1_mean = q, q += R;
+    a.ln1_rstd = q, q += R;
+    a.ln2_mean = q, q += R;
+    a.ln2_rstd = q, q += R;
     a.att = q;
     return a;
-}
-
-// Completes a row-parallel product's partial sums across the tensor-parallel group.
-static void tp_sum(const GPT *m, float *x, size_t n) {
-    if (m->tp.n > 1) m->tp.allreduce(m->tp.ctx, x, n, 0);
 }
 
 static void layer_run_forward(const GPT *m, const Block *blk, const Workspace *ws,
                               const float *x_in, float *x_out) {
     const Backend *be = m->be;
     Widths w = widths(m);
-    int B = ws->B, T = ws->T, C = w.C, N = B * T;
-    size_t NC = (size_t)N * C;
+    int B = ws->B, T = ws->T, C = w.C, N = B * T, R = (int)workspace_rows(ws, m), sp = R < N;
+    size_t NC = (size_t)N * C, RC = (size_t)R * C;
+    float *full = ws->scratch + 4 * NC, *tmp = full + NC; // (N,C) each, sequence parallel only
     LayerParams p = layer_params(blk->params, C, w.Cl, w.F);
     LayerActs a = layer_acts(ws, m, blk->layer);
-    be->layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x_in, p.ln1w, p.ln1b, N, C);
-    be->matmul_forward(a.qkv, a.ln1, p.qkvw, p.qkvb, N, C, 3 * w.Cl); // (N,3Cl)
+    be->layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x_in, p.ln1w, p.ln1b, R, C);
+    const float *ln1bt = tp_gather(m, ws, a.ln1, full, tmp);          // (N,C), in (B,T) order
+    be->matmul_forward(a.qkv, ln1bt, p.qkvw, p.qkvb, N, C, 3 * w.Cl); // (N,3Cl)
     be->attention_forward(a.atty, a.att, a.qkv, B, T, w.Cl, w.NHl);   // (N,Cl)
     block_poll(m);
-    be->matmul_forward(a.res2, a.atty, p.projw, w.lead ? p.projb : NULL, N, w.Cl, C); // (N,C)
-    tp_sum(m, a.res2, NC);
-    be->residual_forward(a.res2, a.res2, x_in, NC);
-    be->layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p.ln2w, p.ln2b, N, C);
-    be->matmul_forward(a.fch, a.ln2, p.fcw, p.fcb, N, C, w.F); // (N,F)
+    float *part = sp ? full : a.res2; // (N,C) partial sums of the row-parallel product
+    be->matmul_forward(part, a.atty, p.projw, w.lead ? p.projb : NULL, N, w.Cl, C);
+    tp_reduce(m, ws, part, a.res2, tmp);
+    be->residual_forward(a.res2, a.res2, x_in, RC);
+    be->layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p.ln2w, p.ln2b, R, C);
+    const float *ln2 = tp_gather(m, ws, a.ln2, full, tmp);
+    be->matmul_forward(a.fch, ln2, p.fcw, p.fcb, N, C, w.F); // (N,F)
     be->gelu_forward(a.fch_gelu, a.fch, (size_t)N * w.F);
     block_poll(m);
-    be->matmul_forward(x_out, a.fch_gelu, p.fcprojw, w.lead ? p.fcprojb : NULL, N, w.F, C);
-    tp_sum(m, x_out, NC);
-    be->residual_forward(x_out, x_out, a.res2, NC);
+    part = sp ? full : x_out;
+    be->matmul_forward(part, a.fch_gelu, p.fcprojw, w.lead ? p.fcprojb : NULL, N, w.F, C);
+    tp_reduce(m, ws, part, x_out, tmp);
+    be->residual_forward(x_out, x_out, a.res2, RC);
 }
 
 void layer_forward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) {
     layer_run_forward(m, blk, ws, io->x_in, io->x_out);
 }
 
+// Scratch: big (N,4C) — with sequence parallelism (tp >= 2) its first half holds (N,F) or
+// d(qkv) (N,3Cl) and its second half a gathered (N,C) and the reorder's (N,C); dln (N,C) the
+// column-parallel backward's partial d(ln); dsmall (N,Cl); recomp (the recomputed output, then
+// the LayerNorm parameters' 2C).
 void layer_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) {
     const Backend *be = m->be;
     Widths w = widths(m);
-    int B = ws->B, T = ws->T, C = w.C, N = B * T;
+    int B = ws->B, T = ws->T, C = w.C, N = B * T, sp = workspace_rows(ws, m) < (size_t)N;
     size_t NC = (size_t)N * C;
     float *big = ws->scratch, *dln = big + 4 * NC, *dsmall = dln + NC, *recomp = dsmall + NC;
+    float *full = big + 2 * NC, *tmp = full + NC, *dlnh = sp ? full : dln;
     if (ws->recompute) layer_run_forward(m, blk, ws, io->x_in, recomp);
     LayerParams p = layer_params(blk->params, C, w.Cl, w.F),
                 g = layer_params(blk->grads, C, w.Cl, w.F);
     LayerActs a = layer_acts(ws, m, blk->layer);
     float *dx = io->dx; // d(x_out) on entry; d(res2), then d(x_in) after the residual adds
     // MLP branch: x_out = res2 + fcproj(gelu(fc(ln2)))
-    be->matmul_backward(big, g.fcprojw, g.fcprojb, dx, a.fch_gelu, p.fcprojw, N, w.F, C);
+    const float *dout = tp_gather(m, ws, dx, full, tmp); // (N,C)
+    be->matmul_backward(big, g.fcprojw, g.fcprojb, dout, a.fch_gelu, p.fcprojw, N, w.F, C);
     block_poll(m);
     be->gelu_backward(big, a.fch, big, (size_t)N * w.F);
-    be->matmul_backward(dln, g.fcw, g.fcb, big, a.ln2, p.fcw, N, C, w.F);
-    tp_sum(m, dln, NC);
+    const float *ln2 = tp_gather(m, ws, a.ln2, full, tmp);
+    be->matmul_backward(dln, g.fcw, g.fcb, big, ln2, p.fcw, N, C, w.F);
+    tp_reduce(m, ws, dln, dlnh, tmp);
     block_poll(m);
-    be->layernorm_backward(dx, g.ln2w, g.ln2b, dln, a.res2, p.ln2w, a.ln2_mean, a.ln2_rstd, N, C);
+    tp_layernorm_backward(m, ws,
+                          &(LnBack){.dx = dx,
+                                    .dw = g.ln2w,
+                                    .tmp = recomp,
+                                    .dout = dlnh,
+                                    .inp = a.res2,
+                                    .w = p.ln2w,
+                                    .mean = a.ln2_mean,
+                                    .rstd = a.ln2_rstd});
     // attention branch: res2 = x_in + proj(attention(qkv(ln1)))
-    be->matmul_backward(dsmall, g.projw, g.projb, dx, a.atty, p.projw, N, w.Cl, C);
+    dout = tp_gather(m, ws, dx, full, tmp);
+    be->matmul_backward(dsmall, g.projw, g.projb, dout, a.atty, p.projw, N, w.Cl, C);
     block_poll(m);
     be->attention_backward(big, dsmall, a.qkv, a.atty, a.att, B, T, w.Cl, w.NHl); // dqkv (N,3Cl)
     block_poll(m);
-    be->matmul_backward(dln, g.qkvw, g.qkvb, big, a.ln1, p.qkvw, N, C, 3 * w.Cl);
-    tp_sum(m, dln, NC);
-    be->layernorm_backward(dx, g.ln1w, g.ln1b, dln, io->x_in, p.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
+    const float *ln1 = tp_gather(m, ws, a.ln1, full, tmp);
+    be->matmul_backward(dln, g.qkvw, g.qkvb, big, ln1, p.qkvw, N, C, 3 * w.Cl);
+    tp_reduce(m, ws, dln, dlnh, tmp);
+    tp_layernorm_backward(m, ws,
+                          &(LnBack){.dx = dx,
+                                    .dw = g.ln1w,
+                                    .tmp = recomp,
+                                    .dout = dlnh,
+                                    .inp = io->x_in,
+                                    .w = p.ln1w,
+                                    .mean = a.ln1_mean,
+                                    .rstd = a.ln1_rstd});
 }

@@ -271,26 +271,28 @@ const TensorSpec *gpt_find_tensor(const GPT *m, const char *name) {
 
 // ---------------------------------------------------------------- workspace
 
-// A layer's saved activations; tp > 1: a tensor-parallel rank's (its heads and MLP columns).
+// A layer's saved activations; tp > 1: a tensor-parallel rank's (its heads and MLP columns),
+// whose LayerNorm/residual regions hold R = B·T/tp rows with sequence parallelism (else B·T).
 // att: what the backend's attention backward needs (the CPU: (B,NH,T) row statistics).
-static size_t layer_act_floats_tp(const GPTConfig *c, const Backend *be, int tp, int B, int T) {
+static size_t layer_act_floats_tp(const GPTConfig *c, const Backend *be, int tp, size_t R, int B,
+                                  int T) {
     size_t BT = (size_t)B * T, C = (size_t)c->C, Cl = C / (size_t)tp;
-    // ln1, qkv, atty, res2, ln2, fch, fch_gelu | 2×(mean, rstd) | att
-    return BT * (C + 3 * Cl + Cl + C + C + 4 * Cl + 4 * Cl) + 4 * BT +
+    // ln1, res2, ln2 | qkv, atty, fch, fch_gelu | 2×(mean, rstd) | att
+    return R * 3 * C + BT * (3 * Cl + Cl + 4 * Cl + 4 * Cl) + 4 * R +
            be->attention_saved_floats(B, T, c->H / tp);
 }
 static size_t layer_act_floats(const GPTConfig *c, const Backend *be, int B, int T) {
-    return layer_act_floats_tp(c, be, 1, B, T);
+    return layer_act_floats_tp(c, be, 1, (size_t)B * T, B, T);
 }
 
-// The head's: lnf, mean, rstd, logits/probs of `rows` vocabulary rows, losses (and, with
-// tensor parallelism, the cross-entropy's per-row max and (sum, target logit) partials).
-static size_t head_floats_tp(const GPTConfig *c, int rows, int tp, int B, int T) {
+// The head's: lnf, mean, rstd (of R rows), logits/probs of `rows` vocabulary rows, losses (and,
+// with tensor parallelism, the cross-entropy's per-row max and (sum, target logit) partials).
+static size_t head_floats_tp(const GPTConfig *c, int rows, int tp, size_t R, int B, int T) {
     size_t BT = (size_t)B * T;
-    return BT * c->C + 2 * BT + BT * (size_t)rows + BT + (tp > 1 ? 3 * BT : 0);
+    return R * c->C + 2 * R + BT * (size_t)rows + BT + (tp > 1 ? 3 * BT : 0);
 }
 static size_t head_floats(const GPTConfig *c, int B, int T) {
-    return head_floats_tp(c, c->V, 1, B, T);
+    return head_floats_tp(c, c->V, 1, (size_t)B * T, B, T);
 }
 
 size_t workspace_floats(const GPTConfig *c, const Backend *be, int B, int T, int recompute) {
@@ -335,23 +337,29 @@ int workspace_create_range(Workspace *ws, const GPT *m, int B, int T, int recomp
     const GPTConfig *c = &m->cfg;
     if (T > c->maxT) return loom_fail("--seq %d is longer than --block-size %d", T, c->maxT);
     if (B < 1 || T < 1) return loom_fail("--batch and --seq must be >= 1");
+    int tp = m->tp.n > 1 ? m->tp.n : 1, sp = tp > 1 && m->tp.sp;
+    if (sp && T % tp)
+        return loom_fail("--sp splits every sequence over the tensor-parallel group: --seq %d is "
+                         "not divisible by --tp %d",
+                         T, tp);
     memset(ws, 0, sizeof *ws);
     ws->B = B;
     ws->T = T;
     ws->recompute = recompute;
     ws->b0 = b0;
     ws->b1 = b1;
-    size_t BT = (size_t)B * T, C = (size_t)c->C;
+    // R: rows of the residual stream and LayerNorm regions (sequence parallelism: B·T/tp)
+    size_t BT = (size_t)B * T, C = (size_t)c->C, R = sp ? BT / (size_t)tp : BT;
     // layers l live in blocks l+1; this workspace holds layers [b0-1, b1-1) ∩ [0, L)
     int l0 = b0 - 1 < 0 ? 0 : b0 - 1, l1 = b1 - 1 > c->L ? c->L : b1 - 1;
     int nl = l1 > l0 ? l1 - l0 : 0;
     size_t hf = b1 == m->nblocks ? workspace_head_floats(m, B, T) : 1;
     ws->layer0 = l0;
     ws->layer_stride = workspace_layer_floats(m, B, T);
-    ws->stream = m->be->alloc((size_t)(b1 - b0 + 1) * BT * C);
+    ws->stream = m->be->alloc((size_t)(b1 - b0 + 1) * R * C);
     ws->layer = m->be->alloc((recompute ? 1 : (size_t)(nl ? nl : 1)) * ws->layer_stride);
     ws->head = m->be->alloc(hf);
-    ws->dstream = m->be->alloc(BT * C);
+    ws->dstream = m->be->alloc(R * C);
     ws->scratch = m->be->alloc(BT * 7 * C);
     ws->tokens = xcalloc(BT, sizeof(int));
     ws->targets = xcalloc(BT, sizeof(int));
@@ -359,22 +367,29 @@ int workspace_create_range(Workspace *ws, const GPT *m, int B, int T, int recomp
     return 0;
 }
 
+// Rows of the residual stream and LayerNorm regions: B·T, or B·T/tp with sequence parallelism.
+static size_t held_rows(const GPT *m, int B, int T) {
+    size_t BT = (size_t)B * T;
+    return m->tp.n > 1 && m->tp.sp ? BT / (size_t)m->tp.n : BT;
+}
+
 size_t workspace_layer_floats(const GPT *m, int B, int T) {
-    return layer_act_floats_tp(&m->cfg, m->be, m->tp.n > 1 ? m->tp.n : 1, B, T);
+    return layer_act_floats_tp(&m->cfg, m->be, m->tp.n > 1 ? m->tp.n : 1, held_rows(m, B, T), B, T);
 }
 
 size_t workspace_head_floats(const GPT *m, int B, int T) {
-    return head_floats_tp(&m->cfg, gpt_vocab_rows(m), m->tp.n > 1 ? m->tp.n : 1, B, T);
+    return head_floats_tp(&m->cfg, gpt_vocab_rows(m), m->tp.n > 1 ? m->tp.n : 1, held_rows(m, B, T),
+                          B, T);
 }
 
 size_t workspace_range_floats(const GPT *m, int B, int T, int recompute, int b0, int b1) {
     const GPTConfig *c = &m->cfg;
-    size_t BT = (size_t)B * T, C = (size_t)c->C;
+    size_t BT = (size_t)B * T, C = (size_t)c->C, R = held_rows(m, B, T);
     int l0 = b0 - 1 < 0 ? 0 : b0 - 1, l1 = b1 - 1 > c->L ? c->L : b1 - 1;
     int nl = l1 > l0 ? l1 - l0 : 0;
     size_t hf = b1 == m->nblocks ? workspace_head_floats(m, B, T) : 1;
-    return (size_t)(b1 - b0 + 1) * BT * C +
-           (recompute ? 1 : (size_t)(nl ? nl : 1)) * workspace_layer_floats(m, B, T) + hf + BT * C +
+    return (size_t)(b1 - b0 + 1) * R * C +
+           (recompute ? 1 : (size_t)(nl ? nl : 1)) * workspace_layer_floats(m, B, T) + hf + R * C +
            BT * 7 * C;
 }
 
@@ -390,14 +405,14 @@ void workspace_free(Workspace *ws, const GPT *m) {
 }
 
 float *workspace_probs(const Workspace *ws, const GPT *m) {
-    size_t BT = (size_t)ws->B * ws->T;
-    return ws->head + BT * m->cfg.C + 2 * BT;
+    size_t R = workspace_rows(ws, m);
+    return ws->head + R * m->cfg.C + 2 * R;
 }
 
 // ---------------------------------------------------------------- whole model
 
 float *workspace_stream(const Workspace *ws, const GPT *m, int l) {
-    return ws->stream + (size_t)(l - (ws->b0 - 1)) * ws->B * ws->T * m->cfg.C;
+    return ws->stream + (size_t)(l - (ws->b0 - 1)) * workspace_rows(ws, m) * m->cfg.C;
 }
 
 static float *stream_at(const Workspace *ws, const GPT *m, int l) {

@@ -61,6 +61,13 @@ typedef struct {
     int nv;    // real vocabulary rows held (the rest of the local table is padding)
     int vrows; // rows of the local embedding table (padded vocabulary / n)
     void (*allreduce)(void *ctx, float *x, size_t n, int max); // in place: sum (max: 1 → max)
+    // Sequence parallelism (sp = 1, seq_parallel.c): the LayerNorm and residual regions hold
+    // positions [i·T/n, (i+1)·T/n) of every sequence, rows ordered (B, T/n). allgather: in
+    // place, rank r's `each` floats at x + r·each reach every rank; reduce_scatter: rank r
+    // receives into recv Σ over ranks of send[r·each, (r+1)·each).
+    int sp;
+    void (*allgather)(void *ctx, float *x, size_t each);
+    void (*reduce_scatter)(void *ctx, const float *send, float *recv, size_t each);
     void *ctx;
 } TensorParallel;
 
@@ -212,7 +219,8 @@ static inline Block *gpt_head(GPT *m) { return &m->blocks[m->nblocks - 1]; }
 typedef struct {
     int B, T, recompute;
     int b0, b1;    // the blocks it holds activations for (all of them unless a pipeline stage)
-    float *stream; // residual stream: slot l is block l's output (slots b0-1 .. b1-1)
+    float *stream; // residual stream: slot l is block l's output (slots b0-1 .. b1-1); with
+                   // sequence parallelism every (B,T,C) of the residual regions is (B,T/tp,C)
     float *layer;  // saved activations per layer (one shared slot when recompute is on)
     int layer0;    // the first layer with a slot
     size_t layer_stride;
@@ -228,6 +236,8 @@ int workspace_create(Workspace *ws, const GPT *m, int B, int T, int recompute);
 // A pipeline stage's workspace: activations only for blocks [b0, b1).
 int workspace_create_range(Workspace *ws, const GPT *m, int B, int T, int recompute, int b0,
                            int b1);
+// Rows of (B,T) a rank holds in the LayerNorm/residual regions: B·T, or B·T/tp with sp.
+size_t workspace_rows(const Workspace *ws, const GPT *m);
 // Block l's output in the residual stream (l = -1 .. nblocks-2; l = b-1 is block b's input).
 float *workspace_stream(const Workspace *ws, const GPT *m, int l);
 void workspace_free(Workspace *ws, const GPT *m);

@@ -42,12 +42,9 @@ static double stage_acts(const GPT *m, const LayoutShape *s, int q, int T, int b
     double BT = (double)s->B * T, C = c->C;
     double f = (double)workspace_range_floats(m, s->B, T, s->recompute, b0, b1);
     int l0 = b0 - 1 < 0 ? 0 : b0 - 1, l1 = b1 - 1 > c->L ? c->L : b1 - 1, nl = l1 - l0;
-    double slots = s->recompute || nl < 1 ? 1 : nl, head = b1 == m->nblocks;
+    double slots = s->recompute || nl < 1 ? 1 : nl;
     if (s->tp_2d) // each layer's saved activations over the q×q grid
         f -= slots * (double)workspace_layer_floats(m, s->B, T) * (1 - 1.0 / (q * q));
-    if (s->sp) // ln1, res2, ln2 (B,T,C) + 2 x (mean, rstd); the stream, its gradient; lnf
-        f -= (1 - 1.0 / s->tp) * (slots * BT * (3 * C + 4) + (b1 - b0 + 1) * BT * C + BT * C +
-                                  head * (BT * C + 2 * BT));
     if (s->cp > 1) f += 4 * BT * 2 * C / s->tp; // K/V sent and received, and their gradients
     return f;
 }
@@ -83,6 +80,7 @@ int layout_memory(const GPTConfig *c, const Backend *be, const LayoutShape *s, L
     if (layout_check(c, s, &q)) return -1;
     GPT m;
     if (gpt_create_layout_tp(&m, c, be, s->tp_2d ? 1 : s->tp, 0)) return -1;
+    m.tp.sp = s->sp; // the workspace's sizes hold sequence parallelism's rows
     memset(out, 0, sizeof *out);
     double maxb, P = range_params(&m, q, 0, m.nblocks, &maxb);
     double wte = (double)gpt_vocab_rows(&m) * c->C;

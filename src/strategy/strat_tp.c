@@ -7,7 +7,10 @@
 // checkpoints, initial weights and exports stays the whole model's: a rank cuts its part out
 // of it when it starts or resumes, and the group gathers the whole back for a save or export.
 // Replicated tensors (LayerNorms, row-parallel biases, wpe) receive the same gradient on every
-// rank and stay identical without communication; the gradient norm counts them once.
+// rank and stay identical without communication; the gradient norm counts them once. With --sp
+// (Megatron sequence parallelism, model/seq_parallel.c) the LayerNorm/residual regions hold T/tp
+// positions per rank: the blocks all-gather and reduce-scatter instead of all-reducing, and sum
+// the LayerNorms' gradients over tp, so those stay identical too.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +30,7 @@ typedef struct {
     Whole w;
     float *stage[3];      // (part) host: parameters, m, v cut from the whole layout (start-up only)
     double floats, calls; // what the blocks all-reduced over tp (for the summary)
+    double gathered, scattered; // --sp: floats all-gathered / reduce-scattered (whole tensors)
     int steps;
 } TP;
 
@@ -38,6 +42,32 @@ static void tp_allreduce(void *ctx, float *x, size_t n, int max) {
         comm_allreduce_max(c, x, n);
     else
         comm_allreduce(c, x, n);
+}
+
+// --sp: rank r's `each` floats at x + r·each to every rank of the group, in place.
+static void tp_allgather(void *ctx, float *x, size_t each) {
+    TP *t = ctx;
+    const Comm *c = t->outer->grid->tp_comm;
+    size_t n = (size_t)c->size, *counts = xmalloc(2 * n * sizeof *counts), *displs = counts + n;
+    for (size_t r = 0; r < n; r++)
+        counts[r] = each, displs[r] = r * each;
+    t->gathered += (double)(n * each), t->calls++;
+    CommReq q = comm_iallgatherv(c, x, counts, displs);
+    comm_wait(&q);
+    free(counts);
+}
+
+// --sp: rank r receives Σ over the group of send[r·each, (r+1)·each).
+static void tp_reduce_scatter(void *ctx, const float *send, float *recv, size_t each) {
+    TP *t = ctx;
+    const Comm *c = t->outer->grid->tp_comm;
+    size_t n = (size_t)c->size, *counts = xmalloc(n * sizeof *counts);
+    for (size_t r = 0; r < n; r++)
+        counts[r] = each;
+    t->scattered += (double)(n * each), t->calls++;
+    CommReq q = comm_ireduce_scatter(c, send, recv, counts);
+    comm_wait(&q);
+    free(counts);
 }
 
 // --pp with plain 1D tensor parallelism runs in the pipeline strategy (each stage a tp part).
@@ -53,7 +83,13 @@ static int tp_check(const StrategyConfig *c) {
             c->tp);
     if (c->tp_2d && c->tp < 2)
         return loom_fail("--tp-mode 2d needs --tp q*q >= 4 (got --tp %d)", c->tp);
-    const char *later = c->sp ? "--sp" : c->cp > 1 ? "--cp" : c->tp_2d ? "--tp-mode 2d" : NULL;
+    if (c->sp && (c->cp > 1 || c->tp_2d))
+        return loom_fail("--sp with %s: not available yet", c->cp > 1 ? "--cp" : "--tp-mode 2d");
+    if (c->sp && c->seq % c->tp)
+        return loom_fail("--sp splits every sequence over the tensor-parallel group: --seq %d is "
+                         "not divisible by --tp %d",
+                         c->seq, c->tp);
+    const char *later = c->cp > 1 ? "--cp" : c->tp_2d ? "--tp-mode 2d" : NULL;
     if (later) return loom_fail("%s: not available yet", later);
     const char *no = c->pp > 1     ? "--pp"
                      : c->co2      ? "--co2"
@@ -165,6 +201,9 @@ static int tp_create(Strategy *s) {
     t->whole = s->model, t->outer = s;
     if (gpt_create_layout_tp(&t->part, &s->model->cfg, s->model->be, g->tp, g->tp_i)) return -1;
     t->part.tp.allreduce = tp_allreduce;
+    t->part.tp.sp = s->cfg->sp;
+    t->part.tp.allgather = tp_allgather;
+    t->part.tp.reduce_scatter = tp_reduce_scatter;
     t->part.tp.ctx = t;
     t->data = (StrategyData){.ctx = t, .train = part_train, .val = part_val, .params = part_params};
     t->inner = *s;
@@ -227,8 +266,11 @@ static int tp_step(Strategy *s, int step, int boundary) {
 static void tp_drain(Strategy *s, int final) { (void)s, (void) final; }
 
 static double tp_evaluate(Strategy *s) {
-    TP *t = s->impl;
-    return whole_evaluate(&t->inner, &t->w);
+    TP *t = s->impl; // the summary counts training steps only
+    double f = t->floats, g = t->gathered, r = t->scattered, n = t->calls;
+    double loss = whole_evaluate(&t->inner, &t->w);
+    t->floats = f, t->gathered = g, t->scattered = r, t->calls = n;
+    return loss;
 }
 
 // The whole model's parameters and moments, gathered in every tensor-parallel group; the first
@@ -261,12 +303,13 @@ static int tp_full(Strategy *s, float *host, int grads) {
 }
 
 static void tp_describe(const Strategy *s, char *buf, size_t n) {
-    snprintf(buf, n, "tensor parallel: tp %d (1d, vocabulary-parallel head) x dp %d (zero %d)",
-             s->grid->tp, s->grid->dp, s->cfg->zero);
+    snprintf(buf, n, "tensor parallel: tp %d (1d%s, vocabulary-parallel head) x dp %d (zero %d)",
+             s->grid->tp, s->cfg->sp ? " + sequence parallel" : "", s->grid->dp, s->cfg->zero);
 }
 
-// Per rank: memory, and what its blocks all-reduced over tp per layer and micro-batch (training
-// steps only: validation passes excluded), against 1D's cost of 4 all-reduces of (B,T,C).
+// Per rank: memory, and what its blocks all-reduced over tp per layer and micro-batch, against
+// 1D's cost of 4 all-reduces of (B,T,C); with --sp also what they all-gathered and
+// reduce-scattered (whole (B,T,C) tensors: an all-reduce moves as much as one of each).
 static void tp_summary(Strategy *s, double exposed_s, double step_s) {
     (void)exposed_s, (void)step_s;
     TP *t = s->impl;
@@ -275,15 +318,21 @@ static void tp_summary(Strategy *s, double exposed_s, double step_s) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     double micro = (double)t->steps * c->grad_accum, L = t->whole->cfg.L;
-    double per_layer = micro > 0 ? t->floats * 4.0 / micro / L / 1048576 : 0;
+    double per = micro > 0 ? 4.0 / micro / L / 1048576 : 0; // floats → MiB per layer, micro-batch
     double table = 4.0 * c->batch * c->seq * t->whole->cfg.C * 4.0 / 1048576;
+    char sp[256] = "";
+    if (c->sp)
+        snprintf(sp, sizeof sp,
+                 " | sp: all-gathered %.3f + reduce-scattered %.3f MiB per layer and micro-batch "
+                 "(1D: 4 all-reduces = 4 + 4 x (B,T,C) = %.3f + %.3f MiB)",
+                 t->gathered * per, t->scattered * per, table, table);
     fprintf(stderr,
-            "loom: tp %d x dp %d | per rank: params %.2f MiB of the whole model's %.2f MiB, "
+            "loom: tp %d%s x dp %d | per rank: params %.2f MiB of the whole model's %.2f MiB, "
             "activations %.1f MiB, peak RSS %.1f MiB | all-reduced over tp per layer and "
-            "micro-batch %.3f MiB (4 x (B,T,C) = %.3f MiB; embedding and loss included)\n",
-            s->grid->tp, s->grid->dp, t->part.nparams * 4.0 / 1048576,
+            "micro-batch %.3f MiB (4 x (B,T,C) = %.3f MiB; embedding and loss included)%s\n",
+            s->grid->tp, c->sp ? " + sp" : "", s->grid->dp, t->part.nparams * 4.0 / 1048576,
             t->whole->nparams * 4.0 / 1048576, t->w.ws.floats * 4.0 / 1048576,
-            ru.ru_maxrss / 1024.0, per_layer, table);
+            ru.ru_maxrss / 1024.0, t->floats * per, table, sp);
 }
 
 static void tp_destroy(Strategy *s) {
