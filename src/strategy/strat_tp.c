@@ -40,7 +40,9 @@ static void tp_allreduce(void *ctx, float *x, size_t n, int max) {
         comm_allreduce(c, x, n);
 }
 
-static int tp_wants(const StrategyConfig *c) { return c->tp > 1 || c->cp > 1 || c->sp || c->tp_2d; }
+static int tp_wants(const StrategyConfig *c) {
+    return !c->tp_2d && (c->tp > 1 || c->cp > 1 || c->sp);
+}
 
 static int tp_check(const StrategyConfig *c) {
     if (c->sp && c->tp < 2)
