@@ -89,15 +89,18 @@ static int t2_check(const StrategyConfig *c) {
         return loom_fail("--tp-mode 2d with --tp %d: --batch %d must be a multiple of q = %d (each "
                          "grid row runs batch/q sequences)",
                          c->tp, c->batch, q);
-    const char *no = c->sp         ? "--sp"
-                     : c->cp > 1   ? "--cp"
-                     : c->pp > 1   ? "--pp"
-                     : c->zero > 0 ? "--zero 1/2/3"
-                     : c->co2      ? "--co2"
-                     : c->offload  ? "--offload"
-                     : c->peer     ? "loom peer"
-                                   : NULL;
-    if (no)
+    char no[48] = "";
+    if (c->sp)
+        snprintf(no, sizeof no, "--sp");
+    else if (c->cp > 1)
+        snprintf(no, sizeof no, "--cp %d", c->cp);
+    else if (c->pp > 1)
+        snprintf(no, sizeof no, "--pp %d", c->pp);
+    else if (c->zero > 0)
+        snprintf(no, sizeof no, "--zero %d", c->zero);
+    else if (c->co2 || c->offload || c->peer)
+        snprintf(no, sizeof no, "%s", c->co2 ? "--co2" : c->offload ? "--offload" : "loom peer");
+    if (*no)
         return loom_fail("--tp %d --tp-mode 2d with %s: not available (2D tensor parallelism runs "
                          "with data parallelism, ZeRO 0)",
                          c->tp, no);
@@ -307,13 +310,15 @@ static void t2_describe(const Strategy *s, char *buf, size_t n) {
 // What SUMMA moves into one rank per layer and micro-batch: each of a linear's 6 collectives
 // (forward: broadcast X and W; backward: broadcast X and W again, reduce dX and dW) carries
 // (q−1)/q of a row's or column's share (1/q) of X (B·T, K) or W (K, M), and the two split
-// LayerNorms all-reduce 4 (B/q·T) row partials each (ring: 2(q−1)/q of them).
+// LayerNorms all-reduce 4 (B/q·T) row partials each (ring: 2(q−1)/q of them). --recompute runs
+// the forward again in the backward: 2 more broadcasts per linear, 2 more partials per LN.
 static double summa_table(const StrategyConfig *c, const GPTConfig *g, int q) {
     double BT = (double)c->batch * c->seq, C = g->C, f = (q - 1.0) / q;
     double KM[4][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}}, sum = 0;
+    int ops = c->recompute ? 8 : 6, ln = c->recompute ? 6 : 4;
     for (int k = 0; k < 4; k++)
-        sum += 6 * f * (BT * KM[k][0] + KM[k][0] * KM[k][1]) / (2 * q);
-    return sum + 2 * 4 * (BT / q) * 2 * f;
+        sum += ops * f * (BT * KM[k][0] + KM[k][0] * KM[k][1]) / (2 * q);
+    return sum + 2 * ln * (BT / q) * 2 * f;
 }
 
 // Per rank: memory, and what the grid's collectives moved per layer and micro-batch (training
