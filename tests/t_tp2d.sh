@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # t_tp2d.sh — Colossal-AI 2D (SUMMA) tensor parallelism (--tp 4 --tp-mode 2d, a 2x2 grid) under
 # mpirun equals the single process on the same data (losses within 1e-5 per step, exported
-# weights within 1e-5), with weight decay, clipping and grad-accum > 1 throughout: tp 4 (T = 100:
+# weights, validation losses and --dump-grads within 1e-5), with weight decay, clipping and grad-accum > 1 throughout: tp 4 (T = 100:
 # the blockwise attention path), --recompute (the same bits as without), dp 2 x tp 4. Checkpoints
 # stay in the whole layout: a 2d checkpoint resumes on 1 rank and a 1-rank one in 2d, each
 # against the uninterrupted single process's last steps; `loom export` of a 2d checkpoint
@@ -24,12 +24,23 @@ common="--layers 2 --heads 4 --dim 32 --lr 3e-3 --warmup 2 --weight-decay 0.1 --
 f="--data $d/v300.bin --vocab 300 --block-size 128 --seq 100 $common"
 t2="--tp 4 --tp-mode 2d"
 
+val="--val-data $d/v300.bin --val-every 3 --val-windows 2"
 $LOOM train $f --grad-accum 4 --metrics "$d/ref.jsonl" --export "$d/ref.st" \
-    --save "$d/one" --save-every 3 --keep 0
+    --save "$d/one" --save-every 3 --keep 0 $val --dump-grads "$d/ref.grads.st"
 $MPI -np 4 $LOOM train $f --grad-accum 4 $t2 --metrics "$d/2d.jsonl" --export "$d/2d.st" \
-    --save "$d/c2d" --save-every 3 --keep 0 2> "$d/2d.err"
+    --save "$d/c2d" --save-every 3 --keep 0 $val --dump-grads "$d/2d.grads.st" 2> "$d/2d.err"
 same "tp 4 (2d)" "$d/2d.jsonl" "$d/ref.jsonl"
 $REF compare-st "$d/2d.st" "$d/ref.st" --tol 1e-5
+$REF compare-st "$d/2d.grads.st" "$d/ref.grads.st" --tol 1e-5 # the last step's gradients
+$PY - "$d/2d.jsonl" "$d/ref.jsonl" <<'PY'   # validation losses at steps 3 and 6
+import json, sys
+a, b = ([(r["step"], r["val_loss"]) for r in map(json.loads, open(p)) if "val_loss" in r]
+        for p in sys.argv[1:])
+assert len(a) == 2 and [s for s, _ in a] == [s for s, _ in b], (a, b)
+worst = max(abs(x - y) for (_, x), (_, y) in zip(a, b))
+assert worst <= 1e-5, (a, b)
+print(f"validation losses {a}: max difference {worst:.2g}, tolerance 1e-5")
+PY
 $MPI -np 4 $LOOM train $f --grad-accum 4 $t2 --recompute --metrics "$d/rc.jsonl" \
     --export "$d/rc.st" 2> "$d/rc.err"
 same "tp 4 (2d) --recompute" "$d/rc.jsonl" "$d/ref.jsonl"
@@ -62,7 +73,7 @@ fi
 echo "negative control: other data fails the comparison"
 
 # checkpoints across layouts, against the uninterrupted single process's last 3 steps
-tail -n 3 "$d/ref.jsonl" > "$d/tail.jsonl"
+grep -v val_loss "$d/ref.jsonl" | tail -n 3 > "$d/tail.jsonl"
 $LOOM train $f --grad-accum 4 --resume "$d/c2d/step_00000003" --metrics "$d/2dto1.jsonl" \
     --export "$d/2dto1.st"
 same "2d checkpoint -> 1 rank" "$d/2dto1.jsonl" "$d/tail.jsonl"

@@ -339,14 +339,17 @@ static void t2_summary(Strategy *s, double exposed_s, double step_s) {
     double per = micro > 0 ? (t->bcast + t->rscat + t->allred - head) / micro / L : 0;
     double d1 = 4 * 2.0 * (P - 1) / P * c->batch * c->seq * g->C;
     fprintf(stderr,
-            "loom: tp %d (2d, %dx%d) x dp %d | per rank: params %.2f MiB of the whole model's %.2f "
-            "MiB, activations %.1f MiB, peak RSS %.1f MiB | received per layer and micro-batch "
+            "loom: tp %d (2d, %dx%d) x dp %d | per rank: params %.2f MiB (wte and wpe %.2f of "
+            "them) of the whole model's %.2f MiB, activations %.1f MiB (the head's logits %.1f of "
+            "them), peak RSS %.1f MiB | "
+            "received per layer and micro-batch "
             "%.3f MiB (broadcasts %.3f, reduce-scatters %.3f, LayerNorm all-reduces %.3f) against "
             "SUMMA's 6(q-1)/q per linear %.3f MiB; 1D tp %d would all-reduce 4 x 2(P-1)/P x "
             "(B,T,C) = %.3f MiB; head's logits all-reduce %.3f MiB per micro-batch\n",
-            P, q, q, s->grid->dp, t->part.nparams * MiB, t->whole->nparams * MiB,
-            t->ws.floats * MiB, ru.ru_maxrss / 1024.0, per * MiB,
-            micro > 0 ? t->bcast / micro / L * MiB : 0, micro > 0 ? t->rscat / micro / L * MiB : 0,
+            P, q, q, s->grid->dp, t->part.nparams * MiB, t->part.blocks[0].n * MiB,
+            t->whole->nparams * MiB, t->ws.floats * MiB, Nl * g->V * MiB, ru.ru_maxrss / 1024.0,
+            per * MiB, micro > 0 ? t->bcast / micro / L * MiB : 0,
+            micro > 0 ? t->rscat / micro / L * MiB : 0,
             micro > 0 ? (t->allred - head) / micro / L * MiB : 0, summa_table(c, g, q) * MiB, P,
             d1 * MiB, f * Nl * g->V * MiB);
 }
