@@ -21,7 +21,7 @@ same() { # NAME A B: losses of A and B within 1e-5
 }
 common="--layers 2 --heads 4 --dim 32 --lr 3e-3 --warmup 2 --weight-decay 0.1 --grad-clip 0.5
         --progress off --seed 5 --batch 2 --steps 6"
-f="--data $d/v300.bin --vocab 300 --block-size 128 --seq 100 $common"
+f="--data $d/v300.bin --vocab 301 --block-size 128 --seq 100 $common"   # 2 x 151 rows: 1 padding
 t2="--tp 4 --tp-mode 2d"
 
 val="--val-data $d/v300.bin --val-every 3 --val-windows 2"

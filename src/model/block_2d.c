@@ -1,8 +1,8 @@
 // block_2d.c — the model's forward and backward on rank (i,j) of a 2D tensor-parallel grid
 // (gpt_2d.h): its activations (Work2d), one transformer layer over SUMMA products and split
 // LayerNorms (summa.c) with attention over the rank's own rows and heads, the embedding
-// (columns block j of wte and wpe: no communication) and the tied head (partial logits summed
-// along the row, then the whole cross-entropy of this row's tokens on every rank of the row).
+// (vocabulary partials of every row, reduce-scattered along the row and swapped with the
+// transposed rank) and the tied head (a SUMMA product and a vocabulary-parallel cross-entropy).
 #include <stddef.h>
 
 #include "../common.h"
@@ -70,28 +70,29 @@ static A2 acts2(const GPT *m, const Tp2d *g, const Work2d *w, int layer) {
 
 int work2d_create(Work2d *w, const GPT *m, const Tp2d *g, int B, int T, int recompute) {
     *w = (Work2d){.B = B, .T = T, .Bl = B / g->q, .recompute = recompute};
-    int L = m->cfg.L, V = m->cfg.V, q = g->q;
+    int L = m->cfg.L, q = g->q;
     size_t N = (size_t)w->Bl * T, c = (size_t)m->cfg.C / q, F = 4 * c;
+    size_t Vq = (size_t)gpt2d_vrows(&m->cfg, q), Wmax = (F > Vq ? F : Vq) * c;
+    size_t Pmax =
+        (size_t)q * Wmax > N * (F > Vq ? F : Vq) ? (size_t)q * Wmax : N * (F > Vq ? F : Vq);
     w->layer_stride = layer_floats(m, g, w->Bl, T);
     size_t sizes[] = {
         (size_t)(L + 1) * N * c,                       // stream
         (recompute ? 1 : (size_t)L) * w->layer_stride, // layer
-        N * c + 3 * N + N * (size_t)V,                 // head
+        N * c + 3 * N + N * Vq,                        // head
         N * c,                                         // dstream
         N * F,
-        F * c,
-        N * F, // xbuf, wbuf, tmp
+        Wmax, // xbuf, wbuf
         (size_t)q * N * F,
-        (size_t)q * F * c, // dxs, dws
+        Pmax, // dxs, dws (= tmp)
         N * F,
         N * c,
         N * 3 * c, // big, dln, dsmall
         N * c,
-        2 * N, // recomp, stats
+        3 * N, // recomp, stats
     };
-    float **dst[] = {&w->stream, &w->layer,  &w->head,   &w->dstream, &w->xbuf,
-                     &w->wbuf,   &w->tmp,    &w->dxs,    &w->dws,     &w->big,
-                     &w->dln,    &w->dsmall, &w->recomp, &w->stats};
+    float **dst[] = {&w->stream, &w->layer, &w->head, &w->dstream, &w->xbuf,   &w->wbuf, &w->dxs,
+                     &w->dws,    &w->big,   &w->dln,  &w->dsmall,  &w->recomp, &w->stats};
     size_t total = 0;
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
         total += sizes[k];
@@ -100,6 +101,7 @@ int work2d_create(Work2d *w, const GPT *m, const Tp2d *g, int B, int T, int reco
     float *p = w->mem;
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
         *dst[k] = p, p += sizes[k];
+    w->tmp = w->dws; // a forward product's scratch: the backward's dW blocks are not live then
     return 0;
 }
 
@@ -119,6 +121,7 @@ static void layer2d_forward(const GPT *m, const Tp2d *g, Work2d *w, const Block 
     size_t NC = (size_t)d.Nl * d.c;
     P2 p = params2(blk->params, d.c, d.F);
     A2 a = acts2(m, g, w, blk->layer);
+    g->section(g->ctx, blk->layer + 1);
     ln2d_forward(m, g, w, a.ln1, a.m1, a.r1, x, p.ln1w, p.ln1b, d.Nl);
     summa_forward(m, g, w, a.qkv, a.ln1, p.qkvw, p.qkvb, d.Nl, d.c, 3 * d.c); // (Nl,3c)
     be->attention_forward(a.atty, a.att, a.qkv, d.Bl, d.T, d.c, d.NHl);       // (Nl,c)
@@ -136,6 +139,7 @@ static void layer2d_backward(const GPT *m, const Tp2d *g, Work2d *w, const Block
                              const float *x, float *dx) {
     const Backend *be = m->be;
     Dims d = dims(m, g, w);
+    g->section(g->ctx, blk->layer + 1);
     if (w->recompute) layer2d_forward(m, g, w, blk, x, w->recomp);
     P2 p = params2(blk->params, d.c, d.F), gr = params2(blk->grads, d.c, d.F);
     A2 a = acts2(m, g, w, blk->layer);
@@ -152,7 +156,8 @@ static void layer2d_backward(const GPT *m, const Tp2d *g, Work2d *w, const Block
 }
 
 typedef struct {
-    float *lnf, *mean, *rstd, *probs, *losses;
+    float *lnf, *mean, *rstd, *losses, *probs;
+    int Vq, v0, nv; // the padded vocabulary's rows per rank, this column's first, its real ones
 } H2;
 
 static H2 head2(const GPT *m, const Tp2d *g, const Work2d *w) {
@@ -162,9 +167,41 @@ static H2 head2(const GPT *m, const Tp2d *g, const Work2d *w) {
     h.lnf = q, q += N * (m->cfg.C / g->q);
     h.mean = q, q += N;
     h.rstd = q, q += N;
-    h.probs = q, q += N * m->cfg.V;
-    h.losses = q;
+    h.losses = q, q += N;
+    h.probs = q;
+    h.Vq = gpt2d_vrows(&m->cfg, g->q), h.v0 = g->j * h.Vq, h.nv = gpt2d_vreal(&m->cfg, g->q, g->j);
     return h;
+}
+
+// x_0 (rows i, channels j) = wte[token] + wpe[t]. This rank embeds every token of the micro-batch
+// from its vocabulary block j into channels i; the row's reduce-scatter completes rows block j
+// of channels i, which the transposed rank (j,i) holds the place of.
+static void embed2d_forward(const GPT *m, const Tp2d *g, Work2d *w) {
+    const Backend *be = m->be;
+    Dims d = dims(m, g, w);
+    H2 h = head2(m, g, w);
+    size_t NC = (size_t)d.Nl * d.c;
+    const float *wte = m->blocks[0].params, *wpe = wte + (size_t)h.Vq * d.c;
+    float *x0 = stream_at(m, g, w, 0);
+    g->section(g->ctx, 0);
+    be->encoder_forward_shard(w->dxs, w->all, wte, NULL, h.v0, h.nv, w->B, d.T, d.c); // (B·T,c)
+    g->reduce_scatter(g->ctx, T2D_ROW, w->dxs, w->xbuf, NC);
+    g->transpose(g->ctx, w->xbuf, x0, NC);
+    be->encoder_forward_shard(w->tmp, w->tokens, NULL, wpe, 0, 0, d.Bl, d.T, d.c); // wpe only
+    be->residual_forward(x0, x0, w->tmp, NC);
+}
+
+static void embed2d_backward(const GPT *m, const Tp2d *g, Work2d *w) {
+    const Backend *be = m->be;
+    Dims d = dims(m, g, w);
+    H2 h = head2(m, g, w);
+    size_t NC = (size_t)d.Nl * d.c;
+    float *dwte = m->blocks[0].grads, *dwpe = dwte + (size_t)h.Vq * d.c;
+    g->section(g->ctx, 0);
+    be->encoder_backward_shard(dwte, dwpe, w->dstream, w->tokens, 0, 0, d.Bl, d.T, d.c);
+    g->transpose(g->ctx, w->dstream, w->dxs + (size_t)g->j * NC, NC); // rows j, channels i
+    g->allgather(g->ctx, T2D_ROW, w->dxs, NC);                        // (B·T, c): channels i
+    be->encoder_backward_shard(dwte, NULL, w->dxs, w->all, h.v0, h.nv, w->B, d.T, d.c);
 }
 
 double gpt2d_forward(const GPT *m, const Tp2d *g, Work2d *w, const int *tokens,
@@ -172,35 +209,40 @@ double gpt2d_forward(const GPT *m, const Tp2d *g, Work2d *w, const int *tokens,
     const Backend *be = m->be;
     Dims d = dims(m, g, w);
     size_t row0 = (size_t)g->i * d.Nl;
-    int V = m->cfg.V, L = m->cfg.L;
-    w->tokens = tokens + row0, w->targets = targets ? targets + row0 : NULL;
-    const float *wte = m->blocks[0].params, *wpe = wte + (size_t)V * d.c;
-    be->encoder_forward(stream_at(m, g, w, 0), w->tokens, wte, wpe, d.Bl, d.T, d.c);
+    int L = m->cfg.L;
+    w->all = tokens, w->tokens = tokens + row0, w->targets = targets ? targets + row0 : NULL;
+    embed2d_forward(m, g, w);
     for (int l = 0; l < L; l++)
         layer2d_forward(m, g, w, &m->blocks[1 + l], stream_at(m, g, w, l),
                         stream_at(m, g, w, l + 1));
-    const float *hp = m->blocks[L + 1].params;
+    const float *hp = m->blocks[L + 1].params, *wte = m->blocks[0].params;
     H2 h = head2(m, g, w);
+    g->section(g->ctx, L + 1);
     ln2d_forward(m, g, w, h.lnf, h.mean, h.rstd, stream_at(m, g, w, L), hp, hp + d.c, d.Nl);
-    be->matmul_forward(h.probs, h.lnf, wte, NULL, d.Nl, d.c, V); // partial logits (Nl,V)
-    g->allreduce(g->ctx, T2D_ROW, h.probs, (size_t)d.Nl * V);
+    summa_forward(m, g, w, h.probs, h.lnf, wte, NULL, d.Nl, d.c, h.Vq); // logits (Nl, Vq)
     if (!targets) return 0;
-    return be->softmax_xent_forward(h.probs, h.losses, w->targets, d.Nl, V);
+    float *mx = w->stats, *st = mx + d.Nl;
+    be->xent_shard_max(mx, h.probs, d.Nl, h.Vq, h.nv);
+    g->allreduce(g->ctx, T2D_ROW, mx, (size_t)d.Nl, 1);
+    be->xent_shard_sum(st, h.probs, mx, w->targets, h.v0, d.Nl, h.Vq, h.nv);
+    g->allreduce(g->ctx, T2D_ROW, st, (size_t)2 * d.Nl, 0);
+    return be->xent_shard_finish(h.probs, h.losses, mx, st, d.Nl, h.Vq, h.nv);
 }
 
 void gpt2d_backward(const GPT *m, const Tp2d *g, Work2d *w, float grad_scale) {
     const Backend *be = m->be;
     Dims d = dims(m, g, w);
-    int V = m->cfg.V, L = m->cfg.L;
+    int L = m->cfg.L;
     const float *wte = m->blocks[0].params, *hp = m->blocks[L + 1].params;
-    float *dwte = m->blocks[0].grads, *dwpe = dwte + (size_t)V * d.c, *dh = m->blocks[L + 1].grads;
+    float *dwte = m->blocks[0].grads, *dh = m->blocks[L + 1].grads;
     H2 h = head2(m, g, w);
-    be->softmax_xent_backward(h.probs, w->targets, grad_scale, d.Nl, V);
-    be->matmul_backward(w->dln, dwte, NULL, h.probs, h.lnf, wte, d.Nl, d.c, V);
+    g->section(g->ctx, L + 1);
+    be->xent_shard_backward(h.probs, w->targets, h.v0, grad_scale, d.Nl, h.Vq, h.nv);
+    summa_backward(m, g, w, w->dln, dwte, NULL, h.probs, h.lnf, wte, d.Nl, d.c, h.Vq);
     be->fill(w->dstream, 0.f, (size_t)d.Nl * d.c);
     ln2d_backward(m, g, w, w->dstream, dh, dh + d.c, w->dln, stream_at(m, g, w, L), hp, h.mean,
                   h.rstd, d.Nl);
     for (int l = L - 1; l >= 0; l--)
         layer2d_backward(m, g, w, &m->blocks[1 + l], stream_at(m, g, w, l), w->dstream);
-    be->encoder_backward(dwte, dwpe, w->dstream, w->tokens, d.Bl, d.T, d.c);
+    embed2d_backward(m, g, w);
 }

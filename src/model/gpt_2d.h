@@ -3,13 +3,17 @@
 // runs sequences [i·B/q, (i+1)·B/q), so attention needs no communication), columns by j (K/q).
 // A linear weight W (K in, M out) is cut the same way: rank (i,j) holds inputs block i × outputs
 // block j (loom's (out, in) layout: rows block j, columns block i; q, k and v each cut so that
-// the rank's qkv output columns are whole heads, NH/q of them). Biases, LayerNorms and the
-// tied embedding tables wte (V,C) and wpe (maxT,C) are cut by columns (block j) and replicated
-// down the grid's column (the q ranks with the same j): their gradients are partial sums over
-// the rows i until the strategy sums them over the column. The head computes partial logits
-// (N/q,V) from its C/q channels and all-reduces them along the row (a whole (N/q,V) logits
-// block per rank: the memory and communication price of keeping the embedding simple).
-// The flat layout of checkpoints and exports stays the whole model's (gpt2d_from/to_whole).
+// the rank's qkv output columns are whole heads, NH/q of them). Biases, LayerNorms and wpe
+// (maxT,C) are cut by columns (block j) and replicated down the grid's column (the q ranks with
+// the same j): their gradients are partial sums over the rows i until the strategy sums them
+// over the column. The tied embedding wte (V,C) is cut like a weight of the head (C in, V out):
+// rank (i,j) holds vocabulary block j (V padded to a multiple of q; padding rows stay zero and
+// are never saved) × channel block i, V·C/q² of it. The head is a SUMMA product giving logits
+// (B/q·T, V/q) per rank and a vocabulary-parallel cross-entropy along the row (max, Σ exp and the
+// target's logit all-reduced; the logits are never gathered); the embedding sums each row's
+// vocabulary partials (a reduce-scatter along the row) and swaps blocks with the transposed
+// rank (j,i). The flat layout of checkpoints and exports stays the whole model's
+// (gpt2d_from/to_whole).
 #pragma once
 #include "gpt.h"
 
@@ -17,9 +21,10 @@
 enum {
     T2D_WEIGHT, // rows block j, columns block i (linear weight, (out, in))
     T2D_QKV_W,  // rows: block j of each of q, k and v; columns block i
+    T2D_VOCAB,  // rows block j of the padded vocabulary, columns block i (wte)
     T2D_VEC,    // elements block j (bias, LayerNorm): replicated down the column
     T2D_QKV_B,  // block j of each of q, k and v: replicated down the column
-    T2D_EMB,    // every row, columns block j (wte, wpe): replicated down the column
+    T2D_EMB,    // every row, columns block j (wpe): replicated down the column
 };
 
 enum { T2D_ROW, T2D_COL }; // axes: along the row (same i, over j), down the column (same j)
@@ -29,11 +34,24 @@ enum { T2D_ROW, T2D_COL }; // axes: along the row (same i, over j), down the col
 typedef struct {
     int q, i, j;
     void (*bcast)(void *ctx, int axis, float *buf, size_t n, int root);
-    void (*allreduce)(void *ctx, int axis, float *buf, size_t n);
+    void (*allreduce)(void *ctx, int axis, float *buf, size_t n, int max); // sum (max: 1 → max)
     // member r receives Σ over members of send[r·each, (r+1)·each)
     void (*reduce_scatter)(void *ctx, int axis, const float *send, float *recv, size_t each);
+    // in place: member r contributes buf[r·each, (r+1)·each); every member ends with all of it
+    void (*allgather)(void *ctx, int axis, float *buf, size_t each);
+    // recv = the n floats the transposed rank (j,i) sends (send itself on the diagonal)
+    void (*transpose)(void *ctx, const float *send, float *recv, size_t n);
+    // the model enters block b (0: embedding, 1..L: layers, L+1: head), for the strategy's counts
+    void (*section)(void *ctx, int b);
     void *ctx;
 } Tp2d;
+
+// The padded vocabulary's rows per rank and the real ones rank column j holds.
+static inline int gpt2d_vrows(const GPTConfig *c, int q) { return (c->V + q - 1) / q; }
+static inline int gpt2d_vreal(const GPTConfig *c, int q, int j) {
+    int n = c->V - j * gpt2d_vrows(c, q), r = gpt2d_vrows(c, q);
+    return n < 0 ? 0 : n > r ? r : n;
+}
 
 // The layout of rank (i,j)'s part (cfg: the whole model's). -1 (loom_errmsg naming the numbers)
 // when q does not divide C or the heads.
@@ -62,8 +80,9 @@ typedef struct {
     float *xbuf, *wbuf, *tmp; // SUMMA: a broadcast activation and weight block, a product
     float *dxs, *dws;         // SUMMA backward: q partial blocks of dX and of dW
     float *big, *dln, *dsmall;   // layer backward scratch
-    float *recomp, *stats;       // a recomputed layer's output; LayerNorm row partials (Bl·T,2)
+    float *recomp, *stats;       // a recomputed layer's output; row partials (Bl·T,3)
     const int *tokens, *targets; // this rank's rows of the micro-batch
+    const int *all;              // the whole micro-batch's tokens (B,T)
     size_t floats;
 } Work2d;
 

@@ -46,10 +46,10 @@ void ln2d_forward(const GPT *m, const Tp2d *g, Work2d *w, float *out, float *mea
     const Backend *be = m->be;
     int C = m->cfg.C, Cq = C / g->q;
     be->ln_split_stats(mean, x, NULL, Nl, Cq);
-    g->allreduce(g->ctx, T2D_ROW, mean, (size_t)Nl);
+    g->allreduce(g->ctx, T2D_ROW, mean, (size_t)Nl, 0);
     be->scale(mean, 1.0f / (float)C, (size_t)Nl);
     be->ln_split_stats(w->stats, x, mean, Nl, Cq);
-    g->allreduce(g->ctx, T2D_ROW, w->stats, (size_t)Nl);
+    g->allreduce(g->ctx, T2D_ROW, w->stats, (size_t)Nl, 0);
     be->ln_split_apply(out, rstd, x, mean, w->stats, wt, b, Nl, Cq, C);
 }
 
@@ -59,6 +59,6 @@ void ln2d_backward(const GPT *m, const Tp2d *g, Work2d *w, float *dx, float *dwt
     const Backend *be = m->be;
     int C = m->cfg.C, Cq = C / g->q;
     be->ln_split_bwd_stats(w->stats, dout, x, wt, mean, rstd, Nl, Cq);
-    g->allreduce(g->ctx, T2D_ROW, w->stats, (size_t)2 * Nl);
+    g->allreduce(g->ctx, T2D_ROW, w->stats, (size_t)2 * Nl, 0);
     be->ln_split_backward(dx, dwt, db, dout, x, wt, mean, rstd, w->stats, Nl, Cq, C);
 }

@@ -20,7 +20,9 @@ static int layer_cut(int k) {
 
 static void shrink(TensorSpec *t, int cut, int q) {
     t->split = cut;
-    if (cut == T2D_EMB)
+    if (cut == T2D_VOCAB)
+        t->shape[0] = (t->shape[0] + q - 1) / q, t->shape[1] /= q;
+    else if (cut == T2D_EMB)
         t->shape[1] /= q;
     else if (cut == T2D_WEIGHT || cut == T2D_QKV_W)
         t->shape[0] /= q, t->shape[1] /= q;
@@ -42,9 +44,10 @@ int gpt2d_layout(GPT *m, const GPTConfig *cfg, const Backend *be, const Tp2d *g)
         blk->off = off;
         for (int k = 0; k < blk->nt; k++) {
             TensorSpec *t = &m->tensors[blk->t0 + k];
-            int cut = blk->kind == BLOCK_LAYER   ? layer_cut(k)
-                      : blk->kind == BLOCK_EMBED ? T2D_EMB
-                                                 : T2D_VEC;
+            int cut = blk->kind == BLOCK_LAYER  ? layer_cut(k)
+                      : blk->kind == BLOCK_HEAD ? T2D_VEC
+                      : k == 0                  ? T2D_VOCAB
+                                                : T2D_EMB;
             shrink(t, cut, q);
             t->off = off;
             off += t->n;
@@ -59,21 +62,22 @@ int gpt2d_layout(GPT *m, const GPTConfig *cfg, const Backend *be, const Tp2d *g)
     return 0;
 }
 
-// The whole tensor's row that row r of rank (i,j)'s part is, and the part's first column.
-static size_t whole_row(const TensorSpec *w, const TensorSpec *p, int j, size_t r) {
+// The whole tensor's row that row r of rank (i,j)'s part is (-1: vocabulary padding).
+static long whole_row(const TensorSpec *w, const TensorSpec *p, int j, size_t r) {
     size_t pr = rows_of(p), fr = rows_of(w);
     switch (p->split) {
     case T2D_QKV_W:
-    case T2D_QKV_B: return r / (pr / 3) * (fr / 3) + (size_t)j * (pr / 3) + r % (pr / 3);
-    case T2D_EMB: return r;
-    default: return (size_t)j * pr + r;
+    case T2D_QKV_B: return (long)(r / (pr / 3) * (fr / 3) + (size_t)j * (pr / 3) + r % (pr / 3));
+    case T2D_EMB: return (long)r;
+    case T2D_VOCAB: return (size_t)j * pr + r < fr ? (long)((size_t)j * pr + r) : -1;
+    default: return (long)((size_t)j * pr + r);
     }
 }
 
 static size_t col_offset(const TensorSpec *p, int i, int j) {
     size_t pc = cols_of(p);
     if (p->split == T2D_EMB) return (size_t)j * pc;
-    return p->split == T2D_WEIGHT || p->split == T2D_QKV_W ? (size_t)i * pc : 0;
+    return p->split <= T2D_VOCAB ? (size_t)i * pc : 0; // weights, q/k/v, wte
 }
 
 void gpt2d_to_whole(const GPT *whole, const GPT *part, int q, int i, int j, const float *src,
@@ -82,9 +86,12 @@ void gpt2d_to_whole(const GPT *whole, const GPT *part, int q, int i, int j, cons
     for (int t = 0; t < part->ntensors; t++) {
         const TensorSpec *w = &whole->tensors[t], *p = &part->tensors[t];
         size_t pc = cols_of(p), fc = cols_of(w), co = col_offset(p, i, j);
-        for (size_t r = 0; r < rows_of(p); r++)
-            memcpy(dst + w->off + whole_row(w, p, j, r) * fc + co, src + p->off + r * pc,
-                   pc * sizeof(float));
+        for (size_t r = 0; r < rows_of(p); r++) {
+            long wr = whole_row(w, p, j, r);
+            if (wr >= 0)
+                memcpy(dst + w->off + (size_t)wr * fc + co, src + p->off + r * pc,
+                       pc * sizeof(float));
+        }
     }
 }
 
@@ -96,7 +103,9 @@ void gpt2d_from_whole(const GPT *whole, const GPT *part, int q, int i, int j, si
         if (w->off >= at + n || w->off + w->n <= at) continue;
         size_t pc = cols_of(p), fc = cols_of(w), co = col_offset(p, i, j);
         for (size_t r = 0; r < rows_of(p); r++) {
-            size_t lo = w->off + whole_row(w, p, j, r) * fc + co, hi = lo + pc;
+            long wr = whole_row(w, p, j, r);
+            if (wr < 0) continue;
+            size_t lo = w->off + (size_t)wr * fc + co, hi = lo + pc;
             size_t a = lo > at ? lo : at, b = hi < at + n ? hi : at + n;
             if (a < b)
                 memcpy(dst + p->off + r * pc + (a - lo), src + (a - at), (b - a) * sizeof(float));

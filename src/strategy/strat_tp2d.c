@@ -2,16 +2,17 @@
 // parallelism over dp (ZeRO 0). The tp group is a q×q grid, rank (i,j) = tp rank i·q + j; this
 // file splits the group into its row (same i) and column (same j) communicators and installs
 // them as the model's grid collectives (model/gpt_2d.h: what a rank holds; summa.c and
-// block_2d.c: how it runs). A step runs the K micro-batches (every rank of a tp group reads the
-// same ones and works on rows i·B/q.. of each), then sums the column-replicated gradients
-// (biases, LayerNorms, wte, wpe: partial over the rows i) down the column, all-reduces every
-// gradient over dp, takes the global norm (replicated tensors counted once) and applies AdamW
-// to the rank's part. Embedding and LM head (tied): wte and wpe are cut by columns like every
-// activation, so a rank keeps (V + maxT)·C/q of them, replicated down its column (q copies of
-// the tables over the grid, against 1D's one), and the head all-reduces (B/q·T, V) partial
-// logits along the row. Checkpoints, initial weights and exports stay in the whole model's
-// flat layout (cut at start-up, gathered over tp for a save; the first rank writes), so any
-// layout resumes from them.
+// block_2d.c: how it runs), with a point-to-point swap between ranks (i,j) and (j,i) for the
+// embedding. A step runs the K micro-batches (every rank of a tp group reads the same ones and
+// works on rows i·B/q.. of each), then sums the column-replicated gradients (biases, LayerNorms,
+// wpe: partial over the rows i) down the column, all-reduces every gradient over dp, takes the
+// global norm (replicated tensors counted once) and applies AdamW to the rank's part. Embedding
+// and LM head (tied): wte is cut in q×q blocks like a weight of the head (vocabulary padded to a
+// multiple of q: V·C/q² per rank, the padding never saved), the head is a SUMMA product with a
+// vocabulary-parallel cross-entropy along the row; wpe is cut by columns (maxT·C/q per rank, the
+// same down a column). Checkpoints, initial weights and exports stay in the whole model's flat
+// layout (cut at start-up, gathered over tp for a save; the first rank writes), so any layout
+// resumes from them.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,11 +34,20 @@ typedef struct {
     const Comm *axis[2]; // row, column
     float *stage[3];     // host: parameters, m, v cut from the whole layout (start-up only)
     int *inputs, *targets;
-    // what the grid's collectives moved in training steps: floats this rank received in
-    // broadcasts, reduce-scatters and all-reduces (ring), and the time spent in them
-    double bcast, rscat, allred, comm_s;
-    int counting, steps;
+    // what the layers' collectives moved in training steps: floats this rank received in
+    // broadcasts, reduce-scatters, all-reduces (ring) and anything else (none in a layer); the
+    // embedding's and head's together; the time spent in all of them
+    double bcast, rscat, allred, other, ends, comm_s;
+    int counting, steps, section; // section: the block the model is in (model/gpt_2d.h)
 } T2;
+
+static void count(T2 *t, double floats, double *layer) {
+    if (!t->counting) return;
+    if (t->section >= 1 && t->section <= t->whole->cfg.L)
+        *layer += floats;
+    else
+        t->ends += floats;
+}
 
 // ---------------------------------------------------------------- the grid's collectives
 
@@ -47,17 +57,52 @@ static void t2_bcast(void *ctx, int axis, float *buf, size_t n, int root) {
     double t0 = now_sec();
     comm_broadcast(c, buf, n * sizeof(float), root);
     t->comm_s += now_sec() - t0;
-    if (t->counting && c->rank != root) t->bcast += (double)n;
+    if (c->rank != root) count(t, (double)n, &t->bcast);
 }
 
-static void t2_allreduce(void *ctx, int axis, float *buf, size_t n) {
+static void t2_allreduce(void *ctx, int axis, float *buf, size_t n, int max) {
     T2 *t = ctx;
     const Comm *c = t->axis[axis];
     double t0 = now_sec();
-    comm_allreduce(c, buf, n);
+    if (max)
+        comm_allreduce_max(c, buf, n);
+    else
+        comm_allreduce(c, buf, n);
     t->comm_s += now_sec() - t0;
-    if (t->counting) t->allred += 2.0 * (c->size - 1) / c->size * (double)n;
+    count(t, 2.0 * (c->size - 1) / c->size * (double)n, &t->allred);
 }
+
+static void t2_allgather(void *ctx, int axis, float *buf, size_t each) {
+    T2 *t = ctx;
+    const Comm *c = t->axis[axis];
+    size_t *counts = xmalloc((size_t)c->size * sizeof *counts),
+           *displs = xmalloc((size_t)c->size * sizeof *displs);
+    for (int r = 0; r < c->size; r++)
+        counts[r] = each, displs[r] = (size_t)r * each;
+    double t0 = now_sec();
+    comm_allgatherv(c, buf, counts, displs);
+    t->comm_s += now_sec() - t0;
+    count(t, (double)(c->size - 1) * (double)each, &t->other);
+    free(counts), free(displs);
+}
+
+// Exchanges n floats with the transposed rank (j,i) of the tp group (the diagonal copies).
+static void t2_transpose(void *ctx, const float *send, float *recv, size_t n) {
+    T2 *t = ctx;
+    const Comm *c = t->outer->grid->tp_comm;
+    int peer = t->g.j * t->g.q + t->g.i;
+    if (peer == c->rank) {
+        t->part.be->copy(recv, send, n);
+        return;
+    }
+    double t0 = now_sec();
+    CommReq rq[2] = {comm_irecv(c, recv, n, peer, 1), comm_isend(c, send, n, peer, 1)};
+    comm_wait(&rq[0]), comm_wait(&rq[1]);
+    t->comm_s += now_sec() - t0;
+    count(t, (double)n, &t->other);
+}
+
+static void t2_section(void *ctx, int b) { ((T2 *)ctx)->section = b; }
 
 static void t2_rscatter(void *ctx, int axis, const float *send, float *recv, size_t each) {
     T2 *t = ctx;
@@ -69,7 +114,7 @@ static void t2_rscatter(void *ctx, int axis, const float *send, float *recv, siz
     CommReq rq = comm_ireduce_scatter(c, send, recv, counts);
     comm_wait(&rq);
     t->comm_s += now_sec() - t0;
-    if (t->counting) t->rscat += (double)(c->size - 1) * (double)each;
+    count(t, (double)(c->size - 1) * (double)each, &t->rscat);
     free(counts);
 }
 
@@ -187,6 +232,9 @@ static int t2_create(Strategy *s) {
                   .bcast = t2_bcast,
                   .allreduce = t2_allreduce,
                   .reduce_scatter = t2_rscatter,
+                  .allgather = t2_allgather,
+                  .transpose = t2_transpose,
+                  .section = t2_section,
                   .ctx = t};
     t->axis[T2D_ROW] = comm_split(gr->tp_comm, t->g.i, t->g.j, "tp_row");
     t->axis[T2D_COL] = comm_split(gr->tp_comm, t->g.j, t->g.i, "tp_col");
@@ -322,8 +370,8 @@ static double summa_table(const StrategyConfig *c, const GPTConfig *g, int q) {
 }
 
 // Per rank: memory, and what the grid's collectives moved per layer and micro-batch (training
-// only; the head's logits and ln_f all-reduces taken out) against the table above and against
-// 1D's 4 ring all-reduces of (B,T,C) over the same tp ranks.
+// only) against the table above and against 1D's 4 ring all-reduces of (B,T,C) over the same
+// tp ranks; the embedding's and head's per micro-batch.
 static void t2_summary(Strategy *s, double exposed_s, double step_s) {
     (void)exposed_s, (void)step_s;
     T2 *t = s->impl;
@@ -334,24 +382,21 @@ static void t2_summary(Strategy *s, double exposed_s, double step_s) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     double micro = (double)t->steps * c->grad_accum, L = g->L, MiB = 4.0 / 1048576;
-    double Nl = (double)c->batch / q * c->seq, f = 2.0 * (q - 1) / q;
-    double head = micro * f * (Nl * g->V + 4 * Nl);
-    double per = micro > 0 ? (t->bcast + t->rscat + t->allred - head) / micro / L : 0;
-    double d1 = 4 * 2.0 * (P - 1) / P * c->batch * c->seq * g->C;
+    double Nl = (double)c->batch / q * c->seq, Vq = gpt2d_vrows(g, q);
+    double per = micro > 0 ? MiB / micro / L : 0,
+           d1 = 4 * 2.0 * (P - 1) / P * c->batch * c->seq * g->C;
     fprintf(stderr,
             "loom: tp %d (2d, %dx%d) x dp %d | per rank: params %.2f MiB (wte and wpe %.2f of "
             "them) of the whole model's %.2f MiB, activations %.1f MiB (the head's logits %.1f of "
-            "them), peak RSS %.1f MiB | "
-            "received per layer and micro-batch "
-            "%.3f MiB (broadcasts %.3f, reduce-scatters %.3f, LayerNorm all-reduces %.3f) against "
-            "SUMMA's 6(q-1)/q per linear %.3f MiB; 1D tp %d would all-reduce 4 x 2(P-1)/P x "
-            "(B,T,C) = %.3f MiB; head's logits all-reduce %.3f MiB per micro-batch\n",
+            "them), peak RSS %.1f MiB | received per layer and micro-batch %.3f MiB (broadcasts "
+            "%.3f, reduce-scatters %.3f, LayerNorm all-reduces %.3f) against SUMMA's 6(q-1)/q per "
+            "linear %.3f MiB; 1D tp %d would all-reduce 4 x 2(P-1)/P x (B,T,C) = %.3f MiB; "
+            "embedding and head %.3f MiB per micro-batch\n",
             P, q, q, s->grid->dp, t->part.nparams * MiB, t->part.blocks[0].n * MiB,
-            t->whole->nparams * MiB, t->ws.floats * MiB, Nl * g->V * MiB, ru.ru_maxrss / 1024.0,
-            per * MiB, micro > 0 ? t->bcast / micro / L * MiB : 0,
-            micro > 0 ? t->rscat / micro / L * MiB : 0,
-            micro > 0 ? (t->allred - head) / micro / L * MiB : 0, summa_table(c, g, q) * MiB, P,
-            d1 * MiB, f * Nl * g->V * MiB);
+            t->whole->nparams * MiB, t->ws.floats * MiB, Nl * Vq * MiB, ru.ru_maxrss / 1024.0,
+            (t->bcast + t->rscat + t->allred + t->other) * per, t->bcast * per, t->rscat * per,
+            t->allred * per, summa_table(c, g, q) * MiB, P, d1 * MiB,
+            micro > 0 ? t->ends / micro * MiB : 0);
 }
 
 static void t2_destroy(Strategy *s) {
