@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # t_tp2d.sh — Colossal-AI 2D (SUMMA) tensor parallelism (--tp 4 --tp-mode 2d, a 2x2 grid) under
-# mpirun equals the single process on the same data (losses within 1e-5 per step, exported
-# weights, validation losses and --dump-grads within 1e-5), with weight decay, clipping and grad-accum > 1 throughout: tp 4 (T = 100:
-# the blockwise attention path), --recompute (the same bits as without), dp 2 x tp 4. Checkpoints
+# mpirun equals the single process on the same data (losses within 1e-5 per step; exported
+# weights, validation losses and --dump-grads within 1e-5), with weight decay, clipping and
+# grad-accum > 1 throughout, over a vocabulary of 301 (one padding row in the 2d wte blocks):
+# tp 4 (T = 100: the blockwise attention path) and dp 2 x tp 4 with --recompute. Checkpoints
 # stay in the whole layout: a 2d checkpoint resumes on 1 rank and a 1-rank one in 2d, each
-# against the uninterrupted single process's last steps; `loom export` of a 2d checkpoint
-# equals the run's export. The summary's communication line is checked against its own table.
-# Negative control: a 2d run on other data must fail the comparison. Bad layouts and flags that
-# 2d does not run with are clear errors naming the numbers.
+# against the uninterrupted single process's last steps, and 2d -> 2d bit for bit; `loom export` of a 2d checkpoint equals the run's export. The summary's communication line is
+# checked against its own table. Negative control: a 2d run on other data must fail the
+# comparison. Bad layouts and flags that 2d does not run with are clear errors naming the numbers.
 set -eu
 . "$(dirname "$0")/lib.sh"
 need_mpi
@@ -41,12 +41,9 @@ worst = max(abs(x - y) for (_, x), (_, y) in zip(a, b))
 assert worst <= 1e-5, (a, b)
 print(f"validation losses {a}: max difference {worst:.2g}, tolerance 1e-5")
 PY
-$MPI -np 4 $LOOM train $f --grad-accum 4 $t2 --recompute --metrics "$d/rc.jsonl" \
-    --export "$d/rc.st" 2> "$d/rc.err"
-same "tp 4 (2d) --recompute" "$d/rc.jsonl" "$d/ref.jsonl"
-$REF compare-st "$d/rc.st" "$d/2d.st" --tol 0
-$MPI -np 8 $LOOM train $f --grad-accum 2 --dp 2 $t2 --metrics "$d/dt.jsonl" --export "$d/dt.st"
-same "dp 2 x tp 4 (2d)" "$d/dt.jsonl" "$d/ref.jsonl"
+$MPI -np 8 $LOOM train $f --grad-accum 2 --dp 2 $t2 --recompute --metrics "$d/dt.jsonl" \
+    --export "$d/dt.st" 2> "$d/rc.err"
+same "dp 2 x tp 4 (2d) --recompute" "$d/dt.jsonl" "$d/ref.jsonl"
 $REF compare-st "$d/dt.st" "$d/ref.st" --tol 1e-5
 
 # the summary: what the layers received per micro-batch equals the SUMMA table it prints
@@ -82,6 +79,9 @@ $MPI -np 4 $LOOM train $f --grad-accum 4 $t2 --resume "$d/one/step_00000003" \
     --metrics "$d/1to2d.jsonl" --export "$d/1to2d.st"
 same "1-rank checkpoint -> 2d" "$d/1to2d.jsonl" "$d/tail.jsonl"
 $REF compare-st "$d/1to2d.st" "$d/ref.st" --tol 1e-5
+$MPI -np 4 $LOOM train $f --grad-accum 4 $t2 --resume "$d/c2d/step_00000003" \
+    --metrics "$d/2dto2d.jsonl" --export "$d/2dto2d.st"
+$REF compare-st "$d/2dto2d.st" "$d/2d.st" --tol 0   # 2d -> 2d: bit for bit
 $LOOM export "$d/c2d" -o "$d/c2d.st"
 $REF compare-st "$d/c2d.st" "$d/2d.st" --tol 0
 
