@@ -7,7 +7,8 @@
 # stay in the whole layout: a 2d checkpoint resumes on 1 rank and a 1-rank one in 2d, each
 # against the uninterrupted single process's last steps, and 2d -> 2d bit for bit; `loom export`
 # of a 2d checkpoint equals the run's export. The summary's communication line is checked
-# against its own table. Negative control: a 2d run on other data must fail the comparison. Bad layouts and flags that 2d does not run with are clear errors naming the numbers.
+# against its own table. Negative control: a 2d run on other data must fail the comparison. Bad
+# layouts and flags that 2d does not run with are clear errors naming the numbers.
 set -eu
 . "$(dirname "$0")/lib.sh"
 need_mpi
