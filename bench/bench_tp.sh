@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# bench/bench_tp.sh — tensor parallelism (--tp, Megatron 1D) on one host: per-rank memory
-# (parameters, activations, peak RSS) and what the blocks all-reduce per layer against the 1D
-# cost table, at tp 1/2/4, and tokens/s of the 4-rank grids dp 4, dp 2 x tp 2 and tp 4.
+# bench/bench_tp.sh — tensor parallelism (--tp: Megatron 1D, and 2D SUMMA) on one host: per-rank
+# memory (parameters, activations, peak RSS) and what the blocks all-reduce per layer against the
+# 1D cost table, at tp 1/2/4, and tokens/s of the 4-rank grids dp 4, dp 2 x tp 2, tp 4 and tp 4 in
+# 2d (its line: what the SUMMA collectives move per layer against its table).
 #   bench/bench_tp.sh [--steps S (8)] [--out DIR]
 # Model: L4 H8 C512, GPT-2's vocabulary (50257: padded to 50304 / 50432 under tp 2 / 4), batch 4
 # x seq 256, random tokens. Every rank gets one thread; on a host with fewer cores than ranks
@@ -39,4 +40,5 @@ run "tp 2" 2 --tp 2
 run "tp 4" 4 --tp 4
 run "dp 4" 4 --dp 4
 run "dp 2 x tp 2" 4 --dp 2 --tp 2
+run "tp 4 (2d)" 4 --tp 4 --tp-mode 2d
 echo "host: $(nproc --all) cores; logs in $OUT"

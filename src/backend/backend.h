@@ -96,6 +96,20 @@ typedef struct Backend {
     // in place: probs → (probs − onehot(target − v0)) · scale
     void (*xent_shard_backward)(float *probs_dlogits, const int *targets, int v0, float scale,
                                 int N, int V, int nv);
+    // ---- split LayerNorm (2D tensor parallelism; NULL in a backend without it): a rank holds
+    // C of the row's Cw channels; the caller sums each partial over the row's ranks.
+    // part (N) = Σ_c inp (mean NULL), or Σ_c (inp − mean)²
+    void (*ln_split_stats)(float *part, const float *inp, const float *mean, int N, int C);
+    // rstd (N) = 1/√(sq/Cw + eps); out (N,C) = (inp − mean)·rstd·w + b
+    void (*ln_split_apply)(float *out, float *rstd, const float *inp, const float *mean,
+                           const float *sq, const float *w, const float *b, int N, int C, int Cw);
+    // part (N,2) = Σ_c w·dout, Σ_c w·dout·x̂
+    void (*ln_split_bwd_stats)(float *part, const float *dout, const float *inp, const float *w,
+                               const float *mean, const float *rstd, int N, int C);
+    // dinp (N,C) += ..., dw (C) += ..., db (C) += ... from the row's summed part
+    void (*ln_split_backward)(float *dinp, float *dw, float *db, const float *dout,
+                              const float *inp, const float *w, const float *mean,
+                              const float *rstd, const float *part, int N, int C, int Cw);
     // one AdamW step over n elements. grads are multiplied by grad_scale first (clipping);
     // bias corrections use step t ≥ 1.
     void (*adamw)(float *param, const float *grad, float *m, float *v, size_t n, float lr,

@@ -10,6 +10,7 @@
 #include "../common.h"
 #include "backend.h"
 #include "cpu_impl.h"
+#include "cpu_lnsplit.h"
 #include "cpu_shard.h"
 
 #define LN_EPS 1e-5f
@@ -370,6 +371,10 @@ static const Backend CPU = {
     .xent_shard_sum = cpu_xent_shard_sum,
     .xent_shard_finish = cpu_xent_shard_finish,
     .xent_shard_backward = cpu_xent_shard_backward,
+    .ln_split_stats = cpu_ln_split_stats,
+    .ln_split_apply = cpu_ln_split_apply,
+    .ln_split_bwd_stats = cpu_ln_split_bwd_stats,
+    .ln_split_backward = cpu_ln_split_backward,
     .adamw = cpu_adamw,
     .peak_gflops = backend_cpu_peak_gflops,
 };

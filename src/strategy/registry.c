@@ -7,10 +7,12 @@
 #include "../parallel/comm.h"
 #include "strategy.h"
 
-extern const StrategyOps STRATEGY_TP, STRATEGY_PIPELINE, STRATEGY_CO2, STRATEGY_PEER, STRATEGY_DP;
+extern const StrategyOps STRATEGY_TP2D, STRATEGY_TP, STRATEGY_PIPELINE, STRATEGY_CO2, STRATEGY_PEER,
+    STRATEGY_DP;
 
 static const StrategyOps *const TABLE[] = {
-    &STRATEGY_TP,       // --tp > 1 (no --pp): Megatron 1D tensor parallelism x dp (ZeRO 0/1)
+    &STRATEGY_TP2D,     // --tp q*q --tp-mode 2d: Colossal-AI 2D (SUMMA) tensor parallelism x dp
+    &STRATEGY_TP,       // --tp > 1 (no --pp), --sp, --cp: Megatron 1D tp x dp (ZeRO 0-2)
     &STRATEGY_PIPELINE, // --pp > 1: stages (gpipe, 1f1b, 2bw) of 1D tp parts, dp replicas, ZeRO-1
     &STRATEGY_CO2,      // --co2: local steps + stale outer average
     &STRATEGY_PEER,     // loom peer: CO2's rule over a swarm of peers (swarm/)

@@ -70,9 +70,10 @@ static void tp_reduce_scatter(void *ctx, const float *send, float *recv, size_t 
     free(counts);
 }
 
-// --pp with plain 1D tensor parallelism runs in the pipeline strategy (each stage a tp part).
+// --pp with plain 1D tensor parallelism runs in the pipeline strategy (each stage a tp part);
+// --tp-mode 2d in strat_tp2d.c.
 static int tp_wants(const StrategyConfig *c) {
-    return (c->tp > 1 && c->pp <= 1) || c->cp > 1 || c->sp || c->tp_2d;
+    return !c->tp_2d && ((c->tp > 1 && c->pp <= 1) || c->cp > 1 || c->sp);
 }
 
 static int tp_check(const StrategyConfig *c) {
@@ -81,16 +82,12 @@ static int tp_check(const StrategyConfig *c) {
             "--sp splits the sequence over the tensor-parallel group: it needs --tp >= 2 "
             "(got --tp %d)",
             c->tp);
-    if (c->tp_2d && c->tp < 2)
-        return loom_fail("--tp-mode 2d needs --tp q*q >= 4 (got --tp %d)", c->tp);
-    if (c->sp && (c->cp > 1 || c->tp_2d))
-        return loom_fail("--sp with %s: not available yet", c->cp > 1 ? "--cp" : "--tp-mode 2d");
+    if (c->sp && c->cp > 1) return loom_fail("--sp with --cp: not available yet");
     if (c->sp && c->seq % c->tp)
         return loom_fail("--sp splits every sequence over the tensor-parallel group: --seq %d is "
                          "not divisible by --tp %d",
                          c->seq, c->tp);
-    const char *later = c->cp > 1 ? "--cp" : c->tp_2d ? "--tp-mode 2d" : NULL;
-    if (later) return loom_fail("%s: not available yet", later);
+    if (c->cp > 1) return loom_fail("--cp: not available yet");
     const char *no = c->pp > 1     ? "--pp"
                      : c->co2      ? "--co2"
                      : c->offload  ? "--offload"

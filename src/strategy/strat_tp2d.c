@@ -1,0 +1,425 @@
+// strat_tp2d.c — Colossal-AI 2D (SUMMA) tensor parallelism (--tp q·q --tp-mode 2d) × data
+// parallelism over dp (ZeRO 0). The tp group is a q×q grid, rank (i,j) = tp rank i·q + j; this
+// file splits the group into its row (same i) and column (same j) communicators and installs
+// them as the model's grid collectives (model/gpt_2d.h: what a rank holds; summa.c and
+// block_2d.c: how it runs), with a point-to-point swap between ranks (i,j) and (j,i) for the
+// embedding. A step runs the K micro-batches (every rank of a tp group reads the same ones and
+// works on rows i·B/q.. of each), then sums the column-replicated gradients (biases, LayerNorms,
+// wpe: partial over the rows i) down the column, all-reduces every gradient over dp, takes the
+// global norm (replicated tensors counted once) and applies AdamW to the rank's part. Embedding
+// and LM head (tied): wte is cut in q×q blocks like a weight of the head (vocabulary padded to a
+// multiple of q: V·C/q² per rank, the padding never saved), the head is a SUMMA product with a
+// vocabulary-parallel cross-entropy along the row; wpe is cut by columns (maxT·C/q per rank, the
+// same down a column). Checkpoints, initial weights and exports stay in the whole model's flat
+// layout (cut at start-up, gathered over tp for a save; the first rank writes), so any layout
+// resumes from them.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "../common.h"
+#include "../model/gpt_2d.h"
+#include "ckpt_save.h"
+#include "strategy.h"
+
+typedef struct {
+    const GPT *whole; // the whole model's layout (s->model: no buffers)
+    GPT part;         // this rank's part
+    Tp2d g;
+    Work2d ws;
+    AdamW opt;
+    const Strategy *outer;
+    const Comm *axis[2]; // row, column
+    float *stage[3];     // host: parameters, m, v cut from the whole layout (start-up only)
+    int *inputs, *targets;
+    // what the layers' collectives moved in training steps: floats this rank received in
+    // broadcasts, reduce-scatters, all-reduces (ring) and anything else (none in a layer); the
+    // embedding's and head's together; the time spent in all of them
+    double bcast, rscat, allred, other, ends, comm_s;
+    int counting, steps, section; // section: the block the model is in (model/gpt_2d.h)
+} T2;
+
+static void count(T2 *t, double floats, double *layer) {
+    if (!t->counting) return;
+    if (t->section >= 1 && t->section <= t->whole->cfg.L)
+        *layer += floats;
+    else
+        t->ends += floats;
+}
+
+// ---------------------------------------------------------------- the grid's collectives
+
+static void t2_bcast(void *ctx, int axis, float *buf, size_t n, int root) {
+    T2 *t = ctx;
+    const Comm *c = t->axis[axis];
+    double t0 = now_sec();
+    comm_broadcast(c, buf, n * sizeof(float), root);
+    t->comm_s += now_sec() - t0;
+    if (c->rank != root) count(t, (double)n, &t->bcast);
+}
+
+static void t2_allreduce(void *ctx, int axis, float *buf, size_t n, int max) {
+    T2 *t = ctx;
+    const Comm *c = t->axis[axis];
+    double t0 = now_sec();
+    if (max)
+        comm_allreduce_max(c, buf, n);
+    else
+        comm_allreduce(c, buf, n);
+    t->comm_s += now_sec() - t0;
+    count(t, 2.0 * (c->size - 1) / c->size * (double)n, &t->allred);
+}
+
+static void t2_allgather(void *ctx, int axis, float *buf, size_t each) {
+    T2 *t = ctx;
+    const Comm *c = t->axis[axis];
+    size_t *counts = xmalloc((size_t)c->size * sizeof *counts),
+           *displs = xmalloc((size_t)c->size * sizeof *displs);
+    for (int r = 0; r < c->size; r++)
+        counts[r] = each, displs[r] = (size_t)r * each;
+    double t0 = now_sec();
+    comm_allgatherv(c, buf, counts, displs);
+    t->comm_s += now_sec() - t0;
+    count(t, (double)(c->size - 1) * (double)each, &t->other);
+    free(counts), free(displs);
+}
+
+// Exchanges n floats with the transposed rank (j,i) of the tp group (the diagonal copies).
+static void t2_transpose(void *ctx, const float *send, float *recv, size_t n) {
+    T2 *t = ctx;
+    const Comm *c = t->outer->grid->tp_comm;
+    int peer = t->g.j * t->g.q + t->g.i;
+    if (peer == c->rank) {
+        t->part.be->copy(recv, send, n);
+        return;
+    }
+    double t0 = now_sec();
+    CommReq rq[2] = {comm_irecv(c, recv, n, peer, 1), comm_isend(c, send, n, peer, 1)};
+    comm_wait(&rq[0]), comm_wait(&rq[1]);
+    t->comm_s += now_sec() - t0;
+    count(t, (double)n, &t->other);
+}
+
+static void t2_section(void *ctx, int b) { ((T2 *)ctx)->section = b; }
+
+static void t2_rscatter(void *ctx, int axis, const float *send, float *recv, size_t each) {
+    T2 *t = ctx;
+    const Comm *c = t->axis[axis];
+    size_t *counts = xmalloc((size_t)c->size * sizeof *counts);
+    for (int r = 0; r < c->size; r++)
+        counts[r] = each;
+    double t0 = now_sec();
+    CommReq rq = comm_ireduce_scatter(c, send, recv, counts);
+    comm_wait(&rq);
+    t->comm_s += now_sec() - t0;
+    count(t, (double)(c->size - 1) * (double)each, &t->rscat);
+    free(counts);
+}
+
+// ---------------------------------------------------------------- checks
+
+static int t2_wants(const StrategyConfig *c) { return c->tp_2d; }
+
+static int t2_check(const StrategyConfig *c) {
+    int q = 1;
+    while ((q + 1) * (q + 1) <= c->tp)
+        q++;
+    if (q < 2 || q * q != c->tp)
+        return loom_fail("--tp-mode 2d needs --tp = q*q with q >= 2 (a q x q grid: 4, 9, 16, ...; "
+                         "got --tp %d)",
+                         c->tp);
+    if (c->batch % q)
+        return loom_fail("--tp-mode 2d with --tp %d: --batch %d must be a multiple of q = %d (each "
+                         "grid row runs batch/q sequences)",
+                         c->tp, c->batch, q);
+    char no[48] = "";
+    if (c->sp)
+        snprintf(no, sizeof no, "--sp");
+    else if (c->cp > 1)
+        snprintf(no, sizeof no, "--cp %d", c->cp);
+    else if (c->pp > 1)
+        snprintf(no, sizeof no, "--pp %d", c->pp);
+    else if (c->zero > 0)
+        snprintf(no, sizeof no, "--zero %d", c->zero);
+    else if (c->co2 || c->offload || c->peer)
+        snprintf(no, sizeof no, "%s", c->co2 ? "--co2" : c->offload ? "--offload" : "loom peer");
+    if (*no)
+        return loom_fail("--tp %d --tp-mode 2d with %s: not available (2D tensor parallelism runs "
+                         "with data parallelism, ZeRO 0)",
+                         c->tp, no);
+    if (c->device && strncmp(c->device, "cpu", 3))
+        return loom_fail("--tp-mode 2d with --device %s: 2D tensor parallelism runs on the CPU "
+                         "backend only",
+                         c->device);
+    return 0;
+}
+
+// ---------------------------------------------------------------- the part from the whole
+
+static int cut_store(void *ctx, int array, size_t at, size_t n, const float *src) {
+    T2 *t = ctx;
+    gpt2d_from_whole(t->whole, &t->part, t->g.q, t->g.i, t->g.j, at, n, src, t->stage[array]);
+    return 0;
+}
+
+static int cut_sink(void *ctx, size_t at, size_t n, const float *src) {
+    return cut_store(ctx, CKPT_PARAMS, at, n, src);
+}
+
+// The part's parameters (and, on resume, its moments) into t->stage, then into backend memory.
+static int load_part(T2 *t) {
+    const Strategy *s = t->outer;
+    size_t np = t->part.nparams, N = t->whole->nparams;
+    const Backend *be = t->part.be;
+    for (int k = 0; k < 3; k++)
+        t->stage[k] = xalloc_floats(np);
+    int rc;
+    if (s->resume_dir) {
+        CkptWant want = {
+            .lo = {0, 0, 0, 0}, .hi = {N, N, N, 0}, .store = cut_store, .store_ctx = t};
+        rc = checkpoint_read_into(s->resume_dir, N, &want);
+        if (!rc) {
+            be->upload(t->opt.m, t->stage[1], np), be->upload(t->opt.v, t->stage[2], np);
+            t->opt.t = s->resume->opt_t;
+        }
+    } else {
+        rc = s->data->params_stream(s->data->ctx, 0, N, cut_sink, t);
+    }
+    if (!rc) be->upload(t->part.params, t->stage[0], np);
+    for (int k = 0; k < 3; k++)
+        free(t->stage[k]), t->stage[k] = NULL;
+    return rc;
+}
+
+// ---------------------------------------------------------------- the whole from the parts
+
+// Every rank's part of src (backend memory, or host when `host`) into dst (host, whole layout).
+static int gather_whole(T2 *t, const float *src, int host, float *dst) {
+    const Grid *gr = t->outer->grid;
+    size_t np = t->part.nparams, n = (size_t)gr->tp;
+    size_t *counts = xmalloc(n * sizeof *counts), *displs = xmalloc(n * sizeof *displs);
+    float *all = xmalloc(n * np * sizeof(float));
+    for (size_t r = 0; r < n; r++)
+        counts[r] = np, displs[r] = r * np;
+    if (host)
+        memcpy(all + (size_t)gr->tp_i * np, src, np * sizeof(float));
+    else
+        t->part.be->download(all + (size_t)gr->tp_i * np, src, np);
+    int rc = comm_allgatherv(gr->tp_comm, all, counts, displs);
+    int q = t->g.q;
+    for (size_t r = 0; r < n && !rc; r++)
+        gpt2d_to_whole(t->whole, &t->part, q, (int)r / q, (int)r % q, all + r * np, dst);
+    free(all), free(counts), free(displs);
+    return rc;
+}
+
+// ---------------------------------------------------------------- the strategy
+
+static int t2_create(Strategy *s) {
+    T2 *t = xcalloc(1, sizeof *t);
+    s->impl = t;
+    const Grid *gr = s->grid;
+    const StrategyConfig *c = s->cfg;
+    t->whole = s->model, t->outer = s;
+    int q = 2;
+    while (q * q < gr->tp)
+        q++;
+    t->g = (Tp2d){.q = q,
+                  .i = gr->tp_i / q,
+                  .j = gr->tp_i % q,
+                  .bcast = t2_bcast,
+                  .allreduce = t2_allreduce,
+                  .reduce_scatter = t2_rscatter,
+                  .allgather = t2_allgather,
+                  .transpose = t2_transpose,
+                  .section = t2_section,
+                  .ctx = t};
+    t->axis[T2D_ROW] = comm_split(gr->tp_comm, t->g.i, t->g.j, "tp_row");
+    t->axis[T2D_COL] = comm_split(gr->tp_comm, t->g.j, t->g.i, "tp_col");
+    if (gpt2d_layout(&t->part, &s->model->cfg, s->model->be, &t->g)) return -1;
+    if (gpt_alloc_whole(&t->part, 1, 1)) return -1;
+    adamw_create(&t->opt, &t->part, &c->opt, 0, t->part.nparams);
+    if (load_part(t)) return -1;
+    if (work2d_create(&t->ws, &t->part, &t->g, c->batch, c->seq, c->recompute)) return -1;
+    size_t BT = (size_t)c->batch * c->seq;
+    t->inputs = xmalloc(BT * sizeof(int));
+    t->targets = xmalloc(BT * sizeof(int));
+    return 0;
+}
+
+// The column-replicated tensors' gradients summed down the column (each row added its part),
+// then every gradient summed over dp.
+static void reduce_grads(T2 *t) {
+    const GPT *m = &t->part;
+    for (int k = 0; k < m->ntensors; k++)
+        if (gpt2d_col_replicated(m, k))
+            comm_allreduce(t->axis[T2D_COL], m->grads + m->tensors[k].off, m->tensors[k].n);
+    if (t->outer->grid->dp > 1) comm_allreduce(t->outer->grid->dp_comm, m->grads, m->nparams);
+}
+
+// Σ g² over the whole model: every rank's own blocks, the column-replicated ones from row 0.
+static double grad_sumsq(T2 *t) {
+    const GPT *m = &t->part;
+    double sum = 0;
+    for (int k = 0; k < m->ntensors; k++)
+        if (!gpt2d_col_replicated(m, k) || t->g.i == 0)
+            sum += m->be->sumsq(m->grads + m->tensors[k].off, m->tensors[k].n);
+    comm_allreduce_f64(t->outer->grid->tp_comm, &sum, 1);
+    return sum;
+}
+
+// Σ of a forward's token losses over the grid's rows (and dp when dp_too), per token.
+static double mean_loss(T2 *t, double sum, double tokens, int dp_too) {
+    comm_allreduce_f64(t->axis[T2D_COL], &sum, 1);
+    if (dp_too && t->outer->grid->dp > 1) comm_allreduce_f64(t->outer->grid->dp_comm, &sum, 1);
+    return sum / tokens;
+}
+
+static int t2_step(Strategy *s, int step, int boundary) {
+    (void)boundary;
+    T2 *t = s->impl;
+    const StrategyConfig *c = s->cfg;
+    GPT *m = &t->part;
+    double t0 = now_sec(), c0 = t->comm_s;
+    int K = c->grad_accum, N = s->grid->dp;
+    double tokens = (double)c->batch * c->seq * K * N;
+    m->be->fill(m->grads, 0.f, m->nparams);
+    double sum = 0;
+    t->counting = 1;
+    for (int j = 0; j < K; j++) {
+        s->data->train(s->data->ctx, step, j, t->inputs, t->targets);
+        sum += gpt2d_forward(m, &t->g, &t->ws, t->inputs, t->targets);
+        gpt2d_backward(m, &t->g, &t->ws, (float)(1.0 / tokens));
+    }
+    t->counting = 0;
+    double c1 = now_sec();
+    reduce_grads(t);
+    StepRecord r = {.step = step + 1, .loss = mean_loss(t, sum, tokens, 1)};
+    r.norm = sqrt(grad_sumsq(t));
+    r.lr = lr_at(&c->opt, step);
+    r.applied = isfinite(r.loss) && isfinite(r.norm);
+    if (r.applied) adamw_step(&t->opt, m, r.lr, clip_scale((float)r.norm, c->opt.grad_clip));
+    r.seconds = now_sec() - t0;
+    r.exposed = t->comm_s - c0 + (now_sec() - c1);
+    t->steps++;
+    strategy_emit(s, &r);
+    return 0;
+}
+
+static void t2_drain(Strategy *s, int final) { (void)s, (void) final; }
+
+static double t2_evaluate(Strategy *s) {
+    T2 *t = s->impl;
+    const StrategyConfig *c = s->cfg;
+    double sum = 0;
+    for (int k = 0; k < c->val_windows; k++) {
+        s->data->val(s->data->ctx, k, t->inputs, t->targets);
+        double l = gpt2d_forward(&t->part, &t->g, &t->ws, t->inputs, t->targets);
+        sum += mean_loss(t, l, (double)c->batch * c->seq, 0);
+    }
+    return c->val_windows ? sum / c->val_windows : NAN;
+}
+
+// The whole model's parameters and moments, gathered in every tp group; the first group's
+// rank 0 writes them as one shard of the whole layout.
+static int t2_save(Strategy *s, const char *dir, CkptMeta *meta, int final, CkptExtraFn extra,
+                   void *extra_ctx, int keep) {
+    (void) final;
+    T2 *t = s->impl;
+    size_t N = t->whole->nparams;
+    float *p = xalloc_floats(N), *m = xalloc_floats(N), *v = xalloc_floats(N);
+    int rc = gather_whole(t, t->part.params, 0, p) || gather_whole(t, t->opt.m, 0, m) ||
+             gather_whole(t, t->opt.v, 0, v);
+    CkptShard sh = {.lo = 0, .hi = N, .params = p, .m = m, .v = v};
+    meta->opt_t = t->opt.t;
+    int writes = s->grid->dp_i == 0 && s->grid->tp_i == 0;
+    if (!rc)
+        rc = ckpt_save_collective(dir, s->grid->world, writes ? &sh : NULL, meta, extra, extra_ctx,
+                                  NULL, NULL, keep);
+    free(p), free(m), free(v);
+    return rc;
+}
+
+static int t2_full(Strategy *s, float *host, int grads) {
+    T2 *t = s->impl;
+    memset(host, 0, t->whole->nparams * sizeof(float));
+    return gather_whole(t, grads ? t->part.grads : t->part.params, 0, host);
+}
+
+static void t2_describe(const Strategy *s, char *buf, size_t n) {
+    const T2 *t = s->impl;
+    snprintf(buf, n,
+             "tensor parallel: tp %d (2d SUMMA, %dx%d grid, column-cut embedding) x dp %d (zero 0)",
+             s->grid->tp, t->g.q, t->g.q, s->grid->dp);
+}
+
+// What SUMMA moves into one rank per layer and micro-batch: each of a linear's 6 collectives
+// (forward: broadcast X and W; backward: broadcast X and W again, reduce dX and dW) carries
+// (q−1)/q of a row's or column's share (1/q) of X (B·T, K) or W (K, M), and the two split
+// LayerNorms all-reduce 4 (B/q·T) row partials each (ring: 2(q−1)/q of them). --recompute runs
+// the forward again in the backward: 2 more broadcasts per linear, 2 more partials per LN.
+static double summa_table(const StrategyConfig *c, const GPTConfig *g, int q) {
+    double BT = (double)c->batch * c->seq, C = g->C, f = (q - 1.0) / q;
+    double KM[4][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}}, sum = 0;
+    int ops = c->recompute ? 8 : 6, ln = c->recompute ? 6 : 4;
+    for (int k = 0; k < 4; k++)
+        sum += ops * f * (BT * KM[k][0] + KM[k][0] * KM[k][1]) / (2 * q);
+    return sum + 2 * ln * (BT / q) * 2 * f;
+}
+
+// Per rank: memory, and what the grid's collectives moved per layer and micro-batch (training
+// only) against the table above and against 1D's 4 ring all-reduces of (B,T,C) over the same
+// tp ranks; the embedding's and head's per micro-batch.
+static void t2_summary(Strategy *s, double exposed_s, double step_s) {
+    (void)exposed_s, (void)step_s;
+    T2 *t = s->impl;
+    if (!s->lead) return;
+    const StrategyConfig *c = s->cfg;
+    const GPTConfig *g = &t->whole->cfg;
+    int q = t->g.q, P = s->grid->tp;
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    double micro = (double)t->steps * c->grad_accum, L = g->L, MiB = 4.0 / 1048576;
+    double Nl = (double)c->batch / q * c->seq, Vq = gpt2d_vrows(g, q);
+    double per = micro > 0 ? MiB / micro / L : 0,
+           d1 = 4 * 2.0 * (P - 1) / P * c->batch * c->seq * g->C;
+    fprintf(stderr,
+            "loom: tp %d (2d, %dx%d) x dp %d | per rank: params %.2f MiB (wte and wpe %.2f of "
+            "them) of the whole model's %.2f MiB, activations %.1f MiB (the head's logits %.1f of "
+            "them), peak RSS %.1f MiB | received per layer and micro-batch %.3f MiB (broadcasts "
+            "%.3f, reduce-scatters %.3f, LayerNorm all-reduces %.3f) against SUMMA's 6(q-1)/q per "
+            "linear %.3f MiB; 1D tp %d would all-reduce 4 x 2(P-1)/P x (B,T,C) = %.3f MiB; "
+            "embedding and head %.3f MiB per micro-batch\n",
+            P, q, q, s->grid->dp, t->part.nparams * MiB, t->part.blocks[0].n * MiB,
+            t->whole->nparams * MiB, t->ws.floats * MiB, Nl * Vq * MiB, ru.ru_maxrss / 1024.0,
+            (t->bcast + t->rscat + t->allred + t->other) * per, t->bcast * per, t->rscat * per,
+            t->allred * per, summa_table(c, g, q) * MiB, P, d1 * MiB,
+            micro > 0 ? t->ends / micro * MiB : 0);
+}
+
+static void t2_destroy(Strategy *s) {
+    T2 *t = s->impl;
+    if (!t) return;
+    work2d_free(&t->ws, &t->part);
+    if (t->opt.m) adamw_free(&t->opt, &t->part);
+    gpt_free(&t->part);
+    free(t->inputs), free(t->targets);
+    free(t);
+    s->impl = NULL;
+}
+
+const StrategyOps STRATEGY_TP2D = {.name = "tensor-parallel-2d",
+                                   .wants = t2_wants,
+                                   .check = t2_check,
+                                   .create = t2_create,
+                                   .step = t2_step,
+                                   .drain = t2_drain,
+                                   .evaluate = t2_evaluate,
+                                   .save = t2_save,
+                                   .full_params = t2_full,
+                                   .comm_failed = strategy_end_job,
+                                   .describe = t2_describe,
+                                   .summary = t2_summary,
+                                   .destroy = t2_destroy};

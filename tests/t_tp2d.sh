@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# t_tp2d.sh — Colossal-AI 2D (SUMMA) tensor parallelism (--tp 4 --tp-mode 2d, a 2x2 grid) under
+# mpirun equals the single process on the same data (losses within 1e-5 per step; exported
+# weights, validation losses and --dump-grads within 1e-5), with weight decay, clipping and
+# grad-accum > 1 throughout, over a vocabulary of 301 (one padding row in the 2d wte blocks):
+# tp 4 (T = 100: the blockwise attention path) and dp 2 x tp 4 with --recompute. Checkpoints
+# stay in the whole layout: a 2d checkpoint resumes on 1 rank and a 1-rank one in 2d, each
+# against the uninterrupted single process's last steps, and 2d -> 2d bit for bit; `loom export`
+# of a 2d checkpoint equals the run's export. The summary's communication line is checked
+# against its own table. Negative control: a 2d run on other data must fail the comparison. Bad
+# layouts and flags that 2d does not run with are clear errors naming the numbers.
+set -eu
+. "$(dirname "$0")/lib.sh"
+need_mpi
+$PY -c "import numpy" 2>/dev/null || missing_dep "python3-numpy for $PY"   # compare-st
+d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
+mkshard "$d/v300.bin" 300 60000 3
+REF="$PY $(dirname "$0")/torch_ref.py"
+same() { # NAME A B: losses of A and B within 1e-5
+    echo "$1: $($REF compare-losses "$2" "$3" --tol 1e-5 | tail -1)"
+    $REF compare-losses "$2" "$3" --tol 1e-5 > /dev/null
+}
+common="--layers 2 --heads 4 --dim 32 --lr 3e-3 --warmup 2 --weight-decay 0.1 --grad-clip 0.5
+        --progress off --seed 5 --batch 2 --steps 6"
+f="--data $d/v300.bin --vocab 301 --block-size 128 --seq 100 $common"   # 2 x 151 rows: 1 padding
+t2="--tp 4 --tp-mode 2d"
+
+val="--val-data $d/v300.bin --val-every 3 --val-windows 2"
+$LOOM train $f --grad-accum 4 --metrics "$d/ref.jsonl" --export "$d/ref.st" \
+    --save "$d/one" --save-every 3 --keep 0 $val --dump-grads "$d/ref.grads.st"
+$MPI -np 4 $LOOM train $f --grad-accum 4 $t2 --metrics "$d/2d.jsonl" --export "$d/2d.st" \
+    --save "$d/c2d" --save-every 3 --keep 0 $val --dump-grads "$d/2d.grads.st" 2> "$d/2d.err"
+same "tp 4 (2d)" "$d/2d.jsonl" "$d/ref.jsonl"
+$REF compare-st "$d/2d.st" "$d/ref.st" --tol 1e-5
+$REF compare-st "$d/2d.grads.st" "$d/ref.grads.st" --tol 1e-5 # the last step's gradients
+$PY - "$d/2d.jsonl" "$d/ref.jsonl" <<'PY'   # validation losses at steps 3 and 6
+import json, sys
+a, b = ([(r["step"], r["val_loss"]) for r in map(json.loads, open(p)) if "val_loss" in r]
+        for p in sys.argv[1:])
+assert len(a) == 2 and [s for s, _ in a] == [s for s, _ in b], (a, b)
+worst = max(abs(x - y) for (_, x), (_, y) in zip(a, b))
+assert worst <= 1e-5, (a, b)
+print(f"validation losses {a}: max difference {worst:.2g}, tolerance 1e-5")
+PY
+$MPI -np 8 $LOOM train $f --grad-accum 2 --dp 2 $t2 --recompute --metrics "$d/dt.jsonl" \
+    --export "$d/dt.st" 2> "$d/rc.err"
+same "dp 2 x tp 4 (2d) --recompute" "$d/dt.jsonl" "$d/ref.jsonl"
+$REF compare-st "$d/dt.st" "$d/ref.st" --tol 1e-5
+
+# the summary: what the layers received per micro-batch equals the SUMMA table it prints
+table() { # FILE: the summary line in FILE, its measured per-layer MiB within 0.2% of its table
+    local line
+    line=$(grep -F "received per layer and micro-batch" "$1")
+    $PY - "$line" <<'PY'
+import re, sys
+m = re.search(r"micro-batch ([0-9.]+) MiB .* per linear ([0-9.]+) MiB", sys.argv[1])
+got, table = float(m.group(1)), float(m.group(2))
+assert got > 0 and abs(got - table) <= 0.002 * table, (got, table)
+print(f"per layer and micro-batch: measured {got} MiB, table {table} MiB")
+PY
+}
+table "$d/2d.err"
+table "$d/rc.err"
+
+# negative control: other data must not pass the same comparison
+mkshard "$d/other.bin" 300 60000 9
+$MPI -np 4 $LOOM train ${f/v300.bin/other.bin} --grad-accum 4 $t2 --metrics "$d/neg.jsonl"
+if $REF compare-losses "$d/neg.jsonl" "$d/ref.jsonl" --tol 1e-5 > /dev/null 2>&1; then
+    echo "FAILED: the comparison passed on other data"; exit 1
+fi
+echo "negative control: other data fails the comparison"
+
+# checkpoints across layouts, against the uninterrupted single process's last 3 steps
+grep -v val_loss "$d/ref.jsonl" | tail -n 3 > "$d/tail.jsonl"
+$LOOM train $f --grad-accum 4 --resume "$d/c2d/step_00000003" --metrics "$d/2dto1.jsonl" \
+    --export "$d/2dto1.st"
+same "2d checkpoint -> 1 rank" "$d/2dto1.jsonl" "$d/tail.jsonl"
+$REF compare-st "$d/2dto1.st" "$d/ref.st" --tol 1e-5
+$MPI -np 4 $LOOM train $f --grad-accum 4 $t2 --resume "$d/one/step_00000003" \
+    --metrics "$d/1to2d.jsonl" --export "$d/1to2d.st"
+same "1-rank checkpoint -> 2d" "$d/1to2d.jsonl" "$d/tail.jsonl"
+$REF compare-st "$d/1to2d.st" "$d/ref.st" --tol 1e-5
+$MPI -np 4 $LOOM train $f --grad-accum 4 $t2 --resume "$d/c2d/step_00000003" \
+    --metrics "$d/2dto2d.jsonl" --export "$d/2dto2d.st"
+$REF compare-st "$d/2dto2d.st" "$d/2d.st" --tol 0   # 2d -> 2d: bit for bit
+$LOOM export "$d/c2d" -o "$d/c2d.st"
+$REF compare-st "$d/c2d.st" "$d/2d.st" --tol 0
+
+# bad layouts and flags 2d does not run with
+g="--data $d/v300.bin --vocab 300 --block-size 32 --seq 16 --layers 1 --heads 4 --dim 32
+   --batch 2 --steps 1 --progress off"
+expect_fail "needs --tp = q*q with q >= 2 (a q x q grid: 4, 9, 16, ...; got --tp 3)" \
+    $MPI -np 3 $LOOM train $g --tp 3 --tp-mode 2d
+expect_fail "--batch 3 must be a multiple of q = 2" \
+    $MPI -np 4 $LOOM train ${g/--batch 2/--batch 3} $t2
+expect_fail "q must divide --dim 36 and --heads 3" \
+    $MPI -np 4 $LOOM train ${g/--heads 4 --dim 32/--heads 3 --dim 36} $t2
+expect_fail "with --sp: not available" $MPI -np 4 $LOOM train $g $t2 --sp
+expect_fail "with --cp 2: not available" $MPI -np 8 $LOOM train $g $t2 --cp 2
+expect_fail "with --pp 2: not available" $MPI -np 8 $LOOM train $g $t2 --pp 2
+expect_fail "with --zero 2: not available" $MPI -np 4 $LOOM train $g $t2 --zero 2
+expect_fail "with --co2: not available" $MPI -np 4 $LOOM train $g $t2 --co2
+expect_fail "with --offload: not available" $MPI -np 4 $LOOM train $g $t2 --offload disk \
+    --offload-dir "$d/off" --fast-mem 1G
