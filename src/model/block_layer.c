@@ -83,7 +83,10 @@ static void layer_run_forward(const GPT *m, const Block *blk, const Workspace *w
     LayerActs a = layer_acts(ws, m, blk->layer);
     be->layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x_in, p.ln1w, p.ln1b, N, C);
     be->matmul_forward(a.qkv, a.ln1, p.qkvw, p.qkvb, N, C, 3 * w.Cl); // (N,3Cl)
-    be->attention_forward(a.atty, a.att, a.qkv, B, T, w.Cl, w.NHl);   // (N,Cl)
+    if (m->cp.n > 1) // ring attention over the context-parallel ranks
+        m->cp.forward(m->cp.ctx, a.atty, a.att, a.qkv, B, T, w.Cl, w.NHl);
+    else
+        be->attention_forward(a.atty, a.att, a.qkv, B, T, w.Cl, w.NHl); // (N,Cl)
     block_poll(m);
     be->matmul_forward(a.res2, a.atty, p.projw, w.lead ? p.projb : NULL, N, w.Cl, C); // (N,C)
     tp_sum(m, a.res2, NC);
@@ -123,7 +126,10 @@ void layer_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) 
     // attention branch: res2 = x_in + proj(attention(qkv(ln1)))
     be->matmul_backward(dsmall, g.projw, g.projb, dx, a.atty, p.projw, N, w.Cl, C);
     block_poll(m);
-    be->attention_backward(big, dsmall, a.qkv, a.atty, a.att, B, T, w.Cl, w.NHl); // dqkv (N,3Cl)
+    if (m->cp.n > 1)
+        m->cp.backward(m->cp.ctx, big, dsmall, a.qkv, a.atty, a.att, B, T, w.Cl, w.NHl);
+    else
+        be->attention_backward(big, dsmall, a.qkv, a.atty, a.att, B, T, w.Cl, w.NHl); // (N,3Cl)
     block_poll(m);
     be->matmul_backward(dln, g.qkvw, g.qkvb, big, a.ln1, p.qkvw, N, C, 3 * w.Cl);
     tp_sum(m, dln, NC);

@@ -1,0 +1,11 @@
+// strat_cp.h — context parallelism (--cp, ring attention) as strat_tp.c runs it: the flags it
+// refuses, and the run summary's line. The ring itself is parallel/ring_attention.c, the
+// embedding at global positions and the cut of sequences into chunks model/block_cp.c.
+#pragma once
+#include "../parallel/ring_attention.h"
+#include "strategy.h"
+
+// The flags --cp cannot run with, and a sequence the ring cannot cut: loom_fail, -1; else 0.
+int cp_check(const StrategyConfig *c);
+// The lead rank's line: per-rank activation memory and what went around the ring per layer.
+void cp_summary(const Strategy *s, const CpRing *r, size_t ws_floats, int steps);
