@@ -8,9 +8,10 @@
 // online softmax. After n hops the output is exact; the final lse is saved for the backward.
 // Backward: the K/V block travels with its dK/dV accumulator: at each hop the rank adds its
 // queries' share to the accumulator it holds and passes it on with the block, so after n hops
-// every accumulator is back at its owner, complete; dQ accumulates locally. Every pair's
-// gradient is computed from the final out and lse (attn_chunk_backward), so the sum is exact.
-// Balanced: apart from the diagonal hop, every block gives every rank two full chunk pairs.
+// every accumulator is back at its owner, complete; dQ accumulates locally. The K/V transfer
+// of the next hop and the dK/dV transfer of the previous one run under the hop's products. Every
+// pair's gradient is computed from the final out and lse (attn_chunk_backward), so the sum is
+// exact. Balanced: apart from the diagonal hop, every block gives every rank two full chunk pairs.
 #include "ring_attention.h"
 
 #include <math.h>
@@ -25,9 +26,11 @@ struct CpRing {
     const Comm *comm;
     const Backend *be;
     size_t cap, lcap;      // floats of each K/V buffer, of lseb
-    float *kv[2], *dkv[2]; // (B,Tl,2C) blocks in flight and their gradients
+    float *kv[2], *dkv[2]; // (B,Tl,2C) blocks in flight; this rank's share of their dK/dV
+    float *din[2];         // (B,Tl,2C) the accumulators arriving with the blocks
     float *ob, *lseb;      // (B,Tl,C), (B,NH,Tl): one chunk pair's partial
-    double floats, calls;
+    double floats, calls;  // what training passes sent (not counted while paused)
+    int paused;
 };
 
 CpRing *cp_ring_create(const Comm *cp, const Backend *be) {
@@ -38,7 +41,7 @@ CpRing *cp_ring_create(const Comm *cp, const Backend *be) {
 
 static void ring_free_buffers(CpRing *r) {
     for (int k = 0; k < 2; k++)
-        free(r->kv[k]), free(r->dkv[k]);
+        free(r->kv[k]), free(r->dkv[k]), free(r->din[k]);
     free(r->ob), free(r->lseb);
 }
 
@@ -47,6 +50,8 @@ void cp_ring_free(CpRing *r) {
     ring_free_buffers(r);
     free(r);
 }
+
+void cp_ring_pause(CpRing *r, int paused) { r->paused = paused; }
 
 void cp_ring_counts(const CpRing *r, double *floats, double *calls) {
     *floats = r->floats, *calls = r->calls;
@@ -59,7 +64,7 @@ static void ring_reserve(CpRing *r, int B, int T, int C, int NH) {
     ring_free_buffers(r);
     n = n > r->cap ? n : r->cap, nl = nl > r->lcap ? nl : r->lcap;
     for (int k = 0; k < 2; k++)
-        r->kv[k] = xalloc_floats(n), r->dkv[k] = xalloc_floats(n);
+        r->kv[k] = xalloc_floats(n), r->dkv[k] = xalloc_floats(n), r->din[k] = xalloc_floats(n);
     r->ob = xalloc_floats(n / 2), r->lseb = xalloc_floats(nl);
     r->cap = n, r->lcap = nl;
 }
@@ -84,7 +89,7 @@ static void ring_post(CpRing *r, CommReq q[2], const float *send, float *recv, s
     int N = r->comm->size, i = r->comm->rank;
     q[0] = comm_isend(r->comm, send, n, (i + 1) % N, tag);
     q[1] = comm_irecv(r->comm, recv, n, (i + N - 1) % N, tag);
-    r->floats += (double)n;
+    if (!r->paused) r->floats += (double)n;
 }
 
 static void ring_forward(void *ctx, float *out, float *lse, const float *qkv, int B, int T, int C,
@@ -94,7 +99,7 @@ static void ring_forward(void *ctx, float *out, float *lse, const float *qkv, in
     int n = r->comm->size, i = r->comm->rank, c = T / 2;
     size_t rows = (size_t)B * T, nkv = rows * 2 * C;
     ring_reserve(r, B, T, C, NH);
-    r->calls++;
+    r->calls += !r->paused;
     pack_kv(r->kv[0], qkv, rows, C);
     memset(out, 0, rows * C * sizeof(float));
     for (size_t x = 0; x < (size_t)B * NH * T; x++)
@@ -117,6 +122,9 @@ static void ring_forward(void *ctx, float *out, float *lse, const float *qkv, in
     }
 }
 
+// The backward's hop s adds this rank's share for the block it holds into a zeroed buffer while
+// the block's accumulator is still arriving from the previous rank (posted at hop s−1), then
+// adds the two and passes the sum on: the dK/dV transfer overlaps the next hop's products.
 static void ring_backward(void *ctx, float *dqkv, const float *dout, const float *qkv,
                           const float *out, const float *lse, int B, int T, int C, int NH) {
     CpRing *r = ctx;
@@ -124,30 +132,34 @@ static void ring_backward(void *ctx, float *dqkv, const float *dout, const float
     int n = r->comm->size, i = r->comm->rank, c = T / 2;
     size_t rows = (size_t)B * T, nkv = rows * 2 * C;
     ring_reserve(r, B, T, C, NH);
-    r->calls++;
+    r->calls += !r->paused;
     pack_kv(r->kv[0], qkv, rows, C);
-    memset(r->dkv[0], 0, nkv * sizeof(float));
     memset(dqkv, 0, rows * 3 * C * sizeof(float));
+    CommReq kq[2], dr[2];
     for (int s = 0; s < n; s++) {
         int j = (i - s + n) % n;
-        float *cur = r->kv[s & 1], *dcur = r->dkv[s & 1];
-        CommReq q[2];
-        if (s < n - 1) ring_post(r, q, cur, r->kv[(s + 1) & 1], nkv, TAG_KV);
+        float *cur = r->kv[s & 1], *part = r->dkv[s & 1];
+        if (s < n - 1) ring_post(r, kq, cur, r->kv[(s + 1) & 1], nkv, TAG_KV);
+        memset(part, 0, nkv * sizeof(float));
         for (int a = 0; a < 2; a++)
             for (int k = 0; k < 2; k++) {
                 AttnChunk p = pair(r, a, j, k, B, T, C, NH);
                 if (p.mode == ATT_CHUNK_NONE) continue;
                 size_t qo = (size_t)a * c, ko = (size_t)k * c * 2 * C;
-                be->attn_chunk_backward(&p, dqkv + qo * 3 * C, dcur + ko, dcur + ko + C,
+                be->attn_chunk_backward(&p, dqkv + qo * 3 * C, part + ko, part + ko + C,
                                         dout + qo * C, out + qo * C, lse + qo, qkv + qo * 3 * C,
                                         cur + ko, cur + ko + C);
             }
-        if (s < n - 1) comm_wait(&q[0]), comm_wait(&q[1]);
+        if (s < n - 1) comm_wait(&kq[0]), comm_wait(&kq[1]);
+        if (s > 0) { // block j's accumulator, sent on by the previous rank at its hop s−1
+            comm_wait(&dr[0]), comm_wait(&dr[1]);
+            be->axpby(part, 1.0f, r->din[(s - 1) & 1], 1.0f, nkv);
+        }
         // the accumulator goes on with its block; the last hop brings this rank's own home
-        ring_post(r, q, dcur, r->dkv[(s + 1) & 1], nkv, TAG_DKV);
-        comm_wait(&q[0]), comm_wait(&q[1]);
+        ring_post(r, dr, part, r->din[s & 1], nkv, TAG_DKV);
     }
-    const float *mine = r->dkv[n & 1];
+    comm_wait(&dr[0]), comm_wait(&dr[1]);
+    const float *mine = r->din[(n - 1) & 1];
     for (size_t t = 0; t < rows; t++)
         memcpy(dqkv + t * 3 * C + C, mine + t * 2 * C, 2 * (size_t)C * sizeof(float));
 }

@@ -245,12 +245,7 @@ static void tp_drain(Strategy *s, int final) { (void)s, (void) final; }
 
 static double tp_evaluate(Strategy *s) {
     TP *t = s->impl;
-    double loss = whole_evaluate(&t->inner, &t->w);
-    if (t->ring) { // each rank's mean over its chunks: the ring's mean is the sequences'
-        comm_allreduce_f64(s->grid->cp_comm, &loss, 1);
-        loss /= s->grid->cp;
-    }
-    return loss;
+    return t->ring ? cp_evaluate(&t->inner, &t->w, t->ring) : whole_evaluate(&t->inner, &t->w);
 }
 
 // The whole model's parameters and moments, gathered in every tensor-parallel group; the first
