@@ -31,6 +31,17 @@ int cp_check(const StrategyConfig *c) {
     return 0;
 }
 
+int cp_check_shape(const Strategy *s) {
+    const StrategyConfig *c = s->cfg;
+    size_t n = (size_t)c->batch * (c->seq / c->cp) * 2 * (s->model->cfg.C / s->grid->tp);
+    if (n >= (size_t)1 << 31)
+        return loom_fail("--cp %d: a K/V block of --batch %d x %d tokens x 2 x %d channels is "
+                         "%zu floats, more than one message carries (2^31 - 1): raise --cp or "
+                         "--tp, or lower --batch",
+                         c->cp, c->batch, c->seq / c->cp, s->model->cfg.C / s->grid->tp, n);
+    return 0;
+}
+
 double cp_evaluate(Strategy *inner, Whole *w, CpRing *r) {
     cp_ring_pause(r, 1);
     double loss = whole_evaluate(inner, w);

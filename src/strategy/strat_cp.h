@@ -7,6 +7,8 @@
 
 // The flags --cp cannot run with, and a sequence the ring cannot cut: loom_fail, -1; else 0.
 int cp_check(const StrategyConfig *c);
+// A rank's K/V block must fit one message: loom_fail, -1; else 0.
+int cp_check_shape(const Strategy *s);
 // The validation loss of the ring: every rank's mean over its chunks (inner: the strategy as
 // strat_whole sees the rank's part), averaged over cp; the ring's traffic is not counted.
 double cp_evaluate(Strategy *inner, Whole *w, CpRing *r);

@@ -190,6 +190,7 @@ static int tp_create(Strategy *s) {
     t->inner.model = &t->part, t->inner.data = &t->data, t->inner.resume_dir = NULL;
     t->gcomm = g->dp_comm;
     if (g->cp > 1) { // the part runs on (B, T/cp) tokens; gradients sum over dp x cp
+        if (cp_check_shape(s)) return -1;
         t->ring = cp_ring_create(g->cp_comm, s->model->be);
         cp_ring_install(&t->part, t->ring);
         t->icfg = *s->cfg, t->icfg.seq = s->cfg->seq / g->cp, t->inner.cfg = &t->icfg;
