@@ -78,4 +78,4 @@ expect_fail "--cp 2 with --tp-mode 2d" $MPI -np 8 $LOOM train $f --cp 2 --tp 4 -
 expect_fail "--cp 2 with --offload" $MPI -np 2 $LOOM train $f --cp 2 --offload disk \
     --offload-dir "$d/off" --fast-mem 64M
 expect_fail "more than one message carries" $MPI -np 2 $LOOM train --data "$d/v300.bin" --vocab 300 \
-    --layers 1 --heads 4 --dim 32768 --block-size 256 --seq 256 --batch 256 --cp 2 --steps 1
+    --layers 1 --heads 4 --dim 65536 --block-size 256 --seq 256 --batch 128 --cp 2 --steps 1
