@@ -8,6 +8,9 @@
 // of it when it starts or resumes, and the group gathers the whole back for a save or export.
 // Replicated tensors (LayerNorms, row-parallel biases, wpe) receive the same gradient on every
 // rank and stay identical without communication; the gradient norm counts them once.
+// Context parallelism (--cp, tp may be 1) runs here too: the part runs on the rank's two chunks
+// of every sequence (T/cp tokens), its attention around the ring (parallel/ring_attention.c),
+// and the data-parallel mechanics over dp x cp (strat_cp.h has the rest).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,7 +63,6 @@ static int tp_check(const StrategyConfig *c) {
         return loom_fail("--tp-mode 2d needs --tp q*q >= 4 (got --tp %d)", c->tp);
     const char *later = c->sp ? "--sp" : c->tp_2d ? "--tp-mode 2d" : NULL;
     if (later) return loom_fail("%s: not available yet", later);
-
     const char *no = c->pp > 1     ? "--pp"
                      : c->co2      ? "--co2"
                      : c->offload  ? "--offload"
@@ -279,10 +281,10 @@ static int tp_full(Strategy *s, float *host, int grads) {
 }
 
 static void tp_describe(const Strategy *s, char *buf, size_t n) {
-    snprintf(buf, n,
-             "tensor parallel: tp %d (1d, vocabulary-parallel head) x cp %d (ring attention) x "
-             "dp %d (zero %d)",
-             s->grid->tp, s->grid->cp, s->grid->dp, s->cfg->zero);
+    char cp[48] = "";
+    if (s->grid->cp > 1) snprintf(cp, sizeof cp, " x cp %d (ring attention)", s->grid->cp);
+    snprintf(buf, n, "tensor parallel: tp %d (1d, vocabulary-parallel head)%s x dp %d (zero %d)",
+             s->grid->tp, cp, s->grid->dp, s->cfg->zero);
 }
 
 // Per rank: memory, and what its blocks all-reduced over tp per layer and micro-batch (training
