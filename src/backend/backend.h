@@ -9,6 +9,20 @@
 #pragma once
 #include <stddef.h>
 
+// One chunk pair of ring attention (context parallelism): a chunk of `rows` queries against a
+// chunk of `rows` keys, per batch element. Every buffer holds, per batch element, `tb` rows of
+// which the chunk is `rows` consecutive ones (pointers are at the chunk's first row of batch
+// element 0): q row (b,t) at q + (b·tb + t)·qs, k/v rows at stride kvs, out and dout rows at
+// stride C, lse (B,NH,tb) at (b·NH + h)·tb + t. mode: where the key chunk lies against the
+// query chunk by global position.
+enum { ATT_CHUNK_FULL, ATT_CHUNK_DIAG, ATT_CHUNK_NONE }; // keys before / the same / after
+typedef struct {
+    int B, NH, C; // batch, heads, channels (C = NH·hs)
+    int rows, tb; // rows of the chunk; rows a batch element spans in every buffer
+    int qs, kvs;  // row strides of q and of k, v (floats)
+    int mode; // ATT_CHUNK_*: full (every key visible), causal diagonal (key j ≤ query t), none
+} AttnChunk;
+
 typedef struct Backend {
     const char *name;
 
@@ -64,6 +78,20 @@ typedef struct Backend {
                                const float *att, int B, int T, int C, int NH);
     // floats of the forward's att for a (B,T) micro-batch with NH heads
     size_t (*attention_saved_floats)(int B, int T, int NH);
+    // ---- ring attention (context parallelism; NULL in a backend without it): see AttnChunk.
+    // out (chunk rows, stride C) and lse = the chunk pair's attention alone (overwritten; a row
+    // that sees no key: out 0, lse −inf)
+    void (*attn_chunk_forward)(const AttnChunk *a, float *out, float *lse, const float *q,
+                               const float *k, const float *v);
+    // online-softmax merge of a partial (ob, lseb) into (out, lse), both the chunk's rows:
+    // out = (e^lse·out + e^lseb·ob) / (e^lse + e^lseb), lse = log(e^lse + e^lseb)
+    void (*attn_chunk_merge)(const AttnChunk *a, float *out, float *lse, const float *ob,
+                             const float *lseb);
+    // dq, dk, dv += the chunk pair's share of the gradient given dout and the FINAL out and lse
+    // of the query rows (merged over every key chunk)
+    void (*attn_chunk_backward)(const AttnChunk *a, float *dq, float *dk, float *dv,
+                                const float *dout, const float *out, const float *lse,
+                                const float *q, const float *k, const float *v);
     // GELU, tanh approximation, elementwise over n
     void (*gelu_forward)(float *out, const float *inp, size_t n);
     void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);

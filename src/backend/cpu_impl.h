@@ -5,6 +5,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "backend.h"
+
 // ------------------------------------------------------------------ vector math
 // expf and tanhf from libm are scalar calls; these inline versions vectorize under
 // `omp simd` and are accurate to a few ulp (Cody-Waite range reduction + degree-6 polynomial).
@@ -35,3 +37,12 @@ void cpu_attention_forward(float *out, float *att, const float *qkv, int B, int 
 void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
                             const float *att, int B, int T, int C, int NH);
 size_t cpu_attention_saved_floats(int B, int T, int NH);
+
+// ------------------------------------------------------------------ cpu_ring.c
+void cpu_attn_chunk_forward(const AttnChunk *a, float *out, float *lse, const float *q,
+                            const float *k, const float *v);
+void cpu_attn_chunk_merge(const AttnChunk *a, float *out, float *lse, const float *ob,
+                          const float *lseb);
+void cpu_attn_chunk_backward(const AttnChunk *a, float *dq, float *dk, float *dv, const float *dout,
+                             const float *out, const float *lse, const float *q, const float *k,
+                             const float *v);

@@ -12,6 +12,7 @@ void embed_forward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) {
     const float *wte = blk->params, *wpe = wte + (size_t)gpt_vocab_rows(m) * m->cfg.C;
     const TensorParallel *tp = &m->tp;
     int B = ws->B, T = ws->T, C = m->cfg.C;
+    if (m->cp.n > 1) return cp_embed_forward(m, blk, ws, io);
     if (tp->n <= 1) {
         m->be->encoder_forward(io->x_out, io->tokens, wte, wpe, B, T, C);
         return;
@@ -25,6 +26,7 @@ void embed_forward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) {
 void embed_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) {
     float *dwte = blk->grads, *dwpe = dwte + (size_t)gpt_vocab_rows(m) * m->cfg.C;
     const TensorParallel *tp = &m->tp;
+    if (m->cp.n > 1) return cp_embed_backward(m, blk, ws, io);
     if (tp->n <= 1)
         m->be->encoder_backward(dwte, dwpe, io->dx, io->tokens, ws->B, ws->T, m->cfg.C);
     else { // d(x_0) is the same on every rank: wpe's gradient too

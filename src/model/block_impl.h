@@ -7,6 +7,9 @@ void embed_forward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io);
 void embed_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io);
 void layer_forward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io);
 void layer_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io);
+// Context parallelism (block_cp.c): the embedding at the rank's global positions.
+void cp_embed_forward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io);
+void cp_embed_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io);
 void head_forward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io);
 void head_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io);
 

@@ -86,7 +86,10 @@ static void layer_run_forward(const GPT *m, const Block *blk, const Workspace *w
     be->layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x_in, p.ln1w, p.ln1b, R, C);
     const float *ln1bt = tp_gather(m, ws, a.ln1, full, tmp);          // (N,C), in (B,T) order
     be->matmul_forward(a.qkv, ln1bt, p.qkvw, p.qkvb, N, C, 3 * w.Cl); // (N,3Cl)
-    be->attention_forward(a.atty, a.att, a.qkv, B, T, w.Cl, w.NHl);   // (N,Cl)
+    if (m->cp.n > 1) // ring attention over the context-parallel ranks
+        m->cp.forward(m->cp.ctx, a.atty, a.att, a.qkv, B, T, w.Cl, w.NHl);
+    else
+        be->attention_forward(a.atty, a.att, a.qkv, B, T, w.Cl, w.NHl); // (N,Cl)
     block_poll(m);
     float *part = sp ? full : a.res2; // (N,C) partial sums of the row-parallel product
     be->matmul_forward(part, a.atty, p.projw, w.lead ? p.projb : NULL, N, w.Cl, C);
@@ -145,7 +148,10 @@ void layer_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) 
     dout = tp_gather(m, ws, dx, full, tmp);
     be->matmul_backward(dsmall, g.projw, g.projb, dout, a.atty, p.projw, N, w.Cl, C);
     block_poll(m);
-    be->attention_backward(big, dsmall, a.qkv, a.atty, a.att, B, T, w.Cl, w.NHl); // dqkv (N,3Cl)
+    if (m->cp.n > 1)
+        m->cp.backward(m->cp.ctx, big, dsmall, a.qkv, a.atty, a.att, B, T, w.Cl, w.NHl);
+    else
+        be->attention_backward(big, dsmall, a.qkv, a.atty, a.att, B, T, w.Cl, w.NHl); // (N,3Cl)
     block_poll(m);
     const float *ln1 = tp_gather(m, ws, a.ln1, full, tmp);
     be->matmul_backward(dln, g.qkvw, g.qkvb, big, ln1, p.qkvw, N, C, 3 * w.Cl);

@@ -71,6 +71,28 @@ typedef struct {
     void *ctx;
 } TensorParallel;
 
+// Context parallelism (ring attention, --cp): every sequence of T tokens is cut into 2n chunks
+// of c = T/(2n) and rank i holds chunks i and 2n−1−i (Tl = T/n tokens; the workspace's T is
+// Tl). The embedding adds wpe at those global positions (block_cp.c); attention, the one place
+// tokens meet, goes through the hooks below (installed by the strategy: parallel/ring_attention.c),
+// causal by global position, saving the per-row log-sum-exp (B,NH,Tl) in the layer's att slot.
+typedef struct {
+    int n, i; // ring size (0 or 1: no context parallelism), this rank
+    void (*forward)(void *ctx, float *out, float *lse, const float *qkv, int B, int T, int C,
+                    int NH);
+    void (*backward)(void *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
+                     const float *lse, int B, int T, int C, int NH);
+    void *ctx;
+} ContextParallel;
+
+// The chunks' first global positions of context-parallel rank i of n for sequences of T:
+// local rows [0, c) are positions [p0, p0+c), rows [c, 2c) positions [p1, p1+c).
+static inline void gpt_cp_chunks(int T, int n, int i, int *c, int *p0, int *p1) {
+    *c = T / (2 * n), *p0 = i * *c, *p1 = (2 * n - 1 - i) * *c;
+}
+// The rank's (B, T/n) tokens of whole (B,T) sequences: its two chunks of every row.
+void gpt_cp_take(int *local, const int *whole, int B, int T, int n, int i);
+
 // What a rank keeps of one block for its update, every piece behind a re-pointable pointer: a
 // ZeRO shard, a pipeline stage or a swapper sets them, and the optimizer, the strategies and
 // checkpoints reach the state only through them. [own_lo, own_hi) is the part of the block this
@@ -135,7 +157,8 @@ typedef struct {
     // and the embedding in different units) share. NULL: H accumulates straight into E.
     float *head_dwte; // (V·C) device buffer, or NULL
     int fold_head;
-    TensorParallel tp; // tp.n > 1: this model is one tensor-parallel rank's part
+    TensorParallel tp;  // tp.n > 1: this model is one tensor-parallel rank's part
+    ContextParallel cp; // cp.n > 1: this rank holds two chunks of every sequence
 } GPT;
 
 // Builds the block list and tensor table and allocates params and grads (zeroed). A shape whose

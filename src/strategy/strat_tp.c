@@ -11,6 +11,9 @@
 // (Megatron sequence parallelism, model/seq_parallel.c) the LayerNorm/residual regions hold T/tp
 // positions per rank: the blocks all-gather and reduce-scatter instead of all-reducing, and sum
 // the LayerNorms' gradients over tp, so those stay identical too.
+// Context parallelism (--cp, tp may be 1) runs here too: the part runs on the rank's two chunks
+// of every sequence (T/cp tokens), its attention around the ring (parallel/ring_attention.c),
+// and the data-parallel mechanics over dp x cp (strat_cp.h has the rest).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +22,7 @@
 
 #include "../common.h"
 #include "ckpt_save.h"
+#include "strat_cp.h"
 #include "strat_whole.h"
 
 typedef struct {
@@ -32,6 +36,12 @@ typedef struct {
     double floats, calls; // what the blocks all-reduced over tp (for the summary)
     double gathered, scattered; // --sp: floats all-gathered / reduce-scattered (whole tensors)
     int steps;
+    // --cp: the ring, the part's config (seq = T/cp), whole sequences before the rank's chunks
+    // are cut (B,T), and the communicator gradients are summed over (dp x cp; dp without cp)
+    CpRing *ring;
+    StrategyConfig icfg;
+    int *seq_in, *seq_tg;
+    const Comm *gcomm;
 } TP;
 
 static void tp_allreduce(void *ctx, float *x, size_t n, int max) {
@@ -77,6 +87,7 @@ static int tp_wants(const StrategyConfig *c) {
 }
 
 static int tp_check(const StrategyConfig *c) {
+    if (cp_check(c)) return -1;
     if (c->sp && c->tp < 2)
         return loom_fail(
             "--sp splits the sequence over the tensor-parallel group: it needs --tp >= 2 "
@@ -87,7 +98,6 @@ static int tp_check(const StrategyConfig *c) {
         return loom_fail("--sp splits every sequence over the tensor-parallel group: --seq %d is "
                          "not divisible by --tp %d",
                          c->seq, c->tp);
-    if (c->cp > 1) return loom_fail("--cp: not available yet");
     const char *no = c->pp > 1     ? "--pp"
                      : c->co2      ? "--co2"
                      : c->offload  ? "--offload"
@@ -139,15 +149,30 @@ static int part_params(void *ctx, size_t lo, size_t hi, float *dst) {
     return rc;
 }
 
-// Every rank of a tensor-parallel group reads the same micro-batches (its dp replica's).
+// A context-parallel rank's two chunks of the whole sequences read into seq_in/seq_tg.
+static void cp_cut(TP *t, int *inputs, int *targets) {
+    const StrategyConfig *c = t->outer->cfg;
+    const Grid *g = t->outer->grid;
+    gpt_cp_take(inputs, t->seq_in, c->batch, c->seq, g->cp, g->cp_i);
+    gpt_cp_take(targets, t->seq_tg, c->batch, c->seq, g->cp, g->cp_i);
+}
+
+// Every rank of a tensor-parallel group (and of a context-parallel ring: each its chunks) reads
+// the same micro-batches (its dp replica's).
 static void part_train(void *ctx, int step, int j, int *inputs, int *targets) {
-    const StrategyData *d = ((TP *)ctx)->outer->data;
-    d->train(d->ctx, step, j, inputs, targets);
+    TP *t = ctx;
+    const StrategyData *d = t->outer->data;
+    if (!t->ring) return d->train(d->ctx, step, j, inputs, targets);
+    d->train(d->ctx, step, j, t->seq_in, t->seq_tg);
+    cp_cut(t, inputs, targets);
 }
 
 static void part_val(void *ctx, int w, int *inputs, int *targets) {
-    const StrategyData *d = ((TP *)ctx)->outer->data;
-    d->val(d->ctx, w, inputs, targets);
+    TP *t = ctx;
+    const StrategyData *d = t->outer->data;
+    if (!t->ring) return d->val(d->ctx, w, inputs, targets);
+    d->val(d->ctx, w, t->seq_in, t->seq_tg);
+    cp_cut(t, inputs, targets);
 }
 
 // ---------------------------------------------------------------- the whole from the parts
@@ -174,17 +199,16 @@ static int gather_whole(TP *t, const float *src, int host, float *dst) {
 
 // A moment (ZeRO-1: each dp rank holds its slice [lo, hi) of the part) whole, into host dst.
 static int gather_moment(TP *t, const float *slice, float *dst) {
-    const Grid *g = t->outer->grid;
-    size_t lo, hi, n = (size_t)g->dp;
+    size_t lo, hi, n = (size_t)t->gcomm->size, me = (size_t)t->gcomm->rank;
     dp_owned_range(t->w.dp, &lo, &hi);
     double *r = xcalloc(2 * n, sizeof *r);
-    r[2 * g->dp_i] = (double)lo, r[2 * g->dp_i + 1] = (double)hi;
+    r[2 * me] = (double)lo, r[2 * me + 1] = (double)hi;
     size_t *counts = xmalloc(n * sizeof *counts), *displs = xmalloc(n * sizeof *displs);
-    int rc = comm_allreduce_f64(g->dp_comm, r, (int)(2 * n));
+    int rc = comm_allreduce_f64(t->gcomm, r, (int)(2 * n));
     for (size_t q = 0; q < n; q++)
         displs[q] = (size_t)r[2 * q], counts[q] = (size_t)r[2 * q + 1] - displs[q];
     t->part.be->download(dst + lo, slice, hi - lo);
-    if (!rc) rc = comm_allgatherv(g->dp_comm, dst, counts, displs);
+    if (!rc) rc = comm_allgatherv(t->gcomm, dst, counts, displs);
     free(r), free(counts), free(displs);
     return rc;
 }
@@ -205,7 +229,17 @@ static int tp_create(Strategy *s) {
     t->data = (StrategyData){.ctx = t, .train = part_train, .val = part_val, .params = part_params};
     t->inner = *s;
     t->inner.model = &t->part, t->inner.data = &t->data, t->inner.resume_dir = NULL;
-    if (whole_create(&t->inner, &t->w, g->dp_comm, s->cfg->zero)) return -1;
+    t->gcomm = g->dp_comm;
+    if (g->cp > 1) { // the part runs on (B, T/cp) tokens; gradients sum over dp x cp
+        if (cp_check_shape(s)) return -1;
+        t->ring = cp_ring_create(g->cp_comm, s->model->be);
+        cp_ring_install(&t->part, t->ring);
+        t->icfg = *s->cfg, t->icfg.seq = s->cfg->seq / g->cp, t->inner.cfg = &t->icfg;
+        t->seq_in = xmalloc((size_t)s->cfg->batch * s->cfg->seq * sizeof(int));
+        t->seq_tg = xmalloc((size_t)s->cfg->batch * s->cfg->seq * sizeof(int));
+        t->gcomm = g->dpcp_comm;
+    }
+    if (whole_create(&t->inner, &t->w, t->gcomm, s->cfg->zero)) return -1;
     if (s->resume_dir) { // ZeRO-1: the moments' slice this dp rank owns
         size_t lo, hi;
         dp_owned_range(t->w.dp, &lo, &hi);
@@ -246,9 +280,9 @@ static int tp_step(Strategy *s, int step, int boundary) {
     Whole *w = &t->w;
     double t0 = now_sec();
     double loss = whole_grads(&t->inner, w, step);
-    int N = s->grid->dp;
+    int N = t->gcomm->size; // dp x cp ranks, each the mean over its tokens (equal counts)
     if (N > 1) {
-        comm_allreduce_f64(s->grid->dp_comm, &loss, 1);
+        comm_allreduce_f64(t->gcomm, &loss, 1);
         loss /= N;
     }
     StepRecord r = {.step = step + 1, .loss = loss};
@@ -265,7 +299,8 @@ static void tp_drain(Strategy *s, int final) { (void)s, (void) final; }
 static double tp_evaluate(Strategy *s) {
     TP *t = s->impl; // the summary counts training steps only
     double f = t->floats, g = t->gathered, r = t->scattered, n = t->calls;
-    double loss = whole_evaluate(&t->inner, &t->w);
+    double loss =
+        t->ring ? cp_evaluate(&t->inner, &t->w, t->ring) : whole_evaluate(&t->inner, &t->w);
     t->floats = f, t->gathered = g, t->scattered = r, t->calls = n;
     return loss;
 }
@@ -285,7 +320,7 @@ static int tp_save(Strategy *s, const char *dir, CkptMeta *meta, int final, Ckpt
     free(pm), free(pv);
     CkptShard sh = {.lo = 0, .hi = N, .params = p, .m = m, .v = v};
     meta->opt_t = t->w.opt.t;
-    int writes = s->grid->dp_i == 0 && s->grid->tp_i == 0;
+    int writes = s->grid->dp_i == 0 && s->grid->tp_i == 0 && s->grid->cp_i == 0;
     if (!rc)
         rc = ckpt_save_collective(dir, s->grid->world, writes ? &sh : NULL, meta, extra, extra_ctx,
                                   NULL, NULL, keep);
@@ -300,8 +335,10 @@ static int tp_full(Strategy *s, float *host, int grads) {
 }
 
 static void tp_describe(const Strategy *s, char *buf, size_t n) {
-    snprintf(buf, n, "tensor parallel: tp %d (1d%s, vocabulary-parallel head) x dp %d (zero %d)",
-             s->grid->tp, s->cfg->sp ? " + sequence parallel" : "", s->grid->dp, s->cfg->zero);
+    char cp[48] = "";
+    if (s->grid->cp > 1) snprintf(cp, sizeof cp, " x cp %d (ring attention)", s->grid->cp);
+    snprintf(buf, n, "tensor parallel: tp %d (1d%s, vocabulary-parallel head)%s x dp %d (zero %d)",
+             s->grid->tp, s->cfg->sp ? " + sequence parallel" : "", cp, s->grid->dp, s->cfg->zero);
 }
 
 // Per rank: memory, and what its blocks all-reduced over tp per layer and micro-batch, against
@@ -311,12 +348,14 @@ static void tp_summary(Strategy *s, double exposed_s, double step_s) {
     (void)exposed_s, (void)step_s;
     TP *t = s->impl;
     if (!s->lead) return;
+    if (t->ring) cp_summary(s, t->ring, t->w.ws.floats, t->steps);
+    if (s->grid->tp == 1) return;
     const StrategyConfig *c = s->cfg;
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     double micro = (double)t->steps * c->grad_accum, L = t->whole->cfg.L;
     double per = micro > 0 ? 4.0 / micro / L / 1048576 : 0; // floats → MiB per layer, micro-batch
-    double table = 4.0 * c->batch * c->seq * t->whole->cfg.C * 4.0 / 1048576;
+    double table = 4.0 * c->batch * t->w.ws.T * t->whole->cfg.C * 4.0 / 1048576;
     char sp[256] = "";
     if (c->sp)
         snprintf(sp, sizeof sp,
@@ -337,6 +376,8 @@ static void tp_destroy(Strategy *s) {
     if (!t) return;
     if (t->w.dp) whole_free(&t->inner, &t->w);
     gpt_free(&t->part);
+    cp_ring_free(t->ring);
+    free(t->seq_in), free(t->seq_tg);
     free(t);
     s->impl = NULL;
 }

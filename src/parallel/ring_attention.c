@@ -1,0 +1,173 @@
+// ring_attention.c — ring attention for context parallelism (--cp n). Rank i holds chunks i and
+// 2n−1−i of every sequence (ContextParallel in model/gpt.h); its queries must meet the keys of
+// every rank, causal by global position. Forward: the rank packs its K,V (B,Tl,2C) and the
+// blocks travel the ring (rank i sends to i+1, receives from i−1); at hop s it holds rank
+// (i−s)'s block, posts the next transfer, then computes its two query chunks against the
+// block's two key chunks (each pair full, causal-diagonal or none: the backend's
+// attn_chunk_forward) and merges each partial into the running output and log-sum-exp by
+// online softmax. After n hops the output is exact; the final lse is saved for the backward.
+// Backward: the K/V block travels with its dK/dV accumulator: at each hop the rank adds its
+// queries' share to the accumulator it holds and passes it on with the block, so after n hops
+// every accumulator is back at its owner, complete; dQ accumulates locally. The K/V transfer
+// of the next hop and the dK/dV transfer of the previous one run under the hop's products. Every
+// pair's gradient is computed from the final out and lse (attn_chunk_backward), so the sum is
+// exact. Balanced: apart from the diagonal hop, every block gives every rank two full chunk pairs.
+#include "ring_attention.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common.h"
+
+enum { TAG_KV = 1, TAG_DKV = 2 };
+
+struct CpRing {
+    const Comm *comm;
+    const Backend *be;
+    size_t cap, lcap;      // floats of each K/V buffer, of lseb
+    float *kv[2], *dkv[2]; // (B,Tl,2C) blocks in flight; this rank's share of their dK/dV
+    float *din[2];         // (B,Tl,2C) the accumulators arriving with the blocks
+    float *ob, *lseb;      // (B,Tl,C), (B,NH,Tl): one chunk pair's partial
+    double floats, calls;  // what training passes sent (not counted while paused)
+    int paused;
+};
+
+CpRing *cp_ring_create(const Comm *cp, const Backend *be) {
+    CpRing *r = xcalloc(1, sizeof *r);
+    r->comm = cp, r->be = be;
+    return r;
+}
+
+static void ring_free_buffers(CpRing *r) {
+    for (int k = 0; k < 2; k++)
+        free(r->kv[k]), free(r->dkv[k]), free(r->din[k]);
+    free(r->ob), free(r->lseb);
+}
+
+void cp_ring_free(CpRing *r) {
+    if (!r) return;
+    ring_free_buffers(r);
+    free(r);
+}
+
+void cp_ring_pause(CpRing *r, int paused) { r->paused = paused; }
+
+void cp_ring_counts(const CpRing *r, double *floats, double *calls) {
+    *floats = r->floats, *calls = r->calls;
+}
+
+// Buffers for a (B,T,C) micro-batch with NH heads (grown once, kept).
+static void ring_reserve(CpRing *r, int B, int T, int C, int NH) {
+    size_t n = (size_t)B * T * 2 * C, nl = (size_t)B * NH * T;
+    if (n <= r->cap && nl <= r->lcap) return;
+    ring_free_buffers(r);
+    n = n > r->cap ? n : r->cap, nl = nl > r->lcap ? nl : r->lcap;
+    for (int k = 0; k < 2; k++)
+        r->kv[k] = xalloc_floats(n), r->dkv[k] = xalloc_floats(n), r->din[k] = xalloc_floats(n);
+    r->ob = xalloc_floats(n / 2), r->lseb = xalloc_floats(nl);
+    r->cap = n, r->lcap = nl;
+}
+
+// kv (B·T, 2C) = the K and V columns of qkv (B·T, 3C).
+static void pack_kv(float *kv, const float *qkv, size_t rows, int C) {
+    for (size_t t = 0; t < rows; t++)
+        memcpy(kv + t * 2 * C, qkv + t * 3 * C + C, 2 * (size_t)C * sizeof(float));
+}
+
+// The pair (query chunk a of this rank, key chunk k of rank j): its AttnChunk, mode by the
+// chunks' global indices (rank i's chunk 0 is i, chunk 1 is 2n−1−i).
+static AttnChunk pair(const CpRing *r, int a, int j, int k, int B, int T, int C, int NH) {
+    int n = r->comm->size, i = r->comm->rank;
+    int gq = a ? 2 * n - 1 - i : i, gk = k ? 2 * n - 1 - j : j;
+    int mode = gk < gq ? ATT_CHUNK_FULL : gk == gq ? ATT_CHUNK_DIAG : ATT_CHUNK_NONE;
+    return (AttnChunk){B, NH, C, T / 2, T, 3 * C, 2 * C, mode};
+}
+
+// Posts this hop's transfer of n floats: send to the next rank, receive from the previous one.
+static void ring_post(CpRing *r, CommReq q[2], const float *send, float *recv, size_t n, int tag) {
+    int N = r->comm->size, i = r->comm->rank;
+    q[0] = comm_isend(r->comm, send, n, (i + 1) % N, tag);
+    q[1] = comm_irecv(r->comm, recv, n, (i + N - 1) % N, tag);
+    if (!r->paused) r->floats += (double)n;
+}
+
+static void ring_forward(void *ctx, float *out, float *lse, const float *qkv, int B, int T, int C,
+                         int NH) {
+    CpRing *r = ctx;
+    const Backend *be = r->be;
+    int n = r->comm->size, i = r->comm->rank, c = T / 2;
+    size_t rows = (size_t)B * T, nkv = rows * 2 * C;
+    ring_reserve(r, B, T, C, NH);
+    r->calls += !r->paused;
+    pack_kv(r->kv[0], qkv, rows, C);
+    memset(out, 0, rows * C * sizeof(float));
+    for (size_t x = 0; x < (size_t)B * NH * T; x++)
+        lse[x] = -INFINITY;
+    for (int s = 0; s < n; s++) {
+        int j = (i - s + n) % n;
+        float *cur = r->kv[s & 1];
+        CommReq q[2];
+        if (s < n - 1) ring_post(r, q, cur, r->kv[(s + 1) & 1], nkv, TAG_KV);
+        for (int a = 0; a < 2; a++)
+            for (int k = 0; k < 2; k++) {
+                AttnChunk p = pair(r, a, j, k, B, T, C, NH);
+                if (p.mode == ATT_CHUNK_NONE) continue;
+                size_t qo = (size_t)a * c, ko = (size_t)k * c * 2 * C;
+                be->attn_chunk_forward(&p, r->ob + qo * C, r->lseb + qo, qkv + qo * 3 * C, cur + ko,
+                                       cur + ko + C);
+                be->attn_chunk_merge(&p, out + qo * C, lse + qo, r->ob + qo * C, r->lseb + qo);
+            }
+        if (s < n - 1) comm_wait(&q[0]), comm_wait(&q[1]);
+    }
+}
+
+// The backward's hop s adds this rank's share for the block it holds into a zeroed buffer while
+// the block's accumulator is still arriving from the previous rank (posted at hop s−1), then
+// adds the two and passes the sum on: the dK/dV transfer overlaps the next hop's products.
+static void ring_backward(void *ctx, float *dqkv, const float *dout, const float *qkv,
+                          const float *out, const float *lse, int B, int T, int C, int NH) {
+    CpRing *r = ctx;
+    const Backend *be = r->be;
+    int n = r->comm->size, i = r->comm->rank, c = T / 2;
+    size_t rows = (size_t)B * T, nkv = rows * 2 * C;
+    ring_reserve(r, B, T, C, NH);
+    r->calls += !r->paused;
+    pack_kv(r->kv[0], qkv, rows, C);
+    memset(dqkv, 0, rows * 3 * C * sizeof(float));
+    CommReq kq[2], dr[2];
+    for (int s = 0; s < n; s++) {
+        int j = (i - s + n) % n;
+        float *cur = r->kv[s & 1], *part = r->dkv[s & 1];
+        if (s < n - 1) ring_post(r, kq, cur, r->kv[(s + 1) & 1], nkv, TAG_KV);
+        memset(part, 0, nkv * sizeof(float));
+        for (int a = 0; a < 2; a++)
+            for (int k = 0; k < 2; k++) {
+                AttnChunk p = pair(r, a, j, k, B, T, C, NH);
+                if (p.mode == ATT_CHUNK_NONE) continue;
+                size_t qo = (size_t)a * c, ko = (size_t)k * c * 2 * C;
+                be->attn_chunk_backward(&p, dqkv + qo * 3 * C, part + ko, part + ko + C,
+                                        dout + qo * C, out + qo * C, lse + qo, qkv + qo * 3 * C,
+                                        cur + ko, cur + ko + C);
+            }
+        if (s < n - 1) comm_wait(&kq[0]), comm_wait(&kq[1]);
+        if (s > 0) { // block j's accumulator, sent on by the previous rank at its hop s−1
+            comm_wait(&dr[0]), comm_wait(&dr[1]);
+            be->axpby(part, 1.0f, r->din[(s - 1) & 1], 1.0f, nkv);
+        }
+        // the accumulator goes on with its block; the last hop brings this rank's own home
+        ring_post(r, dr, part, r->din[s & 1], nkv, TAG_DKV);
+    }
+    comm_wait(&dr[0]), comm_wait(&dr[1]);
+    const float *mine = r->din[(n - 1) & 1];
+    for (size_t t = 0; t < rows; t++)
+        memcpy(dqkv + t * 3 * C + C, mine + t * 2 * C, 2 * (size_t)C * sizeof(float));
+}
+
+void cp_ring_install(GPT *m, CpRing *r) {
+    m->cp = (ContextParallel){.n = r->comm->size,
+                              .i = r->comm->rank,
+                              .forward = ring_forward,
+                              .backward = ring_backward,
+                              .ctx = r};
+}

@@ -1,0 +1,73 @@
+// strat_cp.c — the context-parallel parts of the tensor-parallel strategy (see strat_cp.h).
+#include "strat_cp.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "../common.h"
+
+int cp_check(const StrategyConfig *c) {
+    if (c->cp <= 1) return 0;
+    const char *no = c->sp         ? "--sp"
+                     : c->pp > 1   ? "--pp"
+                     : c->tp_2d    ? "--tp-mode 2d"
+                     : c->zero > 1 ? "--zero 2/3"
+                     : c->co2      ? "--co2"
+                     : c->offload  ? "--offload"
+                     : c->peer     ? "loom peer"
+                                   : NULL;
+    if (no)
+        return loom_fail("--cp %d with %s: not available (context parallelism runs with --tp "
+                         "(1d) and data parallelism, ZeRO 0 or 1)",
+                         c->cp, no);
+    if (c->device && strncmp(c->device, "cpu", 3))
+        return loom_fail("--cp %d with --device %s: ring attention runs on the CPU backend only",
+                         c->cp, c->device);
+    if (c->seq % (2 * c->cp))
+        return loom_fail("--cp %d cuts every sequence into 2 x %d = %d chunks: --seq %d is not a "
+                         "multiple of %d",
+                         c->cp, c->cp, 2 * c->cp, c->seq, 2 * c->cp);
+    return 0;
+}
+
+int cp_check_shape(const Strategy *s) {
+    const StrategyConfig *c = s->cfg;
+    size_t n = (size_t)c->batch * (c->seq / c->cp) * 2 * (s->model->cfg.C / s->grid->tp);
+    if (n >= (size_t)1 << 31)
+        return loom_fail("--cp %d: a K/V block of --batch %d x %d tokens x 2 x %d channels is "
+                         "%zu floats, more than one message carries (2^31 - 1): raise --cp or "
+                         "--tp, or lower --batch",
+                         c->cp, c->batch, c->seq / c->cp, s->model->cfg.C / s->grid->tp, n);
+    return 0;
+}
+
+double cp_evaluate(Strategy *inner, Whole *w, CpRing *r) {
+    cp_ring_pause(r, 1);
+    double loss = whole_evaluate(inner, w);
+    cp_ring_pause(r, 0);
+    comm_allreduce_f64(inner->grid->cp_comm, &loss, 1);
+    return loss / inner->grid->cp;
+}
+
+void cp_summary(const Strategy *s, const CpRing *r, size_t ws_floats, int steps) {
+    const StrategyConfig *c = s->cfg;
+    double floats, calls;
+    cp_ring_counts(r, &floats, &calls);
+    int n = c->cp, L = s->model->cfg.L, Tl = c->seq / n, Cl = s->model->cfg.C / s->grid->tp;
+    double micro = (double)steps * c->grad_accum, MiB = 1048576;
+    // per layer and micro-batch: forward n−1 K/V blocks; backward n−1 K/V blocks and n dK/dV
+    // accumulators; --recompute runs the forward again
+    double per_layer = micro > 0 ? floats * 4.0 / micro / L / MiB : 0;
+    double block = (double)c->batch * Tl * 2 * Cl * 4.0 / MiB;
+    int blocks = 3 * n - 2 + (c->recompute ? n - 1 : 0);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    fprintf(stderr,
+            "loom: cp %d (ring attention: %d of %d tokens per rank) | per rank: activations %.1f "
+            "MiB, peak RSS %.1f MiB | sent around the ring per layer and micro-batch %.3f MiB "
+            "(%d blocks (B,Tl,2C/tp) of %.3f MiB: %d K/V forward, %d K/V + %d dK/dV backward%s)\n",
+            n, Tl, c->seq, ws_floats * 4.0 / MiB, ru.ru_maxrss / 1024.0, per_layer, blocks, block,
+            n - 1, n - 1, n, c->recompute ? ", the forward's again under --recompute" : "");
+    (void)calls;
+}
