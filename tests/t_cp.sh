@@ -47,6 +47,10 @@ $REF compare-st "$d/ct.st" "$d/ref.st" --tol 1e-5
 $MPI -np 4 $LOOM train ${f/--grad-accum 2/--grad-accum 1} --dp 2 --cp 2 --zero 1 \
     --metrics "$d/dc.jsonl" --save "$d/cdc" --save-every 3 --keep 0
 same "dp 2 x cp 2, ZeRO-1" "$d/dc.jsonl" "$d/ref.jsonl"
+$MPI -np 4 $LOOM train ${f/--grad-accum 2/--grad-accum 1} --dp 2 --cp 2 --zero 2 \
+    --metrics "$d/dc2.jsonl" --export "$d/dc2.st"
+same "dp 2 x cp 2, ZeRO-2" "$d/dc2.jsonl" "$d/ref.jsonl"
+$REF compare-st "$d/dc2.st" "$d/ref.st" --tol 1e-5
 $MPI -np 2 $LOOM train $f --cp 2 --recompute --metrics "$d/rc.jsonl"
 same "cp 2 --recompute" "$d/rc.jsonl" "$d/ref.jsonl"
 
@@ -71,10 +75,10 @@ same "dp 2 x cp 2 ZeRO-1 checkpoint -> cp 4" "$d/dcto4.jsonl" "$d/tail.jsonl"
 expect_fail "--cp 2 cuts every sequence into 2 x 2 = 4 chunks: --seq 270 is not a multiple of 4" \
     $MPI -np 2 $LOOM train ${f/--seq 272/--seq 270} --cp 2
 expect_fail "--cp 2 with --pp" $MPI -np 4 $LOOM train $f --cp 2 --pp 2
-expect_fail "--cp 2 with --zero 2/3" $MPI -np 2 $LOOM train $f --cp 2 --zero 2
+expect_fail "--cp 2 with --zero 3" $MPI -np 2 $LOOM train $f --cp 2 --zero 3
 expect_fail "--cp 2 with --co2" $MPI -np 2 $LOOM train $f --cp 2 --co2
 expect_fail "--cp 2 with --sp" $MPI -np 4 $LOOM train $f --cp 2 --tp 2 --sp
-expect_fail "--cp 2 with --tp-mode 2d" $MPI -np 8 $LOOM train $f --cp 2 --tp 4 --tp-mode 2d
+expect_fail "--tp 4 --tp-mode 2d with --cp 2" $MPI -np 8 $LOOM train $f --cp 2 --tp 4 --tp-mode 2d
 expect_fail "--cp 2 with --offload" $MPI -np 2 $LOOM train $f --cp 2 --offload disk \
     --offload-dir "$d/off" --fast-mem 64M
 expect_fail "more than one message carries" $MPI -np 2 $LOOM train --data "$d/v300.bin" --vocab 300 \

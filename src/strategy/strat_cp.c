@@ -12,14 +12,14 @@ int cp_check(const StrategyConfig *c) {
     const char *no = c->sp         ? "--sp"
                      : c->pp > 1   ? "--pp"
                      : c->tp_2d    ? "--tp-mode 2d"
-                     : c->zero > 1 ? "--zero 2/3"
+                     : c->zero > 2 ? "--zero 3"
                      : c->co2      ? "--co2"
                      : c->offload  ? "--offload"
                      : c->peer     ? "loom peer"
                                    : NULL;
     if (no)
         return loom_fail("--cp %d with %s: not available (context parallelism runs with --tp "
-                         "(1d) and data parallelism, ZeRO 0 or 1)",
+                         "(1d) and data parallelism, ZeRO 0, 1 or 2)",
                          c->cp, no);
     if (c->device && strncmp(c->device, "cpu", 3))
         return loom_fail("--cp %d with --device %s: ring attention runs on the CPU backend only",

@@ -253,8 +253,9 @@ static int tp_create(Strategy *s) {
 }
 
 // Σ g² over the whole model: the parts' split tensors, the replicated ones counted once. Each
-// dp rank sums the reduced gradients of the slice it owns (ZeRO 2: all it holds; ZeRO 0/1: the
-// whole part on dp rank 0 only), then the sums are added over dp and tp.
+// rank of the gradient group (dp, or dp x cp) sums the reduced gradients of the slice it owns
+// (ZeRO 2: all it holds; ZeRO 0/1: the whole part on the group's rank 0 only), then the sums
+// are added over that group and tp.
 static double grad_sumsq(TP *t) {
     const GPT *m = &t->part;
     const Grid *g = t->outer->grid;
@@ -263,13 +264,13 @@ static double grad_sumsq(TP *t) {
     const float *own = dp_owned_grads(t->w.dp);
     int zero2 = t->outer->cfg->zero >= 2;
     double sum = 0;
-    for (int i = 0; i < m->ntensors && (zero2 || g->dp_i == 0); i++) {
+    for (int i = 0; i < m->ntensors && (zero2 || t->gcomm->rank == 0); i++) {
         size_t a = m->tensors[i].off, b = a + m->tensors[i].n;
         if (zero2) a = a > lo ? a : lo, b = b < hi ? b : hi;
         if (a < b && (!gpt_tp_replicated(m, i) || m->tp.i == 0))
             sum += m->be->sumsq(zero2 ? own + (a - lo) : m->grads + a, b - a);
     }
-    comm_allreduce_f64(g->dp_comm, &sum, 1);
+    comm_allreduce_f64(t->gcomm, &sum, 1);
     comm_allreduce_f64(g->tp_comm, &sum, 1);
     return sum;
 }
