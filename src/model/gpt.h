@@ -182,6 +182,12 @@ void gpt_tp_from_whole(const GPT *whole, const GPT *part, size_t at, size_t n, c
 // flat array dst (host, whole->nparams floats); replicated tensors are copied from any rank.
 void gpt_tp_to_whole(const GPT *whole, const GPT *part_layout, int tpi, const float *src,
                      float *dst);
+// The elements of the whole model's flat range [at, at+n) that rank tpi holds (src, host, in
+// its layout part_layout) into dst[pos - at] (host, n floats); other elements are left as they
+// are, and replicated tensors are copied by rank 0 only, so the ranks' windows add up to the
+// whole range exactly once.
+void gpt_tp_to_whole_range(const GPT *whole, const GPT *part_layout, int tpi, const float *src,
+                           size_t at, size_t n, float *dst);
 // Rows of the (local) embedding table and of the logits: V, or a tensor-parallel rank's share.
 static inline int gpt_vocab_rows(const GPT *m) { return m->tp.n > 1 ? m->tp.vrows : m->cfg.V; }
 // 1 when tensor t of a tensor-parallel model is replicated on every rank of the group.

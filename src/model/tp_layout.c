@@ -39,6 +39,23 @@ void gpt_tp_to_whole(const GPT *whole, const GPT *part, int tpi, const float *sr
     }
 }
 
+void gpt_tp_to_whole_range(const GPT *whole, const GPT *part, int tpi, const float *src, size_t at,
+                           size_t n, float *dst) {
+    for (int t = 0; t < part->ntensors; t++) {
+        const TensorSpec *w = &whole->tensors[t], *p = &part->tensors[t];
+        if (w->off >= at + n || w->off + w->n <= at) continue;
+        if (tpi != 0 && gpt_tp_replicated(part, t)) continue; // rank 0 contributes those
+        size_t pc = cols_of(p), fc = cols_of(w), co = col_offset(p, tpi);
+        for (size_t r = 0; r < rows_of(p); r++) {
+            long wr = whole_row(w, p, tpi, r);
+            if (wr < 0) continue;
+            size_t lo = w->off + (size_t)wr * fc + co, hi = lo + pc; // the row's held elements
+            size_t a = lo > at ? lo : at, b = hi < at + n ? hi : at + n;
+            if (a < b) memcpy(dst + (a - at), src + p->off + r * pc + (a - lo), (b - a) * 4);
+        }
+    }
+}
+
 void gpt_tp_from_whole(const GPT *whole, const GPT *part, size_t at, size_t n, const float *src,
                        float *dst) {
     int i = part->tp.n > 1 ? part->tp.i : 0;

@@ -3,9 +3,10 @@
 // MLP) and of the vocabulary (model/tp_layout.c), its blocks all-reduce partial results over
 // the tp communicator (two per layer forward, two backward, one for the embedding and three
 // small ones for the vocabulary-parallel cross-entropy), and the part runs strat_whole's
-// data-parallel mechanics over dp exactly as a whole model would (ZeRO 0 or 1). The flat layout of
-// checkpoints, initial weights and exports stays the whole model's: a rank cuts its part out
-// of it when it starts or resumes, and the group gathers the whole back for a save or export.
+// data-parallel mechanics over dp exactly as a whole model would (ZeRO 0, 1 or 2). The flat
+// layout of checkpoints, initial weights and exports stays the whole model's: a rank cuts its
+// part out of it when it starts or resumes; a save assembles range r of it on tp rank r (each
+// writes one shard), an export gathers the whole.
 // Replicated tensors (LayerNorms, row-parallel biases, wpe) receive the same gradient on every
 // rank and stay identical without communication; the gradient norm counts them once. With --sp
 // (Megatron sequence parallelism, model/seq_parallel.c) the LayerNorm/residual regions hold T/tp
@@ -93,7 +94,6 @@ static int tp_check(const StrategyConfig *c) {
             "--sp splits the sequence over the tensor-parallel group: it needs --tp >= 2 "
             "(got --tp %d)",
             c->tp);
-    if (c->sp && c->cp > 1) return loom_fail("--sp with --cp: not available yet");
     if (c->sp && c->seq % c->tp)
         return loom_fail("--sp splits every sequence over the tensor-parallel group: --seq %d is "
                          "not divisible by --tp %d",
@@ -306,26 +306,57 @@ static double tp_evaluate(Strategy *s) {
     return loss;
 }
 
-// The whole model's parameters and moments, gathered in every tensor-parallel group; the first
-// group's rank 0 writes them as one shard of the whole layout (any layout resumes from it).
+// One array of the whole layout's range [lo, hi) assembled on tp rank `to` (into dst there):
+// every rank of the group fills windows of it with the elements its part holds (src: host, the
+// part's layout; replicated tensors from rank 0 only) and a reduce-scatter sums each window
+// into `to`, so no rank ever holds more of the whole model than its range.
+static int assemble_range(TP *t, const float *src, size_t lo, size_t hi, int to, float *dst) {
+    const Comm *c = t->outer->grid->tp_comm;
+    const size_t W = (size_t)1 << 22;
+    size_t *counts = xcalloc((size_t)c->size, sizeof *counts);
+    float *win = xalloc_floats(hi - lo < W ? hi - lo + 1 : W), dummy = 0;
+    int rc = 0;
+    for (size_t a = lo; a < hi && !rc; a += W) {
+        size_t len = hi - a < W ? hi - a : W;
+        memset(win, 0, len * sizeof(float));
+        gpt_tp_to_whole_range(t->whole, &t->part, c->rank, src, a, len, win);
+        counts[to] = len;
+        CommReq q = comm_ireduce_scatter(c, win, c->rank == to ? dst + (a - lo) : &dummy, counts);
+        rc = comm_wait(&q);
+    }
+    free(win), free(counts);
+    return rc;
+}
+
+// The checkpoint in the whole flat layout: the moments gathered over the gradient group (dp, or
+// dp x cp), then the first group's tp rank r writes range r of tp equal ranges of the whole
+// layout (parameters and moments), assembled from every tp rank's part (any layout resumes).
 static int tp_save(Strategy *s, const char *dir, CkptMeta *meta, int final, CkptExtraFn extra,
                    void *extra_ctx, int keep) {
     (void) final;
     TP *t = s->impl;
-    size_t N = t->whole->nparams;
-    float *p = xalloc_floats(N), *m = xalloc_floats(N), *v = xalloc_floats(N);
-    float *pm = xalloc_floats(t->part.nparams), *pv = xalloc_floats(t->part.nparams);
-    int rc = gather_whole(t, t->part.params, 0, p) || gather_moment(t, t->w.opt.m, pm) ||
-             gather_moment(t, t->w.opt.v, pv) || gather_whole(t, pm, 1, m) ||
-             gather_whole(t, pv, 1, v);
-    free(pm), free(pv);
-    CkptShard sh = {.lo = 0, .hi = N, .params = p, .m = m, .v = v};
+    const Grid *g = s->grid;
+    size_t N = t->whole->nparams, np = t->part.nparams, tp = (size_t)g->tp;
+    float *src[3] = {xalloc_floats(np), xalloc_floats(np), xalloc_floats(np)};
+    t->part.be->download(src[0], t->part.params, np);
+    int rc = gather_moment(t, t->w.opt.m, src[1]) || gather_moment(t, t->w.opt.v, src[2]);
+    int writes = g->dp_i == 0 && g->cp_i == 0; // the first group: all of its tp ranks write
+    size_t lo = N * (size_t)g->tp_i / tp, hi = N * ((size_t)g->tp_i + 1) / tp;
+    float *mine[3] = {NULL, NULL, NULL};
+    for (int k = 0; k < 3 && writes; k++)
+        mine[k] = xalloc_floats(hi - lo + 1);
+    for (size_t d = 0; d < tp && writes && !rc; d++)
+        for (int k = 0; k < 3 && !rc; k++)
+            rc = assemble_range(t, src[k], N * d / tp, N * (d + 1) / tp, (int)d, mine[k]);
+    for (int k = 0; k < 3; k++)
+        free(src[k]);
+    CkptShard sh = {.lo = lo, .hi = hi, .params = mine[0], .m = mine[1], .v = mine[2]};
     meta->opt_t = t->w.opt.t;
-    int writes = s->grid->dp_i == 0 && s->grid->tp_i == 0 && s->grid->cp_i == 0;
     if (!rc)
-        rc = ckpt_save_collective(dir, s->grid->world, writes ? &sh : NULL, meta, extra, extra_ctx,
-                                  NULL, NULL, keep);
-    free(p), free(m), free(v);
+        rc = ckpt_save_collective(dir, g->world, writes ? &sh : NULL, meta, extra, extra_ctx, NULL,
+                                  NULL, keep);
+    for (int k = 0; k < 3; k++)
+        free(mine[k]);
     return rc;
 }
 
