@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "../common.h"
@@ -69,4 +70,22 @@ int ckpt_save_collective(const char *dir, const Comm *c, const CkptShard *mine,
     if (rc && wrote_ok < c->size && c->rank == 0 && !mine)
         loom_fail("%s: a rank failed to write its shard", part);
     return rc ? -1 : 0;
+}
+
+int ckpt_tp_assemble(const Comm *c, const GPT *whole, const GPT *part, const float *src, size_t lo,
+                     size_t hi, int to, float *dst) {
+    const size_t W = (size_t)1 << 22;
+    size_t *counts = xcalloc((size_t)c->size, sizeof *counts);
+    float *win = xalloc_floats(hi - lo < W ? hi - lo + 1 : W), dummy = 0;
+    int rc = 0;
+    for (size_t a = lo; a < hi && !rc; a += W) {
+        size_t len = hi - a < W ? hi - a : W;
+        memset(win, 0, len * sizeof(float));
+        gpt_tp_to_whole_range(whole, part, c->rank, src, a, len, win);
+        counts[to] = len;
+        CommReq q = comm_ireduce_scatter(c, win, c->rank == to ? dst + (a - lo) : &dummy, counts);
+        rc = comm_wait(&q);
+    }
+    free(win), free(counts);
+    return rc;
 }

@@ -4,7 +4,16 @@
 // All ranks return the same status.
 #pragma once
 #include "../io/checkpoint.h"
+#include "../model/gpt.h"
 #include "../parallel/comm.h"
+
+// Tensor parallelism: one array of the whole layout's range [lo, hi) assembled on rank `to` of
+// tp_comm (into dst there, hi-lo floats; other ranks may pass NULL). Every rank of the group
+// fills windows of the range with what its part holds (src: host, the part's layout;
+// replicated tensors from tp rank 0 only) and a reduce-scatter sums each window into `to`, so
+// no rank holds more of the whole model than the range. Collective over tp_comm.
+int ckpt_tp_assemble(const Comm *tp_comm, const GPT *whole, const GPT *part, const float *src,
+                     size_t lo, size_t hi, int to, float *dst);
 
 int ckpt_save_collective(const char *dir, const Comm *c, const CkptShard *mine,
                          const CkptMeta *meta, CkptExtraFn extra, void *extra_ctx,

@@ -212,29 +212,29 @@ static int stage_range(const PipeState *ps, size_t *lo, size_t *hi) {
     return 0;
 }
 
-// A checkpoint in the whole layout: the stage's parts gathered over tp; replica 0's tp rank 0
-// writes the stage's whole range.
+// A checkpoint in the whole layout: the stage's whole range assembled from its tp parts on
+// replica 0's tp rank 0, which writes it.
 static int tp_save(Strategy *s, const char *dir, CkptMeta *meta, CkptExtraFn extra, void *extra_ctx,
                    int keep) {
     PipeState *ps = s->impl;
     PipeShard sh;
     pipeline_shard(ps->p, &sh);
-    size_t lo, hi, wlo, whi, N = s->model->nparams;
+    size_t lo, hi, wlo, whi;
     if (stage_range(ps, &lo, &hi)) return -1;
     whole_range(ps, lo, hi, &wlo, &whi);
     float *w[4] = {NULL};
     int n = sh.prev ? 4 : 3, rc = stage_host(ps, lo, hi, &sh);
-    for (int k = 0; k < n && !rc; k++)
-        w[k] = xcalloc(N, sizeof(float)), rc = tp_gather(ps, ps->stage[k], lo, hi, w[k]);
+    int writes = s->grid->dp_i == 0 && s->grid->tp_i == 0; // replica 0 assembles, tp 0 writes
+    for (int k = 0; k < n && !rc && s->grid->dp_i == 0; k++) {
+        w[k] = writes ? xalloc_floats(whi - wlo + 1) : NULL;
+        rc = ckpt_tp_assemble(s->grid->tp_comm, s->model, &ps->part, ps->stage[k], wlo, whi, 0,
+                              w[k]);
+    }
     stage_free(ps);
     CkptShard mine = {.lo = wlo, .hi = whi};
-    if (!rc) {
-        mine.params = w[0] + wlo, mine.m = w[1] + wlo, mine.v = w[2] + wlo;
-        mine.prev = sh.prev ? w[3] + wlo : NULL;
-    }
+    if (!rc) mine.params = w[0], mine.m = w[1], mine.v = w[2], mine.prev = sh.prev ? w[3] : NULL;
     meta->opt_t = pipeline_opt_t(ps->p);
     comm_set_context(meta->step, "pipeline checkpoint");
-    int writes = s->grid->dp_i == 0 && s->grid->tp_i == 0;
     if (!rc)
         rc = ckpt_save_collective(dir, s->grid->world, writes ? &mine : NULL, meta, extra,
                                   extra_ctx, NULL, NULL, keep);

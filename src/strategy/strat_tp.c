@@ -306,28 +306,6 @@ static double tp_evaluate(Strategy *s) {
     return loss;
 }
 
-// One array of the whole layout's range [lo, hi) assembled on tp rank `to` (into dst there):
-// every rank of the group fills windows of it with the elements its part holds (src: host, the
-// part's layout; replicated tensors from rank 0 only) and a reduce-scatter sums each window
-// into `to`, so no rank ever holds more of the whole model than its range.
-static int assemble_range(TP *t, const float *src, size_t lo, size_t hi, int to, float *dst) {
-    const Comm *c = t->outer->grid->tp_comm;
-    const size_t W = (size_t)1 << 22;
-    size_t *counts = xcalloc((size_t)c->size, sizeof *counts);
-    float *win = xalloc_floats(hi - lo < W ? hi - lo + 1 : W), dummy = 0;
-    int rc = 0;
-    for (size_t a = lo; a < hi && !rc; a += W) {
-        size_t len = hi - a < W ? hi - a : W;
-        memset(win, 0, len * sizeof(float));
-        gpt_tp_to_whole_range(t->whole, &t->part, c->rank, src, a, len, win);
-        counts[to] = len;
-        CommReq q = comm_ireduce_scatter(c, win, c->rank == to ? dst + (a - lo) : &dummy, counts);
-        rc = comm_wait(&q);
-    }
-    free(win), free(counts);
-    return rc;
-}
-
 // The checkpoint in the whole flat layout: the moments gathered over the gradient group (dp, or
 // dp x cp), then the first group's tp rank r writes range r of tp equal ranges of the whole
 // layout (parameters and moments), assembled from every tp rank's part (any layout resumes).
@@ -347,7 +325,8 @@ static int tp_save(Strategy *s, const char *dir, CkptMeta *meta, int final, Ckpt
         mine[k] = xalloc_floats(hi - lo + 1);
     for (size_t d = 0; d < tp && writes && !rc; d++)
         for (int k = 0; k < 3 && !rc; k++)
-            rc = assemble_range(t, src[k], N * d / tp, N * (d + 1) / tp, (int)d, mine[k]);
+            rc = ckpt_tp_assemble(g->tp_comm, t->whole, &t->part, src[k], N * d / tp,
+                                  N * (d + 1) / tp, (int)d, mine[k]);
     for (int k = 0; k < 3; k++)
         free(src[k]);
     CkptShard sh = {.lo = lo, .hi = hi, .params = mine[0], .m = mine[1], .v = mine[2]};
