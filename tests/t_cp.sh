@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # t_cp.sh — context parallelism (--cp, ring attention) under mpirun equals the single process
 # on the same data (losses within 1e-5 per step, exported weights within 1e-5): cp 2 (chunks of
-# 68 tokens: two query tiles of the ring kernels), cp 4, cp 2 x tp 2, dp 2 x cp 2 (ZeRO 1),
-# cp 2 --recompute; weight decay, clipping and grad-accum > 1 throughout, validation losses
+# 68 tokens: two query tiles of the ring kernels), cp 4, cp 2 x tp 2 (and + sp), dp 2 x cp 2
+# (ZeRO 1 and 2), cp 2 --recompute; weight decay, clipping and grad-accum > 1 throughout, validation losses
 # too. Checkpoints resume across layouts (cp 2 -> 1 rank, 1 rank -> cp 2, dp 2 x cp 2 ZeRO-1
 # -> cp 4). Negative control: a cp run on other data must fail the comparison. Bad layouts
 # are clear errors naming the numbers.
@@ -44,6 +44,9 @@ $REF compare-st "$d/cp4.st" "$d/ref.st" --tol 1e-5
 $MPI -np 4 $LOOM train $f --cp 2 --tp 2 --metrics "$d/ct.jsonl" --export "$d/ct.st"
 same "cp 2 x tp 2" "$d/ct.jsonl" "$d/ref.jsonl"
 $REF compare-st "$d/ct.st" "$d/ref.st" --tol 1e-5
+$MPI -np 4 $LOOM train $f --cp 2 --tp 2 --sp --metrics "$d/cts.jsonl" --export "$d/cts.st"
+same "cp 2 x tp 2 + sp" "$d/cts.jsonl" "$d/ref.jsonl"
+$REF compare-st "$d/cts.st" "$d/ref.st" --tol 1e-5
 $MPI -np 4 $LOOM train ${f/--grad-accum 2/--grad-accum 1} --dp 2 --cp 2 --zero 1 \
     --metrics "$d/dc.jsonl" --save "$d/cdc" --save-every 3 --keep 0
 same "dp 2 x cp 2, ZeRO-1" "$d/dc.jsonl" "$d/ref.jsonl"
@@ -77,7 +80,8 @@ expect_fail "--cp 2 cuts every sequence into 2 x 2 = 4 chunks: --seq 270 is not 
 expect_fail "--cp 2 with --pp" $MPI -np 4 $LOOM train $f --cp 2 --pp 2
 expect_fail "--cp 2 with --zero 3" $MPI -np 2 $LOOM train $f --cp 2 --zero 3
 expect_fail "--cp 2 with --co2" $MPI -np 2 $LOOM train $f --cp 2 --co2
-expect_fail "--cp 2 with --sp" $MPI -np 4 $LOOM train $f --cp 2 --tp 2 --sp
+expect_fail "--seq 66 (a context-parallel rank's tokens) is not divisible by --tp 4" \
+    $MPI -np 8 $LOOM train ${f/--seq 272/--seq 132} --cp 2 --tp 4 --sp
 expect_fail "--tp 4 --tp-mode 2d with --cp 2" $MPI -np 8 $LOOM train $f --cp 2 --tp 4 --tp-mode 2d
 expect_fail "--cp 2 with --offload" $MPI -np 2 $LOOM train $f --cp 2 --offload disk \
     --offload-dir "$d/off" --fast-mem 64M

@@ -78,4 +78,3 @@ same "1-rank checkpoint -> tp 2 + sp" "$d/1tosp.jsonl" "$d/tail.jsonl"
 # bad layouts
 expect_fail "--seq 30 is not divisible by --tp 4" $MPI -np 4 $LOOM train $f --tp 4 --sp --seq 30
 expect_fail "it needs --tp >= 2 (got --tp 1)" $LOOM train $f --sp
-expect_fail "--cp 2 with --sp: not available" $MPI -np 4 $LOOM train $f --tp 2 --cp 2 --sp

@@ -9,8 +9,7 @@
 
 int cp_check(const StrategyConfig *c) {
     if (c->cp <= 1) return 0;
-    const char *no = c->sp         ? "--sp"
-                     : c->pp > 1   ? "--pp"
+    const char *no = c->pp > 1     ? "--pp"
                      : c->tp_2d    ? "--tp-mode 2d"
                      : c->zero > 2 ? "--zero 3"
                      : c->co2      ? "--co2"

@@ -94,10 +94,11 @@ static int tp_check(const StrategyConfig *c) {
             "--sp splits the sequence over the tensor-parallel group: it needs --tp >= 2 "
             "(got --tp %d)",
             c->tp);
-    if (c->sp && c->seq % c->tp)
-        return loom_fail("--sp splits every sequence over the tensor-parallel group: --seq %d is "
-                         "not divisible by --tp %d",
-                         c->seq, c->tp);
+    if (c->sp && c->seq / c->cp % c->tp)
+        return loom_fail("--sp splits every sequence over the tensor-parallel group: --seq %d%s "
+                         "is not divisible by --tp %d",
+                         c->seq / c->cp, c->cp > 1 ? " (a context-parallel rank's tokens)" : "",
+                         c->tp);
     const char *no = c->pp > 1     ? "--pp"
                      : c->co2      ? "--co2"
                      : c->offload  ? "--offload"
