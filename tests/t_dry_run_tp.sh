@@ -5,9 +5,9 @@
 #     part's parameter count equals Megatron's split computed here by hand (the vocabulary padded
 #     to a multiple of 64·tp) for tp 2 and 4; with --recompute too;
 #   * pp 2 (2bw and 1f1b): weights, grads, optimizer, activations equal the pipeline's summary;
-#   * layouts not built in this tree follow their definition (layout_mem.h): --sp takes each
-#     layer's LayerNorm/residual activations ÷ tp (the exact difference is checked), --cp 2 holds
-#     the activations of T/2 tokens (= a dry-run at --seq T/2) plus the ring's K/V buffers,
+#   * --sp takes each layer's LayerNorm/residual activations ÷ tp (the exact difference is
+#     checked), --cp 2 holds the activations of T/2 tokens (= a dry-run at --seq T/2) plus the
+#     ring's buffers as ring_attention.c allocates them,
 #     --tp-mode 2d divides each layer's parameters by q² = tp; ZeRO-1 halves the moments over dp 2;
 #   * bad layouts are clear errors naming the numbers.
 set -eu
@@ -81,7 +81,8 @@ BT = B * T
 sp_less = 0.5 * 4 * (L * BT * (3 * C + 4) + (L + 3) * BT * C + BT * C + BT * C + 2 * BT) / MiB
 print(f"sp: params {sp['p']} = tp 2's {tp2['p']}; activations {sp['a']} = {tp2['a']} - {sp_less:.3f}")
 assert sp["p"] == tp2["p"] and close(tp2["a"] - sp["a"], sp_less), (tp2, sp)
-ring = 4 * B * (T // 2) * 2 * C * 4 / MiB
+H = 4  # the ring's buffers (ring_attention.c): 6 of (B,T/2,2C), a (B,T/2,C) partial, its LSE
+ring = (6 * B * (T // 2) * 2 * C + B * (T // 2) * C + B * H * (T // 2)) * 4 / MiB
 print(f"cp 2: activations {cp2['a']} = seq {T//2}'s {half} + ring {ring:.3f} (cp 1: {one['a']})")
 assert cp2["p"] == one["p"] and cp2["a"] < one["a"] and close(cp2["a"], half + ring), (cp2, one)
 layer = (12 * C * C + 13 * C) * 4 / MiB

@@ -45,7 +45,9 @@ static double stage_acts(const GPT *m, const LayoutShape *s, int q, int T, int b
     double slots = s->recompute || nl < 1 ? 1 : nl;
     if (s->tp_2d) // each layer's saved activations over the q×q grid
         f -= slots * (double)workspace_layer_floats(m, s->B, T) * (1 - 1.0 / (q * q));
-    if (s->cp > 1) f += 4 * BT * 2 * C / s->tp; // K/V sent and received, and their gradients
+    if (s->cp > 1) // the ring's buffers (ring_attention.c): K/V, dK/dV and the arriving
+        // accumulators, two of each (B,T,2C/tp), and one chunk pair's partial out and LSE
+        f += 6 * BT * 2 * C / s->tp + BT * C / s->tp + BT * (double)(c->H / s->tp);
     return f;
 }
 
