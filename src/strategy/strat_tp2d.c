@@ -1,7 +1,7 @@
 // strat_tp2d.c — Colossal-AI 2D (SUMMA) tensor parallelism (--tp q·q --tp-mode 2d) × data
-// parallelism over dp (ZeRO 0 or 1). The tp group is a q×q grid, rank (i,j) = tp rank i·q + j; this
-// file splits the group into its row (same i) and column (same j) communicators and installs
-// them as the model's grid collectives (model/gpt_2d.h: what a rank holds; summa.c and
+// parallelism over dp (ZeRO 0 or 1). The tp group is a q×q grid, rank (i,j) = tp rank i·q + j;
+// this file splits the group into its row (same i) and column (same j) communicators and
+// installs them as the model's grid collectives (model/gpt_2d.h: what a rank holds; summa.c and
 // block_2d.c: how it runs), with a point-to-point swap between ranks (i,j) and (j,i) for the
 // embedding. A step runs the K micro-batches (every rank of a tp group reads the same ones and
 // works on rows i·B/q.. of each), then sums the column-replicated gradients (biases, LayerNorms,
@@ -191,8 +191,8 @@ static int load_part(T2 *t) {
         rc = checkpoint_read_into(s->resume_dir, N, &want);
         if (!rc) {
             size_t n = t->hi - t->lo; // the moments of this rank's slice
-            be->upload(t->opt.m, t->stage[1] + t->lo, n),
-                be->upload(t->opt.v, t->stage[2] + t->lo, n);
+            be->upload(t->opt.m, t->stage[1] + t->lo, n);
+            be->upload(t->opt.v, t->stage[2] + t->lo, n);
             t->opt.t = s->resume->opt_t;
         }
     } else {
@@ -452,10 +452,10 @@ static void t2_summary(Strategy *s, double exposed_s, double step_s) {
             "loom: tp %d (2d, %dx%d) x dp %d | per rank: params %.2f MiB (wte and wpe %.2f of "
             "them) of the whole model's %.2f MiB, activations %.1f MiB (the head's logits %.1f of "
             "them), AdamW moments %.3f MiB (zero %d over dp %d), peak RSS %.1f MiB | received per "
-            "layer and micro-batch %.3f MiB (broadcasts "
-            "%.3f, reduce-scatters %.3f, LayerNorm all-reduces %.3f) against SUMMA's 6(q-1)/q per "
-            "linear %.3f MiB; 1D tp %d would all-reduce 4 x 2(P-1)/P x (B,T,C) = %.3f MiB; "
-            "embedding and head %.3f MiB per micro-batch\n",
+            "layer and micro-batch %.3f MiB (broadcasts %.3f, reduce-scatters %.3f, LayerNorm "
+            "all-reduces %.3f) against SUMMA's 6(q-1)/q per linear %.3f MiB; 1D tp %d would "
+            "all-reduce 4 x 2(P-1)/P x (B,T,C) = %.3f MiB; embedding and head %.3f MiB per "
+            "micro-batch\n",
             P, q, q, s->grid->dp, t->part.nparams * MiB, t->part.blocks[0].n * MiB,
             t->whole->nparams * MiB, t->ws.floats * MiB, Nl * Vq * MiB,
             2.0 * (double)(t->hi - t->lo) * MiB, c->zero, s->grid->dp, ru.ru_maxrss / 1024.0,
