@@ -3,9 +3,11 @@
 # mpirun equals the single process on the same data (losses within 1e-5 per step; exported
 # weights, validation losses and --dump-grads within 1e-5), with weight decay, clipping and
 # grad-accum > 1 throughout, over a vocabulary of 301 (one padding row in the 2d wte blocks):
-# tp 4 (T = 100: the blockwise attention path) and dp 2 x tp 4 with --recompute. Checkpoints
-# stay in the whole layout: a 2d checkpoint resumes on 1 rank and a 1-rank one in 2d, each
-# against the uninterrupted single process's last steps, and 2d -> 2d bit for bit; `loom export`
+# tp 4 (T = 100: the blockwise attention path), dp 2 x tp 4 with --recompute, and dp 2 x tp 4
+# with --zero 1 (the moments sharded over dp: half of zero 0's; its --dump-grads too).
+# Checkpoints stay in the whole layout: a 2d checkpoint and a dp 2 x 2d ZeRO-1 one resume on 1
+# rank and a 1-rank one in 2d and in dp 2 x 2d ZeRO 1, each against the uninterrupted single
+# process's last steps, and 2d -> 2d bit for bit; `loom export`
 # of a 2d checkpoint equals the run's export. The summary's communication line is checked
 # against its own table. Negative control: a 2d run on other data must fail the comparison. Bad
 # layouts and flags that 2d does not run with are clear errors naming the numbers.
@@ -46,6 +48,20 @@ $MPI -np 8 $LOOM train $f --grad-accum 2 --dp 2 $t2 --recompute --metrics "$d/dt
     --export "$d/dt.st" 2> "$d/rc.err"
 same "dp 2 x tp 4 (2d) --recompute" "$d/dt.jsonl" "$d/ref.jsonl"
 $REF compare-st "$d/dt.st" "$d/ref.st" --tol 1e-5
+z1="--grad-accum 2 --dp 2 $t2 --zero 1"
+$MPI -np 8 $LOOM train $f $z1 --metrics "$d/z1.jsonl" --export "$d/z1.st" --save "$d/cz1" \
+    --save-every 3 --keep 0 --dump-grads "$d/z1.grads.st" 2> "$d/z1.err"
+same "dp 2 x tp 4 (2d) --zero 1" "$d/z1.jsonl" "$d/ref.jsonl"
+$REF compare-st "$d/z1.st" "$d/ref.st" --tol 1e-5
+$REF compare-st "$d/z1.grads.st" "$d/ref.grads.st" --tol 1e-5
+$PY - "$d/rc.err" "$d/z1.err" <<'PY'   # ZeRO 1 holds half of zero 0's moments per rank
+import re, sys
+z0, z1 = (float(re.search(r"AdamW moments ([0-9.]+) MiB", open(p).read()).group(1))
+          for p in sys.argv[1:])
+assert "(zero 1 over dp 2)" in open(sys.argv[2]).read()
+assert abs(z1 - z0 / 2) <= 0.05 * z0, (z0, z1)
+print(f"AdamW moments per rank: zero 0 {z0} MiB, zero 1 {z1} MiB")
+PY
 
 # the summary: what the layers received per micro-batch equals the SUMMA table it prints
 table() { # FILE: the summary line in FILE, its measured per-layer MiB within 0.2% of its table
@@ -76,6 +92,14 @@ $LOOM train $f --grad-accum 4 --resume "$d/c2d/step_00000003" --metrics "$d/2dto
     --export "$d/2dto1.st"
 same "2d checkpoint -> 1 rank" "$d/2dto1.jsonl" "$d/tail.jsonl"
 $REF compare-st "$d/2dto1.st" "$d/ref.st" --tol 1e-5
+$LOOM train $f --grad-accum 4 --resume "$d/cz1/step_00000003" --metrics "$d/z1to1.jsonl" \
+    --export "$d/z1to1.st"
+same "dp 2 x 2d ZeRO-1 checkpoint -> 1 rank" "$d/z1to1.jsonl" "$d/tail.jsonl"
+$REF compare-st "$d/z1to1.st" "$d/ref.st" --tol 1e-5
+$MPI -np 8 $LOOM train $f $z1 --resume "$d/one/step_00000003" --metrics "$d/1toz1.jsonl" \
+    --export "$d/1toz1.st"
+same "1-rank checkpoint -> dp 2 x 2d ZeRO 1" "$d/1toz1.jsonl" "$d/tail.jsonl"
+$REF compare-st "$d/1toz1.st" "$d/ref.st" --tol 1e-5
 $MPI -np 4 $LOOM train $f --grad-accum 4 $t2 --resume "$d/one/step_00000003" \
     --metrics "$d/1to2d.jsonl" --export "$d/1to2d.st"
 same "1-rank checkpoint -> 2d" "$d/1to2d.jsonl" "$d/tail.jsonl"
@@ -98,7 +122,8 @@ expect_fail "q must divide --dim 36 and --heads 3" \
 expect_fail "with --sp: not available" $MPI -np 4 $LOOM train $g $t2 --sp
 expect_fail "with --cp 2: not available" $MPI -np 8 $LOOM train $g $t2 --cp 2
 expect_fail "with --pp 2: not available" $MPI -np 8 $LOOM train $g $t2 --pp 2
-expect_fail "with --zero 2: not available" $MPI -np 4 $LOOM train $g $t2 --zero 2
+expect_fail "with --zero 2: not available" $MPI -np 8 $LOOM train $g $t2 --dp 2 --zero 2
+expect_fail "with --zero 3: not available" $MPI -np 4 $LOOM train $g $t2 --zero 3
 expect_fail "with --co2: not available" $MPI -np 4 $LOOM train $g $t2 --co2
 expect_fail "with --offload: not available" $MPI -np 4 $LOOM train $g $t2 --offload disk \
     --offload-dir "$d/off" --fast-mem 1G

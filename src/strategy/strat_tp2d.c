@@ -1,18 +1,22 @@
 // strat_tp2d.c — Colossal-AI 2D (SUMMA) tensor parallelism (--tp q·q --tp-mode 2d) × data
-// parallelism over dp (ZeRO 0). The tp group is a q×q grid, rank (i,j) = tp rank i·q + j; this
-// file splits the group into its row (same i) and column (same j) communicators and installs
-// them as the model's grid collectives (model/gpt_2d.h: what a rank holds; summa.c and
+// parallelism over dp (ZeRO 0 or 1). The tp group is a q×q grid, rank (i,j) = tp rank i·q + j;
+// this file splits the group into its row (same i) and column (same j) communicators and
+// installs them as the model's grid collectives (model/gpt_2d.h: what a rank holds; summa.c and
 // block_2d.c: how it runs), with a point-to-point swap between ranks (i,j) and (j,i) for the
 // embedding. A step runs the K micro-batches (every rank of a tp group reads the same ones and
 // works on rows i·B/q.. of each), then sums the column-replicated gradients (biases, LayerNorms,
 // wpe: partial over the rows i) down the column, all-reduces every gradient over dp, takes the
-// global norm (replicated tensors counted once) and applies AdamW to the rank's part. Embedding
+// global norm (replicated tensors counted once) and applies AdamW to the rank's part. ZeRO 1:
+// dp rank r of a grid position keeps the moments of slice r of the part's flat layout only; the
+// gradients are reduce-scattered over dp instead, each rank updates its slice and the parameters
+// are all-gathered over dp (the norm: each slice's share, summed over tp and dp). Embedding
 // and LM head (tied): wte is cut in q×q blocks like a weight of the head (vocabulary padded to a
 // multiple of q: V·C/q² per rank, the padding never saved), the head is a SUMMA product with a
 // vocabulary-parallel cross-entropy along the row; wpe is cut by columns (maxT·C/q per rank, the
 // same down a column). Checkpoints, initial weights and exports stay in the whole model's flat
-// layout (cut at start-up, gathered over tp for a save; the first rank writes), so any layout
-// resumes from them.
+// layout (cut at start-up, the moments' slice cut from the part under ZeRO 1; moments gathered
+// over dp, then everything over tp for a save; the first rank writes), so any layout resumes
+// from them.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +37,11 @@ typedef struct {
     const Strategy *outer;
     const Comm *axis[2]; // row, column
     float *stage[3];     // host: parameters, m, v cut from the whole layout (start-up only)
+    // the moments' shards over dp (ZeRO 1; one shard of everything otherwise): dp rank r owns
+    // [displs[r], displs[r] + counts[r]) of the part's flat layout, this rank [lo, hi)
+    int nshard;
+    size_t lo, hi, *counts, *displs;
+    float *gown; // (hi-lo) this rank's reduced gradients (the reduce-scatter's receive buffer)
     int *inputs, *targets;
     // what the layers' collectives moved in training steps: floats this rank received in
     // broadcasts, reduce-scatters, all-reduces (ring) and anything else (none in a layer); the
@@ -141,13 +150,13 @@ static int t2_check(const StrategyConfig *c) {
         snprintf(no, sizeof no, "--cp %d", c->cp);
     else if (c->pp > 1)
         snprintf(no, sizeof no, "--pp %d", c->pp);
-    else if (c->zero > 0)
+    else if (c->zero > 1)
         snprintf(no, sizeof no, "--zero %d", c->zero);
     else if (c->co2 || c->offload || c->peer)
         snprintf(no, sizeof no, "%s", c->co2 ? "--co2" : c->offload ? "--offload" : "loom peer");
     if (*no)
         return loom_fail("--tp %d --tp-mode 2d with %s: not available (2D tensor parallelism runs "
-                         "with data parallelism, ZeRO 0)",
+                         "with data parallelism, ZeRO 0 or 1)",
                          c->tp, no);
     if (c->device && strncmp(c->device, "cpu", 3))
         return loom_fail("--tp-mode 2d with --device %s: 2D tensor parallelism runs on the CPU "
@@ -181,7 +190,9 @@ static int load_part(T2 *t) {
             .lo = {0, 0, 0, 0}, .hi = {N, N, N, 0}, .store = cut_store, .store_ctx = t};
         rc = checkpoint_read_into(s->resume_dir, N, &want);
         if (!rc) {
-            be->upload(t->opt.m, t->stage[1], np), be->upload(t->opt.v, t->stage[2], np);
+            size_t n = t->hi - t->lo; // the moments of this rank's slice
+            be->upload(t->opt.m, t->stage[1] + t->lo, n);
+            be->upload(t->opt.v, t->stage[2] + t->lo, n);
             t->opt.t = s->resume->opt_t;
         }
     } else {
@@ -215,7 +226,35 @@ static int gather_whole(T2 *t, const float *src, int host, float *dst) {
     return rc;
 }
 
+// A slice [lo, hi) of the part (backend memory: the moments, or the gradients at lo) gathered
+// over dp into host part (the part's flat layout, nparams floats).
+static int gather_slice(T2 *t, const float *slice, float *part) {
+    t->part.be->download(part + t->lo, slice, t->hi - t->lo);
+    if (t->nshard == 1) return 0;
+    return comm_allgatherv(t->outer->grid->dp_comm, part, t->counts, t->displs);
+}
+
 // ---------------------------------------------------------------- the strategy
+
+// The moments' shards: ZeRO 1 cuts the part's flat layout into dp equal slices (AdamW is
+// element-wise and grad_sumsq sums per tensor, so any cut will do); AdamW holds this rank's and
+// updates only it.
+static void shard_part(T2 *t) {
+    const Grid *gr = t->outer->grid;
+    GPT *m = &t->part;
+    int N = t->outer->cfg->zero >= 1 ? gr->dp : 1, me = N > 1 ? gr->dp_i : 0;
+    t->nshard = N;
+    t->counts = xmalloc((size_t)N * sizeof *t->counts);
+    t->displs = xmalloc((size_t)N * sizeof *t->displs);
+    for (int r = 0; r < N; r++) {
+        t->displs[r] = m->nparams * (size_t)r / (size_t)N;
+        t->counts[r] = m->nparams * (size_t)(r + 1) / (size_t)N - t->displs[r];
+    }
+    t->lo = t->displs[me], t->hi = t->lo + t->counts[me];
+    adamw_create(&t->opt, m, &t->outer->cfg->opt, t->lo, t->hi);
+    gpt_own_range(m, t->lo, t->hi, 0, m->params, m->grads);
+    if (N > 1) t->gown = m->be->alloc(t->hi - t->lo);
+}
 
 static int t2_create(Strategy *s) {
     T2 *t = xcalloc(1, sizeof *t);
@@ -240,7 +279,7 @@ static int t2_create(Strategy *s) {
     t->axis[T2D_COL] = comm_split(gr->tp_comm, t->g.j, t->g.i, "tp_col");
     if (gpt2d_layout(&t->part, &s->model->cfg, s->model->be, &t->g)) return -1;
     if (gpt_alloc_whole(&t->part, 1, 1)) return -1;
-    adamw_create(&t->opt, &t->part, &c->opt, 0, t->part.nparams);
+    shard_part(t);
     if (load_part(t)) return -1;
     if (work2d_create(&t->ws, &t->part, &t->g, c->batch, c->seq, c->recompute)) return -1;
     size_t BT = (size_t)c->batch * c->seq;
@@ -250,23 +289,36 @@ static int t2_create(Strategy *s) {
 }
 
 // The column-replicated tensors' gradients summed down the column (each row added its part),
-// then every gradient summed over dp.
+// then every gradient summed over dp (ZeRO 1: only this rank's slice [lo, hi), reduce-scattered;
+// the rest of its gradients stay this rank's own).
 static void reduce_grads(T2 *t) {
     const GPT *m = &t->part;
+    const Comm *dp = t->outer->grid->dp_comm;
     for (int k = 0; k < m->ntensors; k++)
         if (gpt2d_col_replicated(m, k))
             comm_allreduce(t->axis[T2D_COL], m->grads + m->tensors[k].off, m->tensors[k].n);
-    if (t->outer->grid->dp > 1) comm_allreduce(t->outer->grid->dp_comm, m->grads, m->nparams);
+    if (t->nshard > 1) {
+        CommReq rq = comm_ireduce_scatter(dp, m->grads, t->gown, t->counts);
+        comm_wait(&rq);
+        m->be->copy(m->grads + t->lo, t->gown, t->hi - t->lo);
+    } else if (dp->size > 1) {
+        comm_allreduce(dp, m->grads, m->nparams);
+    }
 }
 
-// Σ g² over the whole model: every rank's own blocks, the column-replicated ones from row 0.
+// Σ g² over the whole model: every rank's own blocks, the column-replicated ones from row 0;
+// under ZeRO 1 each dp rank's slice of them.
 static double grad_sumsq(T2 *t) {
     const GPT *m = &t->part;
     double sum = 0;
-    for (int k = 0; k < m->ntensors; k++)
-        if (!gpt2d_col_replicated(m, k) || t->g.i == 0)
-            sum += m->be->sumsq(m->grads + m->tensors[k].off, m->tensors[k].n);
+    for (int k = 0; k < m->ntensors; k++) {
+        size_t a = m->tensors[k].off, b = a + m->tensors[k].n;
+        a = a > t->lo ? a : t->lo, b = b < t->hi ? b : t->hi;
+        if (b > a && (!gpt2d_col_replicated(m, k) || t->g.i == 0))
+            sum += m->be->sumsq(m->grads + a, b - a);
+    }
     comm_allreduce_f64(t->outer->grid->tp_comm, &sum, 1);
+    if (t->nshard > 1) comm_allreduce_f64(t->outer->grid->dp_comm, &sum, 1);
     return sum;
 }
 
@@ -301,6 +353,8 @@ static int t2_step(Strategy *s, int step, int boundary) {
     r.lr = lr_at(&c->opt, step);
     r.applied = isfinite(r.loss) && isfinite(r.norm);
     if (r.applied) adamw_step(&t->opt, m, r.lr, clip_scale((float)r.norm, c->opt.grad_clip));
+    if (r.applied && t->nshard > 1) // every dp rank's updated slice
+        comm_allgatherv(s->grid->dp_comm, m->params, t->counts, t->displs);
     r.seconds = now_sec() - t0;
     r.exposed = t->comm_s - c0 + (now_sec() - c1);
     t->steps++;
@@ -322,16 +376,19 @@ static double t2_evaluate(Strategy *s) {
     return c->val_windows ? sum / c->val_windows : NAN;
 }
 
-// The whole model's parameters and moments, gathered in every tp group; the first group's
-// rank 0 writes them as one shard of the whole layout.
+// The whole model's parameters and moments (ZeRO 1: gathered over dp first), gathered in every
+// tp group; the first group's rank 0 writes them as one shard of the whole layout.
 static int t2_save(Strategy *s, const char *dir, CkptMeta *meta, int final, CkptExtraFn extra,
                    void *extra_ctx, int keep) {
     (void) final;
     T2 *t = s->impl;
     size_t N = t->whole->nparams;
     float *p = xalloc_floats(N), *m = xalloc_floats(N), *v = xalloc_floats(N);
-    int rc = gather_whole(t, t->part.params, 0, p) || gather_whole(t, t->opt.m, 0, m) ||
-             gather_whole(t, t->opt.v, 0, v);
+    float *pm = xalloc_floats(t->part.nparams), *pv = xalloc_floats(t->part.nparams);
+    int rc = gather_slice(t, t->opt.m, pm) || gather_slice(t, t->opt.v, pv) ||
+             gather_whole(t, t->part.params, 0, p) || gather_whole(t, pm, 1, m) ||
+             gather_whole(t, pv, 1, v);
+    free(pm), free(pv);
     CkptShard sh = {.lo = 0, .hi = N, .params = p, .m = m, .v = v};
     meta->opt_t = t->opt.t;
     int writes = s->grid->dp_i == 0 && s->grid->tp_i == 0;
@@ -345,14 +402,20 @@ static int t2_save(Strategy *s, const char *dir, CkptMeta *meta, int final, Ckpt
 static int t2_full(Strategy *s, float *host, int grads) {
     T2 *t = s->impl;
     memset(host, 0, t->whole->nparams * sizeof(float));
-    return gather_whole(t, grads ? t->part.grads : t->part.params, 0, host);
+    if (!grads || t->nshard == 1)
+        return gather_whole(t, grads ? t->part.grads : t->part.params, 0, host);
+    float *part = xalloc_floats(t->part.nparams); // ZeRO 1: the reduced slices, over dp
+    int rc = gather_slice(t, t->part.grads + t->lo, part) || gather_whole(t, part, 1, host);
+    free(part);
+    return rc;
 }
 
 static void t2_describe(const Strategy *s, char *buf, size_t n) {
     const T2 *t = s->impl;
-    snprintf(buf, n,
-             "tensor parallel: tp %d (2d SUMMA, %dx%d grid, column-cut embedding) x dp %d (zero 0)",
-             s->grid->tp, t->g.q, t->g.q, s->grid->dp);
+    snprintf(
+        buf, n,
+        "tensor parallel: tp %d (2d SUMMA, %dx%d grid, column-cut embedding) x dp %d (zero %d)",
+        s->grid->tp, t->g.q, t->g.q, s->grid->dp, s->cfg->zero);
 }
 
 // What SUMMA moves into one rank per layer and micro-batch: each of a linear's 6 collectives
@@ -388,12 +451,14 @@ static void t2_summary(Strategy *s, double exposed_s, double step_s) {
     fprintf(stderr,
             "loom: tp %d (2d, %dx%d) x dp %d | per rank: params %.2f MiB (wte and wpe %.2f of "
             "them) of the whole model's %.2f MiB, activations %.1f MiB (the head's logits %.1f of "
-            "them), peak RSS %.1f MiB | received per layer and micro-batch %.3f MiB (broadcasts "
-            "%.3f, reduce-scatters %.3f, LayerNorm all-reduces %.3f) against SUMMA's 6(q-1)/q per "
-            "linear %.3f MiB; 1D tp %d would all-reduce 4 x 2(P-1)/P x (B,T,C) = %.3f MiB; "
-            "embedding and head %.3f MiB per micro-batch\n",
+            "them), AdamW moments %.3f MiB (zero %d over dp %d), peak RSS %.1f MiB | received per "
+            "layer and micro-batch %.3f MiB (broadcasts %.3f, reduce-scatters %.3f, LayerNorm "
+            "all-reduces %.3f) against SUMMA's 6(q-1)/q per linear %.3f MiB; 1D tp %d would "
+            "all-reduce 4 x 2(P-1)/P x (B,T,C) = %.3f MiB; embedding and head %.3f MiB per "
+            "micro-batch\n",
             P, q, q, s->grid->dp, t->part.nparams * MiB, t->part.blocks[0].n * MiB,
-            t->whole->nparams * MiB, t->ws.floats * MiB, Nl * Vq * MiB, ru.ru_maxrss / 1024.0,
+            t->whole->nparams * MiB, t->ws.floats * MiB, Nl * Vq * MiB,
+            2.0 * (double)(t->hi - t->lo) * MiB, c->zero, s->grid->dp, ru.ru_maxrss / 1024.0,
             (t->bcast + t->rscat + t->allred + t->other) * per, t->bcast * per, t->rscat * per,
             t->allred * per, summa_table(c, g, q) * MiB, P, d1 * MiB,
             micro > 0 ? t->ends / micro * MiB : 0);
@@ -404,6 +469,8 @@ static void t2_destroy(Strategy *s) {
     if (!t) return;
     work2d_free(&t->ws, &t->part);
     if (t->opt.m) adamw_free(&t->opt, &t->part);
+    if (t->gown) t->part.be->release(t->gown);
+    free(t->counts), free(t->displs);
     gpt_free(&t->part);
     free(t->inputs), free(t->targets);
     free(t);
