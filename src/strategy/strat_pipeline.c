@@ -55,7 +55,7 @@ static int pp_check(const StrategyConfig *c) {
         return loom_fail("--pp does not combine with --co2/--dump-grads yet");
     if (c->zero < 0 || c->zero > 1)
         return loom_fail("--pp composes with --zero 1 (AdamW state sharded over each stage's dp "
-                         "replicas); --zero %d is not implemented inside a pipeline",
+                         "(x cp) replicas); --zero %d is not implemented inside a pipeline",
                          c->zero);
     if (c->tp > 1 && c->device && strncmp(c->device, "cpu", 3))
         return loom_fail("--pp %d x --tp %d with --device %s: tensor parallelism runs on the CPU "
