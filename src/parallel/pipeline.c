@@ -148,7 +148,7 @@ void pipe_forward_micro(Pipe *p, int g, int step, int j) {
     comm_wait(&p->send_x[slot_of(p, g)]);
     pipe_set_context(p, step, "forward", g);
     io->batch(io->ctx, step, j, ws->tokens, ws->targets);
-    size_t n = (size_t)ws->B * ws->T * m->cfg.C;
+    size_t n = workspace_rows(ws, m) * m->cfg.C; // (B,T,C), or the rank's rows (--sp)
     if (!p->first) {
         CommReq r = comm_irecv(p->g->pp_comm, workspace_stream(ws, m, p->b0 - 1), n, p->s - 1,
                                tag_of(g, 0));
@@ -168,7 +168,7 @@ void pipe_backward_micro(Pipe *p, int g, int step, float grad_scale, int reduce)
     Workspace *ws = &p->ws[slot_of(p, g)];
     comm_wait(&p->send_dx[slot_of(p, g)]);
     pipe_set_context(p, step, "backward", g);
-    size_t n = (size_t)ws->B * ws->T * m->cfg.C;
+    size_t n = workspace_rows(ws, m) * m->cfg.C; // (B,T,C), or the rank's rows (--sp)
     if (!p->last) {
         CommReq r = comm_irecv(p->g->pp_comm, ws->dstream, n, p->s + 1, tag_of(g, 1));
         comm_wait(&r);
@@ -185,9 +185,9 @@ void pipe_backward_micro(Pipe *p, int g, int step, float grad_scale, int reduce)
         }
         block_backward(m, blk, ws, &bio);
         if (reduce) {
-            p->breq[p->nbreq++] = comm_iallreduce(p->g->dp_comm, blk->grads, blk->n);
+            p->breq[p->nbreq++] = comm_iallreduce(p->gc, blk->grads, blk->n);
             if (blk->kind == BLOCK_HEAD && p->replica)
-                p->breq[p->nbreq++] = comm_iallreduce(p->g->dp_comm, p->wgrad, p->tie_n);
+                p->breq[p->nbreq++] = comm_iallreduce(p->gc, p->wgrad, p->tie_n);
         }
     }
     if (!p->first)
@@ -204,12 +204,13 @@ void pipe_wait_sends(Pipe *p) {
 
 // A forward-only pass of the validation windows through the stages with weight version v
 // (nothing else may be in flight). Replica q evaluates windows q, q+W, …; every rank gets the
-// mean loss over the windows.
+// mean loss over the windows (context parallelism: every cp rank its chunks of them, the mean
+// of its tokens' losses, so the cp ranks' means are averaged).
 static double evaluate_version(Pipe *p, int v) {
     GPT *m = p->m;
     const PipelineIO *io = p->io;
     Workspace *ws = &p->ws[0];
-    size_t n = (size_t)ws->B * ws->T * m->cfg.C;
+    size_t n = workspace_rows(ws, m) * m->cfg.C; // (B,T,C), or the rank's rows (--sp)
     int nw = p->pc->val_windows, W = p->g->dp, saved = p->cur_ver;
     pipe_use_version(p, v);
     comm_set_context(-1, "pipeline validation");
@@ -230,9 +231,9 @@ static double evaluate_version(Pipe *p, int v) {
         }
     }
     comm_allreduce_f64(p->g->pp_comm, v2, 1); // only the last stage holds losses
-    comm_allreduce_f64(p->g->dp_comm, v2, 1);
+    comm_allreduce_f64(p->gc, v2, 1);
     pipe_use_version(p, saved);
-    return nw > 0 ? v2[0] / nw : NAN;
+    return nw > 0 ? v2[0] / nw / p->g->cp : NAN;
 }
 
 // The stage's weights (and the wte replica's). Fresh: the initial values in every version.
@@ -262,13 +263,13 @@ static int stage_weights(Pipe *p, int start) {
 
 // The communicators of the tied embedding and of the norm (collective over the world).
 static void stage_comms(Pipe *p, const Grid *g) {
-    // the tied embedding's two holders: stage 0 and the last stage (of each dp replica and tp
-    // rank: a part's wte rows go to the same tp rank's head)
-    int in_tie = p->first || p->last;
-    Comm *tie = comm_split(g->world, in_tie ? g->dp_i * g->tp + g->tp_i : -1, g->pp_i, "tie");
+    // the tied embedding's two holders: stage 0 and the last stage (of each dp replica, cp rank
+    // and tp rank: a part's wte rows go to the same tp rank's head)
+    int in_tie = p->first || p->last, dpcp = g->dp_i * g->cp + g->cp_i;
+    Comm *tie = comm_split(g->world, in_tie ? dpcp * g->tp + g->tp_i : -1, g->pp_i, "tie");
     p->tie = in_tie && p->D > 1 ? tie : NULL;
-    p->norm = g->tp > 1 ? comm_split(g->world, g->dp_i, g->pp_i * g->tp + g->tp_i, "pp x tp")
-                        : g->pp_comm;
+    p->norm =
+        g->tp > 1 ? comm_split(g->world, dpcp, g->pp_i * g->tp + g->tp_i, "pp x tp") : g->pp_comm;
 }
 
 // Allocates the stage's buffers (and drops the whole-model ones); sets the ZeRO-1 slices.
@@ -295,7 +296,7 @@ static int pipe_setup(Pipe *p, GPT *m, const Grid *g, const PipelineConfig *pc, 
     size_t n = p->hi - p->lo;
     p->replica = p->last && !p->first;
     p->nver = pc->schedule == SCHED_2BW ? 2 : 1;
-    int W = g->dp, q = g->dp_i;
+    int W = p->gc->size, q = p->gc->rank;
     p->zero1 = pc->zero >= 1 && W > 1;
     p->own_lo = 0, p->own_hi = n, p->wown_lo = 0, p->wown_hi = p->replica ? p->tie_n : 0;
     if (p->zero1) { // replica slices on norm-chunk boundaries (gpt.h), offsets from lo / 0
@@ -341,6 +342,7 @@ Pipeline *pipeline_create(GPT *m, const Grid *g, const PipelineConfig *pc, const
                           int opt_t, int start, const PipelineIO *io) {
     Pipe *p = xcalloc(1, sizeof *p);
     *p = (Pipe){.m = m, .g = g, .pc = pc, .D = g->pp, .s = g->pp_i, .io = io, .opt = *oc};
+    p->gc = g->cp > 1 ? g->dpcp_comm : g->dp_comm;
     p->t = opt_t;
     p->done = start;
     if (pipe_setup(p, m, g, pc, start)) {
@@ -350,7 +352,7 @@ Pipeline *pipeline_create(GPT *m, const Grid *g, const PipelineConfig *pc, const
     p->saved_hooks = m->hooks;
     m->hooks = &p->hooks;
     comm_set_wait_hook(wait_hook, p);
-    p->grad_scale = 1.0f / ((float)pc->B * pc->T * pc->K * g->dp);
+    p->grad_scale = 1.0f / ((float)pc->B * pc->T * pc->K * p->gc->size);
     return p;
 }
 
@@ -378,7 +380,7 @@ int pipeline_shard(Pipeline *p, PipeShard *sh) {
                       .m = p->om,
                       .v = p->ov,
                       .prev = p->nver == 2 ? p->pbuf[buffer_of(p->done - 1)] + p->own_lo : NULL};
-    return p->zero1 || p->g->dp_i == 0;
+    return p->zero1 || p->gc->rank == 0;
 }
 
 int pipeline_opt_t(const Pipeline *p) { return p->t; }

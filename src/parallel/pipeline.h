@@ -22,6 +22,10 @@
 // strategy): every stage then holds its part's blocks, activations go to the next stage's rank
 // of the same tp index, the tied embedding's rows to the same tp rank of the other end, and the
 // norm is summed over every stage and tp rank of a replica (replicated tensors counted once).
+// With context parallelism (m->cp.n > 1, grid cp > 1) every rank runs its chunks of the
+// micro-batches (pc->T = T/cp tokens): the gradient group (reductions, ZeRO-1 slices, the loss
+// mean) is dp x cp, and messages between stages stay within equal (dp, cp, tp) coordinates.
+// With sequence parallelism (m->tp.sp) they carry the rank's workspace_rows.
 #pragma once
 #include "../model/gpt.h"
 #include "../optim/optim.h"

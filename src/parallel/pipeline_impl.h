@@ -8,6 +8,9 @@
 struct Pipeline {
     GPT *m;
     const Grid *g;
+    // the ranks holding this stage's parameters, whose gradients are summed: the dp replicas,
+    // or with context parallelism dp x cp (each ran its chunks of the same sequences)
+    const Comm *gc;
     const PipelineConfig *pc;
     int D, s, b0, b1, first, last;
     int nslots;
@@ -24,7 +27,7 @@ struct Pipeline {
     Comm *tie;                        // communicator of the first and last stage (NULL if D == 1)
     Comm *norm; // the stages' norm partials and loss are summed over it: pp_comm, or with tensor
                 // parallelism (the model is a tp part) every stage and tp rank of this dp replica
-    // ZeRO-1 over the dp replicas: this replica updates [own_lo, own_hi) of the stage range
+    // ZeRO-1 over the gradient group gc: this replica updates [own_lo, own_hi) of the stage range
     // (offsets from lo) and [wown_lo, wown_hi) of the wte replica; the moments cover only those.
     int zero1;
     size_t own_lo, own_hi, wown_lo, wown_hi;
@@ -61,7 +64,7 @@ struct Pipeline {
     double mem[4]; // bytes held: weights, grads, optimizer, activations
     int peak_inflight;
     int done;         // steps completed
-    float grad_scale; // 1/(B·T·K·dp)
+    float grad_scale; // 1/(B·T·K·dp): T the rank's tokens, dp x cp ranks
     const BlockHooks *saved_hooks;
 };
 typedef struct Pipeline Pipe;

@@ -75,9 +75,8 @@ static void apply_update(Pipe *p, int v, const float *g, const float *wg, float 
 
 // ZeRO-1: every replica contributes its updated slice of version v.
 static void start_gather(Pipe *p, int v, CommReq req[2]) {
-    req[0] = comm_iallgatherv(p->g->dp_comm, p->pbuf[v], p->cnt, p->dsp);
-    req[1] =
-        p->replica ? comm_iallgatherv(p->g->dp_comm, p->wbuf[v], p->wcnt, p->wdsp) : (CommReq){0};
+    req[0] = comm_iallgatherv(p->gc, p->pbuf[v], p->cnt, p->dsp);
+    req[1] = p->replica ? comm_iallgatherv(p->gc, p->wbuf[v], p->wcnt, p->wdsp) : (CommReq){0};
 }
 
 // End of batch `step` under gpipe/1f1b: reduce gradients (dp replicas, tied embedding), global
@@ -86,7 +85,6 @@ static int finish_batch(Pipe *p, int step, double t0) {
     const PipelineIO *io = p->io;
     GPT *m = p->m;
     const Backend *be = m->be;
-    const Grid *g = p->g;
     comm_set_context(step + 1, "pipeline optimizer step");
     size_t n = p->hi - p->lo;
     for (int i = 0; i < p->nbreq; i++) // the replicas' per-block all-reduces
@@ -100,9 +98,9 @@ static int finish_batch(Pipe *p, int step, double t0) {
     double *v = norm_loss_partials(p, p->gbuf, p->last ? p->loss_sum / p->pc->K : 0);
     int nc = m->nchunks;
     comm_allreduce_f64(p->norm, v, nc + 1);
-    if (g->dp > 1) {
-        comm_allreduce_f64(g->dp_comm, &v[nc], 1);
-        v[nc] /= g->dp;
+    if (p->gc->size > 1) { // every rank's mean over its tokens (equal counts)
+        comm_allreduce_f64(p->gc, &v[nc], 1);
+        v[nc] /= p->gc->size;
     }
     double norm = sqrt(gpt_chunk_total(m, v)), loss = v[nc];
     free(v);
@@ -145,7 +143,6 @@ void pipe_pend_advance(Pipe *p, int block) {
 }
 
 static void pend_advance_chain(Pipe *p, int block) {
-    const Grid *g = p->g;
     size_t n = p->hi - p->lo;
     for (;;) {
         switch (p->pend.phase) {
@@ -167,11 +164,11 @@ static void pend_advance_chain(Pipe *p, int block) {
             p->pend.phase = 4;
             p->pend.v[0] = gpt_chunk_total(p->m, p->pend.part);
             p->pend.v[1] = p->pend.part[p->m->nchunks];
-            p->pend.req[0] = comm_iallreduce_f64(g->dp_comm, &p->pend.v[1], 1);
+            p->pend.req[0] = comm_iallreduce_f64(p->gc, &p->pend.v[1], 1);
             break;
         case 4: // mean loss over replicas
             if (!req_done(p, &p->pend.req[0], block)) return;
-            p->pend.v[1] /= g->dp;
+            p->pend.v[1] /= p->gc->size;
             p->pend.phase = 5;
             break;
         case 5: { // W(t+1) = W(t) - opt(g_t), written over W(t-1)'s buffer (free since batch t)
@@ -219,8 +216,8 @@ static void pend_start(Pipe *p, int step, double t0) {
     p->pend.v[0] = p->pend.v[1] = 0;
     p->pend.loss = p->last ? p->loss_sum / p->pc->K : 0;
     p->loss_sum = 0;
-    p->pend.req[0] = comm_iallreduce_chunked(
-        p->g->dp_comm, p->pend.g, n, p->replica ? p->pend.wg : NULL, p->tie_n, chunk_floats());
+    p->pend.req[0] = comm_iallreduce_chunked(p->gc, p->pend.g, n, p->replica ? p->pend.wg : NULL,
+                                             p->tie_n, chunk_floats());
     p->pend.phase = 1;
     pipe_pend_advance(p, 0);
 }
@@ -245,7 +242,7 @@ void pipe_pend_complete(Pipe *p) {
 int pipe_step_flushed(Pipe *p, int step, float grad_scale) {
     const PipelineConfig *pc = p->pc;
     int K = pc->K, D = p->D, s = p->s;
-    int overlap = p->g->dp > 1; // replicas' all-reduces during the last micro-batch's backward
+    int overlap = p->gc->size > 1; // replicas' all-reduces during the last micro-batch's backward
     double t0 = now_sec();
     int base = step * K, warm = pc->schedule == SCHED_GPIPE ? K : (D - s - 1 < K ? D - s - 1 : K);
     int inflight = 0;

@@ -9,8 +9,7 @@
 
 int cp_check(const StrategyConfig *c) {
     if (c->cp <= 1) return 0;
-    const char *no = c->pp > 1     ? "--pp"
-                     : c->tp_2d    ? "--tp-mode 2d"
+    const char *no = c->tp_2d      ? "--tp-mode 2d"
                      : c->zero > 2 ? "--zero 3"
                      : c->co2      ? "--co2"
                      : c->offload  ? "--offload"
@@ -18,7 +17,7 @@ int cp_check(const StrategyConfig *c) {
                                    : NULL;
     if (no)
         return loom_fail("--cp %d with %s: not available (context parallelism runs with --tp "
-                         "(1d) and data parallelism, ZeRO 0, 1 or 2)",
+                         "(1d), --pp and data parallelism, ZeRO 0, 1 or 2)",
                          c->cp, no);
     if (c->device && strncmp(c->device, "cpu", 3))
         return loom_fail("--cp %d with --device %s: ring attention runs on the CPU backend only",

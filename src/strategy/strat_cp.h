@@ -1,6 +1,7 @@
-// strat_cp.h — context parallelism (--cp, ring attention) as strat_tp.c runs it: the flags it
-// refuses, and the run summary's line. The ring itself is parallel/ring_attention.c, the
-// embedding at global positions and the cut of sequences into chunks model/block_cp.c.
+// strat_cp.h — context parallelism (--cp, ring attention) as strat_tp.c (and strat_pipeline.c,
+// each stage's part) runs it: the flags it refuses, and the run summary's line. The ring itself
+// is parallel/ring_attention.c, the embedding at global positions and the cut of sequences into
+// chunks model/block_cp.c.
 #pragma once
 #include "../parallel/ring_attention.h"
 #include "strat_whole.h"

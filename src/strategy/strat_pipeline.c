@@ -6,6 +6,11 @@
 // all-reduces partial results as strat_tp does, activations go to the next stage's rank of the
 // same tp index, and initial weights, resumes, checkpoints and exports stay in the whole
 // model's flat layout (cut into the part on the way in, gathered over tp on the way out).
+// With --sp the part runs sequence parallel (model/seq_parallel.c): the activations between
+// stages are the rank's B·T/tp rows. With --cp M (ring attention, parallel/ring_attention.c)
+// every stage's part runs on the rank's two chunks of every sequence (T/cp tokens), its
+// attention around the ring of its stage's cp ranks, activations go to the next stage's rank
+// of the same (dp, cp, tp) coordinates, and a stage's gradients are summed over dp x cp.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +19,7 @@
 #include "../common.h"
 #include "../parallel/pipeline.h"
 #include "ckpt_save.h"
+#include "strat_cp.h"
 #include "strategy.h"
 
 typedef struct {
@@ -21,14 +27,27 @@ typedef struct {
     PipelineConfig pc;
     PipelineIO io;
     Strategy *s;
-    GPT part;        // tp > 1: this rank's tensor-parallel part, which the stage runs
+    GPT part;        // tp > 1 or cp > 1: this rank's tensor-parallel part, which the stage runs
     GPT *m;          // the model the stage runs: s->model, or &part
-    float *stage[4]; // tp > 1, start-up: host arrays in the part's layout (CKPT_PARAMS..PREV)
+    float *stage[4]; // the part, start-up: host arrays in its layout (CKPT_PARAMS..PREV)
+    CpRing *ring;    // cp > 1: the ring of this stage's cp ranks
+    int *seq_in, *seq_tg; // cp > 1: whole sequences (B,T) before the rank's chunks are cut
+    int steps;
 } PipeState;
 
 static int pp_wants(const StrategyConfig *c) { return c->pp > 1; }
 
 static int pp_check(const StrategyConfig *c) {
+    if (cp_check(c)) return -1;
+    if (c->sp && (c->tp < 2 || c->tp_2d))
+        return loom_fail("--sp with --pp splits the sequence over each stage's 1D tensor-parallel "
+                         "group: it needs --tp >= 2 (got --tp %d%s)",
+                         c->tp, c->tp_2d ? " --tp-mode 2d" : "");
+    if (c->sp && c->seq / c->cp % c->tp)
+        return loom_fail("--sp splits every sequence over the tensor-parallel group: --seq %d%s "
+                         "is not divisible by --tp %d",
+                         c->seq / c->cp, c->cp > 1 ? " (a context-parallel rank's tokens)" : "",
+                         c->tp);
     if (c->offload)
         return loom_fail("--offload with --pp: block swapping keeps a whole model per rank; "
                          "pipeline stages are not swapped");
@@ -36,7 +55,7 @@ static int pp_check(const StrategyConfig *c) {
         return loom_fail("--pp does not combine with --co2/--dump-grads yet");
     if (c->zero < 0 || c->zero > 1)
         return loom_fail("--pp composes with --zero 1 (AdamW state sharded over each stage's dp "
-                         "replicas); --zero %d is not implemented inside a pipeline",
+                         "(x cp) replicas); --zero %d is not implemented inside a pipeline",
                          c->zero);
     if (c->tp > 1 && c->device && strncmp(c->device, "cpu", 3))
         return loom_fail("--pp %d x --tp %d with --device %s: tensor parallelism runs on the CPU "
@@ -45,9 +64,22 @@ static int pp_check(const StrategyConfig *c) {
     return 0;
 }
 
+// A context-parallel rank's two chunks of the whole sequences in seq_in/seq_tg.
+static void cp_cut(PipeState *ps, int *inputs, int *targets) {
+    const StrategyConfig *c = ps->s->cfg;
+    const Grid *g = ps->s->grid;
+    gpt_cp_take(inputs, ps->seq_in, c->batch, c->seq, g->cp, g->cp_i);
+    gpt_cp_take(targets, ps->seq_tg, c->batch, c->seq, g->cp, g->cp_i);
+}
+
+// Every rank of a stage's tp group and cp ring reads its dp replica's micro-batches (a cp rank
+// keeps its chunks of them).
 static void pp_batch(void *ctx, int step, int j, int *inputs, int *targets) {
-    const Strategy *s = ((PipeState *)ctx)->s;
-    s->data->train(s->data->ctx, step, j, inputs, targets);
+    PipeState *ps = ctx;
+    const Strategy *s = ps->s;
+    if (!ps->ring) return s->data->train(s->data->ctx, step, j, inputs, targets);
+    s->data->train(s->data->ctx, step, j, ps->seq_in, ps->seq_tg);
+    cp_cut(ps, inputs, targets);
 }
 
 static int pp_params(void *ctx, size_t lo, size_t hi, float *dst) {
@@ -56,8 +88,11 @@ static int pp_params(void *ctx, size_t lo, size_t hi, float *dst) {
 }
 
 static void pp_val_batch(void *ctx, int w, int *inputs, int *targets) {
-    const Strategy *s = ((PipeState *)ctx)->s;
-    s->data->val(s->data->ctx, w, inputs, targets);
+    PipeState *ps = ctx;
+    const Strategy *s = ps->s;
+    if (!ps->ring) return s->data->val(s->data->ctx, w, inputs, targets);
+    s->data->val(s->data->ctx, w, ps->seq_in, ps->seq_tg);
+    cp_cut(ps, inputs, targets);
 }
 
 static void pp_report(void *ctx, int step, double loss, double norm, float lr, double seconds,
@@ -70,6 +105,7 @@ static void pp_report(void *ctx, int step, double loss, double norm, float lr, d
                     .exposed = exposed,
                     .applied = applied,
                     .must_stop = !applied}; // the stream cannot skip an update
+    ((PipeState *)ctx)->steps++;
     strategy_emit(((PipeState *)ctx)->s, &r);
 }
 
@@ -86,7 +122,7 @@ static int pp_load(void *ctx, size_t lo, size_t hi, float *params, float *prev, 
     return !prev || w.no_prev;
 }
 
-// ---------------------------------------------------------------- tensor parallelism (tp > 1)
+// ------------------------------------------------- the part (tensor or context parallelism)
 
 static void tp_allreduce(void *ctx, float *x, size_t n, int max) {
     const Comm *c = ((PipeState *)ctx)->s->grid->tp_comm;
@@ -95,6 +131,31 @@ static void tp_allreduce(void *ctx, float *x, size_t n, int max) {
     else
         comm_allreduce(c, x, n);
 }
+
+// --sp: rank r's `each` floats at x + r·each to every rank of the tp group, in place.
+static void tp_allgather(void *ctx, float *x, size_t each) {
+    const Comm *c = ((PipeState *)ctx)->s->grid->tp_comm;
+    size_t n = (size_t)c->size, *counts = xmalloc(2 * n * sizeof *counts), *displs = counts + n;
+    for (size_t r = 0; r < n; r++)
+        counts[r] = each, displs[r] = r * each;
+    CommReq q = comm_iallgatherv(c, x, counts, displs);
+    comm_wait(&q);
+    free(counts);
+}
+
+// --sp: rank r receives the tp group's sum of send[r·each, (r+1)·each).
+static void tp_reduce_scatter(void *ctx, const float *send, float *recv, size_t each) {
+    const Comm *c = ((PipeState *)ctx)->s->grid->tp_comm;
+    size_t n = (size_t)c->size, *counts = xmalloc(n * sizeof *counts);
+    for (size_t r = 0; r < n; r++)
+        counts[r] = each;
+    CommReq q = comm_ireduce_scatter(c, send, recv, counts);
+    comm_wait(&q);
+    free(counts);
+}
+
+// The gradient group (dp, or dp x cp: the ranks holding the same part of the stage).
+static const Comm *grad_comm(const Grid *g) { return g->cp > 1 ? g->dpcp_comm : g->dp_comm; }
 
 // The whole layout's range of the part's [lo, hi), which starts and ends on tensor boundaries
 // (a stage's blocks, or wte): the two layouts list the same tensors in the same order.
@@ -197,9 +258,10 @@ static int stage_host(PipeState *ps, size_t lo, size_t hi, const PipeShard *sh) 
     be->download(ps->stage[CKPT_M] + sh->lo, sh->m, sh->hi - sh->lo);
     be->download(ps->stage[CKPT_V] + sh->lo, sh->v, sh->hi - sh->lo);
     if (sh->prev) be->download(ps->stage[CKPT_PREV] + lo, sh->prev - off, hi - lo);
-    if (ps->s->cfg->zero < 1 || g->dp < 2) return 0;
-    return comm_allreduce(g->dp_comm, ps->stage[CKPT_M] + lo, hi - lo) ||
-           comm_allreduce(g->dp_comm, ps->stage[CKPT_V] + lo, hi - lo);
+    const Comm *gc = grad_comm(g);
+    if (ps->s->cfg->zero < 1 || gc->size < 2) return 0;
+    return comm_allreduce(gc, ps->stage[CKPT_M] + lo, hi - lo) ||
+           comm_allreduce(gc, ps->stage[CKPT_V] + lo, hi - lo);
 }
 
 // The part's flat range of this rank's stage.
@@ -213,7 +275,7 @@ static int stage_range(const PipeState *ps, size_t *lo, size_t *hi) {
 }
 
 // A checkpoint in the whole layout: the stage's whole range assembled from its tp parts on
-// replica 0's tp rank 0, which writes it.
+// replica 0's (dp 0, cp 0) tp rank 0, which writes it.
 static int tp_save(Strategy *s, const char *dir, CkptMeta *meta, CkptExtraFn extra, void *extra_ctx,
                    int keep) {
     PipeState *ps = s->impl;
@@ -224,8 +286,9 @@ static int tp_save(Strategy *s, const char *dir, CkptMeta *meta, CkptExtraFn ext
     whole_range(ps, lo, hi, &wlo, &whi);
     float *w[4] = {NULL};
     int n = sh.prev ? 4 : 3, rc = stage_host(ps, lo, hi, &sh);
-    int writes = s->grid->dp_i == 0 && s->grid->tp_i == 0; // replica 0 assembles, tp 0 writes
-    for (int k = 0; k < n && !rc && s->grid->dp_i == 0; k++) {
+    int first = grad_comm(s->grid)->rank == 0; // dp 0, cp 0: assembles over tp
+    int writes = first && s->grid->tp_i == 0;  // tp 0 writes
+    for (int k = 0; k < n && !rc && first; k++) {
         w[k] = writes ? xalloc_floats(whi - wlo + 1) : NULL;
         rc = ckpt_tp_assemble(s->grid->tp_comm, s->model, &ps->part, ps->stage[k], wlo, whi, 0,
                               w[k]);
@@ -261,21 +324,32 @@ static int pp_create(Strategy *s) {
     ps->pc = (PipelineConfig){.schedule = sched,
                               .K = c->grad_accum,
                               .B = c->batch,
-                              .T = c->seq,
+                              .T = c->seq / s->grid->cp, // a cp rank's two chunks
+
                               .recompute = c->recompute,
                               .stage_layers = c->stage_layers,
                               .grad_clip = c->opt.grad_clip,
                               .zero = c->zero,
                               .val_windows = c->val_windows};
-    int tp = s->grid->tp > 1;
+    const Grid *g = s->grid;
+    int tp = g->tp > 1 || g->cp > 1;
     ps->s = s, ps->m = s->model;
     if (tp) { // the stage runs this rank's part, its blocks all-reducing over the tp group
-        if (gpt_create_layout_tp(&ps->part, &s->model->cfg, s->model->be, s->grid->tp,
-                                 s->grid->tp_i))
+        if (gpt_create_layout_tp(&ps->part, &s->model->cfg, s->model->be, g->tp, g->tp_i))
             return -1;
         ps->part.tp.allreduce = tp_allreduce;
+        ps->part.tp.sp = c->sp; // --sp: the stage's regions hold the rank's rows
+        ps->part.tp.allgather = tp_allgather;
+        ps->part.tp.reduce_scatter = tp_reduce_scatter;
         ps->part.tp.ctx = ps;
         ps->m = &ps->part;
+    }
+    if (g->cp > 1) { // the part runs on (B, T/cp) tokens, its attention around the ring
+        if (cp_check_shape(s)) return -1;
+        ps->ring = cp_ring_create(g->cp_comm, s->model->be);
+        cp_ring_install(&ps->part, ps->ring);
+        ps->seq_in = xmalloc((size_t)c->batch * c->seq * sizeof(int));
+        ps->seq_tg = xmalloc((size_t)c->batch * c->seq * sizeof(int));
     }
     ps->io = (PipelineIO){.ctx = ps,
                           .batch = pp_batch,
@@ -307,7 +381,8 @@ static double pp_evaluate(Strategy *s) { return pipeline_evaluate(((PipeState *)
 static int pp_save(Strategy *s, const char *dir, CkptMeta *meta, int final, CkptExtraFn extra,
                    void *extra_ctx, int keep) {
     (void) final;
-    if (s->grid->tp > 1) return tp_save(s, dir, meta, extra, extra_ctx, keep);
+    if (((PipeState *)s->impl)->ring || s->grid->tp > 1)
+        return tp_save(s, dir, meta, extra, extra_ctx, keep);
     Pipeline *p = ((PipeState *)s->impl)->p;
     PipeShard sh;
     int writes = pipeline_shard(p, &sh);
@@ -326,13 +401,16 @@ static int pp_save(Strategy *s, const char *dir, CkptMeta *meta, int final, Ckpt
 
 static int pp_full_params(Strategy *s, float *host, int grads) {
     if (grads) return loom_fail("the pipeline strategy cannot hand out whole-model gradients");
-    if (s->grid->tp > 1) return tp_full_params(s->impl, host);
+    if (((PipeState *)s->impl)->ring || s->grid->tp > 1) return tp_full_params(s->impl, host);
     return pipeline_full_params(((PipeState *)s->impl)->p, host);
 }
 
 static void pp_describe(const Strategy *s, char *buf, size_t n) {
-    snprintf(buf, n, "pipeline: pp %d (%s) x tp %d (1d) x dp %d (zero %d)", s->grid->pp,
-             s->cfg->schedule, s->grid->tp, s->grid->dp, s->cfg->zero);
+    char cp[48] = "";
+    if (s->grid->cp > 1) snprintf(cp, sizeof cp, " x cp %d (ring attention)", s->grid->cp);
+    snprintf(buf, n, "pipeline: pp %d (%s) x tp %d (1d%s)%s x dp %d (zero %d)", s->grid->pp,
+             s->cfg->schedule, s->grid->tp, s->cfg->sp ? " + sequence parallel" : "", cp,
+             s->grid->dp, s->cfg->zero);
 }
 
 static void pp_summary(Strategy *s, double exposed_s, double step_s) {
@@ -341,16 +419,18 @@ static void pp_summary(Strategy *s, double exposed_s, double step_s) {
     double wb, gb, ob, ab;
     pipeline_memory(p, &wb, &gb, &ob, &ab);
     if (!s->lead) return;
+    const PipeState *ps = s->impl;
+    if (ps->ring) cp_summary(s, ps->ring, (size_t)(ab / 4), ps->steps);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     fprintf(stderr,
-            "loom: pipeline %d stages x tp %d x dp %d (zero %d), schedule %s | peak %d "
+            "loom: pipeline %d stages x tp %d%s x cp %d x dp %d (zero %d), schedule %s | peak %d "
             "micro-batches of activations held on stage 0 | stage 0 holds weights %.2f MiB, grads "
             "%.2f MiB, optimizer %.2f MiB, activations %.2f MiB (whole model %.2f MiB), peak RSS "
             "%.1f MiB\n",
-            s->grid->pp, s->grid->tp, s->grid->dp, s->cfg->zero, s->cfg->schedule,
-            pipeline_peak_inflight(p), wb / 1048576, gb / 1048576, ob / 1048576, ab / 1048576,
-            s->model->nparams * 4.0 / 1048576, ru.ru_maxrss / 1024.0);
+            s->grid->pp, s->grid->tp, s->cfg->sp ? " + sp" : "", s->grid->cp, s->grid->dp,
+            s->cfg->zero, s->cfg->schedule, pipeline_peak_inflight(p), wb / 1048576, gb / 1048576,
+            ob / 1048576, ab / 1048576, s->model->nparams * 4.0 / 1048576, ru.ru_maxrss / 1024.0);
 }
 
 static void pp_destroy(Strategy *s) {
@@ -358,6 +438,8 @@ static void pp_destroy(Strategy *s) {
     if (!ps) return;
     pipeline_free(ps->p);
     if (ps->m == &ps->part) gpt_free(&ps->part);
+    cp_ring_free(ps->ring);
+    free(ps->seq_in), free(ps->seq_tg);
     stage_free(ps);
     free(ps);
     s->impl = NULL;

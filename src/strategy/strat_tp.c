@@ -81,10 +81,10 @@ static void tp_reduce_scatter(void *ctx, const float *send, float *recv, size_t 
     free(counts);
 }
 
-// --pp with plain 1D tensor parallelism runs in the pipeline strategy (each stage a tp part);
-// --tp-mode 2d in strat_tp2d.c.
+// --pp with 1D tensor, sequence or context parallelism runs in the pipeline strategy (each
+// stage a tp part); --tp-mode 2d in strat_tp2d.c.
 static int tp_wants(const StrategyConfig *c) {
-    return !c->tp_2d && ((c->tp > 1 && c->pp <= 1) || c->cp > 1 || c->sp);
+    return !c->tp_2d && c->pp <= 1 && (c->tp > 1 || c->cp > 1 || c->sp);
 }
 
 static int tp_check(const StrategyConfig *c) {
@@ -99,8 +99,7 @@ static int tp_check(const StrategyConfig *c) {
                          "is not divisible by --tp %d",
                          c->seq / c->cp, c->cp > 1 ? " (a context-parallel rank's tokens)" : "",
                          c->tp);
-    const char *no = c->pp > 1     ? "--pp"
-                     : c->co2      ? "--co2"
+    const char *no = c->co2        ? "--co2"
                      : c->offload  ? "--offload"
                      : c->peer     ? "loom peer"
                      : c->zero > 2 ? "--zero 3"
