@@ -149,10 +149,11 @@ print("30 MiB per rank at T 4096: every fitting plan has cp > 1; best:", ctight[
 PY
 # the planner's memory is the dry-run's for the chosen layouts
 for pj in tp_tight cp_tight; do
-    read -r w tp cp b rc mem < <($PY -c "import json; p=json.load(open('$d/$pj.json'))[0]; print(p['w'], p['tp'], p['cp'], p['micro_batch'], int(p['recompute']), p['mem_bytes'])")
+    read -r w dd tp cp b rc sl mem < <($PY -c "import json; p=json.load(open('$d/$pj.json'))[0]; print(p['w'], p['d'], p['tp'], p['cp'], p['micro_batch'], int(p['recompute']), p['stage_layers'], p['mem_bytes'])")
     src=big; [ $pj = cp_tight ] && src=long
     shape=$($PY -c "import json; m=json.load(open('$d/$src.json')); c=m['model']; print(f\"--layers {c['layers']} --heads {c['heads']} --dim {c['dim']} --vocab {c['vocab']} --block-size {c['block_size']} --seq {m['seq']}\")")
     flags="$shape --batch $b --dp $w --tp $tp --cp $cp"; [ "$rc" = 1 ] && flags="$flags --recompute"
+    [ "$dd" -gt 1 ] && flags="$flags --pp $dd --schedule 2bw --stage-layers $sl"
     total=$($LOOM train --data none $flags --dry-run | sed -n 's/.*total \([0-9.]*\) MiB.*/\1/p')
     awk -v t="$total" -v m="$mem" -v f="$flags" 'BEGIN { printf "%s: plan %.3f MiB, dry-run %s MiB\n", f, m / 1048576, t
         d = m / 1048576 - t; exit !(t != "" && d < 0.006 && d > -0.006) }'

@@ -1,4 +1,4 @@
-// planner.c — the PipeDream-2BW cost model and the search over (w, d, b, recompute)
+// planner.c — the PipeDream-2BW cost model and the search over (w, d, tp, cp, b, recompute)
 // (see planner.h).
 #include "planner.h"
 
@@ -149,7 +149,7 @@ static void eval_stage(const Eval *e, double t, double params, int s, double *pe
                        double *ccpu) {
     const PlanInput *in = e->in;
     const GPTConfig *c = &e->p->cfg;
-    double V = c->V, C = c->C, boundary = e->b * e->p->T * C * 4.0;
+    double V = c->V, C = c->C, boundary = e->b * (double)e->p->T / e->cp * C * 4.0;
     int d = e->d, links = (s > 0) + (s < d - 1); // boundaries: activations out, gradients back
     double p2p = links * (boundary / e->pp_bw + in->latency);
     *period = t * e->f + p2p;
@@ -157,11 +157,11 @@ static void eval_stage(const Eval *e, double t, double params, int s, double *pe
     // first and the last stage; and what moving all of it costs the CPU
     int tied = s == 0 || s == d - 1;
     double tie = tied ? ring_allreduce(V * C * 4, 2, e->pp_bw, in->latency) : 0;
-    *red = ring_allreduce(params * 4, e->w, e->dp_bw, in->latency) + tie;
+    *red = ring_allreduce(params * 4, e->nr, e->dp_bw, in->latency) + tie;
     double net =
-        (e->dp_inter ? ring_traffic(params * 4, e->w) : 0) +
+        (e->dp_inter ? ring_traffic(params * 4, e->nr) : 0) +
         (e->pp_inter ? (tied ? ring_traffic(V * C * 4, 2) : 0) + 2.0 * e->K * links * boundary : 0);
-    double shm = (e->dp_inter ? 0 : ring_allreduce(params * 4, e->w, e->dp_bw, in->latency)) +
+    double shm = (e->dp_inter ? 0 : ring_allreduce(params * 4, e->nr, e->dp_bw, in->latency)) +
                  (e->pp_inter ? 0 : tie + e->K * p2p);
     *ccpu = net * in->net_cpu_per_byte + shm;
 }
@@ -195,7 +195,7 @@ static void eval_setup(Eval *e, int rc) {
     // replicas of a stage span w·tp·cp ranks, pipeline neighbours w apart; network transfers
     // overlap compute but cost CPU per byte, shared-memory ones are CPU work
     int ns = in->node_size > 0 ? in->node_size : 1, span = e->w * split;
-    e->dp_inter = span > ns || ns % span, e->pp_inter = e->w * e->d > ns;
+    e->dp_inter = span > ns || ns % span, e->pp_inter = span * e->d > ns;
     e->cp_inter = split > ns || ns % split;
     e->dp_bw = e->dp_inter ? in->bandwidth : in->intra_bandwidth;
     e->pp_bw = e->pp_inter ? in->bandwidth : in->intra_bandwidth;
@@ -203,11 +203,10 @@ static void eval_setup(Eval *e, int rc) {
 }
 
 // A layout the planner considers: tp divides the heads and the ranks of one machine, T divides
-// into 2·cp chunks, and tp/cp only without a pipeline (d = 1).
-static int layout_ok(const Profile *p, const PlanInput *in, int d, int tp, int cp) {
+// into 2·cp chunks (with a pipeline too: every stage a tp part, its ring over cp).
+static int layout_ok(const Profile *p, const PlanInput *in, int tp, int cp) {
     int ns = in->node_size > 0 ? in->node_size : 1;
-    if (tp < 1 || cp < 1 || p->cfg.H % tp || ns % tp || p->T % (2 * cp)) return 0;
-    return d == 1 || (tp == 1 && cp == 1);
+    return tp >= 1 && cp >= 1 && !(p->cfg.H % tp) && !(ns % tp) && !(p->T % (2 * cp));
 }
 
 int plan_evaluate(const Profile *p, const PlanInput *in, int w, int d, int b, int rc, Plan *out) {
@@ -217,7 +216,7 @@ int plan_evaluate(const Profile *p, const PlanInput *in, int w, int d, int b, in
 int plan_evaluate_layout(const Profile *p, const PlanInput *in, int w, int d, int tp, int cp, int b,
                          int rc, Plan *out) {
     const ProfileRow *row = profile_row(p, b);
-    if (!row || in->global_batch % (w * b) || !layout_ok(p, in, d, tp, cp)) return 0;
+    if (!row || in->global_batch % (w * b) || !layout_ok(p, in, tp, cp)) return 0;
     Eval e = {.p = p, .in = in, .row = row, .w = w, .d = d, .b = b, .nb = p->cfg.L + 2};
     e.tp = tp, e.cp = cp, e.nr = w * cp;
     e.K = in->global_batch / (w * b);
@@ -226,9 +225,9 @@ int plan_evaluate_layout(const Profile *p, const PlanInput *in, int w, int d, in
     int nb = e.nb, K = e.K, start[65];
     split(e.cost, nb, d, start);
     double worst_mem = 0, reduce = 0, update = 0, compute = 0, exposed = 0, tp_s = 0, cp_s = 0;
+    eval_tpcp(&e, &tp_s, &cp_s); // a step's, all layers (a stage: its layers' share)
     if (d == 1) {
         eval_dp(&e, &compute, &reduce, &exposed, &update);
-        eval_tpcp(&e, &tp_s, &cp_s);
         compute += tp_s + cp_s;
     }
     double period = 0, work_sum = 0, comm_cpu_max = 0;
@@ -243,7 +242,8 @@ int plan_evaluate_layout(const Profile *p, const PlanInput *in, int w, int d, in
             layers += i > 0 && i < nb - 1;
         }
         if (d > 1) {
-            if (s == d - 1) params += (double)p->cfg.V * p->cfg.C; // the tied wte replica
+            if (s == d - 1) params += (double)p->cfg.V * p->cfg.C / tp; // the tied wte replica
+            t += (tp_s + cp_s) * layers / ((double)K * p->cfg.L); // its layers' tp / cp transfers
             double per, red, ccpu;
             eval_stage(&e, t, params, s, &per, &red, &ccpu);
             period = fmax(period, per);
