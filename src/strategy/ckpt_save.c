@@ -89,3 +89,15 @@ int ckpt_tp_assemble(const Comm *c, const GPT *whole, const GPT *part, const flo
     free(win), free(counts);
     return rc;
 }
+
+float *ckpt_tp_gather_parts(const Comm *c, const float *mine, size_t np) {
+    size_t n = (size_t)c->size, *counts = xmalloc(2 * n * sizeof *counts), *displs = counts + n;
+    float *all = xmalloc((n * np + 1) * sizeof(float));
+    for (size_t r = 0; r < n; r++)
+        counts[r] = np, displs[r] = r * np;
+    memcpy(all + (size_t)c->rank * np, mine, np * sizeof(float));
+    int rc = comm_allgatherv(c, all, counts, displs);
+    free(counts);
+    if (rc) free(all), all = NULL;
+    return all;
+}

@@ -15,6 +15,10 @@
 int ckpt_tp_assemble(const Comm *tp_comm, const GPT *whole, const GPT *part, const float *src,
                      size_t lo, size_t hi, int to, float *dst);
 
+// Tensor parallelism: every rank's np floats (mine: host) gathered over tp_comm into a new host
+// array of size·np floats, rank r's at r·np (the caller frees it); NULL if the gather failed.
+float *ckpt_tp_gather_parts(const Comm *tp_comm, const float *mine, size_t np);
+
 int ckpt_save_collective(const char *dir, const Comm *c, const CkptShard *mine,
                          const CkptMeta *meta, CkptExtraFn extra, void *extra_ctx,
                          CkptExtraFn rank_files, void *rank_ctx, int keep);

@@ -181,19 +181,14 @@ static void part_val(void *ctx, int w, int *inputs, int *targets) {
 // dst (host, the whole layout), on every rank of the tensor-parallel group.
 static int gather_whole(TP *t, const float *src, int host, float *dst) {
     const Grid *g = t->outer->grid;
-    size_t np = t->part.nparams, n = (size_t)g->tp;
-    size_t *counts = xmalloc(n * sizeof *counts), *displs = xmalloc(n * sizeof *displs);
-    float *all = xmalloc(n * np * sizeof(float));
-    for (size_t r = 0; r < n; r++)
-        counts[r] = np, displs[r] = r * np;
-    if (host)
-        memcpy(all + (size_t)g->tp_i * np, src, np * sizeof(float));
-    else
-        t->part.be->download(all + (size_t)g->tp_i * np, src, np);
-    int rc = comm_allgatherv(g->tp_comm, all, counts, displs);
-    for (size_t r = 0; r < n && !rc; r++)
-        gpt_tp_to_whole(t->whole, &t->part, (int)r, all + r * np, dst);
-    free(all), free(counts), free(displs);
+    size_t np = t->part.nparams;
+    float *mine = host ? NULL : xalloc_floats(np);
+    if (mine) t->part.be->download(mine, src, np);
+    float *all = ckpt_tp_gather_parts(g->tp_comm, mine ? mine : src, np);
+    for (int r = 0; r < g->tp && all; r++)
+        gpt_tp_to_whole(t->whole, &t->part, r, all + (size_t)r * np, dst);
+    int rc = all ? 0 : -1;
+    free(mine), free(all);
     return rc;
 }
 

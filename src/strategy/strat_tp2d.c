@@ -208,21 +208,15 @@ static int load_part(T2 *t) {
 
 // Every rank's part of src (backend memory, or host when `host`) into dst (host, whole layout).
 static int gather_whole(T2 *t, const float *src, int host, float *dst) {
-    const Grid *gr = t->outer->grid;
-    size_t np = t->part.nparams, n = (size_t)gr->tp;
-    size_t *counts = xmalloc(n * sizeof *counts), *displs = xmalloc(n * sizeof *displs);
-    float *all = xmalloc(n * np * sizeof(float));
-    for (size_t r = 0; r < n; r++)
-        counts[r] = np, displs[r] = r * np;
-    if (host)
-        memcpy(all + (size_t)gr->tp_i * np, src, np * sizeof(float));
-    else
-        t->part.be->download(all + (size_t)gr->tp_i * np, src, np);
-    int rc = comm_allgatherv(gr->tp_comm, all, counts, displs);
+    size_t np = t->part.nparams;
     int q = t->g.q;
-    for (size_t r = 0; r < n && !rc; r++)
-        gpt2d_to_whole(t->whole, &t->part, q, (int)r / q, (int)r % q, all + r * np, dst);
-    free(all), free(counts), free(displs);
+    float *mine = host ? NULL : xalloc_floats(np);
+    if (mine) t->part.be->download(mine, src, np);
+    float *all = ckpt_tp_gather_parts(t->outer->grid->tp_comm, mine ? mine : src, np);
+    for (int r = 0; r < q * q && all; r++)
+        gpt2d_to_whole(t->whole, &t->part, q, r / q, r % q, all + (size_t)r * np, dst);
+    int rc = all ? 0 : -1;
+    free(mine), free(all);
     return rc;
 }
 
