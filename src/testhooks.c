@@ -25,6 +25,25 @@ int testhook_fault(int rank, int step) {
     return 0;
 }
 
+void testhook_signal(int rank, int step) {
+    const char *v = getenv("LOOM_FAULT_SIGNAL");
+    int r, s;
+    char name[16] = "TERM";
+    if (v && !strncmp(v, "all:", 4) && sscanf(v + 4, "%d:%15[A-Z0-9]", &s, name) >= 1)
+        r = rank; // every rank
+    else if (!v || sscanf(v, "%d:%d:%15[A-Z0-9]", &r, &s, name) < 2)
+        return;
+    if (r != rank || s != step) return;
+    int sig = !strcmp(name, "INT") ? SIGINT : !strcmp(name, "USR1") ? SIGUSR1 : SIGTERM;
+    fprintf(stderr, "loom[rank %d]: LOOM_FAULT_SIGNAL: SIG%s at the start of step %d\n", rank,
+            sig == SIGINT    ? "INT"
+            : sig == SIGUSR1 ? "USR1"
+                             : "TERM",
+            step);
+    fflush(stderr);
+    kill(getpid(), sig); // process-directed, as one from outside
+}
+
 int testhook_save_fault(void) { return getenv("LOOM_FAULT_SAVE") != NULL; }
 
 void testhook_save_pause(int rank, int step) {
@@ -48,9 +67,11 @@ void testhook_save_kill(const char *point) {
 }
 
 int testhook_save_no_exchange(void) { return getenv("LOOM_SAVE_NO_EXCHANGE") != NULL; }
-double testhook_save_delay(void) {
+double testhook_save_delay(int step) {
     const char *v = getenv("LOOM_SAVE_DELAY");
-    return v ? atof(v) : 0;
+    if (!v) return 0;
+    const char *at = strchr(v, '@');
+    return !at || atoi(at + 1) == step ? atof(v) : 0;
 }
 
 size_t testhook_comm_chunk(void) {

@@ -6,6 +6,9 @@
 //   LOOM_FAULT_STOP=RANK:STEP  that rank stops itself with SIGSTOP (every thread stops)
 //   LOOM_FAULT_MISMATCH=RANK:STEP  that rank enters a world barrier the others never enter
 //                              (mismatched collectives: every rank alive, none progressing)
+//   LOOM_FAULT_SIGNAL=RANK:STEP[:TERM|INT|USR1]  that world rank (RANK "all": every rank) sends
+//                              itself the signal (default TERM) as the step starts: a stop
+//                              request reaching one rank, or all of them
 //   LOOM_FAULT_SAVE=1          a checkpoint save fails just before its commit
 //   LOOM_FAULT_SAVE_PAUSE=RANK:STEP  that rank stops inside its shard write of the step-STEP
 //                              save, after the first array is written (a partial file on disk),
@@ -15,7 +18,8 @@
 //                              been moved out of the way, `latest` not yet rewritten)
 //   LOOM_SAVE_NO_EXCHANGE=1    re-saving a step takes the path for filesystems without
 //                              renameat2(RENAME_EXCHANGE) (old directory renamed to .old first)
-//   LOOM_SAVE_DELAY=S          rank 0 takes S more seconds to commit a checkpoint (a slow disk)
+//   LOOM_SAVE_DELAY=S[@STEP]   rank 0 takes S more seconds to commit a checkpoint (a slow disk;
+//                              with @STEP only the checkpoint of that step)
 //   LOOM_COMM_DELAY=S          collectives of ≥ 4096 floats complete no earlier than S seconds
 //                              after they start (an emulated slow link, for overlap tests); a
 //                              collective moved in pieces has the delay spread over its pieces
@@ -31,13 +35,15 @@
 // Kills, hangs or stops this rank if LOOM_FAULT_KILL / _HANG / _STOP name it and this step;
 // returns 1 if LOOM_FAULT_MISMATCH does (the caller then enters a barrier nobody else does).
 int testhook_fault(int rank, int step);
+// LOOM_FAULT_SIGNAL: sends this process the signal when it names this rank and step.
+void testhook_signal(int rank, int step);
 int testhook_save_fault(void);
 // LOOM_FAULT_SAVE_PAUSE: never returns when it names this rank and step.
 void testhook_save_pause(int rank, int step);
 // LOOM_FAULT_SAVE_KILL: SIGKILLs this process when it names `point`.
 void testhook_save_kill(const char *point);
 int testhook_save_no_exchange(void);
-double testhook_save_delay(void);
+double testhook_save_delay(int step);
 double testhook_comm_delay(void);
 size_t testhook_comm_chunk(void);
 int testhook_tag_ub(void);

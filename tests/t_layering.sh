@@ -24,7 +24,7 @@ RULES=(
 # layering: rank per top-level directory; a file may include its own directory or a lower rank.
 declare -A RANK=([backend]=0 [model]=1 [optim]=2 [parallel]=2 [data]=2 [io]=2 [plan]=3
                  [offload]=3 [swarm]=2 [strategy]=4 [train]=5 [cli]=6)
-ROOT_OK="common.h common.c rng.h rng.c testhooks.h testhooks.c" # top level: usable by everyone
+ROOT_OK="common.h common.c rng.h rng.c stop.h stop.c testhooks.h testhooks.c" # top level: usable by everyone
 SIBLING="io>data parallel>optim offload>plan"        # equal-rank edges between directories that are allowed
 DENY=(                                   # "from-dir target-glob reason", checked first
   "io parallel/* io never calls communication"

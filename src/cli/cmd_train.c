@@ -76,6 +76,10 @@ static const Option OPTS[] = {
     {"comm-timeout", OPT_FLOAT, &A.comm_timeout,
      "seconds an operation may wait without progress before the job is aborted (0 = never)", NULL,
      0, 1e9},
+    {"stop-grace", OPT_FLOAT, &A.stop_grace,
+     "seconds a stop signal (SIGTERM, SIGINT, SIGUSR1) leaves to reach a step boundary and save "
+     "(0 = no limit); a second signal exits at once",
+     NULL, 0, 1e6},
     {"comm-thread", OPT_ONOFF, &A.comm_thread,
      "a progress thread drives non-blocking MPI operations every millisecond (off: only "
      "between kernels)",

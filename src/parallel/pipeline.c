@@ -342,6 +342,7 @@ Pipeline *pipeline_create(GPT *m, const Grid *g, const PipelineConfig *pc, const
                           int opt_t, int start, const PipelineIO *io) {
     Pipe *p = xcalloc(1, sizeof *p);
     *p = (Pipe){.m = m, .g = g, .pc = pc, .D = g->pp, .s = g->pp_i, .io = io, .opt = *oc};
+    p->votes_step = -1;
     p->gc = g->cp > 1 ? g->dpcp_comm : g->dp_comm;
     p->t = opt_t;
     p->done = start;
@@ -356,7 +357,8 @@ Pipeline *pipeline_create(GPT *m, const Grid *g, const PipelineConfig *pc, const
     return p;
 }
 
-int pipeline_step(Pipeline *p, int step, int boundary) {
+int pipeline_step(Pipeline *p, int step, int boundary, double vote) {
+    p->vote = vote;
     int rc = p->pc->schedule == SCHED_2BW ? pipe_step_2bw(p, step, boundary, p->grad_scale)
                                           : pipe_step_flushed(p, step, p->grad_scale);
     p->done = step + 1;
@@ -364,6 +366,10 @@ int pipeline_step(Pipeline *p, int step, int boundary) {
 }
 
 void pipeline_drain(Pipeline *p) { pipe_pend_complete(p); }
+
+double pipeline_stop_votes(const Pipeline *p, int step) {
+    return p->votes_step == step ? p->votes : 0;
+}
 
 double pipeline_evaluate(Pipeline *p) {
     return evaluate_version(p, p->nver == 2 ? buffer_of(p->done) : 0);

@@ -81,9 +81,14 @@ Pipeline *pipeline_create(GPT *m, const Grid *g, const PipelineConfig *pc, const
 void pipeline_free(Pipeline *p);
 // Runs step `step`. gpipe/1f1b: the whole batch, flushed and updated. 2bw: the stream up to the
 // batch's last backward, with its update started in the background (reported later);
-// boundary: drain the stream after it (validation, checkpoint or the end follows). Returns 1
-// once a non-finite step has stopped the pipeline, else 0.
-int pipeline_step(Pipeline *p, int step, int boundary);
+// boundary: drain the stream after it (validation, checkpoint or the end follows). vote: this
+// rank's stop vote, carried on the batch's norm and loss reductions. Returns 1 once a
+// non-finite step has stopped the pipeline, else 0.
+int pipeline_step(Pipeline *p, int step, int boundary, double vote);
+// The sum over every rank of the stop votes of step `step`, once its reductions are complete
+// on every rank (after pipeline_step: that step under gpipe/1f1b, the step before under 2bw);
+// 0 for any other step.
+double pipeline_stop_votes(const Pipeline *p, int step);
 // 2bw: completes the update in flight (and reports it); nothing to do for gpipe/1f1b.
 void pipeline_drain(Pipeline *p);
 // Mean loss of pc->val_windows validation windows through the stages (newest weights).

@@ -48,7 +48,8 @@ struct Pipeline {
         int phase; // 0 idle, 1 dp reduce, 2 tie reduce, 3 norm/loss, 4 dp loss, 5 update,
                    // 6 gather, 7 done
         int step;
-        double dt, v[2]; // the batch's wall time (end of batch t-1 to end of batch t); norm², loss
+        double dt, v[3]; // the batch's wall time (end of batch t-1 to end of batch t); norm²,
+                         // loss, stop votes
         float *g, *wg;
         double loss;  // the last stage's mean loss of the batch
         double *part; // norm partials and loss, being summed over the stages
@@ -58,6 +59,10 @@ struct Pipeline {
     OptConfig opt;
     const PipelineIO *io;
     int stop; // a step's loss or gradient was not finite: the stream ends
+    // stop votes (pipeline_step): this rank's for the batch being run, and the sum over every
+    // rank of those of batch votes_step (carried on its norm and loss reductions)
+    double vote, votes;
+    int votes_step;
     // 2bw: the 1F1B stream of the current segment (steps from seg_from until a boundary)
     int seg_active, seg_from, nf, nb, inflight;
     double t0;     // when the current batch started (end of the previous one)

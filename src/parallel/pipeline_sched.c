@@ -34,17 +34,19 @@ static void tp_sumsq(const Pipe *p, const float *g, double *v) {
 }
 
 // Per-chunk Σ g² of this stage's gradients g (its flat range; the wte replica is not counted:
-// stage 0 holds the same values), followed by the loss: m->nchunks + 1 doubles (caller frees),
-// zeros outside the stage, so their sum over the stages is the whole model's, bit for bit.
-// A tensor-parallel part (summed over p->norm, the stages and tp ranks) gives its tensors'
-// sums (tp_sumsq) and, on tp rank 0 only, the loss every tp rank computed.
+// stage 0 holds the same values), followed by the loss and this rank's stop vote (p->vote):
+// m->nchunks + 2 doubles (caller frees), zeros outside the stage, so their sum over the stages
+// is the whole model's, bit for bit. A tensor-parallel part (summed over p->norm, the stages and
+// tp ranks) gives its tensors' sums (tp_sumsq) and, on tp rank 0 only, the loss every tp rank
+// computed.
 static double *norm_loss_partials(Pipe *p, const float *g, double loss) {
-    double *v = xcalloc((size_t)p->m->nchunks + 1, sizeof(double));
+    double *v = xcalloc((size_t)p->m->nchunks + 2, sizeof(double));
     if (p->m->tp.n > 1)
         tp_sumsq(p, g, v);
     else
         gpt_chunk_sumsq(p->m, g, p->lo, p->hi, v);
     v[p->m->nchunks] = p->m->tp.n > 1 && p->m->tp.i != 0 ? 0 : loss;
+    v[p->m->nchunks + 1] = p->vote;
     return v;
 }
 
@@ -97,11 +99,12 @@ static int finish_batch(Pipe *p, int step, double t0) {
     }
     double *v = norm_loss_partials(p, p->gbuf, p->last ? p->loss_sum / p->pc->K : 0);
     int nc = m->nchunks;
-    comm_allreduce_f64(p->norm, v, nc + 1);
-    if (p->gc->size > 1) { // every rank's mean over its tokens (equal counts)
-        comm_allreduce_f64(p->gc, &v[nc], 1);
+    comm_allreduce_f64(p->norm, v, nc + 2);
+    if (p->gc->size > 1) { // every rank's mean over its tokens (equal counts); the votes' sum
+        comm_allreduce_f64(p->gc, &v[nc], 2);
         v[nc] /= p->gc->size;
     }
+    p->votes = v[nc + 1], p->votes_step = step; // (p->norm x gc is every rank)
     double norm = sqrt(gpt_chunk_total(m, v)), loss = v[nc];
     free(v);
     float lr = lr_at(&p->opt, step);
@@ -157,14 +160,15 @@ static void pend_advance_chain(Pipe *p, int block) {
             p->pend.phase = 3;
             free(p->pend.part);
             p->pend.part = norm_loss_partials(p, p->pend.g, p->pend.loss);
-            p->pend.req[0] = comm_iallreduce_f64(p->norm, p->pend.part, p->m->nchunks + 1);
+            p->pend.req[0] = comm_iallreduce_f64(p->norm, p->pend.part, p->m->nchunks + 2);
             break;
         case 3: // global norm partials and the last stage's loss
             if (!req_done(p, &p->pend.req[0], block)) return;
             p->pend.phase = 4;
             p->pend.v[0] = gpt_chunk_total(p->m, p->pend.part);
             p->pend.v[1] = p->pend.part[p->m->nchunks];
-            p->pend.req[0] = comm_iallreduce_f64(p->gc, &p->pend.v[1], 1);
+            p->pend.v[2] = p->pend.part[p->m->nchunks + 1];
+            p->pend.req[0] = comm_iallreduce_f64(p->gc, &p->pend.v[1], 2);
             break;
         case 4: // mean loss over replicas
             if (!req_done(p, &p->pend.req[0], block)) return;
@@ -213,7 +217,7 @@ static void pend_start(Pipe *p, int step, double t0) {
     p->pend.dt = now_sec() - t0;
     p->pend.g = p->gspare;
     p->pend.wg = p->wspare;
-    p->pend.v[0] = p->pend.v[1] = 0;
+    p->pend.v[0] = p->pend.v[1] = p->pend.v[2] = 0;
     p->pend.loss = p->last ? p->loss_sum / p->pc->K : 0;
     p->loss_sum = 0;
     p->pend.req[0] = comm_iallreduce_chunked(p->gc, p->pend.g, n, p->replica ? p->pend.wg : NULL,
@@ -229,6 +233,7 @@ void pipe_pend_complete(Pipe *p) {
     pipe_pend_advance(p, 1);
     int step = p->pend.step;
     p->pend.phase = 0;
+    p->votes = p->pend.v[2], p->votes_step = step;
     double loss = p->pend.v[1], norm = sqrt(p->pend.v[0]);
     int ok = isfinite(loss) && isfinite(norm);
     if (!p->stop)

@@ -12,7 +12,7 @@
 // Rank 0's commit (manifest, rename, pruning), with the LOOM_SAVE_DELAY slow-disk test hook.
 static double commit(const char *dir, const char *part, const CkptMeta *meta,
                      const CkptShardInfo *si, int n, CkptExtraFn extra, void *extra_ctx, int keep) {
-    double d = testhook_save_delay();
+    double d = testhook_save_delay(meta->step);
     struct timespec nap = {(time_t)d, (long)((d - (double)(time_t)d) * 1e9)};
     if (d > 0) nanosleep(&nap, NULL);
     return ckpt_commit(dir, part, meta, si, n, extra, extra_ctx, keep);

@@ -5,6 +5,7 @@
 
 #include "../common.h"
 #include "../parallel/comm.h"
+#include "../stop.h"
 #include "strategy.h"
 
 extern const StrategyOps STRATEGY_TP2D, STRATEGY_TP, STRATEGY_PIPELINE, STRATEGY_CO2, STRATEGY_PEER,
@@ -48,4 +49,10 @@ int strategy_take(Strategy *s, StepRecord *r) {
 _Noreturn void strategy_end_job(Strategy *s, int code, const char *msg) {
     (void)s;
     comm_abort(code, msg);
+}
+
+double strategy_stop_vote(void) { return stop_signal() ? 1.0 : 0.0; }
+
+void strategy_stop_tally(Strategy *s, double votes) {
+    if (votes > 0) s->stop = 1;
 }

@@ -3,6 +3,11 @@
 // (parallel/co2.h has the outer rule). The workers' losses of a round are averaged by one
 // small non-blocking all-reduce started at the round end, ahead of the outer average, and the
 // round's records go to the loop when it lands: no step ever blocks on it.
+// A stop signal (strategy.h) rides on that all-reduce too: each worker adds its vote at the round
+// end. Every worker waits for round R's reduction at the end of round R+1 anyway, so a vote seen
+// there stops every worker at that round end (workers hold one model only at round ends); and a
+// worker that votes at the end of round R waits for the reduction at once, so when every worker
+// voted (mpirun forwards a signal to all of them) all stop at round R itself.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,8 +18,9 @@
 
 typedef struct {
     StepRecord *rec; // (tau) the round's records
-    double *loss;    // (tau) local losses, then their sum over workers
+    double *loss;    // (tau + 1) local losses and the stop vote, then their sums over workers
     int n, inflight;
+    double votes; // once reduced: the workers' stop votes
     CommReq req;
 } RoundLosses;
 
@@ -67,17 +73,31 @@ static void round_log(Strategy *s, RoundLosses *r, int wait) {
         r->rec[i].loss = r->loss[i] / r->req.contributors;
         strategy_emit(s, &r->rec[i]);
     }
+    r->votes = r->loss[r->n];
     r->inflight = r->n = 0;
 }
 
 // End of a round: hands over the previous round's records (long since reduced), starts this
-// round's average.
-static void round_send(Strategy *s, Co2State *o) {
+// round's average with this worker's stop vote. Returns the previous round's votes.
+static double round_send(Strategy *s, Co2State *o, double vote) {
     round_log(s, &o->rl[1], 1);
+    double prev = o->rl[1].votes;
     RoundLosses t = o->rl[1];
     o->rl[1] = o->rl[0], o->rl[0] = t;
-    o->rl[1].req = comm_iallreduce_f64(s->grid->dp_comm, o->rl[1].loss, o->rl[1].n);
-    o->rl[1].inflight = 1;
+    RoundLosses *r = &o->rl[1];
+    r->loss[r->n] = vote;
+    r->req = comm_iallreduce_f64(s->grid->dp_comm, r->loss, r->n + 1);
+    r->inflight = 1, r->votes = 0;
+    return prev;
+}
+
+// The stop rule at a round end (see the top): the previous round carried a vote, or this
+// worker voted and so did every worker (the wait is for this round's small reduction only).
+static int round_stop(Strategy *s, Co2State *o, double prev, double vote) {
+    if (prev > 0) return 1;
+    if (vote <= 0) return 0;
+    round_log(s, &o->rl[1], 1);
+    return o->rl[1].votes >= o->rl[1].req.contributors;
 }
 
 // A checkpoint saved mid-run by CO2 restores every worker's outer state and inner AdamW
@@ -141,7 +161,7 @@ static int co2_create_s(Strategy *s) {
     const Comm *self = comm_split(s->grid->dp_comm, s->grid->dp_comm->rank, 0, "self");
     for (int i = 0; i < 2; i++) {
         o->rl[i].rec = xcalloc((size_t)c->tau, sizeof(StepRecord));
-        o->rl[i].loss = xcalloc((size_t)c->tau, sizeof(double));
+        o->rl[i].loss = xcalloc((size_t)c->tau + 1, sizeof(double));
     }
     if (whole_create(s, &o->w, self, 0)) return -1;
     CO2Config cc = whole_co2_config(c);
@@ -175,11 +195,13 @@ static int co2_step(Strategy *s, int step, int boundary) {
     StepRecord *rec = &o->rl[0].rec[o->rl[0].n]; // (stays valid when the rounds swap places)
     o->rl[0].loss[o->rl[0].n++] = loss;
     round_log(s, &o->rl[1], 0);
-    double wait = 0;
-    if ((step + 1) % c->tau == 0 || step + 1 == c->steps) {
+    double wait = 0, vote = 0, prev = 0;
+    int round_end = (step + 1) % c->tau == 0 || step + 1 == c->steps;
+    if (round_end) {
         Swapper *sw = o->w.sw;
         double e0 = sw ? swap_co2_exposed(sw) : co2_exposed(o->co2);
-        round_send(s, o); // ahead of the outer average
+        vote = strategy_stop_vote();
+        prev = round_send(s, o, vote); // ahead of the outer average
         if (sw && swap_co2_round_end(sw, ++o->rounds)) return -1;
         if (!sw) co2_round_end(o->co2);
         wait = (sw ? swap_co2_exposed(sw) : co2_exposed(o->co2)) - e0;
@@ -187,6 +209,7 @@ static int co2_step(Strategy *s, int step, int boundary) {
     r.seconds = now_sec() - t0;
     r.exposed = wait;
     *rec = r;
+    if (round_end) strategy_stop_tally(s, round_stop(s, o, prev, vote));
     return 0;
 }
 

@@ -44,10 +44,12 @@ static int dp_step(Strategy *s, int step, int boundary) {
     double loss = whole_grads(s, w, step);
     if (w->failed) return -1;
     int N = s->grid->dp;
+    double v[2] = {loss, strategy_stop_vote()}; // the stop vote rides on the loss's reduction
     if (N > 1) {
-        comm_allreduce_f64(s->grid->dp_comm, &loss, 1);
-        loss /= N;
+        comm_allreduce_f64(s->grid->dp_comm, v, 2);
+        loss = v[0] / N;
     }
+    strategy_stop_tally(s, v[1]);
     StepRecord r = {.step = step + 1, .loss = loss};
     whole_update(s, w, step, loss, &r);
     if (w->failed) return -1;

@@ -5,6 +5,10 @@
 // co2_outer_update) — the same rule, staleness and losses as --co2 under MPI, over whoever is in
 // the round. Windows: the peer at position p of the round's N participants (sorted by id)
 // reads what MPI rank p of N reads under --co2.
+// A stop signal (stop.h) is this peer's own business: it stops at the next round end when the
+// round's remaining steps fit well within the grace period, else at once; either way it saves
+// the state of its last round end (a peer's work between round ends exists only in its local
+// weights, which no resume uses) and leaves the swarm with a BYE.
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +17,7 @@
 
 #include "../common.h"
 #include "../parallel/co2.h"
+#include "../stop.h"
 #include "../swarm/swarm.h"
 #include "../testhooks.h"
 #include "strat_whole.h"
@@ -34,6 +39,7 @@ typedef struct {
     const StrategyData *orig;
     char *desc;     // the run description (joiners must match it)
     double drain_s; // the wait for the last round's average, after the last step
+    double step_s;  // a running mean of the step time (whether a round end fits a stop's grace)
 } Peer;
 
 // Micro-batch j of step `step`: window base + (step − round start)·N·K + j·N + pos.
@@ -297,6 +303,11 @@ static int peer_step(Strategy *s, int step, int boundary) {
     r.seconds = now_sec() - t0;
     r.exposed = wait;
     *rec = r;
+    p->step_s = p->step_s > 0 ? 0.8 * p->step_s + 0.2 * r.seconds : r.seconds;
+    if (stop_signal()) { // at a round end, or when the rest of the round would not fit the grace
+        int left = (int)((p->round + 1) * c->tau) - (step + 1);
+        if (p->n[0] == 0 || left * p->step_s > stop_grace_left() / 2) s->stop = 1;
+    }
     return 0;
 }
 
@@ -332,6 +343,16 @@ static int write_peer_file(const char *step_dir, void *ctx) {
 static int peer_save(Strategy *s, const char *dir, CkptMeta *meta, int final, CkptExtraFn extra,
                      void *extra_ctx, int keep) {
     Peer *p = s->impl;
+    if (!final && p->n[0] > 0) { // stopped mid-round: the round's start, its latest moments
+        int at = (int)(p->round * s->cfg->tau);
+        fprintf(stderr,
+                "loom peer %s: stopped %d steps into round %lld: saving the state of its start "
+                "(step %d; those steps are trained again on resume)\n",
+                s->cfg->peer_id, p->n[0], (long long)p->round + 1, at);
+        s->model->be->copy(s->model->params, p->anchor, s->model->nparams);
+        meta->step = at;
+        if (p->w.opt.t > at) p->w.opt.t = at; // (whole_save records it; a count <= the step)
+    }
     if (final || p->round < 1) // the final anchor (or nothing averaged yet): weights only
         return whole_save(s, &p->w, dir, meta, 1, extra, extra_ctx, NULL, NULL, keep);
     double mean[1];

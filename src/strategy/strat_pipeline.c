@@ -364,8 +364,13 @@ static int pp_create(Strategy *s) {
     return ps->p ? 0 : -1;
 }
 
+// A stop vote is summed with the batch's norm: under 2bw that reduction completes during the
+// next step on every rank, so the run stops one step after the vote (never mid-stream).
 static int pp_step(Strategy *s, int step, int boundary) {
-    pipeline_step(((PipeState *)s->impl)->p, step, boundary);
+    Pipeline *p = ((PipeState *)s->impl)->p;
+    pipeline_step(p, step, boundary, strategy_stop_vote());
+    int done = strcmp(s->cfg->schedule, "2bw") ? step : step - 1;
+    strategy_stop_tally(s, pipeline_stop_votes(p, done));
     return 0;
 }
 

@@ -251,7 +251,7 @@ static int tp_create(Strategy *s) {
 // rank of the gradient group (dp, or dp x cp) sums the reduced gradients of the slice it owns
 // (ZeRO 2: all it holds; ZeRO 0/1: the whole part on the group's rank 0 only), then the sums
 // are added over that group and tp.
-static double grad_sumsq(TP *t) {
+static double grad_sumsq(TP *t, double *votes) {
     const GPT *m = &t->part;
     const Grid *g = t->outer->grid;
     size_t lo, hi;
@@ -265,9 +265,11 @@ static double grad_sumsq(TP *t) {
         if (a < b && (!gpt_tp_replicated(m, i) || m->tp.i == 0))
             sum += m->be->sumsq(zero2 ? own + (a - lo) : m->grads + a, b - a);
     }
-    comm_allreduce_f64(t->gcomm, &sum, 1);
-    comm_allreduce_f64(g->tp_comm, &sum, 1);
-    return sum;
+    double v[2] = {sum, *votes}; // the stop vote: summed over dp x cp, then tp (every rank)
+    comm_allreduce_f64(t->gcomm, v, 2);
+    comm_allreduce_f64(g->tp_comm, v, 2);
+    *votes = v[1];
+    return v[0];
 }
 
 static int tp_step(Strategy *s, int step, int boundary) {
@@ -282,7 +284,9 @@ static int tp_step(Strategy *s, int step, int boundary) {
         loss /= N;
     }
     StepRecord r = {.step = step + 1, .loss = loss};
-    whole_update_sumsq(&t->inner, w, step, loss, grad_sumsq(t), &r);
+    double votes = strategy_stop_vote();
+    whole_update_sumsq(&t->inner, w, step, loss, grad_sumsq(t, &votes), &r);
+    strategy_stop_tally(s, votes);
     r.seconds = now_sec() - t0;
     r.exposed = N > 1 ? dp_exposed_wait(w->dp) : -1;
     t->steps++;

@@ -301,8 +301,9 @@ static void reduce_grads(T2 *t) {
 }
 
 // Σ g² over the whole model: every rank's own blocks, the column-replicated ones from row 0;
-// under ZeRO 1 each dp rank's slice of them.
-static double grad_sumsq(T2 *t) {
+// under ZeRO 1 each dp rank's slice of them. *votes (the stop votes, already summed over the
+// grid's columns and dp by mean_loss) rides along: summed over tp, it counts every rank's.
+static double grad_sumsq(T2 *t, double *votes) {
     const GPT *m = &t->part;
     double sum = 0;
     for (int k = 0; k < m->ntensors; k++) {
@@ -311,16 +312,22 @@ static double grad_sumsq(T2 *t) {
         if (b > a && (!gpt2d_col_replicated(m, k) || t->g.i == 0))
             sum += m->be->sumsq(m->grads + a, b - a);
     }
-    comm_allreduce_f64(t->outer->grid->tp_comm, &sum, 1);
-    if (t->nshard > 1) comm_allreduce_f64(t->outer->grid->dp_comm, &sum, 1);
-    return sum;
+    double v[2] = {sum, *votes};
+    comm_allreduce_f64(t->outer->grid->tp_comm, v, 2);
+    if (t->nshard > 1) comm_allreduce_f64(t->outer->grid->dp_comm, v, 2);
+    *votes = v[1];
+    return v[0];
 }
 
-// Σ of a forward's token losses over the grid's rows (and dp when dp_too), per token.
-static double mean_loss(T2 *t, double sum, double tokens, int dp_too) {
-    comm_allreduce_f64(t->axis[T2D_COL], &sum, 1);
-    if (dp_too && t->outer->grid->dp > 1) comm_allreduce_f64(t->outer->grid->dp_comm, &sum, 1);
-    return sum / tokens;
+// Σ of a forward's token losses over the grid's rows (and dp when dp_too), per token; votes
+// (may be NULL) rides along.
+static double mean_loss(T2 *t, double sum, double tokens, int dp_too, double *votes) {
+    double v[2] = {sum, votes ? *votes : 0};
+    int n = votes ? 2 : 1;
+    comm_allreduce_f64(t->axis[T2D_COL], v, n);
+    if (dp_too && t->outer->grid->dp > 1) comm_allreduce_f64(t->outer->grid->dp_comm, v, n);
+    if (votes) *votes = v[1];
+    return v[0] / tokens;
 }
 
 static int t2_step(Strategy *s, int step, int boundary) {
@@ -342,8 +349,10 @@ static int t2_step(Strategy *s, int step, int boundary) {
     t->counting = 0;
     double c1 = now_sec();
     reduce_grads(t);
-    StepRecord r = {.step = step + 1, .loss = mean_loss(t, sum, tokens, 1)};
-    r.norm = sqrt(grad_sumsq(t));
+    double votes = strategy_stop_vote();
+    StepRecord r = {.step = step + 1, .loss = mean_loss(t, sum, tokens, 1, &votes)};
+    r.norm = sqrt(grad_sumsq(t, &votes));
+    strategy_stop_tally(s, votes);
     r.lr = lr_at(&c->opt, step);
     r.applied = isfinite(r.loss) && isfinite(r.norm);
     if (r.applied) adamw_step(&t->opt, m, r.lr, clip_scale((float)r.norm, c->opt.grad_clip));
@@ -365,7 +374,7 @@ static double t2_evaluate(Strategy *s) {
     for (int k = 0; k < c->val_windows; k++) {
         s->data->val(s->data->ctx, k, t->inputs, t->targets);
         double l = gpt2d_forward(&t->part, &t->g, &t->ws, t->inputs, t->targets);
-        sum += mean_loss(t, l, (double)c->batch * c->seq, 0);
+        sum += mean_loss(t, l, (double)c->batch * c->seq, 0, NULL);
     }
     return c->val_windows ? sum / c->val_windows : NAN;
 }

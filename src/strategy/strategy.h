@@ -133,6 +133,9 @@ struct Strategy {
     int next_step;          // >= 0: the loop goes on at this step (set by a strategy whose clock
                             // is not its own: a peer that re-synced with its swarm); else -1
     int lead;               // world rank 0
+    int stop;               // every rank agreed to stop after the step just run (a stop signal
+                            // reached one of them; see strategy_stop_vote): the loop saves and
+                            // exits. Set only by the strategy, the same step on every rank.
     StepRecord *rec;        // records not yet taken by the loop
     int nrec, caprec;
     void *impl;
@@ -144,5 +147,13 @@ const StrategyOps *strategy_find(const StrategyConfig *c);
 void strategy_emit(Strategy *s, const StepRecord *r);
 // The oldest record not yet taken: 1 and *r, or 0.
 int strategy_take(Strategy *s, StepRecord *r);
+// Stopping on a signal (stop.h) at the same step on every rank, with no collective of its own:
+// each strategy adds this rank's vote (1: a stop signal arrived here, else 0) to a reduction its
+// step already makes that reaches every rank (a sum over the whole grid, directly or as sums of
+// sums over its axes), and hands the reduced sum to strategy_stop_tally, which sets s->stop when
+// it is > 0. A strategy whose steps reduce nothing across ranks decides where it can (CO2: at
+// round ends; a peer: locally). In a single process the vote is the tally.
+double strategy_stop_vote(void);
+void strategy_stop_tally(Strategy *s, double votes);
 // comm_failed for strategies over MPI, which cannot go on without a member: ends the job.
 _Noreturn void strategy_end_job(Strategy *s, int code, const char *msg);

@@ -14,7 +14,7 @@ void train_args_defaults(TrainArgs *a) {
     a->seed = 1337, a->threads = 0, a->recompute = 0, a->device = "cpu";
     a->on_nonfinite = "stop";
     a->save_every = 0, a->keep = 2, a->val_every = 0, a->val_windows = 8, a->log_every = 10;
-    a->progress = 1;
+    a->progress = 1, a->stop_grace = 25.f;
     a->peak_gflops = 0; // measure
     a->dp = 1, a->zero = 0, a->bucket_mb = 25.f, a->comm_timeout = 300.f;
     a->comm_thread = 1;

@@ -8,12 +8,15 @@
 
 #include "../common.h"
 #include "../io/safetensors.h"
+#include "../stop.h"
+#include "../testhooks.h"
 #include "run.h"
 
 typedef struct {
     Run *r;
     Strategy *s;
     int skipped;
+    int saved_step;          // the step of this run's last checkpoint (-1: none yet)
     double exposed, seconds; // totals over the logged steps
 } Loop;
 
@@ -112,7 +115,43 @@ static int save(Loop *l, int step, int final) {
         return EXIT_IO;
     }
     if (final && r->lead) fprintf(stderr, "loom: saved checkpoint to %s\n", r->a->save);
+    char kept[600];
+    l->saved_step = meta.step; // (a strategy may save an earlier state: a peer mid-round)
+    snprintf(kept, sizeof kept, "%.500s/latest names step %d, saved by this run", r->a->save,
+             meta.step);
+    stop_set_kept(kept);
     return 0;
+}
+
+// Every rank agreed to stop after step `done` (a stop signal, stop.h): what is in flight is
+// completed, the state saved as a periodic checkpoint would be (resuming continues exactly), and
+// the run ends with EXIT_STOPPED. The save is collective, so no rank exits before it is
+// committed.
+static int stop_run(Loop *l, int done) {
+    Run *r = l->r;
+    const TrainArgs *a = r->a;
+    Strategy *s = l->s;
+    progress_end(&r->pg);
+    s->ops->drain(s, 0);
+    int rc = take_records(l);
+    if (rc) return rc;
+    int sig = stop_signal();
+    if (r->lead)
+        fprintf(stderr, "loom: %s%s: stopped after step %d of %d%s\n",
+                sig ? stop_signame(sig) : "a stop signal", sig ? "" : " reached another rank", done,
+                a->steps, a->save ? "; saving" : "; no --save, so nothing is kept");
+    if (!a->save) return EXIT_STOPPED;
+    double t0 = now_sec();
+    if (save(l, done, 0)) {
+        if (r->lead) fprintf(stderr, "loom: the stop's checkpoint failed; %s\n", stop_kept());
+        return EXIT_INTERRUPTED;
+    }
+    char since[64] = "";
+    if (sig) snprintf(since, sizeof since, " (%.1f s after the signal)", stop_elapsed());
+    if (r->lead)
+        fprintf(stderr, "loom: saved step %d to %s in %.1f s%s; resume with --resume %s\n",
+                l->saved_step, a->save, now_sec() - t0, since, a->save);
+    return EXIT_STOPPED;
 }
 
 // The whole model's parameters (or gradients) written as safetensors by the lead rank.
@@ -136,6 +175,7 @@ static int run_steps(Loop *l) {
         int val = r->has_val && a->val_every > 0 && done % a->val_every == 0 && !last;
         int ckpt = a->save && a->save_every > 0 && done % a->save_every == 0 && !last;
         comm_set_context(done, "training step");
+        testhook_signal(r->world->rank, done);
         if (s->ops->step(s, step, val || ckpt || last)) run_fail(r, EXIT_USAGE);
         int rc = take_records(l);
         if (rc) return rc;
@@ -144,6 +184,7 @@ static int run_steps(Loop *l) {
             s->next_step = -1;
             continue;
         }
+        if (s->stop && !last) return stop_run(l, done);
         if (a->dump_grads && step == r->start && export_model(l, a->dump_grads, 1)) return EXIT_IO;
         if (val || ckpt) {
             s->ops->drain(s, 0);
@@ -219,11 +260,18 @@ int train_run(const TrainArgs *args) {
     run_setup_done(&r);
     run_peak(&r);
     banner(&r, &s);
-    Loop l = {.r = &r, .s = &s};
+    Loop l = {.r = &r, .s = &s, .saved_step = -1};
     progress_start(&r.pg, planned.progress && r.lead, r.start, planned.steps, planned.log_every);
+    if (planned.save) {
+        char kept[600];
+        snprintf(kept, sizeof kept, "%.500s holds no checkpoint of this run yet", planned.save);
+        stop_set_kept(kept);
+    }
+    stop_install(planned.stop_grace, r.lead);
     int rc = run_steps(&l);
     progress_end(&r.pg);
     if (!rc) rc = finish(&l);
+    stop_uninstall();
     ops->destroy(&s);
     comm_set_failure_handler(NULL, NULL);
     free(s.rec);

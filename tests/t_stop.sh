@@ -1,0 +1,197 @@
+#!/usr/bin/env bash
+# t_stop.sh — a stop signal (SIGTERM, SIGINT, SIGUSR1) saves the run (README "Stopping a run"):
+#   1. one process: a real SIGTERM from outside stops it at a step boundary with exit 8, a
+#      checkpoint of that step and a message; resuming continues bit-identically (losses and
+#      exported weights equal to a run that was never stopped); SIGINT and SIGUSR1 do the same;
+#      without --save it exits 8 saying nothing is kept;
+#   2. a second signal during the stop's save, or a grace period that runs out, exits 9 at once
+#      and `latest` still names the last complete checkpoint (the message says so);
+#   3. MPI: a signal that reaches ONE rank stops every rank at the same step, for dp (ZeRO 1
+#      and 3), pipeline 1f1b and 2bw, tp, cp, 2D tp, pp x tp, --offload and CO2 (at a round
+#      end: the next-but-one after a vote from one worker, the next when every worker voted),
+#      and each resumes bit-identically;
+#   4. scripts/loom-mpirun turns a SIGTERM into a SIGUSR1 for the job (which mpirun forwards
+#      without killing) and raises odls_base_sigkill_timeout to --stop-grace + 5;
+#   5. loom peer: stops at the next round end (leaving the swarm, which goes on) or, when the
+#      round's rest does not fit the grace period, at once with the state of the round's start;
+#      either checkpoint resumes.
+# Negative control: the comparison of the resumed run is run against a run with other data and
+# must fail.
+set -eu
+. "$(dirname "$0")/lib.sh"
+need_mpi
+d=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$d"; }
+trap cleanup EXIT
+mkshard "$d/train.bin" 64 40000 1
+mkshard "$d/other.bin" 64 40000 2
+base="--layers 2 --heads 2 --dim 32 --vocab 64 --block-size 32 --batch 4 --seq 16 --grad-accum 2
+      --lr 3e-3 --warmup 2 --lr-schedule cosine --min-lr 1e-4 --shuffle on --seed 11
+      --progress off"
+export OMP_NUM_THREADS=1
+
+# same NAME A.jsonl B.jsonl FULL.jsonl A.st FULL.st: the stopped run's and the resumed run's
+# losses are the uninterrupted run's, step for step, and the final weights are the same bytes.
+same() {
+    local name=$1 a=$2 b=$3 full=$4 sa=$5 sf=$6
+    cat "$a" "$b" | grep -o '"step":[0-9]*,"loss":[^,]*' > "$d/ab"
+    grep -o '"step":[0-9]*,"loss":[^,]*' "$full" > "$d/ff"
+    diff -q "$d/ff" "$d/ab" > /dev/null || { echo "$name: losses differ"; diff "$d/ff" "$d/ab" | head; return 1; }
+    cmp -s "$sa" "$sf" || { echo "$name: final weights differ"; return 1; }
+}
+
+echo "== 1. one process"
+flags="--data $d/train.bin $base --steps 12"
+$LOOM train $flags --metrics "$d/full.jsonl" --export "$d/full.st" 2>/dev/null
+# a real signal from outside, at whatever step the run has reached
+long="--data $d/train.bin $base --steps 1000000 --lr-schedule constant --warmup 0"
+$LOOM train $long --save "$d/real" --metrics "$d/real.jsonl" > "$d/real.log" 2>&1 &
+pid=$!
+pids+=($pid)
+for _ in $(seq 600); do [ "$(cat "$d/real.jsonl" 2>/dev/null | wc -l)" -ge 5 ] && break; sleep 0.1; done
+kill -TERM $pid
+rc=0; wait $pid || rc=$?
+[ "$rc" = 8 ] || { echo "SIGTERM: exit $rc, want 8"; cat "$d/real.log"; exit 1; }
+last=$(tail -1 "$d/real.jsonl" | grep -o '"step":[0-9]*' | cut -d: -f2)
+test "$(cat "$d/real/latest")" = "$(printf 'step_%08d' "$last")"
+grep -q "SIGTERM: stopped after step $last of 1000000; saving" "$d/real.log"
+grep -q "saved step $last to $d/real in" "$d/real.log"
+echo "SIGTERM from outside at step $last: exit 8, latest $(cat "$d/real/latest")"
+# the stopped run resumes bit-identically (the hook stops it at the same step every time)
+for sig in TERM INT USR1; do
+    rm -rf "$d/ck" "$d/a.jsonl" "$d/b.jsonl"
+    rc=0; LOOM_FAULT_SIGNAL=0:5:$sig $LOOM train $flags --save "$d/ck" --metrics "$d/a.jsonl" \
+        > "$d/a.log" 2>&1 || rc=$?
+    [ "$rc" = 8 ] || { echo "SIG$sig: exit $rc"; cat "$d/a.log"; exit 1; }
+    test "$(cat "$d/ck/latest")" = step_00000005
+    $LOOM train $flags --resume "$d/ck" --metrics "$d/b.jsonl" --export "$d/b.st" 2>/dev/null
+    same "SIG$sig" "$d/a.jsonl" "$d/b.jsonl" "$d/full.jsonl" "$d/b.st" "$d/full.st"
+    echo "SIG$sig at step 5: exit 8, step_00000005, resumed bit-identically"
+done
+# negative control: the comparison notices a resume onto other data
+$LOOM train ${flags/train.bin/other.bin} --resume "$d/ck" --metrics "$d/neg.jsonl" \
+    --export "$d/neg.st" 2>/dev/null
+if same neg "$d/a.jsonl" "$d/neg.jsonl" "$d/full.jsonl" "$d/neg.st" "$d/full.st" > /dev/null; then
+    echo "a resume on other data passed the comparison: it cannot fail"; exit 1
+fi
+rc=0; LOOM_FAULT_SIGNAL=0:3 $LOOM train $flags > "$d/nosave.log" 2>&1 || rc=$?
+[ "$rc" = 8 ] && grep -q "no --save, so nothing is kept" "$d/nosave.log"
+echo "no --save: exit 8, says nothing is kept"
+
+echo "== 2. a second signal, and the grace period"
+# the stop's save is slowed (LOOM_SAVE_DELAY) so that a second signal lands inside it
+rm -rf "$d/ck2"
+LOOM_SAVE_DELAY=30@7 LOOM_FAULT_SIGNAL=0:7 $LOOM train $flags --save "$d/ck2" --save-every 2 \
+    --stop-grace 0 > "$d/two.log" 2>&1 &
+pid=$!
+pids+=($pid)
+for _ in $(seq 1200); do grep -q "stopped after step 7" "$d/two.log" && break; sleep 0.1; done
+grep -q "stopped after step 7" "$d/two.log" || { echo "never reached the stop"; cat "$d/two.log"; exit 1; }
+kill -INT $pid
+rc=0; wait $pid || rc=$?
+[ "$rc" = 9 ] || { echo "second signal: exit $rc, want 9"; cat "$d/two.log"; exit 1; }
+grep -q "SIGINT again: exiting now without finishing the checkpoint; $d/ck2/latest names step 6" "$d/two.log" || { cat "$d/two.log"; exit 1; }
+test "$(cat "$d/ck2/latest")" = step_00000006
+$LOOM export "$d/ck2" -o "$d/ck2.st" 2>/dev/null
+echo "second signal during the save: exit 9, latest still step_00000006 and loads"
+rm -rf "$d/ck3"
+rc=0; LOOM_SAVE_DELAY=30@7 LOOM_FAULT_SIGNAL=0:7 $LOOM train $flags --save "$d/ck3" --save-every 4 \
+    --stop-grace 2 > "$d/grace.log" 2>&1 || rc=$?
+[ "$rc" = 9 ] || { echo "grace: exit $rc, want 9"; cat "$d/grace.log"; exit 1; }
+grep -q "the stop grace period ran out: exiting now without finishing the checkpoint; $d/ck3/latest names step 4" "$d/grace.log"
+test "$(cat "$d/ck3/latest")" = step_00000004
+echo "grace period ran out during the save: exit 9, latest still step_00000004"
+
+echo "== 3. MPI: a signal on one rank stops every rank at the same step"
+# mpi NAME NP SIGNAL STEPS WANT FLAGS...: an uninterrupted run, a run stopped by
+# LOOM_FAULT_SIGNAL=SIGNAL (RANK:STEP), which must save step WANT, and its resume; compared.
+mpi() {
+    local name=$1 np=$2 sig=$3 steps=$4 want=$5; shift 5
+    local f="--data $d/train.bin $base --steps $steps"
+    $MPI -np "$np" $LOOM train $f "$@" --metrics "$d/$name.full.jsonl" --export "$d/$name.full.st" \
+        > "$d/$name.full.log" 2>&1 || { echo "$name: uninterrupted run failed"; tail "$d/$name.full.log"; return 1; }
+    local rc=0
+    LOOM_FAULT_SIGNAL=$sig $MPI -np "$np" -x LOOM_FAULT_SIGNAL $LOOM train $f "$@" --save "$d/$name.ck" \
+        --metrics "$d/$name.a.jsonl" > "$d/$name.a.log" 2>&1 || rc=$?
+    [ "$rc" = 8 ] || { echo "$name: stopped run exit $rc, want 8"; tail -20 "$d/$name.a.log"; return 1; }
+    test "$(cat "$d/$name.ck/latest")" = "$(printf 'step_%08d' "$want")" ||
+        { echo "$name: saved $(cat "$d/$name.ck/latest"), want step $want"; return 1; }
+    $MPI -np "$np" $LOOM train $f "$@" --resume "$d/$name.ck" --metrics "$d/$name.b.jsonl" \
+        --export "$d/$name.b.st" > "$d/$name.b.log" 2>&1 || { echo "$name: resume failed"; tail "$d/$name.b.log"; return 1; }
+    same "$name" "$d/$name.a.jsonl" "$d/$name.b.jsonl" "$d/$name.full.jsonl" "$d/$name.b.st" "$d/$name.full.st"
+    echo "$name: signal $sig -> every rank stopped after step $want, resumed bit-identically"
+}
+mpi dp2-zero1 2 1:5 12 5 --dp 2 --zero 1
+mpi dp2-zero3 2 0:5 12 5 --dp 2 --zero 3
+mpi pp2-1f1b 2 1:5 12 5 --pp 2
+mpi pp2-2bw 2 1:5 12 5 --pp 2 --schedule 2bw
+mpi tp2 2 1:5 12 5 --tp 2 --sp
+mpi cp2 2 1:5 12 5 --cp 2
+mpi tp4-2d 4 3:5 12 5 --tp 4 --tp-mode 2d
+mpi pp2-tp2 4 2:5 12 5 --pp 2 --tp 2
+mkdir -p "$d/scratch"
+mpi dp2-offload 2 1:5 12 5 --dp 2 --offload disk --offload-dir "$d/scratch" --fast-mem 64M
+# CO2 (tau 4): rank 1's vote at the round end of step 8 is seen by every worker at the next one
+mpi co2-one 2 1:5 16 12 --dp 2 --co2 --tau 4
+# ... and when every worker votes at the same round end, all stop there
+mpi co2-all 2 all:5 16 8 --dp 2 --co2 --tau 4 --zero 1
+
+echo "== 4. scripts/loom-mpirun"
+mkdir -p "$d/fake"
+printf '#!/bin/sh\necho "timeout=$OMPI_MCA_odls_base_sigkill_timeout"\n' > "$d/fake/mpirun"
+chmod +x "$d/fake/mpirun"
+lm=$(dirname "$0")/../scripts/loom-mpirun
+t1=$(env -u OMPI_MCA_odls_base_sigkill_timeout PATH="$d/fake:$PATH" "$lm" -np 2 x train --steps 3)
+t2=$(env -u OMPI_MCA_odls_base_sigkill_timeout PATH="$d/fake:$PATH" "$lm" -np 2 x train --stop-grace 7.5)
+[ "$t1" = timeout=30 ] && [ "$t2" = timeout=13 ] || { echo "loom-mpirun: $t1 / $t2"; exit 1; }
+echo "loom-mpirun: odls_base_sigkill_timeout 30 by default, 13 with --stop-grace 7.5"
+# a SIGTERM to the script reaches the ranks as SIGUSR1 (the timeout is lowered here only so that
+# mpirun, which waits it out twice after a rank exits non-zero, returns quickly)
+OMPI_MCA_odls_base_sigkill_timeout=1 "$lm" --oversubscribe --mca btl self,vader,tcp -np 2 \
+    $LOOM train $long --dp 2 --save "$d/lm" --metrics "$d/lm.jsonl" > "$d/lm.log" 2>&1 &
+pid=$!
+pids+=($pid)
+for _ in $(seq 600); do [ "$(cat "$d/lm.jsonl" 2>/dev/null | wc -l)" -ge 5 ] && break; sleep 0.1; done
+kill -TERM $pid
+rc=0; wait $pid || rc=$?
+[ "$rc" = 8 ] || { echo "loom-mpirun: exit $rc, want 8"; tail "$d/lm.log"; exit 1; }
+grep -q "SIGUSR1: stopped after step" "$d/lm.log"
+test -f "$d/lm/$(cat "$d/lm/latest")/checkpoint.json"
+echo "loom-mpirun: SIGTERM -> the job stopped with exit 8 and $(cat "$d/lm/latest")"
+
+echo "== 5. loom peer"
+$LOOM keygen -o "$d/secret" 2>/dev/null
+port=$((20000 + RANDOM % 20000))
+pm="--data $d/train.bin --layers 2 --heads 2 --dim 32 --vocab 64 --block-size 32 --batch 2
+    --seq 16 --lr 3e-3 --tau 3 --steps 30 --progress off --peer-timeout 2 --secret $d/secret"
+$LOOM peer $pm --peer-id a --listen "127.0.0.1:$port" --min-peers 2 --save "$d/pa" > "$d/pa.log" 2>&1 &
+pa=$!
+pids+=($pa)
+LOOM_FAULT_SIGNAL=0:8 $LOOM peer $pm --peer-id b --listen "127.0.0.1:$((port + 1))" \
+    --bootstrap "127.0.0.1:$port" --min-peers 2 --save "$d/pb" > "$d/pb.log" 2>&1 &
+pb=$!
+pids+=($pb)
+rc=0; wait $pb || rc=$?
+[ "$rc" = 8 ] || { echo "peer b: exit $rc, want 8"; cat "$d/pb.log"; exit 1; }
+rc=0; wait $pa || rc=$?
+[ "$rc" = 0 ] || { echo "peer a: exit $rc after b left"; cat "$d/pa.log"; exit 1; }
+test "$(cat "$d/pb/latest")" = step_00000009
+grep -q "b left the swarm (said bye)" "$d/pa.log"
+$LOOM peer $pm --peer-id b --listen "127.0.0.1:$((port + 2))" --resume "$d/pb" \
+    --metrics "$d/pb2.jsonl" > "$d/pb2.log" 2>&1 || { echo "peer b: resume failed"; cat "$d/pb2.log"; exit 1; }
+head -1 "$d/pb2.jsonl" | grep -q '"step":10,'
+echo "peer b: signal at step 8 -> stopped at the round end (step 9), said bye; a finished; b resumed"
+# a round whose rest does not fit the grace period: stop at once, keep the round's start
+big="--data $d/train.bin --layers 4 --heads 4 --dim 256 --vocab 64 --block-size 64 --batch 4
+     --seq 64 --lr 3e-3 --tau 20 --steps 60 --progress off --secret $d/secret"
+rc=0; LOOM_FAULT_SIGNAL=0:23 $LOOM peer $big --peer-id c --listen "127.0.0.1:$((port + 3))" \
+    --save "$d/pc" --stop-grace 2 > "$d/pc.log" 2>&1 || rc=$?
+[ "$rc" = 8 ] || { echo "peer c: exit $rc, want 8"; cat "$d/pc.log"; exit 1; }
+test "$(cat "$d/pc/latest")" = step_00000020
+grep -q "stopped 3 steps into round 2: saving the state of its start" "$d/pc.log"
+$LOOM peer $big --peer-id c --listen "127.0.0.1:$((port + 4))" --resume "$d/pc" --steps 22 \
+    --metrics "$d/pc2.jsonl" > "$d/pc2.log" 2>&1 || { echo "peer c: resume failed"; cat "$d/pc2.log"; exit 1; }
+head -1 "$d/pc2.jsonl" | grep -q '"step":21,'
+echo "peer c: mid-round stop saved step 20 (the round's start), which resumes"
+echo "all stop checks passed"
