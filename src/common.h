@@ -23,6 +23,10 @@ void *xcalloc(size_t n, size_t size);
 float *xalloc_floats(size_t n);
 
 double now_sec(void);
+// Blocks the asynchronous signals a run answers (SIGTERM, SIGINT, SIGUSR1, SIGALRM: stop.h) in
+// the calling thread, so that helper threads (progress, I/O, network) never take them and the
+// calls they make are not interrupted.
+void thread_block_signals(void);
 // The intersection of [a, b) and [lo, hi): its start in *start and its length (0 when empty).
 static inline size_t range_isect(size_t a, size_t b, size_t lo, size_t hi, size_t *start) {
     size_t s = a > lo ? a : lo, e = b < hi ? b : hi;

@@ -137,6 +137,7 @@ static void finish_piece(Tier *t, Req *r, size_t n, int err) {
 
 static void *worker(void *arg) {
     Tier *t = arg;
+    thread_block_signals();
     pthread_mutex_lock(&t->mu);
     for (;;) {
         Req *r = next_ready(t);

@@ -145,6 +145,7 @@ static double progress_interval = 1e-3;
 
 static void *progress_main(void *arg) {
     (void)arg;
+    thread_block_signals();
     struct timespec nap = {0, (long)(progress_interval * 1e9)};
     while (atomic_load(&comm_progress_on)) {
         nanosleep(&nap, NULL);
@@ -174,6 +175,7 @@ static double hb_interval;
 
 static void *hb_main(void *arg) {
     (void)arg;
+    thread_block_signals();
     struct timespec nap = {0, 10000000}; // 10 ms: comm_busy_end never waits long
     double next = 0;
     while (atomic_load(&hb_on)) {

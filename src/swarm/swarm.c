@@ -153,6 +153,7 @@ static void dispatch(Swarm *s, const void *buf, size_t len) {
 
 static void *net_main(void *arg) {
     Swarm *s = arg;
+    thread_block_signals();
     pthread_mutex_lock(&s->mu);
     while (!s->stop) {
         pthread_mutex_unlock(&s->mu);
