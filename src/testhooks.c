@@ -25,7 +25,25 @@ int testhook_fault(int rank, int step) {
     return 0;
 }
 
-int testhook_save_fault(void) { return getenv("LOOM_FAULT_SAVE") != NULL; }
+int testhook_save_fault(int step) {
+    const char *v = getenv("LOOM_FAULT_SAVE");
+    if (!v || !strncmp(v, "rank:", 5)) return 0;
+    if (strncmp(v, "step:", 5)) return 1; // every save
+    for (const char *p = v + 5; *p;) {
+        char *end;
+        long n = strtol(p, &end, 10);
+        if (end == p || (*end && *end != ',')) return 0; // not a list of step numbers
+        if (n == step) return 1;
+        p = end + (*end == ',');
+    }
+    return 0;
+}
+
+int testhook_save_rank_fault(int rank, int step) {
+    const char *v = getenv("LOOM_FAULT_SAVE");
+    int r, s;
+    return v && sscanf(v, "rank:%d:step:%d", &r, &s) == 2 && r == rank && s == step;
+}
 
 void testhook_save_pause(int rank, int step) {
     const char *v = getenv("LOOM_FAULT_SAVE_PAUSE");

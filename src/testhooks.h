@@ -7,6 +7,9 @@
 //   LOOM_FAULT_MISMATCH=RANK:STEP  that rank enters a world barrier the others never enter
 //                              (mismatched collectives: every rank alive, none progressing)
 //   LOOM_FAULT_SAVE=1          a checkpoint save fails just before its commit
+//   LOOM_FAULT_SAVE=step:N[,N...]  only the saves of those steps fail (there); later ones work
+//   LOOM_FAULT_SAVE=rank:R:step:N  rank R of the save fails writing its files for step N
+//                              (after its shard), the other ranks' writes succeed
 //   LOOM_FAULT_SAVE_PAUSE=RANK:STEP  that rank stops inside its shard write of the step-STEP
 //                              save, after the first array is written (a partial file on disk),
 //                              and says so on stderr with its pid, for a test to SIGKILL it
@@ -31,7 +34,10 @@
 // Kills, hangs or stops this rank if LOOM_FAULT_KILL / _HANG / _STOP name it and this step;
 // returns 1 if LOOM_FAULT_MISMATCH does (the caller then enters a barrier nobody else does).
 int testhook_fault(int rank, int step);
-int testhook_save_fault(void);
+// LOOM_FAULT_SAVE: whether the commit of the step-`step` save fails.
+int testhook_save_fault(int step);
+// LOOM_FAULT_SAVE=rank:R:step:N: whether that rank's file writes of that save fail.
+int testhook_save_rank_fault(int rank, int step);
 // LOOM_FAULT_SAVE_PAUSE: never returns when it names this rank and step.
 void testhook_save_pause(int rank, int step);
 // LOOM_FAULT_SAVE_KILL: SIGKILLs this process when it names `point`.

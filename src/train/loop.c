@@ -99,6 +99,38 @@ static int validate(Loop *l, int step, int final) {
     return 0;
 }
 
+// A save that failed: every rank has the same reason (ckpt_save.c), the partial directory is
+// gone and the previous checkpoints and `latest` are as they were. The lead rank warns and
+// records it in the metrics; a periodic save is tried again at the next --save-every (unless
+// --save-on-error stop), a failed final save ends the run with EXIT_IO.
+static int save_failed(Loop *l, int step, int final) {
+    Run *r = l->r;
+    const TrainArgs *a = r->a;
+    int stop = final || !strcmp(a->save_on_error, "stop");
+    char reason[1024];
+    snprintf(reason, sizeof reason, "%s", loom_errmsg());
+    progress_end(&r->pg);
+    if (r->lead) {
+        fprintf(stderr, "loom: WARNING: the checkpoint of step %d was NOT saved: %s\n", step,
+                reason);
+        if (stop)
+            fprintf(stderr, "loom: stopping (%s); the last complete checkpoint in %s is kept\n",
+                    final ? "the final save failed" : "--save-on-error stop", a->save);
+        else if (step + a->save_every < a->steps)
+            fprintf(stderr,
+                    "loom: training goes on; %s keeps its checkpoints, the next save is at "
+                    "step %d\n",
+                    a->save, step + a->save_every);
+        else
+            fprintf(stderr,
+                    "loom: training goes on; %s keeps its checkpoints, the next save is at "
+                    "the end\n",
+                    a->save);
+        if (metrics_save_failed(&r->mt, step, reason)) return metrics_failed(l);
+    }
+    return stop ? EXIT_IO : 0;
+}
+
 static int save(Loop *l, int step, int final) {
     Run *r = l->r;
     comm_set_context(step, "checkpoint");
@@ -106,11 +138,7 @@ static int save(Loop *l, int step, int final) {
     if (l->s->ops->data_window) meta.data_window = l->s->ops->data_window(l->s, step);
     int rc = l->s->ops->save(l->s, r->a->save, &meta, final, run_save_extras, r, r->a->keep);
     free(meta.train_args);
-    if (rc) {
-        progress_end(&r->pg);
-        if (r->lead) fprintf(stderr, "loom: checkpoint failed: %s\n", loom_errmsg());
-        return EXIT_IO;
-    }
+    if (rc) return save_failed(l, step, final);
     if (final && r->lead) fprintf(stderr, "loom: saved checkpoint to %s\n", r->a->save);
     return 0;
 }
