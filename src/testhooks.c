@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 int testhook_fault(int rank, int step) {
@@ -69,6 +70,20 @@ int testhook_save_no_exchange(void) { return getenv("LOOM_SAVE_NO_EXCHANGE") != 
 double testhook_save_delay(void) {
     const char *v = getenv("LOOM_SAVE_DELAY");
     return v ? atof(v) : 0;
+}
+
+void testhook_save_gate(int step) {
+    const char *v = getenv("LOOM_SAVE_GATE");
+    if (!v) return;
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", v);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return;
+    fprintf(f, "%d\n", step);
+    if (fclose(f) || rename(tmp, v)) return; // whole, at once
+    struct timespec nap = {0, 10 * 1000 * 1000};
+    while (access(v, F_OK) == 0)
+        nanosleep(&nap, NULL);
 }
 
 size_t testhook_comm_chunk(void) {

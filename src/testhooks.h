@@ -19,6 +19,8 @@
 //   LOOM_SAVE_NO_EXCHANGE=1    re-saving a step takes the path for filesystems without
 //                              renameat2(RENAME_EXCHANGE) (old directory renamed to .old first)
 //   LOOM_SAVE_DELAY=S          rank 0 takes S more seconds to commit a checkpoint (a slow disk)
+//   LOOM_SAVE_GATE=FILE        as each save begins, rank 0 writes its step into FILE and waits
+//                              until FILE is gone (a test changes the disk between saves)
 //   LOOM_COMM_DELAY=S          collectives of ≥ 4096 floats complete no earlier than S seconds
 //                              after they start (an emulated slow link, for overlap tests); a
 //                              collective moved in pieces has the delay spread over its pieces
@@ -44,6 +46,8 @@ void testhook_save_pause(int rank, int step);
 void testhook_save_kill(const char *point);
 int testhook_save_no_exchange(void);
 double testhook_save_delay(void);
+// LOOM_SAVE_GATE: writes `step` into the file and returns once the file has been removed.
+void testhook_save_gate(int step);
 double testhook_comm_delay(void);
 size_t testhook_comm_chunk(void);
 int testhook_tag_ub(void);

@@ -80,6 +80,7 @@ int ckpt_save_collective(const char *dir, const Comm *c, const CkptShard *mine,
     // busy section, so their watchdog hears this rank is working (comm_busy_begin).
     char part[4200];
     comm_busy_begin(c);
+    if (c->rank == 0) testhook_save_gate(meta->step);
     int made = c->rank == 0 && ckpt_begin(dir, meta->step, part, sizeof part) == 0;
     int rc =
         c->rank != 0 ? path_fmt(part, sizeof part, "%s/step_%08d.partial", dir, meta->step) : !made;

@@ -269,7 +269,7 @@ static int check_offload(Run *r) {
 // The run owns its --save directory until it exits (io/dirlock.h): world rank 0, which commits
 // every save, takes the lock before anything is written there; the other ranks write only into
 // a step's partial directory once rank 0 has created it, under that lock, and learn rank 0's
-// verdict from a broadcast, so that every rank exits with the same status: EXIT_USAGE when
+// verdict from a broadcast, so that every rank exits cleanly with the same status: EXIT_USAGE when
 // another run holds the directory, EXIT_IO when it cannot be created or locked.
 static void lock_save_dir(Run *r) {
     int code = 0;
@@ -278,9 +278,11 @@ static void lock_save_dir(Run *r) {
         code = r->save_lock == -2 ? EXIT_USAGE : r->save_lock < 0 ? EXIT_IO : 0;
     }
     comm_broadcast(r->world, &code, sizeof code, 0);
-    if (code) {
-        if (!r->lead) loom_fail("rank 0 could not lock %s", r->a->save);
-        run_fail(r, code);
+    if (code) { // every rank knows: all leave MPI cleanly, so mpirun ends no rank early
+        if (r->lead) fprintf(stderr, "loom: %s\n", loom_errmsg());
+        fflush(stderr);
+        comm_finalize();
+        exit(code);
     }
 }
 
