@@ -92,10 +92,13 @@ w("config/good.json", '{"layers": 2, "steps": 10, "lr": 3e-4, "beta1": 0.9, "lr_
 w("config/strings.json", '{"shuffle": "off", "lr-schedule": "cosine", "steps": -3, "beta1": 1e308}')
 w("config/bad.json", '{"layers": 2.5, "steps": "ten"}')
 
-# metrics: hand-written rows with non-finite values, a resume, validation rows
+# metrics: hand-written rows with non-finite values, a resume, validation rows, a failed save
 w("metrics/edge.jsonl", '{"step": 1, "loss": 3.5, "lr": 1e-4, "grad_norm": nan, "step_ms": 10, "tokens_per_s": 800}\n'
   '{"step": 2, "loss": inf, "tokens": 16}\n{"step": 1, "loss": -Infinity, "val_loss": "nan"}\n'
   '\n  {"step": 3, "val_loss": 2.0, "tokens": 24}\r\n{"other": 1}\n')
+w("metrics/save_failed.jsonl", '{"step": 1, "loss": 3.5, "tokens": 8}\n{"step": 2, "loss": 3.25, "tokens": 16}\n'
+  '{"step": 2, "save_failed": "ck/step_00000002.partial/shard_00000.bin: write failed: No space left on device \\"q\\" \\u00ff"}\n'
+  '{"step": 3, "loss": 3.0, "tokens": 24}\n')
 
 # CO2 state files: the first byte is the harness's selector (bit 0: fix the CRC; bits 1-2:
 # expected lengths {3,5,0}/{0,0,0}/{1,1,1}/{16,0,2}; bits 3-4: one more array each; bit 5:

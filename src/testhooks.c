@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 int testhook_fault(int rank, int step) {
@@ -44,7 +45,25 @@ void testhook_signal(int rank, int step) {
     kill(getpid(), sig); // process-directed, as one from outside
 }
 
-int testhook_save_fault(void) { return getenv("LOOM_FAULT_SAVE") != NULL; }
+int testhook_save_fault(int step) {
+    const char *v = getenv("LOOM_FAULT_SAVE");
+    if (!v || !strncmp(v, "rank:", 5)) return 0;
+    if (strncmp(v, "step:", 5)) return 1; // every save
+    for (const char *p = v + 5; *p;) {
+        char *end;
+        long n = strtol(p, &end, 10);
+        if (end == p || (*end && *end != ',')) return 0; // not a list of step numbers
+        if (n == step) return 1;
+        p = end + (*end == ',');
+    }
+    return 0;
+}
+
+int testhook_save_rank_fault(int rank, int step) {
+    const char *v = getenv("LOOM_FAULT_SAVE");
+    int r, s;
+    return v && sscanf(v, "rank:%d:step:%d", &r, &s) == 2 && r == rank && s == step;
+}
 
 void testhook_save_pause(int rank, int step) {
     const char *v = getenv("LOOM_FAULT_SAVE_PAUSE");
@@ -72,6 +91,20 @@ double testhook_save_delay(int step) {
     if (!v) return 0;
     const char *at = strchr(v, '@');
     return !at || atoi(at + 1) == step ? atof(v) : 0;
+}
+
+void testhook_save_gate(int step) {
+    const char *v = getenv("LOOM_SAVE_GATE");
+    if (!v) return;
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", v);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return;
+    fprintf(f, "%d\n", step);
+    if (fclose(f) || rename(tmp, v)) return; // whole, at once
+    struct timespec nap = {0, 10 * 1000 * 1000};
+    while (access(v, F_OK) == 0)
+        nanosleep(&nap, NULL);
 }
 
 size_t testhook_comm_chunk(void) {

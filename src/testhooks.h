@@ -10,6 +10,9 @@
 //                              itself the signal (default TERM) as the step starts: a stop
 //                              request reaching one rank, or all of them
 //   LOOM_FAULT_SAVE=1          a checkpoint save fails just before its commit
+//   LOOM_FAULT_SAVE=step:N[,N...]  only the saves of those steps fail (there); later ones work
+//   LOOM_FAULT_SAVE=rank:R:step:N  rank R of the save fails writing its files for step N
+//                              (after its shard), the other ranks' writes succeed
 //   LOOM_FAULT_SAVE_PAUSE=RANK:STEP  that rank stops inside its shard write of the step-STEP
 //                              save, after the first array is written (a partial file on disk),
 //                              and says so on stderr with its pid, for a test to SIGKILL it
@@ -20,6 +23,8 @@
 //                              renameat2(RENAME_EXCHANGE) (old directory renamed to .old first)
 //   LOOM_SAVE_DELAY=S[@STEP]   rank 0 takes S more seconds to commit a checkpoint (a slow disk;
 //                              with @STEP only the checkpoint of that step)
+//   LOOM_SAVE_GATE=FILE        as each save begins, rank 0 writes its step into FILE and waits
+//                              until FILE is gone (a test changes the disk between saves)
 //   LOOM_COMM_DELAY=S          collectives of ≥ 4096 floats complete no earlier than S seconds
 //                              after they start (an emulated slow link, for overlap tests); a
 //                              collective moved in pieces has the delay spread over its pieces
@@ -37,13 +42,18 @@
 int testhook_fault(int rank, int step);
 // LOOM_FAULT_SIGNAL: sends this process the signal when it names this rank and step.
 void testhook_signal(int rank, int step);
-int testhook_save_fault(void);
+// LOOM_FAULT_SAVE: whether the commit of the step-`step` save fails.
+int testhook_save_fault(int step);
+// LOOM_FAULT_SAVE=rank:R:step:N: whether that rank's file writes of that save fail.
+int testhook_save_rank_fault(int rank, int step);
 // LOOM_FAULT_SAVE_PAUSE: never returns when it names this rank and step.
 void testhook_save_pause(int rank, int step);
 // LOOM_FAULT_SAVE_KILL: SIGKILLs this process when it names `point`.
 void testhook_save_kill(const char *point);
 int testhook_save_no_exchange(void);
 double testhook_save_delay(int step);
+// LOOM_SAVE_GATE: writes `step` into the file and returns once the file has been removed.
+void testhook_save_gate(int step);
 double testhook_comm_delay(void);
 size_t testhook_comm_chunk(void);
 int testhook_tag_ub(void);

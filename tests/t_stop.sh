@@ -5,7 +5,8 @@
 #      exported weights equal to a run that was never stopped); SIGINT and SIGUSR1 do the same;
 #      without --save it exits 8 saying nothing is kept;
 #   2. a second signal during the stop's save, or a grace period that runs out, exits 9 at once
-#      and `latest` still names the last complete checkpoint (the message says so);
+#      and `latest` still names the last complete checkpoint (the message says so); so does a
+#      stop whose save fails;
 #   3. MPI: a signal that reaches ONE rank stops every rank at the same step, for dp (ZeRO 1
 #      and 3), pipeline 1f1b and 2bw, tp, cp, 2D tp, pp x tp, --offload and CO2 (at a round
 #      end: the next-but-one after a vote from one worker, the next when every worker voted),
@@ -102,6 +103,13 @@ rc=0; LOOM_SAVE_DELAY=30@7 LOOM_FAULT_SIGNAL=0:7 $LOOM train $flags --save "$d/c
 grep -q "the stop grace period ran out: exiting now without finishing the checkpoint; $d/ck3/latest names step 4" "$d/grace.log"
 test "$(cat "$d/ck3/latest")" = step_00000004
 echo "grace period ran out during the save: exit 9, latest still step_00000004"
+rm -rf "$d/ck4"
+rc=0; LOOM_FAULT_SAVE=step:7 LOOM_FAULT_SIGNAL=0:7 $LOOM train $flags --save "$d/ck4" --save-every 4 \
+    > "$d/fail.log" 2>&1 || rc=$?
+[ "$rc" = 9 ] || { echo "failed stop save: exit $rc, want 9"; cat "$d/fail.log"; exit 1; }
+grep -q "stopping (the stop's save failed); the last complete checkpoint in $d/ck4 is kept" "$d/fail.log"
+test "$(cat "$d/ck4/latest")" = step_00000004 && [ ! -e "$d/ck4/step_00000007.partial" ]
+echo "the stop's save failed: exit 9, latest still step_00000004, no partial directory"
 
 echo "== 3. MPI: a signal on one rank stops every rank at the same step"
 # mpi NAME NP SIGNAL STEPS WANT FLAGS...: an uninterrupted run, a run stopped by

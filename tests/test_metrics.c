@@ -1,7 +1,7 @@
 // test_metrics.c — the metrics JSON Lines writer: non-finite values written as null (JSON),
 // read back by the strict reader as NaN; bare nan / inf rejected with a message that says why;
 // a failed write (ENOSPC on /dev/full) reported once, naming the file, and every later write
-// failing too.
+// failing too; a failed save's record is JSON whatever its reason holds, and the reader skips it.
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -105,8 +105,45 @@ TEST(write_failure_reported) {
     metrics_close(&mt);
 }
 
+// A failed checkpoint save: {"step","save_failed":"<reason>"}, the reason escaped (quotes,
+// backslashes, control bytes, bytes that are not UTF-8) and kept when it is valid UTF-8; the
+// reader takes the rows around it and skips it (it has no loss).
+TEST(save_failed_record) {
+    char path[] = "/tmp/loom_metrics_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0, "mkstemp");
+    if (fd < 0) return;
+    close(fd);
+    Metrics mt;
+    CHECK(metrics_open(&mt, path, 0) == 0, "%s", loom_errmsg());
+    MetricsStep a = {.step = 4, .loss = 3.5, .exposed_ms = -1, .io_ms = -1}, b = a;
+    b.step = 5, b.loss = 3.25;
+    CHECK(metrics_step(&mt, &a) == 0, "step: %s", loom_errmsg());
+    CHECK(metrics_save_failed(&mt, 4, "ck/\"d\\\xc3\xa9\x01\xff: No space left\n") == 0, "%s",
+          loom_errmsg());
+    CHECK(metrics_step(&mt, &b) == 0, "step: %s", loom_errmsg());
+    metrics_close(&mt);
+    char *text = slurp(path);
+    CHECK(text != NULL, "read back");
+    if (!text) return;
+    const char *want = "{\"step\":4,\"save_failed\":\"ck/\\\"d\\\\\xc3\xa9\\u0001\\u00ff: No space "
+                       "left\\u000a\"}\n";
+    CHECK(strstr(text, want) != NULL, "got:\n%s", text);
+    MetricsLog m;
+    int rc = metrics_parse(text, strlen(text), path, &m);
+    CHECK(rc == 0, "reader: %s", loom_errmsg());
+    if (!rc) {
+        CHECK(m.n == 2 && m.n_val == 0 && m.step[0] == 4 && m.step[1] == 5 && m.loss[1] == 3.25,
+              "rows %zu %zu", m.n, m.n_val);
+        metrics_free(&m);
+    }
+    free(text);
+    unlink(path);
+}
+
 int main(void) {
     RUN(nonfinite_written_as_null);
+    RUN(save_failed_record);
     RUN(bare_nonfinite_rejected);
     RUN(write_failure_reported);
     return test_summary();

@@ -198,13 +198,17 @@ int ckpt_write_shard(const char *part, int rank, int step, const CkptShard *sh,
     return write_shard(path, rank, step, sh, &info->crc);
 }
 
+void ckpt_discard(const char *part) { rm_rf(part); }
+
 // Moves the complete directory part to final. An older directory of the same step (which
-// `latest` may name) is swapped out atomically and left at old, so that `latest` names a
-// complete checkpoint at every instant; without RENAME_EXCHANGE (some filesystems), the old
-// one moves to old first and checkpoint_resolve falls back to it until the new one is in place.
-static int install(const char *part, const char *final, const char *old) {
+// `latest` may name) is swapped out atomically and left at old (*replaced = 1), so that
+// `latest` names a complete checkpoint at every instant; without RENAME_EXCHANGE (some
+// filesystems), the old one moves to old first and checkpoint_resolve falls back to it until
+// the new one is in place.
+static int install(const char *part, const char *final, const char *old, int *replaced) {
     struct stat st;
     int64_t seq;
+    *replaced = 0;
     if (lstat(final, &st)) {
         if (errno != ENOENT) return loom_fail("%s: cannot stat: %s", final, strerror(errno));
         if (rename(part, final)) return loom_fail("%s: rename failed: %s", final, strerror(errno));
@@ -213,6 +217,7 @@ static int install(const char *part, const char *final, const char *old) {
     if (!S_ISDIR(st.st_mode) || !manifest_seq(final, &seq))
         return loom_fail("%s exists and is not a loom checkpoint: not replacing it", final);
     rm_rf(old);
+    *replaced = 1;
     int x = testhook_save_no_exchange()
                 ? (errno = EINVAL, -1)
                 : renameat2(AT_FDCWD, part, AT_FDCWD, final, RENAME_EXCHANGE);
@@ -240,17 +245,23 @@ int ckpt_commit(const char *dir, const char *part, const CkptMeta *meta, const C
     if (extra && extra(part, extra_ctx)) return -1;
     // Test hook: LOOM_FAULT_SAVE=1 fails here, as a crash mid-save would, to prove that the
     // previous checkpoint stays intact and `latest` still points at it.
-    if (testhook_save_fault()) return loom_fail("%s: injected fault (LOOM_FAULT_SAVE)", part);
+    if (testhook_save_fault(meta->step))
+        return loom_fail("%s: injected fault (LOOM_FAULT_SAVE)", part);
     char *text = manifest_text(meta, ckpt_next_seq(dir), info, n);
-    int rc = write_file_atomic(path, text, strlen(text));
+    int rc = write_file_atomic(path, text, strlen(text)), replaced;
     free(text);
-    if (rc || fsync_dir(part) || install(part, final, old)) return -1;
+    if (rc || fsync_dir(part) || install(part, final, old, &replaced)) return -1;
     fsync_dir(dir);
     char line[80];
     snprintf(line, sizeof line, "%s\n", name);
     if (path_fmt(path, sizeof path, "%s/latest", dir) ||
-        write_file_atomic(path, line, strlen(line)))
+        write_file_atomic(path, line, strlen(line))) {
+        // `latest` still names the previous checkpoint: put the directory back as it was (the
+        // new one back to part, which the caller discards; an older one of this step back in
+        // place, resolve falling back to it meanwhile)
+        if (rename(final, part) == 0 && replaced) rename(old, final);
         return -1;
+    }
     rm_rf(old); // only now: until `latest` names the new directory, resolve may need it
     ckpt_prune(dir, keep, name);
     return 0;

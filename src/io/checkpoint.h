@@ -64,6 +64,9 @@ int ckpt_write_shard(const char *part, int rank, int step, const CkptShard *sh,
                      CkptShardInfo *info);
 int ckpt_commit(const char *dir, const char *part, const CkptMeta *meta, const CkptShardInfo *info,
                 int n, CkptExtraFn extra, void *extra_ctx, int keep);
+// A save that failed (ckpt_commit's -1 included: it leaves the previous checkpoints and
+// `latest` as they were, its own files in part): removes part, once no rank writes into it.
+void ckpt_discard(const char *part);
 // A rank's own state file (e.g. a CO2 worker's outer state and inner AdamW moments): a header
 // naming its kind, the writer's rank and world size and each array's length, then the float32
 // arrays, with a CRC-32 over all of it. Reading checks every one of those and names the file.

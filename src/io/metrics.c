@@ -83,6 +83,48 @@ int metrics_val(Metrics *mt, int step, double val_loss) {
     return put_line(mt, buf);
 }
 
+// Length of the UTF-8 sequence at p (lead byte C2–F4, then continuation bytes), 0 if invalid.
+static int utf8_len(const unsigned char *p) {
+    int k = *p >= 0xc2 && *p <= 0xdf   ? 2
+            : *p >= 0xe0 && *p <= 0xef ? 3
+            : *p >= 0xf0 && *p <= 0xf4 ? 4
+                                       : 0;
+    for (int i = 1; i < k; i++)
+        if ((p[i] & 0xc0) != 0x80) return 0;
+    return k;
+}
+
+// Appends s (at most `max` bytes of it) to buf as a JSON string; a byte that is not part of
+// valid UTF-8 is written as \u00XX.
+static void json_string(char *buf, size_t cap, const char *s, size_t max) {
+    size_t n = strlen(buf);
+    const unsigned char *p = (const unsigned char *)s, *end = p + strnlen(s, max);
+    buf[n++] = '"';
+    while (p < end && n + 8 < cap) {
+        int k = *p >= 0x80 ? utf8_len(p) : 1;
+        if (k > 1 && p + k <= end) {
+            memcpy(buf + n, p, (size_t)k), n += (size_t)k, p += k;
+        } else if (*p == '"' || *p == '\\') {
+            buf[n++] = '\\', buf[n++] = (char)*p++;
+        } else if (*p < 0x20 || *p >= 0x7f) {
+            n += (size_t)snprintf(buf + n, cap - n, "\\u%04x", *p++);
+        } else {
+            buf[n++] = (char)*p++;
+        }
+    }
+    buf[n++] = '"', buf[n] = 0;
+}
+
+int metrics_save_failed(Metrics *mt, int step, const char *reason) {
+    if (!mt->f) return 0;
+    char buf[2048] = "{"; // the reason is cut at 256 bytes, at most 6 written per byte
+    field(buf, sizeof buf, "step", "%.0f", step);
+    strcat(buf, ",\"save_failed\":");
+    json_string(buf, sizeof buf, reason, 256);
+    close_line(buf, sizeof buf);
+    return put_line(mt, buf);
+}
+
 void metrics_close(Metrics *mt) {
     if (mt->f) fclose(mt->f);
     free(mt->path);

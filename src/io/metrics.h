@@ -3,7 +3,9 @@
 //  [,"io_ms"]}
 // ("tokens": training tokens read since the start of the first run, across resumes) and one
 // per evaluation
-// {"step","val_loss"}. Lines are flushed as written so a crashed run keeps its history.
+// {"step","val_loss"}, and one per checkpoint save that failed {"step","save_failed":"<reason>"}
+// (a training run goes on after one, see train/loop.c). Lines are flushed as written so a
+// crashed run keeps its history.
 // A value that is not finite (the loss of a skipped step, a NaN gradient norm) is written as
 // null: JSON has no nan or inf.
 #pragma once
@@ -30,4 +32,7 @@ typedef struct {
 // could not be written (disk full, I/O error); after a failure every call returns -1.
 int metrics_step(Metrics *mt, const MetricsStep *m);
 int metrics_val(Metrics *mt, int step, double val_loss);
+// A save of the checkpoint after `step` steps failed: its reason (the first 256 bytes, as a JSON
+// string; a byte that is not part of valid UTF-8 is written as \u00XX).
+int metrics_save_failed(Metrics *mt, int step, const char *reason);
 void metrics_close(Metrics *mt);

@@ -253,6 +253,11 @@ static int write_swap_files(const char *step_dir, void *ctx) {
                                o);
 }
 
+static int settle_failed(const char *step_dir, void *ctx) {
+    (void)step_dir;
+    return loom_fail("%s", (const char *)ctx);
+}
+
 // Mid-run (a round end), every worker also saves its CO2 state so that the resumed run
 // continues exactly; the final checkpoint holds the final anchor only.
 static int co2_save(Strategy *s, const char *dir, CkptMeta *meta, int final, CkptExtraFn extra,
@@ -261,11 +266,15 @@ static int co2_save(Strategy *s, const char *dir, CkptMeta *meta, int final, Ckp
     size_t P = s->model->nparams;
     CO2Files cf = {.rank = s->grid->dp_i, .N = s->grid->dp, .be = s->model->be};
     if (!final && o->w.sw) { // the same four arrays, streamed from the tier
-        if (swap_co2_settle(o->w.sw)) return -1;
+        // a worker whose tier failed still takes part in the collective save, which then fails
+        // on every worker with its message (none is left waiting)
+        char err[1024] = "";
+        if (swap_co2_settle(o->w.sw)) snprintf(err, sizeof err, "%s", loom_errmsg());
         cf.n = 0;
         meta->co2_workers = s->grid->dp, meta->co2_tau = s->cfg->tau, meta->co2_sharded = 0;
         return whole_save(s, &o->w, dir, meta, s->grid->dp_i == 0, extra, extra_ctx,
-                          write_swap_files, o, keep);
+                          err[0] ? settle_failed : write_swap_files, err[0] ? (void *)err : o,
+                          keep);
     }
     if (!final) { // waits for the average in flight (kept, not applied); streamed to the file
         int k = co2_state(o->co2, cf.arrays, cf.lens, &cf.kind);

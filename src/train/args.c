@@ -12,7 +12,7 @@ void train_args_defaults(TrainArgs *a) {
     a->lr = 3e-4f, a->min_lr = 0.f, a->beta1 = 0.9f, a->beta2 = 0.95f, a->eps = 1e-8f;
     a->weight_decay = 0.1f, a->grad_clip = 1.0f, a->lr_schedule = "cosine", a->warmup = 0;
     a->seed = 1337, a->threads = 0, a->recompute = 0, a->device = "cpu";
-    a->on_nonfinite = "stop";
+    a->on_nonfinite = "stop", a->save_on_error = "continue";
     a->save_every = 0, a->keep = 2, a->val_every = 0, a->val_windows = 8, a->log_every = 10;
     a->progress = 1, a->stop_grace = 25.f;
     a->peak_gflops = 0; // measure

@@ -17,6 +17,7 @@ typedef struct {
     Strategy *s;
     int skipped;
     int saved_step;          // the step of this run's last checkpoint (-1: none yet)
+    int stopping;            // saving for a stop signal: a failed save ends the run
     double exposed, seconds; // totals over the logged steps
 } Loop;
 
@@ -102,6 +103,41 @@ static int validate(Loop *l, int step, int final) {
     return 0;
 }
 
+// A save that failed: every rank has the same reason (ckpt_save.c), the partial directory is
+// gone and the previous checkpoints and `latest` are as they were. The lead rank warns and
+// records it in the metrics; a periodic save is tried again at the next --save-every (unless
+// --save-on-error stop), a failed final save ends the run with EXIT_IO.
+static int save_failed(Loop *l, int step, int final) {
+    Run *r = l->r;
+    const TrainArgs *a = r->a;
+    int stop = final || l->stopping || !strcmp(a->save_on_error, "stop");
+    char reason[1024];
+    snprintf(reason, sizeof reason, "%s", loom_errmsg());
+    progress_end(&r->pg);
+    if (r->lead) {
+        fprintf(stderr, "loom: WARNING: the checkpoint of step %d was NOT saved: %s\n", step,
+                reason);
+        if (stop)
+            fprintf(stderr, "loom: stopping (%s); the last complete checkpoint in %s is kept\n",
+                    l->stopping ? "the stop's save failed"
+                    : final     ? "the final save failed"
+                                : "--save-on-error stop",
+                    a->save);
+        else if (step + a->save_every < a->steps)
+            fprintf(stderr,
+                    "loom: training goes on; %s keeps its checkpoints, the next save is at "
+                    "step %d\n",
+                    a->save, step + a->save_every);
+        else
+            fprintf(stderr,
+                    "loom: training goes on; %s keeps its checkpoints, the next save is at "
+                    "the end\n",
+                    a->save);
+        if (metrics_save_failed(&r->mt, step, reason)) return metrics_failed(l);
+    }
+    return !stop ? 0 : l->stopping ? EXIT_INTERRUPTED : EXIT_IO;
+}
+
 static int save(Loop *l, int step, int final) {
     Run *r = l->r;
     comm_set_context(step, "checkpoint");
@@ -109,11 +145,7 @@ static int save(Loop *l, int step, int final) {
     if (l->s->ops->data_window) meta.data_window = l->s->ops->data_window(l->s, step);
     int rc = l->s->ops->save(l->s, r->a->save, &meta, final, run_save_extras, r, r->a->keep);
     free(meta.train_args);
-    if (rc) {
-        progress_end(&r->pg);
-        if (r->lead) fprintf(stderr, "loom: checkpoint failed: %s\n", loom_errmsg());
-        return EXIT_IO;
-    }
+    if (rc) return save_failed(l, step, final);
     if (final && r->lead) fprintf(stderr, "loom: saved checkpoint to %s\n", r->a->save);
     char kept[600];
     l->saved_step = meta.step; // (a strategy may save an earlier state: a peer mid-round)
@@ -142,10 +174,9 @@ static int stop_run(Loop *l, int done) {
                 a->steps, a->save ? "; saving" : "; no --save, so nothing is kept");
     if (!a->save) return EXIT_STOPPED;
     double t0 = now_sec();
-    if (save(l, done, 0)) {
-        if (r->lead) fprintf(stderr, "loom: the stop's checkpoint failed; %s\n", stop_kept());
-        return EXIT_INTERRUPTED;
-    }
+    l->stopping = 1;
+    if ((rc = save(l, done, 0))) return rc;
+    if ((rc = take_records(l))) return rc; // (a CO2 save mid-round hands over its last records)
     char since[64] = "";
     if (sig) snprintf(since, sizeof since, " (%.1f s after the signal)", stop_elapsed());
     if (r->lead)

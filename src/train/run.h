@@ -34,12 +34,13 @@ typedef struct {
     StrategyConfig sc;
     StrategyData data;
     size_t fast_mem; // --fast-mem in bytes
+    int save_lock;   // the --save directory's lock (io/dirlock.h; lead rank), or -1
 } Run;
 
 // Stops the run: the lead rank prints loom_errmsg, every rank exits with `code`.
 _Noreturn void run_fail(const Run *r, int code);
-// Grid, backend, model (initial, --init or resumed parameters), data, metrics file and the
-// strategy configuration; exits through run_fail on any error.
+// Grid, backend, model (initial, --init or resumed parameters), data, the --save directory's
+// lock, metrics file and the strategy configuration; exits through run_fail on any error.
 void run_setup(Run *r);
 // After the strategy is set up: frees what only set-up needed (the --init weights).
 void run_setup_done(Run *r);

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "../common.h"
+#include "../io/dirlock.h"
 #include "../io/fsutil.h"
 #include "../io/weights.h"
 #include "../offload/offload.h"
@@ -265,8 +266,29 @@ static int check_offload(Run *r) {
     return offload_parse_size("--fast-mem", a->fast_mem, &r->fast_mem);
 }
 
+// The run owns its --save directory until it exits (io/dirlock.h): world rank 0, which commits
+// every save, takes the lock before anything is written there; the other ranks write only into
+// a step's partial directory once rank 0 has created it, under that lock, and learn rank 0's
+// verdict from a broadcast, so that every rank exits cleanly with the same status: EXIT_USAGE when
+// another run holds the directory, EXIT_IO when it cannot be created or locked.
+static void lock_save_dir(Run *r) {
+    int code = 0;
+    if (r->lead && r->a->save) {
+        r->save_lock = dirlock_take(r->a->save);
+        code = r->save_lock == -2 ? EXIT_USAGE : r->save_lock < 0 ? EXIT_IO : 0;
+    }
+    comm_broadcast(r->world, &code, sizeof code, 0);
+    if (code) { // every rank knows: all leave MPI cleanly, so mpirun ends no rank early
+        if (r->lead) fprintf(stderr, "loom: %s\n", loom_errmsg());
+        fflush(stderr);
+        comm_finalize();
+        exit(code);
+    }
+}
+
 void run_setup(Run *r) {
     const TrainArgs *a = r->a;
+    r->save_lock = -1;
     setup_grid(r);
     if (check_offload(r)) run_fail(r, EXIT_USAGE);
     const Backend *be = backend_select_dtype(a->device, a->dtype, a->threads);
@@ -278,6 +300,7 @@ void run_setup(Run *r) {
     if (setup_model(r, be)) run_fail(r, EXIT_INPUT);
     setup_data(r);
     strategy_config(r);
+    lock_save_dir(r);
     if (r->lead && metrics_open(&r->mt, a->metrics, r->resume_dir[0] != 0)) run_fail(r, EXIT_IO);
 }
 
@@ -285,6 +308,8 @@ void run_setup_done(Run *r) { gpt_free(&r->init_model); }
 
 void run_teardown(Run *r) {
     if (r->lead) metrics_close(&r->mt);
+    dirlock_release(r->save_lock);
+    r->save_lock = -1;
     gpt_free(&r->model);
     dataset_close(&r->train);
     if (r->has_val) dataset_close(&r->val);
