@@ -8,8 +8,8 @@
 #      and `latest` still names the last complete checkpoint (the message says so); so does a
 #      stop whose save fails;
 #   3. MPI: a signal that reaches ONE rank stops every rank at the same step, for dp (ZeRO 1
-#      and 3), pipeline 1f1b and 2bw, tp, cp, 2D tp, pp x tp, --offload and CO2 (at a round
-#      end: the next-but-one after a vote from one worker, the next when every worker voted),
+#      and 3), pipeline 1f1b and 2bw, tp, cp, 2D tp, pp x tp, --offload and CO2 (at the next
+#      round end when it fits the grace period, else mid-round: unsharded, sharded, offload),
 #      and each resumes bit-identically;
 #   4. scripts/loom-mpirun turns a SIGTERM into a SIGUSR1 for the job (which mpirun forwards
 #      without killing) and raises odls_base_sigkill_timeout to --stop-grace + 5;
@@ -113,7 +113,9 @@ echo "the stop's save failed: exit 9, latest still step_00000004, no partial dir
 
 echo "== 3. MPI: a signal on one rank stops every rank at the same step"
 # mpi NAME NP SIGNAL STEPS WANT FLAGS...: an uninterrupted run, a run stopped by
-# LOOM_FAULT_SIGNAL=SIGNAL (RANK:STEP), which must save step WANT, and its resume; compared.
+# LOOM_FAULT_SIGNAL=SIGNAL (RANK:STEP), which must save step WANT (or, for CO2, whose workers
+# drift apart within a round, "round:TAU": a round end, "mid:TAU": not one), and its resume;
+# compared.
 mpi() {
     local name=$1 np=$2 sig=$3 steps=$4 want=$5; shift 5
     local f="--data $d/train.bin $base --steps $steps"
@@ -123,8 +125,14 @@ mpi() {
     LOOM_FAULT_SIGNAL=$sig $MPI -np "$np" -x LOOM_FAULT_SIGNAL $LOOM train $f "$@" --save "$d/$name.ck" \
         --metrics "$d/$name.a.jsonl" > "$d/$name.a.log" 2>&1 || rc=$?
     [ "$rc" = 8 ] || { echo "$name: stopped run exit $rc, want 8"; tail -20 "$d/$name.a.log"; return 1; }
-    test "$(cat "$d/$name.ck/latest")" = "$(printf 'step_%08d' "$want")" ||
-        { echo "$name: saved $(cat "$d/$name.ck/latest"), want step $want"; return 1; }
+    local at
+    at=$(sed 's/^step_0*//' "$d/$name.ck/latest")
+    case $want in
+    round:*) [ $((at % ${want#round:})) = 0 ] && [ "$at" -lt "$steps" ] ;; # a round end
+    mid:*) [ $((at % ${want#mid:})) != 0 ] ;;                                # mid-round
+    *) [ "$at" = "$want" ] ;;
+    esac || { echo "$name: saved step $at, want $want"; return 1; }
+    want=$at
     $MPI -np "$np" $LOOM train $f "$@" --resume "$d/$name.ck" --metrics "$d/$name.b.jsonl" \
         --export "$d/$name.b.st" > "$d/$name.b.log" 2>&1 || { echo "$name: resume failed"; tail "$d/$name.b.log"; return 1; }
     same "$name" "$d/$name.a.jsonl" "$d/$name.b.jsonl" "$d/$name.full.jsonl" "$d/$name.b.st" "$d/$name.full.st"
@@ -140,10 +148,16 @@ mpi tp4-2d 4 3:5 12 5 --tp 4 --tp-mode 2d
 mpi pp2-tp2 4 2:5 12 5 --pp 2 --tp 2
 mkdir -p "$d/scratch"
 mpi dp2-offload 2 1:5 12 5 --dp 2 --offload disk --offload-dir "$d/scratch" --fast-mem 64M
-# CO2 (tau 4): rank 1's vote at the round end of step 8 is seen by every worker at the next one
-mpi co2-one 2 1:5 16 12 --dp 2 --co2 --tau 4
-# ... and when every worker votes at the same round end, all stop there
-mpi co2-all 2 all:5 16 8 --dp 2 --co2 --tau 4 --zero 1
+# CO2 (tau 4): a signal on one worker, or on all, at step 5: the workers agree and run on to
+# the round end (step 8), which fits in the grace period
+mpi co2-one 2 1:5 16 round:4 --dp 2 --co2 --tau 4
+mpi co2-all 2 all:5 16 round:4 --dp 2 --co2 --tau 4 --zero 1
+# a round end that does not fit (~995 steps away, grace 2 s): every worker stops at the furthest
+# step any had reached and saves mid-round (its own weights too); unsharded, sharded, --offload
+mpi co2-mid 2 1:5 1005 mid:1000 --dp 2 --co2 --tau 1000 --stop-grace 2
+mpi co2-mid-sharded 2 0:5 1005 mid:1000 --dp 2 --co2 --tau 1000 --stop-grace 2 --zero 1
+mpi co2-mid-offload 2 1:5 1005 mid:1000 --dp 2 --co2 --tau 1000 --stop-grace 2 --offload disk \
+    --offload-dir "$d/scratch" --fast-mem 64M
 
 echo "== 4. scripts/loom-mpirun"
 mkdir -p "$d/fake"

@@ -76,7 +76,7 @@ int swap_co2_round_end(Swapper *s, int round);
 int swap_co2_finish(Swapper *s, int round);
 // Waits for the average in flight (its result kept): a checkpoint's state is then the outer
 // momentum and that average — tier regions read and written through swap_co2_fetch/store
-// (array 0: momentum, 1: the average of round `round`).
+// (array 0: momentum, 1: the average of round `round`, 2: the anchor).
 int swap_co2_settle(Swapper *s);
 int swap_co2_fetch(Swapper *s, int round, int array, size_t at, size_t n, float *dst);
 int swap_co2_store(Swapper *s, int round, int array, size_t at, size_t n, const float *src);

@@ -234,7 +234,7 @@ int swap_co2_finish(Swapper *s, int round) {
 }
 
 static int state_region(int round, int array) {
-    return array == 0 ? REGION_MOM : delta_region(round);
+    return array == 0 ? REGION_MOM : array == 2 ? REGION_ANCHOR : delta_region(round);
 }
 
 int swap_co2_fetch(Swapper *s, int round, int array, size_t at, size_t n, float *dst) {

@@ -331,6 +331,8 @@ int co2_state_buffers(CO2 *o, int round, float **arrays, size_t *lens, const cha
 
 int co2_rounds(const CO2 *o) { return o->round; }
 
+float *co2_anchor(CO2 *o) { return o->cfg.sharded ? NULL : o->anchor; }
+
 double co2_exposed(const CO2 *o) { return o->exposed; }
 
 double co2_memory(const CO2 *o) {

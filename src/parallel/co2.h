@@ -60,6 +60,9 @@ void co2_finish(CO2 *o);
 int co2_state(CO2 *o, const float **arrays, size_t *lens, const char **kind);
 int co2_state_buffers(CO2 *o, int round, float **arrays, size_t *lens, const char **kind);
 int co2_rounds(const CO2 *o);
+// Unsharded: the anchor a(t) (P floats, backend memory), which a mid-round checkpoint saves
+// because the weights are then the worker's own; NULL when sharded (co2_state has its slices).
+float *co2_anchor(CO2 *o);
 // Seconds blocked waiting for averages so far (the exposed communication), and rounds done.
 double co2_exposed(const CO2 *o);
 // Bytes CO2 adds per worker (unsharded: anchor, momentum, two Δ buffers; sharded: the x_r

@@ -78,6 +78,11 @@ void comm_set_context(int step, const char *what);
 // heartbeat every min(timeout/4, 1 s), which their watchdog counts as progress. One at a time.
 void comm_busy_begin(const Comm *c);
 void comm_busy_end(void);
+// A token to every other member of c, sent and forgotten, and how many arrived here since the
+// last call (consumed): a notice that needs no matching receive (a stop request, stop_agree.h).
+// Tokens ride on c's heartbeat tag, so give notices a communicator of their own.
+void comm_notify(const Comm *c);
+int comm_notified(const Comm *c);
 // The largest tag comm_isend/comm_irecv accept: MPI_TAG_UB less one (the top tag carries the
 // heartbeats), at least 32766. LOOM_TAG_UB lowers it for tests.
 int comm_tag_ub(void);

@@ -199,3 +199,6 @@ void comm_busy_begin(const Comm *c) {
 void comm_busy_end(void) {
     if (atomic_exchange(&hb_on, 0)) pthread_join(hb_tid, NULL);
 }
+
+void comm_notify(const Comm *c) { comm_heartbeats_send(c); }
+int comm_notified(const Comm *c) { return comm_heartbeats_recv(c); }

@@ -1,0 +1,170 @@
+// co2_ckpt.c — a CO2 worker's own state in checkpoints (see strat_co2.h). At a round end every
+// worker holds the anchor as its weights (the shards), and writes co2_<rank>.bin: its outer
+// arrays (parallel/co2.h co2_state) and its AdamW moments. Mid-round — a stop that could not
+// wait for the next round end — the workers' weights differ, so the file also holds the
+// worker's own weights x_r and, unsharded, the anchor a(t) (the shards then hold worker 0's
+// weights); its kind says which ("co2-mid", "co2-sharded-mid"). Either resumes exactly.
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "../common.h"
+#include "strat_co2.h"
+
+// The file's arrays in the tier (--offload; ctx is the Co2State): the outer momentum, the
+// round's average, mid-round the anchor, then the worker's AdamW m and v, mid-round its weights.
+static int swap_array(const Co2State *o, int array, int *co2) {
+    *co2 = array < 2 || (o->mid && array == 2);
+    if (*co2) return array;
+    int k = array - (o->mid ? 3 : 2);
+    return k == 0 ? SWAP_M : k == 1 ? SWAP_V : SWAP_PARAMS;
+}
+
+static int swap_file_fetch(void *ctx, int array, size_t at, size_t n, float *dst) {
+    Co2State *o = ctx;
+    int co2, a = swap_array(o, array, &co2);
+    return co2 ? swap_co2_fetch(o->w.sw, o->rounds, a, at, n, dst)
+               : swap_fetch(o->w.sw, a, at, n, dst);
+}
+
+static int swap_file_store(void *ctx, int array, size_t at, size_t n, const float *src) {
+    Co2State *o = ctx;
+    int co2, a = swap_array(o, array, &co2);
+    return co2 ? swap_co2_store(o->w.sw, o->rounds, a, at, n, src)
+               : swap_store(o->w.sw, a, at, n, src);
+}
+
+static const char *kind_of(int sharded, int mid) {
+    return sharded ? (mid ? "co2-sharded-mid" : "co2-sharded") : (mid ? "co2-mid" : "co2");
+}
+
+// This worker's arrays in memory (read or written): the outer ones, mid-round the anchor, its
+// moments, mid-round its weights. Returns the count.
+static int memory_arrays(Strategy *s, Co2State *o, int mid, float **a, size_t *lens, int read) {
+    size_t P = s->model->nparams;
+    const char *kind;
+    float *outer[CO2_STATE_MAX];
+    int k = read ? co2_state_buffers(o->co2, s->start / s->cfg->tau, outer, lens, &kind)
+                 : co2_state(o->co2, (const float **)outer, lens, &kind);
+    for (int i = 0; i < k; i++)
+        a[i] = outer[i];
+    if (mid && co2_anchor(o->co2)) a[k] = co2_anchor(o->co2), lens[k++] = P;
+    a[k] = o->w.opt.m, a[k + 1] = o->w.opt.v, lens[k] = lens[k + 1] = P, k += 2;
+    if (mid) a[k] = s->model->params, lens[k++] = P;
+    return k;
+}
+
+// A checkpoint saved mid-run by CO2 restores every worker's outer state and inner AdamW
+// moments (same worker count, τ and sharding), and mid-round its weights; any other checkpoint
+// starts new rounds from its weights.
+int co2_resume(Strategy *s, Co2State *o) {
+    const StrategyConfig *c = s->cfg;
+    const CkptMeta *r = s->resume;
+    int N = s->grid->dp, rank = s->grid->dp_i, mid = s->start % c->tau != 0;
+    if (r->co2_workers == 0) {
+        if (s->lead)
+            fprintf(stderr,
+                    "loom: %s holds no CO2 state (a non-CO2 run, or the end of a CO2 run): new "
+                    "CO2 rounds start from its weights\n",
+                    s->resume_dir);
+        return 0;
+    }
+    if (r->co2_workers != N)
+        return loom_fail("%s: holds the CO2 state of %d workers; resume it with --dp %d",
+                         s->resume_dir, r->co2_workers, r->co2_workers);
+    if (r->co2_tau != c->tau)
+        return loom_fail("%s: CO2 state saved with --tau %d at step %d; resume it with --tau %d",
+                         s->resume_dir, r->co2_tau, s->start, r->co2_tau);
+    int sh = r->co2_sharded;
+    if (sh != (c->zero > 0))
+        return loom_fail("%s: CO2 state saved %s --zero ('%s'), this run needs '%s'; resume it %s "
+                         "--zero",
+                         s->resume_dir, sh ? "with" : "without", kind_of(sh, 0), kind_of(!sh, 0),
+                         sh ? "with" : "without");
+    float *dev[CO2_STATE_MAX + 4];
+    size_t lens[CO2_STATE_MAX + 4];
+    char path[4300];
+    snprintf(path, sizeof path, "%s/co2_%05d.bin", s->resume_dir, rank);
+    int rc;
+    if (o->w.sw) { // unsharded: momentum, the round's average, (anchor), m, v, (x) — the tier
+        o->rounds = s->start / c->tau, o->mid = mid;
+        int n = mid ? 6 : 4;
+        for (int i = 0; i < n; i++)
+            lens[i] = s->model->nparams;
+        rc = state_file_read_fn(path, kind_of(0, mid), rank, N, lens, n, swap_file_store, o);
+    } else {
+        int k = memory_arrays(s, o, mid, dev, lens, 1);
+        rc = state_file_read(path, kind_of(sh, mid), rank, N, dev, lens, k, s->model->be);
+    }
+    if (rc) {
+        // this worker's own file: say so here (only rank 0 prints the run's errors)
+        fprintf(stderr, "loom: rank %d: %s\n", rank, loom_errmsg());
+        fflush(stderr);
+        exit(EXIT_INPUT);
+    }
+    return 0;
+}
+
+// A worker's own state, written next to the shards (backend memory).
+typedef struct {
+    int rank, N, n;
+    const float *arrays[CO2_STATE_MAX + 4];
+    size_t lens[CO2_STATE_MAX + 4];
+    const char *kind;
+    const Backend *be;
+} CO2Files;
+
+static int write_co2_files(const char *step_dir, void *ctx) {
+    const CO2Files *f = ctx;
+    char path[4300];
+    snprintf(path, sizeof path, "%s/co2_%05d.bin", step_dir, f->rank);
+    return state_file_write(path, f->kind, f->rank, f->N, f->arrays, f->lens, f->n, f->be);
+}
+
+static int write_swap_files(const char *step_dir, void *ctx) {
+    Co2State *o = ctx;
+    const Strategy *s = o->w.owner;
+    char path[4300];
+    size_t lens[6];
+    int n = o->mid ? 6 : 4;
+    for (int i = 0; i < n; i++)
+        lens[i] = s->model->nparams;
+    snprintf(path, sizeof path, "%s/co2_%05d.bin", step_dir, s->grid->dp_i);
+    return state_file_write_fn(path, kind_of(0, o->mid), s->grid->dp_i, s->grid->dp, lens, n,
+                               swap_file_fetch, o);
+}
+
+static int settle_failed(const char *step_dir, void *ctx) {
+    (void)step_dir;
+    return loom_fail("%s", (const char *)ctx);
+}
+
+// Mid-run (a round end, or mid-round for a stop), every worker also saves its CO2 state so
+// that the resumed run continues exactly; the final checkpoint holds the final anchor only.
+int co2_save(Strategy *s, const char *dir, CkptMeta *meta, int final, CkptExtraFn extra,
+             void *extra_ctx, int keep) {
+    Co2State *o = s->impl;
+    int mid = !final && meta->step % s->cfg->tau != 0;
+    if (mid) co2_round_flush(s, o); // the round's records so far (the loop logs them)
+    CO2Files cf = {.rank = s->grid->dp_i, .N = s->grid->dp, .be = s->model->be};
+    if (!final) {
+        meta->co2_workers = s->grid->dp, meta->co2_tau = s->cfg->tau;
+        meta->co2_sharded = s->cfg->zero > 0;
+    }
+    if (!final && o->w.sw) { // the same arrays, streamed from the tier
+        // a worker whose tier failed still takes part in the collective save, which then fails
+        // on every worker with its message (none is left waiting)
+        char err[1024] = "";
+        if (swap_co2_settle(o->w.sw)) snprintf(err, sizeof err, "%s", loom_errmsg());
+        o->mid = mid;
+        return whole_save(s, &o->w, dir, meta, s->grid->dp_i == 0, extra, extra_ctx,
+                          err[0] ? settle_failed : write_swap_files, err[0] ? (void *)err : o,
+                          keep);
+    }
+    if (!final) { // waits for the average in flight (kept, not applied); streamed to the file
+        cf.n = memory_arrays(s, o, mid, (float **)cf.arrays, cf.lens, 0);
+        cf.kind = kind_of(s->cfg->zero > 0, mid);
+    }
+    // every worker's strategy is unsharded: the first writes the parameters
+    return whole_save(s, &o->w, dir, meta, s->grid->dp_i == 0, extra, extra_ctx,
+                      final ? NULL : write_co2_files, &cf, keep);
+}
