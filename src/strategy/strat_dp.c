@@ -31,9 +31,11 @@ static int dp_create_s(Strategy *s) {
     s->impl = w;
     if (s->resume_dir && s->resume->co2_workers > 0 && s->lead)
         fprintf(stderr,
-                "loom: %s was saved mid-run by CO2; without --co2 training continues from its "
-                "anchor with worker 0's AdamW moments (the average in flight is dropped)\n",
-                s->resume_dir);
+                "loom: %s was saved mid-run by CO2; without --co2 training continues from %s "
+                "with worker 0's AdamW moments (the average in flight is dropped)\n",
+                s->resume_dir,
+                s->resume->step % s->resume->co2_tau ? "worker 0's weights (saved mid-round)"
+                                                     : "its anchor");
     return whole_create(s, w, s->grid->dp_comm, s->cfg->zero);
 }
 
