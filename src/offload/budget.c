@@ -70,7 +70,7 @@ double offload_fast_bytes(const GPT *m, const OffloadShape *s, const OffloadPlan
     double slots = sizeof(float) * (double)offload_slots_floats(m, p);
     double opt = sizeof(float) * (s->co2 ? 10.0 : 8.0) * (double)offload_opt_chunk(m);
     double norms = sizeof(double) * (double)m->nchunks;
-    return slots + offload_workspace_bytes(m, s) + opt + norms;
+    return slots + offload_workspace_bytes(m, s) + opt + norms + OFFLOAD_IO_BYTES;
 }
 
 double offload_min_bytes(const GPT *m, const OffloadShape *s) {

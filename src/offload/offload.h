@@ -32,6 +32,11 @@
 
 #include "../model/gpt.h"
 
+// Bytes of the one streaming buffer a checkpoint's save or resume, CO2's state files and the
+// initial parameters (random or --init) pass through while the executor is idle (io/, model/:
+// 2^20 floats each); counted in offload_fast_bytes.
+#define OFFLOAD_IO_BYTES ((double)(4 << 20))
+
 // Floats per optimizer streaming piece (each of parameters, gradients, m, v; two in flight):
 // 2^18 (1 MiB), or the largest block rounded up to the tier's alignment when that is smaller.
 size_t offload_opt_chunk(const GPT *m);
@@ -72,7 +77,8 @@ size_t offload_slots_floats(const GPT *m, const OffloadPlan *p);
 // Activation and workspace bytes for K micro-batches of (B,T) (gpt.h workspaces).
 double offload_workspace_bytes(const GPT *m, const OffloadShape *s);
 // Everything the executor allocates in fast memory for this plan: slots, workspace,
-// optimizer streaming buffers, norm partials and the micro-batches' tokens.
+// optimizer streaming buffers, norm partials and the micro-batches' tokens; and
+// OFFLOAD_IO_BYTES for what streams state in and out while it is idle.
 double offload_fast_bytes(const GPT *m, const OffloadShape *s, const OffloadPlan *p);
 // What the plan of one block per unit with prefetch 1 needs (a bound on the least; the least
 // itself is searched: offload_plan_min_bytes, offload_plan.h).

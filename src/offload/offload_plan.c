@@ -506,7 +506,7 @@ int offload_plan_search_opts(const GPT *m, const OffloadShape *s, const OffloadC
     ctx_init(&x, m, s, c, 1);
     int rc = search(&x, budget, OBJ_TIME, o, out);
     ctx_free(&x);
-    return rc ? offload_plan_fail(m, s, budget) : 0;
+    return rc ? offload_plan_fail(m, s, (size_t)budget, 0, 0) : 0;
 }
 
 int offload_plan_search(const GPT *m, const OffloadShape *s, const OffloadCosts *c, double budget,
