@@ -51,6 +51,7 @@ int offload_costs_measure(const GPT *m, const OffloadShape *s, int threads,
                           OffloadCosts *c, FILE *log) {
     Profile pr;
     char th[32];
+    heap_release(); // what the measurement frees goes back: the fixed overhead is measured next
     if (profile_path) {
         if (profile_load(&pr, profile_path)) return -1;
         if (log)
