@@ -215,6 +215,10 @@ static const Option OFF_OPTS[] = {
     {"dp", OPT_INT, &O.t.dp, "data-parallel ranks (each swaps its own state)", NULL, 1, 1 << 20},
     {"zero", OPT_INT, &O.t.zero, "ZeRO stage (0 or 1: the update streams the owned part)", NULL, 0,
      1},
+    {"grad-clip", OPT_FLOAT, &O.t.grad_clip,
+     "as loom train's: 0 (with --on-nonfinite stop) fuses the update into the backward", NULL, 0,
+     1e9},
+    {"on-nonfinite", OPT_STR, &O.t.on_nonfinite, "as loom train's", "stop|skip", 0, 0},
     {"offload-units", OPT_STR, &O.units,
      "predict this grouping, e.g. [[0,3],[4,13]], instead of "
      "searching",
@@ -283,7 +287,7 @@ static void off_table(const GPT *m, const OffloadShape *s, const OffloadCosts *c
         offload_unit_cost(m, s, c, p, u, &uc);
         char what[64], blocks[24];
         snprintf(blocks, sizeof blocks, "%d-%d", p->unit[u].first, p->unit[u].last);
-        double rd = uc.read_fwd + uc.read_bwd;
+        double rd = uc.read_fwd + uc.read_bwd + uc.read_update;
         printf("%4d %-7s %-28s %9.1f %9.4g %9.4g %10.1f %10.1f %8.3g\n", u, blocks,
                unit_what(m, p->unit[u], what, sizeof what),
                4.0 * (double)offload_unit_floats(m, p->unit[u]) / 1048576.0, uc.fwd_s, uc.bwd_s,
@@ -305,8 +309,13 @@ static void off_report(const GPT *m, const OffloadShape *s, const OffloadCosts *
            "%.3f s (bytes / measured bandwidth)\n",
            d.compute_s, d.read_bytes / MiB, d.written_bytes / MiB, p->io_bytes_per_step / MiB,
            d.io_s);
-    printf("predicted %.3f s per step (the update pass %.3f s of it), %.1f tokens/s\n", d.step_s,
-           d.update_s, tok / d.step_s);
+    if (s->fused)
+        printf("predicted %.3f s per step (each unit's update fused into the backward), %.1f "
+               "tokens/s\n",
+               d.step_s, tok / d.step_s);
+    else
+        printf("predicted %.3f s per step (the update pass %.3f s of it), %.1f tokens/s\n",
+               d.step_s, d.update_s, tok / d.step_s);
     char *units = offload_units_json(p);
     char line[768];
     int k =
@@ -344,7 +353,8 @@ static int cmd_plan_offload(int argc, char **argv) {
                       .K = O.t.grad_accum,
                       .recompute = O.t.recompute,
                       .dp = O.t.dp,
-                      .zero = O.t.zero};
+                      .zero = O.t.zero,
+                      .fused = O.t.grad_clip <= 0 && strcmp(O.t.on_nonfinite, "skip")};
     OffloadPlan p = {0};
     if (O.units && offload_plan_parse_units(&m, O.units, &p)) die_last(EXIT_USAGE);
     p.prefetch = O.prefetch;
@@ -359,9 +369,11 @@ static int cmd_plan_offload(int argc, char **argv) {
     O.overhead = offload_overhead();
     if (offload_plan_share(&m, &s, O.budget, O.overhead, &O.share)) die_last(EXIT_INPUT);
     printf("offload plan: L%d H%d C%d V%d (%.4gM parameters), micro-batch %d x T %d, grad-accum "
-           "%d, recompute %s, dp %d, zero %d; tier %s: read %.3g GB/s, write %.3g GB/s\n",
+           "%d, recompute %s, dp %d, zero %d, update %s; tier %s: read %.3g GB/s, write %.3g "
+           "GB/s\n",
            cfg.L, cfg.H, cfg.C, cfg.V, m.nparams / 1e6, s.B, s.T, s.K, s.recompute ? "on" : "off",
-           s.dp, s.zero, O.dir, c.read_bps * 1e-9, c.write_bps * 1e-9);
+           s.dp, s.zero, s.fused ? "fused into the backward" : "streamed after the backward", O.dir,
+           c.read_bps * 1e-9, c.write_bps * 1e-9);
     printf("per micro-batch: embedding %.4g + %.4g s, layer %.4g + %.4g s, head %.4g + %.4g s "
            "(forward + backward%s); AdamW %.3g ns per parameter\n",
            c.fwd[0], c.bwd[0], c.fwd[1], c.bwd[1], c.fwd[2], c.bwd[2],

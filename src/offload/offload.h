@@ -60,6 +60,8 @@ typedef struct {
     int B, T, K, recompute;
     int dp, zero; // data-parallel ranks and ZeRO stage (0 or 1): what the update streams
     int co2;      // a CO2 worker: its background average keeps two pieces in flight
+    int fused;    // AdamW per unit right after its backward (swap.h SwapConfig.fused): no
+                  // gradient written, no update pass
 } OffloadShape;
 
 // "12.3 MiB" / "1.25 GiB" into buf; returns buf.
@@ -83,7 +85,8 @@ double offload_fast_bytes(const GPT *m, const OffloadShape *s, const OffloadPlan
 // What the plan of one block per unit with prefetch 1 needs (a bound on the least; the least
 // itself is searched: offload_plan_min_bytes, offload_plan.h).
 double offload_min_bytes(const GPT *m, const OffloadShape *s);
-// Bytes read from and written to the tier per optimizer step by this rank.
+// Bytes read from and written to the tier per optimizer step by this rank (fused: no gradient
+// out, only the moments in for the update).
 void offload_io_bytes(const GPT *m, const OffloadShape *s, const OffloadPlan *p, double *read,
                       double *written);
 

@@ -20,6 +20,13 @@
 //             last used its buffer are done, then the current piece waits for its reads,
 //             computes (update_s_per_param per parameter) and queues its writes; the step
 //             ends when every write is done.
+//   fused     (OffloadShape.fused) no gradient is written and there is no update pass: after
+//             each unit's backward (the turn's included, before H is written) the same walk
+//             runs over the unit's blocks reading only the owned moments (and the embedding's
+//             parameters), and the compute stream waits for its last write.
+// The tier's bandwidths are what it sustains when overwriting its blocks (tier_measure writes
+// its region once before it times anything): the fill writes the whole scratch file before
+// the first step, and a first write into preallocated blocks is slower.
 // Not modelled: communication (data-parallel all-reduces, ZeRO-1 gathers), page faults, the
 // I/O threads' CPU.
 #pragma once
@@ -56,7 +63,9 @@ typedef struct {
     double fwd_s, bwd_s;       // the turn unit: its forward and its backward
     double read_fwd, read_bwd; // parameters read for the forward (the last unit: + the tied
                                // wte) and re-read for the backward (0 while still resident)
-    double write;              // its gradient written (the owned fraction)
+    double write;              // its gradient written (the owned fraction); fused: its
+                               // parameters and owned moments
+    double read_update;        // fused: its owned moments (and the embedding's parameters) read
 } OffloadUnitCost;
 void offload_unit_cost(const GPT *m, const OffloadShape *s, const OffloadCosts *c,
                        const OffloadPlan *p, int u, OffloadUnitCost *out);

@@ -186,7 +186,8 @@ Swapper *swap_create(GPT *m, const SwapConfig *c) {
                        .recompute = c->recompute,
                        .dp = c->comm ? c->comm->size : 1,
                        .zero = c->zero,
-                       .co2 = c->co2 != NULL};
+                       .co2 = c->co2 != NULL,
+                       .fused = c->fused};
     double need = offload_fast_bytes(m, &sh, c->plan), share = (double)c->budget - c->overhead;
     if (need > share) {
         char b0[32], b1[32], b2[32], b3[32];

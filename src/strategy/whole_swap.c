@@ -102,7 +102,8 @@ int whole_swap_create(Strategy *s, Whole *w, const Comm *grad_comm, int zero) {
                        .recompute = c->recompute,
                        .dp = grad_comm->size,
                        .zero = zero,
-                       .co2 = c->co2};
+                       .co2 = c->co2,
+                       .fused = c->opt.grad_clip <= 0 && !c->nonfinite_skip};
     CO2Config cc = whole_co2_config(c);
     OffloadPlan plan;
     double overhead = 0;
@@ -120,7 +121,7 @@ int whole_swap_create(Strategy *s, Whole *w, const Comm *grad_comm, int zero) {
                      .plan = &plan,
                      .co2 = c->co2 ? &cc : NULL,
                      .co2_comm = s->grid->dp_comm,
-                     .fused = c->opt.grad_clip <= 0 && !c->nonfinite_skip};
+                     .fused = sh.fused};
     w->fused = sc.fused;
     w->sw = swap_create(m, &sc);
     if (w->sw && s->lead) {
