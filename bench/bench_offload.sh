@@ -5,7 +5,7 @@
 #   bench/bench_offload.sh [--sections 124m,774m,1558m,predict] [--steps S] [--threads N]
 #                          [--dir DIR (offload dir, default /work/.offload-bench)]
 #                          [--loom PATH] [--out DIR] [--no-peer]
-#                          [--configs disk,shm,halfcore] [--rounds R (3)] [--shares N]
+#                          [--configs disk,fused,shm,halfcore] [--rounds R (3)] [--shares N]
 #
 # 124m: GPT-2 124M, micro-batch 1 x 1024, --recompute: in memory with K = 1, 2, 4 micro-batches
 #       per step, then swapped at --fast-mem 1/2, 1/4 and 1/8 of its training state (parameters,
@@ -17,7 +17,8 @@
 # predict: the planner against the run on configurations of this host: GPT-2 124M, micro-batch
 #       2 x 128, --fast-mem 768M, `loom plan --offload` (its profile saved) then `loom train`
 #       with the plan's units and that profile, per --configs: disk (the tier under --dir),
-#       shm (the tier on /dev/shm: memory-speed I/O) and halfcore (disk, --threads 1 in a cgroup
+#       fused (disk, --grad-clip 0: each unit's update fused into the backward), shm (the tier
+#       on /dev/shm: memory-speed I/O) and halfcore (disk, --threads 1 in a cgroup
 #       v1 CPU quota of half a core: a slower CPU against the same disk), interleaved, --rounds
 #       times; --shares N runs them in a cgroup with cpu.shares N (others: 1024) so other
 #       processes on the machine disturb them less. bench/offload_table.py --predict prints the
@@ -36,7 +37,7 @@ LOOM="$ROOT/loom"
 PY=/usr/bin/python3
 OUT=""
 PEER=1
-CONFIGS="disk,shm,halfcore"
+CONFIGS="disk,fused,shm,halfcore"
 ROUNDS=3
 SHARES=""
 while [ $# -gt 0 ]; do
@@ -170,9 +171,10 @@ group() {
 }
 # predict_pair CONFIG ROUND: loom plan, then loom train with its units and profile
 predict_pair() {
-    local cfg=$1 r=$2 dir=$DIR th=$THREADS quota=-1 tag="pred_$1_r$2"
+    local cfg=$1 r=$2 dir=$DIR th=$THREADS quota=-1 tag="pred_$1_r$2" upd=""
     case "$cfg" in
         disk) ;;
+        fused) upd="--grad-clip 0" ;;
         shm) dir=/dev/shm/loom-offload-bench ;;
         halfcore) th=1 quota=50000 ;;
         *) echo "unknown config $cfg" >&2; exit 2 ;;
@@ -183,7 +185,7 @@ predict_pair() {
         g=$(group "loom-bench-$cfg" "$quota" "${SHARES:-1024}")
         wrap=(bash -c 'echo $$ >"$0/tasks" && exec "$@"' "$g")
     fi
-    local pm="$M124 --batch 2 --seq 128 --threads $th"
+    local pm="$M124 --batch 2 --seq 128 --threads $th $upd"
     run "${tag}_plan" "${wrap[@]}" "$BIN" plan --offload disk --offload-dir "$dir" --fast-mem 768M \
         $pm --save-profile "$OUT/$tag.prof.json" --json "$OUT/$tag.plan.json"
     local units prefetch
