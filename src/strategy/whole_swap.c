@@ -39,7 +39,11 @@ static int measure_overhead(Strategy *s, const OffloadShape *sh, OffloadCosts *c
     if (!plans || c->offload_profile) rc = offload_warmup(s->model, sh, c->fast_mem);
     float v[2] = {rc ? 1.f : 0.f, rc ? 0.f : (float)offload_overhead()};
     if (dp->size > 1 && comm_allreduce_max(dp, v, 2)) return -1;
-    if (v[0] > 0) return rc ? -1 : loom_fail("--fast-mem: another rank cannot warm up within it");
+    if (v[0] > 0)
+        return rc ? -1
+                  : loom_fail("--fast-mem %zu bytes: another rank of the data-parallel group "
+                              "cannot run its backend's warm-up within it",
+                              c->fast_mem);
     *overhead = v[1];
     return 0;
 }
