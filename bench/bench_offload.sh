@@ -67,7 +67,7 @@ export OMP_WAIT_POLICY=PASSIVE
     echo "cpu: $(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1), $NPROC cores"
     echo "mem: $(free -m | awk '/^Mem:/{print $2" MiB"}')"
     echo "disk: $(df -h "$DIR" | awk 'NR==2{print $1", "$4" free"}')"
-    echo "loom_git: $(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet || echo ' (dirty)')"
+    echo "loom_git: $(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet || echo ' (dirty)') (the tree; the binary run: $LOOM)"
     echo "torch: $($PY -c 'import torch; print(torch.__version__)' 2>/dev/null || echo '?')"
     echo "invocation: $0 --sections $SECTIONS --steps $STEPS --threads $THREADS --dir $DIR" \
         "--configs $CONFIGS --rounds $ROUNDS${SHARES:+ --shares $SHARES}"
