@@ -1,9 +1,11 @@
-// common.c — error reporting, allocation, timing, CRC-32 (zlib) and atomic file writes.
+// common.c — error reporting, allocation, resident memory, timing, CRC-32 (zlib) and atomic
+// file writes.
 #include "common.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -63,6 +65,30 @@ double now_sec(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+static size_t status_kib(const char *key) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    size_t kib = 0, n = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, key, n) && line[n] == ':') {
+            kib = (size_t)strtoull(line + n + 1, NULL, 10);
+            break;
+        }
+    fclose(f);
+    return kib * 1024;
+}
+
+size_t rss_bytes(void) { return status_kib("VmRSS"); }
+
+size_t rss_peak_bytes(void) { return status_kib("VmHWM"); }
+
+void heap_release(void) {
+    mallopt(M_MMAP_THRESHOLD, 256 << 10);
+    mallopt(M_TRIM_THRESHOLD, 1 << 20);
+    malloc_trim(0);
 }
 
 // zlib's CRC-32 (the PNG/gzip polynomial 0xEDB88320, pre- and post-inverted): the same values

@@ -27,6 +27,15 @@ double now_sec(void);
 // the calling thread, so that helper threads (progress, I/O, network) never take them and the
 // calls they make are not interrupted.
 void thread_block_signals(void);
+// This process's resident memory now (VmRSS) and its peak so far (VmHWM), in bytes, from
+// /proc/self/status; 0 where that cannot be read.
+size_t rss_bytes(void);
+size_t rss_peak_bytes(void);
+// Hands the allocator's free memory back to the system: large blocks are mapped on their own
+// from then on (a fixed threshold instead of glibc's sliding one, which keeps freed blocks of up
+// to 32 MiB resident in the heap) and the heap is trimmed now. A process whose memory is
+// budgeted (block swapping) calls it before it measures what it holds.
+void heap_release(void);
 // The intersection of [a, b) and [lo, hi): its start in *start and its length (0 when empty).
 static inline size_t range_isect(size_t a, size_t b, size_t lo, size_t hi, size_t *start) {
     size_t s = a > lo ? a : lo, e = b < hi ? b : hi;

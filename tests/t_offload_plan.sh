@@ -3,7 +3,8 @@
 #   * its JSON line parses; the units cover every block once, in order; the plan fits the
 #     budget; a saved profile read back (--profile) gives the same plan;
 #   * with no model flags it plans for `loom train`'s defaults (read from `loom train --help`);
-#   * a budget nothing fits is refused with the least it needs, and that least is enough;
+#   * a budget nothing fits is refused with the least it needs, and that least (plus the fixed
+#     overhead the JSON reports) is enough;
 #   * --offload host, a missing --fast-mem or --offload-dir, a bad size and a missing directory
 #     are clear errors naming what is wrong.
 set -eu
@@ -53,19 +54,25 @@ echo "ok: defaults $want"
 
 # too small: the error states the least, and the least is enough. The first budget is below
 # anything a plan can need whatever the optimizer's pieces: less than one layer's weights
-# (12·dim² floats; a slot holds a unit's parameters and gradients).
+# (12·dim² floats; a slot holds a unit's parameters and gradients). --fast-mem bounds the whole
+# process: the least it takes is the plan's least plus the fixed overhead the planner measures
+# (the JSON's overhead_bytes; it varies by a few hundred KiB between runs, hence 1 MiB margins).
 P=("${OFF[@]}" "${M[@]}" --recompute --profile "$d/prof.json")
 tiny=$((12 * dim * dim * 4 / 1024 - 1))K
 expect_fail "needs at least" $LOOM plan "${P[@]}" --fast-mem "$tiny"
 least=$($LOOM plan "${P[@]}" --fast-mem "$tiny" 2>&1 |
     sed -n 's/.*needs at least \([0-9.]*\) MiB.*/\1/p')
 [ -n "$least" ] || { echo "FAILED: no 'at least N MiB' in the error"; exit 1; }
-# the least is printed to 0.1 MiB: 60 KiB either side is past the rounding
-below=$($PY -c "print('%dK' % int(float('$least') * 1024 - 60))")
-above=$($PY -c "print('%dK' % int(float('$least') * 1024 + 60))")
+ovh=$($LOOM plan "${P[@]}" --fast-mem 40M | $PY -c '
+import json, sys
+print([json.loads(l) for l in sys.stdin if l.startswith("{")][0]["overhead_bytes"] / 2**20)')
+below=$($PY -c "print('%dK' % int((float('$least') + float('$ovh')) * 1024 - 1024))")
+above=$($PY -c "print('%dK' % int((float('$least') + float('$ovh')) * 1024 + 1024))")
 [ "${below%K}" -gt "${tiny%K}" ] || { echo "FAILED: the least $least MiB is below $tiny"; exit 1; }
 expect_fail "needs at least $least MiB" $LOOM plan "${P[@]}" --fast-mem "$below"
+expect_fail "fixed overhead" $LOOM plan "${P[@]}" --fast-mem "$below"
 $LOOM plan "${P[@]}" --fast-mem "$above" > /dev/null
+echo "ok: the least $least MiB + the fixed overhead $ovh MiB is enough, 2 MiB less is not"
 
 # bad input
 expect_fail "reserved for the GPU backend" $LOOM plan --offload host --offload-dir "$d/tier" \

@@ -3,8 +3,9 @@
 // its monotonicity, and the search against a brute-force enumeration of every grouping and
 // prefetch depth of small models (with a negative control: a restricted search the comparison
 // catches; feasibility must agree exactly, the time within a stated tolerance), at budgets at
-// and just below the least any plan needs, the least-memory plan likewise, the error for a
-// budget nothing fits, and the search's speed on GPT-2 XL's shape.
+// and just below the least any plan needs, the least-memory plan likewise, the same with the
+// update fused into the backward, the error for a budget nothing fits, and the search's speed
+// on GPT-2 XL's shape.
 #include <string.h>
 
 #include "../src/common.h"
@@ -33,6 +34,8 @@ static void make_model(GPT *m, int L, int C, int V) {
     if (gpt_create_layout(m, &cfg, backend_cpu())) abort();
 }
 
+static int fused_cases; // make_case's shapes fuse the update into the backward (no draw)
+
 static void make_case(Case *k, int L) {
     int C = 16 << irand(0, 2), V = irand(40, 700);
     make_model(&k->m, L, C, V);
@@ -41,7 +44,8 @@ static void make_case(Case *k, int L) {
                           .K = irand(1, 3),
                           .recompute = irand(0, 1),
                           .dp = irand(1, 2),
-                          .zero = irand(0, 1)};
+                          .zero = irand(0, 1),
+                          .fused = fused_cases};
     double lay = 1e-3 * (0.2 + urand());
     k->c = (OffloadCosts){.fwd = {lay * urand(), lay, lay * (0.5 + 2 * urand())},
                           .update_s_per_param = 1e-9 * (1 + 10 * urand()),
@@ -85,6 +89,41 @@ static double brute(Case *k, int maxp, int obj) {
 
 static int same(double a, double b) { return fabs(a - b) <= 1e-9 * fabs(b); }
 
+// The simulation's limits and byte counts for case k's plan p (streamed or fused update).
+static void limits_and_bytes(Case *k, OffloadPlan *p) {
+    OffloadPrediction d;
+    double t = offload_predict(&k->m, &k->s, &k->c, p, &d);
+    CHECK(t >= d.compute_s - 1e-15 && t >= d.io_s - 1e-15, "%g < max(%g, %g)", t, d.compute_s,
+          d.io_s);
+    // the units' bytes + H twice + the update's = budget.c's count
+    double rd = 0, wr = 0, all = 0, H = 4.0 * offload_pad((size_t)k->m.cfg.V * k->m.cfg.C);
+    for (int b = 0; b < k->m.nblocks; b++)
+        all += 4.0 * offload_pad(k->m.blocks[b].n);
+    double own = k->s.zero && k->s.dp > 1 ? 4.0 * ceil(all / 4 / k->s.dp) : all;
+    for (int u = 0; u < p->nunits; u++) {
+        OffloadUnitCost c;
+        offload_unit_cost(&k->m, &k->s, &k->c, p, u, &c);
+        rd += c.read_fwd + c.read_bwd + c.read_update, wr += c.write;
+    }
+    rd += H, wr += H;
+    if (!k->s.fused) rd += all + 3 * own, wr += all + 2 * own;
+    if (k->s.fused) CHECK(d.update_s == 0, "fused: an update pass of %g s", d.update_s);
+    CHECK(same(rd, d.read_bytes) && same(wr, d.written_bytes), "read %g vs %g, written %g vs %g",
+          rd, d.read_bytes, wr, d.written_bytes);
+    CHECK(same(p->io_bytes_per_step, d.read_bytes + d.written_bytes), "%g", p->io_bytes_per_step);
+    CHECK(p->peak_fast_bytes == offload_fast_bytes(&k->m, &k->s, p), "%g", p->peak_fast_bytes);
+    // no compute: the I/O stream never idles; an instant disk: compute alone
+    OffloadCosts io = k->c;
+    memset(io.fwd, 0, sizeof io.fwd), memset(io.bwd, 0, sizeof io.bwd);
+    io.update_s_per_param = 0;
+    t = offload_predict(&k->m, &k->s, &io, p, &d);
+    CHECK(same(t, d.io_s), "pure I/O %g vs %g", t, d.io_s);
+    OffloadCosts fast = k->c;
+    fast.read_bps = fast.write_bps = 1e300;
+    t = offload_predict(&k->m, &k->s, &fast, p, &d);
+    CHECK(same(t, d.compute_s), "pure compute %g vs %g", t, d.compute_s);
+}
+
 TEST(simulation_limits_and_bytes) {
     Case k;
     make_case(&k, 5);
@@ -92,35 +131,19 @@ TEST(simulation_limits_and_bytes) {
     CHECK(offload_plan_parse_units(&k.m, "[[0,1],[2,3],[4,4],[5,6]]", &p) == 0, "%s",
           loom_errmsg());
     p.prefetch = 1;
-    OffloadPrediction d;
-    double t = offload_predict(&k.m, &k.s, &k.c, &p, &d);
-    CHECK(t >= d.compute_s - 1e-15 && t >= d.io_s - 1e-15, "%g < max(%g, %g)", t, d.compute_s,
-          d.io_s);
-    // the units' bytes + H twice + the update's = budget.c's count
-    double rd = 0, wr = 0, all = 0, H = 4.0 * offload_pad((size_t)k.m.cfg.V * k.m.cfg.C);
-    for (int b = 0; b < k.m.nblocks; b++)
-        all += 4.0 * offload_pad(k.m.blocks[b].n);
-    double own = k.s.zero && k.s.dp > 1 ? 4.0 * ceil(all / 4 / k.s.dp) : all;
-    for (int u = 0; u < p.nunits; u++) {
-        OffloadUnitCost c;
-        offload_unit_cost(&k.m, &k.s, &k.c, &p, u, &c);
-        rd += c.read_fwd + c.read_bwd, wr += c.write;
-    }
-    rd += H + all + 3 * own, wr += H + all + 2 * own;
-    CHECK(same(rd, d.read_bytes) && same(wr, d.written_bytes), "read %g vs %g, written %g vs %g",
-          rd, d.read_bytes, wr, d.written_bytes);
-    CHECK(same(p.io_bytes_per_step, d.read_bytes + d.written_bytes), "%g", p.io_bytes_per_step);
-    CHECK(p.peak_fast_bytes == offload_fast_bytes(&k.m, &k.s, &p), "%g", p.peak_fast_bytes);
-    // no compute: the I/O stream never idles; an instant disk: compute alone
-    OffloadCosts io = k.c;
-    memset(io.fwd, 0, sizeof io.fwd), memset(io.bwd, 0, sizeof io.bwd);
-    io.update_s_per_param = 0;
-    t = offload_predict(&k.m, &k.s, &io, &p, &d);
-    CHECK(same(t, d.io_s), "pure I/O %g vs %g", t, d.io_s);
+    limits_and_bytes(&k, &p);
+    // the same plan with the update fused into the backward: each unit's update from its slot
+    double streamed = offload_predict(&k.m, &k.s, &k.c, &p, NULL);
+    k.s.fused = 1;
+    limits_and_bytes(&k, &p);
     OffloadCosts fast = k.c;
     fast.read_bps = fast.write_bps = 1e300;
-    t = offload_predict(&k.m, &k.s, &fast, &p, &d);
-    CHECK(same(t, d.compute_s), "pure compute %g vs %g", t, d.compute_s);
+    k.s.fused = 0;
+    double a = offload_predict(&k.m, &k.s, &fast, &p, NULL);
+    k.s.fused = 1;
+    double b = offload_predict(&k.m, &k.s, &fast, &p, NULL);
+    CHECK(same(a, b), "an instant disk: fused %g, streamed %g (the same compute)", b, a);
+    CHECK(offload_predict(&k.m, &k.s, &k.c, &p, NULL) != streamed, "fused predicts as streamed");
     offload_plan_free(&p);
     gpt_free(&k.m);
 }
@@ -206,6 +229,32 @@ TEST(search_equals_brute_force) {
             "  of 300: the search differs in %d; prefetch-1 search in %d (%d beyond %g%%); DP "
             "alone in %d (%d beyond)\n",
             d.inexact, d1.inexact, d1.worse, 100 * TOL, d2.inexact, d2.worse);
+}
+
+// The fused update (each unit's AdamW right after its backward): the search (its simulation
+// takes each unit's update from a table of max-plus coefficients) against brute force (which
+// walks every unit's pieces), and a plan's time from the search against offload_predict's.
+TEST(fused_search_equals_brute_force) {
+    OffloadSearchOpts all = {OFFLOAD_MAX_PREFETCH, 1};
+    fused_cases = 1;
+    rs = 88172645463325252ull;
+    Differ d = compare(150, &all, OFFLOAD_MAX_PREFETCH, 1);
+    CHECK(d.infeasible == 0, "feasibility differs in %d of 150 cases", d.infeasible);
+    CHECK(d.worse == 0, "%d of 150 cases more than %g%% off", d.worse, 100 * TOL);
+    CHECK(d.inexact <= 2 * INEXACT, "%d of 150 cases differ", d.inexact);
+    int off = 0;
+    for (int i = 0; i < 50; i++) {
+        Case k;
+        make_case(&k, irand(3, 8));
+        OffloadPlan p = {0};
+        CHECK(offload_plan_search(&k.m, &k.s, &k.c, k.budget, &p) == 0, "%s", loom_errmsg());
+        off += !same(offload_predict(&k.m, &k.s, &k.c, &p, NULL) * 1e3, p.predicted_step_ms);
+        offload_plan_free(&p);
+        gpt_free(&k.m);
+    }
+    fused_cases = 0;
+    CHECK(off == 0, "%d of 50 plans: the search's time is not offload_predict's", off);
+    fprintf(stderr, "  fused, of 150: the search differs from brute force in %d\n", d.inexact);
 }
 
 // Budgets at the least any plan needs and just below it: the search finds a plan exactly when
@@ -305,6 +354,7 @@ int main(void) {
     RUN(simulation_limits_and_bytes);
     RUN(simulation_monotone);
     RUN(search_equals_brute_force);
+    RUN(fused_search_equals_brute_force);
     RUN(search_feasible_at_the_least);
     RUN(least_memory_equals_brute_force);
     RUN(no_plan_fits);

@@ -188,6 +188,7 @@ typedef struct {
     int prefetch, heads_set;
     float read_gbps, write_gbps; // given: the tier is not measured
     size_t budget, probe_bytes;
+    double overhead, share; // the fixed overhead measured here; budget - overhead
 } OffArgs;
 
 static OffArgs O;
@@ -214,6 +215,10 @@ static const Option OFF_OPTS[] = {
     {"dp", OPT_INT, &O.t.dp, "data-parallel ranks (each swaps its own state)", NULL, 1, 1 << 20},
     {"zero", OPT_INT, &O.t.zero, "ZeRO stage (0 or 1: the update streams the owned part)", NULL, 0,
      1},
+    {"grad-clip", OPT_FLOAT, &O.t.grad_clip,
+     "as loom train's: 0 (with --on-nonfinite stop) fuses the update into the backward", NULL, 0,
+     1e9},
+    {"on-nonfinite", OPT_STR, &O.t.on_nonfinite, "as loom train's", "stop|skip", 0, 0},
     {"offload-units", OPT_STR, &O.units,
      "predict this grouping, e.g. [[0,3],[4,13]], instead of "
      "searching",
@@ -282,7 +287,7 @@ static void off_table(const GPT *m, const OffloadShape *s, const OffloadCosts *c
         offload_unit_cost(m, s, c, p, u, &uc);
         char what[64], blocks[24];
         snprintf(blocks, sizeof blocks, "%d-%d", p->unit[u].first, p->unit[u].last);
-        double rd = uc.read_fwd + uc.read_bwd;
+        double rd = uc.read_fwd + uc.read_bwd + uc.read_update;
         printf("%4d %-7s %-28s %9.1f %9.4g %9.4g %10.1f %10.1f %8.3g\n", u, blocks,
                unit_what(m, p->unit[u], what, sizeof what),
                4.0 * (double)offload_unit_floats(m, p->unit[u]) / 1048576.0, uc.fwd_s, uc.bwd_s,
@@ -297,27 +302,33 @@ static void off_report(const GPT *m, const OffloadShape *s, const OffloadCosts *
     double ws = offload_workspace_bytes(m, s), tok = (double)s->B * s->T * s->K;
     off_table(m, s, c, p);
     printf("prefetch %d (%d slots): peak fast memory %.1f MiB of %.1f MiB (slots %.1f, "
-           "activations and workspace %.1f, optimizer streaming and norms %.1f)\n",
-           p->prefetch, p->prefetch + 2, p->peak_fast_bytes / MiB, O.budget / MiB, slots / MiB,
+           "activations and workspace %.1f, streaming buffers and norms %.1f)\n",
+           p->prefetch, p->prefetch + 2, p->peak_fast_bytes / MiB, O.share / MiB, slots / MiB,
            ws / MiB, (p->peak_fast_bytes - slots - ws) / MiB);
     printf("per step: compute %.3f s; I/O %.1f MiB read + %.1f MiB written = %.1f MiB, I/O bound "
            "%.3f s (bytes / measured bandwidth)\n",
            d.compute_s, d.read_bytes / MiB, d.written_bytes / MiB, p->io_bytes_per_step / MiB,
            d.io_s);
-    printf("predicted %.3f s per step (the update pass %.3f s of it), %.1f tokens/s\n", d.step_s,
-           d.update_s, tok / d.step_s);
+    if (s->fused)
+        printf("predicted %.3f s per step (each unit's update fused into the backward), %.1f "
+               "tokens/s\n",
+               d.step_s, tok / d.step_s);
+    else
+        printf("predicted %.3f s per step (the update pass %.3f s of it), %.1f tokens/s\n",
+               d.step_s, d.update_s, tok / d.step_s);
     char *units = offload_units_json(p);
-    char line[512];
+    char line[768];
     int k =
         snprintf(line, sizeof line,
                  "{\"predicted_step_ms\": %.6g, \"peak_fast_bytes\": %.0f, \"io_bytes_per_step\":"
-                 " %.0f, \"budget_bytes\": %zu, \"prefetch\": %d, \"read_bps\": %.6g, "
+                 " %.0f, \"budget_bytes\": %zu, \"overhead_bytes\": %.0f, \"prefetch\": %d, "
+                 "\"read_bps\": %.6g, "
                  "\"write_bps\": %.6g, \"compute_ms\": %.6g, \"io_bound_ms\": %.6g, "
                  "\"read_bytes\": %.0f, \"written_bytes\": %.0f, \"tokens_per_s\": %.6g, "
                  "\"units\": ",
                  p->predicted_step_ms, p->peak_fast_bytes, p->io_bytes_per_step, O.budget,
-                 p->prefetch, c->read_bps, c->write_bps, 1e3 * d.compute_s, 1e3 * d.io_s,
-                 d.read_bytes, d.written_bytes, tok / d.step_s);
+                 O.overhead, p->prefetch, c->read_bps, c->write_bps, 1e3 * d.compute_s,
+                 1e3 * d.io_s, d.read_bytes, d.written_bytes, tok / d.step_s);
     printf("%.*s%s}\n", k, line, units);
     fflush(stdout);
     FILE *f = O.json ? fopen(O.json, "w") : NULL;
@@ -342,7 +353,8 @@ static int cmd_plan_offload(int argc, char **argv) {
                       .K = O.t.grad_accum,
                       .recompute = O.t.recompute,
                       .dp = O.t.dp,
-                      .zero = O.t.zero};
+                      .zero = O.t.zero,
+                      .fused = O.t.grad_clip <= 0 && strcmp(O.t.on_nonfinite, "skip")};
     OffloadPlan p = {0};
     if (O.units && offload_plan_parse_units(&m, O.units, &p)) die_last(EXIT_USAGE);
     p.prefetch = O.prefetch;
@@ -350,25 +362,35 @@ static int cmd_plan_offload(int argc, char **argv) {
     c.read_bps = O.read_gbps * 1e9, c.write_bps = O.write_gbps * 1e9;
     if (!(O.read_gbps > 0) && offload_tier_costs(&m, O.dir, O.probe_bytes, &c, stderr))
         die_last(EXIT_IO);
-    if (offload_costs_measure(&m, &s, O.t.threads, O.prof_in, O.prof_out, &c, stderr))
+    if (offload_costs_measure(&m, &s, O.t.threads, O.prof_in, O.prof_out, 0, &c, stderr))
         die_last(O.prof_in ? EXIT_INPUT : EXIT_USAGE);
+    // the fixed overhead as `loom train` measures it: after the blocks have run once here
+    if (O.prof_in && offload_warmup(&m, &s, O.budget)) die_last(EXIT_INPUT);
+    O.overhead = offload_overhead();
+    if (offload_plan_share(&m, &s, O.budget, O.overhead, &O.share)) die_last(EXIT_INPUT);
     printf("offload plan: L%d H%d C%d V%d (%.4gM parameters), micro-batch %d x T %d, grad-accum "
-           "%d, recompute %s, dp %d, zero %d; tier %s: read %.3g GB/s, write %.3g GB/s\n",
+           "%d, recompute %s, dp %d, zero %d, update %s; tier %s: read %.3g GB/s, write %.3g "
+           "GB/s\n",
            cfg.L, cfg.H, cfg.C, cfg.V, m.nparams / 1e6, s.B, s.T, s.K, s.recompute ? "on" : "off",
-           s.dp, s.zero, O.dir, c.read_bps * 1e-9, c.write_bps * 1e-9);
+           s.dp, s.zero, s.fused ? "fused into the backward" : "streamed after the backward", O.dir,
+           c.read_bps * 1e-9, c.write_bps * 1e-9);
     printf("per micro-batch: embedding %.4g + %.4g s, layer %.4g + %.4g s, head %.4g + %.4g s "
            "(forward + backward%s); AdamW %.3g ns per parameter\n",
            c.fwd[0], c.bwd[0], c.fwd[1], c.bwd[1], c.fwd[2], c.bwd[2],
            s.recompute ? ", with the recomputed forward" : "", c.update_s_per_param * 1e9);
+    printf("fixed overhead %.1f MiB (this process, measured after the blocks ran: the binary and "
+           "its libraries, the backend's threads and BLAS buffers; an MPI rank holds more): %.1f "
+           "MiB of --fast-mem %s left to block swapping\n",
+           O.overhead / 1048576.0, O.share / 1048576.0, O.fast_mem);
     if (O.units) {
         double need = offload_fast_bytes(&m, &s, &p);
         if (p.nunits < 2) die(EXIT_USAGE, "--offload-units: at least two units");
-        if (need > (double)O.budget)
+        if (need > O.share)
             die(EXIT_INPUT,
-                "--offload-units at prefetch %d needs %.1f MiB of fast memory, more "
-                "than --fast-mem %s",
-                p.prefetch, need / 1048576.0, O.fast_mem);
-    } else if (offload_plan_search(&m, &s, &c, (double)O.budget, &p))
+                "--offload-units at prefetch %d needs %.1f MiB of fast memory, more than the "
+                "%.1f MiB --fast-mem %s leaves after the fixed overhead",
+                p.prefetch, need / 1048576.0, O.share / 1048576.0, O.fast_mem);
+    } else if (offload_plan_search(&m, &s, &c, O.share, &p))
         die_last(EXIT_INPUT);
     off_report(&m, &s, &c, &p);
     offload_plan_free(&p);

@@ -130,6 +130,7 @@ static int open_shard(DataSet *d, int i) {
         if (t[k] >= d->vocab)
             return loom_fail("%s: token %u at position %zu is out of range for vocab %d", path,
                              t[k], k, d->vocab);
+    madvise(map, size, MADV_DONTNEED); // checked: its pages leave this process (not the cache)
     return 0;
 }
 
@@ -186,6 +187,23 @@ static uint16_t token_at(const DataSet *d, size_t pos) {
     return d->tokens[lo][pos - d->starts[lo]];
 }
 
+// Drops the pages of tokens [a, b) from this process's memory (they stay in the page cache and
+// fault back in when read again), so what a run has read of its data never accumulates in its
+// resident memory (block swapping budgets all of it).
+static void release_span(const DataSet *d, size_t a, size_t b) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    for (int i = 0; i < d->nfiles; i++) {
+        size_t s, n = range_isect(a, b, d->starts[i], d->starts[i] + d->counts[i], &s);
+        if (!n) continue;
+        uintptr_t lo = (uintptr_t)(d->tokens[i] + (s - d->starts[i]));
+        uintptr_t hi = lo + n * sizeof(uint16_t);
+        lo = lo / page * page, hi = (hi + page - 1) / page * page;
+        uintptr_t base = (uintptr_t)d->maps[i], end = base + d->map_sizes[i];
+        if (hi > end) hi = end; // the last page of the mapping
+        madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    }
+}
+
 // A seeded bijection on [0, n): cycle-walking over a 4-round Feistel network on the
 // smallest power of 4 ≥ n. Deterministic from (seed, epoch) and needs no table.
 static uint64_t permute(uint64_t x, uint64_t n, uint64_t seed, uint64_t epoch) {
@@ -222,5 +240,6 @@ int dataset_window(DataSet *d, uint64_t w, int B, int T, int shuffle, uint64_t s
         inputs[i] = token_at(d, start + i);
         targets[i] = token_at(d, start + i + 1);
     }
+    release_span(d, start, start + bt + 1);
     return 0;
 }

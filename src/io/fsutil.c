@@ -21,12 +21,23 @@ static int copy_entry(const char *s, const char *t) {
                          s);
     if (S_ISDIR(st.st_mode)) return copy_tree(s, t);
     if (!S_ISREG(st.st_mode)) return loom_fail("%s: not a regular file or a directory", s);
-    size_t len;
-    char *buf = read_file(s, &len);
-    if (!buf) return -1;
-    int rc = write_file_atomic(t, buf, len);
+    FILE *in = fopen(s, "rb");
+    if (!in) return loom_fail("%s: cannot open: %s", s, strerror(errno));
+    AtomicOut o;
+    if (aout_open(&o, t)) return fclose(in), -1;
+    enum { PIECE = 64 << 10 }; // streamed: a large file never sits in memory whole
+    char *buf = xmalloc(PIECE);
+    size_t n;
+    while ((n = fread(buf, 1, PIECE, in)) > 0)
+        aout_write(&o, buf, n);
+    int err = ferror(in);
+    fclose(in);
     free(buf);
-    return rc;
+    if (err) {
+        aout_abort(&o);
+        return loom_fail("%s: read error", s);
+    }
+    return aout_commit(&o);
 }
 
 int copy_tree(const char *src, const char *dst) {

@@ -142,28 +142,22 @@ int llmc_read_config(const char *path, GPTConfig *cfg) {
     return header_config(path, &h, cfg);
 }
 
-int llmc_load_gpt(GPT *m, const char *path) {
+int llmc_locate_gpt(const GPT *m, const char *path, WeightsSrc *src) {
     RFile f;
     if (rfile_open(&f, path)) return -1;
     LlmcHeader h;
     GPTConfig c;
-    if (read_header(&f, &h) || header_config(path, &h, &c)) {
-        rfile_close(&f);
-        return -1;
-    }
+    int rc = read_header(&f, &h) || header_config(path, &h, &c) ? -1 : 0;
+    rfile_close(&f);
+    if (rc) return -1;
     const GPTConfig *mc = &m->cfg;
-    if (c.L != mc->L || c.H != mc->H || c.C != mc->C || c.V != mc->V || c.maxT != mc->maxT) {
-        rfile_close(&f);
+    if (c.L != mc->L || c.H != mc->H || c.C != mc->C || c.V != mc->V || c.maxT != mc->maxT)
         return loom_fail("%s: checkpoint shape (L=%d H=%d C=%d V=%d maxT=%d) does not match the "
                          "model (L=%d H=%d C=%d V=%d maxT=%d)",
                          path, c.L, c.H, c.C, c.V, c.maxT, mc->L, mc->H, mc->C, mc->V, mc->maxT);
-    }
     size_t es = raw_float_size(h.dtype);
-    float *host = xmalloc(m->nparams * sizeof(float));
-    uint8_t *raw = NULL;
-    size_t raw_cap = 0;
-    int rc = -1;
     uint64_t off = LLMC_HEADER_BYTES;
+    int found = 0;
     for (int g = 0; g < NGROUPS; g++) {
         uint64_t per = group_elems(g, &h);
         int nl = llmc_groups[g].per_layer ? h.L : 1;
@@ -173,30 +167,22 @@ int llmc_load_gpt(GPT *m, const char *path) {
             const TensorSpec *t = gpt_find_tensor(m, name);
             // wte keeps only the real vocabulary: the first V of Vp rows
             uint64_t want = g == 0 ? (uint64_t)h.V * (uint64_t)h.C : per;
-            if (!t || t->n != want) {
-                loom_fail("%s: model tensor '%s' %s", path, name,
-                          t ? "has an unexpected size" : "does not exist");
-                goto out;
-            }
-            size_t nbytes = t->n * es;
-            if (nbytes > raw_cap) {
-                free(raw);
-                raw = xmalloc(nbytes);
-                raw_cap = nbytes;
-            }
-            if (rfile_read(&f, off + (uint64_t)l * per * es, raw, nbytes)) goto out;
-            raw_to_f32(host + t->off, raw, t->n, h.dtype);
+            if (!t || t->n != want)
+                return loom_fail("%s: model tensor '%s' %s", path, name,
+                                 t ? "has an unexpected size" : "does not exist");
+            src[t - m->tensors] =
+                (WeightsSrc){.off = off + (uint64_t)l * per * es, .type = h.dtype, .transposed = 0};
+            found++;
         }
         off += (uint64_t)nl * per * es;
     }
-    m->be->upload(m->params, host, m->nparams);
-    rc = 0;
-out:
-    free(raw);
-    free(host);
-    rfile_close(&f);
-    return rc;
+    if (found != m->ntensors)
+        return loom_fail("%s: the checkpoint holds %d of the model's %d tensors", path, found,
+                         m->ntensors);
+    return 0;
 }
+
+int llmc_load_gpt(GPT *m, const char *path) { return weights_load(m, path, llmc_locate_gpt); }
 
 int llmc_save_gpt(const GPT *m, const char *path) {
     const GPTConfig *c = &m->cfg;

@@ -15,10 +15,15 @@
 // must be exactly what it implies; errors are -1 with "<path>: <what>" in loom_errmsg().
 #pragma once
 #include "../model/gpt.h"
+#include "weights.h"
 
 // The model shape in the checkpoint header.
 int llmc_read_config(const char *path, GPTConfig *cfg);
-// Fills every tensor of m; the header must match m->cfg. On failure m is left unchanged.
+// Locates every tensor of m in the file (a WeightsLocateFn, see weights.h); the header must
+// match m->cfg. Nothing of the data is read.
+int llmc_locate_gpt(const GPT *m, const char *path, WeightsSrc *src);
+// Fills every tensor of m, streamed after llmc_locate_gpt has checked the file: on a malformed
+// file m is left unchanged.
 int llmc_load_gpt(GPT *m, const char *path);
 // Writes version 3 (fp32) with Vp = V rounded up to a multiple of 128. Atomic, like
 // st_save_gpt.

@@ -1,4 +1,5 @@
-// safetensors.c — reading and writing GPT-2 weights as safetensors (see safetensors.h).
+// safetensors.c — reading GPT-2 weights from safetensors (see safetensors.h; writing:
+// safetensors_write.c).
 // Reading first validates the whole header (st_open), then reads only the tensors it needs
 // with bounded reads; nothing is trusted before it is checked against the file size.
 #ifndef _GNU_SOURCE
@@ -362,17 +363,6 @@ fail:
     return -1;
 }
 
-// The shape Hugging Face stores for t.
-static int hf_shape(const TensorSpec *t, uint64_t shape[2]) {
-    if (t->ndim == 1) {
-        shape[0] = (uint64_t)t->shape[0];
-        return 1;
-    }
-    shape[0] = (uint64_t)t->shape[t->hf_conv1d ? 1 : 0];
-    shape[1] = (uint64_t)t->shape[t->hf_conv1d ? 0 : 1];
-    return 2;
-}
-
 static void fmt_shape(char *buf, size_t cap, const uint64_t *shape, int nd) {
     size_t k = (size_t)snprintf(buf, cap, "[");
     for (int d = 0; d < nd && k < cap; d++)
@@ -381,23 +371,18 @@ static void fmt_shape(char *buf, size_t cap, const uint64_t *shape, int nd) {
     if (k < cap) snprintf(buf + k, cap - k, "]");
 }
 
-int st_load_gpt(GPT *m, const char *path) {
+int st_locate_gpt(const GPT *m, const char *path, WeightsSrc *src) {
     StFile s;
     if (st_open(&s, path)) return -1;
+    int rc = -1;
     for (int i = 0; i < s.n; i++) {
         long l = layer_of(s.e[i].name);
         if (l >= m->cfg.L) {
             loom_fail("%s: tensor '%s' belongs to layer %ld but the model has %d layers", path,
                       s.e[i].key, l, m->cfg.L);
-            st_close(&s);
-            return -1;
+            goto out;
         }
     }
-    float *host = xmalloc(m->nparams * sizeof(float));
-    uint8_t *raw = NULL;
-    float *tmp = NULL;
-    size_t raw_cap = 0, tmp_cap = 0;
-    int rc = -1;
     for (int i = 0; i < m->ntensors; i++) {
         const TensorSpec *t = &m->tensors[i];
         const StEntry *e = st_find(&s, t->name);
@@ -406,7 +391,7 @@ int st_load_gpt(GPT *m, const char *path) {
             goto out;
         }
         uint64_t want[2];
-        int nd = hf_shape(t, want);
+        int nd = st_hf_shape(t, want);
         int same = e->ndim == nd;
         for (int d = 0; same && d < nd; d++)
             same = e->shape[d] == want[d];
@@ -418,133 +403,24 @@ int st_load_gpt(GPT *m, const char *path) {
                       exp);
             goto out;
         }
-        RawFloat rt;
         if (!strcmp(e->dtype, "F32"))
-            rt = RAW_F32;
+            src[i].type = RAW_F32;
         else if (!strcmp(e->dtype, "F16"))
-            rt = RAW_F16;
+            src[i].type = RAW_F16;
         else if (!strcmp(e->dtype, "BF16"))
-            rt = RAW_BF16;
+            src[i].type = RAW_BF16;
         else {
             loom_fail("%s: tensor '%s' has dtype %s; only F32, F16 and BF16 are supported", path,
                       e->key, e->dtype);
             goto out;
         }
-        size_t nbytes = (size_t)(e->end - e->begin);
-        if (nbytes > raw_cap) {
-            free(raw);
-            raw = xmalloc(nbytes);
-            raw_cap = nbytes;
-        }
-        if (rfile_read(&s.f, s.data_start + e->begin, raw, nbytes)) goto out;
-        float *dst = host + t->off;
-        if (t->ndim == 2 && t->hf_conv1d) {
-            if (t->n > tmp_cap) {
-                free(tmp);
-                tmp = xmalloc(t->n * sizeof(float));
-                tmp_cap = t->n;
-            }
-            raw_to_f32(tmp, raw, t->n, rt);
-            size_t out = (size_t)t->shape[0], in = (size_t)t->shape[1]; // HF holds (in, out)
-            for (size_t o = 0; o < out; o++)
-                for (size_t k = 0; k < in; k++)
-                    dst[o * in + k] = tmp[k * out + o];
-        } else {
-            raw_to_f32(dst, raw, t->n, rt);
-        }
+        src[i].off = s.data_start + e->begin;
+        src[i].transposed = t->ndim == 2 && t->hf_conv1d;
     }
-    m->be->upload(m->params, host, m->nparams);
     rc = 0;
 out:
-    free(host);
-    free(raw);
-    free(tmp);
     st_close(&s);
     return rc;
 }
 
-// ---------------------------------------------------------------- writing
-
-// The JSON header: __metadata__ (the config as strings, as transformers writes it), then each
-// tensor's dtype, shape and byte range; space-padded to a multiple of 8 bytes.
-static char *st_header(const GPT *m, size_t *len) {
-    const GPTConfig *c = &m->cfg;
-    cJSON *root = cJSON_CreateObject(), *meta = cJSON_AddObjectToObject(root, "__metadata__");
-    const char *keys[5] = {"n_head", "n_layer", "n_embd", "vocab_size", "n_positions"};
-    int vals[5] = {c->H, c->L, c->C, c->V, c->maxT};
-    cJSON_AddStringToObject(meta, "format", "pt");
-    for (int k = 0; k < 5; k++) {
-        char v[16];
-        snprintf(v, sizeof v, "%d", vals[k]);
-        cJSON_AddStringToObject(meta, keys[k], v);
-    }
-    uint64_t off = 0; // offsets and shapes are exact as doubles (below 2^53)
-    for (int i = 0; i < m->ntensors; i++) {
-        const TensorSpec *t = &m->tensors[i];
-        uint64_t shape[2];
-        int nd = hf_shape(t, shape);
-        cJSON *e = cJSON_AddObjectToObject(root, t->name);
-        cJSON_AddStringToObject(e, "dtype", "F32");
-        cJSON *sh = cJSON_AddArrayToObject(e, "shape"),
-              *r = cJSON_AddArrayToObject(e, "data_offsets");
-        for (int d = 0; d < nd; d++)
-            cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)shape[d]));
-        cJSON_AddItemToArray(r, cJSON_CreateNumber((double)off));
-        cJSON_AddItemToArray(r, cJSON_CreateNumber((double)(off + 4 * t->n)));
-        off += 4 * t->n;
-    }
-    char *text = cJSON_PrintUnformatted(root);
-    cJSON_Delete(root);
-    if (!text) die(EXIT_IO, "out of memory writing a safetensors header");
-    size_t n = strlen(text), padded = (n + 7) / 8 * 8;
-    char *h = xmalloc(padded);
-    memcpy(h, text, n);
-    memset(h + n, ' ', padded - n);
-    cJSON_free(text);
-    *len = padded;
-    return h;
-}
-
-int st_save_gpt(const GPT *m, const char *path) {
-    size_t hlen;
-    char *hdr = st_header(m, &hlen);
-    uint8_t lenb[8];
-    for (int k = 0; k < 8; k++)
-        lenb[k] = (uint8_t)((uint64_t)hlen >> (8 * k));
-
-    float *host = xmalloc(m->nparams * sizeof(float));
-    m->be->download(host, m->params, m->nparams);
-    AtomicOut o;
-    if (aout_open(&o, path)) {
-        free(hdr);
-        free(host);
-        return -1;
-    }
-    aout_write(&o, lenb, 8);
-    aout_write(&o, hdr, hlen);
-    float *row = NULL;
-    size_t row_cap = 0;
-    for (int i = 0; i < m->ntensors && !o.failed; i++) {
-        const TensorSpec *t = &m->tensors[i];
-        const float *src = host + t->off;
-        if (t->ndim == 2 && t->hf_conv1d) {
-            size_t out = (size_t)t->shape[0], in = (size_t)t->shape[1];
-            if (out > row_cap) {
-                free(row);
-                row = xmalloc(out * sizeof(float));
-                row_cap = out;
-            }
-            for (size_t k = 0; k < in; k++) { // HF row k: column k of loom's (out, in)
-                for (size_t j = 0; j < out; j++)
-                    row[j] = src[j * in + k];
-                aout_write_f32(&o, row, out);
-            }
-        } else {
-            aout_write_f32(&o, src, t->n);
-        }
-    }
-    free(row);
-    free(hdr);
-    free(host);
-    return aout_commit(&o);
-}
+int st_load_gpt(GPT *m, const char *path) { return weights_load(m, path, st_locate_gpt); }

@@ -13,6 +13,7 @@
 // dtype size × element count); malformed files give -1 and "<path>: <what>" in loom_errmsg().
 #pragma once
 #include "../model/gpt.h"
+#include "weights.h"
 
 // The model shape stored in a safetensors file: C and V from wte.weight (V,C), maxT from
 // wpe.weight, L from the h.N.* names, H from the "n_head" metadata. `heads`: the --heads the
@@ -21,13 +22,37 @@
 // present, must agree with the tensors.
 int st_read_config(const char *path, int heads, GPTConfig *cfg);
 
-// Fills every tensor of m from the file (transposing Conv1D weights, converting F16/BF16).
-// Missing tensors, wrong shapes, unsupported dtypes and layers beyond m->cfg.L are errors
-// naming the tensor and the file. On failure m's parameters are left unchanged.
+// Locates every tensor of m in the file (a WeightsLocateFn, see weights.h): present, of the
+// right shape and a supported dtype; nothing of the data is read. Missing tensors, wrong
+// shapes, unsupported dtypes and layers beyond m->cfg.L are errors naming the tensor and the
+// file.
+int st_locate_gpt(const GPT *m, const char *path, WeightsSrc *src);
+// Fills every tensor of m from the file (transposing Conv1D weights, converting F16/BF16),
+// streamed after st_locate_gpt has checked all of it: on a malformed file m's parameters are
+// left unchanged.
 int st_load_gpt(GPT *m, const char *path);
 
 // Writes every tensor as F32 in Hugging Face GPT-2 layout (no prefix), with metadata
 // {"format":"pt","n_head","n_layer","n_embd","vocab_size","n_positions"}; the header is padded
 // with spaces to a multiple of 8 bytes. Atomic: the destination is replaced only when the whole
-// file has been written and synced.
+// file has been written and synced. The parameters are read from m->params piece by piece
+// (no copy of the model).
 int st_save_gpt(const GPT *m, const char *path);
+// The same with the parameters read through src (flat offset at, n floats into dst) into buf,
+// cap floats of it, at least st_save_floats(m): a model whose parameters are not in memory
+// (block swapping's tier) is written tensor by tensor.
+int st_save_gpt_fn(const GPT *m, const char *path, GptSource src, void *ctx, float *buf,
+                   size_t cap);
+// Floats of the largest tensor the file holds transposed (read whole to be written row by row).
+size_t st_save_floats(const GPT *m);
+
+// The shape Hugging Face stores for t (its dimensions: 1 or 2).
+static inline int st_hf_shape(const TensorSpec *t, uint64_t shape[2]) {
+    if (t->ndim == 1) {
+        shape[0] = (uint64_t)t->shape[0];
+        return 1;
+    }
+    shape[0] = (uint64_t)t->shape[t->hf_conv1d ? 1 : 0];
+    shape[1] = (uint64_t)t->shape[t->hf_conv1d ? 0 : 1];
+    return 2;
+}

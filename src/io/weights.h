@@ -22,8 +22,18 @@ int weights_detect(const char *path, WeightsFormat *fmt);
 // contradicts the head count the file records.
 int init_read_config(const char *path, int heads, GPTConfig *cfg);
 // Fills every parameter of m from an init file of either format (shapes must match m->cfg).
-// On failure m's parameters are left unchanged.
+// The whole file is checked first (gpt_check_init_file), so a malformed one leaves m's
+// parameters unchanged; the tensors are then streamed (gpt_stream_init_file).
 int gpt_load_init_file(GPT *m, const char *path);
+// Checks an init file against m's layout without reading its tensors: every tensor present,
+// of the right shape and type, inside the file.
+int gpt_check_init_file(const GPT *m, const char *path);
+// The flat range [lo, hi) of m's parameters from an init file, to sink in ascending pieces of
+// host memory through one buffer of WEIGHTS_STREAM_FLOATS floats (nothing the size of the
+// model or of a tensor: a transposed tensor is read a group of rows at a time). Checked first as
+// gpt_check_init_file; returns the first non-zero sink result, or 0 / -1.
+int gpt_stream_init_file(const GPT *m, const char *path, size_t lo, size_t hi, GptSink sink,
+                         void *ctx);
 // Saves by extension: ".bin" → llm.c checkpoint (version 3, fp32), anything else → safetensors.
 int gpt_save_weights_file(const GPT *m, const char *path);
 
@@ -43,6 +53,27 @@ void rfile_close(RFile *f);
 
 typedef enum { RAW_F32, RAW_F16, RAW_BF16 } RawFloat;
 static inline size_t raw_float_size(RawFloat t) { return t == RAW_F32 ? 4 : 2; }
+
+// Where a tensor of a model's layout is in a weights file: the byte offset of its data, the
+// element type and whether the file holds the transpose (Hugging Face's Conv1D: (in, out) for
+// loom's (out, in)). The formats fill one per m->tensors (st_locate_gpt, llmc_locate_gpt).
+typedef struct {
+    uint64_t off;
+    RawFloat type;
+    int transposed;
+} WeightsSrc;
+// Floats of the buffer weights_stream reads through.
+#define WEIGHTS_STREAM_FLOATS ((size_t)1 << 20)
+// Streams [lo, hi) of m's parameters from file f, its tensors located in src, to sink.
+int weights_stream(const GPT *m, const RFile *f, const WeightsSrc *src, size_t lo, size_t hi,
+                   GptSink sink, void *ctx);
+// A format's locator: every tensor of m in the file at path, checked (0), or -1 naming the file
+// and what is wrong; nothing of the tensors' data is read.
+typedef int (*WeightsLocateFn)(const GPT *m, const char *path, WeightsSrc *src);
+// Locates with loc, then streams [lo, hi) to sink / loads all of m's parameters.
+int weights_stream_file(const GPT *m, const char *path, WeightsLocateFn loc, size_t lo, size_t hi,
+                        GptSink sink, void *ctx);
+int weights_load(GPT *m, const char *path, WeightsLocateFn loc);
 // Decodes n little-endian values of type t into float32.
 void raw_to_f32(float *dst, const uint8_t *src, size_t n, RawFloat t);
 float f16_to_f32(uint16_t h);
@@ -52,5 +83,6 @@ static inline uint32_t le32(const uint8_t *p) {
 }
 static inline uint64_t le64(const uint8_t *p) { return le32(p) | (uint64_t)le32(p + 4) << 32; }
 
-// Writes n floats as little-endian float32.
+// Writes n floats as little-endian float32 / n floats taken every `stride` floats of x.
 int aout_write_f32(AtomicOut *o, const float *x, size_t n);
+int aout_write_f32_strided(AtomicOut *o, const float *x, size_t n, size_t stride);

@@ -203,6 +203,8 @@ void gpt_init_range(const GPT *m, unsigned long long seed, size_t lo, size_t hi,
 // The same values handed to sink in ascending pieces of host memory (flat offset at, n floats);
 // returns the first non-zero sink result, or 0.
 typedef int (*GptSink)(void *ctx, size_t at, size_t n, const float *src);
+// The other way: n floats of the flat range at [at, at+n) into dst (host memory); 0 or -1.
+typedef int (*GptSource)(void *ctx, size_t at, size_t n, float *dst);
 int gpt_init_stream(const GPT *m, unsigned long long seed, size_t lo, size_t hi, GptSink sink,
                     void *ctx);
 const TensorSpec *gpt_find_tensor(const GPT *m, const char *name);

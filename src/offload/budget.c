@@ -70,7 +70,7 @@ double offload_fast_bytes(const GPT *m, const OffloadShape *s, const OffloadPlan
     double slots = sizeof(float) * (double)offload_slots_floats(m, p);
     double opt = sizeof(float) * (s->co2 ? 10.0 : 8.0) * (double)offload_opt_chunk(m);
     double norms = sizeof(double) * (double)m->nchunks;
-    return slots + offload_workspace_bytes(m, s) + opt + norms;
+    return slots + offload_workspace_bytes(m, s) + opt + norms + OFFLOAD_IO_BYTES;
 }
 
 double offload_min_bytes(const GPT *m, const OffloadShape *s) {
@@ -103,8 +103,12 @@ void offload_io_bytes(const GPT *m, const OffloadShape *s, const OffloadPlan *p,
     rd += wte, wr += wte; // the head's wte gradient H, out and back
     int N = s->dp > 1 ? s->dp : 1;
     size_t own = s->zero >= 1 ? (all + (size_t)N - 1) / (size_t)N : all;
-    wr += own;           // gradients (the owned part: the update reads nothing else)
-    rd += all + 3 * own; // update: parameters, and gradients, m, v of the owned part
+    if (s->fused) {                                  // each unit updated from its slot:
+        rd += 2 * own + offload_pad(m->blocks[0].n); // m, v and the embedding's parameters
+    } else {
+        wr += own;           // gradients (the owned part: the update reads nothing else)
+        rd += all + 3 * own; // update: parameters, and gradients, m, v of the owned part
+    }
     wr += all + 2 * own; // parameters (all-gathered under ZeRO-1), m, v
     *read = (double)rd * sizeof(float);
     *written = (double)wr * sizeof(float);

@@ -32,6 +32,11 @@
 
 #include "../model/gpt.h"
 
+// Bytes of the one streaming buffer a checkpoint's save or resume, CO2's state files and the
+// initial parameters (random or --init) pass through while the executor is idle (io/, model/:
+// 2^20 floats each); counted in offload_fast_bytes.
+#define OFFLOAD_IO_BYTES ((double)(4 << 20))
+
 // Floats per optimizer streaming piece (each of parameters, gradients, m, v; two in flight):
 // 2^18 (1 MiB), or the largest block rounded up to the tier's alignment when that is smaller.
 size_t offload_opt_chunk(const GPT *m);
@@ -55,6 +60,8 @@ typedef struct {
     int B, T, K, recompute;
     int dp, zero; // data-parallel ranks and ZeRO stage (0 or 1): what the update streams
     int co2;      // a CO2 worker: its background average keeps two pieces in flight
+    int fused;    // AdamW per unit right after its backward (swap.h SwapConfig.fused): no
+                  // gradient written, no update pass
 } OffloadShape;
 
 // "12.3 MiB" / "1.25 GiB" into buf; returns buf.
@@ -72,12 +79,14 @@ size_t offload_slots_floats(const GPT *m, const OffloadPlan *p);
 // Activation and workspace bytes for K micro-batches of (B,T) (gpt.h workspaces).
 double offload_workspace_bytes(const GPT *m, const OffloadShape *s);
 // Everything the executor allocates in fast memory for this plan: slots, workspace,
-// optimizer streaming buffers, norm partials and the micro-batches' tokens.
+// optimizer streaming buffers, norm partials and the micro-batches' tokens; and
+// OFFLOAD_IO_BYTES for what streams state in and out while it is idle.
 double offload_fast_bytes(const GPT *m, const OffloadShape *s, const OffloadPlan *p);
 // What the plan of one block per unit with prefetch 1 needs (a bound on the least; the least
 // itself is searched: offload_plan_min_bytes, offload_plan.h).
 double offload_min_bytes(const GPT *m, const OffloadShape *s);
-// Bytes read from and written to the tier per optimizer step by this rank.
+// Bytes read from and written to the tier per optimizer step by this rank (fused: no gradient
+// out, only the moments in for the update).
 void offload_io_bytes(const GPT *m, const OffloadShape *s, const OffloadPlan *p, double *read,
                       double *written);
 

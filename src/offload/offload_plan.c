@@ -1,8 +1,7 @@
-// offload_plan.c — the static analysis of block swapping (see offload_plan.h): the event
-// simulation of one swapped step, and the search over groupings and prefetch depths (dynamic
-// programming over contiguous groupings under per-slot size caps, the candidates simulated and
-// refined by local search; the least-memory plan when none of them fits). Measuring the costs
-// and the error for a budget nothing fits: offload_plan_run.c.
+// offload_plan.c — the search of the static analysis of block swapping (see offload_plan.h):
+// dynamic programming over contiguous groupings under per-slot size caps, the candidates
+// simulated (offload_sim.c) and refined by local search; the least-memory plan when none of
+// them fits. Measuring the costs and the error for a budget nothing fits: offload_plan_run.c.
 #include "offload_plan.h"
 
 #include <math.h>
@@ -10,178 +9,9 @@
 #include <string.h>
 
 #include "../common.h"
+#include "offload_sim.h"
 
-#define NEG (-1e300) // "long ago": before anything
-#define TOP 12       // candidates per prefetch depth that are refined
-
-static double dmax(double a, double b) { return a > b ? a : b; }
-
-// What the simulation and the search need of one model, shape and costs.
-typedef struct {
-    const GPT *m;
-    const OffloadShape *s;
-    const OffloadCosts *c;
-    int nb;
-    double *pf, *pb;        // (nb+1) prefix sums: compute seconds of K micro-batches
-    double *pp, *pl;        // (nb+1) prefix sums: padded parameter floats (all; layers only)
-    double wte;             // padded floats of the tied wte (and of H)
-    double own;             // the fraction of each gradient and moment this rank keeps
-    double upd_cpu, upd_io; // the update pass ends max(cpu + upd_cpu, io + upd_io)
-    double upd_work;        // its AdamW seconds
-    double fixed;           // fast bytes besides the slots
-    double *U;              // (nb*nb) offload_unit_floats of [a, b] (search only)
-    double *t;              // simulation scratch
-} Ctx;
-
-// ---------------------------------------------------------------- the numbers of one model
-
-// The update pass (offload_plan.h) from compute-free time cpu and I/O-free time io.
-static double update_end(const Ctx *x, double cpu, double io) {
-    const GPT *m = x->m;
-    double R = x->c->read_bps, W = x->c->write_bps, f = x->own;
-    double wbuf[2] = {NEG, NEG}, pr = 0, pc = 0, pw = 0; // piece i-1: reads end, compute, write
-    int i = 0;
-    size_t chunk = offload_opt_chunk(m);
-    for (int b = 0; b < m->nblocks; b++)
-        for (size_t at = 0; at < m->blocks[b].n; at += chunk, i++) {
-            size_t n = m->blocks[b].n - at;
-            n = n < chunk ? n : chunk;
-            double pad = 4.0 * (double)offload_pad(n);
-            cpu = dmax(cpu, wbuf[i % 2]); // the buffer's previous piece is written
-            io = dmax(io, cpu) + pad * (1 + 3 * f) / R;
-            double r = io;
-            if (i) { // piece i-1 computes and writes
-                cpu = dmax(cpu, pr) + pc;
-                io = wbuf[(i - 1) % 2] = dmax(io, cpu) + pw / W;
-            }
-            pr = r, pc = (double)n * f * x->c->update_s_per_param, pw = pad * (1 + 2 * f);
-        }
-    if (i) {
-        cpu = dmax(cpu, pr) + pc;
-        io = dmax(io, cpu) + pw / W;
-    }
-    return dmax(cpu, io);
-}
-
-static void ctx_init(Ctx *x, const GPT *m, const OffloadShape *s, const OffloadCosts *c,
-                     int table) {
-    memset(x, 0, sizeof *x);
-    x->m = m, x->s = s, x->c = c, x->nb = m->nblocks;
-    size_t nb = (size_t)m->nblocks;
-    x->pf = xcalloc(nb + 1, sizeof(double)), x->pb = xcalloc(nb + 1, sizeof(double));
-    x->pp = xcalloc(nb + 1, sizeof(double)), x->pl = xcalloc(nb + 1, sizeof(double));
-    x->t = xcalloc(3 * nb + OFFLOAD_MAX_PREFETCH + 2, sizeof(double));
-    for (size_t b = 0; b < nb; b++) {
-        const Block *blk = &m->blocks[b];
-        int k = blk->kind == BLOCK_EMBED ? 0 : blk->kind == BLOCK_LAYER ? 1 : 2;
-        double pad = (double)offload_pad(blk->n);
-        x->pf[b + 1] = x->pf[b] + s->K * c->fwd[k];
-        x->pb[b + 1] = x->pb[b] + s->K * c->bwd[k];
-        x->pp[b + 1] = x->pp[b] + pad;
-        x->pl[b + 1] = x->pl[b] + (blk->kind == BLOCK_LAYER ? pad : 0);
-    }
-    x->wte = (double)offload_pad((size_t)m->cfg.V * m->cfg.C);
-    double all = x->pp[nb];
-    int N = s->dp > 1 ? s->dp : 1;
-    x->own = s->zero >= 1 ? ceil(all / N) / all : 1.0;
-    x->upd_cpu = update_end(x, 0, NEG), x->upd_io = update_end(x, NEG, 0);
-    x->upd_work = (double)m->nparams * x->own * c->update_s_per_param;
-    OffloadPlan one;
-    offload_plan_per_block(m, &one);
-    x->fixed = offload_fast_bytes(m, s, &one) - 4.0 * (double)offload_slots_floats(m, &one);
-    offload_plan_free(&one);
-    if (!table) return;
-    x->U = xcalloc(nb * nb, sizeof(double));
-    for (size_t a = 0; a < nb; a++)
-        for (size_t b = a; b < nb; b++)
-            x->U[a * nb + b] = (double)offload_unit_floats(m, (OffloadUnit){(int)a, (int)b});
-}
-
-static void ctx_free(Ctx *x) {
-    free(x->pf), free(x->pb), free(x->pp), free(x->pl), free(x->t), free(x->U);
-}
-
-static void ctx_unit(const Ctx *x, OffloadUnit u, int idx, int n, int p, OffloadUnitCost *o) {
-    int a = u.first, b = u.last + 1;
-    o->fwd_s = x->pf[b] - x->pf[a];
-    o->bwd_s = x->pb[b] - x->pb[a];
-    o->read_fwd = 4 * (x->pp[b] - x->pp[a] + (idx == n - 1 && n > 1 ? x->wte : 0));
-    o->read_bwd = idx >= n - 2 - p ? 0 : 4 * (x->pl[b] - x->pl[a]); // n-2-p..n-1: resident
-    o->write = 4 * (x->pp[b] - x->pp[a]) * x->own;
-}
-
-// ---------------------------------------------------------------- the simulation
-
-// One step of units un[0..n-1] at prefetch p (the schedule in offload_plan.h); its seconds.
-static double simulate(const Ctx *x, const OffloadUnit *un, int n, int p, double *work) {
-    int S = p + 2;
-    double R = x->c->read_bps, W = x->c->write_bps, H = 4 * x->wte;
-    double *rf = x->t, *rb = x->t + n, *wend = x->t + 2 * n, cpu = 0, io, w = 0;
-    for (int i = 0; i < S; i++)
-        wend[i] = NEG;
-    OffloadUnitCost c, cv;
-    ctx_unit(x, un[0], 0, n, p, &c);
-    io = rf[0] = c.read_fwd / R;
-    for (int u = 0, issued = 0; u < n; u++) { // forward, and the turn's reads
-        cpu = dmax(cpu, rf[u]);
-        for (; issued < u + p && issued < n - 1; issued++) {
-            ctx_unit(x, un[issued + 1], issued + 1, n, p, &cv);
-            io = rf[issued + 1] = dmax(io, cpu) + cv.read_fwd / R;
-        }
-        ctx_unit(x, un[u], u, n, p, &c);
-        if (u < n - 1) cpu += c.fwd_s, w += c.fwd_s;
-    }
-    cpu += c.fwd_s + c.bwd_s, w += c.fwd_s + c.bwd_s; // the turn, then its gradient and H out
-    io = wend[(n - 1) % S] = dmax(io, cpu) + c.write / W + H / W;
-    for (int u = n - 2; u >= 0; u--) {
-        ctx_unit(x, un[u], u, n, p, &c);
-        if (u <= n - 3 - p) cpu = dmax(cpu, rb[u]); // not resident: its read
-        int v = u - p;                              // read into its slot now
-        if (v >= 0 && v <= n - 3 - p) {
-            ctx_unit(x, un[v], v, n, p, &cv);
-            cpu = dmax(cpu, wend[v % S]); // after that slot's writes (unit v+S)
-            rb[v] = cpu;
-            if (cv.read_bwd > 0) io = rb[v] = dmax(io, cpu) + cv.read_bwd / R;
-        }
-        cpu += c.bwd_s, w += c.bwd_s;
-        if (u == 0) cpu = io = dmax(io, cpu) + H / R; // H back and added
-        io = wend[u % S] = dmax(io, cpu) + c.write / W;
-    }
-    if (work) work[0] = w, work[1] = cpu;
-    return dmax(cpu + x->upd_cpu, io + x->upd_io);
-}
-
-static void predict_fill(const Ctx *x, OffloadPlan *p, OffloadPrediction *d) {
-    double work[2], rd, wr;
-    double t = simulate(x, p->unit, p->nunits, p->prefetch, work);
-    offload_io_bytes(x->m, x->s, p, &rd, &wr);
-    p->predicted_step_ms = 1e3 * t;
-    p->peak_fast_bytes = offload_fast_bytes(x->m, x->s, p);
-    p->io_bytes_per_step = rd + wr;
-    if (!d) return;
-    d->step_s = t;
-    d->compute_s = work[0] + x->upd_work;
-    d->update_s = t - work[1];
-    d->read_bytes = rd, d->written_bytes = wr;
-    d->io_s = rd / x->c->read_bps + wr / x->c->write_bps;
-}
-
-double offload_predict(const GPT *m, const OffloadShape *s, const OffloadCosts *c, OffloadPlan *p,
-                       OffloadPrediction *d) {
-    Ctx x;
-    ctx_init(&x, m, s, c, 0);
-    predict_fill(&x, p, d);
-    ctx_free(&x);
-    return p->predicted_step_ms / 1e3;
-}
-
-void offload_unit_cost(const GPT *m, const OffloadShape *s, const OffloadCosts *c,
-                       const OffloadPlan *p, int u, OffloadUnitCost *out) {
-    Ctx x;
-    ctx_init(&x, m, s, c, 0);
-    ctx_unit(&x, p->unit[u], u, p->nunits, p->prefetch, out);
-    ctx_free(&x);
-}
+#define TOP 12 // candidates per prefetch depth that are refined
 
 // ---------------------------------------------------------------- the search
 
@@ -219,7 +49,7 @@ static int evaluate(const Ctx *x, Cand *c, double budget, OffloadUnit *u) {
     if (n < 2 || c->p < 1) return -1;
     c->mem = mem_of(x, u, n, c->p);
     if (c->mem > budget) return -1;
-    c->t = simulate(x, u, n, c->p, NULL);
+    c->t = offload_sim_step(x, u, n, c->p, NULL);
     return 0;
 }
 
@@ -242,8 +72,13 @@ static double surrogate(const Ctx *x, int a, int b, int r, int p) {
     double comp = x->pf[b + 1] - x->pf[a] + x->pb[b + 1] - x->pb[a];
     double par = 4 * (x->pp[b + 1] - x->pp[a]), rd = par + (r == 0 ? H : 0);
     double rdb = r <= p + 1 ? 0 : 4 * (x->pl[b + 1] - x->pl[a]);
-    double io = (rd + rdb) / R + par * x->own / W + (r == 0 ? H / W : 0) + (a == 0 ? H / R : 0);
-    return dmax(comp, io) + (a == 0 ? rd / R + par * x->own / W + H / R : 0);
+    double wr = par * x->own; // the gradient, or (fused) parameters, m and v, m and v read first
+    if (x->s->fused) {
+        wr = par * (1 + 2 * x->own), rdb += par * 2 * x->own;
+        comp += (par / 4) * x->own * x->c->update_s_per_param;
+    }
+    double io = (rd + rdb) / R + wr / W + (r == 0 ? H / W : 0) + (a == 0 ? H / R : 0);
+    return dmax(comp, io) + (a == 0 ? rd / R + wr / W + H / R : 0);
 }
 
 // DP from the last block backwards: the grouping of least surrogate cost whose units fit the
@@ -463,7 +298,7 @@ static int search(const Ctx *x, double budget, int obj, const OffloadSearchOpts 
         out->unit = xcalloc((size_t)nb, sizeof(OffloadUnit));
         out->nunits = to_units(best.cut, nb, out->unit);
         out->prefetch = best.p;
-        predict_fill(x, out, NULL);
+        offload_sim_fill(x, out, NULL);
     }
     free(q.u), free(cut), free(best.cut);
     return ok ? 0 : -1;
@@ -478,9 +313,9 @@ static int least_plan(const GPT *m, const OffloadShape *s, const OffloadSearchOp
                       OffloadPlan *out) {
     OffloadCosts c = {.fwd = {1, 1, 1}, .bwd = {1, 1, 1}, .read_bps = 1, .write_bps = 1};
     Ctx x;
-    ctx_init(&x, m, s, &c, 1);
+    offload_sim_init(&x, m, s, &c, 1);
     int rc = search(&x, INFINITY, OBJ_MEM, o, out);
-    ctx_free(&x);
+    offload_sim_free(&x);
     return rc;
 }
 
@@ -503,10 +338,10 @@ int offload_plan_search_opts(const GPT *m, const OffloadShape *s, const OffloadC
     if (!(c->read_bps > 0) || !(c->write_bps > 0))
         return loom_fail("offload plan: the tier's bandwidth is unknown");
     Ctx x;
-    ctx_init(&x, m, s, c, 1);
+    offload_sim_init(&x, m, s, c, 1);
     int rc = search(&x, budget, OBJ_TIME, o, out);
-    ctx_free(&x);
-    return rc ? offload_plan_fail(m, s, budget) : 0;
+    offload_sim_free(&x);
+    return rc ? offload_plan_fail(m, s, (size_t)budget, 0, 0) : 0;
 }
 
 int offload_plan_search(const GPT *m, const OffloadShape *s, const OffloadCosts *c, double budget,

@@ -20,6 +20,13 @@
 //             last used its buffer are done, then the current piece waits for its reads,
 //             computes (update_s_per_param per parameter) and queues its writes; the step
 //             ends when every write is done.
+//   fused     (OffloadShape.fused) no gradient is written and there is no update pass: after
+//             each unit's backward (the turn's included, before H is written) the same walk
+//             runs over the unit's blocks reading only the owned moments (and the embedding's
+//             parameters), and the compute stream waits for its last write.
+// The tier's bandwidths are what it sustains when overwriting its blocks (tier_measure writes
+// its region once before it times anything): the fill writes the whole scratch file before
+// the first step, and a first write into preallocated blocks is slower.
 // Not modelled: communication (data-parallel all-reduces, ZeRO-1 gathers), page faults, the
 // I/O threads' CPU.
 #pragma once
@@ -56,7 +63,9 @@ typedef struct {
     double fwd_s, bwd_s;       // the turn unit: its forward and its backward
     double read_fwd, read_bwd; // parameters read for the forward (the last unit: + the tied
                                // wte) and re-read for the backward (0 while still resident)
-    double write;              // its gradient written (the owned fraction)
+    double write;              // its gradient written (the owned fraction); fused: its
+                               // parameters and owned moments
+    double read_update;        // fused: its owned moments (and the embedding's parameters) read
 } OffloadUnitCost;
 void offload_unit_cost(const GPT *m, const OffloadShape *s, const OffloadCosts *c,
                        const OffloadPlan *p, int u, OffloadUnitCost *out);
@@ -80,27 +89,50 @@ int offload_plan_search_opts(const GPT *m, const OffloadShape *s, const OffloadC
 // The least offload_fast_bytes of any plan (searched the same way), and that plan when out is
 // not NULL. The search finds a plan for every budget of at least this.
 double offload_plan_min_bytes(const GPT *m, const OffloadShape *s, OffloadPlan *out);
-// loom_fail (-1): budget is below what any plan needs; the message names the least
-// (offload_plan_min_bytes) and what it is made of.
-int offload_plan_fail(const GPT *m, const OffloadShape *s, double budget);
+// loom_fail (-1): budget less overhead is below what any plan needs; the message names the
+// least (offload_plan_min_bytes), what it is made of and, with an overhead (0: none), the
+// --fast-mem it takes: overhead is the fixed overhead (measured = 1, offload_overhead) or what
+// the process holds before its backend has run (0: a lower bound).
+int offload_plan_fail(const GPT *m, const OffloadShape *s, size_t budget, double overhead,
+                      int measured);
 
 // Block costs for shape s from a saved profile (profile_path: `loom plan --save-profile`; its
 // model's heads, dim, vocab and seq must match and it must hold a row for micro-batch B) or,
 // when profile_path is NULL, measured now on m's backend with `threads` threads (0: all) and
-// saved to save_path when not NULL. Fills c's block and update costs. 0 or -1 (loom_errmsg).
+// saved to save_path when not NULL; max_bytes (0: no bound) bounds what the measurement
+// allocates (profile_measure_batch). Fills c's block and update costs. 0 or -1 (loom_errmsg).
 int offload_costs_measure(const GPT *m, const OffloadShape *s, int threads,
-                          const char *profile_path, const char *save_path, OffloadCosts *c,
-                          FILE *log);
+                          const char *profile_path, const char *save_path, size_t max_bytes,
+                          OffloadCosts *c, FILE *log);
 // The tier's bandwidth under dir with the executor's access pattern: `bytes` (0: 256 MiB)
 // written and read back in requests of the size of a typical unit of m. 0 or -1.
 int offload_tier_costs(const GPT *m, const char *dir, size_t bytes, OffloadCosts *c, FILE *log);
 
-// What `loom train --offload` runs at start-up: the block costs (measured, or from
-// profile_path), the tier under dir (with at most budget/2 bytes of buffers, so the run's peak
-// memory stays within its budget), then the search. Progress lines go to log (NULL: silent).
-// 0, or -1 with loom_errmsg (no plan fits: the least the model and batch need).
-int offload_plan_for_run(const GPT *m, const OffloadShape *s, int threads, const char *dir,
-                         size_t budget, const char *profile_path, OffloadPlan *out, FILE *log);
+// What `loom train --offload` runs at start-up, every step within --fast-mem (budget): the
+// whole process's resident memory stays under it, from the start to the end of the run.
+//   1. offload_startup_costs (the rank that plans): the block costs, measured (a one-layer copy
+//      of the model, in what the process does not yet hold of the budget) or from
+//      profile_path, and the tier under dir (buffers of at most half of that).
+//   2. offload_warmup (every other rank, and one whose costs came from a file): one forward and
+//      backward of each block kind on the same copy, so the backend's threads and BLAS buffers
+//      exist as they will during the steps.
+//   3. offload_overhead: the fixed overhead, what the process then holds that block swapping
+//      cannot move (the binary and its libraries, MPI, the backend's threads, their stacks and
+//      BLAS buffers), measured (resident memory, the allocator's free memory handed back first)
+//      plus OFFLOAD_LATE_BYTES for what starts after the measurement (the tier's I/O threads,
+//      a checkpoint's file buffers, small allocations).
+//   4. offload_plan_share: what is left to the plan, budget - overhead (an error naming the
+//      numbers when it is below the least plan), and offload_plan_for_run: the search in it.
+// Each returns 0 or -1 with loom_errmsg; progress lines go to log (NULL: silent).
+#define OFFLOAD_LATE_BYTES ((double)(8 << 20))
+int offload_startup_costs(const GPT *m, const OffloadShape *s, int threads, const char *dir,
+                          size_t budget, const char *profile_path, OffloadCosts *c, FILE *log);
+int offload_warmup(const GPT *m, const OffloadShape *s, size_t budget);
+double offload_overhead(void);
+int offload_plan_share(const GPT *m, const OffloadShape *s, size_t budget, double overhead,
+                       double *share);
+int offload_plan_for_run(const GPT *m, const OffloadShape *s, const OffloadCosts *c, double share,
+                         OffloadPlan *out, FILE *log);
 
 // "[[0,3],[4,7]]" for plan p (caller frees).
 char *offload_units_json(const OffloadPlan *p);

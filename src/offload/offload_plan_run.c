@@ -1,7 +1,8 @@
 // offload_plan_run.c — the measurements the static analysis of block swapping runs on (the
-// blocks' compute from a profile, the tier's bandwidth from tier_measure), the analysis
-// `loom train --offload` runs at start-up, the error for a budget nothing fits and the units as
-// JSON (see offload_plan.h).
+// blocks' compute from a profile, the tier's bandwidth from tier_measure), what `loom train
+// --offload` runs at start-up (within the budget: the profile, the probe, the warm-up and the
+// fixed overhead it then measures, see offload_plan.h), the error for a budget nothing fits and
+// the units as JSON.
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,10 +47,11 @@ static const char *threads_words(int threads, char *th) {
 }
 
 int offload_costs_measure(const GPT *m, const OffloadShape *s, int threads,
-                          const char *profile_path, const char *save_path, OffloadCosts *c,
-                          FILE *log) {
+                          const char *profile_path, const char *save_path, size_t max_bytes,
+                          OffloadCosts *c, FILE *log) {
     Profile pr;
     char th[32];
+    heap_release(); // what the measurement frees goes back: the fixed overhead is measured next
     if (profile_path) {
         if (profile_load(&pr, profile_path)) return -1;
         if (log)
@@ -63,7 +65,7 @@ int offload_costs_measure(const GPT *m, const OffloadShape *s, int threads,
                 "%d x %d, %s...\n",
                 s->B, s->T, threads_words(threads, th));
     double t0 = now_sec();
-    if (profile_measure_batch(&pr, m->be, &m->cfg, s->T, s->B, threads)) return -1;
+    if (profile_measure_batch(&pr, m->be, &m->cfg, s->T, s->B, threads, max_bytes)) return -1;
     if (log) fprintf(log, "loom: offload plan: profiled in %.1f s\n", now_sec() - t0);
     if (save_path && profile_save(&pr, save_path)) return -1;
     return costs_from(&pr, m, s, "profile", c);
@@ -87,20 +89,48 @@ int offload_tier_costs(const GPT *m, const char *dir, size_t bytes, OffloadCosts
     return 0;
 }
 
-int offload_plan_for_run(const GPT *m, const OffloadShape *s, int threads, const char *dir,
-                         size_t budget, const char *profile_path, OffloadPlan *out, FILE *log) {
-    OffloadCosts c = {0};
-    if (offload_costs_measure(m, s, threads, profile_path, NULL, &c, log)) return -1;
-    // the probe's buffers stay within half the budget: nothing else is allocated yet
-    size_t probe = budget / 2 < PROBE_BYTES ? budget / 2 : PROBE_BYTES;
-    if (offload_tier_costs(m, dir, probe, &c, log)) return -1;
-    if (offload_plan_search(m, s, &c, (double)budget, out)) return -1;
+// What the process holds before anything of the run is allocated (the allocator's free memory
+// handed back first).
+static double held_now(void) {
+    heap_release();
+    return (double)rss_bytes();
+}
+
+int offload_startup_costs(const GPT *m, const OffloadShape *s, int threads, const char *dir,
+                          size_t budget, const char *profile_path, OffloadCosts *c, FILE *log) {
+    double held = held_now(), room = (double)budget - held;
+    if (offload_plan_min_bytes(m, s, NULL) > room) return offload_plan_fail(m, s, budget, held, 0);
+    if (offload_costs_measure(m, s, threads, profile_path, NULL, (size_t)room, c, log)) return -1;
+    // the probe's buffers stay within half of what is left: nothing else is allocated yet
+    size_t probe = (size_t)(room / 2) < PROBE_BYTES ? (size_t)(room / 2) : PROBE_BYTES;
+    return offload_tier_costs(m, dir, probe, c, log);
+}
+
+int offload_warmup(const GPT *m, const OffloadShape *s, size_t budget) {
+    double held = held_now(), room = (double)budget - held;
+    if (offload_plan_min_bytes(m, s, NULL) > room) return offload_plan_fail(m, s, budget, held, 0);
+    return profile_warmup(m->be, &m->cfg, s->T, s->B, (size_t)room);
+}
+
+double offload_overhead(void) { return held_now() + OFFLOAD_LATE_BYTES; }
+
+int offload_plan_share(const GPT *m, const OffloadShape *s, size_t budget, double overhead,
+                       double *share) {
+    *share = (double)budget - overhead;
+    return offload_plan_min_bytes(m, s, NULL) > *share
+               ? offload_plan_fail(m, s, budget, overhead, 1)
+               : 0;
+}
+
+int offload_plan_for_run(const GPT *m, const OffloadShape *s, const OffloadCosts *c, double share,
+                         OffloadPlan *out, FILE *log) {
+    if (offload_plan_search(m, s, c, share, out)) return -1;
     if (log) {
         char *units = offload_units_json(out);
         fprintf(log,
-                "loom: offload plan: units %s, prefetch %d: %.1f MiB of %.1f MiB fast memory, "
-                "%.1f MiB moved per step, predicted %.3f s per step\n",
-                units, out->prefetch, out->peak_fast_bytes / 1048576.0, budget / 1048576.0,
+                "loom: offload plan: units %s, prefetch %d: %.1f MiB of the %.1f MiB left to "
+                "swapping, %.1f MiB moved per step, predicted %.3f s per step\n",
+                units, out->prefetch, out->peak_fast_bytes / 1048576.0, share / 1048576.0,
                 out->io_bytes_per_step / 1048576.0, out->predicted_step_ms / 1e3);
         free(units);
     }
@@ -118,14 +148,15 @@ static const char *unit_words(const GPT *m, OffloadUnit u) {
                   : "transformer layers";
 }
 
-int offload_plan_fail(const GPT *m, const OffloadShape *s, double budget) {
+int offload_plan_fail(const GPT *m, const OffloadShape *s, size_t budget, double overhead,
+                      int measured) {
     OffloadPlan p = {0};
     double least = offload_plan_min_bytes(m, s, &p), big = 0;
     double part[3] = {0, offload_workspace_bytes(m, s),
-                      4.0 * (s->co2 ? 10 : 8) * (double)offload_opt_chunk(m)};
+                      4.0 * (s->co2 ? 10 : 8) * (double)offload_opt_chunk(m) + OFFLOAD_IO_BYTES};
     const char *what[3] = {"slots for the units in flight (the model's largest blocks)",
                            "activations and workspace (--batch, --seq, --grad-accum, --recompute)",
-                           "optimizer streaming buffers (fixed)"};
+                           "streaming buffers (fixed)"};
     int bu = 0, most = 0;
     if (p.nunits) part[0] = 4.0 * (double)offload_slots_floats(m, &p);
     for (int u = 0; u < p.nunits; u++) {
@@ -134,16 +165,27 @@ int offload_plan_fail(const GPT *m, const OffloadShape *s, double budget) {
     }
     for (int i = 1; i < 3; i++)
         if (part[i] > part[most]) most = i;
-    char b[6][32];
+    char b[8][32], held[256] = "";
+    if (overhead > 0 && measured)
+        snprintf(held, sizeof held,
+                 ", and the process holds a fixed overhead of %s besides (the binary, its "
+                 "libraries and MPI, the backend's threads and BLAS buffers): --fast-mem must be "
+                 "at least %s",
+                 size_str(overhead, b[6]), size_str(overhead + least, b[7]));
+    else if (overhead > 0)
+        snprintf(held, sizeof held,
+                 ", and the process already holds %s before its backend has run: --fast-mem must "
+                 "be more than %s",
+                 size_str(overhead, b[6]), size_str(overhead + least, b[7]));
     int rc = loom_fail(
         "--fast-mem %s is too small for this model with --batch %d --seq %d --grad-accum %d%s: "
-        "block swapping needs at least %s here: slots for the units in flight %s (the largest, "
-        "blocks %d-%d, %s: %s), activations and workspace %s, optimizer streaming buffers %s; "
-        "the most of it: the %s",
-        size_str(budget, b[0]), s->B, s->T, s->K, s->recompute ? " --recompute" : "",
+        "block swapping needs at least %s here (slots for the units in flight %s [the "
+        "largest: blocks %d-%d, %s, %s]; activations and workspace %s; streaming buffers %s; "
+        "the most of it: the %s)%s",
+        size_str((double)budget, b[0]), s->B, s->T, s->K, s->recompute ? " --recompute" : "",
         size_str(least, b[1]), size_str(part[0], b[2]), p.nunits ? p.unit[bu].first : 0,
         p.nunits ? p.unit[bu].last : 0, p.nunits ? unit_words(m, p.unit[bu]) : "-",
-        size_str(big, b[3]), size_str(part[1], b[4]), size_str(part[2], b[5]), what[most]);
+        size_str(big, b[3]), size_str(part[1], b[4]), size_str(part[2], b[5]), what[most], held);
     offload_plan_free(&p);
     return rc;
 }

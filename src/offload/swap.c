@@ -186,15 +186,19 @@ Swapper *swap_create(GPT *m, const SwapConfig *c) {
                        .recompute = c->recompute,
                        .dp = c->comm ? c->comm->size : 1,
                        .zero = c->zero,
-                       .co2 = c->co2 != NULL};
-    double need = offload_fast_bytes(m, &sh, c->plan), least = offload_plan_min_bytes(m, &sh, NULL);
-    if (need > (double)c->budget) {
-        char b0[32], b1[32], b2[32];
-        loom_fail("--fast-mem %s is too small for these swap units: they need %s (the least any "
-                  "grouping of this model with --batch %d --seq %d --grad-accum %d%s needs is %s)",
+                       .co2 = c->co2 != NULL,
+                       .fused = c->fused};
+    double need = offload_fast_bytes(m, &sh, c->plan), share = (double)c->budget - c->overhead;
+    if (need > share) {
+        char b0[32], b1[32], b2[32], b3[32];
+        loom_fail("--fast-mem %s less the fixed overhead %s leaves %s for block swapping, too "
+                  "little for these swap units: they need %s (the least any grouping of this "
+                  "model with --batch %d --seq %d --grad-accum %d%s needs is %s)",
                   offload_size_str((double)c->budget, b0, sizeof b0),
-                  offload_size_str(need, b1, sizeof b1), c->B, c->T, c->K,
-                  c->recompute ? " --recompute" : "", offload_size_str(least, b2, sizeof b2));
+                  offload_size_str(c->overhead, b1, sizeof b1),
+                  offload_size_str(share, b2, sizeof b2), offload_size_str(need, b3, sizeof b3),
+                  c->B, c->T, c->K, c->recompute ? " --recompute" : "",
+                  offload_size_str(offload_plan_min_bytes(m, &sh, NULL), b0, sizeof b0));
         return NULL;
     }
     Swapper *s = xcalloc(1, sizeof *s);
@@ -235,6 +239,19 @@ void swap_free(Swapper *s) {
 }
 
 void swap_owned(const Swapper *s, size_t *lo, size_t *hi) { *lo = s->lo, *hi = s->hi; }
+
+float *swap_scratch(Swapper *s, size_t *floats) {
+    if (tier_drain(s->tier)) return NULL;
+    int big = 0;
+    for (int i = 0; i < s->S; i++) {
+        Slot *sl = &s->slot[i];
+        sl->unit = -1, sl->params_ok = 0; // whatever it held is gone
+        memset(sl->rd, 0, sizeof sl->rd), memset(sl->wr, 0, sizeof sl->wr), sl->wr_upto = 0;
+        if (sl->floats > s->slot[big].floats) big = i;
+    }
+    *floats = s->slot[big].floats;
+    return s->slot[big].buf;
+}
 
 int *swap_opt_t(Swapper *s) { return &s->t; }
 

@@ -22,7 +22,8 @@ typedef struct {
     const Comm *comm; // the ranks a gradient is summed over (size 1: none); ZeRO-1 shards over it
     int zero;         // 0 or 1
     const char *dir;  // --offload-dir
-    size_t budget;    // --fast-mem, bytes
+    size_t budget;    // --fast-mem, bytes: the whole process
+    double overhead;  // of it, the fixed overhead (offload_overhead); the rest is the plan's
     const OffloadPlan *plan;
     const CO2Config *co2; // CO2's worker (unsharded outer state in the tier), or NULL
     const Comm *co2_comm; // CO2's workers (the round averages are taken over them)
@@ -36,7 +37,8 @@ typedef struct {
 enum { SWAP_PARAMS, SWAP_M, SWAP_V };
 
 // Opens the tier, allocates the slots, the workspaces and the streaming buffers (exactly
-// offload_fast_bytes; more than the budget is an error naming the minimum). NULL + loom_errmsg.
+// offload_fast_bytes; more than budget - overhead is an error naming the minimum). NULL +
+// loom_errmsg.
 Swapper *swap_create(GPT *m, const SwapConfig *c);
 void swap_free(Swapper *s);
 // The flat range whose gradients and moments this rank keeps and updates.
@@ -45,6 +47,10 @@ void swap_owned(const Swapper *s, size_t *lo, size_t *hi);
 // range), host memory. 0 or -1 (loom_errmsg).
 int swap_store(Swapper *s, int array, size_t at, size_t n, const float *src);
 int swap_fetch(Swapper *s, int array, size_t at, size_t n, float *dst);
+// Between steps: the largest slot as scratch memory for the caller (an export's tensors; at
+// least one layer's parameters and gradients, 24·C² floats), its size in *floats; every slot is
+// then empty (the next step reads its units again). NULL when the tier failed.
+float *swap_scratch(Swapper *s, size_t *floats);
 // AdamW updates applied (the bias correction's count).
 int *swap_opt_t(Swapper *s);
 

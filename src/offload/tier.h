@@ -53,6 +53,7 @@ void *tier_alloc(size_t bytes);
 void tier_free(void *p);
 
 // Measures the tier under dir with the access pattern swapping uses: writes `bytes` in
-// requests of `piece` bytes, then reads them back, through the same I/O thread and flags.
+// requests of `piece` bytes (twice: the second pass, an overwrite as in a run, is timed), then
+// reads them back, through the same I/O threads and flags.
 // Fills bytes per second of each. Returns 0 or -1 (loom_errmsg).
 int tier_measure(const char *dir, size_t bytes, size_t piece, double *read_bps, double *write_bps);

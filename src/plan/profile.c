@@ -85,17 +85,47 @@ static double busy_factor(const Backend *be, const GPTConfig *one, int b, int T,
     return f > 1 ? f : 1;
 }
 
+// Embedding + one layer + head is enough: layers are identical.
+static GPTConfig one_layer(const GPTConfig *cfg, int T) {
+    GPTConfig one = *cfg;
+    one.L = 1;
+    if (one.maxT < T) one.maxT = T;
+    return one;
+}
+
+size_t profile_batch_bytes(const Backend *be, const GPTConfig *cfg, int T, int b) {
+    GPTConfig one = one_layer(cfg, T);
+    GPT m;
+    if (gpt_create_layout(&m, &one, be)) return SIZE_MAX;
+    size_t floats = 2 * m.nparams + workspace_floats(&one, be, b, T, 0) + (size_t)b * T * one.C;
+    gpt_free(&m);
+    return floats * sizeof(float) + 2 * (size_t)b * T * sizeof(int);
+}
+
+// The per-parameter optimizer work is timed on arrays of this many floats each (four of them),
+// fewer when max_bytes is smaller.
+static size_t update_floats(size_t max_bytes) {
+    size_t n = (size_t)1 << 22;
+    while (max_bytes && n > ((size_t)1 << 16) && 4 * n * sizeof(float) > max_bytes)
+        n /= 2;
+    return n;
+}
+
 // Micro-batch sizes b0, 2·b0, 4·b0, ... up to max_b; contention: also the busy factors.
+// max_bytes (0: no bound): what the measurement may allocate at once.
 static int measure(Profile *p, const Backend *be, const GPTConfig *cfg, int T, int b0, int max_b,
-                   int threads, int contention) {
+                   int threads, int contention, size_t max_bytes) {
     memset(p, 0, sizeof *p);
     p->cfg = *cfg;
     p->T = T;
     p->threads = threads;
     p->cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    GPTConfig one = *cfg; // embedding + one layer + head is enough: layers are identical
-    one.L = 1;
-    if (one.maxT < T) one.maxT = T;
+    GPTConfig one = one_layer(cfg, T);
+    size_t need = profile_batch_bytes(be, cfg, T, b0);
+    if (max_bytes && need > max_bytes)
+        return loom_fail("profiling a layer, the embedding and the head at micro-batch %d x %d "
+                         "needs %.1f MiB, more than the %.1f MiB it may use",
+                         b0, T, need / 1048576.0, max_bytes / 1048576.0);
     GPT m;
     if (gpt_create(&m, &one, be)) return -1;
     gpt_init_weights(&m, 1);
@@ -143,33 +173,57 @@ static int measure(Profile *p, const Backend *be, const GPTConfig *cfg, int T, i
         row->busy = contention && copies > 1 ? busy_factor(be, &one, row->b, T, copies) : 1.0;
     }
     free(samples);
+    gpt_free(&m);
     // the per-step optimizer work, per parameter: AdamW, zeroing the gradients, their norm
-    size_t n = 1 << 22;
+    size_t n = update_floats(max_bytes);
     float *w = xalloc_floats(n), *g = xalloc_floats(n), *mo = xalloc_floats(n),
           *v = xalloc_floats(n);
     double best = 1e30;
     for (int r = 0; r < 3; r++) {
         double t0 = now_sec();
-        m.be->adamw(w, g, mo, v, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, r + 1);
-        m.be->fill(g, 0.f, n);
-        (void)m.be->sumsq(g, n);
+        be->adamw(w, g, mo, v, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, r + 1);
+        be->fill(g, 0.f, n);
+        (void)be->sumsq(g, n);
         double t = now_sec() - t0;
         best = t < best ? t : best;
     }
     p->update_s_per_param = best / (double)n;
     free(w), free(g), free(mo), free(v);
+    return 0;
+}
+
+int profile_warmup(const Backend *be, const GPTConfig *cfg, int T, int b, size_t max_bytes) {
+    size_t need = profile_batch_bytes(be, cfg, T, b);
+    if (max_bytes && need > max_bytes)
+        return loom_fail("warming up a layer, the embedding and the head at micro-batch %d x %d "
+                         "needs %.1f MiB, more than the %.1f MiB it may use",
+                         b, T, need / 1048576.0, max_bytes / 1048576.0);
+    GPTConfig one = one_layer(cfg, T);
+    GPT m;
+    Workspace ws;
+    if (gpt_create(&m, &one, be)) return -1;
+    if (workspace_create(&ws, &m, b, T, 0)) {
+        gpt_free(&m);
+        return -1;
+    }
+    float *dx = xalloc_floats((size_t)b * T * one.C);
+    for (int blk = 0; blk < 3; blk++) // tokens and targets are zeros: any values run the same
+        for (int bwd = 0; bwd < 2; bwd++)
+            time_block_once(&m, &ws, blk, bwd, dx);
+    free(dx);
+    workspace_free(&ws, &m);
     gpt_free(&m);
     return 0;
 }
 
 int profile_measure(Profile *p, const Backend *be, const GPTConfig *cfg, int T, int max_b,
                     int threads) {
-    return measure(p, be, cfg, T, 1, max_b, threads, 1);
+    return measure(p, be, cfg, T, 1, max_b, threads, 1, 0);
 }
 
 int profile_measure_batch(Profile *p, const Backend *be, const GPTConfig *cfg, int T, int b,
-                          int threads) {
-    return measure(p, be, cfg, T, b, b, threads, 0);
+                          int threads, size_t max_bytes) {
+    return measure(p, be, cfg, T, b, b, threads, 0, max_bytes);
 }
 
 int profile_save(const Profile *p, const char *path) {

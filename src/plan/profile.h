@@ -32,9 +32,18 @@ enum { PROF_EMBED = 0, PROF_LAYER = 1, PROF_HEAD = 2 };
 int profile_measure(Profile *p, const Backend *be, const GPTConfig *cfg, int T, int max_b,
                     int threads);
 // One row only, for micro-batch b, without the contention measurement (busy = 1): what block
-// swapping plans with (one process, its own batch size).
+// swapping plans with (one process, its own batch size). max_bytes (0: no bound) bounds what it
+// allocates at once: more than profile_batch_bytes is needed, and the optimizer's timing
+// arrays shrink to fit.
 int profile_measure_batch(Profile *p, const Backend *be, const GPTConfig *cfg, int T, int b,
-                          int threads);
+                          int threads, size_t max_bytes);
+// Bytes profile_measure_batch allocates for the blocks at micro-batch b (a one-layer model's
+// parameters and gradients, its workspace and a gradient buffer); SIZE_MAX for a bad shape.
+size_t profile_batch_bytes(const Backend *be, const GPTConfig *cfg, int T, int b);
+// One forward and backward of each block kind at micro-batch b on a one-layer copy of the model
+// (the same allocations as profile_measure_batch, nothing timed): what brings up the backend's
+// threads and their BLAS buffers the way a step will. 0 or -1 (over max_bytes, when not 0).
+int profile_warmup(const Backend *be, const GPTConfig *cfg, int T, int b, size_t max_bytes);
 int profile_save(const Profile *p, const char *path);
 int profile_load(Profile *p, const char *path);
 // The row for micro-batch b (NULL when not profiled).

@@ -179,6 +179,10 @@ static int co2_full_params(Strategy *s, float *host, int grads) {
     return whole_full_params(s, &((Co2State *)s->impl)->w, host, grads);
 }
 
+static int co2_param_source(Strategy *s, ParamSource *src) {
+    return whole_param_source(&((Co2State *)s->impl)->w, src);
+}
+
 static void co2_describe(const Strategy *s, char *buf, size_t n) {
     snprintf(buf, n, "co2: %d workers, tau %d%s", s->grid->dp, s->cfg->tau,
              s->cfg->zero ? ", sharded outer state" : "");
@@ -218,6 +222,7 @@ const StrategyOps STRATEGY_CO2 = {.name = "co2",
                                   .evaluate = co2_evaluate,
                                   .save = co2_save,
                                   .full_params = co2_full_params,
+                                  .param_source = co2_param_source,
                                   .comm_failed = strategy_end_job,
                                   .describe = co2_describe,
                                   .summary = co2_summary,

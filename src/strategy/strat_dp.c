@@ -77,6 +77,10 @@ static int dp_full(Strategy *s, float *host, int grads) {
     return whole_full_params(s, s->impl, host, grads);
 }
 
+static int dp_param_source(Strategy *s, ParamSource *src) {
+    return whole_param_source(s->impl, src);
+}
+
 static void dp_describe(const Strategy *s, char *buf, size_t n) {
     const char *sw = s->cfg->offload ? ", blocks swapped through a disk tier" : "";
     if (s->grid->dp > 1 || s->cfg->zero)
@@ -116,6 +120,7 @@ const StrategyOps STRATEGY_DP = {.name = "data-parallel",
                                  .evaluate = dp_evaluate,
                                  .save = dp_save,
                                  .full_params = dp_full,
+                                 .param_source = dp_param_source,
                                  .comm_failed = strategy_end_job,
                                  .describe = dp_describe,
                                  .summary = dp_summary,

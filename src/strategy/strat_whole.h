@@ -37,6 +37,8 @@ int whole_save(Strategy *s, Whole *w, const char *dir, CkptMeta *meta, int write
                CkptExtraFn extra, void *extra_ctx, CkptExtraFn rank_files, void *rank_ctx,
                int keep);
 int whole_full_params(Strategy *s, Whole *w, float *host, int grads);
+// StrategyOps.param_source: with block swapping, the tier and a slot (1); else 0.
+int whole_param_source(Whole *w, ParamSource *src);
 
 // The same with block swapping (whole_swap.c); strat_whole.c's functions dispatch to these.
 int whole_swap_create(Strategy *s, Whole *w, const Comm *grad_comm, int zero);

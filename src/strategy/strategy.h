@@ -84,6 +84,15 @@ typedef struct {
 
 typedef struct Strategy Strategy;
 
+// The parameters read range by range (flat [at, at+n) into dst, host memory; 0 or -1), and
+// host memory the strategy lends until its next step: scratch_floats floats of it.
+typedef struct {
+    GptSource fetch;
+    void *ctx;
+    float *scratch;
+    size_t scratch_floats;
+} ParamSource;
+
 typedef struct {
     const char *name;
     // Selected for this configuration? The first entry of the registry that wants it runs.
@@ -108,6 +117,10 @@ typedef struct {
     // Collective: the whole model's parameters (grads = 1: gradients) into host (nparams floats
     // on every rank: the gathers fill every rank's copy). Returns 0 or -1.
     int (*full_params)(Strategy *s, float *host, int grads);
+    // Optional: where an export reads the whole model's parameters without a copy of them
+    // (block swapping: the rank's tier, through the executor's idle slot). Returns 1 and fills
+    // *src when this rank can do so by itself (not collective), 0 when full_params is the way.
+    int (*param_source)(Strategy *s, ParamSource *src);
     // A communication operation failed (comm.h): a strategy that can lose a member carries on
     // (the operation completes with status -1 and its contributors); over MPI the job ends
     // (strategy_end_job).

@@ -22,21 +22,58 @@ static int fetch_state(void *ctx, int array, size_t at, size_t n, float *dst) {
     return swap_fetch(ctx, array, at, n, dst);
 }
 
-// The swap units: --offload-units, or the best plan the static analysis finds for the budget.
-// The first rank of the data-parallel group plans and every rank takes its plan: the ranks'
-// per-unit reductions must match.
-static int make_plan(Strategy *s, const OffloadShape *sh, OffloadPlan *plan) {
+// The fixed overhead (offload_plan.h, start-up): the first rank of the data-parallel group
+// measures the block costs and the tier (unless --offload-units is given), every other rank (and
+// one that read its costs from a profile) warms the backend up with the same blocks; then each
+// measures what it holds and the largest of them is every rank's overhead. 0 or -1.
+static int measure_overhead(Strategy *s, const OffloadShape *sh, OffloadCosts *costs,
+                            double *overhead) {
     const StrategyConfig *c = s->cfg;
     const Comm *dp = s->grid->dp_comm;
+    int plans = !c->offload_units && dp->rank == 0, rc = 0;
+    if (plans)
+        rc = offload_startup_costs(s->model, sh, c->threads, c->offload_dir, c->fast_mem,
+                                   c->offload_profile, costs, s->lead ? stderr : NULL);
+    if (dp->size > 1) comm_broadcast(dp, &rc, sizeof rc, 0);
+    if (rc) return -1; // the first rank says why
+    if (!plans || c->offload_profile) rc = offload_warmup(s->model, sh, c->fast_mem);
+    float v[2] = {rc ? 1.f : 0.f, rc ? 0.f : (float)offload_overhead()};
+    if (dp->size > 1 && comm_allreduce_max(dp, v, 2)) return -1;
+    if (v[0] > 0)
+        return rc ? -1
+                  : loom_fail("--fast-mem %zu bytes: another rank of the data-parallel group "
+                              "cannot run its backend's warm-up within it",
+                              c->fast_mem);
+    *overhead = v[1];
+    return 0;
+}
+
+// The swap units: --offload-units, or the best plan the static analysis finds in what the
+// budget leaves after the fixed overhead. The first rank of the data-parallel group plans and
+// every rank takes its plan: the ranks' per-unit reductions must match.
+static int make_plan(Strategy *s, const OffloadShape *sh, OffloadPlan *plan, double *overhead) {
+    const StrategyConfig *c = s->cfg;
+    const Comm *dp = s->grid->dp_comm;
+    OffloadCosts costs = {0};
+    double share;
     memset(plan, 0, sizeof *plan);
+    if (measure_overhead(s, sh, &costs, overhead) ||
+        offload_plan_share(s->model, sh, c->fast_mem, *overhead, &share))
+        return -1;
+    if (s->lead)
+        fprintf(stderr,
+                "loom: offload: fixed overhead %.1f MiB (measured at start-up: the binary and "
+                "its libraries%s, the backend's threads and BLAS buffers, + %.0f MiB for what "
+                "starts later), %.1f MiB of --fast-mem %.1f MiB left to block swapping\n",
+                *overhead / 1048576, dp->size > 1 ? ", MPI" : "", OFFLOAD_LATE_BYTES / 1048576,
+                share / 1048576, (double)c->fast_mem / 1048576);
     if (c->offload_units) {
         plan->prefetch = c->offload_prefetch;
         return offload_plan_parse_units(s->model, c->offload_units, plan);
     }
     int head[3] = {0, 0, 0}; // status, units, prefetch
     if (dp->rank == 0) {
-        head[0] = offload_plan_for_run(s->model, sh, c->threads, c->offload_dir, c->fast_mem,
-                                       c->offload_profile, plan, s->lead ? stderr : NULL);
+        head[0] = offload_plan_for_run(s->model, sh, &costs, share, plan, s->lead ? stderr : NULL);
         head[1] = plan->nunits, head[2] = plan->prefetch;
     }
     if (dp->size == 1) return head[0];
@@ -69,10 +106,12 @@ int whole_swap_create(Strategy *s, Whole *w, const Comm *grad_comm, int zero) {
                        .recompute = c->recompute,
                        .dp = grad_comm->size,
                        .zero = zero,
-                       .co2 = c->co2};
+                       .co2 = c->co2,
+                       .fused = c->opt.grad_clip <= 0 && !c->nonfinite_skip};
     CO2Config cc = whole_co2_config(c);
     OffloadPlan plan;
-    if (make_plan(s, &sh, &plan)) return -1;
+    double overhead = 0;
+    if (make_plan(s, &sh, &plan, &overhead)) return -1;
     SwapConfig sc = {.B = c->batch,
                      .T = c->seq,
                      .K = c->grad_accum,
@@ -82,20 +121,21 @@ int whole_swap_create(Strategy *s, Whole *w, const Comm *grad_comm, int zero) {
                      .zero = zero,
                      .dir = c->offload_dir,
                      .budget = c->fast_mem,
+                     .overhead = overhead,
                      .plan = &plan,
                      .co2 = c->co2 ? &cc : NULL,
                      .co2_comm = s->grid->dp_comm,
-                     .fused = c->opt.grad_clip <= 0 && !c->nonfinite_skip};
+                     .fused = sh.fused};
     w->fused = sc.fused;
     w->sw = swap_create(m, &sc);
     if (w->sw && s->lead) {
         double rd, wr;
         offload_io_bytes(m, &sh, &plan, &rd, &wr);
         fprintf(stderr,
-                "loom: offload: %d units, prefetch %d, %.1f MiB of %.1f MiB fast memory, %.2f GiB "
-                "read + %.2f GiB written per step\n",
+                "loom: offload: %d units, prefetch %d, %.1f MiB of the %.1f MiB left to block "
+                "swapping, %.2f GiB read + %.2f GiB written per step\n",
                 plan.nunits, plan.prefetch, offload_fast_bytes(m, &sh, &plan) / 1048576,
-                (double)c->fast_mem / 1048576, rd / (1 << 30), wr / (1 << 30));
+                ((double)c->fast_mem - overhead) / 1048576, rd / (1 << 30), wr / (1 << 30));
     }
     offload_plan_free(&plan);
     if (!w->sw) return -1;
@@ -145,6 +185,17 @@ CkptShard whole_swap_shard(Whole *w) {
 
 int whole_swap_full_params(Whole *w, float *host, size_t n) {
     return swap_fetch(w->sw, SWAP_PARAMS, 0, n, host);
+}
+
+static int fetch_params(void *ctx, size_t at, size_t n, float *dst) {
+    return swap_fetch(ctx, SWAP_PARAMS, at, n, dst);
+}
+
+int whole_param_source(Whole *w, ParamSource *src) {
+    if (!w->sw) return 0;
+    *src = (ParamSource){.fetch = fetch_params, .ctx = w->sw};
+    src->scratch = swap_scratch(w->sw, &src->scratch_floats);
+    return src->scratch ? 1 : -1;
 }
 
 void whole_swap_summary(Whole *w) {

@@ -185,9 +185,18 @@ static int stop_run(Loop *l, int done) {
     return EXIT_STOPPED;
 }
 
-// The whole model's parameters (or gradients) written as safetensors by the lead rank.
+// The whole model's parameters (or gradients) written as safetensors by the lead rank: read
+// tensor by tensor where the strategy lends a source (block swapping keeps the run within its
+// --fast-mem), else gathered into one host copy.
 static int export_model(Loop *l, const char *path, int grads) {
     Run *r = l->r;
+    ParamSource src;
+    int via = !grads && l->s->ops->param_source ? l->s->ops->param_source(l->s, &src) : 0;
+    if (via < 0) return -1;
+    if (via)
+        return r->lead ? st_save_gpt_fn(&r->model, path, src.fetch, src.ctx, src.scratch,
+                                        src.scratch_floats)
+                       : 0;
     GPT view = r->model;
     float *host = xmalloc(r->model.nparams * sizeof(float));
     int rc = l->s->ops->full_params(l->s, host, grads);
@@ -246,6 +255,9 @@ static int finish(Loop *l) {
             fprintf(stderr, "loom: exported %s\n", a->export_path);
         }
     }
+    if (r->sc.offload && r->lead)
+        fprintf(stderr, "loom: offload: peak RSS %.1f MiB of --fast-mem %.1f MiB (the whole run)\n",
+                rss_peak_bytes() / 1048576.0, r->sc.fast_mem / 1048576.0);
     return rc;
 }
 
@@ -288,7 +300,6 @@ int train_run(const TrainArgs *args) {
     comm_set_failure_handler(comm_failed, &s); // the strategy hears failed operations
     if (ops->create(&s)) run_fail(&r, s.resume_dir ? EXIT_INPUT : EXIT_USAGE);
     r.start = s.start; // a peer that joins late starts on the swarm's clock
-    run_setup_done(&r);
     run_peak(&r);
     banner(&r, &s);
     Loop l = {.r = &r, .s = &s, .saved_step = -1};

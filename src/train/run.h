@@ -16,9 +16,8 @@ typedef struct {
     const TrainArgs *a;
     Comm *world;
     Grid grid;
-    int lead;       // world rank 0: prints, writes metrics and exports
-    GPT model;      // the layout; the strategy allocates and fills what this rank keeps
-    GPT init_model; // --init: the file's weights, until the strategy has taken its part
+    int lead;  // world rank 0: prints, writes metrics and exports
+    GPT model; // the layout; the strategy allocates and fills what this rank keeps
     DataSet train, val;
     int has_val;
     Rng rng;
@@ -42,8 +41,6 @@ _Noreturn void run_fail(const Run *r, int code);
 // Grid, backend, model (initial, --init or resumed parameters), data, the --save directory's
 // lock, metrics file and the strategy configuration; exits through run_fail on any error.
 void run_setup(Run *r);
-// After the strategy is set up: frees what only set-up needed (the --init weights).
-void run_setup_done(Run *r);
 void run_teardown(Run *r);
 // The peak MFU is reported against (r->peak_gflops): --peak-gflops, or (0) the backend's probe
 // on the lead rank, the one that prints progress and writes metrics, which says what it measured.

@@ -50,11 +50,21 @@ static int setup_model(Run *r, const Backend *be) {
         r->rng.state = r->resume.rng_state, r->rng.inc = r->resume.rng_inc;
         r->start = r->resume.step;
         r->window0 = r->resume.data_window;
-    } else if (a->init) { // a weights file is read whole, once (freed when the strategy is set up)
-        if (gpt_create_layout(&r->init_model, &cfg, be) || gpt_alloc_whole(&r->init_model, 1, 0) ||
-            gpt_load_init_file(&r->init_model, a->init))
-            return -1;
+    } else if (a->init) { // checked whole now (every rank); read range by range later
+        return gpt_check_init_file(&r->model, a->init);
     }
+    return 0;
+}
+
+typedef struct {
+    const GPT *m;
+    float *dst;
+    size_t lo;
+} ToRange;
+
+static int to_range(void *ctx, size_t at, size_t n, const float *src) {
+    ToRange *t = ctx;
+    t->m->be->upload(t->dst + (at - t->lo), src, n);
     return 0;
 }
 
@@ -63,30 +73,19 @@ static int setup_model(Run *r, const Backend *be) {
 static int initial_params(void *ctx, size_t lo, size_t hi, float *dst) {
     Run *r = ctx;
     const GPT *m = &r->model;
-    if (r->init_model.params) {
-        m->be->copy(dst, r->init_model.params + lo, hi - lo);
-        return 0;
-    }
+    ToRange t = {m, dst, lo};
+    if (r->a->init) return gpt_stream_init_file(m, r->a->init, lo, hi, to_range, &t);
     gpt_init_range(m, (unsigned long long)r->a->seed, lo, hi, dst);
     return 0;
 }
 
-// StrategyData.params_stream: the same values in ascending pieces of host memory.
+// StrategyData.params_stream: the same values in ascending pieces of host memory (the file's
+// through one bounded buffer: nothing the size of the model is read at once).
 static int initial_params_stream(void *ctx, size_t lo, size_t hi, GptSink sink, void *sctx) {
     Run *r = ctx;
     const GPT *m = &r->model;
-    if (!r->init_model.params)
-        return gpt_init_stream(m, (unsigned long long)r->a->seed, lo, hi, sink, sctx);
-    enum { PIECE = 1 << 20 };
-    float *buf = xmalloc(PIECE * sizeof(float));
-    int rc = 0;
-    for (size_t a = lo; a < hi && !rc; a += PIECE) {
-        size_t n = hi - a < PIECE ? hi - a : PIECE;
-        m->be->download(buf, r->init_model.params + a, n);
-        rc = sink(sctx, a, n, buf);
-    }
-    free(buf);
-    return rc;
+    if (r->a->init) return gpt_stream_init_file(m, r->a->init, lo, hi, sink, sctx);
+    return gpt_init_stream(m, (unsigned long long)r->a->seed, lo, hi, sink, sctx);
 }
 
 // The tokenizer directory written by `loom prepare` next to the shards, if any.
@@ -303,8 +302,6 @@ void run_setup(Run *r) {
     lock_save_dir(r);
     if (r->lead && metrics_open(&r->mt, a->metrics, r->resume_dir[0] != 0)) run_fail(r, EXIT_IO);
 }
-
-void run_setup_done(Run *r) { gpt_free(&r->init_model); }
 
 void run_teardown(Run *r) {
     if (r->lead) metrics_close(&r->mt);

@@ -1,0 +1,120 @@
+// safetensors_write.c — writing GPT-2 weights as safetensors (see safetensors.h), tensor by
+// tensor from any source of the flat parameters through one bounded buffer.
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common.h"
+#include "safetensors.h"
+#include "weights.h"
+
+// The JSON header: __metadata__ (the config as strings, as transformers writes it), then each
+// tensor's dtype, shape and byte range; space-padded to a multiple of 8 bytes.
+static char *st_header(const GPT *m, size_t *len) {
+    const GPTConfig *c = &m->cfg;
+    cJSON *root = cJSON_CreateObject(), *meta = cJSON_AddObjectToObject(root, "__metadata__");
+    const char *keys[5] = {"n_head", "n_layer", "n_embd", "vocab_size", "n_positions"};
+    int vals[5] = {c->H, c->L, c->C, c->V, c->maxT};
+    cJSON_AddStringToObject(meta, "format", "pt");
+    for (int k = 0; k < 5; k++) {
+        char v[16];
+        snprintf(v, sizeof v, "%d", vals[k]);
+        cJSON_AddStringToObject(meta, keys[k], v);
+    }
+    uint64_t off = 0; // offsets and shapes are exact as doubles (below 2^53)
+    for (int i = 0; i < m->ntensors; i++) {
+        const TensorSpec *t = &m->tensors[i];
+        uint64_t shape[2];
+        int nd = st_hf_shape(t, shape);
+        cJSON *e = cJSON_AddObjectToObject(root, t->name);
+        cJSON_AddStringToObject(e, "dtype", "F32");
+        cJSON *sh = cJSON_AddArrayToObject(e, "shape"),
+              *r = cJSON_AddArrayToObject(e, "data_offsets");
+        for (int d = 0; d < nd; d++)
+            cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)shape[d]));
+        cJSON_AddItemToArray(r, cJSON_CreateNumber((double)off));
+        cJSON_AddItemToArray(r, cJSON_CreateNumber((double)(off + 4 * t->n)));
+        off += 4 * t->n;
+    }
+    char *text = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    if (!text) die(EXIT_IO, "out of memory writing a safetensors header");
+    size_t n = strlen(text), padded = (n + 7) / 8 * 8;
+    char *h = xmalloc(padded);
+    memcpy(h, text, n);
+    memset(h + n, ' ', padded - n);
+    cJSON_free(text);
+    *len = padded;
+    return h;
+}
+
+size_t st_save_floats(const GPT *m) {
+    size_t big = 1;
+    for (int i = 0; i < m->ntensors; i++)
+        if (m->tensors[i].ndim == 2 && m->tensors[i].hf_conv1d && m->tensors[i].n > big)
+            big = m->tensors[i].n;
+    return big;
+}
+
+// Tensor t, read through src into buf (cap floats) and written in the file's layout.
+static int write_tensor(AtomicOut *o, const TensorSpec *t, GptSource src, void *ctx, float *buf,
+                        size_t cap) {
+    if (t->ndim == 2 && t->hf_conv1d) { // HF row k: column k of loom's (out, in)
+        if (src(ctx, t->off, t->n, buf)) return -1;
+        size_t out = (size_t)t->shape[0], in = (size_t)t->shape[1];
+        for (size_t k = 0; k < in && !o->failed; k++)
+            aout_write_f32_strided(o, buf + k, out, in);
+        return 0;
+    }
+    for (size_t a = 0; a < t->n && !o->failed; a += cap) {
+        size_t n = t->n - a < cap ? t->n - a : cap;
+        if (src(ctx, t->off + a, n, buf)) return -1;
+        aout_write_f32(o, buf, n);
+    }
+    return 0;
+}
+
+int st_save_gpt_fn(const GPT *m, const char *path, GptSource src, void *ctx, float *buf,
+                   size_t cap) {
+    if (cap < st_save_floats(m))
+        return loom_fail("%s: a buffer of %zu floats cannot hold the largest transposed tensor "
+                         "(%zu floats)",
+                         path, cap, st_save_floats(m));
+    size_t hlen;
+    char *hdr = st_header(m, &hlen);
+    uint8_t lenb[8];
+    for (int k = 0; k < 8; k++)
+        lenb[k] = (uint8_t)((uint64_t)hlen >> (8 * k));
+    AtomicOut o;
+    if (aout_open(&o, path)) {
+        free(hdr);
+        return -1;
+    }
+    aout_write(&o, lenb, 8);
+    aout_write(&o, hdr, hlen);
+    free(hdr);
+    for (int i = 0; i < m->ntensors && !o.failed; i++)
+        if (write_tensor(&o, &m->tensors[i], src, ctx, buf, cap)) {
+            aout_abort(&o);
+            return -1;
+        }
+    return aout_commit(&o);
+}
+
+static int download_src(void *ctx, size_t at, size_t n, float *dst) {
+    const GPT *m = ctx;
+    m->be->download(dst, m->params + at, n);
+    return 0;
+}
+
+int st_save_gpt(const GPT *m, const char *path) {
+    size_t cap = st_save_floats(m);
+    if (cap < WEIGHTS_STREAM_FLOATS) cap = WEIGHTS_STREAM_FLOATS;
+    float *buf = xmalloc(cap * sizeof(float));
+    int rc = st_save_gpt_fn(m, path, download_src, (void *)m, buf, cap);
+    free(buf);
+    return rc;
+}
