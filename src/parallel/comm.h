@@ -119,6 +119,10 @@ int comm_wait(CommReq *r);
 // comm_wait, returning the seconds it blocked (0 for a request already done or null): what
 // strategies count as exposed communication.
 double comm_wait_timed(CommReq *r);
+// Seconds since the operation started (0 for one that never started: a single-rank or null
+// request). Taken just before its wait, it is how long the operation had to run in the
+// background, behind the computation between its start and the wait.
+double comm_age(const CommReq *r);
 // A function comm_wait calls while it waits (never from inside itself), so a strategy can
 // advance its own background operations while the training thread is blocked (NULL: none).
 void comm_set_wait_hook(void (*fn)(void *ctx), void *ctx);

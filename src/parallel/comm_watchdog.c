@@ -135,6 +135,8 @@ double comm_wait_timed(CommReq *r) {
     return now_sec() - t0;
 }
 
+double comm_age(const CommReq *r) { return r->started > 0 ? now_sec() - r->started : 0; }
+
 // The progress thread: every `progress_interval` seconds, while operations are outstanding,
 // comm_progress starts queued pieces and drives Open MPI's progress engine (which otherwise
 // runs only inside MPI calls), so transfers keep moving through long kernels that never reach
