@@ -10,8 +10,9 @@
 #     and the steps inside a round wait for nothing;
 #   * synchronous DP under the same link (the negative control): the all-reduce each step waits
 #     for was started within that step (overlap + wait <= step_ms) and the step waits for the
-#     link (wait + overlap >= S: the delay is real), and the round-end check above, applied to
-#     DP's steps in groups of tau, rejects them.
+#     link (wait + overlap >= S: the delay is real); the round-end check above, applied to DP's
+#     steps in groups of tau, rejects them (a DP step would have to outlast the tau - 1 steps
+#     before it; at least one of its three round ends must be rejected).
 # How long the round ends blocked is printed, not asserted: it depends on scheduling (a link
 # slower than a round when the load on this machine changes, the other worker's lag), never a
 # timed assertion. Both checks compare times measured on one clock in one process.
@@ -27,7 +28,7 @@ delay=0.05 tau=4
 
 LOOM_COMM_DELAY=$delay $MPI -np 2 -x LOOM_COMM_DELAY $LOOM train $flags --steps $((5 * tau)) --co2 --tau $tau \
     --metrics "$d/co2.jsonl" 2>/dev/null
-LOOM_COMM_DELAY=$delay $MPI -np 2 -x LOOM_COMM_DELAY $LOOM train $flags --steps $((3 * tau)) \
+LOOM_COMM_DELAY=$delay $MPI -np 2 -x LOOM_COMM_DELAY $LOOM train $flags --steps $((4 * tau)) \
     --metrics "$d/dp.jsonl" 2>/dev/null
 $PY - "$d/co2.jsonl" "$d/dp.jsonl" "$delay" "$tau" <<'PY'
 import json, sys
