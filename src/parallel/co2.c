@@ -39,9 +39,9 @@ static void sharded_apply_rs(CO2 *o, int wait);
 // Waits for r: the blocked time is exposed communication; how long r had been in flight when
 // the wait began (the time it had to land behind computation) lowers o->overlap.
 static void timed_wait(CO2 *o, CommReq *r) {
-    double age = r->handle ? comm_age(r) : 0;
+    double age;
+    o->exposed += comm_wait_timed(r, &age);
     if (age > 0 && (o->overlap <= 0 || age < o->overlap)) o->overlap = age;
-    o->exposed += comm_wait_timed(r);
 }
 static void sharded_apply_norms(CO2 *o, int wait);
 

@@ -128,14 +128,14 @@ int comm_wait(CommReq *r) {
     }
 }
 
-double comm_wait_timed(CommReq *r) {
+double comm_wait_timed(CommReq *r, double *age) {
+    if (age) *age = 0;
     if (!r->handle) return 0;
     double t0 = now_sec();
+    if (age) *age = t0 - r->started;
     comm_wait(r);
     return now_sec() - t0;
 }
-
-double comm_age(const CommReq *r) { return r->started > 0 ? now_sec() - r->started : 0; }
 
 // The progress thread: every `progress_interval` seconds, while operations are outstanding,
 // comm_progress starts queued pieces and drives Open MPI's progress engine (which otherwise

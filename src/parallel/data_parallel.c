@@ -52,9 +52,9 @@ struct DataParallel {
 // comm_wait, with the blocked time counted as exposed communication and how long r had been
 // in flight when the wait began lowering d->overlap.
 static void timed_wait(DataParallel *d, CommReq *r) {
-    double age = r->handle ? comm_age(r) : 0;
+    double age;
+    d->exposed += comm_wait_timed(r, &age);
     if (age > 0 && (d->overlap <= 0 || age < d->overlap)) d->overlap = age;
-    d->exposed += comm_wait_timed(r);
 }
 
 // ---------------------------------------------------------------- zero 0/1: buckets
