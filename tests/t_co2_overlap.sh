@@ -27,9 +27,9 @@ flags="--data $d/d.bin --layers 2 --heads 4 --dim 128 --vocab 256 --block-size 6
 delay=0.05 tau=4
 
 LOOM_COMM_DELAY=$delay $MPI -np 2 -x LOOM_COMM_DELAY $LOOM train $flags --steps $((5 * tau)) --co2 --tau $tau \
-    --metrics "$d/co2.jsonl" 2>/dev/null
+    --metrics "$d/co2.jsonl" > "$d/co2.log" 2>&1 || { echo "FAILED: the CO2 run"; tail -20 "$d/co2.log"; exit 1; }
 LOOM_COMM_DELAY=$delay $MPI -np 2 -x LOOM_COMM_DELAY $LOOM train $flags --steps $((4 * tau)) \
-    --metrics "$d/dp.jsonl" 2>/dev/null
+    --metrics "$d/dp.jsonl" > "$d/dp.log" 2>&1 || { echo "FAILED: the DP run"; tail -20 "$d/dp.log"; exit 1; }
 $PY - "$d/co2.jsonl" "$d/dp.jsonl" "$delay" "$tau" <<'PY'
 import json, sys
 def rows(p):
