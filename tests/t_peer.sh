@@ -45,7 +45,7 @@ peer() {
 addr() {
     local a=
     for _ in $(seq 600); do
-        a=$(sed -n 's/^loom peer .*: others reach it at //p' "$d/$1.log" 2>/dev/null)
+        a=$(sed -n 's/^loom peer .*: others reach it at //p' "$d/$1.log" 2>/dev/null || true)
         [ -n "$a" ] && break
         sleep 0.1
     done

@@ -170,7 +170,7 @@ pa=$!
 pids+=($pa)
 boot=
 for _ in $(seq 600); do
-    boot=$(sed -n 's/^loom peer a: others reach it at //p' "$d/pa.log" 2>/dev/null)
+    boot=$(sed -n 's/^loom peer a: others reach it at //p' "$d/pa.log" 2>/dev/null || true)
     [ -n "$boot" ] && break
     sleep 0.1
 done
