@@ -51,7 +51,7 @@ trap '[ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; rm -rf "$d"' EXIT
 empty "$d" "after open + close"
 "$T" --hold "$d" 64M >"$d.hold" &
 pid=$!
-for _ in $(seq 100); do grep -q holding "$d.hold" 2>/dev/null && break; sleep 0.1; done
+for _ in $(seq 600); do grep -q holding "$d.hold" 2>/dev/null && break; sleep 0.1; done # waits for it, at most 60 s
 grep -q holding "$d.hold" || { echo "FAILED: --hold did not open"; exit 1; }
 rm -f "$d.hold"
 empty "$d" "while a tier is open"

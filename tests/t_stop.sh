@@ -184,14 +184,21 @@ echo "loom-mpirun: SIGTERM -> the job stopped with exit 8 and $(cat "$d/lm/lates
 
 echo "== 5. loom peer"
 $LOOM keygen -o "$d/secret" 2>/dev/null
-port=$((20000 + RANDOM % 20000))
 pm="--data $d/train.bin --layers 2 --heads 2 --dim 32 --vocab 64 --block-size 32 --batch 2
     --seq 16 --lr 3e-3 --tau 3 --steps 30 --progress off --peer-timeout 2 --secret $d/secret"
-$LOOM peer $pm --peer-id a --listen "127.0.0.1:$port" --min-peers 2 --save "$d/pa" > "$d/pa.log" 2>&1 &
+# every peer listens on a port the system picks; a prints its address, which b joins
+$LOOM peer $pm --peer-id a --listen 127.0.0.1:0 --min-peers 2 --save "$d/pa" > "$d/pa.log" 2>&1 &
 pa=$!
 pids+=($pa)
-LOOM_FAULT_SIGNAL=0:8 $LOOM peer $pm --peer-id b --listen "127.0.0.1:$((port + 1))" \
-    --bootstrap "127.0.0.1:$port" --min-peers 2 --save "$d/pb" > "$d/pb.log" 2>&1 &
+boot=
+for _ in $(seq 600); do
+    boot=$(sed -n 's/^loom peer a: others reach it at //p' "$d/pa.log" 2>/dev/null || true)
+    [ -n "$boot" ] && break
+    sleep 0.1
+done
+[ -n "$boot" ] || { echo "peer a never said where it listens"; cat "$d/pa.log"; exit 1; }
+LOOM_FAULT_SIGNAL=0:8 $LOOM peer $pm --peer-id b --listen 127.0.0.1:0 \
+    --bootstrap "$boot" --min-peers 2 --save "$d/pb" > "$d/pb.log" 2>&1 &
 pb=$!
 pids+=($pb)
 rc=0; wait $pb || rc=$?
@@ -200,20 +207,22 @@ rc=0; wait $pa || rc=$?
 [ "$rc" = 0 ] || { echo "peer a: exit $rc after b left"; cat "$d/pa.log"; exit 1; }
 test "$(cat "$d/pb/latest")" = step_00000009
 grep -q "b left the swarm (said bye)" "$d/pa.log"
-$LOOM peer $pm --peer-id b --listen "127.0.0.1:$((port + 2))" --resume "$d/pb" \
+$LOOM peer $pm --peer-id b --listen 127.0.0.1:0 --resume "$d/pb" \
     --metrics "$d/pb2.jsonl" > "$d/pb2.log" 2>&1 || { echo "peer b: resume failed"; cat "$d/pb2.log"; exit 1; }
 head -1 "$d/pb2.jsonl" | grep -q '"step":10,'
 echo "peer b: signal at step 8 -> stopped at the round end (step 9), said bye; a finished; b resumed"
-# a round whose rest does not fit the grace period: stop at once, keep the round's start
-big="--data $d/train.bin --layers 4 --heads 4 --dim 256 --vocab 64 --block-size 64 --batch 4
-     --seq 64 --lr 3e-3 --tau 20 --steps 60 --progress off --secret $d/secret"
-rc=0; LOOM_FAULT_SIGNAL=0:23 $LOOM peer $big --peer-id c --listen "127.0.0.1:$((port + 3))" \
-    --save "$d/pc" --stop-grace 2 > "$d/pc.log" 2>&1 || rc=$?
+# a round whose rest does not fit the grace period (497 steps left: more than half of a 1.5 s
+# grace unless a step takes under 1.5 ms, several times faster than this model's): stop at
+# once, keep the round's start
+mid="--data $d/train.bin --layers 2 --heads 4 --dim 128 --vocab 64 --block-size 64 --batch 4
+     --seq 64 --lr 3e-3 --tau 500 --steps 520 --progress off --secret $d/secret"
+rc=0; LOOM_FAULT_SIGNAL=0:503 $LOOM peer $mid --peer-id c --listen 127.0.0.1:0 \
+    --save "$d/pc" --stop-grace 1.5 > "$d/pc.log" 2>&1 || rc=$?
 [ "$rc" = 8 ] || { echo "peer c: exit $rc, want 8"; cat "$d/pc.log"; exit 1; }
-test "$(cat "$d/pc/latest")" = step_00000020
+test "$(cat "$d/pc/latest")" = step_00000500
 grep -q "stopped 3 steps into round 2: saving the state of its start" "$d/pc.log"
-$LOOM peer $big --peer-id c --listen "127.0.0.1:$((port + 4))" --resume "$d/pc" --steps 22 \
+$LOOM peer $mid --peer-id c --listen 127.0.0.1:0 --resume "$d/pc" --steps 502 \
     --metrics "$d/pc2.jsonl" > "$d/pc2.log" 2>&1 || { echo "peer c: resume failed"; cat "$d/pc2.log"; exit 1; }
-head -1 "$d/pc2.jsonl" | grep -q '"step":21,'
-echo "peer c: mid-round stop saved step 20 (the round's start), which resumes"
+head -1 "$d/pc2.jsonl" | grep -q '"step":501,'
+echo "peer c: mid-round stop saved step 500 (the round's start), which resumes"
 echo "all stop checks passed"

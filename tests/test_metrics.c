@@ -39,7 +39,8 @@ TEST(nonfinite_written_as_null) {
                      .exposed_ms = -1,
                      .io_ms = -1};
     MetricsStep b = a;
-    b.step = 2, b.loss = NAN, b.grad_norm = INFINITY, b.mfu = -INFINITY, b.exposed_ms = 1.5;
+    b.step = 2, b.loss = NAN, b.grad_norm = INFINITY, b.mfu = -INFINITY, b.exposed_ms = 1.5,
+    b.overlap_ms = 120.25;
     CHECK(metrics_step(&mt, &a) == 0, "step 1: %s", loom_errmsg());
     CHECK(metrics_step(&mt, &b) == 0, "step 2: %s", loom_errmsg());
     CHECK(metrics_val(&mt, 2, NAN) == 0, "val: %s", loom_errmsg());
@@ -51,7 +52,7 @@ TEST(nonfinite_written_as_null) {
                        "\"tokens\":64,\"tokens_per_s\":6400.0,\"mfu\":0.1000}\n"
                        "{\"step\":2,\"loss\":null,\"lr\":0.001,\"grad_norm\":null,\"step_ms\":"
                        "10.000,\"tokens\":64,\"tokens_per_s\":6400.0,\"mfu\":null,"
-                       "\"comm_exposed_ms\":1.500}\n"
+                       "\"comm_exposed_ms\":1.500,\"comm_overlap_ms\":120.250}\n"
                        "{\"step\":2,\"val_loss\":null}\n";
     CHECK(!strcmp(text, want), "got:\n%s", text);
     CHECK(!strstr(text, "nan") && !strstr(text, "inf"), "bare non-finite token:\n%s", text);

@@ -65,6 +65,7 @@ int metrics_step(Metrics *mt, const MetricsStep *m) {
     field(buf, sizeof buf, "tokens_per_s", "%.1f", m->tokens_per_s);
     field(buf, sizeof buf, "mfu", "%.4f", m->mfu);
     if (m->exposed_ms >= 0) field(buf, sizeof buf, "comm_exposed_ms", "%.3f", m->exposed_ms);
+    if (m->overlap_ms > 0) field(buf, sizeof buf, "comm_overlap_ms", "%.3f", m->overlap_ms);
     if (m->io_ms >= 0) field(buf, sizeof buf, "io_ms", "%.3f", m->io_ms);
     if (m->extra && m->extra[0]) {
         size_t k = strlen(buf);

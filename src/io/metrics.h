@@ -1,6 +1,6 @@
 // metrics.h — the JSON Lines metrics file: one object per optimizer step
 // {"step","loss","lr","grad_norm","step_ms","tokens","tokens_per_s","mfu"[,"comm_exposed_ms"]
-//  [,"io_ms"]}
+//  [,"comm_overlap_ms"][,"io_ms"]}
 // ("tokens": training tokens read since the start of the first run, across resumes) and one
 // per evaluation
 // {"step","val_loss"}, and one per checkpoint save that failed {"step","save_failed":"<reason>"}
@@ -25,6 +25,8 @@ typedef struct {
     double tokens_per_s, mfu;
     double exposed_ms; // time the step waited on communication after compute (< 0: not written)
     double io_ms;      // time it waited on block swapping's slow tier (< 0: not written)
+    double overlap_ms; // how long the communication it waited for had been in flight when the
+                       // wait began, the least over its waits (written when > 0)
     const char *extra; // more fields, JSON text without braces (loom peer's), or NULL
 } MetricsStep;
 

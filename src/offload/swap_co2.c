@@ -64,7 +64,7 @@ static int avg_advance(Swapper *s, AvgPiece *q, int blocking) {
         q->phase = REDUCING;
     } else if (q->phase == REDUCING) {
         if (!blocking && !comm_test(&q->req)) return 0;
-        o->exposed += comm_wait_timed(&q->req);
+        o->exposed += comm_wait_timed(&q->req, NULL);
         s->m->be->scale(q->buf, 1.0f / (float)q->req.contributors, q->n); // the mean
         q->t = tier_write_async(s->tier, swap_tier_off(s, o->region, q->a), q->buf,
                                 offload_pad(q->n) * sizeof(float));

@@ -14,6 +14,7 @@ struct CO2 {
     size_t P;
     int round; // rounds ended so far
     double exposed;
+    double overlap; // at the last round end: the least age of the operations it waited for
     // unsharded
     float *anchor, *mom;
     float *delta[2]; // Δ of the round being averaged / of the round before
@@ -35,7 +36,13 @@ struct CO2 {
 };
 
 static void sharded_apply_rs(CO2 *o, int wait);
-static void timed_wait(CO2 *o, CommReq *r) { o->exposed += comm_wait_timed(r); }
+// Waits for r: the blocked time is exposed communication; how long r had been in flight when
+// the wait began (the time it had to land behind computation) lowers o->overlap.
+static void timed_wait(CO2 *o, CommReq *r) {
+    double age;
+    o->exposed += comm_wait_timed(r, &age);
+    if (age > 0 && (o->overlap <= 0 || age < o->overlap)) o->overlap = age;
+}
 static void sharded_apply_norms(CO2 *o, int wait);
 
 // ---------------------------------------------------------------- hooks
@@ -255,6 +262,7 @@ static void sharded_finish(CO2 *o) {
 // ---------------------------------------------------------------- unsharded mode
 
 void co2_round_end(CO2 *o) {
+    o->overlap = 0;
     if (o->cfg.sharded) {
         o->round++;
         sharded_round_end(o);
@@ -334,6 +342,8 @@ int co2_rounds(const CO2 *o) { return o->round; }
 float *co2_anchor(CO2 *o) { return o->cfg.sharded ? NULL : o->anchor; }
 
 double co2_exposed(const CO2 *o) { return o->exposed; }
+
+double co2_overlap(const CO2 *o) { return o->overlap; }
 
 double co2_memory(const CO2 *o) {
     if (!o->cfg.sharded) return 4.0 * sizeof(float) * o->P;

@@ -65,6 +65,10 @@ int co2_rounds(const CO2 *o);
 float *co2_anchor(CO2 *o);
 // Seconds blocked waiting for averages so far (the exposed communication), and rounds done.
 double co2_exposed(const CO2 *o);
+// At the last round end: how long the outer collectives it waited for had been in flight when
+// it began to wait (the least of them; 0: it waited for none). Unsharded, that is the age of
+// the previous round's average: the time it had to land behind this round's computation.
+double co2_overlap(const CO2 *o);
 // Bytes CO2 adds per worker (unsharded: anchor, momentum, two Δ buffers; sharded: the x_r
 // copy being reduced, the anchor being gathered, and four 1/N slices).
 double co2_memory(const CO2 *o);

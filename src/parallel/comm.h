@@ -122,8 +122,10 @@ CommReq comm_irecv(const Comm *c, float *buf, size_t n, int peer, int tag);
 int comm_test(CommReq *r);
 int comm_wait(CommReq *r);
 // comm_wait, returning the seconds it blocked (0 for a request already done or null): what
-// strategies count as exposed communication.
-double comm_wait_timed(CommReq *r);
+// strategies count as exposed communication. age (if not NULL) gets how long the operation had
+// been in flight when the wait began (0 for a null request), read from the same clock reading
+// as the wait's start: the time it had to run in the background, behind computation.
+double comm_wait_timed(CommReq *r, double *age);
 // A function comm_wait calls while it waits (never from inside itself), so a strategy can
 // advance its own background operations while the training thread is blocked (NULL: none).
 void comm_set_wait_hook(void (*fn)(void *ctx), void *ctx);

@@ -128,9 +128,11 @@ int comm_wait(CommReq *r) {
     }
 }
 
-double comm_wait_timed(CommReq *r) {
+double comm_wait_timed(CommReq *r, double *age) {
+    if (age) *age = 0;
     if (!r->handle) return 0;
     double t0 = now_sec();
+    if (age) *age = t0 - r->started;
     comm_wait(r);
     return now_sec() - t0;
 }

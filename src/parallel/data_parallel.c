@@ -46,10 +46,16 @@ struct DataParallel {
     CommReq gather_req[2];
     BlockHooks hooks;
     double exposed; // seconds this step spent blocked waiting on communication
+    double overlap; // the least age of the operations this step waited for (0: none)
 };
 
-// comm_wait, with the blocked time counted as exposed communication.
-static void timed_wait(DataParallel *d, CommReq *r) { d->exposed += comm_wait_timed(r); }
+// comm_wait, with the blocked time counted as exposed communication and how long r had been
+// in flight when the wait began lowering d->overlap.
+static void timed_wait(DataParallel *d, CommReq *r) {
+    double age;
+    d->exposed += comm_wait_timed(r, &age);
+    if (age > 0 && (d->overlap <= 0 || age < d->overlap)) d->overlap = age;
+}
 
 // ---------------------------------------------------------------- zero 0/1: buckets
 
@@ -320,6 +326,8 @@ void dp_finish_grads(DataParallel *d) {
 
 double dp_exposed_wait(const DataParallel *d) { return d->exposed; }
 
+double dp_overlap(const DataParallel *d) { return d->overlap; }
+
 double dp_grad_sumsq(DataParallel *d) {
     GPT *m = d->m;
     double *part = xcalloc((size_t)m->nchunks, sizeof(double));
@@ -336,7 +344,7 @@ double dp_grad_sumsq(DataParallel *d) {
 
 void dp_zero_grad(DataParallel *d) {
     const Backend *be = d->m->be;
-    d->exposed = 0;
+    d->exposed = 0, d->overlap = 0;
     if (d->zero >= 2)
         be->fill(d->gshard, 0.f, d->hi - d->lo);
     else

@@ -60,3 +60,6 @@ void dp_memory_plan(const GPTConfig *c, int N, int zero, double *param_b, double
                     double *opt_b);
 // Exposed communication: seconds this step spent waiting for reductions after backward.
 double dp_exposed_wait(const DataParallel *d);
+// How long the communication this step waited for had been in flight when each wait began
+// (the least over its waits; 0: none): the time it had to run behind computation.
+double dp_overlap(const DataParallel *d);

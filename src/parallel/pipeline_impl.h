@@ -87,7 +87,7 @@ static inline int val_tag(int w) { return 2 * tag_range() + w % tag_range(); }
 // 2bw: the buffer holding W(k), the weights after k updates (W(0) is the initial model).
 static inline int buffer_of(int k) { return k & 1; }
 static inline int slot_of(const Pipe *p, int g) { return g % p->nslots; }
-static inline void timed_wait(Pipe *p, CommReq *r) { p->exposed += comm_wait_timed(r); }
+static inline void timed_wait(Pipe *p, CommReq *r) { p->exposed += comm_wait_timed(r, NULL); }
 
 void pipe_use_version(Pipe *p, int v);
 void pipe_set_context(const Pipe *p, int step, const char *what, int g);

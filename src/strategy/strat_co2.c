@@ -145,17 +145,18 @@ static int co2_step(Strategy *s, int step, int boundary) {
     StepRecord *rec = &o->rl[0].rec[o->rl[0].n]; // (stays valid when the rounds swap places)
     o->rl[0].loss[o->rl[0].n++] = loss;
     round_log(s, &o->rl[1], 0);
-    double wait = 0;
+    double wait = 0, overlap = 0;
     if ((step + 1) % c->tau == 0 || step + 1 == c->steps) {
         Swapper *sw = o->w.sw;
         double e0 = sw ? swap_co2_exposed(sw) : co2_exposed(o->co2);
         round_send(s, o); // ahead of the outer average
         if (sw && swap_co2_round_end(sw, ++o->rounds)) return -1;
-        if (!sw) co2_round_end(o->co2);
+        if (!sw) co2_round_end(o->co2), overlap = co2_overlap(o->co2);
         wait = (sw ? swap_co2_exposed(sw) : co2_exposed(o->co2)) - e0;
     }
     r.seconds = now_sec() - t0;
     r.exposed = wait;
+    r.overlap = overlap;
     *rec = r;
     o->boundary = 0;
     o->step_s = o->step_s > 0 ? 0.8 * o->step_s + 0.2 * r.seconds : r.seconds;

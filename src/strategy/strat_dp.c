@@ -57,6 +57,7 @@ static int dp_step(Strategy *s, int step, int boundary) {
     if (w->failed) return -1;
     r.seconds = now_sec() - t0;
     r.exposed = N > 1 && w->dp ? dp_exposed_wait(w->dp) : -1;
+    r.overlap = N > 1 && w->dp ? dp_overlap(w->dp) : 0;
     strategy_emit(s, &r);
     return 0;
 }

@@ -245,6 +245,8 @@ static int peer_create(Strategy *s) {
     int joined;
     p->sw = swarm_open(&sc, p->anchor, p->mom, &st, &joined);
     if (!p->sw) return -1;
+    // (with --listen HOST:0, the port the system picked: what --bootstrap needs)
+    fprintf(stderr, "loom peer %s: others reach it at %s\n", c->peer_id, swarm_address(p->sw));
     if (joined) {
         adopt(s, p, &st, "joined");
         s->start = s->next_step, s->next_step = -1;

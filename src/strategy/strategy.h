@@ -74,6 +74,8 @@ typedef struct {
     float lr;          //
     double seconds;    // wall time of the step
     double exposed;    // seconds it blocked on communication (< 0: no communication)
+    double overlap;    // how long the communication it waited for had been in flight when
+                       // the wait began, the least over its waits (0: none recorded)
     double io;         // seconds it blocked on the slow tier of block swapping (< 0: none)
     int applied;       // 0: the loss or gradient was not finite and the update was not applied
     int must_stop;     // with applied 0: the strategy cannot skip it (the run stops)

@@ -338,6 +338,8 @@ SwarmStats swarm_stats(Swarm *s) {
     return st;
 }
 
+const char *swarm_address(const Swarm *s) { return s->addr; } // set once, before the thread
+
 void swarm_close(Swarm *s) {
     if (!s) return;
     if (s->running) {

@@ -96,6 +96,9 @@ int swarm_resync(Swarm *s, float *anchor, float *mom, SwarmState *st);
 // finished or left, at most linger_s; then says BYE.
 void swarm_finish(Swarm *s, double linger_s);
 SwarmStats swarm_stats(Swarm *s);
+// The address this peer gives the others: --advertise, else where it listens (with the port
+// the system picked when --listen asked for port 0).
+const char *swarm_address(const Swarm *s);
 void swarm_close(Swarm *s);
 // A 64-bit hash of n floats' bits (anchor checks, downloads): FNV-1a over 64-bit words.
 uint64_t swarm_hash(const float *x, size_t n);

@@ -50,6 +50,7 @@ static int log_record(Loop *l, const StepRecord *rec) {
                       .tokens_per_s = tps,
                       .mfu = mfu,
                       .exposed_ms = rec->exposed >= 0 ? rec->exposed * 1e3 : -1,
+                      .overlap_ms = rec->overlap * 1e3,
                       .io_ms = r->sc.offload ? rec->io * 1e3 : -1,
                       .extra = rec->extra};
     if (r->lead && metrics_step(&r->mt, &ms)) return metrics_failed(l);
