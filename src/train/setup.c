@@ -215,7 +215,9 @@ static void strategy_config(Run *r) {
         .secret = a->secret,
         .peer_timeout = a->peer_timeout,
         .device = a->device,
-        .tokenizer = r->tokenizer_fp};
+        .tokenizer = r->tokenizer_fp,
+        .shuffle = a->shuffle,
+        .seed = a->seed};
     r->data = (StrategyData){.ctx = r,
                              .train = train_batch,
                              .val = val_batch,
