@@ -3,8 +3,9 @@
 # with an error naming the file and the field, exit 1..125, never a crash: shard entries that
 # are not objects or lack lo/hi, out-of-range / fractional / huge numbers, file names leaving
 # the directory, shards with a gap or an overlap, bad step/opt_t/data_window/RNG state, model
-# shapes whose parameter count overflows, shard files of the wrong size. A replica listing the
-# same range twice is accepted.
+# shapes whose parameter count overflows, shard files of the wrong size, a data order other than
+# "sequences". A replica listing the same range twice is accepted, and so is a manifest without
+# "data_order" (written before it).
 set -eu
 . "$(dirname "$0")/lib.sh"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
@@ -45,6 +46,8 @@ heads|j["model"]["heads"] = 3|bad '"'"'model'"'"' shape
 co2|j["co2"] = 5|'"'"'co2'"'"' is not an object
 co2sh|j["co2"] = {"workers": 1, "tau": 1, "sharded": 2}|'"'"'co2.sharded'"'"' must be an integer in [0, 1]
 tok|j["tokenizer"] = "x" * 40|'"'"'tokenizer'"'"' must be a string
+order|j["data_order"] = "windows"|'"'"'data_order'"'"' must be "sequences"
+ordernum|j["data_order"] = 1|'"'"'data_order'"'"' must be "sequences"
 args|j["train_args"] = 3|'"'"'train_args'"'"' is not an object
 notobjroot|j = [j]|corrupted manifest (not a JSON object)
 format|j["format"] = "loom-checkpoint-1"|not a loom checkpoint manifest
@@ -79,5 +82,14 @@ j = json.load(open(sys.argv[1])); j["shards"].append(dict(j["shards"][0])); json
 PY
 $LOOM export "$d/dup" -o "$d/dup.safetensors" 2>/dev/null
 cmp "$d/a.safetensors" "$d/dup.safetensors"
+# a manifest written before "data_order" existed still loads
+grep -q '"data_order":[[:space:]]*"sequences"' "$good/checkpoint.json"
+cp -r "$good" "$d/old"
+$PY - "$d/old/checkpoint.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1])); del j["data_order"]; json.dump(j, open(sys.argv[1], "w"))
+PY
+$LOOM export "$d/old" -o "$d/old.safetensors" 2>/dev/null
+cmp "$d/a.safetensors" "$d/old.safetensors"
 [ "$fails" -eq 0 ] || { echo "$fails case(s) failed"; exit 1; }
 echo "manifest validation: every damaged manifest refused with a message naming the field"

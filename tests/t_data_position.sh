@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # t_data_position.sh — a resumed run continues at the next unread data window whatever its
-# layout (dp × grad-accum), and metrics lines carry the cumulative "tokens".
+# layout (dp × grad-accum), and metrics lines carry the cumulative "tokens". A checkpoint written
+# before windows were B independent sequences (its manifest has no "data_order") resumes, and
+# when its run or the new one shuffles, the lead rank says once what its position means now.
 # The data makes the windows tell: windows 0-7 hold one repeated token, every later window
 # another, so a step reading later windows has the same loss however many of them it averages
 # (the uninterrupted run's step 3 reads windows 8-11), and a resume that re-read early windows
@@ -47,3 +49,33 @@ check "dp 2 x 4" "$d/d8.jsonl"
 [ "$(tokens_at "$d/d8.jsonl" 3)" = $((16 * B * T)) ]
 grep -qE '"data_window":[[:space:]]*"16"' "$d/ck8/step_00000003/checkpoint.json"
 echo "the next checkpoint records window 16"
+
+# old checkpoints: the manifest without "data_order" (as written before it existed)
+strip() { cp -r "$1" "$2"; $PY - "$2/checkpoint.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1])); del j["data_order"]; json.dump(j, open(sys.argv[1], "w"))
+PY
+}
+note="was written before the rows of a micro-batch became independent sequences"
+# no shuffle, first epoch: the same tokens as before, so no note and the same step 3
+strip "$d/ck/step_00000002" "$d/old_off"
+$LOOM train $flags --grad-accum 4 --steps 3 --resume "$d/old_off" --metrics "$d/old_off.jsonl" \
+    2>"$d/old_off.err"
+check "old checkpoint, no shuffle" "$d/old_off.jsonl"
+! grep -q "$note" "$d/old_off.err" || { echo "a note for an unshuffled first-epoch checkpoint"; exit 1; }
+# shuffled: one note on the lead rank of a dp 2 job (window 8 x B 2 = sequence 16 of 265)
+$LOOM train $flags --grad-accum 4 --steps 2 --shuffle on --save "$d/cks" 2>/dev/null
+strip "$d/cks/step_00000002" "$d/old_on"
+$MPI -np 2 $LOOM train $flags --grad-accum 2 --dp 2 --steps 3 --shuffle on --resume "$d/old_on" \
+    2>"$d/old_on.err"
+grep "$note" "$d/old_on.err"
+[ "$(grep -c "$note" "$d/old_on.err")" = 1 ] || { echo "want the note once"; exit 1; }
+grep -q -- "--shuffle on, this one has --shuffle on): its data position, 8 windows, now counts \
+windows of 2 sequences (T+1 = 17 tokens) of the per-epoch sequence permutation, so this run goes \
+on in epoch 1 at sequence 16 of 265;" "$d/old_on.err"
+$LOOM train $flags --grad-accum 4 --steps 3 --resume "$d/old_on" 2>&1 | grep -q -- \
+    "its run had --shuffle on, this one has --shuffle off)"
+$LOOM train $flags --grad-accum 4 --steps 3 --shuffle on --resume "$d/cks/step_00000002" \
+    2>"$d/new_on.err"
+! grep -q "$note" "$d/new_on.err" || { echo "a note for a checkpoint with data_order"; exit 1; }
+echo "old checkpoints: no note without shuffle in the first epoch, one note when shuffled"

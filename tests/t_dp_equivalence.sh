@@ -3,7 +3,9 @@
 # 1 rank × N·K micro-batches on the same data windows (losses within 1e-5 per step), for ZeRO
 # stages 0–3, with weight decay and clipping on, at N = 2 and N = 4 (oversubscribed), with
 # several gradient buckets. Then checkpoints across layouts: 2 ranks ZeRO-2 → 1 rank, and
-# 1 rank → 4 ranks ZeRO-3, continue the uninterrupted trajectory (losses within 1e-5).
+# 1 rank → 4 ranks ZeRO-3, continue the uninterrupted trajectory (losses within 1e-5). With
+# --shuffle on (every row of a micro-batch its own sequence of the permutation) 2 ranks × 1
+# equal 1 rank × 2, and a run stopped at step 3 and resumed on the other layout continues it.
 set -eu
 . "$(dirname "$0")/lib.sh"
 need_mpi
@@ -23,6 +25,19 @@ for z in 0 1 2 3; do
     echo "dp 4 zero $z: $($REF "$d/n4z$z.jsonl" "$d/ref4.jsonl" --tol 1e-5 | tail -1)"
     $REF "$d/n4z$z.jsonl" "$d/ref4.jsonl" --tol 1e-5 > /dev/null
 done
+
+# --shuffle on: the windows are split over the ranks the same way, whatever rows they hold
+$LOOM train $flags --shuffle on --grad-accum 2 --save "$d/sh" --save-every 3 --keep 0 \
+    --metrics "$d/sh1.jsonl"
+$MPI -np 2 $LOOM train $flags --shuffle on --grad-accum 1 --dp 2 --zero 1 --metrics "$d/sh2.jsonl"
+echo "shuffle on, dp 2 x 1 vs 1 x 2: $($REF "$d/sh2.jsonl" "$d/sh1.jsonl" --tol 1e-5 | tail -1)"
+$REF "$d/sh2.jsonl" "$d/sh1.jsonl" --tol 1e-5 > /dev/null
+$MPI -np 2 $LOOM train $flags --shuffle on --grad-accum 1 --dp 2 --resume "$d/sh/step_00000003" \
+    --metrics "$d/sh_resumed.jsonl"
+tail -n 3 "$d/sh1.jsonl" > "$d/sh1_tail.jsonl"
+echo "shuffle on, 1 rank -> 2 ranks at step 3: $($REF "$d/sh_resumed.jsonl" "$d/sh1_tail.jsonl" \
+    --tol 1e-5 | tail -1)"
+$REF "$d/sh_resumed.jsonl" "$d/sh1_tail.jsonl" --tol 1e-5 > /dev/null
 
 # checkpoints across layouts; the reference is 1 rank x 4 micro-batches for 6 steps
 $MPI -np 2 $LOOM train $flags --grad-accum 2 --dp 2 --zero 2 --steps 6 --save "$d/z2" \

@@ -7,8 +7,9 @@
 #   3. a peer started late joins (downloads the swarm's state) and ends with the same anchor;
 #      a killed peer restarted with the same id rejoins;
 #   4. a peer with another secret cannot join (clear error, bounded time) and the swarm's
-#      trajectory is the same as without it; a peer with a different --tau is refused with a
-#      message naming --tau; flags that mean nothing for a peer are clear errors;
+#      trajectory is the same as without it; a peer with a different --tau (--dim, --shuffle,
+#      tokenizer) is refused with a message naming it; flags that mean nothing for a peer are
+#      clear errors;
 #   5. checkpoints: a swarm stopped at a round end and restarted from its peers' checkpoints
 #      (the first without --bootstrap: it restarts the swarm) ends bit-identical to a run that
 #      never stopped;
@@ -133,6 +134,9 @@ expect_fail "--tau differs" $LOOM peer --data "$d/d.bin" $model $opt ${outer/--t
     --secret "$d/secret" --peer-timeout 2 --progress off
 expect_fail "--dim differs" $LOOM peer --data "$d/d.bin" ${model/--dim 32/--dim 16} $opt $outer \
     --steps 11 --peer-id z --listen 127.0.0.1:0 --bootstrap $boot \
+    --secret "$d/secret" --peer-timeout 2 --progress off
+expect_fail "--shuffle differs" $LOOM peer --data "$d/d.bin" $model $opt $outer --shuffle on \
+    --steps 11 --peer-id s --listen 127.0.0.1:0 --bootstrap $boot \
     --secret "$d/secret" --peer-timeout 2 --progress off
 mkdir -p "$d/tok/tokenizer"; cp "$d/d.bin" "$d/tok/d.bin"; echo '{"kind": "other"}' > "$d/tok/tokenizer/meta.json"
 expect_fail "the data's tokenizer" $LOOM peer --data "$d/tok/d.bin" $model $opt $outer \

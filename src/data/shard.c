@@ -1,5 +1,5 @@
-// shard.c — reading and writing llm.c token shards, and cutting B·T windows out of the
-// concatenated stream in sequential or seeded-shuffled order.
+// shard.c — reading and writing llm.c token shards, and cutting windows of B sequences of T+1
+// tokens (stride T) out of the concatenated stream in sequential or seeded-shuffled order.
 #include "shard.h"
 
 #include <dirent.h>
@@ -169,13 +169,17 @@ void dataset_close(DataSet *d) {
     memset(d, 0, sizeof *d);
 }
 
-uint64_t dataset_num_windows(const DataSet *d, int B, int T) {
-    size_t bt = (size_t)B * T;
-    return d->total < bt + 1 ? 0 : (d->total - 1) / bt;
+uint64_t dataset_num_sequences(const DataSet *d, int T) {
+    return d->total < (size_t)T + 1 ? 0 : (d->total - 1) / (size_t)T;
 }
 
-static uint16_t token_at(const DataSet *d, size_t pos) {
-    // binary search over shard starts
+uint64_t dataset_num_windows(const DataSet *d, int B, int T) {
+    return dataset_num_sequences(d, T) / (uint64_t)B; // = floor((total − 1) / (B·T))
+}
+
+// The shard holding stream position pos (< total): the last one starting at or before it, so
+// an empty shard is never the answer.
+static int shard_of(const DataSet *d, size_t pos) {
     int lo = 0, hi = d->nfiles - 1;
     while (lo < hi) {
         int mid = (lo + hi + 1) / 2;
@@ -184,7 +188,26 @@ static uint16_t token_at(const DataSet *d, size_t pos) {
         else
             hi = mid - 1;
     }
-    return d->tokens[lo][pos - d->starts[lo]];
+    return lo;
+}
+
+// Sequence starting at stream position `start`: its T+1 tokens as inputs [0, T) and targets
+// shifted by one. One search for the first shard, then a walk to the following ones (a row
+// crosses at most one boundary unless shards are shorter than T+1 tokens).
+static void read_sequence(const DataSet *d, size_t start, int T, int *inputs, int *targets) {
+    size_t n = (size_t)T + 1, k = 0;
+    for (int f = shard_of(d, start); k < n; f++) {
+        size_t off = start + k - d->starts[f], m = d->counts[f] - off;
+        const uint16_t *src = d->tokens[f] + off;
+        if (m > n - k) m = n - k;
+        for (size_t i = 0; i < m; i++, k++) {
+            if (k < (size_t)T)
+                inputs[k] = src[i];
+            else
+                targets[T - 1] = src[i];
+        }
+    }
+    memcpy(targets, inputs + 1, (size_t)(T - 1) * sizeof *targets);
 }
 
 // Drops the pages of tokens [a, b) from this process's memory (they stay in the page cache and
@@ -229,17 +252,16 @@ static uint64_t permute(uint64_t x, uint64_t n, uint64_t seed, uint64_t epoch) {
 
 int dataset_window(DataSet *d, uint64_t w, int B, int T, int shuffle, uint64_t seed, int *inputs,
                    int *targets) {
-    uint64_t nw = dataset_num_windows(d, B, T);
-    if (nw == 0)
-        return loom_fail("%s: only %zu tokens, fewer than one window of B*T+1 = %d", d->paths[0],
-                         d->total, B * T + 1);
-    uint64_t epoch = w / nw, idx = w % nw;
-    if (shuffle) idx = permute(idx, nw, seed, epoch);
-    size_t bt = (size_t)B * T, start = idx * bt;
-    for (size_t i = 0; i < bt; i++) {
-        inputs[i] = token_at(d, start + i);
-        targets[i] = token_at(d, start + i + 1);
+    uint64_t ns = dataset_num_sequences(d, T);
+    if (ns == 0)
+        return loom_fail("%s: only %zu tokens, fewer than one sequence of T+1 = %d", d->paths[0],
+                         d->total, T + 1);
+    for (int b = 0; b < B; b++) {
+        uint64_t g = w * (uint64_t)B + (uint64_t)b, epoch = g / ns, idx = g % ns;
+        if (shuffle) idx = permute(idx, ns, seed, epoch);
+        size_t row = (size_t)b * (size_t)T, at = (size_t)idx * (size_t)T;
+        read_sequence(d, at, T, inputs + row, targets + row);
+        release_span(d, at, at + (size_t)T + 1); // (its pages leave this process: --fast-mem)
     }
-    release_span(d, start, start + bt + 1);
     return 0;
 }

@@ -29,9 +29,16 @@ typedef struct {
 // Opens and validates every shard (magic, version, size vs count, token ids < vocab).
 int dataset_open(DataSet *d, const char *spec, int vocab);
 void dataset_close(DataSet *d);
-// Number of distinct windows of B·T+1 tokens (consecutive windows overlap by one token).
+// The data order. Sequence i is tokens [i·T, i·T + T] of the stream (T+1 tokens, stride T:
+// inputs the first T, targets shifted by one); there are ns = floor((total − 1) / T). Row b of
+// data window w is global sequence g = w·B + b: epoch g / ns, index g mod ns, which with
+// shuffle goes through a seeded permutation of the ns sequences, a new one per epoch (every
+// sequence read once per epoch). Without shuffle window w < ns/B holds tokens [w·B·T,
+// w·B·T + B·T] (one contiguous stretch); past the end the sequences continue modulo ns.
+uint64_t dataset_num_sequences(const DataSet *d, int T);
+// Whole windows of B sequences in one epoch: floor(ns / B) = floor((total − 1) / (B·T)).
 uint64_t dataset_num_windows(const DataSet *d, int B, int T);
-// Copies window number `w` (modulo the number of windows): inputs = tokens [w·BT, w·BT+BT),
-// targets shifted by one. With shuffle, window w of each epoch is a seeded permutation.
+// Copies window `w` (B rows of T inputs and T targets). Returns 0, or -1 with loom_errmsg when
+// the stream holds no sequence.
 int dataset_window(DataSet *d, uint64_t w, int B, int T, int shuffle, uint64_t seed, int *inputs,
                    int *targets);

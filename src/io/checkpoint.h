@@ -17,12 +17,20 @@
 
 #include "../model/gpt.h"
 
+// What the data position counts (the manifest's "data_order"): windows of B sequences of T+1
+// tokens, stride T, that --shuffle on permutes sequence by sequence ("sequences", what every
+// manifest is written with); a manifest without the field was written before, when a window
+// was B·T contiguous tokens and --shuffle on permuted whole windows (the same tokens without
+// shuffle within the first epoch).
+enum { CKPT_ORDER_WINDOWS = 0, CKPT_ORDER_SEQUENCES = 1 };
+
 typedef struct {
     GPTConfig cfg;
     int step;  // optimizer steps completed
     int opt_t; // AdamW updates applied
     uint64_t rng_state, rng_inc;
-    uint64_t data_window;     // next data window index
+    uint64_t data_window;     // next data window index (windows of B sequences)
+    int data_order;           // read: CKPT_ORDER_SEQUENCES, or _WINDOWS (no "data_order")
     char tokenizer[16];       // "byte", "gpt2" or "" (unknown)
     char *train_args;         // JSON text of the flags that shaped the run (owned, may be NULL)
     int co2_workers, co2_tau; // > 0: every worker wrote its CO2 state (co2_<rank>.bin)

@@ -56,6 +56,7 @@ char *manifest_text(const CkptMeta *meta, int64_t seq, const CkptShardInfo *info
     add_u64(j, "rng_state", meta->rng_state);
     add_u64(j, "rng_inc", meta->rng_inc);
     add_u64(j, "data_window", meta->data_window);
+    cJSON_AddStringToObject(j, "data_order", "sequences"); // see CKPT_ORDER_SEQUENCES
     cJSON_AddStringToObject(j, "tokenizer", meta->tokenizer);
     if (meta->train_args) {
         cJSON *args = cJSON_Parse(meta->train_args);
@@ -153,9 +154,10 @@ static int read_position(CkptManifest *mf, cJSON *j) {
         return -1;
     mf->seq = (int64_t)seq;
     if (!(m->rng_inc & 1)) return loom_fail("%s: 'rng_inc' must be odd (a PCG32 stream)", p);
-    // data_window: the next unread window; every step reads at least one (the runs that led
-    // here may have used different dp x grad-accum layouts, so it need not divide by step), and
-    // it must leave room to count on (window indices are uint64_t, scaled by B·T for tokens)
+    // data_window: the next unread window (of B sequences); every step reads at least one (the runs
+    // that led here may have used different dp x grad-accum layouts, so it need not divide by
+    // step), and it must leave room to count on (window indices are uint64_t, scaled by B·T for
+    // tokens)
     uint64_t st = (uint64_t)m->step, w = m->data_window;
     if (st ? w < st || w > ((uint64_t)1 << 53) : w != 0)
         return loom_fail("%s: 'data_window' %" PRIu64 " is out of range for step %d (at least "
@@ -180,6 +182,12 @@ static int read_extras(CkptManifest *mf, cJSON *j) {
                 get_int(p, "co2.", co2, "tau", 1, INT_MAX, &m->co2_tau) ||
                 get_int(p, "co2.", co2, "sharded", 0, 1, &m->co2_sharded)))
         return -1;
+    cJSON *o = cJSON_GetObjectItemCaseSensitive(j, "data_order");
+    if (o && (!cJSON_IsString(o) || strcmp(o->valuestring, "sequences")))
+        return loom_fail("%s: 'data_order' must be \"sequences\" (the only data order this loom "
+                         "reads; absent: written before it)",
+                         p);
+    m->data_order = o ? CKPT_ORDER_SEQUENCES : CKPT_ORDER_WINDOWS;
     if (a) m->train_args = cJSON_PrintUnformatted(a);
     return 0;
 }

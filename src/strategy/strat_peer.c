@@ -74,13 +74,17 @@ static int peer_check(const StrategyConfig *c) {
     return 0;
 }
 
+// The protocol a peer speaks: the wire format (WIRE_VERSION 1) and what a data window holds
+// (2: B sequences; 1 was B·T contiguous tokens), so peers of either kind refuse each other.
+#define PEER_PROTOCOL 2
+
 // What a joiner must share with the swarm, named as the flags (REFUSE names the first that
 // differs).
 static char *run_desc(const Strategy *s) {
     const StrategyConfig *c = s->cfg;
     const GPTConfig *g = &s->model->cfg;
     cJSON *j = cJSON_CreateObject();
-    cJSON_AddNumberToObject(j, "loom-peer-protocol", WIRE_VERSION);
+    cJSON_AddNumberToObject(j, "loom-peer-protocol", PEER_PROTOCOL);
     const char *in[] = {"layers", "heads", "dim", "vocab",      "block-size",
                         "tau",    "batch", "seq", "grad-accum", "steps"};
     int iv[] = {g->L, g->H, g->C, g->V, g->maxT, c->tau, c->batch, c->seq, c->grad_accum, c->steps};
@@ -98,6 +102,8 @@ static char *run_desc(const Strategy *s) {
     cJSON_AddStringToObject(j, "lr-schedule", c->opt.schedule == LR_COSINE ? "cosine" : "constant");
     cJSON_AddNumberToObject(j, "warmup", c->opt.warmup);
     cJSON_AddStringToObject(j, "tokenizer", c->tokenizer ? c->tokenizer : "none");
+    cJSON_AddStringToObject(j, "shuffle", c->shuffle ? "on" : "off"); // the windows' contents
+    if (c->shuffle) cJSON_AddNumberToObject(j, "seed", c->seed);
     char *t = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
     return t;

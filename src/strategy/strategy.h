@@ -47,6 +47,7 @@ typedef struct {
     float peer_timeout;
     const char *device;    // the backend's name (a peer's state is host memory: cpu only for now)
     const char *tokenizer; // what identifies the data's tokenizer (peers must share it)
+    int shuffle, seed;     // the data order's (peers must share it; the seed only with shuffle)
 } StrategyConfig;
 
 // Where a strategy gets its data: micro-batch j of 0-based optimizer step `step` for this

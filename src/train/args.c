@@ -45,3 +45,11 @@ char *train_args_json(const TrainArgs *a) {
     cJSON_Delete(j);
     return s;
 }
+
+int train_args_shuffle(const char *json) {
+    cJSON *j = json ? cJSON_Parse(json) : NULL;
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "shuffle");
+    int r = cJSON_IsNumber(v) ? v->valuedouble != 0 : -1;
+    cJSON_Delete(j);
+    return r;
+}

@@ -1,5 +1,6 @@
 // setup.c — a training process's setup and teardown (see run.h).
 #include <dirent.h>
+#include <inttypes.h>
 #include <libgen.h>
 #include <math.h>
 #include <stdio.h>
@@ -214,7 +215,9 @@ static void strategy_config(Run *r) {
         .secret = a->secret,
         .peer_timeout = a->peer_timeout,
         .device = a->device,
-        .tokenizer = r->tokenizer_fp};
+        .tokenizer = r->tokenizer_fp,
+        .shuffle = a->shuffle,
+        .seed = a->seed};
     r->data = (StrategyData){.ctx = r,
                              .train = train_batch,
                              .val = val_batch,
@@ -238,6 +241,33 @@ static void setup_data(Run *r) {
     }
     find_tokenizer_dir(r);
     tokenizer_id(r);
+}
+
+// A checkpoint written before the data order was sequences (its manifest has no "data_order")
+// counted windows of B·T contiguous tokens, and --shuffle on permuted those windows. Without
+// shuffle on either side its position reads the same tokens as before within the first epoch
+// (and past it when the windows fill the epoch exactly); otherwise the lead rank says, once,
+// what the position means now.
+static void note_old_data_order(const Run *r) {
+    const TrainArgs *a = r->a;
+    if (!r->lead || !r->resume_dir[0] || r->resume.data_order == CKPT_ORDER_SEQUENCES) return;
+    int was = train_args_shuffle(r->resume.train_args);
+    uint64_t B = (uint64_t)a->batch, ns = dataset_num_sequences(&r->train, a->seq);
+    uint64_t w = r->window0, epoch = w * B / ns, at = w * B % ns;
+    if (!a->shuffle && was != 1 && (w < ns / B || ns % B == 0)) return;
+    fprintf(stderr,
+            "loom: note: %s was written before the rows of a micro-batch became independent "
+            "sequences (its run had --shuffle %s, this one has --shuffle %s): its data position, "
+            "%" PRIu64 " windows, now counts windows of %d sequences (T+1 = %d tokens)%s, so this "
+            "run goes on in epoch %" PRIu64 " at sequence %" PRIu64 " of %" PRIu64
+            "; the rest of that epoch follows the new order, not the one the checkpoint's run "
+            "was reading (some sequences may be read twice, others not until the next epoch)\n",
+            r->resume_dir,
+            was < 0 ? "unknown"
+            : was   ? "on"
+                    : "off",
+            a->shuffle ? "on" : "off", w, a->batch, a->seq + 1,
+            a->shuffle ? " of the per-epoch sequence permutation" : "", epoch + 1, at, ns);
 }
 
 void run_peak(Run *r) {
@@ -298,6 +328,7 @@ void run_setup(Run *r) {
     }
     if (setup_model(r, be)) run_fail(r, EXIT_INPUT);
     setup_data(r);
+    note_old_data_order(r);
     strategy_config(r);
     lock_save_dir(r);
     if (r->lead && metrics_open(&r->mt, a->metrics, r->resume_dir[0] != 0)) run_fail(r, EXIT_IO);

@@ -54,6 +54,8 @@ typedef struct {
 void train_args_defaults(TrainArgs *a);
 // JSON text of the flags that shaped the run, for the checkpoint manifest (caller frees).
 char *train_args_json(const TrainArgs *a);
+// The "shuffle" of such a record: 0 or 1, or -1 when json is NULL or has no number there.
+int train_args_shuffle(const char *json);
 // --plan auto: profiles the model, searches the plans (dp, pp, tp, cp, micro-batch, recompute)
 // for this job and adopts the best one.
 void train_apply_auto_plan(TrainArgs *a);
