@@ -12,6 +12,15 @@
 set -eu
 . "$(dirname "$0")/lib.sh"
 need_mpi
+# glibc's malloc keeps a freed block of up to 32 MiB resident when its sliding mmap threshold has
+# risen past it (the first free of a large block raises it), so which of the libraries'
+# transient buffers (MPI's collective temporaries) stay in the peak depends on the order threads
+# happened to allocate and free them: the same run peaked anywhere in 128-137 MiB. A fixed
+# threshold maps each of them on its own and returns it when freed, so the peak is what the
+# process held at once (118.2-118.8 MiB over six runs). loom itself keeps glibc's default (a
+# fixed 1 MiB threshold costs a dp 2 step ~8%).
+export MALLOC_MMAP_THRESHOLD_=1048576 MALLOC_TRIM_THRESHOLD_=1048576
+MPI="$MPI -x MALLOC_MMAP_THRESHOLD_ -x MALLOC_TRIM_THRESHOLD_"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 mkshard "$d/d.bin" 4096 20000 1
 common="--data $d/d.bin --heads 4 --vocab 4096 --block-size 16 --batch 1 --seq 16 --steps 2
