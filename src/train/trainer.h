@@ -23,7 +23,7 @@ typedef struct {
     char *metrics, *save, *resume, *export_path, *on_nonfinite, *dump_grads;
     char *save_on_error; // a periodic save that fails: "continue" (warn, retry) or "stop"
     int save_every, keep, val_every, val_windows, log_every, progress;
-    float stop_grace; // seconds a stop signal leaves for the step boundary and the save
+    float stop_grace;  // seconds a stop signal leaves for the step boundary and the save
     float peak_gflops; // for MFU; 0: measured at the start (the backend's peak_gflops)
     // parallelism (the process grid; world size = dp, until pipeline/tensor parallelism)
     int dp, zero, dry_run;
