@@ -167,8 +167,9 @@ int strategy_take(Strategy *s, StepRecord *r);
 // each strategy adds this rank's vote (1: a stop signal arrived here, else 0) to a reduction its
 // step already makes that reaches every rank (a sum over the whole grid, directly or as sums of
 // sums over its axes), and hands the reduced sum to strategy_stop_tally, which sets s->stop when
-// it is > 0. A strategy whose steps reduce nothing across ranks decides where it can (CO2: at
-// round ends; a peer: locally). In a single process the vote is the tally.
+// it is > 0. A strategy whose steps reduce nothing across ranks agrees through
+// parallel/stop_agree.h (CO2) or decides alone (a peer). In a single process the vote is the
+// tally.
 double strategy_stop_vote(void);
 void strategy_stop_tally(Strategy *s, double votes);
 // comm_failed for strategies over MPI, which cannot go on without a member: ends the job.
