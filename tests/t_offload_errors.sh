@@ -33,8 +33,8 @@ for z in 2 3; do
     expect_fail "--offload with --zero $z" $MPI -np 2 $LOOM train $flags $OFF --fast-mem 64M \
         --dp 2 --zero $z
 done
-expect_fail "--offload with --pp" $MPI -np 2 $LOOM train $flags $OFF --fast-mem 64M --pp 2
-expect_fail "--offload with --co2 --zero 1" $MPI -np 2 $LOOM train $flags $OFF --fast-mem 64M \
+expect_fail "--pp 2 with --offload: not available" $MPI -np 2 $LOOM train $flags $OFF --fast-mem 64M --pp 2
+expect_fail "--offload with --zero 1: CO2's sharded outer state" $MPI -np 2 $LOOM train $flags $OFF --fast-mem 64M \
     --dp 2 --co2 --zero 1
 [ -z "$(ls -A "$d/off")" ] || { echo "scratch files left behind"; exit 1; }
 

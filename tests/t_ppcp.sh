@@ -82,7 +82,7 @@ $MPI -np 4 $LOOM train $f --pp 2 --cp 2 --resume "$d/one/step_00000003" \
 same "1-rank checkpoint -> pp 2 x cp 2" "$d/1a.jsonl" "$d/tail.jsonl"
 
 # what pp x cp / sp does not run
-expect_fail "--zero 2 is not implemented inside a pipeline" \
+expect_fail "--pp 2 with --zero 2: not available" \
     $MPI -np 4 $LOOM train $f --pp 2 --cp 2 --zero 2
 expect_fail "--cp 2 cuts every sequence into 2 x 2 = 4 chunks: --seq 30 is not a multiple of 4" \
     $MPI -np 4 $LOOM train ${f/--seq 32/--seq 30} --pp 2 --cp 2
@@ -90,5 +90,5 @@ expect_fail "--sp with --pp splits the sequence over each stage's 1D tensor-para
 needs --tp >= 2 (got --tp 1)" $MPI -np 2 $LOOM train $f --pp 2 --sp
 expect_fail "--seq 30 is not divisible by --tp 4" \
     $MPI -np 8 $LOOM train ${f/--seq 32/--seq 30} --pp 2 --tp 4 --sp
-expect_fail "--cp 2 with --co2" $MPI -np 4 $LOOM train $f --pp 2 --cp 2 --co2
+expect_fail "--pp 2 with --co2: not available" $MPI -np 4 $LOOM train $f --pp 2 --cp 2 --co2
 expect_fail "= 8 ranks, but the job has 4" $MPI -np 4 $LOOM train $f --pp 2 --cp 2 --tp 2

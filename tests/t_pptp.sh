@@ -83,9 +83,9 @@ $REF compare-st "$d/ca.st" "$d/a.st" --tol 0
 
 # what pp x tp does not run
 expect_fail "--tp 3 must divide --heads 4" $MPI -np 6 $LOOM train $f --pp 2 --tp 3
-expect_fail "--zero 2 is not implemented inside a pipeline" \
+expect_fail "--pp 2 with --zero 2: not available" \
     $MPI -np 4 $LOOM train $f --pp 2 --tp 2 --zero 2
-expect_fail "--pp does not combine with --co2" $MPI -np 4 $LOOM train $f --pp 2 --tp 2 --co2
-expect_fail "--pp does not combine with --co2/--dump-grads" \
+expect_fail "--pp 2 with --co2: not available" $MPI -np 4 $LOOM train $f --pp 2 --tp 2 --co2
+expect_fail "--pp 2 with --dump-grads: not available" \
     $MPI -np 4 $LOOM train $f --pp 2 --tp 2 --dump-grads "$d/dump"
 expect_fail "= 4 ranks, but the job has 2" $MPI -np 2 $LOOM train $f --pp 2 --tp 2

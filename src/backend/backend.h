@@ -25,6 +25,7 @@ typedef struct {
 
 typedef struct Backend {
     const char *name;
+    int host_memory; // 1: its buffers are host memory (code may read them through the pointer)
 
     // ---- memory (device buffers; on the CPU these are host buffers)
     float *(*alloc)(size_t n); // zeroed
@@ -147,6 +148,20 @@ typedef struct Backend {
     // work starts); *threads gets the number of threads it ran on (MFU's denominator)
     double (*peak_gflops)(int *threads);
 } Backend;
+
+// What a backend can do beyond the required kernels (ggml's supports_op, by capability): the
+// optional groups of the table above, each there or not as a whole, and whether its buffers are
+// host memory. Strategies ask this instead of comparing device names (strategy/compose.h).
+typedef enum {
+    BACKEND_HOST_MEMORY,     // buffers a CPU can read and write directly
+    BACKEND_VOCAB_SHARDS,    // encoder_*_shard, xent_shard_* (tensor parallelism)
+    BACKEND_RING_ATTENTION,  // attn_chunk_* (context parallelism)
+    BACKEND_SPLIT_LAYERNORM, // ln_split_* (2D tensor parallelism)
+    BACKEND_NCAPS
+} BackendCap;
+int backend_supports(const Backend *be, BackendCap cap);
+// What a capability is, for messages ("ring attention's chunk kernels").
+const char *backend_cap_name(BackendCap cap);
 
 // The one place a backend is chosen: "cpu" (a CUDA build adds "cuda"). threads: CPU threads
 // for OpenMP and BLAS (0 = leave the default). NULL, with loom_errmsg naming --device, when the

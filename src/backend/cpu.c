@@ -337,6 +337,7 @@ void backend_cpu_set_threads(int n) {
 
 static const Backend CPU = {
     .name = "cpu",
+    .host_memory = 1,
     .alloc = cpu_alloc,
     .release = cpu_release,
     .upload = cpu_copy,

@@ -1,4 +1,5 @@
-// select.c — the one place a backend is chosen from --device (and --dtype; see backend.h).
+// select.c — the one place a backend is chosen from --device (and --dtype; see backend.h), and
+// what a chosen backend can do (backend_supports: its optional kernel groups, host memory).
 #include <string.h>
 
 #include "../common.h"
@@ -45,4 +46,26 @@ const Backend *backend_select_dtype(const char *device, const char *dtype, int t
     loom_fail("--device '%s': unknown device (cpu%s)", device, "");
 #endif
     return NULL;
+}
+
+int backend_supports(const Backend *be, BackendCap cap) {
+    switch (cap) {
+    case BACKEND_HOST_MEMORY: return be->host_memory;
+    case BACKEND_VOCAB_SHARDS:
+        return be->encoder_forward_shard && be->encoder_backward_shard && be->xent_shard_max &&
+               be->xent_shard_sum && be->xent_shard_finish && be->xent_shard_backward;
+    case BACKEND_RING_ATTENTION:
+        return be->attn_chunk_forward && be->attn_chunk_merge && be->attn_chunk_backward;
+    case BACKEND_SPLIT_LAYERNORM:
+        return be->ln_split_stats && be->ln_split_apply && be->ln_split_bwd_stats &&
+               be->ln_split_backward;
+    default: return 0;
+    }
+}
+
+const char *backend_cap_name(BackendCap cap) {
+    static const char *names[BACKEND_NCAPS] = {
+        "host-memory buffers", "the vocabulary-shard kernels (encoder and cross-entropy shards)",
+        "ring attention's chunk kernels", "the split LayerNorm kernels"};
+    return cap < BACKEND_NCAPS ? names[cap] : "?";
 }

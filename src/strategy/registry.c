@@ -6,6 +6,7 @@
 #include "../common.h"
 #include "../parallel/comm.h"
 #include "../stop.h"
+#include "compose.h"
 #include "strategy.h"
 
 extern const StrategyOps STRATEGY_TP2D, STRATEGY_TP, STRATEGY_PIPELINE, STRATEGY_CO2, STRATEGY_PEER,
@@ -20,9 +21,10 @@ static const StrategyOps *const TABLE[] = {
     &STRATEGY_DP,       // everything else: one process, data parallel, ZeRO 0-3
 };
 
-const StrategyOps *strategy_find(const StrategyConfig *c) {
+const StrategyOps *strategy_find(const StrategyConfig *c, const Backend *be) {
     for (size_t i = 0; i < sizeof TABLE / sizeof TABLE[0]; i++)
-        if (TABLE[i]->wants(c)) return TABLE[i]->check(c) ? NULL : TABLE[i];
+        if (TABLE[i]->wants(c))
+            return compose_check(TABLE[i]->supports, c, be) || TABLE[i]->check(c) ? NULL : TABLE[i];
     loom_fail("no strategy runs this configuration");
     return NULL;
 }

@@ -14,23 +14,29 @@
 
 #include "../common.h"
 #include "../stop.h"
+#include "compose.h"
 #include "strat_co2.h"
 
 static int co2_wants(const StrategyConfig *c) { return c->co2; }
 
+static const char SWAP_SHARDED[] = "CO2's sharded outer state (--zero 1 or 2) is not swapped "
+                                   "(--co2 --offload runs with --zero 0)";
+static const FeaturePair CO2_PAIRS[] = {
+    {F_OFFLOAD, F_ZERO1, SWAP_SHARDED}, {F_OFFLOAD, F_ZERO2, SWAP_SHARDED}, {0, 0, NULL}};
+static const Supports CO2_SUPPORTS = {
+    .self = {F_CO2, F_COUNT},
+    .features = FEAT(F_CO2) | FEAT(F_DP) | FEAT(F_ZERO1) | FEAT(F_ZERO2) | FEAT(F_OFFLOAD) |
+                FEAT(F_RECOMPUTE),
+    .pairs = CO2_PAIRS,
+    .runs_with = "CO2's workers are the data-parallel ranks, each with the whole model; it runs "
+                 "with --zero 1 or 2 (a sharded outer state), --offload and --recompute"};
+
 static int co2_check(const StrategyConfig *c) {
-    if (c->offload && c->zero > 0)
-        return loom_fail("--offload with --co2 --zero %d: the sharded outer state is not swapped "
-                         "(--co2 with --zero 0 is)",
-                         c->zero);
-    if (c->zero < 0 || c->zero > 2)
-        return loom_fail("--co2 composes with --zero 1 or 2 (sharded outer state)");
     if (c->tau < 1) return loom_fail("--tau must be >= 1");
     if (c->save_every > 0 && c->save_every % c->tau)
         return loom_fail("--save-every %d: under --co2 checkpoints are taken at round ends, so "
                          "it must be a multiple of --tau %d",
                          c->save_every, c->tau);
-    if (c->dump_grads) return loom_fail("--co2 does not combine with --dump-grads");
     return 0;
 }
 
@@ -216,6 +222,7 @@ static void co2_destroy(Strategy *s) {
 
 const StrategyOps STRATEGY_CO2 = {.name = "co2",
                                   .wants = co2_wants,
+                                  .supports = &CO2_SUPPORTS,
                                   .check = co2_check,
                                   .create = co2_create_s,
                                   .step = co2_step,

@@ -9,19 +9,6 @@
 
 int cp_check(const StrategyConfig *c) {
     if (c->cp <= 1) return 0;
-    const char *no = c->tp_2d      ? "--tp-mode 2d"
-                     : c->zero > 2 ? "--zero 3"
-                     : c->co2      ? "--co2"
-                     : c->offload  ? "--offload"
-                     : c->peer     ? "loom peer"
-                                   : NULL;
-    if (no)
-        return loom_fail("--cp %d with %s: not available (context parallelism runs with --tp "
-                         "(1d), --pp and data parallelism, ZeRO 0, 1 or 2)",
-                         c->cp, no);
-    if (c->device && strncmp(c->device, "cpu", 3))
-        return loom_fail("--cp %d with --device %s: ring attention runs on the CPU backend only",
-                         c->cp, c->device);
     if (c->seq % (2 * c->cp))
         return loom_fail("--cp %d cuts every sequence into 2 x %d = %d chunks: --seq %d is not a "
                          "multiple of %d",

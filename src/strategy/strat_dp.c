@@ -8,6 +8,7 @@
 #include <sys/resource.h>
 
 #include "../common.h"
+#include "compose.h"
 #include "strat_whole.h"
 
 static int dp_wants(const StrategyConfig *c) {
@@ -15,14 +16,26 @@ static int dp_wants(const StrategyConfig *c) {
     return 1; // the default
 }
 
+static const char SWAP_ZERO[] = "block swapping keeps every rank's gradients and moments in "
+                                "its own tier (ZeRO 0 or 1)";
+static const char DUMP_ZERO[] = "the first step's gradients are written whole from every rank's "
+                                "copy (ZeRO 0 or 1)";
+static const FeaturePair DP_PAIRS[] = {
+    {F_OFFLOAD, F_ZERO2, SWAP_ZERO},
+    {F_OFFLOAD, F_ZERO3, SWAP_ZERO},
+    {F_DUMP_GRADS, F_ZERO2, DUMP_ZERO},
+    {F_DUMP_GRADS, F_ZERO3, DUMP_ZERO},
+    {F_OFFLOAD, F_DUMP_GRADS, "the gradients live in the offload tier, not in memory"},
+    {0, 0, NULL}};
+static const Supports DP_SUPPORTS = {
+    .self = {F_COUNT},
+    .features = FEAT(F_DP) | FEAT(F_ZERO1) | FEAT(F_ZERO2) | FEAT(F_ZERO3) | FEAT(F_OFFLOAD) |
+                FEAT(F_RECOMPUTE) | FEAT(F_DUMP_GRADS),
+    .pairs = DP_PAIRS,
+    .runs_with = "data parallelism runs ZeRO 0-3, --offload and --recompute"};
+
 static int dp_check(const StrategyConfig *c) {
     if (c->zero < 0 || c->zero > 3) return loom_fail("--zero must be 0, 1, 2 or 3");
-    if (c->dump_grads && c->zero >= 2) return loom_fail("--dump-grads needs --zero 0 or 1");
-    if (c->offload && c->zero >= 2)
-        return loom_fail("--offload with --zero %d: block swapping keeps every rank's gradients "
-                         "and moments in its own tier (ZeRO 0 or 1)",
-                         c->zero);
-    if (c->offload && c->dump_grads) return loom_fail("--offload with --dump-grads: not available");
     return 0;
 }
 
@@ -114,6 +127,7 @@ static void dp_destroy(Strategy *s) {
 
 const StrategyOps STRATEGY_DP = {.name = "data-parallel",
                                  .wants = dp_wants,
+                                 .supports = &DP_SUPPORTS,
                                  .check = dp_check,
                                  .create = dp_create_s,
                                  .step = dp_step,

@@ -20,6 +20,7 @@
 #include "../stop.h"
 #include "../swarm/swarm.h"
 #include "../testhooks.h"
+#include "compose.h"
 #include "strat_whole.h"
 
 typedef struct {
@@ -60,17 +61,18 @@ static void peer_val(void *ctx, int w, int *inputs, int *targets) {
 
 static int peer_wants(const StrategyConfig *c) { return c->peer; }
 
+static const Supports PEER_SUPPORTS = {
+    .self = {F_PEER, F_COUNT},
+    .features = FEAT(F_PEER) | FEAT(F_RECOMPUTE),
+    .runs_with = "a peer trains a whole model in memory (its outer state is not swapped yet), "
+                 "with --recompute"};
+
 static int peer_check(const StrategyConfig *c) {
-    if (c->offload)
-        return loom_fail("loom peer with --offload: a peer's outer state is not swapped yet");
-    if (strcmp(c->device ? c->device : "cpu", "cpu"))
-        return loom_fail("loom peer runs on --device cpu for now");
     if (c->tau < 1 || c->tau > 4096) return loom_fail("--tau must be in 1..4096 for loom peer");
     if (c->save_every > 0 && c->save_every % c->tau)
         return loom_fail("--save-every %d: a peer saves at round ends, so it must be a multiple "
                          "of --tau %d",
                          c->save_every, c->tau);
-    if (c->dump_grads) return loom_fail("loom peer does not combine with --dump-grads");
     return 0;
 }
 
@@ -447,6 +449,7 @@ static void peer_failed(Strategy *s, int code, const char *msg) {
 
 const StrategyOps STRATEGY_PEER = {.name = "peer",
                                    .wants = peer_wants,
+                                   .supports = &PEER_SUPPORTS,
                                    .check = peer_check,
                                    .create = peer_create,
                                    .step = peer_step,

@@ -19,6 +19,7 @@
 #include "../common.h"
 #include "../parallel/pipeline.h"
 #include "ckpt_save.h"
+#include "compose.h"
 #include "strat_cp.h"
 #include "strategy.h"
 
@@ -37,6 +38,13 @@ typedef struct {
 
 static int pp_wants(const StrategyConfig *c) { return c->pp > 1; }
 
+static const Supports PP_SUPPORTS = {
+    .self = {F_PP, F_COUNT},
+    .features = FEAT(F_PP) | FEAT(F_DP) | FEAT(F_ZERO1) | FEAT(F_TP) | FEAT(F_SP) | FEAT(F_CP) |
+                FEAT(F_RECOMPUTE),
+    .runs_with = "pipeline stages run with data parallelism (ZeRO 0 or 1: the AdamW state "
+                 "sharded over each stage's replicas), 1D --tp, --sp, --cp and --recompute"};
+
 static int pp_check(const StrategyConfig *c) {
     if (cp_check(c)) return -1;
     if (c->sp && (c->tp < 2 || c->tp_2d))
@@ -48,19 +56,6 @@ static int pp_check(const StrategyConfig *c) {
                          "is not divisible by --tp %d",
                          c->seq / c->cp, c->cp > 1 ? " (a context-parallel rank's tokens)" : "",
                          c->tp);
-    if (c->offload)
-        return loom_fail("--offload with --pp: block swapping keeps a whole model per rank; "
-                         "pipeline stages are not swapped");
-    if (c->co2 || c->dump_grads)
-        return loom_fail("--pp does not combine with --co2/--dump-grads yet");
-    if (c->zero < 0 || c->zero > 1)
-        return loom_fail("--pp composes with --zero 1 (AdamW state sharded over each stage's dp "
-                         "(x cp) replicas); --zero %d is not implemented inside a pipeline",
-                         c->zero);
-    if (c->tp > 1 && c->device && strncmp(c->device, "cpu", 3))
-        return loom_fail("--pp %d x --tp %d with --device %s: tensor parallelism runs on the CPU "
-                         "backend only",
-                         c->pp, c->tp, c->device);
     return 0;
 }
 
@@ -452,6 +447,7 @@ static void pp_destroy(Strategy *s) {
 
 const StrategyOps STRATEGY_PIPELINE = {.name = "pipeline",
                                        .wants = pp_wants,
+                                       .supports = &PP_SUPPORTS,
                                        .check = pp_check,
                                        .create = pp_create,
                                        .step = pp_step,

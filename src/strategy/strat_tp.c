@@ -23,6 +23,7 @@
 
 #include "../common.h"
 #include "ckpt_save.h"
+#include "compose.h"
 #include "strat_cp.h"
 #include "strat_whole.h"
 
@@ -87,6 +88,19 @@ static int tp_wants(const StrategyConfig *c) {
     return !c->tp_2d && c->pp <= 1 && (c->tp > 1 || c->cp > 1 || c->sp);
 }
 
+static const FeaturePair TP_PAIRS[] = {
+    {F_DUMP_GRADS, F_ZERO2,
+     "the first step's gradients are gathered from the parts' whole "
+     "copies (ZeRO 0 or 1)"},
+    {0, 0, NULL}};
+static const Supports TP_SUPPORTS = {
+    .self = {F_TP, F_CP, F_SP, F_COUNT},
+    .features = FEAT(F_TP) | FEAT(F_SP) | FEAT(F_CP) | FEAT(F_DP) | FEAT(F_ZERO1) | FEAT(F_ZERO2) |
+                FEAT(F_RECOMPUTE) | FEAT(F_DUMP_GRADS),
+    .pairs = TP_PAIRS,
+    .runs_with = "tensor and context parallelism run with data parallelism (ZeRO 0, 1 or 2), "
+                 "--sp, --pp and --recompute"};
+
 static int tp_check(const StrategyConfig *c) {
     if (cp_check(c)) return -1;
     if (c->sp && c->tp < 2)
@@ -99,19 +113,6 @@ static int tp_check(const StrategyConfig *c) {
                          "is not divisible by --tp %d",
                          c->seq / c->cp, c->cp > 1 ? " (a context-parallel rank's tokens)" : "",
                          c->tp);
-    const char *no = c->co2        ? "--co2"
-                     : c->offload  ? "--offload"
-                     : c->peer     ? "loom peer"
-                     : c->zero > 2 ? "--zero 3"
-                                   : NULL;
-    if (no)
-        return loom_fail("--tp %d with %s: not available yet (tensor parallelism runs with data "
-                         "parallelism, ZeRO 0, 1 or 2)",
-                         c->tp, no);
-    if (c->dump_grads && c->zero >= 2) return loom_fail("--dump-grads needs --zero 0 or 1");
-    if (c->device && strncmp(c->device, "cpu", 3))
-        return loom_fail("--tp with --device %s: tensor parallelism runs on the CPU backend only",
-                         c->device);
     return 0;
 }
 
@@ -394,6 +395,7 @@ static void tp_destroy(Strategy *s) {
 
 const StrategyOps STRATEGY_TP = {.name = "tensor-parallel",
                                  .wants = tp_wants,
+                                 .supports = &TP_SUPPORTS,
                                  .check = tp_check,
                                  .create = tp_create,
                                  .step = tp_step,

@@ -26,6 +26,7 @@
 #include "../common.h"
 #include "../model/gpt_2d.h"
 #include "ckpt_save.h"
+#include "compose.h"
 #include "strategy.h"
 
 typedef struct {
@@ -131,6 +132,12 @@ static void t2_rscatter(void *ctx, int axis, const float *send, float *recv, siz
 
 static int t2_wants(const StrategyConfig *c) { return c->tp_2d; }
 
+static const Supports T2_SUPPORTS = {
+    .self = {F_TP2D, F_COUNT},
+    .features = FEAT(F_TP2D) | FEAT(F_DP) | FEAT(F_ZERO1) | FEAT(F_RECOMPUTE) | FEAT(F_DUMP_GRADS),
+    .runs_with = "2D tensor parallelism runs with data parallelism (ZeRO 0 or 1) and "
+                 "--recompute"};
+
 static int t2_check(const StrategyConfig *c) {
     int q = 1;
     while ((q + 1) * (q + 1) <= c->tp)
@@ -143,25 +150,6 @@ static int t2_check(const StrategyConfig *c) {
         return loom_fail("--tp-mode 2d with --tp %d: --batch %d must be a multiple of q = %d (each "
                          "grid row runs batch/q sequences)",
                          c->tp, c->batch, q);
-    char no[48] = "";
-    if (c->sp)
-        snprintf(no, sizeof no, "--sp");
-    else if (c->cp > 1)
-        snprintf(no, sizeof no, "--cp %d", c->cp);
-    else if (c->pp > 1)
-        snprintf(no, sizeof no, "--pp %d", c->pp);
-    else if (c->zero > 1)
-        snprintf(no, sizeof no, "--zero %d", c->zero);
-    else if (c->co2 || c->offload || c->peer)
-        snprintf(no, sizeof no, "%s", c->co2 ? "--co2" : c->offload ? "--offload" : "loom peer");
-    if (*no)
-        return loom_fail("--tp %d --tp-mode 2d with %s: not available (2D tensor parallelism runs "
-                         "with data parallelism, ZeRO 0 or 1)",
-                         c->tp, no);
-    if (c->device && strncmp(c->device, "cpu", 3))
-        return loom_fail("--tp-mode 2d with --device %s: 2D tensor parallelism runs on the CPU "
-                         "backend only",
-                         c->device);
     return 0;
 }
 
@@ -482,6 +470,7 @@ static void t2_destroy(Strategy *s) {
 
 const StrategyOps STRATEGY_TP2D = {.name = "tensor-parallel-2d",
                                    .wants = t2_wants,
+                                   .supports = &T2_SUPPORTS,
                                    .check = t2_check,
                                    .create = t2_create,
                                    .step = t2_step,

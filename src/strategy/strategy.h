@@ -22,6 +22,7 @@ typedef struct {
     int val_windows; // windows a validation pass reads (already capped to the data)
     int save_every;  // checkpoints every N steps (0: only at the end or none)
     // data parallel / ZeRO
+    int dp; // data-parallel ranks (--dp; CO2's workers)
     int zero;
     float bucket_mb;
     int dump_grads; // --dump-grads was given (the strategy must be able to hand gradients out)
@@ -100,7 +101,11 @@ typedef struct {
     const char *name;
     // Selected for this configuration? The first entry of the registry that wants it runs.
     int (*wants)(const StrategyConfig *c);
-    // Flags this strategy cannot honour: loom_fail naming the flag, -1.
+    // What it implements (compose.h): the features it runs and the pairs of them it cannot;
+    // strategy_find refuses everything else with one message naming both flags.
+    const struct Supports *supports;
+    // The values it cannot honour (a shape that does not divide, --tau 0): loom_fail naming
+    // the flag, -1. Which options combine is `supports`' business, not this.
     int (*check)(const StrategyConfig *c);
     // Sets up from s->model (its layout; no parameter buffers yet) and s->grid: allocates what
     // this rank keeps and fills it through s->data->params; on resume (s->resume_dir) reads its
@@ -157,8 +162,9 @@ struct Strategy {
     void *impl;
 };
 
-// The strategy for this configuration (registry.c), checked; NULL with loom_errmsg.
-const StrategyOps *strategy_find(const StrategyConfig *c);
+// The strategy for this configuration (registry.c), checked against what it supports and what
+// the backend can do (compose.h), then its own value checks; NULL with loom_errmsg.
+const StrategyOps *strategy_find(const StrategyConfig *c, const Backend *be);
 // Hands a record to the loop (strategies call it when a step's numbers are known).
 void strategy_emit(Strategy *s, const StepRecord *r);
 // The oldest record not yet taken: 1 and *r, or 0.

@@ -286,7 +286,7 @@ int train_run(const TrainArgs *args) {
     if (args->plan) train_apply_auto_plan(&planned);
     Run r = {.a = &planned};
     run_setup(&r);
-    const StrategyOps *ops = strategy_find(&r.sc);
+    const StrategyOps *ops = strategy_find(&r.sc, r.model.be);
     if (!ops) run_fail(&r, EXIT_USAGE);
     Strategy s = {.ops = ops,
                   .model = &r.model,

@@ -181,6 +181,7 @@ static void strategy_config(Run *r) {
                 .total_steps = a->steps},
         .val_windows = nw,
         .save_every = a->save ? a->save_every : 0,
+        .dp = a->dp,
         .zero = a->zero,
         .bucket_mb = a->bucket_mb,
         .dump_grads = a->dump_grads != NULL,

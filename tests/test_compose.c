@@ -1,0 +1,110 @@
+// test_compose.c — which options combine is decided in one place (strategy/compose.h): the
+// registry picks the strategy, the generic check refuses what it does not implement with one
+// message naming both flags, pairs a strategy cannot run name both flags and its reason, and a
+// backend that lacks a capability a feature needs is refused by capability (not by the device's
+// name) — shown with a copy of the CPU backend whose ring-attention kernels are taken away.
+#include <string.h>
+
+#include "../src/backend/backend.h"
+#include "../src/common.h"
+#include "../src/strategy/compose.h"
+#include "test.h"
+
+static StrategyConfig base(void) {
+    return (StrategyConfig){.batch = 4,
+                            .seq = 16,
+                            .grad_accum = 1,
+                            .steps = 2,
+                            .dp = 1,
+                            .tp = 1,
+                            .cp = 1,
+                            .pp = 1,
+                            .tau = 2,
+                            .schedule = "1f1b",
+                            .device = "cpu"};
+}
+
+// strategy_find's message for c on be (or "" when it is accepted), in out.
+static const char *refusal(const StrategyConfig *c, const Backend *be, char *out, size_t n) {
+    const StrategyOps *ops = strategy_find(c, be);
+    snprintf(out, n, "%s", ops ? "" : loom_errmsg());
+    return out;
+}
+
+#define REFUSED(c, be, text)                                                                       \
+    do {                                                                                           \
+        char m_[512];                                                                              \
+        refusal(&(c), be, m_, sizeof m_);                                                          \
+        CHECK(strstr(m_, text) != NULL, "want '%s', got '%s'", text, m_);                          \
+    } while (0)
+#define ACCEPTED(c, be)                                                                            \
+    do {                                                                                           \
+        char m_[512];                                                                              \
+        CHECK(!refusal(&(c), be, m_, sizeof m_)[0], "refused: %s", m_);                            \
+    } while (0)
+
+TEST(features_and_flags) {
+    StrategyConfig c = base();
+    c.dp = 2, c.zero = 3, c.tp = 4, c.tp_2d = 1, c.recompute = 1;
+    FeatureSet f = compose_features(&c);
+    CHECK(f == (FEAT(F_DP) | FEAT(F_ZERO3) | FEAT(F_TP2D) | FEAT(F_RECOMPUTE)), "features %x", f);
+    char b[64];
+    CHECK(!strcmp(compose_flag(&c, F_TP2D, b, sizeof b), "--tp 4 --tp-mode 2d"), "%s", b);
+    CHECK(!strcmp(compose_flag(&c, F_ZERO3, b, sizeof b), "--zero 3"), "%s", b);
+}
+
+TEST(unsupported_features_name_both_flags) {
+    const Backend *cpu = backend_cpu();
+    StrategyConfig c = base();
+    c.tp = 2, c.co2 = 1;
+    REFUSED(c, cpu, "--tp 2 with --co2: not available (tensor and context parallelism run with");
+    c = base(), c.cp = 2, c.zero = 3;
+    REFUSED(c, cpu, "--cp 2 with --zero 3: not available");
+    c = base(), c.pp = 2, c.offload = 1;
+    REFUSED(c, cpu, "--pp 2 with --offload: not available (pipeline stages run with");
+    c = base(), c.tp = 4, c.tp_2d = 1, c.cp = 2;
+    REFUSED(c, cpu, "--tp 4 --tp-mode 2d with --cp 2: not available");
+    c = base(), c.peer = 1, c.offload = 1;
+    REFUSED(c, cpu, "loom peer with --offload: not available");
+}
+
+TEST(pairs_a_strategy_cannot_run) {
+    const Backend *cpu = backend_cpu();
+    StrategyConfig c = base();
+    c.dp = 2, c.zero = 2, c.offload = 1;
+    REFUSED(c, cpu, "--offload with --zero 2: block swapping keeps");
+    c = base(), c.dp = 2, c.co2 = 1, c.zero = 1, c.offload = 1;
+    REFUSED(c, cpu, "--offload with --zero 1: CO2's sharded outer state");
+    c = base(), c.dp = 2, c.co2 = 1, c.offload = 1; // unsharded: runs
+    ACCEPTED(c, cpu);
+    c = base(), c.pp = 2, c.tp = 2, c.cp = 2, c.sp = 1, c.seq = 32, c.zero = 1;
+    ACCEPTED(c, cpu);
+}
+
+// A backend is asked what it can do: the same configuration runs on the CPU and is refused,
+// naming the missing kernels, on a copy without ring attention's chunk kernels.
+TEST(backend_capabilities) {
+    Backend lacking = *backend_cpu();
+    lacking.name = "lacking";
+    lacking.attn_chunk_merge = NULL;
+    CHECK(backend_supports(backend_cpu(), BACKEND_RING_ATTENTION), "the CPU has ring attention");
+    CHECK(!backend_supports(&lacking, BACKEND_RING_ATTENTION), "a missing kernel is seen");
+    CHECK(backend_supports(&lacking, BACKEND_VOCAB_SHARDS), "the other groups are still there");
+    StrategyConfig c = base();
+    c.cp = 2, c.device = "lacking";
+    ACCEPTED(c, backend_cpu());
+    REFUSED(c, &lacking,
+            "--cp 2 with --device lacking: the lacking backend lacks ring "
+            "attention's chunk kernels");
+    lacking.host_memory = 0;
+    c = base(), c.peer = 1, c.device = "lacking";
+    REFUSED(c, &lacking, "loom peer with --device lacking: the lacking backend lacks host-memory");
+}
+
+int main(void) {
+    RUN(features_and_flags);
+    RUN(unsupported_features_name_both_flags);
+    RUN(pairs_a_strategy_cannot_run);
+    RUN(backend_capabilities);
+    return test_summary();
+}
