@@ -16,6 +16,14 @@ int cp_check(const StrategyConfig *c) {
     return 0;
 }
 
+void cp_take_batch(const Strategy *s, const int *seq_in, const int *seq_tg, int *inputs,
+                   int *targets) {
+    const StrategyConfig *c = s->cfg;
+    const Grid *g = s->grid;
+    gpt_cp_take(inputs, seq_in, c->batch, c->seq, g->cp, g->cp_i);
+    gpt_cp_take(targets, seq_tg, c->batch, c->seq, g->cp, g->cp_i);
+}
+
 int cp_check_shape(const Strategy *s) {
     const StrategyConfig *c = s->cfg;
     size_t n = (size_t)c->batch * (c->seq / c->cp) * 2 * (s->model->cfg.C / s->grid->tp);

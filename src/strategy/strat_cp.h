@@ -8,6 +8,10 @@
 
 // The flags --cp cannot run with, and a sequence the ring cannot cut: loom_fail, -1; else 0.
 int cp_check(const StrategyConfig *c);
+// This rank's two chunks of every whole sequence (seq_in/seq_tg, (B,T)) into inputs/targets
+// (B, T/cp): what a context-parallel rank of the tp or pipeline strategy reads.
+void cp_take_batch(const Strategy *s, const int *seq_in, const int *seq_tg, int *inputs,
+                   int *targets);
 // A rank's K/V block must fit one message: loom_fail, -1; else 0.
 int cp_check_shape(const Strategy *s);
 // The validation loss of the ring: every rank's mean over its chunks (inner: the strategy as

@@ -20,6 +20,7 @@
 #include "../parallel/pipeline.h"
 #include "ckpt_save.h"
 #include "compose.h"
+#include "part_io.h"
 #include "strat_cp.h"
 #include "strategy.h"
 
@@ -28,10 +29,10 @@ typedef struct {
     PipelineConfig pc;
     PipelineIO io;
     Strategy *s;
-    GPT part;        // tp > 1 or cp > 1: this rank's tensor-parallel part, which the stage runs
-    GPT *m;          // the model the stage runs: s->model, or &part
-    float *stage[4]; // the part, start-up: host arrays in its layout (CKPT_PARAMS..PREV)
-    CpRing *ring;    // cp > 1: the ring of this stage's cp ranks
+    GPT part;     // tp > 1 or cp > 1: this rank's tensor-parallel part, which the stage runs
+    GPT *m;       // the model the stage runs: s->model, or &part
+    PartCut cut;  // the part's map; start-up and saves: host arrays in its layout
+    CpRing *ring; // cp > 1: the ring of this stage's cp ranks
     int *seq_in, *seq_tg; // cp > 1: whole sequences (B,T) before the rank's chunks are cut
     int steps;
 } PipeState;
@@ -59,14 +60,6 @@ static int pp_check(const StrategyConfig *c) {
     return 0;
 }
 
-// A context-parallel rank's two chunks of the whole sequences in seq_in/seq_tg.
-static void cp_cut(PipeState *ps, int *inputs, int *targets) {
-    const StrategyConfig *c = ps->s->cfg;
-    const Grid *g = ps->s->grid;
-    gpt_cp_take(inputs, ps->seq_in, c->batch, c->seq, g->cp, g->cp_i);
-    gpt_cp_take(targets, ps->seq_tg, c->batch, c->seq, g->cp, g->cp_i);
-}
-
 // Every rank of a stage's tp group and cp ring reads its dp replica's micro-batches (a cp rank
 // keeps its chunks of them).
 static void pp_batch(void *ctx, int step, int j, int *inputs, int *targets) {
@@ -74,7 +67,7 @@ static void pp_batch(void *ctx, int step, int j, int *inputs, int *targets) {
     const Strategy *s = ps->s;
     if (!ps->ring) return s->data->train(s->data->ctx, step, j, inputs, targets);
     s->data->train(s->data->ctx, step, j, ps->seq_in, ps->seq_tg);
-    cp_cut(ps, inputs, targets);
+    cp_take_batch(ps->s, ps->seq_in, ps->seq_tg, inputs, targets);
 }
 
 static int pp_params(void *ctx, size_t lo, size_t hi, float *dst) {
@@ -87,7 +80,7 @@ static void pp_val_batch(void *ctx, int w, int *inputs, int *targets) {
     const Strategy *s = ps->s;
     if (!ps->ring) return s->data->val(s->data->ctx, w, inputs, targets);
     s->data->val(s->data->ctx, w, ps->seq_in, ps->seq_tg);
-    cp_cut(ps, inputs, targets);
+    cp_take_batch(ps->s, ps->seq_in, ps->seq_tg, inputs, targets);
 }
 
 static void pp_report(void *ctx, int step, double loss, double norm, float lr, double seconds,
@@ -166,25 +159,12 @@ static void whole_range(const PipeState *ps, size_t lo, size_t hi, size_t *wlo, 
     if (*whi < *wlo) *whi = *wlo;
 }
 
-static int cut_store(void *ctx, int array, size_t at, size_t n, const float *src) {
-    PipeState *ps = ctx;
-    gpt_tp_from_whole(ps->s->model, &ps->part, at, n, src, ps->stage[array]);
-    return 0;
-}
-
-static int cut_sink(void *ctx, size_t at, size_t n, const float *src) {
-    return cut_store(ctx, CKPT_PARAMS, at, n, src);
-}
-
 static void stage_alloc(PipeState *ps, int n) {
     for (int k = 0; k < n; k++) // zeroed: the vocabulary's padding rows stay 0
-        ps->stage[k] = xcalloc(ps->part.nparams, sizeof(float));
+        ps->cut.stage[k] = xcalloc(ps->part.nparams, sizeof(float));
 }
 
-static void stage_free(PipeState *ps) {
-    for (int k = 0; k < 4; k++)
-        free(ps->stage[k]), ps->stage[k] = NULL;
-}
+static void stage_free(PipeState *ps) { part_cut_free(&ps->cut); }
 
 // The initial weights of the part's [lo, hi): the whole layout's range, cut.
 static int tp_params(void *ctx, size_t lo, size_t hi, float *dst) {
@@ -193,8 +173,8 @@ static int tp_params(void *ctx, size_t lo, size_t hi, float *dst) {
     size_t wlo, whi;
     whole_range(ps, lo, hi, &wlo, &whi);
     stage_alloc(ps, 1);
-    int rc = d->params_stream(d->ctx, wlo, whi, cut_sink, ps);
-    if (!rc) ps->part.be->upload(dst, ps->stage[CKPT_PARAMS] + lo, hi - lo);
+    int rc = d->params_stream(d->ctx, wlo, whi, part_cut_sink, &ps->cut);
+    if (!rc) ps->part.be->upload(dst, ps->cut.stage[CKPT_PARAMS] + lo, hi - lo);
     stage_free(ps);
     return rc;
 }
@@ -210,14 +190,14 @@ static int tp_load(void *ctx, size_t lo, size_t hi, float *params, float *prev, 
     stage_alloc(ps, 4);
     CkptWant w = {.lo = {wlo, wlo, wlo, wlo},
                   .hi = {whi, whi, whi, prev ? whi : wlo},
-                  .store = cut_store,
-                  .store_ctx = ps};
+                  .store = part_cut_store,
+                  .store_ctx = &ps->cut};
     int rc = checkpoint_read_into(ps->s->resume_dir, ps->s->model->nparams, &w);
     if (!rc) {
-        be->upload(params, ps->stage[CKPT_PARAMS] + lo, hi - lo);
-        be->upload(m, ps->stage[CKPT_M] + olo, ohi - olo);
-        be->upload(v, ps->stage[CKPT_V] + olo, ohi - olo);
-        if (prev && !w.no_prev) be->upload(prev, ps->stage[CKPT_PREV] + lo, hi - lo);
+        be->upload(params, ps->cut.stage[CKPT_PARAMS] + lo, hi - lo);
+        be->upload(m, ps->cut.stage[CKPT_M] + olo, ohi - olo);
+        be->upload(v, ps->cut.stage[CKPT_V] + olo, ohi - olo);
+        if (prev && !w.no_prev) be->upload(prev, ps->cut.stage[CKPT_PREV] + lo, hi - lo);
     }
     stage_free(ps);
     return rc ? -1 : !prev || w.no_prev;
@@ -249,14 +229,14 @@ static int stage_host(PipeState *ps, size_t lo, size_t hi, const PipeShard *sh) 
     const Grid *g = ps->s->grid;
     size_t off = sh->lo - lo; // the shard's params / prev point at element sh->lo of the stage
     stage_alloc(ps, sh->prev ? 4 : 3);
-    be->download(ps->stage[CKPT_PARAMS] + lo, sh->params - off, hi - lo);
-    be->download(ps->stage[CKPT_M] + sh->lo, sh->m, sh->hi - sh->lo);
-    be->download(ps->stage[CKPT_V] + sh->lo, sh->v, sh->hi - sh->lo);
-    if (sh->prev) be->download(ps->stage[CKPT_PREV] + lo, sh->prev - off, hi - lo);
+    be->download(ps->cut.stage[CKPT_PARAMS] + lo, sh->params - off, hi - lo);
+    be->download(ps->cut.stage[CKPT_M] + sh->lo, sh->m, sh->hi - sh->lo);
+    be->download(ps->cut.stage[CKPT_V] + sh->lo, sh->v, sh->hi - sh->lo);
+    if (sh->prev) be->download(ps->cut.stage[CKPT_PREV] + lo, sh->prev - off, hi - lo);
     const Comm *gc = grad_comm(g);
     if (ps->s->cfg->zero < 1 || gc->size < 2) return 0;
-    return comm_allreduce(gc, ps->stage[CKPT_M] + lo, hi - lo) ||
-           comm_allreduce(gc, ps->stage[CKPT_V] + lo, hi - lo);
+    return comm_allreduce(gc, ps->cut.stage[CKPT_M] + lo, hi - lo) ||
+           comm_allreduce(gc, ps->cut.stage[CKPT_V] + lo, hi - lo);
 }
 
 // The part's flat range of this rank's stage.
@@ -285,7 +265,7 @@ static int tp_save(Strategy *s, const char *dir, CkptMeta *meta, CkptExtraFn ext
     int writes = first && s->grid->tp_i == 0;  // tp 0 writes
     for (int k = 0; k < n && !rc && first; k++) {
         w[k] = writes ? xalloc_floats(whi - wlo + 1) : NULL;
-        rc = ckpt_tp_assemble(s->grid->tp_comm, s->model, &ps->part, ps->stage[k], wlo, whi, 0,
+        rc = ckpt_tp_assemble(s->grid->tp_comm, s->model, &ps->part, ps->cut.stage[k], wlo, whi, 0,
                               w[k]);
     }
     stage_free(ps);
@@ -332,6 +312,7 @@ static int pp_create(Strategy *s) {
     if (tp) { // the stage runs this rank's part, its blocks all-reducing over the tp group
         if (gpt_create_layout_tp(&ps->part, &s->model->cfg, s->model->be, g->tp, g->tp_i))
             return -1;
+        ps->cut.map = part_map_1d(s->model, &ps->part, g->tp, g->tp_i);
         ps->part.tp.allreduce = tp_allreduce;
         ps->part.tp.sp = c->sp; // --sp: the stage's regions hold the rank's rows
         ps->part.tp.allgather = tp_allgather;

@@ -24,6 +24,7 @@
 #include "../common.h"
 #include "ckpt_save.h"
 #include "compose.h"
+#include "part_io.h"
 #include "strat_cp.h"
 #include "strat_whole.h"
 
@@ -34,7 +35,7 @@ typedef struct {
     StrategyData data; // training and validation data; the part's initial parameters
     const Strategy *outer;
     Whole w;
-    float *stage[3];      // (part) host: parameters, m, v cut from the whole layout (start-up only)
+    PartCut cut;          // the part's map; host parameters, m, v cut from the whole (start-up)
     double floats, calls; // what the blocks all-reduced over tp (for the summary)
     double gathered, scattered; // --sp: floats all-gathered / reduce-scattered (whole tensors)
     int steps;
@@ -118,44 +119,26 @@ static int tp_check(const StrategyConfig *c) {
 
 // ---------------------------------------------------------------- the part from the whole
 
-static int cut_store(void *ctx, int array, size_t at, size_t n, const float *src) {
-    TP *t = ctx;
-    gpt_tp_from_whole(t->whole, &t->part, at, n, src, t->stage[array]);
-    return 0;
-}
-
-static int cut_sink(void *ctx, size_t at, size_t n, const float *src) {
-    return cut_store(ctx, CKPT_PARAMS, at, n, src);
-}
-
 // StrategyData.params for the part (ZeRO 0: the whole part at once): a fresh run's initial
 // weights or, on resume, the checkpoint's parameters (its moments are staged for tp_create).
 static int part_params(void *ctx, size_t lo, size_t hi, float *dst) {
     TP *t = ctx;
     const Strategy *s = t->outer;
     size_t np = t->part.nparams, N = t->whole->nparams;
-    t->stage[0] = xalloc_floats(np);
+    t->cut.stage[0] = xalloc_floats(np);
     int rc;
     if (s->resume_dir) {
-        t->stage[1] = xalloc_floats(np), t->stage[2] = xalloc_floats(np);
+        t->cut.stage[1] = xalloc_floats(np), t->cut.stage[2] = xalloc_floats(np);
         CkptWant want = {
-            .lo = {0, 0, 0, 0}, .hi = {N, N, N, 0}, .store = cut_store, .store_ctx = t};
+            .lo = {0, 0, 0, 0}, .hi = {N, N, N, 0}, .store = part_cut_store, .store_ctx = &t->cut};
         rc = checkpoint_read_into(s->resume_dir, N, &want);
     } else {
-        rc = s->data->params_stream(s->data->ctx, 0, N, cut_sink, t);
+        rc = s->data->params_stream(s->data->ctx, 0, N, part_cut_sink, &t->cut);
     }
-    if (!rc) t->part.be->upload(dst, t->stage[0] + lo, hi - lo);
-    free(t->stage[0]);
-    t->stage[0] = NULL;
+    if (!rc) t->part.be->upload(dst, t->cut.stage[0] + lo, hi - lo);
+    free(t->cut.stage[0]);
+    t->cut.stage[0] = NULL;
     return rc;
-}
-
-// A context-parallel rank's two chunks of the whole sequences read into seq_in/seq_tg.
-static void cp_cut(TP *t, int *inputs, int *targets) {
-    const StrategyConfig *c = t->outer->cfg;
-    const Grid *g = t->outer->grid;
-    gpt_cp_take(inputs, t->seq_in, c->batch, c->seq, g->cp, g->cp_i);
-    gpt_cp_take(targets, t->seq_tg, c->batch, c->seq, g->cp, g->cp_i);
 }
 
 // Every rank of a tensor-parallel group (and of a context-parallel ring: each its chunks) reads
@@ -165,7 +148,7 @@ static void part_train(void *ctx, int step, int j, int *inputs, int *targets) {
     const StrategyData *d = t->outer->data;
     if (!t->ring) return d->train(d->ctx, step, j, inputs, targets);
     d->train(d->ctx, step, j, t->seq_in, t->seq_tg);
-    cp_cut(t, inputs, targets);
+    cp_take_batch(t->outer, t->seq_in, t->seq_tg, inputs, targets);
 }
 
 static void part_val(void *ctx, int w, int *inputs, int *targets) {
@@ -173,25 +156,10 @@ static void part_val(void *ctx, int w, int *inputs, int *targets) {
     const StrategyData *d = t->outer->data;
     if (!t->ring) return d->val(d->ctx, w, inputs, targets);
     d->val(d->ctx, w, t->seq_in, t->seq_tg);
-    cp_cut(t, inputs, targets);
+    cp_take_batch(t->outer, t->seq_in, t->seq_tg, inputs, targets);
 }
 
 // ---------------------------------------------------------------- the whole from the parts
-
-// Every rank's part of src (the part's layout: backend memory, or host memory when `host`) into
-// dst (host, the whole layout), on every rank of the tensor-parallel group.
-static int gather_whole(TP *t, const float *src, int host, float *dst) {
-    const Grid *g = t->outer->grid;
-    size_t np = t->part.nparams;
-    float *mine = host ? NULL : xalloc_floats(np);
-    if (mine) t->part.be->download(mine, src, np);
-    float *all = ckpt_tp_gather_parts(g->tp_comm, mine ? mine : src, np);
-    for (int r = 0; r < g->tp && all; r++)
-        gpt_tp_to_whole(t->whole, &t->part, r, all + (size_t)r * np, dst);
-    int rc = all ? 0 : -1;
-    free(mine), free(all);
-    return rc;
-}
 
 // A moment (ZeRO-1: each dp rank holds its slice [lo, hi) of the part) whole, into host dst.
 static int gather_moment(TP *t, const float *slice, float *dst) {
@@ -217,6 +185,7 @@ static int tp_create(Strategy *s) {
     const Grid *g = s->grid;
     t->whole = s->model, t->outer = s;
     if (gpt_create_layout_tp(&t->part, &s->model->cfg, s->model->be, g->tp, g->tp_i)) return -1;
+    t->cut.map = part_map_1d(s->model, &t->part, g->tp, g->tp_i);
     t->part.tp.allreduce = tp_allreduce;
     t->part.tp.sp = s->cfg->sp;
     t->part.tp.allgather = tp_allgather;
@@ -239,12 +208,11 @@ static int tp_create(Strategy *s) {
     if (s->resume_dir) { // ZeRO-1: the moments' slice this dp rank owns
         size_t lo, hi;
         dp_owned_range(t->w.dp, &lo, &hi);
-        t->part.be->upload(t->w.opt.m, t->stage[1] + lo, hi - lo);
-        t->part.be->upload(t->w.opt.v, t->stage[2] + lo, hi - lo);
+        t->part.be->upload(t->w.opt.m, t->cut.stage[1] + lo, hi - lo);
+        t->part.be->upload(t->w.opt.v, t->cut.stage[2] + lo, hi - lo);
         t->w.opt.t = s->resume->opt_t;
     }
-    free(t->stage[1]), free(t->stage[2]);
-    t->stage[1] = t->stage[2] = NULL;
+    part_cut_free(&t->cut);
     return 0;
 }
 
@@ -342,7 +310,8 @@ static int tp_save(Strategy *s, const char *dir, CkptMeta *meta, int final, Ckpt
 static int tp_full(Strategy *s, float *host, int grads) {
     TP *t = s->impl;
     memset(host, 0, t->whole->nparams * sizeof(float));
-    return gather_whole(t, grads ? t->part.grads : t->part.params, 0, host);
+    return part_gather_whole(&t->cut.map, s->grid->tp_comm, grads ? t->part.grads : t->part.params,
+                             0, host);
 }
 
 static void tp_describe(const Strategy *s, char *buf, size_t n) {

@@ -27,6 +27,7 @@
 #include "../model/gpt_2d.h"
 #include "ckpt_save.h"
 #include "compose.h"
+#include "part_io.h"
 #include "strategy.h"
 
 typedef struct {
@@ -37,7 +38,7 @@ typedef struct {
     AdamW opt;
     const Strategy *outer;
     const Comm *axis[2]; // row, column
-    float *stage[3];     // host: parameters, m, v cut from the whole layout (start-up only)
+    PartCut cut;         // the part's map; host parameters, m, v cut from the whole (start-up)
     // the moments' shards over dp (ZeRO 1; one shard of everything otherwise): dp rank r owns
     // [displs[r], displs[r] + counts[r]) of the part's flat layout, this rank [lo, hi)
     int nshard;
@@ -155,40 +156,30 @@ static int t2_check(const StrategyConfig *c) {
 
 // ---------------------------------------------------------------- the part from the whole
 
-static int cut_store(void *ctx, int array, size_t at, size_t n, const float *src) {
-    T2 *t = ctx;
-    gpt2d_from_whole(t->whole, &t->part, t->g.q, t->g.i, t->g.j, at, n, src, t->stage[array]);
-    return 0;
-}
-
-static int cut_sink(void *ctx, size_t at, size_t n, const float *src) {
-    return cut_store(ctx, CKPT_PARAMS, at, n, src);
-}
-
-// The part's parameters (and, on resume, its moments) into t->stage, then into backend memory.
+// The part's parameters (and, on resume, its moments) into t->cut's staging arrays, then into
+// backend memory.
 static int load_part(T2 *t) {
     const Strategy *s = t->outer;
     size_t np = t->part.nparams, N = t->whole->nparams;
     const Backend *be = t->part.be;
     for (int k = 0; k < 3; k++)
-        t->stage[k] = xalloc_floats(np);
+        t->cut.stage[k] = xalloc_floats(np);
     int rc;
     if (s->resume_dir) {
         CkptWant want = {
-            .lo = {0, 0, 0, 0}, .hi = {N, N, N, 0}, .store = cut_store, .store_ctx = t};
+            .lo = {0, 0, 0, 0}, .hi = {N, N, N, 0}, .store = part_cut_store, .store_ctx = &t->cut};
         rc = checkpoint_read_into(s->resume_dir, N, &want);
         if (!rc) {
             size_t n = t->hi - t->lo; // the moments of this rank's slice
-            be->upload(t->opt.m, t->stage[1] + t->lo, n);
-            be->upload(t->opt.v, t->stage[2] + t->lo, n);
+            be->upload(t->opt.m, t->cut.stage[1] + t->lo, n);
+            be->upload(t->opt.v, t->cut.stage[2] + t->lo, n);
             t->opt.t = s->resume->opt_t;
         }
     } else {
-        rc = s->data->params_stream(s->data->ctx, 0, N, cut_sink, t);
+        rc = s->data->params_stream(s->data->ctx, 0, N, part_cut_sink, &t->cut);
     }
-    if (!rc) be->upload(t->part.params, t->stage[0], np);
-    for (int k = 0; k < 3; k++)
-        free(t->stage[k]), t->stage[k] = NULL;
+    if (!rc) be->upload(t->part.params, t->cut.stage[0], np);
+    part_cut_free(&t->cut);
     return rc;
 }
 
@@ -196,16 +187,7 @@ static int load_part(T2 *t) {
 
 // Every rank's part of src (backend memory, or host when `host`) into dst (host, whole layout).
 static int gather_whole(T2 *t, const float *src, int host, float *dst) {
-    size_t np = t->part.nparams;
-    int q = t->g.q;
-    float *mine = host ? NULL : xalloc_floats(np);
-    if (mine) t->part.be->download(mine, src, np);
-    float *all = ckpt_tp_gather_parts(t->outer->grid->tp_comm, mine ? mine : src, np);
-    for (int r = 0; r < q * q && all; r++)
-        gpt2d_to_whole(t->whole, &t->part, q, r / q, r % q, all + (size_t)r * np, dst);
-    int rc = all ? 0 : -1;
-    free(mine), free(all);
-    return rc;
+    return part_gather_whole(&t->cut.map, t->outer->grid->tp_comm, src, host, dst);
 }
 
 // A slice [lo, hi) of the part (backend memory: the moments, or the gradients at lo) gathered
@@ -260,6 +242,7 @@ static int t2_create(Strategy *s) {
     t->axis[T2D_ROW] = comm_split(gr->tp_comm, t->g.i, t->g.j, "tp_row");
     t->axis[T2D_COL] = comm_split(gr->tp_comm, t->g.j, t->g.i, "tp_col");
     if (gpt2d_layout(&t->part, &s->model->cfg, s->model->be, &t->g)) return -1;
+    t->cut.map = part_map_2d(s->model, &t->part, q, t->g.i, t->g.j);
     if (gpt_alloc_whole(&t->part, 1, 1)) return -1;
     shard_part(t);
     if (load_part(t)) return -1;

@@ -1,0 +1,40 @@
+// part_io.h — moving a rank's part of the model to and from the whole flat layout, written once
+// for every holding that is a part: a Megatron 1D tensor-parallel part (strat_tp.c, and each
+// pipeline stage of one: strat_pipeline.c) and a 2D grid part (strat_tp2d.c). A PartMap says
+// how a part's elements map to the whole; the cuts (initial weights, --init, a resumed
+// checkpoint streamed into host staging arrays in the part's layout) and the gathers (a whole
+// array assembled from every part of the group: saves, exports) go through it.
+#pragma once
+#include "../parallel/comm.h"
+#include "strategy.h"
+
+typedef struct {
+    const GPT *whole, *part; // the whole model's layout, this rank's part's
+    int ranks;               // parts in the group: tp (1D) or q·q (2D)
+    int q, i, j;             // 2D: the grid's side and this rank's row and column (q 0: 1D)
+    int me;                  // 1D: this rank's index in the group
+} PartMap;
+
+PartMap part_map_1d(const GPT *whole, const GPT *part, int tp, int tpi);
+PartMap part_map_2d(const GPT *whole, const GPT *part, int q, int i, int j);
+
+// The whole layout's [at, at+n) (src, host) cut into the part's layout (dst, host, the part's
+// nparams floats): the elements this rank holds.
+void part_from_whole(const PartMap *m, size_t at, size_t n, const float *src, float *dst);
+// Part `rank` of the group (src, host, its layout) into the whole flat array dst (host).
+void part_to_whole(const PartMap *m, int rank, const float *src, float *dst);
+
+// Host staging arrays in the part's layout (CKPT_PARAMS .. CKPT_PREV) that a stream of the
+// whole layout is cut into: a checkpoint_read_into store (CkptWant.store) and a params_stream
+// sink (GptSink) over it.
+typedef struct {
+    PartMap map;
+    float *stage[4];
+} PartCut;
+int part_cut_store(void *cut, int array, size_t at, size_t n, const float *src);
+int part_cut_sink(void *cut, size_t at, size_t n, const float *src);
+void part_cut_free(PartCut *c);
+
+// Every part of src (this rank's: backend memory, or host memory when `host`) gathered over the
+// group's communicator c and assembled into dst (host, the whole layout), on every rank.
+int part_gather_whole(const PartMap *m, const Comm *c, const float *src, int host, float *dst);
