@@ -1,4 +1,6 @@
-// select.c — the one place a backend is chosen from --device (and --dtype; see backend.h).
+// select.c — the one place a backend is chosen from --device (and --dtype; see backend.h), and
+// the one that says which backends are built in.
+#include <stdio.h>
 #include <string.h>
 
 #include "../common.h"
@@ -46,3 +48,10 @@ const Backend *backend_select_dtype(const char *device, const char *dtype, int t
 #endif
     return NULL;
 }
+
+#ifdef LOOM_CUDA
+const char *backend_names(void) { return "cpu cuda"; }
+#else
+const char *backend_names(void) { return "cpu"; }
+void backend_cuda_versions(char *out, size_t n) { snprintf(out, n, "%s", ""); }
+#endif
