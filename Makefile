@@ -51,7 +51,18 @@ FLAGS_NOW := $(CC) $(CFLAGS)$(if $(CUDA_STAMP), $(CUDA_STAMP))
 $(shell mkdir -p $(BUILD) && { printf '%s\n' '$(FLAGS_NOW)' | cmp -s - $(FLAGS_STAMP) || \
           printf '%s\n' '$(FLAGS_NOW)' > $(FLAGS_STAMP); })
 
-LIB_SRC  := $(filter-out src/cli/main.c,$(wildcard src/*.c src/*/*.c))
+# `loom --version`: the version (the VERSION file), the commit (`git describe --always --dirty`),
+# the compiler and the code-generation flags, written by scripts/build_info.sh into $(BUILD_INFO)
+# only when they change, so a plain `make` recompiles and relinks nothing. cmd_version.o, its
+# one reader, is linked into the loom binary alone (not libloom.a): a new commit relinks loom,
+# not the test binaries.
+BUILD_INFO  := $(BUILD)/gen/build_info.h
+BUILD_FLAGS := $(filter -O% -m% -f% -g% -D% -U% -std=%,$(CFLAGS))
+NVCC_INFO   := $(if $(CUDA_STAMP),$(NVCCFLAGS) $(addprefix sm_,$(CUDA_ARCHS)) +PTX compute_$(CUDA_PTX))
+$(shell sh scripts/build_info.sh '$(BUILD_INFO)' '$(CC)' '$(BUILD_FLAGS)' '$(NVCC_INFO)')
+CLI_OBJ  := $(BUILD)/src/cli/main.o $(BUILD)/src/cli/cmd_version.o
+
+LIB_SRC  := $(filter-out src/cli/main.c src/cli/cmd_version.c,$(wildcard src/*.c src/*/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 ifeq ($(CUDA),1)
 CU_SRC   := $(wildcard src/backend/cuda/*.cu)
@@ -68,8 +79,11 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
         gpu-tests bench-attention
 all: $(LOOM_BIN)
 
-$(LOOM_BIN): $(BUILD)/src/cli/main.o $(BUILD)/libloom.a
+$(LOOM_BIN): $(CLI_OBJ) $(BUILD)/libloom.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/src/cli/cmd_version.o: $(BUILD_INFO)
+$(BUILD)/src/cli/cmd_version.o: CFLAGS += -I$(BUILD)/gen
 
 $(BUILD)/libloom.a: $(LIB_OBJ)
 	@rm -f $@
@@ -159,4 +173,4 @@ format:
 clean:
 	rm -rf build build-asan build-v3 build-generic build-fuzz build-cuda loom
 
--include $(filter-out %.cu.d,$(LIB_OBJ:.o=.d)) $(BUILD)/src/cli/main.d $(FUZZ_BIN:=.d)
+-include $(filter-out %.cu.d,$(LIB_OBJ:.o=.d)) $(CLI_OBJ:.o=.d) $(FUZZ_BIN:=.d)

@@ -2,8 +2,10 @@
 # asan: skip (a second full build; nothing here is about memory errors)
 # t_portable_build.sh — the portable build for mixed clusters: `make ARCH=-march=x86-64` into a
 # separate build directory gives a loom that runs, holds no AVX instructions (no ymm/zmm
-# registers: it cannot die with SIGILL on an older node) and trains a step (the peak probe's
-# SSE path); objects built with one ARCH are not reused for another (build/cflags.stamp).
+# registers: it cannot die with SIGILL on an older node), says so in `loom --version`, and trains
+# a step (the peak probe's SSE path); objects built with one ARCH are not reused for another
+# (build/cflags.stamp), and a second make with the same flags does nothing (the generated
+# build_info.h of `loom --version` is rewritten only when the commit or flags change).
 # Takes one full build (~25-30 s on 2 busy cores).
 set -eu
 . "$(dirname "$0")/lib.sh"
@@ -14,6 +16,8 @@ start=$(date +%s)
 mk -s -j2 ARCH=-march=x86-64 "$d/b/loom" > "$d/build.log" 2>&1 || { tail -30 "$d/build.log"; exit 1; }
 echo "generic build: $(($(date +%s) - start)) s"
 "$d/b/loom" --help | grep -q "usage: loom"
+"$d/b/loom" --version | grep -q -- "^flags: .*-march=x86-64\( \|$\)" ||
+    { "$d/b/loom" --version; echo "loom --version does not name -march=x86-64"; exit 1; }
 if command -v objdump >/dev/null; then
     n=$(objdump -d "$d/b/loom" | grep -c -E '%[yz]mm' || true)
     [ "$n" -eq 0 ] || { echo "ARCH=-march=x86-64 binary uses $n AVX instructions"; exit 1; }

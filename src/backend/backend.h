@@ -184,3 +184,11 @@ const Backend *backend_select_dtype(const char *device, const char *dtype, int t
 const Backend *backend_cuda(const char *dtype);
 // The chosen GPU's name (NULL before backend_cuda succeeded).
 const char *backend_cuda_device_name(void);
+
+// What this build's backends are, for `loom --version`: the devices --device accepts ("cpu", or
+// "cpu cuda" in a CUDA=1 build); the CPU backend's BLAS (OpenBLAS's openblas_get_config: its
+// version, build options and the core it chose); the CUDA backend's runtime, driver and cuBLASLt
+// versions into out ("" in a build without it; "driver none" on a machine without a driver).
+const char *backend_names(void);
+const char *backend_blas_version(void);
+void backend_cuda_versions(char *out, size_t n);

@@ -384,3 +384,5 @@ static const Backend CPU = {
 };
 
 const Backend *backend_cpu(void) { return &CPU; }
+
+const char *backend_blas_version(void) { return openblas_get_config(); }

@@ -1,5 +1,7 @@
 // select.c — the one place a backend is chosen from --device (and --dtype; see backend.h), and
-// what a chosen backend can do (backend_supports: its optional kernel groups, host memory).
+// what a chosen backend can do (backend_supports: its optional kernel groups, host memory), and
+// which backends are built in.
+#include <stdio.h>
 #include <string.h>
 
 #include "../common.h"
@@ -69,3 +71,10 @@ const char *backend_cap_name(BackendCap cap) {
         "ring attention's chunk kernels", "the split LayerNorm kernels"};
     return cap < BACKEND_NCAPS ? names[cap] : "?";
 }
+
+#ifdef LOOM_CUDA
+const char *backend_names(void) { return "cpu cuda"; }
+#else
+const char *backend_names(void) { return "cpu"; }
+void backend_cuda_versions(char *out, size_t n) { snprintf(out, n, "%s", ""); }
+#endif

@@ -9,3 +9,4 @@ int cmd_plan(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_peer(int argc, char **argv);
 int cmd_keygen(int argc, char **argv);
+int cmd_version(int argc, char **argv);

@@ -16,7 +16,8 @@ static void usage(FILE *f) {
           "  plot      draw the loss curve of a metrics file (loom plot --help)\n"
           "  plan      profile the model and pick dp/pp/micro-batch/recompute (loom plan --help)\n"
           "  peer      train as one peer of a swarm over ZeroMQ (loom peer --help)\n"
-          "  keygen    make a swarm secret for loom peer (loom keygen -o FILE)\n",
+          "  keygen    make a swarm secret for loom peer (loom keygen -o FILE)\n"
+          "  version   the version, commit, build flags and libraries (also loom --version)\n",
           f);
 }
 
@@ -30,6 +31,7 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
+    if (!strcmp(c, "--version") || !strcmp(c, "version")) return cmd_version(argc - 1, argv + 1);
     if (!strcmp(c, "train")) return cmd_train(argc - 1, argv + 1);
     if (!strcmp(c, "prepare")) return cmd_prepare(argc - 1, argv + 1);
     if (!strcmp(c, "sample")) return cmd_sample(argc - 1, argv + 1);

@@ -88,13 +88,9 @@ static void untrack(MPI_Request *r) {
 
 int comm_outstanding(void) { return atomic_load(&outstanding); }
 
-// Launched by mpirun, or by srun/another PMIx launcher?
-static int launched_by_mpi(void) {
-    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK");
-}
-
-Comm *comm_world(int *argc, char ***argv) {
-    if (mpi_on || !launched_by_mpi()) return &world;
+Comm *comm_world(int *argc, char ***argv) { // MPI only when launched by mpirun, srun or PMIx
+    if (mpi_on || !(getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK")))
+        return &world;
     int provided, flag = 0;
     MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
     thread_level = provided;
@@ -114,6 +110,12 @@ Comm *comm_world(int *argc, char ***argv) {
 }
 
 int comm_distributed(void) { return mpi_on && world.size > 1; }
+
+void comm_library_version(char *out, size_t n) { // allowed before MPI_Init (and without mpirun)
+    char v[MPI_MAX_LIBRARY_VERSION_STRING] = "";
+    int len = 0;
+    snprintf(out, n, "%.*s", MPI_Get_library_version(v, &len) == MPI_SUCCESS ? len : 0, v);
+}
 
 // The tag of heartbeats: MPI_TAG_UB (or the lower LOOM_TAG_UB); other messages stay below.
 static int hb_tag(void) {
@@ -488,8 +490,6 @@ int comm_test_progress(CommReq *r, CommProgress *pr) {
     }
     return flag || bad;
 }
-
-int comm_test(CommReq *r) { return comm_test_progress(r, NULL); }
 
 // Names the world ranks of a communicator's other members, e.g. "1 2 3".
 void comm_other_members(const Comm *c, char *out, size_t n) {

@@ -60,6 +60,8 @@ int comm_req_members(const CommReq *r, int *world_ranks, int max);
 Comm *comm_world(int *argc, char ***argv);
 int comm_distributed(void);
 void comm_finalize(void);
+// The MPI library's version line (e.g. "Open MPI v4.1.4, package: ..."), for `loom --version`.
+void comm_library_version(char *out, size_t n);
 // Starts a thread that drives outstanding non-blocking operations every interval_s seconds
 // (Open MPI progresses them only inside MPI calls). Returns 1 if it runs (MPI with > 1 rank).
 int comm_start_progress_thread(double interval_s);

@@ -4,7 +4,9 @@
 //
 // A binary built with CUDA=1 starts anywhere: nothing touches the driver until --device cuda
 // is chosen, and then a missing driver or GPU is an error with the reason, not a crash.
+#include <cublasLt.h>
 #include <cuda_runtime.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -256,3 +258,18 @@ const Backend *backend_cuda(const char *dtype) {
 }
 
 const char *backend_cuda_device_name(void) { return cu_ctx.device < 0 ? NULL : cu_ctx.name; }
+
+// The runtime this binary carries (linked statically), the installed driver's CUDA version (0:
+// no driver) and the cuBLASLt library found at run time. Touches no device.
+void backend_cuda_versions(char *out, size_t n) {
+    int rt = 0, drv = 0, lt[3] = {0, 0, 0};
+    cudaRuntimeGetVersion(&rt);
+    char dv[32] = "none";
+    if (cudaDriverGetVersion(&drv) == cudaSuccess && drv > 0)
+        snprintf(dv, sizeof dv, "%d.%d", drv / 1000, drv % 1000 / 10);
+    cublasLtGetProperty(MAJOR_VERSION, &lt[0]);
+    cublasLtGetProperty(MINOR_VERSION, &lt[1]);
+    cublasLtGetProperty(PATCH_LEVEL, &lt[2]);
+    snprintf(out, n, "runtime %d.%d, driver %s, cuBLASLt %d.%d.%d", rt / 1000, rt % 1000 / 10, dv,
+             lt[0], lt[1], lt[2]);
+}
