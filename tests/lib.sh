@@ -42,6 +42,14 @@ need_torch() {
 }
 # MPI: how the tests launch ranks on one machine (every transport, no core binding, more ranks
 # than cores allowed). need_mpi: fail without mpirun, else let root launch and give each rank
+# fastmem MIB: a --fast-mem of MIB MiB for a test's run. Under the sanitizers (LOOM_ASAN) 512 MiB
+# more: their shadow memory and quarantine are in the resident set the budget bounds (the fixed
+# overhead measured at start-up is ~130 MiB more there), but they are not the program's.
+fastmem() {
+    local slack=0
+    [ -n "${LOOM_ASAN:-}" ] && slack=512
+    echo "$(($1 + slack))M"
+}
 # one OpenMP thread.
 MPI="mpirun --oversubscribe --bind-to none --mca btl self,vader,tcp"
 need_mpi() {

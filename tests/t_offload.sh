@@ -20,7 +20,7 @@ mkdir "$d/off"
 base="--data $d/train.bin --layers 4 --heads 2 --dim 32 --vocab 64 --block-size 32 --batch 2
       --seq 16 --lr 3e-3 --weight-decay 0.1 --grad-clip 0.5 --progress off --seed 5 --threads 1"
 flags="$base --val-data $d/train.bin --val-every 2 --val-windows 3 --steps 4 --grad-accum 3"
-OFF="--offload disk --offload-dir $d/off --fast-mem 64M"
+OFF="--offload disk --offload-dir $d/off --fast-mem $(fastmem 64)"
 metrics() { sed 's/,"step_ms".*//' "$1"; } # loss, lr, norm (and val_loss) lines: timing aside
 same() { # same NAME A B: metrics and exported weights identical
     diff <(metrics "$d/$2.jsonl") <(metrics "$d/$3.jsonl") >/dev/null ||

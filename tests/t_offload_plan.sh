@@ -15,14 +15,15 @@ dim=32
 M=(--layers 3 --heads 2 --dim "$dim" --vocab 64 --block-size 16 --batch 2 --seq 16 --grad-accum 2
    --threads 1 --tier-probe 1M)
 OFF=(--offload disk --offload-dir "$d/tier")
+fm=$(fastmem 40)
 
-$LOOM plan "${OFF[@]}" --fast-mem 40M "${M[@]}" --recompute --save-profile "$d/prof.json" \
+$LOOM plan "${OFF[@]}" --fast-mem "$fm" "${M[@]}" --recompute --save-profile "$d/prof.json" \
     > "$d/out.txt"
 cat "$d/out.txt"
 grep '^{' "$d/out.txt" > "$d/plan.json"
-$LOOM plan "${OFF[@]}" --fast-mem 40M "${M[@]}" --recompute --profile "$d/prof.json" \
+$LOOM plan "${OFF[@]}" --fast-mem "$fm" "${M[@]}" --recompute --profile "$d/prof.json" \
     --json "$d/again.json" > /dev/null
-$PY - "$d/plan.json" "$d/again.json" <<'PY'
+$PY - "$d/plan.json" "$d/again.json" "${fm%M}" <<'PY'
 import json, sys
 lines = open(sys.argv[1]).read().splitlines()
 assert len(lines) == 1, "want one JSON line, got %d" % len(lines)
@@ -31,7 +32,7 @@ units, nb = j["units"], 3 + 2
 assert len(units) >= 2 and units[0][0] == 0 and units[-1][1] == nb - 1, units
 assert all(a <= b for a, b in units), units
 assert all(n[0] == u[1] + 1 for u, n in zip(units, units[1:])), units
-assert 0 < j["peak_fast_bytes"] <= j["budget_bytes"] == 40 << 20, j
+assert 0 < j["peak_fast_bytes"] <= j["budget_bytes"] == int(sys.argv[3]) << 20, j
 assert j["predicted_step_ms"] > 0 and j["io_bytes_per_step"] > 0 and 1 <= j["prefetch"] <= 4, j
 assert j["read_bps"] > 0 and j["write_bps"] > 0, j
 assert j["predicted_step_ms"] >= max(j["compute_ms"], j["io_bound_ms"]) * (1 - 1e-9), j
@@ -63,7 +64,7 @@ expect_fail "needs at least" $LOOM plan "${P[@]}" --fast-mem "$tiny"
 least=$($LOOM plan "${P[@]}" --fast-mem "$tiny" 2>&1 |
     sed -n 's/.*needs at least \([0-9.]*\) MiB.*/\1/p')
 [ -n "$least" ] || { echo "FAILED: no 'at least N MiB' in the error"; exit 1; }
-ovh=$($LOOM plan "${P[@]}" --fast-mem 40M | $PY -c '
+ovh=$($LOOM plan "${P[@]}" --fast-mem "$fm" | $PY -c '
 import json, sys
 print([json.loads(l) for l in sys.stdin if l.startswith("{")][0]["overhead_bytes"] / 2**20)')
 below=$($PY -c "print('%dK' % int((float('$least') + float('$ovh')) * 1024 - 1024))")
@@ -76,13 +77,13 @@ echo "ok: the least $least MiB + the fixed overhead $ovh MiB is enough, 2 MiB le
 
 # bad input
 expect_fail "reserved for the GPU backend" $LOOM plan --offload host --offload-dir "$d/tier" \
-    --fast-mem 40M "${M[@]}"
+    --fast-mem "$fm" "${M[@]}"
 expect_fail "--fast-mem" $LOOM plan "${OFF[@]}" "${M[@]}"
-expect_fail "--offload-dir" $LOOM plan --offload disk --fast-mem 40M "${M[@]}"
+expect_fail "--offload-dir" $LOOM plan --offload disk --fast-mem "$fm" "${M[@]}"
 expect_fail "--fast-mem: '12Q' is not a size" $LOOM plan "${OFF[@]}" --fast-mem 12Q "${M[@]}"
-expect_fail "$d/missing" $LOOM plan --offload disk --offload-dir "$d/missing" --fast-mem 40M \
+expect_fail "$d/missing" $LOOM plan --offload disk --offload-dir "$d/missing" --fast-mem "$fm" \
     "${M[@]}"
-expect_fail "no row for micro-batch 4" $LOOM plan "${P[@]}" --fast-mem 40M --batch 4
+expect_fail "no row for micro-batch 4" $LOOM plan "${P[@]}" --fast-mem "$fm" --batch 4
 # the plain planner is unchanged by the new flags' presence elsewhere
 $LOOM plan --profile "$d/prof.json" --workers 1 --global-batch 2 --top 1 > /dev/null
 echo "all ok"

@@ -147,7 +147,7 @@ mpi cp2 2 1:5 12 5 --cp 2
 mpi tp4-2d 4 3:5 12 5 --tp 4 --tp-mode 2d
 mpi pp2-tp2 4 2:5 12 5 --pp 2 --tp 2
 mkdir -p "$d/scratch"
-mpi dp2-offload 2 1:5 12 5 --dp 2 --offload disk --offload-dir "$d/scratch" --fast-mem 64M
+mpi dp2-offload 2 1:5 12 5 --dp 2 --offload disk --offload-dir "$d/scratch" --fast-mem "$(fastmem 64)"
 # CO2 (tau 4): a signal on one worker, or on all, at step 5: the workers agree and run on to
 # the round end (step 8), which fits in the grace period
 mpi co2-one 2 1:5 16 round:4 --dp 2 --co2 --tau 4
@@ -157,7 +157,7 @@ mpi co2-all 2 all:5 16 round:4 --dp 2 --co2 --tau 4 --zero 1
 mpi co2-mid 2 1:5 1005 mid:1000 --dp 2 --co2 --tau 1000 --stop-grace 2
 mpi co2-mid-sharded 2 0:5 1005 mid:1000 --dp 2 --co2 --tau 1000 --stop-grace 2 --zero 1
 mpi co2-mid-offload 2 1:5 1005 mid:1000 --dp 2 --co2 --tau 1000 --stop-grace 2 --offload disk \
-    --offload-dir "$d/scratch" --fast-mem 64M
+    --offload-dir "$d/scratch" --fast-mem "$(fastmem 64)"
 
 echo "== 4. scripts/loom-mpirun"
 mkdir -p "$d/fake"
