@@ -105,6 +105,35 @@ typedef struct Backend {
     // in place: probs (N,V) → dlogits = (probs − onehot(target)) · scale
     void (*softmax_xent_backward)(float *probs_dlogits, const int *targets, float scale, int N,
                                   int V);
+    // ---- the LLaMA block (NULL in a backend without them; BACKEND_LLAMA)
+    // out (N,C), rstd (N) = inp · rstd · w with rstd = 1/sqrt(mean(inp²) + eps) (RMSNorm)
+    void (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                            float eps);
+    // dinp (N,C) += ..., dw (C) += ...
+    void (*rmsnorm_backward)(float *dinp, float *dw, const float *dout, const float *inp,
+                             const float *w, const float *rstd, int N, int C);
+    // Rotary position embedding in place on the query and key heads of qkv (B,T,(NH+2·NKV)·hs),
+    // Hugging Face's rotate-half convention: within a head, element i < hs/2 pairs with
+    // i + hs/2, rotated by angle pos[t]·inv_freq[i]. pos (T): each row's global position (a
+    // context-parallel rank's chunks sit where they are in the sequence). backward: the
+    // inverse rotation of the same elements of dqkv, in place.
+    void (*rope_forward)(float *qkv, const int *pos, const float *inv_freq, int B, int T, int NH,
+                         int NKV, int hs);
+    void (*rope_backward)(float *dqkv, const int *pos, const float *inv_freq, int B, int T, int NH,
+                          int NKV, int hs);
+    // SwiGLU: inp (N,2F) holds [gate | up] per row; out (N,F) = silu(gate) · up.
+    // backward: dinp (N,2F) overwritten from dout (N,F).
+    void (*swiglu_forward)(float *out, const float *inp, int N, int F);
+    void (*swiglu_backward)(float *dinp, const float *inp, const float *dout, int N, int F);
+    // Grouped-query causal attention: qkv (B,T,(NH+2·NKV)·hs) holds NH query heads, then NKV key
+    // and NKV value heads (NKV divides NH; query head h attends with kv head h/(NH/NKV)) → out
+    // (B,T,NH·hs); att as attention_forward's (attention_saved_floats(B,T,NH)). NKV = NH with
+    // hs = C/NH is attention_forward exactly.
+    void (*gqa_attention_forward)(float *out, float *att, const float *qkv, int B, int T, int NH,
+                                  int NKV, int hs);
+    void (*gqa_attention_backward)(float *dqkv, const float *dout, const float *qkv,
+                                   const float *out, const float *att, int B, int T, int NH,
+                                   int NKV, int hs);
     // ---- vocabulary shards (tensor parallelism; NULL in a backend without them): this rank
     // holds rows [v0, v0+nv) of the vocabulary in a table of V ≥ nv rows (the rest padding).
     // out (B,T,C) = (v0 ≤ tok < v0+nv ? wte[tok−v0] : 0) + (wpe ? wpe[t] : 0)
@@ -157,6 +186,7 @@ typedef enum {
     BACKEND_VOCAB_SHARDS,    // encoder_*_shard, xent_shard_* (tensor parallelism)
     BACKEND_RING_ATTENTION,  // attn_chunk_* (context parallelism)
     BACKEND_SPLIT_LAYERNORM, // ln_split_* (2D tensor parallelism)
+    BACKEND_LLAMA,           // rmsnorm_*, rope_*, swiglu_*, gqa_attention_* (the LLaMA block)
     BACKEND_NCAPS
 } BackendCap;
 int backend_supports(const Backend *be, BackendCap cap);

@@ -8,11 +8,15 @@
 // (bench/bench_attention.c, B=4 NH=12 hs=64: 1.16x at T = 64, parity at 96, faster above).
 // Tiles are balanced (tile_of): no tile of a few rows, which cost a call each for no work.
 //
-// Per (batch b, head h), Q, K, V are (T,hs) views into qkv (B,T,3C) with row stride 3C, the
-// head's output an (T,hs) view into out (B,T,C) with row stride C. Tile products go through
-// single-threaded sgemms (OpenBLAS runs one thread inside an OpenMP region); the forward
-// spreads (b, h, query tile) over the threads, the backward (b, h), so dK and dV of a head
-// are accumulated by one thread only.
+// Grouped-query attention (LLaMA's kv-heads < heads) is the same kernel: qkv rows are
+// (NH + 2·NKV)·hs wide (NH query heads, then NKV key heads, then NKV value heads; GPT-2's
+// (B,T,3C) is NKV = NH), and query head h reads key/value head h / (NH/NKV) in place — the
+// repeated K and V are never materialised. Per (batch b, head h), Q, K, V are (T,hs) views into
+// qkv with row stride W = (NH + 2·NKV)·hs, the head's output an (T,hs) view into out
+// (B,T,NH·hs) with row stride C = NH·hs. Tile products go through single-threaded sgemms
+// (OpenBLAS runs one thread inside an OpenMP region); the forward spreads (b, h, query tile)
+// over the threads, the backward (b, kv head) — the query heads of a group one after another —
+// so dK and dV of a kv head are accumulated by one thread only.
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
@@ -43,19 +47,39 @@ static int tile_of(int n, int max) {
     return t < max ? t : max;
 }
 
+// The shapes of one call: W the row stride of qkv, C that of out, G query heads per kv head.
+typedef struct {
+    int B, T, NH, NKV, hs, W, C, G;
+} Dims;
+
+static Dims dims_of(int B, int T, int NH, int NKV, int hs) {
+    return (Dims){B, T, NH, NKV, hs, (NH + 2 * NKV) * hs, NH * hs, NH / NKV};
+}
+
+// Head h of batch row b: its query view; its key view (the value view is NKV·hs further).
+static size_t q_off(const Dims *d, int b, int h) {
+    return (size_t)b * d->T * d->W + (size_t)h * d->hs;
+}
+static size_t k_off(const Dims *d, int b, int h) {
+    return (size_t)b * d->T * d->W + (size_t)(d->NH + h / d->G) * d->hs;
+}
+static size_t o_off(const Dims *d, int b, int h) {
+    return (size_t)b * d->T * d->C + (size_t)h * d->hs;
+}
+
 // ------------------------------------------------------------------ T ≤ ATT_STORED: stored softmax
 
-static void small_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
-    int hs = C / NH;
+static void small_forward(float *out, float *att, const float *qkv, const Dims *d) {
+    int T = d->T, hs = d->hs, W = d->W;
     float scale = 1.0f / sqrtf((float)hs);
-    size_t C3 = 3 * (size_t)C;
+    size_t V = (size_t)d->NKV * hs; // from a key view to its value view
 #pragma omp parallel for schedule(dynamic, 1)
-    for (int bh = 0; bh < B * NH; bh++) {
-        int b = bh / NH, h = bh % NH;
-        const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
+    for (int bh = 0; bh < d->B * d->NH; bh++) {
+        int b = bh / d->NH, h = bh % d->NH;
+        const float *q = qkv + q_off(d, b, h), *k = qkv + k_off(d, b, h);
         float *a = att + (size_t)bh * T * T;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, (int)C3, q + C,
-                    (int)C3, 0.0f, a, T);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, W, k, W, 0.0f, a,
+                    T);
         for (int t = 0; t < T; t++) { // causal softmax over j ≤ t
             float *row = a + (size_t)t * T, mx = -INFINITY, sum = 0.f;
             for (int j = 0; j <= t; j++)
@@ -69,49 +93,52 @@ static void small_forward(float *out, float *att, const float *qkv, int B, int T
             for (int j = 0; j < T; j++)
                 row[j] = j <= t ? row[j] * inv : 0.f;
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, q + 2 * C,
-                    (int)C3, 0.0f, out + (size_t)b * T * C + (size_t)h * hs, C);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, k + V, W, 0.0f,
+                    out + o_off(d, b, h), d->C);
     }
 }
 
-static void small_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
-                           int B, int T, int C, int NH) {
-    int hs = C / NH;
+// One query head of the stored-softmax backward: dq overwritten, dk and dv overwritten (first of
+// its group: beta 0) or added to (beta 1). dp: (T,T) scratch.
+static void small_backward_head(float *dqkv, const float *dout, const float *qkv, const float *att,
+                                const Dims *d, int b, int h, float beta, float *dp) {
+    int T = d->T, hs = d->hs, W = d->W, C = d->C;
     float scale = 1.0f / sqrtf((float)hs);
-    size_t C3 = 3 * (size_t)C;
+    size_t V = (size_t)d->NKV * hs;
+    const float *q = qkv + q_off(d, b, h), *k = qkv + k_off(d, b, h), *v = k + V;
+    const float *p = att + ((size_t)b * d->NH + h) * T * T, *dy = dout + o_off(d, b, h);
+    float *dq = dqkv + q_off(d, b, h), *dk = dqkv + k_off(d, b, h), *dv = dk + V;
+    // dP (T,T) = dO Vᵀ ; dV (+)= Pᵀ dO
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, v, W, 0.0f, dp, T);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, p, T, dy, C, beta, dv, W);
+    for (int t = 0; t < T; t++) { // dS = P ∘ (dP − Σ_j P dP), in place in dp
+        const float *pr = p + (size_t)t * T;
+        float *dr = dp + (size_t)t * T, s = 0.f;
+        for (int j = 0; j <= t; j++)
+            s += pr[j] * dr[j];
+        for (int j = 0; j < T; j++)
+            dr[j] = j <= t ? pr[j] * (dr[j] - s) : 0.f;
+    }
+    // dQ = scale · dS K ; dK (+)= scale · dSᵀ Q
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, scale, dp, T, k, W, 0.0f, dq,
+                W);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, scale, dp, T, q, W, beta, dk, W);
+}
+
+static void small_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
+                           const Dims *d) {
 #pragma omp parallel
     {
-        float *dp = xalloc_floats((size_t)T * T);
+        float *dp = xalloc_floats((size_t)d->T * d->T);
 #pragma omp for schedule(dynamic, 1)
-        for (int bh = 0; bh < B * NH; bh++) {
-            int b = bh / NH, h = bh % NH;
-            size_t off = (size_t)b * T * C3 + (size_t)h * hs;
-            const float *q = qkv + off, *k = q + C, *v = q + 2 * C, *p = att + (size_t)bh * T * T;
-            const float *dy = dout + (size_t)b * T * C + (size_t)h * hs;
-            float *dq = dqkv + off;
-            // dP (T,T) = dO Vᵀ ; dV = Pᵀ dO
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, v, (int)C3,
-                        0.0f, dp, T);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, p, T, dy, C, 0.0f,
-                        dq + 2 * C, (int)C3);
-            for (int t = 0; t < T; t++) { // dS = P ∘ (dP − Σ_j P dP), in place in dp
-                const float *pr = p + (size_t)t * T;
-                float *dr = dp + (size_t)t * T, d = 0.f;
-                for (int j = 0; j <= t; j++)
-                    d += pr[j] * dr[j];
-                for (int j = 0; j < T; j++)
-                    dr[j] = j <= t ? pr[j] * (dr[j] - d) : 0.f;
-            }
-            // dQ = scale · dS K ; dK = scale · dSᵀ Q
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, scale, dp, T, k,
-                        (int)C3, 0.0f, dq, (int)C3);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, scale, dp, T, q, (int)C3,
-                        0.0f, dq + C, (int)C3);
+        for (int bk = 0; bk < d->B * d->NKV; bk++) {
+            int b = bk / d->NKV, kh = bk % d->NKV;
+            for (int g = 0; g < d->G; g++)
+                small_backward_head(dqkv, dout, qkv, att, d, b, kh * d->G + g, g ? 1.0f : 0.0f, dp);
         }
         free(dp);
     }
 }
-
 // ------------------------------------------------------------------ blockwise
 
 // One key tile for query rows [i0, i0+nq): s (nq,nk; row stride ATT_BK) holds the scaled
@@ -149,11 +176,11 @@ static void online_softmax_tile(float *s, float *m, float *l, float *acc, int i0
     }
 }
 
-// Query rows [i0, i0+nq) of one head: o (nq rows, stride C) and lse (nq).
+// Query rows [i0, i0+nq) of one head: o (nq rows, stride C) and lse (nq); q, k, v rows have
+// stride W (the qkv row).
 static void forward_qtile(float *o, float *lse, const float *q, const float *k, const float *v,
-                          int i0, int nq, int C, int hs, float scale, float *s, float *acc,
+                          int i0, int nq, int W, int C, int hs, float scale, float *s, float *acc,
                           float *m, float *l) {
-    int C3 = 3 * C;
     for (int r = 0; r < nq; r++)
         m[r] = -INFINITY, l[r] = 0.f;
     for (size_t i = 0; i < (size_t)nq * hs; i++)
@@ -162,12 +189,12 @@ static void forward_qtile(float *o, float *lse, const float *q, const float *k, 
     for (int j0 = 0; j0 < i0 + nq; j0 += bk) { // key tiles up to the diagonal
         int nk = imin(bk, i0 + nq - j0);
         // s (nq,nk) = scale · Q_i K_jᵀ
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hs, scale, q + (size_t)i0 * C3,
-                    C3, k + (size_t)j0 * C3, C3, 0.0f, s, ATT_BK);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hs, scale, q + (size_t)i0 * W,
+                    W, k + (size_t)j0 * W, W, 0.0f, s, ATT_BK);
         online_softmax_tile(s, m, l, acc, i0, nq, j0, nk, hs);
         // acc (nq,hs) += P V_j
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hs, nk, 1.0f, s, ATT_BK,
-                    v + (size_t)j0 * C3, C3, 1.0f, acc, hs);
+                    v + (size_t)j0 * W, W, 1.0f, acc, hs);
     }
     for (int r = 0; r < nq; r++) {
         float inv = 1.0f / l[r], *orow = o + (size_t)(i0 + r) * C;
@@ -179,11 +206,13 @@ static void forward_qtile(float *o, float *lse, const float *q, const float *k, 
 }
 
 // att: the softmax (B,NH,T,T) for T ≤ ATT_STORED, else the row log-sum-exps (B,NH,T)
-void cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
-    if (T <= ATT_STORED) return small_forward(out, att, qkv, B, T, C, NH);
-    int hs = C / NH, bq = tile_of(T, ATT_BQ), nqt = (T + bq - 1) / bq;
+void cpu_gqa_attention_forward(float *out, float *att, const float *qkv, int B, int T, int NH,
+                               int NKV, int hs) {
+    Dims d = dims_of(B, T, NH, NKV, hs);
+    if (T <= ATT_STORED) return small_forward(out, att, qkv, &d);
+    int bq = tile_of(T, ATT_BQ), nqt = (T + bq - 1) / bq;
     float scale = 1.0f / sqrtf((float)hs);
-    size_t C3 = 3 * (size_t)C;
+    size_t V = (size_t)NKV * hs;
 #pragma omp parallel
     {
         float *s = xalloc_floats((size_t)ATT_BQ * ATT_BK),
@@ -193,13 +222,16 @@ void cpu_attention_forward(float *out, float *att, const float *qkv, int B, int 
         for (long w = 0; w < (long)B * NH * nqt; w++) {
             int bh = (int)(w / nqt), qt = nqt - 1 - (int)(w % nqt); // long tiles first
             int b = bh / NH, h = bh % NH, i0 = qt * bq;
-            const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
-            float *o = out + (size_t)b * T * C + (size_t)h * hs;
-            forward_qtile(o, att + (size_t)bh * T, q, q + C, q + 2 * C, i0, imin(bq, T - i0), C, hs,
-                          scale, s, acc, m, l);
+            const float *k = qkv + k_off(&d, b, h);
+            forward_qtile(out + o_off(&d, b, h), att + (size_t)bh * T, qkv + q_off(&d, b, h), k,
+                          k + V, i0, imin(bq, T - i0), d.W, d.C, hs, scale, s, acc, m, l);
         }
         free(s), free(acc), free(m), free(l);
     }
+}
+
+void cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
+    cpu_gqa_attention_forward(out, att, qkv, B, T, NH, NH, C / NH);
 }
 
 // Scratch of one backward thread.
@@ -211,9 +243,8 @@ typedef struct {
 // these rows), dk, dv rows of the keys += their share. Pointers are the head's (T,hs) views.
 static void backward_qtile(float *dq, float *dk, float *dv, const float *dy, const float *o,
                            const float *q, const float *k, const float *v, const float *lse, int i0,
-                           int nq, int C, int hs, float scale, const BwdBuf *w) {
-    int C3 = 3 * C;
-    const float *dyi = dy + (size_t)i0 * C, *qi = q + (size_t)i0 * C3;
+                           int nq, int W, int C, int hs, float scale, const BwdBuf *w) {
+    const float *dyi = dy + (size_t)i0 * C, *qi = q + (size_t)i0 * W;
     for (int r = 0; r < nq; r++) { // D_t = dO_t · O_t
         const float *a = dyi + (size_t)r * C, *b = o + (size_t)(i0 + r) * C;
         float d = 0.f;
@@ -224,10 +255,10 @@ static void backward_qtile(float *dq, float *dk, float *dv, const float *dy, con
     int bk = tile_of(i0 + nq, ATT_BK);
     for (int j0 = 0; j0 < i0 + nq; j0 += bk) {
         int nk = imin(bk, i0 + nq - j0);
-        const float *kj = k + (size_t)j0 * C3, *vj = v + (size_t)j0 * C3;
+        const float *kj = k + (size_t)j0 * W, *vj = v + (size_t)j0 * W;
         // P (nq,nk) = exp(scale · Q_i K_jᵀ − lse), 0 above the diagonal
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hs, scale, qi, C3, kj, C3,
-                    0.0f, w->p, ATT_BK);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hs, scale, qi, W, kj, W, 0.0f,
+                    w->p, ATT_BK);
         for (int r = 0; r < nq; r++) {
             float *row = w->p + (size_t)r * ATT_BK, x = lse[i0 + r];
             int cnt = imin(nk, i0 + r - j0 + 1);
@@ -237,8 +268,8 @@ static void backward_qtile(float *dq, float *dk, float *dv, const float *dy, con
         }
         // dV_j (nk,hs) += Pᵀ dO_i ; dP (nq,nk) = dO_i V_jᵀ
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nq, 1.0f, w->p, ATT_BK, dyi, C,
-                    1.0f, dv + (size_t)j0 * C3, C3);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hs, 1.0f, dyi, C, vj, C3, 0.0f,
+                    1.0f, dv + (size_t)j0 * W, W);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hs, 1.0f, dyi, C, vj, W, 0.0f,
                     w->dp, ATT_BK);
         for (int r = 0; r < nq; r++) { // dS = P ∘ (dP − D)
             float *ds = w->dp + (size_t)r * ATT_BK, dr = w->d[r];
@@ -249,35 +280,52 @@ static void backward_qtile(float *dq, float *dk, float *dv, const float *dy, con
         }
         // dQ_i += scale · dS K_j ; dK_j += scale · dSᵀ Q_i
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hs, nk, scale, w->dp, ATT_BK, kj,
-                    C3, 1.0f, dq + (size_t)i0 * C3, C3);
+                    W, 1.0f, dq + (size_t)i0 * W, W);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nq, scale, w->dp, ATT_BK, qi,
-                    C3, 1.0f, dk + (size_t)j0 * C3, C3);
+                    W, 1.0f, dk + (size_t)j0 * W, W);
     }
 }
 
-void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
-                            const float *att, int B, int T, int C, int NH) {
-    if (T <= ATT_STORED) return small_backward(dqkv, dout, qkv, att, B, T, C, NH);
-    int hs = C / NH, bq = tile_of(T, ATT_BQ);
+// Every head of one kv head's group (b, kh): their dq, and dk, dv of the kv head, from zero.
+static void backward_group(float *dqkv, const float *dout, const float *qkv, const float *out,
+                           const float *att, const Dims *d, int b, int kh, const BwdBuf *w) {
+    int T = d->T, hs = d->hs, bq = tile_of(T, ATT_BQ);
     float scale = 1.0f / sqrtf((float)hs);
-    size_t C3 = 3 * (size_t)C;
+    size_t V = (size_t)d->NKV * hs;
+    float *dk = dqkv + k_off(d, b, kh * d->G), *dv = dk + V;
+    for (int t = 0; t < T; t++) { // dk, dv of this kv head accumulate from zero
+        memset(dk + (size_t)t * d->W, 0, hs * sizeof(float));
+        memset(dv + (size_t)t * d->W, 0, hs * sizeof(float));
+    }
+    for (int g = 0; g < d->G; g++) {
+        int h = kh * d->G + g;
+        const float *q = qkv + q_off(d, b, h), *k = qkv + k_off(d, b, h);
+        float *dq = dqkv + q_off(d, b, h);
+        for (int t = 0; t < T; t++)
+            memset(dq + (size_t)t * d->W, 0, hs * sizeof(float));
+        for (int i0 = 0; i0 < T; i0 += bq)
+            backward_qtile(dq, dk, dv, dout + o_off(d, b, h), out + o_off(d, b, h), q, k, k + V,
+                           att + ((size_t)b * d->NH + h) * T, i0, imin(bq, T - i0), d->W, d->C, hs,
+                           scale, w);
+    }
+}
+
+void cpu_gqa_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
+                                const float *att, int B, int T, int NH, int NKV, int hs) {
+    Dims d = dims_of(B, T, NH, NKV, hs);
+    if (T <= ATT_STORED) return small_backward(dqkv, dout, qkv, att, &d);
 #pragma omp parallel
     {
         BwdBuf w = {xalloc_floats((size_t)ATT_BQ * ATT_BK), xalloc_floats((size_t)ATT_BQ * ATT_BK),
                     xalloc_floats(ATT_BQ)};
 #pragma omp for schedule(dynamic, 1)
-        for (int bh = 0; bh < B * NH; bh++) {
-            int b = bh / NH, h = bh % NH;
-            size_t off = (size_t)b * T * C3 + (size_t)h * hs, ooff = (size_t)b * T * C + h * hs;
-            const float *q = qkv + off;
-            float *dq = dqkv + off;
-            for (int t = 0; t < T; t++) // dq, dk, dv of this head accumulate from zero
-                for (int part = 0; part < 3; part++)
-                    memset(dq + (size_t)t * C3 + (size_t)part * C, 0, hs * sizeof(float));
-            for (int i0 = 0; i0 < T; i0 += bq)
-                backward_qtile(dq, dq + C, dq + 2 * C, dout + ooff, out + ooff, q, q + C, q + 2 * C,
-                               att + (size_t)bh * T, i0, imin(bq, T - i0), C, hs, scale, &w);
-        }
+        for (int bk = 0; bk < B * NKV; bk++)
+            backward_group(dqkv, dout, qkv, out, att, &d, bk / NKV, bk % NKV, &w);
         free(w.p), free(w.dp), free(w.d);
     }
+}
+
+void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
+                            const float *att, int B, int T, int C, int NH) {
+    cpu_gqa_attention_backward(dqkv, dout, qkv, out, att, B, T, NH, NH, C / NH);
 }

@@ -1,5 +1,5 @@
 // cpu_impl.h — what the CPU backend's files share: the inline vector math and the kernels
-// that live in their own file (cpu_attention.c). Private to src/backend/.
+// that live in their own file (cpu_attention.c, cpu_llama.c, ...). Private to src/backend/.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -37,6 +37,22 @@ void cpu_attention_forward(float *out, float *att, const float *qkv, int B, int 
 void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
                             const float *att, int B, int T, int C, int NH);
 size_t cpu_attention_saved_floats(int B, int T, int NH);
+void cpu_gqa_attention_forward(float *out, float *att, const float *qkv, int B, int T, int NH,
+                               int NKV, int hs);
+void cpu_gqa_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
+                                const float *att, int B, int T, int NH, int NKV, int hs);
+
+// ------------------------------------------------------------------ cpu_llama.c
+void cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                         float eps);
+void cpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
+                          const float *w, const float *rstd, int N, int C);
+void cpu_rope_forward(float *qkv, const int *pos, const float *inv_freq, int B, int T, int NH,
+                      int NKV, int hs);
+void cpu_rope_backward(float *dqkv, const int *pos, const float *inv_freq, int B, int T, int NH,
+                       int NKV, int hs);
+void cpu_swiglu_forward(float *out, const float *inp, int N, int F);
+void cpu_swiglu_backward(float *dinp, const float *inp, const float *dout, int N, int F);
 
 // ------------------------------------------------------------------ cpu_ring.c
 void cpu_attn_chunk_forward(const AttnChunk *a, float *out, float *lse, const float *q,

@@ -61,6 +61,10 @@ int backend_supports(const Backend *be, BackendCap cap) {
     case BACKEND_SPLIT_LAYERNORM:
         return be->ln_split_stats && be->ln_split_apply && be->ln_split_bwd_stats &&
                be->ln_split_backward;
+    case BACKEND_LLAMA:
+        return be->rmsnorm_forward && be->rmsnorm_backward && be->rope_forward &&
+               be->rope_backward && be->swiglu_forward && be->swiglu_backward &&
+               be->gqa_attention_forward && be->gqa_attention_backward;
     default: return 0;
     }
 }
@@ -68,7 +72,8 @@ int backend_supports(const Backend *be, BackendCap cap) {
 const char *backend_cap_name(BackendCap cap) {
     static const char *names[BACKEND_NCAPS] = {
         "host-memory buffers", "the vocabulary-shard kernels (encoder and cross-entropy shards)",
-        "ring attention's chunk kernels", "the split LayerNorm kernels"};
+        "ring attention's chunk kernels", "the split LayerNorm kernels",
+        "the LLaMA block's kernels (RMSNorm, RoPE, SwiGLU, grouped-query attention)"};
     return cap < BACKEND_NCAPS ? names[cap] : "?";
 }
 
