@@ -59,14 +59,16 @@ def llmc(version, maxT, V, L, NH, C, Vp):
 w("llmc/bf16_padded.bin", llmc(5, 4, 6, 1, 2, 4, 8))
 w("llmc/header_only.bin", llmc(3, 4, 6, 1, 2, 4, 8)[:1024])
 
-# shards: the first byte picks the vocabulary (2 + 257·byte), then the file
-def shard(toks, count=None):
-    h = struct.pack("<3i", 20240520, 1, len(toks) if count is None else count) + b"\0" * (1024 - 12)
-    return h + struct.pack(f"<{len(toks)}H", *toks)
+# shards: the first byte picks the vocabulary (2 + 257·byte; 255: 128256), then the file
+def shard(toks, count=None, wide=False):
+    magic, version = (20240801, 7) if wide else (20240520, 1)
+    h = struct.pack("<3i", magic, version, len(toks) if count is None else count) + b"\0" * (1024 - 12)
+    return h + struct.pack(f"<{len(toks)}{'I' if wide else 'H'}", *toks)
 w("shard/ok", b"\x01" + shard([(i * 7) % 200 for i in range(64)]))
 w("shard/empty", b"\x00" + shard([]))
 w("shard/count_mismatch", b"\x00" + shard([1, 2, 3], 5))
 w("shard/out_of_vocab", b"\x00" + shard([0, 1, 9]))
+w("shard/u32", b"\xff" + shard([0, 70000, 128255, 5, 65536, 1, 100000, 2, 3, 4, 5, 6], wide=True))
 
 # BPE: encoder.json (the 256 byte tokens in GPT-2's alphabet, some merges, <|endoftext|>),
 # a NUL byte, vocab.bpe

@@ -1,7 +1,8 @@
 // test_data_optim.c — the data order (windows of B sequences: without shuffle the contiguous
 // B·T+1 tokens of before across shard boundaries, continuing modulo the sequences past an
 // epoch; with shuffle every row an independent sequence of a seeded per-epoch permutation),
-// shard validation, LR schedules and clipping.
+// shard validation (uint16 and uint32 shards, mixed in one stream), LR schedules and clipping.
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -17,26 +18,26 @@ enum { BIG = 20000 }; // tokens in `big`, each token the value of its stream pos
 static void make_shards(void) {
     snprintf(dir, sizeof dir, "/tmp/loom_data_XXXXXX");
     if (!mkdtemp(dir)) abort();
-    uint16_t a[100], b[61];
+    uint32_t a[100], b[61];
     for (int i = 0; i < 100; i++)
-        a[i] = (uint16_t)i;
+        a[i] = (uint32_t)i;
     for (int i = 0; i < 61; i++)
-        b[i] = (uint16_t)(100 + i);
+        b[i] = (uint32_t)(100 + i);
     char p[128];
     snprintf(p, sizeof p, "%s/s_000.bin", dir);
-    shard_write(p, a, 100);
+    shard_write(p, a, 100, 2);
     snprintf(p, sizeof p, "%s/s_001.bin", dir);
-    shard_write(p, b, 61);
+    shard_write(p, b, 61, 4); // a uint32 shard after a uint16 one: one stream
     // `big`: shards of 5000, 0, 3 (shorter than a sequence), 7000 and 7997 tokens
     snprintf(big, sizeof big, "/tmp/loom_data_XXXXXX");
     if (!mkdtemp(big)) abort();
-    static uint16_t t[BIG];
+    static uint32_t t[BIG];
     for (int i = 0; i < BIG; i++)
-        t[i] = (uint16_t)i;
+        t[i] = (uint32_t)i;
     size_t sizes[] = {5000, 0, 3, 7000, 7997}, at = 0;
     for (int f = 0; f < 5; f++) {
         snprintf(p, sizeof p, "%s/b_%03d.bin", big, f);
-        shard_write(p, t + at, sizes[f]);
+        shard_write(p, t + at, sizes[f], f == 3 ? 4 : 2); // one of them uint32
         at += sizes[f];
     }
 }
@@ -188,6 +189,32 @@ TEST(vocab_and_glob_checks) {
     CHECK(strstr(loom_errmsg(), "s_001.bin") != NULL, "message names the file: %s", loom_errmsg());
 }
 
+TEST(uint32_shards) { // llm.c's 20240801 / version 7 format: ids past 65,535
+    char p[128];
+    snprintf(p, sizeof p, "%s/wide.bin", dir);
+    uint32_t t[9] = {0, 70000, 128255, 5, 65536, 65535, 1, 100000, 2};
+    CHECK(shard_write(p, t, 9, 2) != 0 && strstr(loom_errmsg(), "32-bit"),
+          "a uint16 shard must refuse token 70000: %s", loom_errmsg());
+    CHECK(shard_write(p, t, 9, 4) == 0, "write: %s", loom_errmsg());
+    CHECK(shard_width(128256) == 4 && shard_width(65536) == 2 && shard_width(50257) == 2,
+          "shard_width");
+    DataSet d;
+    CHECK(dataset_open(&d, p, 128256) == 0, "open: %s", loom_errmsg());
+    int in[8], tg[8];
+    CHECK(dataset_window(&d, 0, 1, 8, 0, 1, in, tg) == 0, "window");
+    for (int i = 0; i < 8; i++)
+        CHECK(in[i] == (int)t[i] && tg[i] == (int)t[i + 1], "token %d: %d/%d", i, in[i], tg[i]);
+    dataset_close(&d);
+    CHECK(dataset_open(&d, p, 100000) != 0 && strstr(loom_errmsg(), "128255"),
+          "token 128255 >= vocab 100000 must fail: %s", loom_errmsg());
+    FILE *f = fopen(p, "r+b"); // version 1 with the uint32 magic: refused, naming both
+    int32_t v = 1;
+    fseek(f, 4, SEEK_SET), fwrite(&v, 4, 1, f), fclose(f);
+    CHECK(dataset_open(&d, p, 128256) != 0 && strstr(loom_errmsg(), "version 1"), "bad version: %s",
+          loom_errmsg());
+    unlink(p);
+}
+
 TEST(lr_schedules) {
     OptConfig c = {
         .lr = 1.0f, .min_lr = 0.1f, .schedule = LR_COSINE, .warmup = 10, .total_steps = 110};
@@ -213,6 +240,7 @@ int main(void) {
     RUN(shuffle_off_reads_the_contiguous_windows);
     RUN(shuffled_rows_are_independent_sequences);
     RUN(vocab_and_glob_checks);
+    RUN(uint32_shards);
     RUN(lr_schedules);
     RUN(clipping);
     char cmd[160];

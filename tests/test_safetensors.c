@@ -760,11 +760,13 @@ TEST(st_config_errors) {
         if (getenv("LOOM_TEST_VERBOSE"))
             fprintf(stderr, "  [%s] %s\n", cases[i].label, loom_errmsg());
     }
-    // a vocabulary loom cannot hold (> 65536 tokens) is refused, naming the file
+    // a vocabulary loom cannot hold (> GPT_MAX_VOCAB tokens) is refused, naming the file
     memset(&d, 0, sizeof d);
-    size_t bigV = 70000;
+    size_t bigV = GPT_MAX_VOCAB + 1;
     float *z = xcalloc(bigV * 8, sizeof(float));
-    ent_add(&d, "wte.weight", "F32", "[70000,8]", z, bigV * 8);
+    char shape[32];
+    snprintf(shape, sizeof shape, "[%zu,8]", bigV);
+    ent_add(&d, "wte.weight", "F32", shape, z, bigV * 8);
     ent_add(&d, "wpe.weight", "F32", "[4,8]", z, 32);
     ent_add(&d, "h.0.ln_1.weight", "F32", "[8]", z, 8);
     snprintf(d.meta, sizeof d.meta, "{\"n_head\":\"2\"}");
@@ -773,7 +775,7 @@ TEST(st_config_errors) {
     doc_free(&d);
     free(z);
     CHECK(st_read_config(p, 0, &c) == -1 && has_msg(p) && strstr(loom_errmsg(), "vocab"),
-          "vocab > 65536: %s", loom_errmsg());
+          "vocab > GPT_MAX_VOCAB: %s", loom_errmsg());
     gpt_free(&src);
 }
 

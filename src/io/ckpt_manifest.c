@@ -128,7 +128,7 @@ static int read_model(CkptManifest *mf, cJSON *j) {
     if (get_int(p, "model.", c, "layers", 1, 1 << 20, &g->L) ||
         get_int(p, "model.", c, "heads", 1, 1 << 20, &g->H) ||
         get_int(p, "model.", c, "dim", 1, 1 << 24, &g->C) ||
-        get_int(p, "model.", c, "vocab", 2, 65536, &g->V) ||
+        get_int(p, "model.", c, "vocab", 2, GPT_MAX_VOCAB, &g->V) ||
         get_int(p, "model.", c, "block_size", 1, 1 << 24, &g->maxT))
         return -1;
     if (gpt_param_count(g, &mf->nparams)) {

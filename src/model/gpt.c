@@ -21,9 +21,8 @@ int gpt_config_check(const GPTConfig *c) {
     if (c->C % c->H)
         return loom_fail("--dim %d is not divisible by --heads %d (head size must be whole)", c->C,
                          c->H);
-    if (c->V < 2 || c->V > 65536)
-        return loom_fail("--vocab must be in [2, 65536] (got %d; shards store uint16 tokens)",
-                         c->V);
+    if (c->V < 2 || c->V > GPT_MAX_VOCAB)
+        return loom_fail("--vocab must be in [2, %d] (got %d)", GPT_MAX_VOCAB, c->V);
     if (c->maxT < 1 || c->maxT > GPT_MAX_BLOCK)
         return loom_fail("--block-size must be in [1, %d] (got %d)", GPT_MAX_BLOCK, c->maxT);
     return 0;

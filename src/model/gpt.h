@@ -21,6 +21,7 @@ typedef struct {
 // Upper bounds on a shape (so sizes never overflow, whatever a weights file's header says).
 #define GPT_MAX_LAYERS 65536
 #define GPT_MAX_DIM (1 << 20)
+#define GPT_MAX_VOCAB (1 << 21) // ids past 65,535 read from uint32 shards (data/shard.h)
 #define GPT_MAX_BLOCK (1 << 24)
 
 // Returns 0 or -1 (with loom_errmsg naming the field) when the shape is impossible.
