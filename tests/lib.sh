@@ -56,3 +56,83 @@ need_mpi() {
     command -v mpirun >/dev/null || missing_dep "mpirun (Debian openmpi-bin)"
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 }
+# same [--tol T] [--wtol W] [--part] [--steps LO-HI] NAME A.jsonl B.jsonl [A.st B.st]: run A
+# trained what run B trained. Without --tol, every training record of A (loss, lr, grad_norm,
+# tokens: every field but the timings step_ms, tokens_per_s, mfu, comm_*_ms and io_ms) and every
+# validation loss equals B's at the same step, and the exported weights A.st and B.st are the
+# same bytes. With --tol T (runs laid out differently, which round differently), the training
+# losses are within T step for step and finite, and the weights within T (or W) value for value
+# (torch_ref.py compare-st, which needs NumPy). A and B have the same steps, unless --part (A's
+# steps are some of B's: a resumed run against the uninterrupted one); --steps LO-HI: A's
+# steps are exactly LO..HI. Prints one line "NAME: ..." (with the differences, if any) and
+# returns 1 on a mismatch.
+same() {
+    local tol=0 wtol= part=0 steps=
+    while :; do
+        case $1 in
+            --tol) tol=$2; shift 2 ;;
+            --wtol) wtol=$2; shift 2 ;;
+            --part) part=1; shift ;;
+            --steps) steps=$2; shift 2 ;;
+            *) break ;;
+        esac
+    done
+    [ $# -eq 3 ] || [ $# -eq 5 ] || { echo "same: usage: same [opts] NAME A B [A.st B.st]"; return 2; }
+    $PY - "$(dirname "${BASH_SOURCE[0]}")/torch_ref.py" "$tol" "${wtol:-$tol}" "$part" \
+        "$steps" "$@" <<'PY' || return 1
+import json, math, subprocess, sys
+ref, tol, wtol, part, steps = sys.argv[1], float(sys.argv[2]), *sys.argv[3:6]
+part = part == "1"
+name, fa, fb = sys.argv[6:9]
+wa, wb = sys.argv[9:11] if len(sys.argv) > 9 else (None, None)
+TIMING = {"step_ms", "tokens_per_s", "mfu", "comm_exposed_ms", "comm_overlap_ms", "io_ms"}
+def records(path):  # {step: training record without timings}, {step: val_loss}
+    train, val = {}, {}
+    for line in open(path):
+        r = json.loads(line)
+        into, v = (train, {k: x for k, x in r.items() if k not in TIMING}) if "loss" in r else \
+                  (val, r.get("val_loss")) if "val_loss" in r else (None, None)
+        if into is None: continue
+        if r["step"] in into:
+            print(f"{name}: FAILED: {path} has step {r['step']} twice")
+            sys.exit(1)
+        into[r["step"]] = v
+    return train, val
+(ta, va), (tb, vb) = records(fa), records(fb)
+def span(s): return "none" if not s else f"{min(s)}" if min(s) == max(s) else f"{min(s)}-{max(s)}"
+bad = []
+if not ta: bad.append(f"no training steps in {fa}")
+elif steps:
+    lo, hi = map(int, steps.split("-"))
+    if sorted(ta) != list(range(lo, hi + 1)): bad.append(f"steps {span(ta)}, not {steps}")
+if part: missing = sorted(set(ta) - set(tb))
+else: missing = sorted(set(ta) ^ set(tb))
+if missing: bad.append(f"steps differ ({span(ta)} vs {span(tb)}: {missing[:5]})")
+common = sorted(set(ta) & set(tb))
+nonfinite = [s for s in common if not math.isfinite(ta[s]["loss"] + tb[s]["loss"])]
+if nonfinite: bad.append(f"non-finite loss at steps {nonfinite}")
+if tol > 0:
+    worst = max((abs(ta[s]["loss"] - tb[s]["loss"]) for s in common), default=0.0)
+    what = f"steps {span(ta)}, max loss difference {worst:.3g} (tolerance {tol:g})"
+    if not worst <= tol: bad.append(what)
+else:
+    diff = [s for s in common if ta[s] != tb[s]]
+    vdiff = sorted(s for s in (set(va) if part else set(va) | set(vb)) if va.get(s) != vb.get(s))
+    what = f"steps {span(ta)}{f' and {len(va)} validation losses' if va else ''} identical"
+    if diff:
+        s = diff[0]
+        bad.append(f"training records differ at steps {diff[:5]} (step {s}: {ta[s]} vs {tb[s]})")
+    if vdiff: bad.append(f"validation losses differ at steps {vdiff[:5]}")
+if wa:
+    if tol > 0:
+        r = subprocess.run([sys.executable, ref, "compare-st", wa, wb, "--tol", wtol],
+                           capture_output=True, text=True)
+        out = (r.stdout.strip() or r.stderr.strip() or "no output").splitlines()[-1]
+        what += f", weights: {out}"
+        if r.returncode: bad.append(f"weights: {out}")
+    elif open(wa, "rb").read() == open(wb, "rb").read(): what += ", weights identical"
+    else: bad.append(f"exported weights {wa} and {wb} differ")
+print(f"{name}: {what}" if not bad else f"{name}: FAILED: {'; '.join(bad)}")
+sys.exit(1 if bad else 0)
+PY
+}

@@ -31,21 +31,19 @@ for n in 2 3; do
         --metrics "$d/ref$n.jsonl" --export "$d/ref$n.safetensors" > /dev/null
     $MPI -np $n $LOOM train --init "$d/w.safetensors" --data "$d/d.bin" --dp $n --co2 --gap-mode constant $common $outer \
         --lr-schedule constant --metrics "$d/co2_$n.jsonl" --export "$d/co2_$n.safetensors" --progress off
-    echo "co2 $n workers: $($REF compare-losses "$d/co2_$n.jsonl" "$d/ref$n.jsonl" --tol 2e-4 | tail -1)"
-    $REF compare-losses "$d/co2_$n.jsonl" "$d/ref$n.jsonl" --tol 2e-4 > /dev/null
-    $REF compare-st "$d/co2_$n.safetensors" "$d/ref$n.safetensors" --tol 1e-4
+    same --tol 2e-4 --wtol 1e-4 "co2 $n workers" "$d/co2_$n.jsonl" "$d/ref$n.jsonl" \
+        "$d/co2_$n.safetensors" "$d/ref$n.safetensors"
     # sharded outer state (ZeRO-1): reduce-scatter + all-gather instead of the all-reduce
     $MPI -np $n $LOOM train --init "$d/w.safetensors" --data "$d/d.bin" --dp $n --co2 --gap-mode constant --zero 1 \
         $common $outer --lr-schedule constant --metrics "$d/co2s_$n.jsonl" \
         --export "$d/co2s_$n.safetensors" --progress off
-    echo "co2 $n workers, sharded: $($REF compare-losses "$d/co2s_$n.jsonl" "$d/ref$n.jsonl" --tol 2e-4 | tail -1)"
-    $REF compare-losses "$d/co2s_$n.jsonl" "$d/ref$n.jsonl" --tol 2e-4 > /dev/null
-    $REF compare-st "$d/co2s_$n.safetensors" "$d/ref$n.safetensors" --tol 1e-4
+    same --tol 2e-4 --wtol 1e-4 "co2 $n workers, sharded" "$d/co2s_$n.jsonl" "$d/ref$n.jsonl" \
+        "$d/co2s_$n.safetensors" "$d/ref$n.safetensors"
 done
 # the outer clip is active in this configuration (so the test above exercises it)
 $PY "$PEER" co2 --init "$d/w.safetensors" --heads 2 --data "$d/d.bin" --workers 2 $common \
     ${outer/--outer-clip 0.004/--outer-clip 0} --metrics "$d/noclip.jsonl" > /dev/null
-if $REF compare-losses "$d/noclip.jsonl" "$d/ref2.jsonl" --tol 1e-6 > /dev/null; then
+if same --tol 1e-6 "negative control" "$d/noclip.jsonl" "$d/ref2.jsonl" > /dev/null; then
     echo "outer clip had no effect: the test would not notice a missing clip"; exit 1
 fi
 
@@ -57,9 +55,8 @@ for n in 2 3; do
     zero=$([ $n = 3 ] && echo "--zero 2" || echo "")
     $MPI -np $n $LOOM train --init "$d/w.safetensors" --data "$d/d.bin" --dp $n --co2 --gap-mode adaptive \
         $zero $common $adapt --lr-schedule constant --metrics "$d/ad$n.jsonl" --export "$d/ad$n.safetensors" --progress off
-    echo "co2 adaptive, $n workers $zero: $($REF compare-losses "$d/ad$n.jsonl" "$d/aref$n.jsonl" --tol 2e-4 | tail -1)"
-    $REF compare-losses "$d/ad$n.jsonl" "$d/aref$n.jsonl" --tol 2e-4 > /dev/null
-    $REF compare-st "$d/ad$n.safetensors" "$d/aref$n.safetensors" --tol 1e-4
+    same --tol 2e-4 --wtol 1e-4 "co2 adaptive, $n workers $zero" "$d/ad$n.jsonl" "$d/aref$n.jsonl" \
+        "$d/ad$n.safetensors" "$d/aref$n.safetensors"
 done
 # the adaptive penalty changes the trajectory (the comparison above could tell them apart)
 if $REF compare-st "$d/ad2.safetensors" "$d/ref2.safetensors" --tol 1e-6 > /dev/null; then

@@ -13,11 +13,6 @@ $PY -c "import numpy" 2>/dev/null || missing_dep "python3-numpy for $PY"   # com
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 mkshard "$d/v300.bin" 300 60000 3
 mkshard "$d/val.bin" 300 20000 4
-REF="$PY $(dirname "$0")/torch_ref.py"
-same() { # NAME A B: losses of A and B within 1e-5
-    echo "$1: $($REF compare-losses "$2" "$3" --tol 1e-5 | tail -1)"
-    $REF compare-losses "$2" "$3" --tol 1e-5 > /dev/null
-}
 val() { # the final validation loss a run printed
     grep -o 'val loss [0-9.]*' "$1" | tail -1 | cut -d' ' -f3
 }
@@ -29,8 +24,7 @@ $LOOM train $f --metrics "$d/ref.jsonl" --export "$d/ref.st" --save "$d/one" --s
     --keep 0 2> "$d/ref.err"
 $MPI -np 2 $LOOM train $f --cp 2 --metrics "$d/cp2.jsonl" --export "$d/cp2.st" \
     --save "$d/c2" --save-every 3 --keep 0 2> "$d/cp2.err"
-same "cp 2" "$d/cp2.jsonl" "$d/ref.jsonl"
-$REF compare-st "$d/cp2.st" "$d/ref.st" --tol 1e-5
+same --tol 1e-5 "cp 2" "$d/cp2.jsonl" "$d/ref.jsonl" "$d/cp2.st" "$d/ref.st"
 grep -F "sent around the ring per layer" "$d/cp2.err"
 $PY - "$(val "$d/cp2.err")" "$(val "$d/ref.err")" <<'PY'
 import sys
@@ -39,28 +33,24 @@ print(f"cp 2 validation loss {a} vs one process {b}")
 assert abs(a - b) <= 1e-4, "validation losses differ"
 PY
 $MPI -np 4 $LOOM train $f --cp 4 --metrics "$d/cp4.jsonl" --export "$d/cp4.st"
-same "cp 4" "$d/cp4.jsonl" "$d/ref.jsonl"
-$REF compare-st "$d/cp4.st" "$d/ref.st" --tol 1e-5
+same --tol 1e-5 "cp 4" "$d/cp4.jsonl" "$d/ref.jsonl" "$d/cp4.st" "$d/ref.st"
 $MPI -np 4 $LOOM train $f --cp 2 --tp 2 --metrics "$d/ct.jsonl" --export "$d/ct.st"
-same "cp 2 x tp 2" "$d/ct.jsonl" "$d/ref.jsonl"
-$REF compare-st "$d/ct.st" "$d/ref.st" --tol 1e-5
+same --tol 1e-5 "cp 2 x tp 2" "$d/ct.jsonl" "$d/ref.jsonl" "$d/ct.st" "$d/ref.st"
 $MPI -np 4 $LOOM train $f --cp 2 --tp 2 --sp --metrics "$d/cts.jsonl" --export "$d/cts.st"
-same "cp 2 x tp 2 + sp" "$d/cts.jsonl" "$d/ref.jsonl"
-$REF compare-st "$d/cts.st" "$d/ref.st" --tol 1e-5
+same --tol 1e-5 "cp 2 x tp 2 + sp" "$d/cts.jsonl" "$d/ref.jsonl" "$d/cts.st" "$d/ref.st"
 $MPI -np 4 $LOOM train ${f/--grad-accum 2/--grad-accum 1} --dp 2 --cp 2 --zero 1 \
     --metrics "$d/dc.jsonl" --save "$d/cdc" --save-every 3 --keep 0
-same "dp 2 x cp 2, ZeRO-1" "$d/dc.jsonl" "$d/ref.jsonl"
+same --tol 1e-5 "dp 2 x cp 2, ZeRO-1" "$d/dc.jsonl" "$d/ref.jsonl"
 $MPI -np 4 $LOOM train ${f/--grad-accum 2/--grad-accum 1} --dp 2 --cp 2 --zero 2 \
     --metrics "$d/dc2.jsonl" --export "$d/dc2.st"
-same "dp 2 x cp 2, ZeRO-2" "$d/dc2.jsonl" "$d/ref.jsonl"
-$REF compare-st "$d/dc2.st" "$d/ref.st" --tol 1e-5
+same --tol 1e-5 "dp 2 x cp 2, ZeRO-2" "$d/dc2.jsonl" "$d/ref.jsonl" "$d/dc2.st" "$d/ref.st"
 $MPI -np 2 $LOOM train $f --cp 2 --recompute --metrics "$d/rc.jsonl"
-same "cp 2 --recompute" "$d/rc.jsonl" "$d/ref.jsonl"
+same --tol 1e-5 "cp 2 --recompute" "$d/rc.jsonl" "$d/ref.jsonl"
 
 # negative control: other data must not pass the same comparison
 mkshard "$d/other.bin" 300 60000 9
 $MPI -np 2 $LOOM train ${f/v300.bin/other.bin} --cp 2 --metrics "$d/neg.jsonl"
-if $REF compare-losses "$d/neg.jsonl" "$d/ref.jsonl" --tol 1e-5 > /dev/null 2>&1; then
+if same --tol 1e-5 "negative control" "$d/neg.jsonl" "$d/ref.jsonl" > /dev/null; then
     echo "FAILED: the comparison passed on other data"; exit 1
 fi
 echo "negative control: other data fails the comparison"
@@ -68,11 +58,11 @@ echo "negative control: other data fails the comparison"
 # checkpoints across layouts, against the uninterrupted single process's last 3 steps
 grep -v val_loss "$d/ref.jsonl" | tail -n 3 > "$d/tail.jsonl"
 $LOOM train $f --resume "$d/c2/step_00000003" --metrics "$d/c2to1.jsonl"
-same "cp 2 checkpoint -> 1 rank" "$d/c2to1.jsonl" "$d/tail.jsonl"
+same --tol 1e-5 "cp 2 checkpoint -> 1 rank" "$d/c2to1.jsonl" "$d/tail.jsonl"
 $MPI -np 2 $LOOM train $f --cp 2 --resume "$d/one/step_00000003" --metrics "$d/1to2.jsonl"
-same "1-rank checkpoint -> cp 2" "$d/1to2.jsonl" "$d/tail.jsonl"
+same --tol 1e-5 "1-rank checkpoint -> cp 2" "$d/1to2.jsonl" "$d/tail.jsonl"
 $MPI -np 4 $LOOM train $f --cp 4 --resume "$d/cdc/step_00000003" --metrics "$d/dcto4.jsonl"
-same "dp 2 x cp 2 ZeRO-1 checkpoint -> cp 4" "$d/dcto4.jsonl" "$d/tail.jsonl"
+same --tol 1e-5 "dp 2 x cp 2 ZeRO-1 checkpoint -> cp 4" "$d/dcto4.jsonl" "$d/tail.jsonl"
 
 # bad layouts
 expect_fail "--cp 2 cuts every sequence into 2 x 2 = 4 chunks: --seq 270 is not a multiple of 4" \

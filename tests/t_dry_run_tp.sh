@@ -18,7 +18,7 @@ mkshard "$d/v.bin" 4000 20000 3
 f="--data $d/v.bin --vocab 4000 --block-size 64 --seq 64 --layers 2 --heads 4 --dim 128 --batch 2
    --steps 2 --progress off"
 field() { sed -n "s/.*[ (]$1 \([0-9.]*\) MiB.*/\1/p" "$2" | head -1; }
-same() { # NAME A B: two MiB figures printed with 2 decimals (or one: TOL)
+same_mib() { # NAME A B [TOL]: two MiB figures printed with 2 decimals (or one: TOL) agree
     awk -v n="$1" -v a="$2" -v b="$3" -v t="${4:-0.005}" 'BEGIN {
         d = a - b; if (d < 0) d = -d
         printf "%s: %s MiB vs %s MiB\n", n, a, b
@@ -30,8 +30,8 @@ dry() { $LOOM train $f "$@" --dry-run > "$d/dry.txt"; tail -2 "$d/dry.txt" | tee
 for rc in "" --recompute; do
     $MPI -np 2 $LOOM train $f --tp 2 $rc 2> "$d/run.log"
     dry --tp 2 $rc > /dev/null
-    same "tp 2 $rc params" "$(field params "$d/last.txt")" "$(field params "$d/run.log")"
-    same "tp 2 $rc activations" "$(field activations "$d/last.txt")" \
+    same_mib "tp 2 $rc params" "$(field params "$d/last.txt")" "$(field params "$d/run.log")"
+    same_mib "tp 2 $rc activations" "$(field activations "$d/last.txt")" \
         "$(field activations "$d/run.log")" 0.05
 done
 parts() { sed -n 's/.* \([0-9]*\) parameters per tensor-parallel part.*/\1/p' "$d/last.txt"; }
@@ -55,7 +55,7 @@ for s in 2bw 1f1b; do
     dry --pp 2 --grad-accum 2 --schedule $s > /dev/null
     grep -q "stage 0, the largest" "$d/last.txt"
     for k in params:weights grads:grads optimizer:optimizer activations:activations; do
-        same "pp 2 $s ${k%%:*}" "$(field "${k%%:*}" "$d/last.txt")" "$(field "${k##*:}" "$d/run.log")"
+        same_mib "pp 2 $s ${k%%:*}" "$(field "${k%%:*}" "$d/last.txt")" "$(field "${k##*:}" "$d/run.log")"
     done
 done
 

@@ -21,13 +21,11 @@ base="--data $d/train.bin --layers 4 --heads 2 --dim 32 --vocab 64 --block-size 
       --seq 16 --lr 3e-3 --weight-decay 0.1 --grad-clip 0.5 --progress off --seed 5 --threads 1"
 flags="$base --val-data $d/train.bin --val-every 2 --val-windows 3 --steps 4 --grad-accum 3"
 OFF="--offload disk --offload-dir $d/off --fast-mem $(fastmem 64)"
-metrics() { sed 's/,"step_ms".*//' "$1"; } # loss, lr, norm (and val_loss) lines: timing aside
-same() { # same NAME A B: metrics and exported weights identical
-    diff <(metrics "$d/$2.jsonl") <(metrics "$d/$3.jsonl") >/dev/null ||
-        { echo "$1: metrics differ"; diff <(metrics "$d/$2.jsonl") <(metrics "$d/$3.jsonl") | head; exit 1; }
-    cmp -s "$d/$2.st" "$d/$3.st" || { echo "$1: exported weights differ"; exit 1; }
+offloaded() { # NAME A B: runs A and B ($d/A.jsonl, $d/A.st, ...) trained the same (same, in
+    # tests/lib.sh: metrics but the timings, and the exported weights' bytes), and no scratch
+    # file is left in --offload-dir
+    same "$1" "$d/$2.jsonl" "$d/$3.jsonl" "$d/$2.st" "$d/$3.st" || exit 1
     [ -z "$(ls -A "$d/off")" ] || { echo "$1: scratch files left in --offload-dir"; exit 1; }
-    echo "$1: identical ($(grep -c '"loss"' "$d/$3.jsonl") steps, $(grep -c val_loss "$d/$3.jsonl") validations)"
 }
 run() { # run NAME FLAGS...: one process
     local name=$1; shift
@@ -38,16 +36,16 @@ for rc in "" "--recompute"; do
     run mem $flags $rc
     run off $flags $rc $OFF
     grep -q '"io_ms"' "$d/off.jsonl" || { echo "no io_ms in the offloaded run's metrics"; exit 1; }
-    same "1 process${rc:+ $rc}, planned units" mem off
+    offloaded "1 process${rc:+ $rc}, planned units" mem off
     run off2 $flags $rc $OFF --offload-units "[[0,1],[2,2],[3,5]]" --offload-prefetch 2
-    same "1 process${rc:+ $rc}, units [[0,1],[2,2],[3,5]] prefetch 2" mem off2
+    offloaded "1 process${rc:+ $rc}, units [[0,1],[2,2],[3,5]] prefetch 2" mem off2
 done
 # clipping off (and a non-finite step stopping the run): each unit's AdamW runs right after its
 # backward from the slot, the gradient never written (the fused update)
 for rc in "" "--recompute"; do
     run memf $flags $rc --grad-clip 0
     run offf $flags $rc --grad-clip 0 $OFF --offload-units "[[0,1],[2,2],[3,5]]" --offload-prefetch 2
-    same "1 process${rc:+ $rc}, --grad-clip 0: the update fused into the backward" memf offf
+    offloaded "1 process${rc:+ $rc}, --grad-clip 0: the update fused into the backward" memf offf
 done
 run short $flags --steps 3
 if cmp -s "$d/mem.st" "$d/short.st"; then echo "negative control: 3 and 4 steps export the same bytes"; exit 1; fi
@@ -61,7 +59,7 @@ for z in 0 1; do
                 --metrics "$d/dp$m.jsonl" --export "$d/dp$m.st" 2>"$d/dp.err" ||
                 { cat "$d/dp.err"; exit 1; }
         done
-        same "dp 2 zero $z, --grad-clip $clip" dpmem dpoff
+        offloaded "dp 2 zero $z, --grad-clip $clip" dpmem dpoff
     done
 done
 
@@ -72,7 +70,7 @@ for g in "adaptive" "constant" "adaptive --grad-clip 0"; do
         $MPI -np 2 $LOOM train $co2 --gap-mode $g $extra --metrics "$d/co$m.jsonl" \
             --export "$d/co$m.st" 2>"$d/co.err" || { cat "$d/co.err"; exit 1; }
     done
-    same "co2 2 workers, $g gap penalty" comem cooff
+    offloaded "co2 2 workers, $g gap penalty" comem cooff
 done
 cl="$base --lr-schedule constant --grad-accum 2 --dp 2 --co2 --tau 2 --steps 6"
 $MPI -np 2 $LOOM train $cl --export "$d/cfull.st" 2>/dev/null

@@ -29,9 +29,7 @@ flags="--data $d/d.bin --layers 5 --heads 2 --dim 32 --vocab 64 --block-size 32 
        --steps 5 --lr 3e-3 --warmup 1 --weight-decay 0.1 --grad-clip 0.5 --progress off"
 $LOOM train $flags --grad-accum 6 --metrics "$d/ref.jsonl" --export "$d/ref.safetensors"
 check() {  # name metrics weights
-    echo "$1: $($REF compare-losses "$2" "$d/ref.jsonl" --tol 1e-5 | tail -1)"
-    $REF compare-losses "$2" "$d/ref.jsonl" --tol 1e-5 > /dev/null
-    $REF compare-st "$3" "$d/ref.safetensors" --tol 1e-5
+    same --tol 1e-5 "$1" "$2" "$d/ref.jsonl" "$3" "$d/ref.safetensors"
 }
 for sched in gpipe 1f1b; do
     for D in 2 3 4; do
@@ -93,9 +91,8 @@ $PY "$PEER" train --init "$d/w.safetensors" --heads 2 --data "$d/d.bin" $common 
 for D in 2 4; do
     $MPI -np $D $LOOM train --init "$d/w.safetensors" --data "$d/d.bin" $common --lr-schedule constant \
         --pp $D --schedule 2bw --metrics "$d/bw.jsonl" --export "$d/bw.safetensors" --progress off 2> "$d/log"
-    echo "2bw D=$D: $($REF compare-losses "$d/bw.jsonl" "$d/bw_ref.jsonl" --tol 2e-4 | tail -1)"
-    $REF compare-losses "$d/bw.jsonl" "$d/bw_ref.jsonl" --tol 2e-4 > /dev/null
-    $REF compare-st "$d/bw.safetensors" "$d/bw_ref.safetensors" --tol 1e-4
+    same --tol 2e-4 --wtol 1e-4 "2bw D=$D" "$d/bw.jsonl" "$d/bw_ref.jsonl" \
+        "$d/bw.safetensors" "$d/bw_ref.safetensors"
     grep -q "peak $D micro-batches" "$d/log"
 done
 # dp 2 x pp 2 under 2bw (replicas reduce in the background chain too): global batch 2 x 2
@@ -104,8 +101,7 @@ $PY "$PEER" train --init "$d/w.safetensors" --heads 2 --data "$d/d.bin" ${common
 $MPI -np 4 $LOOM train --init "$d/w.safetensors" --data "$d/d.bin" ${common/--grad-accum 4/--grad-accum 2} \
     --lr-schedule constant --dp 2 --pp 2 --schedule 2bw --metrics "$d/bw4.jsonl" \
     --export "$d/bw4.safetensors" --progress off 2>/dev/null
-echo "2bw dp 2 x pp 2: $($REF compare-losses "$d/bw4.jsonl" "$d/bw_ref4.jsonl" --tol 2e-4 | tail -1)"
-$REF compare-losses "$d/bw4.jsonl" "$d/bw_ref4.jsonl" --tol 2e-4 > /dev/null
+same --tol 2e-4 "2bw dp 2 x pp 2" "$d/bw4.jsonl" "$d/bw_ref4.jsonl"
 # (weights within 2e-4 with replicas: the dp all-reduce sums in another order than the peer's
 # single process, and AdamW's m/sqrt(v) magnifies last-bit differences of near-zero gradients;
 # measured 1.0e-4 on an x86-64 host at 4198533, before any change to the reductions)
@@ -114,9 +110,8 @@ $REF compare-st "$d/bw4.safetensors" "$d/bw_ref4.safetensors" --tol 2e-4
 LOOM_PIPE_CHUNK=1000 $MPI -np 4 -x LOOM_PIPE_CHUNK $LOOM train --init "$d/w.safetensors" --data "$d/d.bin" \
     ${common/--grad-accum 4/--grad-accum 2} --lr-schedule constant --dp 2 --pp 2 --schedule 2bw \
     --zero 1 --metrics "$d/bw4z.jsonl" --export "$d/bw4z.safetensors" --progress off 2>/dev/null
-echo "2bw dp 2 x pp 2 zero 1: $($REF compare-losses "$d/bw4z.jsonl" "$d/bw_ref4.jsonl" --tol 2e-4 | tail -1)"
-$REF compare-losses "$d/bw4z.jsonl" "$d/bw_ref4.jsonl" --tol 2e-4 > /dev/null
-$REF compare-st "$d/bw4z.safetensors" "$d/bw_ref4.safetensors" --tol 2e-4
+same --tol 2e-4 "2bw dp 2 x pp 2 zero 1" "$d/bw4z.jsonl" "$d/bw_ref4.jsonl" \
+    "$d/bw4z.safetensors" "$d/bw_ref4.safetensors"
 # validation points drain the 2bw stream; the training losses must not change
 $MPI -np 2 $LOOM train --init "$d/w.safetensors" --data "$d/d.bin" $common --lr-schedule constant \
     --pp 2 --schedule 2bw --val-data "$d/d.bin" --val-every 3 --metrics "$d/bwv.jsonl" --progress off 2>/dev/null
@@ -126,7 +121,7 @@ $REF compare-losses "$d/bwv.jsonl" "$d/bw.jsonl" --tol 0 > /dev/null
 # and 2bw really differs from 1f1b (the test would notice a missing delay)
 $MPI -np 2 $LOOM train --init "$d/w.safetensors" --data "$d/d.bin" $common --lr-schedule constant \
     --pp 2 --schedule 1f1b --metrics "$d/f.jsonl" --progress off 2>/dev/null
-if $REF compare-losses "$d/f.jsonl" "$d/bw_ref.jsonl" --tol 1e-6 > /dev/null; then
+if same --tol 1e-6 "negative control" "$d/f.jsonl" "$d/bw_ref.jsonl" > /dev/null; then
     echo "1f1b matched the 2bw rule: the comparison cannot tell them apart"; exit 1
 fi
 

@@ -16,10 +16,6 @@ $PY -c "import numpy" 2>/dev/null || missing_dep "python3-numpy for $PY"   # com
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 mkshard "$d/v300.bin" 300 60000 3
 REF="$PY $(dirname "$0")/torch_ref.py"
-same() { # NAME A B: losses of A and B within 1e-5
-    echo "$1: $($REF compare-losses "$2" "$3" --tol 1e-5 | tail -1)"
-    $REF compare-losses "$2" "$3" --tol 1e-5 > /dev/null
-}
 f="--data $d/v300.bin --vocab 300 --block-size 64 --seq 32 --layers 2 --heads 4 --dim 32
    --lr 3e-3 --warmup 2 --weight-decay 0.1 --grad-clip 0.5 --progress off --seed 5 --batch 2
    --steps 6 --grad-accum 4"
@@ -30,7 +26,7 @@ $LOOM train $f $val --metrics "$d/ref.jsonl" --export "$d/ref.st" --save "$d/one
 $MPI -np 4 $LOOM train $f $val --pp 2 --tp 2 --schedule 1f1b --metrics "$d/a.jsonl" \
     --export "$d/a.st" --save "$d/ca" $ck 2> "$d/log"
 grep -q "pipeline: pp 2 (1f1b) x tp 2 (1d)" "$d/log" || { cat "$d/log"; exit 1; }
-same "pp 2 x tp 2, 1f1b" "$d/a.jsonl" "$d/ref.jsonl"
+same --tol 1e-5 "pp 2 x tp 2, 1f1b" "$d/a.jsonl" "$d/ref.jsonl"
 $PY - "$d/ref.jsonl" "$d/a.jsonl" <<'PY'
 import json, sys
 def vals(p):
@@ -42,23 +38,21 @@ PY
 $REF compare-st "$d/a.st" "$d/ref.st" --tol 1e-5
 $MPI -np 4 $LOOM train $f --pp 2 --tp 2 --schedule gpipe --recompute --metrics "$d/g.jsonl" \
     --export "$d/g.st" 2>/dev/null
-same "pp 2 x tp 2, gpipe --recompute" "$d/g.jsonl" "$d/ref.jsonl"
-$REF compare-st "$d/g.st" "$d/ref.st" --tol 1e-5
+same --tol 1e-5 "pp 2 x tp 2, gpipe --recompute" "$d/g.jsonl" "$d/ref.jsonl" "$d/g.st" "$d/ref.st"
 $MPI -np 8 $LOOM train ${f/grad-accum 4/grad-accum 2} --dp 2 --pp 2 --tp 2 --zero 1 \
     --metrics "$d/z.jsonl" --export "$d/z.st" --save "$d/cz" $ck 2>/dev/null
-same "dp 2 x pp 2 x tp 2, ZeRO-1" "$d/z.jsonl" "$d/ref.jsonl"
-$REF compare-st "$d/z.st" "$d/ref.st" --tol 1e-5
+same --tol 1e-5 "dp 2 x pp 2 x tp 2, ZeRO-1" "$d/z.jsonl" "$d/ref.jsonl" "$d/z.st" "$d/ref.st"
 
 # 2bw: the same delayed updates with and without tensor parallelism
 $MPI -np 2 $LOOM train $f --pp 2 --schedule 2bw --metrics "$d/b1.jsonl" 2>/dev/null
 $MPI -np 4 $LOOM train $f --pp 2 --tp 2 --schedule 2bw --metrics "$d/b.jsonl" \
     --save "$d/cb" $ck 2>/dev/null
-same "2bw: pp 2 x tp 2 = pp 2" "$d/b.jsonl" "$d/b1.jsonl"
+same --tol 1e-5 "2bw: pp 2 x tp 2 = pp 2" "$d/b.jsonl" "$d/b1.jsonl"
 
 # negative control: other data must not pass the same comparison
 mkshard "$d/other.bin" 300 60000 9
 $MPI -np 4 $LOOM train ${f/v300.bin/other.bin} --pp 2 --tp 2 --metrics "$d/neg.jsonl" 2>/dev/null
-if $REF compare-losses "$d/neg.jsonl" "$d/ref.jsonl" --tol 1e-5 > /dev/null 2>&1; then
+if same --tol 1e-5 "negative control" "$d/neg.jsonl" "$d/ref.jsonl" > /dev/null; then
     echo "FAILED: the comparison passed on other data"; exit 1
 fi
 echo "negative control: other data fails the comparison"
@@ -66,18 +60,18 @@ echo "negative control: other data fails the comparison"
 # checkpoints across layouts, against the uninterrupted runs' last 3 steps
 grep -v val_loss "$d/ref.jsonl" | tail -n 3 > "$d/tail.jsonl"
 $LOOM train $f --resume "$d/ca/step_00000003" --metrics "$d/a1.jsonl" 2>/dev/null
-same "pp 2 x tp 2 checkpoint -> 1 rank" "$d/a1.jsonl" "$d/tail.jsonl"
+same --tol 1e-5 "pp 2 x tp 2 checkpoint -> 1 rank" "$d/a1.jsonl" "$d/tail.jsonl"
 $MPI -np 2 $LOOM train $f --tp 2 --resume "$d/ca/step_00000003" --metrics "$d/a2.jsonl" 2>/dev/null
-same "pp 2 x tp 2 checkpoint -> tp 2" "$d/a2.jsonl" "$d/tail.jsonl"
+same --tol 1e-5 "pp 2 x tp 2 checkpoint -> tp 2" "$d/a2.jsonl" "$d/tail.jsonl"
 $MPI -np 4 $LOOM train $f --pp 2 --tp 2 --resume "$d/one/step_00000003" \
     --metrics "$d/1a.jsonl" 2>/dev/null
-same "1-rank checkpoint -> pp 2 x tp 2" "$d/1a.jsonl" "$d/tail.jsonl"
+same --tol 1e-5 "1-rank checkpoint -> pp 2 x tp 2" "$d/1a.jsonl" "$d/tail.jsonl"
 $LOOM train $f --resume "$d/cz/step_00000003" --metrics "$d/z1.jsonl" 2>/dev/null
-same "dp 2 x pp 2 x tp 2 ZeRO-1 checkpoint -> 1 rank" "$d/z1.jsonl" "$d/tail.jsonl"
+same --tol 1e-5 "dp 2 x pp 2 x tp 2 ZeRO-1 checkpoint -> 1 rank" "$d/z1.jsonl" "$d/tail.jsonl"
 tail -n 3 "$d/b1.jsonl" > "$d/btail.jsonl"
 $MPI -np 2 $LOOM train $f --pp 2 --schedule 2bw --resume "$d/cb/step_00000003" \
     --metrics "$d/b2.jsonl" 2>/dev/null
-same "2bw pp 2 x tp 2 checkpoint -> 2bw pp 2" "$d/b2.jsonl" "$d/btail.jsonl"
+same --tol 1e-5 "2bw pp 2 x tp 2 checkpoint -> 2bw pp 2" "$d/b2.jsonl" "$d/btail.jsonl"
 $LOOM export "$d/ca" -o "$d/ca.st" 2>/dev/null
 $REF compare-st "$d/ca.st" "$d/a.st" --tol 0
 

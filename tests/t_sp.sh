@@ -14,11 +14,6 @@ $PY -c "import numpy" 2>/dev/null || missing_dep "python3-numpy for $PY" # compa
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 mkshard "$d/v300.bin" 300 60000 3
 mkshard "$d/val.bin" 300 20000 4
-REF="$PY $(dirname "$0")/torch_ref.py"
-same() { # NAME A B: losses of A and B within 1e-5
-    echo "$1: $($REF compare-losses "$2" "$3" --tol 1e-5 | tail -1)"
-    $REF compare-losses "$2" "$3" --tol 1e-5 > /dev/null
-}
 f="--data $d/v300.bin --vocab 300 --block-size 128 --seq 100 --layers 2 --heads 4 --dim 32
    --lr 3e-3 --warmup 2 --weight-decay 0.1 --grad-clip 0.5 --progress off --seed 5 --batch 2
    --steps 6"
@@ -28,8 +23,7 @@ $LOOM train $f $v --grad-accum 4 --metrics "$d/ref.jsonl" --export "$d/ref.st" \
     --save "$d/one" --save-every 3 --keep 0
 $MPI -np 2 $LOOM train $f $v --grad-accum 4 --tp 2 --sp --metrics "$d/sp2.jsonl" \
     --export "$d/sp2.st" --save "$d/c2" --save-every 3 --keep 0 2> "$d/sp2.log"
-same "tp 2 + sp" "$d/sp2.jsonl" "$d/ref.jsonl"
-$REF compare-st "$d/sp2.st" "$d/ref.st" --tol 1e-5
+same --tol 1e-5 "tp 2 + sp" "$d/sp2.jsonl" "$d/ref.jsonl" "$d/sp2.st" "$d/ref.st"
 $PY - "$d/sp2.jsonl" "$d/ref.jsonl" <<'PY' # validation losses under sp equal the single process's
 import json, sys
 val = [[r["val_loss"] for r in map(json.loads, open(p)) if "val_loss" in r] for p in sys.argv[1:]]
@@ -40,14 +34,12 @@ print(f"validation under tp 2 + sp: {len(val[0])} evaluations, max difference {d
 PY
 $MPI -np 4 $LOOM train $f --grad-accum 4 --tp 4 --sp --metrics "$d/sp4.jsonl" \
     --export "$d/sp4.st" 2> "$d/sp4.log"
-same "tp 4 + sp" "$d/sp4.jsonl" "$d/ref.jsonl"
-$REF compare-st "$d/sp4.st" "$d/ref.st" --tol 1e-5
+same --tol 1e-5 "tp 4 + sp" "$d/sp4.jsonl" "$d/ref.jsonl" "$d/sp4.st" "$d/ref.st"
 $MPI -np 4 $LOOM train $f --grad-accum 2 --dp 2 --tp 2 --sp --zero 1 --metrics "$d/z1.jsonl" \
     --export "$d/z1.st"
-same "dp 2 x tp 2 + sp, ZeRO-1" "$d/z1.jsonl" "$d/ref.jsonl"
-$REF compare-st "$d/z1.st" "$d/ref.st" --tol 1e-5
+same --tol 1e-5 "dp 2 x tp 2 + sp, ZeRO-1" "$d/z1.jsonl" "$d/ref.jsonl" "$d/z1.st" "$d/ref.st"
 $MPI -np 2 $LOOM train $f --grad-accum 4 --tp 2 --sp --recompute --metrics "$d/rc.jsonl"
-same "tp 2 + sp --recompute" "$d/rc.jsonl" "$d/ref.jsonl"
+same --tol 1e-5 "tp 2 + sp --recompute" "$d/rc.jsonl" "$d/ref.jsonl"
 
 # the summary: with sp a rank holds less activation memory than plain tp 2, and reports the
 # all-gathered and reduce-scattered volume
@@ -62,7 +54,7 @@ echo "activations per rank: tp 2 $(act "$d/tp2.log") MiB, tp 2 + sp $(act "$d/sp
 mkshard "$d/other.bin" 300 60000 9
 $MPI -np 2 $LOOM train ${f/v300.bin/other.bin} --grad-accum 4 --tp 2 --sp \
     --metrics "$d/neg.jsonl"
-if $REF compare-losses "$d/neg.jsonl" "$d/ref.jsonl" --tol 1e-5 > /dev/null 2>&1; then
+if same --tol 1e-5 "negative control" "$d/neg.jsonl" "$d/ref.jsonl" > /dev/null; then
     echo "FAILED: the comparison passed on other data"; exit 1
 fi
 echo "negative control: other data fails the comparison"
@@ -70,10 +62,10 @@ echo "negative control: other data fails the comparison"
 # checkpoints across layouts, against the uninterrupted single process's last 3 steps
 grep -v val_loss "$d/ref.jsonl" | tail -n 3 > "$d/tail.jsonl"
 $LOOM train $f --grad-accum 4 --resume "$d/c2/step_00000003" --metrics "$d/c2to1.jsonl"
-same "tp 2 + sp checkpoint -> 1 rank" "$d/c2to1.jsonl" "$d/tail.jsonl"
+same --tol 1e-5 "tp 2 + sp checkpoint -> 1 rank" "$d/c2to1.jsonl" "$d/tail.jsonl"
 $MPI -np 2 $LOOM train $f --grad-accum 4 --tp 2 --sp --resume "$d/one/step_00000003" \
     --metrics "$d/1tosp.jsonl"
-same "1-rank checkpoint -> tp 2 + sp" "$d/1tosp.jsonl" "$d/tail.jsonl"
+same --tol 1e-5 "1-rank checkpoint -> tp 2 + sp" "$d/1tosp.jsonl" "$d/tail.jsonl"
 
 # bad layouts
 expect_fail "--seq 30 is not divisible by --tp 4" $MPI -np 4 $LOOM train $f --tp 4 --sp --seq 30

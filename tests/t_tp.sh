@@ -15,44 +15,37 @@ d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 mkshard "$d/v64.bin" 64 30000 3
 mkshard "$d/v300.bin" 300 60000 3
 REF="$PY $(dirname "$0")/torch_ref.py"
-same() { # NAME A B: losses of A and B within 1e-5
-    echo "$1: $($REF compare-losses "$2" "$3" --tol 1e-5 | tail -1)"
-    $REF compare-losses "$2" "$3" --tol 1e-5 > /dev/null
-}
 common="--layers 2 --heads 4 --dim 32 --lr 3e-3 --warmup 2 --weight-decay 0.1 --grad-clip 0.5
         --progress off --seed 5 --batch 2 --steps 6"
 
 f64="--data $d/v64.bin --vocab 64 --block-size 32 --seq 16 $common"
 $LOOM train $f64 --grad-accum 2 --metrics "$d/r64.jsonl"
 $MPI -np 2 $LOOM train $f64 --grad-accum 2 --tp 2 --metrics "$d/t64.jsonl"
-same "tp 2, vocabulary 64 (rank 1 holds only padding)" "$d/t64.jsonl" "$d/r64.jsonl"
+same --tol 1e-5 "tp 2, vocabulary 64 (rank 1 holds only padding)" "$d/t64.jsonl" "$d/r64.jsonl"
 
 f="--data $d/v300.bin --vocab 300 --block-size 128 --seq 100 $common"
 $LOOM train $f --grad-accum 4 --metrics "$d/ref.jsonl" --export "$d/ref.st" \
     --save "$d/one" --save-every 3 --keep 0
 $MPI -np 2 $LOOM train $f --grad-accum 4 --tp 2 --metrics "$d/tp2.jsonl" --export "$d/tp2.st" \
     --save "$d/c2" --save-every 3 --keep 0
-same "tp 2" "$d/tp2.jsonl" "$d/ref.jsonl"
-$REF compare-st "$d/tp2.st" "$d/ref.st" --tol 1e-5
+same --tol 1e-5 "tp 2" "$d/tp2.jsonl" "$d/ref.jsonl" "$d/tp2.st" "$d/ref.st"
 $MPI -np 4 $LOOM train $f --grad-accum 4 --tp 4 --metrics "$d/tp4.jsonl" --export "$d/tp4.st"
-same "tp 4" "$d/tp4.jsonl" "$d/ref.jsonl"
-$REF compare-st "$d/tp4.st" "$d/ref.st" --tol 1e-5
+same --tol 1e-5 "tp 4" "$d/tp4.jsonl" "$d/ref.jsonl" "$d/tp4.st" "$d/ref.st"
 $MPI -np 4 $LOOM train $f --grad-accum 2 --dp 2 --tp 2 --metrics "$d/dt.jsonl"
-same "dp 2 x tp 2" "$d/dt.jsonl" "$d/ref.jsonl"
+same --tol 1e-5 "dp 2 x tp 2" "$d/dt.jsonl" "$d/ref.jsonl"
 $MPI -np 4 $LOOM train $f --grad-accum 2 --dp 2 --tp 2 --zero 1 --metrics "$d/z1.jsonl" \
     --save "$d/cz1" --save-every 3 --keep 0
-same "dp 2 x tp 2, ZeRO-1" "$d/z1.jsonl" "$d/ref.jsonl"
+same --tol 1e-5 "dp 2 x tp 2, ZeRO-1" "$d/z1.jsonl" "$d/ref.jsonl"
 $MPI -np 4 $LOOM train $f --grad-accum 2 --dp 2 --tp 2 --zero 2 --metrics "$d/z2.jsonl" \
     --export "$d/z2.st" --save "$d/cz2" --save-every 3 --keep 0
-same "dp 2 x tp 2, ZeRO-2" "$d/z2.jsonl" "$d/ref.jsonl"
-$REF compare-st "$d/z2.st" "$d/ref.st" --tol 1e-5
+same --tol 1e-5 "dp 2 x tp 2, ZeRO-2" "$d/z2.jsonl" "$d/ref.jsonl" "$d/z2.st" "$d/ref.st"
 $MPI -np 2 $LOOM train $f --grad-accum 4 --tp 2 --recompute --metrics "$d/rc.jsonl"
-same "tp 2 --recompute" "$d/rc.jsonl" "$d/ref.jsonl"
+same --tol 1e-5 "tp 2 --recompute" "$d/rc.jsonl" "$d/ref.jsonl"
 
 # negative control: other data must not pass the same comparison
 mkshard "$d/other.bin" 300 60000 9
 $MPI -np 2 $LOOM train ${f/v300.bin/other.bin} --grad-accum 4 --tp 2 --metrics "$d/neg.jsonl"
-if $REF compare-losses "$d/neg.jsonl" "$d/ref.jsonl" --tol 1e-5 > /dev/null 2>&1; then
+if same --tol 1e-5 "negative control" "$d/neg.jsonl" "$d/ref.jsonl" > /dev/null; then
     echo "FAILED: the comparison passed on other data"; exit 1
 fi
 echo "negative control: other data fails the comparison"
@@ -60,19 +53,19 @@ echo "negative control: other data fails the comparison"
 # checkpoints across layouts, against the uninterrupted single process's last 3 steps
 tail -n 3 "$d/ref.jsonl" > "$d/tail.jsonl"
 $LOOM train $f --grad-accum 4 --resume "$d/c2/step_00000003" --metrics "$d/c2to1.jsonl"
-same "tp 2 checkpoint -> 1 rank" "$d/c2to1.jsonl" "$d/tail.jsonl"
+same --tol 1e-5 "tp 2 checkpoint -> 1 rank" "$d/c2to1.jsonl" "$d/tail.jsonl"
 $MPI -np 4 $LOOM train $f --grad-accum 4 --tp 4 --resume "$d/c2/step_00000003" \
     --metrics "$d/c2to4.jsonl"
-same "tp 2 checkpoint -> tp 4" "$d/c2to4.jsonl" "$d/tail.jsonl"
+same --tol 1e-5 "tp 2 checkpoint -> tp 4" "$d/c2to4.jsonl" "$d/tail.jsonl"
 $MPI -np 4 $LOOM train $f --grad-accum 2 --dp 2 --tp 2 --resume "$d/one/step_00000003" \
     --metrics "$d/1todt.jsonl"
-same "1-rank checkpoint -> dp 2 x tp 2" "$d/1todt.jsonl" "$d/tail.jsonl"
+same --tol 1e-5 "1-rank checkpoint -> dp 2 x tp 2" "$d/1todt.jsonl" "$d/tail.jsonl"
 $MPI -np 4 $LOOM train $f --grad-accum 4 --tp 4 --resume "$d/cz1/step_00000003" \
     --metrics "$d/z1to4.jsonl"
-same "dp 2 x tp 2 ZeRO-1 checkpoint -> tp 4" "$d/z1to4.jsonl" "$d/tail.jsonl"
+same --tol 1e-5 "dp 2 x tp 2 ZeRO-1 checkpoint -> tp 4" "$d/z1to4.jsonl" "$d/tail.jsonl"
 $MPI -np 2 $LOOM train $f --grad-accum 4 --tp 2 --resume "$d/cz2/step_00000003" \
     --metrics "$d/z2to2.jsonl"
-same "dp 2 x tp 2 ZeRO-2 checkpoint -> tp 2" "$d/z2to2.jsonl" "$d/tail.jsonl"
+same --tol 1e-5 "dp 2 x tp 2 ZeRO-2 checkpoint -> tp 2" "$d/z2to2.jsonl" "$d/tail.jsonl"
 $LOOM export "$d/c2" -o "$d/c2.st"
 $REF compare-st "$d/c2.st" "$d/tp2.st" --tol 0
 

