@@ -187,6 +187,10 @@ int whole_swap_full_params(Whole *w, float *host, size_t n) {
     return swap_fetch(w->sw, SWAP_PARAMS, 0, n, host);
 }
 
+int whole_swap_set_params(Whole *w, const float *host, size_t n) {
+    return swap_store(w->sw, SWAP_PARAMS, 0, n, host);
+}
+
 static int fetch_params(void *ctx, size_t at, size_t n, float *dst) {
     return swap_fetch(ctx, SWAP_PARAMS, at, n, dst);
 }
