@@ -5,9 +5,10 @@
 #      --grad-accum 2) equals the same swarm in memory bit for bit: every peer's losses, local
 #      losses, gradient norms per step identical and its exported anchor byte-identical; and it
 #      equals `mpirun -np N loom train --dp N --co2 --offload` (losses and final anchor within
-#      1e-5, as t_peer.sh compares a swarm with --co2: the sums run in another order). A mixed
-#      swarm (one peer offloaded, one in memory) is the same swarm too. Negative control: the
-#      comparison tells 2 peers from 3;
+#      1e-5, as t_peer.sh compares a swarm with --co2: the sums run in another order); with
+#      clipping off (the update fused into the backward) likewise. A mixed swarm (one peer
+#      offloaded, one in memory) is the same swarm too. Negative control: the comparisons tell
+#      2 peers from 3;
 #   2. kill -9 of an offloaded peer mid-run, restarted with the same id (and --offload): it
 #      downloads the swarm's state into its tier and rejoins; a late offloaded joiner likewise;
 #      all end with the in-memory peer's anchor;
@@ -92,6 +93,12 @@ for n in 2 3; do
     echo "$n offloaded peers vs mpirun --co2 --offload: $($REF compare-losses "$d/o$n-0.jsonl" "$d/mpi$n.jsonl" --tol 1e-5 | tail -1)"
     $REF compare-st "$d/o$n-0.st" "$d/mpi$n.st" --tol 1e-5
 done
+# clipping off: each unit's AdamW runs right after its backward (the fused update)
+swarm f 2 --steps 11 --grad-clip 0
+swarm g 2 --steps 11 --grad-clip 0 $OFF
+same "2 peers, --grad-clip 0 (the update fused into the backward)" f0 g0
+same "2 peers, --grad-clip 0 (the update fused into the backward)" f1 g1
+echo "2 offloaded peers with --grad-clip 0 (fused update) = 2 in memory"
 F0="$OFF" swarm x 2 --steps 11 # one offloaded, one in memory
 same "a mixed swarm's offloaded peer" m2-0 x0
 same "a mixed swarm's in-memory peer" m2-1 x1

@@ -224,6 +224,12 @@ static int peer_create(Strategy *s) {
         m->be->copy(p->anchor, m->params, P);
     else if (whole_swap_full_params(&p->w, p->anchor, P))
         return -1;
+    else
+        fprintf(stderr,
+                "loom peer %s: --offload: the model is swapped; the outer state (anchor, outer "
+                "momentum, Δ/average: %.1f MiB) and the swarm's round buffers (%.1f MiB per peer "
+                "in a round, + 1 for the average) stay in host memory, outside --fast-mem\n",
+                c->peer_id, 3.0 * sizeof(float) * P / 1048576, 1.0 * sizeof(float) * P / 1048576);
     p->cc = whole_co2_config(c);
     for (int i = 0; i < 2; i++)
         p->rec[i] = xcalloc((size_t)c->tau, sizeof(StepRecord));
