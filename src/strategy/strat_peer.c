@@ -226,10 +226,11 @@ static int peer_create(Strategy *s) {
         return -1;
     else
         fprintf(stderr,
-                "loom peer %s: --offload: the model is swapped; the outer state (anchor, outer "
-                "momentum, Δ/average: %.1f MiB) and the swarm's round buffers (%.1f MiB per peer "
-                "in a round, + 1 for the average) stay in host memory, outside --fast-mem\n",
-                c->peer_id, 3.0 * sizeof(float) * P / 1048576, 1.0 * sizeof(float) * P / 1048576);
+                "loom peer %s: --offload: the model is swapped; in host memory, outside "
+                "--fast-mem, stay the outer state (anchor, outer momentum, Δ/average: 3 x %.1f "
+                "MiB) and the swarm's buffers of %.1f MiB each (the Δs being averaged, the last 4 "
+                "rounds' averages; docs/PEERS.md)\n",
+                c->peer_id, 4.0 * P / 1048576, 4.0 * P / 1048576);
     p->cc = whole_co2_config(c);
     for (int i = 0; i < 2; i++)
         p->rec[i] = xcalloc((size_t)c->tau, sizeof(StepRecord));
