@@ -12,7 +12,8 @@
 #   2. kill -9 of an offloaded peer mid-run, restarted with the same id (and --offload): it
 #      downloads the swarm's state into its tier and rejoins; a late offloaded joiner likewise;
 #      all end with the in-memory peer's anchor;
-#   3. checkpoints: an offloaded peer's round-end checkpoint resumes as a plain peer and a plain
+#   3. an offloaded peer whose anchor diverges (LOOM_FAULT_DIVERGE) re-syncs: every anchor equal;
+#   4. checkpoints: an offloaded peer's round-end checkpoint resumes as a plain peer and a plain
 #      peer's checkpoint resumes with --offload, onto the uninterrupted run's anchor byte for
 #      byte. The tier's scratch files are gone after every run.
 # asan: skip
@@ -131,7 +132,22 @@ cmp "$d/j0.st" "$d/j1.st" && cmp "$d/j0.st" "$d/j2.st" || { echo "anchors differ
 clean "joins"
 echo "offloaded j1 (killed at step 150, restarted) and late offloaded j2 ended with j0's anchor"
 
-echo "== 3. checkpoints: offloaded -> plain, plain -> offloaded"
+echo "== 3. an offloaded peer whose anchor diverges re-syncs into its tier"
+started=() boot=
+for i in 0 1 2; do
+    div=$([ $i = 1 ] && echo 5 || true)
+    LOOM_FAULT_DIVERGE=$div peer v$i "$boot" --tau 4 --steps 60 --min-peers 3 --export "$d/v$i.st" \
+        $([ $i = 0 ] || echo "$OFF")
+    started+=($!)
+    if [ $i = 0 ]; then boot=$(addr v0); fi
+done
+waitall "${started[@]}" || { logs v; exit 1; }
+grep -q "re-synced with the swarm" "$d/v1.log" || { echo "v1 did not re-sync"; cat "$d/v1.log"; exit 1; }
+cmp "$d/v0.st" "$d/v1.st" && cmp "$d/v0.st" "$d/v2.st" || { echo "anchors differ after the re-sync"; exit 1; }
+clean "re-sync"
+echo "offloaded v1 diverged, re-synced; all three anchors identical"
+
+echo "== 4. checkpoints: offloaded -> plain, plain -> offloaded"
 model="--layers 2 --heads 2 --dim 32 --vocab 64 --block-size 32 --batch 2 --seq 16"
 ck="--steps 12 --save-every 6 --keep 0"
 F0="$OFF --save $d/co0" F1="$OFF --save $d/co1" swarm co 2 $ck
