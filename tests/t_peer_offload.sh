@@ -15,7 +15,11 @@
 #   3. an offloaded peer whose anchor diverges (LOOM_FAULT_DIVERGE) re-syncs: every anchor equal;
 #   4. checkpoints: an offloaded peer's round-end checkpoint resumes as a plain peer and a plain
 #      peer's checkpoint resumes with --offload, onto the uninterrupted run's anchor byte for
-#      byte. The tier's scratch files are gone after every run.
+#      byte;
+#   5. --fast-mem counts what an offloaded peer keeps in host memory (its outer state, the
+#      swarm's least buffers): too small a budget is refused naming it, and a peer alone with a
+#      3.2M-parameter model stays within --fast-mem (peak RSS of the process).
+# The tier's scratch files are gone after every run.
 # asan: skip
 set -eu
 . "$(dirname "$0")/lib.sh"
@@ -160,3 +164,23 @@ cmp "$d/r0.st" "$d/co0.st" && cmp "$d/r1.st" "$d/co0.st" ||
     { echo "the resumed swarm ended elsewhere"; exit 1; }
 clean "checkpoints"
 echo "resumed at step 6: r0 in memory from an offloaded checkpoint, r1 offloaded from an in-memory one: the uninterrupted anchor"
+
+echo "== 5. --fast-mem counts the peer's outer state and the swarm's least buffers"
+model="--layers 4 --heads 4 --dim 256 --vocab 64 --block-size 32 --batch 2 --seq 16 --peak-gflops 1"
+SOLO="--data $d/d.bin $model --lr 1e-3 --tau 2 --steps 6 --peer-id s --listen 127.0.0.1:0
+      --secret $d/secret --progress off --offload disk --offload-dir $d/off"
+expect_fail "kept in host memory (the peer's anchor, outer momentum" $LOOM peer $SOLO --fast-mem 100M
+budget=176
+$PY - "$budget" "$d/solo.err" $LOOM peer $SOLO --fast-mem ${budget}M <<'PY'
+import resource, subprocess, sys
+budget, errf, cmd = float(sys.argv[1]), sys.argv[2], sys.argv[3:]
+r = subprocess.run(cmd, stderr=subprocess.PIPE, text=True)
+open(errf, "w").write(r.stderr)
+if r.returncode:
+    sys.stderr.write(r.stderr); sys.exit(f"FAILED: a peer alone: exit {r.returncode}")
+peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+assert peak <= budget, f"FAILED: a peer alone: peak RSS {peak:.1f} MiB over {budget:.0f} MiB"
+print(f"a 3.2M-parameter peer alone (outer state 3 x 12.1 MiB in host memory): peak RSS "
+      f"{peak:.1f} MiB <= --fast-mem {budget:.0f} MiB")
+PY
+clean "a peer alone"

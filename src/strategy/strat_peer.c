@@ -216,9 +216,14 @@ static int peer_create(Strategy *s) {
     const StrategyConfig *c = s->cfg;
     Peer *p = xcalloc(1, sizeof *p);
     s->impl = p;
+    size_t P = s->model->nparams;
+    // swapped: the outer state (anchor, outer momentum, Δ/average) and the swarm's least count in
+    // --fast-mem
+    p->w.kept = 4.0 * (double)(3 * P + swarm_host_floats(P));
+    p->w.kept_what = "the peer's anchor, outer momentum and Δ/average, and the swarm's Δs and "
+                     "the averages it keeps";
     if (whole_create(s, &p->w, s->grid->dp_comm, 0)) return -1;
     GPT *m = s->model;
-    size_t P = m->nparams;
     p->anchor = xalloc_floats(P), p->mom = xalloc_floats(P), p->avg = xalloc_floats(P);
     if (!p->w.sw)
         m->be->copy(p->anchor, m->params, P);
@@ -226,11 +231,11 @@ static int peer_create(Strategy *s) {
         return -1;
     else
         fprintf(stderr,
-                "loom peer %s: --offload: the model is swapped; in host memory, outside "
-                "--fast-mem, stay the outer state (anchor, outer momentum, Δ/average: 3 x %.1f "
-                "MiB) and the swarm's buffers of %.1f MiB each (the Δs being averaged, the last 4 "
-                "rounds' averages; docs/PEERS.md)\n",
-                c->peer_id, 4.0 * P / 1048576, 4.0 * P / 1048576);
+                "loom peer %s: --offload: the model is swapped; host memory holds the outer "
+                "state and the swarm's buffers, %.1f MiB each (%zu of them counted in "
+                "--fast-mem; every other peer of a round adds one while it is averaged, a "
+                "joiner's download two at its donor)\n",
+                c->peer_id, 4.0 * P / 1048576, 3 + swarm_host_floats(P) / P);
     p->cc = whole_co2_config(c);
     for (int i = 0; i < 2; i++)
         p->rec[i] = xcalloc((size_t)c->tau, sizeof(StepRecord));

@@ -15,6 +15,11 @@ typedef struct {
     Swapper *sw;    // block swapping (--offload): the state lives in its tier, not in memory
     int failed;     // the tier failed (loom_errmsg): the step returns -1
     int fused;      // swapping updates each unit right after its backward (SwapConfig.fused)
+    // With swapping: host memory the strategy keeps beside the swapped model (a peer's outer
+    // state and its swarm's buffers), counted in --fast-mem with the fixed overhead; set before
+    // whole_create, with what it is in words.
+    double kept;
+    const char *kept_what;
     const Strategy *owner;
 } Whole;
 
