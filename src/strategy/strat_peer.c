@@ -233,8 +233,8 @@ static int peer_create(Strategy *s) {
         fprintf(stderr,
                 "loom peer %s: --offload: the model is swapped; host memory holds the outer "
                 "state and the swarm's buffers, %.1f MiB each (%zu of them counted in "
-                "--fast-mem; every other peer of a round adds one while it is averaged, a "
-                "joiner's download two at its donor)\n",
+                "--fast-mem; the Δs exchanged with other peers and a joiner's download come on "
+                "top: docs/PEERS.md)\n",
                 c->peer_id, 4.0 * P / 1048576, 3 + swarm_host_floats(P) / P);
     p->cc = whole_co2_config(c);
     for (int i = 0; i < 2; i++)
