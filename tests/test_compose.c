@@ -64,8 +64,12 @@ TEST(unsupported_features_name_both_flags) {
     REFUSED(c, cpu, "--pp 2 with --offload: not available (pipeline stages run with");
     c = base(), c.tp = 4, c.tp_2d = 1, c.cp = 2;
     REFUSED(c, cpu, "--tp 4 --tp-mode 2d with --cp 2: not available");
-    c = base(), c.peer = 1, c.offload = 1;
-    REFUSED(c, cpu, "loom peer with --offload: not available");
+    c = base(), c.peer = 1, c.dump_grads = 1;
+    REFUSED(c, cpu,
+            "loom peer with --dump-grads: not available (a peer trains a whole model, in "
+            "memory or swapped (--offload)");
+    c = base(), c.peer = 1, c.offload = 1, c.recompute = 1; // a swapped peer: runs
+    ACCEPTED(c, cpu);
 }
 
 TEST(pairs_a_strategy_cannot_run) {

@@ -313,7 +313,12 @@ static int region_of(int array) {
 }
 
 int swap_store(Swapper *s, int array, size_t at, size_t n, const float *src) {
-    return swap_move(s, region_of(array), at, n, (float *)src, 1);
+    if (array != SWAP_PARAMS) return swap_move(s, region_of(array), at, n, (float *)src, 1);
+    if (tier_drain(s->tier)) return -1; // (a unit's update may still be on its way out)
+    int rc = swap_move(s, REGION_PARAMS, at, n, (float *)src, 1);
+    for (int i = 0; i < s->S; i++) // the parameters changed: every slot reads its unit again
+        s->slot[i].unit = -1, s->slot[i].params_ok = 0;
+    return rc;
 }
 
 int swap_fetch(Swapper *s, int array, size_t at, size_t n, float *dst) {

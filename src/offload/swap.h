@@ -44,7 +44,8 @@ void swap_free(Swapper *s);
 // The flat range whose gradients and moments this rank keeps and updates.
 void swap_owned(const Swapper *s, size_t *lo, size_t *hi);
 // Writes / reads n floats of flat range [at, at+n) of an array (moments: inside the owned
-// range), host memory. 0 or -1 (loom_errmsg).
+// range), host memory. 0 or -1 (loom_errmsg). Parameters written between steps (a peer's
+// x ← a) are what the next step reads: every slot is emptied.
 int swap_store(Swapper *s, int array, size_t at, size_t n, const float *src);
 int swap_fetch(Swapper *s, int array, size_t at, size_t n, float *dst);
 // Between steps: the largest slot as scratch memory for the caller (an export's tensors; at

@@ -9,7 +9,6 @@
 // round's remaining steps fit well within the grace period, else at once; either way it saves
 // the state of its last round end (a peer's work between round ends exists only in its local
 // weights, which no resume uses) and leaves the swarm with a BYE.
-#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,14 +20,15 @@
 #include "../swarm/swarm.h"
 #include "../testhooks.h"
 #include "compose.h"
+#include "strat_peer.h"
 #include "strat_whole.h"
 
 typedef struct {
     Whole w;
     Swarm *sw;
     CO2Config cc;
-    float *anchor, *mom, *delta, *avg; // host memory (P)
-    int64_t round;                     // rounds ended
+    float *anchor, *mom, *avg; // host memory (P); Δ is formed in avg's (the swarm copies it)
+    int64_t round;             // rounds ended
     int64_t first_round;
     uint64_t base;      // the first window of the current round
     int pos, N;         // this peer's position among the round's participants, their count
@@ -63,9 +63,9 @@ static int peer_wants(const StrategyConfig *c) { return c->peer; }
 
 static const Supports PEER_SUPPORTS = {
     .self = {F_PEER, F_COUNT},
-    .features = FEAT(F_PEER) | FEAT(F_RECOMPUTE),
-    .runs_with = "a peer trains a whole model in memory (its outer state is not swapped yet), "
-                 "with --recompute"};
+    .features = FEAT(F_PEER) | FEAT(F_OFFLOAD) | FEAT(F_RECOMPUTE),
+    .runs_with = "a peer trains a whole model, in memory or swapped (--offload), with "
+                 "--recompute"};
 
 static int peer_check(const StrategyConfig *c) {
     if (c->tau < 1 || c->tau > 4096) return loom_fail("--tau must be in 1..4096 for loom peer");
@@ -76,42 +76,29 @@ static int peer_check(const StrategyConfig *c) {
     return 0;
 }
 
-// The protocol a peer speaks: the wire format (WIRE_VERSION 1) and what a data window holds
-// (2: B sequences; 1 was B·T contiguous tokens), so peers of either kind refuse each other.
-#define PEER_PROTOCOL 2
+static int resync(Strategy *s, Peer *p);
 
-// What a joiner must share with the swarm, named as the flags (REFUSE names the first that
-// differs).
-static char *run_desc(const Strategy *s) {
-    const StrategyConfig *c = s->cfg;
-    const GPTConfig *g = &s->model->cfg;
-    cJSON *j = cJSON_CreateObject();
-    cJSON_AddNumberToObject(j, "loom-peer-protocol", PEER_PROTOCOL);
-    const char *in[] = {"layers", "heads", "dim", "vocab",      "block-size",
-                        "tau",    "batch", "seq", "grad-accum", "steps"};
-    int iv[] = {g->L, g->H, g->C, g->V, g->maxT, c->tau, c->batch, c->seq, c->grad_accum, c->steps};
-    for (size_t i = 0; i < sizeof iv / sizeof iv[0]; i++)
-        cJSON_AddNumberToObject(j, in[i], iv[i]);
-    const char *fn[] = {"outer-lr", "outer-momentum", "gap-penalty", "outer-clip",
-                        "lr",       "min-lr",         "beta1",       "beta2",
-                        "eps",      "weight-decay",   "grad-clip"};
-    float fv[] = {c->outer_lr, c->outer_momentum,   c->gap_penalty,  c->outer_clip,
-                  c->opt.lr,   c->opt.min_lr,       c->opt.beta1,    c->opt.beta2,
-                  c->opt.eps,  c->opt.weight_decay, c->opt.grad_clip};
-    for (size_t i = 0; i < sizeof fv / sizeof fv[0]; i++)
-        cJSON_AddNumberToObject(j, fn[i], fv[i]);
-    cJSON_AddStringToObject(j, "gap-mode", c->gap_adaptive ? "adaptive" : "constant");
-    cJSON_AddStringToObject(j, "lr-schedule", c->opt.schedule == LR_COSINE ? "cosine" : "constant");
-    cJSON_AddNumberToObject(j, "warmup", c->opt.warmup);
-    cJSON_AddStringToObject(j, "tokenizer", c->tokenizer ? c->tokenizer : "none");
-    cJSON_AddStringToObject(j, "shuffle", c->shuffle ? "on" : "off"); // the windows' contents
-    if (c->shuffle) cJSON_AddNumberToObject(j, "seed", c->seed);
-    char *t = cJSON_PrintUnformatted(j);
-    cJSON_Delete(j);
-    return t;
+// x, the local weights: the model's parameters, or with --offload the swap tier's (the outer
+// state stays in host memory). x ← src (P floats); a tier failure fails the next step.
+static void x_set(Strategy *s, Peer *p, const float *src) {
+    GPT *m = s->model;
+    if (!p->w.sw)
+        m->be->copy(m->params, src, m->nparams);
+    else if (whole_swap_set_params(&p->w, src, m->nparams))
+        p->w.failed = 1;
 }
 
-static int resync(Strategy *s, Peer *p);
+// Δ = a − x, formed in avg's buffer (x read from the tier into it first). NULL: the tier failed.
+static float *x_delta(Strategy *s, Peer *p) {
+    GPT *m = s->model;
+    const float *x = m->params;
+    if (p->w.sw) {
+        if (whole_swap_full_params(&p->w, p->avg, m->nparams)) return NULL;
+        x = p->avg;
+    }
+    m->be->sub_scaled(p->avg, p->anchor, x, 1.0f, m->nparams);
+    return p->avg;
+}
 static int64_t peer_resume(Strategy *s, Peer *p, int *has_avg);
 
 // m ← β·m + Δ̄/λ (clipped); a ← a − α·m over the whole model (co2.h's rule).
@@ -171,11 +158,12 @@ static int round_end(Strategy *s, Peer *p, double *wait) {
         return resync(s, p) ? -1 : 1;
     }
     int64_t r = ++p->round;
-    m->be->sub_scaled(p->delta, p->anchor, m->params, 1.0f, P); // Δ = a − x
+    const float *delta = x_delta(s, p);
+    if (!delta) return -1;
     double loss[4096];
     for (int i = 0; i < p->n[0]; i++)
         loss[i] = p->rec[0][i].loss;
-    swarm_contribute(p->sw, r, p->delta, loss, p->n[0]);
+    swarm_contribute(p->sw, r, delta, loss, p->n[0]);
     p->base += (uint64_t)p->n[0] * (uint64_t)p->N * (uint64_t)s->cfg->grad_accum;
     if (r >= 2) {
         double w = apply_average(s, p, r - 1);
@@ -191,9 +179,9 @@ static int round_end(Strategy *s, Peer *p, double *wait) {
     p->rec[0] = t, p->n[0] = 0;
     if (r == testhook_peer_diverge()) p->anchor[0] += 1e-3f; // LOOM_FAULT_DIVERGE
     swarm_anchor_hash(p->sw, r, swarm_hash(p->anchor, P));
-    m->be->copy(m->params, p->anchor, P); // x ← a(r)
+    x_set(s, p, p->anchor); // x ← a(r)
     p->begun = 0;
-    return 0;
+    return p->w.failed ? -1 : 0;
 }
 
 // This peer holds the swarm's state after round end st->round (a(b), m(b) in anchor / mom; a
@@ -206,7 +194,7 @@ static void adopt(Strategy *s, Peer *p, const SwarmState *st, const char *how) {
     p->base = st->window;
     p->n[0] = p->n[1] = 0;
     p->begun = 0;
-    s->model->be->copy(s->model->params, p->anchor, s->model->nparams);
+    x_set(s, p, p->anchor);
     int64_t start = p->round * c->tau;
     s->next_step = start < c->steps ? (int)start : c->steps; // the swarm's clock
     fprintf(stderr, "loom peer %s: %s the swarm at round %lld (step %d)\n", c->peer_id, how,
@@ -228,17 +216,31 @@ static int peer_create(Strategy *s) {
     const StrategyConfig *c = s->cfg;
     Peer *p = xcalloc(1, sizeof *p);
     s->impl = p;
+    size_t P = s->model->nparams;
+    // swapped: the outer state (anchor, outer momentum, Δ/average) and the swarm's least count in
+    // --fast-mem
+    p->w.kept = 4.0 * (double)(3 * P + swarm_host_floats(P));
+    p->w.kept_what = "the peer's anchor, outer momentum and Δ/average, and the swarm's Δs and "
+                     "the averages it keeps";
     if (whole_create(s, &p->w, s->grid->dp_comm, 0)) return -1;
     GPT *m = s->model;
-    size_t P = m->nparams;
-    p->anchor = xalloc_floats(P), p->mom = xalloc_floats(P);
-    p->delta = xalloc_floats(P), p->avg = xalloc_floats(P);
-    m->be->copy(p->anchor, m->params, P);
+    p->anchor = xalloc_floats(P), p->mom = xalloc_floats(P), p->avg = xalloc_floats(P);
+    if (!p->w.sw)
+        m->be->copy(p->anchor, m->params, P);
+    else if (whole_swap_full_params(&p->w, p->anchor, P))
+        return -1;
+    else
+        fprintf(stderr,
+                "loom peer %s: --offload: the model is swapped; host memory holds the outer "
+                "state and the swarm's buffers, %.1f MiB each (%zu of them counted in "
+                "--fast-mem; the Δs exchanged with other peers and a joiner's download come on "
+                "top: docs/PEERS.md)\n",
+                c->peer_id, 4.0 * P / 1048576, 3 + swarm_host_floats(P) / P);
     p->cc = whole_co2_config(c);
     for (int i = 0; i < 2; i++)
         p->rec[i] = xcalloc((size_t)c->tau, sizeof(StepRecord));
     p->extra = xcalloc((size_t)c->tau, sizeof *p->extra);
-    p->desc = run_desc(s);
+    p->desc = peer_run_desc(s);
     SwarmConfig sc = {.id = c->peer_id,
                       .listen = c->listen,
                       .advertise = c->advertise,
@@ -293,7 +295,9 @@ static int peer_step(Strategy *s, int step, int boundary) {
     double t0 = now_sec();
     double loss = whole_grads(s, &p->w, step);
     StepRecord r = {.step = step + 1, .loss = loss};
+    if (p->w.failed) return -1;
     whole_update(s, &p->w, step, loss, &r);
+    if (p->w.failed) return -1;
     if (!r.applied) { // this peer stops; the swarm goes on without it
         r.must_stop = 1;
         strategy_emit(s, &r);
@@ -332,7 +336,11 @@ static void peer_drain(Strategy *s, int final) {
         exit(EXIT_IO);
     }
     p->drain_s = w;
-    s->model->be->copy(s->model->params, p->anchor, s->model->nparams);
+    x_set(s, p, p->anchor);
+    if (p->w.failed) {
+        fprintf(stderr, "loom peer %s: %s\n", s->cfg->peer_id, loom_errmsg());
+        exit(EXIT_IO);
+    }
 }
 
 static double peer_evaluate(Strategy *s) { return whole_evaluate(s, &((Peer *)s->impl)->w); }
@@ -359,9 +367,11 @@ static int peer_save(Strategy *s, const char *dir, CkptMeta *meta, int final, Ck
                 "loom peer %s: stopped %d steps into round %lld: saving the state of its start "
                 "(step %d; those steps are trained again on resume)\n",
                 s->cfg->peer_id, p->n[0], (long long)p->round + 1, at);
-        s->model->be->copy(s->model->params, p->anchor, s->model->nparams);
+        x_set(s, p, p->anchor);
+        if (p->w.failed) return -1;
         meta->step = at;
-        if (p->w.opt.t > at) p->w.opt.t = at; // (whole_save records it; a count <= the step)
+        int *t = p->w.sw ? swap_opt_t(p->w.sw) : &p->w.opt.t;
+        if (*t > at) *t = at; // (whole_save records it; a count <= the step)
     }
     if (final || p->round < 1) // the final anchor (or nothing averaged yet): weights only
         return whole_save(s, &p->w, dir, meta, 1, extra, extra_ctx, NULL, NULL, keep);
@@ -402,6 +412,10 @@ static int peer_full_params(Strategy *s, float *host, int grads) {
     return whole_full_params(s, &((Peer *)s->impl)->w, host, grads);
 }
 
+static int peer_param_source(Strategy *s, ParamSource *src) {
+    return whole_param_source(&((Peer *)s->impl)->w, src);
+}
+
 static uint64_t peer_window(Strategy *s, int step) {
     Peer *p = s->impl;
     (void)step;
@@ -417,6 +431,7 @@ static void peer_describe(const Strategy *s, char *buf, size_t n) {
 static void peer_summary(Strategy *s, double exposed_s, double step_s) {
     Peer *p = s->impl;
     SwarmStats st = swarm_stats(p->sw);
+    if (p->w.sw) whole_swap_summary(&p->w);
     fprintf(stderr,
             "loom peer %s: waited %.1f%% of step time for averages, and %.1f s for the last one | "
             "sent %.1f MiB, received %.1f MiB | rejected %ld messages, %ld handshakes | %ld "
@@ -433,7 +448,7 @@ static void peer_destroy(Strategy *s) {
         swarm_close(p->sw);
     }
     whole_free(s, &p->w);
-    free(p->anchor), free(p->mom), free(p->delta), free(p->avg);
+    free(p->anchor), free(p->mom), free(p->avg);
     for (int i = 0; i < 2; i++)
         free(p->rec[i]);
     free(p->extra), free(p->desc);
@@ -457,6 +472,7 @@ const StrategyOps STRATEGY_PEER = {.name = "peer",
                                    .evaluate = peer_evaluate,
                                    .save = peer_save,
                                    .full_params = peer_full_params,
+                                   .param_source = peer_param_source,
                                    .comm_failed = peer_failed,
                                    .describe = peer_describe,
                                    .summary = peer_summary,

@@ -15,6 +15,11 @@ typedef struct {
     Swapper *sw;    // block swapping (--offload): the state lives in its tier, not in memory
     int failed;     // the tier failed (loom_errmsg): the step returns -1
     int fused;      // swapping updates each unit right after its backward (SwapConfig.fused)
+    // With swapping: host memory the strategy keeps beside the swapped model (a peer's outer
+    // state and its swarm's buffers), counted in --fast-mem with the fixed overhead; set before
+    // whole_create, with what it is in words.
+    double kept;
+    const char *kept_what;
     const Strategy *owner;
 } Whole;
 
@@ -49,6 +54,8 @@ void whole_swap_apply(Whole *w, StepRecord *r, float grad_scale);
 double whole_swap_evaluate(Strategy *s, Whole *w);
 CkptShard whole_swap_shard(Whole *w);
 int whole_swap_full_params(Whole *w, float *host, size_t n);
+// Writes every parameter into the tier from host memory (between steps: loom peer's x ← a).
+int whole_swap_set_params(Whole *w, const float *host, size_t n);
 // The lead rank's line on what swapping cost per step (bytes, the update pass, I/O waits).
 void whole_swap_summary(Whole *w);
 // CO2's outer rule from the flags.

@@ -51,22 +51,35 @@ static int measure_overhead(Strategy *s, const OffloadShape *sh, OffloadCosts *c
 // The swap units: --offload-units, or the best plan the static analysis finds in what the
 // budget leaves after the fixed overhead. The first rank of the data-parallel group plans and
 // every rank takes its plan: the ranks' per-unit reductions must match.
-static int make_plan(Strategy *s, const OffloadShape *sh, OffloadPlan *plan, double *overhead) {
+static int make_plan(Strategy *s, const Whole *w, const OffloadShape *sh, OffloadPlan *plan,
+                     double *overhead) {
     const StrategyConfig *c = s->cfg;
     const Comm *dp = s->grid->dp_comm;
     OffloadCosts costs = {0};
-    double share;
+    double share, MiB = 1048576;
     memset(plan, 0, sizeof *plan);
-    if (measure_overhead(s, sh, &costs, overhead) ||
-        offload_plan_share(s->model, sh, c->fast_mem, *overhead, &share))
-        return -1;
+    if (measure_overhead(s, sh, &costs, overhead)) return -1;
+    double least = offload_plan_min_bytes(s->model, sh, NULL);
+    if (w->kept > 0 && (double)c->fast_mem - *overhead - w->kept < least)
+        return loom_fail("--fast-mem %.1f MiB: the fixed overhead %.1f MiB and %.1f MiB kept in "
+                         "host memory (%s) leave less than the %.1f MiB block swapping needs at "
+                         "least: --fast-mem must be at least %.1f MiB",
+                         (double)c->fast_mem / MiB, *overhead / MiB, w->kept / MiB, w->kept_what,
+                         least / MiB, (*overhead + w->kept + least) / MiB);
+    double fixed = *overhead;
+    *overhead += w->kept;
+    if (offload_plan_share(s->model, sh, c->fast_mem, *overhead, &share)) return -1;
+    char kept[320] = "";
+    if (w->kept > 0)
+        snprintf(kept, sizeof kept, ", %.1f MiB kept in host memory (%s)", w->kept / MiB,
+                 w->kept_what);
     if (s->lead)
         fprintf(stderr,
                 "loom: offload: fixed overhead %.1f MiB (measured at start-up: the binary and "
                 "its libraries%s, the backend's threads and BLAS buffers, + %.0f MiB for what "
-                "starts later), %.1f MiB of --fast-mem %.1f MiB left to block swapping\n",
-                *overhead / 1048576, dp->size > 1 ? ", MPI" : "", OFFLOAD_LATE_BYTES / 1048576,
-                share / 1048576, (double)c->fast_mem / 1048576);
+                "starts later)%s, %.1f MiB of --fast-mem %.1f MiB left to block swapping\n",
+                fixed / MiB, dp->size > 1 ? ", MPI" : "", OFFLOAD_LATE_BYTES / MiB, kept,
+                share / MiB, (double)c->fast_mem / MiB);
     if (c->offload_units) {
         plan->prefetch = c->offload_prefetch;
         return offload_plan_parse_units(s->model, c->offload_units, plan);
@@ -111,7 +124,7 @@ int whole_swap_create(Strategy *s, Whole *w, const Comm *grad_comm, int zero) {
     CO2Config cc = whole_co2_config(c);
     OffloadPlan plan;
     double overhead = 0;
-    if (make_plan(s, &sh, &plan, &overhead)) return -1;
+    if (make_plan(s, w, &sh, &plan, &overhead)) return -1;
     SwapConfig sc = {.B = c->batch,
                      .T = c->seq,
                      .K = c->grad_accum,
@@ -185,6 +198,10 @@ CkptShard whole_swap_shard(Whole *w) {
 
 int whole_swap_full_params(Whole *w, float *host, size_t n) {
     return swap_fetch(w->sw, SWAP_PARAMS, 0, n, host);
+}
+
+int whole_swap_set_params(Whole *w, const float *host, size_t n) {
+    return swap_store(w->sw, SWAP_PARAMS, 0, n, host);
 }
 
 static int fetch_params(void *ctx, size_t at, size_t n, float *dst) {

@@ -363,3 +363,5 @@ void swarm_close(Swarm *s) {
     pthread_cond_destroy(&s->cv);
     free(s);
 }
+
+size_t swarm_host_floats(size_t P) { return (size_t)(SW_SLOTS + 2) * P; }

@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# t_peer_offload.sh — loom peer --offload disk (a peer whose model — parameters, gradients,
+# AdamW moments — is swapped through the slow tier), real processes on 127.0.0.1:
+#   1. a swarm of 2 and of 3 offloaded peers started together (weight decay, clipping,
+#      --grad-accum 2) equals the same swarm in memory bit for bit: every peer's losses, local
+#      losses, gradient norms per step identical and its exported anchor byte-identical; and it
+#      equals `mpirun -np N loom train --dp N --co2 --offload` (losses and final anchor within
+#      1e-5, as t_peer.sh compares a swarm with --co2: the sums run in another order); with
+#      clipping off (the update fused into the backward) likewise. A mixed swarm (one peer
+#      offloaded, one in memory) is the same swarm too. Negative control: the comparisons tell
+#      2 peers from 3;
+#   2. kill -9 of an offloaded peer mid-run, restarted with the same id (and --offload): it
+#      downloads the swarm's state into its tier and rejoins; a late offloaded joiner likewise;
+#      all end with the in-memory peer's anchor;
+#   3. an offloaded peer whose anchor diverges (LOOM_FAULT_DIVERGE) re-syncs: every anchor equal;
+#   4. checkpoints: an offloaded peer's round-end checkpoint resumes as a plain peer and a plain
+#      peer's checkpoint resumes with --offload, onto the uninterrupted run's anchor byte for
+#      byte;
+#   5. --fast-mem counts what an offloaded peer keeps in host memory (its outer state, the
+#      swarm's least buffers): too small a budget is refused naming it, and a peer alone with a
+#      3.2M-parameter model stays within --fast-mem (peak RSS of the process).
+# The tier's scratch files are gone after every run.
+# asan: skip
+set -eu
+. "$(dirname "$0")/lib.sh"
+need_mpi
+need_torch
+REF="$PY $(dirname "$0")/torch_ref.py"
+d=${PEER_TEST_DIR:-$(mktemp -d)}
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; [ -n "${PEER_TEST_DIR:-}" ] || rm -rf "$d"; }
+trap cleanup EXIT
+mkshard "$d/d.bin" 64 60000 3
+$LOOM keygen -o "$d/secret" 2>/dev/null
+mkdir -p "$d/off"
+model="--layers 2 --heads 2 --dim 32 --vocab 64 --block-size 32 --batch 2 --seq 16"
+opt="--lr 3e-3 --weight-decay 0.1 --grad-clip 0.5 --lr-schedule constant --grad-accum 2"
+outer="--tau 3 --outer-lr 0.9 --outer-momentum 0.6 --gap-mode constant --gap-penalty 1.7 --outer-clip 0.004"
+# (explicit units: no start-up profiling, so a restarted peer is back within a second)
+OFF="--offload disk --offload-dir $d/off --fast-mem 64M --offload-units [[0,0],[1,1],[2,2],[3,3]]"
+export OMP_NUM_THREADS=1
+peer() { # peer ID BOOT [flags...]: a peer in the background (pid in $!), port picked by the system
+    local id=$1 boot=$2; shift 2
+    rm -f "$d/$id.log"
+    $LOOM peer --data "$d/d.bin" $model $opt --peer-id "$id" --listen 127.0.0.1:0 \
+        ${boot:+--bootstrap $boot} --secret "$d/secret" --progress off \
+        --peer-timeout 2 "$@" > "$d/$id.log" 2>&1 &
+    pids+=($!)
+}
+addr() { # addr ID: where peer ID listens (once it says so; up to 60 s)
+    local a=
+    for _ in $(seq 600); do
+        a=$(sed -n 's/^loom peer .*: others reach it at //p' "$d/$1.log" 2>/dev/null || true)
+        [ -n "$a" ] && break
+        sleep 0.1
+    done
+    [ -n "$a" ] || { echo "peer $1 never said where it listens" >&2; cat "$d/$1.log" >&2; return 1; }
+    echo "$a"
+}
+waitall() { local rc=0; for p in "$@"; do wait "$p" || rc=$?; done; return $rc; }
+logs() { for f in "$d"/$1*.log; do echo "== $f"; tail -n 8 "$f"; done; }
+# the numbers of a peer's records: loss, lr, norm, local loss, round, averaged (timing aside)
+numbers() { sed -E 's/,"step_ms".*"local_loss"/,"local_loss"/; s/,"view":[0-9]+//; s/,"wait_ms".*//' "$1"; }
+clean() { [ -z "$(ls -A "$d/off")" ] || { echo "$1: scratch files left in --offload-dir"; ls -R "$d/off"; exit 1; }; }
+swarm() { # swarm NAME N [flags...]: N peers NAME0.. started together; metrics, exports NAME$i.*
+    local name=$1 n=$2; shift 2
+    local started=() boot=
+    for i in $(seq 0 $((n - 1))); do
+        local f=$(eval echo "\${F$i:-}")
+        peer "$name$i" "$boot" $outer --min-peers $n --metrics "$d/$name$i.jsonl" \
+            --export "$d/$name$i.st" $f "$@"
+        started+=($!)
+        if [ $i = 0 ]; then boot=$(addr "${name}0"); fi
+    done
+    waitall "${started[@]}" || { logs "$name"; exit 1; }
+}
+same() { # same WHAT A B: identical records and exported anchors
+    diff <(numbers "$d/$2.jsonl") <(numbers "$d/$3.jsonl") > /dev/null ||
+        { echo "$1: records differ"; diff <(numbers "$d/$2.jsonl") <(numbers "$d/$3.jsonl") | head; exit 1; }
+    cmp -s "$d/$2.st" "$d/$3.st" || { echo "$1: exported anchors differ"; exit 1; }
+}
+
+echo "== 1. offloaded swarms equal in-memory ones bit for bit, and mpirun --co2 --offload"
+for n in 2 3; do
+    steps=11
+    $MPI -np $n $LOOM train --data "$d/d.bin" --dp $n --co2 $model $opt $outer --steps $steps \
+        $OFF --metrics "$d/mpi$n.jsonl" --export "$d/mpi$n.st" --progress off 2>"$d/mpi.err" ||
+        { cat "$d/mpi.err"; exit 1; }
+    swarm "m$n-" $n --steps $steps
+    swarm "o$n-" $n --steps $steps $OFF
+    clean "$n offloaded peers"
+    grep -q '"io_ms"' "$d/o$n-0.jsonl" || { echo "no io_ms in an offloaded peer's records"; exit 1; }
+    for i in $(seq 0 $((n - 1))); do
+        same "$n peers, peer $i offloaded vs in memory" "m$n-$i" "o$n-$i"
+        cmp "$d/o$n-0.st" "$d/o$n-$i.st" || { echo "peer $i's anchor differs from peer 0's"; exit 1; }
+    done
+    echo "$n offloaded peers = $n in memory: identical records ($(grep -c '"loss"' "$d/o$n-0.jsonl") steps per peer) and anchors"
+    echo "$n offloaded peers vs mpirun --co2 --offload: $($REF compare-losses "$d/o$n-0.jsonl" "$d/mpi$n.jsonl" --tol 1e-5 | tail -1)"
+    $REF compare-st "$d/o$n-0.st" "$d/mpi$n.st" --tol 1e-5
+done
+# clipping off: each unit's AdamW runs right after its backward (the fused update)
+swarm f 2 --steps 11 --grad-clip 0
+swarm g 2 --steps 11 --grad-clip 0 $OFF
+same "2 peers, --grad-clip 0 (the update fused into the backward)" f0 g0
+same "2 peers, --grad-clip 0 (the update fused into the backward)" f1 g1
+echo "2 offloaded peers with --grad-clip 0 (fused update) = 2 in memory"
+F0="$OFF" swarm x 2 --steps 11 # one offloaded, one in memory
+same "a mixed swarm's offloaded peer" m2-0 x0
+same "a mixed swarm's in-memory peer" m2-1 x1
+echo "a mixed swarm (x0 offloaded, x1 in memory) = the swarm in memory"
+# negative control: the comparisons notice a different run (2 peers against 3)
+if diff <(numbers "$d/o2-0.jsonl") <(numbers "$d/m3-0.jsonl") > /dev/null; then
+    echo "2 offloaded peers matched 3 in memory: the comparison cannot fail"; exit 1
+fi
+if $REF compare-losses "$d/o2-0.jsonl" "$d/mpi3.jsonl" --tol 1e-5 > /dev/null 2>&1; then
+    echo "2 offloaded peers matched 3 MPI ranks: the comparison cannot fail"; exit 1
+fi
+echo "negative control: 2 peers vs 3 differ in both comparisons: seen"
+
+echo "== 2. an offloaded peer killed and restarted rejoins; a late offloaded joiner"
+model="--layers 2 --heads 2 --dim 64 --vocab 64 --block-size 32 --batch 4 --seq 32 --peak-gflops 1"
+peer j0 "" --tau 4 --steps 1200 --min-peers 2 --export "$d/j0.st"
+j0=$!
+boot=$(addr j0)
+LOOM_FAULT_KILL=0:150 peer j1 $boot --tau 4 --steps 1200 --min-peers 2 --export "$d/j1.st" $OFF
+j1=$!
+rc=0; wait $j1 || rc=$?
+[ "$rc" = 137 ] || { echo "j1 should have been killed (exit $rc)"; cat "$d/j1.log"; exit 1; }
+peer j1 $boot --tau 4 --steps 1200 --export "$d/j1.st" $OFF
+j1=$!
+peer j2 $boot --tau 4 --steps 1200 --export "$d/j2.st" $OFF
+j2=$!
+waitall $j0 $j1 $j2 || { logs j; exit 1; }
+grep -h "joined the swarm" "$d/j1.log" "$d/j2.log"
+cmp "$d/j0.st" "$d/j1.st" && cmp "$d/j0.st" "$d/j2.st" || { echo "anchors differ after joins"; exit 1; }
+clean "joins"
+echo "offloaded j1 (killed at step 150, restarted) and late offloaded j2 ended with j0's anchor"
+
+echo "== 3. an offloaded peer whose anchor diverges re-syncs into its tier"
+started=() boot=
+for i in 0 1 2; do
+    div=$([ $i = 1 ] && echo 5 || true)
+    LOOM_FAULT_DIVERGE=$div peer v$i "$boot" --tau 4 --steps 60 --min-peers 3 --export "$d/v$i.st" \
+        $([ $i = 0 ] || echo "$OFF")
+    started+=($!)
+    if [ $i = 0 ]; then boot=$(addr v0); fi
+done
+waitall "${started[@]}" || { logs v; exit 1; }
+grep -q "re-synced with the swarm" "$d/v1.log" || { echo "v1 did not re-sync"; cat "$d/v1.log"; exit 1; }
+cmp "$d/v0.st" "$d/v1.st" && cmp "$d/v0.st" "$d/v2.st" || { echo "anchors differ after the re-sync"; exit 1; }
+clean "re-sync"
+echo "offloaded v1 diverged, re-synced; all three anchors identical"
+
+echo "== 4. checkpoints: offloaded -> plain, plain -> offloaded"
+model="--layers 2 --heads 2 --dim 32 --vocab 64 --block-size 32 --batch 2 --seq 16"
+ck="--steps 12 --save-every 6 --keep 0"
+F0="$OFF --save $d/co0" F1="$OFF --save $d/co1" swarm co 2 $ck
+F0="--save $d/cm0" F1="--save $d/cm1" swarm cm 2 $ck
+same "an offloaded swarm saving checkpoints" cm0 co0
+[ -f "$d/co0/step_00000006/peer_state.bin" ] ||
+    { echo "no peer state in the offloaded step-6 checkpoint"; ls "$d/co0/step_00000006"; exit 1; }
+F0="--resume $d/co0/step_00000006" F1="$OFF --resume $d/cm1/step_00000006" swarm r 2 --steps 12
+cmp "$d/r0.st" "$d/co0.st" && cmp "$d/r1.st" "$d/co0.st" ||
+    { echo "the resumed swarm ended elsewhere"; exit 1; }
+clean "checkpoints"
+echo "resumed at step 6: r0 in memory from an offloaded checkpoint, r1 offloaded from an in-memory one: the uninterrupted anchor"
+
+echo "== 5. --fast-mem counts the peer's outer state and the swarm's least buffers"
+model="--layers 4 --heads 4 --dim 256 --vocab 64 --block-size 32 --batch 2 --seq 16 --peak-gflops 1"
+SOLO="--data $d/d.bin $model --lr 1e-3 --tau 2 --steps 6 --peer-id s --listen 127.0.0.1:0
+      --secret $d/secret --progress off --offload disk --offload-dir $d/off"
+expect_fail "kept in host memory (the peer's anchor, outer momentum" $LOOM peer $SOLO --fast-mem 100M
+budget=176
+$PY - "$budget" "$d/solo.err" $LOOM peer $SOLO --fast-mem ${budget}M <<'PY'
+import resource, subprocess, sys
+budget, errf, cmd = float(sys.argv[1]), sys.argv[2], sys.argv[3:]
+r = subprocess.run(cmd, stderr=subprocess.PIPE, text=True)
+open(errf, "w").write(r.stderr)
+if r.returncode:
+    sys.stderr.write(r.stderr); sys.exit(f"FAILED: a peer alone: exit {r.returncode}")
+peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+assert peak <= budget, f"FAILED: a peer alone: peak RSS {peak:.1f} MiB over {budget:.0f} MiB"
+print(f"a 3.2M-parameter peer alone (outer state 3 x 12.1 MiB in host memory): peak RSS "
+      f"{peak:.1f} MiB <= --fast-mem {budget:.0f} MiB")
+PY
+clean "a peer alone"
