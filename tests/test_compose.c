@@ -83,6 +83,10 @@ TEST(pairs_a_strategy_cannot_run) {
     ACCEPTED(c, cpu);
     c = base(), c.dp = 2, c.cp = 2, c.zero = 3;
     ACCEPTED(c, cpu);
+    c = base(), c.dp = 2, c.pp = 2, c.tp = 2, c.zero = 3; // ZeRO-3 inside pipeline stages
+    ACCEPTED(c, cpu);
+    c.schedule = "2bw";
+    REFUSED(c, cpu, "--schedule 2bw with --zero 3: 2bw's background update needs");
     c = base(), c.tp = 2, c.zero = 3, c.dump_grads = 1;
     REFUSED(c, cpu, "--dump-grads with --zero 3: the first step's gradients are gathered");
 }
