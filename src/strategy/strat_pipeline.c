@@ -1,7 +1,8 @@
 // strat_pipeline.c — pipeline parallelism: the blocks split into --pp stages, micro-batches
 // streamed through them under gpipe, 1f1b or 2bw (PipeDream-2BW: two weight versions, the
 // update of batch t applied in the background before batch t+2), --dp replicas of every stage
-// with ZeRO-1 inside them (parallel/pipeline.h has the runtime). With --tp M every stage runs
+// with ZeRO 1-3 inside them (2 and 3 under gpipe/1f1b; parallel/pipeline.h has the runtime,
+// pipeline_zero.c the shards). With --tp M every stage runs
 // the Megatron 1D tensor-parallel part of its blocks (model/tp_layout.c): the stage's tp group
 // all-reduces partial results as strat_tp does, activations go to the next stage's rank of the
 // same tp index, and initial weights, resumes, checkpoints and exports stay in the whole
