@@ -13,7 +13,8 @@
 #     checkpoint onto ZeRO-3; dp 2 x pp 2 x tp 2 and dp 2 x pp 2 x cp 2 (8 ranks) at ZeRO-3 = one
 #     process and ZeRO-1 within 1e-5; 2bw with ZeRO 2 is refused with its reason;
 #   * memory: the dry-run's per-rank parameters and the runs' summaries drop from ZeRO-1 to
-#     ZeRO-3 (dp 2 x tp 2; dp 2 x pp 2's stage 0 weights), and ZeRO-2's gradients (pp);
+#     ZeRO-3 (dp 2 x tp 2; dp 2 x pp 2's stage 0 weights), and ZeRO-2's gradients (pp); the
+#     dry-run's stage 0 weights and gradients at ZeRO 2 and 3 equal the run's summary;
 #   * negative control: a run on other data fails the same comparison.
 set -eu
 . "$(dirname "$0")/lib.sh"
@@ -131,12 +132,20 @@ mf="${big/--layers 8/--layers 16} --grad-accum 2"
 dryg() { $LOOM train $mf "$@" --dry-run | sed -n 's/^per rank.*grads \([0-9.]*\) MiB.*/\1/p'; }
 runw() { local what=$1; shift; $MPI -np 4 $LOOM train $mf "$@" 2>&1 >/dev/null |
          sed -n "s/.*stage 0 holds $what \([0-9.]*\) MiB.*/\1/p"; }
+dryp() { $LOOM train $mf "$@" --dry-run | sed -n 's/^per rank.*params \([0-9.]*\) MiB.*/\1/p'; }
 mem "dp 2 x pp 2 dry-run params per rank (ZeRO-3 vs 1)" "$(dryp --dp 2 --pp 2 --zero 3)" \
     "$(dryp --dp 2 --pp 2 --zero 1)"
 mem "dp 2 x pp 2 dry-run grads per rank (ZeRO-2 vs 1)" "$(dryg --dp 2 --pp 2 --zero 2)" \
     "$(dryg --dp 2 --pp 2 --zero 1)"
 mem "dp 2 x pp 2 run's stage 0 weights (ZeRO-3 vs 1)" "$(runw weights --dp 2 --pp 2 --zero 3)" \
     "$(runw weights --dp 2 --pp 2 --zero 1)"
+for z in 2 3; do # the dry-run predicts what the run's stage 0 holds
+    a="$(dryp --dp 2 --pp 2 --zero $z) $(dryg --dp 2 --pp 2 --zero $z)"
+    b="$(runw weights --dp 2 --pp 2 --zero $z)"
+    b="$b $(runw "weights [0-9.]* MiB, grads" --dp 2 --pp 2 --zero $z)"
+    echo "dp 2 x pp 2 ZeRO-$z weights, grads per rank: dry-run $a MiB, run $b MiB"
+    [ "$a" = "$b" ] || { echo "FAILED: the dry-run's memory differs from the run's"; exit 1; }
+done
 mem "dp 2 x pp 2 run's stage 0 grads (ZeRO-2 vs 1)" \
     "$(runw "weights [0-9.]* MiB, grads" --dp 2 --pp 2 --zero 2)" \
     "$(runw "weights [0-9.]* MiB, grads" --dp 2 --pp 2 --zero 1)"

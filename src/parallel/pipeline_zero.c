@@ -15,11 +15,12 @@ void pipe_zero_setup(Pipe *p) {
     p->tcnt = xcalloc(W, sizeof(size_t)), p->tdsp = xcalloc(W, sizeof(size_t));
     for (int b = p->b0; b < p->b1; b++)
         if (m->blocks[b].n > p->maxblk) p->maxblk = m->blocks[b].n;
-    p->gshard = be->alloc(own), p->tgrad = be->alloc(p->maxblk), p->trecv = be->alloc(p->maxblk);
+    size_t piece = p->maxblk < own ? p->maxblk : own; // the most of a block a replica receives
+    p->gshard = be->alloc(own), p->tgrad = be->alloc(p->maxblk), p->trecv = be->alloc(piece);
     be->fill(p->gshard, 0.f, own);
     size_t embed = p->first ? m->blocks[0].n : 0;
     if (embed) p->egrad = be->alloc(embed), be->fill(p->egrad, 0.f, embed);
-    p->mem[1] = 4.0 * ((double)own + 2.0 * p->maxblk + embed + (p->replica ? p->tie_n : 0));
+    p->mem[1] = 4.0 * ((double)(own + p->maxblk + piece + embed) + (p->replica ? p->tie_n : 0));
     if (!p->zero3) return;
     p->pshard = be->alloc(own);
     be->copy(p->pshard, p->pbuf[0] + p->own_lo, own);

@@ -63,7 +63,7 @@ static void stage_state(const LayoutShape *s, int st, double n, double maxb, dou
     *p = 4.0 * held * nver;
     *g = 4.0 * held * (nver == 2 ? 2 : 1);
     if (shard && s->zero >= 2) // the shard, a block in flight and its piece, stage 0's embedding
-        *g = 4.0 * (own + 2 * maxb + (st == 0 ? embed : 0) + rep);
+        *g = 4.0 * (own + maxb + fmin(maxb, own) + (st == 0 ? embed : 0) + rep);
     if (shard && s->zero >= 3) *p = 4.0 * (own + maxb + rep); // the shard, one gathered block
     *o = 8.0 * (own + wown);
 }
