@@ -8,9 +8,9 @@
 #     its checkpoint resumes bit-identically on its own layout and onto one process;
 #   * dp 2 x pp 2 under 1f1b and gpipe at ZeRO-2 and ZeRO-3 = one process within 1e-5 (weights,
 #     losses, --val-every's losses), ZeRO-1 within 1e-5 (ZeRO-2 reduce-scatters every
-#     micro-batch: another summation order), ZeRO-3 = ZeRO-2 bit for bit; their checkpoints
-#     resume bit-identically on their own layout and onto one process, and a one-process
-#     checkpoint onto ZeRO-3; dp 2 x pp 2 x tp 2 and dp 2 x pp 2 x cp 2 (8 ranks) at ZeRO-3 = one
+#     micro-batch: another summation order), ZeRO-3 = ZeRO-2 bit for bit (and with --recompute
+#     = one process); their checkpoints resume bit-identically on their own layout and onto one
+#     process, and a one-process checkpoint onto ZeRO-3; dp 2 x pp 2 x tp 2 and dp 2 x pp 2 x cp 2 (8 ranks) at ZeRO-3 = one
 #     process and ZeRO-1 within 1e-5; 2bw with ZeRO 2 is refused with its reason;
 #   * memory: the dry-run's per-rank parameters and the runs' summaries drop from ZeRO-1 to
 #     ZeRO-3 (dp 2 x tp 2; dp 2 x pp 2's stage 0 weights), and ZeRO-2's gradients (pp); the
@@ -99,6 +99,9 @@ for sched in 1f1b gpipe; do
     st "dp 2 x pp 2 $sched ZeRO-2 vs ZeRO-1" "$d/p2$sched.st" "$d/p1.st" 1e-5
 done
 echo "validation through the stages at ZeRO 2 and 3 equals one process'"
+pp --schedule 1f1b --zero 3 --recompute --metrics "$d/prc.jsonl" --export "$d/prc.st"
+same "dp 2 x pp 2 1f1b ZeRO-3 --recompute vs one process" "$d/prc.jsonl" "$d/pref.jsonl"
+st "dp 2 x pp 2 1f1b ZeRO-3 --recompute vs one process" "$d/prc.st" "$d/pref.st" 1e-5
 for z in 2 3; do # checkpoints: on their own layout bit for bit, onto one process, and back
     pp --schedule gpipe --zero $z --resume "$d/cp${z}gpipe/step_00000002" \
         --metrics "$d/pr.jsonl" --export "$d/pr.st"
