@@ -67,7 +67,8 @@ same --tol 1e-5 "dp 2 x cp 2 ZeRO-1 checkpoint -> cp 4" "$d/dcto4.jsonl" "$d/tai
 # bad layouts
 expect_fail "--cp 2 cuts every sequence into 2 x 2 = 4 chunks: --seq 270 is not a multiple of 4" \
     $MPI -np 2 $LOOM train ${f/--seq 272/--seq 270} --cp 2
-expect_fail "--cp 2 with --zero 3" $MPI -np 2 $LOOM train $f --cp 2 --zero 3
+expect_fail "--dump-grads with --zero 3" $MPI -np 2 $LOOM train $f --cp 2 --zero 3 \
+    --dump-grads "$d/g.bin"
 expect_fail "--cp 2 with --co2" $MPI -np 2 $LOOM train $f --cp 2 --co2
 expect_fail "--seq 66 (a context-parallel rank's tokens) is not divisible by --tp 4" \
     $MPI -np 8 $LOOM train ${f/--seq 272/--seq 132} --cp 2 --tp 4 --sp

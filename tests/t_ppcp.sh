@@ -74,8 +74,8 @@ $MPI -np 4 $LOOM train $f --pp 2 --cp 2 --resume "$d/one/step_00000003" \
 same --tol 1e-5 "1-rank checkpoint -> pp 2 x cp 2" "$d/1a.jsonl" "$d/tail.jsonl"
 
 # what pp x cp / sp does not run
-expect_fail "--pp 2 with --zero 2: not available" \
-    $MPI -np 4 $LOOM train $f --pp 2 --cp 2 --zero 2
+expect_fail "--schedule 2bw with --zero 2" \
+    $MPI -np 4 $LOOM train $f --pp 2 --cp 2 --zero 2 --schedule 2bw
 expect_fail "--cp 2 cuts every sequence into 2 x 2 = 4 chunks: --seq 30 is not a multiple of 4" \
     $MPI -np 4 $LOOM train ${f/--seq 32/--seq 30} --pp 2 --cp 2
 expect_fail "--sp with --pp splits the sequence over each stage's 1D tensor-parallel group: it \

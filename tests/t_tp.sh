@@ -72,5 +72,6 @@ $REF compare-st "$d/c2.st" "$d/tp2.st" --tol 0
 # bad layouts
 expect_fail "--tp 3 must divide --heads 4" $MPI -np 3 $LOOM train $f --tp 3
 expect_fail "= 2 ranks, but the job has 3" $MPI -np 3 $LOOM train $f --tp 2
-expect_fail "--tp 2 with --zero 3" $MPI -np 2 $LOOM train $f --tp 2 --zero 3
+expect_fail "--dump-grads with --zero 3: the first step's gradients are gathered" \
+    $MPI -np 2 $LOOM train $f --tp 2 --zero 3 --dump-grads "$d/g.bin"
 expect_fail "--tp 2 with --co2" $MPI -np 2 $LOOM train $f --tp 2 --co2

@@ -58,8 +58,8 @@ TEST(unsupported_features_name_both_flags) {
     StrategyConfig c = base();
     c.tp = 2, c.co2 = 1;
     REFUSED(c, cpu, "--tp 2 with --co2: not available (tensor and context parallelism run with");
-    c = base(), c.cp = 2, c.zero = 3;
-    REFUSED(c, cpu, "--cp 2 with --zero 3: not available");
+    c = base(), c.tp = 4, c.tp_2d = 1, c.zero = 3;
+    REFUSED(c, cpu, "--tp 4 --tp-mode 2d with --zero 3: not available");
     c = base(), c.pp = 2, c.offload = 1;
     REFUSED(c, cpu, "--pp 2 with --offload: not available (pipeline stages run with");
     c = base(), c.tp = 4, c.tp_2d = 1, c.cp = 2;
@@ -83,6 +83,16 @@ TEST(pairs_a_strategy_cannot_run) {
     ACCEPTED(c, cpu);
     c = base(), c.pp = 2, c.tp = 2, c.cp = 2, c.sp = 1, c.seq = 32, c.zero = 1;
     ACCEPTED(c, cpu);
+    c = base(), c.dp = 2, c.tp = 2, c.zero = 3; // ZeRO-3 over a tensor-parallel part
+    ACCEPTED(c, cpu);
+    c = base(), c.dp = 2, c.cp = 2, c.zero = 3;
+    ACCEPTED(c, cpu);
+    c = base(), c.dp = 2, c.pp = 2, c.tp = 2, c.zero = 3; // ZeRO-3 inside pipeline stages
+    ACCEPTED(c, cpu);
+    c.schedule = "2bw";
+    REFUSED(c, cpu, "--schedule 2bw with --zero 3: 2bw's background update needs");
+    c = base(), c.tp = 2, c.zero = 3, c.dump_grads = 1;
+    REFUSED(c, cpu, "--dump-grads with --zero 3: the first step's gradients are gathered");
 }
 
 // A backend is asked what it can do: the same configuration runs on the CPU and is refused,

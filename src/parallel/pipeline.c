@@ -103,9 +103,9 @@ void pipe_use_version(Pipe *p, int v) {
     GPT *m = p->m;
     for (int b = 0; b < m->nblocks; b++) {
         Block *blk = &m->blocks[b];
-        if (b >= p->b0 && b < p->b1) {
-            blk->params = p->pbuf[v] + (blk->off - p->lo);
-            blk->grads = p->gbuf + (blk->off - p->lo);
+        if (b >= p->b0 && b < p->b1) { // ZeRO-3: gathered per use; ZeRO-2: transient
+            blk->params = p->pbuf[v] ? p->pbuf[v] + (blk->off - p->lo) : NULL;
+            blk->grads = p->gbuf ? p->gbuf + (blk->off - p->lo) : b == 0 ? p->egrad : NULL;
         } else if (b == 0 && p->replica) {
             blk->params = p->wbuf[v];
             blk->grads = p->wgrad;
@@ -130,7 +130,8 @@ static double stage_forward(Pipe *p, Workspace *ws) {
     GPT *m = p->m;
     double loss = 0;
     for (int b = p->b0; b < p->b1; b++) {
-        const Block *blk = &m->blocks[b];
+        Block *blk = &m->blocks[b];
+        blk->params = pipe_zero_params(p, b);
         BlockIO bio = {.tokens = ws->tokens, .targets = ws->targets};
         if (blk->kind != BLOCK_EMBED) bio.x_in = workspace_stream(ws, m, b - 1);
         if (blk->kind != BLOCK_HEAD) bio.x_out = workspace_stream(ws, m, b);
@@ -175,6 +176,8 @@ void pipe_backward_micro(Pipe *p, int g, int step, float grad_scale, int reduce)
     }
     for (int b = p->b1 - 1; b >= p->b0; b--) {
         Block *blk = &m->blocks[b];
+        blk->params = pipe_zero_params(p, b);
+        pipe_zero_before_backward(p, b);
         BlockIO bio = {.tokens = ws->tokens, .targets = ws->targets, .dx = ws->dstream};
         if (blk->kind != BLOCK_EMBED) bio.x_in = workspace_stream(ws, m, b - 1);
         if (blk->kind != BLOCK_HEAD) bio.x_out = workspace_stream(ws, m, b);
@@ -184,8 +187,10 @@ void pipe_backward_micro(Pipe *p, int g, int step, float grad_scale, int reduce)
             bio.grad_scale = grad_scale;
         }
         block_backward(m, blk, ws, &bio);
+        pipe_zero_after_backward(p, b); // ZeRO-2: reduce-scattered now (not stage 0's embedding)
         if (reduce) {
-            p->breq[p->nbreq++] = comm_iallreduce(p->gc, blk->grads, blk->n);
+            if (!p->zero2 || b == 0)
+                p->breq[p->nbreq++] = comm_iallreduce(p->gc, blk->grads, blk->n);
             if (blk->kind == BLOCK_HEAD && p->replica)
                 p->breq[p->nbreq++] = comm_iallreduce(p->gc, p->wgrad, p->tie_n);
         }
@@ -212,6 +217,7 @@ static double evaluate_version(Pipe *p, int v) {
     Workspace *ws = &p->ws[0];
     size_t n = workspace_rows(ws, m) * m->cfg.C; // (B,T,C), or the rank's rows (--sp)
     int nw = p->pc->val_windows, W = p->g->dp, saved = p->cur_ver;
+    pipe_zero_gather_all(p, 1); // ZeRO-3: replicas may run different numbers of windows
     pipe_use_version(p, v);
     comm_set_context(-1, "pipeline validation");
     double v2[1] = {0};
@@ -232,6 +238,7 @@ static double evaluate_version(Pipe *p, int v) {
     }
     comm_allreduce_f64(p->g->pp_comm, v2, 1); // only the last stage holds losses
     comm_allreduce_f64(p->gc, v2, 1);
+    pipe_zero_gather_all(p, 0);
     pipe_use_version(p, saved);
     return nw > 0 ? v2[0] / nw / p->g->cp : NAN;
 }
@@ -298,6 +305,11 @@ static int pipe_setup(Pipe *p, GPT *m, const Grid *g, const PipelineConfig *pc, 
     p->nver = pc->schedule == SCHED_2BW ? 2 : 1;
     int W = p->gc->size, q = p->gc->rank;
     p->zero1 = pc->zero >= 1 && W > 1;
+    p->zero2 = pc->zero >= 2 && W > 1, p->zero3 = pc->zero >= 3 && W > 1;
+    if (p->zero2 && pc->schedule == SCHED_2BW)
+        return loom_fail("--schedule 2bw with --zero %d: 2bw's background update needs the "
+                         "whole stage's gradients and two weight versions (ZeRO 0 or 1)",
+                         pc->zero);
     p->own_lo = 0, p->own_hi = n, p->wown_lo = 0, p->wown_hi = p->replica ? p->tie_n : 0;
     if (p->zero1) { // replica slices on norm-chunk boundaries (gpt.h), offsets from lo / 0
         p->cnt = xcalloc((size_t)W, sizeof(size_t)), p->dsp = xcalloc((size_t)W, sizeof(size_t));
@@ -318,7 +330,7 @@ static int pipe_setup(Pipe *p, GPT *m, const Grid *g, const PipelineConfig *pc, 
         if (p->replica) p->wbuf[v] = be->alloc(p->tie_n);
     }
     size_t own = p->own_hi - p->own_lo, wown = p->wown_hi - p->wown_lo;
-    p->gbuf = be->alloc(n), p->om = be->alloc(own), p->ov = be->alloc(own);
+    p->gbuf = p->zero2 ? NULL : be->alloc(n), p->om = be->alloc(own), p->ov = be->alloc(own);
     if (p->replica)
         p->wgrad = be->alloc(p->tie_n), p->wm = be->alloc(wown), p->wv = be->alloc(wown);
     if (stage_weights(p, start)) return -1;
@@ -327,6 +339,7 @@ static int pipe_setup(Pipe *p, GPT *m, const Grid *g, const PipelineConfig *pc, 
     p->mem[1] = 4.0 * held;
     p->mem[2] = 8.0 * (own + wown);
     gpt_drop_whole(m, 1, 1); // the stage's buffers replace the whole model's
+    pipe_zero_setup(p);      // ZeRO-2/3: the shards replace the stage's whole buffers
     pipe_use_version(p, 0);
     p->hooks = (BlockHooks){.poll = poll_hook, .ctx = p};
     if (p->nver == 2) {
@@ -382,7 +395,7 @@ int pipeline_shard(Pipeline *p, PipeShard *sh) {
     int newest = p->nver == 2 ? buffer_of(p->done) : 0;
     *sh = (PipeShard){.lo = p->lo + p->own_lo,
                       .hi = p->lo + p->own_hi,
-                      .params = p->pbuf[newest] + p->own_lo,
+                      .params = p->zero3 ? p->pshard : p->pbuf[newest] + p->own_lo,
                       .m = p->om,
                       .v = p->ov,
                       .prev = p->nver == 2 ? p->pbuf[buffer_of(p->done - 1)] + p->own_lo : NULL};
@@ -405,6 +418,7 @@ void pipeline_free(Pipeline *p) {
                      p->wbuf[1], p->wgrad,   p->wm,   p->wv, p->gspare, p->wspare};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->release(bufs[i]);
+    pipe_zero_free(p);
     if (m->hooks == &p->hooks) {
         m->hooks = p->saved_hooks;
         comm_set_wait_hook(NULL, NULL);
@@ -416,6 +430,10 @@ void pipeline_free(Pipeline *p) {
     free(p->ws), free(p->send_x), free(p->send_dx), free(p->breq);
     free(p->cnt), free(p->dsp), free(p->wcnt), free(p->wdsp), free(p->pend.part);
     free(p);
+}
+
+void pipeline_stage_weights(Pipeline *p, float *host) {
+    pipe_stage_weights(p, p->nver == 2 ? buffer_of(p->done) : 0, host);
 }
 
 int pipeline_full_params(Pipeline *p, float *host) {
@@ -432,7 +450,7 @@ int pipeline_full_params(Pipeline *p, float *host) {
         counts[s] = m->blocks[b1 - 1].off + m->blocks[b1 - 1].n - m->blocks[b0].off;
     }
     int newest = p->nver == 2 ? buffer_of(p->done) : 0;
-    m->be->download(host + p->lo, p->pbuf[newest], p->hi - p->lo);
+    pipe_stage_weights(p, newest, host + p->lo); // ZeRO-3: gathered over the replicas
     comm_allgatherv(g->pp_comm, host, counts, displs);
     free(counts);
     free(displs);

@@ -16,8 +16,11 @@
 // With --dp W each stage is replicated W times; replicas all-reduce their stage's gradients
 // (gpipe/1f1b: block by block during the last micro-batch's backward; 2bw: in the background
 // chain). With --zero 1 the replicas also shard the stage's AdamW moments: each updates its
-// 1/W of the stage and the new weights are all-gathered. Loss, gradient norm and clipping are
-// global. Validation (--val-every) is a forward-only pass of the windows through the stages.
+// 1/W of the stage and the new weights are all-gathered; --zero 2 (gpipe/1f1b) shards its
+// gradients too (reduce-scattered block by block after every micro-batch's backward), --zero 3
+// its weights (each block all-gathered before it runs); the tied wte replica on the last stage
+// and stage 0's embedding gradient stay whole (pipeline_zero.c). Loss, gradient norm and clipping
+// are global. Validation (--val-every) is a forward-only pass of the windows through the stages.
 // The model may be a Megatron 1D tensor-parallel part (m->tp.n > 1, its hooks installed by the
 // strategy): every stage then holds its part's blocks, activations go to the next stage's rank
 // of the same tp index, the tied embedding's rows to the same tp rank of the other end, and the
@@ -36,7 +39,8 @@ typedef enum { SCHED_GPIPE, SCHED_1F1B, SCHED_2BW } Schedule;
 typedef struct {
     Schedule schedule;
     int K, B, T, recompute;
-    int zero;                 // 1: shard AdamW moments over the stage's dp replicas
+    int zero;                 // 1: shard AdamW moments over the stage's dp replicas; 2: and
+                              // gradients; 3: and weights (gpipe/1f1b)
     int val_windows;          // windows a validation pass reads
     const char *stage_layers; // "3,3,2": transformer layers per stage (NULL: balanced)
     float grad_clip;
@@ -98,6 +102,9 @@ double pipeline_evaluate(Pipeline *p);
 // buffers). Returns 1 when this rank writes it (another replica may hold the same range).
 int pipeline_shard(Pipeline *p, PipeShard *sh);
 int pipeline_opt_t(const Pipeline *p);
+// Collective over the stage's replicas: its newest weights into host (the stage's hi - lo
+// floats, element lo first), gathered under ZeRO-3.
+void pipeline_stage_weights(Pipeline *p, float *host);
 // Collective over the stages: every stage's newest weights into host (nparams floats).
 int pipeline_full_params(Pipeline *p, float *host);
 // Peak number of micro-batches whose activations this stage held.

@@ -32,6 +32,17 @@ struct Pipeline {
     int zero1;
     size_t own_lo, own_hi, wown_lo, wown_hi;
     size_t *cnt, *dsp, *wcnt, *wdsp; // all-gather layouts over the dp replicas
+    // ZeRO-2 (gpipe/1f1b; pipeline_zero.c): the stage's gradients sharded too. Each block's
+    // gradient of a micro-batch goes to tgrad and is reduce-scattered into the owners' gshard
+    // (own_hi - own_lo) right after its backward; stage 0's embedding block accumulates in
+    // egrad (whole: it is summed with the last stage's wte replica over the tie) and is copied
+    // into gshard at the end of the batch. ZeRO-3: the weights too: the replica keeps pshard,
+    // and every block is all-gathered into gparam before its forward and backward.
+    int zero2, zero3;
+    float *gshard, *tgrad, *trecv, *egrad, *pshard, *gparam;
+    size_t maxblk;       // the stage's largest block (the transient buffers' size)
+    size_t *tcnt, *tdsp; // a block's counts and displacements over the replicas
+    int gathered;        // ZeRO-3: the blocks point at a whole gathered copy (validation)
     // gpipe/1f1b with dp replicas: per-block all-reduces started during the last backward
     CommReq *breq;
     int nbreq;
@@ -99,3 +110,26 @@ int pipe_step_flushed(Pipe *p, int step, float grad_scale);
 int pipe_step_2bw(Pipe *p, int step, int boundary, float grad_scale);
 void pipe_pend_advance(Pipe *p, int block);
 void pipe_pend_complete(Pipe *p);
+// pipeline_zero.c: ZeRO-2/3 over the stage's gradient group
+// Allocates the shards and transient buffers; moves the loaded weights into the shard (ZeRO-3).
+void pipe_zero_setup(Pipe *p);
+void pipe_zero_free(Pipe *p);
+// ZeRO-3: block b's weights gathered into gparam (returned); ZeRO 0-2 or a gathered copy: the
+// block's pointer as it is.
+float *pipe_zero_params(Pipe *p, int b);
+// ZeRO-2: before block b's backward, its gradient goes to the zeroed transient buffer; after
+// it, the buffer is reduce-scattered into the owners' shards.
+void pipe_zero_before_backward(Pipe *p, int b);
+void pipe_zero_after_backward(Pipe *p, int b);
+// ZeRO-2, end of the batch: stage 0's reduced embedding gradient into the shard; the shard and
+// egrad zeroed for the next batch.
+void pipe_zero_embed_done(Pipe *p);
+void pipe_zero_clear(Pipe *p);
+// The stage's newest weights [lo, hi) into host (hi-lo floats), on every replica (ZeRO-3
+// gathers them over gc).
+void pipe_stage_weights(Pipe *p, int v, float *host);
+// ZeRO-3: a whole gathered copy of the stage for validation (on = 1), released (on = 0).
+void pipe_zero_gather_all(Pipe *p, int on);
+// The gradients this replica updates (own_hi - own_lo, from element lo + own_lo), given the
+// stage's whole gradient buffer g (ZeRO 0/1).
+const float *pipe_own_grads(const Pipe *p, const float *g);

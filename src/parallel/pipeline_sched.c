@@ -20,15 +20,16 @@ static size_t chunk_floats(void) {
 // A tensor-parallel part's Σ g² per tensor of the stage, each added at the chunk its tensor
 // starts in; replicated tensors (the same on every tp rank) only on tp rank 0, so the sum over
 // the stages and tp ranks counts every whole-model gradient once.
-static void tp_sumsq(const Pipe *p, const float *g, double *v) {
+// g holds the flat range [glo, ghi) (the stage, or its ZeRO-2 shard).
+static void tp_sumsq(const Pipe *p, const float *g, size_t glo, size_t ghi, double *v) {
     const GPT *m = p->m;
     for (int b = p->b0; b < p->b1; b++) {
         const Block *blk = &m->blocks[b];
         for (int i = blk->t0; i < blk->t0 + blk->nt; i++) {
             const TensorSpec *t = &m->tensors[i];
-            if (gpt_tp_replicated(m, i) && m->tp.i != 0) continue;
-            v[blk->chunk0 + (t->off - blk->off) / GPT_CHUNK] +=
-                m->be->sumsq(g + (t->off - p->lo), t->n);
+            size_t a, n = range_isect(t->off, t->off + t->n, glo, ghi, &a);
+            if (!n || (gpt_tp_replicated(m, i) && m->tp.i != 0)) continue;
+            v[blk->chunk0 + (t->off - blk->off) / GPT_CHUNK] += m->be->sumsq(g + (a - glo), n);
         }
     }
 }
@@ -39,12 +40,14 @@ static void tp_sumsq(const Pipe *p, const float *g, double *v) {
 // is the whole model's, bit for bit. A tensor-parallel part (summed over p->norm, the stages and
 // tp ranks) gives its tensors' sums (tp_sumsq) and, on tp rank 0 only, the loss every tp rank
 // computed.
+// ZeRO-2: g is the replica's shard, and the partials are summed over gc too.
 static double *norm_loss_partials(Pipe *p, const float *g, double loss) {
     double *v = xcalloc((size_t)p->m->nchunks + 2, sizeof(double));
+    size_t glo = p->zero2 ? p->lo + p->own_lo : p->lo, ghi = p->zero2 ? p->lo + p->own_hi : p->hi;
     if (p->m->tp.n > 1)
-        tp_sumsq(p, g, v);
+        tp_sumsq(p, g, glo, ghi, v);
     else
-        gpt_chunk_sumsq(p->m, g, p->lo, p->hi, v);
+        gpt_chunk_sumsq(p->m, g, glo, ghi, v);
     v[p->m->nchunks] = p->m->tp.n > 1 && p->m->tp.i != 0 ? 0 : loss;
     v[p->m->nchunks + 1] = p->vote;
     return v;
@@ -56,7 +59,7 @@ static double *norm_loss_partials(Pipe *p, const float *g, double loss) {
 static void point_state(Pipe *p, int v, const float *g, const float *wg) {
     GPT *m = p->m;
     size_t a = p->lo + p->own_lo, e = p->lo + p->own_hi;
-    gpt_own_range(m, a, e, a, p->pbuf[v] + p->own_lo, g + p->own_lo);
+    gpt_own_range(m, a, e, a, p->zero3 ? p->pshard : p->pbuf[v] + p->own_lo, pipe_own_grads(p, g));
     gpt_own_moments(m, p->om, p->ov, a);
     if (!p->replica) return;
     BlockState *st = &m->blocks[0].state; // the tied embedding's copy: wte = [0, tie_n)
@@ -77,7 +80,7 @@ static void apply_update(Pipe *p, int v, const float *g, const float *wg, float 
 
 // ZeRO-1: every replica contributes its updated slice of version v.
 static void start_gather(Pipe *p, int v, CommReq req[2]) {
-    req[0] = comm_iallgatherv(p->gc, p->pbuf[v], p->cnt, p->dsp);
+    req[0] = p->zero3 ? (CommReq){0} : comm_iallgatherv(p->gc, p->pbuf[v], p->cnt, p->dsp);
     req[1] = p->replica ? comm_iallgatherv(p->gc, p->wbuf[v], p->wcnt, p->wdsp) : (CommReq){0};
 }
 
@@ -94,14 +97,17 @@ static int finish_batch(Pipe *p, int step, double t0) {
     p->nbreq = 0;
     // wte: the head's part (last stage) + the embedding's part (first stage), on both
     if (p->tie) {
-        CommReq r = comm_iallreduce(p->tie, p->replica ? p->wgrad : p->gbuf, p->tie_n);
+        float *e = p->replica ? p->wgrad : p->zero2 ? p->egrad : p->gbuf;
+        CommReq r = comm_iallreduce(p->tie, e, p->tie_n);
         timed_wait(p, &r);
     }
-    double *v = norm_loss_partials(p, p->gbuf, p->last ? p->loss_sum / p->pc->K : 0);
+    pipe_zero_embed_done(p);
+    const float *g = p->zero2 ? p->gshard : p->gbuf;
+    double *v = norm_loss_partials(p, g, p->last ? p->loss_sum / p->pc->K : 0);
     int nc = m->nchunks;
     comm_allreduce_f64(p->norm, v, nc + 2);
     if (p->gc->size > 1) { // every rank's mean over its tokens (equal counts); the votes' sum
-        comm_allreduce_f64(p->gc, &v[nc], 2);
+        comm_allreduce_f64(p->gc, p->zero2 ? v : &v[nc], p->zero2 ? nc + 2 : 2);
         v[nc] /= p->gc->size;
     }
     p->votes = v[nc + 1], p->votes_step = step; // (p->norm x gc is every rank)
@@ -120,7 +126,8 @@ static int finish_batch(Pipe *p, int step, double t0) {
     io->report(io->ctx, step + 1, loss, norm, lr, now_sec() - t0, p->exposed, ok);
     if (!ok) p->stop = 1;
     p->exposed = 0;
-    be->fill(p->gbuf, 0.f, n);
+    if (p->gbuf) be->fill(p->gbuf, 0.f, n);
+    pipe_zero_clear(p);
     if (p->replica) be->fill(p->wgrad, 0.f, p->tie_n);
     p->loss_sum = 0;
     return p->stop;

@@ -51,16 +51,20 @@ static double stage_acts(const GPT *m, const LayoutShape *s, int q, int T, int b
     return f;
 }
 
-// Stage s's (pp > 1) weights, gradients and moments as pipeline.c allocates them; n: the
-// parameters of its blocks, wte: the tied table's part (the last stage keeps a replica).
-static void stage_state(const LayoutShape *s, int st, double n, double wte, int W, double *p,
-                        double *g, double *o) {
+// Stage s's (pp > 1) weights, gradients and moments as pipeline.c and pipeline_zero.c allocate
+// them; n: the parameters of its blocks, maxb its largest block, embed stage 0's embedding
+// block, wte: the tied table's part (the last stage keeps a replica, whole at every stage).
+static void stage_state(const LayoutShape *s, int st, double n, double maxb, double embed,
+                        double wte, int W, double *p, double *g, double *o) {
     int replica = st == s->pp - 1 && st != 0, nver = s->schedule == SCHED_2BW ? 2 : 1;
     int shard = s->zero >= 1 && W > 1;
-    double held = n + (replica ? wte : 0);
+    double held = n + (replica ? wte : 0), rep = replica ? wte : 0;
     double own = shard ? ceil(n / W) : n, wown = replica ? (shard ? ceil(wte / W) : wte) : 0;
     *p = 4.0 * held * nver;
     *g = 4.0 * held * (nver == 2 ? 2 : 1);
+    if (shard && s->zero >= 2) // the shard, a block in flight and its piece, stage 0's embedding
+        *g = 4.0 * (own + maxb + fmin(maxb, own) + (st == 0 ? embed : 0) + rep);
+    if (shard && s->zero >= 3) *p = 4.0 * (own + maxb + rep); // the shard, one gathered block
     *o = 8.0 * (own + wown);
 }
 
@@ -101,7 +105,8 @@ int layout_memory(const GPTConfig *c, const Backend *be, const LayoutShape *s, L
             dp_memory_model((size_t)P, (size_t)range_params(&m, q, 0, 1, &(double){0}), (size_t)wte,
                             (size_t)maxb, W, s->zero, &p, &g, &o);
         else
-            stage_state(s, st, n, wte, W, &p, &g, &o);
+            stage_state(s, st, n, maxb, range_params(&m, q, 0, 1, &(double){0}), wte, W, &p, &g,
+                        &o);
         double a = 4.0 * inflight * stage_acts(&m, s, q, T, b0, b1);
         if (p + g + o + a > best) {
             best = p + g + o + a;

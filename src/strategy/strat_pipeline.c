@@ -1,7 +1,8 @@
 // strat_pipeline.c — pipeline parallelism: the blocks split into --pp stages, micro-batches
 // streamed through them under gpipe, 1f1b or 2bw (PipeDream-2BW: two weight versions, the
 // update of batch t applied in the background before batch t+2), --dp replicas of every stage
-// with ZeRO-1 inside them (parallel/pipeline.h has the runtime). With --tp M every stage runs
+// with ZeRO 1-3 inside them (2 and 3 under gpipe/1f1b; parallel/pipeline.h has the runtime,
+// pipeline_zero.c the shards). With --tp M every stage runs
 // the Megatron 1D tensor-parallel part of its blocks (model/tp_layout.c): the stage's tp group
 // all-reduces partial results as strat_tp does, activations go to the next stage's rank of the
 // same tp index, and initial weights, resumes, checkpoints and exports stay in the whole
@@ -41,13 +42,18 @@ static int pp_wants(const StrategyConfig *c) { return c->pp > 1; }
 
 static const Supports PP_SUPPORTS = {
     .self = {F_PP, F_COUNT},
-    .features = FEAT(F_PP) | FEAT(F_DP) | FEAT(F_ZERO1) | FEAT(F_TP) | FEAT(F_SP) | FEAT(F_CP) |
-                FEAT(F_RECOMPUTE),
-    .runs_with = "pipeline stages run with data parallelism (ZeRO 0 or 1: the AdamW state "
-                 "sharded over each stage's replicas), 1D --tp, --sp, --cp and --recompute"};
+    .features = FEAT(F_PP) | FEAT(F_DP) | FEAT(F_ZERO1) | FEAT(F_ZERO2) | FEAT(F_ZERO3) |
+                FEAT(F_TP) | FEAT(F_SP) | FEAT(F_CP) | FEAT(F_RECOMPUTE),
+    .runs_with = "pipeline stages run with data parallelism (ZeRO 0-3 over each stage's "
+                 "replicas; 2 and 3 under gpipe/1f1b), 1D --tp, --sp, --cp and --recompute"};
 
 static int pp_check(const StrategyConfig *c) {
     if (cp_check(c)) return -1;
+    if (c->zero >= 2 && c->schedule && !strcmp(c->schedule, "2bw"))
+        return loom_fail("--schedule 2bw with --zero %d: 2bw's background update needs the whole "
+                         "stage's gradients and two weight versions (ZeRO 0 or 1; gpipe and 1f1b "
+                         "run ZeRO 2 and 3)",
+                         c->zero);
     if (c->sp && (c->tp < 2 || c->tp_2d))
         return loom_fail("--sp with --pp splits the sequence over each stage's 1D tensor-parallel "
                          "group: it needs --tp >= 2 (got --tp %d%s)",
@@ -222,14 +228,14 @@ static int tp_gather(PipeState *ps, const float *part, size_t lo, size_t hi, flo
     return rc;
 }
 
-// The stage's part [lo, hi) of the newest weights, moments (ZeRO-1: summed over the dp
+// The stage's part [lo, hi) of the newest weights, moments (ZeRO 1-3: summed over the dp
 // replicas, each holding its slice, zeros elsewhere) and 2bw's previous version, on host.
 static int stage_host(PipeState *ps, size_t lo, size_t hi, const PipeShard *sh) {
     const Backend *be = ps->part.be;
     const Grid *g = ps->s->grid;
-    size_t off = sh->lo - lo; // the shard's params / prev point at element sh->lo of the stage
+    size_t off = sh->lo - lo; // the shard's prev points at element sh->lo of the stage
     stage_alloc(ps, sh->prev ? 4 : 3);
-    be->download(ps->cut.stage[CKPT_PARAMS] + lo, sh->params - off, hi - lo);
+    pipeline_stage_weights(ps->p, ps->cut.stage[CKPT_PARAMS] + lo); // ZeRO-3: gathered
     be->download(ps->cut.stage[CKPT_M] + sh->lo, sh->m, sh->hi - sh->lo);
     be->download(ps->cut.stage[CKPT_V] + sh->lo, sh->v, sh->hi - sh->lo);
     if (sh->prev) be->download(ps->cut.stage[CKPT_PREV] + lo, sh->prev - off, hi - lo);

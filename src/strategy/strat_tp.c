@@ -3,7 +3,7 @@
 // MLP) and of the vocabulary (model/tp_layout.c), its blocks all-reduce partial results over
 // the tp communicator (two per layer forward, two backward, one for the embedding and three
 // small ones for the vocabulary-parallel cross-entropy), and the part runs strat_whole's
-// data-parallel mechanics over dp exactly as a whole model would (ZeRO 0, 1 or 2). The flat
+// data-parallel mechanics over dp exactly as a whole model would (ZeRO 0-3). The flat
 // layout of checkpoints, initial weights and exports stays the whole model's: a rank cuts its
 // part out of it when it starts or resumes; a save assembles range r of it on tp rank r (each
 // writes one shard), an export gathers the whole.
@@ -89,17 +89,16 @@ static int tp_wants(const StrategyConfig *c) {
     return !c->tp_2d && c->pp <= 1 && (c->tp > 1 || c->cp > 1 || c->sp);
 }
 
+static const char TP_DUMP_ZERO[] = "the first step's gradients are gathered from the parts' "
+                                   "whole copies (ZeRO 0 or 1)";
 static const FeaturePair TP_PAIRS[] = {
-    {F_DUMP_GRADS, F_ZERO2,
-     "the first step's gradients are gathered from the parts' whole "
-     "copies (ZeRO 0 or 1)"},
-    {0, 0, NULL}};
+    {F_DUMP_GRADS, F_ZERO2, TP_DUMP_ZERO}, {F_DUMP_GRADS, F_ZERO3, TP_DUMP_ZERO}, {0, 0, NULL}};
 static const Supports TP_SUPPORTS = {
     .self = {F_TP, F_CP, F_SP, F_COUNT},
     .features = FEAT(F_TP) | FEAT(F_SP) | FEAT(F_CP) | FEAT(F_DP) | FEAT(F_ZERO1) | FEAT(F_ZERO2) |
-                FEAT(F_RECOMPUTE) | FEAT(F_DUMP_GRADS),
+                FEAT(F_ZERO3) | FEAT(F_RECOMPUTE) | FEAT(F_DUMP_GRADS),
     .pairs = TP_PAIRS,
-    .runs_with = "tensor and context parallelism run with data parallelism (ZeRO 0, 1 or 2), "
+    .runs_with = "tensor and context parallelism run with data parallelism (ZeRO 0-3), "
                  "--sp, --pp and --recompute"};
 
 static int tp_check(const StrategyConfig *c) {
@@ -284,7 +283,7 @@ static int tp_save(Strategy *s, const char *dir, CkptMeta *meta, int final, Ckpt
     const Grid *g = s->grid;
     size_t N = t->whole->nparams, np = t->part.nparams, tp = (size_t)g->tp;
     float *src[3] = {xalloc_floats(np), xalloc_floats(np), xalloc_floats(np)};
-    t->part.be->download(src[0], t->part.params, np);
+    dp_full_params(t->w.dp, src[0]); // ZeRO-3: gathered over the gradient group
     int rc = gather_moment(t, t->w.opt.m, src[1]) || gather_moment(t, t->w.opt.v, src[2]);
     int writes = g->dp_i == 0 && g->cp_i == 0; // the first group: all of its tp ranks write
     size_t lo = N * (size_t)g->tp_i / tp, hi = N * ((size_t)g->tp_i + 1) / tp;
@@ -310,8 +309,12 @@ static int tp_save(Strategy *s, const char *dir, CkptMeta *meta, int final, Ckpt
 static int tp_full(Strategy *s, float *host, int grads) {
     TP *t = s->impl;
     memset(host, 0, t->whole->nparams * sizeof(float));
-    return part_gather_whole(&t->cut.map, s->grid->tp_comm, grads ? t->part.grads : t->part.params,
-                             0, host);
+    if (grads) return part_gather_whole(&t->cut.map, s->grid->tp_comm, t->part.grads, 0, host);
+    float *mine = xalloc_floats(t->part.nparams); // ZeRO-3: gathered over the gradient group
+    dp_full_params(t->w.dp, mine);
+    int rc = part_gather_whole(&t->cut.map, s->grid->tp_comm, mine, 1, host);
+    free(mine);
+    return rc;
 }
 
 static void tp_describe(const Strategy *s, char *buf, size_t n) {
@@ -342,12 +345,15 @@ static void tp_summary(Strategy *s, double exposed_s, double step_s) {
                  " | sp: all-gathered %.3f + reduce-scattered %.3f MiB per layer and micro-batch "
                  "(1D: 4 all-reduces = 4 + 4 x (B,T,C) = %.3f + %.3f MiB)",
                  t->gathered * per, t->scattered * per, table, table);
+    double pb, gb, ob, MiB = 1048576;
+    dp_memory(t->w.dp, &pb, &gb, &ob);
     fprintf(stderr,
-            "loom: tp %d%s x dp %d | per rank: params %.2f MiB of the whole model's %.2f MiB, "
-            "activations %.1f MiB, peak RSS %.1f MiB | all-reduced over tp per layer and "
-            "micro-batch %.3f MiB (4 x (B,T,C) = %.3f MiB; embedding and loss included)%s\n",
-            s->grid->tp, c->sp ? " + sp" : "", s->grid->dp, t->part.nparams * 4.0 / 1048576,
-            t->whole->nparams * 4.0 / 1048576, t->w.ws.floats * 4.0 / 1048576,
+            "loom: tp %d%s x dp %d zero %d | per rank: a part of %.2f MiB of the whole model's "
+            "%.2f MiB, holding params %.2f MiB, grads %.2f MiB, optimizer %.2f MiB, activations "
+            "%.1f MiB, peak RSS %.1f MiB | all-reduced over tp per layer and micro-batch %.3f MiB "
+            "(4 x (B,T,C) = %.3f MiB; embedding and loss included)%s\n",
+            s->grid->tp, c->sp ? " + sp" : "", s->grid->dp, c->zero, t->part.nparams * 4.0 / MiB,
+            t->whole->nparams * 4.0 / MiB, pb / MiB, gb / MiB, ob / MiB, t->w.ws.floats * 4.0 / MiB,
             ru.ru_maxrss / 1024.0, t->floats * per, table, sp);
 }
 
