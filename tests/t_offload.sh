@@ -4,7 +4,7 @@
 # weights equal byte for byte, with gradient accumulation (K = 3), recompute on and off, the
 # planned units and explicit ones with prefetch 2, clipping on (AdamW a streamed pass after the
 # backward) and off (AdamW per unit right after its backward); for one process, for dp 2 with
-# ZeRO 0 and 1, and for CO2 (2 workers, tau 2, a partial last round, adaptive and constant gap
+# ZeRO 0, 1 and 2, and for CO2 (2 workers, tau 2, a partial last round, adaptive and constant gap
 # penalty: the anchor, outer momentum and round averages live in the tier, the averages run in
 # the background piece by piece). Checkpoints: an offloaded run's checkpoint resumes with and
 # without offload (and an in-memory one with offload) onto the uninterrupted trajectory, byte
@@ -51,17 +51,35 @@ run short $flags --steps 3
 if cmp -s "$d/mem.st" "$d/short.st"; then echo "negative control: 3 and 4 steps export the same bytes"; exit 1; fi
 echo "negative control: one update less exports different bytes: seen"
 
-for z in 0 1; do
+# ZeRO-2 swapped reduce-scatters each unit's summed gradient once per step, as ZeRO-1 swapped or
+# in memory all-reduce it: the same bits as ZeRO-1 in memory; in-memory ZeRO-2 reduces every
+# micro-batch (another order of additions): within 1e-5 of it.
+for z in 0 1 2; do
     for clip in 0.5 0; do
         for m in mem off; do
-            extra=""; [ $m = off ] && extra=$OFF
-            $MPI -np 2 $LOOM train $flags --grad-accum 2 --dp 2 --zero $z --grad-clip $clip $extra \
+            extra="" zm=$z; [ $m = off ] && extra=$OFF
+            [ $m = mem ] && [ $z = 2 ] && zm=1
+            $MPI -np 2 $LOOM train $flags --grad-accum 2 --dp 2 --zero $zm --grad-clip $clip $extra \
                 --metrics "$d/dp$m.jsonl" --export "$d/dp$m.st" 2>"$d/dp.err" ||
                 { cat "$d/dp.err"; exit 1; }
         done
-        offloaded "dp 2 zero $z, --grad-clip $clip" dpmem dpoff
+        offloaded "dp 2 zero $z, --grad-clip $clip$([ $z = 2 ] && echo ' (in memory: zero 1)')" \
+            dpmem dpoff
+        [ $z = 2 ] || continue
+        $MPI -np 2 $LOOM train $flags --grad-accum 2 --dp 2 --zero 2 --grad-clip $clip \
+            --metrics "$d/dpz2.jsonl" --export "$d/dpz2.st" 2>"$d/dp.err" || { cat "$d/dp.err"; exit 1; }
+        same --tol 1e-5 "dp 2 zero 2 swapped vs in memory, --grad-clip $clip" "$d/dpz2.jsonl" \
+            "$d/dpoff.jsonl" "$d/dpz2.st" "$d/dpoff.st" || exit 1
     done
 done
+
+# a unit larger than the streaming buffer (12 layers in one unit): its reduce-scatter in pieces
+z2="${flags/--layers 4/--layers 12} --grad-accum 2 --dp 2"
+$MPI -np 2 $LOOM train $z2 --zero 1 --metrics "$d/bigmem.jsonl" --export "$d/bigmem.st" 2>"$d/dp.err" ||
+    { cat "$d/dp.err"; exit 1; }
+$MPI -np 2 $LOOM train $z2 --zero 2 $OFF --offload-units "[[0,0],[1,12],[13,13]]" \
+    --metrics "$d/bigoff.jsonl" --export "$d/bigoff.st" 2>"$d/dp.err" || { cat "$d/dp.err"; exit 1; }
+offloaded "dp 2 zero 2, 12 layers in one unit (in memory: zero 1)" bigmem bigoff
 
 co2="$base --steps 5 --grad-accum 2 --dp 2 --co2 --tau 2"
 for g in "adaptive" "constant" "adaptive --grad-clip 0"; do

@@ -145,6 +145,9 @@ static void layout(Swapper *s) {
             s->c.zero >= 1 ? gpt_shard_bound(m, 0, m->nparams, q, s->N) : (q ? m->nparams : 0);
     s->lo = s->c.zero >= 1 ? s->bound[s->rank] : 0;
     s->hi = s->c.zero >= 1 ? s->bound[s->rank + 1] : m->nparams;
+    s->pbound = xcalloc((size_t)s->N + 1, sizeof(size_t));
+    for (int q = 0; q <= s->N; q++)
+        s->pbound[q] = padpos_of(s, s->bound[q]);
     s->plo = padpos_of(s, s->lo);
     s->phi = padpos_of(s, s->hi);
     size_t own = (s->phi - s->plo) * sizeof(float);
@@ -233,7 +236,7 @@ void swap_free(Swapper *s) {
     for (int k = s->c.K - 1; s->ws && k >= 0; k--)
         if (s->ws[k].stream) workspace_free(&s->ws[k], s->m);
     tier_free(s->stream);
-    free(s->slot), free(s->ws), free(s->part), free(s->poff), free(s->bound);
+    free(s->slot), free(s->ws), free(s->part), free(s->poff), free(s->bound), free(s->pbound);
     offload_plan_free(&s->plan);
     free(s);
 }

@@ -19,8 +19,9 @@ typedef struct Swapper Swapper;
 typedef struct {
     int B, T, K, recompute;
     OptConfig opt;
-    const Comm *comm; // the ranks a gradient is summed over (size 1: none); ZeRO-1 shards over it
-    int zero;         // 0 or 1
+    const Comm *comm; // the ranks a gradient is summed over (size 1: none); ZeRO shards over it
+    int zero;         // 0, 1 (moments sharded; every tier keeps only its owned gradients) or 2
+                      // (the same, the layers' gradients reduce-scattered instead of all-reduced)
     const char *dir;  // --offload-dir
     size_t budget;    // --fast-mem, bytes: the whole process
     double overhead;  // of it, the fixed overhead (offload_overhead); the rest is the plan's

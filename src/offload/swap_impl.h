@@ -40,11 +40,12 @@ struct Swapper {
     size_t region[NREGIONS]; // byte offset of each region in the tier
     int S;                   // slots
     Slot *slot;
-    Workspace *ws; // (K): ws[0] owns head/scratch, the others share them
-    size_t chunk;  // offload_opt_chunk
-    float *stream; // 8·chunk floats: update pieces, bounce buffer
-    double *part;  // (nchunks) norm partials of the step's gradient
-    size_t *bound; // (N+1) shard bounds over the ranks (ZeRO-1)
+    Workspace *ws;  // (K): ws[0] owns head/scratch, the others share them
+    size_t chunk;   // offload_opt_chunk
+    float *stream;  // 8·chunk floats: update pieces, bounce buffer
+    double *part;   // (nchunks) norm partials of the step's gradient
+    size_t *bound;  // (N+1) shard bounds over the ranks (ZeRO-1 and 2)
+    size_t *pbound; // (N+1) the same at padded offsets
     int N, rank, t;
     double waited;
     struct SwapCO2 *co2; // CO2's outer state and its background average (swap_co2.c)

@@ -2,6 +2,7 @@
 // offload.h): K micro-batches per resident unit, the turn at the last unit, gradients reduced,
 // measured and written unit by unit; and the validation pass.
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../common.h"
@@ -70,7 +71,44 @@ static uint64_t write_grads(Swapper *s, const float *src, size_t p0, size_t p1) 
     return tier_write_async(s->tier, off, src + (a - p0), (e - a) * sizeof(float));
 }
 
-// A unit's gradient is complete: sum it over the ranks, take its norm partials, write it.
+// ZeRO-2: the padded gradient range [gp0, gp1) (g at gp0) summed over the ranks, each receiving
+// only the part it owns, in pieces of the streaming buffer's size (every rank walks the same
+// pieces; the buffer is free during the backward: fold_head and the fused update wait for their
+// I/O before returning, and CO2, which uses it between blocks, is not sharded with --offload).
+static int scatter_grads(Swapper *s, float *g, size_t gp0, size_t gp1) {
+    size_t piece = 8 * s->chunk, *cnt = xcalloc((size_t)s->N, sizeof(size_t));
+    int rc = 0;
+    for (size_t a = gp0; a < gp1 && !rc; a += piece) {
+        size_t e = gp1 - a < piece ? gp1 : a + piece, mine = 0, at = a;
+        for (int r = 0; r < s->N; r++) {
+            size_t lo = s->pbound[r] > a ? s->pbound[r] : a;
+            size_t hi = s->pbound[r + 1] < e ? s->pbound[r + 1] : e;
+            cnt[r] = hi > lo ? hi - lo : 0;
+            if (r == s->rank) mine = cnt[r], at = lo;
+        }
+        CommReq req = comm_ireduce_scatter(s->c.comm, g + (a - gp0), s->stream, cnt);
+        rc = comm_wait(&req);
+        if (!rc && mine) s->m->be->copy(g + (at - gp0), s->stream, mine);
+    }
+    free(cnt);
+    return rc;
+}
+
+// The unit's gradients summed over the ranks (ZeRO-2: the layers' reduce-scattered, the
+// embedding's all-reduced as under ZeRO-1).
+static int reduce_unit(Swapper *s, int ge, int g0, size_t gp0, size_t gp1) {
+    GPT *m = s->m;
+    if (gp1 > gp0) {
+        int rc = s->c.zero >= 2 ? scatter_grads(s, m->blocks[g0].grads, gp0, gp1)
+                                : comm_allreduce(s->c.comm, m->blocks[g0].grads, gp1 - gp0);
+        if (rc) return -1;
+    }
+    if (ge && comm_allreduce(s->c.comm, m->blocks[0].grads, offload_pad(m->blocks[0].n))) return -1;
+    return 0;
+}
+
+// A unit's gradient is complete: sum it over the ranks, take its norm partials (ZeRO-2: of the
+// owned chunks only; swap_grad_sumsq adds them over the ranks), write it.
 static int finish_unit(Swapper *s, int u) {
     GPT *m = s->m;
     const OffloadUnit *un = &s->plan.unit[u];
@@ -78,14 +116,12 @@ static int finish_unit(Swapper *s, int u) {
     int ge = m->blocks[un->first].kind == BLOCK_EMBED;
     int g0 = ge ? un->first + 1 : un->first;
     size_t gp0 = s->poff[g0], gp1 = s->poff[un->last + 1];
-    if (s->N > 1) {
-        if (gp1 > gp0 && comm_allreduce(s->c.comm, m->blocks[g0].grads, gp1 - gp0)) return -1;
-        if (ge && comm_allreduce(s->c.comm, m->blocks[0].grads, offload_pad(m->blocks[0].n)))
-            return -1;
-    }
+    if (s->N > 1 && reduce_unit(s, ge, g0, gp0, gp1)) return -1;
     for (int b = un->first; b <= un->last; b++) {
         const Block *blk = &m->blocks[b];
-        gpt_chunk_sumsq(m, blk->grads, blk->off, blk->off + blk->n, s->part);
+        size_t a = blk->off, e = blk->off + blk->n;
+        if (s->N > 1 && s->c.zero >= 2) a = a > s->lo ? a : s->lo, e = e < s->hi ? e : s->hi;
+        if (a < e) gpt_chunk_sumsq(m, blk->grads + (a - blk->off), a, e, s->part);
     }
     if (s->fused) return swap_update_unit(s, u); // the gradient never leaves fast memory
     if (gp1 > gp0) sl->wr[0] = write_grads(s, m->blocks[g0].grads, gp0, gp1);

@@ -3,12 +3,19 @@
 // s->chunk floats (parameters, gradients, m, v), two pieces in flight, parameters and
 // moments written back; under ZeRO-1 each piece's parameters are all-gathered from their
 // owners on the way.
+#include <math.h>
 #include <stdlib.h>
 
 #include "../common.h"
 #include "swap_impl.h"
 
-double swap_grad_sumsq(Swapper *s) { return gpt_chunk_total(s->m, s->part); }
+// ZeRO-2: each rank took the partials of the chunks it owns (the others are 0, so the sum over
+// the ranks is every chunk's partial exactly, whatever the order of the additions).
+double swap_grad_sumsq(Swapper *s) {
+    if (s->N > 1 && s->c.zero >= 2 && comm_allreduce_f64(s->c.comm, s->part, s->m->nchunks))
+        return NAN;
+    return gpt_chunk_total(s->m, s->part);
+}
 
 static int update_pass(Swapper *s, float lr, float grad_scale);
 

@@ -16,12 +16,11 @@ static int dp_wants(const StrategyConfig *c) {
     return 1; // the default
 }
 
-static const char SWAP_ZERO[] = "block swapping keeps every rank's gradients and moments in "
-                                "its own tier (ZeRO 0 or 1)";
+static const char SWAP_ZERO[] = "block swapping keeps every rank's parameters whole in its own "
+                                "tier (ZeRO 0, 1 or 2)";
 static const char DUMP_ZERO[] = "the first step's gradients are written whole from every rank's "
                                 "copy (ZeRO 0 or 1)";
 static const FeaturePair DP_PAIRS[] = {
-    {F_OFFLOAD, F_ZERO2, SWAP_ZERO},
     {F_OFFLOAD, F_ZERO3, SWAP_ZERO},
     {F_DUMP_GRADS, F_ZERO2, DUMP_ZERO},
     {F_DUMP_GRADS, F_ZERO3, DUMP_ZERO},
