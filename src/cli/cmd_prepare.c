@@ -92,7 +92,7 @@ static Tokenizer *open_tokenizer(const char *kind, const char *bpe_dir) {
                 "holding tokenizer.json",
                 kind);
         tok = tokenizer_open_hf(kind);
-        if (!tok) die(EXIT_INPUT, "prepare: --tokenizer %s: %s", kind, loom_errmsg());
+        if (!tok) die(EXIT_INPUT, "prepare: %s", loom_errmsg());
     } else {
         const char *dir = bpe_dir ? bpe_dir : tokenizer_find_gpt2_dir();
         if (!dir) die(EXIT_INPUT, "prepare: %s", loom_errmsg());

@@ -234,10 +234,10 @@ static Tokenizer *hf_load(Bpe *b, const cJSON *root, const char *name) {
     snprintf(where, sizeof where, "%s: model.vocab", name);
     if (!cJSON_IsObject(model))
         rc = loom_fail("%s: model: missing or not an object (not a tokenizer.json?)", name);
-    else if (!cJSON_IsObject(vocab))
+    if (!rc) rc = check_options(root, model, name);
+    if (!rc && !cJSON_IsObject(vocab))
         rc = loom_fail("%s: model.vocab: %s", name,
                        vocab ? "not an object of token -> id" : "missing");
-    if (!rc) rc = check_options(root, model, name);
     if (!rc) rc = check_pre_tokenizer(root, name, &b->pretok);
     if (!rc) rc = read_added(root, name, &extra, &nextra, &max_id);
     if (!rc) {
