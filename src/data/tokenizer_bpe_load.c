@@ -192,8 +192,8 @@ int bpe_add_merge(Bpe *b, const VocabMap *map, const char *where, const char *a,
     if (buf != small) free(buf);
     if (la < 0 || lc < 0) return -1;
     if (ia < 0 || ic < 0 || m < 0)
-        return loom_fail("%s: merge \"%.*s %.*s\" %s a token that is not in the vocabulary",
-                         where, (int)(na < 60 ? na : 60), a, (int)(nc < 60 ? nc : 60), c,
+        return loom_fail("%s: merge \"%.*s %.*s\" %s a token that is not in the vocabulary", where,
+                         (int)(na < 60 ? na : 60), a, (int)(nc < 60 ? nc : 60), c,
                          ia < 0 || ic < 0 ? "names" : "makes");
     // insert; a repeated pair takes the later rank, as GPT-2's dict(zip(...)) does
     uint64_t key = merge_key(ia, ic);
