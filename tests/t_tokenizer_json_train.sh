@@ -40,8 +40,8 @@ PY
 $LOOM prepare --tokenizer "$d/tok" --out "$d/data" --val-fraction 0.1 "$d/a.txt" "$d/b.txt"
 grep -q '"tokenizer":"hf-bpe","vocab":128001' "$d/data/meta.json" ||
     { echo "FAILED: meta.json: $(cat "$d/data/meta.json")"; exit 1; }
-cmp -s "$d/tok/tokenizer.json" "$d/data/tokenizer/tokenizer.json" &&
-    [ "$(cat "$d/data/tokenizer/kind")" = hf-bpe ] || { echo "FAILED: DIR/tokenizer/"; exit 1; }
+if ! cmp -s "$d/tok/tokenizer.json" "$d/data/tokenizer/tokenizer.json" ||
+    [ "$(cat "$d/data/tokenizer/kind")" != hf-bpe ]; then echo "FAILED: DIR/tokenizer/"; exit 1; fi
 $PY - "$d/data/train_000000.bin" <<'PY' || exit 1
 import struct, sys
 b = open(sys.argv[1], "rb").read()
