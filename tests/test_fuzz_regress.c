@@ -131,6 +131,21 @@ static int run_bpe(const uint8_t *d, size_t n, const char **named) {
     return ok ? 0 : -2;
 }
 
+static int run_tokjson(const uint8_t *d, size_t n, const char **named) {
+    *named = "tokenizer.json";
+    Tokenizer *t = tokenizer_open_hf_mem("tokenizer.json", d, n);
+    if (!t) return -1;
+    TokenList ids = {0};
+    tokenizer_encode(t, d, n, &ids);
+    size_t len = 0;
+    char *back = tokenizer_decode(t, ids.ids, ids.n, &len);
+    int ok = back && len == n && !memcmp(back, d, n);
+    free(back);
+    token_list_free(&ids);
+    tokenizer_close(t);
+    return ok ? 0 : -2;
+}
+
 static int run_metrics(const uint8_t *d, size_t n, const char **named) {
     *named = put("metrics.jsonl", d, n);
     MetricsLog m;
@@ -178,7 +193,7 @@ static const struct {
     {"config", run_config}, {"safetensors", run_safetensors},
     {"llmc", run_llmc},     {"shard", run_shard},
     {"bpe", run_bpe},       {"metrics", run_metrics},
-    {"state", run_state},
+    {"state", run_state},   {"tokjson", run_tokjson},
 };
 
 TEST(fuzz_regressions_fail_cleanly) {

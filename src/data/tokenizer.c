@@ -106,8 +106,8 @@ int tokenizer_save(const Tokenizer *t, const char *dir) {
 
 Tokenizer *tokenizer_load_dir(const char *dir) {
     char path[4096];
-    // the longest name below is "encoder.json"; a directory that long cannot hold it
-    if (strlen(dir) + sizeof "/encoder.json" > sizeof path) {
+    // the longest name below is "tokenizer.json"; a directory that long cannot hold it
+    if (strlen(dir) + sizeof "/tokenizer.json" > sizeof path) {
         loom_fail("%.200s...: path too long", dir);
         return NULL;
     }
@@ -117,11 +117,15 @@ Tokenizer *tokenizer_load_dir(const char *dir) {
         snprintf(a, sizeof a, "%s/encoder.json", dir);
         snprintf(b, sizeof b, "%s/vocab.json", dir);
         if (file_exists(a) || file_exists(b)) return tokenizer_open_gpt2(dir);
+        snprintf(a, sizeof a, "%s/tokenizer.json", dir);
+        if (file_exists(a)) return tokenizer_open_hf(dir);
         struct stat st;
         if (stat(dir, &st) || !S_ISDIR(st.st_mode))
             loom_fail("%s: no such tokenizer directory", dir);
         else
-            loom_fail("%s: not a tokenizer directory (no 'kind' file and no encoder.json)", dir);
+            loom_fail("%s: not a tokenizer directory (no 'kind' file, encoder.json or "
+                      "tokenizer.json)",
+                      dir);
         return NULL;
     }
     size_t len;
@@ -134,8 +138,10 @@ Tokenizer *tokenizer_load_dir(const char *dir) {
         t = tokenizer_open_byte();
     else if (!strcmp(text, "gpt2"))
         t = tokenizer_open_gpt2(dir);
+    else if (!strcmp(text, "hf-bpe"))
+        t = tokenizer_open_hf(dir);
     else
-        loom_fail("%s: unknown tokenizer kind '%.40s' (expected byte or gpt2)", path, text);
+        loom_fail("%s: unknown tokenizer kind '%.40s' (expected byte, gpt2 or hf-bpe)", path, text);
     free(text);
     return t;
 }

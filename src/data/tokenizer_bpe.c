@@ -1,6 +1,7 @@
-// tokenizer_bpe.c — GPT-2 byte-level BPE: loading encoder.json + vocab.bpe (or Hugging Face's
-// vocab.json + merges.txt), the GPT-2 pre-tokenizer, the rank-ordered merge loop, a per-word
-// cache, and saving the two files back.
+// tokenizer_bpe.c — byte-level BPE (kinds gpt2 and hf-bpe): the rank-ordered merge loop, a
+// per-word cache, encoding through the pre-tokenizer, and saving the files back (gpt2:
+// encoder.json + vocab.bpe; hf-bpe: tokenizer.json). Loading is tokenizer_bpe_load.c and
+// tokenizer_hf.c.
 //
 // Files. encoder.json maps token -> id, where a token's bytes are written with GPT-2's
 // byte-to-unicode alphabet: the printable bytes '!'..'~', 0xA1..0xAC, 0xAE..0xFF stand for
@@ -182,6 +183,11 @@ static void encode_word(Bpe *b, const uint8_t *w, size_t n, TokenList *out) {
         token_list_push(out, b->byte_tok[w[0]]);
         return;
     }
+    int whole = b->ignore_merges ? bpe_vocab_find(b, &b->map, w, n) : -1;
+    if (whole >= 0) { // the word is a token: no merges (Hugging Face's ignore_merges)
+        token_list_push(out, whole);
+        return;
+    }
     uint64_t h = 0;
     if (n <= CACHE_MAX_WORD) {
         h = hash_bytes(w, n);
@@ -202,7 +208,7 @@ static void encode_word(Bpe *b, const uint8_t *w, size_t n, TokenList *out) {
 static void bpe_encode(Tokenizer *t, const uint8_t *text, size_t len, TokenList *out) {
     Bpe *b = t->impl;
     for (size_t i = 0; i < len;) {
-        size_t end = bpe_pretoken_end(text, len, i);
+        size_t end = bpe_pretoken_end(b->pretok, text, len, i);
         encode_word(b, text + i, end - i, out);
         i = end;
     }
@@ -224,9 +230,19 @@ static int bpe_save(const Tokenizer *t, const char *dir) {
     return write_file_atomic(path, b->merges_text, b->merges_len);
 }
 
+// hf-bpe: the tokenizer.json as read
+static int hf_save(const Tokenizer *t, const char *dir) {
+    const Bpe *b = t->impl;
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/tokenizer.json", dir) >= (int)sizeof path)
+        return loom_fail("%.200s...: path too long", dir);
+    return write_file_atomic(path, b->vocab_text, b->vocab_len);
+}
+
 void bpe_free(void *impl) {
     Bpe *b = impl;
     if (!b) return;
+    free(b->map.slot);
     free(b->bytes);
     free(b->off);
     free(b->merges);
@@ -242,3 +258,4 @@ void bpe_free(void *impl) {
 }
 
 const TokenizerOps bpe_ops = {"gpt2", bpe_encode, bpe_token_bytes, bpe_save, bpe_free};
+const TokenizerOps hf_bpe_ops = {"hf-bpe", bpe_encode, bpe_token_bytes, hf_save, bpe_free};

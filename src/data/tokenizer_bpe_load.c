@@ -1,6 +1,7 @@
 // tokenizer_bpe_load.c — opening GPT-2's BPE files (encoder.json + vocab.bpe, or Hugging Face's
 // vocab.json + merges.txt) into the tokenizer of tokenizer_bpe.c: the byte-to-unicode alphabet,
-// the vocabulary and the ranked merges, every field checked and named on error.
+// the vocabulary and the ranked merges, every field checked and named on error. Its builders
+// (bpe_load_vocab, bpe_add_merge, bpe_finish) also serve tokenizer_hf.c.
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,9 +22,7 @@ static int alphabet_byte(uint32_t c) {
     return k < 33 ? k : k < 67 ? 127 + (k - 33) : 173;
 }
 
-// Converts a token written in the alphabet (UTF-8, s[0, n)) to raw bytes in out (room for n
-// bytes; the raw form is never longer). Returns the raw length, or -1 with a message.
-static long token_to_bytes(const char *path, const char *s, size_t n, uint8_t *out) {
+long bpe_token_to_bytes(const char *path, const char *s, size_t n, uint8_t *out) {
     size_t k = 0;
     for (size_t i = 0; i < n;) {
         uint32_t c;
@@ -42,12 +41,7 @@ static long token_to_bytes(const char *path, const char *s, size_t n, uint8_t *o
     return (long)k;
 }
 
-typedef struct { // bytes -> id, used while loading
-    int *slot;   // token id or -1
-    size_t mask;
-} VocabMap;
-
-static int vocab_find(const Bpe *b, const VocabMap *m, const uint8_t *p, size_t n) {
+int bpe_vocab_find(const Bpe *b, const VocabMap *m, const uint8_t *p, size_t n) {
     for (size_t i = hash_bytes(p, n) & m->mask;; i = (i + 1) & m->mask) {
         int id = m->slot[i];
         if (id < 0) return -1;
@@ -55,84 +49,159 @@ static int vocab_find(const Bpe *b, const VocabMap *m, const uint8_t *p, size_t 
     }
 }
 
-// Parses the token -> id JSON object into b->bytes/off/vocab and the map.
+typedef struct { // the tokens of a vocabulary object as raw bytes, before they are put in order
+    uint8_t *bytes;
+    uint32_t *start, *len; // by id
+    uint8_t *in_map;       // by id: 1 for a token of obj (merges may name it)
+    size_t used;
+} Gather;
+
+// Reads obj's tokens into g (ids in 0..size-1, each once; with dense, obj has size entries).
+static int vocab_gather(Gather *g, const cJSON *obj, const char *where, int size, int dense) {
+    int n = cJSON_GetArraySize(obj);
+    if (dense ? n < 256 || n > (1 << 24) : n < 256 || n > size)
+        return loom_fail("%s: %d tokens; a byte-level BPE vocabulary has 256 to %d", where, n,
+                         dense ? 1 << 24 : size);
+    for (const cJSON *it = obj->child; it; it = it->next) {
+        double v = it->valuedouble;
+        if (!cJSON_IsNumber(it) || !(v >= 0 && v < size) || v != (double)(int)v)
+            return loom_fail("%s: token \"%.60s\" has id %s; ids must be integers 0..%d", where,
+                             it->string, cJSON_IsNumber(it) ? "out of range" : "not a number",
+                             size - 1);
+        int id = (int)v;
+        if (g->in_map[id])
+            return loom_fail("%s: id %d is used twice (\"%.60s\")", where, id, it->string);
+        long m = bpe_token_to_bytes(where, it->string, strlen(it->string), g->bytes + g->used);
+        if (m < 0) return -1;
+        g->in_map[id] = 1;
+        g->start[id] = (uint32_t)g->used;
+        g->len[id] = (uint32_t)m;
+        g->used += (size_t)m;
+    }
+    return 0;
+}
+
+// Adds the extra tokens to g; one may repeat a token of obj with the same id and bytes.
+static int extra_gather(Gather *g, const char *where, const BpeExtra *extra, int nextra, int size) {
+    for (int k = 0; k < nextra; k++) {
+        const BpeExtra *e = &extra[k];
+        if (e->id < 0 || e->id >= size || !e->n)
+            return loom_fail("%s: token %d (\"%.*s\") is empty or out of range", where, e->id,
+                             (int)(e->n < 60 ? e->n : 60), e->p);
+        if (g->len[e->id]) {
+            if (g->len[e->id] == e->n && !memcmp(g->bytes + g->start[e->id], e->p, e->n)) continue;
+            return loom_fail("%s: id %d is both \"%.*s\" and \"%.*s\"", where, e->id,
+                             (int)(e->n < 60 ? e->n : 60), e->p,
+                             (int)(g->len[e->id] < 60 ? g->len[e->id] : 60),
+                             g->bytes + g->start[e->id]);
+        }
+        memcpy(g->bytes + g->used, e->p, e->n);
+        g->start[e->id] = (uint32_t)g->used;
+        g->len[e->id] = (uint32_t)e->n;
+        g->used += e->n;
+    }
+    return 0;
+}
+
+// Copies g into b->bytes/off in id order and puts obj's tokens in the map.
+static int vocab_build(Bpe *b, VocabMap *map, const Gather *g, int size, const char *where) {
+    b->vocab = size;
+    b->bytes = xmalloc(g->used + 1);
+    b->off = xmalloc(((size_t)size + 1) * sizeof(uint32_t));
+    uint32_t at = 0;
+    for (int id = 0; id < size; id++) {
+        b->off[id] = at;
+        memcpy(b->bytes + at, g->bytes + g->start[id], g->len[id]);
+        at += g->len[id];
+    }
+    b->off[size] = at;
+    map->mask = pow2_at_least(2 * (size_t)size) - 1;
+    map->slot = xmalloc((map->mask + 1) * sizeof(int));
+    memset(map->slot, 0xff, (map->mask + 1) * sizeof(int));
+    for (int id = 0; id < size; id++) {
+        if (!g->in_map[id]) continue;
+        const uint8_t *p = b->bytes + b->off[id];
+        size_t plen = b->off[id + 1] - b->off[id];
+        if (bpe_vocab_find(b, map, p, plen) >= 0)
+            return loom_fail("%s: token \"%.*s\" appears twice", where, (int)plen, p);
+        size_t i = hash_bytes(p, plen) & map->mask;
+        while (map->slot[i] >= 0)
+            i = (i + 1) & map->mask;
+        map->slot[i] = id;
+    }
+    return 0;
+}
+
+int bpe_load_vocab(Bpe *b, VocabMap *map, const cJSON *obj, const char *where, int size, int dense,
+                   const BpeExtra *extra, int nextra) {
+    if (!cJSON_IsObject(obj)) return loom_fail("%s: not a JSON object of token -> id", where);
+    if (dense) size = cJSON_GetArraySize(obj);
+    if (size < 1 || size > (1 << 24))
+        return loom_fail("%s: %d ids; a vocabulary has 256 to 16777216", where, size);
+    size_t cap = 0; // raw bytes are never longer than the token in the alphabet
+    for (const cJSON *it = obj->child; it; it = it->next)
+        cap += strlen(it->string);
+    for (int k = 0; k < nextra; k++)
+        cap += extra[k].n;
+    Gather g = {.bytes = xmalloc(cap + 1),
+                .start = xcalloc((size_t)size, sizeof(uint32_t)),
+                .len = xcalloc((size_t)size, sizeof(uint32_t)),
+                .in_map = xcalloc((size_t)size, 1)};
+    // dense: size distinct ids in 0..size-1, so every id is present
+    int rc = vocab_gather(&g, obj, where, size, dense);
+    if (!rc) rc = extra_gather(&g, where, extra, nextra, size);
+    if (!rc && cap >= UINT32_MAX) rc = loom_fail("%s: %zu bytes of tokens is too many", where, cap);
+    if (!rc) rc = vocab_build(b, map, &g, size, where);
+    free(g.bytes);
+    free(g.start);
+    free(g.len);
+    free(g.in_map);
+    return rc;
+}
+
+// Parses the token -> id JSON text of encoder.json into b->bytes/off/vocab and the map.
 static int load_vocab(Bpe *b, VocabMap *map, const char *path) {
     cJSON *root = cJSON_ParseWithLength(b->vocab_text, b->vocab_len);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return loom_fail("%s: not a JSON object of token -> id (malformed encoder.json?)", path);
     }
-    int n = cJSON_GetArraySize(root);
-    if (n < 256 || n > (1 << 24)) {
-        cJSON_Delete(root);
-        return loom_fail("%s: %d tokens; a byte-level BPE vocabulary has 256 to 16777216", path, n);
-    }
-    // token bytes, first in file order, then copied into id order
-    size_t cap = 0;
-    for (cJSON *it = root->child; it; it = it->next)
-        cap += strlen(it->string);
-    uint8_t *tmp = xmalloc(cap + 1);
-    uint32_t *tmp_off = xmalloc((size_t)n * sizeof(uint32_t)), *len = xcalloc(n, sizeof(uint32_t));
-    int *order = xmalloc((size_t)n * sizeof(int)); // order[id] = position in the file
-    for (int i = 0; i < n; i++)
-        order[i] = -1;
-    size_t used = 0;
-    int k = 0, rc = 0;
-    for (cJSON *it = root->child; it && !rc; it = it->next, k++) {
-        double v = it->valuedouble;
-        if (!cJSON_IsNumber(it) || !(v >= 0 && v < n) || v != (double)(int)v) {
-            rc = loom_fail("%s: token \"%.60s\" has id %s; ids must be integers 0..%d", path,
-                           it->string, cJSON_IsNumber(it) ? "out of range" : "not a number", n - 1);
-            break;
-        }
-        int id = (int)v;
-        if (order[id] >= 0) {
-            rc = loom_fail("%s: id %d is used twice (\"%.60s\")", path, id, it->string);
-            break;
-        }
-        long m = token_to_bytes(path, it->string, strlen(it->string), tmp + used);
-        if (m < 0) {
-            rc = -1;
-            break;
-        }
-        order[id] = k;
-        tmp_off[k] = (uint32_t)used;
-        len[id] = (uint32_t)m;
-        used += (size_t)m;
-    }
+    int rc = bpe_load_vocab(b, map, root, path, 0, 1, NULL, 0);
     cJSON_Delete(root);
-    if (!rc) { // n distinct ids in 0..n-1: every id is present
-        b->vocab = n;
-        b->bytes = xmalloc(used + 1);
-        b->off = xmalloc(((size_t)n + 1) * sizeof(uint32_t));
-        uint32_t at = 0;
-        for (int id = 0; id < n; id++) {
-            b->off[id] = at;
-            memcpy(b->bytes + at, tmp + tmp_off[order[id]], len[id]);
-            at += len[id];
-        }
-        b->off[n] = at;
-        map->mask = pow2_at_least(2 * (size_t)n) - 1;
-        map->slot = xmalloc((map->mask + 1) * sizeof(int));
-        memset(map->slot, 0xff, (map->mask + 1) * sizeof(int));
-        for (int id = 0; id < n && !rc; id++) {
-            const uint8_t *p = b->bytes + b->off[id];
-            size_t plen = b->off[id + 1] - b->off[id];
-            if (vocab_find(b, map, p, plen) >= 0) {
-                rc = loom_fail("%s: token \"%.*s\" appears twice", path, (int)plen, p);
-                break;
-            }
-            size_t i = hash_bytes(p, plen) & map->mask;
-            while (map->slot[i] >= 0)
-                i = (i + 1) & map->mask;
-            map->slot[i] = id;
-        }
-    }
-    free(tmp);
-    free(tmp_off);
-    free(len);
-    free(order);
     return rc;
+}
+
+void bpe_merges_alloc(Bpe *b, size_t n) {
+    b->merge_mask = pow2_at_least(2 * n) - 1;
+    b->merges = xmalloc((b->merge_mask + 1) * sizeof(MergeSlot));
+    for (size_t i = 0; i <= b->merge_mask; i++)
+        b->merges[i].rank = -1;
+}
+
+int bpe_add_merge(Bpe *b, const VocabMap *map, const char *where, const char *a, size_t na,
+                  const char *c, size_t nc, int rank) {
+    uint8_t small[256], *buf = na + nc <= sizeof small ? small : xmalloc(na + nc);
+    long la = bpe_token_to_bytes(where, a, na, buf);
+    long lc = la < 0 ? -1 : bpe_token_to_bytes(where, c, nc, buf + la);
+    int ia = -1, ic = -1, m = -1;
+    if (la >= 0 && lc >= 0) {
+        ia = bpe_vocab_find(b, map, buf, (size_t)la);
+        ic = bpe_vocab_find(b, map, buf + la, (size_t)lc);
+        m = bpe_vocab_find(b, map, buf, (size_t)(la + lc));
+    }
+    if (buf != small) free(buf);
+    if (la < 0 || lc < 0) return -1;
+    if (ia < 0 || ic < 0 || m < 0)
+        return loom_fail("%s: merge \"%.*s %.*s\" %s a token that is not in the vocabulary", where,
+                         (int)(na < 60 ? na : 60), a, (int)(nc < 60 ? nc : 60), c,
+                         ia < 0 || ic < 0 ? "names" : "makes");
+    // insert; a repeated pair takes the later rank, as GPT-2's dict(zip(...)) does
+    uint64_t key = merge_key(ia, ic);
+    size_t i = merge_index(key, b->merge_mask);
+    while (b->merges[i].rank >= 0 && b->merges[i].key != key)
+        i = (i + 1) & b->merge_mask;
+    b->merges[i] = (MergeSlot){key, rank, m};
+    return 0;
 }
 
 // Parses the merges file into the merge table (needs the vocabulary).
@@ -143,11 +212,7 @@ static int load_merges(Bpe *b, const VocabMap *map, const char *path) {
         nlines += text[i] == '\n';
     if (nlines > (1u << 30)) // ranks and line numbers are int
         return loom_fail("%s: %zu lines is too many merges", path, nlines);
-    b->merge_mask = pow2_at_least(2 * nlines) - 1;
-    b->merges = xmalloc((b->merge_mask + 1) * sizeof(MergeSlot));
-    for (size_t i = 0; i <= b->merge_mask; i++)
-        b->merges[i].rank = -1;
-    uint8_t *buf = xmalloc(b->merges_len + 1);
+    bpe_merges_alloc(b, nlines);
     int rank = 0, lineno = 0, rc = 0;
     for (size_t pos = 0; pos < b->merges_len && !rc;) {
         const char *line = text + pos;
@@ -158,39 +223,42 @@ static int load_merges(Bpe *b, const VocabMap *map, const char *path) {
         if (n && line[n - 1] == '\r') n--;
         if (!n || (lineno == 1 && n >= 8 && !memcmp(line, "#version", 8))) continue;
         const char *sp = memchr(line, ' ', n);
-        if (!sp || sp == line || sp == line + n - 1 || memchr(sp + 1, ' ', n - (sp + 1 - line))) {
-            rc = loom_fail("%s:%d: expected a merge \"a b\" (two tokens and one space), got "
-                           "\"%.*s\"",
-                           path, lineno, (int)(n < 60 ? n : 60), line);
-            break;
-        }
-        size_t na = (size_t)(sp - line);
+        if (!sp || sp == line || sp == line + n - 1 || memchr(sp + 1, ' ', n - (sp + 1 - line)))
+            return loom_fail("%s:%d: expected a merge \"a b\" (two tokens and one space), got "
+                             "\"%.*s\"",
+                             path, lineno, (int)(n < 60 ? n : 60), line);
         char where[4200];
         snprintf(where, sizeof where, "%s:%d", path, lineno);
-        long la = token_to_bytes(where, line, na, buf);
-        long lb = la < 0 ? -1 : token_to_bytes(where, sp + 1, n - na - 1, buf + la);
-        if (la < 0 || lb < 0) {
-            rc = -1;
-            break;
-        }
-        int a = vocab_find(b, map, buf, (size_t)la);
-        int c = vocab_find(b, map, buf + la, (size_t)lb);
-        int m = vocab_find(b, map, buf, (size_t)(la + lb));
-        if (a < 0 || c < 0 || m < 0) {
-            rc = loom_fail("%s:%d: merge \"%.*s\" uses or makes a token that is not in the "
-                           "vocabulary",
-                           path, lineno, (int)(n < 60 ? n : 60), line);
-            break;
-        }
-        // insert; a repeated pair takes the later rank, as GPT-2's dict(zip(...)) does
-        uint64_t key = merge_key(a, c);
-        size_t i = merge_index(key, b->merge_mask);
-        while (b->merges[i].rank >= 0 && b->merges[i].key != key)
-            i = (i + 1) & b->merge_mask;
-        b->merges[i] = (MergeSlot){key, rank++, m};
+        size_t na = (size_t)(sp - line);
+        rc = bpe_add_merge(b, map, where, line, na, sp + 1, n - na - 1, rank++);
     }
-    free(buf);
     return rc;
+}
+
+Tokenizer *bpe_finish(Bpe *b, VocabMap *map, const TokenizerOps *ops, int eot, const char *name) {
+    int rc = 0;
+    for (int byte = 0; byte < 256 && !rc; byte++) {
+        uint8_t c = (uint8_t)byte;
+        b->byte_tok[byte] = bpe_vocab_find(b, map, &c, 1);
+        if (b->byte_tok[byte] < 0)
+            rc = loom_fail("%s: no token for byte 0x%02x (not a byte-level BPE vocabulary)", name,
+                           byte);
+    }
+    if (rc || !b->ignore_merges) {
+        free(map->slot);
+    } else {
+        b->map = *map;
+    }
+    *map = (VocabMap){0};
+    if (rc) {
+        bpe_free(b);
+        return NULL;
+    }
+    b->cache_mask = 4095;
+    b->cache = xcalloc(b->cache_mask + 1, sizeof(CacheSlot));
+    Tokenizer *t = xcalloc(1, sizeof *t);
+    *t = (Tokenizer){.ops = ops, .vocab_size = b->vocab, .eot = eot, .impl = b};
+    return t;
 }
 
 // Builds the tokenizer from b->vocab_text and b->merges_text (owned by b); frees b on failure.
@@ -202,25 +270,14 @@ static Tokenizer *bpe_open(Bpe *b, const char *vocab_name, const char *merges_na
         rc =
             loom_fail("%s: %zu bytes is too large for a vocabulary file", vocab_name, b->vocab_len);
     if (!rc) rc = load_vocab(b, &map, vocab_name);
-    for (int byte = 0; byte < 256 && !rc; byte++) {
-        uint8_t c = (uint8_t)byte;
-        b->byte_tok[byte] = vocab_find(b, &map, &c, 1);
-        if (b->byte_tok[byte] < 0)
-            rc = loom_fail("%s: no token for byte 0x%02x (not a byte-level BPE vocabulary)",
-                           vocab_name, byte);
-    }
     if (!rc) rc = load_merges(b, &map, merges_name);
-    int eot = rc ? -1 : vocab_find(b, &map, (const uint8_t *)"<|endoftext|>", 13);
-    free(map.slot);
     if (rc) {
+        free(map.slot);
         bpe_free(b);
         return NULL;
     }
-    b->cache_mask = 4095;
-    b->cache = xcalloc(b->cache_mask + 1, sizeof(CacheSlot));
-    Tokenizer *t = xcalloc(1, sizeof *t);
-    *t = (Tokenizer){.ops = &bpe_ops, .vocab_size = b->vocab, .eot = eot, .impl = b};
-    return t;
+    int eot = bpe_vocab_find(b, &map, (const uint8_t *)"<|endoftext|>", 13);
+    return bpe_finish(b, &map, &bpe_ops, eot, vocab_name);
 }
 
 Tokenizer *tokenizer_open_gpt2_files(const char *vocab_json, const char *merges) {
