@@ -132,6 +132,9 @@ void sw_wait(Swarm *s, double dt); // waits on cv (mu held) at most dt seconds
 
 // swarm_round.c
 Slot *sw_slot(Swarm *s, int64_t r, int create);
+// Whether peer id reported the anchor hash the latest committed round settled on (1), another
+// one (0), or nothing known (-1): a re-sync downloads from one that agrees.
+int sw_donor_agrees(Swarm *s, const char *id);
 void sw_slot_free(Swarm *s, Slot *sl);
 // Δ-sized buffers, kept for reuse (no page faults every round); under mu.
 float *sw_buf_get(Swarm *s);

@@ -253,16 +253,26 @@ static int fetch_wait(Swarm *s, Fetch *f, double t) {
     return f->done ? 0 : -1;
 }
 
-// Another peer holding state, to download from (rotating through the view).
+// Whether view entry i can donate: it holds state and, when agree, its anchor was the one the
+// latest committed round settled on (sw_donor_agrees; unknown counts as not agreeing).
+static int donor_ok(Swarm *s, int i, int agree) {
+    return s->view.e[i].rec.first_round >= 1 &&
+           (!agree || sw_donor_agrees(s, s->view.e[i].rec.id) == 1);
+}
+
+// Another peer holding state, to download from (rotating through the view): one whose anchor
+// agrees with the swarm's if there is any (a re-sync must not copy a diverged peer), else any.
 static int next_donor(Swarm *s, int turn) {
-    int k = 0;
-    for (int i = 1; i < s->view.n; i++)
-        k += s->view.e[i].rec.first_round >= 1;
-    for (int i = 1, j = 0; i < s->view.n && k; i++)
-        if (s->view.e[i].rec.first_round >= 1 && j++ == turn % k) {
-            snprintf(s->donor, sizeof s->donor, "%s", s->view.e[i].rec.id);
-            return 0;
-        }
+    for (int agree = 1; agree >= 0; agree--) {
+        int k = 0;
+        for (int i = 1; i < s->view.n; i++)
+            k += donor_ok(s, i, agree);
+        for (int i = 1, j = 0; i < s->view.n && k; i++)
+            if (donor_ok(s, i, agree) && j++ == turn % k) {
+                snprintf(s->donor, sizeof s->donor, "%s", s->view.e[i].rec.id);
+                return 0;
+            }
+    }
     return -1;
 }
 

@@ -232,8 +232,37 @@ static int has_id(PeerId *ids, int n, const char *id) {
     return 0;
 }
 
+// The anchor hash most of the round's live participants L report (L[0] is this peer, the
+// coordinator). A strict majority decides; without one (two participants that disagree, or a
+// three-way split) the coordinator's own hash stands, as every peer's re-sync needs one answer.
+static uint64_t majority_hash(Slot *sl, PeerId *L, int nl) {
+    uint64_t best = sl->hash;
+    int bestn = 0;
+    for (int p = 0; p < nl; p++) {
+        uint64_t h = p ? report(sl, L[p], 0)->hash : sl->hash;
+        int n = 0;
+        for (int q = 0; q < nl; q++)
+            n += (q ? report(sl, L[q], 0)->hash : sl->hash) == h;
+        if (n > bestn) best = h, bestn = n;
+    }
+    return 2 * bestn > nl ? best : sl->hash;
+}
+
+int sw_donor_agrees(Swarm *s, const char *id) {
+    const Slot *best = NULL;
+    for (int i = 0; i < SW_SLOTS; i++) // the latest committed round this peer heard reports of
+        if (s->slot[i].round && s->slot[i].committed && s->slot[i].nhv &&
+            (!best || s->slot[i].round > best->round))
+            best = &s->slot[i];
+    if (!best) return -1;
+    for (int i = 0; i < best->nhv; i++)
+        if (!strcmp(best->hv[i].from, id)) return best->hv[i].hash == best->chash;
+    return -1;
+}
+
 // The coordinator (the lowest live participant) commits once every live participant holds
-// every live participant's Δ: the set is what they all hold.
+// every live participant's Δ: the set is what they all hold, the anchor hash the majority's
+// (majority_hash; a coordinator outvoted re-syncs like any other peer that differs).
 static void try_commit(Swarm *s, Slot *sl) {
     if (sl->committed || !sl->hash_set) return;
     PeerId *L = xmalloc(sizeof(PeerId) * WIRE_MAX_PEERS);
@@ -263,8 +292,15 @@ static void try_commit(Swarm *s, Slot *sl) {
             }
             if (in) memcpy(sl->set[sl->nset++], mine[i], sizeof(PeerId));
         }
-        sl->chash = sl->hash;
+        sl->chash = majority_hash(sl, L, nl);
         sl->committed = 1;
+        if (sl->chash != sl->hash) {
+            s->st.diverged += !s->diverged, s->diverged = 1;
+            fprintf(stderr,
+                    "loom peer %s: round %lld: this coordinator's anchor differs from the one "
+                    "most participants hold; it re-syncs\n",
+                    s->id, (long long)sl->round);
+        }
         if (s->c.verbose)
             fprintf(stderr, "loom peer %s: round %lld committed over %d of %d participants\n",
                     s->id, (long long)sl->round, sl->nset, nl);
