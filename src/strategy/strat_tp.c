@@ -345,8 +345,8 @@ static void tp_describe(const Strategy *s, char *buf, size_t n) {
 // 1D's cost of 4 all-reduces of (B,T,C); with --sp also what they all-gathered and
 // reduce-scattered (whole (B,T,C) tensors: an all-reduce moves as much as one of each).
 static void tp_summary(Strategy *s, double exposed_s, double step_s) {
-    (void)exposed_s, (void)step_s;
     TP *t = s->impl;
+    if (t->co2) tp_co2_summary(t->co2, s, exposed_s, step_s);
     if (!s->lead) return;
     if (t->ring) cp_summary(s, t->ring, t->w.ws.floats, t->steps);
     if (s->grid->tp == 1) return;

@@ -117,3 +117,12 @@ void tp_co2_describe(const Strategy *s, char *buf, size_t n) {
     snprintf(buf, n, "co2: %d workers of tp %d x cp %d ranks, tau %d", s->grid->dp, s->grid->tp,
              s->grid->cp, s->cfg->tau);
 }
+
+void tp_co2_summary(const TpCo2 *o, const Strategy *s, double exposed_s, double step_s) {
+    if (!s->lead || step_s <= 0) return;
+    fprintf(stderr,
+            "loom: co2 %d workers of tp %d x cp %d ranks, tau %d | exposed communication %.1f%% "
+            "of step time | CO2 state %.1f MiB per rank (its part)\n",
+            s->grid->dp, s->grid->tp, s->grid->cp, s->cfg->tau, 100 * exposed_s / step_s,
+            co2_memory(o->co2) / 1048576);
+}

@@ -22,3 +22,5 @@ void tp_co2_drain(TpCo2 *o, Strategy *s, int final);
 // write as ckpt_save_collective's rank_files (*fn, *ctx; valid until the next call).
 void tp_co2_save_files(TpCo2 *o, Strategy *s, CkptMeta *meta, CkptExtraFn *fn, void **ctx);
 void tp_co2_describe(const Strategy *s, char *buf, size_t n);
+// The lead rank's line: exposed communication of the round ends, the outer state per rank.
+void tp_co2_summary(const TpCo2 *o, const Strategy *s, double exposed_s, double step_s);
