@@ -3,10 +3,10 @@
 # workers on the same data, W and tau: a worker is one tp (x cp) group whose ranks hold parts of
 # one model copy, its gradients summed and clipped within it, the outer all-reduce of Delta run
 # per part over dp. Weight decay, clipping, --grad-accum 2, a vocabulary split over tp and a
-# partial last round (7 steps, tau 2) throughout:
+# partial last round (7 steps, tau 2) and validation mid-round (a worker's own weights) throughout:
 #   * --dp 2 --tp 2 --co2 against --dp 2 --co2, adaptive (the per-tensor norms of the gap
 #     penalty summed over tp, replicated tensors once) and constant gap penalty: losses within
-#     1e-5 per step, exported weights within 1e-5; the same with --sp, and --dp 2 --cp 2 --co2;
+#     1e-5 per step (validation too), exported weights within 1e-5; the same with --sp, and --dp 2 --cp 2 --co2;
 #   * a round-end checkpoint (step 4) of --dp 2 --tp 2 resumes on the same layout bit-identically
 #     (losses and exported bytes of the uninterrupted run); another layout is refused naming it;
 #   * negative control: tau 3 must fail the comparison against tau 2.
@@ -20,7 +20,8 @@ d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 mkshard "$d/v300.bin" 300 60000 3
 f="--data $d/v300.bin --vocab 300 --block-size 128 --seq 32 --layers 2 --heads 4 --dim 32
    --lr 3e-3 --warmup 2 --weight-decay 0.1 --grad-clip 0.5 --progress off --seed 5 --batch 2
-   --steps 7 --grad-accum 2 --co2 --tau 2 --outer-lr 0.9 --outer-momentum 0.6 --outer-clip 0.05"
+   --steps 7 --grad-accum 2 --co2 --tau 2 --outer-lr 0.9 --outer-momentum 0.6 --outer-clip 0.05
+   --val-data $d/v300.bin --val-windows 2 --val-every 3"
 
 for mode in adaptive constant; do
     g="$f --gap-mode $mode --gap-penalty 1.7"
@@ -46,7 +47,7 @@ echo "== a round-end checkpoint resumes on the same layout bit-identically"
 ck="$d/ck_adaptive/step_00000004"
 for r in 0 1 2 3; do [ -f "$ck/co2_0000$r.bin" ] || { echo "FAILED: no co2_0000$r.bin"; exit 1; }; done
 $MPI -np 4 $LOOM train $f --dp 2 --tp 2 --resume "$ck" --metrics "$d/res.jsonl" --export "$d/res.st" 2> /dev/null
-tail -n 3 "$d/tp_adaptive.jsonl" > "$d/tail.jsonl"
+awk -F'"step":' '{ split($2, a, ","); if (a[1] + 0 > 4) print }' "$d/tp_adaptive.jsonl" > "$d/tail.jsonl"
 same --tol 0 "resumed at step 4" "$d/res.jsonl" "$d/tail.jsonl"
 cmp "$d/res.st" "$d/tp_adaptive.st" && echo "resumed export: the uninterrupted run's bytes"
 expect_fail "holds the CO2 state of workers of --tp 2 --cp 1 ranks (each rank's own part); this run has --tp 1 --cp 2: resume it with --tp 2 --cp 1" \
