@@ -1,6 +1,7 @@
 // strat_co2.h — what the CO2 strategy's files share: strat_co2.c (the steps, the round ends and
 // the stop) and co2_ckpt.c (a worker's own state in checkpoints: at round ends, and mid-round
-// when a stop cannot wait for the next round end).
+// when a stop cannot wait for the next round end); strat_tp_co2.c (CO2 over tp/cp workers)
+// uses the checkpoint pieces declared at the end.
 #pragma once
 #include "../parallel/co2.h"
 #include "co2_rounds.h"

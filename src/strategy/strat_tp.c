@@ -15,6 +15,8 @@
 // Context parallelism (--cp, tp may be 1) runs here too: the part runs on the rank's two chunks
 // of every sequence (T/cp tokens), its attention around the ring (parallel/ring_attention.c),
 // and the data-parallel mechanics over dp x cp (strat_cp.h has the rest).
+// With --co2 every tp x cp group is a CO2 worker (strat_tp_co2.c): its gradients are summed over
+// cp only and clipped by the worker's own norm, and the outer rule runs on the part over dp.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
