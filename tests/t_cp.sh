@@ -69,7 +69,8 @@ expect_fail "--cp 2 cuts every sequence into 2 x 2 = 4 chunks: --seq 270 is not 
     $MPI -np 2 $LOOM train ${f/--seq 272/--seq 270} --cp 2
 expect_fail "--dump-grads with --zero 3" $MPI -np 2 $LOOM train $f --cp 2 --zero 3 \
     --dump-grads "$d/g.bin"
-expect_fail "--cp 2 with --co2" $MPI -np 2 $LOOM train $f --cp 2 --co2
+expect_fail "--co2 with --zero 1: CO2 over tensor- or context-parallel workers" \
+    $MPI -np 2 $LOOM train $f --cp 2 --co2 --zero 1
 expect_fail "--seq 66 (a context-parallel rank's tokens) is not divisible by --tp 4" \
     $MPI -np 8 $LOOM train ${f/--seq 272/--seq 132} --cp 2 --tp 4 --sp
 expect_fail "--tp 4 --tp-mode 2d with --cp 2" $MPI -np 8 $LOOM train $f --cp 2 --tp 4 --tp-mode 2d

@@ -9,7 +9,8 @@
 #      stop whose save fails;
 #   3. MPI: a signal that reaches ONE rank stops every rank at the same step, for dp (ZeRO 1
 #      and 3), pipeline 1f1b and 2bw, tp, cp, 2D tp, pp x tp, --offload and CO2 (at the next
-#      round end when it fits the grace period, else mid-round: unsharded, sharded, offload),
+#      round end when it fits the grace period, else mid-round: unsharded, sharded, offload;
+#      and over tp / tp+sp / cp workers, the signal on one rank of one worker),
 #      and each resumes bit-identically;
 #   4. scripts/loom-mpirun turns a SIGTERM into a SIGUSR1 for the job (which mpirun forwards
 #      without killing) and raises odls_base_sigkill_timeout to --stop-grace + 5;
@@ -157,6 +158,11 @@ mpi co2-mid 2 1:5 1005 mid:1000 --dp 2 --co2 --tau 1000 --stop-grace 2
 mpi co2-mid-sharded 2 0:5 1005 mid:1000 --dp 2 --co2 --tau 1000 --stop-grace 2 --zero 1
 mpi co2-mid-offload 2 1:5 1005 mid:1000 --dp 2 --co2 --tau 1000 --stop-grace 2 --offload disk \
     --offload-dir "$d/scratch" --fast-mem "$(fastmem 64)"
+# CO2 over tensor- and context-parallel workers: the signal reaches one rank of one worker; the
+# agreement spans the whole job, so every rank of every worker stops at the same step
+mpi co2-tp-one 4 1:5 16 round:4 --dp 2 --tp 2 --co2 --tau 4
+mpi co2-tp-mid 4 3:5 1005 mid:1000 --dp 2 --tp 2 --sp --co2 --tau 1000 --stop-grace 2
+mpi co2-cp-mid 4 2:5 1005 mid:1000 --dp 2 --cp 2 --co2 --tau 1000 --stop-grace 2
 
 echo "== 4. scripts/loom-mpirun"
 mkdir -p "$d/fake"

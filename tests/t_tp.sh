@@ -74,4 +74,5 @@ expect_fail "--tp 3 must divide --heads 4" $MPI -np 3 $LOOM train $f --tp 3
 expect_fail "= 2 ranks, but the job has 3" $MPI -np 3 $LOOM train $f --tp 2
 expect_fail "--dump-grads with --zero 3: the first step's gradients are gathered" \
     $MPI -np 2 $LOOM train $f --tp 2 --zero 3 --dump-grads "$d/g.bin"
-expect_fail "--tp 2 with --co2" $MPI -np 2 $LOOM train $f --tp 2 --co2
+expect_fail "--co2 with --zero 2: CO2 over tensor- or context-parallel workers keeps its outer state unsharded" \
+    $MPI -np 2 $LOOM train $f --tp 2 --co2 --zero 2

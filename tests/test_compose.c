@@ -56,8 +56,20 @@ TEST(features_and_flags) {
 TEST(unsupported_features_name_both_flags) {
     const Backend *cpu = backend_cpu();
     StrategyConfig c = base();
-    c.tp = 2, c.co2 = 1;
-    REFUSED(c, cpu, "--tp 2 with --co2: not available (tensor and context parallelism run with");
+    c.tp = 2, c.offload = 1;
+    REFUSED(c, cpu,
+            "--tp 2 with --offload: not available (tensor and context parallelism run with");
+    // CO2 over tensor- and context-parallel workers runs with its outer state unsharded only
+    c = base(), c.dp = 2, c.tp = 2, c.co2 = 1;
+    ACCEPTED(c, cpu);
+    c.sp = 1;
+    ACCEPTED(c, cpu);
+    c = base(), c.dp = 2, c.cp = 2, c.co2 = 1;
+    ACCEPTED(c, cpu);
+    c.zero = 1;
+    REFUSED(c, cpu, "--co2 with --zero 1: CO2 over tensor- or context-parallel workers keeps");
+    c = base(), c.tp = 2, c.co2 = 1, c.tau = 0;
+    REFUSED(c, cpu, "--tau must be >= 1");
     c = base(), c.tp = 4, c.tp_2d = 1, c.zero = 3;
     REFUSED(c, cpu, "--tp 4 --tp-mode 2d with --zero 3: not available");
     c = base(), c.pp = 2, c.offload = 1;

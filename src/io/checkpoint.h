@@ -35,6 +35,7 @@ typedef struct {
     char *train_args;         // JSON text of the flags that shaped the run (owned, may be NULL)
     int co2_workers, co2_tau; // > 0: every worker wrote its CO2 state (co2_<rank>.bin)
     int co2_sharded;          // that state is sharded (--zero 1/2)
+    int co2_tp, co2_cp;       // a worker's tensor- and context-parallel ranks (0 or 1: one)
 } CkptMeta;
 
 // Writes extra files (e.g. the tokenizer) into the step directory before it is committed.

@@ -197,6 +197,7 @@ static void outer_update(CO2 *o, float *avg) {
     if (o->cfg.adaptive) {
         sq = xcalloc((size_t)2 * o->m->ntensors, sizeof(double));
         partial_norms(o, o->mom, avg, 0, o->P, sq);
+        if (o->cfg.norms) o->cfg.norms(o->cfg.norms_ctx, sq, o->m->ntensors);
     }
     point_blocks(o, avg);
     co2_outer_update(&o->cfg, o->m, sq);

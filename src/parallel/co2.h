@@ -27,6 +27,12 @@ typedef struct {
     float phi;    // element-wise clip of the outer momentum (0 = off)
     int adaptive; // 1: adaptive gap penalty
     int sharded;  // 1: shard anchor and momentum across the workers
+    // Unsharded, adaptive: called on this worker's per-tensor Σ m², Σ Δ̄² (2·ntensors) before
+    // they are used, so that a worker holding parts of tensors (tensor parallelism) can make
+    // them the whole tensors' (NULL: the worker holds whole tensors). Collective as it likes:
+    // every rank calls it at the same round end.
+    void (*norms)(void *ctx, double *sq, int ntensors);
+    void *norms_ctx;
 } CO2Config;
 
 typedef struct CO2 CO2;

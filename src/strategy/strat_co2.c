@@ -13,7 +13,6 @@
 #include <string.h>
 
 #include "../common.h"
-#include "../stop.h"
 #include "compose.h"
 #include "strat_co2.h"
 
@@ -31,93 +30,13 @@ static const Supports CO2_SUPPORTS = {
     .runs_with = "CO2's workers are the data-parallel ranks, each with the whole model; it runs "
                  "with --zero 1 or 2 (a sharded outer state), --offload and --recompute"};
 
-static int co2_check(const StrategyConfig *c) {
-    if (c->tau < 1) return loom_fail("--tau must be >= 1");
-    if (c->save_every > 0 && c->save_every % c->tau)
-        return loom_fail("--save-every %d: under --co2 checkpoints are taken at round ends, so "
-                         "it must be a multiple of --tau %d",
-                         c->save_every, c->tau);
-    return 0;
-}
-
-static void round_log(Strategy *s, RoundLosses *r, int wait) {
-    if (!r->inflight) return;
-    if (wait)
-        comm_wait(&r->req);
-    else if (!comm_test(&r->req))
-        return;
-    for (int i = 0; i < r->n; i++) { // the mean over the workers that contributed
-        r->rec[i].loss = r->loss[i] / r->req.contributors;
-        strategy_emit(s, &r->rec[i]);
-    }
-    r->inflight = r->n = 0;
-}
-
-// End of a round: hands over the previous round's records (long since reduced), starts this
-// round's average.
-static void round_send(Strategy *s, Co2State *o) {
-    round_log(s, &o->rl[1], 1);
-    RoundLosses t = o->rl[1];
-    o->rl[1] = o->rl[0], o->rl[0] = t;
-    o->rl[1].req = comm_iallreduce_f64(s->grid->dp_comm, o->rl[1].loss, o->rl[1].n);
-    o->rl[1].inflight = 1;
-}
-
-void co2_round_flush(Strategy *s, Co2State *o) {
-    round_log(s, &o->rl[1], 1);
-    RoundLosses *r = &o->rl[0];
-    if (!r->n) return;
-    r->req = comm_iallreduce_f64(s->grid->dp_comm, r->loss, r->n);
-    r->inflight = 1;
-    round_log(s, r, 1);
-}
-
-// While a step waits for communication (a round end waiting for a slower worker, who may be
-// paused for the stop agreement), a worker joins a stop it has been asked for.
-static void co2_wait_hook(void *ctx) {
-    Strategy *s = ctx;
-    Co2State *o = s->impl;
-    if (o->boundary && !stop_agree_joined(o->agree) &&
-        (stop_signal() || stop_agree_heard(o->agree)))
-        stop_agree_join(o->agree, o->boundary, o->step_s, stop_grace_left());
-}
-
-// At the boundary after step `done`: join a stop (a signal here, or another worker's notice),
-// agree on where, and stop there.
-static void stop_check(Strategy *s, Co2State *o, int done) {
-    const StrategyConfig *c = s->cfg;
-    if (o->stop_at < 0) {
-        if (stop_signal() || stop_agree_heard(o->agree))
-            stop_agree_join(o->agree, done, o->step_s, stop_grace_left());
-        int S;
-        double step_s, grace;
-        if (!stop_agree_joined(o->agree) || stop_agree_wait(o->agree, &S, &step_s, &grace)) return;
-        int E = (S + c->tau - 1) / c->tau * c->tau;
-        E = E < c->steps ? E : c->steps;
-        o->stop_at = (E - S) * step_s <= grace / 2 ? E : S;
-        if (s->lead)
-            fprintf(stderr,
-                    "loom: co2: the workers stop after step %d (%s; the furthest had done %d, "
-                    "%.2f s per step, %.0f s of grace left)\n",
-                    o->stop_at, o->stop_at % c->tau ? "mid-round" : "a round end", S, step_s,
-                    grace);
-    }
-    if (done == o->stop_at) s->stop = 1;
-}
-
 static int co2_create_s(Strategy *s) {
     const StrategyConfig *c = s->cfg;
     Co2State *o = xcalloc(1, sizeof *o);
     s->impl = o;
     // workers never reduce gradients: their data-parallel mechanics run over a group of one
     const Comm *self = comm_split(s->grid->dp_comm, s->grid->dp_comm->rank, 0, "self");
-    for (int i = 0; i < 2; i++) {
-        o->rl[i].rec = xcalloc((size_t)c->tau, sizeof(StepRecord));
-        o->rl[i].loss = xcalloc((size_t)c->tau, sizeof(double));
-    }
-    o->agree = stop_agree_create(s->grid->dp_comm);
-    o->stop_at = -1;
-    comm_set_wait_hook(co2_wait_hook, s);
+    co2_rounds_init(&o->r, c->tau, s->grid->dp_comm, s->grid->dp_comm);
     if (whole_create(s, &o->w, self, 0)) return -1;
     CO2Config cc = whole_co2_config(c);
     if (o->w.sw) { // the anchor a(0) = the parameters, in the tier
@@ -133,7 +52,7 @@ static int co2_step(Strategy *s, int step, int boundary) {
     Co2State *o = s->impl;
     const StrategyConfig *c = s->cfg;
     double t0 = now_sec();
-    o->boundary = step + 1; // (the wait hook joins a stop at it)
+    co2_rounds_begin(&o->r, step); // (the wait hook joins a stop at its end)
     double loss = whole_grads(s, &o->w, step);
     StepRecord r = {.step = step + 1, .loss = loss};
     if (o->w.failed) return -1;
@@ -148,14 +67,12 @@ static int co2_step(Strategy *s, int step, int boundary) {
         comm_abort(EXIT_NUMERIC, msg);
     }
     // the round's end (or the run's: a final, partial round) is part of its step
-    StepRecord *rec = &o->rl[0].rec[o->rl[0].n]; // (stays valid when the rounds swap places)
-    o->rl[0].loss[o->rl[0].n++] = loss;
-    round_log(s, &o->rl[1], 0);
+    StepRecord *rec = co2_rounds_add(s, &o->r, loss);
     double wait = 0, overlap = 0;
     if ((step + 1) % c->tau == 0 || step + 1 == c->steps) {
         Swapper *sw = o->w.sw;
         double e0 = sw ? swap_co2_exposed(sw) : co2_exposed(o->co2);
-        round_send(s, o); // ahead of the outer average
+        co2_rounds_send(s, &o->r); // ahead of the outer average
         if (sw && swap_co2_round_end(sw, ++o->rounds)) return -1;
         if (!sw) co2_round_end(o->co2), overlap = co2_overlap(o->co2);
         wait = (sw ? swap_co2_exposed(sw) : co2_exposed(o->co2)) - e0;
@@ -164,15 +81,13 @@ static int co2_step(Strategy *s, int step, int boundary) {
     r.exposed = wait;
     r.overlap = overlap;
     *rec = r;
-    o->boundary = 0;
-    o->step_s = o->step_s > 0 ? 0.8 * o->step_s + 0.2 * r.seconds : r.seconds;
-    stop_check(s, o, step + 1);
+    co2_rounds_end_step(s, &o->r, step + 1, r.seconds);
     return 0;
 }
 
 static void co2_drain(Strategy *s, int final) {
     Co2State *o = s->impl;
-    round_log(s, &o->rl[1], 1);                                    // records up to here
+    co2_rounds_drain(s, &o->r);                                    // records up to here
     if (final && o->w.sw && swap_co2_finish(o->w.sw, o->rounds)) { // x = the final anchor
         fprintf(stderr, "loom: %s\n", loom_errmsg());
         exit(EXIT_IO);
@@ -210,12 +125,9 @@ static void co2_summary(Strategy *s, double exposed_s, double step_s) {
 static void co2_destroy(Strategy *s) {
     Co2State *o = s->impl;
     if (!o) return;
-    comm_set_wait_hook(NULL, NULL);
-    stop_agree_free(o->agree);
+    co2_rounds_free(&o->r);
     co2_free(o->co2);
     whole_free(s, &o->w);
-    for (int i = 0; i < 2; i++)
-        free(o->rl[i].rec), free(o->rl[i].loss);
     free(o);
     s->impl = NULL;
 }
@@ -223,7 +135,7 @@ static void co2_destroy(Strategy *s) {
 const StrategyOps STRATEGY_CO2 = {.name = "co2",
                                   .wants = co2_wants,
                                   .supports = &CO2_SUPPORTS,
-                                  .check = co2_check,
+                                  .check = co2_check_config,
                                   .create = co2_create_s,
                                   .step = co2_step,
                                   .drain = co2_drain,

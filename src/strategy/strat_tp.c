@@ -15,6 +15,8 @@
 // Context parallelism (--cp, tp may be 1) runs here too: the part runs on the rank's two chunks
 // of every sequence (T/cp tokens), its attention around the ring (parallel/ring_attention.c),
 // and the data-parallel mechanics over dp x cp (strat_cp.h has the rest).
+// With --co2 every tp x cp group is a CO2 worker (strat_tp_co2.c): its gradients are summed over
+// cp only and clipped by the worker's own norm, and the outer rule runs on the part over dp.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,10 +25,11 @@
 
 #include "../common.h"
 #include "ckpt_save.h"
+#include "co2_rounds.h"
 #include "compose.h"
 #include "part_io.h"
 #include "strat_cp.h"
-#include "strat_whole.h"
+#include "strat_tp_co2.h"
 
 typedef struct {
     const GPT *whole;  // the whole model's layout (s->model: no buffers)
@@ -45,6 +48,7 @@ typedef struct {
     StrategyConfig icfg;
     int *seq_in, *seq_tg;
     const Comm *gcomm;
+    TpCo2 *co2; // --co2: every tp x cp group a worker (strat_tp_co2.c)
 } TP;
 
 static void tp_allreduce(void *ctx, float *x, size_t n, int max) {
@@ -91,18 +95,22 @@ static int tp_wants(const StrategyConfig *c) {
 
 static const char TP_DUMP_ZERO[] = "the first step's gradients are gathered from the parts' "
                                    "whole copies (ZeRO 0 or 1)";
+static const char TP_CO2_ZERO[] = "CO2 over tensor- or context-parallel workers keeps its outer "
+                                  "state unsharded (--zero 0)";
 static const FeaturePair TP_PAIRS[] = {
-    {F_DUMP_GRADS, F_ZERO2, TP_DUMP_ZERO}, {F_DUMP_GRADS, F_ZERO3, TP_DUMP_ZERO}, {0, 0, NULL}};
+    {F_DUMP_GRADS, F_ZERO2, TP_DUMP_ZERO}, {F_DUMP_GRADS, F_ZERO3, TP_DUMP_ZERO},
+    {F_CO2, F_ZERO1, TP_CO2_ZERO},         {F_CO2, F_ZERO2, TP_CO2_ZERO},
+    {F_CO2, F_ZERO3, TP_CO2_ZERO},         {0, 0, NULL}};
 static const Supports TP_SUPPORTS = {
     .self = {F_TP, F_CP, F_SP, F_COUNT},
     .features = FEAT(F_TP) | FEAT(F_SP) | FEAT(F_CP) | FEAT(F_DP) | FEAT(F_ZERO1) | FEAT(F_ZERO2) |
-                FEAT(F_ZERO3) | FEAT(F_RECOMPUTE) | FEAT(F_DUMP_GRADS),
+                FEAT(F_ZERO3) | FEAT(F_RECOMPUTE) | FEAT(F_DUMP_GRADS) | FEAT(F_CO2),
     .pairs = TP_PAIRS,
     .runs_with = "tensor and context parallelism run with data parallelism (ZeRO 0-3), "
-                 "--sp, --pp and --recompute"};
+                 "--sp, --pp, --recompute and --co2 (ZeRO 0)"};
 
 static int tp_check(const StrategyConfig *c) {
-    if (cp_check(c)) return -1;
+    if (cp_check(c) || (c->co2 && co2_check_config(c))) return -1;
     if (c->sp && c->tp < 2)
         return loom_fail(
             "--sp splits the sequence over the tensor-parallel group: it needs --tp >= 2 "
@@ -203,6 +211,8 @@ static int tp_create(Strategy *s) {
         t->seq_tg = xmalloc((size_t)s->cfg->batch * s->cfg->seq * sizeof(int));
         t->gcomm = g->dpcp_comm;
     }
+    if (s->cfg->co2) // a worker sums its gradients over cp only, never over dp
+        t->gcomm = g->cp > 1 ? g->cp_comm : comm_split(g->dp_comm, g->dp_comm->rank, 0, "self");
     if (whole_create(&t->inner, &t->w, t->gcomm, s->cfg->zero)) return -1;
     if (s->resume_dir) { // ZeRO-1: the moments' slice this dp rank owns
         size_t lo, hi;
@@ -212,6 +222,7 @@ static int tp_create(Strategy *s) {
         t->w.opt.t = s->resume->opt_t;
     }
     part_cut_free(&t->cut);
+    if (s->cfg->co2 && !(t->co2 = tp_co2_create(s, &t->part, &t->w))) return -1;
     return 0;
 }
 
@@ -245,6 +256,7 @@ static int tp_step(Strategy *s, int step, int boundary) {
     TP *t = s->impl;
     Whole *w = &t->w;
     double t0 = now_sec();
+    if (t->co2) tp_co2_begin(t->co2, step);
     double loss = whole_grads(&t->inner, w, step);
     int N = t->gcomm->size; // dp x cp ranks, each the mean over its tokens (equal counts)
     if (N > 1) {
@@ -254,6 +266,7 @@ static int tp_step(Strategy *s, int step, int boundary) {
     StepRecord r = {.step = step + 1, .loss = loss};
     double votes = strategy_stop_vote();
     whole_update_sumsq(&t->inner, w, step, loss, grad_sumsq(t, &votes), &r);
+    if (t->co2) return t->steps++, tp_co2_step(t->co2, s, step, &r, t0); // (the agreed stop)
     strategy_stop_tally(s, votes);
     r.seconds = now_sec() - t0;
     r.exposed = N > 1 ? dp_exposed_wait(w->dp) : -1;
@@ -262,7 +275,10 @@ static int tp_step(Strategy *s, int step, int boundary) {
     return 0;
 }
 
-static void tp_drain(Strategy *s, int final) { (void)s, (void) final; }
+static void tp_drain(Strategy *s, int final) {
+    TP *t = s->impl;
+    if (t->co2) tp_co2_drain(t->co2, s, final);
+}
 
 static double tp_evaluate(Strategy *s) {
     TP *t = s->impl; // the summary counts training steps only
@@ -278,7 +294,6 @@ static double tp_evaluate(Strategy *s) {
 // layout (parameters and moments), assembled from every tp rank's part (any layout resumes).
 static int tp_save(Strategy *s, const char *dir, CkptMeta *meta, int final, CkptExtraFn extra,
                    void *extra_ctx, int keep) {
-    (void) final;
     TP *t = s->impl;
     const Grid *g = s->grid;
     size_t N = t->whole->nparams, np = t->part.nparams, tp = (size_t)g->tp;
@@ -298,9 +313,12 @@ static int tp_save(Strategy *s, const char *dir, CkptMeta *meta, int final, Ckpt
         free(src[k]);
     CkptShard sh = {.lo = lo, .hi = hi, .params = mine[0], .m = mine[1], .v = mine[2]};
     meta->opt_t = t->w.opt.t;
+    CkptExtraFn files = NULL; // --co2: every rank's own state (not in the final checkpoint)
+    void *files_ctx = NULL;
+    if (t->co2 && !final) tp_co2_save_files(t->co2, s, meta, &files, &files_ctx);
     if (!rc)
-        rc = ckpt_save_collective(dir, g->world, writes ? &sh : NULL, meta, extra, extra_ctx, NULL,
-                                  NULL, keep);
+        rc = ckpt_save_collective(dir, g->world, writes ? &sh : NULL, meta, extra, extra_ctx, files,
+                                  files_ctx, keep);
     for (int k = 0; k < 3; k++)
         free(mine[k]);
     return rc;
@@ -318,6 +336,7 @@ static int tp_full(Strategy *s, float *host, int grads) {
 }
 
 static void tp_describe(const Strategy *s, char *buf, size_t n) {
+    if (s->cfg->co2) return tp_co2_describe(s, buf, n);
     char cp[48] = "";
     if (s->grid->cp > 1) snprintf(cp, sizeof cp, " x cp %d (ring attention)", s->grid->cp);
     snprintf(buf, n, "tensor parallel: tp %d (1d%s, vocabulary-parallel head)%s x dp %d (zero %d)",
@@ -328,8 +347,8 @@ static void tp_describe(const Strategy *s, char *buf, size_t n) {
 // 1D's cost of 4 all-reduces of (B,T,C); with --sp also what they all-gathered and
 // reduce-scattered (whole (B,T,C) tensors: an all-reduce moves as much as one of each).
 static void tp_summary(Strategy *s, double exposed_s, double step_s) {
-    (void)exposed_s, (void)step_s;
     TP *t = s->impl;
+    if (t->co2) tp_co2_summary(t->co2, s, exposed_s, step_s);
     if (!s->lead) return;
     if (t->ring) cp_summary(s, t->ring, t->w.ws.floats, t->steps);
     if (s->grid->tp == 1) return;
@@ -360,6 +379,7 @@ static void tp_summary(Strategy *s, double exposed_s, double step_s) {
 static void tp_destroy(Strategy *s) {
     TP *t = s->impl;
     if (!t) return;
+    tp_co2_free(t->co2);
     if (t->w.dp) whole_free(&t->inner, &t->w);
     gpt_free(&t->part);
     cp_ring_free(t->ring);
