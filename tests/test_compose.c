@@ -68,6 +68,8 @@ TEST(unsupported_features_name_both_flags) {
     ACCEPTED(c, cpu);
     c.zero = 1;
     REFUSED(c, cpu, "--co2 with --zero 1: CO2 over tensor- or context-parallel workers keeps");
+    c = base(), c.dp = 2, c.tp = 2, c.co2 = 1, c.dump_grads = 1;
+    REFUSED(c, cpu, "--co2 with --dump-grads: CO2's workers never sum their gradients");
     c = base(), c.tp = 2, c.co2 = 1, c.tau = 0;
     REFUSED(c, cpu, "--tau must be >= 1");
     c = base(), c.tp = 4, c.tp_2d = 1, c.zero = 3;

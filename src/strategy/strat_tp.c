@@ -98,9 +98,13 @@ static const char TP_DUMP_ZERO[] = "the first step's gradients are gathered from
 static const char TP_CO2_ZERO[] = "CO2 over tensor- or context-parallel workers keeps its outer "
                                   "state unsharded (--zero 0)";
 static const FeaturePair TP_PAIRS[] = {
-    {F_DUMP_GRADS, F_ZERO2, TP_DUMP_ZERO}, {F_DUMP_GRADS, F_ZERO3, TP_DUMP_ZERO},
-    {F_CO2, F_ZERO1, TP_CO2_ZERO},         {F_CO2, F_ZERO2, TP_CO2_ZERO},
-    {F_CO2, F_ZERO3, TP_CO2_ZERO},         {0, 0, NULL}};
+    {F_DUMP_GRADS, F_ZERO2, TP_DUMP_ZERO},
+    {F_DUMP_GRADS, F_ZERO3, TP_DUMP_ZERO},
+    {F_CO2, F_ZERO1, TP_CO2_ZERO},
+    {F_CO2, F_ZERO2, TP_CO2_ZERO},
+    {F_CO2, F_ZERO3, TP_CO2_ZERO},
+    {F_CO2, F_DUMP_GRADS, "CO2's workers never sum their gradients (as --dp --co2)"},
+    {0, 0, NULL}};
 static const Supports TP_SUPPORTS = {
     .self = {F_TP, F_CP, F_SP, F_COUNT},
     .features = FEAT(F_TP) | FEAT(F_SP) | FEAT(F_CP) | FEAT(F_DP) | FEAT(F_ZERO1) | FEAT(F_ZERO2) |
