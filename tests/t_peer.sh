@@ -16,7 +16,7 @@
 #   6. a peer whose anchor diverges (LOOM_FAULT_DIVERGE) notices it at the next commit and
 #      re-syncs: every peer ends with the same anchor; when the diverged one is the coordinator,
 #      the majority of the round's anchor hashes outvotes it and only it re-syncs (negative
-#      control: before the majority rule the two others re-synced to its anchor).
+#      control: the build before the majority rule fails here, "v0 did not re-sync").
 # asan: skip
 set -eu
 . "$(dirname "$0")/lib.sh"
@@ -186,13 +186,13 @@ for bad in 1 0; do # v1; then v0, the coordinator (the lowest id): the majority'
         if [ $i = 0 ]; then boot=$(addr v0); fi
     done
     waitall "${started[@]}" || { for f in "$d"/v*.log; do echo "== $f"; tail -n 5 "$f"; done; exit 1; }
-    grep -h "re-sync" "$d/v$bad.log"
+    grep -h "re-sync" "$d/v$bad.log" || true
     grep -q "re-synced with the swarm" "$d/v$bad.log" ||
         { echo "v$bad did not re-sync"; cat "$d/v$bad.log"; exit 1; }
     for i in 0 1 2; do
         [ $i = $bad ] && continue
         if grep -q "re-synced with the swarm" "$d/v$i.log"; then
-            echo "v$i re-synced to the diverged v$bad's anchor"; exit 1
+            echo "v$i re-synced (to the diverged v$bad's anchor)"; exit 1
         fi
     done
     cmp "$d/v0.st" "$d/v1.st" && cmp "$d/v0.st" "$d/v2.st" ||
