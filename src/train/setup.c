@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "../common.h"
 #include "../io/dirlock.h"
@@ -19,6 +20,10 @@
 _Noreturn void run_fail(const Run *r, int code) {
     if (!r->world || r->world->rank == 0) fprintf(stderr, "loom: %s\n", loom_errmsg());
     fflush(stderr);
+    // Most of these failures are every rank's (a refused configuration, a bad file): rank 0 says
+    // why. mpirun ends the whole job as soon as one rank exits with an error, so the others give
+    // rank 0 half a second to say it first (else a loaded machine can lose the message).
+    if (r->world && r->world->size > 1 && r->world->rank != 0) usleep(500000);
     exit(code);
 }
 
@@ -27,7 +32,14 @@ static void setup_grid(Run *r) {
     r->world = comm_world(NULL, NULL);
     comm_set_timeout(a->comm_timeout);
     if (a->comm_thread) comm_start_progress_thread(1e-3);
-    if (grid_create(&r->grid, r->world, a->dp, a->pp, a->tp, a->cp)) run_fail(r, EXIT_USAGE);
+    if (grid_create(&r->grid, r->world, a->dp, a->pp, a->tp, a->cp)) {
+        // every rank fails this check alike: they meet once rank 0 has said why, so mpirun
+        // (which kills the job when the first rank exits) cannot cut its message off
+        if (r->world->rank == 0) fprintf(stderr, "loom: %s\n", loom_errmsg());
+        fflush(stderr);
+        comm_barrier(r->world);
+        exit(EXIT_USAGE);
+    }
     r->lead = r->world->rank == 0;
 }
 
