@@ -237,7 +237,7 @@ static double evaluate_version(Pipe *p, int v) {
         }
     }
     comm_allreduce_f64(p->g->pp_comm, v2, 1); // only the last stage holds losses
-    comm_allreduce_f64(p->gc, v2, 1);
+    comm_allreduce_f64(p->g->cp > 1 ? p->g->dpcp_comm : p->g->dp_comm, v2, 1); // every replica
     pipe_zero_gather_all(p, 0);
     pipe_use_version(p, saved);
     return nw > 0 ? v2[0] / nw / p->g->cp : NAN;
@@ -357,6 +357,7 @@ Pipeline *pipeline_create(GPT *m, const Grid *g, const PipelineConfig *pc, const
     *p = (Pipe){.m = m, .g = g, .pc = pc, .D = g->pp, .s = g->pp_i, .io = io, .opt = *oc};
     p->votes_step = -1;
     p->gc = g->cp > 1 ? g->dpcp_comm : g->dp_comm;
+    if (pc->local) p->gc = comm_split(g->world, g->world->rank, 0, "co2 worker"); // alone
     p->t = opt_t;
     p->done = start;
     if (pipe_setup(p, m, g, pc, start)) {
@@ -379,6 +380,19 @@ int pipeline_step(Pipeline *p, int step, int boundary, double vote) {
 }
 
 void pipeline_drain(Pipeline *p) { pipe_pend_complete(p); }
+
+void pipeline_stage_view(Pipeline *p, float **w, size_t *lo, size_t *hi, float **wte,
+                         size_t *tie_n) {
+    *w = p->pbuf[0], *lo = p->lo, *hi = p->hi;
+    *wte = p->replica ? p->wbuf[0] : NULL, *tie_n = p->tie_n;
+}
+
+int pipeline_moments(Pipeline *p, float **a, size_t *lens) {
+    a[0] = p->om, a[1] = p->ov, lens[0] = lens[1] = p->own_hi - p->own_lo;
+    if (!p->replica) return 2;
+    a[2] = p->wm, a[3] = p->wv, lens[2] = lens[3] = p->wown_hi - p->wown_lo;
+    return 4;
+}
 
 double pipeline_stop_votes(const Pipeline *p, int step) {
     return p->votes_step == step ? p->votes : 0;
