@@ -65,7 +65,7 @@ static const Supports PP_SUPPORTS = {
 
 static int pp_check(const StrategyConfig *c) {
     if (cp_check(c) || (c->co2 && co2_check_config(c))) return -1;
-    if (c->co2 && !strcmp(c->schedule, "2bw"))
+    if (c->co2 && c->schedule && !strcmp(c->schedule, "2bw"))
         return loom_fail("--co2 with --schedule 2bw: 2bw applies every update one batch late, "
                          "so a round's end has no settled weights to average (use gpipe or "
                          "1f1b)");
