@@ -6,7 +6,8 @@
 #   * --dp 2 --pp 2 --co2 (gpipe and 1f1b) against --dp 2 --co2, adaptive and constant gap
 #     penalty: losses within 1e-5 per step, exported weights within 1e-5;
 #   * a round-end checkpoint (step 4) resumes on the same layout to the uninterrupted run's
-#     bytes; another layout is refused naming it; 2bw and --zero are refused;
+#     bytes; another layout is refused naming it; 2bw and --zero are refused; a stop that falls
+#     mid-round refuses its save clearly (a round-end stop: tests/t_stop.sh co2-pp-one);
 #   * negative control: tau 3 must fail the comparison against tau 2.
 # asan: skip
 set -eu
@@ -49,6 +50,14 @@ expect_fail "--co2 with --schedule 2bw: 2bw applies every update one batch late"
     $MPI -np 4 $LOOM train $f --dp 2 --pp 2 --schedule 2bw
 expect_fail "--co2 with --zero 1: CO2 over pipeline workers keeps every stage's outer state unsharded" \
     $MPI -np 4 $LOOM train $f --dp 2 --pp 2 --zero 1
+
+echo "== a stop that cannot reach the round end: its mid-round save is refused (no hang)"
+rc=0
+LOOM_FAULT_SIGNAL=3:3 $MPI -np 4 -x LOOM_FAULT_SIGNAL $LOOM train ${f/--steps 7/--steps 1005} --tau 1000 \
+    --stop-grace 2 --dp 2 --pp 2 --save "$d/ck_mid" > "$d/mid.log" 2>&1 || rc=$?
+grep -q "CO2 over pipeline workers saves only at round ends" "$d/mid.log" && [ "$rc" != 0 ] ||
+    { echo "FAILED: mid-round stop (exit $rc)"; tail "$d/mid.log"; exit 1; }
+echo "mid-round stop: exit $rc, the save refused with its reason"
 
 echo "== negative control: tau 3 against tau 2"
 $MPI -np 4 $LOOM train ${f/--tau 2/--tau 3} --dp 2 --pp 2 --metrics "$d/neg.jsonl" --export "$d/neg.st" 2> /dev/null
