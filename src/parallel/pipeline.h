@@ -20,7 +20,9 @@
 // gradients too (reduce-scattered block by block after every micro-batch's backward), --zero 3
 // its weights (each block all-gathered before it runs); the tied wte replica on the last stage
 // and stage 0's embedding gradient stay whole (pipeline_zero.c). Loss, gradient norm and clipping
-// are global. Validation (--val-every) is a forward-only pass of the windows through the stages.
+// are global — except with pc->local (CO2 workers): then every dp replica's pipeline reduces
+// nothing over the replicas (its gradient group is the rank alone) and reports its own loss.
+// Validation (--val-every) is a forward-only pass of the windows through the stages.
 // The model may be a Megatron 1D tensor-parallel part (m->tp.n > 1, its hooks installed by the
 // strategy): every stage then holds its part's blocks, activations go to the next stage's rank
 // of the same tp index, the tied embedding's rows to the same tp rank of the other end, and the
