@@ -2,9 +2,10 @@
 # t_co2_pp.sh — CO2 over pipeline workers equals CO2 over whole-model workers on the same data,
 # W and tau: a worker is one pipeline (its stages on pp ranks), its gradients never summed over
 # dp, its norm and clipping its own; the outer rule runs per stage over dp. Weight decay,
-# clipping, --grad-accum 2 and a partial last round (7 steps, tau 2) throughout:
+# clipping, --grad-accum 2, a partial last round (7 steps, tau 2) and validation mid-round (a
+# worker's own weights) throughout:
 #   * --dp 2 --pp 2 --co2 (gpipe and 1f1b) against --dp 2 --co2, adaptive and constant gap
-#     penalty: losses within 1e-5 per step, exported weights within 1e-5;
+#     penalty: losses (validation too) within 1e-5 per step, exported weights within 1e-5;
 #   * a round-end checkpoint (step 4) resumes on the same layout to the uninterrupted run's
 #     bytes; another layout is refused naming it; 2bw and --zero are refused; a stop that falls
 #     mid-round refuses its save clearly (a round-end stop: tests/t_stop.sh co2-pp-one);
@@ -18,7 +19,14 @@ d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 mkshard "$d/v300.bin" 300 60000 3
 f="--data $d/v300.bin --vocab 300 --block-size 128 --seq 32 --layers 2 --heads 4 --dim 32
    --lr 3e-3 --warmup 2 --weight-decay 0.1 --grad-clip 0.5 --progress off --seed 5 --batch 2
-   --steps 7 --grad-accum 2 --co2 --tau 2 --outer-lr 0.9 --outer-momentum 0.6 --outer-clip 0.05"
+   --steps 7 --grad-accum 2 --co2 --tau 2 --outer-lr 0.9 --outer-momentum 0.6 --outer-clip 0.05
+   --val-data $d/v300.bin --val-windows 2 --val-every 3"
+# val A.jsonl B.jsonl: the same validation steps, losses within 1e-5 (mid-round: worker 0's own)
+val() {
+    paste -d' ' <(grep val_loss "$1" | tr -c '0-9.\n' ' ') <(grep val_loss "$2" | tr -c '0-9.\n' ' ') |
+        awk '{ d = $2 - $4; if ($1 != $3 || d > 1e-5 || d < -1e-5) bad = 1; n++ }
+             END { if (bad || !n) { print "FAILED: validation differs"; exit 1 } }'
+}
 
 for mode in adaptive constant; do
     g="$f --gap-mode $mode --gap-penalty 1.7"
@@ -28,6 +36,7 @@ for mode in adaptive constant; do
             --export "$d/${sch}_$mode.st" --save "$d/ck_${sch}_$mode" --save-every 2 --keep 0 2> /dev/null
         same --tol 1e-5 --wtol 1e-5 "co2 $mode: dp 2 x pp 2 ($sch) = dp 2" "$d/${sch}_$mode.jsonl" \
             "$d/ref_$mode.jsonl" "$d/${sch}_$mode.st" "$d/ref_$mode.st"
+        val "$d/${sch}_$mode.jsonl" "$d/ref_$mode.jsonl"
     done
 done
 # the two gap penalties give different runs (the comparisons above can tell them apart)

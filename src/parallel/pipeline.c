@@ -208,7 +208,8 @@ void pipe_wait_sends(Pipe *p) {
 // ---------------------------------------------------------------- validation
 
 // A forward-only pass of the validation windows through the stages with weight version v
-// (nothing else may be in flight). Replica q evaluates windows q, q+W, …; every rank gets the
+// (nothing else may be in flight). Replica q evaluates windows q, q+W, … (a CO2 worker all of
+// them, on its own weights, as --dp --co2 does); every rank gets the
 // mean loss over the windows (context parallelism: every cp rank its chunks of them, the mean
 // of its tokens' losses, so the cp ranks' means are averaged).
 static double evaluate_version(Pipe *p, int v) {
@@ -216,12 +217,13 @@ static double evaluate_version(Pipe *p, int v) {
     const PipelineIO *io = p->io;
     Workspace *ws = &p->ws[0];
     size_t n = workspace_rows(ws, m) * m->cfg.C; // (B,T,C), or the rank's rows (--sp)
-    int nw = p->pc->val_windows, W = p->g->dp, saved = p->cur_ver;
+    int local = p->pc->local; // a CO2 worker evaluates every window on its own weights
+    int nw = p->pc->val_windows, W = local ? 1 : p->g->dp, saved = p->cur_ver;
     pipe_zero_gather_all(p, 1); // ZeRO-3: replicas may run different numbers of windows
     pipe_use_version(p, v);
     comm_set_context(-1, "pipeline validation");
     double v2[1] = {0};
-    for (int w = p->g->dp_i; w < nw; w += W) {
+    for (int w = local ? 0 : p->g->dp_i; w < nw; w += W) {
         io->val_batch(io->ctx, w, ws->tokens, ws->targets);
         if (!p->first) {
             CommReq r = comm_irecv(p->g->pp_comm, workspace_stream(ws, m, p->b0 - 1), n, p->s - 1,
@@ -237,7 +239,7 @@ static double evaluate_version(Pipe *p, int v) {
         }
     }
     comm_allreduce_f64(p->g->pp_comm, v2, 1); // only the last stage holds losses
-    comm_allreduce_f64(p->g->cp > 1 ? p->g->dpcp_comm : p->g->dp_comm, v2, 1); // every replica
+    comm_allreduce_f64(p->gc, v2, 1);
     pipe_zero_gather_all(p, 0);
     pipe_use_version(p, saved);
     return nw > 0 ? v2[0] / nw / p->g->cp : NAN;
