@@ -12,6 +12,8 @@
 // every stage's part runs on the rank's two chunks of every sequence (T/cp tokens), its
 // attention around the ring of its stage's cp ranks, activations go to the next stage's rank
 // of the same (dp, cp, tp) coordinates, and a stage's gradients are summed over dp x cp.
+// With --co2 (gpipe/1f1b, plain stages, ZeRO 0) every pipeline is a CO2 worker
+// (strat_pp_co2.c): nothing is reduced over dp, and round ends run CO2's rule per stage over dp.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
