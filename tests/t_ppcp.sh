@@ -82,5 +82,6 @@ expect_fail "--sp with --pp splits the sequence over each stage's 1D tensor-para
 needs --tp >= 2 (got --tp 1)" $MPI -np 2 $LOOM train $f --pp 2 --sp
 expect_fail "--seq 30 is not divisible by --tp 4" \
     $MPI -np 8 $LOOM train ${f/--seq 32/--seq 30} --pp 2 --tp 4 --sp
-expect_fail "--pp 2 with --co2: not available" $MPI -np 4 $LOOM train $f --pp 2 --cp 2 --co2
+expect_fail "--co2 with --cp 2: CO2 over pipeline workers runs plain stages" \
+    $MPI -np 4 $LOOM train $f --pp 2 --cp 2 --co2
 expect_fail "= 8 ranks, but the job has 4" $MPI -np 4 $LOOM train $f --pp 2 --cp 2 --tp 2

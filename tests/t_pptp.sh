@@ -79,7 +79,8 @@ $REF compare-st "$d/ca.st" "$d/a.st" --tol 0
 expect_fail "--tp 3 must divide --heads 4" $MPI -np 6 $LOOM train $f --pp 2 --tp 3
 expect_fail "--schedule 2bw with --zero 3" \
     $MPI -np 4 $LOOM train $f --pp 2 --tp 2 --zero 3 --schedule 2bw
-expect_fail "--pp 2 with --co2: not available" $MPI -np 4 $LOOM train $f --pp 2 --tp 2 --co2
+expect_fail "--co2 with --tp 2: CO2 over pipeline workers runs plain stages" \
+    $MPI -np 4 $LOOM train $f --pp 2 --tp 2 --co2
 expect_fail "--pp 2 with --dump-grads: not available" \
     $MPI -np 4 $LOOM train $f --pp 2 --tp 2 --dump-grads "$d/dump"
 expect_fail "= 4 ranks, but the job has 2" $MPI -np 2 $LOOM train $f --pp 2 --tp 2

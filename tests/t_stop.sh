@@ -163,6 +163,9 @@ mpi co2-mid-offload 2 1:5 1005 mid:1000 --dp 2 --co2 --tau 1000 --stop-grace 2 -
 mpi co2-tp-one 4 1:5 16 round:4 --dp 2 --tp 2 --co2 --tau 4
 mpi co2-tp-mid 4 3:5 1005 mid:1000 --dp 2 --tp 2 --sp --co2 --tau 1000 --stop-grace 2
 mpi co2-cp-mid 4 2:5 1005 mid:1000 --dp 2 --cp 2 --co2 --tau 1000 --stop-grace 2
+# CO2 over pipeline workers (the last stage of one worker signalled): a round end only (a
+# mid-round save is refused: tests/t_co2_pp.sh)
+mpi co2-pp-one 4 3:5 16 round:4 --dp 2 --pp 2 --co2 --tau 4
 
 echo "== 4. scripts/loom-mpirun"
 mkdir -p "$d/fake"

@@ -72,6 +72,15 @@ TEST(unsupported_features_name_both_flags) {
     REFUSED(c, cpu, "--co2 with --dump-grads: CO2's workers never sum their gradients");
     c = base(), c.tp = 2, c.co2 = 1, c.tau = 0;
     REFUSED(c, cpu, "--tau must be >= 1");
+    // CO2 over pipeline workers: plain stages under gpipe or 1f1b, its outer state unsharded
+    c = base(), c.dp = 2, c.pp = 2, c.co2 = 1;
+    ACCEPTED(c, cpu);
+    c.zero = 1;
+    REFUSED(c, cpu, "--co2 with --zero 1: CO2 over pipeline workers keeps every stage's outer");
+    c = base(), c.dp = 2, c.pp = 2, c.tp = 2, c.co2 = 1;
+    REFUSED(c, cpu, "--co2 with --tp 2: CO2 over pipeline workers runs plain stages");
+    c = base(), c.dp = 2, c.pp = 2, c.co2 = 1, c.schedule = "2bw";
+    REFUSED(c, cpu, "--co2 with --schedule 2bw: 2bw applies every update one batch late");
     c = base(), c.tp = 4, c.tp_2d = 1, c.zero = 3;
     REFUSED(c, cpu, "--tp 4 --tp-mode 2d with --zero 3: not available");
     c = base(), c.pp = 2, c.offload = 1;

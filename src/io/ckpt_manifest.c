@@ -69,6 +69,7 @@ char *manifest_text(const CkptMeta *meta, int64_t seq, const CkptShardInfo *info
         cJSON_AddNumberToObject(co2, "sharded", meta->co2_sharded);
         if (meta->co2_tp > 1) cJSON_AddNumberToObject(co2, "tp", meta->co2_tp);
         if (meta->co2_cp > 1) cJSON_AddNumberToObject(co2, "cp", meta->co2_cp);
+        if (meta->co2_pp > 1) cJSON_AddNumberToObject(co2, "pp", meta->co2_pp);
     }
     add_shards(j, info, n);
     char *text = cJSON_Print(j);
@@ -184,12 +185,15 @@ static int read_extras(CkptManifest *mf, cJSON *j) {
                 get_int(p, "co2.", co2, "tau", 1, INT_MAX, &m->co2_tau) ||
                 get_int(p, "co2.", co2, "sharded", 0, 1, &m->co2_sharded)))
         return -1;
-    m->co2_tp = m->co2_cp = 1; // absent: workers of one rank
+    m->co2_tp = m->co2_cp = m->co2_pp = 1; // absent: workers of one rank
     if (co2 && cJSON_GetObjectItemCaseSensitive(co2, "tp") &&
         get_int(p, "co2.", co2, "tp", 1, 1 << 20, &m->co2_tp))
         return -1;
     if (co2 && cJSON_GetObjectItemCaseSensitive(co2, "cp") &&
         get_int(p, "co2.", co2, "cp", 1, 1 << 20, &m->co2_cp))
+        return -1;
+    if (co2 && cJSON_GetObjectItemCaseSensitive(co2, "pp") &&
+        get_int(p, "co2.", co2, "pp", 1, 1 << 20, &m->co2_pp))
         return -1;
     cJSON *o = cJSON_GetObjectItemCaseSensitive(j, "data_order");
     if (o && (!cJSON_IsString(o) || strcmp(o->valuestring, "sequences")))

@@ -208,7 +208,8 @@ void pipe_wait_sends(Pipe *p) {
 // ---------------------------------------------------------------- validation
 
 // A forward-only pass of the validation windows through the stages with weight version v
-// (nothing else may be in flight). Replica q evaluates windows q, q+W, …; every rank gets the
+// (nothing else may be in flight). Replica q evaluates windows q, q+W, … (a CO2 worker all of
+// them, on its own weights, as --dp --co2 does); every rank gets the
 // mean loss over the windows (context parallelism: every cp rank its chunks of them, the mean
 // of its tokens' losses, so the cp ranks' means are averaged).
 static double evaluate_version(Pipe *p, int v) {
@@ -216,12 +217,13 @@ static double evaluate_version(Pipe *p, int v) {
     const PipelineIO *io = p->io;
     Workspace *ws = &p->ws[0];
     size_t n = workspace_rows(ws, m) * m->cfg.C; // (B,T,C), or the rank's rows (--sp)
-    int nw = p->pc->val_windows, W = p->g->dp, saved = p->cur_ver;
+    int local = p->pc->local; // a CO2 worker evaluates every window on its own weights
+    int nw = p->pc->val_windows, W = local ? 1 : p->g->dp, saved = p->cur_ver;
     pipe_zero_gather_all(p, 1); // ZeRO-3: replicas may run different numbers of windows
     pipe_use_version(p, v);
     comm_set_context(-1, "pipeline validation");
     double v2[1] = {0};
-    for (int w = p->g->dp_i; w < nw; w += W) {
+    for (int w = local ? 0 : p->g->dp_i; w < nw; w += W) {
         io->val_batch(io->ctx, w, ws->tokens, ws->targets);
         if (!p->first) {
             CommReq r = comm_irecv(p->g->pp_comm, workspace_stream(ws, m, p->b0 - 1), n, p->s - 1,
@@ -357,6 +359,7 @@ Pipeline *pipeline_create(GPT *m, const Grid *g, const PipelineConfig *pc, const
     *p = (Pipe){.m = m, .g = g, .pc = pc, .D = g->pp, .s = g->pp_i, .io = io, .opt = *oc};
     p->votes_step = -1;
     p->gc = g->cp > 1 ? g->dpcp_comm : g->dp_comm;
+    if (pc->local) p->gc = comm_split(g->world, g->world->rank, 0, "co2 worker"); // alone
     p->t = opt_t;
     p->done = start;
     if (pipe_setup(p, m, g, pc, start)) {
@@ -379,6 +382,19 @@ int pipeline_step(Pipeline *p, int step, int boundary, double vote) {
 }
 
 void pipeline_drain(Pipeline *p) { pipe_pend_complete(p); }
+
+void pipeline_stage_view(Pipeline *p, float **w, size_t *lo, size_t *hi, float **wte,
+                         size_t *tie_n) {
+    *w = p->pbuf[0], *lo = p->lo, *hi = p->hi;
+    *wte = p->replica ? p->wbuf[0] : NULL, *tie_n = p->tie_n;
+}
+
+int pipeline_moments(Pipeline *p, float **a, size_t *lens) {
+    a[0] = p->om, a[1] = p->ov, lens[0] = lens[1] = p->own_hi - p->own_lo;
+    if (!p->replica) return 2;
+    a[2] = p->wm, a[3] = p->wv, lens[2] = lens[3] = p->wown_hi - p->wown_lo;
+    return 4;
+}
 
 double pipeline_stop_votes(const Pipeline *p, int step) {
     return p->votes_step == step ? p->votes : 0;

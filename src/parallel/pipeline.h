@@ -20,7 +20,9 @@
 // gradients too (reduce-scattered block by block after every micro-batch's backward), --zero 3
 // its weights (each block all-gathered before it runs); the tied wte replica on the last stage
 // and stage 0's embedding gradient stay whole (pipeline_zero.c). Loss, gradient norm and clipping
-// are global. Validation (--val-every) is a forward-only pass of the windows through the stages.
+// are global — except with pc->local (CO2 workers): then every dp replica's pipeline reduces
+// nothing over the replicas (its gradient group is the rank alone) and reports its own loss.
+// Validation (--val-every) is a forward-only pass of the windows through the stages.
 // The model may be a Megatron 1D tensor-parallel part (m->tp.n > 1, its hooks installed by the
 // strategy): every stage then holds its part's blocks, activations go to the next stage's rank
 // of the same tp index, the tied embedding's rows to the same tp rank of the other end, and the
@@ -44,6 +46,8 @@ typedef struct {
     int val_windows;          // windows a validation pass reads
     const char *stage_layers; // "3,3,2": transformer layers per stage (NULL: balanced)
     float grad_clip;
+    int local; // CO2 (gpipe/1f1b, no cp): every dp replica is its own worker; its gradients,
+               // loss and norm stay its own (nothing is reduced over the replicas)
 } PipelineConfig;
 
 // What one rank contributes to a checkpoint: the flat range [lo, hi) of the newest weights, the
@@ -107,6 +111,13 @@ int pipeline_opt_t(const Pipeline *p);
 void pipeline_stage_weights(Pipeline *p, float *host);
 // Collective over the stages: every stage's newest weights into host (nparams floats).
 int pipeline_full_params(Pipeline *p, float *host);
+// gpipe/1f1b: the stage's weights (backend memory, flat [lo, hi)) and, on the last stage of
+// more than one, its replica of the tied wte (flat [0, tie_n); else NULL), for CO2's outer rule.
+void pipeline_stage_view(Pipeline *p, float **w, size_t *lo, size_t *hi, float **wte,
+                         size_t *tie_n);
+// ZeRO 0: the stage's AdamW moments and the wte replica's (last stage; else NULL) in a[0..3]
+// (backend memory) with their lengths; returns how many (2 or 4).
+int pipeline_moments(Pipeline *p, float **a, size_t *lens);
 // Peak number of micro-batches whose activations this stage held.
 int pipeline_peak_inflight(const Pipeline *p);
 // Bytes this stage holds: weights (both versions under 2bw), gradients, AdamW moments, and

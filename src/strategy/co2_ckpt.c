@@ -77,6 +77,11 @@ int co2_ckpt_layout(const Strategy *s) {
                          "rank's own part); this run has --tp %d --cp %d: resume it with --tp %d "
                          "--cp %d",
                          s->resume_dir, tp, cp, g->tp, g->cp, tp, cp);
+    int pp = r->co2_pp > 1 ? r->co2_pp : 1;
+    if (pp != g->pp)
+        return loom_fail("%s: holds the CO2 state of workers of --pp %d stages (each rank's own "
+                         "stage); this run has --pp %d: resume it with --pp %d",
+                         s->resume_dir, pp, g->pp, pp);
     if (r->co2_tau != c->tau)
         return loom_fail("%s: CO2 state saved with --tau %d at step %d; resume it with --tau %d",
                          s->resume_dir, r->co2_tau, s->start, r->co2_tau);
@@ -92,7 +97,7 @@ int co2_ckpt_layout(const Strategy *s) {
 void co2_ckpt_meta(const Strategy *s, CkptMeta *meta) {
     meta->co2_workers = s->grid->dp, meta->co2_tau = s->cfg->tau;
     meta->co2_sharded = s->cfg->zero > 0;
-    meta->co2_tp = s->grid->tp, meta->co2_cp = s->grid->cp;
+    meta->co2_tp = s->grid->tp, meta->co2_cp = s->grid->cp, meta->co2_pp = s->grid->pp;
 }
 
 // This worker's own file: say so here (only rank 0 prints the run's errors).

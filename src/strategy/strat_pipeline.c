@@ -12,6 +12,8 @@
 // every stage's part runs on the rank's two chunks of every sequence (T/cp tokens), its
 // attention around the ring of its stage's cp ranks, activations go to the next stage's rank
 // of the same (dp, cp, tp) coordinates, and a stage's gradients are summed over dp x cp.
+// With --co2 (gpipe/1f1b, plain stages, ZeRO 0) every pipeline is a CO2 worker
+// (strat_pp_co2.c): nothing is reduced over dp, and round ends run CO2's rule per stage over dp.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,9 +22,11 @@
 #include "../common.h"
 #include "../parallel/pipeline.h"
 #include "ckpt_save.h"
+#include "co2_rounds.h"
 #include "compose.h"
 #include "part_io.h"
 #include "strat_cp.h"
+#include "strat_pp_co2.h"
 #include "strategy.h"
 
 typedef struct {
@@ -36,19 +40,37 @@ typedef struct {
     CpRing *ring; // cp > 1: the ring of this stage's cp ranks
     int *seq_in, *seq_tg; // cp > 1: whole sequences (B,T) before the rank's chunks are cut
     int steps;
+    PpCo2 *co2; // --co2: every pipeline a worker (strat_pp_co2.c)
 } PipeState;
 
 static int pp_wants(const StrategyConfig *c) { return c->pp > 1; }
 
+static const char PP_CO2_ZERO[] = "CO2 over pipeline workers keeps every stage's outer state "
+                                  "unsharded (--zero 0)";
+static const char PP_CO2_TP[] = "CO2 over pipeline workers runs plain stages (no tensor or "
+                                "context parallelism inside them)";
+static const FeaturePair PP_PAIRS[] = {{F_CO2, F_ZERO1, PP_CO2_ZERO},
+                                       {F_CO2, F_ZERO2, PP_CO2_ZERO},
+                                       {F_CO2, F_ZERO3, PP_CO2_ZERO},
+                                       {F_CO2, F_TP, PP_CO2_TP},
+                                       {F_CO2, F_SP, PP_CO2_TP},
+                                       {F_CO2, F_CP, PP_CO2_TP},
+                                       {0, 0, NULL}};
 static const Supports PP_SUPPORTS = {
     .self = {F_PP, F_COUNT},
     .features = FEAT(F_PP) | FEAT(F_DP) | FEAT(F_ZERO1) | FEAT(F_ZERO2) | FEAT(F_ZERO3) |
-                FEAT(F_TP) | FEAT(F_SP) | FEAT(F_CP) | FEAT(F_RECOMPUTE),
+                FEAT(F_TP) | FEAT(F_SP) | FEAT(F_CP) | FEAT(F_RECOMPUTE) | FEAT(F_CO2),
+    .pairs = PP_PAIRS,
     .runs_with = "pipeline stages run with data parallelism (ZeRO 0-3 over each stage's "
-                 "replicas; 2 and 3 under gpipe/1f1b), 1D --tp, --sp, --cp and --recompute"};
+                 "replicas; 2 and 3 under gpipe/1f1b), 1D --tp, --sp, --cp, --recompute and "
+                 "--co2 (gpipe/1f1b, ZeRO 0, plain stages)"};
 
 static int pp_check(const StrategyConfig *c) {
-    if (cp_check(c)) return -1;
+    if (cp_check(c) || (c->co2 && co2_check_config(c))) return -1;
+    if (c->co2 && c->schedule && !strcmp(c->schedule, "2bw"))
+        return loom_fail("--co2 with --schedule 2bw: 2bw applies every update one batch late, "
+                         "so a round's end has no settled weights to average (use gpipe or "
+                         "1f1b)");
     if (c->zero >= 2 && c->schedule && !strcmp(c->schedule, "2bw"))
         return loom_fail("--schedule 2bw with --zero %d: 2bw's background update needs the whole "
                          "stage's gradients and two weight versions (ZeRO 0 or 1; gpipe and 1f1b "
@@ -100,6 +122,7 @@ static void pp_report(void *ctx, int step, double loss, double norm, float lr, d
                     .applied = applied,
                     .must_stop = !applied}; // the stream cannot skip an update
     ((PipeState *)ctx)->steps++;
+    if (((PipeState *)ctx)->co2) return pp_co2_report(((PipeState *)ctx)->co2, &r);
     strategy_emit(((PipeState *)ctx)->s, &r);
 }
 
@@ -311,6 +334,7 @@ static int pp_create(Strategy *s) {
                               .stage_layers = c->stage_layers,
                               .grad_clip = c->opt.grad_clip,
                               .zero = c->zero,
+                              .local = c->co2,
                               .val_windows = c->val_windows};
     const Grid *g = s->grid;
     int tp = g->tp > 1 || g->cp > 1;
@@ -343,13 +367,21 @@ static int pp_create(Strategy *s) {
                                                  : pp_load};
     int opt_t = s->resume_dir ? s->resume->opt_t : 0;
     ps->p = pipeline_create(ps->m, s->grid, &ps->pc, &c->opt, opt_t, s->start, &ps->io);
+    if (ps->p && c->co2 && !(ps->co2 = pp_co2_create(s, ps->p))) return -1;
     return ps->p ? 0 : -1;
 }
 
 // A stop vote is summed with the batch's norm: under 2bw that reduction completes during the
 // next step on every rank, so the run stops one step after the vote (never mid-stream).
 static int pp_step(Strategy *s, int step, int boundary) {
-    Pipeline *p = ((PipeState *)s->impl)->p;
+    PipeState *ps = s->impl;
+    Pipeline *p = ps->p;
+    if (ps->co2) { // the stop is the CO2 agreement's (over the whole job)
+        pp_co2_begin(ps->co2, step, now_sec());
+        pipeline_step(p, step, boundary, 0);
+        pp_co2_step(ps->co2, s, step);
+        return 0;
+    }
     pipeline_step(p, step, boundary, strategy_stop_vote());
     int done = strcmp(s->cfg->schedule, "2bw") ? step : step - 1;
     strategy_stop_tally(s, pipeline_stop_votes(p, done));
@@ -357,8 +389,8 @@ static int pp_step(Strategy *s, int step, int boundary) {
 }
 
 static void pp_drain(Strategy *s, int final) {
-    (void) final;
     pipeline_drain(((PipeState *)s->impl)->p);
+    if (((PipeState *)s->impl)->co2) pp_co2_drain(((PipeState *)s->impl)->co2, s, final);
 }
 
 static double pp_evaluate(Strategy *s) { return pipeline_evaluate(((PipeState *)s->impl)->p); }
@@ -367,10 +399,12 @@ static double pp_evaluate(Strategy *s) { return pipeline_evaluate(((PipeState *)
 // replica for its ZeRO-1 slice.
 static int pp_save(Strategy *s, const char *dir, CkptMeta *meta, int final, CkptExtraFn extra,
                    void *extra_ctx, int keep) {
-    (void) final;
-    if (((PipeState *)s->impl)->ring || s->grid->tp > 1)
-        return tp_save(s, dir, meta, extra, extra_ctx, keep);
-    Pipeline *p = ((PipeState *)s->impl)->p;
+    PipeState *ps = s->impl;
+    CkptExtraFn files = NULL; // --co2: every rank's own state (not in the final checkpoint)
+    void *files_ctx = NULL;
+    if (ps->co2 && !final && pp_co2_save_files(ps->co2, s, meta, &files, &files_ctx)) return -1;
+    if (ps->ring || s->grid->tp > 1) return tp_save(s, dir, meta, extra, extra_ctx, keep);
+    Pipeline *p = ps->p;
     PipeShard sh;
     int writes = pipeline_shard(p, &sh);
     CkptShard mine = {.lo = sh.lo,
@@ -383,7 +417,7 @@ static int pp_save(Strategy *s, const char *dir, CkptMeta *meta, int final, Ckpt
     meta->opt_t = pipeline_opt_t(p);
     comm_set_context(meta->step, "pipeline checkpoint");
     return ckpt_save_collective(dir, s->grid->world, writes ? &mine : NULL, meta, extra, extra_ctx,
-                                NULL, NULL, keep);
+                                files, files_ctx, keep);
 }
 
 static int pp_full_params(Strategy *s, float *host, int grads) {
@@ -393,6 +427,7 @@ static int pp_full_params(Strategy *s, float *host, int grads) {
 }
 
 static void pp_describe(const Strategy *s, char *buf, size_t n) {
+    if (s->cfg->co2) return pp_co2_describe(s, buf, n);
     char cp[48] = "";
     if (s->grid->cp > 1) snprintf(cp, sizeof cp, " x cp %d (ring attention)", s->grid->cp);
     snprintf(buf, n, "pipeline: pp %d (%s) x tp %d (1d%s)%s x dp %d (zero %d)", s->grid->pp,
@@ -401,8 +436,9 @@ static void pp_describe(const Strategy *s, char *buf, size_t n) {
 }
 
 static void pp_summary(Strategy *s, double exposed_s, double step_s) {
-    (void)exposed_s, (void)step_s;
     Pipeline *p = ((PipeState *)s->impl)->p;
+    if (((PipeState *)s->impl)->co2)
+        pp_co2_summary(((PipeState *)s->impl)->co2, s, exposed_s, step_s);
     double wb, gb, ob, ab;
     pipeline_memory(p, &wb, &gb, &ob, &ab);
     if (!s->lead) return;
@@ -423,6 +459,7 @@ static void pp_summary(Strategy *s, double exposed_s, double step_s) {
 static void pp_destroy(Strategy *s) {
     PipeState *ps = s->impl;
     if (!ps) return;
+    pp_co2_free(ps->co2); // (its hooks sit on the pipeline's)
     pipeline_free(ps->p);
     if (ps->m == &ps->part) gpt_free(&ps->part);
     cp_ring_free(ps->ring);
