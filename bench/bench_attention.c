@@ -127,7 +127,7 @@ static void bench_one(const Backend *be, int B, int NH, int hs, int T, int reps)
         dout[i] = (float)rand() / RAND_MAX * 2.f - 1.f;
     float *o_out = xalloc_floats(n1), *o_att = xalloc_floats((size_t)B * NH * T * T);
     float *o_d = xalloc_floats(n3), *n_out = xalloc_floats(n1), *n_d = xalloc_floats(n3);
-    float *n_att = be->alloc(be->attention_saved_floats(B, T, NH));
+    float *n_att = be->alloc(be->attention_saved_floats(B, T, NH, C / NH));
     double *t[4]; // old fwd, old bwd, new fwd, new bwd
     for (int i = 0; i < 4; i++)
         t[i] = xcalloc(reps, sizeof(double));
@@ -151,7 +151,7 @@ static void bench_one(const Backend *be, int B, int NH, int hs, int T, int reps)
     printf("| %4d | %7.2f | %7.2f | %7.2f | %7.2f | %7.2f | %7.2f | %5.2f | %7.1f | %7.2f | %.0e "
            "| %.0e |\n",
            T, md[0], md[2], md[1], md[3], mo, mn, mn / mo, (double)B * NH * T * T * 4 / 1048576,
-           be->attention_saved_floats(B, T, NH) * 4.0 / 1048576, maxdiff(o_out, n_out, n1),
+           be->attention_saved_floats(B, T, NH, C / NH) * 4.0 / 1048576, maxdiff(o_out, n_out, n1),
            maxdiff(o_d, n_d, n3));
     free(qkv), free(dout), free(o_out), free(o_att), free(o_d), free(n_out), free(n_d);
     be->release(n_att);

@@ -93,7 +93,7 @@ static double compare(Shape s, int causal) {
     int B = s.B, T = s.T, C = s.C, NH = s.NH, hs = C / NH;
     size_t n3 = (size_t)B * T * 3 * C, n1 = (size_t)B * T * C;
     float *qkv = xalloc_floats(n3), *dout = xalloc_floats(n1), *out = xalloc_floats(n1);
-    float *dqkv = xalloc_floats(n3), *att = xalloc_floats(be->attention_saved_floats(B, T, NH));
+    float *dqkv = xalloc_floats(n3), *att = xalloc_floats(be->attention_saved_floats(B, T, NH, hs));
     for (size_t i = 0; i < n3; i++)
         qkv[i] = 1.5f * rng_normal(&rng), dqkv[i] = NAN; // dqkv must be overwritten
     for (size_t i = 0; i < n1; i++)
@@ -241,7 +241,7 @@ static double ring_compare(Shape s, int n, int hops) {
     int B = s.B, T = s.T, C = s.C, NH = s.NH, hs = C / NH;
     size_t n3 = (size_t)B * T * 3 * C, n1 = (size_t)B * T * C, nl = (size_t)B * NH * T;
     float *qkv = xalloc_floats(n3), *dout = xalloc_floats(n1), *out = xalloc_floats(n1);
-    float *dqkv = xalloc_floats(n3), *att = xalloc_floats(be->attention_saved_floats(B, T, NH));
+    float *dqkv = xalloc_floats(n3), *att = xalloc_floats(be->attention_saved_floats(B, T, NH, hs));
     float *rout = xalloc_floats(n1), *rlse = xalloc_floats(nl), *rdqkv = xalloc_floats(n3);
     float *lse = xalloc_floats(nl);
     for (size_t i = 0; i < n3; i++)

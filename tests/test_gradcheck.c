@@ -71,7 +71,7 @@ static void attention_grad_at(int B, int T, int C, int NH) {
     AttCtx c = {.B = B, .T = T, .C = C, .NH = NH};
     size_t nq = (size_t)c.B * c.T * 3 * c.C, no = (size_t)c.B * c.T * c.C;
     c.qkv = randv(nq, 1), c.R = randv(no, 1), c.out = xalloc_floats(no);
-    c.att = xalloc_floats(be->attention_saved_floats(c.B, c.T, c.NH));
+    c.att = xalloc_floats(be->attention_saved_floats(c.B, c.T, c.NH, c.C / c.NH));
     float *dqkv = xalloc_floats(nq);
     att_f(&c);
     be->attention_backward(dqkv, c.R, c.qkv, c.out, c.att, c.B, c.T, c.C, c.NH);

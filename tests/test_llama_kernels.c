@@ -169,7 +169,7 @@ static double gqa_vs_mha(int B, int T, int NH, int NKV, int hs, int wrong) {
     size_t W = (size_t)(NH + 2 * NKV) * hs, C = (size_t)NH * hs, BT = (size_t)B * T;
     float *qkv = randv(BT * W, 1), *dout = randv(BT * C, 1);
     float *mqkv = repeat_kv(qkv, B, T, NH, NKV, hs, wrong);
-    size_t sa = be->attention_saved_floats(B, T, NH);
+    size_t sa = be->attention_saved_floats(B, T, NH, hs);
     float *o1 = xalloc_floats(BT * C), *o2 = xalloc_floats(BT * C);
     float *a1 = xalloc_floats(sa), *a2 = xalloc_floats(sa);
     float *d1 = xalloc_floats(BT * W), *d2 = xalloc_floats(BT * 3 * C);
@@ -208,7 +208,7 @@ TEST(gqa_attention_matches_repeated_kv) {
 
 TEST(gqa_attention_mha_is_attention) { // NKV = NH: the GPT-2 kernel, bit for bit
     int B = 2, T = 100, NH = 4, hs = 8, C = NH * hs;
-    size_t BT = (size_t)B * T, sa = be->attention_saved_floats(B, T, NH);
+    size_t BT = (size_t)B * T, sa = be->attention_saved_floats(B, T, NH, hs);
     float *qkv = randv(BT * 3 * C, 1), *o1 = xalloc_floats(BT * C), *o2 = xalloc_floats(BT * C);
     float *a1 = xalloc_floats(sa), *a2 = xalloc_floats(sa);
     be->gqa_attention_forward(o1, a1, qkv, B, T, NH, NH, hs);
@@ -233,7 +233,7 @@ TEST(gqa_attention_grad) {
     size_t W = (size_t)(c.NH + 2 * c.NKV) * c.hs, n = (size_t)c.B * c.T * W;
     size_t no = (size_t)c.B * c.T * c.NH * c.hs;
     c.qkv = randv(n, 1), c.out = xalloc_floats(no), c.R = randv(no, 1);
-    c.att = xalloc_floats(be->attention_saved_floats(c.B, c.T, c.NH));
+    c.att = xalloc_floats(be->attention_saved_floats(c.B, c.T, c.NH, c.hs));
     gqa_f(&c);
     float *d = xalloc_floats(n);
     be->gqa_attention_backward(d, c.R, c.qkv, c.out, c.att, c.B, c.T, c.NH, c.NKV, c.hs);

@@ -69,16 +69,18 @@ typedef struct Backend {
     void (*matmul_backward)(float *dinp, float *dw, float *dbias, const float *dout,
                             const float *inp, const float *w, int N, int C, int OC);
     // causal self-attention. qkv (B,T,3C) → out (B,T,C). att is what the backward needs
-    // besides qkv and out, attention_saved_floats(B,T,NH) floats, opaque to the model: the CPU
-    // keeps the per-row log-sum-exp (B,NH,T) (the softmax (B,NH,T,T) while T ≤ 96); CUDA
-    // (B,NH,T,T): its fp32 path the softmax, its bf16 flash path row statistics in that space.
+    // besides qkv and out, attention_saved_floats(B,T,NH,hs) floats (hs = C/NH), opaque to the
+    // model: the CPU keeps the per-row log-sum-exp (B,NH,T) (the softmax (B,NH,T,T) while
+    // T ≤ 96); CUDA the softmax (B,NH,T,T) on its batched-product path, the log-sum-exps
+    // (B,NH,T) on its flash path (bf16, hs 64).
     void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C,
                               int NH);
     // dqkv (B,T,3C) overwritten from dout (B,T,C); out and att as the forward left them
     void (*attention_backward)(float *dqkv, const float *dout, const float *qkv, const float *out,
                                const float *att, int B, int T, int C, int NH);
-    // floats of the forward's att for a (B,T) micro-batch with NH heads
-    size_t (*attention_saved_floats)(int B, int T, int NH);
+    // floats of the forward's att for a (B,T) micro-batch with NH heads of size hs (in the
+    // backend's precision: the path a backend takes can depend on both)
+    size_t (*attention_saved_floats)(int B, int T, int NH, int hs);
     // ---- ring attention (context parallelism; NULL in a backend without it): see AttnChunk.
     // out (chunk rows, stride C) and lse = the chunk pair's attention alone (overwritten; a row
     // that sees no key: out 0, lse −inf)
@@ -105,6 +107,13 @@ typedef struct Backend {
     // in place: probs (N,V) → dlogits = (probs − onehot(target)) · scale
     void (*softmax_xent_backward)(float *probs_dlogits, const int *targets, float scale, int N,
                                   int V);
+    // ---- the classifier without the (N,V) logits (NULL in a backend without it): logits =
+    // x (N,C) · wte (V,C)ᵀ are formed a chunk of rows at a time and never stored whole;
+    // losses (N) = −log softmax(logits)[target]; returns Σ losses. With dx non-NULL, also the
+    // gradient of scale·Σ losses: dx (N,C) overwritten, dwte (V,C) += (the head's backward
+    // calls it again rather than keeping logits). targets must be in [0,V).
+    double (*classifier)(float *losses, float *dx, float *dwte, const float *x, const float *wte,
+                         const int *targets, float scale, int N, int C, int V);
     // ---- the LLaMA block (NULL in a backend without them; BACKEND_LLAMA)
     // out (N,C), rstd (N) = inp · rstd · w with rstd = 1/sqrt(mean(inp²) + eps) (RMSNorm)
     void (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *w, int N, int C,
@@ -176,6 +185,9 @@ typedef struct Backend {
     // ---- the device's fp32 peak in GFLOP/s, measured (a short probe: call it once, before the
     // work starts); *threads gets the number of threads it ran on (MFU's denominator)
     double (*peak_gflops)(int *threads);
+    // ---- bytes of device memory the backend has held at most so far (its own allocations:
+    // buffers, scratch, caches; not the driver's context). NULL in a host-memory backend.
+    size_t (*mem_peak)(void);
 } Backend;
 
 // What a backend can do beyond the required kernels (ggml's supports_op, by capability): the

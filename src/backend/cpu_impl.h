@@ -36,7 +36,7 @@ static inline float fast_tanhf(float u) { return 1.0f - 2.0f / (fast_expf(2.0f *
 void cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
 void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
                             const float *att, int B, int T, int C, int NH);
-size_t cpu_attention_saved_floats(int B, int T, int NH);
+size_t cpu_attention_saved_floats(int B, int T, int NH, int hs);
 void cpu_gqa_attention_forward(float *out, float *att, const float *qkv, int B, int T, int NH,
                                int NKV, int hs);
 void cpu_gqa_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,

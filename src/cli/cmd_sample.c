@@ -189,6 +189,7 @@ int cmd_sample(int argc, char **argv) {
     TokenList ctx = {0};
     sample_prompt(&a, tok, m.cfg.V, &ctx);
     Workspace ws;
+    m.want_logits = 1; // the logits of every position (a fused classifier keeps none otherwise)
     if (workspace_create(&ws, &m, 1, m.cfg.maxT, 0)) die_last(EXIT_USAGE);
     if (a.dump) {
         dump_logits(&m, &ws, &ctx, a.dump);

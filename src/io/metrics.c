@@ -67,6 +67,7 @@ int metrics_step(Metrics *mt, const MetricsStep *m) {
     if (m->exposed_ms >= 0) field(buf, sizeof buf, "comm_exposed_ms", "%.3f", m->exposed_ms);
     if (m->overlap_ms > 0) field(buf, sizeof buf, "comm_overlap_ms", "%.3f", m->overlap_ms);
     if (m->io_ms >= 0) field(buf, sizeof buf, "io_ms", "%.3f", m->io_ms);
+    if (m->device_mem_mib > 0) field(buf, sizeof buf, "device_mem_mib", "%.1f", m->device_mem_mib);
     if (m->extra && m->extra[0]) {
         size_t k = strlen(buf);
         snprintf(buf + k, sizeof buf - k, ",%s", m->extra);

@@ -23,11 +23,12 @@ typedef struct {
     double loss, lr, grad_norm, step_ms;
     double tokens; // cumulative training tokens after this step
     double tokens_per_s, mfu;
-    double exposed_ms; // time the step waited on communication after compute (< 0: not written)
-    double io_ms;      // time it waited on block swapping's slow tier (< 0: not written)
-    double overlap_ms; // how long the communication it waited for had been in flight when the
-                       // wait began, the least over its waits (written when > 0)
-    const char *extra; // more fields, JSON text without braces (loom peer's), or NULL
+    double exposed_ms;     // time the step waited on communication after compute (< 0: not written)
+    double io_ms;          // time it waited on block swapping's slow tier (< 0: not written)
+    double overlap_ms;     // how long the communication it waited for had been in flight when the
+                           // wait began, the least over its waits (written when > 0)
+    double device_mem_mib; // the backend's device-memory high-water mark so far (written when > 0)
+    const char *extra;     // more fields, JSON text without braces (loom peer's), or NULL
 } MetricsStep;
 
 // Write one line and flush it. Return 0, or -1 with loom_errmsg naming the file when the line

@@ -45,7 +45,8 @@ static Dims dims(const GPT *m, const Tp2d *g, const Work2d *w) {
 
 static size_t layer_floats(const GPT *m, const Tp2d *g, int Bl, int T) {
     size_t N = (size_t)Bl * T, c = (size_t)m->cfg.C / g->q;
-    return N * (c * 7 + 8 * c + 4) + m->be->attention_saved_floats(Bl, T, m->cfg.H / g->q);
+    return N * (c * 7 + 8 * c + 4) +
+           m->be->attention_saved_floats(Bl, T, m->cfg.H / g->q, m->cfg.C / m->cfg.H);
 }
 
 static A2 acts2(const GPT *m, const Tp2d *g, const Work2d *w, int layer) {

@@ -1,5 +1,7 @@
 // block_head.c — the head block: final LayerNorm, logits = ln_f(x) · wteᵀ (tied), and the
-// softmax cross-entropy. Probabilities overwrite the logits in place to save (B,T,V) memory.
+// softmax cross-entropy. Probabilities overwrite the logits in place to save (B,T,V) memory;
+// a backend with a fused classifier (backend.h) computes the loss and its gradient without
+// storing the logits at all (it recomputes them in the backward).
 // With tensor parallelism a rank computes the logits of its vocabulary rows only and the
 // cross-entropy is assembled from per-row partials (max, then Σ exp and the target's logit)
 // reduced across the group: the logits are never gathered; d(ln_f) is all-reduced. With
@@ -8,6 +10,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "../common.h"
 #include "block_impl.h"
 
 typedef struct {
@@ -21,7 +24,7 @@ static HeadActs head_acts(const Workspace *ws, const GPT *m) {
     a.lnf = q, q += R * m->cfg.C;
     a.mean = q, q += R;
     a.rstd = q, q += R;
-    a.probs = q, q += BT * (size_t)gpt_vocab_rows(m);
+    a.probs = q, q += BT * (size_t)gpt_logit_rows(m);
     a.losses = q, q += BT;
     a.mx = q, q += BT; // tensor parallelism only: (N) row max, (N,2) Σ exp and target logit
     a.st = q;
@@ -48,6 +51,14 @@ void head_forward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) {
     be->layernorm_forward(a.lnf, a.mean, a.rstd, io->x_in, w, b, R, C);
     const float *lnf = tp_gather(m, ws, a.lnf, ws->scratch, ws->scratch + (size_t)N * C); // (N,C)
     block_poll(m);
+    if (io->targets && gpt_fused_classifier(m)) { // the loss without storing the logits
+        io->loss_sum =
+            be->classifier(a.losses, NULL, NULL, lnf, io->wte, io->targets, 0.f, N, C, V);
+        return;
+    }
+    if (!gpt_logit_rows(m))
+        die(EXIT_IO, "head_forward: no targets, and the workspace keeps no logits (set "
+                     "GPT.want_logits before workspace_create)");
     be->matmul_forward(a.probs, lnf, io->wte, NULL, N, C, V); // logits (N,V)
     block_poll(m);
     io->loss_sum = 0.0;
@@ -68,13 +79,18 @@ void head_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) {
     // scratch: d(ln_f) (N,C) | gathered ln_f, then the held rows' d(ln_f) | reorder | ln_f's 2C
     float *dlnf = ws->scratch, *full = dlnf + NC, *tmp = full + NC;
     float *dheld = workspace_rows(ws, m) < (size_t)N ? full : dlnf;
-    if (tp->n > 1)
-        be->xent_shard_backward(a.probs, io->targets, tp->v0, io->grad_scale, N, V, tp->nv);
-    else
-        be->softmax_xent_backward(a.probs, io->targets, io->grad_scale, N, V);
-    block_poll(m);
     const float *lnf = tp_gather(m, ws, a.lnf, full, tmp);
-    be->matmul_backward(dlnf, io->dwte, NULL, a.probs, lnf, io->wte, N, C, V);
+    if (gpt_fused_classifier(m)) {
+        be->classifier(a.losses, dlnf, io->dwte, lnf, io->wte, io->targets, io->grad_scale, N, C,
+                       V);
+    } else {
+        if (tp->n > 1)
+            be->xent_shard_backward(a.probs, io->targets, tp->v0, io->grad_scale, N, V, tp->nv);
+        else
+            be->softmax_xent_backward(a.probs, io->targets, io->grad_scale, N, V);
+        block_poll(m);
+        be->matmul_backward(dlnf, io->dwte, NULL, a.probs, lnf, io->wte, N, C, V);
+    }
     tp_reduce(m, ws, dlnf, dheld, tmp);
     block_poll(m);
     be->fill(io->dx, 0.f, workspace_rows(ws, m) * C);

@@ -278,7 +278,7 @@ static size_t layer_act_floats_tp(const GPTConfig *c, const Backend *be, int tp,
     size_t BT = (size_t)B * T, C = (size_t)c->C, Cl = C / (size_t)tp;
     // ln1, res2, ln2 | qkv, atty, fch, fch_gelu | 2×(mean, rstd) | att
     return R * 3 * C + BT * (3 * Cl + Cl + 4 * Cl + 4 * Cl) + 4 * R +
-           be->attention_saved_floats(B, T, c->H / tp);
+           be->attention_saved_floats(B, T, c->H / tp, c->C / c->H);
 }
 static size_t layer_act_floats(const GPTConfig *c, const Backend *be, int B, int T) {
     return layer_act_floats_tp(c, be, 1, (size_t)B * T, B, T);
@@ -377,7 +377,7 @@ size_t workspace_layer_floats(const GPT *m, int B, int T) {
 }
 
 size_t workspace_head_floats(const GPT *m, int B, int T) {
-    return head_floats_tp(&m->cfg, gpt_vocab_rows(m), m->tp.n > 1 ? m->tp.n : 1, held_rows(m, B, T),
+    return head_floats_tp(&m->cfg, gpt_logit_rows(m), m->tp.n > 1 ? m->tp.n : 1, held_rows(m, B, T),
                           B, T);
 }
 

@@ -160,6 +160,9 @@ typedef struct {
     int fold_head;
     TensorParallel tp;  // tp.n > 1: this model is one tensor-parallel rank's part
     ContextParallel cp; // cp.n > 1: this rank holds two chunks of every sequence
+    // Set before workspace_create when forwards without targets read the logits (sampling):
+    // with a backend's fused classifier the workspace keeps no (B·T, V) logits otherwise.
+    int want_logits;
 } GPT;
 
 // Builds the block list and tensor table and allocates params and grads (zeroed). A shape whose
@@ -191,6 +194,13 @@ void gpt_tp_to_whole_range(const GPT *whole, const GPT *part_layout, int tpi, co
                            size_t at, size_t n, float *dst);
 // Rows of the (local) embedding table and of the logits: V, or a tensor-parallel rank's share.
 static inline int gpt_vocab_rows(const GPT *m) { return m->tp.n > 1 ? m->tp.vrows : m->cfg.V; }
+// The backend's fused classifier computes the loss and its gradient (one rank of the vocabulary).
+static inline int gpt_fused_classifier(const GPT *m) { return m->be->classifier && m->tp.n <= 1; }
+// Logit columns per row the head's workspace keeps: none with the fused classifier unless the
+// logits are wanted (want_logits), else gpt_vocab_rows.
+static inline int gpt_logit_rows(const GPT *m) {
+    return gpt_fused_classifier(m) && !m->want_logits ? 0 : gpt_vocab_rows(m);
+}
 // 1 when tensor t of a tensor-parallel model is replicated on every rank of the group.
 static inline int gpt_tp_replicated(const GPT *m, int t) {
     return m->tp.n <= 1 || m->tensors[t].split == TP_REPLICATED;

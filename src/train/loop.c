@@ -30,6 +30,12 @@ static int metrics_failed(Loop *l) {
     return EXIT_IO;
 }
 
+// The backend's device-memory high-water mark in MiB (0 on a host-memory backend).
+static double device_mem_mib(const Run *r) {
+    const Backend *be = r->model.be;
+    return be && be->mem_peak ? be->mem_peak() / 1048576.0 : 0.0;
+}
+
 static int log_record(Loop *l, const StepRecord *rec) {
     Run *r = l->r;
     const TrainArgs *a = r->a;
@@ -52,6 +58,7 @@ static int log_record(Loop *l, const StepRecord *rec) {
                       .exposed_ms = rec->exposed >= 0 ? rec->exposed * 1e3 : -1,
                       .overlap_ms = rec->overlap * 1e3,
                       .io_ms = r->sc.offload ? rec->io * 1e3 : -1,
+                      .device_mem_mib = device_mem_mib(r),
                       .extra = rec->extra};
     if (r->lead && metrics_step(&r->mt, &ms)) return metrics_failed(l);
     progress_step(&r->pg, rec->step, rec->loss, tps, mfu, rec->seconds,
@@ -256,6 +263,11 @@ static int finish(Loop *l) {
             fprintf(stderr, "loom: exported %s\n", a->export_path);
         }
     }
+    if (device_mem_mib(r) > 0 && r->lead)
+        fprintf(stderr,
+                "loom: peak device memory %.1f MiB (loom's own allocations; the CUDA "
+                "context and libraries come on top)\n",
+                device_mem_mib(r));
     if (r->sc.offload && r->lead)
         fprintf(stderr, "loom: offload: peak RSS %.1f MiB of --fast-mem %.1f MiB (the whole run)\n",
                 rss_peak_bytes() / 1048576.0, r->sc.fast_mem / 1048576.0);

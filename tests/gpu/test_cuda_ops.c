@@ -162,7 +162,8 @@ TEST(matmul) {
 static void check_attention(Shape S, double rtol, double atol, int norm) {
     int B = S.B, T = S.T, C = S.C, NH = S.NH;
     size_t n3 = (size_t)B * T * 3 * C, n1 = (size_t)B * T * C;
-    size_t na = cpu->attention_saved_floats(B, T, NH), nd = gpu->attention_saved_floats(B, T, NH);
+    size_t na = cpu->attention_saved_floats(B, T, NH, C / NH),
+           nd = gpu->attention_saved_floats(B, T, NH, C / NH);
     float *qkv = h_rand(n3, 1), *out = xalloc_floats(n1), *att = xalloc_floats(na);
     float *dqkv = d_from(qkv, n3), *dO = d_poison(n1), *datt = d_poison(nd);
     cpu->attention_forward(out, att, qkv, B, T, C, NH);
@@ -226,6 +227,41 @@ TEST(softmax_xent) {
     }
 }
 
+// The fused classifier against the CPU's logits product + softmax_xent + matmul_backward: the
+// loss sum, the losses, dx and dwte (accumulated onto a random start). N > 2048 makes the
+// chunks of rows run (a partial last one). fp32 element-wise (rtol, atol), bf16 norm-wise
+// (rtol, atol 0), where the logits and dlogits are bf16 too.
+static void check_classifier(int N, int C, int V, double rtol, double atol) {
+    size_t NC = (size_t)N * C, VC = (size_t)V * C, NV = (size_t)N * V;
+    float *x = h_rand(NC, 1), *w = h_rand(VC, 0.2f), *lg = xalloc_floats(NV);
+    float *loss = xalloc_floats(N), *gx = xalloc_floats(NC), *gw = h_rand(VC, 1);
+    float *dx = d_from(x, NC), *dw = d_from(w, VC), *dloss = d_poison(N), *dgx = d_poison(NC);
+    float *dgw = d_from(gw, VC);
+    int *tg = rand_tokens(N, V);
+    float scale = 1.0f / (float)N;
+    cpu->matmul_forward(lg, x, w, NULL, N, C, V);
+    double b = cpu->softmax_xent_forward(lg, loss, tg, N, V);
+    cpu->softmax_xent_backward(lg, tg, scale, N, V);
+    cpu->matmul_backward(gx, gw, NULL, lg, x, w, N, C, V);
+    double a0 = gpu->classifier(dloss, NULL, NULL, dx, dw, tg, 0.f, N, C, V);
+    double a = gpu->classifier(dloss, dgx, dgw, dx, dw, tg, scale, N, C, V);
+    int ok = atol > 0 ? cmp_tol("classifier losses", dloss, loss, N, rtol, atol) &&
+                            cmp_tol("classifier dx", dgx, gx, NC, rtol, atol) &&
+                            cmp_tol("classifier dwte", dgw, gw, VC, rtol, atol)
+                      : cmp_norm("classifier losses", dloss, loss, N, rtol) &&
+                            cmp_norm("classifier dx", dgx, gx, NC, rtol) &&
+                            cmp_norm("classifier dwte", dgw, gw, VC, rtol);
+    CHECK(ok && a0 == a && close_enough(a, b, rtol, 0),
+          "classifier N=%d C=%d V=%d: loss %.9g %.9g vs %.9g", N, C, V, a0, a, b);
+    free(x), free(w), free(lg), free(loss), free(gx), free(gw), free(tg);
+    gpu->release(dx), gpu->release(dw), gpu->release(dloss), gpu->release(dgx), gpu->release(dgw);
+}
+
+TEST(classifier) {
+    check_classifier(37, 48, 211, FP32_RTOL, FP32_ATOL);
+    check_classifier(2100, 64, 211, FP32_RTOL, FP32_ATOL);
+}
+
 TEST(adamw) {
     size_t n = 100003;
     float *p = h_rand(n, 1), *m = h_rand(n, 0.1f), *v = h_rand(n, 0.1f), *g = h_rand(n, 1);
@@ -283,11 +319,18 @@ TEST(bf16_products) {
     cpu->matmul_forward(o, x, w, b, N, C, OC);
     gpu->matmul_forward(dO, dx, dw, db, N, C, OC);
     CHECK(cmp_norm("bf16 matmul out", dO, o, (size_t)N * OC, 1e-2), "bf16 matmul_forward");
-    check_bf16_padded(134, 96, 211);        // an output width that is not a multiple of 8
-    check_attention(SHAPES[1], 1e-2, 0, 1); // head size 32: batched products
-    // head size 64, T > 64: the flash kernels (a partial last tile, then whole tiles)
-    check_attention((Shape){2, 131, 128, 2, 50}, 2e-2, 0, 1);
-    check_attention((Shape){1, 128, 192, 3, 50}, 2e-2, 0, 1);
+    check_bf16_padded(134, 96, 211);          // an output width that is not a multiple of 8
+    check_bf16_padded(4100, 64, 211);         // rows in chunks of 2048, a partial last one
+    check_classifier(2100, 64, 211, 1e-2, 0); // bf16 logits, padded vocabulary, two chunks
+    check_attention(SHAPES[1], 1e-2, 0, 1);   // head size 32: batched products
+    // head size 64, T > 64: the flash kernels (a partial last tile, then whole tiles), dQ by
+    // fp32 atomics, then by its own pass
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass) setenv("LOOM_CUDA_FLASH_DQ", "pass", 1);
+        check_attention((Shape){2, 131, 128, 2, 50}, 2e-2, 0, 1);
+        check_attention((Shape){1, 128, 192, 3, 50}, 2e-2, 0, 1);
+    }
+    unsetenv("LOOM_CUDA_FLASH_DQ");
     free(x), free(w), free(b), free(o);
     gpu->release(dx), gpu->release(dw), gpu->release(db), gpu->release(dO);
     gpu = backend_select("cuda:fp32", 0);
@@ -303,6 +346,7 @@ int main(void) {
     RUN(attention);
     RUN(gelu);
     RUN(softmax_xent);
+    RUN(classifier);
     RUN(adamw);
     RUN(bf16_products);
     return test_summary();

@@ -32,8 +32,9 @@ static size_t scr_size[SCR_SLOTS];
 void *cu_scratch(int slot, size_t bytes) {
     if (bytes <= scr_size[slot]) return scr_ptr[slot];
     size_t want = bytes + bytes / 4; // grow geometrically
-    CU(cudaFree(scr_ptr[slot]));     // waits for the stream: nothing can still read it
-    CU(cudaMalloc(&scr_ptr[slot], want));
+    cu_free(scr_ptr[slot]);          // waits for the stream: nothing can still read it
+    scr_ptr[slot] = NULL, scr_size[slot] = 0;
+    CU(cu_malloc(&scr_ptr[slot], want));
     scr_size[slot] = want;
     return scr_ptr[slot];
 }
@@ -49,7 +50,7 @@ int *cu_ints(const int *host, size_t n) {
 static float *cuda_alloc(size_t n) {
     void *p = NULL;
     size_t bytes = (n ? n : 1) * sizeof(float);
-    cudaError_t e = cudaMalloc(&p, bytes);
+    cudaError_t e = cu_malloc(&p, bytes);
     if (e != cudaSuccess) {
         size_t fr = 0, tot = 0;
         cudaMemGetInfo(&fr, &tot);
@@ -63,7 +64,7 @@ static float *cuda_alloc(size_t n) {
 static void cuda_release(float *p) {
     cu_gen++;
     cu_bf16_flush(); // a cached copy may belong to this buffer
-    if (p) CU(cudaFree(p));
+    cu_free(p);
 }
 static void cuda_upload(float *dst, const float *host_src, size_t n) {
     cu_gen++;
@@ -199,8 +200,10 @@ static const Backend CUDA = {
     .residual_forward = cuda_residual_forward,
     .softmax_xent_forward = cuda_softmax_xent_forward,
     .softmax_xent_backward = cuda_softmax_xent_backward,
+    .classifier = cuda_classifier,
     .adamw = cuda_adamw_gen,
     .peak_gflops = cuda_peak_gflops,
+    .mem_peak = cu_mem_peak,
 };
 
 // The GPU of this process: the local rank's (mpirun / srun / torchrun), modulo the count.

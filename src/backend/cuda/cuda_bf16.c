@@ -48,9 +48,9 @@ const void *cu_bf16_weight(const float *w, size_t rows, size_t cols, size_t prow
     size_t n = prows * cols;
     Entry *e = find(w);
     if (!e->src) e->src = w, used++;
-    if (e->dst && e->n != n) CU(cudaFree(e->dst)), e->dst = NULL;
+    if (e->dst && e->n != n) cu_free(e->dst), e->dst = NULL;
     if (!e->dst) {
-        CU(cudaMalloc(&e->dst, (n ? n : 1) * 2));
+        CU(cu_malloc(&e->dst, (n ? n : 1) * 2));
         e->n = n, e->gen = 0;
     }
     if (e->gen != cu_gen) {
@@ -65,7 +65,7 @@ const void *cu_bf16_weight(const float *w, size_t rows, size_t cols, size_t prow
 
 void cu_bf16_flush(void) {
     for (size_t i = 0; i < cap; i++)
-        if (tab[i].dst) CU(cudaFree(tab[i].dst));
+        cu_free(tab[i].dst);
     free(tab);
     tab = NULL, cap = used = 0;
 }

@@ -40,7 +40,7 @@ void cb_init(void) {
     CB(cublasSetStream(blas, cu_ctx.stream));
     CB(cublasSetMathMode(blas, CUBLAS_DEFAULT_MATH)); // no TF32 unless a compute type asks
     CB(cublasLtCreate(&lt));
-    CU(cudaMalloc(&lt_work, LT_WORK_BYTES));
+    CU(cu_malloc(&lt_work, LT_WORK_BYTES));
     CB(cublasSetWorkspace(blas, lt_work, LT_WORK_BYTES)); // stream-ordered: shared is safe
 }
 

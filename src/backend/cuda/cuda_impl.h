@@ -33,6 +33,13 @@ void cu_check(cudaError_t e, const char *what, const char *file, int line);
 // After a kernel launch: launch-configuration errors surface here.
 #define CU_LAUNCHED(name) cu_check(cudaGetLastError(), name, __FILE__, __LINE__)
 
+// Device memory (cuda_mem.c): cudaMalloc / cudaFree that keep count of the bytes the backend
+// holds and their high-water mark. Every device allocation of the backend goes through these.
+cudaError_t cu_malloc(void **p, size_t bytes);
+void cu_free(void *p);
+size_t cu_mem_held(void);
+size_t cu_mem_peak(void);
+
 // Scratch device memory, one growable buffer per slot (stream-ordered users only: a slot's
 // previous contents are dead once a later op on the stream asks for it).
 enum { SCR_INTS, SCR_PART, SCR_ATT, SCR_RED, SCR_BF_A, SCR_BF_B, SCR_BF_OUT, SCR_FLASH, SCR_SLOTS };
@@ -110,18 +117,24 @@ void k_bias_backward(float *dbias, const float *dout, int N, int OC); // dbias +
 // losses[n] = -log softmax(row n)[target]; rows become probabilities
 void k_softmax_xent_forward(float *lp, float *losses, const int *targets, int N, int V);
 void k_softmax_xent_backward(float *pd, const int *targets, float scale, int N, int V);
+// A chunk of the classifier: lg (N,P) logits, bf16 when bf, fp32 otherwise, of which the first
+// V columns are real; losses[n] = log Σ exp − z[target]; grad: lg becomes (softmax − onehot)·
+// scale on the V columns and 0 on the padding.
+void k_xent_chunk(void *lg, int bf, float *losses, const int *targets, int N, int V, int P,
+                  float scale, int grad);
 // causal softmax over rows of att (rows of length T, row r is query r % T), in place
 void k_causal_softmax(float *att, size_t rows, int T);
 // in place: datt → dpre = att ⊙ (datt − Σ att·datt) on j ≤ t, 0 above the diagonal
 void k_causal_softmax_backward(float *datt, const float *att, size_t rows, int T);
 
 // ---- k_flash.cu: tensor-core causal attention for bf16, head size 64, T > 64 (k_flash_ok).
-// aux is the model's (B,NH,T,T) att buffer, used as per-head scratch between the two passes;
-// drow is B·NH·T floats of scratch.
+// lse (B,NH,T): the forward's per-row log-sum-exps (base 2), read by the backward with the
+// forward's out; drow is B·NH·T floats of scratch. dQ is summed by fp32 atomics in the key
+// pass, or (LOOM_CUDA_FLASH_DQ=pass) by a second pass over the query tiles without atomics.
 int k_flash_ok(int T, int C, int NH);
-void k_flash_forward(float *out, float *aux, const float *qkv, int B, int T, int C, int NH);
-void k_flash_backward(float *dqkv, const float *dout, const float *qkv, const float *aux,
-                      float *drow, int B, int T, int C, int NH);
+void k_flash_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
+void k_flash_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
+                      const float *lse, float *drow, int B, int T, int C, int NH);
 
 #ifdef __cplusplus
 }

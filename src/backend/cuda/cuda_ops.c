@@ -84,8 +84,11 @@ void cuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dou
 // multiple of 8 (GPT-2's vocabulary, 50257) leaves every column of the product misaligned and
 // cuBLASLt on slow kernels (97 TFLOP/s on an H100 for the LM head, 480-840 for the others), so
 // a bias-free product of such a width runs padded to a multiple of 64 (zero weight rows, zero
-// gradient columns; llm.c pads its vocabulary the same way) and the forward's result is copied
-// out of the padded scratch.
+// gradient columns; llm.c pads its vocabulary the same way), in chunks of PAD_ROWS rows: the
+// forward's chunk is copied out of padded scratch, the backward rounds a chunk of the output
+// gradient into padded bf16 scratch. The scratch then stays at PAD_ROWS rows (412 MiB for
+// GPT-2's head) however many rows the micro-batch has.
+enum { PAD_ROWS = 2048 };
 static int bf16_mode(void) { return cu_ctx.dtype == CU_BF16; }
 static int pad_to(int OC, int has_bias) { return OC % 8 && !has_bias ? (OC + 63) / 64 * 64 : OC; }
 
@@ -98,23 +101,32 @@ static void bf16_forward(float *out, const float *inp, const float *w, const flo
         cb_matmul(1, 0, OC, N, C, wb, C, x, C, out, OC, 0.0f, bias, CB_BF16_AB);
         return;
     }
-    float *o = cu_scratch(SCR_BF_OUT, (size_t)P * N * sizeof(float));
-    cb_matmul(1, 0, P, N, C, wb, C, x, C, o, P, 0.0f, NULL, CB_BF16_AB);
-    CU(cudaMemcpy2DAsync(out, (size_t)OC * sizeof(float), o, (size_t)P * sizeof(float),
-                         (size_t)OC * sizeof(float), (size_t)N, cudaMemcpyDeviceToDevice,
-                         cu_ctx.stream));
+    int R = N < PAD_ROWS ? N : PAD_ROWS;
+    float *o = cu_scratch(SCR_BF_OUT, (size_t)P * R * sizeof(float));
+    for (int n0 = 0; n0 < N; n0 += R) {
+        int nr = N - n0 < R ? N - n0 : R;
+        cb_matmul(1, 0, P, nr, C, wb, C, (const char *)x + (size_t)n0 * C * 2, C, o, P, 0.0f, NULL,
+                  CB_BF16_AB);
+        CU(cudaMemcpy2DAsync(out + (size_t)n0 * OC, (size_t)OC * sizeof(float), o,
+                             (size_t)P * sizeof(float), (size_t)OC * sizeof(float), (size_t)nr,
+                             cudaMemcpyDeviceToDevice, cu_ctx.stream));
+    }
 }
 
 static void bf16_backward(float *dinp, float *dw, const float *dout, const float *inp,
                           const float *w, int N, int C, int OC, int has_bias) {
-    int P = pad_to(OC, has_bias);
-    void *d = cu_scratch(SCR_BF_A, (size_t)N * P * 2); // dout (N,P), zero past OC
-    k_to_bf16_pad(d, dout, (size_t)N, (size_t)OC, (size_t)P);
-    if (dinp)
-        cb_matmul(0, 0, C, N, P, cu_bf16_weight(w, (size_t)OC, (size_t)C, (size_t)P), C, d, P, dinp,
-                  C, 0.0f, NULL, CB_BF16_AB);
-    cb_matmul(0, 1, C, OC, N, cu_bf16_act(SCR_BF_B, inp, (size_t)N * C), C, d, P, dw, C, 1.0f, NULL,
-              CB_BF16_AB);
+    int P = pad_to(OC, has_bias), R = P == OC || N < PAD_ROWS ? N : PAD_ROWS;
+    const char *x = cu_bf16_act(SCR_BF_B, inp, (size_t)N * C);
+    const void *wb = dinp ? cu_bf16_weight(w, (size_t)OC, (size_t)C, (size_t)P) : NULL;
+    void *d = cu_scratch(SCR_BF_A, (size_t)R * P * 2); // a chunk of dout (R,P), zero past OC
+    for (int n0 = 0; n0 < N; n0 += R) {
+        int nr = N - n0 < R ? N - n0 : R;
+        k_to_bf16_pad(d, dout + (size_t)n0 * OC, (size_t)nr, (size_t)OC, (size_t)P);
+        if (dinp)
+            cb_matmul(0, 0, C, nr, P, wb, C, d, P, dinp + (size_t)n0 * C, C, 0.0f, NULL,
+                      CB_BF16_AB);
+        cb_matmul(0, 1, C, OC, nr, x + (size_t)n0 * C * 2, C, d, P, dw, C, 1.0f, NULL, CB_BF16_AB);
+    }
 }
 
 void cuda_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N,
@@ -182,18 +194,19 @@ void cuda_attention_forward(float *out, float *att, const float *qkv, int B, int
     cu_prof_end(PROF_ATT_F);
 }
 
-// att holds the softmax (B,NH,T,T) for the batched products; the flash path keeps its per-row
-// statistics and output copy in the same space (k_flash.cu), so both ask for T·T per head.
-size_t cuda_attention_saved_floats(int B, int T, int NH) { return (size_t)B * NH * T * T; }
+// att holds the softmax (B,NH,T,T) for the batched products, the per-row log-sum-exps
+// (B,NH,T) on the flash path (which reads the output rows from out in the backward).
+size_t cuda_attention_saved_floats(int B, int T, int NH, int hs) {
+    return (size_t)B * NH * T * (use_flash(T, NH * hs, NH) ? 1 : (size_t)T);
+}
 
-// out is unused: the flash path reads its own copy of the output rows from att
+// out is read by the flash path only (D = rowsum(dO ∘ O))
 void cuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
                              const float *att, int B, int T, int C, int NH) {
-    (void)out;
     if (use_flash(T, C, NH)) {
         cu_prof_begin(PROF_ATT_B);
         float *drow = cu_scratch(SCR_FLASH, (size_t)B * NH * T * sizeof(float));
-        k_flash_backward(dqkv, dout, qkv, att, drow, B, T, C, NH);
+        k_flash_backward(dqkv, dout, qkv, out, att, drow, B, T, C, NH);
         cu_prof_end(PROF_ATT_B);
         return;
     }

@@ -17,7 +17,7 @@ void cuda_matmul_forward(float *out, const float *inp, const float *w, const flo
 void cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                           const float *w, int N, int C, int OC);
 void cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
-size_t cuda_attention_saved_floats(int B, int T, int NH);
+size_t cuda_attention_saved_floats(int B, int T, int NH, int hs);
 void cuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
                              const float *att, int B, int T, int C, int NH);
 void cuda_gelu_forward(float *out, const float *inp, size_t n);
@@ -27,5 +27,7 @@ double cuda_softmax_xent_forward(float *logits_probs, float *losses, const int *
                                  int V);
 void cuda_softmax_xent_backward(float *probs_dlogits, const int *targets, float scale, int N,
                                 int V);
+double cuda_classifier(float *losses, float *dx, float *dwte, const float *x, const float *wte,
+                       const int *targets, float scale, int N, int C, int V);
 void cuda_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr,
                 float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t);

@@ -5,11 +5,13 @@
 //
 // Forward: a block per (64 queries, head); each of its 4 warps owns 16 query rows, keeps Q in
 // registers and runs the online softmax over key tiles of 64 up to the diagonal. It writes the
-// output, and into the model's att buffer (T·T floats per head, opaque to the model) the
-// per-row log-sum-exp (base 2) and a copy of the output rows, which the backward needs.
+// output and, into the model's att buffer (T floats per head, opaque to the model), the per-row
+// log-sum-exp (base 2), which the backward needs with the output rows.
 // Backward: D = rowsum(dO ∘ O) first; then a block per (64 keys, head), each warp owning 16
-// keys with dK, dV in registers, loops over the query tiles at or after its keys, recomputes
-// P from the log-sum-exp, and adds its dQ share into dqkv with fp32 atomics.
+// keys with dK, dV in registers, loops over the query tiles at or after its keys and recomputes
+// P from the log-sum-exp. dQ: either that pass adds its share into dqkv with fp32 atomics, or a
+// second pass, a block per (64 queries, head) over the key tiles up to the diagonal, recomputes
+// P and dS and writes dQ once (no atomics, two more products per tile pair).
 //
 // Fragment layouts (PTX ISA, mma.m16n8k16): g = lane/4, t = lane%4; A (16×16) a0 = (g, 2t..2t+1),
 // a1 = (g+8, 2t..), a2 = (g, 2t+8..), a3 = (g+8, 2t+8..); B (16×8, k × n) b0 = (k 2t..2t+1, n g),
@@ -17,6 +19,8 @@
 #include <cuda_bf16.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "k_common.cuh"
 
@@ -103,7 +107,8 @@ __device__ void load_a(uint32_t a[4][4], const float *g, int r0, int T, size_t l
 // ------------------------------------------------------------------ forward
 
 __global__ void __launch_bounds__(128)
-    flash_fwd_kernel(float *out, float *aux, const float *qkv, int T, int C, int NH, float sl2) {
+    flash_fwd_kernel(float *out, float *lse_all, const float *qkv, int T, int C, int NH,
+                     float sl2) {
     __shared__ bf16 Ks[TILE * LD], Vt[TILE * LD];
     int qt = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH; // long first
     int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -154,20 +159,13 @@ __global__ void __launch_bounds__(128)
             }
         }
     }
-    // aux per head: T log-sum-exps, then the (T, D) output rows
-    float *lse = aux + (size_t)bh * T * T, *ocopy = lse + T;
+    float *lse = lse_all + (size_t)bh * T; // T log-sum-exps per head
     float i0 = 1.0f / l0, i1 = 1.0f / l1;
     for (int nt = 0; nt < 8; nt++)
         for (int e = 0; e < 2; e++) {
             int d = nt * 8 + 2 * t + e;
-            if (row0 < T) {
-                float v = o[nt][e] * i0;
-                out[((size_t)b * T + row0) * C + h * D + d] = v, ocopy[(size_t)row0 * D + d] = v;
-            }
-            if (row1 < T) {
-                float v = o[nt][2 + e] * i1;
-                out[((size_t)b * T + row1) * C + h * D + d] = v, ocopy[(size_t)row1 * D + d] = v;
-            }
+            if (row0 < T) out[((size_t)b * T + row0) * C + h * D + d] = o[nt][e] * i0;
+            if (row1 < T) out[((size_t)b * T + row1) * C + h * D + d] = o[nt][2 + e] * i1;
         }
     if (t == 0 && row0 < T) lse[row0] = m0 + log2f(l0);
     if (t == 0 && row1 < T) lse[row1] = m1 + log2f(l1);
@@ -175,14 +173,14 @@ __global__ void __launch_bounds__(128)
 
 // ------------------------------------------------------------------ backward
 
-// Drow[bh·T + t] = Σ_d dO[t,d]·O[t,d] (O from the forward's copy in aux); a warp per row
-__global__ void flash_drow_kernel(float *drow, const float *dout, const float *aux, int B, int T,
+// Drow[bh·T + t] = Σ_d dO[t,d]·O[t,d] (O the forward's output rows); a warp per row
+__global__ void flash_drow_kernel(float *drow, const float *dout, const float *out, int B, int T,
                                   int C, int NH) {
     size_t r = (size_t)blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (r >= (size_t)B * NH * T) return;
     int t = (int)(r % T), bh = (int)(r / T), b = bh / NH, h = bh % NH;
-    const float *o = aux + (size_t)bh * T * T + T + (size_t)t * D;
+    const float *o = out + ((size_t)b * T + t) * C + h * D;
     const float *d = dout + ((size_t)b * T + t) * C + h * D;
     float acc = d[lane] * o[lane] + d[lane + 32] * o[lane + 32];
     acc = warp_sum(acc);
@@ -191,8 +189,11 @@ __global__ void flash_drow_kernel(float *drow, const float *dout, const float *a
 
 enum { BWD_TILES = 6, BWD_SMEM = BWD_TILES * TILE * LD * 2 + 2 * TILE * 4 };
 
+// ATOMIC_DQ: this pass also adds dQ into dqkv (zeroed first) with fp32 atomics; otherwise
+// flash_dq_kernel computes dQ.
+template <bool ATOMIC_DQ>
 __global__ void __launch_bounds__(128)
-    flash_bwd_kernel(float *dqkv, const float *dout, const float *qkv, const float *aux,
+    flash_bwd_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse_all,
                      const float *drow, int T, int C, int NH, float scale, float sl2) {
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *Kt = (bf16 *)smem, *Qs = Kt + TILE * LD, *Qt = Qs + TILE * LD, *dOs = Qt + TILE * LD;
@@ -202,14 +203,14 @@ __global__ void __launch_bounds__(128)
     int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     size_t C3 = 3 * (size_t)C;
     const float *q = qkv + (size_t)b * T * C3 + h * D, *k = q + C, *v = q + 2 * C;
-    const float *dO = dout + (size_t)b * T * C + h * D, *lse = aux + (size_t)bh * T * T;
+    const float *dO = dout + (size_t)b * T * C + h * D, *lse = lse_all + (size_t)bh * T;
     const float *dr = drow + (size_t)bh * T;
     float *dq = dqkv + (size_t)b * T * C3 + h * D, *dk = dq + C, *dv = dq + 2 * C;
     int k0 = kt * TILE, key0 = k0 + w * 16 + g, key1 = key0 + 8;
     uint32_t ka[4][4], va[4][4];
     load_a(ka, k, k0 + w * 16, T, C3);
     load_a(va, v, k0 + w * 16, T, C3);
-    load_tile(NULL, Kt, k, k0, T, C3);
+    if (ATOMIC_DQ) load_tile(NULL, Kt, k, k0, T, C3);
     float dka[8][4] = {}, dva[8][4] = {};
     int nq = (T + TILE - 1) / TILE;
     for (int qt = kt; qt < nq; qt++) {
@@ -238,8 +239,10 @@ __global__ void __launch_bounds__(128)
                 st[nt][e] = p0, st[nt][2 + e] = p1;
                 dp[nt][e] = p0 * (dp[nt][e] - d_s[ql]);
                 dp[nt][2 + e] = p1 * (dp[nt][2 + e] - d_s[ql]);
-                dSs[ql * LD + w * 16 + g] = __float2bfloat16_rn(dp[nt][e]);
-                dSs[ql * LD + w * 16 + g + 8] = __float2bfloat16_rn(dp[nt][2 + e]);
+                if (ATOMIC_DQ) {
+                    dSs[ql * LD + w * 16 + g] = __float2bfloat16_rn(dp[nt][e]);
+                    dSs[ql * LD + w * 16 + g + 8] = __float2bfloat16_rn(dp[nt][2 + e]);
+                }
             }
         for (int kk = 0; kk < 4; kk++) { // dV += Pᵀ·dO, dK += dSᵀ·Q (k = queries)
             uint32_t pa[4] = {pack2(st[2 * kk][0], st[2 * kk][1]),
@@ -257,6 +260,7 @@ __global__ void __launch_bounds__(128)
                 mma(dka[nt], sa, ld2(qtr), ld2(qtr + 8));
             }
         }
+        if (!ATOMIC_DQ) continue;
         __syncthreads();      // dS complete
         float dqa[8][4] = {}; // dQ of queries w·16.. of the tile: dS (queries × keys)·K
         for (int kk = 0; kk < 4; kk++) {
@@ -289,37 +293,114 @@ __global__ void __launch_bounds__(128)
         }
 }
 
+// dQ without atomics: a block per (64 queries, head), each warp owning 16 query rows with Q and
+// dO in registers, loops over the key tiles up to the diagonal: S = Q·Kᵀ, dP = dO·Vᵀ,
+// dS = P ∘ (dP − D), dQ += dS·K, then writes its rows of dQ once.
+__global__ void __launch_bounds__(128)
+    flash_dq_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse_all,
+                    const float *drow, int T, int C, int NH, float scale, float sl2) {
+    __shared__ bf16 Ks[TILE * LD], Kt[TILE * LD], Vs[TILE * LD];
+    int qt = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH; // long first
+    int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    size_t C3 = 3 * (size_t)C;
+    const float *base = qkv + (size_t)b * T * C3 + h * D, *dO = dout + (size_t)b * T * C + h * D;
+    int row0 = qt * TILE + w * 16 + g, row1 = row0 + 8;
+    const float *lse = lse_all + (size_t)bh * T, *dr = drow + (size_t)bh * T;
+    float ls0 = row0 < T ? lse[row0] : INFINITY, ls1 = row1 < T ? lse[row1] : INFINITY;
+    float dd0 = row0 < T ? dr[row0] : 0.f, dd1 = row1 < T ? dr[row1] : 0.f;
+    uint32_t qa[4][4], da[4][4];
+    load_a(qa, base, qt * TILE + w * 16, T, C3);
+    load_a(da, dO, qt * TILE + w * 16, T, C);
+    float dq[8][4] = {};
+    for (int kt = 0; kt <= qt; kt++) {
+        int k0 = kt * TILE;
+        __syncthreads(); // every warp is done with the previous tile
+        load_tile(Ks, Kt, base + C, k0, T, C3);
+        load_tile(Vs, NULL, base + 2 * C, k0, T, C3);
+        __syncthreads();
+        float s[8][4] = {}, dp[8][4] = {}; // 16 queries × 64 keys of this warp
+        for (int nt = 0; nt < 8; nt++)
+            for (int kk = 0; kk < 4; kk++) {
+                const bf16 *kr = Ks + (nt * 8 + g) * LD + kk * 16 + 2 * t;
+                const bf16 *vr = Vs + (nt * 8 + g) * LD + kk * 16 + 2 * t;
+                mma(s[nt], qa[kk], ld2(kr), ld2(kr + 8));
+                mma(dp[nt], da[kk], ld2(vr), ld2(vr + 8));
+            }
+        for (int nt = 0; nt < 8; nt++)
+            for (int e = 0; e < 2; e++) { // dS = P ∘ (dP − D), keys after the query masked
+                int key = k0 + nt * 8 + 2 * t + e;
+                float p0 = key <= row0 ? exp2f(s[nt][e] * sl2 - ls0) : 0.f;
+                float p1 = key <= row1 ? exp2f(s[nt][2 + e] * sl2 - ls1) : 0.f;
+                s[nt][e] = p0 * (dp[nt][e] - dd0), s[nt][2 + e] = p1 * (dp[nt][2 + e] - dd1);
+            }
+        for (int kk = 0; kk < 4; kk++) { // dQ += dS·K, dS straight from the registers
+            uint32_t sa[4] = {pack2(s[2 * kk][0], s[2 * kk][1]), pack2(s[2 * kk][2], s[2 * kk][3]),
+                              pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                              pack2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+            for (int nt = 0; nt < 8; nt++) {
+                const bf16 *kr = Kt + (nt * 8 + g) * LD + kk * 16 + 2 * t;
+                mma(dq[nt], sa, ld2(kr), ld2(kr + 8));
+            }
+        }
+    }
+    float *dqo = dqkv + (size_t)b * T * C3 + h * D;
+    for (int nt = 0; nt < 8; nt++)
+        for (int e = 0; e < 2; e++) {
+            int d = nt * 8 + 2 * t + e;
+            if (row0 < T) dqo[(size_t)row0 * C3 + d] = scale * dq[nt][e];
+            if (row1 < T) dqo[(size_t)row1 * C3 + d] = scale * dq[nt][2 + e];
+        }
+}
+
 // ------------------------------------------------------------------ launchers
 
 extern "C" {
 int k_flash_ok(int T, int C, int NH) { return NH > 0 && C == NH * D && T > D; }
 
-void k_flash_forward(float *out, float *aux, const float *qkv, int B, int T, int C, int NH) {
+void k_flash_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
     dim3 grid((unsigned)((T + TILE - 1) / TILE), (unsigned)(B * NH));
     float sl2 = 1.4426950408889634f / sqrtf((float)D);
-    flash_fwd_kernel<<<grid, 128, 0, cu_ctx.stream>>>(out, aux, qkv, T, C, NH, sl2);
+    flash_fwd_kernel<<<grid, 128, 0, cu_ctx.stream>>>(out, lse, qkv, T, C, NH, sl2);
     CU_LAUNCHED("flash_forward");
 }
 
-void k_flash_backward(float *dqkv, const float *dout, const float *qkv, const float *aux,
-                      float *drow, int B, int T, int C, int NH) {
+// LOOM_CUDA_FLASH_DQ=pass: dQ by its own pass (no atomics); anything else: fp32 atomics. Read
+// at every call (a dozen a step), so a test can run both.
+static int dq_atomic(void) {
+    const char *e = getenv("LOOM_CUDA_FLASH_DQ");
+    return !(e && !strcmp(e, "pass"));
+}
+
+void k_flash_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
+                      const float *lse, float *drow, int B, int T, int C, int NH) {
     static int attr_set;
     if (!attr_set) {
-        CU(cudaFuncSetAttribute(flash_bwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        CU(cudaFuncSetAttribute(flash_bwd_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 BWD_SMEM));
+        CU(cudaFuncSetAttribute(flash_bwd_kernel<false>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, BWD_SMEM));
         attr_set = 1;
     }
     size_t rows = (size_t)B * NH * T;
-    flash_drow_kernel<<<(unsigned)((rows + 7) / 8), 256, 0, cu_ctx.stream>>>(drow, dout, aux, B, T,
+    flash_drow_kernel<<<(unsigned)((rows + 7) / 8), 256, 0, cu_ctx.stream>>>(drow, dout, out, B, T,
                                                                              C, NH);
     CU_LAUNCHED("flash_drow");
-    size_t C3 = 3 * (size_t)C; // dQ accumulates: its columns start at zero
-    CU(cudaMemset2DAsync(dqkv, C3 * sizeof(float), 0, (size_t)C * sizeof(float), (size_t)B * T,
-                         cu_ctx.stream));
     dim3 grid((unsigned)((T + TILE - 1) / TILE), (unsigned)(B * NH));
     float scale = 1.0f / sqrtf((float)D), sl2 = 1.4426950408889634f * scale;
-    flash_bwd_kernel<<<grid, 128, BWD_SMEM, cu_ctx.stream>>>(dqkv, dout, qkv, aux, drow, T, C, NH,
-                                                             scale, sl2);
+    if (dq_atomic()) {
+        size_t C3 = 3 * (size_t)C; // dQ accumulates: its columns start at zero
+        CU(cudaMemset2DAsync(dqkv, C3 * sizeof(float), 0, (size_t)C * sizeof(float), (size_t)B * T,
+                             cu_ctx.stream));
+        flash_bwd_kernel<true><<<grid, 128, BWD_SMEM, cu_ctx.stream>>>(dqkv, dout, qkv, lse, drow,
+                                                                       T, C, NH, scale, sl2);
+        CU_LAUNCHED("flash_backward");
+        return;
+    }
+    flash_bwd_kernel<false>
+        <<<grid, 128, BWD_SMEM, cu_ctx.stream>>>(dqkv, dout, qkv, lse, drow, T, C, NH, scale, sl2);
     CU_LAUNCHED("flash_backward");
+    flash_dq_kernel<<<grid, 128, 0, cu_ctx.stream>>>(dqkv, dout, qkv, lse, drow, T, C, NH, scale,
+                                                     sl2);
+    CU_LAUNCHED("flash_dq");
 }
 }

@@ -3,6 +3,7 @@
 // (a warp per row; parameter gradients through fixed per-block partial sums), bias rows and
 // bias gradients, the classifier's softmax + cross-entropy (a block per row, one online
 // max/sum pass), and the causal softmax of attention with its backward (a warp per row).
+#include <cuda_bf16.h>
 #include <math.h>
 
 #include "k_common.cuh"
@@ -195,6 +196,49 @@ __global__ void xent_bwd_kernel(float *pd, const int *targets, float scale, int 
         row[j] = row[j] * scale - (j == t ? scale : 0.f);
 }
 
+// One row of a classifier chunk per block: the online max / sum over the V real columns, the
+// loss, and with grad the row overwritten by (softmax − onehot)·scale (padding 0).
+template <typename E> __device__ __forceinline__ float ld_e(const E *p);
+template <> __device__ __forceinline__ float ld_e(const float *p) { return *p; }
+template <> __device__ __forceinline__ float ld_e(const __nv_bfloat16 *p) {
+    return __bfloat162float(*p);
+}
+__device__ __forceinline__ void st_e(float *p, float v) { *p = v; }
+__device__ __forceinline__ void st_e(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+
+template <typename E>
+__global__ void xent_chunk_kernel(E *lg, float *losses, const int *targets, int V, int P,
+                                  float scale, int grad) {
+    __shared__ float shm[32], shs[32];
+    E *row = lg + (size_t)blockIdx.x * P;
+    float m = -INFINITY, s = 0.f;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+        float x = ld_e(row + j);
+        if (x > m) {
+            s = (m == -INFINITY ? 0.f : s * expf(m - x)) + 1.f;
+            m = x;
+        } else {
+            s += expf(x - m);
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1)
+        ms_add(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    if (lane == 0) shm[wid] = m, shs[wid] = s;
+    __syncthreads();
+    m = -INFINITY, s = 0.f;
+    for (int k = 0; k < nw; k++) // every thread combines the warps in the same order
+        ms_add(m, s, shm[k], shs[k]);
+    int tgt = targets[blockIdx.x];
+    float zt = ld_e(row + tgt);
+    __syncthreads(); // the target's logit is read before the row is overwritten
+    if (threadIdx.x == 0) losses[blockIdx.x] = logf(s) - (zt - m);
+    if (!grad) return;
+    float inv = scale / s;
+    for (int j = threadIdx.x; j < P; j += blockDim.x)
+        st_e(row + j, j < V ? expf(ld_e(row + j) - m) * inv - (j == tgt ? scale : 0.f) : 0.f);
+}
+
 // ------------------------------------------------------------------ attention softmax
 
 __global__ void causal_softmax_kernel(float *att, size_t rows, int T) {
@@ -289,6 +333,17 @@ void k_softmax_xent_backward(float *pd, const int *targets, float scale, int N, 
     if (N <= 0) return;
     xent_bwd_kernel<<<(unsigned)N, 512, 0, cu_ctx.stream>>>(pd, targets, scale, V);
     CU_LAUNCHED("softmax_xent_backward");
+}
+void k_xent_chunk(void *lg, int bf, float *losses, const int *targets, int N, int V, int P,
+                  float scale, int grad) {
+    if (N <= 0) return;
+    if (bf)
+        xent_chunk_kernel<<<(unsigned)N, 512, 0, cu_ctx.stream>>>((__nv_bfloat16 *)lg, losses,
+                                                                  targets, V, P, scale, grad);
+    else
+        xent_chunk_kernel<<<(unsigned)N, 512, 0, cu_ctx.stream>>>((float *)lg, losses, targets, V,
+                                                                  P, scale, grad);
+    CU_LAUNCHED("xent_chunk");
 }
 void k_causal_softmax(float *att, size_t rows, int T) {
     if (!rows) return;
