@@ -2,7 +2,9 @@
 # bench_gpu.sh — GPT-2 training throughput on one GPU, bf16, the same batch and sequence for
 # every engine, one after another in one run:
 #   loom     $LOOM train --device cuda (bf16; LOOM_DTYPES="bf16 fp32" adds an fp32 row;
-#            LOOM_VARIANTS="- LOOM_CUDA_FLASH=0" adds rows with that environment, - = none)
+#            LOOM_VARIANTS="- LOOM_CUDA_FLASH=0" adds rows with that environment, - = none;
+#            LOOM_BEFORE=path/to/an/older/loom adds its rows, tagged "before", for an A/B in
+#            the same run)
 #   llm.c    $LLMC (train_gpt2cu built on the same machine: bench/gpu/llmc_build.sh), -e dN
 #            random init, its default recompute (GELU), no cuDNN
 #   PyTorch  bench/gpu/torch_gpt2.py, eager and torch.compile
@@ -11,7 +13,8 @@
 # For each engine: the median step time over the steps after the first WARM, tokens/s, MFU
 # against PEAK_TFLOPS (default 989.4: H100 SXM dense bf16, as llm.c counts it) with loom's
 # FLOP count for every engine, and the peak GPU memory nvidia-smi saw while it ran (the whole
-# device: CUDA context included). Raw output goes to $OUT_DIR; the table is printed last.
+# device: CUDA context included), and for loom also its own allocator's high-water mark (the
+# metrics' device_mem_mib). Raw output goes to $OUT_DIR; the table is printed last.
 set -u
 cd "$(dirname "$0")/../.."
 LOOM=${LOOM:-build-cuda/loom}
@@ -23,6 +26,7 @@ PEAK_TFLOPS=${PEAK_TFLOPS:-989.4}
 ENGINES=${ENGINES:-"loom llmc eager compile"}
 LOOM_DTYPES=${LOOM_DTYPES:-bf16}
 LOOM_VARIANTS=${LOOM_VARIANTS:--}
+LOOM_BEFORE=${LOOM_BEFORE:-}
 OUT_DIR=${OUT_DIR:-$(mktemp -d)}
 mkdir -p "$OUT_DIR"
 results="$OUT_DIR/results.jsonl"
@@ -55,12 +59,14 @@ for model in $MODELS; do
     for e in $ENGINES; do
         case $e in
         loom)
+            for bin in "$LOOM" ${LOOM_BEFORE:+"$LOOM_BEFORE"}; do
             for dt in $LOOM_DTYPES; do
                 for var in $LOOM_VARIANTS; do
-                    tag=$dt$([ "$var" = - ] || echo "+$var")
+                    [ "$bin" != "$LOOM" ] && [ "$var" != - ] && continue # the older binary: plain
+                    tag=$dt$([ "$var" = - ] || echo "+$var")$([ "$bin" = "$LOOM" ] || echo "-before")
                     envv=$([ "$var" = - ] || echo "$var")
                     log="$OUT_DIR/loom_${model}_$tag.log"
-                    mem=$(with_mem "$log" env $envv "$LOOM" train --data "$OUT_DIR/tok.bin" \
+                    mem=$(with_mem "$log" env $envv "$bin" train --data "$OUT_DIR/tok.bin" \
                         --layers "$L" --heads "$H" --dim "$C" --vocab 50257 --block-size "$SEQ" \
                         --batch "$BATCH" --seq "$SEQ" --steps $((STEPS + WARM)) --lr 3e-4 \
                         --weight-decay 0.1 --grad-clip 1.0 --device "cuda:$dt" \
@@ -74,9 +80,11 @@ ms = statistics.median(r["step_ms"] for r in rows)
 print(json.dumps({"engine": "loom-" + sys.argv[3], "model": sys.argv[2], "step_ms": round(ms, 2),
                   "tok_s": round(statistics.median(r["tokens_per_s"] for r in rows)),
                   "mfu": statistics.median(r["mfu"] for r in rows), "loss": rows[-1]["loss"],
-                  "mem_mib": int(sys.argv[4] or 0)}))
+                  "mem_mib": int(sys.argv[4] or 0),
+                  "own_mib": round(rows[-1].get("device_mem_mib", 0))}))
 PY
                 done
+            done
             done
             ;;
         llmc)
@@ -123,11 +131,12 @@ echo
 "$PY" - "$results" "$BATCH" "$SEQ" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-print(f"| model | engine | B×T | step ms | tokens/s | MFU | peak GPU MiB |")
-print("|---|---|---|---|---|---|---|")
+print(f"| model | engine | B×T | step ms | tokens/s | MFU | peak GPU MiB | loom's own MiB |")
+print("|---|---|---|---|---|---|---|---|")
 for r in rows:
     if "error" in r:
-        print(f"| {r['model']} | {r['engine']} | | error: {r['error']} | | | |"); continue
+        print(f"| {r['model']} | {r['engine']} | | error: {r['error']} | | | | |"); continue
+    own = f"{r['own_mib']:,}" if r.get("own_mib") else ""
     print(f"| {r['model']} | {r['engine']} | {sys.argv[2]}×{sys.argv[3]} | {r['step_ms']:.1f} | "
-          f"{r['tok_s']:,} | {100 * r['mfu']:.1f}% | {r.get('mem_mib', 0):,} |")
+          f"{r['tok_s']:,} | {100 * r['mfu']:.1f}% | {r.get('mem_mib', 0):,} | {own} |")
 PY
