@@ -4,7 +4,12 @@
 void block_forward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) {
     switch (blk->kind) {
     case BLOCK_EMBED: embed_forward(m, blk, ws, io); break;
-    case BLOCK_LAYER: layer_forward(m, blk, ws, io); break;
+    case BLOCK_LAYER:
+        if (gpt_is_llama(&m->cfg))
+            llama_layer_forward(m, blk, ws, io);
+        else
+            layer_forward(m, blk, ws, io);
+        break;
     case BLOCK_HEAD: head_forward(m, blk, ws, io); break;
     }
 }
@@ -12,7 +17,12 @@ void block_forward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) {
 void block_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) {
     switch (blk->kind) {
     case BLOCK_EMBED: embed_backward(m, blk, ws, io); break;
-    case BLOCK_LAYER: layer_backward(m, blk, ws, io); break;
+    case BLOCK_LAYER:
+        if (gpt_is_llama(&m->cfg))
+            llama_layer_backward(m, blk, ws, io);
+        else
+            layer_backward(m, blk, ws, io);
+        break;
     case BLOCK_HEAD: head_backward(m, blk, ws, io); break;
     }
 }

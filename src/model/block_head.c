@@ -7,6 +7,8 @@
 // reduced across the group: the logits are never gathered; d(ln_f) is all-reduced. With
 // sequence parallelism ln_f runs on the rank's positions, its output is all-gathered before the
 // logits (and again in backward), d(ln_f) is reduce-scattered and ln_f's gradient summed.
+// LLaMA: the final norm is an RMSNorm (its weight, then the untied lm_head (V,C) when not
+// tied: the logits use lm_head and its gradient stays in this block); rstd in the mean slot.
 #include <stddef.h>
 #include <string.h>
 
@@ -46,20 +48,24 @@ static double xent_shards(const GPT *m, const HeadActs *a, const int *targets, i
 void head_forward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) {
     const Backend *be = m->be;
     int N = ws->B * ws->T, C = m->cfg.C, V = gpt_vocab_rows(m), R = (int)workspace_rows(ws, m);
-    const float *w = blk->params, *b = w + C;
+    const float *w = blk->params, *b = w + C, *wte = io->wte;
     HeadActs a = head_acts(ws, m);
-    be->layernorm_forward(a.lnf, a.mean, a.rstd, io->x_in, w, b, R, C);
+    if (gpt_is_llama(&m->cfg)) {
+        be->rmsnorm_forward(a.lnf, a.rstd, io->x_in, w, R, C, m->cfg.norm_eps);
+        if (!m->cfg.tie) wte = w + C; // lm_head.weight
+    } else {
+        be->layernorm_forward(a.lnf, a.mean, a.rstd, io->x_in, w, b, R, C);
+    }
     const float *lnf = tp_gather(m, ws, a.lnf, ws->scratch, ws->scratch + (size_t)N * C); // (N,C)
     block_poll(m);
     if (io->targets && gpt_fused_classifier(m)) { // the loss without storing the logits
-        io->loss_sum =
-            be->classifier(a.losses, NULL, NULL, lnf, io->wte, io->targets, 0.f, N, C, V);
+        io->loss_sum = be->classifier(a.losses, NULL, NULL, lnf, wte, io->targets, 0.f, N, C, V);
         return;
     }
     if (!gpt_logit_rows(m))
         die(EXIT_IO, "head_forward: no targets, and the workspace keeps no logits (set "
                      "GPT.want_logits before workspace_create)");
-    be->matmul_forward(a.probs, lnf, io->wte, NULL, N, C, V); // logits (N,V)
+    be->matmul_forward(a.probs, lnf, wte, NULL, N, C, V); // logits (N,V)
     block_poll(m);
     io->loss_sum = 0.0;
     if (!io->targets) return;
@@ -74,26 +80,32 @@ void head_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) {
     const TensorParallel *tp = &m->tp;
     int N = ws->B * ws->T, C = m->cfg.C, V = gpt_vocab_rows(m);
     size_t NC = (size_t)N * C;
-    const float *w = blk->params;
+    const float *w = blk->params, *wte = io->wte;
+    float *dwte = io->dwte;
+    int llama = gpt_is_llama(&m->cfg);
+    if (llama && !m->cfg.tie) wte = w + C, dwte = blk->grads + C; // lm_head
     HeadActs a = head_acts(ws, m);
     // scratch: d(ln_f) (N,C) | gathered ln_f, then the held rows' d(ln_f) | reorder | ln_f's 2C
     float *dlnf = ws->scratch, *full = dlnf + NC, *tmp = full + NC;
     float *dheld = workspace_rows(ws, m) < (size_t)N ? full : dlnf;
     const float *lnf = tp_gather(m, ws, a.lnf, full, tmp);
     if (gpt_fused_classifier(m)) {
-        be->classifier(a.losses, dlnf, io->dwte, lnf, io->wte, io->targets, io->grad_scale, N, C,
-                       V);
+        be->classifier(a.losses, dlnf, dwte, lnf, wte, io->targets, io->grad_scale, N, C, V);
     } else {
         if (tp->n > 1)
             be->xent_shard_backward(a.probs, io->targets, tp->v0, io->grad_scale, N, V, tp->nv);
         else
             be->softmax_xent_backward(a.probs, io->targets, io->grad_scale, N, V);
         block_poll(m);
-        be->matmul_backward(dlnf, io->dwte, NULL, a.probs, lnf, io->wte, N, C, V);
+        be->matmul_backward(dlnf, dwte, NULL, a.probs, lnf, wte, N, C, V);
     }
     tp_reduce(m, ws, dlnf, dheld, tmp);
     block_poll(m);
     be->fill(io->dx, 0.f, workspace_rows(ws, m) * C);
+    if (llama) {
+        be->rmsnorm_backward(io->dx, blk->grads, dheld, io->x_in, w, a.rstd, N, C);
+        return;
+    }
     tp_layernorm_backward(m, ws,
                           &(LnBack){.dx = io->dx,
                                     .dw = blk->grads,

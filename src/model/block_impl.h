@@ -13,6 +13,22 @@ void cp_embed_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *i
 void head_forward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io);
 void head_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io);
 
+// The LLaMA block (block_llama.c) and shape (llama_layout.c).
+void llama_layer_forward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io);
+void llama_layer_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io);
+int llama_config_check(const GPTConfig *c);
+int llama_param_count(const GPTConfig *c, size_t *n);
+// Appends block blk's tensors (Hugging Face Llama names) at *off.
+void llama_add_tensors(GPT *m, const Block *blk, size_t *off);
+size_t llama_layer_act_floats(const GPTConfig *c, const Backend *be, int B, int T);
+// The workspace's scratch for micro-batches of BT rows (at least GPT-2's 7C per row).
+size_t llama_scratch_floats(const GPTConfig *c, size_t BT);
+double llama_flops_per_step(const GPTConfig *c, int B, int T);
+// pos (T) = 0..T-1; freq (hs/2) = theta^(-2i/hs).
+void llama_rope_tables(int *pos, float *freq, const GPTConfig *c, int T);
+// gpt.c: appends one replicated tensor (rows, cols; cols 0: a vector) at *off.
+void gpt_add_tensor(GPT *m, size_t *off, const char *name, int rows, int cols, float std);
+
 // Lets a parallel strategy drive its communication between kernels.
 static inline void block_poll(const GPT *m) {
     if (m->hooks && m->hooks->poll) m->hooks->poll(m->hooks->ctx);

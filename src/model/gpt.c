@@ -11,6 +11,7 @@
 
 #include "../common.h"
 #include "../rng.h"
+#include "block_impl.h"
 
 int gpt_config_check(const GPTConfig *c) {
     if (c->L < 1 || c->L > GPT_MAX_LAYERS)
@@ -25,7 +26,9 @@ int gpt_config_check(const GPTConfig *c) {
         return loom_fail("--vocab must be in [2, %d] (got %d)", GPT_MAX_VOCAB, c->V);
     if (c->maxT < 1 || c->maxT > GPT_MAX_BLOCK)
         return loom_fail("--block-size must be in [1, %d] (got %d)", GPT_MAX_BLOCK, c->maxT);
-    return 0;
+    if (c->arch != ARCH_GPT2 && c->arch != ARCH_LLAMA)
+        return loom_fail("--arch must be gpt2 or llama (got %d)", c->arch);
+    return gpt_is_llama(c) ? llama_config_check(c) : 0;
 }
 
 // a*b+c in size_t; returns 0, or -1 when it overflows.
@@ -37,6 +40,7 @@ static int mul_add(size_t a, size_t b, size_t c, size_t *out) {
 
 int gpt_param_count(const GPTConfig *c, size_t *n) {
     if (gpt_config_check(c)) return -1;
+    if (gpt_is_llama(c)) return llama_param_count(c, n);
     size_t C = (size_t)c->C, per_layer, emb, total;
     // per layer: 2 LayerNorms (4C), qkv (3C·C + 3C), attn proj (C·C + C), fc (4C·C + 4C),
     // fc proj (4C·C + C) = 12C² + 13C; embeddings (V + maxT)·C; final LayerNorm 2C
@@ -81,6 +85,10 @@ static void add_tensor(GPT *m, size_t *off, const char *name, int rows, int cols
     *off += t->n;
 }
 
+void gpt_add_tensor(GPT *m, size_t *off, const char *name, int rows, int cols, float std) {
+    add_tensor(m, off, name, rows, cols, 0, std, TP_REPLICATED);
+}
+
 int gpt_create_layout(GPT *m, const GPTConfig *cfg, const Backend *be) {
     return gpt_create_layout_tp(m, cfg, be, 1, 0);
 }
@@ -88,6 +96,10 @@ int gpt_create_layout(GPT *m, const GPTConfig *cfg, const Backend *be) {
 int gpt_create_layout_tp(GPT *m, const GPTConfig *cfg, const Backend *be, int tp, int tpi) {
     size_t want;
     if (gpt_param_count(cfg, &want)) return -1;
+    if (gpt_is_llama(cfg) && tp > 1)
+        return loom_fail("--arch llama with --tp %d: not available (the LLaMA block runs without "
+                         "tensor parallelism for now)",
+                         tp);
     if (tp < 1 || cfg->H % tp)
         return loom_fail("--tp %d must divide --heads %d (each rank holds whole heads)", tp,
                          cfg->H);
@@ -106,12 +118,16 @@ int gpt_create_layout_tp(GPT *m, const GPTConfig *cfg, const Backend *be, int tp
     m->tensors = xcalloc((size_t)(2 + 12 * L + 2), sizeof(TensorSpec));
     float std = 0.02f, res_std = 0.02f / sqrtf(2.0f * L);
     size_t off = 0;
-    char nm[48];
+    char nm[64];
     for (int b = 0; b < m->nblocks; b++) {
         Block *blk = &m->blocks[b];
         blk->off = off;
         blk->t0 = m->ntensors;
-        if (b == 0) {
+        blk->kind = b == 0 ? BLOCK_EMBED : b == m->nblocks - 1 ? BLOCK_HEAD : BLOCK_LAYER;
+        blk->layer = blk->kind == BLOCK_LAYER ? b - 1 : -1;
+        if (gpt_is_llama(cfg)) {
+            llama_add_tensors(m, blk, &off);
+        } else if (b == 0) {
             blk->kind = BLOCK_EMBED;
             blk->layer = -1;
             add_tensor(m, &off, "wte.weight", cfg->V, C, 0, std, TP_VOCAB);
@@ -251,9 +267,11 @@ const TensorSpec *gpt_find_tensor(const GPT *m, const char *name) {
     // "h.<l>.*" is in layer l's block; anything else in the embedding or the head: a lookup
     // costs a few comparisons however deep the model (loaders look up every tensor)
     int b0 = 0, b1 = m->nblocks;
-    if (!strncmp(name, "h.", 2) && name[2] >= '0' && name[2] <= '9') {
+    const char *pre = gpt_is_llama(&m->cfg) ? "model.layers." : "h.";
+    size_t np = strlen(pre);
+    if (!strncmp(name, pre, np) && name[np] >= '0' && name[np] <= '9') {
         long l = 0;
-        const char *p = name + 2;
+        const char *p = name + np;
         while (*p >= '0' && *p <= '9' && l <= m->cfg.L)
             l = l * 10 + (*p++ - '0');
         if (*p != '.' || l >= m->cfg.L || l >= m->nblocks - 2) return NULL;
@@ -275,6 +293,7 @@ const TensorSpec *gpt_find_tensor(const GPT *m, const char *name) {
 // att: what the backend's attention backward needs (the CPU: (B,NH,T) row statistics).
 static size_t layer_act_floats_tp(const GPTConfig *c, const Backend *be, int tp, size_t R, int B,
                                   int T) {
+    if (gpt_is_llama(c)) return llama_layer_act_floats(c, be, B, T); // no tp, R = B·T
     size_t BT = (size_t)B * T, C = (size_t)c->C, Cl = C / (size_t)tp;
     // ln1, res2, ln2 | qkv, atty, fch, fch_gelu | 2×(mean, rstd) | att
     return R * 3 * C + BT * (3 * Cl + Cl + 4 * Cl + 4 * Cl) + 4 * R +
@@ -294,16 +313,22 @@ static size_t head_floats(const GPTConfig *c, int B, int T) {
     return head_floats_tp(c, c->V, 1, (size_t)B * T, B, T);
 }
 
+// The layer backward's and the head's scratch: (B,T,7C) for GPT-2.
+static size_t scratch_floats(const GPTConfig *c, size_t BT) {
+    return gpt_is_llama(c) ? llama_scratch_floats(c, BT) : BT * 7 * (size_t)c->C;
+}
+
 size_t workspace_floats(const GPTConfig *c, const Backend *be, int B, int T, int recompute) {
     size_t BT = (size_t)B * T, C = (size_t)c->C;
     size_t slots = recompute ? 1 : (size_t)c->L;
     return (size_t)(c->L + 1) * BT * C + slots * layer_act_floats(c, be, B, T) +
-           head_floats(c, B, T) + BT * C + BT * 7 * C;
+           head_floats(c, B, T) + BT * C + scratch_floats(c, BT);
 }
 
 size_t workspace_shared_floats(const GPTConfig *c, const Backend *be, int B, int T, int recompute) {
     size_t BT = (size_t)B * T;
-    return head_floats(c, B, T) + BT * 7 * c->C + (recompute ? layer_act_floats(c, be, B, T) : 0);
+    return head_floats(c, B, T) + scratch_floats(c, BT) +
+           (recompute ? layer_act_floats(c, be, B, T) : 0);
 }
 
 size_t workspace_own_floats(const GPTConfig *c, const Backend *be, int B, int T, int recompute) {
@@ -359,7 +384,12 @@ int workspace_create_range(Workspace *ws, const GPT *m, int B, int T, int recomp
     ws->layer = m->be->alloc((recompute ? 1 : (size_t)(nl ? nl : 1)) * ws->layer_stride);
     ws->head = m->be->alloc(hf);
     ws->dstream = m->be->alloc(R * C);
-    ws->scratch = m->be->alloc(BT * 7 * C);
+    ws->scratch = m->be->alloc(scratch_floats(c, BT));
+    if (gpt_is_llama(c)) {
+        ws->rope_pos = xcalloc((size_t)T, sizeof(int));
+        ws->rope_freq = xcalloc((size_t)(c->C / c->H / 2), sizeof(float));
+        llama_rope_tables(ws->rope_pos, ws->rope_freq, c, T);
+    }
     ws->tokens = xcalloc(BT, sizeof(int));
     ws->targets = xcalloc(BT, sizeof(int));
     ws->floats = workspace_range_floats(m, B, T, recompute, b0, b1);
@@ -389,7 +419,7 @@ size_t workspace_range_floats(const GPT *m, int B, int T, int recompute, int b0,
     size_t hf = b1 == m->nblocks ? workspace_head_floats(m, B, T) : 1;
     return (size_t)(b1 - b0 + 1) * R * C +
            (recompute ? 1 : (size_t)(nl ? nl : 1)) * workspace_layer_floats(m, B, T) + hf + R * C +
-           BT * 7 * C;
+           scratch_floats(c, BT);
 }
 
 void workspace_free(Workspace *ws, const GPT *m) {
@@ -397,7 +427,10 @@ void workspace_free(Workspace *ws, const GPT *m) {
     be->release(ws->stream);
     be->release(ws->dstream);
     if (!ws->shares || !ws->recompute) be->release(ws->layer);
-    if (!ws->shares) be->release(ws->head), be->release(ws->scratch);
+    if (!ws->shares) {
+        be->release(ws->head), be->release(ws->scratch);
+        free(ws->rope_pos), free(ws->rope_freq);
+    }
     free(ws->tokens);
     free(ws->targets);
     memset(ws, 0, sizeof *ws);
@@ -466,6 +499,7 @@ void gpt_backward(GPT *m, Workspace *ws, float grad_scale) {
 void gpt_zero_grad(GPT *m) { m->be->fill(m->grads, 0.f, m->nparams); }
 
 double gpt_flops_per_step(const GPTConfig *c, int B, int T) {
+    if (gpt_is_llama(c)) return llama_flops_per_step(c, B, T);
     double C = c->C, L = c->L, V = c->V, BT = (double)B * T;
     double matmul_params = L * 12.0 * C * C + V * C; // weights used in matmuls
     double attn = L * 2.0 * 2.0 * T * C; // QKᵀ and att·V per token (full, as computed)

@@ -10,13 +10,33 @@
 
 #include "../backend/backend.h"
 
+// The model family: GPT-2's block (LayerNorm, learned positions, GELU MLP, tied head) or
+// LLaMA's (RMSNorm, RoPE, grouped-query attention, SwiGLU MLP, no biases; block_llama.c).
+typedef enum { ARCH_GPT2 = 0, ARCH_LLAMA = 1 } GPTArch;
+
 typedef struct {
     int L;    // layers
     int H;    // heads
     int C;    // channels
     int V;    // vocabulary size
-    int maxT; // longest sequence (rows of the position embedding)
+    int maxT; // longest sequence (rows of GPT-2's position embedding; LLaMA's RoPE limit)
+    // LLaMA only (arch ARCH_LLAMA; zero for GPT-2; gpt_config_defaults fills what is 0)
+    int arch;                   // GPTArch
+    int KV;                     // key/value heads (divides H; H: plain multi-head attention)
+    int F;                      // SwiGLU hidden size (default: 8C/3 rounded up to a multiple of 64)
+    int tie;                    // 1: the head's logits use the token embedding (GPT-2: always)
+    float rope_theta, norm_eps; // RoPE base (10000), RMSNorm epsilon (1e-5)
 } GPTConfig;
+
+// "gpt2" or "llama"; gpt_arch_parse: the GPTArch of a name, or -1.
+const char *gpt_arch_name(int arch);
+int gpt_arch_parse(const char *name);
+// LLaMA's defaults where a field is 0 (KV = H, F = 8C/3 up to a multiple of 64, theta 10000,
+// eps 1e-5); nothing for GPT-2.
+void gpt_config_defaults(GPTConfig *c);
+static inline int gpt_is_llama(const GPTConfig *c) { return c->arch == ARCH_LLAMA; }
+// Whether the head reads the embedding (GPT-2, or LLaMA with --tie-embeddings).
+static inline int gpt_tied(const GPTConfig *c) { return !gpt_is_llama(c) || c->tie; }
 
 // Upper bounds on a shape (so sizes never overflow, whatever a weights file's header says).
 #define GPT_MAX_LAYERS 65536
@@ -34,7 +54,7 @@ typedef enum { BLOCK_EMBED, BLOCK_LAYER, BLOCK_HEAD } BlockKind;
 
 // One named parameter tensor. Names are Hugging Face GPT-2's (without "transformer.").
 typedef struct {
-    char name[48];
+    char name[64];
     size_t off;     // element offset in the flat parameter buffer
     size_t n;       // elements
     int ndim;       // 1 or 2 (AdamW decays only ndim ≥ 2)
@@ -260,11 +280,13 @@ static inline Block *gpt_head(GPT *m) { return &m->blocks[m->nblocks - 1]; }
 // transformer layer keeps only its input and redoes its forward during backward.
 typedef struct {
     int B, T, recompute;
-    int b0, b1;    // the blocks it holds activations for (all of them unless a pipeline stage)
-    float *stream; // residual stream: slot l is block l's output (slots b0-1 .. b1-1); with
-                   // sequence parallelism every (B,T,C) of the residual regions is (B,T/tp,C)
-    float *layer;  // saved activations per layer (one shared slot when recompute is on)
-    int layer0;    // the first layer with a slot
+    int *rope_pos;    // LLaMA: (T) positions 0..T-1 (host memory: the CPU backend only)
+    float *rope_freq; // LLaMA: (hs/2) RoPE inverse frequencies theta^(-2i/hs)
+    int b0, b1;       // the blocks it holds activations for (all of them unless a pipeline stage)
+    float *stream;    // residual stream: slot l is block l's output (slots b0-1 .. b1-1); with
+                      // sequence parallelism every (B,T,C) of the residual regions is (B,T/tp,C)
+    float *layer;     // saved activations per layer (one shared slot when recompute is on)
+    int layer0;       // the first layer with a slot
     size_t layer_stride;
     float *head;           // lnf (B,T,C), lnf mean/rstd (B,T), probs (B,T,V), losses (B,T)
     float *dstream;        // (B,T,C) gradient of the residual stream, updated in place

@@ -418,7 +418,12 @@ void dp_memory_model(size_t P, size_t embed, size_t wte, size_t max_block, int N
 
 void dp_memory_plan(const GPTConfig *c, int N, int zero, double *param_b, double *grad_b,
                     double *opt_b) {
-    size_t C = (size_t)c->C, embed = ((size_t)c->V + (size_t)c->maxT) * C;
-    size_t layer = 12 * C * C + 13 * C, P = embed + (size_t)c->L * layer + 2 * C;
-    memory_model(P, embed, (size_t)c->V * C, layer, N, zero, param_b, grad_b, opt_b);
+    GPT m; // the block sizes of either family, from the layout (no buffers)
+    if (gpt_create_layout(&m, c, NULL)) {
+        *param_b = *grad_b = *opt_b = 0;
+        return;
+    }
+    size_t embed = m.blocks[0].n, layer = c->L > 0 ? m.blocks[1].n : 0;
+    memory_model(m.nparams, embed, (size_t)c->V * c->C, layer, N, zero, param_b, grad_b, opt_b);
+    gpt_free(&m);
 }

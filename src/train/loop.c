@@ -285,10 +285,13 @@ static void banner(const Run *r, const Strategy *s) {
     char how[256];
     s->ops->describe(s, how, sizeof how);
     if (!r->lead) return;
+    char fam[96] = "";
+    if (gpt_is_llama(c))
+        snprintf(fam, sizeof fam, "llama KV%d F%d%s ", c->KV, c->F, c->tie ? " tied" : "");
     fprintf(stderr,
-            "loom: model L%d H%d C%d V%d T%d, %.2fM params | batch %d x seq %d x accum %d | %s | "
+            "loom: model %sL%d H%d C%d V%d T%d, %.2fM params | batch %d x seq %d x accum %d | %s | "
             "%d steps%s%s\n",
-            c->L, c->H, c->C, c->V, c->maxT, r->model.nparams / 1e6, a->batch, a->seq,
+            fam, c->L, c->H, c->C, c->V, c->maxT, r->model.nparams / 1e6, a->batch, a->seq,
             a->grad_accum, how, a->steps, r->resume_dir[0] ? " | resumed from " : "",
             r->resume_dir);
 }

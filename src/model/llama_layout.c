@@ -1,0 +1,130 @@
+// llama_layout.c — the LLaMA family's shape: its config defaults and checks, its parameter
+// count, its tensor table (Hugging Face Llama names), its activation sizes and its FLOPs. The
+// block list is GPT-2's: [embedding, layer 0 .. layer L-1, head], each one contiguous slice.
+//
+// Fused products without views: q_proj (H·hs, C), k_proj (KV·hs, C) and v_proj (KV·hs, C) are
+// laid out back to back, which is exactly the fused ((H+2·KV)·hs, C) matrix of one product;
+// gate_proj (F, C) then up_proj (F, C) are the fused (2F, C) [gate | up] matrix. Every tensor
+// keeps its own Hugging Face name and shape, so exports need no splitting.
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../common.h"
+#include "block_impl.h"
+
+const char *gpt_arch_name(int arch) { return arch == ARCH_LLAMA ? "llama" : "gpt2"; }
+
+int gpt_arch_parse(const char *name) {
+    if (!strcmp(name, "gpt2")) return ARCH_GPT2;
+    if (!strcmp(name, "llama")) return ARCH_LLAMA;
+    return -1;
+}
+
+void gpt_config_defaults(GPTConfig *c) {
+    if (!gpt_is_llama(c)) return;
+    if (!c->KV) c->KV = c->H;
+    if (!c->F && c->C > 0) c->F = (8 * c->C / 3 + 63) / 64 * 64; // 4C·2/3, up to 64
+    if (!(c->rope_theta > 0)) c->rope_theta = 10000.f;
+    if (!(c->norm_eps > 0)) c->norm_eps = 1e-5f;
+}
+
+int llama_config_check(const GPTConfig *c) {
+    if (c->KV < 1 || c->KV > c->H || c->H % c->KV)
+        return loom_fail("--kv-heads %d must divide --heads %d (each kv head serves whole query "
+                         "heads)",
+                         c->KV, c->H);
+    if ((c->C / c->H) % 2)
+        return loom_fail("--arch llama: the head size --dim/--heads = %d/%d = %d must be even "
+                         "(RoPE rotates pairs)",
+                         c->C, c->H, c->C / c->H);
+    if (c->F < 1 || c->F > GPT_MAX_DIM)
+        return loom_fail("--ffn-dim must be in [1, %d] (got %d)", GPT_MAX_DIM, c->F);
+    if (!(c->rope_theta > 1.f) || !isfinite(c->rope_theta))
+        return loom_fail("--rope-theta must be a finite number > 1 (got %g)", c->rope_theta);
+    if (!(c->norm_eps > 0.f) || c->norm_eps > 1.f)
+        return loom_fail("--norm-eps must be in (0, 1] (got %g)", c->norm_eps);
+    if (c->tie != 0 && c->tie != 1)
+        return loom_fail("--tie-embeddings must be on or off (got %d)", c->tie);
+    return 0;
+}
+
+// One layer's parameters: 2 RMSNorms (2C), q,k,v ((H+2KV)·hs·C), o (C·C), gate|up (2F·C),
+// down (F·C). 0 when a product overflows.
+static size_t layer_params(const GPTConfig *c) {
+    size_t C = (size_t)c->C, hs = C / (size_t)c->H, F = (size_t)c->F;
+    size_t qkv = ((size_t)c->H + 2 * (size_t)c->KV) * hs;
+    if (qkv > SIZE_MAX / C / 4 || F > SIZE_MAX / C / 4) return 0;
+    return 2 * C + qkv * C + C * C + 3 * F * C;
+}
+
+int llama_param_count(const GPTConfig *c, size_t *n) {
+    size_t per = layer_params(c), V = (size_t)c->V, C = (size_t)c->C;
+    size_t emb = V * C * (c->tie ? 1 : 2) + C; // embed_tokens, (lm_head), norm
+    if (!per || per > (SIZE_MAX - emb) / (size_t)c->L)
+        return loom_fail("model shape L=%d C=%d V=%d F=%d: parameter count overflows", c->L, c->C,
+                         c->V, c->F);
+    *n = per * (size_t)c->L + emb;
+    return 0;
+}
+
+void llama_add_tensors(GPT *m, const Block *blk, size_t *off) {
+    const GPTConfig *c = &m->cfg;
+    int C = c->C, hs = C / c->H, F = c->F, L = c->L;
+    float std = 0.02f, res_std = 0.02f / sqrtf(2.0f * L);
+    char nm[64];
+    if (blk->kind == BLOCK_EMBED) {
+        gpt_add_tensor(m, off, "model.embed_tokens.weight", c->V, C, std);
+        return;
+    }
+    if (blk->kind == BLOCK_HEAD) {
+        gpt_add_tensor(m, off, "model.norm.weight", C, 0, -1.f);
+        if (!c->tie) gpt_add_tensor(m, off, "lm_head.weight", c->V, C, std);
+        return;
+    }
+#define T_(suffix, r, cols, s)                                                                     \
+    snprintf(nm, sizeof nm, "model.layers.%d.%s", blk->layer, suffix);                             \
+    gpt_add_tensor(m, off, nm, r, cols, s)
+    // order matters: llama_params() in block_llama.c walks the same sequence
+    T_("input_layernorm.weight", C, 0, -1.f);
+    T_("self_attn.q_proj.weight", c->H * hs, C, std);
+    T_("self_attn.k_proj.weight", c->KV * hs, C, std);
+    T_("self_attn.v_proj.weight", c->KV * hs, C, std);
+    T_("self_attn.o_proj.weight", C, c->H * hs, res_std);
+    T_("post_attention_layernorm.weight", C, 0, -1.f);
+    T_("mlp.gate_proj.weight", F, C, std);
+    T_("mlp.up_proj.weight", F, C, std);
+    T_("mlp.down_proj.weight", C, F, res_std);
+#undef T_
+}
+
+size_t llama_layer_act_floats(const GPTConfig *c, const Backend *be, int B, int T) {
+    size_t BT = (size_t)B * T, C = (size_t)c->C, hs = C / (size_t)c->H, F = (size_t)c->F;
+    size_t qkv = ((size_t)c->H + 2 * (size_t)c->KV) * hs;
+    // ln1, atty, res2, ln2 | qkv (after RoPE) | gate|up (2F), swiglu (F) | 2 rstd | att
+    return BT * (4 * C + qkv + 3 * F + 2) + be->attention_saved_floats(B, T, c->H, (int)hs);
+}
+
+size_t llama_scratch_floats(const GPTConfig *c, size_t BT) {
+    size_t C = (size_t)c->C, hs = C / (size_t)c->H, F = (size_t)c->F;
+    size_t qkv = ((size_t)c->H + 2 * (size_t)c->KV) * hs, big = qkv > 2 * F ? qkv : 2 * F;
+    // layer backward: big (d gate|up or d qkv), dln (C), dsmall (max(F, C)), recompute out (C)
+    size_t need = big + 2 * C + (F > C ? F : C), gpt = 7 * C;
+    return BT * (need > gpt ? need : gpt);
+}
+
+double llama_flops_per_step(const GPTConfig *c, int B, int T) {
+    double C = c->C, L = c->L, V = c->V, BT = (double)B * T, F = c->F;
+    double hs = C / c->H, qkv = (c->H + 2.0 * c->KV) * hs;
+    double matmul_params = L * (qkv * C + C * C + 3.0 * F * C) + V * C; // weights in products
+    double attn = L * 2.0 * 2.0 * T * C; // QKᵀ and att·V per token (full, as computed)
+    return 6.0 * matmul_params * BT + 3.0 * attn * BT;
+}
+
+void llama_rope_tables(int *pos, float *freq, const GPTConfig *c, int T) {
+    int hs = c->C / c->H;
+    for (int t = 0; t < T; t++)
+        pos[t] = t;
+    for (int i = 0; i < hs / 2; i++) // float32, as the reference computes theta^(2i/hs)
+        freq[i] = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)hs);
+}
