@@ -74,9 +74,27 @@ static const char *who(const Supports *s, const StrategyConfig *c, FeatureSet wa
     return NULL;
 }
 
+// The options the LLaMA block does not run with yet (its layers have no tensor-, sequence- or
+// context-parallel form; block swapping and peers are untested with it).
+static const Feature NOT_LLAMA[] = {F_TP, F_TP2D, F_SP, F_CP, F_OFFLOAD, F_PEER};
+
+static int llama_check(const StrategyConfig *c, FeatureSet want, const Backend *be) {
+    char a[48];
+    for (size_t i = 0; i < sizeof NOT_LLAMA / sizeof NOT_LLAMA[0]; i++)
+        if (want & FEAT(NOT_LLAMA[i]))
+            return loom_fail("--arch llama with %s: not available (the LLaMA block runs on one "
+                             "process, with --dp/--zero, --pp, --co2 and --recompute)",
+                             compose_flag(c, NOT_LLAMA[i], a, sizeof a));
+    if (be && !backend_supports(be, BACKEND_LLAMA))
+        return loom_fail("--arch llama with --device %s: the %s backend lacks %s", c->device,
+                         be->name, backend_cap_name(BACKEND_LLAMA));
+    return 0;
+}
+
 int compose_check(const Supports *s, const StrategyConfig *c, const Backend *be) {
     FeatureSet want = compose_features(c);
     char a[48], b[48];
+    if (c->llama && llama_check(c, want, be)) return -1;
     const char *me = who(s, c, want, a, sizeof a);
     for (int f = 0; f < F_COUNT; f++) {
         if (!(want & FEAT(f)) || (s->features & FEAT(f))) continue;

@@ -25,6 +25,7 @@ typedef struct {
     int dp; // data-parallel ranks (--dp; CO2's workers)
     int zero;
     float bucket_mb;
+    int llama;      // --arch llama (compose_check refuses what its block does not run with)
     int dump_grads; // --dump-grads was given (the strategy must be able to hand gradients out)
     // CO2
     int co2, tau, gap_adaptive;

@@ -5,9 +5,13 @@
 #include "../common.h"
 #include "trainer.h"
 
+#include "../model/gpt.h"
+
 void train_args_defaults(TrainArgs *a) {
     memset(a, 0, sizeof *a);
     a->layers = 4, a->heads = 4, a->dim = 128, a->vocab = 256, a->block_size = 256;
+    a->arch = "gpt2", a->kv_heads = 0, a->ffn_dim = 0, a->tie_embeddings = 0;
+    a->rope_theta = 0.f, a->norm_eps = 0.f; // 0: LLaMA's defaults (10000, 1e-5)
     a->batch = 8, a->seq = 128, a->grad_accum = 1, a->steps = 100, a->shuffle = 0;
     a->lr = 3e-4f, a->min_lr = 0.f, a->beta1 = 0.9f, a->beta2 = 0.95f, a->eps = 1e-8f;
     a->weight_decay = 0.1f, a->grad_clip = 1.0f, a->lr_schedule = "cosine", a->warmup = 0;
@@ -25,6 +29,33 @@ void train_args_defaults(TrainArgs *a) {
     a->plan = NULL, a->plan_mem_gb = 0, a->plan_bandwidth_gbps = 1.0f;
     a->offload_prefetch = 1;
     a->peer_timeout = 10.f, a->min_peers = 1;
+}
+
+int train_model_config(const TrainArgs *a, GPTConfig *cfg) {
+    int arch = gpt_arch_parse(a->arch);
+    if (arch < 0) return loom_fail("--arch must be gpt2 or llama (got '%s')", a->arch);
+    *cfg = (GPTConfig){.L = a->layers,
+                       .H = a->heads,
+                       .C = a->dim,
+                       .V = a->vocab,
+                       .maxT = a->block_size,
+                       .arch = arch};
+    if (arch == ARCH_GPT2) {
+        const char *f = a->kv_heads     ? "--kv-heads"
+                        : a->ffn_dim    ? "--ffn-dim"
+                        : a->rope_theta ? "--rope-theta"
+                        : a->norm_eps   ? "--norm-eps"
+                                        : NULL;
+        if (f) return loom_fail("%s is a LLaMA option: it needs --arch llama", f);
+        return a->init ? 0 : gpt_config_check(cfg); // --init: the file's shape, checked later
+    }
+    if (a->init)
+        return loom_fail("--arch llama with --init: not available yet (loom starts a LLaMA model "
+                         "from its own initialisation or a --resume checkpoint)");
+    cfg->KV = a->kv_heads, cfg->F = a->ffn_dim, cfg->tie = !!a->tie_embeddings;
+    cfg->rope_theta = a->rope_theta, cfg->norm_eps = a->norm_eps;
+    gpt_config_defaults(cfg);
+    return gpt_config_check(cfg);
 }
 
 char *train_args_json(const TrainArgs *a) {

@@ -27,6 +27,11 @@ void train_apply_auto_plan(TrainArgs *b) {
     if (world->rank == 0) {
         GPTConfig cfg = {
             .L = b->layers, .H = b->heads, .C = b->dim, .V = b->vocab, .maxT = b->block_size};
+        if (strcmp(b->arch, "gpt2"))
+            die(EXIT_USAGE,
+                "--plan auto with --arch %s: not available (the planner profiles "
+                "GPT-2's block)",
+                b->arch);
         if (b->init && init_read_config(b->init, b->heads, &cfg)) die_last(EXIT_INPUT);
         int threads = b->threads > 0 ? b->threads : 1;
         const Backend *be = backend_select(b->device, threads);
@@ -117,8 +122,8 @@ static void dry_run_layout(const TrainArgs *a, const GPTConfig *cfg, const Backe
 }
 
 int train_dry_run(const TrainArgs *a) {
-    GPTConfig cfg = {
-        .L = a->layers, .H = a->heads, .C = a->dim, .V = a->vocab, .maxT = a->block_size};
+    GPTConfig cfg;
+    if (train_model_config(a, &cfg)) die_last(EXIT_USAGE);
     if (a->init && init_read_config(a->init, a->heads, &cfg)) die_last(EXIT_INPUT);
     if (gpt_config_check(&cfg)) die_last(EXIT_USAGE);
     // the activations depend on the device (what its attention keeps for the backward)

@@ -47,8 +47,8 @@ static void setup_grid(Run *r) {
 // rank that keeps a shard or a stage never holds the whole model).
 static int setup_model(Run *r, const Backend *be) {
     const TrainArgs *a = r->a;
-    GPTConfig cfg = {
-        .L = a->layers, .H = a->heads, .C = a->dim, .V = a->vocab, .maxT = a->block_size};
+    GPTConfig cfg;
+    if (!a->resume && train_model_config(a, &cfg)) return -2; // a usage error
     if (a->resume) {
         if (checkpoint_resolve(a->resume, r->resume_dir, sizeof r->resume_dir) ||
             checkpoint_read_meta(r->resume_dir, &r->resume))
@@ -197,6 +197,7 @@ static void strategy_config(Run *r) {
         .zero = a->zero,
         .bucket_mb = a->bucket_mb,
         .dump_grads = a->dump_grads != NULL,
+        .llama = gpt_is_llama(&r->model.cfg),
         .co2 = a->co2,
         .tau = a->tau,
         .gap_adaptive = !strcmp(a->gap_mode, "adaptive"),
@@ -339,7 +340,8 @@ void run_setup(Run *r) {
         loom_fail("--data is required (a shard file, directory or glob)");
         run_fail(r, EXIT_USAGE);
     }
-    if (setup_model(r, be)) run_fail(r, EXIT_INPUT);
+    int rc = setup_model(r, be);
+    if (rc) run_fail(r, rc == -2 ? EXIT_USAGE : EXIT_INPUT);
     setup_data(r);
     note_old_data_order(r);
     strategy_config(r);

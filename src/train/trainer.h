@@ -4,11 +4,16 @@
 // process or as every rank of an MPI job; how a step is distributed is the strategy's
 // (strategy/strategy.h).
 #pragma once
+#include "../model/gpt.h"
 
 typedef struct {
     // model shape (ignored when --init or --resume supplies it)
     char *init;
     int layers, heads, dim, vocab, block_size;
+    // the family: "gpt2" | "llama"; LLaMA's shape (0: its default; see GPTConfig)
+    char *arch;
+    int kv_heads, ffn_dim, tie_embeddings;
+    float rope_theta, norm_eps;
     // data
     char *data, *val_data;
     int batch, seq, grad_accum, steps, shuffle;
@@ -52,6 +57,10 @@ typedef struct {
 } TrainArgs;
 
 void train_args_defaults(TrainArgs *a);
+// The model shape the flags ask for (arch, LLaMA's defaults filled in); -1 with loom_errmsg
+// naming the flag when it is impossible (a LLaMA flag with --arch gpt2, --kv-heads not dividing
+// --heads, an odd head size for RoPE, ...).
+int train_model_config(const TrainArgs *a, GPTConfig *cfg);
 // JSON text of the flags that shaped the run, for the checkpoint manifest (caller frees).
 char *train_args_json(const TrainArgs *a);
 // The "shuffle" of such a record: 0 or 1, or -1 when json is NULL or has no number there.
