@@ -50,6 +50,15 @@ char *manifest_text(const CkptMeta *meta, int64_t seq, const CkptShardInfo *info
     cJSON_AddNumberToObject(c, "dim", meta->cfg.C);
     cJSON_AddNumberToObject(c, "vocab", meta->cfg.V);
     cJSON_AddNumberToObject(c, "block_size", meta->cfg.maxT);
+    if (gpt_is_llama(&meta->cfg)) { // absent: GPT-2 (every checkpoint before LLaMA)
+        const GPTConfig *g = &meta->cfg;
+        cJSON_AddStringToObject(c, "arch", gpt_arch_name(g->arch));
+        cJSON_AddNumberToObject(c, "kv_heads", g->KV);
+        cJSON_AddNumberToObject(c, "ffn", g->F);
+        cJSON_AddNumberToObject(c, "rope_theta", g->rope_theta);
+        cJSON_AddNumberToObject(c, "norm_eps", g->norm_eps);
+        cJSON_AddNumberToObject(c, "tie", g->tie);
+    }
     cJSON_AddNumberToObject(j, "step", meta->step);
     cJSON_AddNumberToObject(j, "opt_t", meta->opt_t);
     cJSON_AddNumberToObject(j, "seq", (double)seq);
@@ -123,6 +132,26 @@ static int get_u64(const char *path, cJSON *o, const char *key, uint64_t *out) {
 
 // ---------------------------------------------------------------- the header fields
 
+// The LLaMA fields of the model record (arch "llama"); absent arch: GPT-2.
+static int read_arch(const char *p, cJSON *c, GPTConfig *g) {
+    cJSON *a = cJSON_GetObjectItemCaseSensitive(c, "arch");
+    if (!a) return 0;
+    int arch = cJSON_IsString(a) ? gpt_arch_parse(a->valuestring) : -1;
+    if (arch < 0) return loom_fail("%s: 'model.arch' must be \"gpt2\" or \"llama\"", p);
+    g->arch = arch;
+    if (arch == ARCH_GPT2) return 0;
+    if (get_int(p, "model.", c, "kv_heads", 1, 1 << 20, &g->KV) ||
+        get_int(p, "model.", c, "ffn", 1, GPT_MAX_DIM, &g->F) ||
+        get_int(p, "model.", c, "tie", 0, 1, &g->tie))
+        return -1;
+    cJSON *th = cJSON_GetObjectItemCaseSensitive(c, "rope_theta"),
+          *ep = cJSON_GetObjectItemCaseSensitive(c, "norm_eps");
+    if (!cJSON_IsNumber(th) || !cJSON_IsNumber(ep))
+        return loom_fail("%s: 'model.rope_theta' and 'model.norm_eps' must be numbers", p);
+    g->rope_theta = (float)th->valuedouble, g->norm_eps = (float)ep->valuedouble;
+    return 0;
+}
+
 static int read_model(CkptManifest *mf, cJSON *j) {
     const char *p = mf->path;
     cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "model");
@@ -132,7 +161,7 @@ static int read_model(CkptManifest *mf, cJSON *j) {
         get_int(p, "model.", c, "heads", 1, 1 << 20, &g->H) ||
         get_int(p, "model.", c, "dim", 1, 1 << 24, &g->C) ||
         get_int(p, "model.", c, "vocab", 2, GPT_MAX_VOCAB, &g->V) ||
-        get_int(p, "model.", c, "block_size", 1, 1 << 24, &g->maxT))
+        get_int(p, "model.", c, "block_size", 1, 1 << 24, &g->maxT) || read_arch(p, c, g))
         return -1;
     if (gpt_param_count(g, &mf->nparams)) {
         char why[256]; // loom_errmsg's buffer is the one loom_fail writes
