@@ -82,8 +82,9 @@ static int llama_check(const StrategyConfig *c, FeatureSet want, const Backend *
     char a[48];
     for (size_t i = 0; i < sizeof NOT_LLAMA / sizeof NOT_LLAMA[0]; i++)
         if (want & FEAT(NOT_LLAMA[i]))
-            return loom_fail("--arch llama with %s: not available (the LLaMA block runs on one "
-                             "process, with --dp/--zero, --pp, --co2 and --recompute)",
+            return loom_fail("--arch llama with %s: not available (the LLaMA block has no tensor-, "
+                             "sequence- or context-parallel form and no block swapping or peers "
+                             "yet; it runs with --dp, --zero, --pp, --co2 and --recompute)",
                              compose_flag(c, NOT_LLAMA[i], a, sizeof a));
     if (be && !backend_supports(be, BACKEND_LLAMA))
         return loom_fail("--arch llama with --device %s: the %s backend lacks %s", c->device,

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# t_llama.sh — --arch llama against the PyTorch LLaMA reference (tests/torch_llama.py) on loom's
+# own initial weights (exported with --steps 0), for kv-heads = heads, kv-heads < heads, tied:
+#   * first-step gradients (grad accumulation 2): every tensor within 1e-5 relative
+#     (max |Δ| / max |g_torch|), the first-step loss within 1e-5 relative;
+#   * a 10-step AdamW trajectory (weight decay 0.1, clip 1.0, accumulation 2): losses within
+#     1e-5 relative per step, the final weights within 2e-5 absolute;
+#   * negative control: the reference with interleaved-pair RoPE must NOT match the gradients;
+#   * strategies equal the single process (losses within 1e-5): --recompute, --dp 2 with
+#     --zero 0..3, --pp 2 (1f1b, gpipe; tied and untied);
+#   * resume continues bit-identically; refusals: --tp, --offload, bad LLaMA flags.
+# asan: skip
+set -eu
+. "$(dirname "$0")/lib.sh"
+need_torch
+need_mpi
+REF="$PY $(dirname "$0")/torch_llama.py"
+CMP="$PY $(dirname "$0")/torch_ref.py"
+d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
+mkshard "$d/t.bin" 256 30000 1
+base="--arch llama --layers 2 --heads 4 --dim 64 --vocab 256 --block-size 64 --seed 3 --progress off"
+opt="--batch 4 --seq 32 --grad-accum 2 --lr 1e-3 --weight-decay 0.1 --grad-clip 1.0 --beta1 0.9
+     --beta2 0.95 --eps 1e-8"
+
+# check NAME KV TIE: loom against the reference for one shape
+check() {
+    local n=$1 kv=$2 tie=$3
+    local M="$base --kv-heads $kv --tie-embeddings $tie" R="--heads 4 --kv-heads $kv"
+    echo "== $n (kv-heads $kv, tie $tie)"
+    $LOOM train $M --data "$d/t.bin" --seq 32 --steps 0 --export "$d/$n.w0"
+    $REF grads --init "$d/$n.w0" --data "$d/t.bin" $R $opt --out "$d/$n.gr" > "$d/$n.gr.json"
+    $LOOM train $M --data "$d/t.bin" $opt --steps 1 --dump-grads "$d/$n.gl" \
+        --metrics "$d/$n.gl.jsonl"
+    $CMP compare-st "$d/$n.gl" "$d/$n.gr" --rel --tol 1e-5
+    $PY - "$d/$n.gr.json" "$d/$n.gl.jsonl" <<'PY'
+import json, sys
+ref = json.load(open(sys.argv[1]))["loss"]; got = json.loads(open(sys.argv[2]).readline())["loss"]
+rel = abs(ref - got) / abs(ref)
+print(f"first-step loss: torch {ref:.7f} loom {got:.7f} relative {rel:.2g}")
+sys.exit(0 if rel <= 1e-5 else 1)
+PY
+    $LOOM train $M --data "$d/t.bin" $opt --steps 10 --lr-schedule constant \
+        --metrics "$d/$n.l.jsonl" --export "$d/$n.l.st"
+    $REF train --init "$d/$n.w0" --data "$d/t.bin" $R $opt --steps 10 \
+        --metrics "$d/$n.r.jsonl" --export "$d/$n.r.st"
+    $REF compare-losses "$d/$n.l.jsonl" "$d/$n.r.jsonl" --tol 1e-5
+    $CMP compare-st "$d/$n.l.st" "$d/$n.r.st" --tol 2e-5
+}
+check mha 4 off
+check gqa 2 off
+check tied 2 on
+
+echo "== negative control: interleaved-pair RoPE in the reference must not match"
+$REF grads --rope interleaved --init "$d/gqa.w0" --data "$d/t.bin" --heads 4 --kv-heads 2 $opt \
+    --out "$d/gqa.gri" > /dev/null
+if $CMP compare-st "$d/gqa.gl" "$d/gqa.gri" --rel --tol 1e-5; then
+    echo "FAILED: the interleaved convention matched loom's gradients"; exit 1
+fi
+echo "interleaved: differs, as it must"
+
+echo "== strategies against one process"
+M="$base --kv-heads 2 --data $d/t.bin --steps 6 --lr 1e-3"
+$LOOM train $M --batch 4 --seq 32 --grad-accum 2 --metrics "$d/one.jsonl"
+$LOOM train $M --batch 4 --seq 32 --grad-accum 2 --recompute --metrics "$d/rc.jsonl"
+same --tol 1e-5 recompute "$d/rc.jsonl" "$d/one.jsonl"
+for z in 0 1 2 3; do
+    $MPI -np 2 $LOOM train $M --batch 2 --seq 32 --grad-accum 2 --dp 2 --zero $z \
+        --metrics "$d/dp$z.jsonl"
+    same --tol 1e-5 "dp2-zero$z" "$d/dp$z.jsonl" "$d/one.jsonl"
+done
+for s in 1f1b gpipe; do
+    $MPI -np 2 $LOOM train $M --batch 4 --seq 32 --grad-accum 2 --pp 2 --schedule $s \
+        --metrics "$d/pp$s.jsonl"
+    same --tol 1e-5 "pp2-$s" "$d/pp$s.jsonl" "$d/one.jsonl"
+done
+$LOOM train $M --batch 4 --seq 32 --grad-accum 2 --tie-embeddings on --metrics "$d/tone.jsonl"
+$MPI -np 2 $LOOM train $M --batch 4 --seq 32 --grad-accum 2 --tie-embeddings on --pp 2 \
+    --metrics "$d/tpp.jsonl"
+same --tol 1e-5 pp2-tied "$d/tpp.jsonl" "$d/tone.jsonl"
+
+echo "== resume"
+R="$M --batch 4 --seq 32 --grad-accum 2 --steps 8 --warmup 2 --lr-schedule cosine --min-lr 1e-4
+   --shuffle on"
+$LOOM train $R --save "$d/ck" --save-every 4 --keep 0 --metrics "$d/ra.jsonl" --export "$d/ra.st"
+grep -q '"arch":[[:space:]]*"llama"' "$d/ck/step_00000004/checkpoint.json"
+$LOOM train $R --resume "$d/ck/step_00000004" --metrics "$d/rb.jsonl" --export "$d/rb.st"
+same --part --steps 5-8 resume "$d/rb.jsonl" "$d/ra.jsonl" "$d/rb.st" "$d/ra.st"
+
+echo "== refusals"
+expect_fail "--arch llama with --tp 2" $MPI -np 2 $LOOM train $M --batch 4 --seq 32 --tp 2
+expect_fail "--arch llama with --offload" $LOOM train $M --batch 4 --seq 32 --offload disk \
+    --offload-dir "$d/off" --fast-mem 1M
+expect_fail "--kv-heads 3 must divide --heads 4" $LOOM train $M --batch 4 --seq 32 --kv-heads 3
+expect_fail "must be even (RoPE" $LOOM train $M --batch 4 --seq 32 --dim 72 --heads 8 --kv-heads 8
+expect_fail "--rope-theta is a LLaMA option" $LOOM train --data "$d/t.bin" --rope-theta 500000

@@ -1,0 +1,195 @@
+#!/usr/bin/python3
+"""torch_llama.py - a PyTorch (Debian python3-torch, CPU, fp32) LLaMA reference for loom's tests.
+
+Written for loom from the published LLaMA definitions: pre-norm layers with RMSNorm
+(x * rsqrt(mean(x^2) + eps) * w), rotary position embeddings on q and k (Hugging Face's
+rotate-half convention by default: element i < hs/2 pairs with i + hs/2, angle
+pos * theta^(-2i/hs); --rope interleaved rotates pairs (2i, 2i+1) instead, the original
+Meta convention, used as a negative control: it must NOT match loom), grouped-query causal
+attention (each kv head repeated for H/KV query heads, head h uses kv head h // (H/KV)),
+no biases, an MLP down(silu(gate(x)) * up(x)), a final RMSNorm and an LM head that is
+lm_head.weight, or the token embedding when the file has no lm_head (tied).
+
+Reads loom's exported weights (safetensors, Hugging Face Llama names: model.embed_tokens.weight,
+model.layers.N.{input_layernorm, self_attn.{q,k,v,o}_proj, post_attention_layernorm,
+mlp.{gate,up,down}_proj}.weight, model.norm.weight, lm_head.weight) and llm.c token shards, in
+loom's data order (tests/torch_gpt.py micro_batch, windows); the AdamW set-up (decay on tensors
+with >= 2 dims), schedule and clipping are torch_gpt.py's.
+
+Commands
+  grads  --init W --data D --heads H --kv-heads KV --batch B --seq T --grad-accum K --out G
+         the first step's mean-loss gradient (same names), prints {"loss": ...}
+  train  --init W --data D --heads H --kv-heads KV --batch --seq --steps --grad-accum
+         [--lr --beta1 --beta2 --eps --weight-decay --grad-clip] --metrics M [--export E]
+  compare-losses A.jsonl B.jsonl --tol X    max relative |a-b|/|b| per step; exit 1 above tol
+Common: --rope half|interleaved, --rope-theta (10000), --norm-eps (1e-5).
+"""
+import os
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+import argparse, json, math, sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch_gpt as tg
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, C, eps):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(C))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def rope(x, cos, sin, mode):
+    """x (B, heads, T, hs); cos, sin (T, hs/2)"""
+    if mode == "half":
+        h = x.shape[-1] // 2
+        x1, x2 = x[..., :h], x[..., h:]
+        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+    x1, x2 = x[..., 0::2], x[..., 1::2]  # interleaved pairs (2i, 2i+1)
+    return torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
+
+
+class Layer(nn.Module):
+    def __init__(self, C, H, KV, Fh, eps):
+        super().__init__()
+        self.H, self.KV, self.hs = H, KV, C // H
+        self.input_layernorm = RMSNorm(C, eps)
+        self.q_proj = nn.Linear(C, H * self.hs, bias=False)
+        self.k_proj = nn.Linear(C, KV * self.hs, bias=False)
+        self.v_proj = nn.Linear(C, KV * self.hs, bias=False)
+        self.o_proj = nn.Linear(H * self.hs, C, bias=False)
+        self.post_attention_layernorm = RMSNorm(C, eps)
+        self.gate_proj = nn.Linear(C, Fh, bias=False)
+        self.up_proj = nn.Linear(C, Fh, bias=False)
+        self.down_proj = nn.Linear(Fh, C, bias=False)
+
+    def forward(self, x, cos, sin, mode):
+        B, T, C = x.shape
+        H, KV, hs = self.H, self.KV, self.hs
+        h = self.input_layernorm(x)
+        q = self.q_proj(h).view(B, T, H, hs).transpose(1, 2)
+        k = self.k_proj(h).view(B, T, KV, hs).transpose(1, 2)
+        v = self.v_proj(h).view(B, T, KV, hs).transpose(1, 2)
+        q, k = rope(q, cos, sin, mode), rope(k, cos, sin, mode)
+        k = k.repeat_interleave(H // KV, dim=1)  # head h uses kv head h // (H/KV)
+        v = v.repeat_interleave(H // KV, dim=1)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+        mask = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
+        att = att.masked_fill(mask, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(B, T, H * hs)
+        x = x + self.o_proj(y)
+        h = self.post_attention_layernorm(x)
+        return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
+
+
+class Llama(nn.Module):
+    def __init__(self, st, a):
+        super().__init__()
+        V, C = st["model.embed_tokens.weight"].shape
+        L = 1 + max(int(k.split(".")[2]) for k in st if k.startswith("model.layers."))
+        Fh = st["model.layers.0.mlp.gate_proj.weight"].shape[0]
+        self.V, self.hs, self.theta, self.mode = V, C // a.heads, a.rope_theta, a.rope
+        self.tied = "lm_head.weight" not in st
+        self.embed_tokens = nn.Embedding(V, C)
+        self.layers = nn.ModuleList([Layer(C, a.heads, a.kv_heads, Fh, a.norm_eps) for _ in range(L)])
+        self.norm = RMSNorm(C, a.norm_eps)
+        self.lm_head = None if self.tied else nn.Linear(C, V, bias=False)
+        with torch.no_grad():
+            for name, p in self.hf_items():
+                p.copy_(st[name])
+
+    def hf_items(self):
+        yield "model.embed_tokens.weight", self.embed_tokens.weight
+        for i, b in enumerate(self.layers):
+            p = f"model.layers.{i}."
+            yield p + "input_layernorm.weight", b.input_layernorm.weight
+            for n in ("q", "k", "v", "o"):
+                yield p + f"self_attn.{n}_proj.weight", getattr(b, f"{n}_proj").weight
+            yield p + "post_attention_layernorm.weight", b.post_attention_layernorm.weight
+            for n in ("gate", "up", "down"):
+                yield p + f"mlp.{n}_proj.weight", getattr(b, f"{n}_proj").weight
+        yield "model.norm.weight", self.norm.weight
+        if not self.tied:
+            yield "lm_head.weight", self.lm_head.weight
+
+    def forward(self, idx, targets):
+        B, T = idx.shape
+        inv = 1.0 / (self.theta ** (torch.arange(0, self.hs, 2, dtype=torch.int64).float() / self.hs))
+        ang = torch.outer(torch.arange(T).float(), inv)  # (T, hs/2)
+        cos, sin = ang.cos(), ang.sin()
+        x = self.embed_tokens(idx)
+        for b in self.layers:
+            x = b(x, cos, sin, self.mode)
+        w = self.embed_tokens.weight if self.tied else self.lm_head.weight
+        logits = F.linear(self.norm(x), w)
+        return logits, F.cross_entropy(logits.view(-1, self.V), targets.reshape(-1))
+
+
+def load(a):
+    return Llama(tg.load_safetensors(a.init), a)
+
+
+def cmd_grads(a):
+    m, toks = load(a), tg.read_tokens(a.data)
+    loss = tg.grads_at(m, toks, 0, a)
+    tg.save_safetensors(a.out, [(n, p.grad) for n, p in m.hf_items()])
+    print(json.dumps({"loss": loss}))
+
+
+def cmd_train(a):
+    m, toks = load(a), tg.read_tokens(a.data)
+    opt = tg.make_opt(m, a)
+    out = open(a.metrics, "w")
+    for step in range(a.steps):
+        loss = tg.grads_at(m, toks, step, a)
+        norm = torch.nn.utils.clip_grad_norm_(m.parameters(), a.grad_clip if a.grad_clip > 0 else float("inf"))
+        opt.step()
+        out.write(json.dumps({"step": step + 1, "loss": loss, "grad_norm": float(norm)}) + "\n")
+    out.close()
+    if a.export:
+        tg.save_safetensors(a.export, list(m.hf_items()))
+
+
+def cmd_compare_losses(a):
+    def losses(p):
+        return {r["step"]: r["loss"] for r in map(json.loads, open(p)) if "loss" in r}
+    x, y = losses(a.a), losses(a.b)
+    if sorted(x) != sorted(y) or not x:
+        print("steps differ:", sorted(x), sorted(y))
+        return 1
+    worst = max(abs(x[s] - y[s]) / abs(y[s]) for s in x)
+    print(f"{len(x)} steps, max relative loss difference {worst:.3g} (tolerance {a.tol:g})")
+    return 0 if worst <= a.tol else 1
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("cmd", choices=["grads", "train", "compare-losses"])
+    p.add_argument("a", nargs="?"); p.add_argument("b", nargs="?")
+    p.add_argument("--init"); p.add_argument("--data"); p.add_argument("--out")
+    p.add_argument("--metrics"); p.add_argument("--export")
+    p.add_argument("--heads", type=int, default=4); p.add_argument("--kv-heads", type=int, default=0)
+    p.add_argument("--rope", choices=["half", "interleaved"], default="half")
+    p.add_argument("--rope-theta", type=float, default=10000.0)
+    p.add_argument("--norm-eps", type=float, default=1e-5)
+    p.add_argument("--batch", type=int, default=4); p.add_argument("--seq", type=int, default=32)
+    p.add_argument("--grad-accum", type=int, default=1); p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--lr", type=float, default=1e-3); p.add_argument("--beta1", type=float, default=0.9)
+    p.add_argument("--beta2", type=float, default=0.95); p.add_argument("--eps", type=float, default=1e-8)
+    p.add_argument("--weight-decay", type=float, default=0.1); p.add_argument("--grad-clip", type=float, default=1.0)
+    p.add_argument("--tol", type=float, default=1e-5)
+    a = p.parse_args()
+    a.kv_heads = a.kv_heads or a.heads
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    return {"grads": cmd_grads, "train": cmd_train, "compare-losses": cmd_compare_losses}[a.cmd](a) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
