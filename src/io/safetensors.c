@@ -296,6 +296,12 @@ int st_read_config(const char *path, int heads, GPTConfig *cfg) {
     if (st_open(&s, path)) return -1;
     GPTConfig c = {0};
     const StEntry *wte = st_find(&s, "wte.weight"), *wpe = st_find(&s, "wpe.weight");
+    if (!wte && st_find(&s, "model.embed_tokens.weight")) {
+        loom_fail("%s: a LLaMA safetensors file: loading one is not available yet (train "
+                  "--arch llama from its own initialisation; sample and export its checkpoints)",
+                  path);
+        goto fail;
+    }
     if (!wte || !wpe) {
         loom_fail("%s: no %s tensor (not a GPT-2 safetensors file?)", path,
                   wte ? "wpe.weight" : "wte.weight");

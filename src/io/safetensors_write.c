@@ -17,12 +17,26 @@ static char *st_header(const GPT *m, size_t *len) {
     const GPTConfig *c = &m->cfg;
     cJSON *root = cJSON_CreateObject(), *meta = cJSON_AddObjectToObject(root, "__metadata__");
     const char *keys[5] = {"n_head", "n_layer", "n_embd", "vocab_size", "n_positions"};
-    int vals[5] = {c->H, c->L, c->C, c->V, c->maxT};
+    const char *lkeys[5] = {"num_attention_heads", "num_hidden_layers", "hidden_size", "vocab_size",
+                            "max_position_embeddings"}; // LlamaConfig's names
+    int llama = gpt_is_llama(c), vals[5] = {c->H, c->L, c->C, c->V, c->maxT};
     cJSON_AddStringToObject(meta, "format", "pt");
+    char v[32];
     for (int k = 0; k < 5; k++) {
-        char v[16];
         snprintf(v, sizeof v, "%d", vals[k]);
-        cJSON_AddStringToObject(meta, keys[k], v);
+        cJSON_AddStringToObject(meta, llama ? lkeys[k] : keys[k], v);
+    }
+    if (llama) {
+        cJSON_AddStringToObject(meta, "model_type", "llama");
+        snprintf(v, sizeof v, "%d", c->KV);
+        cJSON_AddStringToObject(meta, "num_key_value_heads", v);
+        snprintf(v, sizeof v, "%d", c->F);
+        cJSON_AddStringToObject(meta, "intermediate_size", v);
+        snprintf(v, sizeof v, "%.9g", c->rope_theta);
+        cJSON_AddStringToObject(meta, "rope_theta", v);
+        snprintf(v, sizeof v, "%.9g", c->norm_eps);
+        cJSON_AddStringToObject(meta, "rms_norm_eps", v);
+        cJSON_AddStringToObject(meta, "tie_word_embeddings", c->tie ? "true" : "false");
     }
     uint64_t off = 0; // offsets and shapes are exact as doubles (below 2^53)
     for (int i = 0; i < m->ntensors; i++) {
