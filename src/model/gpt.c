@@ -89,6 +89,41 @@ void gpt_add_tensor(GPT *m, size_t *off, const char *name, int rows, int cols, f
     add_tensor(m, off, name, rows, cols, 0, std, TP_REPLICATED);
 }
 
+// Appends GPT-2 block blk's tensors (Hugging Face GPT-2 names) at *off.
+static void gpt2_add_tensors(GPT *m, const Block *blk, size_t *off) {
+    const GPTConfig *cfg = &m->cfg;
+    int C = cfg->C, l = blk->layer;
+    float std = 0.02f, res_std = 0.02f / sqrtf(2.0f * cfg->L);
+    char nm[64];
+    if (blk->kind == BLOCK_EMBED) {
+        add_tensor(m, off, "wte.weight", cfg->V, C, 0, std, TP_VOCAB);
+        add_tensor(m, off, "wpe.weight", cfg->maxT, C, 0, std, TP_REPLICATED);
+        return;
+    }
+    if (blk->kind == BLOCK_HEAD) {
+        add_tensor(m, off, "ln_f.weight", C, 0, 0, -1.f, TP_REPLICATED);
+        add_tensor(m, off, "ln_f.bias", C, 0, 0, 0.f, TP_REPLICATED);
+        return;
+    }
+#define T_(suffix, r, c, conv, s, split)                                                           \
+    snprintf(nm, sizeof nm, "h.%d.%s", l, suffix);                                                 \
+    add_tensor(m, off, nm, r, c, conv, s, split)
+    // order matters: layer_params() in block_layer.c walks the same sequence
+    T_("ln_1.weight", C, 0, 0, -1.f, TP_REPLICATED);
+    T_("ln_1.bias", C, 0, 0, 0.f, TP_REPLICATED);
+    T_("attn.c_attn.weight", 3 * C, C, 1, std, TP_QKV);
+    T_("attn.c_attn.bias", 3 * C, 0, 0, 0.f, TP_QKV);
+    T_("attn.c_proj.weight", C, C, 1, res_std, TP_COLS);
+    T_("attn.c_proj.bias", C, 0, 0, 0.f, TP_REPLICATED);
+    T_("ln_2.weight", C, 0, 0, -1.f, TP_REPLICATED);
+    T_("ln_2.bias", C, 0, 0, 0.f, TP_REPLICATED);
+    T_("mlp.c_fc.weight", 4 * C, C, 1, std, TP_ROWS);
+    T_("mlp.c_fc.bias", 4 * C, 0, 0, 0.f, TP_ROWS);
+    T_("mlp.c_proj.weight", C, 4 * C, 1, res_std, TP_COLS);
+    T_("mlp.c_proj.bias", C, 0, 0, 0.f, TP_REPLICATED);
+#undef T_
+}
+
 int gpt_create_layout(GPT *m, const GPTConfig *cfg, const Backend *be) {
     return gpt_create_layout_tp(m, cfg, be, 1, 0);
 }
@@ -112,53 +147,21 @@ int gpt_create_layout_tp(GPT *m, const GPTConfig *cfg, const Backend *be, int tp
         m->tp.nv = cfg->V - m->tp.v0 < 0 ? 0 : cfg->V - m->tp.v0;
         if (m->tp.nv > m->tp.vrows) m->tp.nv = m->tp.vrows;
     }
-    int L = cfg->L, C = cfg->C;
+    int L = cfg->L;
     m->nblocks = L + 2;
     m->blocks = xcalloc((size_t)m->nblocks, sizeof(Block));
     m->tensors = xcalloc((size_t)(2 + 12 * L + 2), sizeof(TensorSpec));
-    float std = 0.02f, res_std = 0.02f / sqrtf(2.0f * L);
     size_t off = 0;
-    char nm[64];
     for (int b = 0; b < m->nblocks; b++) {
         Block *blk = &m->blocks[b];
         blk->off = off;
         blk->t0 = m->ntensors;
         blk->kind = b == 0 ? BLOCK_EMBED : b == m->nblocks - 1 ? BLOCK_HEAD : BLOCK_LAYER;
         blk->layer = blk->kind == BLOCK_LAYER ? b - 1 : -1;
-        if (gpt_is_llama(cfg)) {
+        if (gpt_is_llama(cfg))
             llama_add_tensors(m, blk, &off);
-        } else if (b == 0) {
-            blk->kind = BLOCK_EMBED;
-            blk->layer = -1;
-            add_tensor(m, &off, "wte.weight", cfg->V, C, 0, std, TP_VOCAB);
-            add_tensor(m, &off, "wpe.weight", cfg->maxT, C, 0, std, TP_REPLICATED);
-        } else if (b == m->nblocks - 1) {
-            blk->kind = BLOCK_HEAD;
-            blk->layer = -1;
-            add_tensor(m, &off, "ln_f.weight", C, 0, 0, -1.f, TP_REPLICATED);
-            add_tensor(m, &off, "ln_f.bias", C, 0, 0, 0.f, TP_REPLICATED);
-        } else {
-            int l = b - 1;
-            blk->kind = BLOCK_LAYER;
-            blk->layer = l;
-#define T_(suffix, r, c, conv, s, split)                                                           \
-    snprintf(nm, sizeof nm, "h.%d.%s", l, suffix);                                                 \
-    add_tensor(m, &off, nm, r, c, conv, s, split)
-            // order matters: layer_params() in block_layer.c walks the same sequence
-            T_("ln_1.weight", C, 0, 0, -1.f, TP_REPLICATED);
-            T_("ln_1.bias", C, 0, 0, 0.f, TP_REPLICATED);
-            T_("attn.c_attn.weight", 3 * C, C, 1, std, TP_QKV);
-            T_("attn.c_attn.bias", 3 * C, 0, 0, 0.f, TP_QKV);
-            T_("attn.c_proj.weight", C, C, 1, res_std, TP_COLS);
-            T_("attn.c_proj.bias", C, 0, 0, 0.f, TP_REPLICATED);
-            T_("ln_2.weight", C, 0, 0, -1.f, TP_REPLICATED);
-            T_("ln_2.bias", C, 0, 0, 0.f, TP_REPLICATED);
-            T_("mlp.c_fc.weight", 4 * C, C, 1, std, TP_ROWS);
-            T_("mlp.c_fc.bias", 4 * C, 0, 0, 0.f, TP_ROWS);
-            T_("mlp.c_proj.weight", C, 4 * C, 1, res_std, TP_COLS);
-            T_("mlp.c_proj.bias", C, 0, 0, 0.f, TP_REPLICATED);
-#undef T_
-        }
+        else
+            gpt2_add_tensors(m, blk, &off);
         blk->nt = m->ntensors - blk->t0;
         blk->n = off - blk->off;
     }
