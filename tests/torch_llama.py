@@ -19,8 +19,8 @@ with >= 2 dims), schedule and clipping are torch_gpt.py's.
 Commands
   grads  --init W --data D --heads H --kv-heads KV --batch B --seq T --grad-accum K --out G
          the first step's mean-loss gradient (same names), prints {"loss": ...}
-  train  --init W --data D --heads H --kv-heads KV --batch --seq --steps --grad-accum
-         [--lr --beta1 --beta2 --eps --weight-decay --grad-clip] --metrics M [--export E]
+  train, co2  torch_gpt.py's commands (same flags: AdamW, --mode 2bw, CO2's outer rule) on
+         this model; add --heads H --kv-heads KV
   compare-losses A.jsonl B.jsonl --tol X    max relative |a-b|/|b| per step; exit 1 above tol
 Common: --rope half|interleaved, --rope-theta (10000), --norm-eps (1e-5).
 """
@@ -101,10 +101,10 @@ class Llama(nn.Module):
         self.norm = RMSNorm(C, a.norm_eps)
         self.lm_head = None if self.tied else nn.Linear(C, V, bias=False)
         with torch.no_grad():
-            for name, p in self.hf_items():
+            for name, p in self.named():
                 p.copy_(st[name])
 
-    def hf_items(self):
+    def named(self):
         yield "model.embed_tokens.weight", self.embed_tokens.weight
         for i, b in enumerate(self.layers):
             p = f"model.layers.{i}."
@@ -117,6 +117,10 @@ class Llama(nn.Module):
         yield "model.norm.weight", self.norm.weight
         if not self.tied:
             yield "lm_head.weight", self.lm_head.weight
+
+    def hf_items(self):
+        """torch_gpt.py's (name, tensor, transposed) triples: nothing is stored transposed"""
+        return ((n, p, False) for n, p in self.named())
 
     def forward(self, idx, targets):
         B, T = idx.shape
@@ -138,22 +142,16 @@ def load(a):
 def cmd_grads(a):
     m, toks = load(a), tg.read_tokens(a.data)
     loss = tg.grads_at(m, toks, 0, a)
-    tg.save_safetensors(a.out, [(n, p.grad) for n, p in m.hf_items()])
+    tg.save_safetensors(a.out, [(n, p.grad) for n, p in m.named()])
     print(json.dumps({"loss": loss}))
 
 
-def cmd_train(a):
-    m, toks = load(a), tg.read_tokens(a.data)
-    opt = tg.make_opt(m, a)
-    out = open(a.metrics, "w")
-    for step in range(a.steps):
-        loss = tg.grads_at(m, toks, step, a)
-        norm = torch.nn.utils.clip_grad_norm_(m.parameters(), a.grad_clip if a.grad_clip > 0 else float("inf"))
-        opt.step()
-        out.write(json.dumps({"step": step + 1, "loss": loss, "grad_norm": float(norm)}) + "\n")
-    out.close()
-    if a.export:
-        tg.save_safetensors(a.export, list(m.hf_items()))
+def with_llama(cmd):
+    """torch_gpt.py's command, its model this LLaMA (training loop, AdamW, CO2 rule: theirs)"""
+    def run(a):
+        tg.model_from_safetensors = lambda path, heads: load(a)
+        return cmd(a)
+    return run
 
 
 def cmd_compare_losses(a):
@@ -170,7 +168,7 @@ def cmd_compare_losses(a):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("cmd", choices=["grads", "train", "compare-losses"])
+    p.add_argument("cmd", choices=["grads", "train", "co2", "compare-losses"])
     p.add_argument("a", nargs="?"); p.add_argument("b", nargs="?")
     p.add_argument("--init"); p.add_argument("--data"); p.add_argument("--out")
     p.add_argument("--metrics"); p.add_argument("--export")
@@ -184,11 +182,21 @@ def main():
     p.add_argument("--beta2", type=float, default=0.95); p.add_argument("--eps", type=float, default=1e-8)
     p.add_argument("--weight-decay", type=float, default=0.1); p.add_argument("--grad-clip", type=float, default=1.0)
     p.add_argument("--tol", type=float, default=1e-5)
+    p.add_argument("--mode", choices=["plain", "2bw"], default="plain")
+    p.add_argument("--rows", default="windows"); p.add_argument("--data-seed", type=int, default=None)
+    p.add_argument("--seed", type=int, default=0); p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--lr-schedule", default="constant"); p.add_argument("--warmup", type=int, default=0)
+    p.add_argument("--min-lr", type=float, default=0.0)
+    p.add_argument("--workers", type=int, default=2); p.add_argument("--tau", type=int, default=4)
+    p.add_argument("--outer-lr", type=float, default=1.0); p.add_argument("--outer-momentum", type=float, default=0.5)
+    p.add_argument("--gap-penalty", default="1.0"); p.add_argument("--outer-clip", type=float, default=0.0)
     a = p.parse_args()
     a.kv_heads = a.kv_heads or a.heads
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    return {"grads": cmd_grads, "train": cmd_train, "compare-losses": cmd_compare_losses}[a.cmd](a) or 0
+    cmds = {"grads": cmd_grads, "train": with_llama(tg.cmd_train), "co2": with_llama(tg.cmd_co2),
+            "compare-losses": cmd_compare_losses}
+    return cmds[a.cmd](a) or 0
 
 
 if __name__ == "__main__":
