@@ -86,9 +86,12 @@ static int llama_check(const StrategyConfig *c, FeatureSet want, const Backend *
                              "sequence- or context-parallel form and no block swapping or peers "
                              "yet; it runs with --dp, --zero, --pp, --co2 and --recompute)",
                              compose_flag(c, NOT_LLAMA[i], a, sizeof a));
-    if (be && !backend_supports(be, BACKEND_LLAMA))
-        return loom_fail("--arch llama with --device %s: the %s backend lacks %s", c->device,
-                         be->name, backend_cap_name(BACKEND_LLAMA));
+    // the embedding without positions is the vocabulary-shard kernel over the whole vocabulary
+    const BackendCap need[2] = {BACKEND_LLAMA, BACKEND_VOCAB_SHARDS};
+    for (int k = 0; k < 2 && be; k++)
+        if (!backend_supports(be, need[k]))
+            return loom_fail("--arch llama with --device %s: the %s backend lacks %s", c->device,
+                             be->name, backend_cap_name(need[k]));
     return 0;
 }
 
