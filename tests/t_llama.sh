@@ -10,7 +10,8 @@
 #     --zero 0..3, --pp 2 (gpipe untied, 1f1b tied); --co2 (2 workers) and --pp 2
 #     --schedule 2bw equal the reference's CO2 and delayed-update rules (losses within 1e-5,
 #     weights within 1e-4, the tolerance of t_co2.sh and t_pipeline.sh at this learning rate);
-#   * resume continues bit-identically; refusals: --tp, --offload, bad LLaMA flags.
+#   * resume continues bit-identically; `loom sample` of the checkpoint gives the reference's
+#     logits on `loom export`'s file (1e-5); refusals: --tp, --offload, bad LLaMA flags.
 # asan: skip
 set -eu
 . "$(dirname "$0")/lib.sh"
@@ -101,6 +102,13 @@ $LOOM train $R --save "$d/ck" --save-every 4 --keep 0 --metrics "$d/ra.jsonl" --
 grep -q '"arch":[[:space:]]*"llama"' "$d/ck/step_00000004/checkpoint.json"
 $LOOM train $R --resume "$d/ck/step_00000004" --metrics "$d/rb.jsonl" --export "$d/rb.st"
 same --part --steps 5-8 resume "$d/rb.jsonl" "$d/ra.jsonl" "$d/rb.st" "$d/ra.st"
+
+echo "== sample from the llama checkpoint: its logits equal the reference's on the export"
+$LOOM export "$d/ck" -o "$d/ck.st"
+toks=5,17,99,0,42,42,7,63,11
+$LOOM sample --ckpt "$d/ck" --prompt-tokens $toks --dump-logits "$d/l_loom.f32"
+$REF logits --init "$d/ck.st" --heads 4 --kv-heads 2 --tokens $toks --out "$d/l_ref.f32"
+$CMP compare-f32 "$d/l_loom.f32" "$d/l_ref.f32" --tol 1e-5
 
 echo "== refusals"
 expect_fail "--arch llama with --tp 2" $MPI -np 2 $LOOM train $M --batch 4 --seq 32 --tp 2

@@ -21,6 +21,7 @@ Commands
          the first step's mean-loss gradient (same names), prints {"loss": ...}
   train, co2  torch_gpt.py's commands (same flags: AdamW, --mode 2bw, CO2's outer rule) on
          this model; add --heads H --kv-heads KV
+  logits --init W --heads H --kv-heads KV --tokens 1,2,3 --out L.f32   logits (T,V), float32
   compare-losses A.jsonl B.jsonl --tol X    max relative |a-b|/|b| per step; exit 1 above tol
 Common: --rope half|interleaved, --rope-theta (10000), --norm-eps (1e-5).
 """
@@ -122,7 +123,7 @@ class Llama(nn.Module):
         """torch_gpt.py's (name, tensor, transposed) triples: nothing is stored transposed"""
         return ((n, p, False) for n, p in self.named())
 
-    def forward(self, idx, targets):
+    def forward(self, idx, targets=None):
         B, T = idx.shape
         inv = 1.0 / (self.theta ** (torch.arange(0, self.hs, 2, dtype=torch.int64).float() / self.hs))
         ang = torch.outer(torch.arange(T).float(), inv)  # (T, hs/2)
@@ -132,6 +133,8 @@ class Llama(nn.Module):
             x = b(x, cos, sin, self.mode)
         w = self.embed_tokens.weight if self.tied else self.lm_head.weight
         logits = F.linear(self.norm(x), w)
+        if targets is None:
+            return logits, None
         return logits, F.cross_entropy(logits.view(-1, self.V), targets.reshape(-1))
 
 
@@ -144,6 +147,12 @@ def cmd_grads(a):
     loss = tg.grads_at(m, toks, 0, a)
     tg.save_safetensors(a.out, [(n, p.grad) for n, p in m.named()])
     print(json.dumps({"loss": loss}))
+
+
+@torch.no_grad()
+def cmd_logits(a):
+    logits, _ = load(a)(torch.tensor([[int(t) for t in a.tokens.split(",")]]))
+    logits[0].numpy().astype("float32").tofile(a.out)
 
 
 def with_llama(cmd):
@@ -168,7 +177,8 @@ def cmd_compare_losses(a):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("cmd", choices=["grads", "train", "co2", "compare-losses"])
+    p.add_argument("cmd", choices=["grads", "train", "co2", "logits", "compare-losses"])
+    p.add_argument("--tokens")
     p.add_argument("a", nargs="?"); p.add_argument("b", nargs="?")
     p.add_argument("--init"); p.add_argument("--data"); p.add_argument("--out")
     p.add_argument("--metrics"); p.add_argument("--export")
@@ -195,7 +205,7 @@ def main():
     torch.set_num_threads(1)
     torch.manual_seed(0)
     cmds = {"grads": cmd_grads, "train": with_llama(tg.cmd_train), "co2": with_llama(tg.cmd_co2),
-            "compare-losses": cmd_compare_losses}
+            "logits": cmd_logits, "compare-losses": cmd_compare_losses}
     return cmds[a.cmd](a) or 0
 
 
