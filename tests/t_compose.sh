@@ -185,6 +185,11 @@ by the test that checks it; to regenerate it after a change:
 (`make test` runs the same script: it fails when a combination crashes, hangs or exits without
 a clear message, never because one is refused.)
 
+The table is for GPT-2's block. With `--arch llama` (the LLaMA block) the options that run are
+one process, `--recompute`, `--dp` with ZeRO 0-3, `--pp` (gpipe, 1f1b, 2bw) and `--co2`;
+`--tp` (1D, 2D), `--sp`, `--cp`, `--offload` and `loom peer` are refused up front with a message
+naming `--arch llama` and the option (`tests/t_llama.sh` checks both).
+
 ## The axes
 
 | axis | options | flags | what it does |
