@@ -110,6 +110,20 @@ $LOOM sample --ckpt "$d/ck" --prompt-tokens $toks --dump-logits "$d/l_loom.f32"
 $REF logits --init "$d/ck.st" --heads 4 --kv-heads 2 --tokens $toks --out "$d/l_ref.f32"
 $CMP compare-f32 "$d/l_loom.f32" "$d/l_ref.f32" --tol 1e-5
 
+echo "== the LLaMA flags from --config reach the checkpoint's model record"
+printf '%s' '{"arch": "llama", "kv_heads": 2, "heads": 4, "dim": 64, "layers": 1, "ffn_dim": 128,
+  "rope_theta": 500000, "norm_eps": 1e-6, "tie_embeddings": "on", "batch": 2, "seq": 8}' > "$d/c.json"
+$LOOM train --config "$d/c.json" --data "$d/t.bin" --steps 1 --progress off --save "$d/cc"
+$PY - "$d/cc/step_00000001/checkpoint.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))["model"]
+want = {"arch": "llama", "kv_heads": 2, "ffn": 128, "rope_theta": 500000, "tie": 1}
+bad = {k: m.get(k) for k in want if m.get(k) != want[k]}
+bad.update({} if abs(m["norm_eps"] - 1e-6) < 1e-12 else {"norm_eps": m["norm_eps"]})
+print("config -> manifest:", "ok" if not bad else f"FAILED {bad}")
+sys.exit(1 if bad else 0)
+PY
+
 echo "== refusals"
 expect_fail "--arch llama with --tp 2" $MPI -np 2 $LOOM train $M --batch 4 --seq 32 --tp 2
 expect_fail "--arch llama with --offload" $LOOM train $M --batch 4 --seq 32 --offload disk \
