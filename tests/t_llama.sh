@@ -103,6 +103,14 @@ grep -q '"arch":[[:space:]]*"llama"' "$d/ck/step_00000004/checkpoint.json"
 $LOOM train $R --resume "$d/ck/step_00000004" --metrics "$d/rb.jsonl" --export "$d/rb.st"
 same --part --steps 5-8 resume "$d/rb.jsonl" "$d/ra.jsonl" "$d/rb.st" "$d/ra.st"
 
+# a pipeline's checkpoint (2bw: both weight versions; untied: the last stage holds no wte copy)
+rm -rf "$d/pk"
+P="$R --pp 2 --schedule 2bw"
+$MPI -np 2 $LOOM train $P --save "$d/pk" --save-every 4 --keep 0 --metrics "$d/pa.jsonl" \
+    --export "$d/pa.st"
+$MPI -np 2 $LOOM train $P --resume "$d/pk/step_00000004" --metrics "$d/pb.jsonl" --export "$d/pb.st"
+same --part --steps 5-8 "resume pp 2 2bw" "$d/pb.jsonl" "$d/pa.jsonl" "$d/pb.st" "$d/pa.st"
+
 echo "== sample from the llama checkpoint: its logits equal the reference's on the export"
 $LOOM export "$d/ck" -o "$d/ck.st"
 toks=5,17,99,0,42,42,7,63,11

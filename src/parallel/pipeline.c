@@ -270,13 +270,14 @@ static int stage_weights(Pipe *p, int start) {
     return 0;
 }
 
-// The communicators of the tied embedding and of the norm (collective over the world).
-static void stage_comms(Pipe *p, const Grid *g) {
+// The communicators of the tied embedding (none when the head has its own weights: LLaMA
+// untied) and of the norm (collective over the world).
+static void stage_comms(Pipe *p, const Grid *g, int tied) {
     // the tied embedding's two holders: stage 0 and the last stage (of each dp replica, cp rank
     // and tp rank: a part's wte rows go to the same tp rank's head)
     int in_tie = p->first || p->last, dpcp = g->dp_i * g->cp + g->cp_i;
     Comm *tie = comm_split(g->world, in_tie ? dpcp * g->tp + g->tp_i : -1, g->pp_i, "tie");
-    p->tie = in_tie && p->D > 1 ? tie : NULL;
+    p->tie = in_tie && p->D > 1 && tied ? tie : NULL;
     p->norm =
         g->tp > 1 ? comm_split(g->world, dpcp, g->pp_i * g->tp + g->tp_i, "pp x tp") : g->pp_comm;
 }
@@ -292,7 +293,7 @@ static int pipe_setup(Pipe *p, GPT *m, const Grid *g, const PipelineConfig *pc, 
     p->lo = m->blocks[p->b0].off;
     p->hi = m->blocks[p->b1 - 1].off + m->blocks[p->b1 - 1].n;
     p->tie_n = (size_t)gpt_vocab_rows(m) * m->cfg.C; // a tp part holds its rows of wte
-    stage_comms(p, g);
+    stage_comms(p, g, gpt_tied(&m->cfg));
     p->nslots = pc->schedule == SCHED_GPIPE ? pc->K : p->D - p->s;
     p->ws = xcalloc((size_t)p->nslots, sizeof(Workspace));
     p->send_x = xcalloc((size_t)p->nslots, sizeof(CommReq));
@@ -303,7 +304,7 @@ static int pipe_setup(Pipe *p, GPT *m, const Grid *g, const PipelineConfig *pc, 
         p->mem[3] += 4.0 * p->ws[k].floats;
     }
     size_t n = p->hi - p->lo;
-    p->replica = p->last && !p->first;
+    p->replica = p->last && !p->first && gpt_tied(&m->cfg); // the head's copy of wte
     p->nver = pc->schedule == SCHED_2BW ? 2 : 1;
     int W = p->gc->size, q = p->gc->rank;
     p->zero1 = pc->zero >= 1 && W > 1;

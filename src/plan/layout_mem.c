@@ -105,8 +105,8 @@ int layout_memory(const GPTConfig *c, const Backend *be, const LayoutShape *s, L
             dp_memory_model((size_t)P, (size_t)range_params(&m, q, 0, 1, &(double){0}), (size_t)wte,
                             (size_t)maxb, W, s->zero, &p, &g, &o);
         else
-            stage_state(s, st, n, maxb, range_params(&m, q, 0, 1, &(double){0}), wte, W, &p, &g,
-                        &o);
+            stage_state(s, st, n, maxb, range_params(&m, q, 0, 1, &(double){0}),
+                        gpt_tied(c) ? wte : 0, W, &p, &g, &o); // untied: no replica
         double a = 4.0 * inflight * stage_acts(&m, s, q, T, b0, b1);
         if (p + g + o + a > best) {
             best = p + g + o + a;
