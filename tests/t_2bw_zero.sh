@@ -9,6 +9,8 @@
 #     same reduce-scatters), validation losses included;
 #   * checkpoints at step 3 (with the previous version) resume bit-identically on their own
 #     layout, and a ZeRO-3 checkpoint resumes at ZeRO-1 within 1e-5;
+#   * dp 2 x pp 2 x tp 2 (8 ranks): ZeRO-3 = ZeRO-1 within 1e-5, its checkpoint resumes
+#     bit-identically;
 #   * the summary: ZeRO-3's stage 0 holds less weight memory than ZeRO-1's, ZeRO-2 less grads;
 #   * negative control: 1f1b (no delay: batch t on W(t)) fails the same comparison.
 set -eu
@@ -81,6 +83,25 @@ grep -v val_loss "$d/r31.jsonl" > "$d/rt.jsonl"
 tail -n 3 "$d/t1.jsonl" > "$d/tail.jsonl"
 same "2bw ZeRO-3 checkpoint -> ZeRO-1" "$d/rt.jsonl" "$d/tail.jsonl" 1e-5
 st "2bw ZeRO-3 checkpoint -> ZeRO-1" "$d/r.st" "$d/z1.st" 1e-5
+
+# with 1D tensor parallelism in every stage (8 ranks; checkpoints gathered over tp, the previous
+# version gathered over the replicas' shards)
+mkshard "$d/v300.bin" 300 60000 3
+tf="--data $d/v300.bin --vocab 300 --block-size 64 --seq 32 --layers 2 --heads 4 --dim 32
+    --lr 3e-3 --warmup 2 --weight-decay 0.1 --grad-clip 0.5 --progress off --seed 5 --batch 2
+    --steps 6 --grad-accum 2 --dp 2 --pp 2 --tp 2 --schedule 2bw"
+for z in 1 3; do
+    $MPI -np 8 $LOOM train $tf --zero $z --metrics "$d/tp$z.jsonl" --export "$d/tp$z.st" \
+        --save "$d/ctp$z" --save-every 3 --keep 0 2> /dev/null
+done
+same "dp 2 x pp 2 x tp 2 2bw ZeRO-3 vs ZeRO-1" "$d/tp3.jsonl" "$d/tp1.jsonl" 1e-5
+st "dp 2 x pp 2 x tp 2 2bw ZeRO-3 vs ZeRO-1" "$d/tp3.st" "$d/tp1.st" 1e-5
+$MPI -np 8 $LOOM train $tf --zero 3 --resume "$d/ctp3/step_00000003" --metrics "$d/tpr.jsonl" \
+    --export "$d/r.st" 2> /dev/null
+tail -n 3 "$d/tp3.jsonl" > "$d/tail.jsonl"
+same "dp 2 x pp 2 x tp 2 2bw ZeRO-3 checkpoint -> itself (bit-identical)" "$d/tpr.jsonl" \
+    "$d/tail.jsonl" 0
+st "dp 2 x pp 2 x tp 2 2bw ZeRO-3 checkpoint -> itself (bit-identical)" "$d/r.st" "$d/tp3.st" 0
 
 # memory: what stage 0 holds (the summary line)
 held() { sed -n "s/.*stage 0 holds weights \([0-9.]*\) MiB, grads \([0-9.]*\) MiB.*/\\$2/p" "$1"; }
