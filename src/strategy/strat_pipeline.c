@@ -440,14 +440,23 @@ static void pp_summary(Strategy *s, double exposed_s, double step_s) {
     if (ps->ring) cp_summary(s, ps->ring, (size_t)(ab / 4), ps->steps);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
+    // 2bw: what the double buffer costs each replica (pipeline_impl.h)
+    char two[200] = "", wsh[64] = "", gsh[64] = "";
+    int W = grad_comm(s->grid)->size, z = W > 1 ? s->cfg->zero : 0;
+    if (z >= 3) snprintf(wsh, sizeof wsh, ", each a 1/%d shard, + one gathered block", W);
+    if (z >= 2) snprintf(gsh, sizeof gsh, ", each a 1/%d shard, + one block in flight", W);
+    if (!strcmp(s->cfg->schedule, "2bw"))
+        snprintf(two, sizeof two, " (2bw: two weight versions%s; two gradient buffers%s)", wsh,
+                 gsh);
     fprintf(stderr,
             "loom: pipeline %d stages x tp %d%s x cp %d x dp %d (zero %d), schedule %s | peak %d "
             "micro-batches of activations held on stage 0 | stage 0 holds weights %.2f MiB, grads "
             "%.2f MiB, optimizer %.2f MiB, activations %.2f MiB (whole model %.2f MiB), peak RSS "
-            "%.1f MiB\n",
+            "%.1f MiB%s\n",
             s->grid->pp, s->grid->tp, s->cfg->sp ? " + sp" : "", s->grid->cp, s->grid->dp,
             s->cfg->zero, s->cfg->schedule, pipeline_peak_inflight(p), wb / 1048576, gb / 1048576,
-            ob / 1048576, ab / 1048576, s->model->nparams * 4.0 / 1048576, ru.ru_maxrss / 1024.0);
+            ob / 1048576, ab / 1048576, s->model->nparams * 4.0 / 1048576, ru.ru_maxrss / 1024.0,
+            two);
 }
 
 static void pp_destroy(Strategy *s) {
