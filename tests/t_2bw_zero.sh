@@ -10,7 +10,7 @@
 #   * checkpoints at step 3 (with the previous version) resume bit-identically on their own
 #     layout, and a ZeRO-3 checkpoint resumes at ZeRO-1 within 1e-5;
 #   * dp 2 x pp 2 x tp 2 (8 ranks): ZeRO-3 = ZeRO-1 within 1e-5, its checkpoint resumes
-#     bit-identically;
+#     bit-identically; dp 2 x pp 3 (a middle stage) and dp 2 x pp 2 x cp 2: ZeRO-3 = ZeRO-1;
 #   * the summary: ZeRO-3's stage 0 holds less weight memory than ZeRO-1's, ZeRO-2 less grads;
 #   * negative control: 1f1b (no delay: batch t on W(t)) fails the same comparison.
 set -eu
@@ -102,6 +102,20 @@ tail -n 3 "$d/tp3.jsonl" > "$d/tail.jsonl"
 same "dp 2 x pp 2 x tp 2 2bw ZeRO-3 checkpoint -> itself (bit-identical)" "$d/tpr.jsonl" \
     "$d/tail.jsonl" 0
 st "dp 2 x pp 2 x tp 2 2bw ZeRO-3 checkpoint -> itself (bit-identical)" "$d/r.st" "$d/tp3.st" 0
+
+# a middle stage (pp 3: neither the embedding nor the wte replica) and context parallelism
+# (dp 2 x cp 2 is the gradient group), with 64-float chunks so the chain spans many collectives
+for lay in "6 --pp 3 --grad-accum 4" "8 --pp 2 --cp 2 --grad-accum 2"; do
+    read -r np par <<<"$lay"
+    for z in 1 3; do
+        LOOM_PIPE_CHUNK=64 $MPI -np "$np" $LOOM train $pf $par --dp 2 --schedule 2bw --zero $z \
+            --metrics "$d/l$z.jsonl" --export "$d/l$z.st" 2> /dev/null
+    done
+    grep -v val_loss "$d/l3.jsonl" > "$d/a.jsonl"
+    grep -v val_loss "$d/l1.jsonl" > "$d/b.jsonl"
+    same "dp 2 ${par% --grad*} 2bw ZeRO-3 vs ZeRO-1" "$d/a.jsonl" "$d/b.jsonl" 1e-5
+    st "dp 2 ${par% --grad*} 2bw ZeRO-3 vs ZeRO-1" "$d/l3.st" "$d/l1.st" 1e-5
+done
 
 # memory: what stage 0 holds (the summary line)
 held() { sed -n "s/.*stage 0 holds weights \([0-9.]*\) MiB, grads \([0-9.]*\) MiB.*/\\$2/p" "$1"; }
