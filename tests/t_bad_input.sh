@@ -45,7 +45,6 @@ t "--gap-mode: 'fancy' is not one of constant|adaptive" $LOOM train $base --data
 t "--dp 1 x --pp 2 x --tp 1 x --cp 1 = 2 ranks, but the job has 1" $LOOM train $base --data "$d/ok.bin" --pp 2
 if command -v mpirun >/dev/null; then  # checks that need the ranks
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-    t "--schedule 2bw with --zero 2: 2bw's background update" $MPI -np 2 $LOOM train $base --data "$d/ok.bin" --pp 2 --zero 2 --schedule 2bw
     t "--pp 3 needs at least 3 transformer layers" $MPI -np 3 $LOOM train $base --data "$d/ok.bin" --pp 3
     t "--stage-layers '1,x'" $MPI -np 2 $LOOM train $base --layers 2 --data "$d/ok.bin" --pp 2 --stage-layers 1,x
 fi

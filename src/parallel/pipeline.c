@@ -219,7 +219,7 @@ static double evaluate_version(Pipe *p, int v) {
     size_t n = workspace_rows(ws, m) * m->cfg.C; // (B,T,C), or the rank's rows (--sp)
     int local = p->pc->local; // a CO2 worker evaluates every window on its own weights
     int nw = p->pc->val_windows, W = local ? 1 : p->g->dp, saved = p->cur_ver;
-    pipe_zero_gather_all(p, 1); // ZeRO-3: replicas may run different numbers of windows
+    pipe_zero_gather_all(p, v, 1); // ZeRO-3: replicas may run different numbers of windows
     pipe_use_version(p, v);
     comm_set_context(-1, "pipeline validation");
     double v2[1] = {0};
@@ -240,7 +240,7 @@ static double evaluate_version(Pipe *p, int v) {
     }
     comm_allreduce_f64(p->g->pp_comm, v2, 1); // only the last stage holds losses
     comm_allreduce_f64(p->gc, v2, 1);
-    pipe_zero_gather_all(p, 0);
+    pipe_zero_gather_all(p, v, 0);
     pipe_use_version(p, saved);
     return nw > 0 ? v2[0] / nw / p->g->cp : NAN;
 }
@@ -309,10 +309,6 @@ static int pipe_setup(Pipe *p, GPT *m, const Grid *g, const PipelineConfig *pc, 
     int W = p->gc->size, q = p->gc->rank;
     p->zero1 = pc->zero >= 1 && W > 1;
     p->zero2 = pc->zero >= 2 && W > 1, p->zero3 = pc->zero >= 3 && W > 1;
-    if (p->zero2 && pc->schedule == SCHED_2BW)
-        return loom_fail("--schedule 2bw with --zero %d: 2bw's background update needs the "
-                         "whole stage's gradients and two weight versions (ZeRO 0 or 1)",
-                         pc->zero);
     p->own_lo = 0, p->own_hi = n, p->wown_lo = 0, p->wown_hi = p->replica ? p->tie_n : 0;
     if (p->zero1) { // replica slices on norm-chunk boundaries (gpt.h), offsets from lo / 0
         p->cnt = xcalloc((size_t)W, sizeof(size_t)), p->dsp = xcalloc((size_t)W, sizeof(size_t));
@@ -345,7 +341,7 @@ static int pipe_setup(Pipe *p, GPT *m, const Grid *g, const PipelineConfig *pc, 
     pipe_zero_setup(p);      // ZeRO-2/3: the shards replace the stage's whole buffers
     pipe_use_version(p, 0);
     p->hooks = (BlockHooks){.poll = poll_hook, .ctx = p};
-    if (p->nver == 2) {
+    if (p->nver == 2 && !p->zero2) { // (ZeRO-2/3: the spares are shards, pipeline_zero.c)
         p->gspare = be->alloc(n);
         if (p->replica) p->wspare = be->alloc(p->tie_n);
         p->mem[1] *= 2;
@@ -412,10 +408,12 @@ int pipeline_shard(Pipeline *p, PipeShard *sh) {
     int newest = p->nver == 2 ? buffer_of(p->done) : 0;
     *sh = (PipeShard){.lo = p->lo + p->own_lo,
                       .hi = p->lo + p->own_hi,
-                      .params = p->zero3 ? p->pshard : p->pbuf[newest] + p->own_lo,
+                      .params = p->zero3 ? p->pshard[newest] : p->pbuf[newest] + p->own_lo,
                       .m = p->om,
                       .v = p->ov,
-                      .prev = p->nver == 2 ? p->pbuf[buffer_of(p->done - 1)] + p->own_lo : NULL};
+                      .prev = NULL};
+    int prev = buffer_of(p->done - 1);
+    if (p->nver == 2) sh->prev = p->zero3 ? p->pshard[prev] : p->pbuf[prev] + p->own_lo;
     return p->zero1 || p->gc->rank == 0;
 }
 
@@ -451,6 +449,10 @@ void pipeline_free(Pipeline *p) {
 
 void pipeline_stage_weights(Pipeline *p, float *host) {
     pipe_stage_weights(p, p->nver == 2 ? buffer_of(p->done) : 0, host);
+}
+
+void pipeline_stage_prev(Pipeline *p, float *host) {
+    pipe_stage_weights(p, buffer_of(p->done - 1), host);
 }
 
 int pipeline_full_params(Pipeline *p, float *host) {

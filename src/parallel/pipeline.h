@@ -109,6 +109,8 @@ int pipeline_opt_t(const Pipeline *p);
 // Collective over the stage's replicas: its newest weights into host (the stage's hi - lo
 // floats, element lo first), gathered under ZeRO-3.
 void pipeline_stage_weights(Pipeline *p, float *host);
+// 2bw: the same for the previous weight version (what a checkpoint keeps beside the newest).
+void pipeline_stage_prev(Pipeline *p, float *host);
 // Collective over the stages: every stage's newest weights into host (nparams floats).
 int pipeline_full_params(Pipeline *p, float *host);
 // gpipe/1f1b: the stage's weights (backend memory, flat [lo, hi)) and, on the last stage of

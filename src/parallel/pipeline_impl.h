@@ -32,14 +32,24 @@ struct Pipeline {
     int zero1;
     size_t own_lo, own_hi, wown_lo, wown_hi;
     size_t *cnt, *dsp, *wcnt, *wdsp; // all-gather layouts over the dp replicas
-    // ZeRO-2 (gpipe/1f1b; pipeline_zero.c): the stage's gradients sharded too. Each block's
-    // gradient of a micro-batch goes to tgrad and is reduce-scattered into the owners' gshard
+    // ZeRO-2 (pipeline_zero.c): the stage's gradients sharded too. Each block's gradient of a
+    // micro-batch goes to tgrad and is reduce-scattered into the owners' gshard
     // (own_hi - own_lo) right after its backward; stage 0's embedding block accumulates in
     // egrad (whole: it is summed with the last stage's wte replica over the tie) and is copied
-    // into gshard at the end of the batch. ZeRO-3: the weights too: the replica keeps pshard,
-    // and every block is all-gathered into gparam before its forward and backward.
+    // into gshard at the end of the batch. ZeRO-3: the weights too: the replica keeps pshard
+    // (one shard per weight version), and every block is all-gathered into gparam before its
+    // forward and backward.
+    // Under 2bw (double-buffered weights) each replica holds: two weight shards pshard[0..1]
+    // (ZeRO-3; 2 x own) or two whole stage versions pbuf[0..1] (ZeRO-2), two gradient shards
+    // (gshard, and gspare while the previous batch's update is in flight), stage 0 two embedding
+    // gradients (egrad, espare), the last stage two wte replicas and two wte gradients, plus
+    // the transient tgrad/trecv/gparam of one block. The blocking reduce-scatters and gathers
+    // of the training thread go over zc, a duplicate of gc, so that they never interleave with
+    // the background chain's collectives on gc (which start at rank-dependent moments).
     int zero2, zero3;
-    float *gshard, *tgrad, *trecv, *egrad, *pshard, *gparam;
+    float *gshard, *tgrad, *trecv, *egrad, *pshard[2], *gparam, *espare;
+    const Comm
+        *zc; // the ZeRO-2/3 collectives of the training thread: gc, or under 2bw its duplicate
     size_t maxblk;       // the stage's largest block (the transient buffers' size)
     size_t *tcnt, *tdsp; // a block's counts and displacements over the replicas
     int gathered;        // ZeRO-3: the blocks point at a whole gathered copy (validation)
@@ -59,11 +69,11 @@ struct Pipeline {
         int phase; // 0 idle, 1 dp reduce, 2 tie reduce, 3 norm/loss, 4 dp loss, 5 update,
                    // 6 gather, 7 done
         int step;
-        double dt, v[3]; // the batch's wall time (end of batch t-1 to end of batch t); norm²,
-                         // loss, stop votes
-        float *g, *wg;
-        double loss;  // the last stage's mean loss of the batch
-        double *part; // norm partials and loss, being summed over the stages
+        double dt, v[3];    // the batch's wall time (end of batch t-1 to end of batch t); norm²,
+                            // loss, stop votes
+        float *g, *wg, *eg; // eg: ZeRO-2's stage 0 embedding gradient (whole)
+        double loss;        // the last stage's mean loss of the batch
+        double *part;       // norm partials and loss, being summed over the stages
         CommReq req[2];
         int running; // pend_advance is on the stack (the wait hook must not re-enter it)
     } pend;
@@ -111,7 +121,8 @@ int pipe_step_2bw(Pipe *p, int step, int boundary, float grad_scale);
 void pipe_pend_advance(Pipe *p, int block);
 void pipe_pend_complete(Pipe *p);
 // pipeline_zero.c: ZeRO-2/3 over the stage's gradient group
-// Allocates the shards and transient buffers; moves the loaded weights into the shard (ZeRO-3).
+// Allocates the shards and transient buffers (under 2bw the spares of the gradients whose
+// update is in flight, and zc); moves the loaded weights into the shards (ZeRO-3).
 void pipe_zero_setup(Pipe *p);
 void pipe_zero_free(Pipe *p);
 // ZeRO-3: block b's weights gathered into gparam (returned); ZeRO 0-2 or a gathered copy: the
@@ -121,15 +132,19 @@ float *pipe_zero_params(Pipe *p, int b);
 // it, the buffer is reduce-scattered into the owners' shards.
 void pipe_zero_before_backward(Pipe *p, int b);
 void pipe_zero_after_backward(Pipe *p, int b);
-// ZeRO-2, end of the batch: stage 0's reduced embedding gradient into the shard; the shard and
-// egrad zeroed for the next batch.
-void pipe_zero_embed_done(Pipe *p);
+// ZeRO-2, end of the batch: stage 0's reduced embedding gradient eg into the shard g; the shard
+// and egrad zeroed for the next batch.
+void pipe_zero_embed_done(Pipe *p, float *g, const float *eg);
 void pipe_zero_clear(Pipe *p);
 // The stage's newest weights [lo, hi) into host (hi-lo floats), on every replica (ZeRO-3
 // gathers them over gc).
 void pipe_stage_weights(Pipe *p, int v, float *host);
-// ZeRO-3: a whole gathered copy of the stage for validation (on = 1), released (on = 0).
-void pipe_zero_gather_all(Pipe *p, int on);
+// ZeRO-3: a whole gathered copy of weight version v for validation (on = 1), released (on = 0).
+void pipe_zero_gather_all(Pipe *p, int v, int on);
 // The gradients this replica updates (own_hi - own_lo, from element lo + own_lo), given the
-// stage's whole gradient buffer g (ZeRO 0/1).
+// stage's whole gradient buffer g (ZeRO 0/1) or the replica's shard g (ZeRO-2/3).
 const float *pipe_own_grads(const Pipe *p, const float *g);
+// 2bw under ZeRO-2/3, end of a batch: its gradients (shard, embedding) swapped into the spares,
+// the fresh ones zeroed; the chain's first all-reduce (stage 0's embedding gradient and the
+// last stage's wte gradient over gc) started.
+void pipe_zero_pend_start(Pipe *p, size_t chunk);

@@ -59,7 +59,8 @@ static double *norm_loss_partials(Pipe *p, const float *g, double loss) {
 static void point_state(Pipe *p, int v, const float *g, const float *wg) {
     GPT *m = p->m;
     size_t a = p->lo + p->own_lo, e = p->lo + p->own_hi;
-    gpt_own_range(m, a, e, a, p->zero3 ? p->pshard : p->pbuf[v] + p->own_lo, pipe_own_grads(p, g));
+    float *w = p->zero3 ? p->pshard[v] : p->pbuf[v] + p->own_lo;
+    gpt_own_range(m, a, e, a, w, pipe_own_grads(p, g));
     gpt_own_moments(m, p->om, p->ov, a);
     if (!p->replica) return;
     BlockState *st = &m->blocks[0].state; // the tied embedding's copy: wte = [0, tie_n)
@@ -72,7 +73,8 @@ static void point_state(Pipe *p, int v, const float *g, const float *wg) {
 }
 
 // AdamW on this replica's part of the stage (and of the wte replica) in weight version v, from
-// gradients g / wg. Under ZeRO-1 that is its 1/W slice; the rest arrives by all-gather.
+// gradients g / wg (ZeRO-2/3: g is the replica's shard). Under ZeRO 1-3 that is its 1/W slice;
+// the rest arrives by all-gather (ZeRO-3: only the wte replica's).
 static void apply_update(Pipe *p, int v, const float *g, const float *wg, float lr, float scale) {
     point_state(p, v, g, wg);
     adamw_step_blocks(&p->opt, ++p->t, p->m, lr, scale);
@@ -101,8 +103,8 @@ static int finish_batch(Pipe *p, int step, double t0) {
         CommReq r = comm_iallreduce(p->tie, e, p->tie_n);
         timed_wait(p, &r);
     }
-    pipe_zero_embed_done(p);
-    const float *g = p->zero2 ? p->gshard : p->gbuf;
+    pipe_zero_embed_done(p, p->gshard, p->egrad);
+    float *g = p->zero2 ? p->gshard : p->gbuf;
     double *v = norm_loss_partials(p, g, p->last ? p->loss_sum / p->pc->K : 0);
     int nc = m->nchunks;
     comm_allreduce_f64(p->norm, v, nc + 2);
@@ -116,7 +118,7 @@ static int finish_batch(Pipe *p, int step, double t0) {
     float lr = lr_at(&p->opt, step);
     int ok = isfinite(loss) && isfinite(norm);
     if (ok) {
-        apply_update(p, 0, p->gbuf, p->wgrad, lr, clip_scale((float)norm, p->pc->grad_clip));
+        apply_update(p, 0, g, p->wgrad, lr, clip_scale((float)norm, p->pc->grad_clip));
         if (p->zero1) {
             CommReq r[2];
             start_gather(p, 0, r);
@@ -145,6 +147,19 @@ static int req_done(Pipe *p, CommReq *r, int block) {
 
 static void pend_advance_chain(Pipe *p, int block);
 
+// The tied embedding's gradient the chain sums over the tie: the last stage's wte replica, or
+// stage 0's embedding (its whole stage buffer, or ZeRO-2's egrad).
+static float *tie_grads(const Pipe *p) {
+    return p->replica ? p->pend.wg : p->zero2 ? p->pend.eg : p->pend.g;
+}
+
+// The summed norm partials: norm², loss and stop votes.
+static void take_partials(Pipe *p) {
+    p->pend.v[0] = gpt_chunk_total(p->m, p->pend.part);
+    p->pend.v[1] = p->pend.part[p->m->nchunks];
+    p->pend.v[2] = p->pend.part[p->m->nchunks + 1];
+}
+
 // Moves the pending update through its chain as far as it can go (or, with block, to the end).
 void pipe_pend_advance(Pipe *p, int block) {
     p->pend.running = 1;
@@ -159,12 +174,13 @@ static void pend_advance_chain(Pipe *p, int block) {
         case 1: // replicas' gradients
             if (!req_done(p, &p->pend.req[0], block)) return;
             p->pend.phase = 2;
-            p->pend.req[0] = comm_iallreduce_chunked(p->tie, p->replica ? p->pend.wg : p->pend.g,
-                                                     p->tie_n, NULL, 0, chunk_floats());
+            p->pend.req[0] =
+                comm_iallreduce_chunked(p->tie, tie_grads(p), p->tie_n, NULL, 0, chunk_floats());
             break;
         case 2: // tied embedding
             if (!req_done(p, &p->pend.req[0], block)) return;
             p->pend.phase = 3;
+            pipe_zero_embed_done(p, p->pend.g, p->pend.eg);
             free(p->pend.part);
             p->pend.part = norm_loss_partials(p, p->pend.g, p->pend.loss);
             p->pend.req[0] = comm_iallreduce_f64(p->norm, p->pend.part, p->m->nchunks + 2);
@@ -172,13 +188,16 @@ static void pend_advance_chain(Pipe *p, int block) {
         case 3: // global norm partials and the last stage's loss
             if (!req_done(p, &p->pend.req[0], block)) return;
             p->pend.phase = 4;
-            p->pend.v[0] = gpt_chunk_total(p->m, p->pend.part);
-            p->pend.v[1] = p->pend.part[p->m->nchunks];
-            p->pend.v[2] = p->pend.part[p->m->nchunks + 1];
+            if (p->zero2) { // the norm partials of the other replicas' shards too
+                p->pend.req[0] = comm_iallreduce_f64(p->gc, p->pend.part, p->m->nchunks + 2);
+                break;
+            }
+            take_partials(p);
             p->pend.req[0] = comm_iallreduce_f64(p->gc, &p->pend.v[1], 2);
             break;
-        case 4: // mean loss over replicas
+        case 4: // mean loss over replicas (ZeRO-2/3: with the norm partials)
             if (!req_done(p, &p->pend.req[0], block)) return;
+            if (p->zero2) take_partials(p);
             p->pend.v[1] /= p->gc->size;
             p->pend.phase = 5;
             break;
@@ -187,7 +206,10 @@ static void pend_advance_chain(Pipe *p, int block) {
             double norm = sqrt(p->pend.v[0]), loss = p->pend.v[1];
             p->pend.phase = 7;
             if (!isfinite(loss) || !isfinite(norm)) break; // reported, never applied
-            p->m->be->copy(p->pbuf[next], p->pbuf[buffer_of(step)], n);
+            if (p->zero3) // this replica's shard of the new version only
+                p->m->be->copy(p->pshard[next], p->pshard[buffer_of(step)], p->own_hi - p->own_lo);
+            else
+                p->m->be->copy(p->pbuf[next], p->pbuf[buffer_of(step)], n);
             if (p->replica) p->m->be->copy(p->wbuf[next], p->wbuf[buffer_of(step)], p->tie_n);
             apply_update(p, next, p->pend.g, p->pend.wg, lr_at(&p->opt, step),
                          clip_scale((float)norm, p->pc->grad_clip));
@@ -211,24 +233,29 @@ static void pend_advance_chain(Pipe *p, int block) {
 static void pend_start(Pipe *p, int step, double t0) {
     const Backend *be = p->m->be;
     size_t n = p->hi - p->lo;
-    float *t = p->gbuf;
-    p->gbuf = p->gspare, p->gspare = t;
-    be->fill(p->gbuf, 0.f, n);
+    float *t;
     if (p->replica) {
         t = p->wgrad;
         p->wgrad = p->wspare, p->wspare = t;
         be->fill(p->wgrad, 0.f, p->tie_n);
     }
+    p->pend.wg = p->wspare;
+    if (p->zero2) { // the shard (already reduce-scattered) and stage 0's embedding gradient
+        pipe_zero_pend_start(p, chunk_floats());
+    } else {
+        t = p->gbuf;
+        p->gbuf = p->gspare, p->gspare = t;
+        be->fill(p->gbuf, 0.f, n);
+        p->pend.g = p->gspare;
+        p->pend.req[0] =
+            comm_iallreduce_chunked(p->gc, p->pend.g, n, p->pend.wg, p->tie_n, chunk_floats());
+    }
     pipe_use_version(p, p->cur_ver); // blocks now accumulate into the fresh buffers
     p->pend.step = step;
     p->pend.dt = now_sec() - t0;
-    p->pend.g = p->gspare;
-    p->pend.wg = p->wspare;
     p->pend.v[0] = p->pend.v[1] = p->pend.v[2] = 0;
     p->pend.loss = p->last ? p->loss_sum / p->pc->K : 0;
     p->loss_sum = 0;
-    p->pend.req[0] = comm_iallreduce_chunked(p->gc, p->pend.g, n, p->replica ? p->pend.wg : NULL,
-                                             p->tie_n, chunk_floats());
     p->pend.phase = 1;
     pipe_pend_advance(p, 0);
 }

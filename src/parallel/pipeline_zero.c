@@ -1,38 +1,55 @@
-// pipeline_zero.c — ZeRO-2 and ZeRO-3 inside a pipeline stage (gpipe/1f1b), over the stage's
-// gradient group (the dp replicas, or dp x cp): the shards, the reduce-scatter of each block's
-// gradient after its backward, the all-gather of each block's weights before it runs, and the
-// whole stage's weights when a checkpoint, an export or validation needs them (see
-// pipeline_impl.h). ZeRO-1's slices (own_lo, own_hi; cnt, dsp) are the shards' bounds.
+// pipeline_zero.c — ZeRO-2 and ZeRO-3 inside a pipeline stage (gpipe, 1f1b and 2bw), over the
+// stage's gradient group (the dp replicas, or dp x cp): the shards, the reduce-scatter of each
+// block's gradient after its backward, the all-gather of each block's weights before it runs,
+// the whole stage's weights when a checkpoint, an export or validation needs them, and under 2bw
+// the second set of shards that double-buffering needs (see pipeline_impl.h). ZeRO-1's slices
+// (own_lo, own_hi; cnt, dsp) are the shards' bounds.
 #include <stdlib.h>
 
 #include "pipeline_impl.h"
 
+// ZeRO-3: the loaded weight versions move into their shards; the stage's whole copies go.
+static void shard_weights(Pipe *p, size_t own) {
+    const Backend *be = p->m->be;
+    for (int v = 0; v < p->nver; v++) {
+        p->pshard[v] = be->alloc(own);
+        be->copy(p->pshard[v], p->pbuf[v] + p->own_lo, own);
+        be->release(p->pbuf[v]);
+        p->pbuf[v] = NULL;
+    }
+}
+
 void pipe_zero_setup(Pipe *p) {
+    p->zc = p->gc;
     if (!p->zero2) return;
     GPT *m = p->m;
     const Backend *be = m->be;
-    size_t W = (size_t)p->gc->size, own = p->own_hi - p->own_lo;
+    size_t W = (size_t)p->gc->size, own = p->own_hi - p->own_lo, nv = (size_t)p->nver;
     p->tcnt = xcalloc(W, sizeof(size_t)), p->tdsp = xcalloc(W, sizeof(size_t));
     for (int b = p->b0; b < p->b1; b++)
         if (m->blocks[b].n > p->maxblk) p->maxblk = m->blocks[b].n;
     size_t piece = p->maxblk < own ? p->maxblk : own; // the most of a block a replica receives
     p->gshard = be->alloc(own), p->tgrad = be->alloc(p->maxblk), p->trecv = be->alloc(piece);
     be->fill(p->gshard, 0.f, own);
-    size_t embed = p->first ? m->blocks[0].n : 0;
+    size_t embed = p->first ? m->blocks[0].n : 0, wte = p->replica ? p->tie_n : 0;
     if (embed) p->egrad = be->alloc(embed), be->fill(p->egrad, 0.f, embed);
-    p->mem[1] = 4.0 * ((double)(own + p->maxblk + piece + embed) + (p->replica ? p->tie_n : 0));
+    if (p->nver == 2) { // 2bw: the gradients of the batch whose update is in flight
+        p->gspare = be->alloc(own);
+        if (embed) p->espare = be->alloc(embed);
+        if (wte) p->wspare = be->alloc(wte);
+        p->zc = comm_split(p->gc, 0, p->gc->rank, "zero 2bw");
+    }
+    p->mem[1] = 4.0 * ((double)nv * (own + embed + wte) + p->maxblk + piece);
     if (!p->zero3) return;
-    p->pshard = be->alloc(own);
-    be->copy(p->pshard, p->pbuf[0] + p->own_lo, own);
-    be->release(p->pbuf[0]);
-    p->pbuf[0] = NULL;
+    shard_weights(p, own);
     p->gparam = be->alloc(p->maxblk);
-    p->mem[0] = 4.0 * ((double)own + p->maxblk + (p->replica ? p->tie_n : 0));
+    p->mem[0] = 4.0 * ((double)nv * (own + wte) + p->maxblk);
 }
 
 void pipe_zero_free(Pipe *p) {
     const Backend *be = p->m->be;
-    float *bufs[] = {p->gshard, p->tgrad, p->trecv, p->egrad, p->pshard, p->gparam};
+    float *bufs[] = {p->gshard,    p->tgrad,     p->trecv,  p->egrad,
+                     p->pshard[0], p->pshard[1], p->gparam, p->espare};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->release(bufs[i]);
     free(p->tcnt), free(p->tdsp);
@@ -54,8 +71,9 @@ float *pipe_zero_params(Pipe *p, int b) {
     Block *blk = &p->m->blocks[b];
     if (!p->zero3 || p->gathered) return blk->params;
     size_t s, k = block_parts(p, blk, &s);
-    if (k) p->m->be->copy(p->gparam + (s - blk->off), p->pshard + (s - p->lo - p->own_lo), k);
-    CommReq r = comm_iallgatherv(p->gc, p->gparam, p->tcnt, p->tdsp);
+    const float *src = p->pshard[p->cur_ver] + (s - p->lo - p->own_lo);
+    if (k) p->m->be->copy(p->gparam + (s - blk->off), src, k);
+    CommReq r = comm_iallgatherv(p->zc, p->gparam, p->tcnt, p->tdsp);
     timed_wait(p, &r);
     return p->gparam;
 }
@@ -71,15 +89,32 @@ void pipe_zero_after_backward(Pipe *p, int b) {
     if (!p->zero2 || b == 0) return;
     const Block *blk = &p->m->blocks[b];
     size_t s, k = block_parts(p, blk, &s);
-    CommReq r = comm_ireduce_scatter(p->gc, p->tgrad, p->trecv, p->tcnt);
+    CommReq r = comm_ireduce_scatter(p->zc, p->tgrad, p->trecv, p->tcnt);
     timed_wait(p, &r);
     if (k) p->m->be->axpby(p->gshard + (s - p->lo - p->own_lo), 1.0f, p->trecv, 1.0f, k);
 }
 
-void pipe_zero_embed_done(Pipe *p) {
+void pipe_zero_embed_done(Pipe *p, float *g, const float *eg) {
     if (!p->zero2 || !p->first) return;
     size_t s, k = range_isect(0, p->m->blocks[0].n, p->lo + p->own_lo, p->lo + p->own_hi, &s);
-    if (k) p->m->be->copy(p->gshard + (s - p->lo - p->own_lo), p->egrad + s, k);
+    if (k) p->m->be->copy(g + (s - p->lo - p->own_lo), eg + s, k);
+}
+
+void pipe_zero_pend_start(Pipe *p, size_t chunk) {
+    const Backend *be = p->m->be;
+    size_t own = p->own_hi - p->own_lo, embed = p->first ? p->m->blocks[0].n : 0;
+    float *t = p->gshard;
+    p->gshard = p->gspare, p->gspare = t;
+    be->fill(p->gshard, 0.f, own);
+    if (embed) {
+        t = p->egrad;
+        p->egrad = p->espare, p->espare = t;
+        be->fill(p->egrad, 0.f, embed);
+    }
+    p->pend.g = p->gspare, p->pend.eg = p->espare;
+    // the other blocks' gradients are already reduce-scattered; these two are whole
+    p->pend.req[0] = comm_iallreduce_chunked(p->gc, p->espare, embed, p->pend.wg,
+                                             p->replica ? p->tie_n : 0, chunk);
 }
 
 void pipe_zero_clear(Pipe *p) {
@@ -88,9 +123,7 @@ void pipe_zero_clear(Pipe *p) {
     if (p->egrad) p->m->be->fill(p->egrad, 0.f, p->m->blocks[0].n);
 }
 
-const float *pipe_own_grads(const Pipe *p, const float *g) {
-    return p->zero2 ? p->gshard : g + p->own_lo;
-}
+const float *pipe_own_grads(const Pipe *p, const float *g) { return p->zero2 ? g : g + p->own_lo; }
 
 void pipe_stage_weights(Pipe *p, int v, float *host) {
     const Backend *be = p->m->be;
@@ -98,20 +131,20 @@ void pipe_stage_weights(Pipe *p, int v, float *host) {
         be->download(host, p->pbuf[v], p->hi - p->lo);
         return;
     }
-    be->download(host + p->own_lo, p->pshard, p->own_hi - p->own_lo);
-    comm_allgatherv(p->gc, host, p->cnt, p->dsp);
+    be->download(host + p->own_lo, p->pshard[v], p->own_hi - p->own_lo);
+    comm_allgatherv(p->zc, host, p->cnt, p->dsp);
 }
 
-void pipe_zero_gather_all(Pipe *p, int on) {
+void pipe_zero_gather_all(Pipe *p, int v, int on) {
     if (!p->zero3) return;
     const Backend *be = p->m->be;
     if (!on) {
-        be->release(p->pbuf[0]);
-        p->pbuf[0] = NULL, p->gathered = 0;
+        be->release(p->pbuf[v]);
+        p->pbuf[v] = NULL, p->gathered = 0;
         return;
     }
-    p->pbuf[0] = be->alloc(p->hi - p->lo);
-    be->copy(p->pbuf[0] + p->own_lo, p->pshard, p->own_hi - p->own_lo);
-    comm_allgatherv(p->gc, p->pbuf[0], p->cnt, p->dsp);
+    p->pbuf[v] = be->alloc(p->hi - p->lo);
+    be->copy(p->pbuf[v] + p->own_lo, p->pshard[v], p->own_hi - p->own_lo);
+    comm_allgatherv(p->zc, p->pbuf[v], p->cnt, p->dsp);
     p->gathered = 1;
 }

@@ -62,9 +62,12 @@ static void stage_state(const LayoutShape *s, int st, double n, double maxb, dou
     double own = shard ? ceil(n / W) : n, wown = replica ? (shard ? ceil(wte / W) : wte) : 0;
     *p = 4.0 * held * nver;
     *g = 4.0 * held * (nver == 2 ? 2 : 1);
-    if (shard && s->zero >= 2) // the shard, a block in flight and its piece, stage 0's embedding
-        *g = 4.0 * (own + maxb + fmin(maxb, own) + (st == 0 ? embed : 0) + rep);
-    if (shard && s->zero >= 3) *p = 4.0 * (own + maxb + rep); // the shard, one gathered block
+    // ZeRO-2: the shard, a block in flight and its piece, stage 0's embedding (2bw: two shards,
+    // two embedding and two wte gradients); ZeRO-3: the weight shard (2bw: one per version and
+    // two wte replicas), one gathered block
+    if (shard && s->zero >= 2)
+        *g = 4.0 * (nver * (own + (st == 0 ? embed : 0) + rep) + maxb + fmin(maxb, own));
+    if (shard && s->zero >= 3) *p = 4.0 * (nver * (own + rep) + maxb);
     *o = 8.0 * (own + wown);
 }
 

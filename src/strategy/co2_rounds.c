@@ -108,3 +108,28 @@ void co2_rounds_end_step(Strategy *s, Co2Rounds *r, int done, double seconds) {
     }
     if (done == r->stop_at) s->stop = 1;
 }
+
+int co2_rounds_step(Strategy *s, Co2Rounds *rr, StepRecord *r, int step, double t0,
+                    Co2RoundEnd round_end, void *ctx) {
+    const StrategyConfig *c = s->cfg;
+    if (!r->applied) { // a worker's own decision: take the other workers down with this one
+        char msg[256];
+        snprintf(msg, sizeof msg,
+                 "step %d: the loss or gradient is not finite (loss %g, grad norm %g); stopping "
+                 "the job",
+                 step + 1, r->loss, r->norm);
+        comm_abort(EXIT_NUMERIC, msg);
+    }
+    StepRecord *rec = co2_rounds_add(s, rr, r->loss);
+    Co2Wait w = {0, 0};
+    if ((step + 1) % c->tau == 0 || step + 1 == c->steps) { // a round's end (or the run's)
+        co2_rounds_send(s, rr);                             // ahead of the outer average
+        if (round_end(ctx, &w)) return -1;
+    }
+    r->seconds = now_sec() - t0;
+    r->exposed = w.exposed;
+    r->overlap = w.overlap;
+    *rec = *r;
+    co2_rounds_end_step(s, rr, step + 1, r->seconds);
+    return 0;
+}

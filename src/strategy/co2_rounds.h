@@ -41,6 +41,19 @@ void co2_rounds_send(Strategy *s, Co2Rounds *r);
 // waited for, and (flush) the current round's so far, averaged over the workers now.
 void co2_rounds_drain(Strategy *s, Co2Rounds *r);
 void co2_rounds_flush(Strategy *s, Co2Rounds *r);
+// The outer step at a round's end: runs the outer average, adds what it waited for (exposed)
+// and how long that had been in flight (overlap) to *w; 0, or -1 (loom_errmsg).
+typedef struct {
+    double exposed, overlap;
+} Co2Wait;
+typedef int (*Co2RoundEnd)(void *ctx, Co2Wait *w);
+// What every CO2 worker does after its local update of step `step` (r: its record, r->seconds
+// counted from t0): a non-finite step takes the job down (a worker's own decision ends them
+// all); the loss joins the round; at a round's end (or the run's) the previous round's records
+// are handed over and round_end(ctx) runs the outer step; then the record is kept and the stop
+// agreement runs. 0, or -1 when round_end failed.
+int co2_rounds_step(Strategy *s, Co2Rounds *rr, StepRecord *r, int step, double t0,
+                    Co2RoundEnd round_end, void *ctx);
 // After step `done` (seconds long): join a stop (a signal here, or another rank's notice), agree
 // on where, and set s->stop at that step.
 void co2_rounds_end_step(Strategy *s, Co2Rounds *r, int done, double seconds);

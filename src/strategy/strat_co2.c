@@ -47,10 +47,20 @@ static int co2_create_s(Strategy *s) {
     return s->resume_dir ? co2_resume(s, o) : 0;
 }
 
+// The outer step at a round's end: in memory, or through the swap executor's tier.
+static int whole_round_end(void *ctx, Co2Wait *w) {
+    Co2State *o = ctx;
+    Swapper *sw = o->w.sw;
+    double e0 = sw ? swap_co2_exposed(sw) : co2_exposed(o->co2);
+    if (sw && swap_co2_round_end(sw, ++o->rounds)) return -1;
+    if (!sw) co2_round_end(o->co2), w->overlap = co2_overlap(o->co2);
+    w->exposed = (sw ? swap_co2_exposed(sw) : co2_exposed(o->co2)) - e0;
+    return 0;
+}
+
 static int co2_step(Strategy *s, int step, int boundary) {
     (void)boundary;
     Co2State *o = s->impl;
-    const StrategyConfig *c = s->cfg;
     double t0 = now_sec();
     co2_rounds_begin(&o->r, step); // (the wait hook joins a stop at its end)
     double loss = whole_grads(s, &o->w, step);
@@ -58,31 +68,8 @@ static int co2_step(Strategy *s, int step, int boundary) {
     if (o->w.failed) return -1;
     whole_update(s, &o->w, step, loss, &r);
     if (o->w.failed) return -1;
-    if (!r.applied) { // a local decision: take the other workers down with this one
-        char msg[256];
-        snprintf(msg, sizeof msg,
-                 "step %d: the loss or gradient is not finite (loss %g, grad norm %g); stopping "
-                 "the job",
-                 step + 1, loss, r.norm);
-        comm_abort(EXIT_NUMERIC, msg);
-    }
     // the round's end (or the run's: a final, partial round) is part of its step
-    StepRecord *rec = co2_rounds_add(s, &o->r, loss);
-    double wait = 0, overlap = 0;
-    if ((step + 1) % c->tau == 0 || step + 1 == c->steps) {
-        Swapper *sw = o->w.sw;
-        double e0 = sw ? swap_co2_exposed(sw) : co2_exposed(o->co2);
-        co2_rounds_send(s, &o->r); // ahead of the outer average
-        if (sw && swap_co2_round_end(sw, ++o->rounds)) return -1;
-        if (!sw) co2_round_end(o->co2), overlap = co2_overlap(o->co2);
-        wait = (sw ? swap_co2_exposed(sw) : co2_exposed(o->co2)) - e0;
-    }
-    r.seconds = now_sec() - t0;
-    r.exposed = wait;
-    r.overlap = overlap;
-    *rec = r;
-    co2_rounds_end_step(s, &o->r, step + 1, r.seconds);
-    return 0;
+    return co2_rounds_step(s, &o->r, &r, step, t0, whole_round_end, o);
 }
 
 static void co2_drain(Strategy *s, int final) {

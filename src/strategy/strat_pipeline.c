@@ -1,7 +1,7 @@
 // strat_pipeline.c — pipeline parallelism: the blocks split into --pp stages, micro-batches
 // streamed through them under gpipe, 1f1b or 2bw (PipeDream-2BW: two weight versions, the
 // update of batch t applied in the background before batch t+2), --dp replicas of every stage
-// with ZeRO 1-3 inside them (2 and 3 under gpipe/1f1b; parallel/pipeline.h has the runtime,
+// with ZeRO 1-3 inside them (under every schedule; parallel/pipeline.h has the runtime,
 // pipeline_zero.c the shards). With --tp M every stage runs
 // the Megatron 1D tensor-parallel part of its blocks (model/tp_layout.c): the stage's tp group
 // all-reduces partial results as strat_tp does, activations go to the next stage's rank of the
@@ -62,7 +62,7 @@ static const Supports PP_SUPPORTS = {
                 FEAT(F_TP) | FEAT(F_SP) | FEAT(F_CP) | FEAT(F_RECOMPUTE) | FEAT(F_CO2),
     .pairs = PP_PAIRS,
     .runs_with = "pipeline stages run with data parallelism (ZeRO 0-3 over each stage's "
-                 "replicas; 2 and 3 under gpipe/1f1b), 1D --tp, --sp, --cp, --recompute and "
+                 "replicas, every schedule), 1D --tp, --sp, --cp, --recompute and "
                  "--co2 (gpipe/1f1b, ZeRO 0, plain stages)"};
 
 static int pp_check(const StrategyConfig *c) {
@@ -71,11 +71,6 @@ static int pp_check(const StrategyConfig *c) {
         return loom_fail("--co2 with --schedule 2bw: 2bw applies every update one batch late, "
                          "so a round's end has no settled weights to average (use gpipe or "
                          "1f1b)");
-    if (c->zero >= 2 && c->schedule && !strcmp(c->schedule, "2bw"))
-        return loom_fail("--schedule 2bw with --zero %d: 2bw's background update needs the whole "
-                         "stage's gradients and two weight versions (ZeRO 0 or 1; gpipe and 1f1b "
-                         "run ZeRO 2 and 3)",
-                         c->zero);
     if (c->sp && (c->tp < 2 || c->tp_2d))
         return loom_fail("--sp with --pp splits the sequence over each stage's 1D tensor-parallel "
                          "group: it needs --tp >= 2 (got --tp %d%s)",
@@ -256,12 +251,11 @@ static int tp_gather(PipeState *ps, const float *part, size_t lo, size_t hi, flo
 static int stage_host(PipeState *ps, size_t lo, size_t hi, const PipeShard *sh) {
     const Backend *be = ps->part.be;
     const Grid *g = ps->s->grid;
-    size_t off = sh->lo - lo; // the shard's prev points at element sh->lo of the stage
     stage_alloc(ps, sh->prev ? 4 : 3);
     pipeline_stage_weights(ps->p, ps->cut.stage[CKPT_PARAMS] + lo); // ZeRO-3: gathered
     be->download(ps->cut.stage[CKPT_M] + sh->lo, sh->m, sh->hi - sh->lo);
     be->download(ps->cut.stage[CKPT_V] + sh->lo, sh->v, sh->hi - sh->lo);
-    if (sh->prev) be->download(ps->cut.stage[CKPT_PREV] + lo, sh->prev - off, hi - lo);
+    if (sh->prev) pipeline_stage_prev(ps->p, ps->cut.stage[CKPT_PREV] + lo);
     const Comm *gc = grad_comm(g);
     if (ps->s->cfg->zero < 1 || gc->size < 2) return 0;
     return comm_allreduce(gc, ps->cut.stage[CKPT_M] + lo, hi - lo) ||
@@ -446,14 +440,23 @@ static void pp_summary(Strategy *s, double exposed_s, double step_s) {
     if (ps->ring) cp_summary(s, ps->ring, (size_t)(ab / 4), ps->steps);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
+    // 2bw: what the double buffer costs each replica (pipeline_impl.h)
+    char two[200] = "", wsh[64] = "", gsh[64] = "";
+    int W = grad_comm(s->grid)->size, z = W > 1 ? s->cfg->zero : 0;
+    if (z >= 3) snprintf(wsh, sizeof wsh, ", each a 1/%d shard, + one gathered block", W);
+    if (z >= 2) snprintf(gsh, sizeof gsh, ", each a 1/%d shard, + one block in flight", W);
+    if (!strcmp(s->cfg->schedule, "2bw"))
+        snprintf(two, sizeof two, " (2bw: two weight versions%s; two gradient buffers%s)", wsh,
+                 gsh);
     fprintf(stderr,
             "loom: pipeline %d stages x tp %d%s x cp %d x dp %d (zero %d), schedule %s | peak %d "
             "micro-batches of activations held on stage 0 | stage 0 holds weights %.2f MiB, grads "
             "%.2f MiB, optimizer %.2f MiB, activations %.2f MiB (whole model %.2f MiB), peak RSS "
-            "%.1f MiB\n",
+            "%.1f MiB%s\n",
             s->grid->pp, s->grid->tp, s->cfg->sp ? " + sp" : "", s->grid->cp, s->grid->dp,
             s->cfg->zero, s->cfg->schedule, pipeline_peak_inflight(p), wb / 1048576, gb / 1048576,
-            ob / 1048576, ab / 1048576, s->model->nparams * 4.0 / 1048576, ru.ru_maxrss / 1024.0);
+            ob / 1048576, ab / 1048576, s->model->nparams * 4.0 / 1048576, ru.ru_maxrss / 1024.0,
+            two);
 }
 
 static void pp_destroy(Strategy *s) {

@@ -89,34 +89,20 @@ void pp_co2_begin(PpCo2 *o, int step, double t0) {
 
 void pp_co2_report(PpCo2 *o, const StepRecord *r) { o->rec = *r; }
 
+static int pp_round_end(void *ctx, Co2Wait *w) {
+    PpCo2 *o = ctx;
+    double e0 = co2_exposed(o->co2);
+    sync_copy(o, 1);
+    co2_round_end(o->co2);
+    sync_copy(o, 0);
+    w->overlap = co2_overlap(o->co2);
+    w->exposed = co2_exposed(o->co2) - e0;
+    return 0;
+}
+
 void pp_co2_step(PpCo2 *o, Strategy *s, int step) {
-    const StrategyConfig *c = s->cfg;
-    StepRecord *r = &o->rec;
-    if (!r->applied) { // a worker's own decision: take the other workers down with this one
-        char msg[256];
-        snprintf(msg, sizeof msg,
-                 "step %d: the loss or gradient is not finite (loss %g, grad norm %g); stopping "
-                 "the job",
-                 step + 1, r->loss, r->norm);
-        comm_abort(EXIT_NUMERIC, msg);
-    }
-    StepRecord *rec = co2_rounds_add(s, &o->r, r->loss);
-    double wait = 0, overlap = 0;
-    if ((step + 1) % c->tau == 0 || step + 1 == c->steps) { // a round's end (or the run's)
-        double e0 = co2_exposed(o->co2);
-        co2_rounds_send(s, &o->r); // ahead of the outer average
-        sync_copy(o, 1);
-        co2_round_end(o->co2);
-        sync_copy(o, 0);
-        overlap = co2_overlap(o->co2);
-        wait = co2_exposed(o->co2) - e0;
-    }
-    r->seconds = now_sec() - o->t0;
-    r->exposed = wait;
-    r->overlap = overlap;
-    r->must_stop = 0;
-    *rec = *r;
-    co2_rounds_end_step(s, &o->r, step + 1, r->seconds);
+    o->rec.must_stop = 0;
+    co2_rounds_step(s, &o->r, &o->rec, step, o->t0, pp_round_end, o);
 }
 
 void pp_co2_drain(PpCo2 *o, Strategy *s, int final) {

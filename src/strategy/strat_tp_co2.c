@@ -67,31 +67,17 @@ void tp_co2_free(TpCo2 *o) {
 
 void tp_co2_begin(TpCo2 *o, int step) { co2_rounds_begin(&o->r, step); }
 
-int tp_co2_step(TpCo2 *o, Strategy *s, int step, StepRecord *r, double t0) {
-    const StrategyConfig *c = s->cfg;
-    if (!r->applied) { // a worker's own decision: take the other workers down with this one
-        char msg[256];
-        snprintf(msg, sizeof msg,
-                 "step %d: the loss or gradient is not finite (loss %g, grad norm %g); stopping "
-                 "the job",
-                 step + 1, r->loss, r->norm);
-        comm_abort(EXIT_NUMERIC, msg);
-    }
-    StepRecord *rec = co2_rounds_add(s, &o->r, r->loss);
-    double wait = 0, overlap = 0;
-    if ((step + 1) % c->tau == 0 || step + 1 == c->steps) { // a round's end (or the run's)
-        double e0 = co2_exposed(o->co2);
-        co2_rounds_send(s, &o->r); // ahead of the outer average
-        co2_round_end(o->co2);
-        overlap = co2_overlap(o->co2);
-        wait = co2_exposed(o->co2) - e0;
-    }
-    r->seconds = now_sec() - t0;
-    r->exposed = wait;
-    r->overlap = overlap;
-    *rec = *r;
-    co2_rounds_end_step(s, &o->r, step + 1, r->seconds);
+static int tp_round_end(void *ctx, Co2Wait *w) {
+    TpCo2 *o = ctx;
+    double e0 = co2_exposed(o->co2);
+    co2_round_end(o->co2);
+    w->overlap = co2_overlap(o->co2);
+    w->exposed = co2_exposed(o->co2) - e0;
     return 0;
+}
+
+int tp_co2_step(TpCo2 *o, Strategy *s, int step, StepRecord *r, double t0) {
+    return co2_rounds_step(s, &o->r, r, step, t0, tp_round_end, o);
 }
 
 void tp_co2_drain(TpCo2 *o, Strategy *s, int final) {

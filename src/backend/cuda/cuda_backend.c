@@ -95,6 +95,18 @@ static double cuda_sumsq(const float *x, size_t n) {
     return acc;
 }
 
+double cu_sum_losses(const float *losses, int N) {
+    float *host = xmalloc((size_t)N * sizeof(float));
+    CU(cudaMemcpyAsync(host, losses, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost,
+                       cu_ctx.stream));
+    CU(cudaStreamSynchronize(cu_ctx.stream));
+    double total = 0.0;
+    for (int n = 0; n < N; n++)
+        total += host[n];
+    free(host);
+    return total;
+}
+
 static void cuda_sumsq_chunks(const float *x, size_t n, size_t chunk, double *out) {
     size_t nk = (n + chunk - 1) / chunk;
     if (!nk) return;

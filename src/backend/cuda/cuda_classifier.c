@@ -6,7 +6,6 @@
 // next chunk reuses the scratch. The head's backward calls it again instead of keeping the
 // logits: one more forward product of the head, against passes over the (N,V) fp32
 // probabilities and their memory (3.3 GB for GPT-2 at B·T = 16384).
-#include <stdlib.h>
 
 #include "../../common.h"
 #include "cuda_blas.h"
@@ -38,13 +37,5 @@ double cuda_classifier(float *losses, float *dx, float *dwte, const float *x, co
         cb_matmul(0, 1, C, V, nr, xc, C, lg, P, dwte, C, 1.0f, NULL, fg);
     }
     cu_prof_end(grad ? PROF_XENT_B : PROF_XENT_F);
-    float *host = xmalloc((size_t)N * sizeof(float));
-    CU(cudaMemcpyAsync(host, losses, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost,
-                       cu_ctx.stream));
-    CU(cudaStreamSynchronize(cu_ctx.stream));
-    double total = 0.0; // in order, as the CPU backend sums them
-    for (int n = 0; n < N; n++)
-        total += host[n];
-    free(host);
-    return total;
+    return cu_sum_losses(losses, N);
 }

@@ -44,6 +44,9 @@ size_t cu_mem_peak(void);
 // previous contents are dead once a later op on the stream asks for it).
 enum { SCR_INTS, SCR_PART, SCR_ATT, SCR_RED, SCR_BF_A, SCR_BF_B, SCR_BF_OUT, SCR_FLASH, SCR_SLOTS };
 void *cu_scratch(int slot, size_t bytes);
+// Σ of N device floats (the classifier's losses), added in order on the host as the CPU
+// backend adds them; synchronizes.
+double cu_sum_losses(const float *losses, int N);
 // Uploads n host ints into scratch slot `slot` (SCR_INTS by default); returns the device copy.
 int *cu_ints(const int *host, size_t n);
 

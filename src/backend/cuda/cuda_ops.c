@@ -255,15 +255,7 @@ double cuda_softmax_xent_forward(float *logits_probs, float *losses, const int *
     cu_prof_begin(PROF_XENT_F);
     k_softmax_xent_forward(logits_probs, losses, cu_ints(targets, (size_t)N), N, V);
     cu_prof_end(PROF_XENT_F);
-    float *host = xmalloc((size_t)N * sizeof(float));
-    CU(cudaMemcpyAsync(host, losses, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost,
-                       cu_ctx.stream));
-    CU(cudaStreamSynchronize(cu_ctx.stream));
-    double total = 0.0; // in order, as the CPU backend sums them
-    for (int n = 0; n < N; n++)
-        total += host[n];
-    free(host);
-    return total;
+    return cu_sum_losses(losses, N);
 }
 
 void cuda_softmax_xent_backward(float *probs_dlogits, const int *targets, float scale, int N,

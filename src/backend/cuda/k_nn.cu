@@ -160,12 +160,22 @@ __device__ __forceinline__ void ms_add(float &m, float &s, float m2, float s2) {
     m = mx;
 }
 
-__global__ void xent_fwd_kernel(float *lp, float *losses, const int *targets, int V) {
-    __shared__ float shm[32], shs[32];
-    float *row = lp + (size_t)blockIdx.x * V;
-    float m = -INFINITY, s = 0.f;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) { // one exp per element
-        float x = row[j];
+// Element loads and stores of fp32 or bf16 rows, in fp32.
+template <typename E> __device__ __forceinline__ float ld_e(const E *p);
+template <> __device__ __forceinline__ float ld_e(const float *p) { return *p; }
+template <> __device__ __forceinline__ float ld_e(const __nv_bfloat16 *p) {
+    return __bfloat162float(*p);
+}
+__device__ __forceinline__ void st_e(float *p, float v) { *p = v; }
+__device__ __forceinline__ void st_e(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+
+// The block's row max m and Σ exp(x − m) over row[0..V), one exp per element; every thread
+// gets the same (m, s), the warps combined in one order. sh: 64 floats of shared memory.
+template <typename E>
+__device__ void row_max_sum(const E *row, int V, float &m, float &s, float *sh) {
+    m = -INFINITY, s = 0.f;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+        float x = ld_e(row + j);
         if (x > m) {
             s = (m == -INFINITY ? 0.f : s * expf(m - x)) + 1.f;
             m = x;
@@ -176,11 +186,18 @@ __global__ void xent_fwd_kernel(float *lp, float *losses, const int *targets, in
     for (int o = 16; o > 0; o >>= 1)
         ms_add(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
     int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    if (lane == 0) shm[wid] = m, shs[wid] = s;
+    if (lane == 0) sh[wid] = m, sh[32 + wid] = s;
     __syncthreads();
     m = -INFINITY, s = 0.f;
-    for (int k = 0; k < nw; k++) // every thread combines the warps in the same order
-        ms_add(m, s, shm[k], shs[k]);
+    for (int k = 0; k < nw; k++)
+        ms_add(m, s, sh[k], sh[32 + k]);
+}
+
+__global__ void xent_fwd_kernel(float *lp, float *losses, const int *targets, int V) {
+    __shared__ float sh[64];
+    float *row = lp + (size_t)blockIdx.x * V;
+    float m, s;
+    row_max_sum(row, V, m, s, sh);
     float zt = row[targets[blockIdx.x]]; // read before the row is overwritten
     __syncthreads();
     float inv = 1.0f / s;
@@ -198,37 +215,13 @@ __global__ void xent_bwd_kernel(float *pd, const int *targets, float scale, int 
 
 // One row of a classifier chunk per block: the online max / sum over the V real columns, the
 // loss, and with grad the row overwritten by (softmax − onehot)·scale (padding 0).
-template <typename E> __device__ __forceinline__ float ld_e(const E *p);
-template <> __device__ __forceinline__ float ld_e(const float *p) { return *p; }
-template <> __device__ __forceinline__ float ld_e(const __nv_bfloat16 *p) {
-    return __bfloat162float(*p);
-}
-__device__ __forceinline__ void st_e(float *p, float v) { *p = v; }
-__device__ __forceinline__ void st_e(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
-
 template <typename E>
 __global__ void xent_chunk_kernel(E *lg, float *losses, const int *targets, int V, int P,
                                   float scale, int grad) {
-    __shared__ float shm[32], shs[32];
+    __shared__ float sh[64];
     E *row = lg + (size_t)blockIdx.x * P;
-    float m = -INFINITY, s = 0.f;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        float x = ld_e(row + j);
-        if (x > m) {
-            s = (m == -INFINITY ? 0.f : s * expf(m - x)) + 1.f;
-            m = x;
-        } else {
-            s += expf(x - m);
-        }
-    }
-    for (int o = 16; o > 0; o >>= 1)
-        ms_add(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
-    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    if (lane == 0) shm[wid] = m, shs[wid] = s;
-    __syncthreads();
-    m = -INFINITY, s = 0.f;
-    for (int k = 0; k < nw; k++) // every thread combines the warps in the same order
-        ms_add(m, s, shm[k], shs[k]);
+    float m, s;
+    row_max_sum(row, V, m, s, sh);
     int tgt = targets[blockIdx.x];
     float zt = ld_e(row + tgt);
     __syncthreads(); // the target's logit is read before the row is overwritten
