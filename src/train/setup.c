@@ -227,6 +227,7 @@ static void strategy_config(Run *r) {
         .bootstrap = a->bootstrap,
         .secret = a->secret,
         .peer_timeout = a->peer_timeout,
+        .outer_compress = !strcmp(a->outer_compress, "int8"),
         .device = a->device,
         .tokenizer = r->tokenizer_fp,
         .shuffle = a->shuffle,

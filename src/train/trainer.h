@@ -49,6 +49,7 @@ typedef struct {
     int peer, min_peers;
     char *listen, *bootstrap, *secret, *peer_id, *advertise;
     float peer_timeout;
+    char *outer_compress; // none|int8
 } TrainArgs;
 
 void train_args_defaults(TrainArgs *a);
