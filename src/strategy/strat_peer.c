@@ -220,9 +220,11 @@ static int peer_create(Strategy *s) {
     size_t P = s->model->nparams;
     // swapped: the outer state (anchor, outer momentum, Δ/average) and the swarm's least count in
     // --fast-mem
-    p->w.kept = 4.0 * (double)(3 * P + swarm_host_floats(P));
-    p->w.kept_what = "the peer's anchor, outer momentum and Δ/average, and the swarm's Δs and "
-                     "the averages it keeps";
+    // (--outer-compress int8: the error feedback, P, and this peer's codes of two rounds, P / 2)
+    size_t cq = c->outer_compress ? P + P / 2 : 0;
+    p->w.kept = 4.0 * (double)(3 * P + swarm_host_floats(P) + cq);
+    p->w.kept_what = "the peer's anchor, outer momentum and Δ/average (with int8, its error "
+                     "feedback and codes), and the swarm's Δs and the averages it keeps";
     if (whole_create(s, &p->w, s->grid->dp_comm, 0)) return -1;
     GPT *m = s->model;
     p->anchor = xalloc_floats(P), p->mom = xalloc_floats(P), p->avg = xalloc_floats(P);
