@@ -8,7 +8,10 @@
 #      error feedback, peer_ef.bin) ends bit-identical to the run that never stopped; restarted
 #      without peer_ef.bin it ends elsewhere (the feedback is really carried);
 #   3. an unknown --outer-compress, and a peer joining an int8 swarm with none, are refused
-#      naming the flag.
+#      naming the flag;
+#   4. topk (--topk-frac 0.05): 3 peers end with identical anchors, the loss falls, a peer sends
+#      under a fifth of none's bytes, and its anchors differ from none's and int8's; a
+#      --topk-frac outside (0, 1] and a joiner with another --topk-frac are refused.
 # asan: skip
 set -eu
 . "$(dirname "$0")/lib.sh"
@@ -117,5 +120,36 @@ expect_fail "outer-compress differs" $LOOM peer --data "$d/d.bin" $model $opt $o
 expect_fail "outer-compress differs" $LOOM peer --data "$d/d.bin" $model $opt $outer \
     --outer-compress none --steps 30 --peer-id y --listen 127.0.0.1:0 --bootstrap $boot \
     --secret "$d/secret" --peer-timeout 2 --progress off
-kill -9 $v0 2>/dev/null || true
+kill -9 $v0 2>/dev/null || true; wait $v0 2>/dev/null || true
+
+echo "== 4. topk"
+swarm t 3 15 --outer-compress topk --topk-frac 0.05
+for i in 1 2; do
+    cmp "$d/t0.st" "$d/t$i.st" || { echo "topk: peer $i's anchor differs from peer 0's"; exit 1; }
+done
+if cmp -s "$d/t0.st" "$d/f0.st" || cmp -s "$d/t0.st" "$d/q0.st"; then
+    echo "topk ended where none or int8 did"; exit 1
+fi
+$PY - "$d/t0.jsonl" <<'PY'
+import json, sys
+loss = [json.loads(l)["loss"] for l in open(sys.argv[1]) if '"loss"' in l]
+first, last = sum(loss[:3]) / 3, sum(loss[-3:]) / 3
+print(f"topk: loss {first:.4f} -> {last:.4f}")
+assert last < first - 0.1, "the loss did not fall"
+PY
+t=$(sent_mib t0)
+echo "peer 0 sent $t MiB with topk 0.05, $f MiB with none"
+$PY -c "import sys; t, f = float('$t'), float('$f'); sys.exit(0 if 0 < t < f / 5 else 1)" ||
+    { echo "topk did not cut the bytes sent"; exit 1; }
+for bad in 0 1.5 -1; do
+    expect_fail "--topk-frac" $LOOM peer --data "$d/d.bin" $model --outer-compress topk \
+        --topk-frac $bad --peer-id q --listen 127.0.0.1:0 --secret "$d/secret" --steps 1
+done
+peer v0 "" --steps 30 --min-peers 2 --outer-compress topk --topk-frac 0.05
+v0=$!
+boot=$(addr v0)
+expect_fail "topk-frac differs" $LOOM peer --data "$d/d.bin" $model $opt $outer \
+    --outer-compress topk --topk-frac 0.1 --steps 30 --peer-id y --listen 127.0.0.1:0 \
+    --bootstrap $boot --secret "$d/secret" --peer-timeout 2 --progress off
+kill -9 $v0 2>/dev/null || true; wait $v0 2>/dev/null || true
 echo "all ok"

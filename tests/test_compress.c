@@ -7,7 +7,10 @@
 //     dequantized sum over rounds stays within one step of the true sum;
 //   * a piece sent as a DELTA8 (codes and scales through wire.c) decodes on the receiver to
 //     exactly the bits the sender averages (sw_piece_msg / sw_piece_take);
-//   * a chunk with a NaN or an infinity codes to 0 with the scale NaN (all its values NaN).
+//   * a chunk with a NaN or an infinity codes to 0 with the scale NaN (all its values NaN);
+//   * topk keeps exactly the k largest |x + e| (ties: the lower index; NaN the largest), the
+//     rest moving into e, against a sort; a piece of it travels as DELTAS (index, value) pairs,
+//     or as floats when more than half of it is kept, and decodes to the sender's exact bits.
 #include <math.h>
 #include <string.h>
 
@@ -125,10 +128,79 @@ TEST(non_finite) {
     CHECK(isnan(vs[0]) && !vq[0] && !vq[1], "infinity: scale %g", vs[0]);
 }
 
+static int cmp_mag(const void *a, const void *b) { // by |x| descending, then index
+    const float *x = *(float *const *)a, *y = *(float *const *)b;
+    if (fabsf(*x) != fabsf(*y)) return fabsf(*x) < fabsf(*y) ? 1 : -1;
+    return x < y ? -1 : x > y;
+}
+
+TEST(topk_selection) {
+    CHECK(cq_topk_count(100, 0.02) == 2 && cq_topk_count(100, 1e-9) == 1 &&
+              cq_topk_count(100, 1.0) == 100 && cq_topk_count(101, 0.02) == 3,
+          "counts");
+    static float *order[N];
+    size_t k = cq_topk_count(N, 0.02);
+    fill(x, N, 5);
+    for (size_t i = 0; i < N; i += 7)
+        x[i] = x[i / 7 * 3]; // many equal magnitudes
+    fill(e, N, 6);
+    for (size_t i = 0; i < N; i++)
+        y[i] = x[i] + e[i], order[i] = &y[i];
+    qsort(order, N, sizeof *order, cmp_mag);
+    memcpy(d, x, sizeof d);
+    cq_topk_step(d, e, N, k);
+    int bad = 0, kept = 0;
+    for (size_t i = 0; i < N; i++) {
+        kept += d[i] != 0;
+        bad += (d[i] != 0 && e[i] != 0) || (d[i] != 0 ? d[i] : e[i]) != y[i];
+    }
+    for (size_t j = 0; j < N; j++) {
+        size_t i = (size_t)(order[j] - y);
+        bad += j < k ? d[i] != y[i] || e[i] != 0 : d[i] != 0 || e[i] != y[i];
+    }
+    CHECK(bad == 0 && kept == (int)k, "%d off, %d kept of %zu", bad, kept, k);
+    float t[6] = {1, -2, 2, NAN, 2, -2}, te[6] = {0};
+    cq_topk_step(t, te, 6, 3); // NaN, then the first two of the four ±2
+    CHECK(isnan(t[3]) && t[1] == -2 && t[2] == 2 && t[4] == 0 && t[5] == 0 && te[4] == 2 &&
+              te[5] == -2 && t[0] == 0 && te[0] == 1,
+          "ties / NaN: %g %g %g %g %g %g", t[0], t[1], t[2], t[3], t[4], t[5]);
+}
+
+TEST(topk_piece_over_the_wire) {
+    static Swarm s;
+    static WireMsg out, in;
+    static uint8_t buf[WIRE_MSG_MAX];
+    static float got[N];
+    s.P = N, s.out = &out, s.c.compress = CQ_TOPK;
+    for (int dense = 0; dense < 2; dense++) {
+        fill(d, N, 11);
+        memset(e, 0, sizeof e);
+        cq_topk_step(d, e, N, cq_topk_count(N, dense ? 0.9 : 0.02));
+        Contrib c = {.delta = d};
+        int type = sw_piece_msg(&s, &c, 0);
+        out.type = (uint16_t)type, out.round = 1;
+        strcpy(out.from, "a");
+        size_t n = wire_encode(&out, buf, sizeof buf);
+        size_t want =
+            dense ? 17 + 1 + 24 + 4 * (size_t)N : 17 + 1 + 28 + 8 * cq_topk_count(N, 0.02);
+        CHECK(type == (dense ? WIRE_DELTA : WIRE_DELTAS) && n == want, "type %d, %zu bytes", type,
+              n);
+        char err[160] = "";
+        CHECK(wire_decode(buf, n, &in, err, sizeof err) == 0 && sw_piece_ok(&s, &in), "decode: %s",
+              err);
+        memset(got, 0xff, sizeof got);
+        sw_piece_take(&in, got);
+        CHECK(!memcmp(got, d, sizeof got), "the receiver's values differ from the sender's");
+    }
+    free(s.sparse);
+}
+
 int main(void) {
     RUN(quantize_chunks);
     RUN(error_feedback);
     RUN(piece_over_the_wire);
     RUN(non_finite);
+    RUN(topk_selection);
+    RUN(topk_piece_over_the_wire);
     return test_summary();
 }

@@ -1,6 +1,6 @@
-// peer_ef.c — a peer's error-feedback buffer (--outer-compress int8, swarm/compress.h) in its
-// checkpoint: peer_ef.bin next to peer_state.bin, one array of P floats, so that a resumed
-// peer adds to its next Δ exactly what its last quantization dropped.
+// peer_ef.c — a peer's error-feedback buffer (--outer-compress int8|topk, swarm/compress.h)
+// in its checkpoint: peer_ef.bin next to peer_state.bin, one array of P floats, so that a
+// resumed peer adds to its next Δ exactly what its last compression dropped.
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -22,7 +22,7 @@ int peer_ef_load(const char *dir, float *ef, size_t P, const char *peer_id) {
     if (access(path, F_OK)) {
         memset(ef, 0, P * sizeof(float));
         fprintf(stderr,
-                "loom peer %s: %s holds no error feedback (peer_ef.bin): --outer-compress int8 "
+                "loom peer %s: %s holds no error feedback (peer_ef.bin): --outer-compress "
                 "starts with none\n",
                 peer_id, dir);
         return 0;

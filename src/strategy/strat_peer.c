@@ -70,6 +70,8 @@ static const Supports PEER_SUPPORTS = {
 
 static int peer_check(const StrategyConfig *c) {
     if (c->tau < 1 || c->tau > 4096) return loom_fail("--tau must be in 1..4096 for loom peer");
+    if (!(c->topk_frac > 0 && c->topk_frac <= 1))
+        return loom_fail("--topk-frac %g: must be in (0, 1]", c->topk_frac);
     if (c->save_every > 0 && c->save_every % c->tau)
         return loom_fail("--save-every %d: a peer saves at round ends, so it must be a multiple "
                          "of --tau %d",
@@ -164,7 +166,7 @@ static int round_end(Strategy *s, Peer *p, double *wait) {
     double loss[4096];
     for (int i = 0; i < p->n[0]; i++)
         loss[i] = p->rec[0][i].loss;
-    swarm_contribute_ef(p->sw, r, delta, p->ef, loss, p->n[0]); // (int8: Δ + ef quantized)
+    swarm_contribute_ef(p->sw, r, delta, p->ef, loss, p->n[0]); // (int8, topk: Δ + ef compressed)
     p->base += (uint64_t)p->n[0] * (uint64_t)p->N * (uint64_t)s->cfg->grad_accum;
     if (r >= 2) {
         double w = apply_average(s, p, r - 1);
@@ -220,8 +222,8 @@ static int peer_create(Strategy *s) {
     size_t P = s->model->nparams;
     // swapped: the outer state (anchor, outer momentum, Δ/average) and the swarm's least count in
     // --fast-mem
-    // (--outer-compress int8: the error feedback, P, and this peer's codes of two rounds, P / 2)
-    size_t cq = c->outer_compress ? P + P / 2 : 0;
+    // (--outer-compress: the error feedback, P, and with int8 this peer's codes of two rounds)
+    size_t cq = c->outer_compress ? P + (c->outer_compress == 1 ? P / 2 : 0) : 0;
     p->w.kept = 4.0 * (double)(3 * P + swarm_host_floats(P) + cq);
     p->w.kept_what = "the peer's anchor, outer momentum and Δ/average (with int8, its error "
                      "feedback and codes), and the swarm's Δs and the averages it keeps";
@@ -255,6 +257,7 @@ static int peer_create(Strategy *s) {
                       .tau = c->tau,
                       .run_desc = p->desc,
                       .compress = c->outer_compress,
+                      .topk_frac = c->topk_frac,
                       .verbose = getenv("LOOM_PEER_VERBOSE") != NULL};
     SwarmState st;
     int joined;

@@ -1,8 +1,10 @@
-// compress.c — --outer-compress int8 (compress.h): the chunk-wise int8 quantization of a Δ
-// and its error feedback, and the swarm's side of it: the DELTA or DELTA8 message of one piece
-// of this peer's Δ, a received piece turned back into floats, and this peer's quantized
-// contribution. Pieces (SW_PIECE floats) are whole chunks, so piece k carries the codes of
-// [k·SW_PIECE, ...) and the scales of its chunks, from scale k·SW_PIECE / CQ_CHUNK on.
+// compress.c — --outer-compress int8|topk (compress.h): the chunk-wise int8 quantization of a
+// Δ, its top-k selection, their error feedback, and the swarm's side of them: the DELTA, DELTA8
+// or DELTAS message of one piece of this peer's Δ, a received piece turned back into floats,
+// and this peer's compressed contribution. (topk sends a piece's elements that are not zero,
+// read from its Δ, which cq_topk_step zeroed elsewhere.) Pieces (SW_PIECE floats) are whole chunks,
+// so piece k carries the codes of [k·SW_PIECE, ...) and the scales of its chunks, from scale
+// k·SW_PIECE / CQ_CHUNK on.
 #include "compress.h"
 
 #include <math.h>
@@ -56,12 +58,28 @@ void cq_ef_step(float *x, float *e, size_t n, int8_t *q, float *scales) {
 
 // ---------------------------------------------------------------- the swarm's side
 
+// topk: the piece's elements that are not zero as indices and values in s->sparse, when they
+// are at most half of it (else 0: the piece goes as floats, zeros included).
+static int sparse_msg(Swarm *s, const float *x, WireMsg *m) {
+    if (!s->sparse) s->sparse = xmalloc(SW_PIECE * sizeof(uint32_t));
+    uint32_t *idx = s->sparse, nnz = 0, half = m->n / 2;
+    float *val = (float *)(s->sparse + half);
+    for (uint32_t i = 0; i < m->n; i++)
+        if (x[i] != 0) {
+            if (nnz == half) return 0;
+            idx[nnz] = i, val[nnz++] = x[i];
+        }
+    m->nnz = nnz, m->idx = (const uint8_t *)idx, m->data = (const uint8_t *)val;
+    return 1;
+}
+
 int sw_piece_msg(Swarm *s, const Contrib *c, size_t piece) {
     WireMsg *m = s->out;
     m->offset = piece * SW_PIECE, m->total = s->P;
     m->n = (uint32_t)(s->P - m->offset < SW_PIECE ? s->P - m->offset : SW_PIECE);
     m->nloss = piece == 0 ? (uint32_t)c->nloss : 0;
     m->losses = (const uint8_t *)c->losses;
+    if (s->c.compress == CQ_TOPK && sparse_msg(s, c->delta + m->offset, m)) return WIRE_DELTAS;
     if (!c->q8) {
         m->data = (const uint8_t *)(c->delta + m->offset);
         return WIRE_DELTA;
@@ -72,10 +90,17 @@ int sw_piece_msg(Swarm *s, const Contrib *c, size_t piece) {
 }
 
 int sw_piece_ok(const Swarm *s, const WireMsg *m) {
-    return (m->type == WIRE_DELTA8) == (s->c.compress == CQ_INT8);
+    if (s->c.compress == CQ_TOPK) return m->type == WIRE_DELTAS || m->type == WIRE_DELTA;
+    return m->type == (s->c.compress == CQ_INT8 ? WIRE_DELTA8 : WIRE_DELTA);
 }
 
 void sw_piece_take(const WireMsg *m, float *dst) {
+    if (m->type == WIRE_DELTAS) {
+        memset(dst, 0, m->n * sizeof(float));
+        for (uint32_t j = 0; j < m->nnz; j++)
+            dst[wire_u32(m->idx, j)] = wire_float(m->data, j);
+        return;
+    }
     if (m->type != WIRE_DELTA8) {
         wire_floats(m->data, m->n, dst);
         return;
@@ -90,6 +115,8 @@ void sw_piece_take(const WireMsg *m, float *dst) {
 void swarm_contribute_ef(Swarm *s, int64_t r, float *delta, float *ef, const double *losses,
                          int nloss) {
     if (s->c.compress != CQ_INT8) {
+        if (s->c.compress == CQ_TOPK)
+            cq_topk_step(delta, ef, s->P, cq_topk_count(s->P, s->c.topk_frac));
         swarm_contribute(s, r, delta, losses, nloss);
         return;
     }
@@ -97,4 +124,52 @@ void swarm_contribute_ef(Swarm *s, int64_t r, float *delta, float *ef, const dou
     float *scales = xmalloc(cq_nchunks(s->P) * sizeof(float));
     cq_ef_step(delta, ef, s->P, q, scales);
     sw_contribute(s, r, delta, q, scales, losses, nloss); // (it owns q and scales now)
+}
+
+// ---------------------------------------------------------------- topk
+
+size_t cq_topk_count(size_t n, double frac) {
+    double k = ceil(frac * (double)n);
+    return k < 1 ? 1 : k > (double)n ? n : (size_t)k;
+}
+
+// |x|'s bits: ordered as the magnitudes (NaNs above infinity).
+static uint32_t mag(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return u & 0x7fffffffu;
+}
+
+// The k-th largest key of x[0, n) (a radix select, 8 bits a pass) and how many keys exceed it.
+static uint32_t kth_key(const float *x, size_t n, size_t k, size_t *above) {
+    uint32_t prefix = 0, mask = 0;
+    size_t over = 0; // keys known to be above the prefix
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        size_t hist[256] = {0};
+        for (size_t i = 0; i < n; i++) {
+            uint32_t u = mag(x[i]);
+            if ((u & mask) == prefix) hist[(u >> shift) & 255]++;
+        }
+        int b = 255;
+        while (b > 0 && over + hist[b] < k)
+            over += hist[b--];
+        prefix |= (uint32_t)b << shift, mask |= 255u << shift;
+    }
+    *above = over;
+    return prefix;
+}
+
+void cq_topk_step(float *x, float *e, size_t n, size_t k) {
+    for (size_t i = 0; i < n; i++)
+        x[i] += e[i];
+    size_t above;
+    uint32_t t = kth_key(x, n, k, &above);
+    size_t ties = k - above; // keys equal to t kept, the lowest indices first
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = mag(x[i]);
+        int keep = u > t || (u == t && ties > 0);
+        ties -= u == t && keep;
+        e[i] = keep ? 0 : x[i];
+        x[i] = keep && x[i] != 0 ? x[i] : 0.0f; // (+0: what a receiver of the pairs rebuilds)
+    }
 }

@@ -119,6 +119,7 @@ struct Swarm {
     Fetch fetch; // the state download (meta, anchor, momentum)
     int diverged;
     SwarmStats st;
+    uint32_t *sparse;     // --outer-compress topk: a DELTAS' indices and values (SW_PIECE)
     float *pool[SW_POOL]; // Δ buffers for reuse
     int npool;
 };
@@ -156,11 +157,12 @@ void sw_contrib_free(Swarm *s, Contrib *c);
 
 // compress.c
 // Fills s->out with piece `piece` of contribution c (this peer's): returns the type to send it
-// as, WIRE_DELTA (floats) or WIRE_DELTA8 (codes and scales, with --outer-compress int8).
+// as, WIRE_DELTA (floats), WIRE_DELTA8 (codes and scales, with --outer-compress int8) or
+// WIRE_DELTAS (its elements not zero, with topk, when they are at most half of the piece).
 int sw_piece_msg(Swarm *s, const Contrib *c, size_t piece);
-// 1 if a DELTA / DELTA8 is the kind this swarm's --outer-compress sends.
+// 1 if a DELTA / DELTA8 / DELTAS is a kind this swarm's --outer-compress sends.
 int sw_piece_ok(const Swarm *s, const WireMsg *m);
-// The floats of a received DELTA / DELTA8 piece (m->n of them) into dst.
+// The floats of a received DELTA / DELTA8 / DELTAS piece (m->n of them) into dst.
 void sw_piece_take(const WireMsg *m, float *dst);
 
 // swarm_join.c

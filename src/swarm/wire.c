@@ -28,6 +28,8 @@
 //   BYE       nothing
 //   DELTA8    offset u64, total u64, n u32 (1..2^18), nloss u32 (<= 4096),
 //             ceil(n / 4096) floats (the scales), n int8 codes, nloss doubles
+//   DELTAS    offset u64, total u64, n u32 (1..2^18), nloss u32 (<= 4096), nnz u32 (<= n / 2),
+//             nnz u32 indices (increasing, < n), nnz floats, nloss doubles
 // DELTA, DELTA8, FETCH and DATA need offset + n <= total; a DATA with n = 0 must have offset =
 // total = 0 (the version is gone). Nothing may follow the last field. A message is at most
 // WIRE_MSG_MAX bytes (the largest valid one, a full DELTA, is about 1.03 MiB).
@@ -38,9 +40,9 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char *const type_names[WIRE_NTYPES] = {"?",      "HELLO", "WELCOME", "REFUSE",
-                                                    "GOSSIP", "DELTA", "HAVE",    "COMMIT",
-                                                    "FETCH",  "DATA",  "BYE",     "DELTA8"};
+static const char *const type_names[WIRE_NTYPES] = {
+    "?",      "HELLO", "WELCOME", "REFUSE", "GOSSIP", "DELTA", "HAVE",
+    "COMMIT", "FETCH", "DATA",    "BYE",    "DELTA8", "DELTAS"};
 
 const char *wire_type_name(int type) {
     return type > 0 && type < WIRE_NTYPES ? type_names[type] : "?";
@@ -130,9 +132,26 @@ static int check_records(const WireMsg *m, const char *t, char *why, size_t whyn
 
 size_t wire_q8_scales(size_t n) { return (n + WIRE_Q8_CHUNK - 1) / WIRE_Q8_CHUNK; }
 
-static int is_delta(const WireMsg *m) { return m->type == WIRE_DELTA || m->type == WIRE_DELTA8; }
+static int is_delta(const WireMsg *m) {
+    return m->type == WIRE_DELTA || m->type == WIRE_DELTA8 || m->type == WIRE_DELTAS;
+}
 
-// DELTA, DELTA8, FETCH, DATA: the array, the counts, [offset, offset + n) inside total.
+uint32_t wire_u32(const uint8_t *p, size_t i) { return (uint32_t)get_le(p + 4 * i, 4); }
+
+// DELTAS: nnz <= n / 2, and the indices increase and stay below n.
+static int check_sparse(const WireMsg *m, const char *t, char *why, size_t whyn) {
+    if (m->nnz > m->n / 2) return say(why, whyn, "%s: nnz %u > n / 2", t, (unsigned)m->nnz);
+    if (m->nnz && (!m->idx || !m->data)) return say(why, whyn, "%s: no indices", t);
+    for (uint32_t j = 0; j < m->nnz; j++) {
+        uint32_t i = wire_u32(m->idx, j);
+        if (i >= m->n || (j && i <= wire_u32(m->idx, j - 1)))
+            return say(why, whyn, "%s: index %u at %u out of order or >= n", t, (unsigned)i,
+                       (unsigned)j);
+    }
+    return 0;
+}
+
+// DELTA, DELTA8, DELTAS, FETCH, DATA: the array, the counts, [offset, offset + n) inside total.
 static int check_range(const WireMsg *m, const char *t, char *why, size_t whyn) {
     if (!is_delta(m) && (m->what < 1 || m->what >= WIRE_ARR_MAX))
         return say(why, whyn, "%s: unknown array %u", t, (unsigned)m->what);
@@ -145,9 +164,10 @@ static int check_range(const WireMsg *m, const char *t, char *why, size_t whyn) 
     if (m->offset > m->total || m->n > m->total - m->offset)
         return say(why, whyn, "%s: offset %llu + n %u > total %llu", t,
                    (unsigned long long)m->offset, (unsigned)m->n, (unsigned long long)m->total);
+    if (is_delta(m) && m->nloss && !m->losses) return say(why, whyn, "%s: no losses", t);
+    if (m->type == WIRE_DELTAS) return check_sparse(m, t, why, whyn);
     if (m->type != WIRE_FETCH && m->n && !m->data) return say(why, whyn, "%s: no data", t);
     if (m->type == WIRE_DELTA8 && m->n && !m->q8) return say(why, whyn, "%s: no codes", t);
-    if (is_delta(m) && m->nloss && !m->losses) return say(why, whyn, "%s: no losses", t);
     return 0;
 }
 
@@ -173,6 +193,7 @@ static int check(const WireMsg *m, char *why, size_t whyn) {
     case WIRE_REFUSE: return check_text(m, t, why, whyn);
     case WIRE_DELTA:
     case WIRE_DELTA8:
+    case WIRE_DELTAS:
     case WIRE_FETCH:
     case WIRE_DATA: return check_range(m, t, why, whyn);
     case WIRE_HAVE:
@@ -261,6 +282,7 @@ static void emit(Wr *w, const WireMsg *m) {
     case WIRE_REFUSE: put_text(w, m); break;
     case WIRE_DELTA:
     case WIRE_DELTA8:
+    case WIRE_DELTAS:
         put_u(w, m->offset, 8);
         put_u(w, m->total, 8);
         put_u(w, m->n, 4);
@@ -268,6 +290,10 @@ static void emit(Wr *w, const WireMsg *m) {
         if (m->type == WIRE_DELTA8) {
             put_vals(w, m->data, wire_q8_scales(m->n), 4);
             put_bytes(w, m->q8, m->n);
+        } else if (m->type == WIRE_DELTAS) {
+            put_u(w, m->nnz, 4);
+            put_vals(w, m->idx, m->nnz, 4);
+            put_vals(w, m->data, m->nnz, 4);
         } else {
             put_vals(w, m->data, m->n, 4);
         }
@@ -398,7 +424,8 @@ static int get_text(Rd *r, WireMsg *m) {
     return 0;
 }
 
-// DELTA, DELTA8, FETCH, DATA: the fields in their order, the floats, codes and losses as
+// DELTA, DELTA8, DELTAS, FETCH, DATA: the fields in their order, the floats, codes, indices and
+// losses as
 // pointers into r.
 static int get_range(Rd *r, WireMsg *m) {
     if (!is_delta(m)) m->what = (uint32_t)get_u(r, 4);
@@ -415,6 +442,11 @@ static int get_range(Rd *r, WireMsg *m) {
     if (m->type == WIRE_DELTA8) {
         m->data = get_bytes(r, wire_q8_scales(m->n) * 4);
         m->q8 = get_bytes(r, m->n);
+    } else if (m->type == WIRE_DELTAS) {
+        m->nnz = (uint32_t)get_u(r, 4);
+        if (m->nnz > m->n / 2 && !r->trunc) return bad(r, "nnz %u > n / 2", (unsigned)m->nnz);
+        m->idx = get_bytes(r, (size_t)m->nnz * 4);
+        m->data = get_bytes(r, (size_t)m->nnz * 4);
     } else {
         m->data = get_bytes(r, (size_t)m->n * 4);
     }
@@ -435,6 +467,7 @@ static int get_body(Rd *r, WireMsg *m) {
         return get_ids(r, m);
     case WIRE_DELTA:
     case WIRE_DELTA8:
+    case WIRE_DELTAS:
     case WIRE_FETCH:
     case WIRE_DATA: return get_range(r, m);
     default: return 0; // BYE
@@ -446,7 +479,9 @@ int wire_decode(const uint8_t *buf, size_t len, WireMsg *m, char *err, size_t er
     if (!buf) len = 0;
     Rd r = {buf, len, 0, 0, "header", err, errn};
     m->type = 0, m->round = 0, m->from[0] = 0, m->what = m->attempt = 0;
-    m->offset = m->total = m->hash = 0, m->n = m->nloss = 0, m->data = m->losses = m->q8 = NULL;
+    m->offset = m->total = m->hash = 0, m->n = m->nloss = 0,
+    m->data = m->losses = m->q8 = m->idx = NULL;
+    m->nnz = 0;
     m->nids = m->nrec = 0, m->text_len = 0, m->text[0] = 0;
     const uint8_t *magic = get_bytes(&r, 4);
     if (magic && memcmp(magic, "LMSW", 4)) return say(err, errn, "bad magic");

@@ -36,6 +36,9 @@ typedef enum {
     WIRE_BYE,       // the sender leaves the swarm
     WIRE_DELTA8,    // DELTA quantized (--outer-compress int8): n elements at offset of total as
                     // ceil(n / WIRE_Q8_CHUNK) float scales (data) and n int8 codes (q8); losses
+    WIRE_DELTAS,    // DELTA sparse (--outer-compress topk): of the n elements at offset, nnz
+                    // (<= n / 2) are not zero: their indices (idx, increasing, < n) and values
+                    // (data); losses
     WIRE_NTYPES
 } WireType;
 
@@ -72,6 +75,8 @@ typedef struct {
     const uint8_t *data;    // DELTA, DATA: n little-endian floats inside the decoded buffer
                             // (DELTA8: its wire_q8_scales(n) scales)
     const uint8_t *q8;      // DELTA8: n int8 codes inside the decoded buffer
+    uint32_t nnz;           // DELTAS: elements not zero (data holds their nnz values)
+    const uint8_t *idx;     // DELTAS: their nnz u32 indices (from offset) inside the buffer
     uint32_t nloss;         // DELTA
     const uint8_t *losses;  // DELTA: nloss little-endian doubles inside the decoded buffer
     uint64_t hash;          // HAVE, COMMIT, DATA
@@ -105,5 +110,7 @@ double wire_double(const uint8_t *p, size_t i);
 void wire_floats(const uint8_t *p, size_t n, float *dst);
 // DELTA8: the scales a message of n elements carries (one per WIRE_Q8_CHUNK, the last partial).
 size_t wire_q8_scales(size_t n);
+// Element i of a decoded u32 array (DELTAS' indices).
+uint32_t wire_u32(const uint8_t *p, size_t i);
 // Name of a type ("DELTA"; "?" if unknown), for messages and counters.
 const char *wire_type_name(int type);
