@@ -28,7 +28,7 @@ typedef struct {
     Swarm *sw;
     CO2Config cc;
     float *anchor, *mom, *avg; // host memory (P); Δ is formed in avg's (the swarm copies it)
-    float *ef;                 // --outer-compress int8: the error feedback (P), else NULL
+    float *ef;                 // --outer-compress int8|topk: the error feedback (P)
     int64_t round;             // rounds ended
     int64_t first_round;
     uint64_t base;      // the first window of the current round
@@ -225,8 +225,9 @@ static int peer_create(Strategy *s) {
     // (--outer-compress: the error feedback, P, and with int8 this peer's codes of two rounds)
     size_t cq = c->outer_compress ? P + (c->outer_compress == 1 ? P / 2 : 0) : 0;
     p->w.kept = 4.0 * (double)(3 * P + swarm_host_floats(P) + cq);
-    p->w.kept_what = "the peer's anchor, outer momentum and Δ/average (with int8, its error "
-                     "feedback and codes), and the swarm's Δs and the averages it keeps";
+    p->w.kept_what = "the peer's anchor, outer momentum and Δ/average (compressed: its error "
+                     "feedback, and with int8 its codes), and the swarm's Δs and the averages it "
+                     "keeps";
     if (whole_create(s, &p->w, s->grid->dp_comm, 0)) return -1;
     GPT *m = s->model;
     p->anchor = xalloc_floats(P), p->mom = xalloc_floats(P), p->avg = xalloc_floats(P);
