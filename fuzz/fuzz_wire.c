@@ -15,7 +15,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (!err[0]) abort();
         return 0;
     }
-    if (msg.n && msg.type != WIRE_FETCH) wire_floats(msg.data, msg.n, floats);
+    if (msg.type == WIRE_DELTA8) { // the scales, and every code
+        wire_floats(msg.data, wire_q8_scales(msg.n), floats);
+        for (uint32_t i = 0; i < msg.n; i++)
+            floats[i] = (float)(int8_t)msg.q8[i];
+    } else if (msg.type == WIRE_DELTAS) { // the values, and every index
+        wire_floats(msg.data, msg.nnz, floats);
+        for (uint32_t j = 0; j < msg.nnz; j++)
+            floats[j] += (float)wire_u32(msg.idx, j);
+    } else if (msg.n && msg.type != WIRE_FETCH) {
+        wire_floats(msg.data, msg.n, floats);
+    }
     volatile double last = 0;
     for (uint32_t i = 0; i < msg.nloss; i++)
         last = wire_double(msg.losses, i);

@@ -144,6 +144,10 @@ w("wire/fetch", hdr(8) + struct.pack("<IQQI", 1, 0, 1 << 20, 1 << 18))
 w("wire/data", hdr(9) + struct.pack("<IQQIQ", 2, 8, 12, 4, 5) + floats(4))
 w("wire/data_gone", hdr(9) + struct.pack("<IQQIQ", 3, 0, 0, 0, 0))
 w("wire/bye", hdr(10, 12))
+w("wire/delta8", hdr(11) + struct.pack("<QQII", 4096, 8200, 4100, 2) + floats(2) +
+  bytes((i * 37) % 256 for i in range(4100)) + struct.pack("<2d", 3.25, 2.0))
+w("wire/deltas", hdr(12) + struct.pack("<QQIII", 0, 20, 10, 1, 3) + struct.pack("<3I", 1, 4, 9) +
+  floats(3) + struct.pack("<d", 2.5))
 PY
 # Hugging Face tokenizer.json (fuzz_tokjson): the 256 byte tokens in GPT-2's alphabet and a few
 # merges; GPT-2's ByteLevel with "a b" merges, Llama-3's Split with ["a", "b"] merges, added

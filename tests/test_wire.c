@@ -98,7 +98,17 @@ static int same_msg(const WireMsg *a, const WireMsg *b) {
     if (a->nids != b->nids) return 0;
     for (int i = 0; i < a->nids; i++)
         if (strcmp(a->ids[i], b->ids[i])) return 0;
-    if (a->n && b->type != WIRE_FETCH) {
+    if (a->nnz != b->nnz) return 0;
+    for (uint32_t j = 0; j < a->nnz; j++) { // DELTAS: indices and values
+        float f = wire_float(b->data, j), g;
+        memcpy(&g, a->data + 4 * (size_t)j, 4);
+        if (wire_u32(b->idx, j) != ((const uint32_t *)a->idx)[j] || memcmp(&f, &g, 4)) return 0;
+    }
+    if (a->n && b->type == WIRE_DELTA8) { // the scales, then the codes
+        size_t ns = wire_q8_scales(a->n);
+        wire_floats(b->data, ns, fl_back);
+        if (memcmp(a->data, fl_back, ns * 4) || memcmp(a->q8, b->q8, a->n)) return 0;
+    } else if (a->n && b->type != WIRE_FETCH && b->type != WIRE_DELTAS) {
         wire_floats(b->data, b->n, fl_back);
         if (memcmp(a->data, fl_back, (size_t)a->n * 4)) return 0;
         for (uint32_t i = 0; i < a->n; i += 997) {
@@ -195,6 +205,41 @@ TEST(roundtrip_arrays) {
     CHECK(n == 17 + 10 + 24 + 4 * (size_t)WIRE_MAX_FLOATS + 8 * WIRE_MAX_LOSSES, "size %zu", n);
     msg.nloss = 0, msg.losses = NULL, msg.n = 1, msg.offset = 0, msg.total = 1;
     roundtrip(&msg, "DELTA, one float, no losses");
+
+    base(&msg, WIRE_DELTA8); // scales: one per 4096 codes, the last chunk partial
+    msg.data = (const uint8_t *)fl, msg.q8 = (const uint8_t *)dl, msg.losses = (const uint8_t *)dl;
+    msg.n = 4097, msg.nloss = 3, msg.offset = 4096, msg.total = 10000;
+    n = roundtrip(&msg, "DELTA8");
+    CHECK(n == 17 + 10 + 24 + 2 * 4 + 4097 + 3 * 8, "DELTA8 size %zu", n);
+    msg.n = WIRE_MAX_FLOATS, msg.nloss = WIRE_MAX_LOSSES, msg.offset = 0, msg.total = 1ull << 30;
+    msg.q8 = (const uint8_t *)fl;
+    n = roundtrip(&msg, "DELTA8, longest");
+    CHECK(n == 17 + 10 + 24 + 64 * 4 + (size_t)WIRE_MAX_FLOATS + 8 * WIRE_MAX_LOSSES,
+          "DELTA8 longest size %zu", n);
+
+    base(&msg, WIRE_DELTAS); // indices increasing, < n, at most n / 2 of them
+    static uint32_t idx[WIRE_MAX_FLOATS / 2];
+    for (uint32_t j = 0; j < WIRE_MAX_FLOATS / 2; j++)
+        idx[j] = 2 * j + 1;
+    msg.data = (const uint8_t *)fl, msg.idx = (const uint8_t *)idx,
+    msg.losses = (const uint8_t *)dl;
+    msg.n = 10, msg.nnz = 5, msg.nloss = 2, msg.offset = 0, msg.total = 10;
+    n = roundtrip(&msg, "DELTAS");
+    CHECK(n == 17 + 10 + 28 + 5 * 8 + 2 * 8, "DELTAS size %zu", n);
+    msg.nnz = 0;
+    roundtrip(&msg, "DELTAS, all zero");
+    msg.n = WIRE_MAX_FLOATS, msg.nnz = WIRE_MAX_FLOATS / 2, msg.nloss = WIRE_MAX_LOSSES;
+    msg.total = WIRE_MAX_FLOATS;
+    roundtrip(&msg, "DELTAS, longest");
+    msg.n = 10, msg.nnz = 5, msg.total = 10, msg.nloss = 0;
+    CHECK(wire_size(&msg) > 0, "DELTAS valid");
+    msg.nnz = 6;
+    CHECK(wire_size(&msg) == 0, "DELTAS with nnz > n / 2 encodes");
+    msg.nnz = 2, idx[1] = 1;
+    CHECK(wire_size(&msg) == 0, "DELTAS with indices not increasing encodes");
+    idx[1] = 3, msg.n = 3, msg.total = 3, msg.nnz = 1, idx[0] = 3;
+    CHECK(wire_size(&msg) == 0, "DELTAS with an index >= n encodes");
+    idx[0] = 1;
 
     base(&msg, WIRE_DATA);
     msg.data = (const uint8_t *)fl;
@@ -349,7 +394,7 @@ TEST(malformed_rejected) {
     header(&b, 0, 1, "me");
     REJECT(&b, "unknown type 0");
     header(&b, WIRE_NTYPES, 1, "me");
-    REJECT(&b, "unknown type 11");
+    REJECT(&b, "unknown type 13");
     header(&b, 0xffff, 1, "me");
     REJECT(&b, "unknown type 65535");
     header(&b, WIRE_BYE, -1, "me");
@@ -451,6 +496,9 @@ static int small_messages(uint8_t out[][1024], size_t *len) {
         strcpy(msg.text, "run: seq 64");
         msg.text_len = 11;
         msg.data = (const uint8_t *)fl, msg.losses = (const uint8_t *)dl;
+        msg.q8 = (const uint8_t *)dl; // (DELTA8's codes)
+        static const uint32_t idx3[3] = {0, 3, 7};
+        msg.nnz = t == WIRE_DELTAS ? 3 : 0, msg.idx = (const uint8_t *)idx3;
         msg.n = 8, msg.nloss = 3, msg.offset = 8, msg.total = 24, msg.what = WIRE_ARR_AVERAGE;
         msg.nids = 3;
         strcpy(msg.ids[0], "a"), strcpy(msg.ids[1], "bb"), strcpy(msg.ids[2], "c");
@@ -472,9 +520,11 @@ TEST(mutations) {
     const struct {
         int type;
         size_t at, k;
-    } counts[] = {{WIRE_HELLO, 0, 2},  {WIRE_WELCOME, 0, 2}, {WIRE_GOSSIP, 0, 2},
-                  {WIRE_REFUSE, 0, 4}, {WIRE_DELTA, 16, 4},  {WIRE_DELTA, 20, 4},
-                  {WIRE_HAVE, 8, 2},   {WIRE_COMMIT, 12, 2}, {WIRE_DATA, 20, 4}};
+    } counts[] = {{WIRE_HELLO, 0, 2},   {WIRE_WELCOME, 0, 2}, {WIRE_GOSSIP, 0, 2},
+                  {WIRE_REFUSE, 0, 4},  {WIRE_DELTA, 16, 4},  {WIRE_DELTA, 20, 4},
+                  {WIRE_HAVE, 8, 2},    {WIRE_COMMIT, 12, 2}, {WIRE_DATA, 20, 4},
+                  {WIRE_DELTA8, 16, 4}, {WIRE_DELTA8, 20, 4}, {WIRE_DELTAS, 20, 4},
+                  {WIRE_DELTAS, 24, 4}};
     for (size_t c = 0; c < sizeof counts / sizeof *counts; c++) {
         int i = counts[c].type - 1;
         for (size_t j = 0; j < counts[c].k; j++)

@@ -171,6 +171,12 @@ static const Option PEER_OPTS[] = {
     {"peer-timeout", OPT_FLOAT, &A.peer_timeout, "seconds a silent peer stays in the view", NULL,
      0.1, 3600},
     {"min-peers", OPT_INT, &A.min_peers, "peers in the view before the first step", NULL, 1, 4096},
+    {"outer-compress", OPT_STR, &A.outer_compress,
+     "the outer Δs on the wire: fp32, int8 per 4096 floats, or the largest --topk-frac (with "
+     "error feedback)",
+     "none|int8|topk", 0, 0},
+    {"topk-frac", OPT_FLOAT, &A.topk_frac,
+     "--outer-compress topk: the share of a Δ's floats sent, in (0, 1]", NULL, 0, 0},
 };
 
 // Flags of `loom train` that mean nothing for a peer.

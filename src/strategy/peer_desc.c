@@ -28,6 +28,9 @@ char *peer_run_desc(const Strategy *s) {
                   c->opt.eps,  c->opt.weight_decay, c->opt.grad_clip};
     for (size_t i = 0; i < sizeof fv / sizeof fv[0]; i++)
         cJSON_AddNumberToObject(j, fn[i], fv[i]);
+    const char *cq[] = {"none", "int8", "topk"};
+    cJSON_AddStringToObject(j, "outer-compress", cq[c->outer_compress]);
+    if (c->outer_compress == 2) cJSON_AddNumberToObject(j, "topk-frac", c->topk_frac);
     cJSON_AddStringToObject(j, "gap-mode", c->gap_adaptive ? "adaptive" : "constant");
     cJSON_AddStringToObject(j, "lr-schedule", c->opt.schedule == LR_COSINE ? "cosine" : "constant");
     cJSON_AddNumberToObject(j, "warmup", c->opt.warmup);

@@ -28,6 +28,7 @@ typedef struct {
     Swarm *sw;
     CO2Config cc;
     float *anchor, *mom, *avg; // host memory (P); Δ is formed in avg's (the swarm copies it)
+    float *ef;                 // --outer-compress int8|topk: the error feedback (P)
     int64_t round;             // rounds ended
     int64_t first_round;
     uint64_t base;      // the first window of the current round
@@ -69,6 +70,8 @@ static const Supports PEER_SUPPORTS = {
 
 static int peer_check(const StrategyConfig *c) {
     if (c->tau < 1 || c->tau > 4096) return loom_fail("--tau must be in 1..4096 for loom peer");
+    if (!(c->topk_frac > 0 && c->topk_frac <= 1))
+        return loom_fail("--topk-frac %g: must be in (0, 1]", c->topk_frac);
     if (c->save_every > 0 && c->save_every % c->tau)
         return loom_fail("--save-every %d: a peer saves at round ends, so it must be a multiple "
                          "of --tau %d",
@@ -158,12 +161,12 @@ static int round_end(Strategy *s, Peer *p, double *wait) {
         return resync(s, p) ? -1 : 1;
     }
     int64_t r = ++p->round;
-    const float *delta = x_delta(s, p);
+    float *delta = x_delta(s, p);
     if (!delta) return -1;
     double loss[4096];
     for (int i = 0; i < p->n[0]; i++)
         loss[i] = p->rec[0][i].loss;
-    swarm_contribute(p->sw, r, delta, loss, p->n[0]);
+    swarm_contribute_ef(p->sw, r, delta, p->ef, loss, p->n[0]); // (int8, topk: Δ + ef compressed)
     p->base += (uint64_t)p->n[0] * (uint64_t)p->N * (uint64_t)s->cfg->grad_accum;
     if (r >= 2) {
         double w = apply_average(s, p, r - 1);
@@ -219,12 +222,16 @@ static int peer_create(Strategy *s) {
     size_t P = s->model->nparams;
     // swapped: the outer state (anchor, outer momentum, Δ/average) and the swarm's least count in
     // --fast-mem
-    p->w.kept = 4.0 * (double)(3 * P + swarm_host_floats(P));
-    p->w.kept_what = "the peer's anchor, outer momentum and Δ/average, and the swarm's Δs and "
-                     "the averages it keeps";
+    // (--outer-compress: the error feedback, P, and with int8 this peer's codes of two rounds)
+    size_t cq = c->outer_compress ? P + (c->outer_compress == 1 ? P / 2 : 0) : 0;
+    p->w.kept = 4.0 * (double)(3 * P + swarm_host_floats(P) + cq);
+    p->w.kept_what = "the peer's anchor, outer momentum and Δ/average (compressed: its error "
+                     "feedback, and with int8 its codes), and the swarm's Δs and the averages it "
+                     "keeps";
     if (whole_create(s, &p->w, s->grid->dp_comm, 0)) return -1;
     GPT *m = s->model;
     p->anchor = xalloc_floats(P), p->mom = xalloc_floats(P), p->avg = xalloc_floats(P);
+    if (c->outer_compress) p->ef = xalloc_floats(P); // (zeroed)
     if (!p->w.sw)
         m->be->copy(p->anchor, m->params, P);
     else if (whole_swap_full_params(&p->w, p->anchor, P))
@@ -250,6 +257,8 @@ static int peer_create(Strategy *s) {
                       .P = P,
                       .tau = c->tau,
                       .run_desc = p->desc,
+                      .compress = c->outer_compress,
+                      .topk_frac = c->topk_frac,
                       .verbose = getenv("LOOM_PEER_VERBOSE") != NULL};
     SwarmState st;
     int joined;
@@ -268,6 +277,8 @@ static int peer_create(Strategy *s) {
         p->base = s->resume_dir ? s->resume->data_window : 0;
         swarm_start_state(p->sw, r, p->base, has_avg ? p->avg : NULL);
     }
+    // (its own error feedback, whether it restarts the swarm or joins it: what it dropped)
+    if (p->ef && s->resume_dir && peer_ef_load(s->resume_dir, p->ef, P, c->peer_id)) return -1;
     swarm_share_state(p->sw, p->anchor, p->mom);
     swarm_state_lock(p->sw);
     swarm_state_unlock(p->sw, p->round, p->base);
@@ -355,6 +366,7 @@ static int write_peer_file(const char *step_dir, void *ctx) {
     if (path_fmt(path, sizeof path, "%s/peer_state.bin", step_dir)) return -1;
     const float *arrays[2] = {p->mom, p->avg};
     size_t lens[2] = {s->model->nparams, s->model->nparams};
+    if (p->ef && peer_ef_save(step_dir, p->ef, s->model->nparams)) return -1;
     return state_file_write(path, "peer", 0, 1, arrays, lens, 2, s->model->be);
 }
 
@@ -448,7 +460,7 @@ static void peer_destroy(Strategy *s) {
         swarm_close(p->sw);
     }
     whole_free(s, &p->w);
-    free(p->anchor), free(p->mom), free(p->avg);
+    free(p->anchor), free(p->mom), free(p->avg), free(p->ef);
     for (int i = 0; i < 2; i++)
         free(p->rec[i]);
     free(p->extra), free(p->desc);

@@ -47,6 +47,8 @@ typedef struct {
     int peer, min_peers;
     const char *peer_id, *listen, *advertise, *bootstrap, *secret;
     float peer_timeout;
+    int outer_compress;    // --outer-compress: 0 none, 1 int8, 2 topk (swarm/compress.h)
+    float topk_frac;       // --topk-frac (topk)
     const char *device;    // the backend's name (a peer's state is host memory: cpu only for now)
     const char *tokenizer; // what identifies the data's tokenizer (peers must share it)
     int shuffle, seed;     // the data order's (peers must share it; the seed only with shuffle)

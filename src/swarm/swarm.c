@@ -118,8 +118,9 @@ static void dispatch(Swarm *s, const void *buf, size_t len) {
         return;
     }
     view_heard(&s->view, m->from, now_sec());
-    if (s->c.verbose && m->type != WIRE_DELTA && m->type != WIRE_GOSSIP && m->type != WIRE_HAVE &&
-        m->type != WIRE_COMMIT && m->type != WIRE_DATA && m->type != WIRE_FETCH)
+    if (s->c.verbose && m->type != WIRE_DELTA && m->type != WIRE_DELTA8 && m->type != WIRE_DELTAS &&
+        m->type != WIRE_GOSSIP && m->type != WIRE_HAVE && m->type != WIRE_COMMIT &&
+        m->type != WIRE_DATA && m->type != WIRE_FETCH)
         fprintf(stderr, "loom peer %s: %.3f %s from %s\n", s->id, now_sec(),
                 wire_type_name(m->type), m->from);
     switch (m->type) {
@@ -138,7 +139,9 @@ static void dispatch(Swarm *s, const void *buf, size_t len) {
         }
         break;
     case WIRE_GOSSIP: merge_records(s, m); break;
-    case WIRE_DELTA: sw_on_delta(s, m); break;
+    case WIRE_DELTA:
+    case WIRE_DELTA8:
+    case WIRE_DELTAS: sw_on_delta(s, m); break;
     case WIRE_HAVE: sw_on_have(s, m); break;
     case WIRE_COMMIT: sw_on_commit(s, m); break;
     case WIRE_FETCH: sw_on_fetch(s, m); break;
@@ -357,7 +360,7 @@ void swarm_close(Swarm *s) {
     if (s->view.e) view_free(&s->view);
     free(s->jobs);
     free(s->snap_a), free(s->snap_m);
-    free(s->in), free(s->out), free(s->buf);
+    free(s->in), free(s->out), free(s->buf), free(s->sparse);
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->st_mu);
     pthread_cond_destroy(&s->cv);

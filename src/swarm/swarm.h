@@ -31,6 +31,8 @@ typedef struct {
     size_t P;              // floats in the model
     int tau;               // local steps per round (bounds the losses a Δ carries)
     const char *run_desc;  // JSON: what must match to join (model shape, τ, optimizers, ...)
+    int compress;          // --outer-compress: CQ_NONE, CQ_INT8 or CQ_TOPK (compress.h)
+    double topk_frac;      // --topk-frac: the share of a Δ's floats topk sends
     int verbose;
 } SwarmConfig;
 
@@ -75,6 +77,12 @@ int swarm_wait_peers(Swarm *s, int n, double timeout_s);
 void swarm_round_begin(Swarm *s, int64_t r, int *pos, int *n);
 // This peer's Δ of round r (P floats) and its local losses (copied; sent in the background).
 void swarm_contribute(Swarm *s, int64_t r, const float *delta, const double *losses, int nloss);
+// swarm_contribute with --outer-compress: int8 quantizes delta + ef (compress.h), sends the
+// codes, leaves in delta the values every peer averages and in ef what the codes dropped (the
+// error feedback, P floats, the caller's to keep); topk keeps the largest --topk-frac of
+// delta + ef and leaves the rest in ef; none is swarm_contribute (ef unused).
+void swarm_contribute_ef(Swarm *s, int64_t r, float *delta, float *ef, const double *losses,
+                         int nloss);
 // The hash of this peer's anchor after round end r (compared with the coordinator's).
 void swarm_anchor_hash(Swarm *s, int64_t r, uint64_t hash);
 // Blocks until round r's average is decided: copies it into avg (P floats) and the mean of the

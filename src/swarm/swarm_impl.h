@@ -26,6 +26,8 @@ typedef struct {
     uint8_t *got;   // per piece
     size_t ngot;    // pieces held
     double *losses; // (nloss)
+    int8_t *q8;     // this peer's own, with --outer-compress int8: the codes (P) and
+    float *scales;  // scales (compress.h) its pieces travel as; delta holds their values
     int nloss, complete;
     double last; // when its last piece came
 } Contrib;
@@ -117,6 +119,7 @@ struct Swarm {
     Fetch fetch; // the state download (meta, anchor, momentum)
     int diverged;
     SwarmStats st;
+    uint32_t *sparse;     // --outer-compress topk: a DELTAS' indices and values (SW_PIECE)
     float *pool[SW_POOL]; // Δ buffers for reuse
     int npool;
 };
@@ -145,6 +148,22 @@ void sw_on_commit(Swarm *s, const WireMsg *m);
 void sw_round_tick(Swarm *s);                         // HAVE resends, commits, Δ send jobs
 void sw_new_peer(Swarm *s, const char *id);           // queue the Δs in flight to a newcomer
 void sw_send_delta_piece(Swarm *s, const WireMsg *m); // FETCH of WIRE_ARR_DELTA
+
+// This peer's Δ of round r (copied) and its local losses; with --outer-compress int8 also its
+// codes and scales (taken over: freed with the round).
+void sw_contribute(Swarm *s, int64_t r, const float *delta, int8_t *q8, float *scales,
+                   const double *losses, int nloss);
+void sw_contrib_free(Swarm *s, Contrib *c);
+
+// compress.c
+// Fills s->out with piece `piece` of contribution c (this peer's): returns the type to send it
+// as, WIRE_DELTA (floats), WIRE_DELTA8 (codes and scales, with --outer-compress int8) or
+// WIRE_DELTAS (its elements not zero, with topk, when they are at most half of the piece).
+int sw_piece_msg(Swarm *s, const Contrib *c, size_t piece);
+// 1 if a DELTA / DELTA8 / DELTAS is a kind this swarm's --outer-compress sends.
+int sw_piece_ok(const Swarm *s, const WireMsg *m);
+// The floats of a received DELTA / DELTA8 / DELTAS piece (m->n of them) into dst.
+void sw_piece_take(const WireMsg *m, float *dst);
 
 // swarm_join.c
 void sw_on_hello(Swarm *s, const WireMsg *m);

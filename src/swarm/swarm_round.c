@@ -24,9 +24,13 @@ void sw_buf_put(Swarm *s, float *b) {
         free(b);
 }
 
+void sw_contrib_free(Swarm *s, Contrib *c) {
+    sw_buf_put(s, c->delta), free(c->got), free(c->losses), free(c->q8), free(c->scales);
+}
+
 void sw_slot_free(Swarm *s, Slot *sl) {
     for (int i = 0; i < sl->nc; i++)
-        sw_buf_put(s, sl->c[i].delta), free(sl->c[i].got), free(sl->c[i].losses);
+        sw_contrib_free(s, &sl->c[i]);
     for (int i = 0; i < sl->nhv; i++)
         free(sl->hv[i].ids);
     free(sl->c), free(sl->hv), free(sl->set), free(sl->avg), free(sl->loss);
@@ -180,7 +184,7 @@ static void finish_commit(Swarm *s, Slot *sl) {
     }
     free(cs);
     for (int i = 0; i < sl->nc; i++) // the Δs are no longer needed
-        sw_buf_put(s, sl->c[i].delta), free(sl->c[i].got), free(sl->c[i].losses);
+        sw_contrib_free(s, &sl->c[i]);
     free(sl->c);
     sl->c = NULL, sl->nc = 0;
     sl->avg_ready = 1;
@@ -191,14 +195,15 @@ void sw_on_delta(Swarm *s, const WireMsg *m) {
     if (!sl || sl->committed) return;
     size_t piece = m->offset / SW_PIECE;
     size_t want = s->P - m->offset < SW_PIECE ? s->P - m->offset : SW_PIECE;
-    if (m->total != s->P || m->offset % SW_PIECE || m->n != want || m->nloss > (uint32_t)s->c.tau) {
+    if (m->total != s->P || m->offset % SW_PIECE || m->n != want || m->nloss > (uint32_t)s->c.tau ||
+        !sw_piece_ok(s, m)) {
         s->st.rejected++;
         return;
     }
     Contrib *c = contrib(s, sl, m->from, 1);
     c->last = now_sec();
     if (c->complete || c->got[piece]) return;
-    wire_floats(m->data, m->n, c->delta + m->offset);
+    sw_piece_take(m, c->delta + m->offset);
     c->got[piece] = 1;
     c->ngot++;
     if (m->nloss && !c->losses) {
@@ -368,13 +373,8 @@ static void pump_jobs(Swarm *s) {
                 j++;
                 continue;
             }
-            WireMsg *m = s->out;
-            m->offset = jb->next * SW_PIECE, m->total = s->P;
-            m->n = (uint32_t)(s->P - m->offset < SW_PIECE ? s->P - m->offset : SW_PIECE);
-            m->data = (const uint8_t *)(c->delta + m->offset);
-            m->nloss = jb->next == 0 ? (uint32_t)c->nloss : 0;
-            m->losses = (const uint8_t *)c->losses;
-            if (sw_send(s, jb->to, WIRE_DELTA, jb->round) == NET_OK) jb->next++, moved = 1, sent++;
+            int type = sw_piece_msg(s, c, jb->next);
+            if (sw_send(s, jb->to, type, jb->round) == NET_OK) jb->next++, moved = 1, sent++;
             j++;
         }
     }
@@ -385,13 +385,8 @@ void sw_send_delta_piece(Swarm *s, const WireMsg *m) {
     Slot *sl = sw_slot(s, m->round, 0);
     Contrib *c = sl && !sl->committed ? contrib(s, sl, s->id, 0) : NULL;
     if (!c || m->total != s->P || m->offset % SW_PIECE || m->offset >= s->P) return;
-    WireMsg *o = s->out;
-    o->offset = m->offset, o->total = s->P;
-    o->n = (uint32_t)(s->P - o->offset < SW_PIECE ? s->P - o->offset : SW_PIECE);
-    o->data = (const uint8_t *)(c->delta + o->offset);
-    o->nloss = o->offset == 0 ? (uint32_t)c->nloss : 0;
-    o->losses = (const uint8_t *)c->losses;
-    sw_send(s, m->from, WIRE_DELTA, m->round);
+    int type = sw_piece_msg(s, c, m->offset / SW_PIECE);
+    sw_send(s, m->from, type, m->round);
 }
 
 // A Δ this peer lacks although its sender holds it (its HAVE says so) and no piece of it came
@@ -444,6 +439,11 @@ void sw_round_tick(Swarm *s) {
 // ---------------------------------------------------------------- the strategy's side
 
 void swarm_contribute(Swarm *s, int64_t r, const float *delta, const double *losses, int nloss) {
+    sw_contribute(s, r, delta, NULL, NULL, losses, nloss);
+}
+
+void sw_contribute(Swarm *s, int64_t r, const float *delta, int8_t *q8, float *scales,
+                   const double *losses, int nloss) {
     pthread_mutex_lock(&s->mu);
     float *copy = sw_buf_get(s); // (copied outside the lock: the network thread goes on)
     pthread_mutex_unlock(&s->mu);
@@ -451,8 +451,8 @@ void swarm_contribute(Swarm *s, int64_t r, const float *delta, const double *los
     pthread_mutex_lock(&s->mu);
     Slot *sl = sw_slot(s, r, 1);
     Contrib *c = contrib(s, sl, s->id, 2); // (2: no buffer of its own)
-    free(c->delta);
-    c->delta = copy;
+    free(c->delta), free(c->q8), free(c->scales);
+    c->delta = copy, c->q8 = q8, c->scales = scales;
     free(c->losses);
     c->losses = xcalloc((size_t)nloss + 1, sizeof(double));
     memcpy(c->losses, losses, (size_t)nloss * sizeof(double));

@@ -26,9 +26,13 @@
 //   FETCH     what u32 (a WireArray), offset u64, total u64, n u32 (1..2^18)
 //   DATA      what u32, offset u64, total u64, n u32 (<= 2^18), hash u64, n floats
 //   BYE       nothing
-// DELTA, FETCH and DATA need offset + n <= total; a DATA with n = 0 must have offset = total = 0
-// (the version is gone). Nothing may follow the last field. A message is at most WIRE_MSG_MAX
-// bytes (the largest valid one, a full DELTA, is about 1.03 MiB).
+//   DELTA8    offset u64, total u64, n u32 (1..2^18), nloss u32 (<= 4096),
+//             ceil(n / 4096) floats (the scales), n int8 codes, nloss doubles
+//   DELTAS    offset u64, total u64, n u32 (1..2^18), nloss u32 (<= 4096), nnz u32 (<= n / 2),
+//             nnz u32 indices (increasing, < n), nnz floats, nloss doubles
+// DELTA, DELTA8, FETCH and DATA need offset + n <= total; a DATA with n = 0 must have offset =
+// total = 0 (the version is gone). Nothing may follow the last field. A message is at most
+// WIRE_MSG_MAX bytes (the largest valid one, a full DELTA, is about 1.03 MiB).
 #include "wire.h"
 
 #include <stdarg.h>
@@ -37,7 +41,8 @@
 #include <string.h>
 
 static const char *const type_names[WIRE_NTYPES] = {
-    "?", "HELLO", "WELCOME", "REFUSE", "GOSSIP", "DELTA", "HAVE", "COMMIT", "FETCH", "DATA", "BYE"};
+    "?",      "HELLO", "WELCOME", "REFUSE", "GOSSIP", "DELTA", "HAVE",
+    "COMMIT", "FETCH", "DATA",    "BYE",    "DELTA8", "DELTAS"};
 
 const char *wire_type_name(int type) {
     return type > 0 && type < WIRE_NTYPES ? type_names[type] : "?";
@@ -125,21 +130,44 @@ static int check_records(const WireMsg *m, const char *t, char *why, size_t whyn
     return 0;
 }
 
-// DELTA, FETCH, DATA: the array, the counts, [offset, offset + n) inside total.
+size_t wire_q8_scales(size_t n) { return (n + WIRE_Q8_CHUNK - 1) / WIRE_Q8_CHUNK; }
+
+static int is_delta(const WireMsg *m) {
+    return m->type == WIRE_DELTA || m->type == WIRE_DELTA8 || m->type == WIRE_DELTAS;
+}
+
+uint32_t wire_u32(const uint8_t *p, size_t i) { return (uint32_t)get_le(p + 4 * i, 4); }
+
+// DELTAS: nnz <= n / 2, and the indices increase and stay below n.
+static int check_sparse(const WireMsg *m, const char *t, char *why, size_t whyn) {
+    if (m->nnz > m->n / 2) return say(why, whyn, "%s: nnz %u > n / 2", t, (unsigned)m->nnz);
+    if (m->nnz && (!m->idx || !m->data)) return say(why, whyn, "%s: no indices", t);
+    for (uint32_t j = 0; j < m->nnz; j++) {
+        uint32_t i = wire_u32(m->idx, j);
+        if (i >= m->n || (j && i <= wire_u32(m->idx, j - 1)))
+            return say(why, whyn, "%s: index %u at %u out of order or >= n", t, (unsigned)i,
+                       (unsigned)j);
+    }
+    return 0;
+}
+
+// DELTA, DELTA8, DELTAS, FETCH, DATA: the array, the counts, [offset, offset + n) inside total.
 static int check_range(const WireMsg *m, const char *t, char *why, size_t whyn) {
-    if (m->type != WIRE_DELTA && (m->what < 1 || m->what >= WIRE_ARR_MAX))
+    if (!is_delta(m) && (m->what < 1 || m->what >= WIRE_ARR_MAX))
         return say(why, whyn, "%s: unknown array %u", t, (unsigned)m->what);
     if (m->n > WIRE_MAX_FLOATS)
         return say(why, whyn, "%s: n %u > %d", t, (unsigned)m->n, WIRE_MAX_FLOATS);
-    if (m->type == WIRE_DELTA && m->nloss > WIRE_MAX_LOSSES)
+    if (is_delta(m) && m->nloss > WIRE_MAX_LOSSES)
         return say(why, whyn, "%s: nloss %u > %d", t, (unsigned)m->nloss, WIRE_MAX_LOSSES);
     if (m->n == 0 && (m->type != WIRE_DATA || m->offset || m->total))
         return say(why, whyn, "%s: n 0", t);
     if (m->offset > m->total || m->n > m->total - m->offset)
         return say(why, whyn, "%s: offset %llu + n %u > total %llu", t,
                    (unsigned long long)m->offset, (unsigned)m->n, (unsigned long long)m->total);
+    if (is_delta(m) && m->nloss && !m->losses) return say(why, whyn, "%s: no losses", t);
+    if (m->type == WIRE_DELTAS) return check_sparse(m, t, why, whyn);
     if (m->type != WIRE_FETCH && m->n && !m->data) return say(why, whyn, "%s: no data", t);
-    if (m->type == WIRE_DELTA && m->nloss && !m->losses) return say(why, whyn, "%s: no losses", t);
+    if (m->type == WIRE_DELTA8 && m->n && !m->q8) return say(why, whyn, "%s: no codes", t);
     return 0;
 }
 
@@ -164,6 +192,8 @@ static int check(const WireMsg *m, char *why, size_t whyn) {
     case WIRE_GOSSIP: return check_records(m, t, why, whyn);
     case WIRE_REFUSE: return check_text(m, t, why, whyn);
     case WIRE_DELTA:
+    case WIRE_DELTA8:
+    case WIRE_DELTAS:
     case WIRE_FETCH:
     case WIRE_DATA: return check_range(m, t, why, whyn);
     case WIRE_HAVE:
@@ -251,11 +281,22 @@ static void emit(Wr *w, const WireMsg *m) {
     case WIRE_GOSSIP: put_records(w, m); break;
     case WIRE_REFUSE: put_text(w, m); break;
     case WIRE_DELTA:
+    case WIRE_DELTA8:
+    case WIRE_DELTAS:
         put_u(w, m->offset, 8);
         put_u(w, m->total, 8);
         put_u(w, m->n, 4);
         put_u(w, m->nloss, 4);
-        put_vals(w, m->data, m->n, 4);
+        if (m->type == WIRE_DELTA8) {
+            put_vals(w, m->data, wire_q8_scales(m->n), 4);
+            put_bytes(w, m->q8, m->n);
+        } else if (m->type == WIRE_DELTAS) {
+            put_u(w, m->nnz, 4);
+            put_vals(w, m->idx, m->nnz, 4);
+            put_vals(w, m->data, m->nnz, 4);
+        } else {
+            put_vals(w, m->data, m->n, 4);
+        }
         put_vals(w, m->losses, m->nloss, 8);
         break;
     case WIRE_HAVE:
@@ -383,21 +424,33 @@ static int get_text(Rd *r, WireMsg *m) {
     return 0;
 }
 
-// DELTA, FETCH, DATA: the fields in their order, the floats and losses as pointers into r.
+// DELTA, DELTA8, DELTAS, FETCH, DATA: the fields in their order, the floats, codes, indices and
+// losses as
+// pointers into r.
 static int get_range(Rd *r, WireMsg *m) {
-    if (m->type != WIRE_DELTA) m->what = (uint32_t)get_u(r, 4);
+    if (!is_delta(m)) m->what = (uint32_t)get_u(r, 4);
     m->offset = get_u(r, 8);
     m->total = get_u(r, 8);
     m->n = (uint32_t)get_u(r, 4);
-    if (m->type == WIRE_DELTA) m->nloss = (uint32_t)get_u(r, 4);
+    if (is_delta(m)) m->nloss = (uint32_t)get_u(r, 4);
     if (m->type == WIRE_DATA) m->hash = get_u(r, 8);
     if (r->trunc) return bad(r, "short");
     if (m->n > WIRE_MAX_FLOATS) return bad(r, "n %u > %d", (unsigned)m->n, WIRE_MAX_FLOATS);
     if (m->nloss > WIRE_MAX_LOSSES)
         return bad(r, "nloss %u > %d", (unsigned)m->nloss, WIRE_MAX_LOSSES);
     if (m->type == WIRE_FETCH) return 0;
-    m->data = get_bytes(r, (size_t)m->n * 4);
-    if (m->type == WIRE_DELTA) m->losses = get_bytes(r, (size_t)m->nloss * 8);
+    if (m->type == WIRE_DELTA8) {
+        m->data = get_bytes(r, wire_q8_scales(m->n) * 4);
+        m->q8 = get_bytes(r, m->n);
+    } else if (m->type == WIRE_DELTAS) {
+        m->nnz = (uint32_t)get_u(r, 4);
+        if (m->nnz > m->n / 2 && !r->trunc) return bad(r, "nnz %u > n / 2", (unsigned)m->nnz);
+        m->idx = get_bytes(r, (size_t)m->nnz * 4);
+        m->data = get_bytes(r, (size_t)m->nnz * 4);
+    } else {
+        m->data = get_bytes(r, (size_t)m->n * 4);
+    }
+    if (is_delta(m)) m->losses = get_bytes(r, (size_t)m->nloss * 8);
     return r->trunc ? bad(r, "short") : 0;
 }
 
@@ -413,6 +466,8 @@ static int get_body(Rd *r, WireMsg *m) {
         m->hash = get_u(r, 8);
         return get_ids(r, m);
     case WIRE_DELTA:
+    case WIRE_DELTA8:
+    case WIRE_DELTAS:
     case WIRE_FETCH:
     case WIRE_DATA: return get_range(r, m);
     default: return 0; // BYE
@@ -424,7 +479,9 @@ int wire_decode(const uint8_t *buf, size_t len, WireMsg *m, char *err, size_t er
     if (!buf) len = 0;
     Rd r = {buf, len, 0, 0, "header", err, errn};
     m->type = 0, m->round = 0, m->from[0] = 0, m->what = m->attempt = 0;
-    m->offset = m->total = m->hash = 0, m->n = m->nloss = 0, m->data = m->losses = NULL;
+    m->offset = m->total = m->hash = 0, m->n = m->nloss = 0,
+    m->data = m->losses = m->q8 = m->idx = NULL;
+    m->nnz = 0;
     m->nids = m->nrec = 0, m->text_len = 0, m->text[0] = 0;
     const uint8_t *magic = get_bytes(&r, 4);
     if (magic && memcmp(magic, "LMSW", 4)) return say(err, errn, "bad magic");

@@ -17,6 +17,7 @@
 #define WIRE_MAX_FLOATS (1 << 18) // floats in one DELTA or DATA message (1 MiB)
 #define WIRE_MAX_LOSSES 4096      // doubles in one DELTA's losses (τ ≤ 4096)
 #define WIRE_TEXT_MAX 16384       // HELLO's run description, REFUSE's reason
+#define WIRE_Q8_CHUNK 4096        // DELTA8: elements per scale (swarm/compress.h)
 // No valid message is longer than this (the decoder rejects longer input as oversized).
 #define WIRE_MSG_MAX ((size_t)WIRE_MAX_FLOATS * 4 + WIRE_MAX_LOSSES * 8 + 128 * 1024)
 
@@ -33,6 +34,11 @@ typedef enum {
     WIRE_DATA,      // reply to FETCH: data = n floats at offset of total; hash = whole array's;
                     // n = 0 with offset = total = 0: the responder no longer has that version
     WIRE_BYE,       // the sender leaves the swarm
+    WIRE_DELTA8,    // DELTA quantized (--outer-compress int8): n elements at offset of total as
+                    // ceil(n / WIRE_Q8_CHUNK) float scales (data) and n int8 codes (q8); losses
+    WIRE_DELTAS,    // DELTA sparse (--outer-compress topk): of the n elements at offset, nnz
+                    // (<= n / 2) are not zero: their indices (idx, increasing, < n) and values
+                    // (data); losses
     WIRE_NTYPES
 } WireType;
 
@@ -67,6 +73,10 @@ typedef struct {
     uint64_t offset, total; // DELTA, FETCH, DATA: elements [offset, offset + n) of total
     uint32_t n;             // DELTA, FETCH, DATA: floats (DELTA, DATA: in data)
     const uint8_t *data;    // DELTA, DATA: n little-endian floats inside the decoded buffer
+                            // (DELTA8: its wire_q8_scales(n) scales)
+    const uint8_t *q8;      // DELTA8: n int8 codes inside the decoded buffer
+    uint32_t nnz;           // DELTAS: elements not zero (data holds their nnz values)
+    const uint8_t *idx;     // DELTAS: their nnz u32 indices (from offset) inside the buffer
     uint32_t nloss;         // DELTA
     const uint8_t *losses;  // DELTA: nloss little-endian doubles inside the decoded buffer
     uint64_t hash;          // HAVE, COMMIT, DATA
@@ -98,5 +108,9 @@ float wire_float(const uint8_t *p, size_t i);
 double wire_double(const uint8_t *p, size_t i);
 // Copies n decoded floats into dst (host order).
 void wire_floats(const uint8_t *p, size_t n, float *dst);
+// DELTA8: the scales a message of n elements carries (one per WIRE_Q8_CHUNK, the last partial).
+size_t wire_q8_scales(size_t n);
+// Element i of a decoded u32 array (DELTAS' indices).
+uint32_t wire_u32(const uint8_t *p, size_t i);
 // Name of a type ("DELTA"; "?" if unknown), for messages and counters.
 const char *wire_type_name(int type);

@@ -28,7 +28,8 @@ void train_args_defaults(TrainArgs *a) {
     a->stage_layers = NULL;
     a->plan = NULL, a->plan_mem_gb = 0, a->plan_bandwidth_gbps = 1.0f;
     a->offload_prefetch = 1;
-    a->peer_timeout = 10.f, a->min_peers = 1;
+    a->peer_timeout = 10.f, a->min_peers = 1, a->outer_compress = "none";
+    a->topk_frac = 0.02f;
 }
 
 int train_model_config(const TrainArgs *a, GPTConfig *cfg) {

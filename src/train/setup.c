@@ -228,6 +228,10 @@ static void strategy_config(Run *r) {
         .bootstrap = a->bootstrap,
         .secret = a->secret,
         .peer_timeout = a->peer_timeout,
+        .outer_compress = !strcmp(a->outer_compress, "int8")   ? 1
+                          : !strcmp(a->outer_compress, "topk") ? 2
+                                                               : 0,
+        .topk_frac = a->topk_frac,
         .device = a->device,
         .tokenizer = r->tokenizer_fp,
         .shuffle = a->shuffle,

@@ -54,6 +54,8 @@ typedef struct {
     int peer, min_peers;
     char *listen, *bootstrap, *secret, *peer_id, *advertise;
     float peer_timeout;
+    char *outer_compress; // none|int8|topk
+    float topk_frac;
 } TrainArgs;
 
 void train_args_defaults(TrainArgs *a);

@@ -1,0 +1,175 @@
+// compress.c — --outer-compress int8|topk (compress.h): the chunk-wise int8 quantization of a
+// Δ, its top-k selection, their error feedback, and the swarm's side of them: the DELTA, DELTA8
+// or DELTAS message of one piece of this peer's Δ, a received piece turned back into floats,
+// and this peer's compressed contribution. (topk sends a piece's elements that are not zero,
+// read from its Δ, which cq_topk_step zeroed elsewhere.) Pieces (SW_PIECE floats) are whole chunks,
+// so piece k carries the codes of [k·SW_PIECE, ...) and the scales of its chunks, from scale
+// k·SW_PIECE / CQ_CHUNK on.
+#include "compress.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common.h"
+#include "swarm_impl.h"
+
+_Static_assert(SW_PIECE % CQ_CHUNK == 0, "a piece must be whole chunks");
+
+size_t cq_nchunks(size_t n) { return wire_q8_scales(n); }
+
+// One chunk: its scale, and its codes. A chunk holding a NaN or an infinity gets codes 0 and
+// the scale NaN: every value of it is NaN, so the non-finite Δ stays visible to the outer step.
+static float quantize_chunk(const float *x, size_t n, int8_t *q) {
+    float mx = 0;
+    int finite = 1;
+    for (size_t i = 0; i < n; i++)
+        mx = fmaxf(mx, fabsf(x[i])), finite &= isfinite(x[i]) != 0;
+    float s = finite ? mx / 127.0f : NAN;
+    for (size_t i = 0; i < n; i++) {
+        float v = s > 0 ? x[i] / s : 0;
+        q[i] = v >= 127.0f ? 127 : v <= -127.0f ? -127 : (int8_t)roundf(v);
+    }
+    return s;
+}
+
+void cq_quantize(const float *x, size_t n, int8_t *q, float *scales) {
+    for (size_t k = 0, at = 0; at < n; k++, at += CQ_CHUNK)
+        scales[k] = quantize_chunk(x + at, n - at < CQ_CHUNK ? n - at : CQ_CHUNK, q + at);
+}
+
+void cq_dequantize(const int8_t *q, const float *scales, size_t n, float *out) {
+    for (size_t i = 0; i < n; i++)
+        out[i] = (float)q[i] * scales[i / CQ_CHUNK];
+}
+
+void cq_ef_step(float *x, float *e, size_t n, int8_t *q, float *scales) {
+    for (size_t i = 0; i < n; i++)
+        x[i] += e[i];
+    cq_quantize(x, n, q, scales);
+    for (size_t at = 0; at < n; at += CQ_CHUNK) { // chunk by chunk, while x is in cache
+        size_t k = n - at < CQ_CHUNK ? n - at : CQ_CHUNK;
+        float d[CQ_CHUNK];
+        cq_dequantize(q + at, scales + at / CQ_CHUNK, k, d);
+        for (size_t i = 0; i < k; i++)
+            e[at + i] = x[at + i] - d[i], x[at + i] = d[i];
+    }
+}
+
+// ---------------------------------------------------------------- the swarm's side
+
+// topk: the piece's elements that are not zero as indices and values in s->sparse, when they
+// are at most half of it (else 0: the piece goes as floats, zeros included).
+static int sparse_msg(Swarm *s, const float *x, WireMsg *m) {
+    if (!s->sparse) s->sparse = xmalloc(SW_PIECE * sizeof(uint32_t));
+    uint32_t *idx = s->sparse, nnz = 0, half = m->n / 2;
+    float *val = (float *)(s->sparse + half);
+    for (uint32_t i = 0; i < m->n; i++)
+        if (x[i] != 0) {
+            if (nnz == half) return 0;
+            idx[nnz] = i, val[nnz++] = x[i];
+        }
+    m->nnz = nnz, m->idx = (const uint8_t *)idx, m->data = (const uint8_t *)val;
+    return 1;
+}
+
+int sw_piece_msg(Swarm *s, const Contrib *c, size_t piece) {
+    WireMsg *m = s->out;
+    m->offset = piece * SW_PIECE, m->total = s->P;
+    m->n = (uint32_t)(s->P - m->offset < SW_PIECE ? s->P - m->offset : SW_PIECE);
+    m->nloss = piece == 0 ? (uint32_t)c->nloss : 0;
+    m->losses = (const uint8_t *)c->losses;
+    if (s->c.compress == CQ_TOPK && sparse_msg(s, c->delta + m->offset, m)) return WIRE_DELTAS;
+    if (!c->q8) {
+        m->data = (const uint8_t *)(c->delta + m->offset);
+        return WIRE_DELTA;
+    }
+    m->data = (const uint8_t *)(c->scales + m->offset / CQ_CHUNK);
+    m->q8 = (const uint8_t *)(c->q8 + m->offset);
+    return WIRE_DELTA8;
+}
+
+int sw_piece_ok(const Swarm *s, const WireMsg *m) {
+    if (s->c.compress == CQ_TOPK) return m->type == WIRE_DELTAS || m->type == WIRE_DELTA;
+    return m->type == (s->c.compress == CQ_INT8 ? WIRE_DELTA8 : WIRE_DELTA);
+}
+
+void sw_piece_take(const WireMsg *m, float *dst) {
+    if (m->type == WIRE_DELTAS) {
+        memset(dst, 0, m->n * sizeof(float));
+        for (uint32_t j = 0; j < m->nnz; j++)
+            dst[wire_u32(m->idx, j)] = wire_float(m->data, j);
+        return;
+    }
+    if (m->type != WIRE_DELTA8) {
+        wire_floats(m->data, m->n, dst);
+        return;
+    }
+    float scales[SW_PIECE / CQ_CHUNK];
+    size_t ns = cq_nchunks(m->n);
+    for (size_t k = 0; k < ns && k < SW_PIECE / CQ_CHUNK; k++)
+        scales[k] = wire_float(m->data, k);
+    cq_dequantize((const int8_t *)m->q8, scales, m->n, dst);
+}
+
+void swarm_contribute_ef(Swarm *s, int64_t r, float *delta, float *ef, const double *losses,
+                         int nloss) {
+    if (s->c.compress != CQ_INT8) {
+        if (s->c.compress == CQ_TOPK)
+            cq_topk_step(delta, ef, s->P, cq_topk_count(s->P, s->c.topk_frac));
+        swarm_contribute(s, r, delta, losses, nloss);
+        return;
+    }
+    int8_t *q = xmalloc(s->P);
+    float *scales = xmalloc(cq_nchunks(s->P) * sizeof(float));
+    cq_ef_step(delta, ef, s->P, q, scales);
+    sw_contribute(s, r, delta, q, scales, losses, nloss); // (it owns q and scales now)
+}
+
+// ---------------------------------------------------------------- topk
+
+size_t cq_topk_count(size_t n, double frac) {
+    double k = ceil(frac * (double)n);
+    return k < 1 ? 1 : k > (double)n ? n : (size_t)k;
+}
+
+// |x|'s bits: ordered as the magnitudes (NaNs above infinity).
+static uint32_t mag(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return u & 0x7fffffffu;
+}
+
+// The k-th largest key of x[0, n) (a radix select, 8 bits a pass) and how many keys exceed it.
+static uint32_t kth_key(const float *x, size_t n, size_t k, size_t *above) {
+    uint32_t prefix = 0, mask = 0;
+    size_t over = 0; // keys known to be above the prefix
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        size_t hist[256] = {0};
+        for (size_t i = 0; i < n; i++) {
+            uint32_t u = mag(x[i]);
+            if ((u & mask) == prefix) hist[(u >> shift) & 255]++;
+        }
+        int b = 255;
+        while (b > 0 && over + hist[b] < k)
+            over += hist[b--];
+        prefix |= (uint32_t)b << shift, mask |= 255u << shift;
+    }
+    *above = over;
+    return prefix;
+}
+
+void cq_topk_step(float *x, float *e, size_t n, size_t k) {
+    for (size_t i = 0; i < n; i++)
+        x[i] += e[i];
+    size_t above;
+    uint32_t t = kth_key(x, n, k, &above);
+    size_t ties = k - above; // keys equal to t kept, the lowest indices first
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = mag(x[i]);
+        int keep = u > t || (u == t && ties > 0);
+        ties -= u == t && keep;
+        e[i] = keep ? 0 : x[i];
+        x[i] = keep && x[i] != 0 ? x[i] : 0.0f; // (+0: what a receiver of the pairs rebuilds)
+    }
+}
