@@ -1,5 +1,5 @@
 // strat_tp2d.c — Colossal-AI 2D (SUMMA) tensor parallelism (--tp q·q --tp-mode 2d) × data
-// parallelism over dp (ZeRO 0 or 1). The tp group is a q×q grid, rank (i,j) = tp rank i·q + j;
+// parallelism over dp (ZeRO 0-3). The tp group is a q×q grid, rank (i,j) = tp rank i·q + j;
 // this file splits the group into its row (same i) and column (same j) communicators and
 // installs them as the model's grid collectives (model/gpt_2d.h: what a rank holds; summa.c and
 // block_2d.c: how it runs), with a point-to-point swap between ranks (i,j) and (j,i) for the
@@ -9,7 +9,10 @@
 // global norm (replicated tensors counted once) and applies AdamW to the rank's part. ZeRO 1:
 // dp rank r of a grid position keeps the moments of slice r of the part's flat layout only; the
 // gradients are reduce-scattered over dp instead, each rank updates its slice and the parameters
-// are all-gathered over dp (the norm: each slice's share, summed over tp and dp). Embedding
+// are all-gathered over dp (the norm: each slice's share, summed over tp and dp). ZeRO 2 and 3
+// (tp2d_zero.c) use the same slices: no whole gradient buffer (each block reduced over the column
+// and reduce-scattered over dp as the backward leaves it, every micro-batch), ZeRO 3 keeps only
+// the slice of the parameters too (gathered block by block). Embedding
 // and LM head (tied): wte is cut in q×q blocks like a weight of the head (vocabulary padded to a
 // multiple of q: V·C/q² per rank, the padding never saved), the head is a SUMMA product with a
 // vocabulary-parallel cross-entropy along the row; wpe is cut by columns (maxT·C/q per rank, the
@@ -329,10 +332,7 @@ static int t2_step(Strategy *s, int step, int boundary) {
     double t0 = now_sec(), c0 = t->comm_s + (t->z ? tp2dz_comm_seconds(t->z) : 0);
     int K = c->grad_accum, N = s->grid->dp;
     double tokens = (double)c->batch * c->seq * K * N;
-    if (t->z)
-        tp2dz_begin_step(t->z);
-    else
-        m->be->fill(m->grads, 0.f, m->nparams);
+    t->z ? tp2dz_begin_step(t->z) : m->be->fill(m->grads, 0.f, m->nparams);
     double sum = 0;
     t->counting = 1;
     for (int j = 0; j < K; j++) {
@@ -415,8 +415,8 @@ static void t2_describe(const Strategy *s, char *buf, size_t n) {
     const T2 *t = s->impl;
     snprintf(
         buf, n,
-        "tensor parallel: tp %d (2d SUMMA, %dx%d grid, column-cut embedding) x dp %d (zero %d)",
-        s->grid->tp, t->g.q, t->g.q, s->grid->dp, s->cfg->zero);
+        "tensor parallel: tp %d (2d SUMMA, %dx%d grid, column-cut embedding) x dp %d (zero %d%s)",
+        s->grid->tp, t->g.q, t->g.q, s->grid->dp, s->cfg->zero, tp2dz_what(s->cfg->zero));
 }
 
 // What SUMMA moves into one rank per layer and micro-batch: each of a linear's 6 collectives
@@ -448,17 +448,19 @@ static void t2_summary(Strategy *s, double exposed_s, double step_s) {
     double micro = (double)t->steps * c->grad_accum, L = g->L, MiB = 4.0 / 1048576;
     double Nl = (double)c->batch / q * c->seq, Vq = gpt2d_vrows(g, q);
     double per = micro > 0 ? MiB / micro / L : 0,
-           d1 = 4 * 2.0 * (P - 1) / P * c->batch * c->seq * g->C;
+           d1 = 4 * 2.0 * (P - 1) / P * c->batch * c->seq * g->C, pb, gb; // held: bytes
+    tp2dz_held(t->z, &t->part, t->gown ? t->hi - t->lo : 0, &pb, &gb);
     fprintf(stderr,
-            "loom: tp %d (2d, %dx%d) x dp %d | per rank: params %.2f MiB (wte and wpe %.2f of "
-            "them) of the whole model's %.2f MiB, activations %.1f MiB (the head's logits %.1f of "
+            "loom: tp %d (2d, %dx%d) x dp %d | per rank: a part of %.2f MiB (wte and wpe %.2f of "
+            "it) of the whole model's %.2f MiB, holding params %.3f MiB and grads %.3f MiB, "
+            "activations %.1f MiB (the head's logits %.1f of "
             "them), AdamW moments %.3f MiB (zero %d over dp %d), peak RSS %.1f MiB | received per "
             "layer and micro-batch %.3f MiB (broadcasts %.3f, reduce-scatters %.3f, LayerNorm "
             "all-reduces %.3f) against SUMMA's 6(q-1)/q per linear %.3f MiB; 1D tp %d would "
             "all-reduce 4 x 2(P-1)/P x (B,T,C) = %.3f MiB; embedding and head %.3f MiB per "
             "micro-batch\n",
             P, q, q, s->grid->dp, t->part.nparams * MiB, t->part.blocks[0].n * MiB,
-            t->whole->nparams * MiB, t->ws.floats * MiB, Nl * Vq * MiB,
+            t->whole->nparams * MiB, pb / 1048576, gb / 1048576, t->ws.floats * MiB, Nl * Vq * MiB,
             2.0 * (double)(t->hi - t->lo) * MiB, c->zero, s->grid->dp, ru.ru_maxrss / 1024.0,
             (t->bcast + t->rscat + t->allred + t->other) * per, t->bcast * per, t->rscat * per,
             t->allred * per, summa_table(c, g, q) * MiB, P, d1 * MiB,

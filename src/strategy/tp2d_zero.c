@@ -149,7 +149,11 @@ const float *tp2dz_grads(const Tp2dZero *z) { return z->gshard; }
 
 const float *tp2dz_params(const Tp2dZero *z) { return z->pshard; }
 
-void tp2dz_memory(const Tp2dZero *z, double *param_b, double *grad_b) {
+void tp2dz_held(const Tp2dZero *z, const GPT *part, size_t gown, double *param_b, double *grad_b) {
+    if (!z) {
+        *param_b = 4.0 * (double)part->nparams, *grad_b = 4.0 * (double)(part->nparams + gown);
+        return;
+    }
     const GPT *m = z->m;
     double own = (double)(z->hi - z->lo), ends = (double)(m->blocks[0].n + m->blocks[z->L + 1].n);
     *grad_b = 4.0 * (own + ends + (double)z->max_layer);
@@ -157,3 +161,9 @@ void tp2dz_memory(const Tp2dZero *z, double *param_b, double *grad_b) {
 }
 
 double tp2dz_comm_seconds(const Tp2dZero *z) { return z->comm_s; }
+
+const char *tp2dz_what(int zero) {
+    return zero >= 3   ? ": the part's moments, gradients and parameters sharded over dp"
+           : zero == 2 ? ": the part's moments and gradients sharded over dp"
+                       : "";
+}

@@ -36,7 +36,11 @@ void tp2dz_section(Tp2dZero *z, int b);
 const float *tp2dz_grads(const Tp2dZero *z);
 // The owned parameters (ZeRO 3: the shard; else NULL: the model's whole buffer holds them).
 const float *tp2dz_params(const Tp2dZero *z);
-// Bytes held: parameters (shard and gathered buffers or whole part), gradients (shard and
-// transient buffers); seconds spent in its collectives.
-void tp2dz_memory(const Tp2dZero *z, double *param_b, double *grad_b);
+// Bytes a rank holds of part (z NULL: ZeRO 0/1, the whole part's parameters and gradients and
+// `gown` floats of reduced gradients): parameters (the shard and the gathered blocks' buffers
+// under ZeRO 3), gradients (the shard and the transient buffers under ZeRO 2/3).
+void tp2dz_held(const Tp2dZero *z, const GPT *part, size_t gown, double *param_b, double *grad_b);
+// What a rank's part shards over dp, for the banner ("" below ZeRO 2).
+const char *tp2dz_what(int zero);
+// Seconds spent in its collectives.
 double tp2dz_comm_seconds(const Tp2dZero *z);
