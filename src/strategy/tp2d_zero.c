@@ -14,7 +14,7 @@ struct Tp2dZero {
     GPT *m;
     const Comm *dp, *col;
     int zero, N, L, bwd, cur, layer_in; // layer_in: the layer whose parameters lparam holds
-    size_t lo, hi, max_layer;
+    size_t lo, hi, max_layer, nrecv;
     const size_t *counts, *displs; // the dp slices (strat_tp2d.c's)
     size_t *tc, *td;               // per dp rank: one block's piece, its offset in the block
     float *gshard, *recv;          // (hi-lo) owned gradients; a reduce-scatter's receive buffer
@@ -79,7 +79,8 @@ Tp2dZero *tp2dz_create(GPT *m, const Comm *dp, const Comm *col, int zero, const 
         if (m->blocks[b].n > z->max_layer) z->max_layer = m->blocks[b].n;
     size_t big = z->max_layer > m->blocks[0].n ? z->max_layer : m->blocks[0].n;
     z->gshard = be->alloc(z->hi - z->lo);
-    z->recv = be->alloc(big < z->hi - z->lo ? big : z->hi - z->lo);
+    z->nrecv = big < z->hi - z->lo ? big : z->hi - z->lo;
+    z->recv = be->alloc(z->nrecv);
     z->egrad = be->alloc(m->blocks[0].n);
     z->hgrad = be->alloc(m->blocks[z->L + 1].n);
     z->lgrad = be->alloc(z->max_layer);
@@ -156,7 +157,7 @@ void tp2dz_held(const Tp2dZero *z, const GPT *part, size_t gown, double *param_b
     }
     const GPT *m = z->m;
     double own = (double)(z->hi - z->lo), ends = (double)(m->blocks[0].n + m->blocks[z->L + 1].n);
-    *grad_b = 4.0 * (own + ends + (double)z->max_layer);
+    *grad_b = 4.0 * (own + ends + (double)z->max_layer + (double)z->nrecv);
     *param_b = z->zero >= 3 ? 4.0 * (own + ends + (double)z->max_layer) : 4.0 * (double)m->nparams;
 }
 

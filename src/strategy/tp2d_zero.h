@@ -38,7 +38,8 @@ const float *tp2dz_grads(const Tp2dZero *z);
 const float *tp2dz_params(const Tp2dZero *z);
 // Bytes a rank holds of part (z NULL: ZeRO 0/1, the whole part's parameters and gradients and
 // `gown` floats of reduced gradients): parameters (the shard and the gathered blocks' buffers
-// under ZeRO 3), gradients (the shard and the transient buffers under ZeRO 2/3).
+// under ZeRO 3), gradients (the shard, the transient buffers and the reduce-scatter's receive
+// buffer under ZeRO 2/3).
 void tp2dz_held(const Tp2dZero *z, const GPT *part, size_t gown, double *param_b, double *grad_b);
 // What a rank's part shards over dp, for the banner ("" below ZeRO 2).
 const char *tp2dz_what(int zero);
