@@ -8,7 +8,8 @@
 #     each block's backward ends, ZeRO 1 the accumulated sum once: another summation order;
 #   * ZeRO 3 = ZeRO 2 bit for bit (the same reductions; only the parameters' home differs), and
 #     with --grad-accum 1 (and --recompute) ZeRO 2 and 3 = ZeRO 1 bit for bit (two addends per
-#     sum: the order cannot change the result), grad_norm included;
+#     sum: the order cannot change the result), grad_norm and validation losses (--val-every 3:
+#     ZeRO 3's forward on gathered blocks) included;
 #   * checkpoints saved at step 3 resume bit-identically on their own layout (ZeRO 2 and 3), a
 #     ZeRO-3 one onto ZeRO 1 and a ZeRO-1 one onto ZeRO 3 within 1e-5;
 #   * memory: the summary's grads per rank drop from ZeRO 1 to ZeRO 2, its params from ZeRO 2
@@ -33,8 +34,9 @@ run() { # NAME ARGS...: 8 ranks; metrics, export, summary under $d/NAME.*
     $MPI -np 8 $LOOM train $f "$@" --metrics "$d/$n.jsonl" --export "$d/$n.st" 2> "$d/$n.err" ||
         { cat "$d/$n.err"; return 1; }
 }
+val="--val-data $d/v300.bin --val-every 3 --val-windows 2"
 for z in 1 2 3; do
-    run z$z --grad-accum 2 --zero $z --save "$d/c$z" --save-every 3 --keep 0 \
+    run z$z --grad-accum 2 --zero $z $val --save "$d/c$z" --save-every 3 --keep 0 \
         --dump-grads "$d/z$z.grads.st"
 done
 grep -q "(zero 2: the part's moments and gradients sharded over dp)" "$d/z2.err"
@@ -54,7 +56,7 @@ if same "negative control" "$d/z2.jsonl" "$d/z1.jsonl" "$d/z2.st" "$d/z1.st" > /
 fi
 echo "negative control: ZeRO 2 with --grad-accum 2 is not ZeRO 1 bit for bit"
 
-for z in 1 2 3; do run k$z --grad-accum 1 --recompute --zero $z; done
+for z in 1 2 3; do run k$z --grad-accum 1 --recompute --zero $z $val; done
 same "--grad-accum 1 --recompute: ZeRO 2 = ZeRO 1 bit for bit" "$d/k2.jsonl" "$d/k1.jsonl" \
     "$d/k2.st" "$d/k1.st"
 same "--grad-accum 1 --recompute: ZeRO 3 = ZeRO 1 bit for bit" "$d/k3.jsonl" "$d/k1.jsonl" \
