@@ -13,7 +13,8 @@
 #   * checkpoints saved at step 3 resume bit-identically on their own layout (ZeRO 2 and 3), a
 #     ZeRO-3 one onto ZeRO 1 and a ZeRO-1 one onto ZeRO 3 within 1e-5;
 #   * memory: the summary's grads per rank drop from ZeRO 1 to ZeRO 2, its params from ZeRO 2
-#     to ZeRO 3;
+#     to ZeRO 3, and so do the dry-run's (at or above the runs': its 2D part counts the
+#     embedding whole);
 #   * negative controls: ZeRO 2 with --grad-accum 2 is not ZeRO 1 bit for bit (the tolerance is
 #     needed, the comparison sees the difference), and a run on other data fails the comparison.
 set -eu
@@ -84,6 +85,25 @@ held = [tuple(map(float, re.search(r"holding params ([0-9.]+) MiB and grads ([0-
 assert g2 < g1 and p2 == p1, held
 assert p3 < p2 and g3 == g2, held
 print(f"per rank (params, grads MiB): zero 1 {held[0]}, zero 2 {held[1]}, zero 3 {held[2]}")
+PY
+# the dry-run (12 layers: the 2D definition counts the embedding whole) drops the same way and
+# stays at or above what the runs hold
+g="${f/--layers 4 --heads 4 --dim 32/--layers 12 --heads 4 --dim 64} --grad-accum 2"
+for z in 1 2 3; do
+    $LOOM train $g --zero $z --dry-run | tail -1 > "$d/dry$z.txt"
+    $MPI -np 8 $LOOM train ${g/--steps 6/--steps 1} --zero $z 2> "$d/big$z.err" > /dev/null
+done
+$PY - "$d" <<'PY'
+import re, sys
+d = sys.argv[1]
+dry = [tuple(map(float, re.search(r"params ([0-9.]+) MiB, grads ([0-9.]+) MiB",
+                                  open(f"{d}/dry{z}.txt").read()).groups())) for z in (1, 2, 3)]
+run = [tuple(map(float, re.search(r"holding params ([0-9.]+) MiB and grads ([0-9.]+) MiB",
+                                  open(f"{d}/big{z}.err").read()).groups())) for z in (1, 2, 3)]
+(p1, g1), (p2, g2), (p3, g3) = dry
+assert g2 < g1 and p3 < p2, dry
+assert all(a >= b - 0.01 for x, y in zip(dry, run) for a, b in zip(x, y)), (dry, run)
+print(f"12 layers, per rank (params, grads MiB): dry-run {dry}, runs {run}")
 PY
 
 # negative control: other data must not pass the same comparison
