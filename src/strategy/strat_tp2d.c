@@ -17,7 +17,7 @@
 // multiple of q: V·C/q² per rank, the padding never saved), the head is a SUMMA product with a
 // vocabulary-parallel cross-entropy along the row; wpe is cut by columns (maxT·C/q per rank, the
 // same down a column). Checkpoints, initial weights and exports stay in the whole model's flat
-// layout (cut at start-up, the moments' slice cut from the part under ZeRO 1; moments gathered
+// layout (cut at start-up, the moments' slice cut from the part under ZeRO 1-3; moments gathered
 // over dp, then everything over tp for a save; the first rank writes), so any layout resumes
 // from them.
 #include <math.h>
@@ -43,7 +43,7 @@ typedef struct {
     const Strategy *outer;
     const Comm *axis[2]; // row, column
     PartCut cut;         // the part's map; host parameters, m, v cut from the whole (start-up)
-    // the moments' shards over dp (ZeRO 1; one shard of everything otherwise): dp rank r owns
+    // the moments' shards over dp (ZeRO 1-3; one shard of everything otherwise): dp rank r owns
     // [displs[r], displs[r] + counts[r]) of the part's flat layout, this rank [lo, hi)
     int nshard;
     size_t lo, hi, *counts, *displs;
@@ -219,7 +219,7 @@ static int whole_params(T2 *t, float *dst) {
 
 // ---------------------------------------------------------------- the strategy
 
-// The moments' shards: ZeRO 1 cuts the part's flat layout into dp equal slices (AdamW is
+// The moments' shards: ZeRO 1-3 cut the part's flat layout into dp equal slices (AdamW is
 // element-wise and grad_sumsq sums per tensor, so any cut will do); AdamW holds this rank's and
 // updates only it.
 static void shard_part(T2 *t) {
@@ -294,7 +294,7 @@ static void reduce_grads(T2 *t) {
 }
 
 // Σ g² over the whole model: every rank's own blocks, the column-replicated ones from row 0;
-// under ZeRO 1 each dp rank's slice of them. *votes (the stop votes, already summed over the
+// under ZeRO 1-3 each dp rank's slice of them. *votes (the stop votes, already summed over the
 // grid's columns and dp by mean_loss) rides along: summed over tp, it counts every rank's.
 static double grad_sumsq(T2 *t, double *votes) {
     const GPT *m = &t->part;
@@ -377,8 +377,9 @@ static double t2_evaluate(Strategy *s) {
     return c->val_windows ? sum / c->val_windows : NAN;
 }
 
-// The whole model's parameters and moments (ZeRO 1: gathered over dp first), gathered in every
-// tp group; the first group's rank 0 writes them as one shard of the whole layout.
+// The whole model's parameters and moments (ZeRO 1-3: the moments gathered over dp first, ZeRO
+// 3 the parameters too), gathered in every tp group; the first group's rank 0 writes them as one
+// shard of the whole layout.
 static int t2_save(Strategy *s, const char *dir, CkptMeta *meta, int final, CkptExtraFn extra,
                    void *extra_ctx, int keep) {
     (void) final;
