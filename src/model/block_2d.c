@@ -120,9 +120,9 @@ static void layer2d_forward(const GPT *m, const Tp2d *g, Work2d *w, const Block 
     const Backend *be = m->be;
     Dims d = dims(m, g, w);
     size_t NC = (size_t)d.Nl * d.c;
+    g->section(g->ctx, blk->layer + 1); // first: a strategy may place the block's parameters
     P2 p = params2(blk->params, d.c, d.F);
     A2 a = acts2(m, g, w, blk->layer);
-    g->section(g->ctx, blk->layer + 1);
     ln2d_forward(m, g, w, a.ln1, a.m1, a.r1, x, p.ln1w, p.ln1b, d.Nl);
     summa_forward(m, g, w, a.qkv, a.ln1, p.qkvw, p.qkvb, d.Nl, d.c, 3 * d.c); // (Nl,3c)
     be->attention_forward(a.atty, a.att, a.qkv, d.Bl, d.T, d.c, d.NHl);       // (Nl,c)

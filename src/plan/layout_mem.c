@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "../common.h"
+#include "../model/gpt_2d.h"
 #include "../parallel/data_parallel.h"
 #include "../parallel/pipeline.h"
 
@@ -71,6 +72,21 @@ static void stage_state(const LayoutShape *s, int st, double n, double maxb, dou
     *o = 8.0 * (own + wown);
 }
 
+// 2D tensor parallelism's part (strat_tp2d.c, tp2d_zero.c) of P parameters and largest layer
+// maxb on a q×q grid, over W replicas: ZeRO 1 keeps a reduced slice beside the whole gradient;
+// ZeRO 2 the gradient slice, the embedding block's (wte's V/q × C/q block, wpe's C/q columns),
+// the final LayerNorm's and one layer's transient gradients and a receive buffer; ZeRO 3 the
+// parameter slice and those three blocks gathered. No whole wte gradient of the head's (2D's
+// head writes into the embedding block's).
+static void tp2d_state(const GPTConfig *c, int q, double P, double maxb, int W, int zero, double *p,
+                       double *g, double *o) {
+    double embed = ((double)gpt2d_vrows(c, q) + c->maxT) * (c->C / q), head = 2.0 * (c->C / q);
+    double own = zero >= 1 && W > 1 ? ceil(P / W) : P, ends = embed + head + maxb;
+    *p = 4.0 * (zero >= 3 ? own + ends : P);
+    *g = 4.0 * (zero >= 2 ? own + ends + fmin(fmax(embed, maxb), own) : P + (own < P ? own : 0));
+    *o = 8.0 * own;
+}
+
 // The parameters of blocks [b0, b1) of m (2D: each layer's ÷ q²); *max_block: the largest.
 static double range_params(const GPT *m, int q, int b0, int b1, double *max_block) {
     double n = 0;
@@ -104,7 +120,9 @@ int layout_memory(const GPTConfig *c, const Backend *be, const LayoutShape *s, L
         }
         double p, g, o, n = range_params(&m, q, b0, b1, &maxb);
         int inflight = s->pp == 1 ? 1 : s->schedule == SCHED_GPIPE ? s->K : s->pp - st;
-        if (s->pp == 1)
+        if (s->pp == 1 && s->tp_2d)
+            tp2d_state(c, q, P, maxb, W, s->zero, &p, &g, &o);
+        else if (s->pp == 1)
             dp_memory_model((size_t)P, (size_t)range_params(&m, q, 0, 1, &(double){0}), (size_t)wte,
                             (size_t)maxb, W, s->zero, &p, &g, &o);
         else

@@ -5,7 +5,9 @@
 // strategies' own accounting. `loom train --dry-run` prints it; the planner checks its plans
 // against it. Where a layout is not built yet the numbers follow its definition:
 //   --tp-mode 2d (SUMMA on a q×q grid, tp = q²): each layer's parameters and saved activations
-//     ÷ q²; the embedding, the head and the residual stream as a whole model's;
+//     ÷ q²; the embedding, the head and the residual stream as a whole model's (so the ZeRO
+//     slices of the part are above a run's); ZeRO 2/3's transient and gathered blocks are the
+//     2D part's real embedding, final LayerNorm and a layer (tp2d_zero.c);
 //   --sp (1D only): each layer's LayerNorm inputs/outputs and statistics, the residual stream,
 //     its gradient and the final LayerNorm's activations ÷ tp;
 //   --cp N: activations of T/cp tokens per rank, plus the ring's buffers: the K/V chunk being

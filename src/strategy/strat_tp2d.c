@@ -1,5 +1,5 @@
 // strat_tp2d.c — Colossal-AI 2D (SUMMA) tensor parallelism (--tp q·q --tp-mode 2d) × data
-// parallelism over dp (ZeRO 0 or 1). The tp group is a q×q grid, rank (i,j) = tp rank i·q + j;
+// parallelism over dp (ZeRO 0-3). The tp group is a q×q grid, rank (i,j) = tp rank i·q + j;
 // this file splits the group into its row (same i) and column (same j) communicators and
 // installs them as the model's grid collectives (model/gpt_2d.h: what a rank holds; summa.c and
 // block_2d.c: how it runs), with a point-to-point swap between ranks (i,j) and (j,i) for the
@@ -9,12 +9,15 @@
 // global norm (replicated tensors counted once) and applies AdamW to the rank's part. ZeRO 1:
 // dp rank r of a grid position keeps the moments of slice r of the part's flat layout only; the
 // gradients are reduce-scattered over dp instead, each rank updates its slice and the parameters
-// are all-gathered over dp (the norm: each slice's share, summed over tp and dp). Embedding
+// are all-gathered over dp (the norm: each slice's share, summed over tp and dp). ZeRO 2 and 3
+// (tp2d_zero.c) use the same slices: no whole gradient buffer (each block reduced over the column
+// and reduce-scattered over dp as the backward leaves it, every micro-batch), ZeRO 3 keeps only
+// the slice of the parameters too (gathered block by block). Embedding
 // and LM head (tied): wte is cut in q×q blocks like a weight of the head (vocabulary padded to a
 // multiple of q: V·C/q² per rank, the padding never saved), the head is a SUMMA product with a
 // vocabulary-parallel cross-entropy along the row; wpe is cut by columns (maxT·C/q per rank, the
 // same down a column). Checkpoints, initial weights and exports stay in the whole model's flat
-// layout (cut at start-up, the moments' slice cut from the part under ZeRO 1; moments gathered
+// layout (cut at start-up, the moments' slice cut from the part under ZeRO 1-3; moments gathered
 // over dp, then everything over tp for a save; the first rank writes), so any layout resumes
 // from them.
 #include <math.h>
@@ -29,6 +32,7 @@
 #include "compose.h"
 #include "part_io.h"
 #include "strategy.h"
+#include "tp2d_zero.h"
 
 typedef struct {
     const GPT *whole; // the whole model's layout (s->model: no buffers)
@@ -39,11 +43,12 @@ typedef struct {
     const Strategy *outer;
     const Comm *axis[2]; // row, column
     PartCut cut;         // the part's map; host parameters, m, v cut from the whole (start-up)
-    // the moments' shards over dp (ZeRO 1; one shard of everything otherwise): dp rank r owns
+    // the moments' shards over dp (ZeRO 1-3; one shard of everything otherwise): dp rank r owns
     // [displs[r], displs[r] + counts[r]) of the part's flat layout, this rank [lo, hi)
     int nshard;
     size_t lo, hi, *counts, *displs;
     float *gown; // (hi-lo) this rank's reduced gradients (the reduce-scatter's receive buffer)
+    Tp2dZero *z; // ZeRO 2/3: the gradients (and parameters) sharded over dp (tp2d_zero.c)
     int *inputs, *targets;
     // what the layers' collectives moved in training steps: floats this rank received in
     // broadcasts, reduce-scatters, all-reduces (ring) and anything else (none in a layer); the
@@ -113,7 +118,11 @@ static void t2_transpose(void *ctx, const float *send, float *recv, size_t n) {
     count(t, (double)n, &t->other);
 }
 
-static void t2_section(void *ctx, int b) { ((T2 *)ctx)->section = b; }
+static void t2_section(void *ctx, int b) {
+    T2 *t = ctx;
+    t->section = b;
+    if (t->z) tp2dz_section(t->z, b);
+}
 
 static void t2_rscatter(void *ctx, int axis, const float *send, float *recv, size_t each) {
     T2 *t = ctx;
@@ -135,9 +144,9 @@ static int t2_wants(const StrategyConfig *c) { return c->tp_2d; }
 
 static const Supports T2_SUPPORTS = {
     .self = {F_TP2D, F_COUNT},
-    .features = FEAT(F_TP2D) | FEAT(F_DP) | FEAT(F_ZERO1) | FEAT(F_RECOMPUTE) | FEAT(F_DUMP_GRADS),
-    .runs_with = "2D tensor parallelism runs with data parallelism (ZeRO 0 or 1) and "
-                 "--recompute"};
+    .features = FEAT(F_TP2D) | FEAT(F_DP) | FEAT(F_ZERO1) | FEAT(F_ZERO2) | FEAT(F_ZERO3) |
+                FEAT(F_RECOMPUTE) | FEAT(F_DUMP_GRADS),
+    .runs_with = "2D tensor parallelism runs with data parallelism (ZeRO 0-3) and --recompute"};
 
 static int t2_check(const StrategyConfig *c) {
     int q = 1;
@@ -198,9 +207,19 @@ static int gather_slice(T2 *t, const float *slice, float *part) {
     return comm_allgatherv(t->outer->grid->dp_comm, part, t->counts, t->displs);
 }
 
+// The whole model's parameters into host dst (ZeRO 3: the part's slices gathered over dp first).
+static int whole_params(T2 *t, float *dst) {
+    const float *shard = t->z ? tp2dz_params(t->z) : NULL;
+    if (!shard) return gather_whole(t, t->part.params, 0, dst);
+    float *part = xalloc_floats(t->part.nparams);
+    int rc = gather_slice(t, shard, part) || gather_whole(t, part, 1, dst);
+    free(part);
+    return rc;
+}
+
 // ---------------------------------------------------------------- the strategy
 
-// The moments' shards: ZeRO 1 cuts the part's flat layout into dp equal slices (AdamW is
+// The moments' shards: ZeRO 1-3 cut the part's flat layout into dp equal slices (AdamW is
 // element-wise and grad_sumsq sums per tensor, so any cut will do); AdamW holds this rank's and
 // updates only it.
 static void shard_part(T2 *t) {
@@ -217,7 +236,7 @@ static void shard_part(T2 *t) {
     t->lo = t->displs[me], t->hi = t->lo + t->counts[me];
     adamw_create(&t->opt, m, &t->outer->cfg->opt, t->lo, t->hi);
     gpt_own_range(m, t->lo, t->hi, 0, m->params, m->grads);
-    if (N > 1) t->gown = m->be->alloc(t->hi - t->lo);
+    if (N > 1 && t->outer->cfg->zero == 1) t->gown = m->be->alloc(t->hi - t->lo);
 }
 
 static int t2_create(Strategy *s) {
@@ -243,9 +262,11 @@ static int t2_create(Strategy *s) {
     t->axis[T2D_COL] = comm_split(gr->tp_comm, t->g.j, t->g.i, "tp_col");
     if (gpt2d_layout(&t->part, &s->model->cfg, s->model->be, &t->g)) return -1;
     t->cut.map = part_map_2d(s->model, &t->part, q, t->g.i, t->g.j);
-    if (gpt_alloc_whole(&t->part, 1, 1)) return -1;
+    if (gpt_alloc_whole(&t->part, 1, c->zero < 2)) return -1; // ZeRO 2/3: no whole gradients
     shard_part(t);
     if (load_part(t)) return -1;
+    if (c->zero >= 2)
+        t->z = tp2dz_create(&t->part, gr->dp_comm, t->axis[T2D_COL], c->zero, t->counts, t->displs);
     if (work2d_create(&t->ws, &t->part, &t->g, c->batch, c->seq, c->recompute)) return -1;
     size_t BT = (size_t)c->batch * c->seq;
     t->inputs = xmalloc(BT * sizeof(int));
@@ -259,6 +280,7 @@ static int t2_create(Strategy *s) {
 static void reduce_grads(T2 *t) {
     const GPT *m = &t->part;
     const Comm *dp = t->outer->grid->dp_comm;
+    if (t->z) return; // ZeRO 2/3: reduced block by block in the backward (tp2d_zero.c)
     for (int k = 0; k < m->ntensors; k++)
         if (gpt2d_col_replicated(m, k))
             comm_allreduce(t->axis[T2D_COL], m->grads + m->tensors[k].off, m->tensors[k].n);
@@ -272,16 +294,17 @@ static void reduce_grads(T2 *t) {
 }
 
 // Σ g² over the whole model: every rank's own blocks, the column-replicated ones from row 0;
-// under ZeRO 1 each dp rank's slice of them. *votes (the stop votes, already summed over the
+// under ZeRO 1-3 each dp rank's slice of them. *votes (the stop votes, already summed over the
 // grid's columns and dp by mean_loss) rides along: summed over tp, it counts every rank's.
 static double grad_sumsq(T2 *t, double *votes) {
     const GPT *m = &t->part;
+    const float *own = t->z ? tp2dz_grads(t->z) : m->grads + t->lo; // the slice's reduced sums
     double sum = 0;
     for (int k = 0; k < m->ntensors; k++) {
         size_t a = m->tensors[k].off, b = a + m->tensors[k].n;
         a = a > t->lo ? a : t->lo, b = b < t->hi ? b : t->hi;
         if (b > a && (!gpt2d_col_replicated(m, k) || t->g.i == 0))
-            sum += m->be->sumsq(m->grads + a, b - a);
+            sum += m->be->sumsq(own + (a - t->lo), b - a);
     }
     double v[2] = {sum, *votes};
     comm_allreduce_f64(t->outer->grid->tp_comm, v, 2);
@@ -306,16 +329,19 @@ static int t2_step(Strategy *s, int step, int boundary) {
     T2 *t = s->impl;
     const StrategyConfig *c = s->cfg;
     GPT *m = &t->part;
-    double t0 = now_sec(), c0 = t->comm_s;
+    double t0 = now_sec(), c0 = t->comm_s + (t->z ? tp2dz_comm_seconds(t->z) : 0);
     int K = c->grad_accum, N = s->grid->dp;
     double tokens = (double)c->batch * c->seq * K * N;
-    m->be->fill(m->grads, 0.f, m->nparams);
+    t->z ? tp2dz_begin_step(t->z) : m->be->fill(m->grads, 0.f, m->nparams);
     double sum = 0;
     t->counting = 1;
     for (int j = 0; j < K; j++) {
         s->data->train(s->data->ctx, step, j, t->inputs, t->targets);
+        if (t->z) tp2dz_forward(t->z);
         sum += gpt2d_forward(m, &t->g, &t->ws, t->inputs, t->targets);
+        if (t->z) tp2dz_backward_begin(t->z);
         gpt2d_backward(m, &t->g, &t->ws, (float)(1.0 / tokens));
+        if (t->z) tp2dz_backward_end(t->z);
     }
     t->counting = 0;
     double c1 = now_sec();
@@ -327,10 +353,10 @@ static int t2_step(Strategy *s, int step, int boundary) {
     r.lr = lr_at(&c->opt, step);
     r.applied = isfinite(r.loss) && isfinite(r.norm);
     if (r.applied) adamw_step(&t->opt, m, r.lr, clip_scale((float)r.norm, c->opt.grad_clip));
-    if (r.applied && t->nshard > 1) // every dp rank's updated slice
+    if (r.applied && t->nshard > 1 && c->zero < 3) // every dp rank's updated slice
         comm_allgatherv(s->grid->dp_comm, m->params, t->counts, t->displs);
     r.seconds = now_sec() - t0;
-    r.exposed = t->comm_s - c0 + (now_sec() - c1);
+    r.exposed = t->comm_s + (t->z ? tp2dz_comm_seconds(t->z) : 0) - c0 + (now_sec() - c1);
     t->steps++;
     strategy_emit(s, &r);
     return 0;
@@ -344,14 +370,16 @@ static double t2_evaluate(Strategy *s) {
     double sum = 0;
     for (int k = 0; k < c->val_windows; k++) {
         s->data->val(s->data->ctx, k, t->inputs, t->targets);
+        if (t->z) tp2dz_forward(t->z);
         double l = gpt2d_forward(&t->part, &t->g, &t->ws, t->inputs, t->targets);
         sum += mean_loss(t, l, (double)c->batch * c->seq, 0, NULL);
     }
     return c->val_windows ? sum / c->val_windows : NAN;
 }
 
-// The whole model's parameters and moments (ZeRO 1: gathered over dp first), gathered in every
-// tp group; the first group's rank 0 writes them as one shard of the whole layout.
+// The whole model's parameters and moments (ZeRO 1-3: the moments gathered over dp first, ZeRO
+// 3 the parameters too), gathered in every tp group; the first group's rank 0 writes them as one
+// shard of the whole layout.
 static int t2_save(Strategy *s, const char *dir, CkptMeta *meta, int final, CkptExtraFn extra,
                    void *extra_ctx, int keep) {
     (void) final;
@@ -359,9 +387,8 @@ static int t2_save(Strategy *s, const char *dir, CkptMeta *meta, int final, Ckpt
     size_t N = t->whole->nparams;
     float *p = xalloc_floats(N), *m = xalloc_floats(N), *v = xalloc_floats(N);
     float *pm = xalloc_floats(t->part.nparams), *pv = xalloc_floats(t->part.nparams);
-    int rc = gather_slice(t, t->opt.m, pm) || gather_slice(t, t->opt.v, pv) ||
-             gather_whole(t, t->part.params, 0, p) || gather_whole(t, pm, 1, m) ||
-             gather_whole(t, pv, 1, v);
+    int rc = gather_slice(t, t->opt.m, pm) || gather_slice(t, t->opt.v, pv) || whole_params(t, p) ||
+             gather_whole(t, pm, 1, m) || gather_whole(t, pv, 1, v);
     free(pm), free(pv);
     CkptShard sh = {.lo = 0, .hi = N, .params = p, .m = m, .v = v};
     meta->opt_t = t->opt.t;
@@ -376,10 +403,11 @@ static int t2_save(Strategy *s, const char *dir, CkptMeta *meta, int final, Ckpt
 static int t2_full(Strategy *s, float *host, int grads) {
     T2 *t = s->impl;
     memset(host, 0, t->whole->nparams * sizeof(float));
-    if (!grads || t->nshard == 1)
-        return gather_whole(t, grads ? t->part.grads : t->part.params, 0, host);
-    float *part = xalloc_floats(t->part.nparams); // ZeRO 1: the reduced slices, over dp
-    int rc = gather_slice(t, t->part.grads + t->lo, part) || gather_whole(t, part, 1, host);
+    if (!grads) return whole_params(t, host);
+    if (!t->z && t->nshard == 1) return gather_whole(t, t->part.grads, 0, host);
+    float *part = xalloc_floats(t->part.nparams); // ZeRO 1-3: the reduced slices, over dp
+    const float *own = t->z ? tp2dz_grads(t->z) : t->part.grads + t->lo;
+    int rc = gather_slice(t, own, part) || gather_whole(t, part, 1, host);
     free(part);
     return rc;
 }
@@ -388,8 +416,8 @@ static void t2_describe(const Strategy *s, char *buf, size_t n) {
     const T2 *t = s->impl;
     snprintf(
         buf, n,
-        "tensor parallel: tp %d (2d SUMMA, %dx%d grid, column-cut embedding) x dp %d (zero %d)",
-        s->grid->tp, t->g.q, t->g.q, s->grid->dp, s->cfg->zero);
+        "tensor parallel: tp %d (2d SUMMA, %dx%d grid, column-cut embedding) x dp %d (zero %d%s)",
+        s->grid->tp, t->g.q, t->g.q, s->grid->dp, s->cfg->zero, tp2dz_what(s->cfg->zero));
 }
 
 // What SUMMA moves into one rank per layer and micro-batch: each of a linear's 6 collectives
@@ -421,17 +449,19 @@ static void t2_summary(Strategy *s, double exposed_s, double step_s) {
     double micro = (double)t->steps * c->grad_accum, L = g->L, MiB = 4.0 / 1048576;
     double Nl = (double)c->batch / q * c->seq, Vq = gpt2d_vrows(g, q);
     double per = micro > 0 ? MiB / micro / L : 0,
-           d1 = 4 * 2.0 * (P - 1) / P * c->batch * c->seq * g->C;
+           d1 = 4 * 2.0 * (P - 1) / P * c->batch * c->seq * g->C, pb, gb; // held: bytes
+    tp2dz_held(t->z, &t->part, t->gown ? t->hi - t->lo : 0, &pb, &gb);
     fprintf(stderr,
-            "loom: tp %d (2d, %dx%d) x dp %d | per rank: params %.2f MiB (wte and wpe %.2f of "
-            "them) of the whole model's %.2f MiB, activations %.1f MiB (the head's logits %.1f of "
+            "loom: tp %d (2d, %dx%d) x dp %d | per rank: a part of %.2f MiB (wte and wpe %.2f of "
+            "it) of the whole model's %.2f MiB, holding params %.3f MiB and grads %.3f MiB, "
+            "activations %.1f MiB (the head's logits %.1f of "
             "them), AdamW moments %.3f MiB (zero %d over dp %d), peak RSS %.1f MiB | received per "
             "layer and micro-batch %.3f MiB (broadcasts %.3f, reduce-scatters %.3f, LayerNorm "
             "all-reduces %.3f) against SUMMA's 6(q-1)/q per linear %.3f MiB; 1D tp %d would "
             "all-reduce 4 x 2(P-1)/P x (B,T,C) = %.3f MiB; embedding and head %.3f MiB per "
             "micro-batch\n",
             P, q, q, s->grid->dp, t->part.nparams * MiB, t->part.blocks[0].n * MiB,
-            t->whole->nparams * MiB, t->ws.floats * MiB, Nl * Vq * MiB,
+            t->whole->nparams * MiB, pb / 1048576, gb / 1048576, t->ws.floats * MiB, Nl * Vq * MiB,
             2.0 * (double)(t->hi - t->lo) * MiB, c->zero, s->grid->dp, ru.ru_maxrss / 1024.0,
             (t->bcast + t->rscat + t->allred + t->other) * per, t->bcast * per, t->rscat * per,
             t->allred * per, summa_table(c, g, q) * MiB, P, d1 * MiB,
@@ -445,6 +475,7 @@ static void t2_destroy(Strategy *s) {
     if (t->opt.m) adamw_free(&t->opt, &t->part);
     if (t->gown) t->part.be->release(t->gown);
     free(t->counts), free(t->displs);
+    tp2dz_free(t->z);
     gpt_free(&t->part);
     free(t->inputs), free(t->targets);
     free(t);
