@@ -239,7 +239,8 @@ void swap_free(Swapper *s) {
     for (int k = s->c.K - 1; s->ws && k >= 0; k--)
         if (s->ws[k].stream) workspace_free(&s->ws[k], s->m);
     tier_free(s->stream);
-    free(s->slot), free(s->ws), free(s->part), free(s->tsum), free(s->poff), free(s->bound), free(s->pbound);
+    free(s->slot), free(s->ws), free(s->part), free(s->tsum), free(s->poff), free(s->bound),
+        free(s->pbound);
     offload_plan_free(&s->plan);
     free(s);
 }

@@ -103,8 +103,9 @@ static const FeaturePair TP_PAIRS[] = {
     {F_OFFLOAD, F_ZERO1, TP_OFFLOAD_ZERO},
     {F_OFFLOAD, F_ZERO2, TP_OFFLOAD_ZERO},
     {F_OFFLOAD, F_ZERO3, TP_OFFLOAD_ZERO},
-    {F_OFFLOAD, F_CO2, "CO2's workers over tensor- or context-parallel parts keep their outer "
-                       "state in memory"},
+    {F_OFFLOAD, F_CO2,
+     "CO2's workers over tensor- or context-parallel parts keep their outer "
+     "state in memory"},
     {F_OFFLOAD, F_DUMP_GRADS, "the gradients live in the offload tier, not in memory"},
     {F_DUMP_GRADS, F_ZERO2, TP_DUMP_ZERO},
     {F_DUMP_GRADS, F_ZERO3, TP_DUMP_ZERO},
@@ -116,7 +117,8 @@ static const FeaturePair TP_PAIRS[] = {
 static const Supports TP_SUPPORTS = {
     .self = {F_TP, F_CP, F_SP, F_COUNT},
     .features = FEAT(F_TP) | FEAT(F_SP) | FEAT(F_CP) | FEAT(F_DP) | FEAT(F_ZERO1) | FEAT(F_ZERO2) |
-                FEAT(F_ZERO3) | FEAT(F_RECOMPUTE) | FEAT(F_DUMP_GRADS) | FEAT(F_CO2) | FEAT(F_OFFLOAD),
+                FEAT(F_ZERO3) | FEAT(F_RECOMPUTE) | FEAT(F_DUMP_GRADS) | FEAT(F_CO2) |
+                FEAT(F_OFFLOAD),
     .pairs = TP_PAIRS,
     .runs_with = "tensor and context parallelism run with data parallelism (ZeRO 0-3), "
                  "--sp, --pp, --recompute, --co2 (ZeRO 0) and --offload (ZeRO 0)"};
@@ -390,7 +392,8 @@ static void tp_describe(const Strategy *s, char *buf, size_t n) {
     if (s->cfg->co2) return tp_co2_describe(s, buf, n);
     char cp[48] = "";
     if (s->grid->cp > 1) snprintf(cp, sizeof cp, " x cp %d (ring attention)", s->grid->cp);
-    snprintf(buf, n, "tensor parallel: tp %d (1d%s, vocabulary-parallel head)%s x dp %d (zero %d)%s",
+    snprintf(buf, n,
+             "tensor parallel: tp %d (1d%s, vocabulary-parallel head)%s x dp %d (zero %d)%s",
              s->grid->tp, s->cfg->sp ? " + sequence parallel" : "", cp, s->grid->dp, s->cfg->zero,
              s->cfg->offload ? ", each rank's blocks swapped through its own disk tier" : "");
 }
