@@ -9,8 +9,9 @@
 # Checkpoints: an offloaded tp run's mid-run checkpoint resumes with and without --offload (and
 # an in-memory one with it) onto the uninterrupted run's bytes.
 # The budget binds: a part whose training state (parameters, gradients, two moments: 109 MiB per
-# rank) exceeds --fast-mem 96M trains within it on every rank (peak RSS printed per rank), the
-# same bits as in memory, where a rank peaks above 96 MiB (the negative control).
+# rank under --tp 2, 217 MiB under --cp 2) exceeds --fast-mem (96M, 128M) trains within it on
+# every rank (peak RSS printed per rank; the fill of the tier included), the same bits as in
+# memory, where a rank peaks above the budget (the negative control).
 # ZeRO 1-3 with a swapped part are refused, naming why.
 set -eu
 . "$(dirname "$0")/lib.sh"
@@ -81,6 +82,21 @@ if [ -z "${LOOM_ASAN:-}" ]; then
         { echo "negative control: in memory the rank peaked at only $mp MiB"; exit 1; }
     echo "budget binds: swapped ranks peaked at $(echo $p) MiB of 96, in memory at $mp MiB"
     clean "bound"
+    # --cp 2: the part is the whole model (217 MiB of state per rank) in --fast-mem 128M
+    $MPI -np 2 $LOOM train $big --cp 2 --metrics "$d/cm.jsonl" 2>"$d/cm.err" || { cat "$d/cm.err"; exit 1; }
+    $MPI -np 2 $LOOM train $big --cp 2 --offload disk --offload-dir "$d/off" --fast-mem 128M \
+        --metrics "$d/co.jsonl" 2>"$d/co.err" || { cat "$d/co.err"; exit 1; }
+    same "cp 2, 217 MiB of state per rank in --fast-mem 128M" "$d/cm.jsonl" "$d/co.jsonl" || exit 1
+    p=$(peaks "$d/co.err")
+    [ "$(echo "$p" | wc -l)" = 2 ] || { echo "expected two ranks' peaks, got: $p"; exit 1; }
+    for x in $p; do
+        awk -v x="$x" 'BEGIN { exit !(x <= 128) }' || { echo "a cp rank peaked at $x MiB > 128"; exit 1; }
+    done
+    mp=$(grep -o 'peak RSS [0-9.]* MiB |' "$d/cm.err" | awk '{print $3}')
+    awk -v x="$mp" 'BEGIN { exit !(x > 128) }' ||
+        { echo "negative control: in memory the cp rank peaked at only $mp MiB"; exit 1; }
+    echo "budget binds (cp): swapped ranks peaked at $(echo $p) MiB of 128, in memory at $mp MiB"
+    clean "bound cp"
 fi
 
 # refused: a swapped part with ZeRO 1-3

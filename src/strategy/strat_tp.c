@@ -164,15 +164,11 @@ static int part_params(void *ctx, size_t lo, size_t hi, float *dst) {
     return rc;
 }
 
-// StrategyData.params_stream for the part under --offload (the fill of the tier): the part is
-// staged in host memory once, at start-up, and handed to the sink whole.
+// StrategyData.params_stream for the part under --offload: nothing here, tp_create fills the
+// tier block by block once the executor is set up (part_swap.c).
 static int part_params_stream(void *ctx, size_t lo, size_t hi, GptSink sink, void *sctx) {
-    TP *t = ctx;
-    int rc = stage_part(t);
-    if (!rc) rc = sink(sctx, lo, hi - lo, t->cut.stage[0] + lo);
-    free(t->cut.stage[0]);
-    t->cut.stage[0] = NULL;
-    return rc;
+    (void)ctx, (void)lo, (void)hi, (void)sink, (void)sctx;
+    return 0;
 }
 
 // Every rank of a tensor-parallel group (and of a context-parallel ring: each its chunks) reads
@@ -248,12 +244,9 @@ static int tp_create(Strategy *s) {
     // cp inside), each its own tier; the norm is taken per tensor, as grad_sumsq takes it
     t->w.plan_comm = g->world, t->w.tensor_norm = 1, t->w.tier_rank = g->world->rank;
     if (whole_create(&t->inner, &t->w, t->gcomm, s->cfg->zero)) return -1;
-    if (s->resume_dir && t->w.sw) { // ZeRO 0: the part's moments, into the tier
-        size_t np = t->part.nparams;
-        if (swap_store(t->w.sw, SWAP_M, 0, np, t->cut.stage[1]) ||
-            swap_store(t->w.sw, SWAP_V, 0, np, t->cut.stage[2]))
-            return -1;
-        *swap_opt_t(t->w.sw) = s->resume->opt_t;
+    if (t->w.sw) { // ZeRO 0: the part's parameters (and a checkpoint's moments), into the tier
+        if (part_swap_fill(s, &t->part, t->w.sw)) return -1;
+        if (s->resume_dir) *swap_opt_t(t->w.sw) = s->resume->opt_t;
     } else if (s->resume_dir) { // ZeRO-1: the moments' slice this dp rank owns
         size_t lo, hi;
         dp_owned_range(t->w.dp, &lo, &hi);
