@@ -7,7 +7,7 @@
 # backward; --recompute), --tp 2 --sp, --cp 2, dp 2 x tp 2, tp 2 x cp 2 with --sp, all with
 # gradient accumulation K = 3 and clipping active (the norms are above --grad-clip).
 # Checkpoints: an offloaded tp run's mid-run checkpoint resumes with and without --offload (and
-# an in-memory one with it) onto the uninterrupted run's bytes.
+# an in-memory one with it) onto the uninterrupted run's bytes; a cp one with --offload too.
 # The budget binds: a part whose training state (parameters, gradients, two moments: 109 MiB per
 # rank under --tp 2, 217 MiB under --cp 2) exceeds --fast-mem (96M, 128M) trains within it on
 # every rank (peak RSS printed per rank; the fill of the tier included), the same bits as in
@@ -62,6 +62,15 @@ for c in "ck_off:" "ck_off:$OFF" "ck_mem:$OFF"; do
     echo "tp 2: resume from $ck ${extra:+with --offload}: the uninterrupted run's bytes"
     clean "resume from $ck"
 done
+# --cp 2 (the part is the whole layout): an offloaded checkpoint resumed with --offload
+lin="${lin/--tp 2/--cp 2}"
+$MPI -np 2 $LOOM train $lin --export "$d/full.st" 2>/dev/null
+$MPI -np 2 $LOOM train $lin --save-every 2 --save "$d/ck_cp" $OFF 2>/dev/null
+rm -rf "$d/ck_cp/step_00000004"; echo step_00000002 >"$d/ck_cp/latest"
+$MPI -np 2 $LOOM train $lin --resume "$d/ck_cp" $OFF --export "$d/res.st" 2>"$d/res.err" ||
+    { cat "$d/res.err"; exit 1; }
+cmp -s "$d/full.st" "$d/res.st" || { echo "cp 2: the offloaded resume differs"; exit 1; }
+echo "cp 2: resume from ck_cp with --offload: the uninterrupted run's bytes"
 
 # the budget binds: per rank 27 MiB of parameters, 109 MiB of training state, --fast-mem 96M
 big="--data $d/train.bin --layers 8 --heads 4 --dim 384 --vocab 64 --block-size 32 --batch 2
