@@ -56,9 +56,15 @@ TEST(features_and_flags) {
 TEST(unsupported_features_name_both_flags) {
     const Backend *cpu = backend_cpu();
     StrategyConfig c = base();
-    c.tp = 2, c.offload = 1;
-    REFUSED(c, cpu,
-            "--tp 2 with --offload: not available (tensor and context parallelism run with");
+    c.tp = 2, c.offload = 1, c.tp_2d = 1;
+    REFUSED(c, cpu, "--tp 2 --tp-mode 2d with --offload: not available");
+    // a 1D tensor- or context-parallel part swaps its blocks with ZeRO 0 only
+    c = base(), c.tp = 2, c.offload = 1;
+    ACCEPTED(c, cpu);
+    c.dp = 2, c.zero = 1;
+    REFUSED(c, cpu, "--offload with --zero 1: a tensor- or context-parallel part swaps");
+    c = base(), c.cp = 2, c.offload = 1, c.dp = 2, c.co2 = 1;
+    REFUSED(c, cpu, "--offload with --co2: CO2's workers over tensor- or context-parallel");
     // CO2 over tensor- and context-parallel workers runs with its outer state unsharded only
     c = base(), c.dp = 2, c.tp = 2, c.co2 = 1;
     ACCEPTED(c, cpu);

@@ -202,6 +202,10 @@ int gpt_create_layout_tp(GPT *m, const GPTConfig *cfg, const Backend *be, int tp
 // tensor-parallel model `part` holds into dst (host, part->nparams floats).
 void gpt_tp_from_whole(const GPT *whole, const GPT *part, size_t at, size_t n, const float *src,
                        float *dst);
+// The same into dst holding the part's flat range from element `base` on (every element the
+// whole range maps to must be at or after base: a whole block's range into the part's block).
+void gpt_tp_from_whole_at(const GPT *whole, const GPT *part, size_t at, size_t n, const float *src,
+                          float *dst, size_t base);
 // Copies what tensor-parallel rank tpi holds (src, host, in its layout) into the whole model's
 // flat array dst (host, whole->nparams floats); replicated tensors are copied from any rank.
 void gpt_tp_to_whole(const GPT *whole, const GPT *part_layout, int tpi, const float *src,

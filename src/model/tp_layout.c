@@ -58,6 +58,11 @@ void gpt_tp_to_whole_range(const GPT *whole, const GPT *part, int tpi, const flo
 
 void gpt_tp_from_whole(const GPT *whole, const GPT *part, size_t at, size_t n, const float *src,
                        float *dst) {
+    gpt_tp_from_whole_at(whole, part, at, n, src, dst, 0);
+}
+
+void gpt_tp_from_whole_at(const GPT *whole, const GPT *part, size_t at, size_t n, const float *src,
+                          float *dst, size_t base) {
     int i = part->tp.n > 1 ? part->tp.i : 0;
     for (int t = 0; t < part->ntensors; t++) {
         const TensorSpec *w = &whole->tensors[t], *p = &part->tensors[t];
@@ -68,7 +73,8 @@ void gpt_tp_from_whole(const GPT *whole, const GPT *part, size_t at, size_t n, c
             if (wr < 0) continue;
             size_t lo = w->off + (size_t)wr * fc + co, hi = lo + pc; // the row's held elements
             size_t a = lo > at ? lo : at, b = hi < at + n ? hi : at + n;
-            if (a < b) memcpy(dst + p->off + r * pc + (a - lo), src + (a - at), (b - a) * 4);
+            if (a < b)
+                memcpy(dst + (p->off - base) + r * pc + (a - lo), src + (a - at), (b - a) * 4);
         }
     }
 }

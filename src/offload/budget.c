@@ -23,7 +23,8 @@ size_t offload_pad(size_t n) {
     return (n + a - 1) / a * a;
 }
 
-size_t offload_wte_floats(const GPT *m) { return (size_t)m->cfg.V * m->cfg.C; }
+// The tied embedding's table: a tensor-parallel part holds its rows of the vocabulary.
+size_t offload_wte_floats(const GPT *m) { return (size_t)gpt_vocab_rows(m) * m->cfg.C; }
 
 size_t offload_unit_floats(const GPT *m, OffloadUnit u) {
     size_t f = 0;

@@ -75,7 +75,7 @@ void offload_sim_init(Ctx *x, const GPT *m, const OffloadShape *s, const Offload
         x->pp[b + 1] = x->pp[b] + pad;
         x->pl[b + 1] = x->pl[b] + (blk->kind == BLOCK_LAYER ? pad : 0);
     }
-    x->wte = (double)offload_pad((size_t)m->cfg.V * m->cfg.C);
+    x->wte = (double)offload_pad(offload_wte_floats(m));
     double all = x->pp[nb];
     int N = s->dp > 1 ? s->dp : 1;
     x->own = s->zero >= 1 ? ceil(all / N) / all : 1.0;

@@ -178,11 +178,14 @@ static int alloc_fast(Swapper *s) {
     s->chunk = offload_opt_chunk(m);
     s->stream = tier_alloc(8 * s->chunk * sizeof(float));
     s->part = xcalloc((size_t)m->nchunks, sizeof(double));
+    if (s->c.tensor_norm) s->tsum = xcalloc((size_t)m->ntensors, sizeof(double));
     return 0;
 }
 
 Swapper *swap_create(GPT *m, const SwapConfig *c) {
     if (check_plan(m, c->plan)) return NULL;
+    if (c->tensor_norm && c->zero)
+        return loom_fail("offload: per-tensor norms need ZeRO 0 (got %d)", c->zero), NULL;
     OffloadShape sh = {.B = c->B,
                        .T = c->T,
                        .K = c->K,
@@ -218,7 +221,7 @@ Swapper *swap_create(GPT *m, const SwapConfig *c) {
         s->region[r] = bytes;
         if (c->co2) bytes += all * sizeof(float);
     }
-    s->tier = tier_open(c->dir, s->rank, bytes);
+    s->tier = tier_open(c->dir, c->tier_rank ? c->tier_rank : s->rank, bytes);
     if (!s->tier || alloc_fast(s)) {
         swap_free(s);
         return NULL;
@@ -236,7 +239,8 @@ void swap_free(Swapper *s) {
     for (int k = s->c.K - 1; s->ws && k >= 0; k--)
         if (s->ws[k].stream) workspace_free(&s->ws[k], s->m);
     tier_free(s->stream);
-    free(s->slot), free(s->ws), free(s->part), free(s->poff), free(s->bound), free(s->pbound);
+    free(s->slot), free(s->ws), free(s->part), free(s->tsum), free(s->poff), free(s->bound),
+        free(s->pbound);
     offload_plan_free(&s->plan);
     free(s);
 }

@@ -32,6 +32,11 @@ typedef struct {
     // (only the moments are read): where nothing needs the whole gradient first — clipping
     // off, and a non-finite step stops the run (the update of later units cannot be undone).
     int fused;
+    // Norm partials per tensor (m->ntensors doubles) instead of per chunk, for a tensor-parallel
+    // part (ZeRO 0 only): its norm counts the replicated tensors on tp rank 0 only and is summed
+    // tensor by tensor, as the in-memory strategy sums it (swap_tensor_sumsq).
+    int tensor_norm;
+    int tier_rank; // the rank in the scratch directory's name (0: the comm's rank)
 } SwapConfig;
 
 // The arrays of the tier a caller reads or writes (swap_store / swap_fetch).
@@ -68,6 +73,9 @@ int swap_grads(Swapper *s, SwapBatchFn batch, void *ctx, int step, float scale, 
                double *loss);
 // Σ g² of the step's gradient (identical on every rank, the same bits as in memory).
 double swap_grad_sumsq(Swapper *s);
+// SwapConfig.tensor_norm: Σ g² of this part's tensors in tensor order (a tensor-parallel rank
+// other than 0 leaves its replicated tensors out); the caller sums it over the groups.
+double swap_tensor_sumsq(const Swapper *s);
 // AdamW at learning rate lr with gradients scaled by grad_scale, streamed through the owned
 // range (parameters all-gathered under ZeRO-1). 0 or -1.
 int swap_update(Swapper *s, float lr, float grad_scale);

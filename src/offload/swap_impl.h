@@ -44,6 +44,7 @@ struct Swapper {
     size_t chunk;   // offload_opt_chunk
     float *stream;  // 8·chunk floats: update pieces, bounce buffer
     double *part;   // (nchunks) norm partials of the step's gradient
+    double *tsum;   // (ntensors) the same per tensor (SwapConfig.tensor_norm), else NULL
     size_t *bound;  // (N+1) shard bounds over the ranks (ZeRO-1 and 2)
     size_t *pbound; // (N+1) the same at padded offsets
     int N, rank, t;

@@ -107,6 +107,17 @@ static int reduce_unit(Swapper *s, int ge, int g0, size_t gp0, size_t gp1) {
     return 0;
 }
 
+// SwapConfig.tensor_norm: Σ g² of each tensor of block b (ZeRO 0: the whole gradient is here).
+static void tensor_sums(Swapper *s, int b) {
+    const GPT *m = s->m;
+    const Block *blk = &m->blocks[b];
+    for (int t = 0; t < m->ntensors; t++) {
+        const TensorSpec *ts = &m->tensors[t];
+        if (ts->off >= blk->off && ts->off < blk->off + blk->n)
+            s->tsum[t] = m->be->sumsq(blk->grads + (ts->off - blk->off), ts->n);
+    }
+}
+
 // A unit's gradient is complete: sum it over the ranks, take its norm partials (ZeRO-2: of the
 // owned chunks only; swap_grad_sumsq adds them over the ranks), write it.
 static int finish_unit(Swapper *s, int u) {
@@ -117,7 +128,9 @@ static int finish_unit(Swapper *s, int u) {
     int g0 = ge ? un->first + 1 : un->first;
     size_t gp0 = s->poff[g0], gp1 = s->poff[un->last + 1];
     if (s->N > 1 && reduce_unit(s, ge, g0, gp0, gp1)) return -1;
-    for (int b = un->first; b <= un->last; b++) {
+    for (int b = un->first; b <= un->last && s->tsum; b++)
+        tensor_sums(s, b);
+    for (int b = un->first; b <= un->last && !s->tsum; b++) {
         const Block *blk = &m->blocks[b];
         size_t a = blk->off, e = blk->off + blk->n;
         if (s->N > 1 && s->c.zero >= 2) a = a > s->lo ? a : s->lo, e = e < s->hi ? e : s->hi;

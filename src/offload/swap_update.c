@@ -17,6 +17,14 @@ double swap_grad_sumsq(Swapper *s) {
     return gpt_chunk_total(s->m, s->part);
 }
 
+double swap_tensor_sumsq(const Swapper *s) {
+    const GPT *m = s->m;
+    double sum = 0;
+    for (int t = 0; t < m->ntensors; t++)
+        if (!gpt_tp_replicated(m, t) || m->tp.i == 0) sum += s->tsum[t];
+    return sum;
+}
+
 static int update_pass(Swapper *s, float lr, float grad_scale);
 
 typedef struct {

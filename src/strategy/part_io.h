@@ -5,6 +5,7 @@
 // checkpoint streamed into host staging arrays in the part's layout) and the gathers (a whole
 // array assembled from every part of the group: saves, exports) go through it.
 #pragma once
+#include "../offload/swap.h"
 #include "../parallel/comm.h"
 #include "strategy.h"
 
@@ -38,3 +39,8 @@ void part_cut_free(PartCut *c);
 // Every part of src (this rank's: backend memory, or host memory when `host`) gathered over the
 // group's communicator c and assembled into dst (host, the whole layout), on every rank.
 int part_gather_whole(const PartMap *m, const Comm *c, const float *src, int host, float *dst);
+
+// --offload (part_swap.c): the part's tier filled from s's whole layout (s->model), block by
+// block through the executor's largest slot: s's initial weights, or on resume (s->resume_dir)
+// the checkpoint's parameters and moments. 0 or -1.
+int part_swap_fill(const Strategy *s, const GPT *part, Swapper *sw);

@@ -97,7 +97,16 @@ static const char TP_DUMP_ZERO[] = "the first step's gradients are gathered from
                                    "whole copies (ZeRO 0 or 1)";
 static const char TP_CO2_ZERO[] = "CO2 over tensor- or context-parallel workers keeps its outer "
                                   "state unsharded (--zero 0)";
+static const char TP_OFFLOAD_ZERO[] = "a tensor- or context-parallel part swaps its blocks with "
+                                      "ZeRO 0 only (its norm is taken per tensor from the tier)";
 static const FeaturePair TP_PAIRS[] = {
+    {F_OFFLOAD, F_ZERO1, TP_OFFLOAD_ZERO},
+    {F_OFFLOAD, F_ZERO2, TP_OFFLOAD_ZERO},
+    {F_OFFLOAD, F_ZERO3, TP_OFFLOAD_ZERO},
+    {F_OFFLOAD, F_CO2,
+     "CO2's workers over tensor- or context-parallel parts keep their outer "
+     "state in memory"},
+    {F_OFFLOAD, F_DUMP_GRADS, "the gradients live in the offload tier, not in memory"},
     {F_DUMP_GRADS, F_ZERO2, TP_DUMP_ZERO},
     {F_DUMP_GRADS, F_ZERO3, TP_DUMP_ZERO},
     {F_CO2, F_ZERO1, TP_CO2_ZERO},
@@ -108,10 +117,11 @@ static const FeaturePair TP_PAIRS[] = {
 static const Supports TP_SUPPORTS = {
     .self = {F_TP, F_CP, F_SP, F_COUNT},
     .features = FEAT(F_TP) | FEAT(F_SP) | FEAT(F_CP) | FEAT(F_DP) | FEAT(F_ZERO1) | FEAT(F_ZERO2) |
-                FEAT(F_ZERO3) | FEAT(F_RECOMPUTE) | FEAT(F_DUMP_GRADS) | FEAT(F_CO2),
+                FEAT(F_ZERO3) | FEAT(F_RECOMPUTE) | FEAT(F_DUMP_GRADS) | FEAT(F_CO2) |
+                FEAT(F_OFFLOAD),
     .pairs = TP_PAIRS,
     .runs_with = "tensor and context parallelism run with data parallelism (ZeRO 0-3), "
-                 "--sp, --pp, --recompute and --co2 (ZeRO 0)"};
+                 "--sp, --pp, --recompute, --co2 (ZeRO 0) and --offload (ZeRO 0)"};
 
 static int tp_check(const StrategyConfig *c) {
     if (cp_check(c) || (c->co2 && co2_check_config(c))) return -1;
@@ -130,26 +140,35 @@ static int tp_check(const StrategyConfig *c) {
 
 // ---------------------------------------------------------------- the part from the whole
 
-// StrategyData.params for the part (ZeRO 0: the whole part at once): a fresh run's initial
-// weights or, on resume, the checkpoint's parameters (its moments are staged for tp_create).
-static int part_params(void *ctx, size_t lo, size_t hi, float *dst) {
-    TP *t = ctx;
+// The part's parameters into host staging (t->cut.stage[0], the whole part): a fresh run's
+// initial weights or, on resume, the checkpoint's parameters (its moments are staged for
+// tp_create).
+static int stage_part(TP *t) {
     const Strategy *s = t->outer;
     size_t np = t->part.nparams, N = t->whole->nparams;
     t->cut.stage[0] = xalloc_floats(np);
-    int rc;
-    if (s->resume_dir) {
-        t->cut.stage[1] = xalloc_floats(np), t->cut.stage[2] = xalloc_floats(np);
-        CkptWant want = {
-            .lo = {0, 0, 0, 0}, .hi = {N, N, N, 0}, .store = part_cut_store, .store_ctx = &t->cut};
-        rc = checkpoint_read_into(s->resume_dir, N, &want);
-    } else {
-        rc = s->data->params_stream(s->data->ctx, 0, N, part_cut_sink, &t->cut);
-    }
+    if (!s->resume_dir) return s->data->params_stream(s->data->ctx, 0, N, part_cut_sink, &t->cut);
+    t->cut.stage[1] = xalloc_floats(np), t->cut.stage[2] = xalloc_floats(np);
+    CkptWant want = {
+        .lo = {0, 0, 0, 0}, .hi = {N, N, N, 0}, .store = part_cut_store, .store_ctx = &t->cut};
+    return checkpoint_read_into(s->resume_dir, N, &want);
+}
+
+// StrategyData.params for the part (ZeRO 0: the whole part at once).
+static int part_params(void *ctx, size_t lo, size_t hi, float *dst) {
+    TP *t = ctx;
+    int rc = stage_part(t);
     if (!rc) t->part.be->upload(dst, t->cut.stage[0] + lo, hi - lo);
     free(t->cut.stage[0]);
     t->cut.stage[0] = NULL;
     return rc;
+}
+
+// StrategyData.params_stream for the part under --offload: nothing here, tp_create fills the
+// tier block by block once the executor is set up (part_swap.c).
+static int part_params_stream(void *ctx, size_t lo, size_t hi, GptSink sink, void *sctx) {
+    (void)ctx, (void)lo, (void)hi, (void)sink, (void)sctx;
+    return 0;
 }
 
 // Every rank of a tensor-parallel group (and of a context-parallel ring: each its chunks) reads
@@ -202,7 +221,11 @@ static int tp_create(Strategy *s) {
     t->part.tp.allgather = tp_allgather;
     t->part.tp.reduce_scatter = tp_reduce_scatter;
     t->part.tp.ctx = t;
-    t->data = (StrategyData){.ctx = t, .train = part_train, .val = part_val, .params = part_params};
+    t->data = (StrategyData){.ctx = t,
+                             .train = part_train,
+                             .val = part_val,
+                             .params = part_params,
+                             .params_stream = part_params_stream};
     t->inner = *s;
     t->inner.model = &t->part, t->inner.data = &t->data, t->inner.resume_dir = NULL;
     t->gcomm = g->dp_comm;
@@ -217,8 +240,14 @@ static int tp_create(Strategy *s) {
     }
     if (s->cfg->co2) // a worker sums its gradients over cp only, never over dp
         t->gcomm = g->cp > 1 ? g->cp_comm : comm_split(g->dp_comm, g->dp_comm->rank, 0, "self");
+    // --offload: every rank of the world runs the same units (its blocks communicate over tp and
+    // cp inside), each its own tier; the norm is taken per tensor, as grad_sumsq takes it
+    t->w.plan_comm = g->world, t->w.tensor_norm = 1, t->w.tier_rank = g->world->rank;
     if (whole_create(&t->inner, &t->w, t->gcomm, s->cfg->zero)) return -1;
-    if (s->resume_dir) { // ZeRO-1: the moments' slice this dp rank owns
+    if (t->w.sw) { // ZeRO 0: the part's parameters (and a checkpoint's moments), into the tier
+        if (part_swap_fill(s, &t->part, t->w.sw)) return -1;
+        if (s->resume_dir) *swap_opt_t(t->w.sw) = s->resume->opt_t;
+    } else if (s->resume_dir) { // ZeRO-1: the moments' slice this dp rank owns
         size_t lo, hi;
         dp_owned_range(t->w.dp, &lo, &hi);
         t->part.be->upload(t->w.opt.m, t->cut.stage[1] + lo, hi - lo);
@@ -237,12 +266,12 @@ static int tp_create(Strategy *s) {
 static double grad_sumsq(TP *t, double *votes) {
     const GPT *m = &t->part;
     const Grid *g = t->outer->grid;
-    size_t lo, hi;
-    dp_owned_range(t->w.dp, &lo, &hi);
-    const float *own = dp_owned_grads(t->w.dp);
+    size_t lo = 0, hi = 0;
+    if (!t->w.sw) dp_owned_range(t->w.dp, &lo, &hi);
+    const float *own = t->w.sw ? NULL : dp_owned_grads(t->w.dp);
     int zero2 = t->outer->cfg->zero >= 2;
-    double sum = 0;
-    for (int i = 0; i < m->ntensors && (zero2 || t->gcomm->rank == 0); i++) {
+    double sum = t->w.sw && t->gcomm->rank == 0 ? swap_tensor_sumsq(t->w.sw) : 0;
+    for (int i = 0; i < m->ntensors && !t->w.sw && (zero2 || t->gcomm->rank == 0); i++) {
         size_t a = m->tensors[i].off, b = a + m->tensors[i].n;
         if (zero2) a = a > lo ? a : lo, b = b < hi ? b : hi;
         if (a < b && (!gpt_tp_replicated(m, i) || m->tp.i == 0))
@@ -262,6 +291,7 @@ static int tp_step(Strategy *s, int step, int boundary) {
     double t0 = now_sec();
     if (t->co2) tp_co2_begin(t->co2, step);
     double loss = whole_grads(&t->inner, w, step);
+    if (w->failed) return -1;
     int N = t->gcomm->size; // dp x cp ranks, each the mean over its tokens (equal counts)
     if (N > 1) {
         comm_allreduce_f64(t->gcomm, &loss, 1);
@@ -273,7 +303,7 @@ static int tp_step(Strategy *s, int step, int boundary) {
     if (t->co2) return t->steps++, tp_co2_step(t->co2, s, step, &r, t0); // (the agreed stop)
     strategy_stop_tally(s, votes);
     r.seconds = now_sec() - t0;
-    r.exposed = N > 1 ? dp_exposed_wait(w->dp) : -1;
+    r.exposed = N > 1 && w->dp ? dp_exposed_wait(w->dp) : -1;
     t->steps++;
     strategy_emit(s, &r);
     return 0;
@@ -289,6 +319,7 @@ static double tp_evaluate(Strategy *s) {
     double f = t->floats, g = t->gathered, r = t->scattered, n = t->calls;
     double loss =
         t->ring ? cp_evaluate(&t->inner, &t->w, t->ring) : whole_evaluate(&t->inner, &t->w);
+    if (t->w.failed) loss = NAN;
     t->floats = f, t->gathered = g, t->scattered = r, t->calls = n;
     return loss;
 }
@@ -302,8 +333,15 @@ static int tp_save(Strategy *s, const char *dir, CkptMeta *meta, int final, Ckpt
     const Grid *g = s->grid;
     size_t N = t->whole->nparams, np = t->part.nparams, tp = (size_t)g->tp;
     float *src[3] = {xalloc_floats(np), xalloc_floats(np), xalloc_floats(np)};
-    dp_full_params(t->w.dp, src[0]); // ZeRO-3: gathered over the gradient group
-    int rc = gather_moment(t, t->w.opt.m, src[1]) || gather_moment(t, t->w.opt.v, src[2]);
+    int rc;
+    if (t->w.sw) { // ZeRO 0: the whole part's state is in this rank's tier
+        rc = swap_fetch(t->w.sw, SWAP_PARAMS, 0, np, src[0]) ||
+             swap_fetch(t->w.sw, SWAP_M, 0, np, src[1]) ||
+             swap_fetch(t->w.sw, SWAP_V, 0, np, src[2]);
+    } else {
+        dp_full_params(t->w.dp, src[0]); // ZeRO-3: gathered over the gradient group
+        rc = gather_moment(t, t->w.opt.m, src[1]) || gather_moment(t, t->w.opt.v, src[2]);
+    }
     int writes = g->dp_i == 0 && g->cp_i == 0; // the first group: all of its tp ranks write
     size_t lo = N * (size_t)g->tp_i / tp, hi = N * ((size_t)g->tp_i + 1) / tp;
     float *mine[3] = {NULL, NULL, NULL};
@@ -316,7 +354,7 @@ static int tp_save(Strategy *s, const char *dir, CkptMeta *meta, int final, Ckpt
     for (int k = 0; k < 3; k++)
         free(src[k]);
     CkptShard sh = {.lo = lo, .hi = hi, .params = mine[0], .m = mine[1], .v = mine[2]};
-    meta->opt_t = t->w.opt.t;
+    meta->opt_t = t->w.sw ? *swap_opt_t(t->w.sw) : t->w.opt.t;
     CkptExtraFn files = NULL; // --co2: every rank's own state (not in the final checkpoint)
     void *files_ctx = NULL;
     if (t->co2 && !final) tp_co2_save_files(t->co2, s, meta, &files, &files_ctx);
@@ -333,8 +371,12 @@ static int tp_full(Strategy *s, float *host, int grads) {
     memset(host, 0, t->whole->nparams * sizeof(float));
     if (grads) return part_gather_whole(&t->cut.map, s->grid->tp_comm, t->part.grads, 0, host);
     float *mine = xalloc_floats(t->part.nparams); // ZeRO-3: gathered over the gradient group
-    dp_full_params(t->w.dp, mine);
-    int rc = part_gather_whole(&t->cut.map, s->grid->tp_comm, mine, 1, host);
+    int rc = 0;
+    if (t->w.sw)
+        rc = swap_fetch(t->w.sw, SWAP_PARAMS, 0, t->part.nparams, mine);
+    else
+        dp_full_params(t->w.dp, mine);
+    if (!rc) rc = part_gather_whole(&t->cut.map, s->grid->tp_comm, mine, 1, host);
     free(mine);
     return rc;
 }
@@ -343,8 +385,10 @@ static void tp_describe(const Strategy *s, char *buf, size_t n) {
     if (s->cfg->co2) return tp_co2_describe(s, buf, n);
     char cp[48] = "";
     if (s->grid->cp > 1) snprintf(cp, sizeof cp, " x cp %d (ring attention)", s->grid->cp);
-    snprintf(buf, n, "tensor parallel: tp %d (1d%s, vocabulary-parallel head)%s x dp %d (zero %d)",
-             s->grid->tp, s->cfg->sp ? " + sequence parallel" : "", cp, s->grid->dp, s->cfg->zero);
+    snprintf(buf, n,
+             "tensor parallel: tp %d (1d%s, vocabulary-parallel head)%s x dp %d (zero %d)%s",
+             s->grid->tp, s->cfg->sp ? " + sequence parallel" : "", cp, s->grid->dp, s->cfg->zero,
+             s->cfg->offload ? ", each rank's blocks swapped through its own disk tier" : "");
 }
 
 // Per rank: memory, and what its blocks all-reduced over tp per layer and micro-batch, against
@@ -354,6 +398,7 @@ static void tp_summary(Strategy *s, double exposed_s, double step_s) {
     TP *t = s->impl;
     if (t->co2) tp_co2_summary(t->co2, s, exposed_s, step_s);
     if (!s->lead) return;
+    if (t->w.sw) return whole_swap_summary(&t->w); // this rank's tier, its peak RSS
     if (t->ring) cp_summary(s, t->ring, t->w.ws.floats, t->steps);
     if (s->grid->tp == 1) return;
     const StrategyConfig *c = s->cfg;
@@ -384,7 +429,7 @@ static void tp_destroy(Strategy *s) {
     TP *t = s->impl;
     if (!t) return;
     tp_co2_free(t->co2);
-    if (t->w.dp) whole_free(&t->inner, &t->w);
+    if (t->w.dp || t->w.sw) whole_free(&t->inner, &t->w);
     gpt_free(&t->part);
     cp_ring_free(t->ring);
     free(t->seq_in), free(t->seq_tg);

@@ -21,6 +21,12 @@ typedef struct {
     double kept;
     const char *kept_what;
     const Strategy *owner;
+    // With swapping, set before whole_create by a strategy whose ranks beside the data-parallel
+    // group must run the same units (a tensor- or context-parallel part): the ranks that plan
+    // together (NULL: the dp group), per-tensor norms (SwapConfig.tensor_norm) and the rank in
+    // the scratch directory's name.
+    const Comm *plan_comm;
+    int tensor_norm, tier_rank;
 } Whole;
 
 // Sets up the mechanics over grad_comm with ZeRO stage `zero`, the optimizer for the owned

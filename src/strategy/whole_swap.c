@@ -22,14 +22,15 @@ static int fetch_state(void *ctx, int array, size_t at, size_t n, float *dst) {
     return swap_fetch(ctx, array, at, n, dst);
 }
 
-// The fixed overhead (offload_plan.h, start-up): the first rank of the data-parallel group
+// The fixed overhead (offload_plan.h, start-up): the first rank of the planning group (the
+// data-parallel group, or Whole.plan_comm)
 // measures the block costs and the tier (unless --offload-units is given), every other rank (and
 // one that read its costs from a profile) warms the backend up with the same blocks; then each
 // measures what it holds and the largest of them is every rank's overhead. 0 or -1.
-static int measure_overhead(Strategy *s, const OffloadShape *sh, OffloadCosts *costs,
-                            double *overhead) {
+static int measure_overhead(Strategy *s, const Whole *w, const OffloadShape *sh,
+                            OffloadCosts *costs, double *overhead) {
     const StrategyConfig *c = s->cfg;
-    const Comm *dp = s->grid->dp_comm;
+    const Comm *dp = w->plan_comm ? w->plan_comm : s->grid->dp_comm;
     int plans = !c->offload_units && dp->rank == 0, rc = 0;
     if (plans)
         rc = offload_startup_costs(s->model, sh, c->threads, c->offload_dir, c->fast_mem,
@@ -41,7 +42,7 @@ static int measure_overhead(Strategy *s, const OffloadShape *sh, OffloadCosts *c
     if (dp->size > 1 && comm_allreduce_max(dp, v, 2)) return -1;
     if (v[0] > 0)
         return rc ? -1
-                  : loom_fail("--fast-mem %zu bytes: another rank of the data-parallel group "
+                  : loom_fail("--fast-mem %zu bytes: another rank of the planning group "
                               "cannot run its backend's warm-up within it",
                               c->fast_mem);
     *overhead = v[1];
@@ -49,16 +50,16 @@ static int measure_overhead(Strategy *s, const OffloadShape *sh, OffloadCosts *c
 }
 
 // The swap units: --offload-units, or the best plan the static analysis finds in what the
-// budget leaves after the fixed overhead. The first rank of the data-parallel group plans and
+// budget leaves after the fixed overhead. The first rank of the planning group plans and
 // every rank takes its plan: the ranks' per-unit reductions must match.
 static int make_plan(Strategy *s, const Whole *w, const OffloadShape *sh, OffloadPlan *plan,
                      double *overhead) {
     const StrategyConfig *c = s->cfg;
-    const Comm *dp = s->grid->dp_comm;
+    const Comm *dp = w->plan_comm ? w->plan_comm : s->grid->dp_comm;
     OffloadCosts costs = {0};
     double share, MiB = 1048576;
     memset(plan, 0, sizeof *plan);
-    if (measure_overhead(s, sh, &costs, overhead)) return -1;
+    if (measure_overhead(s, w, sh, &costs, overhead)) return -1;
     double least = offload_plan_min_bytes(s->model, sh, NULL);
     if (w->kept > 0 && (double)c->fast_mem - *overhead - w->kept < least)
         return loom_fail("--fast-mem %.1f MiB: the fixed overhead %.1f MiB and %.1f MiB kept in "
@@ -138,7 +139,9 @@ int whole_swap_create(Strategy *s, Whole *w, const Comm *grad_comm, int zero) {
                      .plan = &plan,
                      .co2 = c->co2 ? &cc : NULL,
                      .co2_comm = s->grid->dp_comm,
-                     .fused = sh.fused};
+                     .fused = sh.fused,
+                     .tensor_norm = w->tensor_norm,
+                     .tier_rank = w->tier_rank};
     w->fused = sc.fused;
     w->sw = swap_create(m, &sc);
     if (w->sw && s->lead) {

@@ -271,6 +271,11 @@ static int finish(Loop *l) {
     if (r->sc.offload && r->lead)
         fprintf(stderr, "loom: offload: peak RSS %.1f MiB of --fast-mem %.1f MiB (the whole run)\n",
                 rss_peak_bytes() / 1048576.0, r->sc.fast_mem / 1048576.0);
+    else if (r->sc.offload) // --fast-mem bounds every rank: each says what it held
+        fprintf(stderr,
+                "loom: offload: rank %d: peak RSS %.1f MiB of --fast-mem %.1f MiB (the whole "
+                "run)\n",
+                r->world->rank, rss_peak_bytes() / 1048576.0, r->sc.fast_mem / 1048576.0);
     return rc;
 }
 
