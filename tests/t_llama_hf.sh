@@ -12,6 +12,7 @@
 #   * refusals, each exit 1..125 naming the file and the field, tensor or shard: head_dim,
 #     attention_bias, mlp_bias, hidden_act, rope_scaling, model_type, a missing field, no
 #     config.json, a missing shard, a tensor missing from the index / the file, a wrong shape;
+#   * `loom sample --ckpt DIR` reads a directory; GPT-2 files and .safetensors exports unchanged;
 #   * with transformers importable: LlamaForCausalLM.from_pretrained on loom's directory gives
 #     the reference's logits (skipped, saying so, without it).
 # asan: skip
@@ -58,6 +59,7 @@ for spec in "mha 4 off" "gqa 2 off" "tied 2 on"; do
     loss_match "$d/$n.rb" "$n-bf16-3-shards"
 done
 
+$LOOM sample --ckpt "$d/gqa.d0" --prompt ab --tokens 4 --seed 1 > /dev/null 2>&1 # reads DIR too
 echo "== BF16 export: torch's rounding, the same from export and train"
 $LOOM train $base --kv-heads 2 $run $opt --steps 2 --export "$d/tr.f" 2> /dev/null
 $LOOM export "$d/tr.f" -o "$d/tr.b" --dtype bf16 2> /dev/null
