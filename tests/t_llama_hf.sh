@@ -13,6 +13,8 @@
 #     attention_bias, mlp_bias, hidden_act, rope_scaling, model_type, a missing field, no
 #     config.json, a missing shard, a tensor missing from the index / the file, a wrong shape;
 #   * `loom sample --ckpt DIR` reads a directory; GPT-2 files and .safetensors exports unchanged;
+#   * --pp 2 and --dp 2 --zero 3 (each rank streams its range) equal one process from a sharded
+#     BF16 directory (1e-5); exporting over a sharded directory removes its stale index;
 #   * with transformers importable: LlamaForCausalLM.from_pretrained on loom's directory gives
 #     the reference's logits (skipped, saying so, without it).
 # asan: skip
@@ -77,6 +79,20 @@ loss_match "$d/f32" "f32-theta5e5-eps1e-6"
 $LOOM train --arch llama --init "$d/f32" $run --seq 32 --steps 0 --export "$d/f32.x.safetensors" \
     2> /dev/null # a path ending in .safetensors: one file, as before
 [ -f "$d/f32.x.safetensors" ]
+
+echo "== ranks stream their parts of a sharded BF16 directory; export over a sharded one"
+need_mpi
+M="--init $d/gqa.rb $run --steps 3 --lr 1e-3 --seq 32 --grad-accum 2"
+$LOOM train $M --batch 4 --metrics "$d/one.jsonl" 2> /dev/null
+$MPI -np 2 $LOOM train $M --batch 4 --pp 2 --metrics "$d/pp.jsonl" 2> /dev/null
+same --tol 1e-5 pp2-from-dir "$d/pp.jsonl" "$d/one.jsonl"
+$MPI -np 2 $LOOM train $M --batch 2 --dp 2 --zero 3 --metrics "$d/z3.jsonl" 2> /dev/null
+same --tol 1e-5 dp2-zero3-from-dir "$d/z3.jsonl" "$d/one.jsonl"
+cp -r "$d/gqa.rb" "$d/over"
+$LOOM export "$d/gqa.d0" -o "$d/over" 2> /dev/null # its stale index must not be read back
+[ ! -e "$d/over/model.safetensors.index.json" ]
+$LOOM export "$d/over" -o "$d/over2" 2> /dev/null
+cmp "$d/gqa.d0/model.safetensors" "$d/over2/model.safetensors"
 
 echo "== refusals"
 # bad NAME PY_EDIT: a copy of the F32 directory with config.json edited (c: the dict)

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "../common.h"
 #include "safetensors.h"
@@ -200,6 +201,9 @@ int hf_save_dir(const GPT *m, const char *dir, int bf16, GptSource src, void *ct
     if (path_fmt(path, sizeof path, "%s/%s", dir, HF_WEIGHTS) ||
         st_save_gpt_as(m, path, bf16, src, ctx, buf, cap))
         return -1;
+    // an index left by an earlier, sharded model would be read instead of the new file
+    if (path_fmt(path, sizeof path, "%s/%s", dir, HF_INDEX) || (unlink(path) && errno != ENOENT))
+        return loom_fail("%s: cannot remove the stale index: %s", path, strerror(errno));
     char *text = config_text(&m->cfg, bf16);
     size_t n = strlen(text);
     text[n] = '\n'; // replaces the terminator: written by length

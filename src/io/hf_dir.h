@@ -40,7 +40,8 @@ int hf_stream_dir(const GPT *m, const char *dir, size_t lo, size_t hi, GptSink s
 
 // Writes DIR/config.json (model_type llama, architectures ["LlamaForCausalLM"], the shape,
 // torch_dtype) and DIR/model.safetensors (F32, or BF16 rounded to nearest even when bf16),
-// creating DIR when needed; the parameters read through src into buf (cap floats).
+// creating DIR when needed (an index left in it by a sharded model is removed: it would be read
+// instead); the parameters read through src into buf (cap floats).
 int hf_save_dir(const GPT *m, const char *dir, int bf16, GptSource src, void *ctx, float *buf,
                 size_t cap);
 // The same from m->params.

@@ -58,7 +58,9 @@ static int read_index(const GPT *m, const char *dir, const char *ipath, HfLoc *h
     cJSON *root = cJSON_ParseWithLength(text, len);
     free(text);
     const cJSON *wm = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
-    int rc = cJSON_IsObject(wm) ? 0 : loom_fail("%s: no \"weight_map\" object", ipath);
+    int rc = !root                ? loom_fail("%s: not valid JSON", ipath)
+             : cJSON_IsObject(wm) ? 0
+                                  : loom_fail("%s: no \"weight_map\" object", ipath);
     for (int i = 0; i < m->ntensors && !rc; i++) {
         const char *name = m->tensors[i].name;
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(wm, name);
