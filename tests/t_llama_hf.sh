@@ -76,6 +76,17 @@ loss_match "$d/f16" "f16"
 $HF write "$d/gqa.d0/model.safetensors" "$d/f32" --heads 4 --kv-heads 2 --norm-eps 1e-6 \
     --rope-theta 500000
 loss_match "$d/f32" "f32-theta5e5-eps1e-6"
+cp -r "$d/f32" "$d/min" # only the required fields: the defaults (eps 1e-6, theta 10000, KV = H)
+$PY - "$d/min/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+keep = ("model_type", "hidden_size", "intermediate_size", "num_hidden_layers",
+        "num_attention_heads", "vocab_size", "max_position_embeddings")
+json.dump({k: c[k] for k in keep}, open(sys.argv[1], "w"))
+PY
+$HF write "$d/mha.d0/model.safetensors" "$d/min2" --heads 4 --norm-eps 1e-6
+cp "$d/min/config.json" "$d/min2/config.json"
+loss_match "$d/min2" "required-fields-only"
 $LOOM train --arch llama --init "$d/f32" $run --seq 32 --steps 0 --export "$d/f32.x.safetensors" \
     2> /dev/null # a path ending in .safetensors: one file, as before
 [ -f "$d/f32.x.safetensors" ]
