@@ -12,7 +12,7 @@ PY=${PY:-python3}
 c=fuzz/corpus
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 rm -rf "$c"
-mkdir -p "$c"/{safetensors,llmc,shard,bpe,tokjson,config,metrics,state,manifest,wire}
+mkdir -p "$c"/{safetensors,llmc,shard,bpe,tokjson,config,metrics,state,manifest,wire,hfconfig}
 mkshard "$tmp/ok.bin" 16 400 1
 $LOOM train --layers 1 --heads 2 --dim 4 --vocab 16 --block-size 4 --batch 1 --seq 4 --steps 3 \
     --data "$tmp/ok.bin" --val-data "$tmp/ok.bin" --val-every 2 --val-windows 1 --progress off \
@@ -93,6 +93,21 @@ w("bpe/no_merges", json.dumps({alpha[b]: b for b in range(256)}))
 w("config/good.json", '{"layers": 2, "steps": 10, "lr": 3e-4, "beta1": 0.9, "lr_schedule": "constant", "data": "x.bin", "shuffle": true, "recompute": true}')
 w("config/strings.json", '{"shuffle": "off", "lr-schedule": "cosine", "steps": -3, "beta1": 1e308}')
 w("config/bad.json", '{"layers": 2.5, "steps": "ten"}')
+
+# Hugging Face Llama config.json (fuzz_hfconfig): loom's own, the required fields only, and one
+# with every refused or malformed field
+hf = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+      "intermediate_size": 192, "num_hidden_layers": 2, "num_attention_heads": 4,
+      "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 256, "max_position_embeddings": 64,
+      "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "rope_scaling": None,
+      "tie_word_embeddings": False, "hidden_act": "silu", "attention_bias": False,
+      "mlp_bias": False, "torch_dtype": "float32"}
+w("hfconfig/loom.json", json.dumps(hf, indent=1))
+w("hfconfig/minimal.json", json.dumps({k: hf[k] for k in (
+    "model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+    "vocab_size", "max_position_embeddings")}))
+w("hfconfig/bad.json", json.dumps(dict(hf, head_dim=32, rope_scaling={"rope_type": "llama3", "factor": 8.0},
+                                       num_key_value_heads=3, rms_norm_eps=-1, tie_word_embeddings="yes")))
 
 # metrics: hand-written rows with non-finite values, a resume, validation rows, a failed save
 w("metrics/edge.jsonl", '{"step": 1, "loss": 3.5, "lr": 1e-4, "grad_norm": nan, "step_ms": 10, "tokens_per_s": 800}\n'

@@ -30,8 +30,8 @@ check() {
     local n=$1 kv=$2 tie=$3
     local M="$base --kv-heads $kv --tie-embeddings $tie" R="--heads 4 --kv-heads $kv"
     echo "== $n (kv-heads $kv, tie $tie)"
-    $LOOM train $M --data "$d/t.bin" --seq 32 --steps 0 --export "$d/$n.w0"
-    $REF grads --init "$d/$n.w0" --data "$d/t.bin" $R $opt --out "$d/$n.gr" > "$d/$n.gr.json"
+    $LOOM train $M --data "$d/t.bin" --seq 32 --steps 0 --export "$d/$n.w0.safetensors"
+    $REF grads --init "$d/$n.w0.safetensors" --data "$d/t.bin" $R $opt --out "$d/$n.gr" > "$d/$n.gr.json"
     $LOOM train $M --data "$d/t.bin" $opt --steps 1 --dump-grads "$d/$n.gl" \
         --metrics "$d/$n.gl.jsonl"
     $CMP compare-st "$d/$n.gl" "$d/$n.gr" --rel --tol 1e-5
@@ -43,18 +43,18 @@ print(f"first-step loss: torch {ref:.7f} loom {got:.7f} relative {rel:.2g}")
 sys.exit(0 if rel <= 1e-5 else 1)
 PY
     $LOOM train $M --data "$d/t.bin" $opt --steps 10 --lr-schedule constant \
-        --metrics "$d/$n.l.jsonl" --export "$d/$n.l.st"
-    $REF train --init "$d/$n.w0" --data "$d/t.bin" $R $opt --steps 10 \
-        --metrics "$d/$n.r.jsonl" --export "$d/$n.r.st" > /dev/null
+        --metrics "$d/$n.l.jsonl" --export "$d/$n.l.safetensors"
+    $REF train --init "$d/$n.w0.safetensors" --data "$d/t.bin" $R $opt --steps 10 \
+        --metrics "$d/$n.r.jsonl" --export "$d/$n.r.safetensors" > /dev/null
     $REF compare-losses "$d/$n.l.jsonl" "$d/$n.r.jsonl" --tol 1e-5
-    $CMP compare-st "$d/$n.l.st" "$d/$n.r.st" --tol 2e-5
+    $CMP compare-st "$d/$n.l.safetensors" "$d/$n.r.safetensors" --tol 2e-5
 }
 check mha 4 off
 check gqa 2 off
 check tied 2 on
 
 echo "== negative control: interleaved-pair RoPE in the reference must not match"
-$REF grads --rope interleaved --init "$d/gqa.w0" --data "$d/t.bin" --heads 4 --kv-heads 2 $opt \
+$REF grads --rope interleaved --init "$d/gqa.w0.safetensors" --data "$d/t.bin" --heads 4 --kv-heads 2 $opt \
     --out "$d/gqa.gri" > /dev/null
 if $CMP compare-st "$d/gqa.gl" "$d/gqa.gri" --rel --tol 1e-5; then
     echo "FAILED: the interleaved convention matched loom's gradients"; exit 1
@@ -80,42 +80,42 @@ $MPI -np 2 $LOOM train $M --batch 4 --seq 32 --grad-accum 2 --tie-embeddings on 
 same --tol 1e-5 pp2-tied "$d/tpp.jsonl" "$d/tone.jsonl"
 
 echo "== CO2 and 2bw against the reference's rules (torch_gpt.py's loops on the LLaMA model)"
-W="$d/gqa.w0"
+W="$d/gqa.w0.safetensors"
 c2="--batch 2 --seq 16 --lr 3e-3 --weight-decay 0.1 --grad-clip 0.5"
 outer="--steps 11 --tau 3 --outer-lr 0.9 --outer-momentum 0.6 --gap-penalty 1.7 --outer-clip 0.004"
 $REF co2 --init "$W" --heads 4 --kv-heads 2 --data "$d/t.bin" --workers 2 $c2 $outer \
-    --metrics "$d/co2r.jsonl" --export "$d/co2r.st" > /dev/null
+    --metrics "$d/co2r.jsonl" --export "$d/co2r.safetensors" > /dev/null
 $MPI -np 2 $LOOM train $base --kv-heads 2 --data "$d/t.bin" --dp 2 --co2 --gap-mode constant $c2 \
-    $outer --lr-schedule constant --metrics "$d/co2l.jsonl" --export "$d/co2l.st"
-same --tol 1e-5 --wtol 1e-4 "co2 2 workers" "$d/co2l.jsonl" "$d/co2r.jsonl" "$d/co2l.st" "$d/co2r.st"
+    $outer --lr-schedule constant --metrics "$d/co2l.jsonl" --export "$d/co2l.safetensors"
+same --tol 1e-5 --wtol 1e-4 "co2 2 workers" "$d/co2l.jsonl" "$d/co2r.jsonl" "$d/co2l.safetensors" "$d/co2r.safetensors"
 c3="--batch 2 --seq 16 --steps 7 --grad-accum 4 --lr 3e-3 --weight-decay 0.1 --grad-clip 0.5"
 $REF train --init "$W" --heads 4 --kv-heads 2 --data "$d/t.bin" $c3 --mode 2bw \
-    --metrics "$d/bwr.jsonl" --export "$d/bwr.st" > /dev/null
+    --metrics "$d/bwr.jsonl" --export "$d/bwr.safetensors" > /dev/null
 $MPI -np 2 $LOOM train $base --kv-heads 2 --data "$d/t.bin" $c3 --lr-schedule constant --pp 2 \
-    --schedule 2bw --metrics "$d/bwl.jsonl" --export "$d/bwl.st"
-same --tol 1e-5 --wtol 1e-4 "2bw pp 2" "$d/bwl.jsonl" "$d/bwr.jsonl" "$d/bwl.st" "$d/bwr.st"
+    --schedule 2bw --metrics "$d/bwl.jsonl" --export "$d/bwl.safetensors"
+same --tol 1e-5 --wtol 1e-4 "2bw pp 2" "$d/bwl.jsonl" "$d/bwr.jsonl" "$d/bwl.safetensors" "$d/bwr.safetensors"
 
 echo "== resume"
 R="$M --batch 4 --seq 32 --grad-accum 2 --steps 8 --warmup 2 --lr-schedule cosine --min-lr 1e-4
    --shuffle on"
-$LOOM train $R --save "$d/ck" --save-every 4 --keep 0 --metrics "$d/ra.jsonl" --export "$d/ra.st"
+$LOOM train $R --save "$d/ck" --save-every 4 --keep 0 --metrics "$d/ra.jsonl" --export "$d/ra.safetensors"
 grep -q '"arch":[[:space:]]*"llama"' "$d/ck/step_00000004/checkpoint.json"
-$LOOM train $R --resume "$d/ck/step_00000004" --metrics "$d/rb.jsonl" --export "$d/rb.st"
-same --part --steps 5-8 resume "$d/rb.jsonl" "$d/ra.jsonl" "$d/rb.st" "$d/ra.st"
+$LOOM train $R --resume "$d/ck/step_00000004" --metrics "$d/rb.jsonl" --export "$d/rb.safetensors"
+same --part --steps 5-8 resume "$d/rb.jsonl" "$d/ra.jsonl" "$d/rb.safetensors" "$d/ra.safetensors"
 
 # a pipeline's checkpoint (2bw: both weight versions; untied: the last stage holds no wte copy)
 rm -rf "$d/pk"
 P="$R --pp 2 --schedule 2bw"
 $MPI -np 2 $LOOM train $P --save "$d/pk" --save-every 4 --keep 0 --metrics "$d/pa.jsonl" \
-    --export "$d/pa.st"
-$MPI -np 2 $LOOM train $P --resume "$d/pk/step_00000004" --metrics "$d/pb.jsonl" --export "$d/pb.st"
-same --part --steps 5-8 "resume pp 2 2bw" "$d/pb.jsonl" "$d/pa.jsonl" "$d/pb.st" "$d/pa.st"
+    --export "$d/pa.safetensors"
+$MPI -np 2 $LOOM train $P --resume "$d/pk/step_00000004" --metrics "$d/pb.jsonl" --export "$d/pb.safetensors"
+same --part --steps 5-8 "resume pp 2 2bw" "$d/pb.jsonl" "$d/pa.jsonl" "$d/pb.safetensors" "$d/pa.safetensors"
 
 echo "== sample from the llama checkpoint: its logits equal the reference's on the export"
-$LOOM export "$d/ck" -o "$d/ck.st"
+$LOOM export "$d/ck" -o "$d/ck.safetensors"
 toks=5,17,99,0,42,42,7,63,11
 $LOOM sample --ckpt "$d/ck" --prompt-tokens $toks --dump-logits "$d/l_loom.f32"
-$REF logits --init "$d/ck.st" --heads 4 --kv-heads 2 --tokens $toks --out "$d/l_ref.f32"
+$REF logits --init "$d/ck.safetensors" --heads 4 --kv-heads 2 --tokens $toks --out "$d/l_ref.f32"
 $CMP compare-f32 "$d/l_loom.f32" "$d/l_ref.f32" --tol 1e-5
 
 echo "== the LLaMA flags from --config reach the checkpoint's model record"

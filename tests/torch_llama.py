@@ -17,13 +17,15 @@ loom's data order (tests/torch_gpt.py micro_batch, windows); the AdamW set-up (d
 with >= 2 dims), schedule and clipping are torch_gpt.py's.
 
 Commands
-  grads  --init W --data D --heads H --kv-heads KV --batch B --seq T --grad-accum K --out G
+  grads  --init W|DIR --data D --heads H --kv-heads KV --batch B --seq T --grad-accum K --out G
          the first step's mean-loss gradient (same names), prints {"loss": ...}
   train, co2  torch_gpt.py's commands (same flags: AdamW, --mode 2bw, CO2's outer rule) on
          this model; add --heads H --kv-heads KV
   logits --init W --heads H --kv-heads KV --tokens 1,2,3 --out L.f32   logits (T,V), float32
   compare-losses A.jsonl B.jsonl --tol X    max relative |a-b|/|b| per step; exit 1 above tol
-Common: --rope half|interleaved, --rope-theta (10000), --norm-eps (1e-5).
+Common: --rope half|interleaved, --rope-theta (10000), --norm-eps (1e-5). --init DIR reads a
+Hugging Face Llama directory (tests/hf_dir.py; F32/BF16/F16, sharded or not): its config.json
+sets --heads, --kv-heads, --norm-eps and --rope-theta.
 """
 import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -139,7 +141,16 @@ class Llama(nn.Module):
 
 
 def load(a):
-    return Llama(tg.load_safetensors(a.init), a)
+    if not os.path.isdir(a.init):
+        return Llama(tg.load_safetensors(a.init), a)
+    import hf_dir  # a Hugging Face directory: its config.json gives the shape
+    cfg, st = hf_dir.read_dir(a.init)
+    a.heads = cfg["num_attention_heads"]
+    a.kv_heads = cfg.get("num_key_value_heads") or a.heads
+    a.norm_eps, a.rope_theta = cfg.get("rms_norm_eps", 1e-6), cfg.get("rope_theta", 10000.0)
+    if cfg.get("tie_word_embeddings", False):
+        st.pop("lm_head.weight", None)
+    return Llama({k: torch.from_numpy(v.copy()) for k, v in st.items()}, a)
 
 
 def cmd_grads(a):

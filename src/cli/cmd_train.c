@@ -75,7 +75,12 @@ static const Option OPTS[] = {
      "a periodic save that fails: warn and go on, or stop (a failed final save always stops)",
      "continue|stop", 0, 0},
     {"resume", OPT_STR, &A.resume, "continue from a checkpoint directory", NULL, 0, 0},
-    {"export", OPT_STR, &A.export_path, "write final weights as Hugging Face safetensors", NULL, 0,
+    {"export", OPT_STR, &A.export_path,
+     "write final weights as Hugging Face safetensors (LLaMA: a directory, config.json + "
+     "model.safetensors, unless the path ends in .safetensors)",
+     NULL, 0, 0},
+    {"export-dtype", OPT_STR, &A.export_dtype,
+     "tensor type of a LLaMA --export directory (bf16: rounded to nearest even)", "fp32|bf16", 0,
      0},
     {"on-nonfinite", OPT_STR, &A.on_nonfinite, "what a NaN/inf loss or gradient does", "stop|skip",
      0, 0},

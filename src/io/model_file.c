@@ -1,4 +1,5 @@
-// model_file.c — model_open(): checkpoint directory or weights file → GPT (see model_file.h).
+// model_file.c — model_open(): checkpoint directory, Hugging Face Llama directory (config.json
+// beside the weights) or weights file → GPT (see model_file.h).
 #include "model_file.h"
 
 #include <stdio.h>
@@ -7,6 +8,7 @@
 
 #include "../common.h"
 #include "checkpoint.h"
+#include "hf_dir.h"
 #include "weights.h"
 
 int model_open(GPT *m, const Backend *be, const char *path, int heads, char *step_dir,
@@ -14,7 +16,12 @@ int model_open(GPT *m, const Backend *be, const char *path, int heads, char *ste
     struct stat st;
     if (stat(path, &st)) return loom_fail("%s: no such checkpoint or weights file", path);
     if (step_dir && step_dir_len) step_dir[0] = 0;
-    if (S_ISDIR(st.st_mode)) {
+    char cfg_path[4200];
+    struct stat cst;
+    int hf = S_ISDIR(st.st_mode) &&
+             !path_fmt(cfg_path, sizeof cfg_path, "%s/%s", path, HF_CONFIG) &&
+             !stat(cfg_path, &cst); // a Hugging Face directory: read as an init file below
+    if (S_ISDIR(st.st_mode) && !hf) {
         char dir[4096];
         CkptMeta meta;
         if (checkpoint_resolve(path, dir, sizeof dir) || checkpoint_read_meta(dir, &meta))

@@ -297,8 +297,9 @@ int st_read_config(const char *path, int heads, GPTConfig *cfg) {
     GPTConfig c = {0};
     const StEntry *wte = st_find(&s, "wte.weight"), *wpe = st_find(&s, "wpe.weight");
     if (!wte && st_find(&s, "model.embed_tokens.weight")) {
-        loom_fail("%s: a LLaMA safetensors file: loading one is not available yet (train "
-                  "--arch llama from its own initialisation; sample and export its checkpoints)",
+        loom_fail("%s: a LLaMA safetensors file: give --init the Hugging Face directory it "
+                  "belongs in (config.json + model.safetensors, as `loom export CKPT -o DIR` "
+                  "writes)",
                   path);
         goto fail;
     }
@@ -377,56 +378,55 @@ static void fmt_shape(char *buf, size_t cap, const uint64_t *shape, int nd) {
     if (k < cap) snprintf(buf + k, cap - k, "]");
 }
 
-int st_locate_gpt(const GPT *m, const char *path, WeightsSrc *src) {
+// Where tensor t is in s (its shape and dtype checked) into w.
+static int locate_one(const StFile *s, const TensorSpec *t, WeightsSrc *w) {
+    const StEntry *e = st_find(s, t->name);
+    if (!e) return loom_fail("%s: missing tensor '%s'", s->path, t->name);
+    uint64_t want[2];
+    int nd = st_hf_shape(t, want);
+    int same = e->ndim == nd;
+    for (int d = 0; same && d < nd; d++)
+        same = e->shape[d] == want[d];
+    if (!same) {
+        char got[160], exp[64];
+        fmt_shape(got, sizeof got, e->shape, e->ndim);
+        fmt_shape(exp, sizeof exp, want, nd);
+        return loom_fail("%s: tensor '%s' has shape %s, expected %s for this model", s->path,
+                         e->key, got, exp);
+    }
+    if (!strcmp(e->dtype, "F32"))
+        w->type = RAW_F32;
+    else if (!strcmp(e->dtype, "F16"))
+        w->type = RAW_F16;
+    else if (!strcmp(e->dtype, "BF16"))
+        w->type = RAW_BF16;
+    else
+        return loom_fail("%s: tensor '%s' has dtype %s; only F32, F16 and BF16 are supported",
+                         s->path, e->key, e->dtype);
+    w->off = s->data_start + e->begin;
+    w->transposed = t->ndim == 2 && t->hf_conv1d;
+    return 0;
+}
+
+int st_locate_tensors(const GPT *m, const char *path, const int *file_of, int file,
+                      WeightsSrc *src) {
     StFile s;
     if (st_open(&s, path)) return -1;
-    int rc = -1;
-    for (int i = 0; i < s.n; i++) {
+    int rc = 0;
+    for (int i = 0; i < s.n && !rc && !file_of; i++) {
         long l = layer_of(s.e[i].name);
-        if (l >= m->cfg.L) {
-            loom_fail("%s: tensor '%s' belongs to layer %ld but the model has %d layers", path,
-                      s.e[i].key, l, m->cfg.L);
-            goto out;
-        }
+        if (l >= m->cfg.L)
+            rc = loom_fail("%s: tensor '%s' belongs to layer %ld but the model has %d layers", path,
+                           s.e[i].key, l, m->cfg.L);
     }
-    for (int i = 0; i < m->ntensors; i++) {
-        const TensorSpec *t = &m->tensors[i];
-        const StEntry *e = st_find(&s, t->name);
-        if (!e) {
-            loom_fail("%s: missing tensor '%s'", path, t->name);
-            goto out;
-        }
-        uint64_t want[2];
-        int nd = st_hf_shape(t, want);
-        int same = e->ndim == nd;
-        for (int d = 0; same && d < nd; d++)
-            same = e->shape[d] == want[d];
-        if (!same) {
-            char got[160], exp[64];
-            fmt_shape(got, sizeof got, e->shape, e->ndim);
-            fmt_shape(exp, sizeof exp, want, nd);
-            loom_fail("%s: tensor '%s' has shape %s, expected %s for this model", path, e->key, got,
-                      exp);
-            goto out;
-        }
-        if (!strcmp(e->dtype, "F32"))
-            src[i].type = RAW_F32;
-        else if (!strcmp(e->dtype, "F16"))
-            src[i].type = RAW_F16;
-        else if (!strcmp(e->dtype, "BF16"))
-            src[i].type = RAW_BF16;
-        else {
-            loom_fail("%s: tensor '%s' has dtype %s; only F32, F16 and BF16 are supported", path,
-                      e->key, e->dtype);
-            goto out;
-        }
-        src[i].off = s.data_start + e->begin;
-        src[i].transposed = t->ndim == 2 && t->hf_conv1d;
-    }
-    rc = 0;
-out:
+    for (int i = 0; i < m->ntensors && !rc; i++)
+        if (!file_of || file_of[i] == file) rc = locate_one(&s, &m->tensors[i], &src[i]);
     st_close(&s);
     return rc;
+}
+
+int st_locate_gpt(const GPT *m, const char *path, WeightsSrc *src) {
+    return st_locate_tensors(m, path, NULL, 0, src);
 }
 
 int st_load_gpt(GPT *m, const char *path) { return weights_load(m, path, st_locate_gpt); }

@@ -27,6 +27,10 @@ int st_read_config(const char *path, int heads, GPTConfig *cfg);
 // shapes, unsupported dtypes and layers beyond m->cfg.L are errors naming the tensor and the
 // file.
 int st_locate_gpt(const GPT *m, const char *path, WeightsSrc *src);
+// The same for the tensors i of m with file_of[i] == file only (one shard of a sharded
+// model); the other entries of src are left alone.
+int st_locate_tensors(const GPT *m, const char *path, const int *file_of, int file,
+                      WeightsSrc *src);
 // Fills every tensor of m from the file (transposing Conv1D weights, converting F16/BF16),
 // streamed after st_locate_gpt has checked all of it: on a malformed file m's parameters are
 // left unchanged.
@@ -42,6 +46,9 @@ int st_save_gpt(const GPT *m, const char *path);
 // cap floats of it, at least st_save_floats(m): a model whose parameters are not in memory
 // (block swapping's tier) is written tensor by tensor.
 int st_save_gpt_fn(const GPT *m, const char *path, GptSource src, void *ctx, float *buf,
+                   size_t cap);
+// The same writing BF16 (round to nearest even; NaN stays NaN) when bf16 is non-zero.
+int st_save_gpt_as(const GPT *m, const char *path, int bf16, GptSource src, void *ctx, float *buf,
                    size_t cap);
 // Floats of the largest tensor the file holds transposed (read whole to be written row by row).
 size_t st_save_floats(const GPT *m);

@@ -13,7 +13,7 @@
 
 // The JSON header: __metadata__ (the config as strings, as transformers writes it), then each
 // tensor's dtype, shape and byte range; space-padded to a multiple of 8 bytes.
-static char *st_header(const GPT *m, size_t *len) {
+static char *st_header(const GPT *m, int bf16, size_t *len) {
     const GPTConfig *c = &m->cfg;
     cJSON *root = cJSON_CreateObject(), *meta = cJSON_AddObjectToObject(root, "__metadata__");
     const char *keys[5] = {"n_head", "n_layer", "n_embd", "vocab_size", "n_positions"};
@@ -38,20 +38,20 @@ static char *st_header(const GPT *m, size_t *len) {
         cJSON_AddStringToObject(meta, "rms_norm_eps", v);
         cJSON_AddStringToObject(meta, "tie_word_embeddings", c->tie ? "true" : "false");
     }
-    uint64_t off = 0; // offsets and shapes are exact as doubles (below 2^53)
+    uint64_t off = 0, es = bf16 ? 2 : 4; // offsets and shapes are exact as doubles (below 2^53)
     for (int i = 0; i < m->ntensors; i++) {
         const TensorSpec *t = &m->tensors[i];
         uint64_t shape[2];
         int nd = st_hf_shape(t, shape);
         cJSON *e = cJSON_AddObjectToObject(root, t->name);
-        cJSON_AddStringToObject(e, "dtype", "F32");
+        cJSON_AddStringToObject(e, "dtype", bf16 ? "BF16" : "F32");
         cJSON *sh = cJSON_AddArrayToObject(e, "shape"),
               *r = cJSON_AddArrayToObject(e, "data_offsets");
         for (int d = 0; d < nd; d++)
             cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)shape[d]));
         cJSON_AddItemToArray(r, cJSON_CreateNumber((double)off));
-        cJSON_AddItemToArray(r, cJSON_CreateNumber((double)(off + 4 * t->n)));
-        off += 4 * t->n;
+        cJSON_AddItemToArray(r, cJSON_CreateNumber((double)(off + es * t->n)));
+        off += es * t->n;
     }
     char *text = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
@@ -73,10 +73,33 @@ size_t st_save_floats(const GPT *m) {
     return big;
 }
 
+// float32 → bfloat16, rounded to nearest even; a NaN stays a (quiet) NaN.
+static uint16_t f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)(u >> 16 | 0x40);
+    u += 0x7fffu + (u >> 16 & 1);
+    return (uint16_t)(u >> 16);
+}
+
+// n floats as little-endian BF16 (through a small stack buffer).
+static void aout_write_bf16(AtomicOut *o, const float *x, size_t n) {
+    uint8_t b[4096];
+    for (size_t a = 0; a < n && !o->failed; a += sizeof b / 2) {
+        size_t k = n - a < sizeof b / 2 ? n - a : sizeof b / 2;
+        for (size_t j = 0; j < k; j++) {
+            uint16_t h = f32_to_bf16(x[a + j]);
+            b[2 * j] = (uint8_t)h, b[2 * j + 1] = (uint8_t)(h >> 8);
+        }
+        aout_write(o, b, 2 * k);
+    }
+}
+
 // Tensor t, read through src into buf (cap floats) and written in the file's layout.
-static int write_tensor(AtomicOut *o, const TensorSpec *t, GptSource src, void *ctx, float *buf,
-                        size_t cap) {
+static int write_tensor(AtomicOut *o, const TensorSpec *t, int bf16, GptSource src, void *ctx,
+                        float *buf, size_t cap) {
     if (t->ndim == 2 && t->hf_conv1d) { // HF row k: column k of loom's (out, in)
+        if (bf16) return loom_fail("%s: BF16 export of GPT-2's transposed tensors", o->path);
         if (src(ctx, t->off, t->n, buf)) return -1;
         size_t out = (size_t)t->shape[0], in = (size_t)t->shape[1];
         for (size_t k = 0; k < in && !o->failed; k++)
@@ -86,19 +109,22 @@ static int write_tensor(AtomicOut *o, const TensorSpec *t, GptSource src, void *
     for (size_t a = 0; a < t->n && !o->failed; a += cap) {
         size_t n = t->n - a < cap ? t->n - a : cap;
         if (src(ctx, t->off + a, n, buf)) return -1;
-        aout_write_f32(o, buf, n);
+        if (bf16)
+            aout_write_bf16(o, buf, n);
+        else
+            aout_write_f32(o, buf, n);
     }
     return 0;
 }
 
-int st_save_gpt_fn(const GPT *m, const char *path, GptSource src, void *ctx, float *buf,
+int st_save_gpt_as(const GPT *m, const char *path, int bf16, GptSource src, void *ctx, float *buf,
                    size_t cap) {
     if (cap < st_save_floats(m))
         return loom_fail("%s: a buffer of %zu floats cannot hold the largest transposed tensor "
                          "(%zu floats)",
                          path, cap, st_save_floats(m));
     size_t hlen;
-    char *hdr = st_header(m, &hlen);
+    char *hdr = st_header(m, bf16, &hlen);
     uint8_t lenb[8];
     for (int k = 0; k < 8; k++)
         lenb[k] = (uint8_t)((uint64_t)hlen >> (8 * k));
@@ -111,11 +137,16 @@ int st_save_gpt_fn(const GPT *m, const char *path, GptSource src, void *ctx, flo
     aout_write(&o, hdr, hlen);
     free(hdr);
     for (int i = 0; i < m->ntensors && !o.failed; i++)
-        if (write_tensor(&o, &m->tensors[i], src, ctx, buf, cap)) {
+        if (write_tensor(&o, &m->tensors[i], bf16, src, ctx, buf, cap)) {
             aout_abort(&o);
             return -1;
         }
     return aout_commit(&o);
+}
+
+int st_save_gpt_fn(const GPT *m, const char *path, GptSource src, void *ctx, float *buf,
+                   size_t cap) {
+    return st_save_gpt_as(m, path, 0, src, ctx, buf, cap);
 }
 
 static int download_src(void *ctx, size_t at, size_t n, float *dst) {

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "../common.h"
+#include "hf_dir.h"
 #include "llmc_checkpoint.h"
 #include "safetensors.h"
 
@@ -45,6 +46,15 @@ int weights_detect(const char *path, WeightsFormat *fmt) {
 
 int init_read_config(const char *path, int heads, GPTConfig *cfg) {
     WeightsFormat fmt = WEIGHTS_SAFETENSORS;
+    if (hf_is_dir(path)) {
+        GPTConfig c;
+        if (hf_read_config(path, &c)) return -1;
+        if (heads > 0 && heads != c.H)
+            return loom_fail("%s: config.json has %d heads but --heads %d was given", path, c.H,
+                             heads);
+        *cfg = c;
+        return 0;
+    }
     if (weights_detect(path, &fmt)) return -1;
     if (fmt == WEIGHTS_SAFETENSORS) return st_read_config(path, heads, cfg);
     GPTConfig c;
@@ -64,6 +74,7 @@ static int locate(const GPT *m, const char *path, WeightsSrc *src) {
 }
 
 int gpt_check_init_file(const GPT *m, const char *path) {
+    if (hf_is_dir(path)) return hf_check_dir(m, path);
     WeightsSrc *src = xcalloc((size_t)m->ntensors, sizeof *src);
     int rc = locate(m, path, src);
     free(src);
@@ -84,6 +95,7 @@ int weights_stream_file(const GPT *m, const char *path, WeightsLocateFn loc, siz
 
 int gpt_stream_init_file(const GPT *m, const char *path, size_t lo, size_t hi, GptSink sink,
                          void *ctx) {
+    if (hf_is_dir(path)) return hf_stream_dir(m, path, lo, hi, sink, ctx);
     return weights_stream_file(m, path, locate, lo, hi, sink, ctx);
 }
 
@@ -97,7 +109,10 @@ int weights_load(GPT *m, const char *path, WeightsLocateFn loc) {
     return weights_stream_file(m, path, loc, 0, m->nparams, upload_sink, m);
 }
 
-int gpt_load_init_file(GPT *m, const char *path) { return weights_load(m, path, locate); }
+int gpt_load_init_file(GPT *m, const char *path) {
+    if (hf_is_dir(path)) return hf_stream_dir(m, path, 0, m->nparams, upload_sink, m);
+    return weights_load(m, path, locate);
+}
 
 // ---------------------------------------------------------------- streaming tensors
 
@@ -160,6 +175,7 @@ int weights_stream(const GPT *m, const RFile *f, const WeightsSrc *src, size_t l
 int gpt_save_weights_file(const GPT *m, const char *path) {
     size_t n = strlen(path);
     if (n >= 4 && !strcmp(path + n - 4, ".bin")) return llmc_save_gpt(m, path);
+    if (hf_export_is_dir(&m->cfg, path)) return hf_save_dir_model(m, path, 0);
     return st_save_gpt(m, path);
 }
 

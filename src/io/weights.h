@@ -17,7 +17,8 @@ typedef enum { WEIGHTS_SAFETENSORS = 1, WEIGHTS_LLMC = 2 } WeightsFormat;
 
 // Looks at the first bytes: the llm.c magic 20240326, or a safetensors header ('{' at byte 8).
 int weights_detect(const char *path, WeightsFormat *fmt);
-// The model shape stored in an init file. `heads`: the --heads the user gave, 0 when none;
+// The model shape stored in an init file (a directory: a Hugging Face Llama directory, hf_dir.h,
+// which the other functions below also accept). `heads`: the --heads the user gave, 0 when none;
 // needed only for safetensors files without "n_head" metadata, and an error when it
 // contradicts the head count the file records.
 int init_read_config(const char *path, int heads, GPTConfig *cfg);
@@ -34,7 +35,9 @@ int gpt_check_init_file(const GPT *m, const char *path);
 // gpt_check_init_file; returns the first non-zero sink result, or 0 / -1.
 int gpt_stream_init_file(const GPT *m, const char *path, size_t lo, size_t hi, GptSink sink,
                          void *ctx);
-// Saves by extension: ".bin" → llm.c checkpoint (version 3, fp32), anything else → safetensors.
+// Saves by extension: ".bin" → llm.c checkpoint (version 3, fp32), anything else → safetensors,
+// except that a LLaMA model to a path not ending in ".safetensors" becomes a Hugging Face
+// directory (hf_dir.h: config.json + model.safetensors, F32).
 int gpt_save_weights_file(const GPT *m, const char *path);
 
 // ---------------------------------------------------------------- helpers for the formats

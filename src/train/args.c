@@ -16,7 +16,7 @@ void train_args_defaults(TrainArgs *a) {
     a->lr = 3e-4f, a->min_lr = 0.f, a->beta1 = 0.9f, a->beta2 = 0.95f, a->eps = 1e-8f;
     a->weight_decay = 0.1f, a->grad_clip = 1.0f, a->lr_schedule = "cosine", a->warmup = 0;
     a->seed = 1337, a->threads = 0, a->recompute = 0, a->device = "cpu";
-    a->on_nonfinite = "stop", a->save_on_error = "continue";
+    a->on_nonfinite = "stop", a->save_on_error = "continue", a->export_dtype = "fp32";
     a->save_every = 0, a->keep = 2, a->val_every = 0, a->val_windows = 8, a->log_every = 10;
     a->progress = 1, a->stop_grace = 25.f;
     a->peak_gflops = 0; // measure
@@ -50,9 +50,7 @@ int train_model_config(const TrainArgs *a, GPTConfig *cfg) {
         if (f) return loom_fail("%s is a LLaMA option: it needs --arch llama", f);
         return a->init ? 0 : gpt_config_check(cfg); // --init: the file's shape, checked later
     }
-    if (a->init)
-        return loom_fail("--arch llama with --init: not available yet (loom starts a LLaMA model "
-                         "from its own initialisation or a --resume checkpoint)");
+    if (a->init) return 0; // the shape comes from the directory's config.json, checked later
     cfg->KV = a->kv_heads, cfg->F = a->ffn_dim, cfg->tie = !!a->tie_embeddings;
     cfg->rope_theta = a->rope_theta, cfg->norm_eps = a->norm_eps;
     gpt_config_defaults(cfg);

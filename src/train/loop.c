@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "../common.h"
+#include "../io/hf_dir.h"
 #include "../io/safetensors.h"
 #include "../stop.h"
 #include "../testhooks.h"
@@ -201,6 +202,12 @@ static int export_model(Loop *l, const char *path, int grads) {
     ParamSource src;
     int via = !grads && l->s->ops->param_source ? l->s->ops->param_source(l->s, &src) : 0;
     if (via < 0) return -1;
+    int dir = !grads && hf_export_is_dir(&r->model.cfg, path);
+    int bf16 = !strcmp(r->a->export_dtype, "bf16");
+    if (via && dir)
+        return r->lead ? hf_save_dir(&r->model, path, bf16, src.fetch, src.ctx, src.scratch,
+                                     src.scratch_floats)
+                       : 0;
     if (via)
         return r->lead ? st_save_gpt_fn(&r->model, path, src.fetch, src.ctx, src.scratch,
                                         src.scratch_floats)
@@ -209,7 +216,7 @@ static int export_model(Loop *l, const char *path, int grads) {
     float *host = xmalloc(r->model.nparams * sizeof(float));
     int rc = l->s->ops->full_params(l->s, host, grads);
     view.params = host;
-    if (!rc && r->lead) rc = st_save_gpt(&view, path);
+    if (!rc && r->lead) rc = dir ? hf_save_dir_model(&view, path, bf16) : st_save_gpt(&view, path);
     free(host);
     return rc;
 }

@@ -12,6 +12,7 @@
 #include "../common.h"
 #include "../io/dirlock.h"
 #include "../io/fsutil.h"
+#include "../io/hf_dir.h"
 #include "../io/weights.h"
 #include "../offload/offload.h"
 #include "../testhooks.h"
@@ -56,6 +57,16 @@ static int setup_model(Run *r, const Backend *be) {
         cfg = r->resume.cfg;
     } else if (a->init && init_read_config(a->init, a->heads, &cfg)) {
         return -1;
+    } else if (a->init && !strcmp(a->arch, "llama") && !gpt_is_llama(&cfg)) {
+        return loom_fail("--arch llama: %s holds a GPT-2 model (a LLaMA one is a Hugging Face "
+                         "directory: config.json + model.safetensors)",
+                         a->init);
+    }
+    if (strcmp(a->export_dtype, "fp32") &&
+        !(a->export_path && hf_export_is_dir(&cfg, a->export_path))) {
+        loom_fail("--export-dtype %s: only a LLaMA model's --export directory is written in BF16",
+                  a->export_dtype);
+        return -2;
     }
     if (gpt_create_layout(&r->model, &cfg, be)) return -1;
     rng_seed(&r->rng, (uint64_t)a->seed, 7);

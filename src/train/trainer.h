@@ -26,6 +26,7 @@ typedef struct {
     char *device; // backend: cpu (cuda with a CUDA build)
     char *dtype;  // precision (NULL: the device's default)
     char *metrics, *save, *resume, *export_path, *on_nonfinite, *dump_grads;
+    char *export_dtype;  // "fp32" | "bf16" (a LLaMA --export directory only)
     char *save_on_error; // a periodic save that fails: "continue" (warn, retry) or "stop"
     int save_every, keep, val_every, val_windows, log_every, progress;
     float stop_grace;  // seconds a stop signal leaves for the step boundary and the save
