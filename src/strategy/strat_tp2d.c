@@ -19,7 +19,8 @@
 // same down a column). Checkpoints, initial weights and exports stay in the whole model's flat
 // layout (cut at start-up, the moments' slice cut from the part under ZeRO 1-3; moments gathered
 // over dp, then everything over tp for a save; the first rank writes), so any layout resumes
-// from them.
+// from them. --co2 (ZeRO 0): every grid is a CO2 worker — its gradients never summed over dp, the
+// outer rule on the rank's part over dp (strat_tp_co2.c), every rank's state file in the saves.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -112,8 +112,8 @@ void tp_co2_describe(const Strategy *s, char *buf, size_t n) {
 void tp_co2_summary(const TpCo2 *o, const Strategy *s, double exposed_s, double step_s) {
     if (!s->lead || step_s <= 0) return;
     fprintf(stderr,
-            "loom: co2 %d workers of tp %d x cp %d ranks, tau %d | exposed communication %.1f%% "
-            "of step time | CO2 state %.1f MiB per rank (its part)\n",
-            s->grid->dp, s->grid->tp, s->grid->cp, s->cfg->tau, 100 * exposed_s / step_s,
-            co2_memory(o->co2) / 1048576);
+            "loom: co2 %d workers of tp %d%s x cp %d ranks, tau %d | exposed communication "
+            "%.1f%% of step time | CO2 state %.1f MiB per rank (its part)\n",
+            s->grid->dp, s->grid->tp, s->cfg->tp_2d ? " (2d)" : "", s->grid->cp, s->cfg->tau,
+            100 * exposed_s / step_s, co2_memory(o->co2) / 1048576);
 }
