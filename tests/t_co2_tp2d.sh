@@ -8,7 +8,7 @@
 #   * adaptive gap penalty (per-tensor norms summed over the grid, column-replicated tensors
 #     once) and constant: losses within 1e-5 per step (validation too), exported weights 1e-5;
 #   * a round-end checkpoint (step 4) resumes bit-identically (losses and exported bytes); a 1D
-#     --tp 4 run is refused naming --tp-mode 2d;
+#     --tp 4 run is refused naming --tp-mode 2d, and a 1D run's checkpoint under 2D likewise;
 #   * a stop signal on one rank of one grid, with no time left for the round end: every rank
 #     saves mid-round (its own weights and the anchor) and the resume is bit-identical;
 #   * negative control: tau 3 must fail the comparison against tau 2.
@@ -49,6 +49,10 @@ same --tol 0 "resumed at step 4" "$d/res.jsonl" "$d/tail.jsonl"
 cmp "$d/res.st" "$d/2d_adaptive.st" && echo "resumed export: the uninterrupted run's bytes"
 expect_fail "holds the CO2 state of workers of --tp 4 --tp-mode 2d ranks (each rank's own part); this run has --tp-mode 1d: resume it with --tp 4 --tp-mode 2d" \
     $MPI -np 8 $LOOM train $f --dp 2 --tp 4 --resume "$ck"
+$MPI -np 8 $LOOM train ${f/--steps 7/--steps 3} --dp 2 --tp 4 --save "$d/ck1d" --save-every 2 \
+    --keep 0 2> /dev/null
+expect_fail "holds the CO2 state of workers of --tp 4 --tp-mode 1d ranks (each rank's own part); this run has --tp-mode 2d: resume it with --tp 4 --tp-mode 1d" \
+    $MPI -np 8 $LOOM train $f $t2 --resume "$d/ck1d/step_00000002"
 
 echo "== a stop with no time for the round end saves mid-round, and resumes bit-identically"
 m="${f/--steps 7/--steps 205}"
