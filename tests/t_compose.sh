@@ -198,7 +198,7 @@ naming `--arch llama` and the option (`tests/t_llama.sh` checks both).
 | pipeline | 1f1b, 2bw | `--pp 2 --schedule 1f1b` or `2bw` | the layers cut into stages on successive ranks; 1f1b flushes every step, 2bw (PipeDream-2BW) keeps two weight versions and applies each update one step late |
 | tensor parallelism | 1D, 2D, sp | `--tp 2`, `--tp 4 --tp-mode 2d`, `--tp 2 --sp` | each layer's matrices split over ranks: Megatron 1D (heads, MLP, vocabulary), Colossal-AI 2D (SUMMA on a 2 x 2 grid), 1D plus sequence parallelism (LayerNorm and residual regions split along the sequence) |
 | context parallelism | cp | `--cp 2` | each sequence split into 2 x cp chunks, attention computed around a ring |
-| CO2 | CO2 | `--co2 --tau 2` (with `--dp 2`) | local AdamW steps; the replicas' weights averaged every tau steps, one round stale, overlapped with the next round; its workers are the dp replicas (with 1D, sp or cp each worker a tp x cp group) |
+| CO2 | CO2 | `--co2 --tau 2` (with `--dp 2`) | local AdamW steps; the replicas' weights averaged every tau steps, one round stale, overlapped with the next round; its workers are the dp replicas (with 1D, sp or cp each worker a tp x cp group, with 2D a q x q grid) |
 | offload | offload | `--offload disk --offload-dir DIR --fast-mem 64M` | the training state in a disk tier, blocks swapped through the fast memory |
 | recompute | recompute | `--recompute` | each layer's forward recomputed during backward |
 

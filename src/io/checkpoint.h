@@ -36,6 +36,7 @@ typedef struct {
     int co2_workers, co2_tau; // > 0: every worker wrote its CO2 state (co2_<rank>.bin)
     int co2_sharded;          // that state is sharded (--zero 1/2)
     int co2_tp, co2_cp;       // a worker's tensor- and context-parallel ranks (0 or 1: one)
+    int co2_tp2d;             // 1: those tp ranks are a 2D grid (--tp-mode 2d), each its block
     int co2_pp;               // a worker's pipeline stages (0 or 1: one)
 } CkptMeta;
 

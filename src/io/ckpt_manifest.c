@@ -77,6 +77,7 @@ char *manifest_text(const CkptMeta *meta, int64_t seq, const CkptShardInfo *info
         cJSON_AddNumberToObject(co2, "tau", meta->co2_tau);
         cJSON_AddNumberToObject(co2, "sharded", meta->co2_sharded);
         if (meta->co2_tp > 1) cJSON_AddNumberToObject(co2, "tp", meta->co2_tp);
+        if (meta->co2_tp2d) cJSON_AddNumberToObject(co2, "tp_2d", 1);
         if (meta->co2_cp > 1) cJSON_AddNumberToObject(co2, "cp", meta->co2_cp);
         if (meta->co2_pp > 1) cJSON_AddNumberToObject(co2, "pp", meta->co2_pp);
     }
@@ -217,6 +218,10 @@ static int read_extras(CkptManifest *mf, cJSON *j) {
     m->co2_tp = m->co2_cp = m->co2_pp = 1; // absent: workers of one rank
     if (co2 && cJSON_GetObjectItemCaseSensitive(co2, "tp") &&
         get_int(p, "co2.", co2, "tp", 1, 1 << 20, &m->co2_tp))
+        return -1;
+    m->co2_tp2d = 0; // absent: 1D tensor parallelism (or none)
+    if (co2 && cJSON_GetObjectItemCaseSensitive(co2, "tp_2d") &&
+        get_int(p, "co2.", co2, "tp_2d", 0, 1, &m->co2_tp2d))
         return -1;
     if (co2 && cJSON_GetObjectItemCaseSensitive(co2, "cp") &&
         get_int(p, "co2.", co2, "cp", 1, 1 << 20, &m->co2_cp))

@@ -77,6 +77,12 @@ int co2_ckpt_layout(const Strategy *s) {
                          "rank's own part); this run has --tp %d --cp %d: resume it with --tp %d "
                          "--cp %d",
                          s->resume_dir, tp, cp, g->tp, g->cp, tp, cp);
+    if (tp > 1 && r->co2_tp2d != c->tp_2d)
+        return loom_fail(
+            "%s: holds the CO2 state of workers of --tp %d --tp-mode %s ranks (each rank's own "
+            "part); this run has --tp-mode %s: resume it with --tp %d --tp-mode %s",
+            s->resume_dir, tp, r->co2_tp2d ? "2d" : "1d", c->tp_2d ? "2d" : "1d", tp,
+            r->co2_tp2d ? "2d" : "1d");
     int pp = r->co2_pp > 1 ? r->co2_pp : 1;
     if (pp != g->pp)
         return loom_fail("%s: holds the CO2 state of workers of --pp %d stages (each rank's own "
@@ -98,6 +104,7 @@ void co2_ckpt_meta(const Strategy *s, CkptMeta *meta) {
     meta->co2_workers = s->grid->dp, meta->co2_tau = s->cfg->tau;
     meta->co2_sharded = s->cfg->zero > 0;
     meta->co2_tp = s->grid->tp, meta->co2_cp = s->grid->cp, meta->co2_pp = s->grid->pp;
+    meta->co2_tp2d = s->cfg->tp_2d && s->grid->tp > 1;
 }
 
 // This worker's own file: say so here (only rank 0 prints the run's errors).

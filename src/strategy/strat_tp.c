@@ -255,7 +255,7 @@ static int tp_create(Strategy *s) {
         t->w.opt.t = s->resume->opt_t;
     }
     part_cut_free(&t->cut);
-    if (s->cfg->co2 && !(t->co2 = tp_co2_create(s, &t->part, &t->w))) return -1;
+    if (s->cfg->co2 && !(t->co2 = tp_co2_create(s, &t->part, &t->w.opt, NULL, NULL))) return -1;
     return 0;
 }
 

@@ -19,43 +19,18 @@
 // same down a column). Checkpoints, initial weights and exports stay in the whole model's flat
 // layout (cut at start-up, the moments' slice cut from the part under ZeRO 1-3; moments gathered
 // over dp, then everything over tp for a save; the first rank writes), so any layout resumes
-// from them.
+// from them. --co2 (ZeRO 0): every grid is a CO2 worker — its gradients never summed over dp, the
+// outer rule on the rank's part over dp (strat_tp_co2.c), every rank's state file in the saves.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 
 #include "../common.h"
-#include "../model/gpt_2d.h"
 #include "ckpt_save.h"
+#include "co2_rounds.h"
 #include "compose.h"
-#include "part_io.h"
-#include "strategy.h"
-#include "tp2d_zero.h"
-
-typedef struct {
-    const GPT *whole; // the whole model's layout (s->model: no buffers)
-    GPT part;         // this rank's part
-    Tp2d g;
-    Work2d ws;
-    AdamW opt;
-    const Strategy *outer;
-    const Comm *axis[2]; // row, column
-    PartCut cut;         // the part's map; host parameters, m, v cut from the whole (start-up)
-    // the moments' shards over dp (ZeRO 1-3; one shard of everything otherwise): dp rank r owns
-    // [displs[r], displs[r] + counts[r]) of the part's flat layout, this rank [lo, hi)
-    int nshard;
-    size_t lo, hi, *counts, *displs;
-    float *gown; // (hi-lo) this rank's reduced gradients (the reduce-scatter's receive buffer)
-    Tp2dZero *z; // ZeRO 2/3: the gradients (and parameters) sharded over dp (tp2d_zero.c)
-    int *inputs, *targets;
-    // what the layers' collectives moved in training steps: floats this rank received in
-    // broadcasts, reduce-scatters, all-reduces (ring) and anything else (none in a layer); the
-    // embedding's and head's together; the time spent in all of them
-    double bcast, rscat, allred, other, ends, comm_s;
-    int counting, steps, section; // section: the block the model is in (model/gpt_2d.h)
-} T2;
+#include "tp2d_impl.h"
 
 static void count(T2 *t, double floats, double *layer) {
     if (!t->counting) return;
@@ -142,13 +117,23 @@ static void t2_rscatter(void *ctx, int axis, const float *send, float *recv, siz
 
 static int t2_wants(const StrategyConfig *c) { return c->tp_2d; }
 
+static const char T2_CO2_ZERO[] = "CO2 over 2D grids keeps its outer state unsharded (--zero 0)";
+static const FeaturePair T2_PAIRS[] = {
+    {F_CO2, F_ZERO1, T2_CO2_ZERO},
+    {F_CO2, F_ZERO2, T2_CO2_ZERO},
+    {F_CO2, F_ZERO3, T2_CO2_ZERO},
+    {F_CO2, F_DUMP_GRADS, "CO2's workers never sum their gradients (as --dp --co2)"},
+    {0, 0, NULL}};
 static const Supports T2_SUPPORTS = {
     .self = {F_TP2D, F_COUNT},
     .features = FEAT(F_TP2D) | FEAT(F_DP) | FEAT(F_ZERO1) | FEAT(F_ZERO2) | FEAT(F_ZERO3) |
-                FEAT(F_RECOMPUTE) | FEAT(F_DUMP_GRADS),
-    .runs_with = "2D tensor parallelism runs with data parallelism (ZeRO 0-3) and --recompute"};
+                FEAT(F_RECOMPUTE) | FEAT(F_DUMP_GRADS) | FEAT(F_CO2),
+    .pairs = T2_PAIRS,
+    .runs_with = "2D tensor parallelism runs with data parallelism (ZeRO 0-3), --recompute and "
+                 "--co2 (ZeRO 0)"};
 
 static int t2_check(const StrategyConfig *c) {
+    if (c->co2 && co2_check_config(c)) return -1;
     int q = 1;
     while ((q + 1) * (q + 1) <= c->tp)
         q++;
@@ -239,12 +224,20 @@ static void shard_part(T2 *t) {
     if (N > 1 && t->outer->cfg->zero == 1) t->gown = m->be->alloc(t->hi - t->lo);
 }
 
+// --co2: a column-replicated tensor is counted in the gap penalty's norms on grid row 0 only.
+static int t2_dup(const GPT *part, int k, void *ctx) {
+    const T2 *t = ctx;
+    return t->g.i && gpt2d_col_replicated(part, k);
+}
+
 static int t2_create(Strategy *s) {
     T2 *t = xcalloc(1, sizeof *t);
     s->impl = t;
     const Grid *gr = s->grid;
     const StrategyConfig *c = s->cfg;
     t->whole = s->model, t->outer = s;
+    // --co2: a grid is a worker, its gradients never summed over dp
+    t->gdp = c->co2 ? comm_split(gr->dp_comm, gr->dp_comm->rank, 0, "self") : gr->dp_comm;
     int q = 2;
     while (q * q < gr->tp)
         q++;
@@ -271,15 +264,16 @@ static int t2_create(Strategy *s) {
     size_t BT = (size_t)c->batch * c->seq;
     t->inputs = xmalloc(BT * sizeof(int));
     t->targets = xmalloc(BT * sizeof(int));
+    if (c->co2 && !(t->co2 = tp_co2_create(s, &t->part, &t->opt, t2_dup, t))) return -1;
     return 0;
 }
 
 // The column-replicated tensors' gradients summed down the column (each row added its part),
-// then every gradient summed over dp (ZeRO 1: only this rank's slice [lo, hi), reduce-scattered;
-// the rest of its gradients stay this rank's own).
+// then every gradient summed over dp (--co2: none; ZeRO 1: only this rank's slice [lo, hi),
+// reduce-scattered; the rest of its gradients stay this rank's own).
 static void reduce_grads(T2 *t) {
     const GPT *m = &t->part;
-    const Comm *dp = t->outer->grid->dp_comm;
+    const Comm *dp = t->gdp;
     if (t->z) return; // ZeRO 2/3: reduced block by block in the backward (tp2d_zero.c)
     for (int k = 0; k < m->ntensors; k++)
         if (gpt2d_col_replicated(m, k))
@@ -313,13 +307,14 @@ static double grad_sumsq(T2 *t, double *votes) {
     return v[0];
 }
 
-// Σ of a forward's token losses over the grid's rows (and dp when dp_too), per token; votes
+// Σ of a forward's token losses over the grid's rows (and dp when dp_too; not across CO2's
+// workers), per token; votes
 // (may be NULL) rides along.
 static double mean_loss(T2 *t, double sum, double tokens, int dp_too, double *votes) {
     double v[2] = {sum, votes ? *votes : 0};
     int n = votes ? 2 : 1;
     comm_allreduce_f64(t->axis[T2D_COL], v, n);
-    if (dp_too && t->outer->grid->dp > 1) comm_allreduce_f64(t->outer->grid->dp_comm, v, n);
+    if (dp_too && t->gdp->size > 1) comm_allreduce_f64(t->gdp, v, n);
     if (votes) *votes = v[1];
     return v[0] / tokens;
 }
@@ -330,8 +325,9 @@ static int t2_step(Strategy *s, int step, int boundary) {
     const StrategyConfig *c = s->cfg;
     GPT *m = &t->part;
     double t0 = now_sec(), c0 = t->comm_s + (t->z ? tp2dz_comm_seconds(t->z) : 0);
-    int K = c->grad_accum, N = s->grid->dp;
+    int K = c->grad_accum, N = t->gdp->size;
     double tokens = (double)c->batch * c->seq * K * N;
+    if (t->co2) tp_co2_begin(t->co2, step);
     t->z ? tp2dz_begin_step(t->z) : m->be->fill(m->grads, 0.f, m->nparams);
     double sum = 0;
     t->counting = 1;
@@ -349,7 +345,7 @@ static int t2_step(Strategy *s, int step, int boundary) {
     double votes = strategy_stop_vote();
     StepRecord r = {.step = step + 1, .loss = mean_loss(t, sum, tokens, 1, &votes)};
     r.norm = sqrt(grad_sumsq(t, &votes));
-    strategy_stop_tally(s, votes);
+    if (!t->co2) strategy_stop_tally(s, votes); // CO2: the rounds' agreement (co2_rounds.h)
     r.lr = lr_at(&c->opt, step);
     r.applied = isfinite(r.loss) && isfinite(r.norm);
     if (r.applied) adamw_step(&t->opt, m, r.lr, clip_scale((float)r.norm, c->opt.grad_clip));
@@ -358,11 +354,15 @@ static int t2_step(Strategy *s, int step, int boundary) {
     r.seconds = now_sec() - t0;
     r.exposed = t->comm_s + (t->z ? tp2dz_comm_seconds(t->z) : 0) - c0 + (now_sec() - c1);
     t->steps++;
+    if (t->co2) return tp_co2_step(t->co2, s, step, &r, t0); // records, round end, agreed stop
     strategy_emit(s, &r);
     return 0;
 }
 
-static void t2_drain(Strategy *s, int final) { (void)s, (void) final; }
+static void t2_drain(Strategy *s, int final) {
+    T2 *t = s->impl;
+    if (t->co2) tp_co2_drain(t->co2, s, final);
+}
 
 static double t2_evaluate(Strategy *s) {
     T2 *t = s->impl;
@@ -379,10 +379,9 @@ static double t2_evaluate(Strategy *s) {
 
 // The whole model's parameters and moments (ZeRO 1-3: the moments gathered over dp first, ZeRO
 // 3 the parameters too), gathered in every tp group; the first group's rank 0 writes them as one
-// shard of the whole layout.
+// shard of the whole layout (--co2: worker 0's; every rank adds its own CO2 state file).
 static int t2_save(Strategy *s, const char *dir, CkptMeta *meta, int final, CkptExtraFn extra,
                    void *extra_ctx, int keep) {
-    (void) final;
     T2 *t = s->impl;
     size_t N = t->whole->nparams;
     float *p = xalloc_floats(N), *m = xalloc_floats(N), *v = xalloc_floats(N);
@@ -393,9 +392,12 @@ static int t2_save(Strategy *s, const char *dir, CkptMeta *meta, int final, Ckpt
     CkptShard sh = {.lo = 0, .hi = N, .params = p, .m = m, .v = v};
     meta->opt_t = t->opt.t;
     int writes = s->grid->dp_i == 0 && s->grid->tp_i == 0;
+    CkptExtraFn files = NULL; // --co2: every rank's own state (not in the final checkpoint)
+    void *files_ctx = NULL;
+    if (t->co2 && !final) tp_co2_save_files(t->co2, s, meta, &files, &files_ctx);
     if (!rc)
         rc = ckpt_save_collective(dir, s->grid->world, writes ? &sh : NULL, meta, extra, extra_ctx,
-                                  NULL, NULL, keep);
+                                  files, files_ctx, keep);
     free(p), free(m), free(v);
     return rc;
 }
@@ -414,63 +416,21 @@ static int t2_full(Strategy *s, float *host, int grads) {
 
 static void t2_describe(const Strategy *s, char *buf, size_t n) {
     const T2 *t = s->impl;
+    if (t->co2) {
+        snprintf(buf, n, "co2: %d workers of 2d tp %d (%dx%d SUMMA grid), tau %d", s->grid->dp,
+                 s->grid->tp, t->g.q, t->g.q, s->cfg->tau);
+        return;
+    }
     snprintf(
         buf, n,
         "tensor parallel: tp %d (2d SUMMA, %dx%d grid, column-cut embedding) x dp %d (zero %d%s)",
         s->grid->tp, t->g.q, t->g.q, s->grid->dp, s->cfg->zero, tp2dz_what(s->cfg->zero));
 }
 
-// What SUMMA moves into one rank per layer and micro-batch: each of a linear's 6 collectives
-// (forward: broadcast X and W; backward: broadcast X and W again, reduce dX and dW) carries
-// (q−1)/q of a row's or column's share (1/q) of X (B·T, K) or W (K, M), and the two split
-// LayerNorms all-reduce 4 (B/q·T) row partials each (ring: 2(q−1)/q of them). --recompute runs
-// the forward again in the backward: 2 more broadcasts per linear, 2 more partials per LN.
-static double summa_table(const StrategyConfig *c, const GPTConfig *g, int q) {
-    double BT = (double)c->batch * c->seq, C = g->C, f = (q - 1.0) / q;
-    double KM[4][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}}, sum = 0;
-    int ops = c->recompute ? 8 : 6, ln = c->recompute ? 6 : 4;
-    for (int k = 0; k < 4; k++)
-        sum += ops * f * (BT * KM[k][0] + KM[k][0] * KM[k][1]) / (2 * q);
-    return sum + 2 * ln * (BT / q) * 2 * f;
-}
-
-// Per rank: memory, and what the grid's collectives moved per layer and micro-batch (training
-// only) against the table above and against 1D's 4 ring all-reduces of (B,T,C) over the same
-// tp ranks; the embedding's and head's per micro-batch.
-static void t2_summary(Strategy *s, double exposed_s, double step_s) {
-    (void)exposed_s, (void)step_s;
-    T2 *t = s->impl;
-    if (!s->lead) return;
-    const StrategyConfig *c = s->cfg;
-    const GPTConfig *g = &t->whole->cfg;
-    int q = t->g.q, P = s->grid->tp;
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    double micro = (double)t->steps * c->grad_accum, L = g->L, MiB = 4.0 / 1048576;
-    double Nl = (double)c->batch / q * c->seq, Vq = gpt2d_vrows(g, q);
-    double per = micro > 0 ? MiB / micro / L : 0,
-           d1 = 4 * 2.0 * (P - 1) / P * c->batch * c->seq * g->C, pb, gb; // held: bytes
-    tp2dz_held(t->z, &t->part, t->gown ? t->hi - t->lo : 0, &pb, &gb);
-    fprintf(stderr,
-            "loom: tp %d (2d, %dx%d) x dp %d | per rank: a part of %.2f MiB (wte and wpe %.2f of "
-            "it) of the whole model's %.2f MiB, holding params %.3f MiB and grads %.3f MiB, "
-            "activations %.1f MiB (the head's logits %.1f of "
-            "them), AdamW moments %.3f MiB (zero %d over dp %d), peak RSS %.1f MiB | received per "
-            "layer and micro-batch %.3f MiB (broadcasts %.3f, reduce-scatters %.3f, LayerNorm "
-            "all-reduces %.3f) against SUMMA's 6(q-1)/q per linear %.3f MiB; 1D tp %d would "
-            "all-reduce 4 x 2(P-1)/P x (B,T,C) = %.3f MiB; embedding and head %.3f MiB per "
-            "micro-batch\n",
-            P, q, q, s->grid->dp, t->part.nparams * MiB, t->part.blocks[0].n * MiB,
-            t->whole->nparams * MiB, pb / 1048576, gb / 1048576, t->ws.floats * MiB, Nl * Vq * MiB,
-            2.0 * (double)(t->hi - t->lo) * MiB, c->zero, s->grid->dp, ru.ru_maxrss / 1024.0,
-            (t->bcast + t->rscat + t->allred + t->other) * per, t->bcast * per, t->rscat * per,
-            t->allred * per, summa_table(c, g, q) * MiB, P, d1 * MiB,
-            micro > 0 ? t->ends / micro * MiB : 0);
-}
-
 static void t2_destroy(Strategy *s) {
     T2 *t = s->impl;
     if (!t) return;
+    tp_co2_free(t->co2);
     work2d_free(&t->ws, &t->part);
     if (t->opt.m) adamw_free(&t->opt, &t->part);
     if (t->gown) t->part.be->release(t->gown);
@@ -494,5 +454,5 @@ const StrategyOps STRATEGY_TP2D = {.name = "tensor-parallel-2d",
                                    .full_params = t2_full,
                                    .comm_failed = strategy_end_job,
                                    .describe = t2_describe,
-                                   .summary = t2_summary,
+                                   .summary = tp2d_summary,
                                    .destroy = t2_destroy};

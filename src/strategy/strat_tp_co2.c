@@ -2,7 +2,8 @@
 // outer rule (parallel/co2.h) runs on this rank's part over dp_comm — the ranks holding the same
 // part (tp_i, cp_i) in every worker — and is elementwise, so it is CO2 on the whole model
 // restricted to the part; the adaptive gap penalty's per-tensor norms are the whole tensors'
-// (summed over tp, replicated tensors counted once; cp ranks hold the same part). The rounds'
+// (summed over tp, replicated tensors counted once; cp ranks hold the same part). strat_tp2d.c
+// runs it the same way on 2D grids (a worker is one q x q grid, cp 1). The rounds'
 // losses and the stop agreement are strat_co2.c's (co2_rounds.h), the agreement over the whole
 // job so every rank of a worker stops at the same step. Checkpoints: strat_tp.c's whole flat
 // layout (at a round end the anchor; worker 0's weights mid-round) and moments, and every rank's
@@ -20,25 +21,29 @@ struct TpCo2 {
     CO2 *co2;
     Co2Rounds r;
     GPT *part;
-    const Whole *w;
+    const AdamW *opt;
     const Grid *g;
+    TpCo2Dup dup; // NULL: 1D's replicated tensors, counted on tp rank 0
+    void *dup_ctx;
     CO2Files files;
 };
 
-// The per-tensor Σ m², Σ Δ̄² of the part made the whole tensors': summed over tp, replicated
-// tensors (identical on every tp rank) from tp rank 0 only.
+// The per-tensor Σ m², Σ Δ̄² of the part made the whole tensors': summed over tp, a tensor
+// another rank of the group also holds (1D: replicated on every tp rank; 2D: down the grid's
+// column) counted on one of them only.
 static void whole_norms(void *ctx, double *sq, int ntensors) {
     TpCo2 *o = ctx;
     if (o->g->tp == 1) return;
-    for (int i = 0; i < ntensors && o->g->tp_i; i++)
-        if (gpt_tp_replicated(o->part, i)) sq[2 * i] = sq[2 * i + 1] = 0;
+    for (int i = 0; i < ntensors; i++)
+        if (o->dup ? o->dup(o->part, i, o->dup_ctx) : o->g->tp_i && gpt_tp_replicated(o->part, i))
+            sq[2 * i] = sq[2 * i + 1] = 0;
     comm_allreduce_f64(o->g->tp_comm, sq, 2 * ntensors);
 }
 
-TpCo2 *tp_co2_create(Strategy *s, GPT *part, Whole *w) {
+TpCo2 *tp_co2_create(Strategy *s, GPT *part, const AdamW *opt, TpCo2Dup dup, void *dup_ctx) {
     const StrategyConfig *c = s->cfg;
     TpCo2 *o = xcalloc(1, sizeof *o);
-    o->part = part, o->w = w, o->g = s->grid;
+    o->part = part, o->opt = opt, o->g = s->grid, o->dup = dup, o->dup_ctx = dup_ctx;
     co2_rounds_init(&o->r, c->tau, s->grid->dp_comm, s->grid->world);
     CO2Config cc = whole_co2_config(c);
     cc.norms = whole_norms, cc.norms_ctx = o;
@@ -53,7 +58,7 @@ TpCo2 *tp_co2_create(Strategy *s, GPT *part, Whole *w) {
     float *dev[CO2_STATE_MAX + 4];
     size_t lens[CO2_STATE_MAX + 4];
     int mid = s->start % c->tau != 0;
-    int k = co2_file_arrays(o->co2, &w->opt, part, s->start / c->tau, mid, dev, lens, 1);
+    int k = co2_file_arrays(o->co2, opt, part, s->start / c->tau, mid, dev, lens, 1);
     co2_read_file(s, s->grid->world->rank, s->grid->world->size, dev, lens, k);
     return o;
 }
@@ -94,8 +99,8 @@ void tp_co2_save_files(TpCo2 *o, Strategy *s, CkptMeta *meta, CkptExtraFn *fn, v
                     .N = s->grid->world->size,
                     .kind = co2_kind(0, mid),
                     .be = o->part->be};
-    f->n = co2_file_arrays(o->co2, &o->w->opt, o->part, co2_rounds(o->co2), mid,
-                           (float **)f->arrays, f->lens, 0);
+    f->n = co2_file_arrays(o->co2, o->opt, o->part, co2_rounds(o->co2), mid, (float **)f->arrays,
+                           f->lens, 0);
     *fn = co2_write_file, *ctx = f;
 }
 
@@ -107,8 +112,8 @@ void tp_co2_describe(const Strategy *s, char *buf, size_t n) {
 void tp_co2_summary(const TpCo2 *o, const Strategy *s, double exposed_s, double step_s) {
     if (!s->lead || step_s <= 0) return;
     fprintf(stderr,
-            "loom: co2 %d workers of tp %d x cp %d ranks, tau %d | exposed communication %.1f%% "
-            "of step time | CO2 state %.1f MiB per rank (its part)\n",
-            s->grid->dp, s->grid->tp, s->grid->cp, s->cfg->tau, 100 * exposed_s / step_s,
-            co2_memory(o->co2) / 1048576);
+            "loom: co2 %d workers of tp %d%s x cp %d ranks, tau %d | exposed communication "
+            "%.1f%% of step time | CO2 state %.1f MiB per rank (its part)\n",
+            s->grid->dp, s->grid->tp, s->cfg->tp_2d ? " (2d)" : "", s->grid->cp, s->cfg->tau,
+            100 * exposed_s / step_s, co2_memory(o->co2) / 1048576);
 }

@@ -1,15 +1,21 @@
 // strat_tp_co2.h — CO2 over tensor- and context-parallel workers (--dp W --tp T --co2, --sp,
 // --dp W --cp C --co2), run by strat_tp.c: a worker is one tp × cp group, its ranks hold parts
-// of one model copy. strat_tp.c takes the inner steps with gradients summed within the worker
-// (over cp, never over dp) and the worker's own norm; strat_tp_co2.c adds the rest.
+// of one model copy; and over 2D grids (--tp q·q --tp-mode 2d --co2), run by strat_tp2d.c.
+// strat_tp.c takes the inner steps with gradients summed within the worker (over cp, never over dp)
+// and the worker's own norm; strat_tp_co2.c adds the rest.
 #pragma once
 #include "strat_whole.h"
 
 typedef struct TpCo2 TpCo2;
 
-// After the part's Whole is set up (its parameters are a(0)): the outer state over dp_comm, for
-// this rank's part; on resume, the rank's own CO2 state file. NULL when that fails.
-TpCo2 *tp_co2_create(Strategy *s, GPT *part, Whole *w);
+// 1 when this rank's copy of part tensor t is one another rank of the tp group counts (the
+// adaptive gap penalty's norms count each tensor once).
+typedef int (*TpCo2Dup)(const GPT *part, int t, void *ctx);
+// After the part and its AdamW (opt; its moments go in the state files) are set up (its
+// parameters are a(0)): the outer state over dp_comm, for this rank's part; on resume, the
+// rank's own CO2 state file. dup NULL: 1D's rule (replicated tensors counted on tp rank 0).
+// NULL when that fails.
+TpCo2 *tp_co2_create(Strategy *s, GPT *part, const AdamW *opt, TpCo2Dup dup, void *dup_ctx);
 void tp_co2_free(TpCo2 *o);
 // A step begins (the stop agreement's wait hook joins at its end).
 void tp_co2_begin(TpCo2 *o, int step);
