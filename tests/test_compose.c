@@ -90,8 +90,10 @@ TEST(unsupported_features_name_both_flags) {
     REFUSED(c, cpu, "--co2 with --schedule 2bw: 2bw applies every update one batch late");
     c = base(), c.dp = 2, c.tp = 4, c.tp_2d = 1, c.zero = 3; // 2D parts sharded over dp: runs
     ACCEPTED(c, cpu);
-    c.co2 = 1, c.zero = 0;
-    REFUSED(c, cpu, "--tp 4 --tp-mode 2d with --co2: not available");
+    c.co2 = 1, c.zero = 0; // CO2 over 2D grids: runs, its outer state unsharded
+    ACCEPTED(c, cpu);
+    c.zero = 1;
+    REFUSED(c, cpu, "--co2 with --zero 1: CO2 over 2D grids keeps its outer state unsharded");
     c = base(), c.pp = 2, c.offload = 1;
     REFUSED(c, cpu, "--pp 2 with --offload: not available (pipeline stages run with");
     c = base(), c.tp = 4, c.tp_2d = 1, c.cp = 2;
