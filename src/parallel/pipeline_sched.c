@@ -28,7 +28,7 @@ static void tp_sumsq(const Pipe *p, const float *g, size_t glo, size_t ghi, doub
         for (int i = blk->t0; i < blk->t0 + blk->nt; i++) {
             const TensorSpec *t = &m->tensors[i];
             size_t a, n = range_isect(t->off, t->off + t->n, glo, ghi, &a);
-            if (!n || (gpt_tp_replicated(m, i) && m->tp.i != 0)) continue;
+            if (!n || !gpt_tp_counts(m, i, m->tp.i)) continue;
             v[blk->chunk0 + (t->off - blk->off) / GPT_CHUNK] += m->be->sumsq(g + (a - glo), n);
         }
     }

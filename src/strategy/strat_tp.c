@@ -245,7 +245,7 @@ static double grad_sumsq(TP *t, double *votes) {
     for (int i = 0; i < m->ntensors && (zero2 || t->gcomm->rank == 0); i++) {
         size_t a = m->tensors[i].off, b = a + m->tensors[i].n;
         if (zero2) a = a > lo ? a : lo, b = b < hi ? b : hi;
-        if (a < b && (!gpt_tp_replicated(m, i) || m->tp.i == 0))
+        if (a < b && gpt_tp_counts(m, i, m->tp.i))
             sum += m->be->sumsq(zero2 ? own + (a - lo) : m->grads + a, b - a);
     }
     double v[2] = {sum, *votes}; // the stop vote: summed over dp x cp, then tp (every rank)

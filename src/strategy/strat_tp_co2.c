@@ -30,8 +30,8 @@ struct TpCo2 {
 static void whole_norms(void *ctx, double *sq, int ntensors) {
     TpCo2 *o = ctx;
     if (o->g->tp == 1) return;
-    for (int i = 0; i < ntensors && o->g->tp_i; i++)
-        if (gpt_tp_replicated(o->part, i)) sq[2 * i] = sq[2 * i + 1] = 0;
+    for (int i = 0; i < ntensors; i++)
+        if (!gpt_tp_counts(o->part, i, o->g->tp_i)) sq[2 * i] = sq[2 * i + 1] = 0;
     comm_allreduce_f64(o->g->tp_comm, sq, 2 * ntensors);
 }
 
