@@ -4,8 +4,10 @@
 # within 1e-5): kv-heads = heads (H4 kv4, tp 2), kv heads split (H4 kv2, tp 2), kv heads shared
 # by several ranks (H4 kv1 tp 2; H4 kv2 tp 4), untied and tied lm_head, a vocabulary of 300
 # (padded, cut across ranks), grad-accum 2, weight decay and clipping; dp 2 x tp 2 (ZeRO 1);
-# --recompute; --sp. A tp 2 checkpoint resumed on one process (and a 1-process one on tp 2)
-# continues as the uninterrupted single process. Refusals: --tp that cuts no whole kv heads.
+# --recompute; --sp; tp 2 x pp 2 (tied); tp 2 x dp 2 --co2 equals dp 2 --co2. A tp 2
+# checkpoint resumed on one process (and a 1-process one on tp 2) continues as the uninterrupted single process, and `loom export` of it equals the run's export.
+# Refusals: a --tp that cuts no whole kv heads or SwiGLU columns; --cp. (Losses are compared as
+# the metrics print them, 6 decimals.)
 # asan: skip
 set -eu
 . "$(dirname "$0")/lib.sh"
@@ -45,6 +47,12 @@ check split-tied 2 on 2 --tp 2
 check shared4 2 off 4 --tp 4
 check dt 2 off 4 --tp 2 --dp 2 --zero 1 --grad-accum 1
 check rc 1 off 2 --tp 2 --recompute
+check pp-tied 1 on 4 --tp 2 --pp 2
+# CO2 over tp 2 workers equals CO2 over whole-model workers (its rule is not the single process's)
+run co2-dp 2 --kv-heads 1 --dp 2 --co2 --grad-accum 1
+run co2-tp 4 --kv-heads 1 --dp 2 --tp 2 --co2 --grad-accum 1
+same --tol 1e-5 "tp 2 x dp 2 --co2 against dp 2 --co2" "$d/co2-tp.jsonl" "$d/co2-dp.jsonl" \
+    "$d/co2-tp.st" "$d/co2-dp.st"
 check sp 1 off 2 --tp 2 --sp
 check sp-split 2 on 2 --tp 2 --sp
 check sp4 2 off 4 --tp 4 --sp --recompute

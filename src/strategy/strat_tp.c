@@ -8,7 +8,10 @@
 // part out of it when it starts or resumes; a save assembles range r of it on tp rank r (each
 // writes one shard), an export gathers the whole.
 // Replicated tensors (LayerNorms, row-parallel biases, wpe) receive the same gradient on every
-// rank and stay identical without communication; the gradient norm counts them once. With --sp
+// rank and stay identical without communication; the gradient norm counts them once. LLaMA
+// (--arch llama): a kv head shared by tp/KV ranks gets its gradient summed over them inside the
+// layer's backward (model/llama_tp.c), so its copies stay identical too and the norm and saves
+// count the first of them (gpt_tp_counts). With --sp
 // (Megatron sequence parallelism, model/seq_parallel.c) the LayerNorm/residual regions hold T/tp
 // positions per rank: the blocks all-gather and reduce-scatter instead of all-reducing, and sum
 // the LayerNorms' gradients over tp, so those stay identical too.
