@@ -85,7 +85,7 @@ static int llama_check(const StrategyConfig *c, FeatureSet want, const Backend *
             return loom_fail(
                 "--arch llama with %s: not available (the LLaMA block has no 2D-tensor- "
                 "or context-parallel form and no block swapping or peers yet; it "
-                "runs with --tp, --sp, --dp, --zero, --pp, --co2 and --recompute)",
+                "runs with 1D --tp (and --sp), --dp, --zero, --pp, --co2 and --recompute)",
                 compose_flag(c, NOT_LLAMA[i], a, sizeof a));
     // the embedding without positions is the vocabulary-shard kernel over the whole vocabulary
     const BackendCap need[2] = {BACKEND_LLAMA, BACKEND_VOCAB_SHARDS};
