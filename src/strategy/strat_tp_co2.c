@@ -26,7 +26,8 @@ struct TpCo2 {
 };
 
 // The per-tensor Σ m², Σ Δ̄² of the part made the whole tensors': summed over tp, replicated
-// tensors (identical on every tp rank) from tp rank 0 only.
+// tensors (identical on every tp rank) from tp rank 0 only, LLaMA's shared kv heads from the
+// first of their ranks (gpt_tp_counts).
 static void whole_norms(void *ctx, double *sq, int ntensors) {
     TpCo2 *o = ctx;
     if (o->g->tp == 1) return;
