@@ -2,7 +2,8 @@
 // block_llama.c): config defaults and the errors naming the flag, the tensor table (Hugging Face
 // Llama names, q|k|v and gate|up back to back, the parameter count equal to the layout, tied and
 // untied heads, lookups by name), and the whole model's gradient against central differences of
-// its loss at a few parameters of every kind; recompute gives the same gradients bit for bit.
+// its loss at a few parameters of every kind; recompute gives the same gradients bit for bit;
+// tensor-parallel parts cut from and assembled into the whole layout.
 #include <math.h>
 #include <string.h>
 
@@ -63,6 +64,65 @@ TEST(tensor_table) {
     }
 }
 
+// Tensor-parallel parts (tp_layout.c): the shapes a rank holds, kv heads split (tp 2 of KV 2)
+// or shared (tp 4 of KV 2: one kv head on 2 ranks, counted on the first), and the whole flat
+// layout cut into parts and assembled back: by copies (every element comes back), and by
+// summing every rank's window (gpt_tp_to_whole_range: each element exactly once).
+static void tp_roundtrip(const GPTConfig *c, int tp) {
+    GPT whole, part[4];
+    CHECK(gpt_create_layout(&whole, c, backend_cpu()) == 0, "whole: %s", loom_errmsg());
+    size_t n = whole.nparams;
+    float *src = xalloc_floats(n), *cp = xcalloc(n, sizeof(float)), *sum = xcalloc(n, 4);
+    float *win = xalloc_floats(n);
+    for (size_t i = 0; i < n; i++)
+        src[i] = (float)(i % 9973) + 1.f;
+    for (int r = 0; r < tp; r++) {
+        CHECK(gpt_create_layout_tp(&part[r], c, backend_cpu(), tp, r) == 0, "tp %d rank %d: %s", tp,
+              r, loom_errmsg());
+        float *mine = xcalloc(part[r].nparams, sizeof(float));
+        gpt_tp_from_whole(&whole, &part[r], 0, n, src, mine);
+        gpt_tp_to_whole(&whole, &part[r], r, mine, cp);
+        memset(win, 0, n * sizeof(float));
+        gpt_tp_to_whole_range(&whole, &part[r], r, mine, 0, n, win);
+        for (size_t i = 0; i < n; i++)
+            sum[i] += win[i];
+        free(mine);
+    }
+    size_t bad_cp = 0, bad_sum = 0;
+    for (size_t i = 0; i < n; i++)
+        bad_cp += cp[i] != src[i], bad_sum += sum[i] != src[i];
+    CHECK(!bad_cp && !bad_sum, "tp %d KV %d: %zu elements not copied back, %zu not summed once", tp,
+          c->KV, bad_cp, bad_sum);
+    const TensorSpec *k = gpt_find_tensor(&part[tp - 1], "model.layers.1.self_attn.k_proj.weight"),
+                     *o = gpt_find_tensor(&part[0], "model.layers.0.self_attn.o_proj.weight"),
+                     *u = gpt_find_tensor(&part[0], "model.layers.0.mlp.up_proj.weight");
+    int kvl = c->KV % tp ? 1 : c->KV / tp, shared = c->KV % tp != 0;
+    CHECK(k && k->shape[0] == kvl * 16 && k->split == (shared ? TP_KVSHARE : TP_ROWS),
+          "tp %d: k_proj %d rows", tp, k ? k->shape[0] : -1);
+    CHECK(o && o->shape[1] == 64 / tp && u && u->shape[0] == c->F / tp, "o_proj / up_proj cut");
+    int t = (int)(k - part[tp - 1].tensors), counted = 0;
+    for (int r = 0; r < tp; r++)
+        counted += gpt_tp_counts(&part[r], t, r);
+    CHECK(counted == (shared ? c->KV : tp), "k_proj counted on %d ranks", counted);
+    for (int r = 0; r < tp; r++)
+        gpt_free(&part[r]);
+    gpt_free(&whole);
+    free(src), free(cp), free(sum), free(win);
+}
+
+TEST(tensor_parallel_layout) {
+    for (int tie = 0; tie <= 1; tie++) {
+        GPTConfig c = llama(2, 4, 2, 64, 100, tie);
+        c.F = 96;
+        tp_roundtrip(&c, 2);
+        tp_roundtrip(&c, 4);
+    }
+    GPT m;
+    GPTConfig c = llama(2, 6, 3, 96, 100, 0);
+    CHECK(gpt_create_layout_tp(&m, &c, backend_cpu(), 2, 0) && strstr(loom_errmsg(), "kv"),
+          "tp 2 of KV 3: %s", loom_errmsg());
+}
+
 typedef struct {
     GPT *m;
     Workspace *ws;
@@ -118,6 +178,7 @@ int main(void) {
     rng_seed(&rng, 17, 3);
     RUN(config_defaults_and_errors);
     RUN(tensor_table);
+    RUN(tensor_parallel_layout);
     RUN(model_gradient);
     return test_summary();
 }

@@ -3,23 +3,24 @@
 // parallelism a rank holds rows [v0, v0+nv) of wte: it embeds the tokens it holds (rank 0 adds
 // wpe) and an all-reduce completes x_0; backward scatters into its rows only. With sequence
 // parallelism the partial x_0 is reduce-scattered (a rank keeps its positions) and d(x_0) is
-// all-gathered before the backward. LLaMA (one process): x_0 = wte[token], no position table
-// (its layers rotate q and k instead).
+// all-gathered before the backward. LLaMA: x_0 = wte[token], no position table (its layers
+// rotate q and k instead), the same vocabulary sharding under tensor parallelism.
 #include <stddef.h>
 
 #include "block_impl.h"
 
 void embed_forward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) {
-    const float *wte = blk->params, *wpe = wte + (size_t)gpt_vocab_rows(m) * m->cfg.C;
+    int llama = gpt_is_llama(&m->cfg); // LLaMA: no position table
+    const float *wte = blk->params;
+    const float *wpe = llama ? NULL : wte + (size_t)gpt_vocab_rows(m) * m->cfg.C;
     const TensorParallel *tp = &m->tp;
     int B = ws->B, T = ws->T, C = m->cfg.C;
-    if (gpt_is_llama(&m->cfg)) { // the shard kernel over the whole vocabulary, without wpe
-        m->be->encoder_forward_shard(io->x_out, io->tokens, wte, NULL, 0, m->cfg.V, B, T, C);
-        return;
-    }
     if (m->cp.n > 1) return cp_embed_forward(m, blk, ws, io);
     if (tp->n <= 1) {
-        m->be->encoder_forward(io->x_out, io->tokens, wte, wpe, B, T, C);
+        if (llama) // the shard kernel over the whole vocabulary
+            m->be->encoder_forward_shard(io->x_out, io->tokens, wte, NULL, 0, m->cfg.V, B, T, C);
+        else
+            m->be->encoder_forward(io->x_out, io->tokens, wte, wpe, B, T, C);
         return;
     }
     float *part = tp->sp ? ws->scratch : io->x_out; // (B,T,C) partial sums
@@ -29,15 +30,15 @@ void embed_forward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) {
 }
 
 void embed_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) {
-    float *dwte = blk->grads, *dwpe = dwte + (size_t)gpt_vocab_rows(m) * m->cfg.C;
+    int llama = gpt_is_llama(&m->cfg);
+    float *dwte = blk->grads;
+    float *dwpe = llama ? NULL : dwte + (size_t)gpt_vocab_rows(m) * m->cfg.C;
     const TensorParallel *tp = &m->tp;
-    if (gpt_is_llama(&m->cfg)) {
+    if (m->cp.n > 1) return cp_embed_backward(m, blk, ws, io);
+    if (tp->n <= 1 && llama)
         m->be->encoder_backward_shard(dwte, NULL, io->dx, io->tokens, 0, m->cfg.V, ws->B, ws->T,
                                       m->cfg.C);
-        return;
-    }
-    if (m->cp.n > 1) return cp_embed_backward(m, blk, ws, io);
-    if (tp->n <= 1)
+    else if (tp->n <= 1)
         m->be->encoder_backward(dwte, dwpe, io->dx, io->tokens, ws->B, ws->T, m->cfg.C);
     else { // d(x_0) is the same on every rank: wpe's gradient too
         size_t NC = (size_t)ws->B * ws->T * m->cfg.C;

@@ -8,7 +8,8 @@
 // sequence parallelism ln_f runs on the rank's positions, its output is all-gathered before the
 // logits (and again in backward), d(ln_f) is reduce-scattered and ln_f's gradient summed.
 // LLaMA: the final norm is an RMSNorm (its weight, then the untied lm_head (V,C) when not
-// tied: the logits use lm_head and its gradient stays in this block); rstd in the mean slot.
+// tied: the logits use lm_head and its gradient stays in this block; under tensor parallelism
+// lm_head is cut by vocabulary rows exactly as the tied embedding is); rstd in the rstd slot.
 #include <stddef.h>
 #include <string.h>
 
@@ -103,7 +104,8 @@ void head_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) {
     block_poll(m);
     be->fill(io->dx, 0.f, workspace_rows(ws, m) * C);
     if (llama) {
-        be->rmsnorm_backward(io->dx, blk->grads, dheld, io->x_in, w, a.rstd, N, C);
+        llama_rmsnorm_backward(
+            m, ws, &(RmsBack){io->dx, blk->grads, tmp + NC, dheld, io->x_in, w, a.rstd});
         return;
     }
     tp_layernorm_backward(m, ws,

@@ -20,14 +20,40 @@ int llama_config_check(const GPTConfig *c);
 int llama_param_count(const GPTConfig *c, size_t *n);
 // Appends block blk's tensors (Hugging Face Llama names) at *off.
 void llama_add_tensors(GPT *m, const Block *blk, size_t *off);
-size_t llama_layer_act_floats(const GPTConfig *c, const Backend *be, int B, int T);
-// The workspace's scratch for micro-batches of BT rows (at least GPT-2's 7C per row).
-size_t llama_scratch_floats(const GPTConfig *c, size_t BT);
+// One layer's saved activations on tensor-parallel rank of tp (1: the whole layer) whose norm
+// and residual regions hold R rows (B·T, or B·T/tp with sequence parallelism).
+size_t llama_layer_act_floats(const GPTConfig *c, const Backend *be, int tp, size_t R, int B,
+                              int T);
+// -1 (loom_errmsg) when tensor parallelism over tp ranks cannot cut the LLaMA shape c.
+int llama_tp_check(const GPTConfig *c, int tp);
+// The workspace's scratch for micro-batches of BT rows (at least GPT-2's 7C per row); sp: a
+// sequence-parallel tensor-parallel rank's.
+size_t llama_scratch_floats(const GPTConfig *c, size_t BT, int sp);
 double llama_flops_per_step(const GPTConfig *c, int B, int T);
 // pos (T) = 0..T-1; freq (hs/2) = theta^(-2i/hs).
 void llama_rope_tables(int *pos, float *freq, const GPTConfig *c, int T);
-// gpt.c: appends one replicated tensor (rows, cols; cols 0: a vector) at *off.
-void gpt_add_tensor(GPT *m, size_t *off, const char *name, int rows, int cols, float std);
+// gpt.c: appends one tensor of the whole shape (rows, cols; cols 0: a vector) at *off, cut for
+// tensor parallelism as split (TPSplit) says.
+void gpt_add_tensor(GPT *m, size_t *off, const char *name, int rows, int cols, float std,
+                    int split);
+
+// llama_tp.c: an RMSNorm's backward over the held rows: dx += d(inp), dw (C) += the weight's
+// gradient (summed over the group with sequence parallelism; tmp: C scratch).
+typedef struct {
+    float *dx, *dw, *tmp;
+    const float *dout, *inp, *w, *rstd;
+} RmsBack;
+void llama_rmsnorm_backward(const GPT *m, const Workspace *ws, const RmsBack *r);
+// The q|k|v product's backward when this rank's kv head is shared (tp = g·KV, g > 1): dqkv
+// (N,QKV, after RoPE's backward; its k|v columns are consumed), ln1 (N,C) the product's input,
+// w/dw the fused weight and its gradient (+=), dln (N,C) d(ln1) overwritten (this rank's
+// partial), sum (KV·N·2hs) and dln_kv (N,C) scratch. Ch = the query columns.
+typedef struct {
+    float *dqkv, *dw, *dln, *sum, *dln_kv;
+    const float *ln1, *w;
+    int N, Ch, QKV, hs;
+} KvShared;
+void llama_kv_shared_backward(const GPT *m, const KvShared *k);
 
 // Lets a parallel strategy drive its communication between kernels.
 static inline void block_poll(const GPT *m) {

@@ -71,6 +71,8 @@ static void add_tensor(GPT *m, size_t *off, const char *name, int rows, int cols
         rows /= tp;
     else if (tp > 1 && split == TP_COLS)
         cols /= tp;
+    else if (tp > 1 && split == TP_KVSHARE)
+        rows /= m->cfg.KV; // one kv head
     if (tp == 1) split = TP_REPLICATED;
     TensorSpec *t = &m->tensors[m->ntensors++];
     t->split = split;
@@ -85,8 +87,9 @@ static void add_tensor(GPT *m, size_t *off, const char *name, int rows, int cols
     *off += t->n;
 }
 
-void gpt_add_tensor(GPT *m, size_t *off, const char *name, int rows, int cols, float std) {
-    add_tensor(m, off, name, rows, cols, 0, std, TP_REPLICATED);
+void gpt_add_tensor(GPT *m, size_t *off, const char *name, int rows, int cols, float std,
+                    int split) {
+    add_tensor(m, off, name, rows, cols, 0, std, split);
 }
 
 // Appends GPT-2 block blk's tensors (Hugging Face GPT-2 names) at *off.
@@ -131,10 +134,7 @@ int gpt_create_layout(GPT *m, const GPTConfig *cfg, const Backend *be) {
 int gpt_create_layout_tp(GPT *m, const GPTConfig *cfg, const Backend *be, int tp, int tpi) {
     size_t want;
     if (gpt_param_count(cfg, &want)) return -1;
-    if (gpt_is_llama(cfg) && tp > 1)
-        return loom_fail("--arch llama with --tp %d: not available (the LLaMA block runs without "
-                         "tensor parallelism for now)",
-                         tp);
+    if (gpt_is_llama(cfg) && tp > 1 && llama_tp_check(cfg, tp)) return -1;
     if (tp < 1 || cfg->H % tp)
         return loom_fail("--tp %d must divide --heads %d (each rank holds whole heads)", tp,
                          cfg->H);
@@ -296,7 +296,7 @@ const TensorSpec *gpt_find_tensor(const GPT *m, const char *name) {
 // att: what the backend's attention backward needs (the CPU: (B,NH,T) row statistics).
 static size_t layer_act_floats_tp(const GPTConfig *c, const Backend *be, int tp, size_t R, int B,
                                   int T) {
-    if (gpt_is_llama(c)) return llama_layer_act_floats(c, be, B, T); // no tp, R = B·T
+    if (gpt_is_llama(c)) return llama_layer_act_floats(c, be, tp, R, B, T);
     size_t BT = (size_t)B * T, C = (size_t)c->C, Cl = C / (size_t)tp;
     // ln1, res2, ln2 | qkv, atty, fch, fch_gelu | 2×(mean, rstd) | att
     return R * 3 * C + BT * (3 * Cl + Cl + 4 * Cl + 4 * Cl) + 4 * R +
@@ -316,21 +316,21 @@ static size_t head_floats(const GPTConfig *c, int B, int T) {
     return head_floats_tp(c, c->V, 1, (size_t)B * T, B, T);
 }
 
-// The layer backward's and the head's scratch: (B,T,7C) for GPT-2.
-static size_t scratch_floats(const GPTConfig *c, size_t BT) {
-    return gpt_is_llama(c) ? llama_scratch_floats(c, BT) : BT * 7 * (size_t)c->C;
+// The layer backward's and the head's scratch: (B,T,7C) for GPT-2; sp: a sequence-parallel part's.
+static size_t scratch_floats(const GPTConfig *c, size_t BT, int sp) {
+    return gpt_is_llama(c) ? llama_scratch_floats(c, BT, sp) : BT * 7 * (size_t)c->C;
 }
 
 size_t workspace_floats(const GPTConfig *c, const Backend *be, int B, int T, int recompute) {
     size_t BT = (size_t)B * T, C = (size_t)c->C;
     size_t slots = recompute ? 1 : (size_t)c->L;
     return (size_t)(c->L + 1) * BT * C + slots * layer_act_floats(c, be, B, T) +
-           head_floats(c, B, T) + BT * C + scratch_floats(c, BT);
+           head_floats(c, B, T) + BT * C + scratch_floats(c, BT, 0);
 }
 
 size_t workspace_shared_floats(const GPTConfig *c, const Backend *be, int B, int T, int recompute) {
     size_t BT = (size_t)B * T;
-    return head_floats(c, B, T) + scratch_floats(c, BT) +
+    return head_floats(c, B, T) + scratch_floats(c, BT, 0) +
            (recompute ? layer_act_floats(c, be, B, T) : 0);
 }
 
@@ -387,7 +387,7 @@ int workspace_create_range(Workspace *ws, const GPT *m, int B, int T, int recomp
     ws->layer = m->be->alloc((recompute ? 1 : (size_t)(nl ? nl : 1)) * ws->layer_stride);
     ws->head = m->be->alloc(hf);
     ws->dstream = m->be->alloc(R * C);
-    ws->scratch = m->be->alloc(scratch_floats(c, BT));
+    ws->scratch = m->be->alloc(scratch_floats(c, BT, m->tp.n > 1 && m->tp.sp));
     if (gpt_is_llama(c)) {
         ws->rope_pos = xcalloc((size_t)T, sizeof(int));
         ws->rope_freq = xcalloc((size_t)(c->C / c->H / 2), sizeof(float));
@@ -422,7 +422,7 @@ size_t workspace_range_floats(const GPT *m, int B, int T, int recompute, int b0,
     size_t hf = b1 == m->nblocks ? workspace_head_floats(m, B, T) : 1;
     return (size_t)(b1 - b0 + 1) * R * C +
            (recompute ? 1 : (size_t)(nl ? nl : 1)) * workspace_layer_floats(m, B, T) + hf + R * C +
-           scratch_floats(c, BT);
+           scratch_floats(c, BT, m->tp.n > 1 && m->tp.sp);
 }
 
 void workspace_free(Workspace *ws, const GPT *m) {

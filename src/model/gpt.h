@@ -71,6 +71,7 @@ typedef enum {
     TP_QKV,        // rows [i·r, (i+1)·r) of each of q, k and v (the heads i holds)
     TP_COLS,       // columns [i·c, (i+1)·c) (row-parallel projections)
     TP_VOCAB,      // rows [i·r, (i+1)·r) of the vocabulary padded to a multiple of 64·tp
+    TP_KVSHARE,    // LLaMA's k/v when tp = g·KV (g > 1): the one kv head i/g, held by g ranks
 } TPSplit;
 
 // Megatron 1D tensor parallelism: a model laid out for rank i of n holds only its part of each
@@ -228,6 +229,14 @@ static inline int gpt_logit_rows(const GPT *m) {
 // 1 when tensor t of a tensor-parallel model is replicated on every rank of the group.
 static inline int gpt_tp_replicated(const GPT *m, int t) {
     return m->tp.n <= 1 || m->tensors[t].split == TP_REPLICATED;
+}
+// 1 when tensor-parallel rank i counts tensor t in sums over the group (norms, assembled saves):
+// a split tensor on every rank, a replicated one on rank 0, a TP_KVSHARE one (the same on the
+// tp/KV ranks sharing that kv head) on the first rank of its sharers.
+static inline int gpt_tp_counts(const GPT *m, int t, int i) {
+    if (m->tp.n <= 1) return 1;
+    if (m->tensors[t].split == TP_KVSHARE) return i % (m->tp.n / m->cfg.KV) == 0;
+    return !gpt_tp_replicated(m, t) || i == 0;
 }
 void gpt_free(GPT *m);
 // GPT-2 init: N(0,0.02); residual projections N(0, 0.02/sqrt(2L)); biases 0; LayerNorm (1,0).

@@ -73,44 +73,66 @@ void llama_add_tensors(GPT *m, const Block *blk, size_t *off) {
     int C = c->C, hs = C / c->H, F = c->F, L = c->L;
     float std = 0.02f, res_std = 0.02f / sqrtf(2.0f * L);
     char nm[64];
+    // kv heads split over tp when it divides them, else one shared by tp/KV ranks each
+    int kv = m->tp.n > 1 && c->KV % m->tp.n ? TP_KVSHARE : TP_ROWS, rep = TP_REPLICATED;
     if (blk->kind == BLOCK_EMBED) {
-        gpt_add_tensor(m, off, "model.embed_tokens.weight", c->V, C, std);
+        gpt_add_tensor(m, off, "model.embed_tokens.weight", c->V, C, std, TP_VOCAB);
         return;
     }
     if (blk->kind == BLOCK_HEAD) {
-        gpt_add_tensor(m, off, "model.norm.weight", C, 0, -1.f);
-        if (!c->tie) gpt_add_tensor(m, off, "lm_head.weight", c->V, C, std);
+        gpt_add_tensor(m, off, "model.norm.weight", C, 0, -1.f, rep);
+        if (!c->tie) gpt_add_tensor(m, off, "lm_head.weight", c->V, C, std, TP_VOCAB);
         return;
     }
-#define T_(suffix, r, cols, s)                                                                     \
+#define T_(suffix, r, cols, s, split)                                                              \
     snprintf(nm, sizeof nm, "model.layers.%d.%s", blk->layer, suffix);                             \
-    gpt_add_tensor(m, off, nm, r, cols, s)
-    // order matters: llama_params() in block_llama.c walks the same sequence
-    T_("input_layernorm.weight", C, 0, -1.f);
-    T_("self_attn.q_proj.weight", c->H * hs, C, std);
-    T_("self_attn.k_proj.weight", c->KV * hs, C, std);
-    T_("self_attn.v_proj.weight", c->KV * hs, C, std);
-    T_("self_attn.o_proj.weight", C, c->H * hs, res_std);
-    T_("post_attention_layernorm.weight", C, 0, -1.f);
-    T_("mlp.gate_proj.weight", F, C, std);
-    T_("mlp.up_proj.weight", F, C, std);
-    T_("mlp.down_proj.weight", C, F, res_std);
+    gpt_add_tensor(m, off, nm, r, cols, s, split)
+    // order matters: llama_params() in block_llama.c walks the same sequence. Under tensor
+    // parallelism a rank's q|k|v and gate|up stay fused: its rows of each, back to back.
+    T_("input_layernorm.weight", C, 0, -1.f, rep);
+    T_("self_attn.q_proj.weight", c->H * hs, C, std, TP_ROWS);
+    T_("self_attn.k_proj.weight", c->KV * hs, C, std, kv);
+    T_("self_attn.v_proj.weight", c->KV * hs, C, std, kv);
+    T_("self_attn.o_proj.weight", C, c->H * hs, res_std, TP_COLS);
+    T_("post_attention_layernorm.weight", C, 0, -1.f, rep);
+    T_("mlp.gate_proj.weight", F, C, std, TP_ROWS);
+    T_("mlp.up_proj.weight", F, C, std, TP_ROWS);
+    T_("mlp.down_proj.weight", C, F, res_std, TP_COLS);
 #undef T_
 }
 
-size_t llama_layer_act_floats(const GPTConfig *c, const Backend *be, int B, int T) {
-    size_t BT = (size_t)B * T, C = (size_t)c->C, hs = C / (size_t)c->H, F = (size_t)c->F;
-    size_t qkv = ((size_t)c->H + 2 * (size_t)c->KV) * hs;
-    // ln1, atty, res2, ln2 | qkv (after RoPE) | gate|up (2F), swiglu (F) | 2 rstd | att
-    return BT * (4 * C + qkv + 3 * F + 2) + be->attention_saved_floats(B, T, c->H, (int)hs);
+int llama_tp_check(const GPTConfig *c, int tp) {
+    if (c->H % tp)
+        return loom_fail("--tp %d must divide --heads %d (each rank holds whole heads)", tp, c->H);
+    if (c->KV % tp && tp % c->KV)
+        return loom_fail("--arch llama --tp %d with --kv-heads %d: tp must divide the kv heads "
+                         "(each rank holds KV/tp) or be a multiple of them (tp/KV ranks share one)",
+                         tp, c->KV);
+    if (c->F % tp)
+        return loom_fail("--arch llama --tp %d must divide --ffn-dim %d (each rank holds F/tp "
+                         "columns of gate and of up)",
+                         tp, c->F);
+    return 0;
 }
 
-size_t llama_scratch_floats(const GPTConfig *c, size_t BT) {
+size_t llama_layer_act_floats(const GPTConfig *c, const Backend *be, int tp, size_t R, int B,
+                              int T) {
+    size_t BT = (size_t)B * T, C = (size_t)c->C, hs = C / (size_t)c->H, F = (size_t)c->F / tp;
+    int H = c->H / tp, KV = c->KV % tp ? 1 : c->KV / tp; // this rank's heads
+    size_t qkv = ((size_t)H + 2 * (size_t)KV) * hs;
+    // ln1, res2, ln2 (R,C) | atty (N, H·hs) | qkv (after RoPE) | gate|up (2F), swiglu (F) |
+    // 2 rstd (R) | att
+    return R * (3 * C + 2) + BT * (H * hs + qkv + 3 * F) +
+           be->attention_saved_floats(B, T, H, (int)hs);
+}
+
+size_t llama_scratch_floats(const GPTConfig *c, size_t BT, int sp) {
     size_t C = (size_t)c->C, hs = C / (size_t)c->H, F = (size_t)c->F;
     size_t qkv = ((size_t)c->H + 2 * (size_t)c->KV) * hs, big = qkv > 2 * F ? qkv : 2 * F;
-    // layer backward: big (d gate|up or d qkv), dln (C), dsmall (max(F, C)), recompute out (C)
-    size_t need = big + 2 * C + (F > C ? F : C), gpt = 7 * C;
-    return BT * (need > gpt ? need : gpt);
+    // layer backward: big (d gate|up or d qkv), dln (C), dsmall (max(F, C)), recompute out (C);
+    // a tensor-parallel rank's widths are at most these; --sp: gathered and reordered (C) each
+    size_t need = big + 2 * C + (F > C ? F : C) + (sp ? 2 * C : 0), gpt = 7 * C;
+    return BT * (need > gpt ? need : gpt) + (sp ? C : 0); // and the RMSNorm weight's (C)
 }
 
 double llama_flops_per_step(const GPTConfig *c, int B, int T) {

@@ -1,7 +1,9 @@
 // tp_layout.c — where a tensor-parallel rank's tensors sit in the whole model (Megatron 1D):
 // the column-parallel q/k/v and MLP up-projections hold a block of rows (q, k and v each their
 // heads' rows), the row-parallel projections a block of columns, the embedding a block of rows
-// of the vocabulary padded to a multiple of 64·tp; the rest is replicated. Checkpoints, the
+// of the vocabulary padded to a multiple of 64·tp; the rest is replicated. LLaMA (its separate
+// q/k/v and gate/up tensors are TP_ROWS) with tp = g·KV, g > 1: k/v are TP_KVSHARE, kv head
+// i/g on rank i, the same rows on g ranks (one of them counts in sums). Checkpoints, the
 // initial weights and exports stay in the whole model's flat layout; these copy between it and
 // a rank's own layout (gpt_create_layout_tp in gpt.c builds that).
 #include <string.h>
@@ -12,9 +14,12 @@ static size_t rows_of(const TensorSpec *t) { return (size_t)t->shape[0]; }
 static size_t cols_of(const TensorSpec *t) { return t->ndim == 2 ? (size_t)t->shape[1] : 1; }
 
 // The whole tensor's row that row r of rank i's part is (-1: padding, in no whole row).
-static long whole_row(const TensorSpec *w, const TensorSpec *p, int i, size_t r) {
+// part: the tensor-parallel layout p belongs to.
+static long whole_row(const GPT *part, const TensorSpec *w, const TensorSpec *p, int i, size_t r) {
     size_t pr = rows_of(p), fr = rows_of(w);
     switch (p->split) {
+    case TP_KVSHARE: // kv head i/g (pr = hs rows), g = tp/KV ranks sharing each
+        return (long)((size_t)(i / (part->tp.n / part->cfg.KV)) * pr + r);
     case TP_ROWS: return (long)(i * pr + r);
     case TP_QKV: return (long)(r / (pr / 3) * (fr / 3) + i * (pr / 3) + r % (pr / 3));
     case TP_VOCAB: return i * pr + r < fr ? (long)(i * pr + r) : -1;
@@ -31,7 +36,7 @@ void gpt_tp_to_whole(const GPT *whole, const GPT *part, int tpi, const float *sr
         const TensorSpec *w = &whole->tensors[t], *p = &part->tensors[t];
         size_t pc = cols_of(p), fc = cols_of(w), co = col_offset(p, tpi);
         for (size_t r = 0; r < rows_of(p); r++) {
-            long wr = whole_row(w, p, tpi, r);
+            long wr = whole_row(part, w, p, tpi, r);
             if (wr >= 0)
                 memcpy(dst + w->off + (size_t)wr * fc + co, src + p->off + r * pc,
                        pc * sizeof(float));
@@ -44,10 +49,10 @@ void gpt_tp_to_whole_range(const GPT *whole, const GPT *part, int tpi, const flo
     for (int t = 0; t < part->ntensors; t++) {
         const TensorSpec *w = &whole->tensors[t], *p = &part->tensors[t];
         if (w->off >= at + n || w->off + w->n <= at) continue;
-        if (tpi != 0 && gpt_tp_replicated(part, t)) continue; // rank 0 contributes those
+        if (!gpt_tp_counts(part, t, tpi)) continue; // one holder contributes shared ones
         size_t pc = cols_of(p), fc = cols_of(w), co = col_offset(p, tpi);
         for (size_t r = 0; r < rows_of(p); r++) {
-            long wr = whole_row(w, p, tpi, r);
+            long wr = whole_row(part, w, p, tpi, r);
             if (wr < 0) continue;
             size_t lo = w->off + (size_t)wr * fc + co, hi = lo + pc; // the row's held elements
             size_t a = lo > at ? lo : at, b = hi < at + n ? hi : at + n;
@@ -69,7 +74,7 @@ void gpt_tp_from_whole_at(const GPT *whole, const GPT *part, size_t at, size_t n
         if (w->off >= at + n || w->off + w->n <= at) continue;
         size_t pc = cols_of(p), fc = cols_of(w), co = col_offset(p, i);
         for (size_t r = 0; r < rows_of(p); r++) {
-            long wr = whole_row(w, p, i, r);
+            long wr = whole_row(part, w, p, i, r);
             if (wr < 0) continue;
             size_t lo = w->off + (size_t)wr * fc + co, hi = lo + pc; // the row's held elements
             size_t a = lo > at ? lo : at, b = hi < at + n ? hi : at + n;

@@ -18,8 +18,9 @@ static size_t chunk_floats(void) {
 }
 
 // A tensor-parallel part's Σ g² per tensor of the stage, each added at the chunk its tensor
-// starts in; replicated tensors (the same on every tp rank) only on tp rank 0, so the sum over
-// the stages and tp ranks counts every whole-model gradient once.
+// starts in; replicated tensors (the same on every tp rank) only on tp rank 0 (LLaMA's shared kv
+// heads on the first of their ranks: gpt_tp_counts), so the sum over the stages and tp ranks
+// counts every whole-model gradient once.
 // g holds the flat range [glo, ghi) (the stage, or its ZeRO-2 shard).
 static void tp_sumsq(const Pipe *p, const float *g, size_t glo, size_t ghi, double *v) {
     const GPT *m = p->m;
@@ -28,7 +29,7 @@ static void tp_sumsq(const Pipe *p, const float *g, size_t glo, size_t ghi, doub
         for (int i = blk->t0; i < blk->t0 + blk->nt; i++) {
             const TensorSpec *t = &m->tensors[i];
             size_t a, n = range_isect(t->off, t->off + t->n, glo, ghi, &a);
-            if (!n || (gpt_tp_replicated(m, i) && m->tp.i != 0)) continue;
+            if (!n || !gpt_tp_counts(m, i, m->tp.i)) continue;
             v[blk->chunk0 + (t->off - blk->off) / GPT_CHUNK] += m->be->sumsq(g + (a - glo), n);
         }
     }

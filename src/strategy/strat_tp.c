@@ -8,7 +8,10 @@
 // part out of it when it starts or resumes; a save assembles range r of it on tp rank r (each
 // writes one shard), an export gathers the whole.
 // Replicated tensors (LayerNorms, row-parallel biases, wpe) receive the same gradient on every
-// rank and stay identical without communication; the gradient norm counts them once. With --sp
+// rank and stay identical without communication; the gradient norm counts them once. LLaMA
+// (--arch llama): a kv head shared by tp/KV ranks gets its gradient summed over them inside the
+// layer's backward (model/llama_tp.c), so its copies stay identical too and the norm and saves
+// count the first of them (gpt_tp_counts). With --sp
 // (Megatron sequence parallelism, model/seq_parallel.c) the LayerNorm/residual regions hold T/tp
 // positions per rank: the blocks all-gather and reduce-scatter instead of all-reducing, and sum
 // the LayerNorms' gradients over tp, so those stay identical too.
@@ -274,7 +277,7 @@ static double grad_sumsq(TP *t, double *votes) {
     for (int i = 0; i < m->ntensors && !t->w.sw && (zero2 || t->gcomm->rank == 0); i++) {
         size_t a = m->tensors[i].off, b = a + m->tensors[i].n;
         if (zero2) a = a > lo ? a : lo, b = b < hi ? b : hi;
-        if (a < b && (!gpt_tp_replicated(m, i) || m->tp.i == 0))
+        if (a < b && gpt_tp_counts(m, i, m->tp.i))
             sum += m->be->sumsq(zero2 ? own + (a - lo) : m->grads + a, b - a);
     }
     double v[2] = {sum, *votes}; // the stop vote: summed over dp x cp, then tp (every rank)

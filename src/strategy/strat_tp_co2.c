@@ -29,13 +29,14 @@ struct TpCo2 {
 };
 
 // The per-tensor Σ m², Σ Δ̄² of the part made the whole tensors': summed over tp, a tensor
-// another rank of the group also holds (1D: replicated on every tp rank; 2D: down the grid's
-// column) counted on one of them only.
+// another rank of the group also holds counted on one of them only (1D: replicated tensors from
+// tp rank 0, LLaMA's shared kv heads from the first of their ranks (gpt_tp_counts); 2D: down the
+// grid's column (dup)).
 static void whole_norms(void *ctx, double *sq, int ntensors) {
     TpCo2 *o = ctx;
     if (o->g->tp == 1) return;
     for (int i = 0; i < ntensors; i++)
-        if (o->dup ? o->dup(o->part, i, o->dup_ctx) : o->g->tp_i && gpt_tp_replicated(o->part, i))
+        if (o->dup ? o->dup(o->part, i, o->dup_ctx) : !gpt_tp_counts(o->part, i, o->g->tp_i))
             sq[2 * i] = sq[2 * i + 1] = 0;
     comm_allreduce_f64(o->g->tp_comm, sq, 2 * ntensors);
 }
