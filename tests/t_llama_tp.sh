@@ -19,14 +19,14 @@ base="--arch llama --layers 2 --heads 4 --dim 64 --ffn-dim 96 --vocab 300 --bloc
       --seed 3 --progress off --data $d/v.bin --batch 2 --seq 32 --grad-accum 2 --lr 1e-3
       --warmup 2 --weight-decay 0.1 --grad-clip 0.5 --steps 6"
 
-# run NAME NP ARGS...: one run writing $d/NAME.jsonl and $d/NAME.st
+# run NAME NP ARGS...: one run writing $d/NAME.jsonl and $d/NAME.safetensors
 run() {
     local n=$1 np=$2
     shift 2
     if [ "$np" = 1 ]; then
-        $LOOM train $base "$@" --metrics "$d/$n.jsonl" --export "$d/$n.st"
+        $LOOM train $base "$@" --metrics "$d/$n.jsonl" --export "$d/$n.safetensors"
     else
-        $MPI -np "$np" $LOOM train $base "$@" --metrics "$d/$n.jsonl" --export "$d/$n.st"
+        $MPI -np "$np" $LOOM train $base "$@" --metrics "$d/$n.jsonl" --export "$d/$n.safetensors"
     fi
 }
 # check NAME KV TIE NP ARGS...: the parallel run against the single process of the same shape
@@ -37,7 +37,7 @@ check() {
     [ -f "$d/one-$kv-$tie.jsonl" ] || run "one-$kv-$tie" 1 $M
     run "$n" "$np" $M "$@"
     same --tol 1e-5 "$n (kv-heads $kv, tie $tie): $*" "$d/$n.jsonl" "$d/one-$kv-$tie.jsonl" \
-        "$d/$n.st" "$d/one-$kv-$tie.st"
+        "$d/$n.safetensors" "$d/one-$kv-$tie.safetensors"
 }
 check mha 4 off 2 --tp 2
 check split 2 off 2 --tp 2
@@ -52,7 +52,7 @@ check pp-tied 1 on 4 --tp 2 --pp 2
 run co2-dp 2 --kv-heads 1 --dp 2 --co2 --grad-accum 1
 run co2-tp 4 --kv-heads 1 --dp 2 --tp 2 --co2 --grad-accum 1
 same --tol 1e-5 "tp 2 x dp 2 --co2 against dp 2 --co2" "$d/co2-tp.jsonl" "$d/co2-dp.jsonl" \
-    "$d/co2-tp.st" "$d/co2-dp.st"
+    "$d/co2-tp.safetensors" "$d/co2-dp.safetensors"
 check sp 1 off 2 --tp 2 --sp
 check sp-split 2 on 2 --tp 2 --sp
 check sp4 2 off 4 --tp 4 --sp --recompute
@@ -66,8 +66,8 @@ $LOOM train $base $S --resume "$d/c2/step_00000003" --metrics "$d/c2to1.jsonl"
 same --tol 1e-5 "tp 2 checkpoint -> 1 process" "$d/c2to1.jsonl" "$d/tail.jsonl"
 $MPI -np 2 $LOOM train $base $S --tp 2 --resume "$d/c1/step_00000003" --metrics "$d/c1to2.jsonl"
 same --tol 1e-5 "1-process checkpoint -> tp 2" "$d/c1to2.jsonl" "$d/tail.jsonl"
-$LOOM export "$d/c2" -o "$d/c2.st"
-$PY "$(dirname "$0")/torch_ref.py" compare-st "$d/c2.st" "$d/one-1-off.st" --tol 1e-5
+$LOOM export "$d/c2" -o "$d/c2.safetensors"
+$PY "$(dirname "$0")/torch_ref.py" compare-st "$d/c2.safetensors" "$d/one-1-off.safetensors" --tol 1e-5
 
 expect_fail "tp must divide the kv heads (each rank holds KV/tp) or be a multiple of them" \
     $MPI -np 2 $LOOM train $base --heads 6 --kv-heads 3 --dim 96 --tp 2
