@@ -11,8 +11,10 @@
 # Checkpoints: an offloaded mid-run checkpoint resumes with and without --offload (and an
 # in-memory one with it) onto the uninterrupted run's bytes.
 # The budget binds: a stage whose training state (109 MiB: parameters, gradients, two moments)
-# exceeds --fast-mem 96M trains within it on both ranks (peak RSS printed per rank), the same
-# bits as in memory, where a rank peaks above the budget (the negative control).
+# exceeds --fast-mem 96M trains within it on both ranks (peak RSS printed per rank; checkpoint
+# saves, read from the tier piece by piece, included), the same bits as in memory, where a rank
+# peaks above the budget (the negative control); its step-1 checkpoint resumes within the same
+# budget onto the uninterrupted run's step 2.
 # Refused, naming why: 2bw, ZeRO 1-3, a stage with --tp.
 set -eu
 . "$(dirname "$0")/lib.sh"
@@ -81,7 +83,8 @@ if [ -z "${LOOM_ASAN:-}" ]; then
     unset LOOM_PIPE_SWAP_SLOTS # the budget alone decides
     $MPI -np 2 $LOOM train $big --metrics "$d/bm.jsonl" 2>"$d/bm.err" || { cat "$d/bm.err"; exit 1; }
     $MPI -np 2 $LOOM train $big --offload disk --offload-dir "$d/off" --fast-mem 96M \
-        --metrics "$d/bo.jsonl" 2>"$d/bo.err" || { cat "$d/bo.err"; exit 1; }
+        --save-every 1 --save "$d/bck" --metrics "$d/bo.jsonl" 2>"$d/bo.err" ||
+        { cat "$d/bo.err"; exit 1; }
     same "pp 2, 109 MiB of state per stage in --fast-mem 96M" "$d/bm.jsonl" "$d/bo.jsonl" || exit 1
     p=$(peaks "$d/bo.err")
     [ "$(echo "$p" | wc -l)" = 2 ] || { echo "expected two ranks' peaks, got: $p"; exit 1; }
@@ -92,8 +95,19 @@ if [ -z "${LOOM_ASAN:-}" ]; then
     awk -v x="$mp" 'BEGIN { exit !(x > 96) }' ||
         { echo "negative control: in memory stage 0 peaked at only $mp MiB"; exit 1; }
     grep "pipeline stage" "$d/bo.err"
-    echo "budget binds: swapped stages peaked at $(echo $p) MiB of 96, in memory at $mp MiB"
+    echo "budget binds: swapped stages peaked at $(echo $p) MiB of 96 (saves included), in memory at $mp MiB"
     clean "bound"
+    # the step-1 checkpoint resumed under the same budget: step 2 as uninterrupted, within it
+    rm -rf "$d/bck/step_00000002"; echo step_00000001 >"$d/bck/latest"
+    $MPI -np 2 $LOOM train $big --offload disk --offload-dir "$d/off" --fast-mem 96M \
+        --resume "$d/bck" --metrics "$d/br.jsonl" 2>"$d/br.err" || { cat "$d/br.err"; exit 1; }
+    same --part "pp 2, resumed within --fast-mem 96M" "$d/br.jsonl" "$d/bm.jsonl" || exit 1
+    p=$(peaks "$d/br.err")
+    for x in $p; do
+        awk -v x="$x" 'BEGIN { exit !(x <= 96) }' || { echo "a resumed stage peaked at $x MiB > 96"; exit 1; }
+    done
+    echo "resume within the budget: stages peaked at $(echo $p) MiB of 96"
+    clean "resumed bound"
     # too small a budget is refused before training, naming what it needs
     if $MPI -np 2 $LOOM train $big --offload disk --offload-dir "$d/off" --fast-mem 48M \
         2>"$d/small.err"; then echo "--fast-mem 48M ran"; exit 1; fi

@@ -445,7 +445,6 @@ void pipeline_free(Pipeline *p) {
         if (bufs[i]) be->release(bufs[i]);
     pipe_zero_free(p);
     pipe_swap_free(p);
-    free(p->hostbuf[0]), free(p->hostbuf[1]), free(p->hostbuf[2]);
     if (m->hooks == &p->hooks) {
         m->hooks = p->saved_hooks;
         comm_set_wait_hook(NULL, NULL);

@@ -60,6 +60,10 @@ typedef struct {
 typedef struct {
     size_t lo, hi;
     const float *params, *m, *v, *prev;
+    // --offload: the arrays are read through fetch instead (CkptShard.fetch: array 0 params,
+    // 1 m, 2 v; flat offset at, n floats into dst), the state being in the stage's tier
+    int (*fetch)(void *ctx, int array, size_t at, size_t n, float *dst);
+    void *fetch_ctx;
 } PipeShard;
 
 typedef struct {

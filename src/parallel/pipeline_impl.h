@@ -92,7 +92,6 @@ struct Pipeline {
     int done;         // steps completed
     float grad_scale; // 1/(B·T·K·dp): T the rank's tokens, dp x cp ranks
     const BlockHooks *saved_hooks;
-    float *hostbuf[3];   // --offload: a checkpoint's parameters and moments (host)
     struct PipeSwap *sw; // --offload: the stage's blocks swapped through a tier (pipeline_swap.c)
 };
 typedef struct Pipeline Pipe;
@@ -159,8 +158,8 @@ int pipe_swap_setup(Pipe *p);
 // initial weights, or on resume (start > 0) the checkpoint's weights and moments; the wte
 // replica (last stage) into memory. 0 or -1.
 int pipe_swap_fill(Pipe *p, int start);
-// pipeline_shard under --offload: the stage's weights and moments read into host buffers (held
-// until the end: a checkpoint's save is not bounded by --fast-mem); replica 0 writes.
+// pipeline_shard under --offload: the stage's weights and moments read from the tier by the
+// checkpoint writer, piece by piece (PipeShard.fetch); replica 0 writes.
 int pipe_swap_shard(Pipe *p, PipeShard *sh);
 // Adds the slots and the update's buffers to p->mem.
 void pipe_swap_mem(Pipe *p);

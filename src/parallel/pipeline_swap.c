@@ -31,9 +31,10 @@ struct PipeSwap {
     float **sp, **sg;                     // per slot: parameters, gradients
     int *owner, *grads_in, *dirty, *used; // per slot
     int *slot;                            // per stage block: its slot, or -1
-    int *gtier;          // per stage block: its gradient of this step is in the tier
-    float *mbuf, *vbuf;  // the update's moments of one block
-    double budget, need; // bytes
+    int *gtier;                  // per stage block: its gradient of this step is in the tier
+    float *mbuf, *vbuf;          // the update's moments of one block
+    int cached_b, cached_region; // a checkpoint's reads: the block and array mbuf holds
+    double budget, need;         // bytes
 };
 
 static size_t toff(const PipeSwap *w, const Pipe *p, int b, int region) {
@@ -131,15 +132,31 @@ int pipe_swap_fill(Pipe *p, int start) {
     return p->io->params(p->io->ctx, 0, p->tie_n, p->wbuf[0]);
 }
 
+// CkptShard.fetch: n floats of the stage's flat array (0 params, 1 m, 2 v) from at, through
+// mbuf, which keeps the last block read (the checkpoint writer reads in pieces, in order).
+static int shard_fetch(void *ctx, int array, size_t at, size_t n, float *dst) {
+    Pipe *p = ctx;
+    PipeSwap *w = p->sw;
+    int region = array == 0 ? 0 : array + 1;
+    for (int b = p->b0; b < p->b1 && n; b++) {
+        const Block *blk = &p->m->blocks[b];
+        size_t s, k = range_isect(blk->off, blk->off + blk->n, at, at + n, &s);
+        if (!k) continue;
+        if ((w->cached_b != b || w->cached_region != region) &&
+            tier_rd(w, toff(w, p, b, region), w->mbuf, blk->n))
+            return -1;
+        w->cached_b = b, w->cached_region = region;
+        memcpy(dst + (s - at), w->mbuf + (s - blk->off), k * sizeof(float));
+    }
+    return 0;
+}
+
 int pipe_swap_shard(Pipe *p, PipeShard *sh) {
-    size_t n = p->hi - p->lo;
-    for (int k = 0; k < 3; k++)
-        if (!p->hostbuf[k]) p->hostbuf[k] = xalloc_floats(n);
-    if (pipe_swap_fetch(p, 0, p->hostbuf[0]) || pipe_swap_fetch(p, 2, p->hostbuf[1]) ||
-        pipe_swap_fetch(p, 3, p->hostbuf[2]))
-        die_last(1);
-    *sh = (PipeShard){
-        .lo = p->lo, .hi = p->hi, .params = p->hostbuf[0], .m = p->hostbuf[1], .v = p->hostbuf[2]};
+    PipeSwap *w = p->sw;
+    for (int k = 0; k < w->nslot; k++) // (between steps no gradient is pending: nothing written)
+        if (evict(p, k)) die_last(1);
+    w->cached_b = -1;
+    *sh = (PipeShard){.lo = p->lo, .hi = p->hi, .fetch = shard_fetch, .fetch_ctx = p};
     return p->gc->rank == 0;
 }
 
@@ -178,6 +195,7 @@ static int update_block(Pipe *p, int b, int t, float lr, float scale) {
 int pipe_swap_update(Pipe *p, float lr, float scale) {
     GPT *m = p->m;
     int t = ++p->t;
+    p->sw->cached_b = -1; // mbuf is the update's
     for (int b = p->b0; b < p->b1; b++)
         if (update_block(p, b, t, lr, scale)) return -1;
     if (!p->replica) return 0;

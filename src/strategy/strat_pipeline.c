@@ -428,7 +428,9 @@ static int pp_save(Strategy *s, const char *dir, CkptMeta *meta, int final, Ckpt
                       .m = sh.m,
                       .v = sh.v,
                       .prev = sh.prev,
-                      .be = s->model->be};
+                      .be = sh.fetch ? NULL : s->model->be,
+                      .fetch = sh.fetch,
+                      .fetch_ctx = sh.fetch_ctx};
     meta->opt_t = pipeline_opt_t(p);
     comm_set_context(meta->step, "pipeline checkpoint");
     return ckpt_save_collective(dir, s->grid->world, writes ? &mine : NULL, meta, extra, extra_ctx,
