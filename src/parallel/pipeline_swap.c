@@ -5,7 +5,8 @@
 // many as --fast-mem leaves after the fixed overhead, the micro-batches' activations and the
 // tied wte replica), reused least recently used first. A block runs from its slot: before a
 // forward its parameters are read, before a backward its gradient too (zeros on its first
-// backward of a step), and a slot that is given up writes its gradient back. The end of a step
+// backward of a step), and a slot that is given up writes its gradient back; the next block
+// in the walk's direction is read ahead into another slot while one computes. The end of a step
 // walks the blocks in order for the norm (the same per-chunk partials as in memory) and the
 // update (AdamW on one block at a time, its moments read and written around it), so the same
 // kernels run on the same values in the same order as the in-memory stage: bit for bit.
@@ -30,6 +31,7 @@ struct PipeSwap {
     int nslot, clock;
     float **sp, **sg;                     // per slot: parameters, gradients
     int *owner, *grads_in, *dirty, *used; // per slot
+    uint64_t *pt, *gt;                    // per slot: its reads in flight (0: none)
     int *slot;                            // per stage block: its slot, or -1
     int *gtier;                  // per stage block: its gradient of this step is in the tier
     float *mbuf, *vbuf;          // the update's moments of one block
@@ -51,44 +53,80 @@ static int tier_wr(PipeSwap *w, size_t off, const float *src, size_t n) {
     return io_sync(w, tier_write_async(w->tier, off, src, offload_pad(n) * sizeof(float)));
 }
 
+// Waits for slot k's reads in flight (a prefetch).
+static int settle(PipeSwap *w, int k) {
+    int rc = tier_wait(w->tier, w->pt[k]) | tier_wait(w->tier, w->gt[k]);
+    w->pt[k] = w->gt[k] = 0;
+    return rc ? -1 : 0;
+}
+
 // Gives up slot k: its block's gradient (when changed) goes back to the tier.
 static int evict(Pipe *p, int k) {
     PipeSwap *w = p->sw;
     int b = w->owner[k];
     if (b < 0) return 0;
     const Block *blk = &p->m->blocks[b];
-    if (w->dirty[k] && tier_wr(w, toff(w, p, b, 1), w->sg[k], blk->n)) return -1;
+    if (settle(w, k) || (w->dirty[k] && tier_wr(w, toff(w, p, b, 1), w->sg[k], blk->n))) return -1;
     if (w->dirty[k]) w->gtier[b - p->b0] = 1;
     w->slot[b - p->b0] = -1, w->owner[k] = -1, w->dirty[k] = w->grads_in[k] = 0;
     return 0;
 }
 
-// Block b of the stage into a slot, its parameters and (grads) its gradient; the block points
-// at them. 0 or -1 (the tier failed).
-int pipe_swap_use(Pipe *p, int b, int grads) {
+// Block b into the least recently used slot other than `keep`, its parameters' read queued.
+// Returns the slot, or -1.
+static int take(Pipe *p, int b, int keep) {
+    PipeSwap *w = p->sw;
+    int k = -1;
+    for (int i = 0; i < w->nslot; i++) {
+        if (i == keep) continue;
+        if (w->owner[i] < 0) { // a free slot
+            k = i;
+            break;
+        }
+        if (k < 0 || w->used[i] < w->used[k]) k = i;
+    }
+    if (k < 0 || evict(p, k)) return -1;
+    size_t bytes = offload_pad(p->m->blocks[b].n) * sizeof(float);
+    w->pt[k] = tier_read_async(w->tier, toff(w, p, b, 0), w->sp[k], bytes);
+    w->owner[k] = b, w->slot[b - p->b0] = k, w->used[k] = ++w->clock;
+    return k;
+}
+
+// Slot k's block's gradient of this step: read from the tier (queued) or zeros.
+static void want_grads(Pipe *p, int b, int k) {
+    PipeSwap *w = p->sw;
+    if (w->grads_in[k]) return;
+    size_t n = p->m->blocks[b].n;
+    if (w->gtier[b - p->b0])
+        w->gt[k] = tier_read_async(w->tier, toff(w, p, b, 1), w->sg[k], offload_pad(n) * 4);
+    else
+        memset(w->sg[k], 0, n * sizeof(float));
+    w->grads_in[k] = 1;
+}
+
+// pipe_swap_use, with block `next` (when in the stage, not resident and a second slot exists)
+// read ahead while b computes: its parameters, and its gradient when b's is wanted.
+static int use_next(Pipe *p, int b, int grads, int next) {
     PipeSwap *w = p->sw;
     Block *blk = &p->m->blocks[b];
     int k = w->slot[b - p->b0];
-    if (k < 0) {
-        k = 0;
-        for (int i = 1; i < w->nslot; i++)
-            if (w->owner[i] < 0 || (w->owner[k] >= 0 && w->used[i] < w->used[k])) k = i;
-        if (evict(p, k) || tier_rd(w, toff(w, p, b, 0), w->sp[k], blk->n)) return -1;
-        w->owner[k] = b, w->slot[b - p->b0] = k;
-    }
-    if (grads && !w->grads_in[k]) {
-        if (w->gtier[b - p->b0]) {
-            if (tier_rd(w, toff(w, p, b, 1), w->sg[k], blk->n)) return -1;
-        } else {
-            memset(w->sg[k], 0, blk->n * sizeof(float));
-        }
-        w->grads_in[k] = 1;
-    }
+    if (k < 0 && (k = take(p, b, -1)) < 0) return -1;
+    if (grads) want_grads(p, b, k);
+    if (settle(w, k)) return -1;
     if (grads) w->dirty[k] = 1; // a backward or the update follows
     w->used[k] = ++w->clock;
     blk->params = w->sp[k];
     blk->grads = w->grads_in[k] ? w->sg[k] : NULL;
+    if (next < p->b0 || next >= p->b1 || w->nslot < 2 || w->slot[next - p->b0] >= 0) return 0;
+    int kn = take(p, next, k);
+    if (kn < 0) return -1;
+    if (grads) want_grads(p, next, kn);
     return 0;
+}
+
+// Forward (grads 0) reads ahead the next block, a backward (grads 1) the one before.
+int pipe_swap_use(Pipe *p, int b, int grads) {
+    return use_next(p, b, grads, grads ? b - 1 : b + 1);
 }
 
 // Flat [lo, hi) of the stage from the tier (array: 0 parameters, 2 m, 3 v) into host, block
@@ -163,7 +201,7 @@ int pipe_swap_shard(Pipe *p, PipeShard *sh) {
 // Σ g² per chunk of the stage's gradients into v (m->nchunks doubles), block by block.
 int pipe_swap_sumsq(Pipe *p, double *v) {
     for (int b = p->b0; b < p->b1; b++) {
-        if (pipe_swap_use(p, b, 1)) return -1;
+        if (use_next(p, b, 1, b + 1)) return -1;
         const Block *blk = &p->m->blocks[b];
         gpt_chunk_sumsq(p->m, blk->grads, blk->off, blk->off + blk->n, v);
     }
@@ -176,7 +214,7 @@ static int update_block(Pipe *p, int b, int t, float lr, float scale) {
     PipeSwap *w = p->sw;
     GPT *m = p->m;
     Block *blk = &m->blocks[b];
-    if (pipe_swap_use(p, b, 1) || tier_rd(w, toff(w, p, b, 2), w->mbuf, blk->n) ||
+    if (use_next(p, b, 1, b + 1) || tier_rd(w, toff(w, p, b, 2), w->mbuf, blk->n) ||
         tier_rd(w, toff(w, p, b, 3), w->vbuf, blk->n))
         return -1;
     gpt_own_range(m, blk->off, blk->off + blk->n, blk->off, blk->params, blk->grads);
@@ -247,6 +285,8 @@ int pipe_swap_setup(Pipe *p) {
     w->sg = xcalloc((size_t)w->nslot, sizeof(float *));
     w->owner = xcalloc((size_t)w->nslot, sizeof(int)), w->used = xcalloc((size_t)w->nslot, 4);
     w->grads_in = xcalloc((size_t)w->nslot, sizeof(int)), w->dirty = xcalloc((size_t)w->nslot, 4);
+    w->pt = xcalloc((size_t)w->nslot, sizeof(uint64_t));
+    w->gt = xcalloc((size_t)w->nslot, sizeof(uint64_t));
     for (int k = 0; k < w->nslot; k++) {
         w->sp[k] = tier_alloc(w->cap * sizeof(float)), w->sg[k] = tier_alloc(w->cap * 4);
         w->owner[k] = -1;
@@ -267,11 +307,12 @@ void pipe_swap_mem(Pipe *p) {
 void pipe_swap_free(Pipe *p) {
     PipeSwap *w = p->sw;
     if (!w) return;
+    if (w->tier) tier_close(w->tier); // (after the reads queued into the slots)
     for (int k = 0; k < w->nslot && w->sp; k++)
         tier_free(w->sp[k]), tier_free(w->sg[k]);
-    if (w->tier) tier_close(w->tier);
     tier_free(w->mbuf), tier_free(w->vbuf);
     free(w->sp), free(w->sg), free(w->owner), free(w->used), free(w->grads_in), free(w->dirty);
+    free(w->pt), free(w->gt);
     free(w->slot), free(w->gtier), free(w->toff), free(w);
     p->sw = NULL;
 }
