@@ -127,6 +127,11 @@ size_t testhook_pipe_chunk(void) {
     return v && atol(v) > 0 ? (size_t)atol(v) : (size_t)1 << 18;
 }
 
+int testhook_pipe_swap_slots(void) {
+    const char *v = getenv("LOOM_PIPE_SWAP_SLOTS");
+    return v && atoi(v) > 0 ? atoi(v) : 0;
+}
+
 int testhook_tied_interleaved(void) { return getenv("LOOM_TIED_INTERLEAVED") != NULL; }
 
 long testhook_peer_diverge(void) {

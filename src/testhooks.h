@@ -32,6 +32,9 @@
 //   LOOM_COMM_CHUNK=ELEMS      the most elements one piece of a collective moves (default 2^20)
 //   LOOM_TAG_UB=N              use N as MPI_TAG_UB when it is lower (tag wrap-around tests)
 //   LOOM_PIPE_CHUNK=FLOATS     chunk size of 2bw's background all-reduces (default 2^18)
+//   LOOM_PIPE_SWAP_SLOTS=N     a swapped pipeline stage (--pp with --offload) uses at most N
+//                              block slots, whatever --fast-mem leaves (a tiny model's blocks
+//                              then really go through the tier)
 //   LOOM_FAULT_DIVERGE=ROUND   loom peer: this peer's anchor is perturbed after that round end
 //                              (a peer whose anchor differs from the swarm's: it must re-sync)
 #pragma once
@@ -62,5 +65,7 @@ int testhook_tag_ub(void);
 // test can show its comparison sees the order (negative control).
 int testhook_tied_interleaved(void);
 size_t testhook_pipe_chunk(void);
+// LOOM_PIPE_SWAP_SLOTS: the most block slots of a swapped pipeline stage (0: no limit).
+int testhook_pipe_swap_slots(void);
 // LOOM_FAULT_DIVERGE: the round end after which a peer perturbs its anchor (0: never).
 long testhook_peer_diverge(void);

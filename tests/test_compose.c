@@ -94,8 +94,18 @@ TEST(unsupported_features_name_both_flags) {
     ACCEPTED(c, cpu);
     c.zero = 1;
     REFUSED(c, cpu, "--co2 with --zero 1: CO2 over 2D grids keeps its outer state unsharded");
-    c = base(), c.pp = 2, c.offload = 1;
-    REFUSED(c, cpu, "--pp 2 with --offload: not available (pipeline stages run with");
+    c = base(), c.pp = 2, c.offload = 1, c.dp = 2, c.recompute = 1; // swapped stages: run
+    ACCEPTED(c, cpu);
+    c.schedule = "gpipe";
+    ACCEPTED(c, cpu);
+    c.schedule = "2bw";
+    REFUSED(c, cpu, "--offload with --schedule 2bw: a swapped stage keeps one weight version");
+    c = base(), c.pp = 2, c.offload = 1, c.dp = 2, c.zero = 1;
+    REFUSED(c, cpu, "--offload with --zero 1: a swapped pipeline stage keeps its whole gradient");
+    c = base(), c.pp = 2, c.offload = 1, c.tp = 2;
+    REFUSED(c, cpu, "--offload with --tp 2: a swapped pipeline stage runs plain blocks");
+    c = base(), c.pp = 2, c.offload = 1, c.dp = 2, c.co2 = 1;
+    REFUSED(c, cpu, "--offload with --co2: CO2's pipeline workers keep their stages in memory");
     c = base(), c.tp = 4, c.tp_2d = 1, c.cp = 2;
     REFUSED(c, cpu, "--tp 4 --tp-mode 2d with --cp 2: not available");
     c = base(), c.peer = 1, c.dump_grads = 1;

@@ -131,6 +131,7 @@ static double stage_forward(Pipe *p, Workspace *ws) {
     double loss = 0;
     for (int b = p->b0; b < p->b1; b++) {
         Block *blk = &m->blocks[b];
+        pipe_swap_must(p, b, 0);
         blk->params = pipe_zero_params(p, b);
         BlockIO bio = {.tokens = ws->tokens, .targets = ws->targets};
         if (blk->kind != BLOCK_EMBED) bio.x_in = workspace_stream(ws, m, b - 1);
@@ -176,6 +177,7 @@ void pipe_backward_micro(Pipe *p, int g, int step, float grad_scale, int reduce)
     }
     for (int b = p->b1 - 1; b >= p->b0; b--) {
         Block *blk = &m->blocks[b];
+        pipe_swap_must(p, b, 1);
         blk->params = pipe_zero_params(p, b);
         pipe_zero_before_backward(p, b);
         BlockIO bio = {.tokens = ws->tokens, .targets = ws->targets, .dx = ws->dstream};
@@ -193,6 +195,9 @@ void pipe_backward_micro(Pipe *p, int g, int step, float grad_scale, int reduce)
                 p->breq[p->nbreq++] = comm_iallreduce(p->gc, blk->grads, blk->n);
             if (blk->kind == BLOCK_HEAD && p->replica)
                 p->breq[p->nbreq++] = comm_iallreduce(p->gc, p->wgrad, p->tie_n);
+            if (p->sw) // the slot may be given up by the next block: reduced now
+                for (; p->nbreq; p->nbreq--)
+                    timed_wait(p, &p->breq[p->nbreq - 1]);
         }
     }
     if (!p->first)
@@ -249,6 +254,7 @@ static double evaluate_version(Pipe *p, int v) {
 // Resumed: W(start) and its moments in one read of the checkpoint, and under 2bw W(start-1)
 // (the newest again when the checkpoint has no previous version).
 static int stage_weights(Pipe *p, int start) {
+    if (p->sw) return pipe_swap_fill(p, start);
     const Backend *be = p->m->be;
     size_t n = p->hi - p->lo;
     int cur = p->nver == 2 ? buffer_of(start) : 0, prv = cur ^ 1;
@@ -324,21 +330,24 @@ static int pipe_setup(Pipe *p, GPT *m, const Grid *g, const PipelineConfig *pc, 
         p->own_lo = p->dsp[q], p->own_hi = p->own_lo + p->cnt[q];
         if (p->replica) p->wown_lo = (size_t)p->wdsp[q], p->wown_hi = p->wown_lo + p->wcnt[q];
     }
+    int swapped = pc->offload_dir != NULL; // the stage's arrays live in the tier
     for (int v = 0; v < p->nver; v++) {
-        p->pbuf[v] = be->alloc(n);
+        if (!swapped) p->pbuf[v] = be->alloc(n);
         if (p->replica) p->wbuf[v] = be->alloc(p->tie_n);
     }
     size_t own = p->own_hi - p->own_lo, wown = p->wown_hi - p->wown_lo;
-    p->gbuf = p->zero2 ? NULL : be->alloc(n), p->om = be->alloc(own), p->ov = be->alloc(own);
+    if (!swapped)
+        p->gbuf = p->zero2 ? NULL : be->alloc(n), p->om = be->alloc(own), p->ov = be->alloc(own);
     if (p->replica)
         p->wgrad = be->alloc(p->tie_n), p->wm = be->alloc(wown), p->wv = be->alloc(wown);
-    if (stage_weights(p, start)) return -1;
-    size_t held = n + (p->replica ? p->tie_n : 0);
+    if ((swapped && pipe_swap_setup(p)) || stage_weights(p, start)) return -1;
+    size_t held = (swapped ? 0 : n) + (p->replica ? p->tie_n : 0);
     p->mem[0] = 4.0 * held * p->nver;
     p->mem[1] = 4.0 * held;
-    p->mem[2] = 8.0 * (own + wown);
-    gpt_drop_whole(m, 1, 1); // the stage's buffers replace the whole model's
-    pipe_zero_setup(p);      // ZeRO-2/3: the shards replace the stage's whole buffers
+    p->mem[2] = 8.0 * ((swapped ? 0 : own) + wown);
+    if (swapped) pipe_swap_mem(p); // + the slots
+    gpt_drop_whole(m, 1, 1);       // the stage's buffers replace the whole model's
+    pipe_zero_setup(p);            // ZeRO-2/3: the shards replace the stage's whole buffers
     pipe_use_version(p, 0);
     p->hooks = (BlockHooks){.poll = poll_hook, .ctx = p};
     if (p->nver == 2 && !p->zero2) { // (ZeRO-2/3: the spares are shards, pipeline_zero.c)
@@ -405,6 +414,7 @@ double pipeline_evaluate(Pipeline *p) {
 // whole stage. The last stage's wte replica equals stage 0's (same updates), so only stage 0
 // writes it.
 int pipeline_shard(Pipeline *p, PipeShard *sh) {
+    if (p->sw) return pipe_swap_shard(p, sh);
     int newest = p->nver == 2 ? buffer_of(p->done) : 0;
     *sh = (PipeShard){.lo = p->lo + p->own_lo,
                       .hi = p->lo + p->own_hi,
@@ -434,6 +444,7 @@ void pipeline_free(Pipeline *p) {
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->release(bufs[i]);
     pipe_zero_free(p);
+    pipe_swap_free(p);
     if (m->hooks == &p->hooks) {
         m->hooks = p->saved_hooks;
         comm_set_wait_hook(NULL, NULL);

@@ -48,6 +48,11 @@ typedef struct {
     float grad_clip;
     int local; // CO2 (gpipe/1f1b, no cp): every dp replica is its own worker; its gradients,
                // loss and norm stay its own (nothing is reduced over the replicas)
+    // --offload disk (gpipe/1f1b, ZeRO 0; NULL: in memory): the stage's parameters, gradients
+    // and moments in a scratch file under offload_dir, its blocks run from slots in memory
+    // within fast_mem bytes (pipeline_swap.c)
+    const char *offload_dir;
+    size_t fast_mem;
 } PipelineConfig;
 
 // What one rank contributes to a checkpoint: the flat range [lo, hi) of the newest weights, the
@@ -55,6 +60,10 @@ typedef struct {
 typedef struct {
     size_t lo, hi;
     const float *params, *m, *v, *prev;
+    // --offload: the arrays are read through fetch instead (CkptShard.fetch: array 0 params,
+    // 1 m, 2 v; flat offset at, n floats into dst), the state being in the stage's tier
+    int (*fetch)(void *ctx, int array, size_t at, size_t n, float *dst);
+    void *fetch_ctx;
 } PipeShard;
 
 typedef struct {
@@ -124,4 +133,7 @@ int pipeline_moments(Pipeline *p, float **a, size_t *lens);
 int pipeline_peak_inflight(const Pipeline *p);
 // Bytes this stage holds: weights (both versions under 2bw), gradients, AdamW moments, and
 // activations (one workspace per micro-batch it can hold: K under gpipe, D-s under 1f1b/2bw).
+// --offload, on stderr from every rank: its stage's slots, the planned bytes against
+// --fast-mem, the tier's traffic and the process's peak RSS.
+void pipeline_swap_report(const Pipeline *p);
 void pipeline_memory(const Pipeline *p, double *weights, double *grads, double *opt, double *acts);

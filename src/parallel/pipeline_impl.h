@@ -92,8 +92,10 @@ struct Pipeline {
     int done;         // steps completed
     float grad_scale; // 1/(B·T·K·dp): T the rank's tokens, dp x cp ranks
     const BlockHooks *saved_hooks;
+    struct PipeSwap *sw; // --offload: the stage's blocks swapped through a tier (pipeline_swap.c)
 };
 typedef struct Pipeline Pipe;
+typedef struct PipeSwap PipeSwap;
 
 // Message tags: forward activations 2·g, activation gradients 2·g+1 for micro-batch g (modulo
 // a range far larger than the micro-batches in flight), validation windows above that. The
@@ -148,3 +150,30 @@ const float *pipe_own_grads(const Pipe *p, const float *g);
 // the fresh ones zeroed; the chain's first all-reduce (stage 0's embedding gradient and the
 // last stage's wte gradient over gc) started.
 void pipe_zero_pend_start(Pipe *p, size_t chunk);
+// pipeline_swap.c: --offload (gpipe/1f1b, ZeRO 0), the stage's parameters, gradients and
+// moments in a tier of this rank, its blocks run from slots in memory. Setup after the
+// workspaces (their bytes are counted in --fast-mem); 0 or -1 (loom_errmsg).
+int pipe_swap_setup(Pipe *p);
+// The tier's first contents, block by block through the first slot (within --fast-mem): the
+// initial weights, or on resume (start > 0) the checkpoint's weights and moments; the wte
+// replica (last stage) into memory. 0 or -1.
+int pipe_swap_fill(Pipe *p, int start);
+// pipeline_shard under --offload: the stage's weights and moments read from the tier by the
+// checkpoint writer, piece by piece (PipeShard.fetch); replica 0 writes.
+int pipe_swap_shard(Pipe *p, PipeShard *sh);
+// Adds the slots and the update's buffers to p->mem.
+void pipe_swap_mem(Pipe *p);
+void pipe_swap_free(Pipe *p);
+// Block b into a slot (grads: its gradient too, which it then accumulates); the block points
+// at the slot. 0 or -1 (the tier failed).
+int pipe_swap_use(Pipe *p, int b, int grads);
+// The stage's flat [lo, hi) of an array (0 parameters, 2 m, 3 v) into host. 0 or -1.
+int pipe_swap_fetch(Pipe *p, int array, float *host);
+// The stage's Σ g² per chunk into v; the update (AdamW step ++p->t) of the stage and of the
+// last stage's wte replica. 0 or -1.
+int pipe_swap_sumsq(Pipe *p, double *v);
+int pipe_swap_update(Pipe *p, float lr, float scale);
+// Block b into a slot or the run ends (the tier failed): the schedules cannot stop mid-batch.
+static inline void pipe_swap_must(Pipe *p, int b, int grads) {
+    if (p->sw && pipe_swap_use(p, b, grads)) die_last(1);
+}

@@ -44,8 +44,11 @@ static void tp_sumsq(const Pipe *p, const float *g, size_t glo, size_t ghi, doub
 // ZeRO-2: g is the replica's shard, and the partials are summed over gc too.
 static double *norm_loss_partials(Pipe *p, const float *g, double loss) {
     double *v = xcalloc((size_t)p->m->nchunks + 2, sizeof(double));
+    if (p->sw) g = NULL; // --offload: pipe_swap_sumsq takes the partials
     size_t glo = p->zero2 ? p->lo + p->own_lo : p->lo, ghi = p->zero2 ? p->lo + p->own_hi : p->hi;
-    if (p->m->tp.n > 1)
+    if (!g)
+        ;
+    else if (p->m->tp.n > 1)
         tp_sumsq(p, g, glo, ghi, v);
     else
         gpt_chunk_sumsq(p->m, g, glo, ghi, v);
@@ -100,13 +103,18 @@ static int finish_batch(Pipe *p, int step, double t0) {
     p->nbreq = 0;
     // wte: the head's part (last stage) + the embedding's part (first stage), on both
     if (p->tie) {
-        float *e = p->replica ? p->wgrad : p->zero2 ? p->egrad : p->gbuf;
+        if (p->first) pipe_swap_must(p, 0, 1); // --offload: the embedding's slot
+        float *e = p->replica ? p->wgrad
+                   : p->sw    ? p->m->blocks[0].grads
+                   : p->zero2 ? p->egrad
+                              : p->gbuf;
         CommReq r = comm_iallreduce(p->tie, e, p->tie_n);
         timed_wait(p, &r);
     }
     pipe_zero_embed_done(p, p->gshard, p->egrad);
     float *g = p->zero2 ? p->gshard : p->gbuf;
     double *v = norm_loss_partials(p, g, p->last ? p->loss_sum / p->pc->K : 0);
+    if (p->sw && pipe_swap_sumsq(p, v)) die_last(1);
     int nc = m->nchunks;
     comm_allreduce_f64(p->norm, v, nc + 2);
     if (p->gc->size > 1) { // every rank's mean over its tokens (equal counts); the votes' sum
@@ -118,7 +126,9 @@ static int finish_batch(Pipe *p, int step, double t0) {
     free(v);
     float lr = lr_at(&p->opt, step);
     int ok = isfinite(loss) && isfinite(norm);
-    if (ok) {
+    if (ok && p->sw) {
+        if (pipe_swap_update(p, lr, clip_scale((float)norm, p->pc->grad_clip))) die_last(1);
+    } else if (ok) {
         apply_update(p, 0, g, p->wgrad, lr, clip_scale((float)norm, p->pc->grad_clip));
         if (p->zero1) {
             CommReq r[2];

@@ -127,6 +127,10 @@ const float *pipe_own_grads(const Pipe *p, const float *g) { return p->zero2 ? g
 
 void pipe_stage_weights(Pipe *p, int v, float *host) {
     const Backend *be = p->m->be;
+    if (p->sw) { // --offload: from the tier
+        if (pipe_swap_fetch(p, 0, host)) die_last(1);
+        return;
+    }
     if (!p->zero3) {
         be->download(host, p->pbuf[v], p->hi - p->lo);
         return;

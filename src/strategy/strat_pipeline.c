@@ -49,27 +49,46 @@ static const char PP_CO2_ZERO[] = "CO2 over pipeline workers keeps every stage's
                                   "unsharded (--zero 0)";
 static const char PP_CO2_TP[] = "CO2 over pipeline workers runs plain stages (no tensor or "
                                 "context parallelism inside them)";
+static const char PP_OFF_ZERO[] = "a swapped pipeline stage keeps its whole gradient and "
+                                  "moments in its own tier (--zero 0)";
+static const char PP_OFF_TP[] = "a swapped pipeline stage runs plain blocks (no tensor or "
+                                "context parallelism inside it)";
 static const FeaturePair PP_PAIRS[] = {{F_CO2, F_ZERO1, PP_CO2_ZERO},
                                        {F_CO2, F_ZERO2, PP_CO2_ZERO},
                                        {F_CO2, F_ZERO3, PP_CO2_ZERO},
                                        {F_CO2, F_TP, PP_CO2_TP},
                                        {F_CO2, F_SP, PP_CO2_TP},
                                        {F_CO2, F_CP, PP_CO2_TP},
+                                       {F_OFFLOAD, F_ZERO1, PP_OFF_ZERO},
+                                       {F_OFFLOAD, F_ZERO2, PP_OFF_ZERO},
+                                       {F_OFFLOAD, F_ZERO3, PP_OFF_ZERO},
+                                       {F_OFFLOAD, F_TP, PP_OFF_TP},
+                                       {F_OFFLOAD, F_SP, PP_OFF_TP},
+                                       {F_OFFLOAD, F_CP, PP_OFF_TP},
+                                       {F_OFFLOAD, F_CO2,
+                                        "CO2's pipeline workers keep their "
+                                        "stages in memory"},
                                        {0, 0, NULL}};
 static const Supports PP_SUPPORTS = {
     .self = {F_PP, F_COUNT},
     .features = FEAT(F_PP) | FEAT(F_DP) | FEAT(F_ZERO1) | FEAT(F_ZERO2) | FEAT(F_ZERO3) |
-                FEAT(F_TP) | FEAT(F_SP) | FEAT(F_CP) | FEAT(F_RECOMPUTE) | FEAT(F_CO2),
+                FEAT(F_TP) | FEAT(F_SP) | FEAT(F_CP) | FEAT(F_RECOMPUTE) | FEAT(F_CO2) |
+                FEAT(F_OFFLOAD),
     .pairs = PP_PAIRS,
     .runs_with = "pipeline stages run with data parallelism (ZeRO 0-3 over each stage's "
                  "replicas, every schedule), 1D --tp, --sp, --cp, --recompute and "
-                 "--co2 (gpipe/1f1b, ZeRO 0, plain stages)"};
+                 "--co2 (gpipe/1f1b, ZeRO 0, plain stages) and --offload (gpipe/1f1b, ZeRO 0, "
+                 "plain stages)"};
 
 static int pp_check(const StrategyConfig *c) {
     if (cp_check(c) || (c->co2 && co2_check_config(c))) return -1;
     if (c->co2 && c->schedule && !strcmp(c->schedule, "2bw"))
         return loom_fail("--co2 with --schedule 2bw: 2bw applies every update one batch late, "
                          "so a round's end has no settled weights to average (use gpipe or "
+                         "1f1b)");
+    if (c->offload && c->schedule && !strcmp(c->schedule, "2bw"))
+        return loom_fail("--offload with --schedule 2bw: a swapped stage keeps one weight "
+                         "version in its tier; 2bw's two versions are not swapped (use gpipe or "
                          "1f1b)");
     if (c->sp && (c->tp < 2 || c->tp_2d))
         return loom_fail("--sp with --pp splits the sequence over each stage's 1D tensor-parallel "
@@ -329,7 +348,9 @@ static int pp_create(Strategy *s) {
                               .grad_clip = c->opt.grad_clip,
                               .zero = c->zero,
                               .local = c->co2,
-                              .val_windows = c->val_windows};
+                              .val_windows = c->val_windows,
+                              .offload_dir = c->offload ? c->offload_dir : NULL,
+                              .fast_mem = c->fast_mem};
     const Grid *g = s->grid;
     int tp = g->tp > 1 || g->cp > 1;
     ps->s = s, ps->m = s->model;
@@ -407,7 +428,9 @@ static int pp_save(Strategy *s, const char *dir, CkptMeta *meta, int final, Ckpt
                       .m = sh.m,
                       .v = sh.v,
                       .prev = sh.prev,
-                      .be = s->model->be};
+                      .be = sh.fetch ? NULL : s->model->be,
+                      .fetch = sh.fetch,
+                      .fetch_ctx = sh.fetch_ctx};
     meta->opt_t = pipeline_opt_t(p);
     comm_set_context(meta->step, "pipeline checkpoint");
     return ckpt_save_collective(dir, s->grid->world, writes ? &mine : NULL, meta, extra, extra_ctx,
@@ -427,6 +450,9 @@ static void pp_describe(const Strategy *s, char *buf, size_t n) {
     snprintf(buf, n, "pipeline: pp %d (%s) x tp %d (1d%s)%s x dp %d (zero %d)", s->grid->pp,
              s->cfg->schedule, s->grid->tp, s->cfg->sp ? " + sequence parallel" : "", cp,
              s->grid->dp, s->cfg->zero);
+    if (s->cfg->offload)
+        snprintf(buf + strlen(buf), n - strlen(buf),
+                 ", each stage's blocks swapped through its own disk tier");
 }
 
 static void pp_summary(Strategy *s, double exposed_s, double step_s) {
@@ -435,6 +461,7 @@ static void pp_summary(Strategy *s, double exposed_s, double step_s) {
         pp_co2_summary(((PipeState *)s->impl)->co2, s, exposed_s, step_s);
     double wb, gb, ob, ab;
     pipeline_memory(p, &wb, &gb, &ob, &ab);
+    if (s->cfg->offload) pipeline_swap_report(p); // every stage: its tier, its peak
     if (!s->lead) return;
     const PipeState *ps = s->impl;
     if (ps->ring) cp_summary(s, ps->ring, (size_t)(ab / 4), ps->steps);

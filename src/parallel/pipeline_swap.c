@@ -1,0 +1,334 @@
+// pipeline_swap.c — a pipeline stage's blocks swapped through its own disk tier (--offload disk
+// with --pp, gpipe/1f1b, ZeRO 0). The stage's parameters, gradients and AdamW moments live in a
+// scratch file of this rank (tier.h: one region per array, each block on a TIER_ALIGN
+// boundary); in memory are a few block slots (parameters and gradients of one block each, as
+// many as --fast-mem leaves after the fixed overhead, the micro-batches' activations and the
+// tied wte replica), reused least recently used first. A block runs from its slot: before a
+// forward its parameters are read, before a backward its gradient too (zeros on its first
+// backward of a step), and a slot that is given up writes its gradient back; the next block
+// in the walk's direction is read ahead into another slot while one computes. The end of a step
+// walks the blocks in order for the norm (the same per-chunk partials as in memory) and the
+// update (AdamW on one block at a time, its moments read and written around it), so the same
+// kernels run on the same values in the same order as the in-memory stage: bit for bit.
+// The activations of the micro-batches in flight (K under gpipe, D-s under 1f1b) stay in
+// memory and are counted in the budget.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "../offload/offload.h"
+#include "../offload/offload_plan.h"
+#include "../offload/tier.h"
+#include "../testhooks.h"
+#include "pipeline_impl.h"
+
+struct PipeSwap {
+    Tier *tier;
+    size_t *toff;  // per stage block: its offset in every region (bytes)
+    size_t region; // bytes of one region (parameters, gradients, m, v)
+    size_t cap;    // floats of a slot's array (the stage's largest block, padded)
+    int nslot, clock;
+    float **sp, **sg;                     // per slot: parameters, gradients
+    int *owner, *grads_in, *dirty, *used; // per slot
+    uint64_t *pt, *gt;                    // per slot: its reads in flight (0: none)
+    int *slot;                            // per stage block: its slot, or -1
+    int *gtier;                  // per stage block: its gradient of this step is in the tier
+    float *mbuf, *vbuf;          // the update's moments of one block
+    int cached_b, cached_region; // a checkpoint's reads: the block and array mbuf holds
+    double budget, need;         // bytes
+};
+
+static size_t toff(const PipeSwap *w, const Pipe *p, int b, int region) {
+    return (size_t)region * w->region + w->toff[b - p->b0];
+}
+
+static int io_sync(PipeSwap *w, uint64_t t) { return t == 0 ? -1 : tier_wait(w->tier, t); }
+
+static int tier_rd(PipeSwap *w, size_t off, float *dst, size_t n) {
+    return io_sync(w, tier_read_async(w->tier, off, dst, offload_pad(n) * sizeof(float)));
+}
+
+static int tier_wr(PipeSwap *w, size_t off, const float *src, size_t n) {
+    return io_sync(w, tier_write_async(w->tier, off, src, offload_pad(n) * sizeof(float)));
+}
+
+// Waits for slot k's reads in flight (a prefetch).
+static int settle(PipeSwap *w, int k) {
+    int rc = tier_wait(w->tier, w->pt[k]) | tier_wait(w->tier, w->gt[k]);
+    w->pt[k] = w->gt[k] = 0;
+    return rc ? -1 : 0;
+}
+
+// Gives up slot k: its block's gradient (when changed) goes back to the tier.
+static int evict(Pipe *p, int k) {
+    PipeSwap *w = p->sw;
+    int b = w->owner[k];
+    if (b < 0) return 0;
+    const Block *blk = &p->m->blocks[b];
+    if (settle(w, k) || (w->dirty[k] && tier_wr(w, toff(w, p, b, 1), w->sg[k], blk->n))) return -1;
+    if (w->dirty[k]) w->gtier[b - p->b0] = 1;
+    w->slot[b - p->b0] = -1, w->owner[k] = -1, w->dirty[k] = w->grads_in[k] = 0;
+    return 0;
+}
+
+// Block b into the least recently used slot other than `keep`, its parameters' read queued.
+// Returns the slot, or -1.
+static int take(Pipe *p, int b, int keep) {
+    PipeSwap *w = p->sw;
+    int k = -1;
+    for (int i = 0; i < w->nslot; i++) {
+        if (i == keep) continue;
+        if (w->owner[i] < 0) { // a free slot
+            k = i;
+            break;
+        }
+        if (k < 0 || w->used[i] < w->used[k]) k = i;
+    }
+    if (k < 0 || evict(p, k)) return -1;
+    size_t bytes = offload_pad(p->m->blocks[b].n) * sizeof(float);
+    w->pt[k] = tier_read_async(w->tier, toff(w, p, b, 0), w->sp[k], bytes);
+    w->owner[k] = b, w->slot[b - p->b0] = k, w->used[k] = ++w->clock;
+    return k;
+}
+
+// Slot k's block's gradient of this step: read from the tier (queued) or zeros.
+static void want_grads(Pipe *p, int b, int k) {
+    PipeSwap *w = p->sw;
+    if (w->grads_in[k]) return;
+    size_t n = p->m->blocks[b].n;
+    if (w->gtier[b - p->b0])
+        w->gt[k] = tier_read_async(w->tier, toff(w, p, b, 1), w->sg[k], offload_pad(n) * 4);
+    else
+        memset(w->sg[k], 0, n * sizeof(float));
+    w->grads_in[k] = 1;
+}
+
+// pipe_swap_use, with block `next` (when in the stage, not resident and a second slot exists)
+// read ahead while b computes: its parameters, and its gradient when b's is wanted.
+static int use_next(Pipe *p, int b, int grads, int next) {
+    PipeSwap *w = p->sw;
+    Block *blk = &p->m->blocks[b];
+    int k = w->slot[b - p->b0];
+    if (k < 0 && (k = take(p, b, -1)) < 0) return -1;
+    if (grads) want_grads(p, b, k);
+    if (settle(w, k)) return -1;
+    if (grads) w->dirty[k] = 1; // a backward or the update follows
+    w->used[k] = ++w->clock;
+    blk->params = w->sp[k];
+    blk->grads = w->grads_in[k] ? w->sg[k] : NULL;
+    if (next < p->b0 || next >= p->b1 || w->nslot < 2 || w->slot[next - p->b0] >= 0) return 0;
+    int kn = take(p, next, k);
+    if (kn < 0) return -1;
+    if (grads) want_grads(p, next, kn);
+    return 0;
+}
+
+// Forward (grads 0) reads ahead the next block, a backward (grads 1) the one before.
+int pipe_swap_use(Pipe *p, int b, int grads) {
+    return use_next(p, b, grads, grads ? b - 1 : b + 1);
+}
+
+// Flat [lo, hi) of the stage from the tier (array: 0 parameters, 2 m, 3 v) into host, block
+// by block through the first slot (every slot is given up first).
+int pipe_swap_fetch(Pipe *p, int array, float *host) {
+    PipeSwap *w = p->sw;
+    for (int k = 0; k < w->nslot; k++)
+        if (evict(p, k)) return -1;
+    for (int b = p->b0; b < p->b1; b++) {
+        const Block *blk = &p->m->blocks[b];
+        if (tier_rd(w, toff(w, p, b, array), w->sp[0], blk->n)) return -1;
+        memcpy(host + (blk->off - p->lo), w->sp[0], blk->n * sizeof(float));
+    }
+    return 0;
+}
+
+// Block b's first contents into the tier: its initial weights, or the checkpoint's weights
+// and moments (resume).
+static int fill_block(Pipe *p, int b, int resume) {
+    PipeSwap *w = p->sw;
+    const Block *blk = &p->m->blocks[b];
+    size_t lo = blk->off, hi = lo + blk->n, pad = offload_pad(blk->n) * sizeof(float);
+    float *a[3] = {w->sp[0], w->mbuf, w->vbuf};
+    for (int k = 0; k < 3; k++)
+        memset(a[k], 0, pad);
+    int rc = resume ? p->io->load(p->io->ctx, lo, hi, a[0], NULL, lo, hi, a[1], a[2]) < 0
+                    : p->io->params(p->io->ctx, lo, hi, a[0]) != 0;
+    return rc || tier_wr(w, toff(w, p, b, 0), a[0], blk->n) ||
+           tier_wr(w, toff(w, p, b, 2), a[1], blk->n) || tier_wr(w, toff(w, p, b, 3), a[2], blk->n);
+}
+
+int pipe_swap_fill(Pipe *p, int start) {
+    int resume = start > 0 && p->io->load;
+    for (int b = p->b0; b < p->b1; b++)
+        if (fill_block(p, b, resume)) return -1;
+    if (!p->replica) return 0;
+    if (resume)
+        return p->io->load(p->io->ctx, 0, p->tie_n, p->wbuf[0], NULL, 0, p->tie_n, p->wm, p->wv) < 0
+                   ? -1
+                   : 0;
+    return p->io->params(p->io->ctx, 0, p->tie_n, p->wbuf[0]);
+}
+
+// CkptShard.fetch: n floats of the stage's flat array (0 params, 1 m, 2 v) from at, through
+// mbuf, which keeps the last block read (the checkpoint writer reads in pieces, in order).
+static int shard_fetch(void *ctx, int array, size_t at, size_t n, float *dst) {
+    Pipe *p = ctx;
+    PipeSwap *w = p->sw;
+    int region = array == 0 ? 0 : array + 1;
+    for (int b = p->b0; b < p->b1 && n; b++) {
+        const Block *blk = &p->m->blocks[b];
+        size_t s, k = range_isect(blk->off, blk->off + blk->n, at, at + n, &s);
+        if (!k) continue;
+        if ((w->cached_b != b || w->cached_region != region) &&
+            tier_rd(w, toff(w, p, b, region), w->mbuf, blk->n))
+            return -1;
+        w->cached_b = b, w->cached_region = region;
+        memcpy(dst + (s - at), w->mbuf + (s - blk->off), k * sizeof(float));
+    }
+    return 0;
+}
+
+int pipe_swap_shard(Pipe *p, PipeShard *sh) {
+    PipeSwap *w = p->sw;
+    for (int k = 0; k < w->nslot; k++) // (between steps no gradient is pending: nothing written)
+        if (evict(p, k)) die_last(1);
+    w->cached_b = -1;
+    *sh = (PipeShard){.lo = p->lo, .hi = p->hi, .fetch = shard_fetch, .fetch_ctx = p};
+    return p->gc->rank == 0;
+}
+
+// Σ g² per chunk of the stage's gradients into v (m->nchunks doubles), block by block.
+int pipe_swap_sumsq(Pipe *p, double *v) {
+    for (int b = p->b0; b < p->b1; b++) {
+        if (use_next(p, b, 1, b + 1)) return -1;
+        const Block *blk = &p->m->blocks[b];
+        gpt_chunk_sumsq(p->m, blk->grads, blk->off, blk->off + blk->n, v);
+    }
+    return 0;
+}
+
+// AdamW step t on block b alone from its slot, the moments read and written around it; its
+// gradient is then zero for the next step.
+static int update_block(Pipe *p, int b, int t, float lr, float scale) {
+    PipeSwap *w = p->sw;
+    GPT *m = p->m;
+    Block *blk = &m->blocks[b];
+    if (use_next(p, b, 1, b + 1) || tier_rd(w, toff(w, p, b, 2), w->mbuf, blk->n) ||
+        tier_rd(w, toff(w, p, b, 3), w->vbuf, blk->n))
+        return -1;
+    gpt_own_range(m, blk->off, blk->off + blk->n, blk->off, blk->params, blk->grads);
+    gpt_own_moments(m, w->mbuf, w->vbuf, blk->off);
+    adamw_step_blocks(&p->opt, t, m, lr, scale);
+    int k = w->slot[b - p->b0];
+    memset(w->sg[k], 0, blk->n * sizeof(float));
+    w->dirty[k] = 0, w->gtier[b - p->b0] = 0;
+    return tier_wr(w, toff(w, p, b, 0), w->sp[k], blk->n) ||
+           tier_wr(w, toff(w, p, b, 2), w->mbuf, blk->n) ||
+           tier_wr(w, toff(w, p, b, 3), w->vbuf, blk->n);
+}
+
+// The step's update (AdamW step p->t + 1) of the stage through the tier, then of the wte
+// replica in memory (last stage). 0 or -1.
+int pipe_swap_update(Pipe *p, float lr, float scale) {
+    GPT *m = p->m;
+    int t = ++p->t;
+    p->sw->cached_b = -1; // mbuf is the update's
+    for (int b = p->b0; b < p->b1; b++)
+        if (update_block(p, b, t, lr, scale)) return -1;
+    if (!p->replica) return 0;
+    gpt_own_range(m, 0, 0, 0, NULL, NULL);
+    m->blocks[0].state = (BlockState){.own_lo = 0,
+                                      .own_hi = p->tie_n,
+                                      .own_params = p->wbuf[0],
+                                      .own_grads = p->wgrad,
+                                      .m = p->wm,
+                                      .v = p->wv};
+    adamw_step_blocks(&p->opt, t, m, lr, scale);
+    return 0;
+}
+
+// Slots: as many as the budget leaves (at most the stage's blocks), at least one.
+static int swap_slots(Pipe *p, PipeSwap *w) {
+    const PipelineConfig *pc = p->pc;
+    double kept = p->mem[3] + (p->replica ? 16.0 * p->tie_n : 0); // activations, wte replica
+    double fixed = offload_overhead() + kept + 8.0 * w->cap;      // + the update's moments
+    double per = 8.0 * w->cap, left = (double)pc->fast_mem - fixed;
+    int n = left >= per ? (int)(left / per) : 0, nb = p->b1 - p->b0;
+    if (n < 1)
+        return loom_fail("--fast-mem %.1f MiB is too small for pipeline stage %d: the fixed "
+                         "overhead, %.1f MiB of activations and wte replica, and one block slot "
+                         "(%.1f MiB) need %.1f MiB",
+                         pc->fast_mem / 1048576.0, p->s, kept / 1048576.0, per / 1048576.0,
+                         (fixed + per) / 1048576.0);
+    int cap = testhook_pipe_swap_slots();
+    if (cap && n > cap) n = cap;
+    w->nslot = n < nb ? n : nb;
+    w->budget = (double)pc->fast_mem, w->need = fixed + per * w->nslot;
+    return 0;
+}
+
+int pipe_swap_setup(Pipe *p) {
+    PipeSwap *w = p->sw = xcalloc(1, sizeof *w);
+    int nb = p->b1 - p->b0;
+    w->toff = xcalloc((size_t)nb, sizeof(size_t));
+    for (int b = p->b0; b < p->b1; b++) {
+        size_t pad = offload_pad(p->m->blocks[b].n);
+        w->toff[b - p->b0] = w->region;
+        w->region += pad * sizeof(float);
+        if (pad > w->cap) w->cap = pad;
+    }
+    if (swap_slots(p, w)) return -1;
+    w->tier = tier_open(p->pc->offload_dir, p->g->world->rank, 4 * w->region);
+    if (!w->tier) return -1;
+    w->sp = xcalloc((size_t)w->nslot, sizeof(float *));
+    w->sg = xcalloc((size_t)w->nslot, sizeof(float *));
+    w->owner = xcalloc((size_t)w->nslot, sizeof(int)), w->used = xcalloc((size_t)w->nslot, 4);
+    w->grads_in = xcalloc((size_t)w->nslot, sizeof(int)), w->dirty = xcalloc((size_t)w->nslot, 4);
+    w->pt = xcalloc((size_t)w->nslot, sizeof(uint64_t));
+    w->gt = xcalloc((size_t)w->nslot, sizeof(uint64_t));
+    for (int k = 0; k < w->nslot; k++) {
+        w->sp[k] = tier_alloc(w->cap * sizeof(float)), w->sg[k] = tier_alloc(w->cap * 4);
+        w->owner[k] = -1;
+    }
+    w->slot = xmalloc((size_t)nb * sizeof(int)), w->gtier = xcalloc((size_t)nb, sizeof(int));
+    for (int b = 0; b < nb; b++)
+        w->slot[b] = -1;
+    w->mbuf = tier_alloc(w->cap * sizeof(float)), w->vbuf = tier_alloc(w->cap * sizeof(float));
+    return 0;
+}
+
+void pipe_swap_mem(Pipe *p) {
+    const PipeSwap *w = p->sw;
+    p->mem[0] += 4.0 * w->cap * w->nslot, p->mem[1] += 4.0 * w->cap * w->nslot;
+    p->mem[2] += 8.0 * w->cap;
+}
+
+void pipe_swap_free(Pipe *p) {
+    PipeSwap *w = p->sw;
+    if (!w) return;
+    if (w->tier) tier_close(w->tier); // (after the reads queued into the slots)
+    for (int k = 0; k < w->nslot && w->sp; k++)
+        tier_free(w->sp[k]), tier_free(w->sg[k]);
+    tier_free(w->mbuf), tier_free(w->vbuf);
+    free(w->sp), free(w->sg), free(w->owner), free(w->used), free(w->grads_in), free(w->dirty);
+    free(w->pt), free(w->gt);
+    free(w->slot), free(w->gtier), free(w->toff), free(w);
+    p->sw = NULL;
+}
+
+void pipeline_swap_report(const Pipeline *p) {
+    const PipeSwap *w = p->sw;
+    if (!w) return;
+    uint64_t rd = 0, wr = 0;
+    tier_bytes(w->tier, &rd, &wr);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    fprintf(stderr,
+            "loom: offload: rank %d, pipeline stage %d: %d of %d blocks in slots of %.2f MiB, "
+            "planned %.1f of --fast-mem %.1f MiB, read %.1f MiB, written %.1f MiB | peak RSS "
+            "%.1f MiB\n",
+            p->g->world->rank, p->s, w->nslot, p->b1 - p->b0, w->cap * 8.0 / 1048576,
+            w->need / 1048576, w->budget / 1048576, rd / 1048576.0, wr / 1048576.0,
+            ru.ru_maxrss / 1024.0);
+}
