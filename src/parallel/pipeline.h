@@ -53,6 +53,8 @@ typedef struct {
     // within fast_mem bytes (pipeline_swap.c)
     const char *offload_dir;
     size_t fast_mem;
+    const struct PipeSwapOps *swap_ops; // with offload_dir: the swapped stage's implementation
+                                        // (strategy/pipeline_swap.c: the offload tier)
 } PipelineConfig;
 
 // What one rank contributes to a checkpoint: the flat range [lo, hi) of the newest weights, the
@@ -133,7 +135,4 @@ int pipeline_moments(Pipeline *p, float **a, size_t *lens);
 int pipeline_peak_inflight(const Pipeline *p);
 // Bytes this stage holds: weights (both versions under 2bw), gradients, AdamW moments, and
 // activations (one workspace per micro-batch it can hold: K under gpipe, D-s under 1f1b/2bw).
-// --offload, on stderr from every rank: its stage's slots, the planned bytes against
-// --fast-mem, the tier's traffic and the process's peak RSS.
-void pipeline_swap_report(const Pipeline *p);
 void pipeline_memory(const Pipeline *p, double *weights, double *grads, double *opt, double *acts);

@@ -150,29 +150,50 @@ const float *pipe_own_grads(const Pipe *p, const float *g);
 // the fresh ones zeroed; the chain's first all-reduce (stage 0's embedding gradient and the
 // last stage's wte gradient over gc) started.
 void pipe_zero_pend_start(Pipe *p, size_t chunk);
-// pipeline_swap.c: --offload (gpipe/1f1b, ZeRO 0), the stage's parameters, gradients and
-// moments in a tier of this rank, its blocks run from slots in memory. Setup after the
-// workspaces (their bytes are counted in --fast-mem); 0 or -1 (loom_errmsg).
-int pipe_swap_setup(Pipe *p);
-// The tier's first contents, block by block through the first slot (within --fast-mem): the
-// initial weights, or on resume (start > 0) the checkpoint's weights and moments; the wte
-// replica (last stage) into memory. 0 or -1.
-int pipe_swap_fill(Pipe *p, int start);
-// pipeline_shard under --offload: the stage's weights and moments read from the tier by the
-// checkpoint writer, piece by piece (PipeShard.fetch); replica 0 writes.
-int pipe_swap_shard(Pipe *p, PipeShard *sh);
-// Adds the slots and the update's buffers to p->mem.
-void pipe_swap_mem(Pipe *p);
-void pipe_swap_free(Pipe *p);
-// Block b into a slot (grads: its gradient too, which it then accumulates); the block points
-// at the slot. 0 or -1 (the tier failed).
-int pipe_swap_use(Pipe *p, int b, int grads);
-// The stage's flat [lo, hi) of an array (0 parameters, 2 m, 3 v) into host. 0 or -1.
-int pipe_swap_fetch(Pipe *p, int array, float *host);
-// The stage's Σ g² per chunk into v; the update (AdamW step ++p->t) of the stage and of the
-// last stage's wte replica. 0 or -1.
-int pipe_swap_sumsq(Pipe *p, double *v);
-int pipe_swap_update(Pipe *p, float lr, float scale);
+// --offload (gpipe/1f1b, ZeRO 0): the stage's parameters, gradients and moments in a tier of
+// this rank, its blocks run from slots in memory. The tier belongs to the offload layer above
+// this one, so the swapped stage is implemented there (strategy/pipeline_swap.c) and comes in
+// as hooks through PipelineConfig.swap_ops; the pipeline calls them through the wrappers below.
+//   setup: after the workspaces (their bytes count in --fast-mem); 0 or -1 (loom_errmsg).
+//   fill: the tier's first contents, block by block through the first slot (the initial
+//     weights, or on resume (start > 0) the checkpoint's weights and moments; the wte replica
+//     of the last stage into memory). 0 or -1.
+//   shard: pipeline_shard: the stage's weights and moments read from the tier by the
+//     checkpoint writer, piece by piece (PipeShard.fetch); replica 0 writes.
+//   mem: adds the slots and the update's buffers to p->mem. release: frees it all.
+//   use: block b into a slot (grads: its gradient too, which it then accumulates); the block
+//     points at the slot. 0 or -1 (the tier failed).
+//   fetch: the stage's flat array (0 parameters, 2 m, 3 v) into host. 0 or -1.
+//   sumsq: the stage's Σ g² per chunk into v. update: AdamW step ++p->t of the stage and of the
+//     last stage's wte replica. 0 or -1.
+struct PipeSwapOps {
+    int (*setup)(Pipe *p);
+    int (*fill)(Pipe *p, int start);
+    int (*shard)(Pipe *p, PipeShard *sh);
+    void (*mem)(Pipe *p);
+    void (*release)(Pipe *p);
+    int (*use)(Pipe *p, int b, int grads);
+    int (*fetch)(Pipe *p, int array, float *host);
+    int (*sumsq)(Pipe *p, double *v);
+    int (*update)(Pipe *p, float lr, float scale);
+};
+static inline int pipe_swap_setup(Pipe *p) { return p->pc->swap_ops->setup(p); }
+static inline int pipe_swap_fill(Pipe *p, int start) { return p->pc->swap_ops->fill(p, start); }
+static inline int pipe_swap_shard(Pipe *p, PipeShard *sh) { return p->pc->swap_ops->shard(p, sh); }
+static inline void pipe_swap_mem(Pipe *p) { p->pc->swap_ops->mem(p); }
+static inline void pipe_swap_free(Pipe *p) {
+    if (p->sw) p->pc->swap_ops->release(p);
+}
+static inline int pipe_swap_use(Pipe *p, int b, int grads) {
+    return p->pc->swap_ops->use(p, b, grads);
+}
+static inline int pipe_swap_fetch(Pipe *p, int array, float *host) {
+    return p->pc->swap_ops->fetch(p, array, host);
+}
+static inline int pipe_swap_sumsq(Pipe *p, double *v) { return p->pc->swap_ops->sumsq(p, v); }
+static inline int pipe_swap_update(Pipe *p, float lr, float scale) {
+    return p->pc->swap_ops->update(p, lr, scale);
+}
 // Block b into a slot or the run ends (the tier failed): the schedules cannot stop mid-batch.
 static inline void pipe_swap_must(Pipe *p, int b, int grads) {
     if (p->sw && pipe_swap_use(p, b, grads)) die_last(1);

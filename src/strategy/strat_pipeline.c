@@ -25,6 +25,7 @@
 #include "co2_rounds.h"
 #include "compose.h"
 #include "part_io.h"
+#include "pipeline_swap.h"
 #include "strat_cp.h"
 #include "strat_pp_co2.h"
 #include "strategy.h"
@@ -350,7 +351,8 @@ static int pp_create(Strategy *s) {
                               .local = c->co2,
                               .val_windows = c->val_windows,
                               .offload_dir = c->offload ? c->offload_dir : NULL,
-                              .fast_mem = c->fast_mem};
+                              .fast_mem = c->fast_mem,
+                              .swap_ops = c->offload ? &PIPE_SWAP_OPS : NULL};
     const Grid *g = s->grid;
     int tp = g->tp > 1 || g->cp > 1;
     ps->s = s, ps->m = s->model;

@@ -1,27 +1,30 @@
 // pipeline_swap.c — a pipeline stage's blocks swapped through its own disk tier (--offload disk
-// with --pp, gpipe/1f1b, ZeRO 0). The stage's parameters, gradients and AdamW moments live in a
-// scratch file of this rank (tier.h: one region per array, each block on a TIER_ALIGN
-// boundary); in memory are a few block slots (parameters and gradients of one block each, as
-// many as --fast-mem leaves after the fixed overhead, the micro-batches' activations and the
-// tied wte replica), reused least recently used first. A block runs from its slot: before a
-// forward its parameters are read, before a backward its gradient too (zeros on its first
-// backward of a step), and a slot that is given up writes its gradient back; the next block
-// in the walk's direction is read ahead into another slot while one computes. The end of a step
-// walks the blocks in order for the norm (the same per-chunk partials as in memory) and the
-// update (AdamW on one block at a time, its moments read and written around it), so the same
-// kernels run on the same values in the same order as the in-memory stage: bit for bit.
-// The activations of the micro-batches in flight (K under gpipe, D-s under 1f1b) stay in
+// with --pp, gpipe/1f1b, ZeRO 0): the offload layer's tier brought to the pipeline through its
+// PipeSwapOps hooks (parallel/pipeline_impl.h), which strat_pipeline.c hands to the pipeline. The
+// stage's parameters, gradients and AdamW moments live in a scratch file of this rank (tier.h: one
+// region per array, each block on a TIER_ALIGN boundary); in memory are a few block slots
+// (parameters and gradients of one block each, as many as --fast-mem leaves after the fixed
+// overhead, the micro-batches' activations and the tied wte replica), reused least recently used
+// first. A block runs from its slot: before a forward its parameters are read, before a backward
+// its gradient too (zeros on its first backward of a step), and a slot that is given up writes its
+// gradient back; the next block in the walk's direction is read ahead into another slot while one
+// computes. The end of a step walks the blocks in order for the norm (the same per-chunk partials
+// as in memory) and the update (AdamW on one block at a time, its moments read and written around
+// it), so the same kernels run on the same values in the same order as the in-memory stage: bit for
+// bit. The activations of the micro-batches in flight (K under gpipe, D-s under 1f1b) stay in
 // memory and are counted in the budget.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 
+#include "pipeline_swap.h"
+
 #include "../offload/offload.h"
 #include "../offload/offload_plan.h"
 #include "../offload/tier.h"
+#include "../parallel/pipeline_impl.h"
 #include "../testhooks.h"
-#include "pipeline_impl.h"
 
 struct PipeSwap {
     Tier *tier;
@@ -125,13 +128,13 @@ static int use_next(Pipe *p, int b, int grads, int next) {
 }
 
 // Forward (grads 0) reads ahead the next block, a backward (grads 1) the one before.
-int pipe_swap_use(Pipe *p, int b, int grads) {
+static int ps_use(Pipe *p, int b, int grads) {
     return use_next(p, b, grads, grads ? b - 1 : b + 1);
 }
 
 // Flat [lo, hi) of the stage from the tier (array: 0 parameters, 2 m, 3 v) into host, block
 // by block through the first slot (every slot is given up first).
-int pipe_swap_fetch(Pipe *p, int array, float *host) {
+static int ps_fetch(Pipe *p, int array, float *host) {
     PipeSwap *w = p->sw;
     for (int k = 0; k < w->nslot; k++)
         if (evict(p, k)) return -1;
@@ -158,7 +161,7 @@ static int fill_block(Pipe *p, int b, int resume) {
            tier_wr(w, toff(w, p, b, 2), a[1], blk->n) || tier_wr(w, toff(w, p, b, 3), a[2], blk->n);
 }
 
-int pipe_swap_fill(Pipe *p, int start) {
+static int ps_fill(Pipe *p, int start) {
     int resume = start > 0 && p->io->load;
     for (int b = p->b0; b < p->b1; b++)
         if (fill_block(p, b, resume)) return -1;
@@ -189,7 +192,7 @@ static int shard_fetch(void *ctx, int array, size_t at, size_t n, float *dst) {
     return 0;
 }
 
-int pipe_swap_shard(Pipe *p, PipeShard *sh) {
+static int ps_shard(Pipe *p, PipeShard *sh) {
     PipeSwap *w = p->sw;
     for (int k = 0; k < w->nslot; k++) // (between steps no gradient is pending: nothing written)
         if (evict(p, k)) die_last(1);
@@ -199,7 +202,7 @@ int pipe_swap_shard(Pipe *p, PipeShard *sh) {
 }
 
 // Σ g² per chunk of the stage's gradients into v (m->nchunks doubles), block by block.
-int pipe_swap_sumsq(Pipe *p, double *v) {
+static int ps_sumsq(Pipe *p, double *v) {
     for (int b = p->b0; b < p->b1; b++) {
         if (use_next(p, b, 1, b + 1)) return -1;
         const Block *blk = &p->m->blocks[b];
@@ -230,7 +233,7 @@ static int update_block(Pipe *p, int b, int t, float lr, float scale) {
 
 // The step's update (AdamW step p->t + 1) of the stage through the tier, then of the wte
 // replica in memory (last stage). 0 or -1.
-int pipe_swap_update(Pipe *p, float lr, float scale) {
+static int ps_update(Pipe *p, float lr, float scale) {
     GPT *m = p->m;
     int t = ++p->t;
     p->sw->cached_b = -1; // mbuf is the update's
@@ -268,7 +271,7 @@ static int swap_slots(Pipe *p, PipeSwap *w) {
     return 0;
 }
 
-int pipe_swap_setup(Pipe *p) {
+static int ps_setup(Pipe *p) {
     PipeSwap *w = p->sw = xcalloc(1, sizeof *w);
     int nb = p->b1 - p->b0;
     w->toff = xcalloc((size_t)nb, sizeof(size_t));
@@ -298,13 +301,13 @@ int pipe_swap_setup(Pipe *p) {
     return 0;
 }
 
-void pipe_swap_mem(Pipe *p) {
+static void ps_mem(Pipe *p) {
     const PipeSwap *w = p->sw;
     p->mem[0] += 4.0 * w->cap * w->nslot, p->mem[1] += 4.0 * w->cap * w->nslot;
     p->mem[2] += 8.0 * w->cap;
 }
 
-void pipe_swap_free(Pipe *p) {
+static void ps_free(Pipe *p) {
     PipeSwap *w = p->sw;
     if (!w) return;
     if (w->tier) tier_close(w->tier); // (after the reads queued into the slots)
@@ -332,3 +335,13 @@ void pipeline_swap_report(const Pipeline *p) {
             w->need / 1048576, w->budget / 1048576, rd / 1048576.0, wr / 1048576.0,
             ru.ru_maxrss / 1024.0);
 }
+
+const PipeSwapOps PIPE_SWAP_OPS = {.setup = ps_setup,
+                                   .fill = ps_fill,
+                                   .shard = ps_shard,
+                                   .mem = ps_mem,
+                                   .release = ps_free,
+                                   .use = ps_use,
+                                   .fetch = ps_fetch,
+                                   .sumsq = ps_sumsq,
+                                   .update = ps_update};
