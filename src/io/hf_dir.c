@@ -95,7 +95,7 @@ static int cfg_unsupported(const cJSON *root, const char *name, const GPTConfig 
     }
     int hd;
     if (cfg_int(root, name, "head_dim", 0, &hd)) return -1;
-    if (hd && c->H > 0 && hd * c->H != c->C)
+    if (hd && c->H > 0 && (long long)hd * c->H != c->C)
         return loom_fail("%s: \"head_dim\" %d is not hidden_size / num_attention_heads = %d / %d: "
                          "not supported",
                          name, hd, c->C, c->H);
