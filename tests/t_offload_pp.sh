@@ -58,21 +58,7 @@ done
 # checkpoints: a save at step 2 of 4 (the step-4 one removed) resumed onto the full run's bytes
 export LOOM_PIPE_SWAP_SLOTS=1
 lin="$base --lr-schedule constant --grad-accum 2 --pp 2 --schedule 1f1b --steps 4"
-$MPI -np 2 $LOOM train $lin --export "$d/full.st" 2>/dev/null
-for src in off mem; do
-    extra=""; [ $src = off ] && extra=$OFF
-    $MPI -np 2 $LOOM train $lin --save-every 2 --save "$d/ck_$src" $extra 2>/dev/null
-    rm -rf "$d/ck_$src/step_00000004"; echo step_00000002 >"$d/ck_$src/latest"
-done
-for c in "ck_off:" "ck_off:$OFF" "ck_mem:$OFF"; do
-    ck=${c%%:*} extra=${c#*:}
-    $MPI -np 2 $LOOM train $lin --resume "$d/$ck" $extra --export "$d/res.st" 2>"$d/res.err" ||
-        { cat "$d/res.err"; exit 1; }
-    cmp -s "$d/full.st" "$d/res.st" ||
-        { echo "pp 2: resume from $ck ${extra:+with --offload} differs from the uninterrupted run"; exit 1; }
-    echo "pp 2: resume from $ck ${extra:+with --offload}: the uninterrupted run's bytes"
-    clean "resume from $ck"
-done
+offload_resume "pp 2" "$lin"
 
 # the budget binds: per stage 27 MiB of parameters, 109 MiB of training state, --fast-mem 96M
 big="--data $d/train.bin --layers 8 --heads 4 --dim 384 --vocab 64 --block-size 32 --batch 2

@@ -47,21 +47,7 @@ PY
 
 # checkpoints: a save at step 2 of 4 (the step-4 one removed) resumed onto the full run's bytes
 lin="$base --lr-schedule constant --grad-accum 2 --tp 2 --steps 4"
-$MPI -np 2 $LOOM train $lin --export "$d/full.st" 2>/dev/null
-for src in off mem; do
-    extra=""; [ $src = off ] && extra=$OFF
-    $MPI -np 2 $LOOM train $lin --save-every 2 --save "$d/ck_$src" $extra 2>/dev/null
-    rm -rf "$d/ck_$src/step_00000004"; echo step_00000002 >"$d/ck_$src/latest"
-done
-for c in "ck_off:" "ck_off:$OFF" "ck_mem:$OFF"; do
-    ck=${c%%:*} extra=${c#*:}
-    $MPI -np 2 $LOOM train $lin --resume "$d/$ck" $extra --export "$d/res.st" 2>"$d/res.err" ||
-        { cat "$d/res.err"; exit 1; }
-    cmp -s "$d/full.st" "$d/res.st" ||
-        { echo "tp 2: resume from $ck ${extra:+with --offload} differs from the uninterrupted run"; exit 1; }
-    echo "tp 2: resume from $ck ${extra:+with --offload}: the uninterrupted run's bytes"
-    clean "resume from $ck"
-done
+offload_resume "tp 2" "$lin"
 # --cp 2 (the part is the whole layout): an offloaded checkpoint resumed with --offload
 lin="${lin/--tp 2/--cp 2}"
 $MPI -np 2 $LOOM train $lin --export "$d/full.st" 2>/dev/null
