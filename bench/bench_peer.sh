@@ -2,50 +2,60 @@
 # bench/bench_peer.sh — `loom peer` (a swarm of ATOM-style peers averaging CO2-style over
 # ZeroMQ+CURVE) against the MPI strategies on the same emulated links, plus churn and convergence.
 #
-#   bench/bench_peer.sh [--parts tput,churn,conv] [--settings 100mbit,100mbit-tbf]
-#                       [--modes swarm,co2,dp,1f1b,2bw] [--model 30m|small] [--tau N (12)]
+#   bench/bench_peer.sh [--parts tput,churn,conv] [--settings 100mbit,100mbit-tbf,20mbit,10mbit]
+#                       [--machines N (4)] [--cores C (all)]
+#                       [--modes alone,swarm,co2,dp,1f1b,2bw] [--model 30m|small] [--tau N (12)]
 #                       [--rounds R (3)] [--warm-rounds W (1)] [--dp-steps S (4)] [--pp-steps S (5)]
 #                       [--accum K (8)] [--churn-rounds R (15)] [--churn-every N (3)]
 #                       [--churn-link 1gbit|100mbit] [--conv-modes dp,co2] [--out DIR] [--loom PATH]
 #
-# 4 peers / ranks x 1 thread each on the 2-core host (so every run shares 2 cores 4 ways).
+# N equal "machines" (--machines, default 4): every peer and every MPI rank runs in its own CPU
+# cgroup with a fixed quota of C/N cores (bench/netlab/machines.sh + as-machine; cpu.shares 65536,
+# so other jobs on the host yield first), 1 thread each. Mode alone is one process (`loom train`,
+# the same model and batch) in machine 0 on the same share: N x its tok/s is the compute bound
+# every other mode is reported against. wirelay (the 100mbit setting's switch) runs outside the
+# machines.
 # Part tput (model 30m = L6 H6 C384 V50257 T256 B4: 30.0M params, a 120 MB Δ; small = L4 H4
 # C256 V50257 T128 B4), per setting, one run per mode:
-#   swarm  4 x `loom peer --tau N`, --min-peers 4, R rounds (R*N steps), each peer in its own
+#   alone  1 x `loom train` in machine 0, R*N steps, tok/s from step_ms after the warm rounds
+#   swarm  N x `loom peer --tau N`, --min-peers N, R rounds (R*N steps), each peer in its own
 #          namespace; the first --warm-rounds rounds are not timed. tok/s = sum over peers of
 #          tokens / sum of loom's step_ms over the timed rounds (as bench_co2.sh times CO2: a
 #          round's last step_ms includes the round-end work: Δ, the stale average, any wait)
-#   co2    mpirun -np 4 loom train --dp 4 --co2 --tau N, R*N steps, timed the same way
-#   dp     mpirun -np 4 loom train --dp 4, --dp-steps steps, wall clock between timestamped
+#   co2    mpirun -np N loom train --dp N --co2 --tau N, R*N steps, timed the same way
+#   dp     mpirun -np N loom train --dp N, --dp-steps steps, wall clock between timestamped
 #          metrics lines (step 1 skipped)
-#   1f1b / 2bw  mpirun -np 4 loom train --pp 4 --schedule X --grad-accum K, --pp-steps steps,
+#   1f1b / 2bw  mpirun -np N loom train --pp N (--pp N/2 --dp 2 when N > layers) --schedule X --grad-accum K, --pp-steps steps,
 #          wall clock between the lines of step 1 and of the third-to-last step (a 2bw run's
 #          last two lines come after its final drain)
 # Settings: 100mbit = TAP devices joined by the user-space wirelay at 100 Mbit/s + 5 ms one-way
-# (setup-tap.sh 4 1e8 5000; wirelay costs the ranks CPU); 100mbit-tbf = a veth bridge shaped in
-# the kernel to 100 Mbit/s, no delay (setup.sh 4 100mbit).
-# Part churn: byte-level model L4 H4 C256 V256 T128 B8 on the bundled fortunes corpus, 4 peers,
+# (setup-tap.sh N 1e8 5000; wirelay costs the ranks CPU); 100mbit-tbf = a veth bridge shaped in
+# the kernel to 100 Mbit/s, no delay (setup.sh N 100mbit); 20mbit / 10mbit = the same at 20 / 10
+# Mbit/s.
+# Part churn: byte-level model L4 H4 C256 V256 T128 B8 on the bundled fortunes corpus, N peers,
 # --churn-rounds rounds of τ, --peer-timeout 5, on a tbf link (--churn-link). Every
 # --churn-every rounds (by the round of the records a live peer has written) one peer is
 # killed with SIGKILL (in turn p1, p0, p2, p3, then the replacements) and a new peer with a new
 # id starts in the dead one's namespace, bootstrapping to the live peers. Against the same run
 # without churn: tokens/s (step_ms), final validation loss, and the longest wait_ms any peer saw.
-# Part conv: the same model and token budget with MPI --dp 4 (sync DP, batch 8 per rank), and
-# --dp 4 --co2 (--conv-modes), on loopback; final validation loss against the no-churn swarm.
+# Part conv: the same model and token budget with MPI --dp N (sync DP, batch 8 per rank), and
+# --dp N --co2 (--conv-modes), on loopback; final validation loss against the no-churn swarm.
 # Everything (peers, wirelay, namespaces lpr*) is removed on exit.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PARTS=tput,churn,conv; SETTINGS=100mbit; MODESARG=swarm,co2,dp,1f1b,2bw; MODEL=30m; TAU=12
-ROUNDS=3; WARM=1; DP_STEPS=4; PP_STEPS=5; ACC=8; CH_ROUNDS=15; CH_EVERY=3; CH_LINK=1gbit
+PARTS=tput,churn,conv; SETTINGS=100mbit; MODESARG=alone,swarm,co2,dp,1f1b,2bw; MODEL=30m; TAU=12
+NP=4; CORES=$(nproc); ROUNDS=3; WARM=1; DP_STEPS=4; PP_STEPS=5; ACC=8; CH_ROUNDS=15; CH_EVERY=3; CH_LINK=1gbit
 CONV_MODES=dp,co2; OUT=""; LOOM="$ROOT/loom"; PY=/usr/bin/python3; RUN_TIMEOUT=900
-usage() { sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,45p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
     case "$1" in
         --parts) PARTS="$2"; shift 2 ;;
         --settings) SETTINGS="$2"; shift 2 ;;
         --modes) MODESARG="$2"; shift 2 ;;
         --model) MODEL="$2"; shift 2 ;;
+        --machines) NP="$2"; shift 2 ;;
+        --cores) CORES="$2"; shift 2 ;;
         --tau) TAU="$2"; shift 2 ;;
         --rounds) ROUNDS="$2"; shift 2 ;;
         --warm-rounds) WARM="$2"; shift 2 ;;
@@ -64,6 +74,7 @@ while [ $# -gt 0 ]; do
 done
 [ "$(id -u)" -eq 0 ] || { echo "bench_peer.sh: needs root (network namespaces)" >&2; exit 2; }
 [ -x "$LOOM" ] || { echo "bench_peer.sh: no loom binary at $LOOM (run 'make')" >&2; exit 2; }
+case "$NP" in '' | *[!0-9]* | 0 | 1) echo "bench_peer.sh: --machines N needs N >= 2" >&2; exit 2 ;; esac
 [ "$ROUNDS" -gt "$WARM" ] || { echo "bench_peer.sh: need --rounds > --warm-rounds" >&2; exit 2; }
 case "$MODEL" in
     small) read -r L H C V T B <<<"4 4 256 50257 128 4" ;;
@@ -83,26 +94,30 @@ killall_mine() {   # only the processes this script started, by PID
     PIDS=()
 }
 net_down() { "$NETLAB/teardown.sh" >>"$OUT/netlab.log" 2>&1 || true; }
-cleanup() { killall_mine; net_down; }
+cleanup() { killall_mine; net_down; "$NETLAB/machines.sh" down >>"$OUT/netlab.log" 2>&1 || true; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 ip netns list | awk '{print $1}' | grep -qE '^lpr(sw|[0-9]+)$' && net_down
 
 cp "$LOOM" "$OUT/loom"; BIN="$OUT/loom"
+"$NETLAB/machines.sh" up "$NP" "$CORES" | tee -a "$OUT/netlab.log"
+echo "\$ NETLAB_NS=lpr bench/netlab/machines.sh up $NP $CORES" >>"$OUT/commands.txt"
+ASM="$NETLAB/as-machine"
 GIT="$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (dirty tree)')"
 {
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "cpu: $(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1), $(nproc) cores"
     echo "loadavg_start: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "loom_git: $GIT (the checkout's; with --loom, the binary may be older: md5 $(md5sum "$LOOM" | cut -c1-12))"
-    echo "invocation: $0 --parts $PARTS --settings $SETTINGS --modes $MODESARG --model $MODEL --tau $TAU --rounds $ROUNDS --warm-rounds $WARM --dp-steps $DP_STEPS --pp-steps $PP_STEPS --accum $ACC --churn-rounds $CH_ROUNDS --churn-every $CH_EVERY --churn-link $CH_LINK --conv-modes $CONV_MODES"
+    echo "machines: $NP x $(awk -v c="$CORES" -v n="$NP" 'BEGIN { printf "%.3g", c / n }') cores (CPU cgroups with fixed quotas)"
+    echo "invocation: $0 --machines $NP --cores $CORES --parts $PARTS --settings $SETTINGS --modes $MODESARG --model $MODEL --tau $TAU --rounds $ROUNDS --warm-rounds $WARM --dp-steps $DP_STEPS --pp-steps $PP_STEPS --accum $ACC --churn-rounds $CH_ROUNDS --churn-every $CH_EVERY --churn-link $CH_LINK --conv-modes $CONV_MODES"
 } | tee "$OUT/machine.txt"
 
 "$BIN" keygen -o "$OUT/secret" >/dev/null 2>&1
 ENVV=(OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE)
 XS=(-x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS -x OMP_WAIT_POLICY)
-mkdir -p "$OUT/hosts"; printf 'n%d slots=1\n' 0 1 2 3 >"$OUT/hosts/hosts.4"
-NETNS_MCA=(--hostfile "$OUT/hosts/hosts.4" --mca plm_rsh_agent "$NETLAB/rsh-netns" --mca plm_rsh_no_tree_spawn 1
+mkdir -p "$OUT/hosts"; for ((i = 0; i < NP; i++)); do echo "n$i slots=1"; done >"$OUT/hosts/hosts"
+NETNS_MCA=(--hostfile "$OUT/hosts/hosts" --mca plm_rsh_agent "$NETLAB/rsh-netns" --mca plm_rsh_no_tree_spawn 1
            --mca btl tcp,self --mca btl_tcp_if_include 10.77.0.0/24 --mca oob_tcp_if_include 10.77.0.0/24)
 TSREADER='import sys, time
 with open(sys.argv[1], "rb") as f, open(sys.argv[2], "w") as o:
@@ -112,12 +127,11 @@ PORT=7700   # a fresh port per peer process (no TIME_WAIT surprises)
 
 net_up() {  # net_up SETTING
     case "$1" in
-        100mbit) "$NETLAB/setup-tap.sh" 4 1e8 5000 >>"$OUT/netlab.log" 2>&1
-                 echo "\$ NETLAB_NS=lpr bench/netlab/setup-tap.sh 4 1e8 5000" >>"$OUT/commands.txt" ;;
-        100mbit-tbf) "$NETLAB/setup.sh" 4 100mbit >>"$OUT/netlab.log" 2>&1
-                 echo "\$ NETLAB_NS=lpr bench/netlab/setup.sh 4 100mbit" >>"$OUT/commands.txt" ;;
-        1gbit) "$NETLAB/setup.sh" 4 1gbit >>"$OUT/netlab.log" 2>&1
-                 echo "\$ NETLAB_NS=lpr bench/netlab/setup.sh 4 1gbit" >>"$OUT/commands.txt" ;;
+        100mbit) "$NETLAB/setup-tap.sh" "$NP" 1e8 5000 >>"$OUT/netlab.log" 2>&1
+                 echo "\$ NETLAB_NS=lpr bench/netlab/setup-tap.sh $NP 1e8 5000" >>"$OUT/commands.txt" ;;
+        100mbit-tbf | 20mbit | 10mbit | 1gbit)
+                 "$NETLAB/setup.sh" "$NP" "${1%-tbf}" >>"$OUT/netlab.log" 2>&1
+                 echo "\$ NETLAB_NS=lpr bench/netlab/setup.sh $NP ${1%-tbf}" >>"$OUT/commands.txt" ;;
         *) echo "bench_peer.sh: unknown setting '$1'" >&2; exit 2 ;;
     esac
 }
@@ -127,7 +141,7 @@ start_peer() {
     local tag=$1 ns=$2 id=$3 boot=$4; shift 4
     local port=$((PORT++)) b=()
     [ -n "$boot" ] && b=(--bootstrap "$boot")
-    local cmd=(ip netns exec "lpr$ns" env "${ENVV[@]}" "$BIN" peer "$@" --threads 1 --progress off --peak-gflops 1
+    local cmd=("$ASM" "$ns" nsenter --net="/run/netns/lpr$ns" env "${ENVV[@]}" "$BIN" peer "$@" --threads 1 --progress off --peak-gflops 1
                --secret "$OUT/secret" --peer-id "$id" --listen "10.77.0.$((10 + ns)):$port" "${b[@]}"
                --metrics "$OUT/$tag/$id.jsonl")
     echo "\$ ${cmd[*]} &" >>"$OUT/commands.txt"
@@ -148,14 +162,14 @@ wait_pids() {
     PIDS=(); return 0
 }
 
-# run_mpi TAG SETTING STEPS ARGS... — mpirun -np 4 across the namespaces (or loopback); metrics
+# run_mpi TAG SETTING STEPS ARGS... — mpirun -np N across the namespaces (or loopback); metrics
 # through a timestamping FIFO into TAG.ts
 run_mpi() {
     local tag=$1 s=$2 steps=$3; shift 3
-    local prog=("$BIN" train "$@" --steps "$steps" --threads 1 --progress off --peak-gflops 1
+    local prog=("$ASM" rank "$BIN" train "$@" --steps "$steps" --threads 1 --progress off --peak-gflops 1
                 --comm-timeout 300 --metrics "$OUT/$tag.fifo") cmd
-    if [ "$s" = loopback ]; then cmd=(env "${ENVV[@]}" "$ROOT/scripts/loom-mpirun" --oversubscribe -np 4 "${XS[@]}" "${prog[@]}")
-    else cmd=(ip netns exec lpr0 env "${ENVV[@]}" "$ROOT/scripts/loom-mpirun" -np 4 "${NETNS_MCA[@]}" "${XS[@]}" "${prog[@]}"); fi
+    if [ "$s" = loopback ]; then cmd=(env "${ENVV[@]}" "$ROOT/scripts/loom-mpirun" --oversubscribe -np "$NP" "${XS[@]}" "${prog[@]}")
+    else cmd=(nsenter --net=/run/netns/lpr0 env "${ENVV[@]}" "$ROOT/scripts/loom-mpirun" -np "$NP" "${NETNS_MCA[@]}" "${XS[@]}" "${prog[@]}"); fi
     echo "\$ ${cmd[*]}" >>"$OUT/commands.txt"
     rm -f "$OUT/$tag.fifo"; mkfifo "$OUT/$tag.fifo"
     $PY -c "$TSREADER" "$OUT/$tag.fifo" "$OUT/$tag.ts" &
@@ -169,16 +183,28 @@ run_mpi() {
     echo "   $tag rc=$rc wall $(( $(date +%s) - t0 )) s"
 }
 
-# run_swarm TAG STEPS FLAGS... — 4 peers p0..p3 in lpr0..3, all waiting for each other
+# run_alone TAG STEPS ARGS... — one `loom train` in machine 0 (no network): the compute bound's unit
+run_alone() {
+    local tag=$1 steps=$2; shift 2
+    local cmd=("$ASM" 0 env "${ENVV[@]}" "$BIN" train "$@" --steps "$steps" --threads 1 --progress off
+               --peak-gflops 1 --metrics "$OUT/$tag.jsonl") rc=0 t0
+    echo "\$ ${cmd[*]}" >>"$OUT/commands.txt"
+    t0=$(date +%s)
+    timeout -k 10 "$RUN_TIMEOUT" "${cmd[@]}" >"$OUT/$tag.log" 2>&1 || rc=$?
+    echo "{\"tag\":\"$tag\",\"rc\":$rc,\"wall_s\":$(( $(date +%s) - t0 ))}" >"$OUT/$tag.rc"
+    echo "   $tag rc=$rc wall $(( $(date +%s) - t0 )) s"
+}
+
+# run_swarm TAG STEPS FLAGS... — N peers p0..p(N-1) in lpr0.., all waiting for each other
 run_swarm() {
     local tag=$1 steps=$2; shift 2
     mkdir -p "$OUT/$tag"; : >"$OUT/$tag/peers.txt"
     local t0 rc=0 i
     t0=$(date +%s)
-    start_peer "$tag" 0 p0 "" "$@" --steps "$steps" --min-peers 4
+    start_peer "$tag" 0 p0 "" "$@" --steps "$steps" --min-peers "$NP"
     local boot; boot=$(awk '{print $3}' "$OUT/$tag/peers.txt")
     sleep 1
-    for i in 1 2 3; do start_peer "$tag" "$i" "p$i" "$boot" "$@" --steps "$steps" --min-peers 4; done
+    for ((i = 1; i < NP; i++)); do start_peer "$tag" "$i" "p$i" "$boot" "$@" --steps "$steps" --min-peers "$NP"; done
     wait_pids "$RUN_TIMEOUT" || rc=1
     echo "{\"tag\":\"$tag\",\"rc\":$rc,\"wall_s\":$(( $(date +%s) - t0 ))}" >"$OUT/$tag.rc"
     echo "   $tag rc=$rc wall $(( $(date +%s) - t0 )) s"
@@ -188,19 +214,22 @@ START=$(date +%s)
 # ---------------------------------------------------------------- part tput
 if has "$PARTS" tput; then
     TOK="$OUT/tokens.bin"
-    $PY "$ROOT/tests/torch_gpt.py" tokens --vocab "$V" --n $(( (4 * ROUNDS * TAU + 8 * ACC * PP_STEPS + 4 * DP_STEPS) * B * T + 4096 )) --seed 1 --out "$TOK" >/dev/null
+    $PY "$ROOT/tests/torch_gpt.py" tokens --vocab "$V" --n $(( (NP * ROUNDS * TAU + 8 * ACC * PP_STEPS + NP * DP_STEPS) * B * T + 4096 )) --seed 1 --out "$TOK" >/dev/null
     MODELF=(--data "$TOK" --layers "$L" --heads "$H" --dim "$C" --vocab "$V" --block-size "$T" --seq "$T" --batch "$B")
-    echo "model: L$L H$H C$C V$V T$T B$B per rank/peer, 4 x 1 thread" | tee -a "$OUT/machine.txt"
+    echo "model: L$L H$H C$C V$V T$T B$B per rank/peer, $NP x 1 thread" | tee -a "$OUT/machine.txt"
+    # the pipeline: N stages, or N/2 stages x dp 2 when the model has fewer layers than machines
+    PPF=(--pp "$NP"); [ "$NP" -gt "$L" ] && PPF=(--pp $((NP / 2)) --dp 2)
     IFS=',' read -r -a SETLIST <<<"$SETTINGS"; IFS=',' read -r -a MODES <<<"$MODESARG"
     for s in "${SETLIST[@]}"; do
         echo "== tput $s"; net_up "$s"
         for m in "${MODES[@]}"; do
             tag="tput_${s}_$m"
             case "$m" in
+                alone) run_alone "$tag" $((ROUNDS * TAU)) "${MODELF[@]}" ;;
                 swarm) run_swarm "$tag" $((ROUNDS * TAU)) "${MODELF[@]}" --tau "$TAU" --peer-timeout 30 ;;
-                co2) run_mpi "$tag" "$s" $((ROUNDS * TAU)) "${MODELF[@]}" --dp 4 --co2 --tau "$TAU" ;;
-                dp) run_mpi "$tag" "$s" "$DP_STEPS" "${MODELF[@]}" --dp 4 ;;
-                1f1b|2bw) run_mpi "$tag" "$s" "$PP_STEPS" "${MODELF[@]}" --pp 4 --schedule "$m" --grad-accum "$ACC" ;;
+                co2) run_mpi "$tag" "$s" $((ROUNDS * TAU)) "${MODELF[@]}" --dp "$NP" --co2 --tau "$TAU" ;;
+                dp) run_mpi "$tag" "$s" "$DP_STEPS" "${MODELF[@]}" --dp "$NP" ;;
+                1f1b|2bw) run_mpi "$tag" "$s" "$PP_STEPS" "${MODELF[@]}" "${PPF[@]}" --schedule "$m" --grad-accum "$ACC" ;;
                 *) echo "bench_peer.sh: unknown mode '$m'" >&2; exit 2 ;;
             esac
         done
@@ -226,13 +255,13 @@ if has "$PARTS" churn; then
     # churn: the same start, then a kill + replacement every CH_EVERY rounds
     tag=churn_kill; mkdir -p "$OUT/$tag"; : >"$OUT/$tag/peers.txt"; : >"$OUT/$tag/events.txt"
     t0=$(date +%s)
-    start_peer "$tag" 0 p0 "" "${BYTEF[@]}" --steps "$CH_STEPS" --peer-timeout 5 --min-peers 4
+    start_peer "$tag" 0 p0 "" "${BYTEF[@]}" --steps "$CH_STEPS" --peer-timeout 5 --min-peers "$NP"
     boot=$(awk '{print $3}' "$OUT/$tag/peers.txt")
     sleep 1
-    for i in 1 2 3; do start_peer "$tag" "$i" "p$i" "$boot" "${BYTEF[@]}" --steps "$CH_STEPS" --peer-timeout 5 --min-peers 4; done
-    declare -A NSOF=([p0]=0 [p1]=1 [p2]=2 [p3]=3); declare -A PIDOF ADDROF
+    for ((i = 1; i < NP; i++)); do start_peer "$tag" "$i" "p$i" "$boot" "${BYTEF[@]}" --steps "$CH_STEPS" --peer-timeout 5 --min-peers "$NP"; done
+    declare -A NSOF; for ((i = 0; i < NP; i++)); do NSOF[p$i]=$i; done; declare -A PIDOF ADDROF
     while read -r id pid addr; do PIDOF[$id]=$pid; ADDROF[$id]=$addr; done <"$OUT/$tag/peers.txt"
-    VICTIMS=(p1 p0 p2 p3); next=$CH_EVERY; gen=4; vi=0; rc=0
+    VICTIMS=(p1 p0 p2 p3); next=$CH_EVERY; gen=$NP; vi=0; rc=0
     end=$(( $(date +%s) + RUN_TIMEOUT ))
     while :; do
         live=(); for id in "${!PIDOF[@]}"; do kill -0 "${PIDOF[$id]}" 2>/dev/null && live+=("$id"); done
@@ -267,9 +296,10 @@ if has "$PARTS" churn; then
 fi
 if has "$PARTS" conv; then
     echo "== conv (loopback)"
-    has "$CONV_MODES" dp && run_mpi conv_dp loopback "$CH_STEPS" "${BYTEF[@]}" --dp 4 --val-every 0
-    has "$CONV_MODES" co2 && run_mpi conv_co2 loopback "$CH_STEPS" "${BYTEF[@]}" --dp 4 --co2 --val-every 0
+    has "$CONV_MODES" dp && run_mpi conv_dp loopback "$CH_STEPS" "${BYTEF[@]}" --dp "$NP" --val-every 0
+    has "$CONV_MODES" co2 && run_mpi conv_co2 loopback "$CH_STEPS" "${BYTEF[@]}" --dp "$NP" --co2 --val-every 0
 fi
+"$NETLAB/machines.sh" show | tee -a "$OUT/machine.txt"
 echo "total bench time: $(($(date +%s) - START)) s   loadavg_end: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/machine.txt"
 echo "raw results: $OUT"
-$PY "$ROOT/bench/bench_peer_summary.py" "$OUT" "$TAU" "$WARM" "$ACC" "$B" "$T" | tee "$OUT/summary.md"
+$PY "$ROOT/bench/bench_peer_summary.py" "$OUT" "$TAU" "$WARM" "$ACC" "$B" "$T" "$NP" "${PPF[*]:-}" | tee "$OUT/summary.md"

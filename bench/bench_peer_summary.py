@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""bench/bench_peer_summary.py OUT TAU WARM ACC B T — the markdown tables of bench/bench_peer.sh
+"""bench/bench_peer_summary.py OUT TAU WARM ACC B T N PPFLAGS — the markdown tables of bench/bench_peer.sh
 from the files it leaves in OUT (per-peer metrics OUT/TAG/ID.jsonl, MPI rank-0 metrics OUT/TAG.ts
-with a wall-clock timestamp per line, OUT/TAG.rc)."""
+with a wall-clock timestamp per line, OUT/TAG.rc). N: the machines; PPFLAGS: the pipeline's
+--pp/--dp flags (a "--dp 2" there doubles its tokens per step)."""
 import glob, json, os, re, statistics, sys
 
-out, tau, warm, acc, B, T = sys.argv[1], *map(int, sys.argv[2:])
+out, tau, warm, acc, B, T, N = sys.argv[1], *map(int, sys.argv[2:8])
+ppdp = 2 if "--dp 2" in (sys.argv[8] if len(sys.argv) > 8 else "") else 1
 med = statistics.median
 
 
@@ -55,6 +57,10 @@ def swarm_tput(tag):
     return peers
 
 
+def pct(x, bound):
+    return f"{100 * x / bound:.1f}%" if bound else "—"
+
+
 def ts_rows(tag):
     rows = []
     try:
@@ -67,22 +73,43 @@ def ts_rows(tag):
     return rows
 
 
-print("### Throughput (4 peers / ranks x 1 thread, 2 cores)\n")
-print("| link | run | tok/s | s per step (per peer/rank) | exposed wait | MiB sent per round per peer | notes |")
-print("|---|---|---|---|---|---|---|")
-names = {"100mbit": "100 Mbit/s + 5 ms (wirelay)", "100mbit-tbf": "100 Mbit/s (tbf)"}
-for s in ("100mbit", "100mbit-tbf"):
-    for m in ("swarm", "co2", "dp", "1f1b", "2bw"):
+def alone_tps(tag):
+    """tok/s of one process alone on one machine's share: B*T / median step_ms after the warm rounds"""
+    try:
+        rows = [json.loads(x) for x in open(f"{out}/{tag}.jsonl") if '"step_ms"' in x]
+    except OSError:
+        return None
+    timed = [j["step_ms"] for j in rows if j["step"] > warm * tau] or [j["step_ms"] for j in rows[1:]]
+    return B * T / med(timed) * 1000 if timed else None
+
+
+print(f"### Throughput ({N} machines x 1 thread: each peer / rank in its own CPU cgroup)\n")
+print("| link | run | tok/s | of the bound | s per step (per peer/rank) | exposed wait | MiB sent per round per peer | notes |")
+print("|---|---|---|---|---|---|---|---|")
+names = {"100mbit": "100 Mbit/s + 5 ms (wirelay)", "100mbit-tbf": "100 Mbit/s (tbf)", "20mbit": "20 Mbit/s (tbf)",
+         "10mbit": "10 Mbit/s (tbf)", "1gbit": "1 Gbit/s (tbf)"}
+for s in names:
+    bound = None
+    for m in ("alone", "swarm", "co2", "dp", "1f1b", "2bw"):
         tag = f"tput_{s}_{m}"
         rc = rc_of(tag)
         if rc is None:
+            continue
+        if m == "alone":
+            a = alone_tps(tag)
+            if rc["rc"] or a is None:
+                print(f"| {names[s]} | one machine alone | FAILED (rc {rc['rc']}) | | | | | |")
+                continue
+            bound = N * a
+            print(f"| {names[s]} | one machine alone ×{N} (the bound) | **{bound:,.0f}** ({a:,.0f} × {N}) | 100% "
+                  f"| {B * T / a:.2f} | — | — | `loom train`, no network; wall {rc['wall_s']} s |")
             continue
         lab = {"swarm": f"`loom peer` swarm τ {tau}", "co2": f"MPI CO2 τ {tau}", "dp": "MPI sync DP",
                "1f1b": f"pipeline 1f1b K={acc}", "2bw": f"pipeline 2bw K={acc}"}[m]
         if m == "swarm":
             p = swarm_tput(tag)
-            if rc["rc"] or len(p) < 4:
-                print(f"| {names[s]} | {lab} | FAILED (rc {rc['rc']}, {len(p)} peers with timed rounds) | | | | |")
+            if rc["rc"] or len(p) < N:
+                print(f"| {names[s]} | {lab} | FAILED (rc {rc['rc']}, {len(p)} peers with timed rounds) | | | | | |")
                 continue
             tps = sum(x["tps"] for x in p.values())
             rms = med([x["round_ms"] for x in p.values()])
@@ -92,29 +119,29 @@ for s in ("100mbit", "100mbit-tbf"):
             drain = [x["wait"][-1] for x in p.values()]
             sent = med([x["sent_per_round"] for x in p.values() if x["sent_per_round"]])
             per = " / ".join(f"{k} {x['tps']:.0f}" for k, x in sorted(p.items()))
-            print(f"| {names[s]} | {lab} | **{tps:,.0f}** (sum of {per}) | {rms / tau / 1000:.2f} "
+            print(f"| {names[s]} | {lab} | **{tps:,.0f}** (sum of {per}) | {pct(tps, bound)} | {rms / tau / 1000:.2f} "
                   f"| median {med(waits):,.0f} ms, max {max(waits):,.0f} ms per round (paid in the timed rounds); final drain {min(drain) / 1000:.0f}–{max(drain) / 1000:.0f} s "
                   f"| {sent:,.1f} | rounds {p['p0']['rounds']} timed; view {p['p0']['view']}, averaged {p['p0']['averaged']}; wall {rc['wall_s']} s |")
             continue
         rows = [(t, j) for t, j in ts_rows(tag) if "step_ms" in j]
         if rc["rc"] or len(rows) < 3:
-            print(f"| {names[s]} | {lab} | FAILED (rc {rc['rc']}) | | | | |")
+            print(f"| {names[s]} | {lab} | FAILED (rc {rc['rc']}) | | | | | |")
             continue
         if m == "co2":
             timed = [j for _, j in rows if j["step"] > warm * tau]
             tot = sum(j["step_ms"] for j in timed)
-            tps = 4 * B * T * len(timed) / tot * 1000
+            tps = N * B * T * len(timed) / tot * 1000
             ex = sum(j.get("comm_exposed_ms", 0) for j in timed)
             ends = [round(j.get("comm_exposed_ms", 0)) for j in timed if j["step"] % tau == 0]
-            print(f"| {names[s]} | {lab} | **{tps:,.0f}** | {tot / len(timed) / 1000:.2f} | {100 * ex / tot:.1f}% "
+            print(f"| {names[s]} | {lab} | **{tps:,.0f}** | {pct(tps, bound)} | {tot / len(timed) / 1000:.2f} | {100 * ex / tot:.1f}% "
                   f"(round ends {ends} ms) | — | steps {timed[0]['step']}–{timed[-1]['step']} by step_ms; wall {rc['wall_s']} s |")
         else:
-            tpst = 4 * B * T if m == "dp" else B * T * acc
+            tpst = N * B * T if m == "dp" else B * T * acc * ppdp
             a, b = 0, (len(rows) - 1 if m == "dp" else len(rows) - 3)
             dt = (rows[b][0] - rows[a][0]) / (rows[b][1]["step"] - rows[a][1]["step"])
             inside = [j for _, j in rows[a + 1:b + 1]]
             ex = sum(j.get("comm_exposed_ms", 0) for j in inside) / sum(j["step_ms"] for j in inside)
-            print(f"| {names[s]} | {lab} | **{tpst / dt:,.0f}** | {dt:.2f} ({tpst} tok/step) | {100 * ex:.1f}% "
+            print(f"| {names[s]} | {lab} | **{tpst / dt:,.0f}** | {pct(tpst / dt, bound)} | {dt:.2f} ({tpst} tok/step) | {100 * ex:.1f}% "
                   f"| — | wall clock, steps {rows[a][1]['step'] + 1}–{rows[b][1]['step']}; loom median step_ms "
                   f"{med(j['step_ms'] for j in inside) / 1000:.2f} s; wall {rc['wall_s']} s |")
 print()
