@@ -74,10 +74,14 @@ static int sparse_msg(Swarm *s, const float *x, WireMsg *m) {
 }
 
 int sw_piece_msg(Swarm *s, const Contrib *c, size_t piece) {
+    size_t off = piece * SW_PIECE;
+    return sw_range_msg(s, c, off, s->P - off < SW_PIECE ? s->P - off : SW_PIECE, piece == 0);
+}
+
+int sw_range_msg(Swarm *s, const Contrib *c, size_t offset, size_t n, int losses) {
     WireMsg *m = s->out;
-    m->offset = piece * SW_PIECE, m->total = s->P;
-    m->n = (uint32_t)(s->P - m->offset < SW_PIECE ? s->P - m->offset : SW_PIECE);
-    m->nloss = piece == 0 ? (uint32_t)c->nloss : 0;
+    m->offset = offset, m->total = s->P, m->n = (uint32_t)n;
+    m->nloss = losses ? (uint32_t)c->nloss : 0;
     m->losses = (const uint8_t *)c->losses;
     if (s->c.compress == CQ_TOPK && sparse_msg(s, c->delta + m->offset, m)) return WIRE_DELTAS;
     if (!c->q8) {

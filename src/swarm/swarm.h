@@ -33,6 +33,8 @@ typedef struct {
     const char *run_desc;  // JSON: what must match to join (model shape, τ, optimizers, ...)
     int compress;          // --outer-compress: CQ_NONE, CQ_INT8 or CQ_TOPK (compress.h)
     double topk_frac;      // --topk-frac: the share of a Δ's floats topk sends
+    int exchange;          // --peer-exchange: 0 all (every Δ to every peer), 1 sharded
+                           // (reduce-scatter + all-gather, swarm_shard.c)
     int verbose;
 } SwarmConfig;
 

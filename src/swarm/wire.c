@@ -30,6 +30,8 @@
 //             ceil(n / 4096) floats (the scales), n int8 codes, nloss doubles
 //   DELTAS    offset u64, total u64, n u32 (1..2^18), nloss u32 (<= 4096), nnz u32 (<= n / 2),
 //             nnz u32 indices (increasing, < n), nnz floats, nloss doubles
+//   SUM       attempt u32, then DELTA's fields
+//   HOLD      as COMMIT
 // DELTA, DELTA8, FETCH and DATA need offset + n <= total; a DATA with n = 0 must have offset =
 // total = 0 (the version is gone). Nothing may follow the last field. A message is at most
 // WIRE_MSG_MAX bytes (the largest valid one, a full DELTA, is about 1.03 MiB).
@@ -41,8 +43,8 @@
 #include <string.h>
 
 static const char *const type_names[WIRE_NTYPES] = {
-    "?",      "HELLO", "WELCOME", "REFUSE", "GOSSIP", "DELTA", "HAVE",
-    "COMMIT", "FETCH", "DATA",    "BYE",    "DELTA8", "DELTAS"};
+    "?",     "HELLO", "WELCOME", "REFUSE", "GOSSIP", "DELTA", "HAVE", "COMMIT",
+    "FETCH", "DATA",  "BYE",     "DELTA8", "DELTAS", "SUM",   "HOLD"};
 
 const char *wire_type_name(int type) {
     return type > 0 && type < WIRE_NTYPES ? type_names[type] : "?";
@@ -133,7 +135,8 @@ static int check_records(const WireMsg *m, const char *t, char *why, size_t whyn
 size_t wire_q8_scales(size_t n) { return (n + WIRE_Q8_CHUNK - 1) / WIRE_Q8_CHUNK; }
 
 static int is_delta(const WireMsg *m) {
-    return m->type == WIRE_DELTA || m->type == WIRE_DELTA8 || m->type == WIRE_DELTAS;
+    return m->type == WIRE_DELTA || m->type == WIRE_DELTA8 || m->type == WIRE_DELTAS ||
+           m->type == WIRE_SUM;
 }
 
 uint32_t wire_u32(const uint8_t *p, size_t i) { return (uint32_t)get_le(p + 4 * i, 4); }
@@ -194,9 +197,11 @@ static int check(const WireMsg *m, char *why, size_t whyn) {
     case WIRE_DELTA:
     case WIRE_DELTA8:
     case WIRE_DELTAS:
+    case WIRE_SUM:
     case WIRE_FETCH:
     case WIRE_DATA: return check_range(m, t, why, whyn);
     case WIRE_HAVE:
+    case WIRE_HOLD:
     case WIRE_COMMIT: return check_ids(m, t, why, whyn);
     default: return 0; // BYE
     }
@@ -283,6 +288,8 @@ static void emit(Wr *w, const WireMsg *m) {
     case WIRE_DELTA:
     case WIRE_DELTA8:
     case WIRE_DELTAS:
+    case WIRE_SUM:
+        if (m->type == WIRE_SUM) put_u(w, m->attempt, 4);
         put_u(w, m->offset, 8);
         put_u(w, m->total, 8);
         put_u(w, m->n, 4);
@@ -300,8 +307,9 @@ static void emit(Wr *w, const WireMsg *m) {
         put_vals(w, m->losses, m->nloss, 8);
         break;
     case WIRE_HAVE:
+    case WIRE_HOLD:
     case WIRE_COMMIT:
-        if (m->type == WIRE_COMMIT) put_u(w, m->attempt, 4);
+        if (m->type != WIRE_HAVE) put_u(w, m->attempt, 4);
         put_u(w, m->hash, 8);
         put_ids(w, m);
         break;
@@ -428,6 +436,7 @@ static int get_text(Rd *r, WireMsg *m) {
 // losses as
 // pointers into r.
 static int get_range(Rd *r, WireMsg *m) {
+    if (m->type == WIRE_SUM) m->attempt = (uint32_t)get_u(r, 4);
     if (!is_delta(m)) m->what = (uint32_t)get_u(r, 4);
     m->offset = get_u(r, 8);
     m->total = get_u(r, 8);
@@ -461,13 +470,15 @@ static int get_body(Rd *r, WireMsg *m) {
     case WIRE_GOSSIP: return get_records(r, m);
     case WIRE_REFUSE: return get_text(r, m);
     case WIRE_HAVE:
+    case WIRE_HOLD:
     case WIRE_COMMIT:
-        if (m->type == WIRE_COMMIT) m->attempt = (uint32_t)get_u(r, 4);
+        if (m->type != WIRE_HAVE) m->attempt = (uint32_t)get_u(r, 4);
         m->hash = get_u(r, 8);
         return get_ids(r, m);
     case WIRE_DELTA:
     case WIRE_DELTA8:
     case WIRE_DELTAS:
+    case WIRE_SUM:
     case WIRE_FETCH:
     case WIRE_DATA: return get_range(r, m);
     default: return 0; // BYE
