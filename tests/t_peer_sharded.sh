@@ -10,7 +10,8 @@
 #   3. a peer killed in the middle of the reduce-scatter (LOOM_FAULT_PEER_KILL: right after it
 #      sent its first part): the survivors commit a new attempt over themselves and finish with
 #      identical anchors (once the killed one is a member, once the coordinator);
-#   4. bad input: --peer-exchange bogus, and a peer of another --peer-exchange is refused naming
+#   4. a late joiner (it fetches the averages it lacks whole) ends with the others' anchor;
+#   5. bad input: --peer-exchange bogus, and a peer of another --peer-exchange is refused naming
 #      the flag.
 # Negative control: the comparison of section 1 notices a different run (sharded 2 peers
 # against all-to-all 3 peers differ).
@@ -30,12 +31,14 @@ model="--layers 2 --heads 2 --dim 32 --vocab 64 --block-size 32 --batch 2 --seq 
 opt="--lr 3e-3 --weight-decay 0.1 --grad-clip 0.5 --lr-schedule constant"
 outer="--tau 3 --outer-lr 0.9 --outer-momentum 0.6 --gap-mode constant --gap-penalty 1.7 --outer-clip 0.004"
 export OMP_NUM_THREADS=1
-peer() { # peer ID [BOOT] [flags...] (as in t_peer.sh; pid in $!)
+# peer ID [BOOT] [flags...] (as in t_peer.sh; pid in $!): --peer-timeout $PT (10 s: 8 peers on
+# a loaded 2-core host can be silent for seconds without being gone)
+peer() {
     local id=$1 boot=$2; shift 2
     rm -f "$d/$id.log"
     $LOOM peer --data "$d/d.bin" $model $opt --peer-id "$id" --listen 127.0.0.1:0 \
         ${boot:+--bootstrap $boot} --secret "$d/secret" --progress off \
-        --peer-timeout 2 "$@" > "$d/$id.log" 2>&1 &
+        --peer-timeout ${PT:-10} "$@" > "$d/$id.log" 2>&1 &
     pids+=($!)
 }
 addr() {
@@ -122,7 +125,7 @@ for victim in 2 0; do # a member; then the coordinator (the lowest id)
     started=() boot=
     for i in 0 1 2; do
         kill_round=$([ $i = $victim ] && echo 3 || true)
-        LOOM_FAULT_PEER_KILL=$kill_round peer k$i "$boot" $outer --steps 30 --min-peers 3 \
+        LOOM_FAULT_PEER_KILL=$kill_round PT=3 peer k$i "$boot" $outer --steps 30 --min-peers 3 \
             --peer-exchange sharded --export "$d/k$i.st"
         started+=($!)
         if [ $i = 0 ]; then boot=$(addr k0); fi
@@ -139,7 +142,27 @@ for victim in 2 0; do # a member; then the coordinator (the lowest id)
     echo "k$victim killed in round 3's reduce-scatter: k${live[0]} and k${live[1]} finished with identical anchors"
 done
 
-echo "== 4. bad input"
+echo "== 4. a late joiner"
+long="--layers 2 --heads 2 --dim 64 --vocab 64 --block-size 32 --batch 4 --seq 32 --tau 4"
+model=$long
+peer j0 "" --steps 400 --min-peers 2 --peer-exchange sharded --metrics "$d/j0.jsonl" --export "$d/j0.st"
+j0=$!
+boot=$(addr j0)
+peer j1 $boot --steps 400 --peer-exchange sharded --export "$d/j1.st"
+j1=$!
+for _ in $(seq 600); do # until the swarm of two has run some rounds
+    [ "$(cat "$d/j0.jsonl" 2>/dev/null | grep -c '"step"' || true)" -ge 40 ] && break
+    sleep 0.1
+done
+peer j2 $boot --steps 400 --peer-exchange sharded --export "$d/j2.st"
+j2=$!
+waitall $j0 $j1 $j2 || { logs j; exit 1; }
+grep -h "joined the swarm at" "$d/j2.log"
+cmp "$d/j0.st" "$d/j1.st" && cmp "$d/j0.st" "$d/j2.st" || { echo "anchors differ after the join"; exit 1; }
+echo "late j2 ended with j0's and j1's anchor"
+model="--layers 2 --heads 2 --dim 32 --vocab 64 --block-size 32 --batch 2 --seq 16"
+
+echo "== 5. bad input"
 expect_fail "--peer-exchange" $LOOM peer --data "$d/d.bin" --peer-exchange bogus --peer-id q \
     --listen 127.0.0.1:1 --secret "$d/secret"
 peer x0 "" $outer --steps 11 --min-peers 2 --peer-exchange sharded
