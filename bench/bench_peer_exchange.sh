@@ -10,7 +10,9 @@
 # exchange: every peer's summary line gives the bytes it sent over the whole run (Δs, parts,
 # sums, gossip, reports, the final lingering); the table prints the median over the peers of
 # that / R, against the formulas
-# all: (N−1)·Δ, sharded: (N−1)/N·(Δ + 4P) (Δ: the bytes of one Δ as --outer-compress sends it).
+# all: (N−1)·Δ, sharded: (N−1)/N·(Δ + 4P) (Δ: the bytes of one Δ as --outer-compress sends it:
+# 4P, int8 P + 4⌈P/4096⌉, topk at the default --topk-frac 0.02 8⌈0.02·P⌉; with topk the sums
+# travel as index/value pairs, at most (N−1)·Δ when the members' supports do not overlap).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PEERS="3 8"; COMPRESS="none"; ROUNDS=8; TAU=2; LOOM="$ROOT/loom"; OUT=$(mktemp -d)
@@ -53,7 +55,7 @@ for n in $PEERS; do
                 pids+=($!) started+=($!)
                 if [ $i = 0 ]; then
                     for _ in $(seq 600); do
-                        boot=$(sed -n 's/^loom peer .*: others reach it at //p' "$log")
+                        boot=$(sed -n 's/^loom peer .*: others reach it at //p' "$log" 2>/dev/null || true)
                         [ -n "$boot" ] && break
                         sleep 0.1
                     done
@@ -69,9 +71,13 @@ for i in range(n):
     m = re.search(r"\| sent ([0-9.]+) MiB", open(f"{out}/{tag}-{i}.log").read())
     per.append(float(m.group(1)) / R)
 P = 4 * (12 * 128 * 128 + 13 * 128) + 256 * 128 + 64 * 128 + 2 * 128
-delta = {"none": 4 * P, "int8": P + 4 * ((P + 4095) // 4096)}.get(cq, 4 * P)
+import math
+delta = {"none": 4 * P, "int8": P + 4 * ((P + 4095) // 4096), "topk": 8 * math.ceil(0.02 * P)}[cq]
 f = (n - 1) * delta if ex == "all" else (n - 1) / n * (delta + 4 * P)
-print(f"| {n} | {cq} | {ex} | {statistics.median(per):.2f} | {f / 2**20:.2f} | {socket.gethostname()} |")
+le = ""
+if cq == "topk" and ex == "sharded":  # sums sent as pairs: at most the union of the supports
+    f, le = (n - 1) / n * delta + (n - 1) * delta, "≤ "
+print(f"| {n} | {cq} | {ex} | {statistics.median(per):.2f} | {le}{f / 2**20:.2f} | {socket.gethostname()} |")
 PY
         done
     done

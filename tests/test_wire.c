@@ -394,7 +394,7 @@ TEST(malformed_rejected) {
     header(&b, 0, 1, "me");
     REJECT(&b, "unknown type 0");
     header(&b, WIRE_NTYPES, 1, "me");
-    REJECT(&b, "unknown type 15");
+    REJECT(&b, "unknown type 16");
     header(&b, 0xffff, 1, "me");
     REJECT(&b, "unknown type 65535");
     header(&b, WIRE_BYE, -1, "me");
@@ -498,7 +498,7 @@ static int small_messages(uint8_t out[][1024], size_t *len) {
         msg.data = (const uint8_t *)fl, msg.losses = (const uint8_t *)dl;
         msg.q8 = (const uint8_t *)dl; // (DELTA8's codes)
         static const uint32_t idx3[3] = {0, 3, 7};
-        msg.nnz = t == WIRE_DELTAS ? 3 : 0, msg.idx = (const uint8_t *)idx3;
+        msg.nnz = t == WIRE_DELTAS || t == WIRE_SUMS ? 3 : 0, msg.idx = (const uint8_t *)idx3;
         msg.n = 8, msg.nloss = 3, msg.offset = 8, msg.total = 24, msg.what = WIRE_ARR_AVERAGE;
         msg.nids = 3;
         strcpy(msg.ids[0], "a"), strcpy(msg.ids[1], "bb"), strcpy(msg.ids[2], "c");

@@ -270,11 +270,12 @@ void sw_shard_on_sum(Swarm *s, const WireMsg *m) {
     size_t lo = 0, hi = 0, end = m->offset + m->n;
     if (j >= 0) slice(s, j, sl->nset, &lo, &hi);
     if (j < 0 || m->total != s->P || m->offset < lo || end > hi || m->offset % CQ_CHUNK ||
-        (end % CQ_CHUNK && end != s->P) || m->nloss > (uint32_t)s->c.tau) {
+        (end % CQ_CHUNK && end != s->P) || m->nloss > (uint32_t)s->c.tau ||
+        (m->type == WIRE_SUMS && s->c.compress != CQ_TOPK)) {
         s->st.rejected++;
         return;
     }
-    wire_floats(m->data, m->n, sl->avg + m->offset);
+    sw_piece_take(m, sl->avg + m->offset);
     chunks_mark(sl->sh_got, m->offset, end);
     if (m->nloss && !sl->loss) {
         sl->loss = xcalloc(m->nloss, sizeof(double));
@@ -370,6 +371,7 @@ int sw_shard_job(Swarm *s, SendJob *jb) {
         m->data = (const uint8_t *)(sl->avg + jb->next);
         m->nloss = first && sl->loss ? (uint32_t)sl->nloss : 0;
         m->losses = (const uint8_t *)sl->loss;
+        if (s->c.compress == CQ_TOPK && sw_sparse_msg(s, sl->avg + jb->next, m)) type = WIRE_SUMS;
     }
     if (sw_send(s, jb->to, type, jb->round) != NET_OK) return 0;
     jb->next += n;

@@ -42,6 +42,7 @@ typedef enum {
     WIRE_SUM,       // --peer-exchange sharded: the sum of one slice of the round's set's Δs
                     // (from its owner) as DELTA's fields after attempt (the commit it follows);
                     // losses: the set's mean losses (swarm_shard.c)
+    WIRE_SUMS,      // SUM sparse (--outer-compress topk): attempt, then DELTAS' fields
     WIRE_HOLD,      // --peer-exchange sharded, as COMMIT: ids = the owners whose slice sums of
                     // commit `attempt` the sender holds (attempt 0: ids = itself, its Δ is ready)
     WIRE_NTYPES
