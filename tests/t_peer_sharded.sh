@@ -9,7 +9,7 @@
 #      all-to-all swarm's with the same compression;
 #   3. a peer killed in the middle of the reduce-scatter (LOOM_FAULT_PEER_KILL: right after it
 #      sent its first part): the survivors commit a new attempt over themselves and finish with
-#      identical anchors (once the killed one is a member, once the coordinator);
+#      identical anchors (a member of 3, the coordinator of 3, a member of 8);
 #   4. a late joiner (it fetches the averages it lacks whole) ends with the others' anchor;
 #   5. bad input: --peer-exchange bogus, and a peer of another --peer-exchange is refused naming
 #      the flag.
@@ -32,11 +32,12 @@ opt="--lr 3e-3 --weight-decay 0.1 --grad-clip 0.5 --lr-schedule constant"
 outer="--tau 3 --outer-lr 0.9 --outer-momentum 0.6 --gap-mode constant --gap-penalty 1.7 --outer-clip 0.004"
 export OMP_NUM_THREADS=1
 # peer ID [BOOT] [flags...] (as in t_peer.sh; pid in $!): --peer-timeout $PT (10 s: 8 peers on
-# a loaded 2-core host can be silent for seconds without being gone)
+# a loaded 2-core host can be silent for seconds without being gone); a peer still running after
+# $PEER_LIMIT s (600) is killed, so a swarm that never completes a round fails instead of hanging.
 peer() {
     local id=$1 boot=$2; shift 2
     rm -f "$d/$id.log"
-    $LOOM peer --data "$d/d.bin" $model $opt --peer-id "$id" --listen 127.0.0.1:0 \
+    timeout -s KILL ${PEER_LIMIT:-600} $LOOM peer --data "$d/d.bin" $model $opt --peer-id "$id" --listen 127.0.0.1:0 \
         ${boot:+--bootstrap $boot} --secret "$d/secret" --progress off \
         --peer-timeout ${PT:-10} "$@" > "$d/$id.log" 2>&1 &
     pids+=($!)
@@ -121,11 +122,11 @@ for cq in int8 topk; do
 done
 
 echo "== 3. a peer killed during the reduce-scatter"
-for victim in 2 0; do # a member; then the coordinator (the lowest id)
-    started=() boot=
-    for i in 0 1 2; do
+for nv in 3:2 3:0 8:5; do # a member of 3; the coordinator (the lowest id) of 3; a member of 8
+    n=${nv%:*} victim=${nv#*:} started=() boot=
+    for i in $(seq 0 $((n - 1))); do
         kill_round=$([ $i = $victim ] && echo 3 || true)
-        LOOM_FAULT_PEER_KILL=$kill_round PT=3 peer k$i "$boot" $outer --steps 30 --min-peers 3 \
+        LOOM_FAULT_PEER_KILL=$kill_round PT=3 peer k$i "$boot" $outer --steps 30 --min-peers $n \
             --peer-exchange sharded --export "$d/k$i.st"
         started+=($!)
         if [ $i = 0 ]; then boot=$(addr k0); fi
@@ -134,12 +135,15 @@ for victim in 2 0; do # a member; then the coordinator (the lowest id)
     [ "$rc" = 137 ] || { echo "k$victim should have been killed (exit $rc)"; cat "$d/k$victim.log"; exit 1; }
     grep -q "killed by LOOM_FAULT_PEER_KILL" "$d/k$victim.log" || { cat "$d/k$victim.log"; exit 1; }
     live=()
-    for i in 0 1 2; do [ $i = $victim ] || live+=($i); done
-    waitall "${started[${live[0]}]}" "${started[${live[1]}]}" || { logs k; exit 1; }
+    for i in $(seq 0 $((n - 1))); do [ $i = $victim ] || live+=($i); done
+    for i in "${live[@]}"; do wait "${started[$i]}" || { logs k; exit 1; }; done
     grep -h "left mid-exchange" "$d"/k*.log ||
         { echo "no survivor committed a new attempt: the kill missed the exchange"; logs k; exit 1; }
-    cmp "$d/k${live[0]}.st" "$d/k${live[1]}.st" || { echo "the survivors' anchors differ"; exit 1; }
-    echo "k$victim killed in round 3's reduce-scatter: k${live[0]} and k${live[1]} finished with identical anchors"
+    for i in "${live[@]}"; do
+        cmp "$d/k${live[0]}.st" "$d/k$i.st" || { echo "the survivors' anchors differ"; exit 1; }
+    done
+    echo "k$victim of $n killed in round 3's reduce-scatter: the ${#live[@]} survivors finished with identical anchors"
+    rm -f "$d"/k*.log "$d"/k*.st
 done
 
 echo "== 4. a late joiner"
