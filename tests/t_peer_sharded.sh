@@ -23,7 +23,10 @@ need_torch
 REF="$PY $(dirname "$0")/torch_ref.py"
 d=${PEER_TEST_DIR:-$(mktemp -d)}
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; [ -n "${PEER_TEST_DIR:-}" ] || rm -rf "$d"; }
+cleanup() { # (each pid is a `timeout` whose child is the peer)
+    for p in "${pids[@]}"; do kill -9 $(pgrep -P "$p") "$p" 2>/dev/null || true; done
+    [ -n "${PEER_TEST_DIR:-}" ] || rm -rf "$d"
+}
 trap cleanup EXIT
 mkshard "$d/d.bin" 64 60000 3
 $LOOM keygen -o "$d/secret" 2>/dev/null
@@ -175,5 +178,5 @@ boot=$(addr x0)
 expect_fail "--peer-exchange differs" $LOOM peer --data "$d/d.bin" $model $opt $outer --steps 11 \
     --peer-id y --listen 127.0.0.1:0 --bootstrap $boot --secret "$d/secret" --peer-timeout 2 \
     --progress off --peer-exchange all
-kill -9 $x0 2>/dev/null || true
+kill -9 $(pgrep -P $x0) $x0 2>/dev/null || true
 echo "ok"
