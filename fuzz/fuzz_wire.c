@@ -19,7 +19,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         wire_floats(msg.data, wire_q8_scales(msg.n), floats);
         for (uint32_t i = 0; i < msg.n; i++)
             floats[i] = (float)(int8_t)msg.q8[i];
-    } else if (msg.type == WIRE_DELTAS) { // the values, and every index
+    } else if (msg.type == WIRE_DELTAS || msg.type == WIRE_SUMS) { // the values, every index
         wire_floats(msg.data, msg.nnz, floats);
         for (uint32_t j = 0; j < msg.nnz; j++)
             floats[j] += (float)wire_u32(msg.idx, j);

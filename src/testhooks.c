@@ -138,3 +138,8 @@ long testhook_peer_diverge(void) {
     const char *v = getenv("LOOM_FAULT_DIVERGE");
     return v ? atol(v) : 0;
 }
+
+long testhook_peer_kill_exchange(void) {
+    const char *v = getenv("LOOM_FAULT_PEER_KILL");
+    return v ? atol(v) : 0;
+}

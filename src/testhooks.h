@@ -37,6 +37,9 @@
 //                              then really go through the tier)
 //   LOOM_FAULT_DIVERGE=ROUND   loom peer: this peer's anchor is perturbed after that round end
 //                              (a peer whose anchor differs from the swarm's: it must re-sync)
+//   LOOM_FAULT_PEER_KILL=ROUND loom peer --peer-exchange sharded: this peer SIGKILLs itself
+//                              right after it sent the first part of its Δ of that round
+//                              (a member lost in the middle of the reduce-scatter)
 #pragma once
 #include <stddef.h>
 
@@ -69,3 +72,5 @@ size_t testhook_pipe_chunk(void);
 int testhook_pipe_swap_slots(void);
 // LOOM_FAULT_DIVERGE: the round end after which a peer perturbs its anchor (0: never).
 long testhook_peer_diverge(void);
+// LOOM_FAULT_PEER_KILL: the round in whose reduce-scatter a peer kills itself (0: never).
+long testhook_peer_kill_exchange(void);

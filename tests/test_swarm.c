@@ -108,6 +108,68 @@ TEST(three_peers_average) {
     free(d);
 }
 
+// --peer-exchange sharded (swarm_shard.c): three peers started together (b and c join a; no
+// state is used), rounds 1 and 2 with Δs that differ per peer: every peer ends with the bits of
+// the all-to-all average (the sum in id order times 1/3) and the mean losses, and sends about
+// 2·(N−1)/N Δs, not N−1.
+TEST(three_peers_sharded) {
+    Swarm *x[3] = {0};
+    float *a[3], *m[3], *d = xalloc_floats(P), *avg = xalloc_floats(P);
+    const char *ids[] = {"a", "b", "c"};
+    SwarmState st;
+    int joined;
+    for (int k = 0; k < 3; k++) {
+        a[k] = xalloc_floats(P), m[k] = xalloc_floats(P);
+        SwarmConfig c = config(ids[k], 0, secret, 600);
+        c.exchange = 1;
+        c.bootstrap = k ? swarm_address(x[0]) : NULL;
+        x[k] = swarm_open(&c, a[k], m[k], &st, &joined);
+        CHECK(x[k] != NULL, "peer %s: %s", ids[k], loom_errmsg());
+        if (!x[k]) return;
+        if (!k) swarm_start_state(x[0], 0, 0, NULL);
+        swarm_share_state(x[k], a[k], m[k]);
+    }
+    for (int k = 0; k < 3; k++)
+        CHECK(swarm_wait_peers(x[k], 3, PATIENCE) == 0, "3 peers in %s's view", ids[k]);
+    uint64_t sent0[3];
+    for (int k = 0; k < 3; k++)
+        sent0[k] = swarm_stats(x[k]).sent;
+    for (int r = 1; r <= 2; r++) {
+        for (int k = 0; k < 3; k++) {
+            int pos, n;
+            swarm_round_begin(x[k], r, &pos, &n);
+            for (size_t i = 0; i < P; i++)
+                d[i] = (float)(k + r) * 0.1f + (float)(i % 11) * 0.3f;
+            double loss[2] = {1.0 + k, 2.0 * k + r};
+            swarm_contribute(x[k], r, d, loss, 2);
+            swarm_anchor_hash(x[k], r, 42);
+        }
+        for (int k = 0; k < 3; k++) {
+            double loss[2] = {-1, -1};
+            SwarmRound info;
+            CHECK(swarm_average(x[k], r, avg, loss, 2, &info) == 0, "average: %s", loom_errmsg());
+            CHECK(info.averaged == 3 && !info.fetched, "peer %d averaged %d", k, info.averaged);
+            CHECK(loss[0] == 2.0 && loss[1] == 2.0 + r, "mean losses %g %g", loss[0], loss[1]);
+            int exact = 1;
+            for (size_t i = 0; i < P; i++) {
+                float s = 0;
+                for (int j = 0; j < 3; j++)
+                    s += (float)(j + r) * 0.1f + (float)(i % 11) * 0.3f;
+                exact &= avg[i] == s * (1.0f / 3.0f);
+            }
+            CHECK(exact, "round %d, peer %d: not the all-to-all average's bits", r, k);
+        }
+    }
+    for (int k = 0; k < 3; k++) {
+        double deltas = (double)(swarm_stats(x[k]).sent - sent0[k]) / (2 * 4.0 * P);
+        CHECK(deltas > 1.3 && deltas < 1.5, "peer %d sent %.2f Δs per round (2·2/3 expected)", k,
+              deltas);
+    }
+    for (int k = 2; k >= 0; k--)
+        swarm_close(x[k]), free(a[k]), free(m[k]);
+    free(d), free(avg);
+}
+
 TEST(refused_naming_the_field) {
     SwarmState st;
     int joined;
@@ -220,6 +282,7 @@ int main(void) {
     snprintf(other, sizeof other, "%s/other", dir);
     if (net_keygen(secret) || net_keygen(other)) return 1;
     RUN(three_peers_average);
+    RUN(three_peers_sharded);
     RUN(refused_naming_the_field);
     RUN(wrong_secret_cannot_join);
     RUN(garbage_is_counted);

@@ -394,7 +394,7 @@ TEST(malformed_rejected) {
     header(&b, 0, 1, "me");
     REJECT(&b, "unknown type 0");
     header(&b, WIRE_NTYPES, 1, "me");
-    REJECT(&b, "unknown type 13");
+    REJECT(&b, "unknown type 16");
     header(&b, 0xffff, 1, "me");
     REJECT(&b, "unknown type 65535");
     header(&b, WIRE_BYE, -1, "me");
@@ -498,7 +498,7 @@ static int small_messages(uint8_t out[][1024], size_t *len) {
         msg.data = (const uint8_t *)fl, msg.losses = (const uint8_t *)dl;
         msg.q8 = (const uint8_t *)dl; // (DELTA8's codes)
         static const uint32_t idx3[3] = {0, 3, 7};
-        msg.nnz = t == WIRE_DELTAS ? 3 : 0, msg.idx = (const uint8_t *)idx3;
+        msg.nnz = t == WIRE_DELTAS || t == WIRE_SUMS ? 3 : 0, msg.idx = (const uint8_t *)idx3;
         msg.n = 8, msg.nloss = 3, msg.offset = 8, msg.total = 24, msg.what = WIRE_ARR_AVERAGE;
         msg.nids = 3;
         strcpy(msg.ids[0], "a"), strcpy(msg.ids[1], "bb"), strcpy(msg.ids[2], "c");
@@ -520,11 +520,11 @@ TEST(mutations) {
     const struct {
         int type;
         size_t at, k;
-    } counts[] = {{WIRE_HELLO, 0, 2},   {WIRE_WELCOME, 0, 2}, {WIRE_GOSSIP, 0, 2},
-                  {WIRE_REFUSE, 0, 4},  {WIRE_DELTA, 16, 4},  {WIRE_DELTA, 20, 4},
-                  {WIRE_HAVE, 8, 2},    {WIRE_COMMIT, 12, 2}, {WIRE_DATA, 20, 4},
-                  {WIRE_DELTA8, 16, 4}, {WIRE_DELTA8, 20, 4}, {WIRE_DELTAS, 20, 4},
-                  {WIRE_DELTAS, 24, 4}};
+    } counts[] = {
+        {WIRE_HELLO, 0, 2},   {WIRE_WELCOME, 0, 2}, {WIRE_GOSSIP, 0, 2},  {WIRE_REFUSE, 0, 4},
+        {WIRE_DELTA, 16, 4},  {WIRE_DELTA, 20, 4},  {WIRE_HAVE, 8, 2},    {WIRE_COMMIT, 12, 2},
+        {WIRE_DATA, 20, 4},   {WIRE_DELTA8, 16, 4}, {WIRE_DELTA8, 20, 4}, {WIRE_DELTAS, 20, 4},
+        {WIRE_DELTAS, 24, 4}, {WIRE_SUM, 20, 4},    {WIRE_SUM, 24, 4},    {WIRE_HOLD, 12, 2}};
     for (size_t c = 0; c < sizeof counts / sizeof *counts; c++) {
         int i = counts[c].type - 1;
         for (size_t j = 0; j < counts[c].k; j++)

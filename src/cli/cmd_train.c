@@ -180,6 +180,10 @@ static const Option PEER_OPTS[] = {
      "the outer Δs on the wire: fp32, int8 per 4096 floats, or the largest --topk-frac (with "
      "error feedback)",
      "none|int8|topk", 0, 0},
+    {"peer-exchange", OPT_STR, &A.peer_exchange,
+     "how a round's Δs are averaged: every Δ to every peer, or reduce-scatter + all-gather of "
+     "slices (about 2 model sizes sent per peer per round, whatever the swarm's size)",
+     "all|sharded", 0, 0},
     {"topk-frac", OPT_FLOAT, &A.topk_frac,
      "--outer-compress topk: the share of a Δ's floats sent, in (0, 1]", NULL, 0, 0},
 };

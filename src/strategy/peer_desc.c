@@ -31,6 +31,7 @@ char *peer_run_desc(const Strategy *s) {
     const char *cq[] = {"none", "int8", "topk"};
     cJSON_AddStringToObject(j, "outer-compress", cq[c->outer_compress]);
     if (c->outer_compress == 2) cJSON_AddNumberToObject(j, "topk-frac", c->topk_frac);
+    cJSON_AddStringToObject(j, "peer-exchange", c->peer_exchange ? "sharded" : "all");
     cJSON_AddStringToObject(j, "gap-mode", c->gap_adaptive ? "adaptive" : "constant");
     cJSON_AddStringToObject(j, "lr-schedule", c->opt.schedule == LR_COSINE ? "cosine" : "constant");
     cJSON_AddNumberToObject(j, "warmup", c->opt.warmup);

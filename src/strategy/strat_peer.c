@@ -259,6 +259,7 @@ static int peer_create(Strategy *s) {
                       .run_desc = p->desc,
                       .compress = c->outer_compress,
                       .topk_frac = c->topk_frac,
+                      .exchange = c->peer_exchange,
                       .verbose = getenv("LOOM_PEER_VERBOSE") != NULL};
     SwarmState st;
     int joined;

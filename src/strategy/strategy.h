@@ -48,6 +48,7 @@ typedef struct {
     const char *peer_id, *listen, *advertise, *bootstrap, *secret;
     float peer_timeout;
     int outer_compress;    // --outer-compress: 0 none, 1 int8, 2 topk (swarm/compress.h)
+    int peer_exchange;     // --peer-exchange: 0 all, 1 sharded (swarm/swarm_shard.c)
     float topk_frac;       // --topk-frac (topk)
     const char *device;    // the backend's name (a peer's state is host memory: cpu only for now)
     const char *tokenizer; // what identifies the data's tokenizer (peers must share it)

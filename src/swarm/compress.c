@@ -60,7 +60,7 @@ void cq_ef_step(float *x, float *e, size_t n, int8_t *q, float *scales) {
 
 // topk: the piece's elements that are not zero as indices and values in s->sparse, when they
 // are at most half of it (else 0: the piece goes as floats, zeros included).
-static int sparse_msg(Swarm *s, const float *x, WireMsg *m) {
+int sw_sparse_msg(Swarm *s, const float *x, WireMsg *m) {
     if (!s->sparse) s->sparse = xmalloc(SW_PIECE * sizeof(uint32_t));
     uint32_t *idx = s->sparse, nnz = 0, half = m->n / 2;
     float *val = (float *)(s->sparse + half);
@@ -74,12 +74,16 @@ static int sparse_msg(Swarm *s, const float *x, WireMsg *m) {
 }
 
 int sw_piece_msg(Swarm *s, const Contrib *c, size_t piece) {
+    size_t off = piece * SW_PIECE;
+    return sw_range_msg(s, c, off, s->P - off < SW_PIECE ? s->P - off : SW_PIECE, piece == 0);
+}
+
+int sw_range_msg(Swarm *s, const Contrib *c, size_t offset, size_t n, int losses) {
     WireMsg *m = s->out;
-    m->offset = piece * SW_PIECE, m->total = s->P;
-    m->n = (uint32_t)(s->P - m->offset < SW_PIECE ? s->P - m->offset : SW_PIECE);
-    m->nloss = piece == 0 ? (uint32_t)c->nloss : 0;
+    m->offset = offset, m->total = s->P, m->n = (uint32_t)n;
+    m->nloss = losses ? (uint32_t)c->nloss : 0;
     m->losses = (const uint8_t *)c->losses;
-    if (s->c.compress == CQ_TOPK && sparse_msg(s, c->delta + m->offset, m)) return WIRE_DELTAS;
+    if (s->c.compress == CQ_TOPK && sw_sparse_msg(s, c->delta + m->offset, m)) return WIRE_DELTAS;
     if (!c->q8) {
         m->data = (const uint8_t *)(c->delta + m->offset);
         return WIRE_DELTA;
@@ -95,7 +99,7 @@ int sw_piece_ok(const Swarm *s, const WireMsg *m) {
 }
 
 void sw_piece_take(const WireMsg *m, float *dst) {
-    if (m->type == WIRE_DELTAS) {
+    if (m->type == WIRE_DELTAS || m->type == WIRE_SUMS) {
         memset(dst, 0, m->n * sizeof(float));
         for (uint32_t j = 0; j < m->nnz; j++)
             dst[wire_u32(m->idx, j)] = wire_float(m->data, j);

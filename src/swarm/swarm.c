@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "../common.h"
+#include "compress.h"
 #include "swarm_impl.h"
 
 uint64_t swarm_hash(const float *x, size_t n) {
@@ -120,7 +121,8 @@ static void dispatch(Swarm *s, const void *buf, size_t len) {
     view_heard(&s->view, m->from, now_sec());
     if (s->c.verbose && m->type != WIRE_DELTA && m->type != WIRE_DELTA8 && m->type != WIRE_DELTAS &&
         m->type != WIRE_GOSSIP && m->type != WIRE_HAVE && m->type != WIRE_COMMIT &&
-        m->type != WIRE_DATA && m->type != WIRE_FETCH)
+        m->type != WIRE_DATA && m->type != WIRE_FETCH && m->type != WIRE_SUM &&
+        m->type != WIRE_SUMS && m->type != WIRE_HOLD)
         fprintf(stderr, "loom peer %s: %.3f %s from %s\n", s->id, now_sec(),
                 wire_type_name(m->type), m->from);
     switch (m->type) {
@@ -144,6 +146,9 @@ static void dispatch(Swarm *s, const void *buf, size_t len) {
     case WIRE_DELTAS: sw_on_delta(s, m); break;
     case WIRE_HAVE: sw_on_have(s, m); break;
     case WIRE_COMMIT: sw_on_commit(s, m); break;
+    case WIRE_SUM:
+    case WIRE_SUMS: sw_shard_on_sum(s, m); break;
+    case WIRE_HOLD: sw_shard_on_hold(s, m); break;
     case WIRE_FETCH: sw_on_fetch(s, m); break;
     case WIRE_DATA: sw_on_data(s, m); break;
     case WIRE_BYE:
@@ -196,6 +201,7 @@ static Swarm *swarm_alloc(const SwarmConfig *c) {
     s->c = *c;
     s->P = c->P;
     s->npieces = (c->P + SW_PIECE - 1) / SW_PIECE;
+    s->nchunks = (c->P + CQ_CHUNK - 1) / CQ_CHUNK;
     snprintf(s->id, sizeof s->id, "%s", c->id);
     s->in = xmalloc(sizeof *s->in);
     s->out = xcalloc(1, sizeof *s->out);

@@ -11,7 +11,9 @@
 //     participant's Δ (COMMIT: the sorted ids); any peer that holds a commit answers a HAVE for
 //     that round with it, so a commit survives its coordinator. Every peer sums the set's Δs in
 //     id order: the same bits everywhere. A peer that lacks a Δ of the set fetches the computed
-//     average instead;
+//     average instead; with --peer-exchange sharded the commit comes first and names the slices
+//     instead: each member sends its part of slice j to the j-th member, which sums the parts in
+//     id order and sends that slice of the average to every peer (swarm_shard.c);
 //   - joining: HELLO with the run's description to a bootstrap peer (REFUSE names the field
 //     that differs), then the donor's state at its last round end, fetched in pieces
 //     (restartable from another peer at the same round), then the average of that round.
@@ -33,6 +35,8 @@ typedef struct {
     const char *run_desc;  // JSON: what must match to join (model shape, τ, optimizers, ...)
     int compress;          // --outer-compress: CQ_NONE, CQ_INT8 or CQ_TOPK (compress.h)
     double topk_frac;      // --topk-frac: the share of a Δ's floats topk sends
+    int exchange;          // --peer-exchange: 0 all (every Δ to every peer), 1 sharded
+                           // (reduce-scatter + all-gather, swarm_shard.c)
     int verbose;
 } SwarmConfig;
 

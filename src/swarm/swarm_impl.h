@@ -38,6 +38,7 @@ typedef struct {
     int nids;
     uint64_t hash;
     double asked; // when this peer last asked the reporter for missing pieces of its Δ
+    uint32_t att; // HOLD (sharded): the commit attempt the reporter follows
 } HaveRep;
 
 typedef struct {
@@ -76,19 +77,29 @@ typedef struct {
     double have_at;       // last HAVE sent
     uint64_t avg_hash;    // of avg (computed when first served)
     int avg_hash_set;
+    // --peer-exchange sharded (swarm_shard.c): set / nset are the set of commit attempt
+    // sh_att, which also cuts the slices; committed: sh_att >= 1
+    uint32_t sh_att;
+    int sh_final;     // every live member of the set holds every slice sum: the average stands
+    int sh_summed;    // this peer summed its own slice under sh_att
+    uint8_t *sh_got;  // per chunk of avg: held under sh_att
+    double sh_sum_at; // when this peer's slice sum was first sent
 } Slot;
 
 typedef struct {
     PeerId to;
     int64_t round;
-    size_t next; // next piece
+    size_t next;   // next piece (kind 0) or next offset (sharded: kinds 1 and 2)
+    int kind;      // 0: this peer's whole Δ; 1: its part [lo, hi) for the slice's owner;
+    size_t lo, hi; // 2: this peer's slice sum [lo, hi) (swarm_shard.c)
+    uint32_t att;  // kinds 1, 2: the commit attempt it belongs to
 } SendJob;
 
 struct Swarm {
     SwarmConfig c;
     PeerId id;
     char addr[WIRE_ADDR_MAX + 1];
-    size_t P, npieces;
+    size_t P, npieces, nchunks; // nchunks: of CQ_CHUNK floats (the sharded slices' unit)
     Net *net;
     View view;
     pthread_t thr;
@@ -155,11 +166,36 @@ void sw_contribute(Swarm *s, int64_t r, const float *delta, int8_t *q8, float *s
                    const double *losses, int nloss);
 void sw_contrib_free(Swarm *s, Contrib *c);
 
+// The anchor hash most of the round's live participants L report (L[0]: this peer).
+uint64_t sw_majority_hash(Slot *sl, PeerId *L, int nl);
+// A donor for round r's average (the set's live members first); `turn` picks among them.
+const char *sw_avg_donor(Swarm *s, Slot *sl, int turn);
+HaveRep *sw_report(Slot *sl, const char *from, int create);
+// The contribution of id to the round (create: 1 with a buffer for its pieces, 2 without).
+Contrib *sw_contrib(Swarm *s, Slot *sl, const char *id, int create);
+void sw_add_job(Swarm *s, const char *to, int64_t r, int kind, size_t lo, size_t hi, uint32_t att);
+void sw_send_commit(Swarm *s, Slot *sl, const char *to, uint32_t attempt);
+
+// swarm_shard.c (--peer-exchange sharded)
+void sw_shard_on_part(Swarm *s, const WireMsg *m);   // DELTA* with a slice part
+void sw_shard_on_sum(Swarm *s, const WireMsg *m);    // SUM
+void sw_shard_on_hold(Swarm *s, const WireMsg *m);   // HOLD
+void sw_shard_on_commit(Swarm *s, const WireMsg *m); // COMMIT (attempt 2a: commit, 2a+1: final)
+void sw_shard_tick(Swarm *s, Slot *sl, double now);
+void sw_shard_contributed(Swarm *s, Slot *sl); // this peer's Δ of the slot's round is here
+// Sends the next piece of a kind-1/2 job: 1 sent, 0 not now, -1 finished or stale (drop it).
+int sw_shard_job(Swarm *s, SendJob *jb);
+
 // compress.c
 // Fills s->out with piece `piece` of contribution c (this peer's): returns the type to send it
 // as, WIRE_DELTA (floats), WIRE_DELTA8 (codes and scales, with --outer-compress int8) or
 // WIRE_DELTAS (its elements not zero, with topk, when they are at most half of the piece).
 int sw_piece_msg(Swarm *s, const Contrib *c, size_t piece);
+// As sw_piece_msg for the n floats at offset (a multiple of CQ_CHUNK); losses when `losses`.
+int sw_range_msg(Swarm *s, const Contrib *c, size_t offset, size_t n, int losses);
+// topk: the m->n floats x (m->offset, m->n set) as m's indices and values (in s->sparse) when
+// at most half are not zero: 1; else 0 (send them as floats).
+int sw_sparse_msg(Swarm *s, const float *x, WireMsg *m);
 // 1 if a DELTA / DELTA8 / DELTAS is a kind this swarm's --outer-compress sends.
 int sw_piece_ok(const Swarm *s, const WireMsg *m);
 // The floats of a received DELTA / DELTA8 / DELTAS piece (m->n of them) into dst.

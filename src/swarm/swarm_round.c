@@ -33,7 +33,7 @@ void sw_slot_free(Swarm *s, Slot *sl) {
         sw_contrib_free(s, &sl->c[i]);
     for (int i = 0; i < sl->nhv; i++)
         free(sl->hv[i].ids);
-    free(sl->c), free(sl->hv), free(sl->set), free(sl->avg), free(sl->loss);
+    free(sl->c), free(sl->hv), free(sl->set), free(sl->avg), free(sl->loss), free(sl->sh_got);
     sw_fetch_free(&sl->fetch);
     memset(sl, 0, sizeof *sl);
 }
@@ -56,7 +56,7 @@ static Slot *msg_slot(Swarm *s, int64_t r) {
 }
 
 // The contribution of id to this round (create: 1 with a buffer for its pieces, 2 without).
-static Contrib *contrib(Swarm *s, Slot *sl, const char *id, int create) {
+Contrib *sw_contrib(Swarm *s, Slot *sl, const char *id, int create) {
     for (int i = 0; i < sl->nc; i++)
         if (!strcmp(sl->c[i].id, id)) return &sl->c[i];
     if (!create) return NULL;
@@ -67,11 +67,11 @@ static Contrib *contrib(Swarm *s, Slot *sl, const char *id, int create) {
     c = &sl->c[sl->nc++];
     snprintf(c->id, sizeof c->id, "%s", id);
     if (create == 1) c->delta = sw_buf_get(s); // (not zeroed: its pieces fill it)
-    c->got = xcalloc(s->npieces, 1);
+    c->got = xcalloc(s->nchunks, 1);           // (per piece; sharded: per chunk)
     return c;
 }
 
-static void add_job(Swarm *s, const char *to, int64_t r) {
+void sw_add_job(Swarm *s, const char *to, int64_t r, int kind, size_t lo, size_t hi, uint32_t att) {
     if (s->njobs == s->capjobs) {
         s->capjobs = s->capjobs ? 2 * s->capjobs : 16;
         SendJob *j = xcalloc((size_t)s->capjobs, sizeof *j);
@@ -81,13 +81,15 @@ static void add_job(Swarm *s, const char *to, int64_t r) {
     }
     SendJob *j = &s->jobs[s->njobs++];
     snprintf(j->to, sizeof j->to, "%s", to);
-    j->round = r, j->next = 0;
+    j->round = r, j->next = lo, j->kind = kind, j->lo = lo, j->hi = hi, j->att = att;
 }
 
 void sw_new_peer(Swarm *s, const char *id) {
+    if (s->c.exchange) return; // (sharded: it gets the slice sums it reports lacking)
     for (int i = 0; i < SW_SLOTS; i++) {
         Slot *sl = &s->slot[i];
-        if (sl->round && !sl->committed && contrib(s, sl, s->id, 0)) add_job(s, id, sl->round);
+        if (sl->round && !sl->committed && sw_contrib(s, sl, s->id, 0))
+            sw_add_job(s, id, sl->round, 0, 0, 0, 0);
     }
 }
 
@@ -110,12 +112,12 @@ static void send_have(Swarm *s, Slot *sl, const char *to) {
         sw_broadcast(s, WIRE_HAVE, sl->round);
 }
 
-static void send_commit(Swarm *s, Slot *sl, const char *to) {
+void sw_send_commit(Swarm *s, Slot *sl, const char *to, uint32_t attempt) {
     WireMsg *m = s->out;
     m->nids = sl->nset;
     for (int i = 0; i < sl->nset; i++)
         memcpy(m->ids[i], sl->set[i], sizeof(PeerId));
-    m->hash = sl->chash, m->attempt = 0;
+    m->hash = sl->chash, m->attempt = attempt;
     if (to)
         sw_send(s, to, WIRE_COMMIT, sl->round);
     else
@@ -124,7 +126,7 @@ static void send_commit(Swarm *s, Slot *sl, const char *to) {
 
 // A donor for round r's average: the live members of the set first, then any peer; `turn`
 // picks among them (a retry takes the next). NULL when this peer is alone.
-static const char *avg_donor(Swarm *s, Slot *sl, int turn) {
+const char *sw_avg_donor(Swarm *s, Slot *sl, int turn) {
     int n = s->view.n - 1;
     if (n < 1) return NULL;
     const char **cand = xcalloc((size_t)n, sizeof *cand);
@@ -147,13 +149,13 @@ static void finish_commit(Swarm *s, Slot *sl) {
     Contrib **cs = xcalloc((size_t)sl->nset + 1, sizeof *cs);
     int all = sl->nset > 0; // (an empty set comes from no commit this peer makes: fetch it)
     for (int i = 0; i < sl->nset && all; i++) {
-        cs[i] = contrib(s, sl, sl->set[i], 0);
+        cs[i] = sw_contrib(s, sl, sl->set[i], 0);
         all = cs[i] && cs[i]->complete;
     }
     if (!sl->avg) sl->avg = xalloc_floats(s->P);
     if (!all) {
         free(cs);
-        const char *d = avg_donor(s, sl, 0);
+        const char *d = sw_avg_donor(s, sl, 0);
         if (d) sw_fetch_start(&sl->fetch, WIRE_ARR_AVERAGE, sl->round, sl->avg, s->P, d);
         return;
     }
@@ -191,6 +193,10 @@ static void finish_commit(Swarm *s, Slot *sl) {
 }
 
 void sw_on_delta(Swarm *s, const WireMsg *m) {
+    if (s->c.exchange) {
+        sw_shard_on_part(s, m);
+        return;
+    }
     Slot *sl = msg_slot(s, m->round);
     if (!sl || sl->committed) return;
     size_t piece = m->offset / SW_PIECE;
@@ -200,7 +206,7 @@ void sw_on_delta(Swarm *s, const WireMsg *m) {
         s->st.rejected++;
         return;
     }
-    Contrib *c = contrib(s, sl, m->from, 1);
+    Contrib *c = sw_contrib(s, sl, m->from, 1);
     c->last = now_sec();
     if (c->complete || c->got[piece]) return;
     sw_piece_take(m, c->delta + m->offset);
@@ -218,7 +224,7 @@ void sw_on_delta(Swarm *s, const WireMsg *m) {
     }
 }
 
-static HaveRep *report(Slot *sl, const char *from, int create) {
+HaveRep *sw_report(Slot *sl, const char *from, int create) {
     for (int i = 0; i < sl->nhv; i++)
         if (!strcmp(sl->hv[i].from, from)) return &sl->hv[i];
     if (!create) return NULL;
@@ -240,14 +246,14 @@ static int has_id(PeerId *ids, int n, const char *id) {
 // The anchor hash most of the round's live participants L report (L[0] is this peer, the
 // coordinator). A strict majority decides; without one (two participants that disagree, or a
 // three-way split) the coordinator's own hash stands, as every peer's re-sync needs one answer.
-static uint64_t majority_hash(Slot *sl, PeerId *L, int nl) {
+uint64_t sw_majority_hash(Slot *sl, PeerId *L, int nl) {
     uint64_t best = sl->hash;
     int bestn = 0;
     for (int p = 0; p < nl; p++) {
-        uint64_t h = p ? report(sl, L[p], 0)->hash : sl->hash;
+        uint64_t h = p ? sw_report(sl, L[p], 0)->hash : sl->hash;
         int n = 0;
         for (int q = 0; q < nl; q++)
-            n += (q ? report(sl, L[q], 0)->hash : sl->hash) == h;
+            n += (q ? sw_report(sl, L[q], 0)->hash : sl->hash) == h;
         if (n > bestn) best = h, bestn = n;
     }
     return 2 * bestn > nl ? best : sl->hash;
@@ -275,9 +281,9 @@ static void try_commit(Swarm *s, Slot *sl) {
     int nl = view_participants(&s->view, sl->round, L, WIRE_MAX_PEERS);
     int nm = held(sl, mine), ok = nl > 0 && !strcmp(L[0], s->id), all = ok;
     for (int p = 1; p < nl && all; p++) // every live participant has reported
-        all = report(sl, L[p], 0) != NULL;
+        all = sw_report(sl, L[p], 0) != NULL;
     for (int p = 0; p < nl && ok && all; p++) {
-        HaveRep *h = p == 0 ? NULL : report(sl, L[p], 0);
+        HaveRep *h = p == 0 ? NULL : sw_report(sl, L[p], 0);
         for (int q = 0; q < nl && ok; q++)
             ok = p == 0 ? has_id(mine, nm, L[q]) : has_id(h->ids, h->nids, L[q]);
     }
@@ -292,12 +298,12 @@ static void try_commit(Swarm *s, Slot *sl) {
         for (int i = 0; i < nm; i++) {
             int in = 1;
             for (int p = 1; p < nl && in; p++) {
-                HaveRep *h = report(sl, L[p], 0);
+                HaveRep *h = sw_report(sl, L[p], 0);
                 in = has_id(h->ids, h->nids, mine[i]);
             }
             if (in) memcpy(sl->set[sl->nset++], mine[i], sizeof(PeerId));
         }
-        sl->chash = majority_hash(sl, L, nl);
+        sl->chash = sw_majority_hash(sl, L, nl);
         sl->committed = 1;
         if (sl->chash != sl->hash) {
             s->st.diverged += !s->diverged, s->diverged = 1;
@@ -309,16 +315,17 @@ static void try_commit(Swarm *s, Slot *sl) {
         if (s->c.verbose)
             fprintf(stderr, "loom peer %s: round %lld committed over %d of %d participants\n",
                     s->id, (long long)sl->round, sl->nset, nl);
-        send_commit(s, sl, NULL);
+        sw_send_commit(s, sl, NULL, 0);
         finish_commit(s, sl);
     }
     free(L), free(mine);
 }
 
 void sw_on_have(Swarm *s, const WireMsg *m) {
+    if (s->c.exchange) return; // (sharded peers report with HOLD)
     Slot *old = m->round >= 1 ? sw_slot(s, m->round, 0) : NULL;
     if (old && old->committed) { // a peer still waiting (a joiner, a late peer) gets the commit
-        send_commit(s, old, m->from);
+        sw_send_commit(s, old, m->from, 0);
         return;
     }
     if (!old && m->round >= 1 && m->round < s->my_round - 2) { // long gone here: say so
@@ -329,7 +336,7 @@ void sw_on_have(Swarm *s, const WireMsg *m) {
     }
     Slot *sl = msg_slot(s, m->round);
     if (!sl) return;
-    HaveRep *h = report(sl, m->from, 1);
+    HaveRep *h = sw_report(sl, m->from, 1);
     free(h->ids);
     h->ids = xcalloc((size_t)m->nids + 1, sizeof(PeerId));
     memcpy(h->ids, m->ids, sizeof(PeerId) * (size_t)m->nids);
@@ -340,9 +347,13 @@ void sw_on_have(Swarm *s, const WireMsg *m) {
 
 void sw_on_commit(Swarm *s, const WireMsg *m) {
     Slot *sl = msg_slot(s, m->round);
-    if (!sl || sl->committed) return;
+    if (!sl || (sl->committed && !s->c.exchange)) return;
     if (m->attempt == COMMIT_GONE && m->nids == 0) { // the swarm has moved on without it
         if (!sl->avg_ready) sl->lost = 1;
+        return;
+    }
+    if (s->c.exchange) {
+        sw_shard_on_commit(s, m);
         return;
     }
     sl->set = xcalloc((size_t)m->nids + 1, sizeof(PeerId));
@@ -363,8 +374,17 @@ static void pump_jobs(Swarm *s) {
         moved = 0;
         for (int j = 0; j < s->njobs;) {
             SendJob *jb = &s->jobs[j];
+            int rc = jb->kind ? sw_shard_job(s, jb) : 0;
+            if (rc < 0) {
+                s->jobs[j] = s->jobs[--s->njobs];
+                continue;
+            }
+            if (jb->kind) {
+                moved |= rc, sent += rc, j++;
+                continue;
+            }
             Slot *sl = sw_slot(s, jb->round, 0);
-            Contrib *c = sl && !sl->committed ? contrib(s, sl, s->id, 0) : NULL;
+            Contrib *c = sl && !sl->committed ? sw_contrib(s, sl, s->id, 0) : NULL;
             if (!c || jb->next == s->npieces) {
                 s->jobs[j] = s->jobs[--s->njobs];
                 continue;
@@ -383,7 +403,7 @@ static void pump_jobs(Swarm *s) {
 // A piece of this peer's own Δ of a round, asked for by a peer that lacks it.
 void sw_send_delta_piece(Swarm *s, const WireMsg *m) {
     Slot *sl = sw_slot(s, m->round, 0);
-    Contrib *c = sl && !sl->committed ? contrib(s, sl, s->id, 0) : NULL;
+    Contrib *c = sl && !sl->committed ? sw_contrib(s, sl, s->id, 0) : NULL;
     if (!c || m->total != s->P || m->offset % SW_PIECE || m->offset >= s->P) return;
     int type = sw_piece_msg(s, c, m->offset / SW_PIECE);
     sw_send(s, m->from, type, m->round);
@@ -396,7 +416,7 @@ static void repair(Swarm *s, Slot *sl, double now) {
     for (int i = 0; i < sl->nhv; i++) {
         HaveRep *h = &sl->hv[i];
         if (!has_id(h->ids, h->nids, h->from)) continue; // it has not contributed (yet)
-        Contrib *c = contrib(s, sl, h->from, 0);
+        Contrib *c = sw_contrib(s, sl, h->from, 0);
         if (c && c->complete) continue;
         double last = c ? c->last : sl->born;
         if (now - last < SW_FETCH_RETRY || now - h->asked < SW_FETCH_RETRY) continue;
@@ -423,8 +443,12 @@ void sw_round_tick(Swarm *s) {
             f->active = 0;
         } else if (f->active && f->failed) {
             if (sl->fetch_turn > s->view.n + 2) sl->lost = 1, f->active = 0;
-            const char *d = sl->lost ? NULL : avg_donor(s, sl, ++sl->fetch_turn);
+            const char *d = sl->lost ? NULL : sw_avg_donor(s, sl, ++sl->fetch_turn);
             if (d) sw_fetch_start(f, WIRE_ARR_AVERAGE, sl->round, sl->avg, s->P, d);
+        }
+        if (s->c.exchange) {
+            sw_shard_tick(s, sl, now);
+            continue;
         }
         if (sl->want && !sl->avg_ready && now - sl->have_at >= SW_TICK) {
             sl->have_at = now;
@@ -450,7 +474,7 @@ void sw_contribute(Swarm *s, int64_t r, const float *delta, int8_t *q8, float *s
     memcpy(copy, delta, s->P * sizeof(float));
     pthread_mutex_lock(&s->mu);
     Slot *sl = sw_slot(s, r, 1);
-    Contrib *c = contrib(s, sl, s->id, 2); // (2: no buffer of its own)
+    Contrib *c = sw_contrib(s, sl, s->id, 2); // (2: no buffer of its own)
     free(c->delta), free(c->q8), free(c->scales);
     c->delta = copy, c->q8 = q8, c->scales = scales;
     free(c->losses);
@@ -458,8 +482,9 @@ void sw_contribute(Swarm *s, int64_t r, const float *delta, int8_t *q8, float *s
     memcpy(c->losses, losses, (size_t)nloss * sizeof(double));
     c->nloss = nloss;
     c->ngot = s->npieces, c->complete = 1;
-    for (int i = 1; i < s->view.n; i++)
-        add_job(s, s->view.e[i].rec.id, r);
+    for (int i = 1; i < s->view.n && !s->c.exchange; i++)
+        sw_add_job(s, s->view.e[i].rec.id, r, 0, 0, 0, 0);
+    if (s->c.exchange) sw_shard_contributed(s, sl);
     pthread_mutex_unlock(&s->mu);
 }
 

@@ -30,6 +30,9 @@
 //             ceil(n / 4096) floats (the scales), n int8 codes, nloss doubles
 //   DELTAS    offset u64, total u64, n u32 (1..2^18), nloss u32 (<= 4096), nnz u32 (<= n / 2),
 //             nnz u32 indices (increasing, < n), nnz floats, nloss doubles
+//   SUM       attempt u32, then DELTA's fields
+//   SUMS      attempt u32, then DELTAS' fields
+//   HOLD      as COMMIT
 // DELTA, DELTA8, FETCH and DATA need offset + n <= total; a DATA with n = 0 must have offset =
 // total = 0 (the version is gone). Nothing may follow the last field. A message is at most
 // WIRE_MSG_MAX bytes (the largest valid one, a full DELTA, is about 1.03 MiB).
@@ -41,8 +44,8 @@
 #include <string.h>
 
 static const char *const type_names[WIRE_NTYPES] = {
-    "?",      "HELLO", "WELCOME", "REFUSE", "GOSSIP", "DELTA", "HAVE",
-    "COMMIT", "FETCH", "DATA",    "BYE",    "DELTA8", "DELTAS"};
+    "?",     "HELLO", "WELCOME", "REFUSE", "GOSSIP", "DELTA", "HAVE", "COMMIT",
+    "FETCH", "DATA",  "BYE",     "DELTA8", "DELTAS", "SUM",   "HOLD"};
 
 const char *wire_type_name(int type) {
     return type > 0 && type < WIRE_NTYPES ? type_names[type] : "?";
@@ -133,7 +136,8 @@ static int check_records(const WireMsg *m, const char *t, char *why, size_t whyn
 size_t wire_q8_scales(size_t n) { return (n + WIRE_Q8_CHUNK - 1) / WIRE_Q8_CHUNK; }
 
 static int is_delta(const WireMsg *m) {
-    return m->type == WIRE_DELTA || m->type == WIRE_DELTA8 || m->type == WIRE_DELTAS;
+    return m->type == WIRE_DELTA || m->type == WIRE_DELTA8 || m->type == WIRE_DELTAS ||
+           m->type == WIRE_SUM || m->type == WIRE_SUMS;
 }
 
 uint32_t wire_u32(const uint8_t *p, size_t i) { return (uint32_t)get_le(p + 4 * i, 4); }
@@ -165,7 +169,7 @@ static int check_range(const WireMsg *m, const char *t, char *why, size_t whyn) 
         return say(why, whyn, "%s: offset %llu + n %u > total %llu", t,
                    (unsigned long long)m->offset, (unsigned)m->n, (unsigned long long)m->total);
     if (is_delta(m) && m->nloss && !m->losses) return say(why, whyn, "%s: no losses", t);
-    if (m->type == WIRE_DELTAS) return check_sparse(m, t, why, whyn);
+    if (m->type == WIRE_DELTAS || m->type == WIRE_SUMS) return check_sparse(m, t, why, whyn);
     if (m->type != WIRE_FETCH && m->n && !m->data) return say(why, whyn, "%s: no data", t);
     if (m->type == WIRE_DELTA8 && m->n && !m->q8) return say(why, whyn, "%s: no codes", t);
     return 0;
@@ -194,9 +198,12 @@ static int check(const WireMsg *m, char *why, size_t whyn) {
     case WIRE_DELTA:
     case WIRE_DELTA8:
     case WIRE_DELTAS:
+    case WIRE_SUM:
+    case WIRE_SUMS:
     case WIRE_FETCH:
     case WIRE_DATA: return check_range(m, t, why, whyn);
     case WIRE_HAVE:
+    case WIRE_HOLD:
     case WIRE_COMMIT: return check_ids(m, t, why, whyn);
     default: return 0; // BYE
     }
@@ -283,6 +290,9 @@ static void emit(Wr *w, const WireMsg *m) {
     case WIRE_DELTA:
     case WIRE_DELTA8:
     case WIRE_DELTAS:
+    case WIRE_SUM:
+    case WIRE_SUMS:
+        if (m->type == WIRE_SUM || m->type == WIRE_SUMS) put_u(w, m->attempt, 4);
         put_u(w, m->offset, 8);
         put_u(w, m->total, 8);
         put_u(w, m->n, 4);
@@ -290,7 +300,7 @@ static void emit(Wr *w, const WireMsg *m) {
         if (m->type == WIRE_DELTA8) {
             put_vals(w, m->data, wire_q8_scales(m->n), 4);
             put_bytes(w, m->q8, m->n);
-        } else if (m->type == WIRE_DELTAS) {
+        } else if (m->type == WIRE_DELTAS || m->type == WIRE_SUMS) {
             put_u(w, m->nnz, 4);
             put_vals(w, m->idx, m->nnz, 4);
             put_vals(w, m->data, m->nnz, 4);
@@ -300,8 +310,9 @@ static void emit(Wr *w, const WireMsg *m) {
         put_vals(w, m->losses, m->nloss, 8);
         break;
     case WIRE_HAVE:
+    case WIRE_HOLD:
     case WIRE_COMMIT:
-        if (m->type == WIRE_COMMIT) put_u(w, m->attempt, 4);
+        if (m->type != WIRE_HAVE) put_u(w, m->attempt, 4);
         put_u(w, m->hash, 8);
         put_ids(w, m);
         break;
@@ -428,6 +439,7 @@ static int get_text(Rd *r, WireMsg *m) {
 // losses as
 // pointers into r.
 static int get_range(Rd *r, WireMsg *m) {
+    if (m->type == WIRE_SUM || m->type == WIRE_SUMS) m->attempt = (uint32_t)get_u(r, 4);
     if (!is_delta(m)) m->what = (uint32_t)get_u(r, 4);
     m->offset = get_u(r, 8);
     m->total = get_u(r, 8);
@@ -442,7 +454,7 @@ static int get_range(Rd *r, WireMsg *m) {
     if (m->type == WIRE_DELTA8) {
         m->data = get_bytes(r, wire_q8_scales(m->n) * 4);
         m->q8 = get_bytes(r, m->n);
-    } else if (m->type == WIRE_DELTAS) {
+    } else if (m->type == WIRE_DELTAS || m->type == WIRE_SUMS) {
         m->nnz = (uint32_t)get_u(r, 4);
         if (m->nnz > m->n / 2 && !r->trunc) return bad(r, "nnz %u > n / 2", (unsigned)m->nnz);
         m->idx = get_bytes(r, (size_t)m->nnz * 4);
@@ -461,13 +473,16 @@ static int get_body(Rd *r, WireMsg *m) {
     case WIRE_GOSSIP: return get_records(r, m);
     case WIRE_REFUSE: return get_text(r, m);
     case WIRE_HAVE:
+    case WIRE_HOLD:
     case WIRE_COMMIT:
-        if (m->type == WIRE_COMMIT) m->attempt = (uint32_t)get_u(r, 4);
+        if (m->type != WIRE_HAVE) m->attempt = (uint32_t)get_u(r, 4);
         m->hash = get_u(r, 8);
         return get_ids(r, m);
     case WIRE_DELTA:
     case WIRE_DELTA8:
     case WIRE_DELTAS:
+    case WIRE_SUM:
+    case WIRE_SUMS:
     case WIRE_FETCH:
     case WIRE_DATA: return get_range(r, m);
     default: return 0; // BYE

@@ -39,6 +39,12 @@ typedef enum {
     WIRE_DELTAS,    // DELTA sparse (--outer-compress topk): of the n elements at offset, nnz
                     // (<= n / 2) are not zero: their indices (idx, increasing, < n) and values
                     // (data); losses
+    WIRE_SUM,       // --peer-exchange sharded: the sum of one slice of the round's set's Δs
+                    // (from its owner) as DELTA's fields after attempt (the commit it follows);
+                    // losses: the set's mean losses (swarm_shard.c)
+    WIRE_SUMS,      // SUM sparse (--outer-compress topk): attempt, then DELTAS' fields
+    WIRE_HOLD,      // --peer-exchange sharded, as COMMIT: ids = the owners whose slice sums of
+                    // commit `attempt` the sender holds (attempt 0: ids = itself, its Δ is ready)
     WIRE_NTYPES
 } WireType;
 
@@ -69,7 +75,7 @@ typedef struct {
     int64_t round;
     char from[WIRE_ID_MAX + 1];
     uint32_t what;          // FETCH, DATA: WireArray
-    uint32_t attempt;       // COMMIT
+    uint32_t attempt;       // COMMIT, SUM, HOLD
     uint64_t offset, total; // DELTA, FETCH, DATA: elements [offset, offset + n) of total
     uint32_t n;             // DELTA, FETCH, DATA: floats (DELTA, DATA: in data)
     const uint8_t *data;    // DELTA, DATA: n little-endian floats inside the decoded buffer

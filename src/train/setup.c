@@ -243,6 +243,7 @@ static void strategy_config(Run *r) {
                           : !strcmp(a->outer_compress, "topk") ? 2
                                                                : 0,
         .topk_frac = a->topk_frac,
+        .peer_exchange = !strcmp(a->peer_exchange, "sharded"),
         .device = a->device,
         .tokenizer = r->tokenizer_fp,
         .shuffle = a->shuffle,

@@ -56,6 +56,7 @@ typedef struct {
     char *listen, *bootstrap, *secret, *peer_id, *advertise;
     float peer_timeout;
     char *outer_compress; // none|int8|topk
+    char *peer_exchange;  // all|sharded
     float topk_frac;
 } TrainArgs;
 
