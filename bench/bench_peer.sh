@@ -3,7 +3,8 @@
 # ZeroMQ+CURVE) against the MPI strategies on the same emulated links, plus churn and convergence.
 #
 #   bench/bench_peer.sh [--parts tput,churn,conv] [--settings 100mbit,100mbit-tbf,20mbit,10mbit]
-#                       [--machines N (4)] [--cores C (all)]
+#                       [--machines N (4)] [--cores C (all)] [--exchange all|sharded (all)]
+#                       [--compress none|int8|topk (none)]
 #                       [--modes alone,swarm,co2,dp,1f1b,2bw] [--model 30m|small] [--tau N (12)]
 #                       [--rounds R (3)] [--warm-rounds W (1)] [--dp-steps S (4)] [--pp-steps S (5)]
 #                       [--accum K (8)] [--churn-rounds R (15)] [--churn-every N (3)]
@@ -45,7 +46,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PARTS=tput,churn,conv; SETTINGS=100mbit; MODESARG=alone,swarm,co2,dp,1f1b,2bw; MODEL=30m; TAU=12
-NP=4; CORES=$(nproc); ROUNDS=3; WARM=1; DP_STEPS=4; PP_STEPS=5; ACC=8; CH_ROUNDS=15; CH_EVERY=3; CH_LINK=1gbit
+NP=4; CORES=$(nproc); EXCH=all; COMPRESS=none; ROUNDS=3; WARM=1; DP_STEPS=4; PP_STEPS=5; ACC=8; CH_ROUNDS=15; CH_EVERY=3; CH_LINK=1gbit
 CONV_MODES=dp,co2; OUT=""; LOOM="$ROOT/loom"; PY=/usr/bin/python3; RUN_TIMEOUT=900
 usage() { sed -n '2,45p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
@@ -55,6 +56,8 @@ while [ $# -gt 0 ]; do
         --modes) MODESARG="$2"; shift 2 ;;
         --model) MODEL="$2"; shift 2 ;;
         --machines) NP="$2"; shift 2 ;;
+        --exchange) EXCH="$2"; shift 2 ;;
+        --compress) COMPRESS="$2"; shift 2 ;;
         --cores) CORES="$2"; shift 2 ;;
         --tau) TAU="$2"; shift 2 ;;
         --rounds) ROUNDS="$2"; shift 2 ;;
@@ -110,7 +113,7 @@ GIT="$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$
     echo "loadavg_start: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "loom_git: $GIT (the checkout's; with --loom, the binary may be older: md5 $(md5sum "$LOOM" | cut -c1-12))"
     echo "machines: $NP x $(awk -v c="$CORES" -v n="$NP" 'BEGIN { printf "%.3g", c / n }') cores (CPU cgroups with fixed quotas)"
-    echo "invocation: $0 --machines $NP --cores $CORES --parts $PARTS --settings $SETTINGS --modes $MODESARG --model $MODEL --tau $TAU --rounds $ROUNDS --warm-rounds $WARM --dp-steps $DP_STEPS --pp-steps $PP_STEPS --accum $ACC --churn-rounds $CH_ROUNDS --churn-every $CH_EVERY --churn-link $CH_LINK --conv-modes $CONV_MODES"
+    echo "invocation: $0 --machines $NP --cores $CORES --exchange $EXCH --compress $COMPRESS --parts $PARTS --settings $SETTINGS --modes $MODESARG --model $MODEL --tau $TAU --rounds $ROUNDS --warm-rounds $WARM --dp-steps $DP_STEPS --pp-steps $PP_STEPS --accum $ACC --churn-rounds $CH_ROUNDS --churn-every $CH_EVERY --churn-link $CH_LINK --conv-modes $CONV_MODES"
 } | tee "$OUT/machine.txt"
 
 "$BIN" keygen -o "$OUT/secret" >/dev/null 2>&1
@@ -141,7 +144,8 @@ start_peer() {
     local tag=$1 ns=$2 id=$3 boot=$4; shift 4
     local port=$((PORT++)) b=()
     [ -n "$boot" ] && b=(--bootstrap "$boot")
-    local cmd=("$ASM" "$ns" nsenter --net="/run/netns/lpr$ns" env "${ENVV[@]}" "$BIN" peer "$@" --threads 1 --progress off --peak-gflops 1
+    local cmd=("$ASM" "$ns" nsenter --net="/run/netns/lpr$ns" env "${ENVV[@]}" "$BIN" peer "$@"
+               --peer-exchange "$EXCH" --outer-compress "$COMPRESS" --threads 1 --progress off --peak-gflops 1
                --secret "$OUT/secret" --peer-id "$id" --listen "10.77.0.$((10 + ns)):$port" "${b[@]}"
                --metrics "$OUT/$tag/$id.jsonl")
     echo "\$ ${cmd[*]} &" >>"$OUT/commands.txt"
