@@ -48,7 +48,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PARTS=tput,churn,conv; SETTINGS=100mbit; MODESARG=alone,swarm,co2,dp,1f1b,2bw; MODEL=30m; TAU=12
 NP=4; CORES=$(nproc); EXCH=all; COMPRESS=none; ROUNDS=3; WARM=1; DP_STEPS=4; PP_STEPS=5; ACC=8; CH_ROUNDS=15; CH_EVERY=3; CH_LINK=1gbit
 CONV_MODES=dp,co2; OUT=""; LOOM="$ROOT/loom"; PY=/usr/bin/python3; RUN_TIMEOUT=900
-usage() { sed -n '2,47p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,44p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
     case "$1" in
         --parts) PARTS="$2"; shift 2 ;;
