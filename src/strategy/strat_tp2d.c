@@ -21,6 +21,8 @@
 // over dp, then everything over tp for a save; the first rank writes), so any layout resumes
 // from them. --co2 (ZeRO 0): every grid is a CO2 worker — its gradients never summed over dp, the
 // outer rule on the rank's part over dp (strat_tp_co2.c), every rank's state file in the saves.
+// --offload (ZeRO 0): every rank swaps its part's blocks through its own tier (tp2d_swap.c,
+// placed by the section hook), the same steps bit for bit.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,6 +99,7 @@ static void t2_section(void *ctx, int b) {
     T2 *t = ctx;
     t->section = b;
     if (t->z) tp2dz_section(t->z, b);
+    if (t->sw) tp2ds_section(t->sw, b);
 }
 
 static void t2_rscatter(void *ctx, int axis, const float *send, float *recv, size_t each) {
@@ -118,7 +121,14 @@ static void t2_rscatter(void *ctx, int axis, const float *send, float *recv, siz
 static int t2_wants(const StrategyConfig *c) { return c->tp_2d; }
 
 static const char T2_CO2_ZERO[] = "CO2 over 2D grids keeps its outer state unsharded (--zero 0)";
+static const char T2_OFFLOAD_ZERO[] = "a 2D tensor-parallel part swaps its blocks with ZeRO 0 "
+                                      "only (each rank its whole part through its own tier)";
 static const FeaturePair T2_PAIRS[] = {
+    {F_OFFLOAD, F_ZERO1, T2_OFFLOAD_ZERO},
+    {F_OFFLOAD, F_ZERO2, T2_OFFLOAD_ZERO},
+    {F_OFFLOAD, F_ZERO3, T2_OFFLOAD_ZERO},
+    {F_OFFLOAD, F_CO2, "CO2's workers over 2D grids keep their outer state in memory"},
+    {F_OFFLOAD, F_DUMP_GRADS, "the gradients live in the offload tier, not in memory"},
     {F_CO2, F_ZERO1, T2_CO2_ZERO},
     {F_CO2, F_ZERO2, T2_CO2_ZERO},
     {F_CO2, F_ZERO3, T2_CO2_ZERO},
@@ -127,10 +137,10 @@ static const FeaturePair T2_PAIRS[] = {
 static const Supports T2_SUPPORTS = {
     .self = {F_TP2D, F_COUNT},
     .features = FEAT(F_TP2D) | FEAT(F_DP) | FEAT(F_ZERO1) | FEAT(F_ZERO2) | FEAT(F_ZERO3) |
-                FEAT(F_RECOMPUTE) | FEAT(F_DUMP_GRADS) | FEAT(F_CO2),
+                FEAT(F_RECOMPUTE) | FEAT(F_DUMP_GRADS) | FEAT(F_CO2) | FEAT(F_OFFLOAD),
     .pairs = T2_PAIRS,
-    .runs_with = "2D tensor parallelism runs with data parallelism (ZeRO 0-3), --recompute and "
-                 "--co2 (ZeRO 0)"};
+    .runs_with = "2D tensor parallelism runs with data parallelism (ZeRO 0-3), --recompute, "
+                 "--co2 (ZeRO 0) and --offload (ZeRO 0)"};
 
 static int t2_check(const StrategyConfig *c) {
     if (c->co2 && co2_check_config(c)) return -1;
@@ -192,12 +202,14 @@ static int gather_slice(T2 *t, const float *slice, float *part) {
     return comm_allgatherv(t->outer->grid->dp_comm, part, t->counts, t->displs);
 }
 
-// The whole model's parameters into host dst (ZeRO 3: the part's slices gathered over dp first).
+// The whole model's parameters into host dst (ZeRO 3: the part's slices gathered over dp first;
+// --offload: the part read from the tier).
 static int whole_params(T2 *t, float *dst) {
     const float *shard = t->z ? tp2dz_params(t->z) : NULL;
-    if (!shard) return gather_whole(t, t->part.params, 0, dst);
+    if (!shard && !t->sw) return gather_whole(t, t->part.params, 0, dst);
     float *part = xalloc_floats(t->part.nparams);
-    int rc = gather_slice(t, shard, part) || gather_whole(t, part, 1, dst);
+    int rc = (t->sw ? tp2ds_fetch(t->sw, 0, part) : gather_slice(t, shard, part)) ||
+             gather_whole(t, part, 1, dst);
     free(part);
     return rc;
 }
@@ -255,12 +267,19 @@ static int t2_create(Strategy *s) {
     t->axis[T2D_COL] = comm_split(gr->tp_comm, t->g.j, t->g.i, "tp_col");
     if (gpt2d_layout(&t->part, &s->model->cfg, s->model->be, &t->g)) return -1;
     t->cut.map = part_map_2d(s->model, &t->part, q, t->g.i, t->g.j);
-    if (gpt_alloc_whole(&t->part, 1, c->zero < 2)) return -1; // ZeRO 2/3: no whole gradients
-    shard_part(t);
-    if (load_part(t)) return -1;
-    if (c->zero >= 2)
-        t->z = tp2dz_create(&t->part, gr->dp_comm, t->axis[T2D_COL], c->zero, t->counts, t->displs);
-    if (work2d_create(&t->ws, &t->part, &t->g, c->batch, c->seq, c->recompute)) return -1;
+    if (c->offload) { // ZeRO 0: every block through this rank's tier (tp2d_swap.c)
+        t->nshard = 1;
+        t->sw = tp2ds_create(s, &t->part, &t->cut.map, &t->g, &t->ws, t->axis[T2D_COL], t->gdp);
+        if (!t->sw) return -1;
+    } else {
+        if (gpt_alloc_whole(&t->part, 1, c->zero < 2)) return -1; // ZeRO 2/3: no whole grads
+        shard_part(t);
+        if (load_part(t)) return -1;
+        if (c->zero >= 2)
+            t->z = tp2dz_create(&t->part, gr->dp_comm, t->axis[T2D_COL], c->zero, t->counts,
+                                t->displs);
+        if (work2d_create(&t->ws, &t->part, &t->g, c->batch, c->seq, c->recompute)) return -1;
+    }
     size_t BT = (size_t)c->batch * c->seq;
     t->inputs = xmalloc(BT * sizeof(int));
     t->targets = xmalloc(BT * sizeof(int));
@@ -274,7 +293,7 @@ static int t2_create(Strategy *s) {
 static void reduce_grads(T2 *t) {
     const GPT *m = &t->part;
     const Comm *dp = t->gdp;
-    if (t->z) return; // ZeRO 2/3: reduced block by block in the backward (tp2d_zero.c)
+    if (t->z || t->sw) return; // ZeRO 2/3, --offload: reduced block by block in the backward
     for (int k = 0; k < m->ntensors; k++)
         if (gpt2d_col_replicated(m, k))
             comm_allreduce(t->axis[T2D_COL], m->grads + m->tensors[k].off, m->tensors[k].n);
@@ -293,8 +312,8 @@ static void reduce_grads(T2 *t) {
 static double grad_sumsq(T2 *t, double *votes) {
     const GPT *m = &t->part;
     const float *own = t->z ? tp2dz_grads(t->z) : m->grads + t->lo; // the slice's reduced sums
-    double sum = 0;
-    for (int k = 0; k < m->ntensors; k++) {
+    double sum = t->sw ? tp2ds_sumsq(t->sw, t->g.i == 0) : 0;
+    for (int k = 0; k < m->ntensors && !t->sw; k++) {
         size_t a = m->tensors[k].off, b = a + m->tensors[k].n;
         a = a > t->lo ? a : t->lo, b = b < t->hi ? b : t->hi;
         if (b > a && (!gpt2d_col_replicated(m, k) || t->g.i == 0))
@@ -328,18 +347,25 @@ static int t2_step(Strategy *s, int step, int boundary) {
     int K = c->grad_accum, N = t->gdp->size;
     double tokens = (double)c->batch * c->seq * K * N;
     if (t->co2) tp_co2_begin(t->co2, step);
-    t->z ? tp2dz_begin_step(t->z) : m->be->fill(m->grads, 0.f, m->nparams);
+    if (t->sw)
+        tp2ds_begin_step(t->sw);
+    else
+        t->z ? tp2dz_begin_step(t->z) : m->be->fill(m->grads, 0.f, m->nparams);
     double sum = 0;
     t->counting = 1;
     for (int j = 0; j < K; j++) {
         s->data->train(s->data->ctx, step, j, t->inputs, t->targets);
         if (t->z) tp2dz_forward(t->z);
+        if (t->sw) tp2ds_forward(t->sw);
         sum += gpt2d_forward(m, &t->g, &t->ws, t->inputs, t->targets);
         if (t->z) tp2dz_backward_begin(t->z);
+        if (t->sw) tp2ds_backward_begin(t->sw, j, j == K - 1);
         gpt2d_backward(m, &t->g, &t->ws, (float)(1.0 / tokens));
         if (t->z) tp2dz_backward_end(t->z);
+        if (t->sw) tp2ds_backward_end(t->sw);
     }
     t->counting = 0;
+    if (t->sw && tp2ds_failed(t->sw)) return -1;
     double c1 = now_sec();
     reduce_grads(t);
     double votes = strategy_stop_vote();
@@ -348,7 +374,9 @@ static int t2_step(Strategy *s, int step, int boundary) {
     if (!t->co2) strategy_stop_tally(s, votes); // CO2: the rounds' agreement (co2_rounds.h)
     r.lr = lr_at(&c->opt, step);
     r.applied = isfinite(r.loss) && isfinite(r.norm);
-    if (r.applied) adamw_step(&t->opt, m, r.lr, clip_scale((float)r.norm, c->opt.grad_clip));
+    float scale = clip_scale((float)r.norm, c->opt.grad_clip);
+    if (r.applied && t->sw && tp2ds_update(t->sw, r.lr, scale)) return -1;
+    if (r.applied && !t->sw) adamw_step(&t->opt, m, r.lr, scale);
     if (r.applied && t->nshard > 1 && c->zero < 3) // every dp rank's updated slice
         comm_allgatherv(s->grid->dp_comm, m->params, t->counts, t->displs);
     r.seconds = now_sec() - t0;
@@ -371,6 +399,7 @@ static double t2_evaluate(Strategy *s) {
     for (int k = 0; k < c->val_windows; k++) {
         s->data->val(s->data->ctx, k, t->inputs, t->targets);
         if (t->z) tp2dz_forward(t->z);
+        if (t->sw) tp2ds_forward(t->sw);
         double l = gpt2d_forward(&t->part, &t->g, &t->ws, t->inputs, t->targets);
         sum += mean_loss(t, l, (double)c->batch * c->seq, 0, NULL);
     }
@@ -386,11 +415,12 @@ static int t2_save(Strategy *s, const char *dir, CkptMeta *meta, int final, Ckpt
     size_t N = t->whole->nparams;
     float *p = xalloc_floats(N), *m = xalloc_floats(N), *v = xalloc_floats(N);
     float *pm = xalloc_floats(t->part.nparams), *pv = xalloc_floats(t->part.nparams);
-    int rc = gather_slice(t, t->opt.m, pm) || gather_slice(t, t->opt.v, pv) || whole_params(t, p) ||
-             gather_whole(t, pm, 1, m) || gather_whole(t, pv, 1, v);
+    int rc = t->sw ? tp2ds_fetch(t->sw, 1, pm) || tp2ds_fetch(t->sw, 2, pv)
+                   : gather_slice(t, t->opt.m, pm) || gather_slice(t, t->opt.v, pv);
+    rc = rc || whole_params(t, p) || gather_whole(t, pm, 1, m) || gather_whole(t, pv, 1, v);
     free(pm), free(pv);
     CkptShard sh = {.lo = 0, .hi = N, .params = p, .m = m, .v = v};
-    meta->opt_t = t->opt.t;
+    meta->opt_t = t->sw ? *tp2ds_opt_t(t->sw) : t->opt.t;
     int writes = s->grid->dp_i == 0 && s->grid->tp_i == 0;
     CkptExtraFn files = NULL; // --co2: every rank's own state (not in the final checkpoint)
     void *files_ctx = NULL;
@@ -421,10 +451,11 @@ static void t2_describe(const Strategy *s, char *buf, size_t n) {
                  s->grid->tp, t->g.q, t->g.q, s->cfg->tau);
         return;
     }
-    snprintf(
-        buf, n,
-        "tensor parallel: tp %d (2d SUMMA, %dx%d grid, column-cut embedding) x dp %d (zero %d%s)",
-        s->grid->tp, t->g.q, t->g.q, s->grid->dp, s->cfg->zero, tp2dz_what(s->cfg->zero));
+    snprintf(buf, n,
+             "tensor parallel: tp %d (2d SUMMA, %dx%d grid, column-cut embedding) x dp %d (zero "
+             "%d%s)%s",
+             s->grid->tp, t->g.q, t->g.q, s->grid->dp, s->cfg->zero, tp2dz_what(s->cfg->zero),
+             t->sw ? ", each rank's blocks swapped through its own disk tier" : "");
 }
 
 static void t2_destroy(Strategy *s) {
@@ -436,6 +467,7 @@ static void t2_destroy(Strategy *s) {
     if (t->gown) t->part.be->release(t->gown);
     free(t->counts), free(t->displs);
     tp2dz_free(t->z);
+    tp2ds_free(t->sw);
     gpt_free(&t->part);
     free(t->inputs), free(t->targets);
     free(t);

@@ -5,6 +5,7 @@
 #include "part_io.h"
 #include "strat_tp_co2.h"
 #include "strategy.h"
+#include "tp2d_swap.h"
 #include "tp2d_zero.h"
 
 typedef struct {
@@ -30,6 +31,7 @@ typedef struct {
     int counting, steps, section; // section: the block the model is in (model/gpt_2d.h)
     const Comm *gdp;              // the gradients' dp group: dp_comm; --co2: this rank alone
     TpCo2 *co2;                   // --co2: every grid a worker (strat_tp_co2.c)
+    Tp2dSwap *sw;                 // --offload: the part's blocks through this rank's tier
 } T2;
 
 // The lead rank's end-of-run line (StrategyOps.summary).

@@ -27,6 +27,7 @@ void tp2d_summary(Strategy *s, double exposed_s, double step_s) {
     T2 *t = s->impl;
     if (t->co2) tp_co2_summary(t->co2, s, exposed_s, step_s);
     if (!s->lead) return;
+    if (t->sw) return tp2ds_report(t->sw); // what swapping held and moved (this rank)
     const StrategyConfig *c = s->cfg;
     const GPTConfig *g = &t->whole->cfg;
     int q = t->g.q, P = s->grid->tp;
