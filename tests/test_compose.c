@@ -57,8 +57,13 @@ TEST(features_and_flags) {
 TEST(unsupported_features_name_both_flags) {
     const Backend *cpu = backend_cpu();
     StrategyConfig c = base();
-    c.tp = 2, c.offload = 1, c.tp_2d = 1;
-    REFUSED(c, cpu, "--tp 2 --tp-mode 2d with --offload: not available");
+    // a 2D tensor-parallel part swaps its blocks with ZeRO 0 only, without CO2
+    c.tp = 4, c.offload = 1, c.tp_2d = 1;
+    ACCEPTED(c, cpu);
+    c.dp = 2, c.zero = 2;
+    REFUSED(c, cpu, "--offload with --zero 2: a 2D tensor-parallel part swaps its blocks");
+    c.zero = 0, c.co2 = 1;
+    REFUSED(c, cpu, "--offload with --co2: CO2's workers over 2D grids keep their outer state");
     // a 1D tensor- or context-parallel part swaps its blocks with ZeRO 0 only
     c = base(), c.tp = 2, c.offload = 1;
     ACCEPTED(c, cpu);
