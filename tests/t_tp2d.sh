@@ -112,7 +112,7 @@ expect_fail "--batch 3 must be a multiple of q = 2" \
 expect_fail "q must divide --dim 36 and --heads 3" \
     $MPI -np 4 $LOOM train ${g/--heads 4 --dim 32/--heads 3 --dim 36} $t2
 expect_fail "with --sp: not available" $MPI -np 4 $LOOM train $g $t2 --sp
-expect_fail "with --cp 2: not available" $MPI -np 8 $LOOM train $g $t2 --cp 2
+# --cp runs (tests/t_tp2d_cp.sh) with ZeRO 0
 expect_fail "with --pp 2: not available" $MPI -np 8 $LOOM train $g $t2 --pp 2
 # --co2 runs (tests/t_co2_tp2d.sh), with its outer state unsharded
 expect_fail "--co2 with --zero 1: CO2 over 2D grids keeps its outer state unsharded (--zero 0)" \

@@ -111,8 +111,14 @@ TEST(unsupported_features_name_both_flags) {
     REFUSED(c, cpu, "--offload with --tp 2: a swapped pipeline stage runs plain blocks");
     c = base(), c.pp = 2, c.offload = 1, c.dp = 2, c.co2 = 1;
     REFUSED(c, cpu, "--offload with --co2: CO2's pipeline workers keep their stages in memory");
-    c = base(), c.tp = 4, c.tp_2d = 1, c.cp = 2;
-    REFUSED(c, cpu, "--tp 4 --tp-mode 2d with --cp 2: not available");
+    c = base(), c.tp = 4, c.tp_2d = 1, c.cp = 2; // 2D over a cp ring: runs with ZeRO 0
+    ACCEPTED(c, cpu);
+    c.dp = 2, c.zero = 1;
+    REFUSED(c, cpu, "--cp 2 with --zero 1: 2D tensor parallelism over a context-parallel ring");
+    c.zero = 0, c.co2 = 1;
+    REFUSED(c, cpu, "--cp 2 with --co2: 2D tensor parallelism over a context-parallel ring");
+    c.co2 = 0, c.offload = 1;
+    REFUSED(c, cpu, "--cp 2 with --offload: 2D tensor parallelism over a context-parallel ring");
     c = base(), c.peer = 1, c.dump_grads = 1;
     REFUSED(c, cpu,
             "loom peer with --dump-grads: not available (a peer trains a whole model, in "

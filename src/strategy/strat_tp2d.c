@@ -22,7 +22,9 @@
 // from them. --co2 (ZeRO 0): every grid is a CO2 worker — its gradients never summed over dp, the
 // outer rule on the rank's part over dp (strat_tp_co2.c), every rank's state file in the saves.
 // --offload (ZeRO 0): every rank swaps its part's blocks through its own tier (tp2d_swap.c,
-// placed by the section hook), the same steps bit for bit.
+// placed by the section hook), the same steps bit for bit. --cp (ZeRO 0): each grid runs on its
+// ring position's two chunks of every sequence (the model's attention on the ring, wpe at the
+// chunks' positions: block_2d.c), the gradients and losses summed over dp x cp.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +34,7 @@
 #include "ckpt_save.h"
 #include "co2_rounds.h"
 #include "compose.h"
+#include "strat_cp.h"
 #include "tp2d_impl.h"
 
 static void count(T2 *t, double floats, double *layer) {
@@ -123,7 +126,14 @@ static int t2_wants(const StrategyConfig *c) { return c->tp_2d; }
 static const char T2_CO2_ZERO[] = "CO2 over 2D grids keeps its outer state unsharded (--zero 0)";
 static const char T2_OFFLOAD_ZERO[] = "a 2D tensor-parallel part swaps its blocks with ZeRO 0 "
                                       "only (each rank its whole part through its own tier)";
+static const char T2_CP[] = "2D tensor parallelism over a context-parallel ring keeps whole "
+                            "moments and gradients in memory (--zero 0, no --co2 or --offload)";
 static const FeaturePair T2_PAIRS[] = {
+    {F_CP, F_ZERO1, T2_CP},
+    {F_CP, F_ZERO2, T2_CP},
+    {F_CP, F_ZERO3, T2_CP},
+    {F_CP, F_CO2, T2_CP},
+    {F_CP, F_OFFLOAD, T2_CP},
     {F_OFFLOAD, F_ZERO1, T2_OFFLOAD_ZERO},
     {F_OFFLOAD, F_ZERO2, T2_OFFLOAD_ZERO},
     {F_OFFLOAD, F_ZERO3, T2_OFFLOAD_ZERO},
@@ -137,13 +147,13 @@ static const FeaturePair T2_PAIRS[] = {
 static const Supports T2_SUPPORTS = {
     .self = {F_TP2D, F_COUNT},
     .features = FEAT(F_TP2D) | FEAT(F_DP) | FEAT(F_ZERO1) | FEAT(F_ZERO2) | FEAT(F_ZERO3) |
-                FEAT(F_RECOMPUTE) | FEAT(F_DUMP_GRADS) | FEAT(F_CO2) | FEAT(F_OFFLOAD),
+                FEAT(F_RECOMPUTE) | FEAT(F_DUMP_GRADS) | FEAT(F_CO2) | FEAT(F_OFFLOAD) | FEAT(F_CP),
     .pairs = T2_PAIRS,
     .runs_with = "2D tensor parallelism runs with data parallelism (ZeRO 0-3), --recompute, "
-                 "--co2 (ZeRO 0) and --offload (ZeRO 0)"};
+                 "--co2 (ZeRO 0), --offload (ZeRO 0) and --cp (ZeRO 0)"};
 
 static int t2_check(const StrategyConfig *c) {
-    if (c->co2 && co2_check_config(c)) return -1;
+    if (cp_check(c) || (c->co2 && co2_check_config(c))) return -1;
     int q = 1;
     while ((q + 1) * (q + 1) <= c->tp)
         q++;
@@ -266,6 +276,15 @@ static int t2_create(Strategy *s) {
     t->axis[T2D_ROW] = comm_split(gr->tp_comm, t->g.i, t->g.j, "tp_row");
     t->axis[T2D_COL] = comm_split(gr->tp_comm, t->g.j, t->g.i, "tp_col");
     if (gpt2d_layout(&t->part, &s->model->cfg, s->model->be, &t->g)) return -1;
+    t->T = c->seq / gr->cp;
+    if (gr->cp > 1) { // the part runs on (B, T/cp) tokens; gradients sum over dp x cp
+        if (cp_check_shape(s)) return -1;
+        t->ring = cp_ring_create(gr->cp_comm, s->model->be);
+        cp_ring_install(&t->part, t->ring);
+        t->gdp = gr->dpcp_comm;
+        t->seq_in = xmalloc((size_t)c->batch * c->seq * sizeof(int));
+        t->seq_tg = xmalloc((size_t)c->batch * c->seq * sizeof(int));
+    }
     t->cut.map = part_map_2d(s->model, &t->part, q, t->g.i, t->g.j);
     if (c->offload) { // ZeRO 0: every block through this rank's tier (tp2d_swap.c)
         t->nshard = 1;
@@ -278,7 +297,7 @@ static int t2_create(Strategy *s) {
         if (c->zero >= 2)
             t->z = tp2dz_create(&t->part, gr->dp_comm, t->axis[T2D_COL], c->zero, t->counts,
                                 t->displs);
-        if (work2d_create(&t->ws, &t->part, &t->g, c->batch, c->seq, c->recompute)) return -1;
+        if (work2d_create(&t->ws, &t->part, &t->g, c->batch, t->T, c->recompute)) return -1;
     }
     size_t BT = (size_t)c->batch * c->seq;
     t->inputs = xmalloc(BT * sizeof(int));
@@ -326,16 +345,25 @@ static double grad_sumsq(T2 *t, double *votes) {
     return v[0];
 }
 
-// Σ of a forward's token losses over the grid's rows (and dp when dp_too; not across CO2's
-// workers), per token; votes
-// (may be NULL) rides along.
+// Σ of a forward's token losses over the grid's rows and the cp ring (and dp when dp_too; not
+// across CO2's workers), per token; votes (may be NULL) rides along.
 static double mean_loss(T2 *t, double sum, double tokens, int dp_too, double *votes) {
     double v[2] = {sum, votes ? *votes : 0};
     int n = votes ? 2 : 1;
     comm_allreduce_f64(t->axis[T2D_COL], v, n);
-    if (dp_too && t->gdp->size > 1) comm_allreduce_f64(t->gdp, v, n);
+    if (dp_too && t->gdp->size > 1) comm_allreduce_f64(t->gdp, v, n); // (dp x cp)
+    if (!dp_too && t->ring) comm_allreduce_f64(t->outer->grid->cp_comm, v, n);
     if (votes) *votes = v[1];
     return v[0] / tokens;
+}
+
+// Micro-batch j of the step (val: validation window j) into t->inputs/targets: every rank of a
+// grid reads the same one (its dp replica's), a cp rank its two chunks of every sequence.
+static void read_batch(T2 *t, int val, int step, int j) {
+    const StrategyData *d = t->outer->data;
+    int *in = t->ring ? t->seq_in : t->inputs, *tg = t->ring ? t->seq_tg : t->targets;
+    val ? d->val(d->ctx, j, in, tg) : d->train(d->ctx, step, j, in, tg);
+    if (t->ring) cp_take_batch(t->outer, in, tg, t->inputs, t->targets);
 }
 
 static int t2_step(Strategy *s, int step, int boundary) {
@@ -345,7 +373,7 @@ static int t2_step(Strategy *s, int step, int boundary) {
     GPT *m = &t->part;
     double t0 = now_sec(), c0 = t->comm_s + (t->z ? tp2dz_comm_seconds(t->z) : 0);
     int K = c->grad_accum, N = t->gdp->size;
-    double tokens = (double)c->batch * c->seq * K * N;
+    double tokens = (double)c->batch * t->T * K * N;
     if (t->co2) tp_co2_begin(t->co2, step);
     if (t->sw)
         tp2ds_begin_step(t->sw);
@@ -354,7 +382,7 @@ static int t2_step(Strategy *s, int step, int boundary) {
     double sum = 0;
     t->counting = 1;
     for (int j = 0; j < K; j++) {
-        s->data->train(s->data->ctx, step, j, t->inputs, t->targets);
+        read_batch(t, 0, step, j);
         if (t->z) tp2dz_forward(t->z);
         if (t->sw) tp2ds_forward(t->sw);
         sum += gpt2d_forward(m, &t->g, &t->ws, t->inputs, t->targets);
@@ -397,7 +425,7 @@ static double t2_evaluate(Strategy *s) {
     const StrategyConfig *c = s->cfg;
     double sum = 0;
     for (int k = 0; k < c->val_windows; k++) {
-        s->data->val(s->data->ctx, k, t->inputs, t->targets);
+        read_batch(t, 1, 0, k);
         if (t->z) tp2dz_forward(t->z);
         if (t->sw) tp2ds_forward(t->sw);
         double l = gpt2d_forward(&t->part, &t->g, &t->ws, t->inputs, t->targets);
@@ -421,7 +449,7 @@ static int t2_save(Strategy *s, const char *dir, CkptMeta *meta, int final, Ckpt
     free(pm), free(pv);
     CkptShard sh = {.lo = 0, .hi = N, .params = p, .m = m, .v = v};
     meta->opt_t = t->sw ? *tp2ds_opt_t(t->sw) : t->opt.t;
-    int writes = s->grid->dp_i == 0 && s->grid->tp_i == 0;
+    int writes = s->grid->dp_i == 0 && s->grid->tp_i == 0 && s->grid->cp_i == 0;
     CkptExtraFn files = NULL; // --co2: every rank's own state (not in the final checkpoint)
     void *files_ctx = NULL;
     if (t->co2 && !final) tp_co2_save_files(t->co2, s, meta, &files, &files_ctx);
@@ -451,10 +479,12 @@ static void t2_describe(const Strategy *s, char *buf, size_t n) {
                  s->grid->tp, t->g.q, t->g.q, s->cfg->tau);
         return;
     }
+    char cp[48] = "";
+    if (t->ring) snprintf(cp, sizeof cp, " x cp %d (ring attention)", s->grid->cp);
     snprintf(buf, n,
-             "tensor parallel: tp %d (2d SUMMA, %dx%d grid, column-cut embedding) x dp %d (zero "
+             "tensor parallel: tp %d (2d SUMMA, %dx%d grid, column-cut embedding)%s x dp %d (zero "
              "%d%s)%s",
-             s->grid->tp, t->g.q, t->g.q, s->grid->dp, s->cfg->zero, tp2dz_what(s->cfg->zero),
+             s->grid->tp, t->g.q, t->g.q, cp, s->grid->dp, s->cfg->zero, tp2dz_what(s->cfg->zero),
              t->sw ? ", each rank's blocks swapped through its own disk tier" : "");
 }
 
@@ -469,6 +499,8 @@ static void t2_destroy(Strategy *s) {
     tp2dz_free(t->z);
     tp2ds_free(t->sw);
     gpt_free(&t->part);
+    cp_ring_free(t->ring);
+    free(t->seq_in), free(t->seq_tg);
     free(t->inputs), free(t->targets);
     free(t);
     s->impl = NULL;

@@ -2,6 +2,7 @@
 // with tp2d_summary.c (its end-of-run line).
 #pragma once
 #include "../model/gpt_2d.h"
+#include "../parallel/ring_attention.h"
 #include "part_io.h"
 #include "strat_tp_co2.h"
 #include "strategy.h"
@@ -32,6 +33,10 @@ typedef struct {
     const Comm *gdp;              // the gradients' dp group: dp_comm; --co2: this rank alone
     TpCo2 *co2;                   // --co2: every grid a worker (strat_tp_co2.c)
     Tp2dSwap *sw;                 // --offload: the part's blocks through this rank's tier
+    // --cp: the ring, whole sequences before the rank's chunks are cut (B,T); T: the tokens of
+    // a sequence this rank runs (seq/cp)
+    CpRing *ring;
+    int *seq_in, *seq_tg, T;
 } T2;
 
 // The lead rank's end-of-run line (StrategyOps.summary).
