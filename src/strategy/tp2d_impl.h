@@ -1,5 +1,5 @@
 // tp2d_impl.h — what strat_tp2d.c (2D SUMMA tensor parallelism x dp) keeps per rank, shared
-// with tp2d_summary.c (its end-of-run line).
+// with tp2d_comm.c (the grid's collectives) and tp2d_summary.c (its end-of-run line).
 #pragma once
 #include "../model/gpt_2d.h"
 #include "../parallel/ring_attention.h"
@@ -39,5 +39,7 @@ typedef struct {
     int *seq_in, *seq_tg, T;
 } T2;
 
+// The grid's collectives and section hook (tp2d_comm.c) into t->g, for rank (i, j) of q x q.
+void tp2d_grid(T2 *t, int q, int i, int j);
 // The lead rank's end-of-run line (StrategyOps.summary).
 void tp2d_summary(Strategy *s, double exposed_s, double step_s);
