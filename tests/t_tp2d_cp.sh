@@ -2,14 +2,15 @@
 # t_tp2d_cp.sh — 2D (SUMMA) tensor parallelism over a context-parallel ring (--tp 4 --tp-mode 2d
 # --cp 2, 8 ranks): each 2x2 grid runs on its two chunks of every sequence (T/cp tokens), its
 # attention around the ring (parallel/ring_attention.c), the embedding adding wpe at the chunks'
-# global positions, the gradients summed over dp x cp. Against the same 2D grid without cp on the
-# same data (losses within 1e-5 per step, validation losses, exported weights within 1e-5), with
-# weight decay, clipping (active: the norms are above --grad-clip), grad-accum 3, a vocabulary
-# of 65 (one padding row in the 2d wte blocks), with and without --recompute. Checkpoints stay
-# in the whole layout: a 2d x cp 2 save at step 2 of 4 resumes in 2d x cp 2 onto the
-# uninterrupted run's bytes and in 2d without cp within 1e-5. Negative control: a run on other
-# data fails the comparison. ZeRO 1-3, --co2 and --offload with 2d x cp are refused
-# (tests/test_compose.c).
+# global positions, the gradients summed over dp x cp. Against the same 2D grid without cp on
+# the same data (losses within 1e-5 per step, validation losses, exported weights within 1e-5),
+# with weight decay, clipping (active: the norms are above --grad-clip), grad-accum 3, a
+# vocabulary of 65 (one padding row in the 2d wte blocks), with and without --recompute; the
+# summary's communication line against its own table for the grid's tokens; --dump-grads within
+# 1e-5 of the grid's without cp. Checkpoints stay in the whole layout: a 2d x cp 2 save at step
+# 2 of 4 resumes in 2d x cp 2 onto the uninterrupted run's bytes and in 2d without cp within
+# 1e-5. Negative control: a run on other data fails the comparison. ZeRO 1-3, --co2 and
+# --offload with 2d x cp are refused (tests/test_compose.c).
 set -eu
 . "$(dirname "$0")/lib.sh"
 need_mpi
@@ -31,6 +32,15 @@ for extra in "" "--recompute"; do
     mrun ref 4 $flags $g $extra
     mrun cp 8 $flags $g --cp 2 $extra
     grep -q "x cp 2 (ring attention)" "$d/cp.err" || { echo "the run does not say it runs cp"; exit 1; }
+    # the summary: what the layers received per micro-batch (the grid's T/cp tokens) equals the
+    # SUMMA table it prints for them
+    $PY - "$(grep -F "received per layer and micro-batch" "$d/cp.err")" <<'PY' || exit 1
+import re, sys
+m = re.search(r"micro-batch ([0-9.]+) MiB .* per linear ([0-9.]+) MiB", sys.argv[1])
+got, table = float(m.group(1)), float(m.group(2))
+assert got > 0 and abs(got - table) <= 0.002 * table, (got, table)
+print(f"per layer and micro-batch: measured {got} MiB, table {table} MiB")
+PY
     same --tol 1e-5 "2d x cp 2 ${extra:-} vs 2d" "$d/cp.jsonl" "$d/ref.jsonl" "$d/cp.st" "$d/ref.st" || exit 1
     python3 - "$d/ref.jsonl" "$d/cp.jsonl" <<'PY' || exit 1
 import json, sys
@@ -42,6 +52,12 @@ if len(rv) != 2 or len(cv) != 2 or max(abs(a - b) for a, b in zip(rv, cv)) > 1e-
     sys.exit(f"validation losses differ: {rv} vs {cv}")
 PY
 done
+# --dump-grads: the first step's gradient, gathered whole, within 1e-5 of the grid's without cp
+$MPI -np 4 $LOOM train $flags $g --steps 1 --dump-grads "$d/g.st" 2>/dev/null
+$MPI -np 8 $LOOM train $flags $g --cp 2 --steps 1 --dump-grads "$d/gcp.st" 2>/dev/null
+$PY "$(dirname "$0")/torch_ref.py" compare-st "$d/gcp.st" "$d/g.st" --tol 1e-5 ||
+    { echo "2d x cp 2: --dump-grads differs from 2d"; exit 1; }
+
 # negative control: other data must fail the comparison
 mrun bad 8 ${flags/$d\/train.bin/$d/other.bin} $g --cp 2
 if same --tol 1e-5 "negative control" "$d/bad.jsonl" "$d/ref.jsonl" >/dev/null; then
