@@ -137,21 +137,21 @@ sys.exit(1 if bad else 0)
 PY
 }
 
-# offload_resume LABEL FLAGS: a 2-rank run of FLAGS (4 steps) exported whole; then runs with
-# --save-every 2, offloaded ($OFF) and in memory, cut back to step 2 and resumed (the offloaded
-# checkpoint without and with $OFF, the in-memory one with $OFF): each must export the
-# uninterrupted run's bytes and leave no scratch files in $d/off. Uses $d, $OFF, $MPI, $LOOM.
+# offload_resume LABEL FLAGS [NP]: an NP-rank (default 2) run of FLAGS (4 steps) exported whole;
+# then runs with --save-every 2, offloaded ($OFF) and in memory, cut back to step 2 and resumed
+# (the offloaded checkpoint without and with $OFF, the in-memory one with $OFF): each must export
+# the uninterrupted run's bytes and leave no scratch files in $d/off. Uses $d, $OFF, $MPI, $LOOM.
 offload_resume() {
-    local label=$1 flags=$2 src extra c ck
-    $MPI -np 2 $LOOM train $flags --export "$d/full.st" 2>/dev/null
+    local label=$1 flags=$2 np=${3:-2} src extra c ck
+    $MPI -np "$np" $LOOM train $flags --export "$d/full.st" 2>/dev/null
     for src in off mem; do
         extra=""; [ $src = off ] && extra=$OFF
-        $MPI -np 2 $LOOM train $flags --save-every 2 --save "$d/ck_$src" $extra 2>/dev/null
+        $MPI -np "$np" $LOOM train $flags --save-every 2 --save "$d/ck_$src" $extra 2>/dev/null
         rm -rf "$d/ck_$src/step_00000004"; echo step_00000002 >"$d/ck_$src/latest"
     done
     for c in "ck_off:" "ck_off:$OFF" "ck_mem:$OFF"; do
         ck=${c%%:*} extra=${c#*:}
-        $MPI -np 2 $LOOM train $flags --resume "$d/$ck" $extra --export "$d/res.st" \
+        $MPI -np "$np" $LOOM train $flags --resume "$d/$ck" $extra --export "$d/res.st" \
             2>"$d/res.err" || { cat "$d/res.err"; exit 1; }
         cmp -s "$d/full.st" "$d/res.st" ||
             { echo "$label: resume from $ck ${extra:+with --offload} differs from the uninterrupted run"; exit 1; }

@@ -73,7 +73,7 @@ expect_fail "--co2 with --zero 1: CO2 over tensor- or context-parallel workers" 
     $MPI -np 2 $LOOM train $f --cp 2 --co2 --zero 1
 expect_fail "--seq 66 (a context-parallel rank's tokens) is not divisible by --tp 4" \
     $MPI -np 8 $LOOM train ${f/--seq 272/--seq 132} --cp 2 --tp 4 --sp
-expect_fail "--tp 4 --tp-mode 2d with --cp 2" $MPI -np 8 $LOOM train $f --cp 2 --tp 4 --tp-mode 2d
+# --cp with --tp-mode 2d runs (tests/t_tp2d_cp.sh)
 expect_fail "--offload with --zero 1: a tensor- or context-parallel part swaps its blocks with ZeRO 0" \
     $MPI -np 2 $LOOM train $f --cp 2 --zero 1 --offload disk --offload-dir "$d/off" --fast-mem 64M
 expect_fail "more than one message carries" $MPI -np 2 $LOOM train --data "$d/v300.bin" --vocab 300 \

@@ -112,10 +112,11 @@ expect_fail "--batch 3 must be a multiple of q = 2" \
 expect_fail "q must divide --dim 36 and --heads 3" \
     $MPI -np 4 $LOOM train ${g/--heads 4 --dim 32/--heads 3 --dim 36} $t2
 expect_fail "with --sp: not available" $MPI -np 4 $LOOM train $g $t2 --sp
-expect_fail "with --cp 2: not available" $MPI -np 8 $LOOM train $g $t2 --cp 2
+# --cp runs (tests/t_tp2d_cp.sh) with ZeRO 0
 expect_fail "with --pp 2: not available" $MPI -np 8 $LOOM train $g $t2 --pp 2
 # --co2 runs (tests/t_co2_tp2d.sh), with its outer state unsharded
 expect_fail "--co2 with --zero 1: CO2 over 2D grids keeps its outer state unsharded (--zero 0)" \
     $MPI -np 8 $LOOM train $g $t2 --dp 2 --co2 --zero 1
-expect_fail "with --offload: not available" $MPI -np 4 $LOOM train $g $t2 --offload disk \
-    --offload-dir "$d/off" --fast-mem 1G
+# --offload runs (tests/t_offload_tp2d.sh) with ZeRO 0 only
+expect_fail "--offload with --zero 1: a 2D tensor-parallel part swaps its blocks with ZeRO 0" \
+    $MPI -np 8 $LOOM train $g $t2 --dp 2 --zero 1 --offload disk --offload-dir "$d/off" --fast-mem 1G

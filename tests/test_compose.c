@@ -57,8 +57,13 @@ TEST(features_and_flags) {
 TEST(unsupported_features_name_both_flags) {
     const Backend *cpu = backend_cpu();
     StrategyConfig c = base();
-    c.tp = 2, c.offload = 1, c.tp_2d = 1;
-    REFUSED(c, cpu, "--tp 2 --tp-mode 2d with --offload: not available");
+    // a 2D tensor-parallel part swaps its blocks with ZeRO 0 only, without CO2
+    c.tp = 4, c.offload = 1, c.tp_2d = 1;
+    ACCEPTED(c, cpu);
+    c.dp = 2, c.zero = 2;
+    REFUSED(c, cpu, "--offload with --zero 2: a 2D tensor-parallel part swaps its blocks");
+    c.zero = 0, c.co2 = 1;
+    REFUSED(c, cpu, "--offload with --co2: CO2's workers over 2D grids keep their outer state");
     // a 1D tensor- or context-parallel part swaps its blocks with ZeRO 0 only
     c = base(), c.tp = 2, c.offload = 1;
     ACCEPTED(c, cpu);
@@ -106,8 +111,14 @@ TEST(unsupported_features_name_both_flags) {
     REFUSED(c, cpu, "--offload with --tp 2: a swapped pipeline stage runs plain blocks");
     c = base(), c.pp = 2, c.offload = 1, c.dp = 2, c.co2 = 1;
     REFUSED(c, cpu, "--offload with --co2: CO2's pipeline workers keep their stages in memory");
-    c = base(), c.tp = 4, c.tp_2d = 1, c.cp = 2;
-    REFUSED(c, cpu, "--tp 4 --tp-mode 2d with --cp 2: not available");
+    c = base(), c.tp = 4, c.tp_2d = 1, c.cp = 2; // 2D over a cp ring: runs with ZeRO 0
+    ACCEPTED(c, cpu);
+    c.dp = 2, c.zero = 1;
+    REFUSED(c, cpu, "--cp 2 with --zero 1: 2D tensor parallelism over a context-parallel ring");
+    c.zero = 0, c.co2 = 1;
+    REFUSED(c, cpu, "--cp 2 with --co2: 2D tensor parallelism over a context-parallel ring");
+    c.co2 = 0, c.offload = 1;
+    REFUSED(c, cpu, "--cp 2 with --offload: 2D tensor parallelism over a context-parallel ring");
     c = base(), c.peer = 1, c.dump_grads = 1;
     REFUSED(c, cpu,
             "loom peer with --dump-grads: not available (a peer trains a whole model, in "

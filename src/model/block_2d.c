@@ -125,7 +125,10 @@ static void layer2d_forward(const GPT *m, const Tp2d *g, Work2d *w, const Block 
     A2 a = acts2(m, g, w, blk->layer);
     ln2d_forward(m, g, w, a.ln1, a.m1, a.r1, x, p.ln1w, p.ln1b, d.Nl);
     summa_forward(m, g, w, a.qkv, a.ln1, p.qkvw, p.qkvb, d.Nl, d.c, 3 * d.c); // (Nl,3c)
-    be->attention_forward(a.atty, a.att, a.qkv, d.Bl, d.T, d.c, d.NHl);       // (Nl,c)
+    if (m->cp.n > 1) // ring attention over the context-parallel ranks (lse in the att slot)
+        m->cp.forward(m->cp.ctx, a.atty, a.att, a.qkv, d.Bl, d.T, d.c, d.NHl);
+    else
+        be->attention_forward(a.atty, a.att, a.qkv, d.Bl, d.T, d.c, d.NHl); // (Nl,c)
     summa_forward(m, g, w, a.res2, a.atty, p.projw, p.projb, d.Nl, d.c, d.c);
     be->residual_forward(a.res2, a.res2, x, NC);
     ln2d_forward(m, g, w, a.ln2, a.m2, a.r2, a.res2, p.ln2w, p.ln2b, d.Nl);
@@ -151,7 +154,10 @@ static void layer2d_backward(const GPT *m, const Tp2d *g, Work2d *w, const Block
     ln2d_backward(m, g, w, dx, gr.ln2w, gr.ln2b, w->dln, a.res2, p.ln2w, a.m2, a.r2, d.Nl);
     // attention branch
     summa_backward(m, g, w, w->dsmall, gr.projw, gr.projb, dx, a.atty, p.projw, d.Nl, d.c, d.c);
-    be->attention_backward(w->big, w->dsmall, a.qkv, a.atty, a.att, d.Bl, d.T, d.c, d.NHl);
+    if (m->cp.n > 1)
+        m->cp.backward(m->cp.ctx, w->big, w->dsmall, a.qkv, a.atty, a.att, d.Bl, d.T, d.c, d.NHl);
+    else
+        be->attention_backward(w->big, w->dsmall, a.qkv, a.atty, a.att, d.Bl, d.T, d.c, d.NHl);
     summa_backward(m, g, w, w->dln, gr.qkvw, gr.qkvb, w->big, a.ln1, p.qkvw, d.Nl, d.c, 3 * d.c);
     ln2d_backward(m, g, w, dx, gr.ln1w, gr.ln1b, w->dln, x, p.ln1w, a.m1, a.r1, d.Nl);
 }
@@ -174,6 +180,26 @@ static H2 head2(const GPT *m, const Tp2d *g, const Work2d *w) {
     return h;
 }
 
+// wpe's rows of this rank's positions added to x (Bl·T, c) (backward: dx's rows into dwpe): rows
+// 0..T-1, or under context parallelism (T = the rank's Tl tokens) its two chunks of every
+// sequence at their global positions.
+static void wpe2d(const GPT *m, const Work2d *w, float *x, const float *wpe, float *dwte,
+                  float *dwpe, const float *dx, int c) {
+    int n = m->cp.n > 1 ? 2 : 1, cc = w->T, p[2] = {0, 0};
+    if (n == 2) gpt_cp_chunks(w->T * m->cp.n, m->cp.n, m->cp.i, &cc, &p[0], &p[1]);
+    for (int b = 0; b < (n == 2 ? w->Bl : 1); b++)
+        for (int k = 0; k < n; k++) { // chunk k of row b (all rows at once without cp)
+            size_t row = (size_t)b * w->T + (size_t)k * cc;
+            int rows = n == 2 ? 1 : w->Bl;
+            if (wpe)
+                m->be->encoder_forward_shard(x + row * c, w->tokens + row, NULL,
+                                             wpe + (size_t)p[k] * c, 0, 0, rows, cc, c);
+            else
+                m->be->encoder_backward_shard(dwte, dwpe + (size_t)p[k] * c, dx + row * c,
+                                              w->tokens + row, 0, 0, rows, cc, c);
+        }
+}
+
 // x_0 (rows i, channels j) = wte[token] + wpe[t]. This rank embeds every token of the micro-batch
 // from its vocabulary block j into channels i; the row's reduce-scatter completes rows block j
 // of channels i, which the transposed rank (j,i) holds the place of.
@@ -188,7 +214,7 @@ static void embed2d_forward(const GPT *m, const Tp2d *g, Work2d *w) {
     be->encoder_forward_shard(w->dxs, w->all, wte, NULL, h.v0, h.nv, w->B, d.T, d.c); // (B·T,c)
     g->reduce_scatter(g->ctx, T2D_ROW, w->dxs, w->xbuf, NC);
     g->transpose(g->ctx, w->xbuf, x0, NC);
-    be->encoder_forward_shard(w->tmp, w->tokens, NULL, wpe, 0, 0, d.Bl, d.T, d.c); // wpe only
+    wpe2d(m, w, w->tmp, wpe, NULL, NULL, NULL, d.c); // wpe only
     be->residual_forward(x0, x0, w->tmp, NC);
 }
 
@@ -199,7 +225,7 @@ static void embed2d_backward(const GPT *m, const Tp2d *g, Work2d *w) {
     size_t NC = (size_t)d.Nl * d.c;
     float *dwte = m->blocks[0].grads, *dwpe = dwte + (size_t)h.Vq * d.c;
     g->section(g->ctx, 0);
-    be->encoder_backward_shard(dwte, dwpe, w->dstream, w->tokens, 0, 0, d.Bl, d.T, d.c);
+    wpe2d(m, w, NULL, NULL, dwte, dwpe, w->dstream, d.c);             // (no wte rows: nv 0)
     g->transpose(g->ctx, w->dstream, w->dxs + (size_t)g->j * NC, NC); // rows j, channels i
     g->allgather(g->ctx, T2D_ROW, w->dxs, NC);                        // (B·T, c): channels i
     be->encoder_backward_shard(dwte, NULL, w->dxs, w->all, h.v0, h.nv, w->B, d.T, d.c);

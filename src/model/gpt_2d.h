@@ -61,9 +61,10 @@ static inline int gpt2d_col_replicated(const GPT *part, int t) {
     return part->tensors[t].split >= T2D_VEC;
 }
 // The elements of the whole model's flat range [at, at+n) (src, host) that rank (i,j) holds,
-// into dst (host, its layout).
+// into dst (host, its layout from flat offset base: dst[0] is element base; every element of the
+// range held must lie at or after it, e.g. base = the part's block that the whole block maps to).
 void gpt2d_from_whole(const GPT *whole, const GPT *part, int q, int i, int j, size_t at, size_t n,
-                      const float *src, float *dst);
+                      const float *src, float *dst, size_t base);
 // What rank (i,j) holds (src, host, its layout) into the whole flat array dst (host).
 void gpt2d_to_whole(const GPT *whole, const GPT *part, int q, int i, int j, const float *src,
                     float *dst);

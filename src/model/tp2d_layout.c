@@ -96,7 +96,7 @@ void gpt2d_to_whole(const GPT *whole, const GPT *part, int q, int i, int j, cons
 }
 
 void gpt2d_from_whole(const GPT *whole, const GPT *part, int q, int i, int j, size_t at, size_t n,
-                      const float *src, float *dst) {
+                      const float *src, float *dst, size_t base) {
     (void)q;
     for (int t = 0; t < part->ntensors; t++) {
         const TensorSpec *w = &whole->tensors[t], *p = &part->tensors[t];
@@ -108,7 +108,8 @@ void gpt2d_from_whole(const GPT *whole, const GPT *part, int q, int i, int j, si
             size_t lo = w->off + (size_t)wr * fc + co, hi = lo + pc;
             size_t a = lo > at ? lo : at, b = hi < at + n ? hi : at + n;
             if (a < b)
-                memcpy(dst + p->off + r * pc + (a - lo), src + (a - at), (b - a) * sizeof(float));
+                memcpy(dst + (p->off - base) + r * pc + (a - lo), src + (a - at),
+                       (b - a) * sizeof(float));
         }
     }
 }

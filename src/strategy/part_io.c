@@ -17,9 +17,17 @@ PartMap part_map_2d(const GPT *whole, const GPT *part, int q, int i, int j) {
 
 void part_from_whole(const PartMap *m, size_t at, size_t n, const float *src, float *dst) {
     if (m->q)
-        gpt2d_from_whole(m->whole, m->part, m->q, m->i, m->j, at, n, src, dst);
+        gpt2d_from_whole(m->whole, m->part, m->q, m->i, m->j, at, n, src, dst, 0);
     else
         gpt_tp_from_whole(m->whole, m->part, at, n, src, dst);
+}
+
+void part_from_whole_at(const PartMap *m, size_t at, size_t n, const float *src, float *dst,
+                        size_t base) {
+    if (m->q)
+        gpt2d_from_whole(m->whole, m->part, m->q, m->i, m->j, at, n, src, dst, base);
+    else
+        gpt_tp_from_whole_at(m->whole, m->part, at, n, src, dst, base);
 }
 
 void part_to_whole(const PartMap *m, int rank, const float *src, float *dst) {

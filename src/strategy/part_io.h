@@ -22,6 +22,10 @@ PartMap part_map_2d(const GPT *whole, const GPT *part, int q, int i, int j);
 // The whole layout's [at, at+n) (src, host) cut into the part's layout (dst, host, the part's
 // nparams floats): the elements this rank holds.
 void part_from_whole(const PartMap *m, size_t at, size_t n, const float *src, float *dst);
+// The same into dst holding the part's flat range from element `base` on (a whole block's range
+// into the part's block: base = that block's offset).
+void part_from_whole_at(const PartMap *m, size_t at, size_t n, const float *src, float *dst,
+                        size_t base);
 // Part `rank` of the group (src, host, its layout) into the whole flat array dst (host).
 void part_to_whole(const PartMap *m, int rank, const float *src, float *dst);
 
@@ -40,7 +44,12 @@ void part_cut_free(PartCut *c);
 // group's communicator c and assembled into dst (host, the whole layout), on every rank.
 int part_gather_whole(const PartMap *m, const Comm *c, const float *src, int host, float *dst);
 
-// --offload (part_swap.c): the part's tier filled from s's whole layout (s->model), block by
-// block through the executor's largest slot: s's initial weights, or on resume (s->resume_dir)
-// the checkpoint's parameters and moments. 0 or -1.
-int part_swap_fill(const Strategy *s, const GPT *part, Swapper *sw);
+// --offload (part_swap.c): a swapped part filled from s's whole layout (s->model), block by
+// block: s's initial weights, or on resume (s->resume_dir) the checkpoint's parameters and
+// moments. Each part block b's array k (0 parameters, 1 m, 2 v) is cut into stage (cap floats,
+// at least the part's largest block) and handed to store. 0 or -1.
+typedef int (*PartBlockStore)(void *ctx, int k, int b, const float *stage);
+int part_fill_blocks(const Strategy *s, const PartMap *map, float *stage, size_t cap,
+                     PartBlockStore store, void *ctx);
+// The same into the swap executor's tier, through its largest slot.
+int part_swap_fill(const Strategy *s, const PartMap *map, Swapper *sw);

@@ -248,7 +248,7 @@ static int tp_create(Strategy *s) {
     t->w.plan_comm = g->world, t->w.tensor_norm = 1, t->w.tier_rank = g->world->rank;
     if (whole_create(&t->inner, &t->w, t->gcomm, s->cfg->zero)) return -1;
     if (t->w.sw) { // ZeRO 0: the part's parameters (and a checkpoint's moments), into the tier
-        if (part_swap_fill(s, &t->part, t->w.sw)) return -1;
+        if (part_swap_fill(s, &t->cut.map, t->w.sw)) return -1;
         if (s->resume_dir) *swap_opt_t(t->w.sw) = s->resume->opt_t;
     } else if (s->resume_dir) { // ZeRO-1: the moments' slice this dp rank owns
         size_t lo, hi;

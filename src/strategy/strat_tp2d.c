@@ -21,6 +21,10 @@
 // over dp, then everything over tp for a save; the first rank writes), so any layout resumes
 // from them. --co2 (ZeRO 0): every grid is a CO2 worker — its gradients never summed over dp, the
 // outer rule on the rank's part over dp (strat_tp_co2.c), every rank's state file in the saves.
+// --offload (ZeRO 0): every rank swaps its part's blocks through its own tier (tp2d_swap.c,
+// placed by the section hook), the same steps bit for bit. --cp (ZeRO 0): each grid runs on its
+// ring position's two chunks of every sequence (the model's attention on the ring, wpe at the
+// chunks' positions: block_2d.c), the gradients and losses summed over dp x cp.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,95 +34,29 @@
 #include "ckpt_save.h"
 #include "co2_rounds.h"
 #include "compose.h"
+#include "strat_cp.h"
 #include "tp2d_impl.h"
-
-static void count(T2 *t, double floats, double *layer) {
-    if (!t->counting) return;
-    if (t->section >= 1 && t->section <= t->whole->cfg.L)
-        *layer += floats;
-    else
-        t->ends += floats;
-}
-
-// ---------------------------------------------------------------- the grid's collectives
-
-static void t2_bcast(void *ctx, int axis, float *buf, size_t n, int root) {
-    T2 *t = ctx;
-    const Comm *c = t->axis[axis];
-    double t0 = now_sec();
-    comm_broadcast(c, buf, n * sizeof(float), root);
-    t->comm_s += now_sec() - t0;
-    if (c->rank != root) count(t, (double)n, &t->bcast);
-}
-
-static void t2_allreduce(void *ctx, int axis, float *buf, size_t n, int max) {
-    T2 *t = ctx;
-    const Comm *c = t->axis[axis];
-    double t0 = now_sec();
-    if (max)
-        comm_allreduce_max(c, buf, n);
-    else
-        comm_allreduce(c, buf, n);
-    t->comm_s += now_sec() - t0;
-    count(t, 2.0 * (c->size - 1) / c->size * (double)n, &t->allred);
-}
-
-static void t2_allgather(void *ctx, int axis, float *buf, size_t each) {
-    T2 *t = ctx;
-    const Comm *c = t->axis[axis];
-    size_t *counts = xmalloc((size_t)c->size * sizeof *counts),
-           *displs = xmalloc((size_t)c->size * sizeof *displs);
-    for (int r = 0; r < c->size; r++)
-        counts[r] = each, displs[r] = (size_t)r * each;
-    double t0 = now_sec();
-    comm_allgatherv(c, buf, counts, displs);
-    t->comm_s += now_sec() - t0;
-    count(t, (double)(c->size - 1) * (double)each, &t->other);
-    free(counts), free(displs);
-}
-
-// Exchanges n floats with the transposed rank (j,i) of the tp group (the diagonal copies).
-static void t2_transpose(void *ctx, const float *send, float *recv, size_t n) {
-    T2 *t = ctx;
-    const Comm *c = t->outer->grid->tp_comm;
-    int peer = t->g.j * t->g.q + t->g.i;
-    if (peer == c->rank) {
-        t->part.be->copy(recv, send, n);
-        return;
-    }
-    double t0 = now_sec();
-    CommReq rq[2] = {comm_irecv(c, recv, n, peer, 1), comm_isend(c, send, n, peer, 1)};
-    comm_wait(&rq[0]), comm_wait(&rq[1]);
-    t->comm_s += now_sec() - t0;
-    count(t, (double)n, &t->other);
-}
-
-static void t2_section(void *ctx, int b) {
-    T2 *t = ctx;
-    t->section = b;
-    if (t->z) tp2dz_section(t->z, b);
-}
-
-static void t2_rscatter(void *ctx, int axis, const float *send, float *recv, size_t each) {
-    T2 *t = ctx;
-    const Comm *c = t->axis[axis];
-    size_t *counts = xmalloc((size_t)c->size * sizeof *counts);
-    for (int r = 0; r < c->size; r++)
-        counts[r] = each;
-    double t0 = now_sec();
-    CommReq rq = comm_ireduce_scatter(c, send, recv, counts);
-    comm_wait(&rq);
-    t->comm_s += now_sec() - t0;
-    count(t, (double)(c->size - 1) * (double)each, &t->rscat);
-    free(counts);
-}
 
 // ---------------------------------------------------------------- checks
 
 static int t2_wants(const StrategyConfig *c) { return c->tp_2d; }
 
 static const char T2_CO2_ZERO[] = "CO2 over 2D grids keeps its outer state unsharded (--zero 0)";
+static const char T2_OFFLOAD_ZERO[] = "a 2D tensor-parallel part swaps its blocks with ZeRO 0 "
+                                      "only (each rank its whole part through its own tier)";
+static const char T2_CP[] = "2D tensor parallelism over a context-parallel ring keeps whole "
+                            "moments and gradients in memory (--zero 0, no --co2 or --offload)";
 static const FeaturePair T2_PAIRS[] = {
+    {F_CP, F_ZERO1, T2_CP},
+    {F_CP, F_ZERO2, T2_CP},
+    {F_CP, F_ZERO3, T2_CP},
+    {F_CP, F_CO2, T2_CP},
+    {F_CP, F_OFFLOAD, T2_CP},
+    {F_OFFLOAD, F_ZERO1, T2_OFFLOAD_ZERO},
+    {F_OFFLOAD, F_ZERO2, T2_OFFLOAD_ZERO},
+    {F_OFFLOAD, F_ZERO3, T2_OFFLOAD_ZERO},
+    {F_OFFLOAD, F_CO2, "CO2's workers over 2D grids keep their outer state in memory"},
+    {F_OFFLOAD, F_DUMP_GRADS, "the gradients live in the offload tier, not in memory"},
     {F_CO2, F_ZERO1, T2_CO2_ZERO},
     {F_CO2, F_ZERO2, T2_CO2_ZERO},
     {F_CO2, F_ZERO3, T2_CO2_ZERO},
@@ -127,13 +65,13 @@ static const FeaturePair T2_PAIRS[] = {
 static const Supports T2_SUPPORTS = {
     .self = {F_TP2D, F_COUNT},
     .features = FEAT(F_TP2D) | FEAT(F_DP) | FEAT(F_ZERO1) | FEAT(F_ZERO2) | FEAT(F_ZERO3) |
-                FEAT(F_RECOMPUTE) | FEAT(F_DUMP_GRADS) | FEAT(F_CO2),
+                FEAT(F_RECOMPUTE) | FEAT(F_DUMP_GRADS) | FEAT(F_CO2) | FEAT(F_OFFLOAD) | FEAT(F_CP),
     .pairs = T2_PAIRS,
-    .runs_with = "2D tensor parallelism runs with data parallelism (ZeRO 0-3), --recompute and "
-                 "--co2 (ZeRO 0)"};
+    .runs_with = "2D tensor parallelism runs with data parallelism (ZeRO 0-3), --recompute, "
+                 "--co2 (ZeRO 0), --offload (ZeRO 0) and --cp (ZeRO 0)"};
 
 static int t2_check(const StrategyConfig *c) {
-    if (c->co2 && co2_check_config(c)) return -1;
+    if (cp_check(c) || (c->co2 && co2_check_config(c))) return -1;
     int q = 1;
     while ((q + 1) * (q + 1) <= c->tp)
         q++;
@@ -192,12 +130,14 @@ static int gather_slice(T2 *t, const float *slice, float *part) {
     return comm_allgatherv(t->outer->grid->dp_comm, part, t->counts, t->displs);
 }
 
-// The whole model's parameters into host dst (ZeRO 3: the part's slices gathered over dp first).
+// The whole model's parameters into host dst (ZeRO 3: the part's slices gathered over dp first;
+// --offload: the part read from the tier).
 static int whole_params(T2 *t, float *dst) {
     const float *shard = t->z ? tp2dz_params(t->z) : NULL;
-    if (!shard) return gather_whole(t, t->part.params, 0, dst);
+    if (!shard && !t->sw) return gather_whole(t, t->part.params, 0, dst);
     float *part = xalloc_floats(t->part.nparams);
-    int rc = gather_slice(t, shard, part) || gather_whole(t, part, 1, dst);
+    int rc = (t->sw ? tp2ds_fetch(t->sw, 0, part) : gather_slice(t, shard, part)) ||
+             gather_whole(t, part, 1, dst);
     free(part);
     return rc;
 }
@@ -241,26 +181,33 @@ static int t2_create(Strategy *s) {
     int q = 2;
     while (q * q < gr->tp)
         q++;
-    t->g = (Tp2d){.q = q,
-                  .i = gr->tp_i / q,
-                  .j = gr->tp_i % q,
-                  .bcast = t2_bcast,
-                  .allreduce = t2_allreduce,
-                  .reduce_scatter = t2_rscatter,
-                  .allgather = t2_allgather,
-                  .transpose = t2_transpose,
-                  .section = t2_section,
-                  .ctx = t};
+    tp2d_grid(t, q, gr->tp_i / q, gr->tp_i % q);
     t->axis[T2D_ROW] = comm_split(gr->tp_comm, t->g.i, t->g.j, "tp_row");
     t->axis[T2D_COL] = comm_split(gr->tp_comm, t->g.j, t->g.i, "tp_col");
     if (gpt2d_layout(&t->part, &s->model->cfg, s->model->be, &t->g)) return -1;
+    t->T = c->seq / gr->cp;
+    if (gr->cp > 1) { // the part runs on (B, T/cp) tokens; gradients sum over dp x cp
+        if (cp_check_shape(s)) return -1;
+        t->ring = cp_ring_create(gr->cp_comm, s->model->be);
+        cp_ring_install(&t->part, t->ring);
+        t->gdp = gr->dpcp_comm;
+        t->seq_in = xmalloc((size_t)c->batch * c->seq * sizeof(int));
+        t->seq_tg = xmalloc((size_t)c->batch * c->seq * sizeof(int));
+    }
     t->cut.map = part_map_2d(s->model, &t->part, q, t->g.i, t->g.j);
-    if (gpt_alloc_whole(&t->part, 1, c->zero < 2)) return -1; // ZeRO 2/3: no whole gradients
-    shard_part(t);
-    if (load_part(t)) return -1;
-    if (c->zero >= 2)
-        t->z = tp2dz_create(&t->part, gr->dp_comm, t->axis[T2D_COL], c->zero, t->counts, t->displs);
-    if (work2d_create(&t->ws, &t->part, &t->g, c->batch, c->seq, c->recompute)) return -1;
+    if (c->offload) { // ZeRO 0: every block through this rank's tier (tp2d_swap.c)
+        t->nshard = 1;
+        t->sw = tp2ds_create(s, &t->part, &t->cut.map, &t->g, &t->ws, t->axis[T2D_COL], t->gdp);
+        if (!t->sw) return -1;
+    } else {
+        if (gpt_alloc_whole(&t->part, 1, c->zero < 2)) return -1; // ZeRO 2/3: no whole grads
+        shard_part(t);
+        if (load_part(t)) return -1;
+        if (c->zero >= 2)
+            t->z = tp2dz_create(&t->part, gr->dp_comm, t->axis[T2D_COL], c->zero, t->counts,
+                                t->displs);
+        if (work2d_create(&t->ws, &t->part, &t->g, c->batch, t->T, c->recompute)) return -1;
+    }
     size_t BT = (size_t)c->batch * c->seq;
     t->inputs = xmalloc(BT * sizeof(int));
     t->targets = xmalloc(BT * sizeof(int));
@@ -274,7 +221,7 @@ static int t2_create(Strategy *s) {
 static void reduce_grads(T2 *t) {
     const GPT *m = &t->part;
     const Comm *dp = t->gdp;
-    if (t->z) return; // ZeRO 2/3: reduced block by block in the backward (tp2d_zero.c)
+    if (t->z || t->sw) return; // ZeRO 2/3, --offload: reduced block by block in the backward
     for (int k = 0; k < m->ntensors; k++)
         if (gpt2d_col_replicated(m, k))
             comm_allreduce(t->axis[T2D_COL], m->grads + m->tensors[k].off, m->tensors[k].n);
@@ -293,8 +240,8 @@ static void reduce_grads(T2 *t) {
 static double grad_sumsq(T2 *t, double *votes) {
     const GPT *m = &t->part;
     const float *own = t->z ? tp2dz_grads(t->z) : m->grads + t->lo; // the slice's reduced sums
-    double sum = 0;
-    for (int k = 0; k < m->ntensors; k++) {
+    double sum = t->sw ? tp2ds_sumsq(t->sw, t->g.i == 0) : 0;
+    for (int k = 0; k < m->ntensors && !t->sw; k++) {
         size_t a = m->tensors[k].off, b = a + m->tensors[k].n;
         a = a > t->lo ? a : t->lo, b = b < t->hi ? b : t->hi;
         if (b > a && (!gpt2d_col_replicated(m, k) || t->g.i == 0))
@@ -307,16 +254,25 @@ static double grad_sumsq(T2 *t, double *votes) {
     return v[0];
 }
 
-// Σ of a forward's token losses over the grid's rows (and dp when dp_too; not across CO2's
-// workers), per token; votes
-// (may be NULL) rides along.
+// Σ of a forward's token losses over the grid's rows and the cp ring (and dp when dp_too; not
+// across CO2's workers), per token; votes (may be NULL) rides along.
 static double mean_loss(T2 *t, double sum, double tokens, int dp_too, double *votes) {
     double v[2] = {sum, votes ? *votes : 0};
     int n = votes ? 2 : 1;
     comm_allreduce_f64(t->axis[T2D_COL], v, n);
-    if (dp_too && t->gdp->size > 1) comm_allreduce_f64(t->gdp, v, n);
+    if (dp_too && t->gdp->size > 1) comm_allreduce_f64(t->gdp, v, n); // (dp x cp)
+    if (!dp_too && t->ring) comm_allreduce_f64(t->outer->grid->cp_comm, v, n);
     if (votes) *votes = v[1];
     return v[0] / tokens;
+}
+
+// Micro-batch j of the step (val: validation window j) into t->inputs/targets: every rank of a
+// grid reads the same one (its dp replica's), a cp rank its two chunks of every sequence.
+static void read_batch(T2 *t, int val, int step, int j) {
+    const StrategyData *d = t->outer->data;
+    int *in = t->ring ? t->seq_in : t->inputs, *tg = t->ring ? t->seq_tg : t->targets;
+    val ? d->val(d->ctx, j, in, tg) : d->train(d->ctx, step, j, in, tg);
+    if (t->ring) cp_take_batch(t->outer, in, tg, t->inputs, t->targets);
 }
 
 static int t2_step(Strategy *s, int step, int boundary) {
@@ -326,20 +282,27 @@ static int t2_step(Strategy *s, int step, int boundary) {
     GPT *m = &t->part;
     double t0 = now_sec(), c0 = t->comm_s + (t->z ? tp2dz_comm_seconds(t->z) : 0);
     int K = c->grad_accum, N = t->gdp->size;
-    double tokens = (double)c->batch * c->seq * K * N;
+    double tokens = (double)c->batch * t->T * K * N;
     if (t->co2) tp_co2_begin(t->co2, step);
-    t->z ? tp2dz_begin_step(t->z) : m->be->fill(m->grads, 0.f, m->nparams);
+    if (t->sw)
+        tp2ds_begin_step(t->sw);
+    else
+        t->z ? tp2dz_begin_step(t->z) : m->be->fill(m->grads, 0.f, m->nparams);
     double sum = 0;
     t->counting = 1;
     for (int j = 0; j < K; j++) {
-        s->data->train(s->data->ctx, step, j, t->inputs, t->targets);
+        read_batch(t, 0, step, j);
         if (t->z) tp2dz_forward(t->z);
+        if (t->sw) tp2ds_forward(t->sw);
         sum += gpt2d_forward(m, &t->g, &t->ws, t->inputs, t->targets);
         if (t->z) tp2dz_backward_begin(t->z);
+        if (t->sw) tp2ds_backward_begin(t->sw, j, j == K - 1);
         gpt2d_backward(m, &t->g, &t->ws, (float)(1.0 / tokens));
         if (t->z) tp2dz_backward_end(t->z);
+        if (t->sw) tp2ds_backward_end(t->sw);
     }
     t->counting = 0;
+    if (t->sw && tp2ds_failed(t->sw)) return -1;
     double c1 = now_sec();
     reduce_grads(t);
     double votes = strategy_stop_vote();
@@ -348,7 +311,9 @@ static int t2_step(Strategy *s, int step, int boundary) {
     if (!t->co2) strategy_stop_tally(s, votes); // CO2: the rounds' agreement (co2_rounds.h)
     r.lr = lr_at(&c->opt, step);
     r.applied = isfinite(r.loss) && isfinite(r.norm);
-    if (r.applied) adamw_step(&t->opt, m, r.lr, clip_scale((float)r.norm, c->opt.grad_clip));
+    float scale = clip_scale((float)r.norm, c->opt.grad_clip);
+    if (r.applied && t->sw && tp2ds_update(t->sw, r.lr, scale)) return -1;
+    if (r.applied && !t->sw) adamw_step(&t->opt, m, r.lr, scale);
     if (r.applied && t->nshard > 1 && c->zero < 3) // every dp rank's updated slice
         comm_allgatherv(s->grid->dp_comm, m->params, t->counts, t->displs);
     r.seconds = now_sec() - t0;
@@ -369,8 +334,9 @@ static double t2_evaluate(Strategy *s) {
     const StrategyConfig *c = s->cfg;
     double sum = 0;
     for (int k = 0; k < c->val_windows; k++) {
-        s->data->val(s->data->ctx, k, t->inputs, t->targets);
+        read_batch(t, 1, 0, k);
         if (t->z) tp2dz_forward(t->z);
+        if (t->sw) tp2ds_forward(t->sw);
         double l = gpt2d_forward(&t->part, &t->g, &t->ws, t->inputs, t->targets);
         sum += mean_loss(t, l, (double)c->batch * c->seq, 0, NULL);
     }
@@ -386,12 +352,13 @@ static int t2_save(Strategy *s, const char *dir, CkptMeta *meta, int final, Ckpt
     size_t N = t->whole->nparams;
     float *p = xalloc_floats(N), *m = xalloc_floats(N), *v = xalloc_floats(N);
     float *pm = xalloc_floats(t->part.nparams), *pv = xalloc_floats(t->part.nparams);
-    int rc = gather_slice(t, t->opt.m, pm) || gather_slice(t, t->opt.v, pv) || whole_params(t, p) ||
-             gather_whole(t, pm, 1, m) || gather_whole(t, pv, 1, v);
+    int rc = t->sw ? tp2ds_fetch(t->sw, 1, pm) || tp2ds_fetch(t->sw, 2, pv)
+                   : gather_slice(t, t->opt.m, pm) || gather_slice(t, t->opt.v, pv);
+    rc = rc || whole_params(t, p) || gather_whole(t, pm, 1, m) || gather_whole(t, pv, 1, v);
     free(pm), free(pv);
     CkptShard sh = {.lo = 0, .hi = N, .params = p, .m = m, .v = v};
-    meta->opt_t = t->opt.t;
-    int writes = s->grid->dp_i == 0 && s->grid->tp_i == 0;
+    meta->opt_t = t->sw ? *tp2ds_opt_t(t->sw) : t->opt.t;
+    int writes = s->grid->dp_i == 0 && s->grid->tp_i == 0 && s->grid->cp_i == 0;
     CkptExtraFn files = NULL; // --co2: every rank's own state (not in the final checkpoint)
     void *files_ctx = NULL;
     if (t->co2 && !final) tp_co2_save_files(t->co2, s, meta, &files, &files_ctx);
@@ -421,10 +388,13 @@ static void t2_describe(const Strategy *s, char *buf, size_t n) {
                  s->grid->tp, t->g.q, t->g.q, s->cfg->tau);
         return;
     }
-    snprintf(
-        buf, n,
-        "tensor parallel: tp %d (2d SUMMA, %dx%d grid, column-cut embedding) x dp %d (zero %d%s)",
-        s->grid->tp, t->g.q, t->g.q, s->grid->dp, s->cfg->zero, tp2dz_what(s->cfg->zero));
+    char cp[48] = "";
+    if (t->ring) snprintf(cp, sizeof cp, " x cp %d (ring attention)", s->grid->cp);
+    snprintf(buf, n,
+             "tensor parallel: tp %d (2d SUMMA, %dx%d grid, column-cut embedding)%s x dp %d (zero "
+             "%d%s)%s",
+             s->grid->tp, t->g.q, t->g.q, cp, s->grid->dp, s->cfg->zero, tp2dz_what(s->cfg->zero),
+             t->sw ? ", each rank's blocks swapped through its own disk tier" : "");
 }
 
 static void t2_destroy(Strategy *s) {
@@ -436,7 +406,10 @@ static void t2_destroy(Strategy *s) {
     if (t->gown) t->part.be->release(t->gown);
     free(t->counts), free(t->displs);
     tp2dz_free(t->z);
+    tp2ds_free(t->sw);
     gpt_free(&t->part);
+    cp_ring_free(t->ring);
+    free(t->seq_in), free(t->seq_tg);
     free(t->inputs), free(t->targets);
     free(t);
     s->impl = NULL;

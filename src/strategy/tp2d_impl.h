@@ -1,10 +1,12 @@
 // tp2d_impl.h — what strat_tp2d.c (2D SUMMA tensor parallelism x dp) keeps per rank, shared
-// with tp2d_summary.c (its end-of-run line).
+// with tp2d_comm.c (the grid's collectives) and tp2d_summary.c (its end-of-run line).
 #pragma once
 #include "../model/gpt_2d.h"
+#include "../parallel/ring_attention.h"
 #include "part_io.h"
 #include "strat_tp_co2.h"
 #include "strategy.h"
+#include "tp2d_swap.h"
 #include "tp2d_zero.h"
 
 typedef struct {
@@ -30,7 +32,14 @@ typedef struct {
     int counting, steps, section; // section: the block the model is in (model/gpt_2d.h)
     const Comm *gdp;              // the gradients' dp group: dp_comm; --co2: this rank alone
     TpCo2 *co2;                   // --co2: every grid a worker (strat_tp_co2.c)
+    Tp2dSwap *sw;                 // --offload: the part's blocks through this rank's tier
+    // --cp: the ring, whole sequences before the rank's chunks are cut (B,T); T: the tokens of
+    // a sequence this rank runs (seq/cp)
+    CpRing *ring;
+    int *seq_in, *seq_tg, T;
 } T2;
 
+// The grid's collectives and section hook (tp2d_comm.c) into t->g, for rank (i, j) of q x q.
+void tp2d_grid(T2 *t, int q, int i, int j);
 // The lead rank's end-of-run line (StrategyOps.summary).
 void tp2d_summary(Strategy *s, double exposed_s, double step_s);

@@ -10,9 +10,10 @@
 // (forward: broadcast X and W; backward: broadcast X and W again, reduce dX and dW) carries
 // (q−1)/q of a row's or column's share (1/q) of X (B·T, K) or W (K, M), and the two split
 // LayerNorms all-reduce 4 (B/q·T) row partials each (ring: 2(q−1)/q of them). --recompute runs
-// the forward again in the backward: 2 more broadcasts per linear, 2 more partials per LN.
-static double summa_table(const StrategyConfig *c, const GPTConfig *g, int q) {
-    double BT = (double)c->batch * c->seq, C = g->C, f = (q - 1.0) / q;
+// the forward again in the backward: 2 more broadcasts per linear, 2 more partials per LN. T: the
+// tokens of a sequence the grid runs (--cp: its chunks).
+static double summa_table(const StrategyConfig *c, const GPTConfig *g, int q, int T) {
+    double BT = (double)c->batch * T, C = g->C, f = (q - 1.0) / q;
     double KM[4][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}}, sum = 0;
     int ops = c->recompute ? 8 : 6, ln = c->recompute ? 6 : 4;
     for (int k = 0; k < 4; k++)
@@ -27,18 +28,19 @@ void tp2d_summary(Strategy *s, double exposed_s, double step_s) {
     T2 *t = s->impl;
     if (t->co2) tp_co2_summary(t->co2, s, exposed_s, step_s);
     if (!s->lead) return;
+    if (t->sw) return tp2ds_report(t->sw); // what swapping held and moved (this rank)
     const StrategyConfig *c = s->cfg;
     const GPTConfig *g = &t->whole->cfg;
     int q = t->g.q, P = s->grid->tp;
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     double micro = (double)t->steps * c->grad_accum, L = g->L, MiB = 4.0 / 1048576;
-    double Nl = (double)c->batch / q * c->seq, Vq = gpt2d_vrows(g, q);
+    double Nl = (double)c->batch / q * t->T, Vq = gpt2d_vrows(g, q);
     double per = micro > 0 ? MiB / micro / L : 0,
-           d1 = 4 * 2.0 * (P - 1) / P * c->batch * c->seq * g->C, pb, gb; // held: bytes
+           d1 = 4 * 2.0 * (P - 1) / P * c->batch * t->T * g->C, pb, gb; // held: bytes
     tp2dz_held(t->z, &t->part, t->gown ? t->hi - t->lo : 0, &pb, &gb);
     fprintf(stderr,
-            "loom: tp %d (2d, %dx%d) x dp %d | per rank: a part of %.2f MiB (wte and wpe %.2f of "
+            "loom: tp %d (2d, %dx%d)%s x dp %d | per rank: a part of %.2f MiB (wte and wpe %.2f of "
             "it) of the whole model's %.2f MiB, holding params %.3f MiB and grads %.3f MiB, "
             "activations %.1f MiB (the head's logits %.1f of "
             "them), AdamW moments %.3f MiB (zero %d over dp %d), peak RSS %.1f MiB | received per "
@@ -46,10 +48,10 @@ void tp2d_summary(Strategy *s, double exposed_s, double step_s) {
             "all-reduces %.3f) against SUMMA's 6(q-1)/q per linear %.3f MiB; 1D tp %d would "
             "all-reduce 4 x 2(P-1)/P x (B,T,C) = %.3f MiB; embedding and head %.3f MiB per "
             "micro-batch\n",
-            P, q, q, s->grid->dp, t->part.nparams * MiB, t->part.blocks[0].n * MiB,
-            t->whole->nparams * MiB, pb / 1048576, gb / 1048576, t->ws.floats * MiB, Nl * Vq * MiB,
-            2.0 * (double)(t->hi - t->lo) * MiB, c->zero, s->grid->dp, ru.ru_maxrss / 1024.0,
-            (t->bcast + t->rscat + t->allred + t->other) * per, t->bcast * per, t->rscat * per,
-            t->allred * per, summa_table(c, g, q) * MiB, P, d1 * MiB,
-            micro > 0 ? t->ends / micro * MiB : 0);
+            P, q, q, t->ring ? " x cp (its chunks)" : "", s->grid->dp, t->part.nparams * MiB,
+            t->part.blocks[0].n * MiB, t->whole->nparams * MiB, pb / 1048576, gb / 1048576,
+            t->ws.floats * MiB, Nl * Vq * MiB, 2.0 * (double)(t->hi - t->lo) * MiB, c->zero,
+            s->grid->dp, ru.ru_maxrss / 1024.0, (t->bcast + t->rscat + t->allred + t->other) * per,
+            t->bcast * per, t->rscat * per, t->allred * per, summa_table(c, g, q, t->T) * MiB, P,
+            d1 * MiB, micro > 0 ? t->ends / micro * MiB : 0);
 }

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# t_offload_tp2d.sh — block swapping (--offload disk) of a 2D (SUMMA) tensor-parallel part: each
+# rank of the q x q grid swaps its own part's layers (parameters, gradients) and every block's
+# moments through its own tier, the blocks communicating along the grid's rows and columns inside
+# as in memory. Against the in-memory run of the same layout, bit for bit (losses, gradient
+# norms, validation losses, exported weights): --tp 4 --tp-mode 2d (clipping on and off,
+# --recompute) and dp 2 x that (8 ranks), all with gradient accumulation K = 3, weight decay and
+# clipping active (the norms are above --grad-clip).
+# Checkpoints: an offloaded 2D run's mid-run checkpoint resumes with and without --offload (and
+# an in-memory one with it) onto the uninterrupted run's bytes.
+# The budget binds: a part whose training state (54 MiB per rank) and start-up staging take the
+# in-memory rank above --fast-mem 48M trains within it on every rank (peak RSS printed per rank;
+# the fill of the tier included), the same bits as in memory (the negative control: the
+# in-memory rank peaks above 48 MiB); a budget below what the swapped part needs is an error
+# naming the numbers. ZeRO 1-3 and --co2 with a swapped 2D part are refused, naming both flags.
+set -eu
+. "$(dirname "$0")/lib.sh"
+need_mpi
+d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
+mkshard "$d/train.bin" 64 60000 3
+mkdir "$d/off"
+g="--tp 4 --tp-mode 2d"
+base="--data $d/train.bin --layers 4 --heads 2 --dim 32 --vocab 64 --block-size 32 --batch 2
+      --seq 16 --lr 3e-3 --weight-decay 0.1 --grad-clip 0.5 --progress off --seed 5 --threads 1"
+flags="$base --val-data $d/train.bin --val-every 2 --val-windows 3 --steps 4 --grad-accum 3"
+OFF="--offload disk --offload-dir $d/off --fast-mem $(fastmem 64)"
+mrun() { # NAME NP FLAGS...
+    local name=$1 np=$2; shift 2
+    $MPI -np "$np" $LOOM train "$@" --metrics "$d/$name.jsonl" --export "$d/$name.st" \
+        2>"$d/$name.err" || { cat "$d/$name.err"; exit 1; }
+}
+clean() { [ -z "$(ls -A "$d/off")" ] || { echo "$1: scratch files left in --offload-dir"; exit 1; }; }
+for lay in "4:$g" "4:$g --grad-clip 0" "4:$g --recompute" "8:$g --dp 2"; do
+    np=${lay%%:*} l=${lay#*:}
+    mrun mem "$np" $flags $l
+    mrun off "$np" $flags $l $OFF
+    grep -q "blocks swapped through its own disk tier" "$d/off.err" ||
+        { echo "$l: the run does not say it swaps"; exit 1; }
+    same "$l, swapped vs in memory" "$d/mem.jsonl" "$d/off.jsonl" "$d/mem.st" "$d/off.st" || exit 1
+    clean "$l"
+done
+python3 - "$d/mem.jsonl" <<'PY' || exit 1
+import json, sys
+n = [json.loads(l)["grad_norm"] for l in open(sys.argv[1]) if '"grad_norm"' in l]
+if not n or min(n) <= 0.5: sys.exit(f"clipping inactive: norms {n}")
+PY
+
+# checkpoints: a save at step 2 of 4 (the step-4 one removed) resumed onto the full run's bytes
+offload_resume "2d tp 4" "$base --lr-schedule constant --grad-accum 2 $g --steps 4" 4
+
+# the budget binds: per rank 13.5 MiB of parameters, 54 MiB of training state, --fast-mem 48M
+big="--data $d/train.bin --layers 8 --heads 4 --dim 384 --vocab 64 --block-size 32 --batch 2
+     --seq 16 --grad-accum 2 --grad-clip 0.5 --progress off --seed 5 --threads 1 --steps 2 $g"
+peaks() { grep -o 'peak RSS [0-9.]* MiB of --fast-mem' "$1" | awk '{print $3}'; }
+if [ -z "${LOOM_ASAN:-}" ]; then
+    $MPI -np 4 $LOOM train $big --metrics "$d/bm.jsonl" 2>"$d/bm.err" || { cat "$d/bm.err"; exit 1; }
+    $MPI -np 4 $LOOM train $big --offload disk --offload-dir "$d/off" --fast-mem 48M \
+        --metrics "$d/bo.jsonl" 2>"$d/bo.err" || { cat "$d/bo.err"; exit 1; }
+    same "2d tp 4, 54 MiB of state per rank in --fast-mem 48M" "$d/bm.jsonl" "$d/bo.jsonl" || exit 1
+    p=$(peaks "$d/bo.err")
+    [ "$(echo "$p" | wc -l)" = 4 ] || { echo "expected four ranks' peaks, got: $p"; exit 1; }
+    for x in $p; do
+        awk -v x="$x" 'BEGIN { exit !(x <= 48) }' || { echo "a rank peaked at $x MiB > 48"; exit 1; }
+    done
+    mp=$(grep -o 'peak RSS [0-9.]* MiB |' "$d/bm.err" | awk '{print $3}')
+    awk -v x="$mp" 'BEGIN { exit !(x > 48) }' ||
+        { echo "negative control: in memory the rank peaked at only $mp MiB"; exit 1; }
+    echo "budget binds: swapped ranks peaked at $(echo $p) MiB of 48, in memory at $mp MiB"
+    clean "bound"
+    expect_fail "is too small for this 2D tensor-parallel part swapped block by block" \
+        $MPI -np 4 $LOOM train $big --offload disk --offload-dir "$d/off" --fast-mem 24M
+    clean "too small"
+fi
+
+# refused: a swapped 2D part with ZeRO 1-3 and with CO2
+for z in 1 2 3; do
+    expect_fail "--offload with --zero $z: a 2D tensor-parallel part swaps its blocks with ZeRO 0" \
+        $MPI -np 8 $LOOM train $flags $g --dp 2 --zero $z $OFF
+done
+expect_fail "--offload with --co2: CO2's workers over 2D grids" \
+    $MPI -np 8 $LOOM train $flags $g --dp 2 --co2 $OFF
+echo "ZeRO 1-3 and CO2 with a swapped 2D part: refused"
