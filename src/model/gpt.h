@@ -26,13 +26,21 @@ typedef struct {
     int F;                      // SwiGLU hidden size (default: 8C/3 rounded up to a multiple of 64)
     int tie;                    // 1: the head's logits use the token embedding (GPT-2: always)
     float rope_theta, norm_eps; // RoPE base (10000), RMSNorm epsilon (1e-5)
+    // Llama-3.1's RoPE frequency scaling (rope_scaling = ROPE_LLAMA3; ROPE_PLAIN: none): the
+    // frequencies of wavelength above rope_orig/rope_low are divided by rope_factor, those below
+    // rope_orig/rope_high kept, the ones between interpolated (llama_rope_tables)
+    int rope_scaling, rope_orig;            // RopeScaling; original_max_position_embeddings
+    float rope_factor, rope_low, rope_high; // factor, low_freq_factor, high_freq_factor
 } GPTConfig;
+
+typedef enum { ROPE_PLAIN = 0, ROPE_LLAMA3 = 1 } RopeScaling;
 
 // "gpt2" or "llama"; gpt_arch_parse: the GPTArch of a name, or -1.
 const char *gpt_arch_name(int arch);
 int gpt_arch_parse(const char *name);
 // LLaMA's defaults where a field is 0 (KV = H, F = 8C/3 up to a multiple of 64, theta 10000,
-// eps 1e-5); nothing for GPT-2.
+// eps 1e-5; with llama3 scaling Llama 3.1's factor 8, low 1, high 4, original 8192); nothing
+// for GPT-2.
 void gpt_config_defaults(GPTConfig *c);
 static inline int gpt_is_llama(const GPTConfig *c) { return c->arch == ARCH_LLAMA; }
 // Whether the head reads the embedding (GPT-2, or LLaMA with --tie-embeddings).

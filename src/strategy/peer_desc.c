@@ -20,6 +20,19 @@ char *peer_run_desc(const Strategy *s) {
     int iv[] = {g->L, g->H, g->C, g->V, g->maxT, c->tau, c->batch, c->seq, c->grad_accum, c->steps};
     for (size_t i = 0; i < sizeof iv / sizeof iv[0]; i++)
         cJSON_AddNumberToObject(j, in[i], iv[i]);
+    cJSON_AddStringToObject(j, "arch", gpt_arch_name(g->arch));
+    if (gpt_is_llama(g)) { // the family's shape, named as its flags
+        const char *ln[] = {"kv-heads", "ffn-dim", "tie-embeddings", "rope-original-max-pos"};
+        int lv[] = {g->KV, g->F, g->tie, g->rope_scaling ? g->rope_orig : 0};
+        for (size_t i = 0; i < sizeof lv / sizeof lv[0]; i++)
+            cJSON_AddNumberToObject(j, ln[i], lv[i]);
+        const char *lf[] = {"rope-theta", "norm-eps", "rope-factor", "rope-low-freq-factor",
+                            "rope-high-freq-factor"};
+        float lfv[] = {g->rope_theta, g->norm_eps, g->rope_factor, g->rope_low, g->rope_high};
+        for (size_t i = 0; i < sizeof lfv / sizeof lfv[0]; i++)
+            cJSON_AddNumberToObject(j, lf[i], lfv[i]);
+        cJSON_AddStringToObject(j, "rope-scaling", g->rope_scaling ? "llama3" : "none");
+    }
     const char *fn[] = {"outer-lr", "outer-momentum", "gap-penalty", "outer-clip",
                         "lr",       "min-lr",         "beta1",       "beta2",
                         "eps",      "weight-decay",   "grad-clip"};
