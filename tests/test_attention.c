@@ -195,7 +195,8 @@ static void ring_run(Shape s, int n, int hops, const float *qkv, const float *do
                             Tl,
                             3 * C,
                             2 * C,
-                            gk < gq ? ATT_CHUNK_FULL : gk == gq ? ATT_CHUNK_DIAG : ATT_CHUNK_NONE};
+                            gk < gq ? ATT_CHUNK_FULL : gk == gq ? ATT_CHUNK_DIAG : ATT_CHUNK_NONE,
+                            NH};
                         size_t qo = (size_t)a * c, ko = (size_t)k * c * 2 * C;
                         const float *K = kv[j] + ko, *V = K + C;
                         if (pass == 0) {

@@ -106,12 +106,14 @@ typedef struct {
 // Tl). The embedding adds wpe at those global positions (block_cp.c); attention, the one place
 // tokens meet, goes through the hooks below (installed by the strategy: parallel/ring_attention.c),
 // causal by global position, saving the per-row log-sum-exp (B,NH,Tl) in the layer's att slot.
+// qkv rows are [q (C = NH·hs) | k (KV·hs) | v (KV·hs)]: KV = NH for GPT-2, LLaMA's kv heads
+// (its RoPE turned each chunk's q and k by their global positions: llama_rope_tables).
 typedef struct {
     int n, i; // ring size (0 or 1: no context parallelism), this rank
     void (*forward)(void *ctx, float *out, float *lse, const float *qkv, int B, int T, int C,
-                    int NH);
+                    int NH, int KV);
     void (*backward)(void *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
-                     const float *lse, int B, int T, int C, int NH);
+                     const float *lse, int B, int T, int C, int NH, int KV);
     void *ctx;
 } ContextParallel;
 
@@ -301,7 +303,7 @@ static inline Block *gpt_head(GPT *m) { return &m->blocks[m->nblocks - 1]; }
 // transformer layer keeps only its input and redoes its forward during backward.
 typedef struct {
     int B, T, recompute;
-    int *rope_pos;    // LLaMA: (T) positions 0..T-1 (host memory: the CPU backend only)
+    int *rope_pos;    // LLaMA: (T) positions 0..T-1, --cp: global (host memory: CPU backend only)
     float *rope_freq; // LLaMA: (hs/2) RoPE inverse frequencies theta^(-2i/hs)
     int b0, b1;       // the blocks it holds activations for (all of them unless a pipeline stage)
     float *stream;    // residual stream: slot l is block l's output (slots b0-1 .. b1-1); with

@@ -174,10 +174,16 @@ static float llama3_scaled(float f, const GPTConfig *c) {
     return (1.0f - s) * f / c->rope_factor + s * f;
 }
 
-void llama_rope_tables(int *pos, float *freq, const GPTConfig *c, int T) {
-    int hs = c->C / c->H;
+void llama_rope_tables(int *pos, float *freq, const GPTConfig *c, int T,
+                       const ContextParallel *cp) {
+    int hs = c->C / c->H, ch, p0, p1;
     for (int t = 0; t < T; t++)
         pos[t] = t;
+    if (cp->n > 1) { // a context-parallel rank's T = Tl rows: its two chunks' global positions
+        gpt_cp_chunks(T * cp->n, cp->n, cp->i, &ch, &p0, &p1);
+        for (int t = 0; t < T; t++)
+            pos[t] = t < ch ? p0 + t : p1 + t - ch;
+    }
     for (int i = 0; i < hs / 2; i++) { // float32, as the reference computes theta^(2i/hs)
         freq[i] = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)hs);
         if (c->rope_scaling == ROPE_LLAMA3) freq[i] = llama3_scaled(freq[i], c);
