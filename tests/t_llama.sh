@@ -14,8 +14,8 @@
 #     --schedule 2bw equal the reference's CO2 and delayed-update rules (losses within 1e-5,
 #     weights within 1e-4, the tolerance of t_co2.sh and t_pipeline.sh at this learning rate);
 #   * resume continues bit-identically; `loom sample` of the checkpoint gives the reference's
-#     logits on `loom export`'s file (1e-5); refusals: --offload, bad LLaMA flags
-#     (--tp and --sp: t_llama_tp.sh; --cp: t_llama_cp.sh).
+#     logits on `loom export`'s file (1e-5); refusals: bad LLaMA flags (--tp and --sp:
+#     t_llama_tp.sh; --cp: t_llama_cp.sh; --offload: t_llama_offload.sh).
 # asan: skip
 set -eu
 . "$(dirname "$0")/lib.sh"
@@ -157,8 +157,6 @@ sys.exit(1 if bad else 0)
 PY
 
 echo "== refusals"
-expect_fail "--arch llama with --offload" $LOOM train $M --batch 4 --seq 32 --offload disk \
-    --offload-dir "$d/off" --fast-mem 1M
 expect_fail "--kv-heads 3 must divide --heads 4" $LOOM train $M --batch 4 --seq 32 --kv-heads 3
 expect_fail "must be even (RoPE" $LOOM train $M --batch 4 --seq 32 --dim 72 --heads 8 --kv-heads 8
 expect_fail "--rope-theta is a LLaMA option" $LOOM train --data "$d/t.bin" --rope-theta 500000
