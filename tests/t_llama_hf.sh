@@ -166,6 +166,10 @@ expect_fail "rs/config.json: \"rope_scaling\" type \"yarn\" is not supported" $T
 bad rs3 'c["rope_scaling"] = {"type": "llama3", "factor": 8.0, "high_freq_factor": 4.0,
     "original_max_position_embeddings": 64}'
 expect_fail "rs3/config.json: \"rope_scaling\".\"low_freq_factor\" is missing" $T "$d/rs3"
+bad rs4 'c["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0,
+    "high_freq_factor": 1.0, "original_max_position_embeddings": 64}'
+expect_fail "rs4/config.json: \"rope_scaling\" needs \"factor\" >= 1 and \"high_freq_factor\"" \
+    $T "$d/rs4"
 bad mt 'c["model_type"] = "mistral"'
 expect_fail "mt/config.json: \"model_type\" \"mistral\"" $T "$d/mt"
 bad nohs 'del c["hidden_size"]'

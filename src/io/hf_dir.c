@@ -123,6 +123,10 @@ static int cfg_rope_scaling(const cJSON *root, const char *name, GPTConfig *c) {
                              name, k[i]);
         *v[i] = (float)x->valuedouble;
     }
+    if (!(c->rope_factor >= 1.f) || !(c->rope_high > c->rope_low))
+        return loom_fail("%s: \"rope_scaling\" needs \"factor\" >= 1 and \"high_freq_factor\" > "
+                         "\"low_freq_factor\" (got %g, %g, %g)",
+                         name, c->rope_factor, c->rope_high, c->rope_low);
     const cJSON *o = cJSON_GetObjectItemCaseSensitive(r, "original_max_position_embeddings");
     if (!cJSON_IsNumber(o) || !(o->valuedouble >= 1 && o->valuedouble <= INT_MAX) ||
         o->valuedouble != floor(o->valuedouble))
