@@ -134,6 +134,14 @@ $CMP compare-f32 "$d/l_loom.f32" "$d/l_ref.f32" --tol 1e-5
 echo "== a scaled-RoPE checkpoint keeps its scaling: sample's logits equal the reference's"
 $LOOM train $M --batch 4 --seq 32 --steps 2 $scale --save "$d/sk" --keep 0
 $LOOM export "$d/sk" -o "$d/sk.safetensors"
+$PY - "$d/sk.safetensors" <<'PY' # the one-file export's metadata names the scaling too
+import json, struct, sys
+f = open(sys.argv[1], "rb"); n = struct.unpack("<Q", f.read(8))[0]
+rs = json.loads(json.loads(f.read(n))["__metadata__"]["rope_scaling"])
+print("safetensors metadata rope_scaling:", rs)
+sys.exit(0 if rs == {"rope_type": "llama3", "factor": 8, "low_freq_factor": 1,
+                     "high_freq_factor": 4, "original_max_position_embeddings": 64} else 1)
+PY
 $LOOM sample --ckpt "$d/sk" --prompt-tokens $toks --dump-logits "$d/sl_loom.f32"
 $REF logits --init "$d/sk.safetensors" --heads 4 --kv-heads 2 $scale --tokens $toks \
     --out "$d/sl_ref.f32"
