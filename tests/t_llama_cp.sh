@@ -7,7 +7,8 @@
 # (two query tiles of the ring kernels), cp 4 chunks of 34. Layouts: cp 2 with kv-heads < heads
 # (untied) and = heads (tied), with Llama 3.1's RoPE scaling (its weights within 1e-4, and the
 # first-step gradients of both within 1e-5 relative), with --recompute; cp 4;
-# dp 2 x cp 2 (ZeRO 1); tp 2 x cp 2; a cp 2 checkpoint resumed on one process. Negative
+# dp 2 x cp 2 (ZeRO 1); tp 2 x cp 2 (and with --sp); pp 2 x cp 2; a cp 2 checkpoint resumed on
+# one process. Negative
 # control: the cp 2 run against a single process whose RoPE differs only in its base
 # (--rope-theta) must fail the comparison; a cp rank turning its chunks by local positions
 # (the bug this guards against) was seen to miss by 7e-5 in the loss and 5e-3 in the weights.
@@ -47,12 +48,17 @@ pair cp2rc 2 gqa "$G" "--cp 2 --recompute"
 pair cp4 4 gqa "$G" "--cp 4"
 pair dp2cp2 4 gqa "$G" "--cp 2 --dp 2 --zero 1 --batch 1"
 pair tp2cp2 4 gqa "$G" "--cp 2 --tp 2"
+pair pp2cp2 4 gqa "$G" "--cp 2 --pp 2"
+pair tp2spcp2 4 gqa "$G" "--cp 2 --tp 2 --sp"
 
 echo "== first-step gradients, cp 2 against one process (relative 1e-5)"
 for x in "" "$scale"; do
     $LOOM train $base $G $x --steps 1 --dump-grads "$d/g1" 2> /dev/null
     $MPI -np 2 $LOOM train $base $G $x --steps 1 --cp 2 --dump-grads "$d/g2" 2> /dev/null
     $PY "$(dirname "$0")/torch_ref.py" compare-st "$d/g2" "$d/g1" --rel --tol 1e-5
+    [ -z "$x" ] || continue # and tp 2 x cp 2 with --sp
+    $MPI -np 4 $LOOM train $base $G --steps 1 --cp 2 --tp 2 --sp --dump-grads "$d/g4" 2> /dev/null
+    $PY "$(dirname "$0")/torch_ref.py" compare-st "$d/g4" "$d/g1" --rel --tol 1e-5
 done
 
 echo "== negative control: the comparison sees a RoPE that differs only in its base"
