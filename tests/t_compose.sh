@@ -186,10 +186,12 @@ by the test that checks it; to regenerate it after a change:
 a clear message, never because one is refused.)
 
 The table is for GPT-2's block. With `--arch llama` (the LLaMA block) the options that run are
-one process, `--recompute`, `--dp` with ZeRO 0-3, `--pp` (gpipe, 1f1b, 2bw), `--co2` and 1D
-`--tp` with or without `--sp` (`tests/t_llama_tp.sh`: alone and with dp, pp and CO2); 2D `--tp`,
-`--cp`, `--offload` and `loom peer` are refused up front with a message naming `--arch llama`
-and the option (`tests/t_llama.sh` and `tests/t_llama_tp.sh` check both).
+one process, `--recompute`, `--dp` with ZeRO 0-3, `--pp` (gpipe, 1f1b, 2bw), `--co2`, 1D
+`--tp` with or without `--sp` (`tests/t_llama_tp.sh`: alone and with dp, pp and CO2), `--cp`
+(`tests/t_llama_cp.sh`: alone and with dp and tp), `--offload` (`tests/t_llama_offload.sh`:
+one process, dp, tp, cp, pp and CO2) and `loom peer` (`tests/t_llama_peer.sh`); 2D `--tp` is
+refused up front with a message naming `--arch llama` and the option (`tests/t_llama_tp.sh`
+checks it).
 
 ## The axes
 

@@ -5,14 +5,17 @@
 #     (max |Δ| / max |g_torch|), the first-step loss within 1e-5 relative;
 #   * a 10-step AdamW trajectory (weight decay 0.1, clip 1.0, accumulation 2): losses within
 #     1e-5 relative per step, the final weights within 2e-5 absolute;
-#   * negative control: the reference with interleaved-pair RoPE must NOT match the gradients;
+#   * the same with Llama 3.1's RoPE frequency scaling (--rope-scaling llama3, an original
+#     context of 64 so that the head's 8 frequencies fall in all three of its bands);
+#   * negative controls: the reference with interleaved-pair RoPE, or with the scaling left
+#     out, must NOT match the gradients;
 #   * strategies equal the single process (losses within 1e-5): --recompute, --dp 2 with
 #     --zero 0..3, --pp 2 (gpipe untied, 1f1b tied); --co2 (2 workers) and --pp 2
 #     --schedule 2bw equal the reference's CO2 and delayed-update rules (losses within 1e-5,
 #     weights within 1e-4, the tolerance of t_co2.sh and t_pipeline.sh at this learning rate);
 #   * resume continues bit-identically; `loom sample` of the checkpoint gives the reference's
-#     logits on `loom export`'s file (1e-5); refusals: --cp, --offload, bad LLaMA flags
-#     (--tp and --sp: t_llama_tp.sh).
+#     logits on `loom export`'s file (1e-5); refusals: bad LLaMA flags (--tp and --sp:
+#     t_llama_tp.sh; --cp: t_llama_cp.sh; --offload: t_llama_offload.sh).
 # asan: skip
 set -eu
 . "$(dirname "$0")/lib.sh"
@@ -26,10 +29,10 @@ base="--arch llama --layers 2 --heads 4 --dim 64 --vocab 256 --block-size 64 --s
 opt="--batch 4 --seq 32 --grad-accum 2 --lr 1e-3 --weight-decay 0.1 --grad-clip 1.0 --beta1 0.9
      --beta2 0.95 --eps 1e-8"
 
-# check NAME KV TIE: loom against the reference for one shape
+# check NAME KV TIE [FLAGS]: loom against the reference for one shape (FLAGS to both)
 check() {
-    local n=$1 kv=$2 tie=$3
-    local M="$base --kv-heads $kv --tie-embeddings $tie" R="--heads 4 --kv-heads $kv"
+    local n=$1 kv=$2 tie=$3 x=${4:-}
+    local M="$base --kv-heads $kv --tie-embeddings $tie $x" R="--heads 4 --kv-heads $kv $x"
     echo "== $n (kv-heads $kv, tie $tie)"
     $LOOM train $M --data "$d/t.bin" --seq 32 --steps 0 --export "$d/$n.w0.safetensors"
     $REF grads --init "$d/$n.w0.safetensors" --data "$d/t.bin" $R $opt --out "$d/$n.gr" > "$d/$n.gr.json"
@@ -53,6 +56,9 @@ PY
 check mha 4 off
 check gqa 2 off
 check tied 2 on
+scale="--rope-scaling llama3 --rope-factor 8 --rope-low-freq-factor 1 --rope-high-freq-factor 4
+       --rope-original-max-pos 64"
+check scaled 2 off "$scale"
 
 echo "== negative control: interleaved-pair RoPE in the reference must not match"
 $REF grads --rope interleaved --init "$d/gqa.w0.safetensors" --data "$d/t.bin" --heads 4 --kv-heads 2 $opt \
@@ -61,6 +67,12 @@ if $CMP compare-st "$d/gqa.gl" "$d/gqa.gri" --rel --tol 1e-5; then
     echo "FAILED: the interleaved convention matched loom's gradients"; exit 1
 fi
 echo "interleaved: differs, as it must"
+$REF grads --init "$d/scaled.w0.safetensors" --data "$d/t.bin" --heads 4 --kv-heads 2 $opt \
+    --out "$d/scaled.grn" > /dev/null
+if $CMP compare-st "$d/scaled.gl" "$d/scaled.grn" --rel --tol 1e-5; then
+    echo "FAILED: the reference without the rope scaling matched loom's scaled gradients"; exit 1
+fi
+echo "rope scaling left out: differs, as it must"
 
 echo "== strategies against one process"
 M="$base --kv-heads 2 --data $d/t.bin --steps 4 --lr 1e-3"
@@ -119,14 +131,33 @@ $LOOM sample --ckpt "$d/ck" --prompt-tokens $toks --dump-logits "$d/l_loom.f32"
 $REF logits --init "$d/ck.safetensors" --heads 4 --kv-heads 2 --tokens $toks --out "$d/l_ref.f32"
 $CMP compare-f32 "$d/l_loom.f32" "$d/l_ref.f32" --tol 1e-5
 
+echo "== a scaled-RoPE checkpoint keeps its scaling: sample's logits equal the reference's"
+$LOOM train $M --batch 4 --seq 32 --steps 2 $scale --save "$d/sk" --keep 0
+$LOOM export "$d/sk" -o "$d/sk.safetensors"
+$PY - "$d/sk.safetensors" <<'PY' # the one-file export's metadata names the scaling too
+import json, struct, sys
+f = open(sys.argv[1], "rb"); n = struct.unpack("<Q", f.read(8))[0]
+rs = json.loads(json.loads(f.read(n))["__metadata__"]["rope_scaling"])
+print("safetensors metadata rope_scaling:", rs)
+sys.exit(0 if rs == {"rope_type": "llama3", "factor": 8, "low_freq_factor": 1,
+                     "high_freq_factor": 4, "original_max_position_embeddings": 64} else 1)
+PY
+$LOOM sample --ckpt "$d/sk" --prompt-tokens $toks --dump-logits "$d/sl_loom.f32"
+$REF logits --init "$d/sk.safetensors" --heads 4 --kv-heads 2 $scale --tokens $toks \
+    --out "$d/sl_ref.f32"
+$CMP compare-f32 "$d/sl_loom.f32" "$d/sl_ref.f32" --tol 1e-5
+
 echo "== the LLaMA flags from --config reach the checkpoint's model record"
 printf '%s' '{"arch": "llama", "kv_heads": 2, "heads": 4, "dim": 64, "layers": 1, "ffn_dim": 128,
-  "rope_theta": 500000, "norm_eps": 1e-6, "tie_embeddings": "on", "batch": 2, "seq": 8}' > "$d/c.json"
+  "rope_theta": 500000, "norm_eps": 1e-6, "tie_embeddings": "on", "batch": 2, "seq": 8,
+  "rope_scaling": "llama3", "rope_factor": 16, "rope_original_max_pos": 32}' > "$d/c.json"
 $LOOM train --config "$d/c.json" --data "$d/t.bin" --steps 1 --progress off --save "$d/cc"
 $PY - "$d/cc/step_00000001/checkpoint.json" <<'PY'
 import json, sys
 m = json.load(open(sys.argv[1]))["model"]
-want = {"arch": "llama", "kv_heads": 2, "ffn": 128, "rope_theta": 500000, "tie": 1}
+want = {"arch": "llama", "kv_heads": 2, "ffn": 128, "rope_theta": 500000, "tie": 1,
+        "rope_scaling": {"type": "llama3", "factor": 16, "low_freq_factor": 1,
+                         "high_freq_factor": 4, "original_max_pos": 32}}
 bad = {k: m.get(k) for k in want if m.get(k) != want[k]}
 bad.update({} if abs(m["norm_eps"] - 1e-6) < 1e-12 else {"norm_eps": m["norm_eps"]})
 print("config -> manifest:", "ok" if not bad else f"FAILED {bad}")
@@ -134,9 +165,11 @@ sys.exit(1 if bad else 0)
 PY
 
 echo "== refusals"
-expect_fail "--arch llama with --cp 2" $MPI -np 2 $LOOM train $M --batch 4 --seq 32 --cp 2
-expect_fail "--arch llama with --offload" $LOOM train $M --batch 4 --seq 32 --offload disk \
-    --offload-dir "$d/off" --fast-mem 1M
 expect_fail "--kv-heads 3 must divide --heads 4" $LOOM train $M --batch 4 --seq 32 --kv-heads 3
 expect_fail "must be even (RoPE" $LOOM train $M --batch 4 --seq 32 --dim 72 --heads 8 --kv-heads 8
 expect_fail "--rope-theta is a LLaMA option" $LOOM train --data "$d/t.bin" --rope-theta 500000
+expect_fail "--rope-scaling is a LLaMA option" $LOOM train --data "$d/t.bin" --rope-scaling llama3
+expect_fail "--rope-factor belongs to --rope-scaling llama3" $LOOM train $M --batch 4 --seq 32 \
+    --rope-factor 4
+expect_fail "need 0 < low < high" $LOOM train $M --batch 4 --seq 32 --rope-scaling llama3 \
+    --rope-low-freq-factor 4 --rope-high-freq-factor 2

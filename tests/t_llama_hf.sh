@@ -4,13 +4,17 @@
 # and tied embeddings:
 #   * round trip: loom's export directory read back (`loom export DIR -o DIR2`, and `train --init
 #     DIR --steps 0 --export DIR3`) gives byte-identical config.json and model.safetensors;
+#   * Llama 3.1's rope_scaling (--rope-scaling llama3) is written to config.json, survives the
+#     round trip byte for byte, and the reference reading it gives loom's first-step loss and
+#     gradients (negative control: the directory with rope_type "default" must not);
 #   * BF16 export (`loom export --dtype bf16`, `train --export-dtype bf16`) is torch's
 #     round-to-nearest-even of the F32 tensors, bit for bit;
 #   * directories written by the reference side's own code (tests/hf_dir.py): BF16 in 3 shards
 #     with an index, F16, F32 one file; loom's first-step loss from each equals
 #     tests/torch_llama.py's on the same directory within 1e-5 relative;
 #   * refusals, each exit 1..125 naming the file and the field, tensor or shard: head_dim,
-#     attention_bias, mlp_bias, hidden_act, rope_scaling, model_type, a missing field, no
+#     attention_bias, mlp_bias, hidden_act, a rope_scaling type other than llama3 or a llama3
+#     one missing a field, model_type, a missing field, no
 #     config.json, a missing shard, a tensor missing from the index / the file, a wrong shape;
 #   * `loom sample --ckpt DIR` reads a directory; GPT-2 files and .safetensors exports unchanged;
 #   * --pp 2 and --dp 2 --zero 3 (each rank streams its range) equal one process from a sharded
@@ -23,6 +27,7 @@ set -eu
 need_torch
 REF="$PY $(dirname "$0")/torch_llama.py"
 HF="$PY $(dirname "$0")/hf_dir.py"
+CMP="$PY $(dirname "$0")/torch_ref.py"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 mkshard "$d/t.bin" 256 30000 1
 base="--arch llama --layers 2 --heads 4 --dim 64 --vocab 256 --block-size 64 --seed 3"
@@ -60,6 +65,38 @@ for spec in "mha 4 off" "gqa 2 off" "tied 2 on"; do
         --shards 3 $([ $tie = on ] && echo --tie)
     loss_match "$d/$n.rb" "$n-bf16-3-shards"
 done
+
+echo "== Llama 3.1 rope_scaling: written on export, kept by the round trip, read by the reference"
+sc="--rope-scaling llama3 --rope-factor 8 --rope-low-freq-factor 1 --rope-high-freq-factor 4
+    --rope-original-max-pos 64"
+$LOOM train $base --kv-heads 2 $sc $run --seq 32 --steps 0 --export "$d/sc.d0" 2> /dev/null
+$LOOM export "$d/sc.d0" -o "$d/sc.d1" 2> /dev/null
+$LOOM train --init "$d/sc.d0" $run --seq 32 --steps 0 --export "$d/sc.d2" 2> /dev/null
+for k in 1 2; do
+    cmp "$d/sc.d0/config.json" "$d/sc.d$k/config.json"
+    cmp "$d/sc.d0/model.safetensors" "$d/sc.d$k/model.safetensors"
+done
+$PY - "$d/sc.d0/config.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))["rope_scaling"]
+want = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 64}
+print("config.json rope_scaling:", r)
+sys.exit(0 if r == want else 1)
+PY
+loss_match "$d/sc.d0" "llama3-rope-scaling" # and its gradients (the loss barely sees RoPE at init)
+$LOOM train --init "$d/sc.d0" $run $opt --steps 1 --dump-grads "$d/sc.gl" 2> /dev/null
+$CMP compare-st "$d/sc.gl" "$d/llama3-rope-scaling.gr" --rel --tol 1e-5
+cp -r "$d/sc.d0" "$d/sc.none" # negative control: the same directory read without its scaling
+$PY - "$d/sc.none/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); c["rope_scaling"]["rope_type"] = "default"
+json.dump(c, open(sys.argv[1], "w"))
+PY
+$REF grads --init "$d/sc.none" --data "$d/t.bin" $opt --out "$d/sc.none.gr" > /dev/null
+if $CMP compare-st "$d/sc.gl" "$d/sc.none.gr" --rel --tol 1e-5; then
+    echo "FAILED: rope_scaling ignored and still equal"; exit 1
+fi
 
 $LOOM sample --ckpt "$d/gqa.d0" --prompt ab --tokens 4 --seed 1 > /dev/null 2>&1 # reads DIR too
 echo "== BF16 export: torch's rounding, the same from export and train"
@@ -124,8 +161,15 @@ bad mb 'c["mlp_bias"] = True'
 expect_fail "mb/config.json: \"mlp_bias\" true" $T "$d/mb"
 bad act 'c["hidden_act"] = "gelu"'
 expect_fail "act/config.json: \"hidden_act\"" $T "$d/act"
-bad rs 'c["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0}'
-expect_fail "rs/config.json: \"rope_scaling\" is not supported yet" $T "$d/rs"
+bad rs 'c["rope_scaling"] = {"rope_type": "yarn", "factor": 8.0}'
+expect_fail "rs/config.json: \"rope_scaling\" type \"yarn\" is not supported" $T "$d/rs"
+bad rs3 'c["rope_scaling"] = {"type": "llama3", "factor": 8.0, "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 64}'
+expect_fail "rs3/config.json: \"rope_scaling\".\"low_freq_factor\" is missing" $T "$d/rs3"
+bad rs4 'c["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0,
+    "high_freq_factor": 1.0, "original_max_position_embeddings": 64}'
+expect_fail "rs4/config.json: \"rope_scaling\" needs \"factor\" >= 1 and \"high_freq_factor\"" \
+    $T "$d/rs4"
 bad mt 'c["model_type"] = "mistral"'
 expect_fail "mt/config.json: \"model_type\" \"mistral\"" $T "$d/mt"
 bad nohs 'del c["hidden_size"]'

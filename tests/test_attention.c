@@ -9,7 +9,9 @@
 // one process, each holding chunks i and 2n−1−i, K/V blocks visited in ring order, partials
 // merged by online softmax, dK/dV accumulated per block owner: out, lse and dqkv equal the
 // whole attention kernel's and the double reference; finite differences of Σ R·out; a ring
-// that stops one hop short must fail the comparison.
+// that stops one hop short must fail the comparison. Grouped-query attention (kv heads < heads,
+// LLaMA's q|k|v rows) through the chunk kernels equals the whole gqa_attention kernels; the
+// same chunks with a wrong kv-head map must not.
 #include <math.h>
 #include <string.h>
 
@@ -195,7 +197,8 @@ static void ring_run(Shape s, int n, int hops, const float *qkv, const float *do
                             Tl,
                             3 * C,
                             2 * C,
-                            gk < gq ? ATT_CHUNK_FULL : gk == gq ? ATT_CHUNK_DIAG : ATT_CHUNK_NONE};
+                            gk < gq ? ATT_CHUNK_FULL : gk == gq ? ATT_CHUNK_DIAG : ATT_CHUNK_NONE,
+                            NH};
                         size_t qo = (size_t)a * c, ko = (size_t)k * c * 2 * C;
                         const float *K = kv[j] + ko, *V = K + C;
                         if (pass == 0) {
@@ -329,6 +332,61 @@ TEST(ring_grad_finite_differences) {
     free(qkv), free(R), free(out), free(lse), free(g);
 }
 
+// Grouped-query attention through the chunk kernels: one rank's two chunks of (B,T) sequences
+// (pairs 0·0 and 1·1 on the diagonal, 1·0 full, 0·1 none) with KV kv heads, q|k|v rows of
+// (NH + 2KV)·hs (LLaMA's), against the whole gqa_attention kernels: out and dqkv, relative.
+// kv_field: the AttnChunk's KV (another count maps the query heads to the wrong kv heads: the
+// negative control).
+static double gqa_chunks_compare(int B, int T, int NH, int KV, int hs, int kv_field) {
+    int C = NH * hs, Ck = KV * hs, W = C + 2 * Ck, c = T / 2;
+    size_t nq = (size_t)B * T * W, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    float *qkv = xalloc_floats(nq), *dout = xalloc_floats(no), *out = xalloc_floats(no);
+    float *dqkv = xalloc_floats(nq), *att = xalloc_floats(be->attention_saved_floats(B, T, NH, hs));
+    float *rout = xalloc_floats(no), *lse = xalloc_floats(nl), *rdq = xalloc_floats(nq);
+    float *ob = xalloc_floats(no), *lb = xalloc_floats(nl);
+    for (size_t i = 0; i < nq; i++)
+        qkv[i] = 1.5f * rng_normal(&rng);
+    for (size_t i = 0; i < no; i++)
+        dout[i] = rng_normal(&rng);
+    be->gqa_attention_forward(out, att, qkv, B, T, NH, KV, hs);
+    be->gqa_attention_backward(dqkv, dout, qkv, out, att, B, T, NH, KV, hs);
+    for (size_t x = 0; x < nl; x++)
+        lse[x] = -INFINITY;
+    for (int pass = 0; pass < 2; pass++)
+        for (int a = 0; a < 2; a++)
+            for (int k = 0; k < 2; k++) {
+                int mode = k < a ? ATT_CHUNK_FULL : k == a ? ATT_CHUNK_DIAG : ATT_CHUNK_NONE;
+                AttnChunk p = {B, NH, C, c, T, W, W, mode, kv_field};
+                size_t qo = (size_t)a * c, ko = (size_t)k * c * W + C;
+                if (mode == ATT_CHUNK_NONE) continue;
+                if (pass == 0) {
+                    be->attn_chunk_forward(&p, ob + qo * C, lb + qo, qkv + qo * W, qkv + ko,
+                                           qkv + ko + Ck);
+                    be->attn_chunk_merge(&p, rout + qo * C, lse + qo, ob + qo * C, lb + qo);
+                } else {
+                    be->attn_chunk_backward(&p, rdq + qo * W, rdq + ko, rdq + ko + Ck,
+                                            dout + qo * C, rout + qo * C, lse + qo, qkv + qo * W,
+                                            qkv + ko, qkv + ko + Ck);
+                }
+            }
+    double e = fmax(rel_diff(rout, out, no), rel_diff(rdq, dqkv, nq));
+    free(qkv), free(dout), free(out), free(dqkv), free(att), free(rout), free(lse), free(rdq);
+    free(ob), free(lb);
+    return e;
+}
+
+TEST(ring_chunks_grouped_query) {
+    int shapes[][5] = {{2, 140, 4, 2, 8}, {1, 200, 4, 1, 6}, {2, 20, 6, 3, 4}, {1, 64, 2, 2, 8}};
+    for (int i = 0; i < 4; i++) {
+        int *z = shapes[i];
+        double e = gqa_chunks_compare(z[0], z[1], z[2], z[3], z[4], z[3]);
+        CHECK(e < 1e-5, "B=%d T=%d NH=%d KV=%d hs=%d: relative error %.3g", z[0], z[1], z[2], z[3],
+              z[4], e);
+    }
+    double e = gqa_chunks_compare(2, 140, 4, 2, 8, 1); // negative control: every head reads kv 0
+    CHECK(e > 1e-2, "the chunk kernels with a wrong kv-head map match GQA (error %.3g)", e);
+}
+
 int main(void) {
     rng_seed(&rng, 4321, 1);
     be = backend_select("cpu", 0);
@@ -337,5 +395,6 @@ int main(void) {
     RUN(ring_matches_attention);
     RUN(ring_one_hop_short_fails);
     RUN(ring_grad_finite_differences);
+    RUN(ring_chunks_grouped_query);
     return test_summary();
 }

@@ -23,9 +23,11 @@ Commands
          this model; add --heads H --kv-heads KV
   logits --init W --heads H --kv-heads KV --tokens 1,2,3 --out L.f32   logits (T,V), float32
   compare-losses A.jsonl B.jsonl --tol X    max relative |a-b|/|b| per step; exit 1 above tol
-Common: --rope half|interleaved, --rope-theta (10000), --norm-eps (1e-5). --init DIR reads a
+Common: --rope half|interleaved, --rope-theta (10000), --norm-eps (1e-5), --rope-scaling
+none|llama3 with --rope-factor, --rope-low-freq-factor, --rope-high-freq-factor,
+--rope-original-max-pos (Llama 3.1's frequency scaling, scaled_inv_freq below). --init DIR reads a
 Hugging Face Llama directory (tests/hf_dir.py; F32/BF16/F16, sharded or not): its config.json
-sets --heads, --kv-heads, --norm-eps and --rope-theta.
+sets --heads, --kv-heads, --norm-eps, --rope-theta and the rope_scaling (rope_type "llama3").
 """
 import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -56,6 +58,27 @@ def rope(x, cos, sin, mode):
         return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
     x1, x2 = x[..., 0::2], x[..., 1::2]  # interleaved pairs (2i, 2i+1)
     return torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
+
+
+def scaled_inv_freq(inv, a):
+    """Llama 3.1's RoPE frequency scaling, as Meta published it with the model: with the
+    original context n, a frequency whose wavelength 2*pi/f exceeds n / low_freq_factor is
+    divided by the factor; one whose wavelength is below n / high_freq_factor is kept; between
+    them f is interpolated, (1 - s) * f / factor + s * f with s = (n / wavelength - low) / (high - low)."""
+    if a.rope_scaling != "llama3":
+        return inv
+    n, lo, hi, k = a.rope_original_max_pos, a.rope_low_freq_factor, a.rope_high_freq_factor, a.rope_factor
+    out = []
+    for f in inv.tolist():
+        wavelen = 2 * math.pi / f
+        if wavelen < n / hi:
+            out.append(f)
+        elif wavelen > n / lo:
+            out.append(f / k)
+        else:
+            s = (n / wavelen - lo) / (hi - lo)
+            out.append((1 - s) * f / k + s * f)
+    return torch.tensor(out, dtype=torch.float32)
 
 
 class Layer(nn.Module):
@@ -98,6 +121,7 @@ class Llama(nn.Module):
         L = 1 + max(int(k.split(".")[2]) for k in st if k.startswith("model.layers."))
         Fh = st["model.layers.0.mlp.gate_proj.weight"].shape[0]
         self.V, self.hs, self.theta, self.mode = V, C // a.heads, a.rope_theta, a.rope
+        self.a = a
         self.tied = "lm_head.weight" not in st
         self.embed_tokens = nn.Embedding(V, C)
         self.layers = nn.ModuleList([Layer(C, a.heads, a.kv_heads, Fh, a.norm_eps) for _ in range(L)])
@@ -128,6 +152,7 @@ class Llama(nn.Module):
     def forward(self, idx, targets=None):
         B, T = idx.shape
         inv = 1.0 / (self.theta ** (torch.arange(0, self.hs, 2, dtype=torch.int64).float() / self.hs))
+        inv = scaled_inv_freq(inv, self.a)
         ang = torch.outer(torch.arange(T).float(), inv)  # (T, hs/2)
         cos, sin = ang.cos(), ang.sin()
         x = self.embed_tokens(idx)
@@ -148,6 +173,12 @@ def load(a):
     a.heads = cfg["num_attention_heads"]
     a.kv_heads = cfg.get("num_key_value_heads") or a.heads
     a.norm_eps, a.rope_theta = cfg.get("rms_norm_eps", 1e-6), cfg.get("rope_theta", 10000.0)
+    rs = cfg.get("rope_scaling") or {}
+    a.rope_scaling = rs.get("rope_type", rs.get("type", "none"))
+    if a.rope_scaling == "llama3":
+        a.rope_factor, a.rope_low_freq_factor = rs["factor"], rs["low_freq_factor"]
+        a.rope_high_freq_factor = rs["high_freq_factor"]
+        a.rope_original_max_pos = rs["original_max_position_embeddings"]
     if cfg.get("tie_word_embeddings", False):
         st.pop("lm_head.weight", None)
     return Llama({k: torch.from_numpy(v.copy()) for k, v in st.items()}, a)
@@ -197,6 +228,11 @@ def main():
     p.add_argument("--rope", choices=["half", "interleaved"], default="half")
     p.add_argument("--rope-theta", type=float, default=10000.0)
     p.add_argument("--norm-eps", type=float, default=1e-5)
+    p.add_argument("--rope-scaling", choices=["none", "llama3"], default="none")
+    p.add_argument("--rope-factor", type=float, default=8.0)
+    p.add_argument("--rope-low-freq-factor", type=float, default=1.0)
+    p.add_argument("--rope-high-freq-factor", type=float, default=4.0)
+    p.add_argument("--rope-original-max-pos", type=int, default=8192)
     p.add_argument("--batch", type=int, default=4); p.add_argument("--seq", type=int, default=32)
     p.add_argument("--grad-accum", type=int, default=1); p.add_argument("--steps", type=int, default=10)
     p.add_argument("--lr", type=float, default=1e-3); p.add_argument("--beta1", type=float, default=0.9)

@@ -14,13 +14,15 @@
 // which the chunk is `rows` consecutive ones (pointers are at the chunk's first row of batch
 // element 0): q row (b,t) at q + (b·tb + t)·qs, k/v rows at stride kvs, out and dout rows at
 // stride C, lse (B,NH,tb) at (b·NH + h)·tb + t. mode: where the key chunk lies against the
-// query chunk by global position.
+// query chunk by global position. Grouped-query attention (KV < NH kv heads): query head h reads
+// kv head h / (NH/KV), at column (h / (NH/KV))·hs of the k and v rows.
 enum { ATT_CHUNK_FULL, ATT_CHUNK_DIAG, ATT_CHUNK_NONE }; // keys before / the same / after
 typedef struct {
     int B, NH, C; // batch, heads, channels (C = NH·hs)
     int rows, tb; // rows of the chunk; rows a batch element spans in every buffer
     int qs, kvs;  // row strides of q and of k, v (floats)
     int mode; // ATT_CHUNK_*: full (every key visible), causal diagonal (key j ≤ query t), none
+    int KV;   // kv heads, dividing NH (0: NH, plain multi-head attention)
 } AttnChunk;
 
 typedef struct Backend {

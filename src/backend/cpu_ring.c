@@ -6,7 +6,9 @@
 // together by online softmax; the backward recomputes P = exp(S − lse) from the FINAL lse of the
 // query rows and D = rowsum(dO ∘ O) from their final output, so the pairs' gradients sum to the
 // whole attention's. The forward spreads (b, h, query tile) over the threads, the backward (b, h),
-// so one thread accumulates a head's dK and dV.
+// so one thread accumulates a head's dK and dV. With grouped-query attention (a->KV < NH) query
+// head h reads kv head h/(NH/KV), and one backward thread takes a kv head's whole group of query
+// heads (in head order), so its dK and dV have one writer.
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
@@ -76,9 +78,12 @@ static void fwd_tile(const AttnChunk *a, float *o, float *lse, const float *q, c
     }
 }
 
+// Query heads per kv head.
+static int group(const AttnChunk *a) { return a->KV > 0 ? a->NH / a->KV : 1; }
+
 void cpu_attn_chunk_forward(const AttnChunk *a, float *out, float *lse, const float *q,
                             const float *k, const float *v) {
-    int NH = a->NH, hs = a->C / NH, nqt = (a->rows + RING_BQ - 1) / RING_BQ;
+    int NH = a->NH, hs = a->C / NH, nqt = (a->rows + RING_BQ - 1) / RING_BQ, g = group(a);
 #pragma omp parallel
     {
         FwdBuf w = {xalloc_floats((size_t)RING_BQ * RING_BK), xalloc_floats((size_t)RING_BQ * hs),
@@ -87,7 +92,7 @@ void cpu_attn_chunk_forward(const AttnChunk *a, float *out, float *lse, const fl
         for (long x = 0; x < (long)a->B * NH * nqt; x++) {
             int bh = (int)(x / nqt), i0 = (int)(x % nqt) * RING_BQ, b = bh / NH, h = bh % NH;
             size_t qo = (size_t)b * a->tb * a->qs + (size_t)h * hs,
-                   ko = (size_t)b * a->tb * a->kvs + (size_t)h * hs;
+                   ko = (size_t)b * a->tb * a->kvs + (size_t)(h / g) * hs;
             fwd_tile(a, out + (size_t)b * a->tb * a->C + (size_t)h * hs, lse + (size_t)bh * a->tb,
                      q + qo, k + ko, v + ko, i0, imin(RING_BQ, a->rows - i0), hs, &w);
         }
@@ -168,21 +173,23 @@ void cpu_attn_chunk_backward(const AttnChunk *a, float *dq, float *dk, float *dv
                              const float *out, const float *lse, const float *q, const float *k,
                              const float *v) {
     if (a->mode == ATT_CHUNK_NONE) return;
-    int NH = a->NH, hs = a->C / NH;
+    int NH = a->NH, hs = a->C / NH, g = group(a), KV = NH / g;
 #pragma omp parallel
     {
         BwdBuf w = {xalloc_floats((size_t)RING_BQ * RING_BK),
                     xalloc_floats((size_t)RING_BQ * RING_BK), xalloc_floats(RING_BQ)};
 #pragma omp for schedule(dynamic, 1)
-        for (int bh = 0; bh < a->B * NH; bh++) {
-            int b = bh / NH, h = bh % NH;
-            size_t qo = (size_t)b * a->tb * a->qs + (size_t)h * hs,
-                   ko = (size_t)b * a->tb * a->kvs + (size_t)h * hs,
-                   oo = (size_t)b * a->tb * a->C + (size_t)h * hs;
-            for (int i0 = 0; i0 < a->rows; i0 += RING_BQ)
-                bwd_tile(a, dq + qo, dk + ko, dv + ko, dout + oo, out + oo,
-                         lse + (size_t)bh * a->tb, q + qo, k + ko, v + ko, i0,
-                         imin(RING_BQ, a->rows - i0), hs, &w);
+        for (int bk = 0; bk < a->B * KV; bk++) { // (batch element, kv head)
+            int b = bk / KV, kh = bk % KV;
+            size_t ko = (size_t)b * a->tb * a->kvs + (size_t)kh * hs;
+            for (int h = kh * g; h < (kh + 1) * g; h++) {
+                size_t qo = (size_t)b * a->tb * a->qs + (size_t)h * hs,
+                       oo = (size_t)b * a->tb * a->C + (size_t)h * hs,
+                       lo = ((size_t)b * NH + (size_t)h) * a->tb;
+                for (int i0 = 0; i0 < a->rows; i0 += RING_BQ)
+                    bwd_tile(a, dq + qo, dk + ko, dv + ko, dout + oo, out + oo, lse + lo, q + qo,
+                             k + ko, v + ko, i0, imin(RING_BQ, a->rows - i0), hs, &w);
+            }
         }
         free(w.p), free(w.dp), free(w.d);
     }

@@ -58,6 +58,14 @@ char *manifest_text(const CkptMeta *meta, int64_t seq, const CkptShardInfo *info
         cJSON_AddNumberToObject(c, "rope_theta", g->rope_theta);
         cJSON_AddNumberToObject(c, "norm_eps", g->norm_eps);
         cJSON_AddNumberToObject(c, "tie", g->tie);
+        if (g->rope_scaling == ROPE_LLAMA3) { // absent: plain RoPE
+            cJSON *r = cJSON_AddObjectToObject(c, "rope_scaling");
+            cJSON_AddStringToObject(r, "type", "llama3");
+            cJSON_AddNumberToObject(r, "factor", g->rope_factor);
+            cJSON_AddNumberToObject(r, "low_freq_factor", g->rope_low);
+            cJSON_AddNumberToObject(r, "high_freq_factor", g->rope_high);
+            cJSON_AddNumberToObject(r, "original_max_pos", g->rope_orig);
+        }
     }
     cJSON_AddNumberToObject(j, "step", meta->step);
     cJSON_AddNumberToObject(j, "opt_t", meta->opt_t);
@@ -133,6 +141,26 @@ static int get_u64(const char *path, cJSON *o, const char *key, uint64_t *out) {
 
 // ---------------------------------------------------------------- the header fields
 
+// model.rope_scaling: absent (plain RoPE) or {"type": "llama3", its four numbers}; the ranges
+// are gpt_config_check's.
+static int read_rope_scaling(const char *p, cJSON *c, GPTConfig *g) {
+    cJSON *r = cJSON_GetObjectItemCaseSensitive(c, "rope_scaling");
+    if (!r) return 0;
+    cJSON *t = cJSON_GetObjectItemCaseSensitive(r, "type");
+    if (!cJSON_IsString(t) || strcmp(t->valuestring, "llama3"))
+        return loom_fail("%s: 'model.rope_scaling.type' must be \"llama3\"", p);
+    const char *k[3] = {"factor", "low_freq_factor", "high_freq_factor"};
+    float *v[3] = {&g->rope_factor, &g->rope_low, &g->rope_high};
+    for (int i = 0; i < 3; i++) {
+        cJSON *x = cJSON_GetObjectItemCaseSensitive(r, k[i]);
+        if (!cJSON_IsNumber(x))
+            return loom_fail("%s: 'model.rope_scaling.%s' must be a number", p, k[i]);
+        *v[i] = (float)x->valuedouble;
+    }
+    g->rope_scaling = ROPE_LLAMA3;
+    return get_int(p, "model.rope_scaling.", r, "original_max_pos", 1, INT_MAX, &g->rope_orig);
+}
+
 // The LLaMA fields of the model record (arch "llama"); absent arch: GPT-2.
 static int read_arch(const char *p, cJSON *c, GPTConfig *g) {
     cJSON *a = cJSON_GetObjectItemCaseSensitive(c, "arch");
@@ -150,7 +178,7 @@ static int read_arch(const char *p, cJSON *c, GPTConfig *g) {
     if (!cJSON_IsNumber(th) || !cJSON_IsNumber(ep))
         return loom_fail("%s: 'model.rope_theta' and 'model.norm_eps' must be numbers", p);
     g->rope_theta = (float)th->valuedouble, g->norm_eps = (float)ep->valuedouble;
-    return 0;
+    return read_rope_scaling(p, c, g);
 }
 
 static int read_model(CkptManifest *mf, cJSON *j) {

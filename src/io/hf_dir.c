@@ -84,9 +84,6 @@ static int cfg_unsupported(const cJSON *root, const char *name, const GPTConfig 
     v = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
     if (v && !cJSON_IsNull(v) && (!cJSON_IsString(v) || strcmp(v->valuestring, "silu")))
         return loom_fail("%s: \"hidden_act\" other than \"silu\" is not supported", name);
-    v = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
-    if (v && !cJSON_IsNull(v))
-        return loom_fail("%s: \"rope_scaling\" is not supported yet (plain RoPE only)", name);
     const char *bias[2] = {"attention_bias", "mlp_bias"};
     for (int k = 0; k < 2; k++) {
         int on;
@@ -99,6 +96,44 @@ static int cfg_unsupported(const cJSON *root, const char *name, const GPTConfig 
         return loom_fail("%s: \"head_dim\" %d is not hidden_size / num_attention_heads = %d / %d: "
                          "not supported",
                          name, hd, c->C, c->H);
+    return 0;
+}
+
+// "rope_scaling": null, absent or rope_type "default" (plain RoPE), or Llama 3.1's "llama3"
+// with its four fields (required, as transformers requires them); any other type is refused.
+static int cfg_rope_scaling(const cJSON *root, const char *name, GPTConfig *c) {
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
+    if (!r || cJSON_IsNull(r)) return 0;
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(r, "rope_type");
+    if (!t) t = cJSON_GetObjectItemCaseSensitive(r, "type");
+    if (!cJSON_IsObject(r) || !cJSON_IsString(t))
+        return loom_fail("%s: \"rope_scaling\" must be null or an object with a \"rope_type\"",
+                         name);
+    if (!strcmp(t->valuestring, "default")) return 0;
+    if (strcmp(t->valuestring, "llama3"))
+        return loom_fail("%s: \"rope_scaling\" type \"%.64s\" is not supported (loom implements "
+                         "\"llama3\")",
+                         name, t->valuestring);
+    const char *k[3] = {"factor", "low_freq_factor", "high_freq_factor"};
+    float *v[3] = {&c->rope_factor, &c->rope_low, &c->rope_high};
+    for (int i = 0; i < 3; i++) {
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(r, k[i]);
+        if (!cJSON_IsNumber(x) || !(x->valuedouble > 0) || !isfinite((float)x->valuedouble))
+            return loom_fail("%s: \"rope_scaling\".\"%s\" is missing or not a positive number",
+                             name, k[i]);
+        *v[i] = (float)x->valuedouble;
+    }
+    if (!(c->rope_factor >= 1.f) || !(c->rope_high > c->rope_low))
+        return loom_fail("%s: \"rope_scaling\" needs \"factor\" >= 1 and \"high_freq_factor\" > "
+                         "\"low_freq_factor\" (got %g, %g, %g)",
+                         name, c->rope_factor, c->rope_high, c->rope_low);
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(r, "original_max_position_embeddings");
+    if (!cJSON_IsNumber(o) || !(o->valuedouble >= 1 && o->valuedouble <= INT_MAX) ||
+        o->valuedouble != floor(o->valuedouble))
+        return loom_fail("%s: \"rope_scaling\".\"original_max_position_embeddings\" is missing "
+                         "or not a positive integer",
+                         name);
+    c->rope_orig = (int)o->valuedouble, c->rope_scaling = ROPE_LLAMA3;
     return 0;
 }
 
@@ -115,7 +150,7 @@ static int cfg_fields(const cJSON *root, const char *name, GPTConfig *c) {
         cfg_bool(root, name, "tie_word_embeddings", 0, &c->tie))
         return -1;
     if (!c->KV) c->KV = c->H;
-    return cfg_unsupported(root, name, c);
+    return cfg_unsupported(root, name, c) || cfg_rope_scaling(root, name, c) ? -1 : 0;
 }
 
 int hf_config_parse(const char *text, size_t len, const char *name, GPTConfig *cfg) {
@@ -178,7 +213,16 @@ static char *config_text(const GPTConfig *c, int bf16) {
         cJSON_AddNumberToObject(j, keys[k], vals[k]);
     cJSON_AddItemToObject(j, "rms_norm_eps", float_item(c->norm_eps));
     cJSON_AddItemToObject(j, "rope_theta", float_item(c->rope_theta));
-    cJSON_AddNullToObject(j, "rope_scaling");
+    if (c->rope_scaling == ROPE_LLAMA3) {
+        cJSON *r = cJSON_AddObjectToObject(j, "rope_scaling");
+        cJSON_AddStringToObject(r, "rope_type", "llama3");
+        cJSON_AddItemToObject(r, "factor", float_item(c->rope_factor));
+        cJSON_AddItemToObject(r, "low_freq_factor", float_item(c->rope_low));
+        cJSON_AddItemToObject(r, "high_freq_factor", float_item(c->rope_high));
+        cJSON_AddNumberToObject(r, "original_max_position_embeddings", c->rope_orig);
+    } else {
+        cJSON_AddNullToObject(j, "rope_scaling");
+    }
     cJSON_AddBoolToObject(j, "tie_word_embeddings", c->tie);
     cJSON_AddStringToObject(j, "hidden_act", "silu");
     cJSON_AddBoolToObject(j, "attention_bias", 0);

@@ -24,9 +24,10 @@ int hf_export_is_dir(const GPTConfig *cfg, const char *out);
 // The shape in config.json's text (name: the file, for messages): model_type "llama";
 // hidden_size, num_hidden_layers, num_attention_heads, intermediate_size, vocab_size,
 // max_position_embeddings required; num_key_value_heads (default: the heads), rms_norm_eps
-// (1e-6), rope_theta (10000), tie_word_embeddings (false). What loom does not implement is
-// refused: head_dim other than hidden_size / heads, attention_bias or mlp_bias true, hidden_act
-// other than silu, any rope_scaling.
+// (1e-6), rope_theta (10000), tie_word_embeddings (false), rope_scaling (null; "llama3" with its
+// four fields: Llama 3.1's frequency scaling). What loom does not implement is refused:
+// head_dim other than hidden_size / heads, attention_bias or mlp_bias true, hidden_act other
+// than silu, a rope_scaling type other than llama3 (or "default").
 int hf_config_parse(const char *text, size_t len, const char *name, GPTConfig *cfg);
 // hf_config_parse of DIR/config.json.
 int hf_read_config(const char *dir, GPTConfig *cfg);

@@ -37,6 +37,14 @@ static char *st_header(const GPT *m, int bf16, size_t *len) {
         snprintf(v, sizeof v, "%.9g", c->norm_eps);
         cJSON_AddStringToObject(meta, "rms_norm_eps", v);
         cJSON_AddStringToObject(meta, "tie_word_embeddings", c->tie ? "true" : "false");
+        if (c->rope_scaling == ROPE_LLAMA3) { // config.json's object, as a string
+            char rs[256];
+            snprintf(rs, sizeof rs,
+                     "{\"rope_type\": \"llama3\", \"factor\": %.9g, \"low_freq_factor\": %.9g, "
+                     "\"high_freq_factor\": %.9g, \"original_max_position_embeddings\": %d}",
+                     c->rope_factor, c->rope_low, c->rope_high, c->rope_orig);
+            cJSON_AddStringToObject(meta, "rope_scaling", rs);
+        }
     }
     uint64_t off = 0, es = bf16 ? 2 : 4; // offsets and shapes are exact as doubles (below 2^53)
     for (int i = 0; i < m->ntensors; i++) {

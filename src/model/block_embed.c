@@ -4,7 +4,8 @@
 // wpe) and an all-reduce completes x_0; backward scatters into its rows only. With sequence
 // parallelism the partial x_0 is reduce-scattered (a rank keeps its positions) and d(x_0) is
 // all-gathered before the backward. LLaMA: x_0 = wte[token], no position table (its layers
-// rotate q and k instead), the same vocabulary sharding under tensor parallelism.
+// rotate q and k instead), the same vocabulary sharding under tensor parallelism, and nothing
+// particular to context parallelism (a rank's chunks need no positions here).
 #include <stddef.h>
 
 #include "block_impl.h"
@@ -15,7 +16,7 @@ void embed_forward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) {
     const float *wpe = llama ? NULL : wte + (size_t)gpt_vocab_rows(m) * m->cfg.C;
     const TensorParallel *tp = &m->tp;
     int B = ws->B, T = ws->T, C = m->cfg.C;
-    if (m->cp.n > 1) return cp_embed_forward(m, blk, ws, io);
+    if (m->cp.n > 1 && !llama) return cp_embed_forward(m, blk, ws, io); // wpe at global positions
     if (tp->n <= 1) {
         if (llama) // the shard kernel over the whole vocabulary
             m->be->encoder_forward_shard(io->x_out, io->tokens, wte, NULL, 0, m->cfg.V, B, T, C);
@@ -34,7 +35,7 @@ void embed_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) 
     float *dwte = blk->grads;
     float *dwpe = llama ? NULL : dwte + (size_t)gpt_vocab_rows(m) * m->cfg.C;
     const TensorParallel *tp = &m->tp;
-    if (m->cp.n > 1) return cp_embed_backward(m, blk, ws, io);
+    if (m->cp.n > 1 && !llama) return cp_embed_backward(m, blk, ws, io);
     if (tp->n <= 1 && llama)
         m->be->encoder_backward_shard(dwte, NULL, io->dx, io->tokens, 0, m->cfg.V, ws->B, ws->T,
                                       m->cfg.C);

@@ -30,8 +30,9 @@ int llama_tp_check(const GPTConfig *c, int tp);
 // sequence-parallel tensor-parallel rank's.
 size_t llama_scratch_floats(const GPTConfig *c, size_t BT, int sp);
 double llama_flops_per_step(const GPTConfig *c, int B, int T);
-// pos (T) = 0..T-1; freq (hs/2) = theta^(-2i/hs).
-void llama_rope_tables(int *pos, float *freq, const GPTConfig *c, int T);
+// pos (T) = 0..T-1, or a context-parallel rank's two chunks' global positions; freq (hs/2) =
+// theta^(-2i/hs), scaled by Llama 3.1's rule with rope_scaling llama3.
+void llama_rope_tables(int *pos, float *freq, const GPTConfig *c, int T, const ContextParallel *cp);
 // gpt.c: appends one tensor of the whole shape (rows, cols; cols 0: a vector) at *off, cut for
 // tensor parallelism as split (TPSplit) says.
 void gpt_add_tensor(GPT *m, size_t *off, const char *name, int rows, int cols, float std,

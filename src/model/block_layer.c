@@ -87,7 +87,7 @@ static void layer_run_forward(const GPT *m, const Block *blk, const Workspace *w
     const float *ln1bt = tp_gather(m, ws, a.ln1, full, tmp);          // (N,C), in (B,T) order
     be->matmul_forward(a.qkv, ln1bt, p.qkvw, p.qkvb, N, C, 3 * w.Cl); // (N,3Cl)
     if (m->cp.n > 1) // ring attention over the context-parallel ranks
-        m->cp.forward(m->cp.ctx, a.atty, a.att, a.qkv, B, T, w.Cl, w.NHl);
+        m->cp.forward(m->cp.ctx, a.atty, a.att, a.qkv, B, T, w.Cl, w.NHl, w.NHl);
     else
         be->attention_forward(a.atty, a.att, a.qkv, B, T, w.Cl, w.NHl); // (N,Cl)
     block_poll(m);
@@ -149,7 +149,7 @@ void layer_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) 
     be->matmul_backward(dsmall, g.projw, g.projb, dout, a.atty, p.projw, N, w.Cl, C);
     block_poll(m);
     if (m->cp.n > 1)
-        m->cp.backward(m->cp.ctx, big, dsmall, a.qkv, a.atty, a.att, B, T, w.Cl, w.NHl);
+        m->cp.backward(m->cp.ctx, big, dsmall, a.qkv, a.atty, a.att, B, T, w.Cl, w.NHl, w.NHl);
     else
         be->attention_backward(big, dsmall, a.qkv, a.atty, a.att, B, T, w.Cl, w.NHl); // (N,3Cl)
     block_poll(m);

@@ -11,7 +11,8 @@
 // and gate|up products are column-parallel, o_proj and down row-parallel (one all-reduce of
 // their partial sums each, as GPT-2's layer), and backward all-reduces d(rmsnorm out) the same
 // way; the RMSNorm weights are replicated. Sequence parallelism goes through the same
-// seq_parallel.c edges as GPT-2's layer.
+// seq_parallel.c edges as GPT-2's layer. Context parallelism (m->cp.n > 1): attention goes
+// around the ring (the rank's two chunks of every sequence, their RoPE at global positions).
 #include <stddef.h>
 
 #include "block_impl.h"
@@ -85,7 +86,10 @@ static void llama_run_forward(const GPT *m, const Block *blk, const Workspace *w
     const float *ln1 = tp_gather(m, ws, a.ln1, full, tmp);         // (N,C) in (B,T) order
     be->matmul_forward(a.qkv, ln1, p.qkvw, NULL, d.N, d.C, d.QKV); // (N,QKV)
     be->rope_forward(a.qkv, ws->rope_pos, ws->rope_freq, d.B, d.T, d.H, d.KV, d.hs);
-    be->gqa_attention_forward(a.atty, a.att, a.qkv, d.B, d.T, d.H, d.KV, d.hs); // (N,Ch)
+    if (m->cp.n > 1) // ring attention: q and k turned by their global positions (rope_pos)
+        m->cp.forward(m->cp.ctx, a.atty, a.att, a.qkv, d.B, d.T, d.Ch, d.H, d.KV);
+    else
+        be->gqa_attention_forward(a.atty, a.att, a.qkv, d.B, d.T, d.H, d.KV, d.hs); // (N,Ch)
     block_poll(m);
     float *part = sp ? full : a.res2; // (N,C) partial sums of the row-parallel product
     be->matmul_forward(part, a.atty, p.ow, NULL, d.N, d.Ch, d.C);
@@ -154,7 +158,11 @@ void llama_layer_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO
     // attention branch: res2 = x_in + o(attention(rope(qkv(ln1))))
     dout = tp_gather(m, ws, dx, s.full, s.tmp);
     be->matmul_backward(s.dsmall, g.ow, NULL, dout, a.atty, p.ow, d.N, d.Ch, d.C); // d atty
-    be->gqa_attention_backward(s.big, s.dsmall, a.qkv, a.atty, a.att, d.B, d.T, d.H, d.KV, d.hs);
+    if (m->cp.n > 1)
+        m->cp.backward(m->cp.ctx, s.big, s.dsmall, a.qkv, a.atty, a.att, d.B, d.T, d.Ch, d.H, d.KV);
+    else
+        be->gqa_attention_backward(s.big, s.dsmall, a.qkv, a.atty, a.att, d.B, d.T, d.H, d.KV,
+                                   d.hs);
     be->rope_backward(s.big, ws->rope_pos, ws->rope_freq, d.B, d.T, d.H, d.KV, d.hs);
     block_poll(m);
     const float *ln1 = tp_gather(m, ws, a.ln1, s.full, s.tmp);

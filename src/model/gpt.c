@@ -391,7 +391,7 @@ int workspace_create_range(Workspace *ws, const GPT *m, int B, int T, int recomp
     if (gpt_is_llama(c)) {
         ws->rope_pos = xcalloc((size_t)T, sizeof(int));
         ws->rope_freq = xcalloc((size_t)(c->C / c->H / 2), sizeof(float));
-        llama_rope_tables(ws->rope_pos, ws->rope_freq, c, T);
+        llama_rope_tables(ws->rope_pos, ws->rope_freq, c, T, &m->cp);
     }
     ws->tokens = xcalloc(BT, sizeof(int));
     ws->targets = xcalloc(BT, sizeof(int));

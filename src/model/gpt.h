@@ -26,13 +26,21 @@ typedef struct {
     int F;                      // SwiGLU hidden size (default: 8C/3 rounded up to a multiple of 64)
     int tie;                    // 1: the head's logits use the token embedding (GPT-2: always)
     float rope_theta, norm_eps; // RoPE base (10000), RMSNorm epsilon (1e-5)
+    // Llama-3.1's RoPE frequency scaling (rope_scaling = ROPE_LLAMA3; ROPE_PLAIN: none): the
+    // frequencies of wavelength above rope_orig/rope_low are divided by rope_factor, those below
+    // rope_orig/rope_high kept, the ones between interpolated (llama_rope_tables)
+    int rope_scaling, rope_orig;            // RopeScaling; original_max_position_embeddings
+    float rope_factor, rope_low, rope_high; // factor, low_freq_factor, high_freq_factor
 } GPTConfig;
+
+typedef enum { ROPE_PLAIN = 0, ROPE_LLAMA3 = 1 } RopeScaling;
 
 // "gpt2" or "llama"; gpt_arch_parse: the GPTArch of a name, or -1.
 const char *gpt_arch_name(int arch);
 int gpt_arch_parse(const char *name);
 // LLaMA's defaults where a field is 0 (KV = H, F = 8C/3 up to a multiple of 64, theta 10000,
-// eps 1e-5); nothing for GPT-2.
+// eps 1e-5; with llama3 scaling Llama 3.1's factor 8, low 1, high 4, original 8192); nothing
+// for GPT-2.
 void gpt_config_defaults(GPTConfig *c);
 static inline int gpt_is_llama(const GPTConfig *c) { return c->arch == ARCH_LLAMA; }
 // Whether the head reads the embedding (GPT-2, or LLaMA with --tie-embeddings).
@@ -98,12 +106,14 @@ typedef struct {
 // Tl). The embedding adds wpe at those global positions (block_cp.c); attention, the one place
 // tokens meet, goes through the hooks below (installed by the strategy: parallel/ring_attention.c),
 // causal by global position, saving the per-row log-sum-exp (B,NH,Tl) in the layer's att slot.
+// qkv rows are [q (C = NH·hs) | k (KV·hs) | v (KV·hs)]: KV = NH for GPT-2, LLaMA's kv heads
+// (its RoPE turned each chunk's q and k by their global positions: llama_rope_tables).
 typedef struct {
     int n, i; // ring size (0 or 1: no context parallelism), this rank
     void (*forward)(void *ctx, float *out, float *lse, const float *qkv, int B, int T, int C,
-                    int NH);
+                    int NH, int KV);
     void (*backward)(void *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
-                     const float *lse, int B, int T, int C, int NH);
+                     const float *lse, int B, int T, int C, int NH, int KV);
     void *ctx;
 } ContextParallel;
 
@@ -293,7 +303,7 @@ static inline Block *gpt_head(GPT *m) { return &m->blocks[m->nblocks - 1]; }
 // transformer layer keeps only its input and redoes its forward during backward.
 typedef struct {
     int B, T, recompute;
-    int *rope_pos;    // LLaMA: (T) positions 0..T-1 (host memory: the CPU backend only)
+    int *rope_pos;    // LLaMA: (T) positions 0..T-1, --cp: global (host memory: CPU backend only)
     float *rope_freq; // LLaMA: (hs/2) RoPE inverse frequencies theta^(-2i/hs)
     int b0, b1;       // the blocks it holds activations for (all of them unless a pipeline stage)
     float *stream;    // residual stream: slot l is block l's output (slots b0-1 .. b1-1); with

@@ -27,6 +27,27 @@ void gpt_config_defaults(GPTConfig *c) {
     if (!c->F && c->C > 0) c->F = (8 * c->C / 3 + 63) / 64 * 64; // 4C·2/3, up to 64
     if (!(c->rope_theta > 0)) c->rope_theta = 10000.f;
     if (!(c->norm_eps > 0)) c->norm_eps = 1e-5f;
+    if (c->rope_scaling != ROPE_LLAMA3) return;
+    if (!(c->rope_factor > 0)) c->rope_factor = 8.f; // Llama 3.1's published values
+    if (!(c->rope_low > 0)) c->rope_low = 1.f;
+    if (!(c->rope_high > 0)) c->rope_high = 4.f;
+    if (!c->rope_orig) c->rope_orig = 8192;
+}
+
+// The llama3 scaling's parameters: all finite, factor ≥ 1, 0 < low < high.
+static int rope_scaling_check(const GPTConfig *c) {
+    if (c->rope_scaling == ROPE_PLAIN) return 0;
+    if (c->rope_scaling != ROPE_LLAMA3)
+        return loom_fail("--rope-scaling must be none or llama3 (got %d)", c->rope_scaling);
+    if (!(c->rope_factor >= 1.f) || !isfinite(c->rope_factor))
+        return loom_fail("--rope-factor must be a finite number >= 1 (got %g)", c->rope_factor);
+    if (!(c->rope_low > 0.f) || !(c->rope_high > c->rope_low) || !isfinite(c->rope_high))
+        return loom_fail("--rope-low-freq-factor %g and --rope-high-freq-factor %g: need "
+                         "0 < low < high (finite)",
+                         c->rope_low, c->rope_high);
+    if (c->rope_orig < 1)
+        return loom_fail("--rope-original-max-pos must be >= 1 (got %d)", c->rope_orig);
+    return 0;
 }
 
 int llama_config_check(const GPTConfig *c) {
@@ -46,7 +67,7 @@ int llama_config_check(const GPTConfig *c) {
         return loom_fail("--norm-eps must be in (0, 1] (got %g)", c->norm_eps);
     if (c->tie != 0 && c->tie != 1)
         return loom_fail("--tie-embeddings must be on or off (got %d)", c->tie);
-    return 0;
+    return rope_scaling_check(c);
 }
 
 // One layer's parameters: 2 RMSNorms (2C), q,k,v ((H+2KV)·hs·C), o (C·C), gate|up (2F·C),
@@ -143,10 +164,28 @@ double llama_flops_per_step(const GPTConfig *c, int B, int T) {
     return 6.0 * matmul_params * BT + 3.0 * attn * BT;
 }
 
-void llama_rope_tables(int *pos, float *freq, const GPTConfig *c, int T) {
-    int hs = c->C / c->H;
+// Llama 3.1's rule on one inverse frequency f (wavelength λ = 2π/f, original context n):
+// λ < n/high: f; λ > n/low: f/factor; between: (1−s)·f/factor + s·f, s = (n/λ − low)/(high − low).
+static float llama3_scaled(float f, const GPTConfig *c) {
+    float n = (float)c->rope_orig, wavelen = 2.0f * (float)M_PI / f;
+    if (wavelen < n / c->rope_high) return f;
+    if (wavelen > n / c->rope_low) return f / c->rope_factor;
+    float s = (n / wavelen - c->rope_low) / (c->rope_high - c->rope_low);
+    return (1.0f - s) * f / c->rope_factor + s * f;
+}
+
+void llama_rope_tables(int *pos, float *freq, const GPTConfig *c, int T,
+                       const ContextParallel *cp) {
+    int hs = c->C / c->H, ch, p0, p1;
     for (int t = 0; t < T; t++)
         pos[t] = t;
-    for (int i = 0; i < hs / 2; i++) // float32, as the reference computes theta^(2i/hs)
+    if (cp->n > 1) { // a context-parallel rank's T = Tl rows: its two chunks' global positions
+        gpt_cp_chunks(T * cp->n, cp->n, cp->i, &ch, &p0, &p1);
+        for (int t = 0; t < T; t++)
+            pos[t] = t < ch ? p0 + t : p1 + t - ch;
+    }
+    for (int i = 0; i < hs / 2; i++) { // float32, as the reference computes theta^(2i/hs)
         freq[i] = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)hs);
+        if (c->rope_scaling == ROPE_LLAMA3) freq[i] = llama3_scaled(freq[i], c);
+    }
 }

@@ -21,7 +21,7 @@ double swap_tensor_sumsq(const Swapper *s) {
     const GPT *m = s->m;
     double sum = 0;
     for (int t = 0; t < m->ntensors; t++)
-        if (!gpt_tp_replicated(m, t) || m->tp.i == 0) sum += s->tsum[t];
+        if (gpt_tp_counts(m, t, m->tp.i)) sum += s->tsum[t]; // shared ones once (LLaMA's kv)
     return sum;
 }
 

@@ -12,6 +12,7 @@
 // of the next hop and the dK/dV transfer of the previous one run under the hop's products. Every
 // pair's gradient is computed from the final out and lse (attn_chunk_backward), so the sum is
 // exact. Balanced: apart from the diagonal hop, every block gives every rank two full chunk pairs.
+// Grouped-query attention (KV < NH, LLaMA) travels only its KV heads: blocks (B,Tl,2·KV·hs).
 #include "ring_attention.h"
 
 #include <math.h>
@@ -57,7 +58,8 @@ void cp_ring_counts(const CpRing *r, double *floats, double *calls) {
     *floats = r->floats, *calls = r->calls;
 }
 
-// Buffers for a (B,T,C) micro-batch with NH heads (grown once, kept).
+// Buffers for a (B,T,C) micro-batch with NH heads (grown once, kept): K/V blocks of at most
+// 2C columns, ob (B,T,C).
 static void ring_reserve(CpRing *r, int B, int T, int C, int NH) {
     size_t n = (size_t)B * T * 2 * C, nl = (size_t)B * NH * T;
     if (n <= r->cap && nl <= r->lcap) return;
@@ -69,19 +71,30 @@ static void ring_reserve(CpRing *r, int B, int T, int C, int NH) {
     r->cap = n, r->lcap = nl;
 }
 
-// kv (B·T, 2C) = the K and V columns of qkv (B·T, 3C).
-static void pack_kv(float *kv, const float *qkv, size_t rows, int C) {
+// One micro-batch's widths: C = NH·hs query columns, Ck = KV·hs of k (and of v), W = C + 2Ck
+// of a qkv row.
+typedef struct {
+    int B, T, C, NH, KV, Ck, W;
+} Shape;
+
+static Shape shape(int B, int T, int C, int NH, int KV) {
+    int Ck = C / NH * KV;
+    return (Shape){B, T, C, NH, KV, Ck, C + 2 * Ck};
+}
+
+// kv (B·T, 2Ck) = the K and V columns of qkv (B·T, W).
+static void pack_kv(float *kv, const float *qkv, size_t rows, const Shape *z) {
     for (size_t t = 0; t < rows; t++)
-        memcpy(kv + t * 2 * C, qkv + t * 3 * C + C, 2 * (size_t)C * sizeof(float));
+        memcpy(kv + t * 2 * z->Ck, qkv + t * z->W + z->C, 2 * (size_t)z->Ck * sizeof(float));
 }
 
 // The pair (query chunk a of this rank, key chunk k of rank j): its AttnChunk, mode by the
 // chunks' global indices (rank i's chunk 0 is i, chunk 1 is 2n−1−i).
-static AttnChunk pair(const CpRing *r, int a, int j, int k, int B, int T, int C, int NH) {
+static AttnChunk pair(const CpRing *r, int a, int j, int k, const Shape *z) {
     int n = r->comm->size, i = r->comm->rank;
     int gq = a ? 2 * n - 1 - i : i, gk = k ? 2 * n - 1 - j : j;
     int mode = gk < gq ? ATT_CHUNK_FULL : gk == gq ? ATT_CHUNK_DIAG : ATT_CHUNK_NONE;
-    return (AttnChunk){B, NH, C, T / 2, T, 3 * C, 2 * C, mode};
+    return (AttnChunk){z->B, z->NH, z->C, z->T / 2, z->T, z->W, 2 * z->Ck, mode, z->KV};
 }
 
 // Posts this hop's transfer of n floats: send to the next rank, receive from the previous one.
@@ -93,14 +106,15 @@ static void ring_post(CpRing *r, CommReq q[2], const float *send, float *recv, s
 }
 
 static void ring_forward(void *ctx, float *out, float *lse, const float *qkv, int B, int T, int C,
-                         int NH) {
+                         int NH, int KV) {
     CpRing *r = ctx;
     const Backend *be = r->be;
+    Shape z = shape(B, T, C, NH, KV);
     int n = r->comm->size, i = r->comm->rank, c = T / 2;
-    size_t rows = (size_t)B * T, nkv = rows * 2 * C;
+    size_t rows = (size_t)B * T, nkv = rows * 2 * z.Ck;
     ring_reserve(r, B, T, C, NH);
     r->calls += !r->paused;
-    pack_kv(r->kv[0], qkv, rows, C);
+    pack_kv(r->kv[0], qkv, rows, &z);
     memset(out, 0, rows * C * sizeof(float));
     for (size_t x = 0; x < (size_t)B * NH * T; x++)
         lse[x] = -INFINITY;
@@ -111,11 +125,11 @@ static void ring_forward(void *ctx, float *out, float *lse, const float *qkv, in
         if (s < n - 1) ring_post(r, q, cur, r->kv[(s + 1) & 1], nkv, TAG_KV);
         for (int a = 0; a < 2; a++)
             for (int k = 0; k < 2; k++) {
-                AttnChunk p = pair(r, a, j, k, B, T, C, NH);
+                AttnChunk p = pair(r, a, j, k, &z);
                 if (p.mode == ATT_CHUNK_NONE) continue;
-                size_t qo = (size_t)a * c, ko = (size_t)k * c * 2 * C;
-                be->attn_chunk_forward(&p, r->ob + qo * C, r->lseb + qo, qkv + qo * 3 * C, cur + ko,
-                                       cur + ko + C);
+                size_t qo = (size_t)a * c, ko = (size_t)k * c * 2 * z.Ck;
+                be->attn_chunk_forward(&p, r->ob + qo * C, r->lseb + qo, qkv + qo * z.W, cur + ko,
+                                       cur + ko + z.Ck);
                 be->attn_chunk_merge(&p, out + qo * C, lse + qo, r->ob + qo * C, r->lseb + qo);
             }
         if (s < n - 1) comm_wait(&q[0]), comm_wait(&q[1]);
@@ -126,15 +140,16 @@ static void ring_forward(void *ctx, float *out, float *lse, const float *qkv, in
 // the block's accumulator is still arriving from the previous rank (posted at hop s−1), then
 // adds the two and passes the sum on: the dK/dV transfer overlaps the next hop's products.
 static void ring_backward(void *ctx, float *dqkv, const float *dout, const float *qkv,
-                          const float *out, const float *lse, int B, int T, int C, int NH) {
+                          const float *out, const float *lse, int B, int T, int C, int NH, int KV) {
     CpRing *r = ctx;
     const Backend *be = r->be;
+    Shape z = shape(B, T, C, NH, KV);
     int n = r->comm->size, i = r->comm->rank, c = T / 2;
-    size_t rows = (size_t)B * T, nkv = rows * 2 * C;
+    size_t rows = (size_t)B * T, nkv = rows * 2 * z.Ck;
     ring_reserve(r, B, T, C, NH);
     r->calls += !r->paused;
-    pack_kv(r->kv[0], qkv, rows, C);
-    memset(dqkv, 0, rows * 3 * C * sizeof(float));
+    pack_kv(r->kv[0], qkv, rows, &z);
+    memset(dqkv, 0, rows * z.W * sizeof(float));
     CommReq kq[2], dr[2];
     for (int s = 0; s < n; s++) {
         int j = (i - s + n) % n;
@@ -143,12 +158,12 @@ static void ring_backward(void *ctx, float *dqkv, const float *dout, const float
         memset(part, 0, nkv * sizeof(float));
         for (int a = 0; a < 2; a++)
             for (int k = 0; k < 2; k++) {
-                AttnChunk p = pair(r, a, j, k, B, T, C, NH);
+                AttnChunk p = pair(r, a, j, k, &z);
                 if (p.mode == ATT_CHUNK_NONE) continue;
-                size_t qo = (size_t)a * c, ko = (size_t)k * c * 2 * C;
-                be->attn_chunk_backward(&p, dqkv + qo * 3 * C, part + ko, part + ko + C,
-                                        dout + qo * C, out + qo * C, lse + qo, qkv + qo * 3 * C,
-                                        cur + ko, cur + ko + C);
+                size_t qo = (size_t)a * c, ko = (size_t)k * c * 2 * z.Ck;
+                be->attn_chunk_backward(&p, dqkv + qo * z.W, part + ko, part + ko + z.Ck,
+                                        dout + qo * C, out + qo * C, lse + qo, qkv + qo * z.W,
+                                        cur + ko, cur + ko + z.Ck);
             }
         if (s < n - 1) comm_wait(&kq[0]), comm_wait(&kq[1]);
         if (s > 0) { // block j's accumulator, sent on by the previous rank at its hop s−1
@@ -161,7 +176,7 @@ static void ring_backward(void *ctx, float *dqkv, const float *dout, const float
     comm_wait(&dr[0]), comm_wait(&dr[1]);
     const float *mine = r->din[(n - 1) & 1];
     for (size_t t = 0; t < rows; t++)
-        memcpy(dqkv + t * 3 * C + C, mine + t * 2 * C, 2 * (size_t)C * sizeof(float));
+        memcpy(dqkv + t * z.W + C, mine + t * 2 * z.Ck, 2 * (size_t)z.Ck * sizeof(float));
 }
 
 void cp_ring_install(GPT *m, CpRing *r) {

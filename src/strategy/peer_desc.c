@@ -20,6 +20,23 @@ char *peer_run_desc(const Strategy *s) {
     int iv[] = {g->L, g->H, g->C, g->V, g->maxT, c->tau, c->batch, c->seq, c->grad_accum, c->steps};
     for (size_t i = 0; i < sizeof iv / sizeof iv[0]; i++)
         cJSON_AddNumberToObject(j, in[i], iv[i]);
+    cJSON_AddStringToObject(j, "arch", gpt_arch_name(g->arch));
+    if (gpt_is_llama(g)) { // the family's shape, named as its flags
+        const char *ln[] = {"kv-heads", "ffn-dim", "tie-embeddings"};
+        int lv[] = {g->KV, g->F, g->tie};
+        for (size_t i = 0; i < sizeof lv / sizeof lv[0]; i++)
+            cJSON_AddNumberToObject(j, ln[i], lv[i]);
+        cJSON_AddNumberToObject(j, "rope-theta", g->rope_theta);
+        cJSON_AddNumberToObject(j, "norm-eps", g->norm_eps);
+        cJSON_AddStringToObject(j, "rope-scaling", g->rope_scaling ? "llama3" : "none");
+        if (g->rope_scaling) {
+            const char *rn[] = {"rope-factor", "rope-low-freq-factor", "rope-high-freq-factor"};
+            float rv[] = {g->rope_factor, g->rope_low, g->rope_high};
+            for (size_t i = 0; i < sizeof rv / sizeof rv[0]; i++)
+                cJSON_AddNumberToObject(j, rn[i], rv[i]);
+            cJSON_AddNumberToObject(j, "rope-original-max-pos", g->rope_orig);
+        }
+    }
     const char *fn[] = {"outer-lr", "outer-momentum", "gap-penalty", "outer-clip",
                         "lr",       "min-lr",         "beta1",       "beta2",
                         "eps",      "weight-decay",   "grad-clip"};

@@ -24,14 +24,23 @@ void cp_take_batch(const Strategy *s, const int *seq_in, const int *seq_tg, int 
     gpt_cp_take(targets, seq_tg, c->batch, c->seq, g->cp, g->cp_i);
 }
 
+// The k (and v) channels of a rank's K/V block: C/tp, or LLaMA's kv heads' (KV/tp heads, or
+// the one it shares when tp does not divide them).
+static int kv_channels(const Strategy *s) {
+    const GPTConfig *g = &s->model->cfg;
+    int tp = s->grid->tp, hs = g->C / g->H;
+    if (!gpt_is_llama(g)) return g->C / tp;
+    return g->KV % tp ? hs : g->KV / tp * hs;
+}
+
 int cp_check_shape(const Strategy *s) {
     const StrategyConfig *c = s->cfg;
-    size_t n = (size_t)c->batch * (c->seq / c->cp) * 2 * (s->model->cfg.C / s->grid->tp);
+    size_t n = (size_t)c->batch * (c->seq / c->cp) * 2 * kv_channels(s);
     if (n >= (size_t)1 << 31)
         return loom_fail("--cp %d: a K/V block of --batch %d x %d tokens x 2 x %d channels is "
                          "%zu floats, more than one message carries (2^31 - 1): raise --cp or "
                          "--tp, or lower --batch",
-                         c->cp, c->batch, c->seq / c->cp, s->model->cfg.C / s->grid->tp, n);
+                         c->cp, c->batch, c->seq / c->cp, kv_channels(s), n);
     return 0;
 }
 
@@ -47,7 +56,7 @@ void cp_summary(const Strategy *s, const CpRing *r, size_t ws_floats, int steps)
     const StrategyConfig *c = s->cfg;
     double floats, calls;
     cp_ring_counts(r, &floats, &calls);
-    int n = c->cp, L = s->model->cfg.L, Tl = c->seq / n, Cl = s->model->cfg.C / s->grid->tp;
+    int n = c->cp, L = s->model->cfg.L, Tl = c->seq / n, Cl = kv_channels(s);
     double micro = (double)steps * c->grad_accum, MiB = 1048576;
     // per layer and micro-batch: forward n−1 K/V blocks; backward n−1 K/V blocks and n dK/dV
     // accumulators; --recompute runs the forward again
@@ -56,11 +65,12 @@ void cp_summary(const Strategy *s, const CpRing *r, size_t ws_floats, int steps)
     int blocks = 3 * n - 2 + (c->recompute ? n - 1 : 0);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    fprintf(stderr,
-            "loom: cp %d (ring attention: %d of %d tokens per rank) | per rank: activations %.1f "
-            "MiB, peak RSS %.1f MiB | sent around the ring per layer and micro-batch %.3f MiB "
-            "(%d blocks (B,Tl,2C/tp) of %.3f MiB: %d K/V forward, %d K/V + %d dK/dV backward%s)\n",
-            n, Tl, c->seq, ws_floats * 4.0 / MiB, ru.ru_maxrss / 1024.0, per_layer, blocks, block,
-            n - 1, n - 1, n, c->recompute ? ", the forward's again under --recompute" : "");
+    fprintf(
+        stderr,
+        "loom: cp %d (ring attention: %d of %d tokens per rank) | per rank: activations %.1f "
+        "MiB, peak RSS %.1f MiB | sent around the ring per layer and micro-batch %.3f MiB "
+        "(%d K/V blocks (B,Tl,2 x %d) of %.3f MiB: %d K/V forward, %d K/V + %d dK/dV backward%s)\n",
+        n, Tl, c->seq, ws_floats * 4.0 / MiB, ru.ru_maxrss / 1024.0, per_layer, blocks, Cl, block,
+        n - 1, n - 1, n, c->recompute ? ", the forward's again under --recompute" : "");
     (void)calls;
 }

@@ -12,6 +12,7 @@ void train_args_defaults(TrainArgs *a) {
     a->layers = 4, a->heads = 4, a->dim = 128, a->vocab = 256, a->block_size = 256;
     a->arch = "gpt2", a->kv_heads = 0, a->ffn_dim = 0, a->tie_embeddings = 0;
     a->rope_theta = 0.f, a->norm_eps = 0.f; // 0: LLaMA's defaults (10000, 1e-5)
+    a->rope_scaling = "none", a->rope_factor = a->rope_low = a->rope_high = 0.f, a->rope_orig = 0;
     a->batch = 8, a->seq = 128, a->grad_accum = 1, a->steps = 100, a->shuffle = 0;
     a->lr = 3e-4f, a->min_lr = 0.f, a->beta1 = 0.9f, a->beta2 = 0.95f, a->eps = 1e-8f;
     a->weight_decay = 0.1f, a->grad_clip = 1.0f, a->lr_schedule = "cosine", a->warmup = 0;
@@ -43,17 +44,27 @@ int train_model_config(const TrainArgs *a, GPTConfig *cfg) {
                        .maxT = a->block_size,
                        .arch = arch};
     if (arch == ARCH_GPT2) {
-        const char *f = a->kv_heads     ? "--kv-heads"
-                        : a->ffn_dim    ? "--ffn-dim"
-                        : a->rope_theta ? "--rope-theta"
-                        : a->norm_eps   ? "--norm-eps"
-                                        : NULL;
+        const char *f = a->kv_heads                       ? "--kv-heads"
+                        : a->ffn_dim                      ? "--ffn-dim"
+                        : a->rope_theta                   ? "--rope-theta"
+                        : a->norm_eps                     ? "--norm-eps"
+                        : strcmp(a->rope_scaling, "none") ? "--rope-scaling"
+                                                          : NULL;
         if (f) return loom_fail("%s is a LLaMA option: it needs --arch llama", f);
         return a->init ? 0 : gpt_config_check(cfg); // --init: the file's shape, checked later
     }
+    int scaled = !strcmp(a->rope_scaling, "llama3");
+    if (!scaled && (a->rope_factor || a->rope_low || a->rope_high || a->rope_orig))
+        return loom_fail("%s belongs to --rope-scaling llama3",
+                         a->rope_factor ? "--rope-factor"
+                         : a->rope_low  ? "--rope-low-freq-factor"
+                         : a->rope_high ? "--rope-high-freq-factor"
+                                        : "--rope-original-max-pos");
     if (a->init) return 0; // the shape comes from the directory's config.json, checked later
     cfg->KV = a->kv_heads, cfg->F = a->ffn_dim, cfg->tie = !!a->tie_embeddings;
     cfg->rope_theta = a->rope_theta, cfg->norm_eps = a->norm_eps;
+    cfg->rope_scaling = scaled ? ROPE_LLAMA3 : ROPE_PLAIN, cfg->rope_factor = a->rope_factor;
+    cfg->rope_low = a->rope_low, cfg->rope_high = a->rope_high, cfg->rope_orig = a->rope_orig;
     gpt_config_defaults(cfg);
     return gpt_config_check(cfg);
 }

@@ -14,6 +14,9 @@ typedef struct {
     char *arch;
     int kv_heads, ffn_dim, tie_embeddings;
     float rope_theta, norm_eps;
+    char *rope_scaling;                     // "none" | "llama3" (Llama 3.1's frequency scaling)
+    float rope_factor, rope_low, rope_high; // its factors (0: Llama 3.1's 8, 1, 4)
+    int rope_orig;                          // its original context (0: 8192)
     // data
     char *data, *val_data;
     int batch, seq, grad_accum, steps, shuffle;
