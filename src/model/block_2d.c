@@ -126,7 +126,7 @@ static void layer2d_forward(const GPT *m, const Tp2d *g, Work2d *w, const Block 
     ln2d_forward(m, g, w, a.ln1, a.m1, a.r1, x, p.ln1w, p.ln1b, d.Nl);
     summa_forward(m, g, w, a.qkv, a.ln1, p.qkvw, p.qkvb, d.Nl, d.c, 3 * d.c); // (Nl,3c)
     if (m->cp.n > 1) // ring attention over the context-parallel ranks (lse in the att slot)
-        m->cp.forward(m->cp.ctx, a.atty, a.att, a.qkv, d.Bl, d.T, d.c, d.NHl);
+        m->cp.forward(m->cp.ctx, a.atty, a.att, a.qkv, d.Bl, d.T, d.c, d.NHl, d.NHl);
     else
         be->attention_forward(a.atty, a.att, a.qkv, d.Bl, d.T, d.c, d.NHl); // (Nl,c)
     summa_forward(m, g, w, a.res2, a.atty, p.projw, p.projb, d.Nl, d.c, d.c);
@@ -155,7 +155,8 @@ static void layer2d_backward(const GPT *m, const Tp2d *g, Work2d *w, const Block
     // attention branch
     summa_backward(m, g, w, w->dsmall, gr.projw, gr.projb, dx, a.atty, p.projw, d.Nl, d.c, d.c);
     if (m->cp.n > 1)
-        m->cp.backward(m->cp.ctx, w->big, w->dsmall, a.qkv, a.atty, a.att, d.Bl, d.T, d.c, d.NHl);
+        m->cp.backward(m->cp.ctx, w->big, w->dsmall, a.qkv, a.atty, a.att, d.Bl, d.T, d.c, d.NHl,
+                       d.NHl);
     else
         be->attention_backward(w->big, w->dsmall, a.qkv, a.atty, a.att, d.Bl, d.T, d.c, d.NHl);
     summa_backward(m, g, w, w->dln, gr.qkvw, gr.qkvb, w->big, a.ln1, p.qkvw, d.Nl, d.c, 3 * d.c);
