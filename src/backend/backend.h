@@ -233,4 +233,7 @@ const char *backend_cuda_device_name(void);
 // versions into out ("" in a build without it; "driver none" on a machine without a driver).
 const char *backend_names(void);
 const char *backend_blas_version(void);
+// The CPU backend's matrix engine for the linear layers (LOOM_MATMUL: openblas, blis, onednn),
+// the default, and the BLIS and oneDNN versions, for `loom --version`.
+const char *backend_cpu_matmul(void);
 void backend_cuda_versions(char *out, size_t n);

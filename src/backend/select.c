@@ -6,6 +6,7 @@
 
 #include "../common.h"
 #include "backend.h"
+#include "cpu_impl.h"
 
 const Backend *backend_select(const char *device, int threads) {
     return backend_select_dtype(device, NULL, threads);
@@ -31,6 +32,7 @@ const Backend *backend_select_dtype(const char *device, const char *dtype, int t
                       dtype);
             return NULL;
         }
+        if (cpu_gemm_init()) return NULL;
         backend_cpu_set_threads(threads);
         return backend_cpu();
     }
