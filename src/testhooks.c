@@ -138,3 +138,8 @@ long testhook_peer_diverge(void) {
     const char *v = getenv("LOOM_FAULT_DIVERGE");
     return v ? atol(v) : 0;
 }
+
+int testhook_cpu_no_bf16(void) {
+    const char *v = getenv("LOOM_CPU_NO_BF16");
+    return v && *v && strcmp(v, "0");
+}

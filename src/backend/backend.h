@@ -218,7 +218,8 @@ double backend_cpu_peak_gflops(int *threads);
 
 // backend_select with a precision (--dtype): "fp32", "bf16" or "fp16"; NULL is the device's
 // default (cpu: fp32; cuda: bf16). The CPU computes in fp32 only: anything else is an error
-// there. A dtype given both here and in the device string must agree.
+// there (for bf16 it names AVX512-BF16 and AMX-BF16 when the CPU lacks both: cpu_isa.c).
+// A dtype given both here and in the device string must agree.
 const Backend *backend_select_dtype(const char *device, const char *dtype, int threads);
 // The CUDA backend (only in a `make CUDA=1` build; src/backend/cuda/): matrix products in
 // dtype's precision with fp32 accumulation, everything else fp32. NULL, with loom_errmsg, when

@@ -45,6 +45,11 @@ CpuGemm cpu_gemm_engine(void);                   // the engine in use (chosen on
 const char *cpu_gemm_name(CpuGemm e);
 void cpu_gemm_threads(int n); // threads for the engines that keep their own count
 
+// ------------------------------------------------------------------ cpu_isa.c
+// The bf16 matrix instruction sets this CPU and OS offer (run-time cpuid), as a bit set.
+enum { CPU_ISA_AVX512_BF16 = 1, CPU_ISA_AMX_BF16 = 2 };
+int cpu_bf16_isa(void);
+
 // ------------------------------------------------------------------ cpu_attention.c
 void cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
 void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
