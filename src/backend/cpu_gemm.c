@@ -19,7 +19,7 @@
 #include "cpu_impl.h"
 
 #ifndef CPU_GEMM_DEFAULT
-#define CPU_GEMM_DEFAULT CPU_GEMM_ONEDNN
+#define CPU_GEMM_DEFAULT CPU_GEMM_OPENBLAS
 #endif
 
 static const char *const NAMES[CPU_GEMM_NENGINES] = {"openblas", "blis", "onednn"};
