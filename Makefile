@@ -7,6 +7,10 @@ ARCH     ?= -march=native
 OPT      ?= -O3
 BLAS_DIR ?= /usr/lib/x86_64-linux-gnu/openblas-openmp
 BLAS_INC ?= /usr/include/x86_64-linux-gnu/openblas-openmp
+# The other matrix engines of the CPU backend (LOOM_MATMUL, src/backend/cpu_gemm.c): BLIS
+# (OpenMP flavour; it also exports cblas_sgemm, so -lopenblas comes first and keeps the CBLAS
+# names) and oneDNN.
+BLIS_DIR ?= /usr/lib/x86_64-linux-gnu/blis-openmp
 CFLAGS   ?= $(OPT) $(ARCH)
 # cairo (plots), zlib (CRC-32) and libzmq (loom peer) through pkg-config; libpng only for the plot test's PNG reader.
 PKGS     := cairo zlib libzmq
@@ -15,8 +19,9 @@ PKG_LIBS := $(or $(shell pkg-config --libs $(PKGS) 2>/dev/null),-lcairo -lz -lzm
 TEST_LIBS := $(or $(shell pkg-config --libs libpng 2>/dev/null),-lpng16)
 CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -fopenmp -fno-math-errno -I$(BLAS_INC) $(MPI_INC) \
             $(PKG_CFLAGS) -MMD -MP
-LDFLAGS  += -fopenmp -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) $(EXTRA_LDFLAGS)
-LDLIBS   += -lopenblas -lcjson $(PKG_LIBS) -lm $(MPI_LIB)
+LDFLAGS  += -fopenmp -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -L$(BLIS_DIR) -Wl,-rpath,$(BLIS_DIR) \
+            $(EXTRA_LDFLAGS)
+LDLIBS   += -lopenblas -lblis -ldnnl -lcjson $(PKG_LIBS) -lm $(MPI_LIB)
 MPI_INC  := $(shell mpicc --showme:compile 2>/dev/null)
 MPI_LIB  := $(shell mpicc --showme:link 2>/dev/null)
 BUILD    ?= build
@@ -76,7 +81,7 @@ TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
 .PHONY: all demo test test-asan tests clean format fuzz fuzz-build fuzz-targets test-gpu \
-        gpu-tests bench-attention install uninstall
+        gpu-tests bench-attention bench-matmul install uninstall
 all: $(LOOM_BIN)
 
 $(LOOM_BIN): $(CLI_OBJ) $(BUILD)/libloom.a
@@ -105,6 +110,9 @@ tests: $(TEST_BIN)
 
 # bench/bench_attention.c: the CPU attention kernel against the stored-softmax one it replaced.
 bench-attention: $(BUILD)/bench/bench_attention
+
+# bench/bench_matmul.c: the CPU matrix engines (LOOM_MATMUL) at the model's products.
+bench-matmul: $(BUILD)/bench/bench_matmul
 
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libloom.a
 	@mkdir -p $(dir $@)

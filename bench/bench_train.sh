@@ -5,7 +5,12 @@
 #   bench/bench_train.sh [--rounds R] [--steps S] [--threads N] [--configs 124m,30m]
 #                        [--loom PATH] [--peer PATH] [--out DIR]
 #                        [--max-foreign F (0.10)] [--retries N (2)] [--budget SECONDS (480)]
+#                        [--engines openblas,blis,onednn] [--peak GFLOPS (290)]
 #
+# --engines: instead of the three variants below, one plain `loom train` per CPU matrix engine
+# (LOOM_MATMUL=<engine>, variant loom_<engine>), rotating the same way; no peer. Config 124m256
+# is 124M at T256 B4 (the matrix engines' comparison); --peak sets MFU's denominator (the value
+# `loom train` prints as "peak fp32 ... measured").
 # For each round and each config it runs, one after another (the order rotates every round
 # so that no variant always runs first):  loom train | torch_gpt.py bench | loom train --recompute.
 # loom's per-step times come from its --metrics JSONL (the first 2 steps dropped as warm-up,
@@ -32,6 +37,7 @@ PEAK=290
 MAX_FOREIGN=0.10   # repeat a run when other processes used more than this share of the CPUs
 RETRIES=2
 BUDGET=480         # seconds after which no run is repeated
+ENGINES=""
 HZ=$(getconf CLK_TCK)
 NPROC=$(nproc)
 
@@ -48,6 +54,8 @@ while [ $# -gt 0 ]; do
         --max-foreign) MAX_FOREIGN="$2"; shift 2 ;;
         --retries) RETRIES="$2"; shift 2 ;;
         --budget) BUDGET="$2"; shift 2 ;;
+        --engines) ENGINES="$2"; shift 2 ;;
+        --peak) PEAK="$2"; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) echo "bench_train.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
@@ -69,8 +77,9 @@ ENVV=(OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS="$THREADS" OPENBLAS_NUM_THREADS="$
 config_args() {
     case "$1" in
         124m) echo "12 12 768 50257 64 4 1024" ;;
+        124m256) echo "12 12 768 50257 256 4 1024" ;;
         30m) echo "6 6 384 50257 256 4 256" ;;
-        *) echo "bench_train.sh: unknown config '$1' (124m|30m)" >&2; exit 2 ;;
+        *) echo "bench_train.sh: unknown config '$1' (124m|124m256|30m)" >&2; exit 2 ;;
     esac
 }
 
@@ -88,7 +97,7 @@ config_args() {
     echo "loom_sha256: $(sha256sum "$BIN" | cut -c1-16)"
     echo "torch: $($PY -c 'import torch; print(torch.__version__)' 2>/dev/null || echo '?')"
     echo "rounds: $ROUNDS  steps: $STEPS  threads: $THREADS  peak_gflops: $PEAK"
-    echo "invocation: $0 --rounds $ROUNDS --steps $STEPS --threads $THREADS --configs $CONFIGS --max-foreign $MAX_FOREIGN --retries $RETRIES --budget $BUDGET"
+    echo "invocation: $0 --rounds $ROUNDS --steps $STEPS --threads $THREADS --configs $CONFIGS --max-foreign $MAX_FOREIGN --retries $RETRIES --budget $BUDGET${ENGINES:+ --engines $ENGINES} --peak $PEAK"
 } | tee "$OUT/machine.txt"
 
 # Random-token shard (enough tokens for the longest run: S*B*T+1).
@@ -133,19 +142,29 @@ run_timed() {  # tag, command...
 
 IFS=',' read -r -a CFGS <<<"$CONFIGS"
 VARIANTS=(loom torch loom_recompute)
+if [ -n "$ENGINES" ]; then
+    VARIANTS=()
+    IFS=',' read -r -a ENG_LIST <<<"$ENGINES"
+    for e in "${ENG_LIST[@]}"; do
+        case "$e" in openblas|blis|onednn) VARIANTS+=("loom_$e") ;;
+            *) echo "bench_train.sh: unknown engine '$e' (openblas|blis|onednn)" >&2; exit 2 ;; esac
+    done
+fi
+NV=${#VARIANTS[@]}
 START=$(date +%s)
 for ((r = 1; r <= ROUNDS; r++)); do
     for cfg in "${CFGS[@]}"; do
         read -r L H C V T B BS <<<"$(config_args "$cfg")"
-        for ((k = 0; k < 3; k++)); do
-            v="${VARIANTS[$(((k + r - 1) % 3))]}"
+        for ((k = 0; k < NV; k++)); do
+            v="${VARIANTS[$(((k + r - 1) % NV))]}"
             tag="${cfg}_${v}_r${r}"
             echo "== round $r/$ROUNDS  config $cfg  $v"
             case "$v" in
-                loom|loom_recompute)
-                    extra=()
+                loom|loom_recompute|loom_openblas|loom_blis|loom_onednn)
+                    extra=() eng=()
                     [ "$v" = loom_recompute ] && extra=(--recompute)
-                    run_timed "$tag" "$BIN" train --data "$DATA" --vocab "$V" --layers "$L" --heads "$H" \
+                    case "$v" in loom_openblas|loom_blis|loom_onednn) eng=(env "LOOM_MATMUL=${v#loom_}") ;; esac
+                    run_timed "$tag" "${eng[@]}" "$BIN" train --data "$DATA" --vocab "$V" --layers "$L" --heads "$H" \
                         --dim "$C" --block-size "$BS" --seq "$T" --batch "$B" --steps "$STEPS" \
                         --threads "$THREADS" --peak-gflops "$PEAK" --progress off --metrics "$OUT/$tag.jsonl" "${extra[@]}"
                     ;;

@@ -18,10 +18,14 @@ import statistics
 
 SHAPES = {  # name: (L, H, C, V, T, B, block_size)
     "124m": (12, 12, 768, 50257, 64, 4, 1024),
+    "124m256": (12, 12, 768, 50257, 256, 4, 1024),
     "30m": (6, 6, 384, 50257, 256, 4, 256),
 }
-LABELS = {"124m": "GPT-2 124M (L12 H12 C768, T64 B4)", "30m": "30M (L6 H6 C384, T256 B4)"}
-ENGINES = [("loom", "loom"), ("loom_recompute", "loom --recompute"), ("torch", "PyTorch peer")]
+LABELS = {"124m": "GPT-2 124M (L12 H12 C768, T64 B4)", "124m256": "GPT-2 124M (L12 H12 C768, T256 B4)",
+           "30m": "30M (L6 H6 C384, T256 B4)"}
+ENGINES = [("loom", "loom"), ("loom_recompute", "loom --recompute"), ("torch", "PyTorch peer"),
+           ("loom_openblas", "loom LOOM_MATMUL=openblas"), ("loom_blis", "loom LOOM_MATMUL=blis"),
+           ("loom_onednn", "loom LOOM_MATMUL=onednn")]
 
 
 def analytic_flops(cfg):
@@ -77,7 +81,7 @@ def main():
     runs = {}  # (cfg, engine) -> {round: result}
     for path in sorted(glob.glob(os.path.join(a.out, "*_r[0-9]*.log"))):
         tag = os.path.basename(path)[:-4]
-        m = re.fullmatch(r"(\w+?)_(loom|loom_recompute|torch)_r(\d+)", tag)
+        m = re.fullmatch(r"(\w+?)_(loom|loom_recompute|torch|loom_openblas|loom_blis|loom_onednn)_r(\d+)", tag)
         if not m:
             continue
         cfg, eng, rnd = m.group(1), m.group(2), int(m.group(3))
@@ -106,7 +110,7 @@ def main():
     for cfg in cfgs:
         L, H, C, V, T, B, _ = SHAPES[cfg]
         bt = B * T
-        fl = [r["flops"] for e in ("loom", "loom_recompute") for r in runs.get((cfg, e), {}).values()
+        fl = [r["flops"] for e, _ in ENGINES if e != "torch" for r in runs.get((cfg, e), {}).values()
               if r["flops"]]
         flops = statistics.median(fl) if fl else analytic_flops(cfg)
         print(f"\n{cfg}: FLOPs/step from loom's metrics {flops / 1e9:.2f} GFLOP"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # deps.sh — make sure what loom needs is installed.
-#   scripts/deps.sh build   compiler, pkg-config, OpenBLAS (OpenMP flavour), cJSON, Open MPI, ZeroMQ,
+#   scripts/deps.sh build   compiler, pkg-config, OpenBLAS and BLIS (OpenMP flavours), oneDNN,
+#                           cJSON, Open MPI, ZeroMQ,
 #                           zlib, cairo + a font (plots), libpng (the plot test's PNG reader)
 #   scripts/deps.sh demo    build + the bundled corpus (Debian's `fortunes`)
 #   scripts/deps.sh test    demo + PyTorch/NumPy for the reference tests, Python's regex module
@@ -16,8 +17,8 @@ set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 what=${1:-build}
 case $what in build|demo|test|fuzz) ;; *) echo "usage: scripts/deps.sh build|demo|test|fuzz" >&2; exit 2 ;; esac
-pkgs="build-essential pkg-config libopenblas-openmp-dev libcjson-dev libopenmpi-dev openmpi-bin
-      zlib1g-dev libcairo2-dev fonts-dejavu-core libpng-dev libzmq3-dev"
+pkgs="build-essential pkg-config libopenblas-openmp-dev libblis-openmp-dev libdnnl-dev libcjson-dev
+      libopenmpi-dev openmpi-bin zlib1g-dev libcairo2-dev fonts-dejavu-core libpng-dev libzmq3-dev"
 [ "$what" = demo ] || [ "$what" = test ] && pkgs="$pkgs fortunes"
 [ "$what" = test ] && pkgs="$pkgs python3-torch python3-numpy python3-regex nodejs npm"
 [ "$what" = fuzz ] && pkgs="$pkgs clang libclang-rt-dev libomp-dev"

@@ -143,3 +143,8 @@ long testhook_peer_kill_exchange(void) {
     const char *v = getenv("LOOM_FAULT_PEER_KILL");
     return v ? atol(v) : 0;
 }
+
+int testhook_cpu_no_bf16(void) {
+    const char *v = getenv("LOOM_CPU_NO_BF16");
+    return v && *v && strcmp(v, "0");
+}

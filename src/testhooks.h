@@ -35,6 +35,8 @@
 //   LOOM_PIPE_SWAP_SLOTS=N     a swapped pipeline stage (--pp with --offload) uses at most N
 //                              block slots, whatever --fast-mem leaves (a tiny model's blocks
 //                              then really go through the tier)
+//   LOOM_CPU_NO_BF16=1         the CPU backend sees neither AVX512-BF16 nor AMX-BF16 (the
+//                              refusal of --dtype bf16 on a CPU without them, on any CPU)
 //   LOOM_FAULT_DIVERGE=ROUND   loom peer: this peer's anchor is perturbed after that round end
 //                              (a peer whose anchor differs from the swarm's: it must re-sync)
 //   LOOM_FAULT_PEER_KILL=ROUND loom peer --peer-exchange sharded: this peer SIGKILLs itself
@@ -74,3 +76,5 @@ int testhook_pipe_swap_slots(void);
 long testhook_peer_diverge(void);
 // LOOM_FAULT_PEER_KILL: the round in whose reduce-scatter a peer kills itself (0: never).
 long testhook_peer_kill_exchange(void);
+// LOOM_CPU_NO_BF16: the CPU backend's run-time check finds no bf16 instructions.
+int testhook_cpu_no_bf16(void);

@@ -2,7 +2,8 @@
 # t_version.sh — `loom --version` and `loom version` exit 0 and print every field: the version
 # (the VERSION file), the git commit the binary was built from (a commit of this repository, or
 # "unknown" outside a checkout), the compiler, the build flags, the backends, and the version of
-# each library (OpenBLAS, MPI, ZeroMQ, cJSON, zlib, cairo). A flag it does not take is an error.
+# each library (OpenBLAS; the matrix engine in use with BLIS's and oneDNN's versions; MPI, ZeroMQ,
+# cJSON, zlib, cairo). A flag it does not take is an error.
 set -u
 . "$(dirname "$0")/lib.sh"
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -16,7 +17,7 @@ val() { sed -n "s/^$1: *//p" <<<"$out"; } # the value of one "key: value" line
 want=$(tr -d ' \t\r\n' < "$root/VERSION")
 [ "$(head -1 <<<"$out")" = "loom $want" ] || bad "first line is not 'loom $want'"
 [[ $want =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || bad "VERSION '$want' is not MAJOR.MINOR.PATCH"
-for k in commit compiler flags isa backends openblas mpi zeromq cjson zlib cairo; do
+for k in commit compiler flags isa backends openblas matmul mpi zeromq cjson zlib cairo; do
     v=$(val "$k")
     { [ -n "$v" ] && [ "$v" != unknown ]; } || [ "$k" = commit ] || bad "no value for '$k:'"
 done

@@ -220,7 +220,8 @@ double backend_cpu_peak_gflops(int *threads);
 
 // backend_select with a precision (--dtype): "fp32", "bf16" or "fp16"; NULL is the device's
 // default (cpu: fp32; cuda: bf16). The CPU computes in fp32 only: anything else is an error
-// there. A dtype given both here and in the device string must agree.
+// there (for bf16 it names AVX512-BF16 and AMX-BF16 when the CPU lacks both: cpu_isa.c).
+// A dtype given both here and in the device string must agree.
 const Backend *backend_select_dtype(const char *device, const char *dtype, int threads);
 // The CUDA backend (only in a `make CUDA=1` build; src/backend/cuda/): matrix products in
 // dtype's precision with fp32 accumulation, everything else fp32. NULL, with loom_errmsg, when
@@ -235,4 +236,7 @@ const char *backend_cuda_device_name(void);
 // versions into out ("" in a build without it; "driver none" on a machine without a driver).
 const char *backend_names(void);
 const char *backend_blas_version(void);
+// The CPU backend's matrix engine for the linear layers (LOOM_MATMUL: openblas, blis, onednn),
+// the default, and the BLIS and oneDNN versions, for `loom --version`.
+const char *backend_cpu_matmul(void);
 void backend_cuda_versions(char *out, size_t n);

@@ -1,4 +1,4 @@
-// cpu.c — the CPU backend: matrix products through CBLAS (OpenBLAS), everything else in C
+// cpu.c — the CPU backend: matrix products through cpu_sgemm (cpu_gemm.c), everything else in C
 // with OpenMP. Every loop that touches B·T rows or a whole parameter tensor is parallel.
 #include <cblas.h>
 #include <math.h>
@@ -196,18 +196,15 @@ static void cpu_matmul_forward(float *out, const float *inp, const float *w, con
         for (int n = 0; n < N; n++)
             memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C,
-                bias ? 1.0f : 0.0f, out, OC);
+    cpu_sgemm(0, 1, N, OC, C, 1.0f, inp, C, w, C, bias ? 1.0f : 0.0f, out, OC);
 }
 
 static void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
                                 const float *inp, const float *w, int N, int C, int OC) {
     if (dinp) // (N,C) = (N,OC) · (OC,C)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 0.0f,
-                    dinp, C);
+        cpu_sgemm(0, 0, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C);
     // (OC,C) += (OC,N) · (N,C)
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw,
-                C);
+    cpu_sgemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
     if (dbias) {
         enum { CB = 256 };
 #pragma omp parallel for schedule(static)
@@ -333,6 +330,7 @@ void backend_cpu_set_threads(int n) {
     if (n <= 0) return;
     omp_set_num_threads(n);
     openblas_set_num_threads(n);
+    cpu_gemm_threads(n);
 }
 
 static const Backend CPU = {

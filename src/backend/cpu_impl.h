@@ -32,6 +32,24 @@ static inline float fast_expf(float x) {
 // Absolute error ~2e-7 everywhere (relative error grows near 0, harmless inside GELU).
 static inline float fast_tanhf(float u) { return 1.0f - 2.0f / (fast_expf(2.0f * u) + 1.0f); }
 
+// ------------------------------------------------------------------ cpu_gemm.c
+// The matrix engine of the linear layers' products: LOOM_MATMUL=openblas|blis|onednn.
+typedef enum { CPU_GEMM_OPENBLAS, CPU_GEMM_BLIS, CPU_GEMM_ONEDNN, CPU_GEMM_NENGINES } CpuGemm;
+// Row-major C(M,N) = alpha·op(A)·op(B) + beta·C; ta/tb nonzero: op is the transpose.
+void cpu_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+               const float *B, int ldb, float beta, float *C, int ldc);
+int cpu_gemm_init(void); // reads LOOM_MATMUL once; -1 (loom_fail) on a bad value
+int cpu_gemm_parse(const char *s, CpuGemm *out); // -1 (loom_fail) when unknown
+void cpu_gemm_set(CpuGemm e);                    // the engine from now on (tests, benchmarks)
+CpuGemm cpu_gemm_engine(void);                   // the engine in use (chosen on first use)
+const char *cpu_gemm_name(CpuGemm e);
+void cpu_gemm_threads(int n); // threads for the engines that keep their own count
+
+// ------------------------------------------------------------------ cpu_isa.c
+// The bf16 matrix instruction sets this CPU and OS offer (run-time cpuid), as a bit set.
+enum { CPU_ISA_AVX512_BF16 = 1, CPU_ISA_AMX_BF16 = 2 };
+int cpu_bf16_isa(void);
+
 // ------------------------------------------------------------------ cpu_attention.c
 void cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
 void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,

@@ -119,6 +119,7 @@ int cmd_version(int argc, char **argv) {
         field("cuda:", buf);
     }
     field("openblas:", backend_blas_version());
+    field("matmul:", backend_cpu_matmul());
     comm_library_version(buf, sizeof buf);
     field("mpi:", buf);
     int z[3];

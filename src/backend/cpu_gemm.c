@@ -1,0 +1,105 @@
+// cpu_gemm.c — the CPU backend's matrix engine: the fp32 products of the model's linear layers
+// (cpu.c's matmul_forward/backward) go through cpu_sgemm, which hands them to one of three
+// libraries, chosen once per process by the environment variable LOOM_MATMUL:
+//   openblas  OpenBLAS's cblas_sgemm
+//   blis      BLIS's typed API (bli_sgemm, strides instead of transposes)
+//   onednn    oneDNN's dnnl_sgemm (its jit GEMM, kernels picked from cpuid at run time)
+// Unset, the engine is CPU_GEMM_DEFAULT (BENCHMARKS.md has the measurements behind it).
+// The small single-threaded tile products of the attention kernels stay on OpenBLAS.
+#include <blis-openmp/blis.h>
+#include <cblas.h>
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common.h"
+#include "backend.h"
+#include "cpu_impl.h"
+
+#ifndef CPU_GEMM_DEFAULT
+#define CPU_GEMM_DEFAULT CPU_GEMM_OPENBLAS
+#endif
+
+static const char *const NAMES[CPU_GEMM_NENGINES] = {"openblas", "blis", "onednn"};
+static int engine = -1; // -1: not chosen yet
+static int nthreads = 0;
+
+const char *cpu_gemm_name(CpuGemm e) { return e >= 0 && e < CPU_GEMM_NENGINES ? NAMES[e] : "?"; }
+
+int cpu_gemm_parse(const char *s, CpuGemm *out) {
+    for (int e = 0; e < CPU_GEMM_NENGINES; e++)
+        if (!strcmp(s, NAMES[e])) return *out = (CpuGemm)e, 0;
+    return loom_fail("LOOM_MATMUL='%s': unknown matrix engine (openblas, blis, onednn)", s);
+}
+
+static void apply_threads(void) {
+    if (nthreads <= 0) return;
+    if (engine == CPU_GEMM_BLIS) bli_thread_set_num_threads(nthreads);
+    // oneDNN (OpenMP runtime) and OpenBLAS follow omp_set_num_threads / openblas_set_num_threads
+}
+
+void cpu_gemm_set(CpuGemm e) {
+    engine = (int)e;
+    if (e == CPU_GEMM_BLIS && nthreads <= 0) {
+        // BLIS runs one thread unless told otherwise: give it OpenMP's count
+        nthreads = omp_get_max_threads();
+    }
+    apply_threads();
+}
+
+int cpu_gemm_init(void) {
+    if (engine >= 0) return 0;
+    const char *v = getenv("LOOM_MATMUL");
+    CpuGemm e = CPU_GEMM_DEFAULT;
+    if (v && *v && cpu_gemm_parse(v, &e)) return -1;
+    cpu_gemm_set(e);
+    return 0;
+}
+
+CpuGemm cpu_gemm_engine(void) {
+    if (engine < 0 && cpu_gemm_init()) {
+        fprintf(stderr, "loom: %s\n", loom_errmsg());
+        exit(2);
+    }
+    return (CpuGemm)engine;
+}
+
+void cpu_gemm_threads(int n) {
+    nthreads = n;
+    apply_threads();
+}
+
+// Row-major C(M,N) = alpha·op(A)·op(B) + beta·C, op(A) M×K, op(B) K×N.
+void cpu_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+               const float *B, int ldb, float beta, float *C, int ldc) {
+    switch (cpu_gemm_engine()) {
+    case CPU_GEMM_BLIS: {
+        // op(A)(i,k) lives at A[i·lda + k] (no transpose) or A[k·lda + i]: strides say which
+        inc_t rsa = ta ? 1 : lda, csa = ta ? lda : 1, rsb = tb ? 1 : ldb, csb = tb ? ldb : 1;
+        bli_sgemm(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, M, N, K, &alpha, (float *)A, rsa, csa,
+                  (float *)B, rsb, csb, &beta, C, ldc, 1);
+        return;
+    }
+    case CPU_GEMM_ONEDNN:
+        if (dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C,
+                       ldc) != dnnl_success) {
+            fprintf(stderr, "loom: dnnl_sgemm failed (M=%d N=%d K=%d)\n", M, N, K);
+            abort();
+        }
+        return;
+    default:
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                    M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    }
+}
+
+const char *backend_cpu_matmul(void) {
+    static char buf[256];
+    const dnnl_version_t *dv = dnnl_version();
+    snprintf(buf, sizeof buf, "%s (LOOM_MATMUL; default %s); blis %s; onednn %d.%d.%d (%s)",
+             cpu_gemm_name(cpu_gemm_engine()), NAMES[CPU_GEMM_DEFAULT], bli_info_get_version_str(),
+             dv->major, dv->minor, dv->patch, dv->cpu_runtime == DNNL_RUNTIME_OMP ? "omp" : "seq");
+    return buf;
+}
