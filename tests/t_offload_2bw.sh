@@ -4,7 +4,8 @@
 # version its micro-batch runs on, and the delayed update writes the new version over the old.
 # Against the in-memory 2bw pipeline of the same layout, bit for bit (losses, gradient norms,
 # validation losses, exported weights), with weight decay, clipping active and K = 3
-# micro-batches: --pp 2, dp 2 x pp 2, --pp 2 --recompute. Negative control: 1f1b trains other
+# micro-batches: --pp 2, dp 2 x pp 2, --pp 2 --recompute, --pp 4 (inner stages, K = 4).
+# Negative control: 1f1b trains other
 # weights than 2bw (the comparison can fail). Checkpoints (both versions, from the tier) resume
 # with and without --offload onto the uninterrupted run's bytes. The budget binds: a stage whose
 # training state exceeds --fast-mem trains within it (peak RSS), where in memory it does not.
@@ -26,23 +27,27 @@ mrun() { # NAME NP FLAGS...
         2>"$d/$name.err" || { cat "$d/$name.err"; exit 1; }
 }
 clean() { [ -z "$(ls -A "$d/off")" ] || { echo "$1: scratch files left in --offload-dir"; exit 1; }; }
-for lay in "2:--pp 2" "4:--pp 2 --dp 2" "2:--pp 2 --recompute"; do
+for lay in "2:--pp 2" "4:--pp 2 --dp 2" "2:--pp 2 --recompute" "4:--pp 4 --grad-accum 4"; do
     np=${lay%%:*} l="${lay#*:} --schedule 2bw"
+    slots=2; case "$l" in *"--pp 4"*) slots=1 ;; esac # --pp 4: 1 or 2 blocks per stage
+    export LOOM_PIPE_SWAP_SLOTS=$slots
     mrun mem "$np" $flags $l
     mrun off "$np" $flags $l $OFF
-    grep -q "stage 0: 2 of [3-9] blocks in slots" "$d/off.err" ||
+    grep -q "stage 0: $slots of [2-9] blocks in slots" "$d/off.err" ||
         { grep "pipeline stage" "$d/off.err"; echo "$l: stage 0 is not short of slots"; exit 1; }
     same "$l, swapped vs in memory" "$d/mem.jsonl" "$d/off.jsonl" "$d/mem.st" "$d/off.st" || exit 1
     clean "$l"
 done
+mrun mem 2 $flags --pp 2 --schedule 2bw
 python3 - "$d/mem.jsonl" <<'PY' || exit 1
 import json, sys
 n = [json.loads(l)["grad_norm"] for l in open(sys.argv[1]) if '"grad_norm"' in l]
 if not n or min(n) <= 0.5: sys.exit(f"clipping inactive: norms {n}")
 PY
-# negative control: the same run under 1f1b (no delayed update) differs from the 2bw one
+# negative control: the same swapped run under 1f1b (no delayed update) differs from 2bw's
+export LOOM_PIPE_SWAP_SLOTS=2
 mrun ctl 2 $flags --pp 2 --schedule 1f1b $OFF
-if same "1f1b vs 2bw" "$d/ctl.jsonl" "$d/off.jsonl" "$d/ctl.st" "$d/off.st" >/dev/null; then
+if same "1f1b vs 2bw" "$d/ctl.jsonl" "$d/mem.jsonl" "$d/ctl.st" "$d/mem.st" >/dev/null; then
     echo "negative control: 1f1b trained what 2bw trained"; exit 1
 fi
 echo "negative control: 1f1b differs from 2bw"
