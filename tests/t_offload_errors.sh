@@ -31,8 +31,6 @@ expect_fail "--offload-dir, --fast-mem and --offload-units need --offload" $LOOM
     --fast-mem 64M
 expect_fail "--offload with --zero 3" $MPI -np 2 $LOOM train $flags $OFF --fast-mem 64M \
     --dp 2 --zero 3
-expect_fail "--offload with --schedule 2bw: a swapped stage keeps one weight version" \
-    $MPI -np 2 $LOOM train $flags $OFF --fast-mem 64M --pp 2 --schedule 2bw
 expect_fail "--offload with --zero 1: CO2's sharded outer state" $MPI -np 2 $LOOM train $flags $OFF --fast-mem 64M \
     --dp 2 --co2 --zero 1
 [ -z "$(ls -A "$d/off")" ] || { echo "scratch files left behind"; exit 1; }

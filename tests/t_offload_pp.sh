@@ -15,7 +15,7 @@
 # saves, read from the tier piece by piece, included), the same bits as in memory, where a rank
 # peaks above the budget (the negative control); its step-1 checkpoint resumes within the same
 # budget onto the uninterrupted run's step 2.
-# Refused, naming why: 2bw, ZeRO 1-3, a stage with --tp.
+# Refused, naming why: ZeRO 1-3, a stage with --tp. (2bw: t_offload_2bw.sh.)
 set -eu
 . "$(dirname "$0")/lib.sh"
 need_mpi
@@ -101,13 +101,12 @@ if [ -z "${LOOM_ASAN:-}" ]; then
     clean "refused budget"
 fi
 
-# refused: 2bw, ZeRO 1-3 with dp replicas, tensor parallelism inside a swapped stage
+# refused: ZeRO 1-3 with dp replicas, tensor parallelism inside a swapped stage
 want() { # NP WHAT FLAGS...
     local np=$1 what=$2; shift 2
     if $MPI -np "$np" $LOOM train $flags "$@" $OFF 2>"$d/r.err"; then echo "$* ran"; exit 1; fi
     grep -q "$what" "$d/r.err" || { echo "$*:"; cat "$d/r.err"; exit 1; }
 }
-want 2 "2bw's two versions are not swapped" --pp 2 --schedule 2bw
 for z in 1 2 3; do want 4 "(--zero 0)" --pp 2 --dp 2 --zero $z; done
 want 4 "no tensor or context parallelism inside it" --pp 2 --tp 2
-echo "2bw, ZeRO 1-3 and --tp with a swapped stage: refused"
+echo "ZeRO 1-3 and --tp with a swapped stage: refused"

@@ -351,7 +351,7 @@ static int pipe_setup(Pipe *p, GPT *m, const Grid *g, const PipelineConfig *pc, 
     pipe_use_version(p, 0);
     p->hooks = (BlockHooks){.poll = poll_hook, .ctx = p};
     if (p->nver == 2 && !p->zero2) { // (ZeRO-2/3: the spares are shards, pipeline_zero.c)
-        p->gspare = be->alloc(n);
+        if (!swapped) p->gspare = be->alloc(n); // (--offload: the tier keeps two gradients)
         if (p->replica) p->wspare = be->alloc(p->tie_n);
         p->mem[1] *= 2;
     }

@@ -48,9 +48,9 @@ typedef struct {
     float grad_clip;
     int local; // CO2 (gpipe/1f1b, no cp): every dp replica is its own worker; its gradients,
                // loss and norm stay its own (nothing is reduced over the replicas)
-    // --offload disk (gpipe/1f1b, ZeRO 0; NULL: in memory): the stage's parameters, gradients
-    // and moments in a scratch file under offload_dir, its blocks run from slots in memory
-    // within fast_mem bytes (pipeline_swap.c)
+    // --offload disk (ZeRO 0; NULL: in memory): the stage's parameters (both versions under
+    // 2bw), gradients and moments in a scratch file under offload_dir, its blocks run from slots in
+    // memory within fast_mem bytes (pipeline_swap.c)
     const char *offload_dir;
     size_t fast_mem;
     const struct PipeSwapOps *swap_ops; // with offload_dir: the swapped stage's implementation

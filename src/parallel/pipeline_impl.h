@@ -150,10 +150,11 @@ const float *pipe_own_grads(const Pipe *p, const float *g);
 // the fresh ones zeroed; the chain's first all-reduce (stage 0's embedding gradient and the
 // last stage's wte gradient over gc) started.
 void pipe_zero_pend_start(Pipe *p, size_t chunk);
-// --offload (gpipe/1f1b, ZeRO 0): the stage's parameters, gradients and moments in a tier of
-// this rank, its blocks run from slots in memory. The tier belongs to the offload layer above
-// this one, so the swapped stage is implemented there (strategy/pipeline_swap.c) and comes in
-// as hooks through PipelineConfig.swap_ops; the pipeline calls them through the wrappers below.
+// --offload (gpipe/1f1b/2bw, ZeRO 0): the stage's parameters (2bw: both versions), gradients
+// and moments in a tier of this rank, its blocks run from slots in memory. The tier belongs to the
+// offload layer above this one, so the swapped stage is implemented there
+// (strategy/pipeline_swap.c) and comes in as hooks through PipelineConfig.swap_ops; the pipeline
+// calls them through the wrappers below.
 //   setup: after the workspaces (their bytes count in --fast-mem); 0 or -1 (loom_errmsg).
 //   fill: the tier's first contents, block by block through the first slot (the initial
 //     weights, or on resume (start > 0) the checkpoint's weights and moments; the wte replica
@@ -162,10 +163,13 @@ void pipe_zero_pend_start(Pipe *p, size_t chunk);
 //     checkpoint writer, piece by piece (PipeShard.fetch); replica 0 writes.
 //   mem: adds the slots and the update's buffers to p->mem. release: frees it all.
 //   use: block b into a slot (grads: its gradient too, which it then accumulates); the block
-//     points at the slot. 0 or -1 (the tier failed).
-//   fetch: the stage's flat array (0 parameters, 2 m, 3 v) into host. 0 or -1.
+//     points at the slot, in weight version p->cur_ver. 0 or -1 (the tier failed).
+//   fetch: the stage's weight version v into host. 0 or -1.
 //   sumsq: the stage's Σ g² per chunk into v. update: AdamW step ++p->t of the stage and of the
-//     last stage's wte replica. 0 or -1.
+//     last stage's wte replica. 0 or -1. Under 2bw both act on the pending batch p->pend.step
+//     (sumsq first all-reduces its gradients over gc and the tie, wte replica's p->pend.wg
+//     included; update writes W(step+1) from W(step)).
+//   batch_end (2bw): batch `step`'s gradients are complete; the next batch's start from zeros.
 struct PipeSwapOps {
     int (*setup)(Pipe *p);
     int (*fill)(Pipe *p, int start);
@@ -176,6 +180,7 @@ struct PipeSwapOps {
     int (*fetch)(Pipe *p, int array, float *host);
     int (*sumsq)(Pipe *p, double *v);
     int (*update)(Pipe *p, float lr, float scale);
+    int (*batch_end)(Pipe *p, int step);
 };
 static inline int pipe_swap_setup(Pipe *p) { return p->pc->swap_ops->setup(p); }
 static inline int pipe_swap_fill(Pipe *p, int start) { return p->pc->swap_ops->fill(p, start); }
@@ -187,8 +192,11 @@ static inline void pipe_swap_free(Pipe *p) {
 static inline int pipe_swap_use(Pipe *p, int b, int grads) {
     return p->pc->swap_ops->use(p, b, grads);
 }
-static inline int pipe_swap_fetch(Pipe *p, int array, float *host) {
-    return p->pc->swap_ops->fetch(p, array, host);
+static inline int pipe_swap_fetch(Pipe *p, int v, float *host) {
+    return p->pc->swap_ops->fetch(p, v, host);
+}
+static inline int pipe_swap_batch_end(Pipe *p, int step) {
+    return p->pc->swap_ops->batch_end(p, step);
 }
 static inline int pipe_swap_sumsq(Pipe *p, double *v) { return p->pc->swap_ops->sumsq(p, v); }
 static inline int pipe_swap_update(Pipe *p, float lr, float scale) {

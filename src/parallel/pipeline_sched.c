@@ -178,8 +178,35 @@ void pipe_pend_advance(Pipe *p, int block) {
     p->pend.running = 0;
 }
 
+// --offload under 2bw: the pending batch's gradients are in the stage's tier, not in buffers a
+// background chain could reduce, so its update is made when it is due (pipe_pend_complete),
+// with blocking collectives in the chain's order: the replicas' and the tie's reductions and
+// the norm partials (pipe_swap_sumsq), the loss and votes over gc, then the update. Every stage
+// reaches that point of the stream (the first forward of batch step+2, or the end of batch
+// step+1) without waiting on a stage that has passed it, so the collectives meet.
+static void pend_swapped(Pipe *p) {
+    int nc = p->m->nchunks;
+    double *v = norm_loss_partials(p, NULL, p->pend.loss);
+    if (pipe_swap_sumsq(p, v)) die_last(1);
+    comm_allreduce_f64(p->norm, v, nc + 2);
+    free(p->pend.part);
+    p->pend.part = v;
+    take_partials(p);
+    comm_allreduce_f64(p->gc, &p->pend.v[1], 2);
+    p->pend.v[1] /= p->gc->size;
+    p->pend.phase = 7;
+    double norm = sqrt(p->pend.v[0]), loss = p->pend.v[1];
+    if (!isfinite(loss) || !isfinite(norm)) return; // reported, never applied
+    float lr = lr_at(&p->opt, p->pend.step);
+    if (pipe_swap_update(p, lr, clip_scale((float)norm, p->pc->grad_clip))) die_last(1);
+}
+
 static void pend_advance_chain(Pipe *p, int block) {
     size_t n = p->hi - p->lo;
+    if (p->sw) {
+        if (block && p->pend.phase < 7) pend_swapped(p);
+        return;
+    }
     for (;;) {
         switch (p->pend.phase) {
         case 1: // replicas' gradients
@@ -251,7 +278,10 @@ static void pend_start(Pipe *p, int step, double t0) {
         be->fill(p->wgrad, 0.f, p->tie_n);
     }
     p->pend.wg = p->wspare;
-    if (p->zero2) { // the shard (already reduce-scattered) and stage 0's embedding gradient
+    if (p->sw) { // --offload: the gradients stay in the tier until the update is due
+        if (pipe_swap_batch_end(p, step)) die_last(1);
+        p->pend.g = NULL;
+    } else if (p->zero2) { // the shard (already reduce-scattered) and stage 0's embedding gradient
         pipe_zero_pend_start(p, chunk_floats());
     } else {
         t = p->gbuf;

@@ -128,7 +128,7 @@ const float *pipe_own_grads(const Pipe *p, const float *g) { return p->zero2 ? g
 void pipe_stage_weights(Pipe *p, int v, float *host) {
     const Backend *be = p->m->be;
     if (p->sw) { // --offload: from the tier
-        if (pipe_swap_fetch(p, 0, host)) die_last(1);
+        if (pipe_swap_fetch(p, v, host)) die_last(1);
         return;
     }
     if (!p->zero3) {

@@ -1,4 +1,4 @@
-// pipeline_swap.h — the swapped pipeline stage (--offload disk with --pp, gpipe/1f1b, ZeRO 0):
+// pipeline_swap.h — the swapped pipeline stage (--offload disk with --pp, any schedule, ZeRO 0):
 // the hooks strat_pipeline.c gives the pipeline (PipelineConfig.swap_ops), implemented with the
 // offload layer's tier in pipeline_swap.c.
 #pragma once

@@ -78,7 +78,7 @@ static const Supports PP_SUPPORTS = {
     .pairs = PP_PAIRS,
     .runs_with = "pipeline stages run with data parallelism (ZeRO 0-3 over each stage's "
                  "replicas, every schedule), 1D --tp, --sp, --cp, --recompute and "
-                 "--co2 (gpipe/1f1b, ZeRO 0, plain stages) and --offload (gpipe/1f1b, ZeRO 0, "
+                 "--co2 (gpipe/1f1b, ZeRO 0, plain stages) and --offload (every schedule, ZeRO 0, "
                  "plain stages)"};
 
 static int pp_check(const StrategyConfig *c) {
@@ -86,10 +86,6 @@ static int pp_check(const StrategyConfig *c) {
     if (c->co2 && c->schedule && !strcmp(c->schedule, "2bw"))
         return loom_fail("--co2 with --schedule 2bw: 2bw applies every update one batch late, "
                          "so a round's end has no settled weights to average (use gpipe or "
-                         "1f1b)");
-    if (c->offload && c->schedule && !strcmp(c->schedule, "2bw"))
-        return loom_fail("--offload with --schedule 2bw: a swapped stage keeps one weight "
-                         "version in its tier; 2bw's two versions are not swapped (use gpipe or "
                          "1f1b)");
     if (c->sp && (c->tp < 2 || c->tp_2d))
         return loom_fail("--sp with --pp splits the sequence over each stage's 1D tensor-parallel "
