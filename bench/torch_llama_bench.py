@@ -51,7 +51,8 @@ def main():
     a = p.parse_args()
     tg.set_threads(a.threads)
     kv = a.kv_heads or a.heads
-    opts = argparse.Namespace(heads=a.heads, kv_heads=kv, rope_theta=10000.0, rope="half", norm_eps=1e-5)
+    opts = argparse.Namespace(heads=a.heads, kv_heads=kv, rope_theta=10000.0, rope="half", norm_eps=1e-5,
+                              rope_scaling="none")
     st = random_state(a.layers, a.dim, a.heads, kv, a.ffn_dim, a.vocab, a.seed)
     if a.tie_embeddings:
         del st["lm_head.weight"]
