@@ -171,6 +171,10 @@ uint64_t sw_majority_hash(Slot *sl, PeerId *L, int nl);
 // A donor for round r's average (the set's live members first); `turn` picks among them.
 const char *sw_avg_donor(Swarm *s, Slot *sl, int turn);
 HaveRep *sw_report(Slot *sl, const char *from, int create);
+// Answers a report of a round long gone here (no slot, older than my_round - 2); 1 if it did.
+int sw_answer_gone(Swarm *s, const WireMsg *m, const Slot *old);
+// Keeps report m (HAVE or HOLD) in sl under its sender: the ids it holds and its anchor hash.
+HaveRep *sw_record_report(Slot *sl, const WireMsg *m);
 // The contribution of id to the round (create: 1 with a buffer for its pieces, 2 without).
 Contrib *sw_contrib(Swarm *s, Slot *sl, const char *id, int create);
 void sw_add_job(Swarm *s, const char *to, int64_t r, int kind, size_t lo, size_t hi, uint32_t att);

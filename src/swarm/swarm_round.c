@@ -224,6 +224,26 @@ void sw_on_delta(Swarm *s, const WireMsg *m) {
     }
 }
 
+// A round this peer no longer has a slot for (long gone: older than my_round - 2) is answered
+// with a COMMIT saying so; 1 when it was.
+int sw_answer_gone(Swarm *s, const WireMsg *m, const Slot *old) {
+    if (old || m->round < 1 || m->round >= s->my_round - 2) return 0;
+    WireMsg *o = s->out;
+    o->nids = 0, o->hash = 0, o->attempt = COMMIT_GONE;
+    sw_send(s, m->from, WIRE_COMMIT, m->round);
+    return 1;
+}
+
+// The report m (HAVE or HOLD) from its sender, kept in sl: the ids it holds and its anchor hash.
+HaveRep *sw_record_report(Slot *sl, const WireMsg *m) {
+    HaveRep *h = sw_report(sl, m->from, 1);
+    free(h->ids);
+    h->ids = xcalloc((size_t)m->nids + 1, sizeof(PeerId));
+    memcpy(h->ids, m->ids, sizeof(PeerId) * (size_t)m->nids);
+    h->nids = m->nids, h->hash = m->hash;
+    return h;
+}
+
 HaveRep *sw_report(Slot *sl, const char *from, int create) {
     for (int i = 0; i < sl->nhv; i++)
         if (!strcmp(sl->hv[i].from, from)) return &sl->hv[i];
@@ -328,20 +348,10 @@ void sw_on_have(Swarm *s, const WireMsg *m) {
         sw_send_commit(s, old, m->from, 0);
         return;
     }
-    if (!old && m->round >= 1 && m->round < s->my_round - 2) { // long gone here: say so
-        WireMsg *o = s->out;
-        o->nids = 0, o->hash = 0, o->attempt = COMMIT_GONE;
-        sw_send(s, m->from, WIRE_COMMIT, m->round);
-        return;
-    }
+    if (sw_answer_gone(s, m, old)) return;
     Slot *sl = msg_slot(s, m->round);
     if (!sl) return;
-    HaveRep *h = sw_report(sl, m->from, 1);
-    free(h->ids);
-    h->ids = xcalloc((size_t)m->nids + 1, sizeof(PeerId));
-    memcpy(h->ids, m->ids, sizeof(PeerId) * (size_t)m->nids);
-    h->nids = m->nids;
-    h->hash = m->hash;
+    sw_record_report(sl, m);
     try_commit(s, sl);
 }
 

@@ -324,19 +324,11 @@ void sw_shard_on_hold(Swarm *s, const WireMsg *m) {
         sw_send_commit(s, old, m->from, 2 * (old->sh_att ? old->sh_att : 1) + 1);
         return;
     }
-    if (!old && m->round >= 1 && m->round < s->my_round - 2) { // long gone here: say so
-        WireMsg *o = s->out;
-        o->nids = 0, o->hash = 0, o->attempt = COMMIT_GONE;
-        sw_send(s, m->from, WIRE_COMMIT, m->round);
-        return;
-    }
+    if (sw_answer_gone(s, m, old)) return;
     Slot *sl = near_slot(s, m->round);
     if (!sl) return;
-    HaveRep *h = sw_report(sl, m->from, 1);
-    free(h->ids);
-    h->ids = xcalloc((size_t)m->nids + 1, sizeof(PeerId));
-    memcpy(h->ids, m->ids, sizeof(PeerId) * (size_t)m->nids);
-    h->nids = m->nids, h->hash = m->hash, h->att = m->attempt;
+    HaveRep *h = sw_record_report(sl, m);
+    h->att = m->attempt;
     if (sl->sh_att > m->attempt) // a commit survives its coordinator
         sw_send_commit(s, sl, m->from, 2 * sl->sh_att + (uint32_t)sl->sh_final);
     else if (sl->sh_att && m->attempt == sl->sh_att && sl->sh_summed)
