@@ -6,7 +6,12 @@
 #                        [--loom PATH] [--peer PATH] [--out DIR]
 #                        [--max-foreign F (0.10)] [--retries N (2)] [--budget SECONDS (480)]
 #                        [--engines openblas,blis,onednn] [--peak GFLOPS (290)]
+#                        [--before PATH] [--shares N]
 #
+# --before PATH: one more variant, loom_before, the same `loom train` with another binary (an
+# older build), in the same rotation: a before/after comparison from one run. --shares N: every
+# run in a cgroup v1 CPU group with cpu.shares N (other processes weigh 1024; needs root), so a
+# loaded host's other jobs yield to the timed run.
 # --engines: instead of the three variants below, one plain `loom train` per CPU matrix engine
 # (LOOM_MATMUL=<engine>, variant loom_<engine>), rotating the same way; no peer. Config 124m256
 # is 124M at T256 B4 (the matrix engines' comparison); --peak sets MFU's denominator (the value
@@ -38,10 +43,12 @@ MAX_FOREIGN=0.10   # repeat a run when other processes used more than this share
 RETRIES=2
 BUDGET=480         # seconds after which no run is repeated
 ENGINES=""
+BEFORE=""
+SHARES=""
 HZ=$(getconf CLK_TCK)
 NPROC=$(nproc)
 
-usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
     case "$1" in
         --rounds) ROUNDS="$2"; shift 2 ;;
@@ -56,6 +63,8 @@ while [ $# -gt 0 ]; do
         --budget) BUDGET="$2"; shift 2 ;;
         --engines) ENGINES="$2"; shift 2 ;;
         --peak) PEAK="$2"; shift 2 ;;
+        --before) BEFORE="$2"; shift 2 ;;
+        --shares) SHARES="$2"; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) echo "bench_train.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
@@ -70,6 +79,18 @@ mkdir -p "$OUT"
 # A private copy of the binary: a rebuild of ./loom during the run cannot change what is timed.
 cp "$LOOM" "$OUT/loom"
 BIN="$OUT/loom"
+if [ -n "$BEFORE" ]; then
+    [ -x "$BEFORE" ] || { echo "bench_train.sh: no loom binary at $BEFORE (--before)" >&2; exit 2; }
+    cp "$BEFORE" "$OUT/loom_before"
+fi
+# --shares: the cgroup every timed run enters (cgroup v1 cpu controller).
+WRAP=()
+if [ -n "$SHARES" ]; then
+    CG=/sys/fs/cgroup/cpu/loom-bench-train
+    mkdir -p "$CG" && echo "$SHARES" >"$CG/cpu.shares" ||
+        { echo "bench_train.sh: cannot create the CPU cgroup $CG (--shares needs root and cgroup v1)" >&2; exit 2; }
+    WRAP=(bash -c 'echo $$ >"$0/tasks" && exec "$@"' "$CG")
+fi
 
 ENVV=(OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS="$THREADS" OPENBLAS_NUM_THREADS="$THREADS")
 
@@ -95,9 +116,10 @@ config_args() {
     echo "loadavg_start: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "loom_git: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (dirty tree)')"
     echo "loom_sha256: $(sha256sum "$BIN" | cut -c1-16)"
+    [ -n "$BEFORE" ] && echo "loom_before: $BEFORE sha256 $(sha256sum "$OUT/loom_before" | cut -c1-16)"
     echo "torch: $($PY -c 'import torch; print(torch.__version__)' 2>/dev/null || echo '?')"
     echo "rounds: $ROUNDS  steps: $STEPS  threads: $THREADS  peak_gflops: $PEAK"
-    echo "invocation: $0 --rounds $ROUNDS --steps $STEPS --threads $THREADS --configs $CONFIGS --max-foreign $MAX_FOREIGN --retries $RETRIES --budget $BUDGET${ENGINES:+ --engines $ENGINES} --peak $PEAK"
+    echo "invocation: $0 --rounds $ROUNDS --steps $STEPS --threads $THREADS --configs $CONFIGS --max-foreign $MAX_FOREIGN --retries $RETRIES --budget $BUDGET${ENGINES:+ --engines $ENGINES} --peak $PEAK${BEFORE:+ --before $BEFORE}${SHARES:+ --shares $SHARES}"
 } | tee "$OUT/machine.txt"
 
 # Random-token shard (enough tokens for the longest run: S*B*T+1).
@@ -119,7 +141,7 @@ run_timed() {  # tag, command...
     for ((a = 1; a <= RETRIES + 1; a++)); do
         local b0 t0 b1 t1 f
         b0=$(busy_jiffies); t0=$(date +%s.%N)
-        if ! env "${ENVV[@]}" /usr/bin/time -f "%M %e %U %S" -o "$OUT/$tag.a$a.time" "$@" \
+        if ! env "${ENVV[@]}" "${WRAP[@]}" /usr/bin/time -f "%M %e %U %S" -o "$OUT/$tag.a$a.time" "$@" \
                 >"$OUT/$tag.a$a.log" 2>&1; then
             echo "FAILED: $tag (see $OUT/$tag.a$a.log)"; tail -5 "$OUT/$tag.a$a.log"; return 1
         fi
@@ -142,6 +164,7 @@ run_timed() {  # tag, command...
 
 IFS=',' read -r -a CFGS <<<"$CONFIGS"
 VARIANTS=(loom torch loom_recompute)
+[ -n "$BEFORE" ] && VARIANTS+=(loom_before)
 if [ -n "$ENGINES" ]; then
     VARIANTS=()
     IFS=',' read -r -a ENG_LIST <<<"$ENGINES"
@@ -160,11 +183,12 @@ for ((r = 1; r <= ROUNDS; r++)); do
             tag="${cfg}_${v}_r${r}"
             echo "== round $r/$ROUNDS  config $cfg  $v"
             case "$v" in
-                loom|loom_recompute|loom_openblas|loom_blis|loom_onednn)
-                    extra=() eng=()
+                loom|loom_recompute|loom_openblas|loom_blis|loom_onednn|loom_before)
+                    extra=() eng=() bin="$BIN"
+                    [ "$v" = loom_before ] && bin="$OUT/loom_before"
                     [ "$v" = loom_recompute ] && extra=(--recompute)
                     case "$v" in loom_openblas|loom_blis|loom_onednn) eng=(env "LOOM_MATMUL=${v#loom_}") ;; esac
-                    run_timed "$tag" "${eng[@]}" "$BIN" train --data "$DATA" --vocab "$V" --layers "$L" --heads "$H" \
+                    run_timed "$tag" "${eng[@]}" "$bin" train --data "$DATA" --vocab "$V" --layers "$L" --heads "$H" \
                         --dim "$C" --block-size "$BS" --seq "$T" --batch "$B" --steps "$STEPS" \
                         --threads "$THREADS" --peak-gflops "$PEAK" --progress off --metrics "$OUT/$tag.jsonl" "${extra[@]}"
                     ;;

@@ -25,7 +25,7 @@ LABELS = {"124m": "GPT-2 124M (L12 H12 C768, T64 B4)", "124m256": "GPT-2 124M (L
            "30m": "30M (L6 H6 C384, T256 B4)"}
 ENGINES = [("loom", "loom"), ("loom_recompute", "loom --recompute"), ("torch", "PyTorch peer"),
            ("loom_openblas", "loom LOOM_MATMUL=openblas"), ("loom_blis", "loom LOOM_MATMUL=blis"),
-           ("loom_onednn", "loom LOOM_MATMUL=onednn")]
+           ("loom_onednn", "loom LOOM_MATMUL=onednn"), ("loom_before", "loom (--before build)")]
 
 
 def analytic_flops(cfg):
@@ -81,7 +81,7 @@ def main():
     runs = {}  # (cfg, engine) -> {round: result}
     for path in sorted(glob.glob(os.path.join(a.out, "*_r[0-9]*.log"))):
         tag = os.path.basename(path)[:-4]
-        m = re.fullmatch(r"(\w+?)_(loom|loom_recompute|torch|loom_openblas|loom_blis|loom_onednn)_r(\d+)", tag)
+        m = re.fullmatch(r"(\w+?)_(loom|loom_recompute|torch|loom_openblas|loom_blis|loom_onednn|loom_before)_r(\d+)", tag)
         if not m:
             continue
         cfg, eng, rnd = m.group(1), m.group(2), int(m.group(3))
