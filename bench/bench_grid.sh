@@ -5,14 +5,15 @@
 # tokens per optimizer step), micro-batch 4 (grad-accum makes up the rest), random tokens.
 # Every rank gets one thread; on a host with fewer cores than ranks the grids share the cores
 # (the table says how many), so the ratios measure communication and redundancy, not scaling.
-#   bench/bench_grid.sh [--steps S (4)] [--out DIR]
+#   bench/bench_grid.sh [--steps S (4)] [--out DIR] [--loom PATH (./loom)]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-STEPS=4 OUT=""
+STEPS=4 OUT="" LOOM="$ROOT/loom"
 while [ $# -gt 0 ]; do
-    case $1 in --steps) STEPS=$2; shift 2 ;; --out) OUT=$2; shift 2 ;; *) echo "?? $1"; exit 2 ;; esac
+    case $1 in --steps) STEPS=$2; shift 2 ;; --out) OUT=$2; shift 2 ;; --loom) LOOM=$2; shift 2 ;; *) echo "?? $1"; exit 2 ;; esac
 done
 OUT=${OUT:-$(mktemp -d)}; mkdir -p "$OUT"
+cp "$LOOM" "$OUT/loom" # a private copy: a rebuild during the run cannot change what is timed
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 MPI="mpirun --oversubscribe --bind-to none --mca btl self,vader,tcp"
 /usr/bin/python3 - "$OUT/data.bin" <<'PY'
@@ -27,7 +28,7 @@ flags="--data $OUT/data.bin $model --steps $STEPS --progress off --peak-gflops 1
 declare -A TPS
 run() { # NAME NP FLAGS...: the median tokens/s of steps 2..S
     local name=$1 np=$2; shift 2
-    $MPI -np "$np" "$ROOT/loom" train $flags "$@" --metrics "$OUT/$name.jsonl" \
+    $MPI -np "$np" "$OUT/loom" train $flags "$@" --metrics "$OUT/$name.jsonl" \
         > "$OUT/$name.log" 2>&1 || { echo "| $name | $np | failed: see $OUT/$name.log | |"; return; }
     local tps
     tps=$(/usr/bin/python3 -c "import json,sys,statistics as s; r=[json.loads(l) for l in open(sys.argv[1]) if 'tokens_per_s' in l][1:]; print('%.0f' % s.median(x['tokens_per_s'] for x in r))" "$OUT/$name.jsonl")
@@ -47,7 +48,7 @@ run "dp 2 x cp 2" 4 --dp 2 --cp 2 --batch 4 --grad-accum 2
 run "cp 2 x tp 2" 4 --cp 2 --tp 2 --batch 4 --grad-accum 4
 run "pp 2 x tp 2" 4 --pp 2 --tp 2 --batch 4 --grad-accum 4
 # the planner's choice for the same job (4 ranks on this machine, 8 GiB each)
-"$ROOT/loom" plan $model --workers 4 --node-size 4 --global-batch 16 --mem-gb 8 \
+"$OUT/loom" plan $model --workers 4 --node-size 4 --global-batch 16 --mem-gb 8 \
     --max-micro-batch 4 --top 5 > "$OUT/plan.txt" 2>&1
 best=$(grep '^best: loom train' "$OUT/plan.txt" | sed 's/^best: loom train //')
 run "planner's choice" 4 $best
