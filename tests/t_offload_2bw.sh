@@ -4,7 +4,8 @@
 # version its micro-batch runs on, and the delayed update writes the new version over the old.
 # Against the in-memory 2bw pipeline of the same layout, bit for bit (losses, gradient norms,
 # validation losses, exported weights), with weight decay, clipping active and K = 3
-# micro-batches: --pp 2, dp 2 x pp 2, --pp 2 --recompute, --pp 4 (inner stages, K = 4).
+# micro-batches: --pp 2, dp 2 x pp 2, dp 3 x pp 2 (a 3-rank group: the all-reduce of 3 sums in
+# the same order swapped and in memory), --pp 2 --recompute, --pp 4 (inner stages, K = 4).
 # Negative control: 1f1b trains other
 # weights than 2bw (the comparison can fail). Checkpoints (both versions, from the tier) resume
 # with and without --offload onto the uninterrupted run's bytes. The budget binds: a stage whose
@@ -27,7 +28,7 @@ mrun() { # NAME NP FLAGS...
         2>"$d/$name.err" || { cat "$d/$name.err"; exit 1; }
 }
 clean() { [ -z "$(ls -A "$d/off")" ] || { echo "$1: scratch files left in --offload-dir"; exit 1; }; }
-for lay in "2:--pp 2" "4:--pp 2 --dp 2" "2:--pp 2 --recompute" "4:--pp 4 --grad-accum 4"; do
+for lay in "2:--pp 2" "4:--pp 2 --dp 2" "6:--pp 2 --dp 3" "2:--pp 2 --recompute" "4:--pp 4 --grad-accum 4"; do
     np=${lay%%:*} l="${lay#*:} --schedule 2bw"
     slots=2; case "$l" in *"--pp 4"*) slots=1 ;; esac # --pp 4: 1 or 2 blocks per stage
     export LOOM_PIPE_SWAP_SLOTS=$slots
