@@ -1,0 +1,277 @@
+// comm_jobs.c — collectives as jobs on one queue (comm_mpi.h): each moves in pieces of at most
+// LOOM_COMM_CHUNK elements (a large one shows progress; every count fits an int), at most two
+// in flight; a job starts only once every earlier job on its communicator has started all of
+// its pieces, so every rank issues the same MPI calls in the same order. Everything here runs
+// under comm.c's lock.
+#include <mpi.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common.h"
+#include "comm_mpi.h"
+
+// A collective in progress. Collectives on one communicator must be started in the same order
+// on every rank, so a job starts pieces only once every earlier job on its communicator has
+// started all of its own; at most WINDOW pieces of a job are in flight. All under mpi_lock.
+typedef enum { J_SUM, J_BCAST, J_BARRIER, J_RSCATTER, J_GATHERV } JobKind;
+#define WINDOW 2
+typedef struct Job {
+    JobKind kind;
+    MPI_Comm comm;
+    MPI_Datatype type;
+    size_t esize;
+    char *buf[2];
+    size_t n[2], chunk, total; // elements per segment, per piece, in all
+    int root, max;             // J_BCAST: the root; J_SUM: the maximum instead of the sum
+    const float *send;         // J_RSCATTER
+    size_t *counts, *displs;   // J_RSCATTER, J_GATHERV: the caller's layout (J_RSCATTER: offsets)
+    int nranks, rank, staged;  // of the layout; staged: J_GATHERV through the stage
+    size_t per;                // elements of each member's block per piece
+    int *pc, *pd;              // the pieces in flight: counts, displacements (WINDOW x nranks)
+    float *stage;              // the pieces' packed blocks (WINDOW x per x nranks), when used
+    size_t at[WINDOW];         // the pieces' offset in every member's block
+    int seg;                   // the next piece: segment and offset
+    size_t off, issued;        // elements started so far
+    MPI_Request req[WINDOW];   // FIFO of pieces in flight
+    double due[WINDOW];        // LOOM_COMM_DELAY: a piece does not complete before this
+    int head, inflight, all_issued, done, rc;
+    long pieces_done, pieces;
+    double t0, delay, progress; // start; emulated link time; when a piece last completed
+    struct Job *next;
+} Job;
+static Job *jobs; // the jobs not collected yet, in the order they were started
+
+// Piece idx of a reduce-scatter or all-gather, in window slot k: elements [idx·per, +per) of
+// every member's block. A reduce-scatter packs its send blocks into the slot's stage; so does
+// an all-gather whose layout spans more than an int (int displacements), unpacked on arrival.
+static int layout_piece(Job *j, int k, size_t idx, MPI_Request *q) {
+    size_t at = idx * j->per, used = 0, n = (size_t)j->nranks;
+    int *pc = j->pc + (size_t)k * n, *pd = j->pd + (size_t)k * n;
+    float *stage = j->stage ? j->stage + (size_t)k * j->per * n : NULL, *buf = (float *)j->buf[0];
+    for (size_t r = 0; r < n; r++) {
+        size_t len = j->counts[r] > at ? j->counts[r] - at : 0;
+        len = len < j->per ? len : j->per;
+        pc[r] = (int)len, pd[r] = (int)(stage ? used : j->displs[r] + (len ? at : 0));
+        if (j->kind == J_RSCATTER) memcpy(stage + used, j->send + j->displs[r] + at, len * 4);
+        used += len;
+    }
+    j->at[k] = at;
+    size_t mine = j->counts[j->rank], off = at < mine ? at : mine;
+    if (j->kind == J_RSCATTER)
+        return MPI_Ireduce_scatter(stage, buf + off, pc, MPI_FLOAT, MPI_SUM, j->comm, q);
+    if (!stage)
+        return MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, pc, pd, MPI_FLOAT, j->comm,
+                               q);
+    return MPI_Iallgatherv(buf + j->displs[j->rank] + off, pc[j->rank], MPI_FLOAT, stage, pc, pd,
+                           MPI_FLOAT, j->comm, q);
+}
+
+// A staged all-gather's piece in slot k has landed: the other members' blocks to their place.
+static void layout_unpack(Job *j, int k) {
+    size_t n = (size_t)j->nranks;
+    const int *pc = j->pc + (size_t)k * n, *pd = j->pd + (size_t)k * n;
+    const float *stage = j->stage + (size_t)k * j->per * n;
+    for (size_t r = 0; r < n; r++)
+        if ((int)r != j->rank)
+            memcpy((float *)j->buf[0] + j->displs[r] + j->at[k], stage + pd[r],
+                   (size_t)pc[r] * sizeof(float));
+}
+
+// Starts the next piece of j into slot k; *len = the elements it covers.
+static int issue_piece(Job *j, int k, size_t *len) {
+    MPI_Request *q = &j->req[k];
+    *len = 1;
+    if (j->kind == J_BARRIER) return MPI_Ibarrier(j->comm, q);
+    if (j->kind == J_RSCATTER || j->kind == J_GATHERV) return layout_piece(j, k, j->issued, q);
+    while (j->off >= j->n[j->seg])
+        j->seg++, j->off = 0;
+    size_t rest = j->n[j->seg] - j->off;
+    *len = rest < j->chunk ? rest : j->chunk;
+    void *p = j->buf[j->seg] + j->off * j->esize;
+    if (j->kind == J_BCAST) return MPI_Ibcast(p, (int)*len, j->type, j->root, j->comm, q);
+    return MPI_Iallreduce(MPI_IN_PLACE, p, (int)*len, j->type, j->max ? MPI_MAX : MPI_SUM, j->comm,
+                          q);
+}
+
+// Starts a job's pieces up to the window (if it may start any) and retires the ones that
+// landed, in order.
+static void job_advance(Job *j, int may_start) {
+    while (!j->done && !j->rc) {
+        while (may_start && j->inflight < WINDOW && !j->all_issued) {
+            int k = (j->head + j->inflight) % WINDOW;
+            size_t len;
+            if ((j->rc = issue_piece(j, k, &len))) return;
+            j->off += len, j->issued += len, j->inflight++;
+            j->all_issued = j->issued >= j->total;
+            j->due[k] = j->delay > 0 ? j->t0 + j->delay * (double)j->issued / (double)j->total : 0;
+        }
+        if (!j->inflight) {
+            j->done = j->all_issued;
+            return;
+        }
+        int flag = 0, k = j->head;
+        if ((j->rc = MPI_Test(&j->req[k], &flag, MPI_STATUS_IGNORE)) || !flag) return;
+        if (j->due[k] > 0 && now_sec() < j->due[k]) return; // the emulated link is still busy
+        if (j->staged) layout_unpack(j, k);
+        j->head = (k + 1) % WINDOW, j->inflight--, j->pieces_done++, j->progress = now_sec();
+    }
+}
+
+// Advances every queued job. A job that has not started yet is waiting on the jobs before it
+// on its communicator, so it counts their progress as its own.
+void comm_jobs_advance(void) {
+    for (Job *j = jobs; j; j = j->next) {
+        const Job *prev = NULL; // the latest earlier job on the same communicator
+        for (const Job *p = jobs; p != j; p = p->next)
+            if (p->comm == j->comm) prev = p;
+        if (prev && !j->issued && prev->progress > j->progress) j->progress = prev->progress;
+        job_advance(j, !prev || prev->all_issued);
+    }
+}
+
+static CommReq submit(const Comm *c, const char *op, Job *j) {
+    j->comm = comm_h(c);
+    j->t0 = j->progress = now_sec();
+    if (!j->chunk) j->chunk = 1;
+    j->total = j->n[0] + j->n[1];
+    j->pieces = (long)((j->n[0] + j->chunk - 1) / j->chunk + (j->n[1] + j->chunk - 1) / j->chunk);
+    CommReq r = {.handle = j, .chunked = 1, .op = op, .comm = c, .started = j->t0};
+    comm_lock();
+    Job **t = &jobs;
+    while (*t)
+        t = &(*t)->next;
+    *t = j;
+    atomic_fetch_add(&comm_outstanding_ops, 1);
+    comm_jobs_advance();
+    comm_unlock();
+    return r;
+}
+
+static CommReq submit_sum(const Comm *c, const char *op, void *b0, size_t n0, void *b1, size_t n1,
+                          size_t chunk, int how, double delay) { // how: f32 sum, f64 sum, f32 max
+    Job *j = xcalloc(1, sizeof *j);
+    size_t lim = comm_chunk_limit();
+    *j = (Job){.kind = J_SUM,
+               .max = how == 2,
+               .type = how == 1 ? MPI_DOUBLE : MPI_FLOAT,
+               .esize = how == 1 ? sizeof(double) : sizeof(float),
+               .buf = {b0, b1},
+               .n = {n0, n1},
+               .chunk = chunk && chunk < lim ? chunk : lim,
+               .delay = delay};
+    return submit(c, op, j);
+}
+
+CommReq comm_iallreduce(const Comm *c, float *buf, size_t n) {
+    if (c->size == 1 || n == 0) return comm_done_req(c, "allreduce");
+    return submit_sum(c, "allreduce", buf, n, NULL, 0, 0, 0, comm_link_delay(n));
+}
+
+CommReq comm_iallreduce_max(const Comm *c, float *buf, size_t n) {
+    if (c->size == 1 || n == 0) return comm_done_req(c, "allreduce(max)");
+    return submit_sum(c, "allreduce(max)", buf, n, NULL, 0, 0, 2, 0);
+}
+
+CommReq comm_iallreduce_chunked(const Comm *c, float *b0, size_t n0, float *b1, size_t n1,
+                                size_t chunk) {
+    if (!b0) n0 = 0;
+    if (!b1) n1 = 0;
+    if (!c || c->size <= 1 || n0 + n1 == 0) return comm_done_req(c, "allreduce (chunked)");
+    return submit_sum(c, "allreduce (chunked)", b0, n0, b1, n1, chunk, 0, 0);
+}
+
+CommReq comm_iallreduce_f64(const Comm *c, double *buf, int n) {
+    if (c->size <= 1 || n <= 0) return comm_done_req(c, "allreduce(f64)");
+    return submit_sum(c, "allreduce(f64)", buf, (size_t)n, NULL, 0, 0, 1, 0);
+}
+
+// Layouts spanning more than this many elements are all-gathered through a stage (MPI's
+// displacements are ints); tests lower it.
+static size_t int_limit = 2147483647;
+void comm_set_int_limit(size_t n) { int_limit = n; }
+
+// A reduce-scatter or all-gather job over the caller's layout, in pieces of at most
+// LOOM_COMM_CHUNK elements in all (so every count and displacement MPI sees fits an int).
+static Job *layout_job(const Comm *c, JobKind kind, const size_t *counts, const size_t *displs,
+                       size_t *total) {
+    Job *j = xcalloc(1, sizeof *j);
+    size_t n = (size_t)c->size, end = 0, most = 0;
+    *j = (Job){.kind = kind, .type = MPI_FLOAT, .esize = sizeof(float), .chunk = 1};
+    j->nranks = c->size, j->rank = c->rank;
+    j->counts = xmalloc(n * sizeof(size_t)), j->displs = xmalloc(n * sizeof(size_t));
+    *total = 0;
+    for (size_t q = 0; q < n; q++) {
+        j->counts[q] = counts[q], j->displs[q] = displs ? displs[q] : *total;
+        *total += counts[q];
+        end = j->displs[q] + counts[q] > end ? j->displs[q] + counts[q] : end;
+        most = counts[q] > most ? counts[q] : most;
+    }
+    j->per = comm_chunk_limit() / n > 0 ? comm_chunk_limit() / n : 1;
+    j->n[0] = most ? (most + j->per - 1) / j->per : 1; // pieces
+    if (most && most < j->per) j->per = most;
+    j->staged = kind == J_GATHERV && end > int_limit;
+    j->pc = xmalloc(WINDOW * n * sizeof(int)), j->pd = xmalloc(WINDOW * n * sizeof(int));
+    if (kind == J_RSCATTER || j->staged) j->stage = xmalloc(WINDOW * j->per * n * sizeof(float));
+    return j;
+}
+
+CommReq comm_ireduce_scatter(const Comm *c, const float *send, float *recv, const size_t *counts) {
+    if (c->size == 1) {
+        if (send != recv) memcpy(recv, send, counts[0] * sizeof(float));
+        return comm_done_req(c, "reduce_scatter");
+    }
+    size_t total;
+    Job *j = layout_job(c, J_RSCATTER, counts, NULL, &total);
+    j->send = send, j->buf[0] = (char *)recv, j->delay = comm_link_delay(total);
+    return submit(c, "reduce_scatter", j);
+}
+
+CommReq comm_iallgatherv(const Comm *c, float *buf, const size_t *counts, const size_t *displs) {
+    if (c->size == 1) return comm_done_req(c, "allgather");
+    size_t total;
+    Job *j = layout_job(c, J_GATHERV, counts, displs, &total);
+    j->buf[0] = (char *)buf, j->delay = comm_link_delay(total);
+    return submit(c, "allgather", j);
+}
+
+void comm_broadcast(const Comm *c, void *buf, size_t bytes, int root) {
+    if (c->size == 1 || bytes == 0) return;
+    Job *j = xcalloc(1, sizeof *j);
+    size_t lim = comm_chunk_limit() < 536870911 ? 4 * comm_chunk_limit() : 2147483647; // in bytes
+    *j = (Job){.kind = J_BCAST, .type = MPI_BYTE, .esize = 1, .buf = {buf}, .n = {bytes}};
+    j->chunk = lim, j->root = root;
+    CommReq r = submit(c, "broadcast", j);
+    comm_wait(&r);
+}
+
+void comm_barrier(const Comm *c) {
+    if (c->size == 1) return;
+    Job *j = xcalloc(1, sizeof *j);
+    *j = (Job){.kind = J_BARRIER, .n = {1, 0}, .chunk = 1};
+    CommReq r = submit(c, "barrier", j);
+    comm_wait(&r);
+}
+
+// A job: advance the queue; once this one is done, unlink and free it.
+int comm_job_test(CommReq *r, CommProgress *pr) {
+    Job *j = r->handle;
+    comm_lock();
+    comm_jobs_advance();
+    int done = j->done, rc = j->rc;
+    if (pr) *pr = (CommProgress){j->progress, j->pieces_done, j->pieces};
+    if (done || rc) {
+        Job **t = &jobs;
+        while (*t != j)
+            t = &(*t)->next;
+        *t = j->next;
+        atomic_fetch_sub(&comm_outstanding_ops, 1);
+    }
+    comm_unlock();
+    int bad = comm_check(rc, r->op, r->comm);
+    if (!done && !bad) return 0;
+    free(j->counts), free(j->displs), free(j->pc), free(j->pd), free(j->stage), free(j);
+    r->handle = NULL, r->chunked = 0;
+    r->status = bad, r->contributors = bad ? 0 : r->comm->size;
+    return 1;
+}
