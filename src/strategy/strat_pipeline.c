@@ -6,7 +6,8 @@
 // the Megatron 1D tensor-parallel part of its blocks (model/tp_layout.c): the stage's tp group
 // all-reduces partial results as strat_tp does, activations go to the next stage's rank of the
 // same tp index, and initial weights, resumes, checkpoints and exports stay in the whole
-// model's flat layout (cut into the part on the way in, gathered over tp on the way out).
+// model's flat layout (cut into the part on the way in, gathered over tp on the way out;
+// pipeline_part.c).
 // With --sp the part runs sequence parallel (model/seq_parallel.c): the activations between
 // stages are the rank's B·T/tp rows. With --cp M (ring attention, parallel/ring_attention.c)
 // every stage's part runs on the rank's two chunks of every sequence (T/cp tokens), its
@@ -25,24 +26,11 @@
 #include "co2_rounds.h"
 #include "compose.h"
 #include "part_io.h"
+#include "pipeline_part.h"
 #include "pipeline_swap.h"
 #include "strat_cp.h"
 #include "strat_pp_co2.h"
 #include "strategy.h"
-
-typedef struct {
-    Pipeline *p;
-    PipelineConfig pc;
-    PipelineIO io;
-    Strategy *s;
-    GPT part;     // tp > 1 or cp > 1: this rank's tensor-parallel part, which the stage runs
-    GPT *m;       // the model the stage runs: s->model, or &part
-    PartCut cut;  // the part's map; start-up and saves: host arrays in its layout
-    CpRing *ring; // cp > 1: the ring of this stage's cp ranks
-    int *seq_in, *seq_tg; // cp > 1: whole sequences (B,T) before the rank's chunks are cut
-    int steps;
-    PpCo2 *co2; // --co2: every pipeline a worker (strat_pp_co2.c)
-} PipeState;
 
 static int pp_wants(const StrategyConfig *c) { return c->pp > 1; }
 
@@ -150,184 +138,6 @@ static int pp_load(void *ctx, size_t lo, size_t hi, float *params, float *prev, 
     return !prev || w.no_prev;
 }
 
-// ------------------------------------------------- the part (tensor or context parallelism)
-
-static void tp_allreduce(void *ctx, float *x, size_t n, int max) {
-    const Comm *c = ((PipeState *)ctx)->s->grid->tp_comm;
-    if (max)
-        comm_allreduce_max(c, x, n);
-    else
-        comm_allreduce(c, x, n);
-}
-
-// --sp: rank r's `each` floats at x + r·each to every rank of the tp group, in place.
-static void tp_allgather(void *ctx, float *x, size_t each) {
-    const Comm *c = ((PipeState *)ctx)->s->grid->tp_comm;
-    size_t n = (size_t)c->size, *counts = xmalloc(2 * n * sizeof *counts), *displs = counts + n;
-    for (size_t r = 0; r < n; r++)
-        counts[r] = each, displs[r] = r * each;
-    CommReq q = comm_iallgatherv(c, x, counts, displs);
-    comm_wait(&q);
-    free(counts);
-}
-
-// --sp: rank r receives the tp group's sum of send[r·each, (r+1)·each).
-static void tp_reduce_scatter(void *ctx, const float *send, float *recv, size_t each) {
-    const Comm *c = ((PipeState *)ctx)->s->grid->tp_comm;
-    size_t n = (size_t)c->size, *counts = xmalloc(n * sizeof *counts);
-    for (size_t r = 0; r < n; r++)
-        counts[r] = each;
-    CommReq q = comm_ireduce_scatter(c, send, recv, counts);
-    comm_wait(&q);
-    free(counts);
-}
-
-// The gradient group (dp, or dp x cp: the ranks holding the same part of the stage).
-static const Comm *grad_comm(const Grid *g) { return g->cp > 1 ? g->dpcp_comm : g->dp_comm; }
-
-// The whole layout's range of the part's [lo, hi), which starts and ends on tensor boundaries
-// (a stage's blocks, or wte): the two layouts list the same tensors in the same order.
-static void whole_range(const PipeState *ps, size_t lo, size_t hi, size_t *wlo, size_t *whi) {
-    const GPT *w = ps->s->model, *p = &ps->part;
-    *wlo = w->nparams, *whi = 0;
-    for (int i = 0; i < p->ntensors; i++) {
-        const TensorSpec *t = &p->tensors[i], *wt = &w->tensors[i];
-        if (t->off < lo || t->off + t->n > hi) continue;
-        if (wt->off < *wlo) *wlo = wt->off;
-        if (wt->off + wt->n > *whi) *whi = wt->off + wt->n;
-    }
-    if (*whi < *wlo) *whi = *wlo;
-}
-
-static void stage_alloc(PipeState *ps, int n) {
-    for (int k = 0; k < n; k++) // zeroed: the vocabulary's padding rows stay 0
-        ps->cut.stage[k] = xcalloc(ps->part.nparams, sizeof(float));
-}
-
-static void stage_free(PipeState *ps) { part_cut_free(&ps->cut); }
-
-// The initial weights of the part's [lo, hi): the whole layout's range, cut.
-static int tp_params(void *ctx, size_t lo, size_t hi, float *dst) {
-    PipeState *ps = ctx;
-    const StrategyData *d = ps->s->data;
-    size_t wlo, whi;
-    whole_range(ps, lo, hi, &wlo, &whi);
-    stage_alloc(ps, 1);
-    int rc = d->params_stream(d->ctx, wlo, whi, part_cut_sink, &ps->cut);
-    if (!rc) ps->part.be->upload(dst, ps->cut.stage[CKPT_PARAMS] + lo, hi - lo);
-    stage_free(ps);
-    return rc;
-}
-
-// Resume: the whole layout's range of the part's [lo, hi) read for every array and cut; the
-// part's [lo, hi) of the weights (and prev), [olo, ohi) of the moments uploaded.
-static int tp_load(void *ctx, size_t lo, size_t hi, float *params, float *prev, size_t olo,
-                   size_t ohi, float *m, float *v) {
-    PipeState *ps = ctx;
-    const Backend *be = ps->part.be;
-    size_t wlo, whi;
-    whole_range(ps, lo, hi, &wlo, &whi);
-    stage_alloc(ps, 4);
-    CkptWant w = {.lo = {wlo, wlo, wlo, wlo},
-                  .hi = {whi, whi, whi, prev ? whi : wlo},
-                  .store = part_cut_store,
-                  .store_ctx = &ps->cut};
-    int rc = checkpoint_read_into(ps->s->resume_dir, ps->s->model->nparams, &w);
-    if (!rc) {
-        be->upload(params, ps->cut.stage[CKPT_PARAMS] + lo, hi - lo);
-        be->upload(m, ps->cut.stage[CKPT_M] + olo, ohi - olo);
-        be->upload(v, ps->cut.stage[CKPT_V] + olo, ohi - olo);
-        if (prev && !w.no_prev) be->upload(prev, ps->cut.stage[CKPT_PREV] + lo, hi - lo);
-    }
-    stage_free(ps);
-    return rc ? -1 : !prev || w.no_prev;
-}
-
-// Every tp rank's [lo, hi) of a part-layout host array into whole (host, the whole layout),
-// on every rank of the stage's tp group.
-static int tp_gather(PipeState *ps, const float *part, size_t lo, size_t hi, float *whole) {
-    const Grid *g = ps->s->grid;
-    size_t n = hi - lo, np = ps->part.nparams, T = (size_t)g->tp;
-    size_t *counts = xmalloc(T * sizeof *counts), *displs = xmalloc(T * sizeof *displs);
-    float *all = xmalloc((T * n + 1) * sizeof(float)), *one = xcalloc(np, sizeof(float));
-    for (size_t r = 0; r < T; r++)
-        counts[r] = n, displs[r] = r * n;
-    memcpy(all + (size_t)g->tp_i * n, part + lo, n * sizeof(float));
-    int rc = comm_allgatherv(g->tp_comm, all, counts, displs);
-    for (size_t r = 0; r < T && !rc; r++) {
-        memcpy(one + lo, all + r * n, n * sizeof(float));
-        gpt_tp_to_whole(ps->s->model, &ps->part, (int)r, one, whole);
-    }
-    free(all), free(one), free(counts), free(displs);
-    return rc;
-}
-
-// The stage's part [lo, hi) of the newest weights, moments (ZeRO 1-3: summed over the dp
-// replicas, each holding its slice, zeros elsewhere) and 2bw's previous version, on host.
-static int stage_host(PipeState *ps, size_t lo, size_t hi, const PipeShard *sh) {
-    const Backend *be = ps->part.be;
-    const Grid *g = ps->s->grid;
-    stage_alloc(ps, sh->prev ? 4 : 3);
-    pipeline_stage_weights(ps->p, ps->cut.stage[CKPT_PARAMS] + lo); // ZeRO-3: gathered
-    be->download(ps->cut.stage[CKPT_M] + sh->lo, sh->m, sh->hi - sh->lo);
-    be->download(ps->cut.stage[CKPT_V] + sh->lo, sh->v, sh->hi - sh->lo);
-    if (sh->prev) pipeline_stage_prev(ps->p, ps->cut.stage[CKPT_PREV] + lo);
-    const Comm *gc = grad_comm(g);
-    if (ps->s->cfg->zero < 1 || gc->size < 2) return 0;
-    return comm_allreduce(gc, ps->cut.stage[CKPT_M] + lo, hi - lo) ||
-           comm_allreduce(gc, ps->cut.stage[CKPT_V] + lo, hi - lo);
-}
-
-// The part's flat range of this rank's stage.
-static int stage_range(const PipeState *ps, size_t *lo, size_t *hi) {
-    const GPT *m = &ps->part;
-    int b0, b1;
-    if (pipeline_partition(m, ps->s->grid->pp, ps->s->grid->pp_i, ps->pc.stage_layers, &b0, &b1))
-        return -1;
-    *lo = m->blocks[b0].off, *hi = m->blocks[b1 - 1].off + m->blocks[b1 - 1].n;
-    return 0;
-}
-
-// A checkpoint in the whole layout: the stage's whole range assembled from its tp parts on
-// replica 0's (dp 0, cp 0) tp rank 0, which writes it.
-static int tp_save(Strategy *s, const char *dir, CkptMeta *meta, CkptExtraFn extra, void *extra_ctx,
-                   int keep) {
-    PipeState *ps = s->impl;
-    PipeShard sh;
-    pipeline_shard(ps->p, &sh);
-    size_t lo, hi, wlo, whi;
-    if (stage_range(ps, &lo, &hi)) return -1;
-    whole_range(ps, lo, hi, &wlo, &whi);
-    float *w[4] = {NULL};
-    int n = sh.prev ? 4 : 3, rc = stage_host(ps, lo, hi, &sh);
-    int first = grad_comm(s->grid)->rank == 0; // dp 0, cp 0: assembles over tp
-    int writes = first && s->grid->tp_i == 0;  // tp 0 writes
-    for (int k = 0; k < n && !rc && first; k++) {
-        w[k] = writes ? xalloc_floats(whi - wlo + 1) : NULL;
-        rc = ckpt_tp_assemble(s->grid->tp_comm, s->model, &ps->part, ps->cut.stage[k], wlo, whi, 0,
-                              w[k]);
-    }
-    stage_free(ps);
-    CkptShard mine = {.lo = wlo, .hi = whi};
-    if (!rc) mine.params = w[0], mine.m = w[1], mine.v = w[2], mine.prev = sh.prev ? w[3] : NULL;
-    meta->opt_t = pipeline_opt_t(ps->p);
-    comm_set_context(meta->step, "pipeline checkpoint");
-    if (!rc)
-        rc = ckpt_save_collective(dir, s->grid->world, writes ? &mine : NULL, meta, extra,
-                                  extra_ctx, NULL, NULL, keep);
-    for (int k = 0; k < 4; k++)
-        free(w[k]);
-    return rc;
-}
-
-// Every stage's part gathered over pp, then the parts over tp: the whole model into host.
-static int tp_full_params(PipeState *ps, float *host) {
-    float *part = xcalloc(ps->part.nparams, sizeof(float));
-    int rc = pipeline_full_params(ps->p, part) || tp_gather(ps, part, 0, ps->part.nparams, host);
-    free(part);
-    return rc;
-}
-
 static int pp_create(Strategy *s) {
     const StrategyConfig *c = s->cfg;
     PipeState *ps = xcalloc(1, sizeof *ps);
@@ -356,11 +166,7 @@ static int pp_create(Strategy *s) {
         if (gpt_create_layout_tp(&ps->part, &s->model->cfg, s->model->be, g->tp, g->tp_i))
             return -1;
         ps->cut.map = part_map_1d(s->model, &ps->part, g->tp, g->tp_i);
-        ps->part.tp.allreduce = tp_allreduce;
-        ps->part.tp.sp = c->sp; // --sp: the stage's regions hold the rank's rows
-        ps->part.tp.allgather = tp_allgather;
-        ps->part.tp.reduce_scatter = tp_reduce_scatter;
-        ps->part.tp.ctx = ps;
+        ppart_install_tp(ps, c->sp); // --sp: the stage's regions hold the rank's rows
         ps->m = &ps->part;
     }
     if (g->cp > 1) { // the part runs on (B, T/cp) tokens, its attention around the ring
@@ -373,10 +179,10 @@ static int pp_create(Strategy *s) {
     ps->io = (PipelineIO){.ctx = ps,
                           .batch = pp_batch,
                           .report = pp_report,
-                          .params = tp ? tp_params : pp_params,
+                          .params = tp ? ppart_params : pp_params,
                           .val_batch = c->val_windows > 0 ? pp_val_batch : NULL,
                           .load = !s->resume_dir ? NULL
-                                  : tp           ? tp_load
+                                  : tp           ? ppart_load
                                                  : pp_load};
     int opt_t = s->resume_dir ? s->resume->opt_t : 0;
     ps->p = pipeline_create(ps->m, s->grid, &ps->pc, &c->opt, opt_t, s->start, &ps->io);
@@ -416,7 +222,7 @@ static int pp_save(Strategy *s, const char *dir, CkptMeta *meta, int final, Ckpt
     CkptExtraFn files = NULL; // --co2: every rank's own state (not in the final checkpoint)
     void *files_ctx = NULL;
     if (ps->co2 && !final && pp_co2_save_files(ps->co2, s, meta, &files, &files_ctx)) return -1;
-    if (ps->ring || s->grid->tp > 1) return tp_save(s, dir, meta, extra, extra_ctx, keep);
+    if (ps->ring || s->grid->tp > 1) return ppart_save(s, dir, meta, extra, extra_ctx, keep);
     Pipeline *p = ps->p;
     PipeShard sh;
     int writes = pipeline_shard(p, &sh);
@@ -437,7 +243,7 @@ static int pp_save(Strategy *s, const char *dir, CkptMeta *meta, int final, Ckpt
 
 static int pp_full_params(Strategy *s, float *host, int grads) {
     if (grads) return loom_fail("the pipeline strategy cannot hand out whole-model gradients");
-    if (((PipeState *)s->impl)->ring || s->grid->tp > 1) return tp_full_params(s->impl, host);
+    if (((PipeState *)s->impl)->ring || s->grid->tp > 1) return ppart_full_params(s->impl, host);
     return pipeline_full_params(((PipeState *)s->impl)->p, host);
 }
 
@@ -467,7 +273,7 @@ static void pp_summary(Strategy *s, double exposed_s, double step_s) {
     getrusage(RUSAGE_SELF, &ru);
     // 2bw: what the double buffer costs each replica (pipeline_impl.h)
     char two[200] = "", wsh[64] = "", gsh[64] = "";
-    int W = grad_comm(s->grid)->size, z = W > 1 ? s->cfg->zero : 0;
+    int W = ppart_grad_comm(s->grid)->size, z = W > 1 ? s->cfg->zero : 0;
     if (z >= 3) snprintf(wsh, sizeof wsh, ", each a 1/%d shard, + one gathered block", W);
     if (z >= 2) snprintf(gsh, sizeof gsh, ", each a 1/%d shard, + one block in flight", W);
     if (!strcmp(s->cfg->schedule, "2bw"))
@@ -492,7 +298,7 @@ static void pp_destroy(Strategy *s) {
     if (ps->m == &ps->part) gpt_free(&ps->part);
     cp_ring_free(ps->ring);
     free(ps->seq_in), free(ps->seq_tg);
-    stage_free(ps);
+    ppart_stage_free(ps);
     free(ps);
     s->impl = NULL;
 }
