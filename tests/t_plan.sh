@@ -18,7 +18,10 @@
 #     fit (even recomputed), every fitting plan has cp > 1; a plan's memory per rank is the
 #     dry-run's for its layout (loom train --dry-run);
 #   * the swarm of loom peers it compares with: a round's Δ exchange is (N-1) x |W| x 4 bytes /
-#     bandwidth + latency, hidden behind tau steps on a fast link, exposed on a slow one.
+#     bandwidth + latency, hidden behind tau steps on a fast link, exposed on a slow one; the
+#     bytes a peer sends per round for every --peer-exchange x --outer-compress (4 peers) match
+#     bench/bench_peer_exchange.sh's formulas; unless told, the planner keeps the Δs
+#     uncompressed where the exchange hides and compresses on a slow link.
 set -eu
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 cat > "$d/prof.json" <<'JSON'
@@ -72,20 +75,52 @@ assert close(dp4["compute_s"], 2 * 1.2 * (1 * model + shm)), dp4
 assert close(dp4["exposed_s"], 0), dp4
 print("cost model terms match the formulas; best on 1 Gbit/s:", fast[0])
 PY
-$LOOM plan --profile "$d/prof.json" --workers 2 --global-batch 8 --bandwidth-gbps 1 --tau 4 > "$d/peers.txt"
-$LOOM plan --profile "$d/prof.json" --workers 2 --global-batch 8 --bandwidth-gbps 0.0002 --tau 4 >> "$d/peers.txt"
+wire="--peer-exchange all --outer-compress none"
+$LOOM plan --profile "$d/prof.json" --workers 2 --global-batch 8 --bandwidth-gbps 1 --tau 4 $wire > "$d/peers.txt"
+$LOOM plan --profile "$d/prof.json" --workers 2 --global-batch 8 --bandwidth-gbps 0.0002 --tau 4 $wire >> "$d/peers.txt"
 grep "^peers\|^choice" "$d/peers.txt"
 $PY - "$d/peers.txt" <<'PY'
 import re, sys
 lines = [l for l in open(sys.argv[1]) if l.startswith("peers:")]
 P = (256 + 32) * 64 + 4 * (12 * 64 * 64 + 13 * 64) + 2 * 64
 for line, bw in zip(lines, (1.25e8, 2.5e4)):
-    ex = float(re.search(r"exchange ([0-9.]+) s", line).group(1))
+    ex = float(re.search(r"([0-9.]+) s per round", line).group(1))
     want = P * 4 / bw + 1e-4
     assert abs(ex - want) <= 1e-3 * want + 1e-3, (line, want)
 assert "hidden" in lines[0] and "exposed" in lines[1], lines
 print("the swarm's exchange matches (N-1)|W|4/bw + latency; hidden at 1 Gbit/s, exposed at 200 kbit/s")
 PY
+for ex in all sharded; do
+    for c in none int8 topk; do
+        $LOOM plan --profile "$d/prof.json" --workers 4 --global-batch 8 --tau 4 \
+            --peer-exchange $ex --outer-compress $c --topk-frac 0.05 | grep "^peers:"
+    done
+done > "$d/wire.txt"
+$LOOM plan --profile "$d/prof.json" --workers 4 --global-batch 8 --tau 4 | grep "^peers:" > "$d/auto.txt"
+$LOOM plan --profile "$d/prof.json" --workers 4 --global-batch 8 --tau 4 --bandwidth-gbps 0.0002 |
+    grep "^peers:" >> "$d/auto.txt"
+cat "$d/auto.txt"
+$PY - "$d/wire.txt" "$d/auto.txt" <<'PY'
+import math, re, sys
+P = (256 + 32) * 64 + 4 * (12 * 64 * 64 + 13 * 64) + 2 * 64
+N = 4
+delta = {"none": 4 * P, "int8": P + 4 * math.ceil(P / 4096), "topk": 8 * math.ceil(0.05 * P)}
+def want(ex, c):
+    if ex == "all": return (N - 1) * delta[c]
+    return (N - 1) / N * delta[c] + ((N - 1) * delta[c] if c == "topk" else (N - 1) / N * 4 * P)
+for line in open(sys.argv[1]):
+    ex = re.search(r"--peer-exchange (\w+)", line).group(1)
+    c = re.search(r"--outer-compress (\w+)", line).group(1)
+    mib = float(re.search(r"exchange ([0-9.]+) MiB", line).group(1))
+    assert abs(mib - want(ex, c) / 2**20) <= 0.06, (line, want(ex, c) / 2**20)
+fast, slow = open(sys.argv[2]).read().splitlines()
+assert "--outer-compress none" in fast and "hidden" in fast, fast
+assert "--outer-compress none" not in slow, slow
+print("bytes per peer per round match the formulas for all 6 wires; uncompressed on 1 Gbit/s,",
+      re.search(r"--outer-compress \w+", slow).group(0), "on 200 kbit/s")
+PY
+if $LOOM plan --profile "$d/prof.json" --workers 4 --outer-compress zip 2>"$d/err"; then exit 1; fi
+grep -q -- "--outer-compress" "$d/err" || { cat "$d/err"; exit 1; }
 $LOOM plan --profile "$d/prof.json" --workers 2 --global-batch 8 --bandwidth-gbps 0.0002 --json "$d/slow.json"
 $PY -c "import json,sys; p=json.load(open('$d/slow.json'))[0]; print('best on 200 kbit/s:', p); sys.exit(0 if p['d'] == 2 else 1)"
 if out=$($LOOM plan --profile "$d/prof.json" --workers 2 --mem-gb 0.001 2>&1); then exit 1; fi

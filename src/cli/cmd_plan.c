@@ -61,8 +61,8 @@ typedef struct {
     int layers, heads, dim, vocab, block, seq, workers;
     char *device;
     int gbatch, threads, maxb, top, node_size, cpu_group, cores, tau;
-    float mem_gb, bw_gbps, intra_gbps, lat_ms, bucket_mb, probe_mb;
-    char *init, *prof_in, *prof_out, *json;
+    float mem_gb, bw_gbps, intra_gbps, lat_ms, bucket_mb, probe_mb, topk_frac;
+    char *init, *prof_in, *prof_out, *json, *peer_exchange, *outer_compress;
     int workers_set, node_size_set; // given explicitly
 } PlanArgs;
 
@@ -87,7 +87,10 @@ static int plan_parse(int argc, char **argv, PlanArgs *a) {
                     .lat_ms = 0.1f,
                     .bucket_mb = 25.f,
                     .probe_mb = 8.f,
-                    .tau = 12};
+                    .tau = 12,
+                    .topk_frac = 0.02f,
+                    .peer_exchange = "best",
+                    .outer_compress = "best"};
     const Option opts[] = {
         {"init", OPT_STR, &a->init, "take the model shape from a weights file", NULL, 0, 0},
         {"layers", OPT_INT, &a->layers, "transformer layers", NULL, 1, 1024},
@@ -128,6 +131,15 @@ static int plan_parse(int argc, char **argv, PlanArgs *a) {
         {"top", OPT_INT, &a->top, "plans to show", NULL, 1, 512},
         {"tau", OPT_INT, &a->tau, "local steps per round of the swarm compared (loom peer --tau)",
          NULL, 1, 4096},
+        {"peer-exchange", OPT_STR, &a->peer_exchange,
+         "the swarm's exchange (loom peer --peer-exchange; best: the fewer bytes)",
+         "all|sharded|best", 0, 0},
+        {"outer-compress", OPT_STR, &a->outer_compress,
+         "the swarm's Δs on the wire (loom peer --outer-compress; best: the least compression "
+         "that hides the exchange behind a round)",
+         "none|int8|topk|best", 0, 0},
+        {"topk-frac", OPT_FLOAT, &a->topk_frac, "--outer-compress topk: the share sent", NULL, 1e-6,
+         1},
     };
     int n = (int)(sizeof opts / sizeof opts[0]);
     int rc = options_parse(opts, n, argc, argv,
@@ -399,18 +411,25 @@ static int cmd_plan_offload(int argc, char **argv) {
 }
 
 // The same workers as a swarm of `loom peer`s (peer_plan.h), and which of the two to run.
-static void print_peer_choice(const Profile *prof, const PlanInput *in, int tau, const Plan *best) {
+static void print_peer_choice(const Profile *prof, const PlanInput *in, int tau,
+                              const PeerWire *wire, const Plan *best) {
+    static const char *EX[] = {"all", "sharded"}, *COMP[] = {"none", "int8", "topk"};
     PeerPlan pp;
-    if (!plan_peers(prof, in, tau, &pp)) {
+    if (!plan_peers(prof, in, tau, wire, &pp)) {
         printf("peers: %d x loom peer do not fit the memory (each holds the model and its "
                "outer state)\n",
                in->workers);
         return;
     }
-    printf("peers: %d x loom peer --tau %d --batch %d --grad-accum %d%s: %.1f tok/s (step %.3f "
-           "s, the Δ exchange %.3f s per round%s), %.1f MiB each\n",
-           pp.peers, pp.tau, pp.b, pp.K, pp.recompute ? " --recompute" : "", pp.tokens_per_s,
-           pp.step_s, pp.exchange_s,
+    char topk[48] = "";
+    if (pp.compress == PEER_COMP_TOPK)
+        snprintf(topk, sizeof topk, " --topk-frac %g", wire->topk_frac);
+    printf("peers: %d x loom peer --tau %d --batch %d --grad-accum %d%s --peer-exchange %s "
+           "--outer-compress %s%s: %.1f tok/s (step %.3f s, the Δ exchange %.1f MiB sent per "
+           "peer, %.3f s per round%s), %.1f MiB each\n",
+           pp.peers, pp.tau, pp.b, pp.K, pp.recompute ? " --recompute" : "", EX[pp.exchange],
+           COMP[pp.compress], topk, pp.tokens_per_s, pp.step_s, pp.sent_bytes / 1048576,
+           pp.exchange_s,
            pp.exchange_s > pp.tau * pp.step_s ? ", longer than the round: exposed" : ", hidden",
            pp.mem_bytes / 1048576);
     int peers = pp.tokens_per_s > best->tokens_per_s;
@@ -428,6 +447,14 @@ int cmd_plan(int argc, char **argv) {
             return cmd_plan_offload(argc, argv);
     PlanArgs a;
     if (plan_parse(argc, argv, &a)) return 0;
+    PeerWire wire = {.exchange = !strcmp(a.peer_exchange, "all")       ? PEER_EX_ALL
+                                 : !strcmp(a.peer_exchange, "sharded") ? PEER_EX_SHARDED
+                                                                       : PEER_EX_ANY,
+                     .compress = !strcmp(a.outer_compress, "none")   ? PEER_COMP_NONE
+                                 : !strcmp(a.outer_compress, "int8") ? PEER_COMP_INT8
+                                 : !strcmp(a.outer_compress, "topk") ? PEER_COMP_TOPK
+                                                                     : PEER_COMP_ANY,
+                     .topk_frac = a.topk_frac};
     Comm *world = comm_world(NULL, NULL);
     int lead = world->rank == 0;
     if (world->size > 1 && !a.workers_set) a.workers = world->size;
@@ -454,7 +481,7 @@ int cmd_plan(int argc, char **argv) {
            pl[0].w, pl[0].d, pl[0].tp, pl[0].cp, pl[0].b, pl[0].K,
            pl[0].d > 1 ? " --schedule 2bw --stage-layers " : "",
            pl[0].d > 1 ? pl[0].stage_layers : "", pl[0].recompute ? " --recompute" : "");
-    print_peer_choice(&prof, &in, a.tau, &pl[0]);
+    print_peer_choice(&prof, &in, a.tau, &wire, &pl[0]);
     if (a.json && write_json(a.json, pl, k)) die_last(EXIT_IO);
     free(pl);
     return 0;
