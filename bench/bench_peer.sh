@@ -8,7 +8,8 @@
 #                       [--modes alone,swarm,co2,dp,1f1b,2bw] [--model 30m|small] [--tau N (12)]
 #                       [--rounds R (3)] [--warm-rounds W (1)] [--dp-steps S (4)] [--pp-steps S (5)]
 #                       [--accum K (8)] [--churn-rounds R (15)] [--churn-every N (3)]
-#                       [--churn-link 1gbit|100mbit] [--conv-modes dp,co2] [--out DIR] [--loom PATH]
+#                       [--churn-link 1gbit|100mbit] [--conv-modes dp,co2,none,int8,topk]
+#                       [--out DIR] [--loom PATH]
 #
 # N equal "machines" (--machines, default 4): every peer and every MPI rank runs in its own CPU
 # cgroup with a fixed quota of C/N cores (bench/netlab/machines.sh + as-machine; cpu.shares 65536,
@@ -41,6 +42,9 @@
 # without churn: tokens/s (step_ms), final validation loss, and the longest wait_ms any peer saw.
 # Part conv: the same model and token budget with MPI --dp N (sync DP, batch 8 per rank), and
 # --dp N --co2 (--conv-modes), on loopback; final validation loss against the no-churn swarm.
+# Conv modes none, int8 and topk: a swarm of N peers (no churn) with that --outer-compress
+# (--exchange as given) on a 1 Gbit/s tbf link, the same steps: final validation loss and the
+# bytes each peer sent.
 # Everything (peers, wirelay, namespaces lpr*) is removed on exit.
 set -euo pipefail
 
@@ -302,6 +306,13 @@ if has "$PARTS" conv; then
     echo "== conv (loopback)"
     has "$CONV_MODES" dp && run_mpi conv_dp loopback "$CH_STEPS" "${BYTEF[@]}" --dp "$NP" --val-every 0
     has "$CONV_MODES" co2 && run_mpi conv_co2 loopback "$CH_STEPS" "${BYTEF[@]}" --dp "$NP" --co2 --val-every 0
+    for c in none int8 topk; do
+        has "$CONV_MODES" "$c" || continue
+        net_up 1gbit
+        echo "== conv swarm --outer-compress $c (1gbit)"
+        COMPRESS=$c run_swarm "conv_swarm_$c" "$CH_STEPS" "${BYTEF[@]}" --peer-timeout 5
+        net_down
+    done
 fi
 "$NETLAB/machines.sh" show | tee -a "$OUT/machine.txt"
 echo "total bench time: $(($(date +%s) - START)) s   loadavg_end: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/machine.txt"

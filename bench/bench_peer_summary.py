@@ -177,3 +177,23 @@ if conv:
     for tag in conv:
         v = [j["val_loss"] for _, j in ts_rows(tag) if "val_loss" in j]
         print(f"- {tag}: rc {rc_of(tag)['rc']}, final val loss {v[-1] if v else '?'}")
+sw = [t for t in ("conv_swarm_none", "conv_swarm_int8", "conv_swarm_topk") if rc_of(t)]
+if sw:
+    dpv = [j["val_loss"] for _, j in ts_rows("conv_dp") if "val_loss" in j] if rc_of("conv_dp") else []
+    print("\n### Convergence of the swarm by --outer-compress (same steps; 1 Gbit/s tbf)\n")
+    print("| --outer-compress | final val loss (per peer) | vs sync DP | MiB sent per peer per round (median) | rc |")
+    print("|---|---|---|---|---|")
+    for tag in sw:
+        vals, sent = [], []
+        for f in sorted(glob.glob(f"{out}/{tag}/*.jsonl")):
+            rows, v = peer_rows(f)
+            _, lv, _ = peer_log(f[:-6] + ".log")
+            if v is not None or lv is not None:
+                vals.append(v if v is not None else lv)
+            r = max((j["round"] for j in rows), default=0)
+            mb = [j["sent_mb"] for j in rows if "sent_mb" in j]
+            if mb and r:
+                sent.append(mb[-1] / r)
+        vs = f"{100 * (statistics.median(vals) / dpv[-1] - 1):+.1f}%" if vals and dpv else "—"
+        print(f"| {tag[len('conv_swarm_'):]} | {'/'.join(f'{x:.4f}' for x in sorted(set(vals)))} | {vs} | "
+              f"{statistics.median(sent) if sent else float('nan'):.2f} | {rc_of(tag)['rc']} |")
