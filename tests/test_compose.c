@@ -172,10 +172,28 @@ TEST(backend_capabilities) {
     REFUSED(c, &lacking, "loom peer with --device lacking: the lacking backend lacks host-memory");
 }
 
+// --arch llama asks for the LLaMA block's kernels and the vocabulary shards (its embedding),
+// not for host memory: a device backend with both (CUDA) runs it; tensor parallelism there is
+// still refused, its collectives copying host buffers.
+TEST(llama_by_capability) {
+    Backend dev = *backend_cpu();
+    dev.name = "dev", dev.host_memory = 0;
+    StrategyConfig c = base();
+    c.llama = 1, c.device = "dev";
+    ACCEPTED(c, &dev);
+    c.tp = 2;
+    REFUSED(c, &dev, "--tp 2 with --device dev: the dev backend lacks host-memory");
+    c.tp = 1, dev.gqa_attention_backward = NULL;
+    REFUSED(c, &dev, "--arch llama with --device dev: the dev backend lacks");
+    dev.gqa_attention_backward = backend_cpu()->gqa_attention_backward, dev.xent_shard_sum = NULL;
+    REFUSED(c, &dev, "--arch llama with --device dev: the dev backend lacks");
+}
+
 int main(void) {
     RUN(features_and_flags);
     RUN(unsupported_features_name_both_flags);
     RUN(pairs_a_strategy_cannot_run);
     RUN(backend_capabilities);
+    RUN(llama_by_capability);
     return test_summary();
 }

@@ -127,7 +127,8 @@ typedef struct Backend {
     // Hugging Face's rotate-half convention: within a head, element i < hs/2 pairs with
     // i + hs/2, rotated by angle pos[t]·inv_freq[i]. pos (T): each row's global position (a
     // context-parallel rank's chunks sit where they are in the sequence). backward: the
-    // inverse rotation of the same elements of dqkv, in place.
+    // inverse rotation of the same elements of dqkv, in place. pos and inv_freq are host memory
+    // (the model's tables; the CUDA backend copies them per call).
     void (*rope_forward)(float *qkv, const int *pos, const float *inv_freq, int B, int T, int NH,
                          int NKV, int hs);
     void (*rope_backward)(float *dqkv, const int *pos, const float *inv_freq, int B, int T, int NH,

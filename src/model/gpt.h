@@ -303,7 +303,7 @@ static inline Block *gpt_head(GPT *m) { return &m->blocks[m->nblocks - 1]; }
 // transformer layer keeps only its input and redoes its forward during backward.
 typedef struct {
     int B, T, recompute;
-    int *rope_pos;    // LLaMA: (T) positions 0..T-1, --cp: global (host memory: CPU backend only)
+    int *rope_pos;    // LLaMA: (T) positions 0..T-1, --cp: global (host memory, both tables)
     float *rope_freq; // LLaMA: (hs/2) RoPE inverse frequencies theta^(-2i/hs)
     int b0, b1;       // the blocks it holds activations for (all of them unless a pipeline stage)
     float *stream;    // residual stream: slot l is block l's output (slots b0-1 .. b1-1); with

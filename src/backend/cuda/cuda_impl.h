@@ -42,7 +42,18 @@ size_t cu_mem_peak(void);
 
 // Scratch device memory, one growable buffer per slot (stream-ordered users only: a slot's
 // previous contents are dead once a later op on the stream asks for it).
-enum { SCR_INTS, SCR_PART, SCR_ATT, SCR_RED, SCR_BF_A, SCR_BF_B, SCR_BF_OUT, SCR_FLASH, SCR_SLOTS };
+enum {
+    SCR_INTS,
+    SCR_PART,
+    SCR_ATT,
+    SCR_RED,
+    SCR_BF_A,
+    SCR_BF_B,
+    SCR_BF_OUT,
+    SCR_FLASH,
+    SCR_ROPE, // RoPE's positions and inverse frequencies, uploaded per call
+    SCR_SLOTS
+};
 void *cu_scratch(int slot, size_t bytes);
 // Σ of N device floats (the classifier's losses), added in order on the host as the CPU
 // backend adds them; synchronizes.
@@ -75,6 +86,11 @@ enum {
     PROF_XENT_B,
     PROF_ADAMW,
     PROF_RED,
+    PROF_RMS_F,
+    PROF_RMS_B,
+    PROF_ROPE,
+    PROF_SWIGLU_F,
+    PROF_SWIGLU_B,
     PROF_OPS
 };
 void cu_prof_begin(int op);
@@ -138,6 +154,33 @@ int k_flash_ok(int T, int C, int NH);
 void k_flash_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
 void k_flash_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
                       const float *lse, float *drow, int B, int T, int C, int NH);
+
+// ---- k_llama.cu: the LLaMA block (semantics in backend.h). RoPE's pos (T ints) and freq
+// (hs/2 floats) are device memory here; sign −1 rotates back (the backward). The grouped-query
+// attention keeps lse (B,NH,T), the rows' log-sum-exps, for its backward.
+void k_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                       float eps);
+void k_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                        const float *rstd, int N, int C);
+void k_rope(float *qkv, const int *pos_dev, const float *freq_dev, int B, int T, int NH, int NKV,
+            int hs, float sign);
+void k_swiglu_forward(float *out, const float *inp, int N, int F);
+void k_swiglu_backward(float *dinp, const float *inp, const float *dout, int N, int F);
+void k_gqa_forward(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV, int hs);
+void k_gqa_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
+                    const float *lse, int B, int T, int NH, int NKV, int hs);
+
+// ---- k_shard.cu: the vocabulary shards (semantics in backend.h); tok and targets are device
+// copies here
+void k_encoder_forward_shard(float *out, const int *tok, const float *wte, const float *wpe, int v0,
+                             int nv, int B, int T, int C);
+void k_xent_shard_max(float *mx, const float *logits, int N, int V, int nv);
+void k_xent_shard_sum(float *st, const float *logits, const float *mx, const int *targets, int v0,
+                      int N, int V, int nv);
+void k_xent_shard_finish(float *lp, float *losses, const float *mx, const float *st, int N, int V,
+                         int nv);
+void k_xent_shard_backward(float *pd, const int *targets, int v0, float scale, int N, int V,
+                           int nv);
 
 #ifdef __cplusplus
 }

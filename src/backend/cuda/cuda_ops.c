@@ -5,6 +5,7 @@
 //
 // Attention keeps the (B,NH,T,T) probabilities in the model's att buffer, as the CPU backend
 // does: per batch row, QKᵀ and att·V are strided-batched products over the heads.
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,33 +31,45 @@ static int cmp_u64(const void *a, const void *b) {
 
 // The token scatter grouped on the host: positions sorted by (token, position), one GPU
 // block per distinct token adds its rows in position order (no atomics, the CPU's order).
-void cuda_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B,
-                           int T, int C) {
-    size_t BT = (size_t)B * T;
-    cu_prof_begin(PROF_ENC_B);
-    k_encoder_backward_wpe(dwpe, dout, B, T, C);
-    uint64_t *key = xmalloc(BT * sizeof *key);
-    for (size_t i = 0; i < BT; i++)
-        key[i] = (uint64_t)(uint32_t)inp[i] << 32 | i;
-    qsort(key, BT, sizeof *key, cmp_u64);
-    // one int array: ids[U] | start[U+1] | perm[BT], U ≤ BT
-    int *host = xmalloc((3 * BT + 1) * sizeof(int)), *perm = host + 2 * BT + 1;
-    int U = 0;
+// Only tokens in [v0, v0+nv) count, into row token − v0 of dwte.
+void cu_token_scatter(float *dwte, const float *dout, const int *inp, size_t BT, int C, int v0,
+                      int nv) {
+    uint64_t *key = xmalloc((BT ? BT : 1) * sizeof *key);
+    size_t n = 0;
     for (size_t i = 0; i < BT; i++) {
+        long tok = (long)inp[i] - v0;
+        if (tok >= 0 && tok < nv) key[n++] = (uint64_t)(uint32_t)tok << 32 | i;
+    }
+    if (!n) {
+        free(key);
+        return;
+    }
+    qsort(key, n, sizeof *key, cmp_u64);
+    // one int array: ids[U] | start[U+1] | perm[n], U ≤ n
+    int *host = xmalloc((3 * n + 1) * sizeof(int)), *perm = host + 2 * n + 1;
+    int U = 0;
+    for (size_t i = 0; i < n; i++) {
         int tok = (int)(key[i] >> 32);
         if (!i || tok != (int)(key[i - 1] >> 32)) host[U++] = tok;
         perm[i] = (int)(uint32_t)key[i];
     }
     int *start = host + U; // starts follow the ids directly, then perm is moved after them
-    for (size_t i = 0, u = 0; i < BT; i++)
+    for (size_t i = 0, u = 0; i < n; i++)
         if (!i || (key[i] >> 32) != (key[i - 1] >> 32)) start[u++] = (int)i;
-    start[U] = (int)BT;
-    memmove(start + U + 1, perm, BT * sizeof(int));
-    int *dev = cu_ints(host, (size_t)2 * U + 1 + BT);
+    start[U] = (int)n;
+    memmove(start + U + 1, perm, n * sizeof(int));
+    int *dev = cu_ints(host, (size_t)2 * U + 1 + n);
     k_encoder_backward_wte(dwte, dout, dev, dev + U, dev + 2 * U + 1, U, C);
-    cu_prof_end(PROF_ENC_B);
     free(host);
     free(key);
+}
+
+void cuda_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B,
+                           int T, int C) {
+    cu_prof_begin(PROF_ENC_B);
+    k_encoder_backward_wpe(dwpe, dout, B, T, C);
+    cu_token_scatter(dwte, dout, inp, (size_t)B * T, C, 0, INT_MAX);
+    cu_prof_end(PROF_ENC_B);
 }
 
 // ------------------------------------------------------------------ layernorm

@@ -31,3 +31,34 @@ double cuda_classifier(float *losses, float *dx, float *dwte, const float *x, co
                        const int *targets, float scale, int N, int C, int V);
 void cuda_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr,
                 float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t);
+// the LLaMA block (cuda_llama.c)
+void cuda_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                          float eps);
+void cuda_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
+                           const float *w, const float *rstd, int N, int C);
+void cuda_rope_forward(float *qkv, const int *pos, const float *inv_freq, int B, int T, int NH,
+                       int NKV, int hs);
+void cuda_rope_backward(float *dqkv, const int *pos, const float *inv_freq, int B, int T, int NH,
+                        int NKV, int hs);
+void cuda_swiglu_forward(float *out, const float *inp, int N, int F);
+void cuda_swiglu_backward(float *dinp, const float *inp, const float *dout, int N, int F);
+void cuda_gqa_attention_forward(float *out, float *att, const float *qkv, int B, int T, int NH,
+                                int NKV, int hs);
+void cuda_gqa_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
+                                 const float *att, int B, int T, int NH, int NKV, int hs);
+// dwte += the scatter of dout's rows by token, tokens in [v0, v0+nv) only, into row token − v0
+// (the embedding's backward, cuda_ops.c); inp is host memory
+void cu_token_scatter(float *dwte, const float *dout, const int *inp, size_t BT, int C, int v0,
+                      int nv);
+// the vocabulary shards (cuda_shard.c)
+void cuda_encoder_forward_shard(float *out, const int *inp, const float *wte, const float *wpe,
+                                int v0, int nv, int B, int T, int C);
+void cuda_encoder_backward_shard(float *dwte, float *dwpe, const float *dout, const int *inp,
+                                 int v0, int nv, int B, int T, int C);
+void cuda_xent_shard_max(float *mx, const float *logits, int N, int V, int nv);
+void cuda_xent_shard_sum(float *st, const float *logits, const float *mx, const int *targets,
+                         int v0, int N, int V, int nv);
+double cuda_xent_shard_finish(float *logits_probs, float *losses, const float *mx, const float *st,
+                              int N, int V, int nv);
+void cuda_xent_shard_backward(float *probs_dlogits, const int *targets, int v0, float scale, int N,
+                              int V, int nv);

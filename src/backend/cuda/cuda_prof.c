@@ -20,7 +20,12 @@ static const char *const NAMES[PROF_OPS] = {"encoder_forward",
                                             "softmax_xent_forward",
                                             "softmax_xent_backward",
                                             "adamw",
-                                            "reductions"};
+                                            "reductions",
+                                            "rmsnorm_forward",
+                                            "rmsnorm_backward",
+                                            "rope",
+                                            "swiglu_forward",
+                                            "swiglu_backward"};
 
 typedef struct {
     cudaEvent_t a, b;
