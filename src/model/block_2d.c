@@ -283,8 +283,8 @@ void gpt2d_backward(const GPT *m, const Tp2d *g, Work2d *w, float grad_scale) {
     if (gpt_is_llama(&m->cfg))
         rms2d_backward(m, g, w, w->dstream, dh, w->dln, stream_at(m, g, w, L), hp, h.rstd, d.Nl);
     else
-        ln2d_backward(m, g, w, w->dstream, dh, dh + d.c, w->dln, stream_at(m, g, w, L), hp,
-                      h.mean, h.rstd, d.Nl);
+        ln2d_backward(m, g, w, w->dstream, dh, dh + d.c, w->dln, stream_at(m, g, w, L), hp, h.mean,
+                      h.rstd, d.Nl);
     for (int l = L - 1; l >= 0; l--)
         (gpt_is_llama(&m->cfg) ? llama2d_layer_backward : layer2d_backward)(
             m, g, w, &m->blocks[1 + l], stream_at(m, g, w, l), w->dstream);

@@ -98,8 +98,8 @@ void llama2d_work_free(Work2d *w, const GPT *m) {
     w->zeros = w->junk = NULL, w->rope_pos = NULL, w->rope_freq = w->hstats = NULL;
 }
 
-void rms2d_forward(const GPT *m, const Tp2d *g, Work2d *w, float *out, float *rstd,
-                   const float *x, const float *wt, int Nl) {
+void rms2d_forward(const GPT *m, const Tp2d *g, Work2d *w, float *out, float *rstd, const float *x,
+                   const float *wt, int Nl) {
     const Backend *be = m->be;
     int C = m->cfg.C, Cq = C / g->q;
     float *sq = w->stats, shift = (float)C * (m->cfg.norm_eps - SPLIT_EPS);
@@ -128,8 +128,8 @@ void rms2d_backward(const GPT *m, const Tp2d *g, Work2d *w, float *dx, float *dw
     be->ln_split_backward(dx, dwt, w->junk, dout, x, wt, w->zeros, rstd, w->stats, Nl, Cq, C);
 }
 
-void llama2d_layer_forward(const GPT *m, const Tp2d *g, Work2d *w, const Block *blk,
-                           const float *x, float *out) {
+void llama2d_layer_forward(const GPT *m, const Tp2d *g, Work2d *w, const Block *blk, const float *x,
+                           float *out) {
     const Backend *be = m->be;
     LD d = ldims(m, g->q, w->Bl, w->T);
     size_t NC = (size_t)d.Nl * d.c;
@@ -172,8 +172,8 @@ void llama2d_layer_backward(const GPT *m, const Tp2d *g, Work2d *w, const Block 
         m->cp.backward(m->cp.ctx, w->big, w->dsmall, a.qkv, a.atty, a.att, d.Bl, d.T, d.c, d.Hl,
                        d.KVl);
     else
-        be->gqa_attention_backward(w->big, w->dsmall, a.qkv, a.atty, a.att, d.Bl, d.T, d.Hl,
-                                   d.KVl, d.hs);
+        be->gqa_attention_backward(w->big, w->dsmall, a.qkv, a.atty, a.att, d.Bl, d.T, d.Hl, d.KVl,
+                                   d.hs);
     be->rope_backward(w->big, w->rope_pos, w->rope_freq, d.Bl, d.T, d.Hl, d.KVl, d.hs);
     summa_backward(m, g, w, w->dln, gr.qkvw, NULL, w->big, a.ln1, p.qkvw, d.Nl, d.c, d.QKV);
     rms2d_backward(m, g, w, dx, gr.ln1w, w->dln, x, p.ln1w, a.rstd1, d.Nl);

@@ -124,12 +124,12 @@ size_t llama2d_layer_floats(const GPT *m, const Tp2d *g, int Bl, int T);
 size_t llama2d_width(const GPT *m, int q);
 int llama2d_work(Work2d *w, const GPT *m, const Tp2d *g, int T);
 void llama2d_work_free(Work2d *w, const GPT *m);
-void llama2d_layer_forward(const GPT *m, const Tp2d *g, Work2d *w, const Block *blk,
-                           const float *x, float *out);
+void llama2d_layer_forward(const GPT *m, const Tp2d *g, Work2d *w, const Block *blk, const float *x,
+                           float *out);
 void llama2d_layer_backward(const GPT *m, const Tp2d *g, Work2d *w, const Block *blk,
                             const float *x, float *dx);
 // RMSNorm of rows split over the grid's row (rstd: (Nl)); backward: dx += ..., dwt += ...
-void rms2d_forward(const GPT *m, const Tp2d *g, Work2d *w, float *out, float *rstd,
-                   const float *x, const float *wt, int Nl);
+void rms2d_forward(const GPT *m, const Tp2d *g, Work2d *w, float *out, float *rstd, const float *x,
+                   const float *wt, int Nl);
 void rms2d_backward(const GPT *m, const Tp2d *g, Work2d *w, float *dx, float *dwt,
                     const float *dout, const float *x, const float *wt, const float *rstd, int Nl);
