@@ -189,9 +189,9 @@ The table is for GPT-2's block. With `--arch llama` (the LLaMA block) the option
 one process, `--recompute`, `--dp` with ZeRO 0-3, `--pp` (gpipe, 1f1b, 2bw), `--co2`, 1D
 `--tp` with or without `--sp` (`tests/t_llama_tp.sh`: alone and with dp, pp and CO2), `--cp`
 (`tests/t_llama_cp.sh`: alone and with dp and tp), `--offload` (`tests/t_llama_offload.sh`:
-one process, dp, tp, cp, pp and CO2) and `loom peer` (`tests/t_llama_peer.sh`); 2D `--tp` is
-refused up front with a message naming `--arch llama` and the option (`tests/t_llama_tp.sh`
-checks it).
+one process, dp, tp, cp, pp and CO2), `loom peer` (`tests/t_llama_peer.sh`) and 2D `--tp`
+(`tests/t_llama_tp2d.sh`: alone and with dp, ZeRO 1 and 3, `--recompute`, cp, `--offload` and
+CO2).
 
 ## The axes
 

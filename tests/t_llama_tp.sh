@@ -6,7 +6,8 @@
 # (padded, cut across ranks), grad-accum 2, weight decay and clipping; dp 2 x tp 2 (ZeRO 1);
 # --recompute; --sp; tp 2 x pp 2 (tied); tp 2 x dp 2 --co2 equals dp 2 --co2. A tp 2
 # checkpoint resumed on one process (and a 1-process one on tp 2) continues as the uninterrupted single process, and `loom export` of it equals the run's export.
-# Refusals: a --tp that cuts no whole kv heads or SwiGLU columns; 2D --tp. (Losses are compared as
+# Refusals: a --tp that cuts no whole kv heads or SwiGLU columns (2D --tp: t_llama_tp2d.sh).
+# (Losses are compared as
 # the metrics print them, 6 decimals.)
 # asan: skip
 set -eu
@@ -73,5 +74,3 @@ expect_fail "tp must divide the kv heads (each rank holds KV/tp) or be a multipl
     $MPI -np 2 $LOOM train $base --heads 6 --kv-heads 3 --dim 96 --tp 2
 expect_fail "--arch llama --tp 4 must divide --ffn-dim 90" \
     $MPI -np 4 $LOOM train $base --ffn-dim 90 --tp 4
-expect_fail "--arch llama with --tp 4 --tp-mode 2d: not available" \
-    $MPI -np 4 $LOOM train $base --tp 4 --tp-mode 2d

@@ -44,6 +44,7 @@ static Dims dims(const GPT *m, const Tp2d *g, const Work2d *w) {
 }
 
 static size_t layer_floats(const GPT *m, const Tp2d *g, int Bl, int T) {
+    if (gpt_is_llama(&m->cfg)) return llama2d_layer_floats(m, g, Bl, T);
     size_t N = (size_t)Bl * T, c = (size_t)m->cfg.C / g->q;
     return N * (c * 7 + 8 * c + 4) +
            m->be->attention_saved_floats(Bl, T, m->cfg.H / g->q, m->cfg.C / m->cfg.H);
@@ -72,7 +73,9 @@ static A2 acts2(const GPT *m, const Tp2d *g, const Work2d *w, int layer) {
 int work2d_create(Work2d *w, const GPT *m, const Tp2d *g, int B, int T, int recompute) {
     *w = (Work2d){.B = B, .T = T, .Bl = B / g->q, .recompute = recompute};
     int L = m->cfg.L, q = g->q;
-    size_t N = (size_t)w->Bl * T, c = (size_t)m->cfg.C / q, F = 4 * c;
+    int llama = gpt_is_llama(&m->cfg);
+    size_t N = (size_t)w->Bl * T, c = (size_t)m->cfg.C / q;
+    size_t F = llama ? llama2d_width(m, q) : 4 * c; // the widest product's columns
     size_t Vq = (size_t)gpt2d_vrows(&m->cfg, q), Wmax = (F > Vq ? F : Vq) * c;
     size_t Pmax =
         (size_t)q * Wmax > N * (F > Vq ? F : Vq) ? (size_t)q * Wmax : N * (F > Vq ? F : Vq);
@@ -88,7 +91,7 @@ int work2d_create(Work2d *w, const GPT *m, const Tp2d *g, int B, int T, int reco
         Pmax, // dxs, dws (= tmp)
         N * F,
         N * c,
-        N * 3 * c, // big, dln, dsmall
+        N * (llama ? F : 3 * c), // big, dln, dsmall
         N * c,
         3 * N, // recomp, stats
     };
@@ -103,12 +106,13 @@ int work2d_create(Work2d *w, const GPT *m, const Tp2d *g, int B, int T, int reco
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
         *dst[k] = p, p += sizes[k];
     w->tmp = w->dws; // a forward product's scratch: the backward's dW blocks are not live then
-    return 0;
+    return llama ? llama2d_work(w, m, g, T) : 0;
 }
 
 void work2d_free(Work2d *w, const GPT *m) {
     if (w->mem) m->be->release(w->mem);
     w->mem = NULL;
+    llama2d_work_free(w, m);
 }
 
 static float *stream_at(const GPT *m, const Tp2d *g, const Work2d *w, int l) {
@@ -215,6 +219,7 @@ static void embed2d_forward(const GPT *m, const Tp2d *g, Work2d *w) {
     be->encoder_forward_shard(w->dxs, w->all, wte, NULL, h.v0, h.nv, w->B, d.T, d.c); // (B·T,c)
     g->reduce_scatter(g->ctx, T2D_ROW, w->dxs, w->xbuf, NC);
     g->transpose(g->ctx, w->xbuf, x0, NC);
+    if (gpt_is_llama(&m->cfg)) return; // LLaMA: no position table (RoPE in the layers)
     wpe2d(m, w, w->tmp, wpe, NULL, NULL, NULL, d.c); // wpe only
     be->residual_forward(x0, x0, w->tmp, NC);
 }
@@ -226,7 +231,8 @@ static void embed2d_backward(const GPT *m, const Tp2d *g, Work2d *w) {
     size_t NC = (size_t)d.Nl * d.c;
     float *dwte = m->blocks[0].grads, *dwpe = dwte + (size_t)h.Vq * d.c;
     g->section(g->ctx, 0);
-    wpe2d(m, w, NULL, NULL, dwte, dwpe, w->dstream, d.c);             // (no wte rows: nv 0)
+    if (!gpt_is_llama(&m->cfg)) // (no wte rows: nv 0)
+        wpe2d(m, w, NULL, NULL, dwte, dwpe, w->dstream, d.c);
     g->transpose(g->ctx, w->dstream, w->dxs + (size_t)g->j * NC, NC); // rows j, channels i
     g->allgather(g->ctx, T2D_ROW, w->dxs, NC);                        // (B·T, c): channels i
     be->encoder_backward_shard(dwte, NULL, w->dxs, w->all, h.v0, h.nv, w->B, d.T, d.c);
@@ -241,13 +247,17 @@ double gpt2d_forward(const GPT *m, const Tp2d *g, Work2d *w, const int *tokens,
     w->all = tokens, w->tokens = tokens + row0, w->targets = targets ? targets + row0 : NULL;
     embed2d_forward(m, g, w);
     for (int l = 0; l < L; l++)
-        layer2d_forward(m, g, w, &m->blocks[1 + l], stream_at(m, g, w, l),
-                        stream_at(m, g, w, l + 1));
+        (gpt_is_llama(&m->cfg) ? llama2d_layer_forward : layer2d_forward)(
+            m, g, w, &m->blocks[1 + l], stream_at(m, g, w, l), stream_at(m, g, w, l + 1));
     const float *hp = m->blocks[L + 1].params, *wte = m->blocks[0].params;
     H2 h = head2(m, g, w);
     g->section(g->ctx, L + 1);
-    ln2d_forward(m, g, w, h.lnf, h.mean, h.rstd, stream_at(m, g, w, L), hp, hp + d.c, d.Nl);
-    summa_forward(m, g, w, h.probs, h.lnf, wte, NULL, d.Nl, d.c, h.Vq); // logits (Nl, Vq)
+    if (gpt_is_llama(&m->cfg)) // RMSNorm; the untied lm_head after its weight
+        rms2d_forward(m, g, w, h.lnf, h.rstd, stream_at(m, g, w, L), hp, d.Nl);
+    else
+        ln2d_forward(m, g, w, h.lnf, h.mean, h.rstd, stream_at(m, g, w, L), hp, hp + d.c, d.Nl);
+    const float *hw = gpt_tied(&m->cfg) ? wte : hp + d.c;
+    summa_forward(m, g, w, h.probs, h.lnf, hw, NULL, d.Nl, d.c, h.Vq); // logits (Nl, Vq)
     if (!targets) return 0;
     float *mx = w->stats, *st = mx + d.Nl;
     be->xent_shard_max(mx, h.probs, d.Nl, h.Vq, h.nv);
@@ -266,11 +276,17 @@ void gpt2d_backward(const GPT *m, const Tp2d *g, Work2d *w, float grad_scale) {
     H2 h = head2(m, g, w);
     g->section(g->ctx, L + 1);
     be->xent_shard_backward(h.probs, w->targets, h.v0, grad_scale, d.Nl, h.Vq, h.nv);
-    summa_backward(m, g, w, w->dln, dwte, NULL, h.probs, h.lnf, wte, d.Nl, d.c, h.Vq);
+    int tied = gpt_tied(&m->cfg);
+    summa_backward(m, g, w, w->dln, tied ? dwte : dh + d.c, NULL, h.probs, h.lnf,
+                   tied ? wte : hp + d.c, d.Nl, d.c, h.Vq);
     be->fill(w->dstream, 0.f, (size_t)d.Nl * d.c);
-    ln2d_backward(m, g, w, w->dstream, dh, dh + d.c, w->dln, stream_at(m, g, w, L), hp, h.mean,
-                  h.rstd, d.Nl);
+    if (gpt_is_llama(&m->cfg))
+        rms2d_backward(m, g, w, w->dstream, dh, w->dln, stream_at(m, g, w, L), hp, h.rstd, d.Nl);
+    else
+        ln2d_backward(m, g, w, w->dstream, dh, dh + d.c, w->dln, stream_at(m, g, w, L), hp, h.mean,
+                      h.rstd, d.Nl);
     for (int l = L - 1; l >= 0; l--)
-        layer2d_backward(m, g, w, &m->blocks[1 + l], stream_at(m, g, w, l), w->dstream);
+        (gpt_is_llama(&m->cfg) ? llama2d_layer_backward : layer2d_backward)(
+            m, g, w, &m->blocks[1 + l], stream_at(m, g, w, l), w->dstream);
     embed2d_backward(m, g, w);
 }

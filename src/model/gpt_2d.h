@@ -85,6 +85,11 @@ typedef struct {
     const int *tokens, *targets; // this rank's rows of the micro-batch
     const int *all;              // the whole micro-batch's tokens (B,T)
     size_t floats;
+    // LLaMA (block_2d_llama.c): RoPE's positions and frequencies (host), zeros (Bl·T + C/q: the
+    // split norm's zero mean and bias), junk (C/q: its unused bias gradient), hstats (host, 2
+    // floats a row)
+    int *rope_pos;
+    float *rope_freq, *zeros, *junk, *hstats;
 } Work2d;
 
 // B must be a multiple of q (checked by the caller). Returns 0 or -1.
@@ -110,3 +115,21 @@ void ln2d_forward(const GPT *m, const Tp2d *g, Work2d *w, float *out, float *mea
 void ln2d_backward(const GPT *m, const Tp2d *g, Work2d *w, float *dx, float *dwt, float *db,
                    const float *dout, const float *x, const float *wt, const float *mean,
                    const float *rstd, int Nl);
+
+// LLaMA on the grid (block_2d_llama.c): one layer (RMSNorm over the row's channels, RoPE on the
+// rank's q and k heads at their global positions, grouped-query attention over its KV/q kv
+// heads, SwiGLU over its F/q columns of gate and up), its saved floats per layer and the widest
+// product it runs (columns per row).
+size_t llama2d_layer_floats(const GPT *m, const Tp2d *g, int Bl, int T);
+size_t llama2d_width(const GPT *m, int q);
+int llama2d_work(Work2d *w, const GPT *m, const Tp2d *g, int T);
+void llama2d_work_free(Work2d *w, const GPT *m);
+void llama2d_layer_forward(const GPT *m, const Tp2d *g, Work2d *w, const Block *blk, const float *x,
+                           float *out);
+void llama2d_layer_backward(const GPT *m, const Tp2d *g, Work2d *w, const Block *blk,
+                            const float *x, float *dx);
+// RMSNorm of rows split over the grid's row (rstd: (Nl)); backward: dx += ..., dwt += ...
+void rms2d_forward(const GPT *m, const Tp2d *g, Work2d *w, float *out, float *rstd, const float *x,
+                   const float *wt, int Nl);
+void rms2d_backward(const GPT *m, const Tp2d *g, Work2d *w, float *dx, float *dwt,
+                    const float *dout, const float *x, const float *wt, const float *rstd, int Nl);

@@ -11,11 +11,36 @@
 static size_t rows_of(const TensorSpec *t) { return (size_t)t->shape[0]; }
 static size_t cols_of(const TensorSpec *t) { return t->ndim == 2 ? (size_t)t->shape[1] : 1; }
 
-// The cut of tensor k (0-based) of a layer, and of the embedding's and head's tensors.
-static int layer_cut(int k) {
+// The cut of tensor k (0-based) of a layer: GPT-2's, or LLaMA's (input norm, q, k, v, o, post
+// norm, gate, up, down: q|k|v and gate|up are separate tensors, each cut by rows block j, so
+// the part's q|k|v and gate|up lie back to back as its fused products).
+static int layer_cut(const GPTConfig *c, int k) {
     static const int cut[12] = {T2D_VEC, T2D_VEC, T2D_QKV_W,  T2D_QKV_B, T2D_WEIGHT, T2D_VEC,
                                 T2D_VEC, T2D_VEC, T2D_WEIGHT, T2D_VEC,   T2D_WEIGHT, T2D_VEC};
-    return cut[k];
+    static const int llama[9] = {T2D_VEC, T2D_WEIGHT, T2D_WEIGHT, T2D_WEIGHT, T2D_WEIGHT,
+                                 T2D_VEC, T2D_WEIGHT, T2D_WEIGHT, T2D_WEIGHT};
+    return gpt_is_llama(c) ? llama[k] : cut[k];
+}
+
+// The cut of tensor k of the embedding (wte, GPT-2's wpe) or the head (its norm's weight and
+// bias, LLaMA's untied lm_head).
+static int end_cut(const GPTConfig *c, int head, int k) {
+    if (head) return gpt_is_llama(c) && k == 1 ? T2D_VOCAB : T2D_VEC;
+    return k == 0 ? T2D_VOCAB : T2D_EMB;
+}
+
+// LLaMA's further needs of q: whole kv heads and SwiGLU columns per rank.
+static int llama_check(const GPTConfig *c, int q) {
+    if (c->KV % q)
+        return loom_fail("--arch llama --tp-mode 2d with a %dx%d grid (--tp %d): q = %d must "
+                         "divide --kv-heads %d (each rank holds KV/q kv heads, those of its "
+                         "query heads)",
+                         q, q, q * q, q, c->KV);
+    if (c->F % q)
+        return loom_fail("--arch llama --tp-mode 2d with a %dx%d grid (--tp %d): q = %d must "
+                         "divide --ffn-dim %d (each rank holds F/q columns of gate and of up)",
+                         q, q, q * q, q, c->F);
+    return 0;
 }
 
 static void shrink(TensorSpec *t, int cut, int q) {
@@ -37,6 +62,7 @@ int gpt2d_layout(GPT *m, const GPTConfig *cfg, const Backend *be, const Tp2d *g)
         return loom_fail("--tp-mode 2d with q = %d (--tp %d): q must divide --dim %d and --heads "
                          "%d (each rank holds C/q channels and whole heads)",
                          q, q * q, cfg->C, cfg->H);
+    if (gpt_is_llama(cfg) && llama_check(cfg, q)) return -1;
     if (gpt_create_layout(m, cfg, be)) return -1;
     size_t off = 0, chunks = 0;
     for (int b = 0; b < m->nblocks; b++) {
@@ -44,10 +70,8 @@ int gpt2d_layout(GPT *m, const GPTConfig *cfg, const Backend *be, const Tp2d *g)
         blk->off = off;
         for (int k = 0; k < blk->nt; k++) {
             TensorSpec *t = &m->tensors[blk->t0 + k];
-            int cut = blk->kind == BLOCK_LAYER  ? layer_cut(k)
-                      : blk->kind == BLOCK_HEAD ? T2D_VEC
-                      : k == 0                  ? T2D_VOCAB
-                                                : T2D_EMB;
+            int cut = blk->kind == BLOCK_LAYER ? layer_cut(cfg, k)
+                                               : end_cut(cfg, blk->kind == BLOCK_HEAD, k);
             shrink(t, cut, q);
             t->off = off;
             off += t->n;

@@ -76,19 +76,10 @@ static const char *who(const Supports *s, const StrategyConfig *c, FeatureSet wa
     return NULL;
 }
 
-// The options the LLaMA block does not run with yet: it has 1D tensor, sequence and context
-// parallelism, block swapping and peers, but no 2D-tensor form.
-static const Feature NOT_LLAMA[] = {F_TP2D};
-
+// The LLaMA block runs with every option (1D and 2D tensor parallelism, sp, cp, dp, ZeRO, pp,
+// CO2, offload, recompute, peers); it needs the backend's LLaMA and vocabulary-shard kernels.
 static int llama_check(const StrategyConfig *c, FeatureSet want, const Backend *be) {
-    char a[48];
-    for (size_t i = 0; i < sizeof NOT_LLAMA / sizeof NOT_LLAMA[0]; i++)
-        if (want & FEAT(NOT_LLAMA[i]))
-            return loom_fail(
-                "--arch llama with %s: not available (the LLaMA block has no 2D-tensor "
-                "form; it runs with 1D --tp (and --sp), --cp, --dp, --zero, --pp, --co2, "
-                "--offload, --recompute and loom peer)",
-                compose_flag(c, NOT_LLAMA[i], a, sizeof a));
+    (void)want;
     // the embedding without positions is the vocabulary-shard kernel over the whole vocabulary
     const BackendCap need[2] = {BACKEND_LLAMA, BACKEND_VOCAB_SHARDS};
     for (int k = 0; k < 2 && be; k++)
