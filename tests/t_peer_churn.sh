@@ -8,6 +8,7 @@
 #   - the dead peer cost one --peer-timeout once: each survivor dropped it exactly once (it was
 #     never re-admitted), and the newcomer, which learned of it from its donor's view after it
 #     died, never waited for it ("0 rounds waited" if it dropped it at all);
+#   - the same with --peer-exchange sharded (identical anchors, one drop, several sources);
 #   - the newcomer caught up with the swarm's averages and entered at the next round boundary,
 #     and the survivors kept finishing rounds (no wall-clock assertion anywhere).
 # asan: skip
@@ -29,7 +30,7 @@ peer() {
     rm -f "$d/$id.log"
     env ${PEER_ENV:-} $LOOM peer --data "$d/d.bin" $model $opt --peer-id "$id" --listen 127.0.0.1:0 \
         ${boot:+--bootstrap $boot} --secret "$d/secret" --progress off \
-        --peer-timeout 3 "$@" > "$d/$id.log" 2>&1 &
+        --peer-timeout 3 ${EXCHANGE:-} "$@" > "$d/$id.log" 2>&1 &
     pids+=($!)
 }
 addr() {
@@ -87,7 +88,17 @@ if grep "p3 left the swarm" "$d/n4.log" | grep -qv "0 rounds waited"; then
 fi
 echo "n4 downloaded from $sources peers; p3 dropped once by each survivor, never waited for by n4"
 
-echo "== 2. negative control: a single-donor download fails the sources check"
+echo "== 2. the same with --peer-exchange sharded"
+EXCHANGE="--peer-exchange sharded" run sharded
+for i in p0 p1 p2; do
+    n=$(grep -c "p3 left the swarm" "$d/$i.log" || true)
+    [ "$n" = 1 ] || { echo "sharded: $i dropped p3 $n times (want once)"; exit 1; }
+done
+grep -q "downloaded round .* from [2-9][0-9]* peers" "$d/n4.log" ||
+    { echo "sharded: n4 downloaded from one peer"; cat "$d/n4.log"; exit 1; }
+echo "sharded: identical anchors, p3 dropped once by each survivor, n4 downloaded from several"
+
+echo "== 3. negative control: a single-donor download fails the sources check"
 run one LOOM_PEER_ONE_DONOR=1
 if grep -q "downloaded round .* from [2-9][0-9]* peers" "$d/n4.log"; then
     echo "LOOM_PEER_ONE_DONOR=1 still downloaded from several peers: the check cannot fail"; exit 1
