@@ -30,7 +30,7 @@ peer() {
     rm -f "$d/$id.log"
     env ${PEER_ENV:-} $LOOM peer --data "$d/d.bin" $model $opt --peer-id "$id" --listen 127.0.0.1:0 \
         ${boot:+--bootstrap $boot} --secret "$d/secret" --progress off \
-        --peer-timeout 3 ${EXCHANGE:-} "$@" > "$d/$id.log" 2>&1 &
+        --peer-timeout ${PT:-8} ${EXCHANGE:-} "$@" > "$d/$id.log" 2>&1 &
     pids+=($!)
 }
 addr() {

@@ -61,7 +61,7 @@ typedef struct {
 // another array (its hash is not the expected one) is dropped and its pieces asked of others.
 #define SW_PULL_SRC 32     // sources at most
 #define SW_PULL_WINDOW 4   // pieces asked of one source and not yet received
-#define SW_PULL_GATHER 1.0 // seconds a download waits for holders to learn of the joiner
+#define SW_PULL_GATHER 2.0 // seconds a download waits for holders to learn of the joiner
 typedef struct {
     int active, done, failed;
     int64_t round;
