@@ -112,6 +112,12 @@ static void tick(Swarm *s) {
     double now = now_sec();
     if (now - s->last_tick < SW_TICK) return;
     s->last_tick = now;
+    // This thread itself did not run for a while (the host starved it, SIGSTOP): the others'
+    // messages of that time are still queued, unread. The stall is not their silence.
+    double stall = s->last_expire > 0 ? now - s->last_expire - SW_TICK : 0;
+    for (int i = 1; i < s->view.n && stall > SW_TICK; i++)
+        s->view.e[i].heard = s->view.e[i].heard + stall < now ? s->view.e[i].heard + stall : now;
+    s->last_expire = now;
     PeerId gone[16];
     int waits[16] = {0}, nw = 0;
     PeerId wid[16];

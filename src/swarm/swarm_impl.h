@@ -138,6 +138,7 @@ struct Swarm {
     WireMsg *in, *out; // scratch messages (network thread / training thread under mu)
     uint8_t *buf;      // encode buffer (WIRE_MSG_MAX)
     double last_tick;
+    double last_expire; // when this thread last looked for silent peers (its own stalls)
     // the strategy's live state (donors snapshot it under st_mu)
     pthread_mutex_t st_mu;
     const float *anchor, *mom;
