@@ -144,6 +144,11 @@ long testhook_peer_kill_exchange(void) {
     return v ? atol(v) : 0;
 }
 
+int testhook_peer_one_donor(void) {
+    const char *v = getenv("LOOM_PEER_ONE_DONOR");
+    return v && *v && strcmp(v, "0");
+}
+
 int testhook_cpu_no_bf16(void) {
     const char *v = getenv("LOOM_CPU_NO_BF16");
     return v && *v && strcmp(v, "0");

@@ -42,6 +42,9 @@
 //   LOOM_FAULT_PEER_KILL=ROUND loom peer --peer-exchange sharded: this peer SIGKILLs itself
 //                              right after it sent the first part of its Δ of that round
 //                              (a member lost in the middle of the reduce-scatter)
+//   LOOM_PEER_ONE_DONOR=1      loom peer: a joiner downloads the swarm's state from its one
+//                              donor only, not from every peer holding it (the single-source
+//                              download, a negative control for the parallel one)
 #pragma once
 #include <stddef.h>
 
@@ -76,5 +79,7 @@ int testhook_pipe_swap_slots(void);
 long testhook_peer_diverge(void);
 // LOOM_FAULT_PEER_KILL: the round in whose reduce-scatter a peer kills itself (0: never).
 long testhook_peer_kill_exchange(void);
+// LOOM_PEER_ONE_DONOR: a joiner's state download uses its first donor only.
+int testhook_peer_one_donor(void);
 // LOOM_CPU_NO_BF16: the CPU backend's run-time check finds no bf16 instructions.
 int testhook_cpu_no_bf16(void);

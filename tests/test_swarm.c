@@ -61,6 +61,9 @@ TEST(three_peers_average) {
         sw[k] = swarm_open(&c, anchor[k], mom[k], &st, &joined);
         CHECK(sw[k] && joined, "peer %s: %s", ids[k], loom_errmsg());
         if (!sw[k]) return;
+        int n;
+        CHECK(swarm_catch_up(sw[k], st.round, &n) == 0, "nothing to catch up with at round 0");
+        swarm_enter(sw[k], &st); // (the strategy enters once caught up)
         CHECK(st.round == 0 && st.first_round == 1 && st.window == 7,
               "state round %lld first %lld window %llu", (long long)st.round,
               (long long)st.first_round, (unsigned long long)st.window);
@@ -127,6 +130,7 @@ TEST(three_peers_sharded) {
         CHECK(x[k] != NULL, "peer %s: %s", ids[k], loom_errmsg());
         if (!x[k]) return;
         if (!k) swarm_start_state(x[0], 0, 0, NULL);
+        if (k) swarm_enter(x[k], &st);
         swarm_share_state(x[k], a[k], m[k]);
     }
     for (int k = 0; k < 3; k++)
@@ -264,6 +268,14 @@ TEST(view_rules) {
     CHECK(view_participants(&v, 3, ids, 8) == 2 && !strcmp(ids[0], "b") && !strcmp(ids[1], "m"),
           "round 3: b, m (z takes part from round 4)");
     CHECK(view_participants(&v, 4, ids, 8) == 3 && !strcmp(ids[2], "z"), "round 4: b, m, z");
+    // c is learned through gossip only: the commits do not wait for it until it is heard from
+    PeerRecord c = rec("c", 2, 1);
+    CHECK(view_merge(&v, &c, 0, 0.5) == 1 && view_participants(&v, 4, ids, 8) == 4, "c");
+    CHECK(view_heard_participants(&v, 4, ids, 8) == 3 && !strcmp(ids[1], "m"),
+          "heard directly in round 4: b, m, z");
+    view_heard(&v, "c", 0.6);
+    CHECK(view_heard_participants(&v, 4, ids, 8) == 4, "c heard from: it counts");
+    view_remove(&v, "c", 0.7);
     view_heard(&v, "z", 5.0);
     char gone[4][WIRE_ID_MAX + 1];
     CHECK(view_expire(&v, 2.0, 5.5, gone, 4) == 1 && !strcmp(gone[0], "b"), "b timed out");

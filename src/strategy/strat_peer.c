@@ -215,6 +215,29 @@ static int resync(Strategy *s, Peer *p) {
     return 0;
 }
 
+// A joiner holding a(b), m(b) while the swarm already computes round R > b applies the averages
+// of rounds b … R − 1 (as every peer did) and enters at round R + 1, the next boundary: no peer
+// waits for a round it would start late. Windows advance by each round's participants. If an
+// average is no longer held, it enters where it stands (b + 1).
+static void catch_up(Strategy *s, Peer *p, SwarmState *st) {
+    const StrategyConfig *c = s->cfg;
+    int64_t b0 = st->round;
+    int n;
+    for (int64_t R; (R = swarm_catch_up(p->sw, st->round, &n)) > st->round &&
+                    (st->round + 1) * c->tau < c->steps;) {
+        double none[1];
+        if (swarm_average(p->sw, st->round, p->avg, none, 0, NULL)) break;
+        outer_update(s, p);
+        st->window += (uint64_t)c->tau * (uint64_t)(n > 0 ? n : 1) * (uint64_t)c->grad_accum;
+        st->round++;
+    }
+    if (st->round > b0)
+        fprintf(stderr,
+                "loom peer %s: caught up from round %lld to %lld with the swarm's averages: it "
+                "computes from the next round boundary\n",
+                c->peer_id, (long long)b0, (long long)st->round);
+}
+
 static int peer_create(Strategy *s) {
     const StrategyConfig *c = s->cfg;
     Peer *p = xcalloc(1, sizeof *p);
@@ -268,6 +291,8 @@ static int peer_create(Strategy *s) {
     // (with --listen HOST:0, the port the system picked: what --bootstrap needs)
     fprintf(stderr, "loom peer %s: others reach it at %s\n", c->peer_id, swarm_address(p->sw));
     if (joined) {
+        catch_up(s, p, &st);
+        swarm_enter(p->sw, &st);
         adopt(s, p, &st, "joined");
         s->start = s->next_step, s->next_step = -1;
     } else { // a new swarm, from this peer's initial or resumed state

@@ -57,7 +57,9 @@ static void connect_view(Swarm *s) {
 
 static void merge_records(Swarm *s, const WireMsg *m) {
     double now = now_sec();
+    int lists_me = 0;
     for (int i = 0; i < m->nrec; i++) {
+        lists_me |= !strcmp(m->rec[i].id, s->id);
         int had = view_find(&s->view, m->rec[i].id) >= 0;
         int direct = !strcmp(m->rec[i].id, m->from);
         if (view_merge(&s->view, &m->rec[i], direct, now) && !had &&
@@ -67,8 +69,11 @@ static void merge_records(Swarm *s, const WireMsg *m) {
             if (view_self(&s->view)->first_round >= 1) // (a joiner hears of everyone at once)
                 fprintf(stderr, "loom peer %s: %s joined the swarm (%d in the view)\n", s->id,
                         m->rec[i].id, s->view.n);
+            s->last_tick = 0; // gossip now: a joiner can download from this peer sooner
         }
     }
+    int f = view_find(&s->view, m->from);
+    if (f > 0 && lists_me) s->view.e[f].knows_self = 1;
     connect_view(s);
 }
 
@@ -91,14 +96,46 @@ static void drop_peer(Swarm *s, const char *id, const char *why) {
     pthread_cond_broadcast(&s->cv);
 }
 
+// The rounds this peer waits for (their average not here yet) that view entry e takes part in
+// as the commits count it (heard from directly): what its silence held up here.
+static int rounds_waiting_on(Swarm *s, const ViewEntry *e) {
+    int k = 0;
+    for (int i = 0; i < SW_SLOTS && e->direct; i++) {
+        Slot *sl = &s->slot[i];
+        k += sl->round && sl->want && !sl->avg_ready && e->rec.first_round >= 1 &&
+             e->rec.first_round <= sl->round;
+    }
+    return k;
+}
+
 static void tick(Swarm *s) {
     double now = now_sec();
     if (now - s->last_tick < SW_TICK) return;
     s->last_tick = now;
+    // This thread itself did not run for a while (the host starved it, SIGSTOP): the others'
+    // messages of that time are still queued, unread. The stall is not their silence.
+    double stall = s->last_expire > 0 ? now - s->last_expire - SW_TICK : 0;
+    for (int i = 1; i < s->view.n && stall > SW_TICK; i++)
+        s->view.e[i].heard = s->view.e[i].heard + stall < now ? s->view.e[i].heard + stall : now;
+    s->last_expire = now;
     PeerId gone[16];
+    int waits[16] = {0}, nw = 0;
+    PeerId wid[16];
+    for (int i = 1; i < s->view.n && nw < 16; i++)
+        if (now - s->view.e[i].heard > s->c.peer_timeout) {
+            memcpy(wid[nw], s->view.e[i].rec.id, sizeof(PeerId));
+            waits[nw++] = rounds_waiting_on(s, &s->view.e[i]);
+        }
     int k = view_expire(&s->view, s->c.peer_timeout, now, gone, 16);
-    for (int i = 0; i < k && i < 16; i++)
-        drop_peer(s, gone[i], "left the swarm (silent for --peer-timeout)");
+    for (int i = 0; i < k && i < 16; i++) {
+        char why[120];
+        int w = 0;
+        for (int j = 0; j < nw; j++)
+            if (!strcmp(wid[j], gone[i])) w = waits[j];
+        snprintf(why, sizeof why, "left the swarm (silent for --peer-timeout; %d round%s waited)",
+                 w, w == 1 ? "" : "s");
+        drop_peer(s, gone[i], why);
+    }
     gossip(s);
     sw_join_tick(s);
     if (s->snap_valid && now - s->snap_used > 30) { // nobody downloads it any more
@@ -177,6 +214,7 @@ static void *net_main(void *arg) {
         tick(s);
         sw_round_tick(s);
         if (s->fetch.active) sw_fetch_pump(s, &s->fetch);
+        if (s->pull.active) sw_pull_pump(s, &s->pull);
         for (int i = 0; i < SW_SLOTS; i++)
             if (s->slot[i].fetch.active) sw_fetch_pump(s, &s->slot[i].fetch);
     }
@@ -363,6 +401,7 @@ void swarm_close(Swarm *s) {
     for (int i = 0; i < s->npool; i++)
         free(s->pool[i]);
     sw_fetch_free(&s->fetch);
+    sw_pull_free(&s->pull);
     if (s->view.e) view_free(&s->view);
     free(s->jobs);
     free(s->snap_a), free(s->snap_m);

@@ -69,8 +69,16 @@ typedef struct {
 // (*joined = 0: it keeps its own initial state); otherwise it says HELLO to the bootstrap peers
 // until one welcomes it (or all refuse, or none answers within the join timeout: NULL with
 // loom_errmsg saying why). Joined, it downloads the state into anchor and mom (P floats, host
-// memory) and fills *st (*joined = 1).
+// memory) and fills *st (*joined = 1); it takes part once it calls swarm_enter.
 Swarm *swarm_open(const SwarmConfig *c, float *anchor, float *mom, SwarmState *st, int *joined);
+// A joiner holding the state after round end b (swarm_open): the round the swarm computes now
+// (the highest its peers holding state compute; b when none is ahead) and in *n the
+// participants of round b + 1. It catches up by applying the committed averages of rounds b, b +
+// 1, … (swarm_average) until it holds the state after the round the swarm computes, then enters
+// at the next round boundary (swarm_enter), so nobody waits for a round it started late.
+int64_t swarm_catch_up(Swarm *s, int64_t b, int *n);
+// The joiner takes part from round st->round + 1 on (sets st->first_round); joins only.
+void swarm_enter(Swarm *s, SwarmState *st);
 // A peer that starts a swarm (or resumes one from its checkpoint) declares its state: round
 // end `round` (0: fresh), the window, and the average of that round when round ≥ 1 (copied).
 void swarm_start_state(Swarm *s, int64_t round, uint64_t window, const float *avg);

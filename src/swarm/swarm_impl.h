@@ -55,6 +55,31 @@ typedef struct {
     char why[160];
 } Fetch;
 
+// A joiner's download of a snapshot (anchor and momentum of round end `round`) from every peer
+// that holds it at once (swarm_fetch.c): piece k of array a (0: anchor, 1: momentum) is asked
+// of one source at a time; a source that leaves, answers that it lacks the version or sends
+// another array (its hash is not the expected one) is dropped and its pieces asked of others.
+#define SW_PULL_SRC 32     // sources at most
+#define SW_PULL_WINDOW 4   // pieces asked of one source and not yet received
+#define SW_PULL_GATHER 2.0 // seconds a download waits for holders to learn of the joiner
+typedef struct {
+    int active, done, failed;
+    int64_t round;
+    float *dst[2];
+    uint64_t hash[2]; // the whole arrays' (the donor's META): every DATA must carry them
+    size_t npieces;   // per array
+    size_t ngot;
+    uint8_t *got; // (2 · npieces)
+    double *asked;
+    int *by; // the source asked (-1: none yet)
+    int nsrc;
+    PeerId src[SW_PULL_SRC];
+    int dead[SW_PULL_SRC];
+    size_t served[SW_PULL_SRC]; // pieces received from it
+    double started;
+    char why[160];
+} Pull;
+
 typedef struct {
     int64_t round; // 0: free
     Contrib *c;
@@ -113,6 +138,7 @@ struct Swarm {
     WireMsg *in, *out; // scratch messages (network thread / training thread under mu)
     uint8_t *buf;      // encode buffer (WIRE_MSG_MAX)
     double last_tick;
+    double last_expire; // when this thread last looked for silent peers (its own stalls)
     // the strategy's live state (donors snapshot it under st_mu)
     pthread_mutex_t st_mu;
     const float *anchor, *mom;
@@ -127,7 +153,8 @@ struct Swarm {
     int joining, welcomed, refused, nboot, boot_closed;
     char reason[600];
     PeerId donor;
-    Fetch fetch; // the state download (meta, anchor, momentum)
+    Fetch fetch; // the state download's META (the donor's version and hashes)
+    Pull pull;   // the state download's anchor and momentum (from every holder)
     int diverged;
     SwarmStats st;
     uint32_t *sparse;     // --outer-compress topk: a DELTAS' indices and values (SW_PIECE)
@@ -204,6 +231,19 @@ int sw_sparse_msg(Swarm *s, const float *x, WireMsg *m);
 int sw_piece_ok(const Swarm *s, const WireMsg *m);
 // The floats of a received DELTA / DELTA8 / DELTAS piece (m->n of them) into dst.
 void sw_piece_take(const WireMsg *m, float *dst);
+
+// swarm_fetch.c (a joiner's download from every peer holding the version)
+// Starts (or, for the same version and arrays, resumes with the pieces held) the download of
+// round end `round`'s anchor and momentum into a and m, whose hashes are ha and hm; `first` (the
+// donor that told the version) is the first source, every peer of the view holding state the
+// others (LOOM_PEER_ONE_DONOR: the first only).
+void sw_pull_start(Swarm *s, Pull *p, int64_t round, float *a, float *m, uint64_t ha, uint64_t hm,
+                   const char *first);
+void sw_pull_pump(Swarm *s, Pull *p);                  // asks for pieces (network thread)
+int sw_pull_data(Swarm *s, Pull *p, const WireMsg *m); // a DATA of the pull: 1 (taken)
+void sw_pull_free(Pull *p);
+// "p0 (3), p1 (2)": the sources that served pieces, into buf; returns how many did.
+int sw_pull_sources(const Pull *p, char *buf, size_t n);
 
 // swarm_join.c
 void sw_on_hello(Swarm *s, const WireMsg *m);

@@ -60,6 +60,7 @@ void sw_on_hello(Swarm *s, const WireMsg *m) {
         sw_new_peer(s, r->id);
         fprintf(stderr, "loom peer %s: %s joined the swarm (%d in the view)\n", s->id, r->id,
                 s->view.n);
+        s->last_tick = 0; // gossip now: the others learn of it (and it of them) sooner
     }
     o->nrec = s->view.n < WIRE_MAX_PEERS ? s->view.n : WIRE_MAX_PEERS;
     for (int i = 0; i < o->nrec; i++)
@@ -150,6 +151,9 @@ void sw_on_fetch(Swarm *s, const WireMsg *m) {
         return;
     }
     if (m->what == WIRE_ARR_ANCHOR || m->what == WIRE_ARR_MOMENTUM) {
+        // (a peer asked without a META first: a joiner downloading from every holder)
+        if ((!s->snap_valid || m->round != s->snap_round) && m->round == s->st_round)
+            take_snapshot(s);
         if (!s->snap_valid || m->round != s->snap_round) return send_gone(s, m);
         s->snap_used = now_sec();
         int a = m->what == WIRE_ARR_ANCHOR;
@@ -232,6 +236,7 @@ static void fetch_data(Fetch *f, const WireMsg *m) {
 }
 
 void sw_on_data(Swarm *s, const WireMsg *m) {
+    if (sw_pull_data(s, &s->pull, m)) return;
     Fetch *f = &s->fetch;
     if (f->active && f->what == m->what && (m->what == WIRE_ARR_META || f->round == m->round) &&
         !strcmp(f->donor, m->from)) {
@@ -276,9 +281,28 @@ static int next_donor(Swarm *s, int turn) {
     return -1;
 }
 
-// The snapshot: its version and window, then the anchor and the momentum, each from the
-// current donor; a donor that leaves or moves on hands over to the next one (pieces of the
-// same version are kept).
+// The anchor and momentum of round end b, from every peer holding them (swarm_fetch.c), at
+// most t seconds; 0 when done (and says where the pieces came from).
+static int pull(Swarm *s, int64_t b, float *anchor, float *mom, uint64_t ha, uint64_t hm,
+                double t) {
+    Pull *p = &s->pull;
+    sw_pull_start(s, p, b, anchor, mom, ha, hm, s->donor);
+    double end = now_sec() + t;
+    while (!p->done && !p->failed && now_sec() < end)
+        sw_wait(s, 0.1);
+    if (!p->done && !p->failed) p->failed = 1, snprintf(p->why, sizeof p->why, "no answer");
+    p->active = 0;
+    if (!p->done) return -1;
+    char who[1024];
+    int k = sw_pull_sources(p, who, sizeof who);
+    fprintf(stderr, "loom peer %s: downloaded round %lld's state (%zu pieces) from %d peer%s: %s\n",
+            s->id, (long long)b, 2 * p->npieces, k, k == 1 ? "" : "s", who);
+    return 0;
+}
+
+// The snapshot: its version, window and hashes from the current donor, then the anchor and the
+// momentum from every peer holding that version; when they all fail, the next donor's version
+// (pieces of the same version are kept).
 static int download(Swarm *s, float *anchor, float *mom, SwarmState *st) {
     float meta[8];
     double t = 3 * s->c.peer_timeout;
@@ -301,13 +325,11 @@ static int download(Swarm *s, float *anchor, float *mom, SwarmState *st) {
             f->active = 0;
             return 0;
         }
-        sw_fetch_start(f, WIRE_ARR_ANCHOR, b, anchor, s->P, s->donor);
-        if (fetch_wait(s, f, t * 4)) continue;
-        sw_fetch_start(f, WIRE_ARR_MOMENTUM, b, mom, s->P, s->donor);
-        if (fetch_wait(s, f, t * 4)) continue;
         f->active = 0;
+        if (pull(s, b, anchor, mom, ha, hm, t * 8)) continue;
         return 0;
     }
+    if (s->pull.failed) snprintf(s->fetch.why, sizeof s->fetch.why, "%s", s->pull.why);
     return loom_fail("could not download the swarm's state: %s", s->fetch.why);
 }
 
@@ -346,10 +368,33 @@ int sw_join(Swarm *s, float *anchor, float *mom, SwarmState *st) {
                                            : "; are they running, and is --secret the swarm's?");
     }
     if (!rc) rc = download(s, anchor, mom, st);
-    if (!rc) adopt_round(s, st);
+    if (!rc) s->my_round = st->round; // (it takes part once caught up: swarm_enter)
     s->joining = 0;
     pthread_mutex_unlock(&s->mu);
     return rc;
+}
+
+int64_t swarm_catch_up(Swarm *s, int64_t b, int *n) {
+    pthread_mutex_lock(&s->mu);
+    s->my_round = b; // (the messages of the rounds it catches up through are taken)
+    int64_t R = b;
+    for (int i = 1; i < s->view.n; i++) {
+        const PeerRecord *r = &s->view.e[i].rec;
+        if (r->first_round >= 1 && !(r->flags & (WIRE_PEER_LEFT | WIRE_PEER_DONE)) &&
+            r->cur_round > R)
+            R = r->cur_round;
+    }
+    PeerId *ids = xmalloc(sizeof(PeerId) * WIRE_MAX_PEERS);
+    *n = view_participants(&s->view, b + 1, ids, WIRE_MAX_PEERS);
+    free(ids);
+    pthread_mutex_unlock(&s->mu);
+    return R;
+}
+
+void swarm_enter(Swarm *s, SwarmState *st) {
+    pthread_mutex_lock(&s->mu);
+    adopt_round(s, st);
+    pthread_mutex_unlock(&s->mu);
 }
 
 int swarm_resync(Swarm *s, float *anchor, float *mom, SwarmState *st) {

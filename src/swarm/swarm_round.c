@@ -298,7 +298,7 @@ static void try_commit(Swarm *s, Slot *sl) {
     if (sl->committed || !sl->hash_set) return;
     PeerId *L = xmalloc(sizeof(PeerId) * WIRE_MAX_PEERS);
     PeerId *mine = xmalloc(sizeof(PeerId) * WIRE_MAX_PEERS);
-    int nl = view_participants(&s->view, sl->round, L, WIRE_MAX_PEERS);
+    int nl = view_heard_participants(&s->view, sl->round, L, WIRE_MAX_PEERS);
     int nm = held(sl, mine), ok = nl > 0 && !strcmp(L[0], s->id), all = ok;
     for (int p = 1; p < nl && all; p++) // every live participant has reported
         all = sw_report(sl, L[p], 0) != NULL;

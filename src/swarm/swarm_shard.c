@@ -185,7 +185,7 @@ static void finalize(Swarm *s, Slot *sl) {
 static void coordinate(Swarm *s, Slot *sl) {
     if (sl->sh_final || !sl->hash_set) return;
     PeerId *L = xmalloc(sizeof(PeerId) * WIRE_MAX_PEERS);
-    int nl = view_participants(&s->view, sl->round, L, WIRE_MAX_PEERS), all = 1, k = 0;
+    int nl = view_heard_participants(&s->view, sl->round, L, WIRE_MAX_PEERS), all = 1, k = 0;
     for (int p = 1; p < nl && all; p++) {
         HaveRep *h = sw_report(sl, L[p], 0);
         all = h && h->att <= sl->sh_att; // (a report of a later attempt: its commit comes first)

@@ -12,6 +12,7 @@ void view_init(View *v, const PeerRecord *self, double now) {
     v->e = xcalloc((size_t)v->cap, sizeof *v->e);
     v->e[0].rec = *self;
     v->e[0].heard = now;
+    v->e[0].direct = 1;
     v->n = 1;
     snprintf(v->self, sizeof v->self, "%s", self->id);
 }
@@ -41,7 +42,7 @@ int view_merge(View *v, const PeerRecord *r, int direct, double now) {
     if (!strcmp(r->id, v->self)) return 0; // only this peer changes its own record
     int i = view_find(v, r->id);
     if (i >= 0) {
-        if (direct) v->e[i].heard = now;
+        if (direct) v->e[i].heard = now, v->e[i].direct = 1;
         if (r->revision <= v->e[i].rec.revision) return 0;
         v->e[i].rec = *r;
         return 1;
@@ -60,15 +61,17 @@ int view_merge(View *v, const PeerRecord *r, int direct, double now) {
         free(v->e);
         v->e = e;
     }
+    memset(&v->e[v->n], 0, sizeof v->e[v->n]);
     v->e[v->n].rec = *r;
     v->e[v->n].heard = now; // learned now: it has a full timeout to be heard from
+    v->e[v->n].direct = direct;
     v->n++;
     return 1;
 }
 
 void view_heard(View *v, const char *id, double now) {
     int i = view_find(v, id);
-    if (i > 0) v->e[i].heard = now;
+    if (i > 0) v->e[i].heard = now, v->e[i].direct = 1;
 }
 
 int view_remove(View *v, const char *id, double now) {
@@ -115,15 +118,25 @@ int view_expire(View *v, double timeout, double now, char (*out)[WIRE_ID_MAX + 1
 
 static int cmp_id(const void *a, const void *b) { return strcmp(a, b); }
 
-int view_participants(const View *v, int64_t r, char (*ids)[WIRE_ID_MAX + 1], int max) {
+static int participants(const View *v, int64_t r, char (*ids)[WIRE_ID_MAX + 1], int max,
+                        int heard) {
     int k = 0;
     for (int i = 0; i < v->n && k < max; i++) {
         const PeerRecord *p = &v->e[i].rec;
+        if (heard && !v->e[i].direct) continue;
         if (p->first_round >= 1 && p->first_round <= r && !(p->flags & WIRE_PEER_LEFT))
             snprintf(ids[k++], WIRE_ID_MAX + 1, "%s", p->id);
     }
     qsort(ids, (size_t)k, WIRE_ID_MAX + 1, cmp_id);
     return k;
+}
+
+int view_participants(const View *v, int64_t r, char (*ids)[WIRE_ID_MAX + 1], int max) {
+    return participants(v, r, ids, max, 0);
+}
+
+int view_heard_participants(const View *v, int64_t r, char (*ids)[WIRE_ID_MAX + 1], int max) {
+    return participants(v, r, ids, max, 1);
 }
 
 int view_position(char (*ids)[WIRE_ID_MAX + 1], int n, const char *id) {

@@ -10,7 +10,9 @@
 
 typedef struct {
     PeerRecord rec;
-    double heard; // local time it was last heard from directly (or learned, for a new entry)
+    double heard;   // local time it was last heard from directly (or learned, for a new entry)
+    int knows_self; // its own view holds this peer (its gossip or welcome listed it): it answers
+    int direct;     // heard from directly since it entered this view (not only through gossip)
 } ViewEntry;
 
 typedef struct {
@@ -41,5 +43,9 @@ int view_expire(View *v, double timeout, double now, char (*out)[WIRE_ID_MAX + 1
 // The ids of the peers that take part in round r (first_round in [1, r], not left), sorted;
 // returns the count (at most max).
 int view_participants(const View *v, int64_t r, char (*ids)[WIRE_ID_MAX + 1], int max);
+// view_participants less the peers never heard from directly since they entered this view
+// (learned through others' gossip only: a peer that died just before this one learned of it
+// must not be waited for a second --peer-timeout). Round commits wait for these.
+int view_heard_participants(const View *v, int64_t r, char (*ids)[WIRE_ID_MAX + 1], int max);
 // Position of id in a sorted id list (or -1).
 int view_position(char (*ids)[WIRE_ID_MAX + 1], int n, const char *id);

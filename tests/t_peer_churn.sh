@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# t_peer_churn.sh — loom peer under churn, real processes on 127.0.0.1 (docs/PEERS.md, "Joining"):
+# 4 peers, one SIGKILLed mid-run (LOOM_FAULT_KILL), then a newcomer joins while the swarm runs.
+#   - the survivors and the newcomer end with identical exported anchors;
+#   - the newcomer downloaded the state's pieces from at least 2 peers at once (its log says
+#     where they came from); negative control: LOOM_PEER_ONE_DONOR=1 (the single-donor
+#     download) makes that check fail;
+#   - the dead peer cost one --peer-timeout once: each survivor dropped it exactly once (it was
+#     never re-admitted), and the newcomer, which learned of it from its donor's view after it
+#     died, never waited for it ("0 rounds waited" if it dropped it at all);
+#   - the same with --peer-exchange sharded (identical anchors, one drop, several sources);
+#   - the newcomer caught up with the swarm's averages and entered at the next round boundary,
+#     and the survivors kept finishing rounds (no wall-clock assertion anywhere).
+# asan: skip
+set -eu
+PY=${PY:-python3}
+. "$(dirname "$0")/lib.sh"
+d=${PEER_TEST_DIR:-$(mktemp -d)}
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; [ -n "${PEER_TEST_DIR:-}" ] || rm -rf "$d"; }
+trap cleanup EXIT
+mkshard "$d/d.bin" 64 60000 3
+$LOOM keygen -o "$d/secret" 2>/dev/null
+# dim 192: ~0.9 M floats, 4 pieces per array (8 to download), so several sources can share them
+model="--layers 2 --heads 2 --dim 192 --vocab 64 --block-size 32 --batch 2 --seq 16 --tau 4 --peak-gflops 1"
+opt="--lr 3e-3 --weight-decay 0.1 --grad-clip 0.5 --lr-schedule constant"
+export OMP_NUM_THREADS=1
+peer() {
+    local id=$1 boot=$2; shift 2
+    rm -f "$d/$id.log"
+    env ${PEER_ENV:-} $LOOM peer --data "$d/d.bin" $model $opt --peer-id "$id" --listen 127.0.0.1:0 \
+        ${boot:+--bootstrap $boot} --secret "$d/secret" --progress off \
+        --peer-timeout ${PT:-8} ${EXCHANGE:-} "$@" > "$d/$id.log" 2>&1 &
+    pids+=($!)
+}
+addr() {
+    local a=
+    for _ in $(seq 600); do
+        a=$(sed -n 's/^loom peer .*: others reach it at //p' "$d/$1.log" 2>/dev/null || true)
+        [ -n "$a" ] && break
+        sleep 0.1
+    done
+    [ -n "$a" ] || { echo "peer $1 never said where it listens" >&2; cat "$d/$1.log" >&2; return 1; }
+    echo "$a"
+}
+# run TAG [env...]: the churn scenario; the newcomer is n4 (the lowest id: it coordinates)
+run() {
+    local tag=$1; shift
+    local steps=160 started=() boot
+    peer "p0" "" --steps $steps --min-peers 4 --export "$d/$tag-p0.st"
+    started+=($!)
+    boot=$(addr p0)
+    for i in 1 2; do
+        peer "p$i" $boot --steps $steps --min-peers 4 --export "$d/$tag-p$i.st"
+        started+=($!)
+    done
+    LOOM_FAULT_KILL=0:30 peer p3 $boot --steps $steps --min-peers 4
+    local k=$! rc=0
+    wait $k || rc=$?
+    [ "$rc" = 137 ] || { echo "p3 should have been killed (exit $rc)"; cat "$d/p3.log"; exit 1; }
+    PEER_ENV="$*" peer n4 $boot --steps $steps --export "$d/$tag-n4.st"
+    started+=($!)
+    for p in "${started[@]}"; do
+        wait "$p" || { for f in "$d"/*.log; do echo "== $f"; tail -n 8 "$f"; done; exit 1; }
+    done
+    for i in p1 p2 n4; do
+        cmp "$d/$tag-p0.st" "$d/$tag-$i.st" || { echo "$tag: $i's anchor differs from p0's"; exit 1; }
+    done
+    grep -h "downloaded round\|caught up\|joined the swarm at" "$d/n4.log"
+}
+
+echo "== 1. a kill and a join: identical anchors, a parallel download, one timeout"
+run churn
+sources=$(sed -n 's/^loom peer n4: downloaded round .* from \([0-9]*\) peers\{0,1\}: .*/\1/p' "$d/n4.log" | head -n 1)
+[ -n "$sources" ] && [ "$sources" -ge 2 ] || { echo "n4's pieces came from ${sources:-no} peers (want >= 2)"; cat "$d/n4.log"; exit 1; }
+for i in p0 p1 p2; do
+    n=$(grep -c "p3 left the swarm" "$d/$i.log" || true)
+    [ "$n" = 1 ] || { echo "$i dropped p3 $n times (want once)"; grep "left\|joined" "$d/$i.log"; exit 1; }
+    if sed -n '/p3 left the swarm/,$p' "$d/$i.log" | grep -q "p3 joined"; then
+        echo "$i re-admitted p3"; exit 1
+    fi
+    grep "p3 left the swarm" "$d/$i.log" | grep -qv " 0 rounds waited" ||
+        { echo "$i never waited for p3: the scenario did not test a departure"; exit 1; }
+    grep -h "p3 left the swarm" "$d/$i.log"
+done
+if grep "p3 left the swarm" "$d/n4.log" | grep -qv "0 rounds waited"; then
+    echo "the newcomer waited for the dead p3 (a second --peer-timeout)"; grep "p3" "$d/n4.log"; exit 1
+fi
+echo "n4 downloaded from $sources peers; p3 dropped once by each survivor, never waited for by n4"
+
+echo "== 2. the same with --peer-exchange sharded"
+EXCHANGE="--peer-exchange sharded" run sharded
+for i in p0 p1 p2; do
+    n=$(grep -c "p3 left the swarm" "$d/$i.log" || true)
+    [ "$n" = 1 ] || { echo "sharded: $i dropped p3 $n times (want once)"; exit 1; }
+done
+grep -q "downloaded round .* from [2-9][0-9]* peers" "$d/n4.log" ||
+    { echo "sharded: n4 downloaded from one peer"; cat "$d/n4.log"; exit 1; }
+echo "sharded: identical anchors, p3 dropped once by each survivor, n4 downloaded from several"
+
+echo "== 3. negative control: a single-donor download fails the sources check"
+run one LOOM_PEER_ONE_DONOR=1
+if grep -q "downloaded round .* from [2-9][0-9]* peers" "$d/n4.log"; then
+    echo "LOOM_PEER_ONE_DONOR=1 still downloaded from several peers: the check cannot fail"; exit 1
+fi
+echo "with LOOM_PEER_ONE_DONOR=1 the pieces came from one peer (the check would fail)"
