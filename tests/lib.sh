@@ -160,3 +160,16 @@ offload_resume() {
             { echo "$label: resume from $ck: scratch files left in --offload-dir"; exit 1; }
     done
 }
+
+# peer_addr DIR ID: the address `loom peer` ID (logging to DIR/ID.log) listens at, once it says
+# so (waits up to 60 s; otherwise prints its log and fails).
+peer_addr() {
+    local a=
+    for _ in $(seq 600); do
+        a=$(sed -n 's/^loom peer .*: others reach it at //p' "$1/$2.log" 2>/dev/null || true)
+        [ -n "$a" ] && break
+        sleep 0.1
+    done
+    [ -n "$a" ] || { echo "peer $2 never said where it listens" >&2; cat "$1/$2.log" >&2; return 1; }
+    echo "$a"
+}

@@ -44,17 +44,7 @@ peer() {
         --peer-timeout 2 "$@" > "$d/$id.log" 2>&1 &
     pids+=($!)
 }
-# addr ID: the address peer ID listens at (it prints it once it is open; waits up to 60 s).
-addr() {
-    local a=
-    for _ in $(seq 600); do
-        a=$(sed -n 's/^loom peer .*: others reach it at //p' "$d/$1.log" 2>/dev/null || true)
-        [ -n "$a" ] && break
-        sleep 0.1
-    done
-    [ -n "$a" ] || { echo "peer $1 never said where it listens" >&2; cat "$d/$1.log" >&2; return 1; }
-    echo "$a"
-}
+addr() { peer_addr "$d" "$1"; } # the address peer ID listens at (tests/lib.sh)
 waitall() { local rc=0; for p in "$@"; do wait "$p" || rc=$?; done; return $rc; }
 
 echo "== 1. a fixed swarm equals mpirun --co2"

@@ -33,16 +33,7 @@ peer() {
         --peer-timeout ${PT:-8} ${EXCHANGE:-} "$@" > "$d/$id.log" 2>&1 &
     pids+=($!)
 }
-addr() {
-    local a=
-    for _ in $(seq 600); do
-        a=$(sed -n 's/^loom peer .*: others reach it at //p' "$d/$1.log" 2>/dev/null || true)
-        [ -n "$a" ] && break
-        sleep 0.1
-    done
-    [ -n "$a" ] || { echo "peer $1 never said where it listens" >&2; cat "$d/$1.log" >&2; return 1; }
-    echo "$a"
-}
+addr() { peer_addr "$d" "$1"; } # the address peer ID listens at (tests/lib.sh)
 # run TAG [env...]: the churn scenario; the newcomer is n4 (the lowest id: it coordinates)
 run() {
     local tag=$1; shift

@@ -47,16 +47,7 @@ peer() { # peer ID BOOT [flags...]: a peer in the background (pid in $!), port p
         --peer-timeout 2 "$@" > "$d/$id.log" 2>&1 &
     pids+=($!)
 }
-addr() { # addr ID: where peer ID listens (once it says so; up to 60 s)
-    local a=
-    for _ in $(seq 600); do
-        a=$(sed -n 's/^loom peer .*: others reach it at //p' "$d/$1.log" 2>/dev/null || true)
-        [ -n "$a" ] && break
-        sleep 0.1
-    done
-    [ -n "$a" ] || { echo "peer $1 never said where it listens" >&2; cat "$d/$1.log" >&2; return 1; }
-    echo "$a"
-}
+addr() { peer_addr "$d" "$1"; } # the address peer ID listens at (tests/lib.sh)
 waitall() { local rc=0; for p in "$@"; do wait "$p" || rc=$?; done; return $rc; }
 logs() { for f in "$d"/$1*.log; do echo "== $f"; tail -n 8 "$f"; done; }
 # the numbers of a peer's records: loss, lr, norm, local loss, round, averaged (timing aside)

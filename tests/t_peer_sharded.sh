@@ -45,16 +45,7 @@ peer() {
         --peer-timeout ${PT:-10} "$@" > "$d/$id.log" 2>&1 &
     pids+=($!)
 }
-addr() {
-    local a=
-    for _ in $(seq 600); do
-        a=$(sed -n 's/^loom peer .*: others reach it at //p' "$d/$1.log" 2>/dev/null || true)
-        [ -n "$a" ] && break
-        sleep 0.1
-    done
-    [ -n "$a" ] || { echo "peer $1 never said where it listens" >&2; cat "$d/$1.log" >&2; return 1; }
-    echo "$a"
-}
+addr() { peer_addr "$d" "$1"; } # the address peer ID listens at (tests/lib.sh)
 waitall() { local rc=0; for p in "$@"; do wait "$p" || rc=$?; done; return $rc; }
 logs() { for f in "$d"/$1*.log; do echo "== $f"; tail -n 8 "$f"; done; }
 # swarm NAME N [flags...]: N peers NAME0.. started together (--min-peers N), each exporting
