@@ -12,6 +12,7 @@
 
 #include "../../src/backend/backend.h"
 #include "../../src/common.h"
+#include "../../src/model/gpt.h"
 #include "../../src/rng.h"
 #include "../test.h"
 
@@ -96,4 +97,25 @@ static inline int cmp_norm(const char *what, const float *d, const float *ref, s
     free(g);
     fprintf(stderr, "  %s: relative norm error %.3g (bound %.3g)\n", what, r, tol);
     return r <= tol;
+}
+
+// A model-level comparison: the max over tensors of max|a − b| / max|b|; prints the worst.
+static inline double gpu_worst_tensor(const GPT *m, const float *a, const float *b,
+                                      const char *what) {
+    double worst = 0;
+    int wi = 0;
+    for (int i = 0; i < m->ntensors; i++) {
+        const TensorSpec *t = &m->tensors[i];
+        double d = 0, mx = 0;
+        for (size_t k = t->off; k < t->off + t->n; k++) {
+            double e = fabs((double)a[k] - b[k]);
+            d = e > d || e != e ? e : d;
+            mx = fabs(b[k]) > mx ? fabs(b[k]) : mx;
+        }
+        double r = d / (mx > 1e-30 ? mx : 1e-30);
+        if (!(r <= worst)) worst = r, wi = i;
+    }
+    fprintf(stderr, "  %s: worst tensor %s, max|Δ|/max|ref| %.3g\n", what, m->tensors[wi].name,
+            worst);
+    return worst;
 }

@@ -153,25 +153,6 @@ TEST(vocab_shards) {
 
 enum { MB = 3, MT = 29 };
 
-// max over tensors of max|a − b| / max|b| (the metric of test_cuda_model.c)
-static double worst_tensor(const GPT *m, const float *a, const float *b) {
-    double worst = 0;
-    int wi = 0;
-    for (int i = 0; i < m->ntensors; i++) {
-        const TensorSpec *t = &m->tensors[i];
-        double d = 0, mx = 0;
-        for (size_t k = t->off; k < t->off + t->n; k++) {
-            double e = fabs((double)a[k] - b[k]);
-            d = e > d || e != e ? e : d;
-            mx = fabs(b[k]) > mx ? fabs(b[k]) : mx;
-        }
-        double r = d / (mx > 1e-30 ? mx : 1e-30);
-        if (!(r <= worst)) worst = r, wi = i;
-    }
-    fprintf(stderr, "  worst tensor %s, max|Δ|/max|ref| %.3g\n", m->tensors[wi].name, worst);
-    return worst;
-}
-
 static void llama_first_step(int KV, int tie, int recompute) {
     GPTConfig cfg = {
         .L = 2, .H = 6, .C = 96, .V = 211, .maxT = 40, .arch = ARCH_LLAMA, .KV = KV, .tie = tie};
@@ -199,7 +180,7 @@ static void llama_first_step(int KV, int tie, int recompute) {
     fprintf(stderr, "  llama KV %d tie %d recompute %d: loss cpu %.7f gpu %.7f\n", KV, tie,
             recompute, loss[0], loss[1]);
     CHECK(fabs(loss[0] - loss[1]) <= 1e-5, "loss %.7f vs %.7f", loss[1], loss[0]);
-    double w = worst_tensor(&m[0], g, m[0].grads);
+    double w = gpu_worst_tensor(&m[0], g, m[0].grads, "grads");
     CHECK(w <= 1e-4, "KV %d tie %d: gradient %.3g of its tensor's max", KV, tie, w);
     free(g);
     for (int k = 0; k < 2; k++)

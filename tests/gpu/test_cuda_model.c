@@ -38,26 +38,6 @@ static float *host_of(const GPT *m, const float *buf) {
     return h;
 }
 
-// max over tensors of max|a−b| / max|b|; prints the worst tensor
-static double worst_tensor(const GPT *m, const float *a, const float *b, const char *what) {
-    double worst = 0;
-    int wi = 0;
-    for (int i = 0; i < m->ntensors; i++) {
-        const TensorSpec *t = &m->tensors[i];
-        double d = 0, mx = 0;
-        for (size_t k = t->off; k < t->off + t->n; k++) {
-            double e = fabs((double)a[k] - b[k]);
-            d = e > d || e != e ? e : d;
-            mx = fabs(b[k]) > mx ? fabs(b[k]) : mx;
-        }
-        double r = d / (mx > 1e-30 ? mx : 1e-30);
-        if (!(r <= worst)) worst = r, wi = i;
-    }
-    fprintf(stderr, "  %s: worst tensor %s, max|Δ|/max|ref| %.3g\n", what, m->tensors[wi].name,
-            worst);
-    return worst;
-}
-
 static double first_step(GPT *m, Workspace *ws) {
     gpt_zero_grad(m);
     double loss = gpt_forward(m, ws, tok[0], tgt[0]);
@@ -75,7 +55,7 @@ static void check_first_step(int recompute) {
     fprintf(stderr, "  first-step loss: cpu %.7f gpu %.7f\n", lc, lg);
     CHECK(fabs(lc - lg) <= 1e-5, "loss %.7f vs %.7f", lg, lc);
     float *g = host_of(&mg, mg.grads);
-    double w = worst_tensor(&mc, g, mc.grads, recompute ? "grads (recompute)" : "grads");
+    double w = gpu_worst_tensor(&mc, g, mc.grads, recompute ? "grads (recompute)" : "grads");
     CHECK(w <= 1e-4, "gradient %.3g of its tensor's max", w);
     free(p), free(g);
     workspace_free(&wc, &mc), workspace_free(&wg, &mg), gpt_free(&mc), gpt_free(&mg);
