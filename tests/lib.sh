@@ -173,3 +173,17 @@ peer_addr() {
     [ -n "$a" ] || { echo "peer $2 never said where it listens" >&2; cat "$1/$2.log" >&2; return 1; }
     echo "$a"
 }
+
+# tp2d_table FILE: the 2D run's summary line in FILE: what its layers received per micro-batch
+# (measured) is within 0.2% of the SUMMA table it prints.
+tp2d_table() {
+    local line
+    line=$(grep -F "received per layer and micro-batch" "$1")
+    $PY - "$line" <<'PY'
+import re, sys
+m = re.search(r"micro-batch ([0-9.]+) MiB .* per linear ([0-9.]+) MiB", sys.argv[1])
+got, table = float(m.group(1)), float(m.group(2))
+assert got > 0 and abs(got - table) <= 0.002 * table, (got, table)
+print(f"per layer and micro-batch: measured {got} MiB, table {table} MiB")
+PY
+}

@@ -58,17 +58,7 @@ print(f"validation losses {a}: max difference {worst:.2g}, tolerance 1e-5")
 PY
 # the summary: what the layers received per micro-batch equals the SUMMA table it prints for
 # LLaMA's products and RMSNorms (with --recompute: the forward's broadcasts and partials again)
-table() {
-    local line
-    line=$(grep -F "received per layer and micro-batch" "$1")
-    $PY - "$line" <<'PY'
-import re, sys
-m = re.search(r"micro-batch ([0-9.]+) MiB .* per linear ([0-9.]+) MiB", sys.argv[1])
-got, table = float(m.group(1)), float(m.group(2))
-assert got > 0 and abs(got - table) <= 0.002 * table, (got, table)
-print(f"per layer and micro-batch: measured {got} MiB, table {table} MiB")
-PY
-}
+table() { tp2d_table "$1"; } # tests/lib.sh
 table "$d/2d.err"
 # the first step's gradients, gathered whole
 $LOOM train $base --kv-heads 2 --steps 1 --dump-grads "$d/g1.st" > /dev/null 2>&1

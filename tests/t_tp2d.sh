@@ -58,17 +58,7 @@ print(f"AdamW moments per rank: zero 0 {z0} MiB, zero 1 {z1} MiB")
 PY
 
 # the summary: what the layers received per micro-batch equals the SUMMA table it prints
-table() { # FILE: the summary line in FILE, its measured per-layer MiB within 0.2% of its table
-    local line
-    line=$(grep -F "received per layer and micro-batch" "$1")
-    $PY - "$line" <<'PY'
-import re, sys
-m = re.search(r"micro-batch ([0-9.]+) MiB .* per linear ([0-9.]+) MiB", sys.argv[1])
-got, table = float(m.group(1)), float(m.group(2))
-assert got > 0 and abs(got - table) <= 0.002 * table, (got, table)
-print(f"per layer and micro-batch: measured {got} MiB, table {table} MiB")
-PY
-}
+table() { tp2d_table "$1"; } # tests/lib.sh
 table "$d/2d.err"
 table "$d/rc.err"
 
