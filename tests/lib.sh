@@ -137,6 +137,23 @@ sys.exit(1 if bad else 0)
 PY
 }
 
+# same_st [--tol T] NAME A.st B.st: the exported weights of two runs, value for value within T
+# (torch_ref.py compare-st) or, without --tol, the same bytes. Prints one line "NAME: ..." and
+# returns 1 on a mismatch.
+same_st() {
+    local tol=0 out
+    [ "$1" = --tol ] && { tol=$2; shift 2; }
+    [ $# -eq 3 ] || { echo "same_st: usage: same_st [--tol T] NAME A.st B.st"; return 2; }
+    if [ "$tol" = 0 ]; then
+        cmp -s "$2" "$3" || { echo "$1: FAILED: exported weights $2 and $3 differ"; return 1; }
+        echo "$1: weights identical"
+        return 0
+    fi
+    out=$($PY "$(dirname "${BASH_SOURCE[0]}")/torch_ref.py" compare-st "$2" "$3" --tol "$tol" 2>&1) ||
+        { echo "$1: FAILED: $(tail -1 <<<"$out")"; return 1; }
+    echo "$1: weights: $(tail -1 <<<"$out")"
+}
+
 # offload_resume LABEL FLAGS [NP]: an NP-rank (default 2) run of FLAGS (4 steps) exported whole;
 # then runs with --save-every 2, offloaded ($OFF) and in memory, cut back to step 2 and resumed
 # (the offloaded checkpoint without and with $OFF, the in-memory one with $OFF): each must export

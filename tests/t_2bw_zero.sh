@@ -19,7 +19,6 @@ need_mpi
 $PY -c "import numpy" 2>/dev/null || missing_dep "python3-numpy for $PY" # compare-st
 d=$(mktemp -d)
 trap 'rm -rf "$d"' EXIT
-REF="$PY $(dirname "$0")/torch_ref.py"
 mkshard "$d/v64.bin" 64 60000 3
 pf="--data $d/v64.bin --layers 5 --heads 2 --dim 32 --vocab 64 --block-size 32 --batch 2 --seq 16
     --steps 6 --lr 3e-3 --warmup 1 --weight-decay 0.1 --grad-clip 0.5 --progress off
@@ -35,16 +34,14 @@ print(f"max relative grad-norm difference {w:.3g} over {len(a)} steps, tolerance
 sys.exit(0 if w <= tol else 1)
 EOF
 }
-same() { # NAME A B TOL: losses and grad norms of A and B within TOL
+# same2bw NAME A B TOL: with TOL 0, every field of every record equal (lib.sh's same); else the
+# losses (lib.sh's same --tol) and the grad norms, relative, within TOL
+same2bw() {
+    if [ "$4" = 0 ]; then same "$1" "$2" "$3"; return; fi
+    same --tol "$4" "$1" "$2" "$3"
     local out
-    out=$($REF compare-losses "$2" "$3" --tol "$4" | tail -1) &&
-        out="$out; $(norms "$2" "$3" "$4")" || { echo "FAILED: $1: $out"; exit 1; }
+    out=$(norms "$2" "$3" "$4") || { echo "$1: FAILED: $out"; exit 1; }
     echo "$1: $out"
-}
-st() { # NAME A B TOL: exported weights within TOL
-    local out
-    out=$($REF compare-st "$2" "$3" --tol "$4" 2>&1) || { echo "FAILED: $1: $out"; exit 1; }
-    echo "$1: $(tail -1 <<<"$out")"
 }
 val() { grep val_loss "$1" | sed 's/.*"val_loss":\([^,}]*\).*/\1/'; }
 for z in 1 2 3; do
@@ -54,11 +51,11 @@ for z in 1 2 3; do
 done
 [ "$(wc -l < "$d/t1.jsonl")" -eq 6 ] || { echo "FAILED: expected 6 steps"; exit 1; }
 for z in 2 3; do
-    same "2bw ZeRO-$z vs ZeRO-1 (losses, grad norms)" "$d/t$z.jsonl" "$d/t1.jsonl" 1e-5
-    st "2bw ZeRO-$z vs ZeRO-1 (weights)" "$d/z$z.st" "$d/z1.st" 1e-5
+    same2bw "2bw ZeRO-$z vs ZeRO-1 (losses, grad norms)" "$d/t$z.jsonl" "$d/t1.jsonl" 1e-5
+    same_st --tol 1e-5 "2bw ZeRO-$z vs ZeRO-1 (weights)" "$d/z$z.st" "$d/z1.st"
 done
-same "2bw ZeRO-3 vs ZeRO-2 (bit-identical)" "$d/t3.jsonl" "$d/t2.jsonl" 0
-st "2bw ZeRO-3 vs ZeRO-2 (bit-identical)" "$d/z3.st" "$d/z2.st" 0
+same2bw "2bw ZeRO-3 vs ZeRO-2 (bit-identical)" "$d/t3.jsonl" "$d/t2.jsonl" 0
+same_st "2bw ZeRO-3 vs ZeRO-2 (bit-identical)" "$d/z3.st" "$d/z2.st"
 [ -n "$(val "$d/z3.jsonl")" ] && [ "$(val "$d/z3.jsonl")" = "$(val "$d/z2.jsonl")" ] ||
     { echo "FAILED: ZeRO-3's validation losses differ from ZeRO-2's"; exit 1; }
 $PY - "$(val "$d/z3.jsonl")" "$(val "$d/z1.jsonl")" <<'EOF' || { echo "FAILED: validation"; exit 1; }
@@ -74,15 +71,15 @@ for z in 2 3; do
         --export "$d/r.st" 2> /dev/null # (a resumed run appends to its metrics)
     grep -v val_loss "$d/r$z.jsonl" > "$d/rt.jsonl"
     tail -n 3 "$d/t$z.jsonl" > "$d/tail.jsonl"
-    same "2bw ZeRO-$z checkpoint -> itself (bit-identical)" "$d/rt.jsonl" "$d/tail.jsonl" 0
-    st "2bw ZeRO-$z checkpoint -> itself (bit-identical)" "$d/r.st" "$d/z$z.st" 0
+    same2bw "2bw ZeRO-$z checkpoint -> itself (bit-identical)" "$d/rt.jsonl" "$d/tail.jsonl" 0
+    same_st "2bw ZeRO-$z checkpoint -> itself (bit-identical)" "$d/r.st" "$d/z$z.st"
 done
 pp --schedule 2bw --zero 1 --resume "$d/c3/step_00000003" --metrics "$d/r31.jsonl" \
     --export "$d/r.st" 2> /dev/null
 grep -v val_loss "$d/r31.jsonl" > "$d/rt.jsonl"
 tail -n 3 "$d/t1.jsonl" > "$d/tail.jsonl"
-same "2bw ZeRO-3 checkpoint -> ZeRO-1" "$d/rt.jsonl" "$d/tail.jsonl" 1e-5
-st "2bw ZeRO-3 checkpoint -> ZeRO-1" "$d/r.st" "$d/z1.st" 1e-5
+same2bw "2bw ZeRO-3 checkpoint -> ZeRO-1" "$d/rt.jsonl" "$d/tail.jsonl" 1e-5
+same_st --tol 1e-5 "2bw ZeRO-3 checkpoint -> ZeRO-1" "$d/r.st" "$d/z1.st"
 
 # with 1D tensor parallelism in every stage (8 ranks; checkpoints gathered over tp, the previous
 # version gathered over the replicas' shards)
@@ -94,14 +91,14 @@ for z in 1 3; do
     $MPI -np 8 $LOOM train $tf --zero $z --metrics "$d/tp$z.jsonl" --export "$d/tp$z.st" \
         --save "$d/ctp$z" --save-every 3 --keep 0 2> /dev/null
 done
-same "dp 2 x pp 2 x tp 2 2bw ZeRO-3 vs ZeRO-1" "$d/tp3.jsonl" "$d/tp1.jsonl" 1e-5
-st "dp 2 x pp 2 x tp 2 2bw ZeRO-3 vs ZeRO-1" "$d/tp3.st" "$d/tp1.st" 1e-5
+same2bw "dp 2 x pp 2 x tp 2 2bw ZeRO-3 vs ZeRO-1" "$d/tp3.jsonl" "$d/tp1.jsonl" 1e-5
+same_st --tol 1e-5 "dp 2 x pp 2 x tp 2 2bw ZeRO-3 vs ZeRO-1" "$d/tp3.st" "$d/tp1.st"
 $MPI -np 8 $LOOM train $tf --zero 3 --resume "$d/ctp3/step_00000003" --metrics "$d/tpr.jsonl" \
     --export "$d/r.st" 2> /dev/null
 tail -n 3 "$d/tp3.jsonl" > "$d/tail.jsonl"
-same "dp 2 x pp 2 x tp 2 2bw ZeRO-3 checkpoint -> itself (bit-identical)" "$d/tpr.jsonl" \
+same2bw "dp 2 x pp 2 x tp 2 2bw ZeRO-3 checkpoint -> itself (bit-identical)" "$d/tpr.jsonl" \
     "$d/tail.jsonl" 0
-st "dp 2 x pp 2 x tp 2 2bw ZeRO-3 checkpoint -> itself (bit-identical)" "$d/r.st" "$d/tp3.st" 0
+same_st "dp 2 x pp 2 x tp 2 2bw ZeRO-3 checkpoint -> itself (bit-identical)" "$d/r.st" "$d/tp3.st"
 
 # a middle stage (pp 3: neither the embedding nor the wte replica) and context parallelism
 # (dp 2 x cp 2 is the gradient group), with 64-float chunks so the chain spans many collectives
@@ -113,8 +110,8 @@ for lay in "6 --pp 3 --grad-accum 4" "8 --pp 2 --cp 2 --grad-accum 2"; do
     done
     grep -v val_loss "$d/l3.jsonl" > "$d/a.jsonl"
     grep -v val_loss "$d/l1.jsonl" > "$d/b.jsonl"
-    same "dp 2 ${par% --grad*} 2bw ZeRO-3 vs ZeRO-1" "$d/a.jsonl" "$d/b.jsonl" 1e-5
-    st "dp 2 ${par% --grad*} 2bw ZeRO-3 vs ZeRO-1" "$d/l3.st" "$d/l1.st" 1e-5
+    same2bw "dp 2 ${par% --grad*} 2bw ZeRO-3 vs ZeRO-1" "$d/a.jsonl" "$d/b.jsonl" 1e-5
+    same_st --tol 1e-5 "dp 2 ${par% --grad*} 2bw ZeRO-3 vs ZeRO-1" "$d/l3.st" "$d/l1.st"
 done
 
 # memory: what stage 0 holds (the summary line)
@@ -128,7 +125,7 @@ awk -v a="$(held "$d/err3" 1)" -v b="$(held "$d/err1" 1)" -v c="$(held "$d/err2"
 pp --schedule 1f1b --zero 2 --metrics "$d/n.jsonl" 2> /dev/null
 grep -v val_loss "$d/n.jsonl" > "$d/nt.jsonl"
 if norms "$d/nt.jsonl" "$d/t1.jsonl" 1e-5 > /dev/null ||
-    $REF compare-losses "$d/nt.jsonl" "$d/t1.jsonl" --tol 1e-5 > /dev/null; then
+    same --tol 1e-5 "1f1b" "$d/nt.jsonl" "$d/t1.jsonl" > /dev/null; then
     echo "FAILED: 1f1b (no weight delay) passed the comparison with 2bw"
     exit 1
 fi

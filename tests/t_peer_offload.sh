@@ -65,7 +65,7 @@ swarm() { # swarm NAME N [flags...]: N peers NAME0.. started together; metrics, 
     done
     waitall "${started[@]}" || { logs "$name"; exit 1; }
 }
-same() { # same WHAT A B: identical records and exported anchors
+same_peer() { # same_peer WHAT A B: identical peer records (numbers) and exported anchors
     diff <(numbers "$d/$2.jsonl") <(numbers "$d/$3.jsonl") > /dev/null ||
         { echo "$1: records differ"; diff <(numbers "$d/$2.jsonl") <(numbers "$d/$3.jsonl") | head; exit 1; }
     cmp -s "$d/$2.st" "$d/$3.st" || { echo "$1: exported anchors differ"; exit 1; }
@@ -82,7 +82,7 @@ for n in 2 3; do
     clean "$n offloaded peers"
     grep -q '"io_ms"' "$d/o$n-0.jsonl" || { echo "no io_ms in an offloaded peer's records"; exit 1; }
     for i in $(seq 0 $((n - 1))); do
-        same "$n peers, peer $i offloaded vs in memory" "m$n-$i" "o$n-$i"
+        same_peer "$n peers, peer $i offloaded vs in memory" "m$n-$i" "o$n-$i"
         cmp "$d/o$n-0.st" "$d/o$n-$i.st" || { echo "peer $i's anchor differs from peer 0's"; exit 1; }
     done
     echo "$n offloaded peers = $n in memory: identical records ($(grep -c '"loss"' "$d/o$n-0.jsonl") steps per peer) and anchors"
@@ -92,12 +92,12 @@ done
 # clipping off: each unit's AdamW runs right after its backward (the fused update)
 swarm f 2 --steps 11 --grad-clip 0
 swarm g 2 --steps 11 --grad-clip 0 $OFF
-same "2 peers, --grad-clip 0 (the update fused into the backward)" f0 g0
-same "2 peers, --grad-clip 0 (the update fused into the backward)" f1 g1
+same_peer "2 peers, --grad-clip 0 (the update fused into the backward)" f0 g0
+same_peer "2 peers, --grad-clip 0 (the update fused into the backward)" f1 g1
 echo "2 offloaded peers with --grad-clip 0 (fused update) = 2 in memory"
 F0="$OFF" swarm x 2 --steps 11 # one offloaded, one in memory
-same "a mixed swarm's offloaded peer" m2-0 x0
-same "a mixed swarm's in-memory peer" m2-1 x1
+same_peer "a mixed swarm's offloaded peer" m2-0 x0
+same_peer "a mixed swarm's in-memory peer" m2-1 x1
 echo "a mixed swarm (x0 offloaded, x1 in memory) = the swarm in memory"
 # negative control: the comparisons notice a different run (2 peers against 3)
 if diff <(numbers "$d/o2-0.jsonl") <(numbers "$d/m3-0.jsonl") > /dev/null; then
@@ -147,7 +147,7 @@ model="--layers 2 --heads 2 --dim 32 --vocab 64 --block-size 32 --batch 2 --seq 
 ck="--steps 12 --save-every 6 --keep 0"
 F0="$OFF --save $d/co0" F1="$OFF --save $d/co1" swarm co 2 $ck
 F0="--save $d/cm0" F1="--save $d/cm1" swarm cm 2 $ck
-same "an offloaded swarm saving checkpoints" cm0 co0
+same_peer "an offloaded swarm saving checkpoints" cm0 co0
 [ -f "$d/co0/step_00000006/peer_state.bin" ] ||
     { echo "no peer state in the offloaded step-6 checkpoint"; ls "$d/co0/step_00000006"; exit 1; }
 F0="--resume $d/co0/step_00000006" F1="$OFF --resume $d/cm1/step_00000006" swarm r 2 --steps 12

@@ -22,16 +22,6 @@ need_mpi
 $PY -c "import numpy" 2>/dev/null || missing_dep "python3-numpy for $PY"   # compare-st
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 mkshard "$d/v300.bin" 300 60000 3
-REF="$PY $(dirname "$0")/torch_ref.py"
-same() { # NAME A B [TOL]: losses of A and B within TOL (1e-5)
-    echo "$1: $($REF compare-losses "$2" "$3" --tol "${4:-1e-5}" | tail -1)"
-    $REF compare-losses "$2" "$3" --tol "${4:-1e-5}" > /dev/null
-}
-st() { # NAME A B TOL: exported weights within TOL
-    local out
-    out=$($REF compare-st "$2" "$3" --tol "$4" 2>&1) || { echo "FAILED: $1: $out"; exit 1; }
-    echo "$1: $(tail -1 <<<"$out")"
-}
 common="--layers 2 --heads 4 --dim 32 --lr 3e-3 --warmup 2 --weight-decay 0.1 --grad-clip 0.5
         --progress off --seed 5 --batch 2 --steps 6"
 f="--data $d/v300.bin --vocab 300 --block-size 128 --seq 96 $common"
@@ -43,22 +33,22 @@ tp() { $MPI -np 4 $LOOM train $f --grad-accum 2 --dp 2 "$@" 2>/dev/null; }
 tp --tp 2 --zero 2 --metrics "$d/tz2.jsonl" --export "$d/tz2.st"
 tp --tp 2 --zero 3 --metrics "$d/tz3.jsonl" --export "$d/tz3.st" --save "$d/ctz3" \
     --save-every 3 --keep 0
-same "dp 2 x tp 2 ZeRO-3 vs one process" "$d/tz3.jsonl" "$d/ref.jsonl"
-st "dp 2 x tp 2 ZeRO-3 vs one process" "$d/tz3.st" "$d/ref.st" 1e-5
-same "dp 2 x tp 2 ZeRO-3 vs ZeRO-2 (bit-identical)" "$d/tz3.jsonl" "$d/tz2.jsonl" 0
-st "dp 2 x tp 2 ZeRO-3 vs ZeRO-2 (bit-identical)" "$d/tz3.st" "$d/tz2.st" 0
+same --tol 1e-5 "dp 2 x tp 2 ZeRO-3 vs one process" "$d/tz3.jsonl" "$d/ref.jsonl" \
+    "$d/tz3.st" "$d/ref.st"
+same "dp 2 x tp 2 ZeRO-3 vs ZeRO-2 (bit-identical)" "$d/tz3.jsonl" "$d/tz2.jsonl" \
+    "$d/tz3.st" "$d/tz2.st"
 tp --tp 2 --zero 3 --resume "$d/ctz3/step_00000003" --metrics "$d/tr.jsonl" --export "$d/tr.st"
 tail -n 3 "$d/tz3.jsonl" > "$d/tz3tail.jsonl"
-same "dp 2 x tp 2 ZeRO-3 checkpoint -> itself (bit-identical)" "$d/tr.jsonl" "$d/tz3tail.jsonl" 0
-st "dp 2 x tp 2 ZeRO-3 checkpoint -> itself (bit-identical)" "$d/tr.st" "$d/tz3.st" 0
+same "dp 2 x tp 2 ZeRO-3 checkpoint -> itself (bit-identical)" "$d/tr.jsonl" "$d/tz3tail.jsonl" \
+    "$d/tr.st" "$d/tz3.st"
 $LOOM train $f --grad-accum 4 --resume "$d/ctz3/step_00000003" --metrics "$d/tr1.jsonl" 2>/dev/null
-same "dp 2 x tp 2 ZeRO-3 checkpoint -> one process" "$d/tr1.jsonl" "$d/tail.jsonl"
+same --tol 1e-5 "dp 2 x tp 2 ZeRO-3 checkpoint -> one process" "$d/tr1.jsonl" "$d/tail.jsonl"
 tp --cp 2 --zero 1 --metrics "$d/cz1.jsonl" --export "$d/cz1.st"
 tp --cp 2 --zero 3 --metrics "$d/cz3.jsonl" --export "$d/cz3.st"
-same "dp 2 x cp 2 ZeRO-3 vs one process" "$d/cz3.jsonl" "$d/ref.jsonl"
-same "dp 2 x cp 2 ZeRO-3 vs ZeRO-1" "$d/cz3.jsonl" "$d/cz1.jsonl"
-st "dp 2 x cp 2 ZeRO-3 vs ZeRO-1" "$d/cz3.st" "$d/cz1.st" 1e-5
-st "dp 2 x cp 2 ZeRO-3 vs one process" "$d/cz3.st" "$d/ref.st" 1e-5
+same --tol 1e-5 "dp 2 x cp 2 ZeRO-3 vs one process" "$d/cz3.jsonl" "$d/ref.jsonl"
+same --tol 1e-5 "dp 2 x cp 2 ZeRO-3 vs ZeRO-1" "$d/cz3.jsonl" "$d/cz1.jsonl" \
+    "$d/cz3.st" "$d/cz1.st"
+same_st --tol 1e-5 "dp 2 x cp 2 ZeRO-3 vs one process" "$d/cz3.st" "$d/ref.st"
 
 # ---- memory: parameters per rank at ZeRO-1 and ZeRO-3 (a model whose layers outweigh the
 # gathered embedding and two gathered blocks)
@@ -90,31 +80,30 @@ for sched in 1f1b gpipe; do
     for z in 2 3; do
         pp $val --schedule $sched --zero $z --metrics "$d/p$z.jsonl" --export "$d/p$z$sched.st" \
             --save "$d/cp$z$sched" --save-every 2 --keep 0
-        same "dp 2 x pp 2 $sched ZeRO-$z vs one process" "$d/p$z.jsonl" "$d/pref.jsonl"
-        st "dp 2 x pp 2 $sched ZeRO-$z vs one process" "$d/p$z$sched.st" "$d/pref.st" 1e-5
+        same --tol 1e-5 "dp 2 x pp 2 $sched ZeRO-$z vs one process" "$d/p$z.jsonl" "$d/pref.jsonl" \
+            "$d/p$z$sched.st" "$d/pref.st"
         diff <(grep val_loss "$d/p$z.jsonl") <(grep val_loss "$d/pref.jsonl") > /dev/null ||
             { echo "FAILED: ZeRO-$z validation losses differ from one process'"; exit 1; }
     done
-    st "dp 2 x pp 2 $sched ZeRO-3 vs ZeRO-2 (bit-identical)" "$d/p3$sched.st" "$d/p2$sched.st" 0
-    st "dp 2 x pp 2 $sched ZeRO-2 vs ZeRO-1" "$d/p2$sched.st" "$d/p1.st" 1e-5
+    same_st "dp 2 x pp 2 $sched ZeRO-3 vs ZeRO-2 (bit-identical)" "$d/p3$sched.st" "$d/p2$sched.st"
+    same_st --tol 1e-5 "dp 2 x pp 2 $sched ZeRO-2 vs ZeRO-1" "$d/p2$sched.st" "$d/p1.st"
 done
 echo "validation through the stages at ZeRO 2 and 3 equals one process'"
 pp --schedule 1f1b --zero 3 --recompute --metrics "$d/prc.jsonl" --export "$d/prc.st"
-same "dp 2 x pp 2 1f1b ZeRO-3 --recompute vs one process" "$d/prc.jsonl" "$d/pref.jsonl"
-st "dp 2 x pp 2 1f1b ZeRO-3 --recompute vs one process" "$d/prc.st" "$d/pref.st" 1e-5
+same --tol 1e-5 "dp 2 x pp 2 1f1b ZeRO-3 --recompute vs one process" "$d/prc.jsonl" "$d/pref.jsonl" \
+    "$d/prc.st" "$d/pref.st"
 for z in 2 3; do # checkpoints: on their own layout bit for bit, onto one process, and back
     pp --schedule gpipe --zero $z --resume "$d/cp${z}gpipe/step_00000002" \
-        --metrics "$d/pr.jsonl" --export "$d/pr.st"
+        --metrics "$d/pr$z.jsonl" --export "$d/pr.st"
     grep -v val_loss "$d/p$z.jsonl" | tail -n 3 > "$d/pztail.jsonl"
-    same "dp 2 x pp 2 ZeRO-$z checkpoint -> itself (bit-identical)" "$d/pr.jsonl" \
-        "$d/pztail.jsonl" 0
-    st "dp 2 x pp 2 ZeRO-$z checkpoint -> itself (bit-identical)" "$d/pr.st" "$d/p${z}gpipe.st" 0
+    same "dp 2 x pp 2 ZeRO-$z checkpoint -> itself (bit-identical)" "$d/pr$z.jsonl" \
+        "$d/pztail.jsonl" "$d/pr.st" "$d/p${z}gpipe.st"
     $LOOM train $pf --grad-accum 6 --resume "$d/cp${z}gpipe/step_00000002" \
-        --metrics "$d/pr1.jsonl" 2>/dev/null
-    same "dp 2 x pp 2 ZeRO-$z checkpoint -> one process" "$d/pr1.jsonl" "$d/ptail.jsonl"
+        --metrics "$d/pr1$z.jsonl" 2>/dev/null
+    same --tol 1e-5 "dp 2 x pp 2 ZeRO-$z checkpoint -> one process" "$d/pr1$z.jsonl" "$d/ptail.jsonl"
 done
 pp --schedule 1f1b --zero 3 --resume "$d/pone/step_00000002" --metrics "$d/p1to3.jsonl"
-same "one-process checkpoint -> dp 2 x pp 2 ZeRO-3" "$d/p1to3.jsonl" "$d/ptail.jsonl"
+same --tol 1e-5 "one-process checkpoint -> dp 2 x pp 2 ZeRO-3" "$d/p1to3.jsonl" "$d/ptail.jsonl"
 # with 1D tensor parallelism in every stage (8 ranks) and with context parallelism
 tf="--data $d/v300.bin --vocab 300 --block-size 64 --seq 32 --layers 2 --heads 4 --dim 32
     --lr 3e-3 --warmup 2 --weight-decay 0.1 --grad-clip 0.5 --progress off --seed 5 --batch 2
@@ -125,9 +114,9 @@ for par in "--tp 2" "--cp 2"; do
         $MPI -np 8 $LOOM train $tf --grad-accum 2 --dp 2 --pp 2 $par --zero $z \
             --metrics "$d/t$z.jsonl" --export "$d/t$z.st" 2>/dev/null
     done
-    same "dp 2 x pp 2 x ${par#--} ZeRO-3 vs one process" "$d/t3.jsonl" "$d/tref.jsonl"
-    st "dp 2 x pp 2 x ${par#--} ZeRO-3 vs one process" "$d/t3.st" "$d/tref.st" 1e-5
-    st "dp 2 x pp 2 x ${par#--} ZeRO-3 vs ZeRO-1" "$d/t3.st" "$d/t1.st" 1e-5
+    same --tol 1e-5 "dp 2 x pp 2 x ${par#--} ZeRO-3 vs one process" "$d/t3.jsonl" "$d/tref.jsonl" \
+        "$d/t3.st" "$d/tref.st"
+    same_st --tol 1e-5 "dp 2 x pp 2 x ${par#--} ZeRO-3 vs ZeRO-1" "$d/t3.st" "$d/t1.st"
 done
 mf="${big/--layers 8/--layers 16} --grad-accum 2"
 dryg() { $LOOM train $mf "$@" --dry-run | sed -n 's/^per rank.*grads \([0-9.]*\) MiB.*/\1/p'; }
@@ -155,7 +144,7 @@ mem "dp 2 x pp 2 run's stage 0 grads (ZeRO-2 vs 1)" \
 mkshard "$d/other.bin" 300 60000 9
 $MPI -np 4 $LOOM train ${f/v300.bin/other.bin} --grad-accum 2 --dp 2 --tp 2 --zero 3 \
     --metrics "$d/neg.jsonl" 2>/dev/null
-if $REF compare-losses "$d/neg.jsonl" "$d/ref.jsonl" --tol 1e-5 > /dev/null 2>&1; then
+if same --tol 1e-5 "other data" "$d/neg.jsonl" "$d/ref.jsonl" > /dev/null; then
     echo "FAILED: the comparison passed on other data"; exit 1
 fi
 echo "negative control: other data fails the comparison"
