@@ -1,0 +1,167 @@
+// workspace.c — the workspace of activations (gpt.h's Workspace): how many floats a layer, the
+// head and the scratch need for a layout (whole, a tensor-parallel part, a sequence-parallel
+// part, a pipeline stage's range of blocks), and the buffers' creation, sharing and release.
+#include "gpt.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common.h"
+#include "block_impl.h"
+
+// A layer's saved activations; tp > 1: a tensor-parallel rank's (its heads and MLP columns),
+// whose LayerNorm/residual regions hold R = B·T/tp rows with sequence parallelism (else B·T).
+// att: what the backend's attention backward needs (the CPU: (B,NH,T) row statistics).
+static size_t layer_act_floats_tp(const GPTConfig *c, const Backend *be, int tp, size_t R, int B,
+                                  int T) {
+    if (gpt_is_llama(c)) return llama_layer_act_floats(c, be, tp, R, B, T);
+    size_t BT = (size_t)B * T, C = (size_t)c->C, Cl = C / (size_t)tp;
+    // ln1, res2, ln2 | qkv, atty, fch, fch_gelu | 2×(mean, rstd) | att
+    return R * 3 * C + BT * (3 * Cl + Cl + 4 * Cl + 4 * Cl) + 4 * R +
+           be->attention_saved_floats(B, T, c->H / tp, c->C / c->H);
+}
+static size_t layer_act_floats(const GPTConfig *c, const Backend *be, int B, int T) {
+    return layer_act_floats_tp(c, be, 1, (size_t)B * T, B, T);
+}
+
+// The head's: lnf, mean, rstd (of R rows), logits/probs of `rows` vocabulary rows, losses (and,
+// with tensor parallelism, the cross-entropy's per-row max and (sum, target logit) partials).
+static size_t head_floats_tp(const GPTConfig *c, int rows, int tp, size_t R, int B, int T) {
+    size_t BT = (size_t)B * T;
+    return R * c->C + 2 * R + BT * (size_t)rows + BT + (tp > 1 ? 3 * BT : 0);
+}
+static size_t head_floats(const GPTConfig *c, int B, int T) {
+    return head_floats_tp(c, c->V, 1, (size_t)B * T, B, T);
+}
+
+// The layer backward's and the head's scratch: (B,T,7C) for GPT-2; sp: a sequence-parallel part's.
+static size_t scratch_floats(const GPTConfig *c, size_t BT, int sp) {
+    return gpt_is_llama(c) ? llama_scratch_floats(c, BT, sp) : BT * 7 * (size_t)c->C;
+}
+
+size_t workspace_floats(const GPTConfig *c, const Backend *be, int B, int T, int recompute) {
+    size_t BT = (size_t)B * T, C = (size_t)c->C;
+    size_t slots = recompute ? 1 : (size_t)c->L;
+    return (size_t)(c->L + 1) * BT * C + slots * layer_act_floats(c, be, B, T) +
+           head_floats(c, B, T) + BT * C + scratch_floats(c, BT, 0);
+}
+
+size_t workspace_shared_floats(const GPTConfig *c, const Backend *be, int B, int T, int recompute) {
+    size_t BT = (size_t)B * T;
+    return head_floats(c, B, T) + scratch_floats(c, BT, 0) +
+           (recompute ? layer_act_floats(c, be, B, T) : 0);
+}
+
+size_t workspace_own_floats(const GPTConfig *c, const Backend *be, int B, int T, int recompute) {
+    size_t BT = (size_t)B * T, C = (size_t)c->C;
+    return (size_t)(c->L + 3) * BT * C + BT * C +
+           (recompute ? 0 : (size_t)c->L * layer_act_floats(c, be, B, T));
+}
+
+int workspace_create_sharing(Workspace *ws, const GPT *m, const Workspace *share) {
+    const GPTConfig *c = &m->cfg;
+    int B = share->B, T = share->T, rc = share->recompute;
+    size_t BT = (size_t)B * T;
+    *ws = *share;
+    ws->shares = 1;
+    ws->stream = m->be->alloc((size_t)(share->b1 - share->b0 + 1) * BT * c->C);
+    ws->dstream = m->be->alloc(BT * c->C);
+    if (!rc) ws->layer = m->be->alloc((size_t)c->L * ws->layer_stride);
+    ws->tokens = xcalloc(BT, sizeof(int));
+    ws->targets = xcalloc(BT, sizeof(int));
+    ws->floats = workspace_own_floats(c, m->be, B, T, rc);
+    return 0;
+}
+
+int workspace_create(Workspace *ws, const GPT *m, int B, int T, int recompute) {
+    return workspace_create_range(ws, m, B, T, recompute, 0, m->nblocks);
+}
+
+int workspace_create_range(Workspace *ws, const GPT *m, int B, int T, int recompute, int b0,
+                           int b1) {
+    const GPTConfig *c = &m->cfg;
+    if (T > c->maxT) return loom_fail("--seq %d is longer than --block-size %d", T, c->maxT);
+    if (B < 1 || T < 1) return loom_fail("--batch and --seq must be >= 1");
+    int tp = m->tp.n > 1 ? m->tp.n : 1, sp = tp > 1 && m->tp.sp;
+    if (sp && T % tp)
+        return loom_fail("--sp splits every sequence over the tensor-parallel group: --seq %d is "
+                         "not divisible by --tp %d",
+                         T, tp);
+    memset(ws, 0, sizeof *ws);
+    ws->B = B;
+    ws->T = T;
+    ws->recompute = recompute;
+    ws->b0 = b0;
+    ws->b1 = b1;
+    // R: rows of the residual stream and LayerNorm regions (sequence parallelism: B·T/tp)
+    size_t BT = (size_t)B * T, C = (size_t)c->C, R = sp ? BT / (size_t)tp : BT;
+    // layers l live in blocks l+1; this workspace holds layers [b0-1, b1-1) ∩ [0, L)
+    int l0 = b0 - 1 < 0 ? 0 : b0 - 1, l1 = b1 - 1 > c->L ? c->L : b1 - 1;
+    int nl = l1 > l0 ? l1 - l0 : 0;
+    size_t hf = b1 == m->nblocks ? workspace_head_floats(m, B, T) : 1;
+    ws->layer0 = l0;
+    ws->layer_stride = workspace_layer_floats(m, B, T);
+    ws->stream = m->be->alloc((size_t)(b1 - b0 + 1) * R * C);
+    ws->layer = m->be->alloc((recompute ? 1 : (size_t)(nl ? nl : 1)) * ws->layer_stride);
+    ws->head = m->be->alloc(hf);
+    ws->dstream = m->be->alloc(R * C);
+    ws->scratch = m->be->alloc(scratch_floats(c, BT, m->tp.n > 1 && m->tp.sp));
+    if (gpt_is_llama(c)) {
+        ws->rope_pos = xcalloc((size_t)T, sizeof(int));
+        ws->rope_freq = xcalloc((size_t)(c->C / c->H / 2), sizeof(float));
+        llama_rope_tables(ws->rope_pos, ws->rope_freq, c, T, &m->cp);
+    }
+    ws->tokens = xcalloc(BT, sizeof(int));
+    ws->targets = xcalloc(BT, sizeof(int));
+    ws->floats = workspace_range_floats(m, B, T, recompute, b0, b1);
+    return 0;
+}
+
+// Rows of the residual stream and LayerNorm regions: B·T, or B·T/tp with sequence parallelism.
+static size_t held_rows(const GPT *m, int B, int T) {
+    size_t BT = (size_t)B * T;
+    return m->tp.n > 1 && m->tp.sp ? BT / (size_t)m->tp.n : BT;
+}
+
+size_t workspace_layer_floats(const GPT *m, int B, int T) {
+    return layer_act_floats_tp(&m->cfg, m->be, m->tp.n > 1 ? m->tp.n : 1, held_rows(m, B, T), B, T);
+}
+
+size_t workspace_head_floats(const GPT *m, int B, int T) {
+    return head_floats_tp(&m->cfg, gpt_logit_rows(m), m->tp.n > 1 ? m->tp.n : 1, held_rows(m, B, T),
+                          B, T);
+}
+
+size_t workspace_range_floats(const GPT *m, int B, int T, int recompute, int b0, int b1) {
+    const GPTConfig *c = &m->cfg;
+    size_t BT = (size_t)B * T, C = (size_t)c->C, R = held_rows(m, B, T);
+    int l0 = b0 - 1 < 0 ? 0 : b0 - 1, l1 = b1 - 1 > c->L ? c->L : b1 - 1;
+    int nl = l1 > l0 ? l1 - l0 : 0;
+    size_t hf = b1 == m->nblocks ? workspace_head_floats(m, B, T) : 1;
+    return (size_t)(b1 - b0 + 1) * R * C +
+           (recompute ? 1 : (size_t)(nl ? nl : 1)) * workspace_layer_floats(m, B, T) + hf + R * C +
+           scratch_floats(c, BT, m->tp.n > 1 && m->tp.sp);
+}
+
+void workspace_free(Workspace *ws, const GPT *m) {
+    const Backend *be = m->be;
+    be->release(ws->stream);
+    be->release(ws->dstream);
+    if (!ws->shares || !ws->recompute) be->release(ws->layer);
+    if (!ws->shares) {
+        be->release(ws->head), be->release(ws->scratch);
+        free(ws->rope_pos), free(ws->rope_freq);
+    }
+    free(ws->tokens);
+    free(ws->targets);
+    memset(ws, 0, sizeof *ws);
+}
+
+float *workspace_probs(const Workspace *ws, const GPT *m) {
+    size_t R = workspace_rows(ws, m);
+    return ws->head + R * m->cfg.C + 2 * R;
+}
+
+float *workspace_stream(const Workspace *ws, const GPT *m, int l) {
+    return ws->stream + (size_t)(l - (ws->b0 - 1)) * workspace_rows(ws, m) * m->cfg.C;
+}
