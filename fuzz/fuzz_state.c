@@ -1,4 +1,4 @@
-// fuzz_state.c — CO2 per-rank state files (state_file_read in src/io/checkpoint.c). The first
+// fuzz_state.c — CO2 per-rank state files (state_file_read in src/io/state_file.c). The first
 // input byte picks what the reader expects (kind, rank, array lengths) and whether the harness
 // rewrites the CRC field to match the rest (otherwise the fuzzer could rarely get past the
 // checksum); the remaining bytes are the file.

@@ -14,6 +14,7 @@
 #include "../common.h"
 #include "../testhooks.h"
 #include "ckpt_manifest.h"
+#include "ckpt_stream.h"
 #include "weights.h"
 
 static int fsync_dir(const char *dir) {
@@ -134,14 +135,10 @@ static void ckpt_prune(const char *dir, int keep, const char *latest) {
 
 // ---------------------------------------------------------------- saving
 
-// Floats moved per piece when a shard is streamed to or from backend memory.
-#define STREAM_FLOATS ((size_t)1 << 20)
-
-// Appends n floats of src (backend memory when be is set) to o, updating crc.
-static int write_array(AtomicOut *o, const CkptShard *sh, int a, const float *src, size_t n,
-                       uint32_t *crc, float *buf) {
-    for (size_t k = 0; k < n && !o->failed; k += STREAM_FLOATS) {
-        size_t c = n - k < STREAM_FLOATS ? n - k : STREAM_FLOATS;
+int ckpt_write_array(AtomicOut *o, const CkptShard *sh, int a, const float *src, size_t n,
+                     uint32_t *crc, float *buf) {
+    for (size_t k = 0; k < n && !o->failed; k += CKPT_STREAM_FLOATS) {
+        size_t c = n - k < CKPT_STREAM_FLOATS ? n - k : CKPT_STREAM_FLOATS;
         const float *p = buf;
         if (sh->fetch) {
             if (sh->fetch(sh->fetch_ctx, a, sh->lo + k, c, buf)) return -1;
@@ -162,10 +159,10 @@ static int write_shard(const char *path, int rank, int step, const CkptShard *sh
     const float *arrays[4] = {sh->params, sh->m, sh->v, sh->prev};
     AtomicOut o;
     if (aout_open(&o, path)) return -1;
-    float *buf = sh->be || sh->fetch ? xmalloc(STREAM_FLOATS * sizeof(float)) : NULL;
+    float *buf = sh->be || sh->fetch ? xmalloc(CKPT_STREAM_FLOATS * sizeof(float)) : NULL;
     *crc = 0;
     for (size_t a = 0; a < k; a++) {
-        if (write_array(&o, sh, (int)a, arrays[a], n, crc, buf)) {
+        if (ckpt_write_array(&o, sh, (int)a, arrays[a], n, crc, buf)) {
             free(buf);
             aout_abort(&o);
             return -1;
@@ -315,7 +312,7 @@ void checkpoint_meta_free(CkptMeta *meta) {
     meta->train_args = NULL;
 }
 
-// Streams shard file e through buf (STREAM_FLOATS floats), checking its size and CRC-32, and
+// Streams shard file e through buf (CKPT_STREAM_FLOATS floats), checking its size and CRC-32, and
 // copies what w wants of each of its arrays. Returns 0 or -1 (loom_errmsg names the file).
 static int read_entry(const char *step_dir, const CkptEntry *e, CkptWant *w, float *buf) {
     char path[4200];
@@ -328,8 +325,8 @@ static int read_entry(const char *step_dir, const CkptEntry *e, CkptWant *w, flo
                  : loom_fail("%s: %" PRIu64 " bytes, expected %zu (changed while reading?)", path,
                              f.size, total * sizeof(float));
     uint32_t crc = 0;
-    for (size_t f0 = 0; f0 < total && !rc; f0 += STREAM_FLOATS) {
-        size_t c = total - f0 < STREAM_FLOATS ? total - f0 : STREAM_FLOATS;
+    for (size_t f0 = 0; f0 < total && !rc; f0 += CKPT_STREAM_FLOATS) {
+        size_t c = total - f0 < CKPT_STREAM_FLOATS ? total - f0 : CKPT_STREAM_FLOATS;
         if ((rc = rfile_read(&f, (uint64_t)f0 * sizeof(float), buf, c * sizeof(float)))) break;
         crc = crc32_update(crc, buf, c * sizeof(float));
         for (int a = 0; a < e->arrays; a++) { // array a holds file floats [a·cnt, (a+1)·cnt)
@@ -368,7 +365,7 @@ int checkpoint_read_into(const char *step_dir, size_t nparams, CkptWant *w) {
         if (w->lo[a] > w->hi[a] || w->hi[a] > nparams ||
             (w->hi[a] > w->lo[a] && !w->dst[a] && !w->store))
             rc = loom_fail("%s: requested ranges outside [0, %zu)", mf.path, nparams);
-    float *buf = xmalloc(STREAM_FLOATS * sizeof(float));
+    float *buf = xmalloc(CKPT_STREAM_FLOATS * sizeof(float));
     for (int i = 0; i < mf.n && !rc; i++) {
         const CkptEntry *e = &mf.e[i];
         if (i && e->lo == mf.e[i - 1].lo && e->hi == mf.e[i - 1].hi) continue; // a replica
@@ -396,134 +393,4 @@ int checkpoint_read_prev(const char *step_dir, size_t nparams, size_t lo, size_t
     CkptWant w = {.lo = {0, 0, 0, lo}, .hi = {0, 0, 0, hi}, .dst = {NULL, NULL, NULL, prev}};
     if (checkpoint_read_into(step_dir, nparams, &w)) return -1;
     return w.no_prev;
-}
-
-// ---------------------------------------------------------------- per-rank state files
-
-#define STATE_MAGIC "LOOMST1"
-typedef struct {
-    char magic[8], kind[16];
-    int32_t rank, nranks, narrays;
-    uint32_t crc; // over the lengths and the arrays
-} StateHeader;
-
-static int state_write(const char *path, const char *kind, int rank, int nranks,
-                       const float *const *arrays, const size_t *lens, int n,
-                       const CkptShard *via) {
-    StateHeader h = {.rank = rank, .nranks = nranks, .narrays = n};
-    memcpy(h.magic, STATE_MAGIC, 8);
-    snprintf(h.kind, sizeof h.kind, "%s", kind);
-    uint64_t *ln = xcalloc((size_t)n + 1, sizeof *ln);
-    for (int i = 0; i < n; i++)
-        ln[i] = lens[i];
-    AtomicOut o;
-    if (aout_open(&o, path)) return free(ln), -1;
-    // the header's CRC covers what follows it: written last, over the placeholder
-    aout_write(&o, &h, sizeof h);
-    aout_write(&o, ln, (size_t)n * sizeof *ln);
-    uint32_t crc = crc32_update(0, ln, (size_t)n * sizeof *ln);
-    float *buf = via->be || via->fetch ? xmalloc(STREAM_FLOATS * sizeof(float)) : NULL;
-    int rc = 0;
-    for (int i = 0; i < n && !rc; i++)
-        rc = write_array(&o, via, i, arrays ? arrays[i] : NULL, lens[i], &crc, buf);
-    free(buf), free(ln);
-    if (rc) {
-        aout_abort(&o);
-        return -1;
-    }
-    h.crc = crc;
-    if (!o.failed && (fseek(o.fp, 0, SEEK_SET) || fwrite(&h, sizeof h, 1, o.fp) != 1)) {
-        aout_abort(&o);
-        return loom_fail("%s: write failed: %s", path, strerror(errno));
-    }
-    return aout_commit(&o);
-}
-
-int state_file_write(const char *path, const char *kind, int rank, int nranks,
-                     const float *const *arrays, const size_t *lens, int n, const Backend *be) {
-    CkptShard via = {.be = be};
-    return state_write(path, kind, rank, nranks, arrays, lens, n, &via);
-}
-
-int state_file_write_fn(const char *path, const char *kind, int rank, int nranks,
-                        const size_t *lens, int n,
-                        int (*fetch)(void *ctx, int array, size_t at, size_t n, float *dst),
-                        void *ctx) {
-    CkptShard via = {.fetch = fetch, .fetch_ctx = ctx};
-    return state_write(path, kind, rank, nranks, NULL, lens, n, &via);
-}
-
-// The header and array lengths of a state file, checked against what the reader expects.
-static int state_check(const RFile *f, const char *kind, int rank, int nranks, const size_t *lens,
-                       int n, uint32_t *crc) {
-    const char *path = f->path;
-    StateHeader h;
-    uint64_t want = sizeof h + (uint64_t)n * sizeof(uint64_t);
-    for (int i = 0; i < n; i++)
-        want += lens[i] * sizeof(float);
-    if (f->size < sizeof h || rfile_read(f, 0, &h, sizeof h) || memcmp(h.magic, STATE_MAGIC, 8))
-        return loom_fail("%s: not a loom state file", path);
-    h.kind[sizeof h.kind - 1] = 0;
-    if (strcmp(h.kind, kind))
-        return loom_fail("%s: holds '%s' state, '%s' expected", path, h.kind, kind);
-    if (h.rank != rank || h.nranks != nranks)
-        return loom_fail("%s: written by rank %d of %d, read by rank %d of %d", path, h.rank,
-                         h.nranks, rank, nranks);
-    if (h.narrays != n || f->size != want)
-        return loom_fail("%s: %" PRIu64 " bytes with %d arrays; %" PRIu64 " bytes with %d arrays "
-                         "expected (model shape or layout differs)",
-                         path, f->size, h.narrays, want, n);
-    uint64_t *ln = xcalloc((size_t)n + 1, sizeof *ln);
-    int rc = rfile_read(f, sizeof h, ln, (size_t)n * sizeof *ln);
-    for (int i = 0; i < n && !rc; i++)
-        if (ln[i] != lens[i])
-            rc = loom_fail("%s: array %d has %llu values, %zu expected", path, i,
-                           (unsigned long long)ln[i], lens[i]);
-    *crc = crc32_update(0, ln, (size_t)n * sizeof *ln);
-    free(ln);
-    return rc;
-}
-
-static int state_read(const char *path, const char *kind, int rank, int nranks,
-                      float *const *arrays, const size_t *lens, int n, const CkptWant *via) {
-    const Backend *be = via->be;
-    RFile f;
-    if (rfile_open(&f, path)) return -1;
-    uint32_t crc = 0;
-    StateHeader h;
-    int rc = state_check(&f, kind, rank, nranks, lens, n, &crc);
-    if (!rc) rc = rfile_read(&f, 0, &h, sizeof h);
-    uint64_t off = sizeof h + (uint64_t)n * sizeof(uint64_t);
-    float *buf = xmalloc(STREAM_FLOATS * sizeof(float));
-    for (int i = 0; i < n && !rc; i++)
-        for (size_t k = 0; k < lens[i] && !rc; k += STREAM_FLOATS) { // streamed, then checked
-            size_t c = lens[i] - k < STREAM_FLOATS ? lens[i] - k : STREAM_FLOATS;
-            if ((rc = rfile_read(&f, off, buf, c * sizeof(float)))) break;
-            crc = crc32_update(crc, buf, c * sizeof(float));
-            if (via->store)
-                rc = via->store(via->store_ctx, i, k, c, buf);
-            else if (be)
-                be->upload(arrays[i] + k, buf, c);
-            else
-                memcpy(arrays[i] + k, buf, c * sizeof(float));
-            off += c * sizeof(float);
-        }
-    free(buf);
-    rfile_close(&f);
-    if (!rc && crc != h.crc) rc = loom_fail("%s: checksum mismatch (corrupted file)", path);
-    return rc;
-}
-
-int state_file_read(const char *path, const char *kind, int rank, int nranks, float *const *arrays,
-                    const size_t *lens, int n, const Backend *be) {
-    CkptWant via = {.be = be};
-    return state_read(path, kind, rank, nranks, arrays, lens, n, &via);
-}
-
-int state_file_read_fn(const char *path, const char *kind, int rank, int nranks, const size_t *lens,
-                       int n,
-                       int (*store)(void *ctx, int array, size_t at, size_t n, const float *src),
-                       void *ctx) {
-    CkptWant via = {.store = store, .store_ctx = ctx};
-    return state_read(path, kind, rank, nranks, NULL, lens, n, &via);
 }
