@@ -1,4 +1,4 @@
-// fuzz_wire.c — the swarm's messages (src/swarm/wire.c): wire_decode on the input as one
+// fuzz_wire.c — the swarm's messages (src/swarm/wire_decode.c): wire_decode on the input as one
 // message. A rejection must come with a reason. An accepted message has every float and double
 // it carries read (ASan sees any pointer outside the input), and wire_encode of it must give
 // back exactly the input (the encoding is canonical), with wire_size its length; else abort.
