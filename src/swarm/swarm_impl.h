@@ -1,5 +1,6 @@
 // swarm_impl.h — what swarm.c (thread, API, gossip), swarm_round.c (Δs, HAVE, COMMIT, the
-// average) and swarm_join.c (HELLO, snapshots, fetches) share. Not for other files.
+// average), swarm_send.c (the Δ pieces sent) and swarm_join.c (HELLO, snapshots, fetches)
+// share. Not for other files.
 // Everything here is guarded by Swarm.mu; the network thread holds it while it handles
 // messages, the training thread takes it briefly.
 #pragma once
@@ -183,9 +184,7 @@ void sw_buf_put(Swarm *s, float *b);
 void sw_on_delta(Swarm *s, const WireMsg *m);
 void sw_on_have(Swarm *s, const WireMsg *m);
 void sw_on_commit(Swarm *s, const WireMsg *m);
-void sw_round_tick(Swarm *s);                         // HAVE resends, commits, Δ send jobs
-void sw_new_peer(Swarm *s, const char *id);           // queue the Δs in flight to a newcomer
-void sw_send_delta_piece(Swarm *s, const WireMsg *m); // FETCH of WIRE_ARR_DELTA
+void sw_round_tick(Swarm *s); // HAVE resends, commits, Δ send jobs
 
 // This peer's Δ of round r (copied) and its local losses; with --outer-compress int8 also its
 // codes and scales (taken over: freed with the round).
@@ -204,8 +203,19 @@ int sw_answer_gone(Swarm *s, const WireMsg *m, const Slot *old);
 HaveRep *sw_record_report(Slot *sl, const WireMsg *m);
 // The contribution of id to the round (create: 1 with a buffer for its pieces, 2 without).
 Contrib *sw_contrib(Swarm *s, Slot *sl, const char *id, int create);
-void sw_add_job(Swarm *s, const char *to, int64_t r, int kind, size_t lo, size_t hi, uint32_t att);
 void sw_send_commit(Swarm *s, Slot *sl, const char *to, uint32_t attempt);
+// 1 if id is one of ids[0, n).
+int sw_has_id(PeerId *ids, int n, const char *id);
+
+// swarm_send.c
+void sw_add_job(Swarm *s, const char *to, int64_t r, int kind, size_t lo, size_t hi, uint32_t att);
+void sw_new_peer(Swarm *s, const char *id);           // queue the Δs in flight to a newcomer
+void sw_send_delta_piece(Swarm *s, const WireMsg *m); // FETCH of WIRE_ARR_DELTA
+// Sends pending Δ pieces until every peer's queue is full or SW_BURST pieces went (mu held).
+void sw_pump_jobs(Swarm *s);
+// Asks the senders of the Δs of sl that it holds (their HAVE says so) but that stalled here
+// for SW_FETCH_RETRY seconds for the missing pieces.
+void sw_repair(Swarm *s, Slot *sl, double now);
 
 // swarm_shard.c (--peer-exchange sharded)
 void sw_shard_on_part(Swarm *s, const WireMsg *m);   // DELTA* with a slice part

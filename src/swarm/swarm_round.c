@@ -1,6 +1,7 @@
 // swarm_round.c — one round's average (see swarm.h): the Δs each peer sends and collects, the
 // HAVE reports, the commit of the round's set by the lowest live participant, the average
-// summed in id order (or fetched when a Δ of the set is missing here).
+// summed in id order (or fetched when a Δ of the set is missing here). Sending the Δ's pieces:
+// swarm_send.c.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,28 +70,6 @@ Contrib *sw_contrib(Swarm *s, Slot *sl, const char *id, int create) {
     if (create == 1) c->delta = sw_buf_get(s); // (not zeroed: its pieces fill it)
     c->got = xcalloc(s->nchunks, 1);           // (per piece; sharded: per chunk)
     return c;
-}
-
-void sw_add_job(Swarm *s, const char *to, int64_t r, int kind, size_t lo, size_t hi, uint32_t att) {
-    if (s->njobs == s->capjobs) {
-        s->capjobs = s->capjobs ? 2 * s->capjobs : 16;
-        SendJob *j = xcalloc((size_t)s->capjobs, sizeof *j);
-        if (s->njobs) memcpy(j, s->jobs, sizeof *j * (size_t)s->njobs);
-        free(s->jobs);
-        s->jobs = j;
-    }
-    SendJob *j = &s->jobs[s->njobs++];
-    snprintf(j->to, sizeof j->to, "%s", to);
-    j->round = r, j->next = lo, j->kind = kind, j->lo = lo, j->hi = hi, j->att = att;
-}
-
-void sw_new_peer(Swarm *s, const char *id) {
-    if (s->c.exchange) return; // (sharded: it gets the slice sums it reports lacking)
-    for (int i = 0; i < SW_SLOTS; i++) {
-        Slot *sl = &s->slot[i];
-        if (sl->round && !sl->committed && sw_contrib(s, sl, s->id, 0))
-            sw_add_job(s, id, sl->round, 0, 0, 0, 0);
-    }
 }
 
 // The ids whose whole Δ of this round is here, sorted (into ids; returns the count).
@@ -257,7 +236,7 @@ HaveRep *sw_report(Slot *sl, const char *from, int create) {
     return h;
 }
 
-static int has_id(PeerId *ids, int n, const char *id) {
+int sw_has_id(PeerId *ids, int n, const char *id) {
     for (int i = 0; i < n; i++)
         if (!strcmp(ids[i], id)) return 1;
     return 0;
@@ -305,7 +284,7 @@ static void try_commit(Swarm *s, Slot *sl) {
     for (int p = 0; p < nl && ok && all; p++) {
         HaveRep *h = p == 0 ? NULL : sw_report(sl, L[p], 0);
         for (int q = 0; q < nl && ok; q++)
-            ok = p == 0 ? has_id(mine, nm, L[q]) : has_id(h->ids, h->nids, L[q]);
+            ok = p == 0 ? sw_has_id(mine, nm, L[q]) : sw_has_id(h->ids, h->nids, L[q]);
     }
     // Everyone has computed its Δ but some never reach some peer (a one-way link): after a
     // deadline generous for a slow link (10 Mbit/s for every Δ), commit what they all hold.
@@ -319,7 +298,7 @@ static void try_commit(Swarm *s, Slot *sl) {
             int in = 1;
             for (int p = 1; p < nl && in; p++) {
                 HaveRep *h = sw_report(sl, L[p], 0);
-                in = has_id(h->ids, h->nids, mine[i]);
+                in = sw_has_id(h->ids, h->nids, mine[i]);
             }
             if (in) memcpy(sl->set[sl->nset++], mine[i], sizeof(PeerId));
         }
@@ -376,73 +355,8 @@ void sw_on_commit(Swarm *s, const WireMsg *m) {
     finish_commit(s, sl);
 }
 
-// Sends the pending Δ pieces, one piece per peer per pass, until every queue is full.
-// (At most SW_BURST pieces per call: the network thread holds Swarm.mu meanwhile, and the
-// training thread must not wait long for it.)
-static void pump_jobs(Swarm *s) {
-    for (int moved = 1, sent = 0; moved && sent < SW_BURST;) {
-        moved = 0;
-        for (int j = 0; j < s->njobs;) {
-            SendJob *jb = &s->jobs[j];
-            int rc = jb->kind ? sw_shard_job(s, jb) : 0;
-            if (rc < 0) {
-                s->jobs[j] = s->jobs[--s->njobs];
-                continue;
-            }
-            if (jb->kind) {
-                moved |= rc, sent += rc, j++;
-                continue;
-            }
-            Slot *sl = sw_slot(s, jb->round, 0);
-            Contrib *c = sl && !sl->committed ? sw_contrib(s, sl, s->id, 0) : NULL;
-            if (!c || jb->next == s->npieces) {
-                s->jobs[j] = s->jobs[--s->njobs];
-                continue;
-            }
-            if (!net_writable(s->net, jb->to)) { // its queue is full: encode nothing yet
-                j++;
-                continue;
-            }
-            int type = sw_piece_msg(s, c, jb->next);
-            if (sw_send(s, jb->to, type, jb->round) == NET_OK) jb->next++, moved = 1, sent++;
-            j++;
-        }
-    }
-}
-
-// A piece of this peer's own Δ of a round, asked for by a peer that lacks it.
-void sw_send_delta_piece(Swarm *s, const WireMsg *m) {
-    Slot *sl = sw_slot(s, m->round, 0);
-    Contrib *c = sl && !sl->committed ? sw_contrib(s, sl, s->id, 0) : NULL;
-    if (!c || m->total != s->P || m->offset % SW_PIECE || m->offset >= s->P) return;
-    int type = sw_piece_msg(s, c, m->offset / SW_PIECE);
-    sw_send(s, m->from, type, m->round);
-}
-
-// A Δ this peer lacks although its sender holds it (its HAVE says so) and no piece of it came
-// for SW_FETCH_RETRY seconds (it was sent before this peer could take it, or pieces were
-// lost): ask the sender for the missing pieces.
-static void repair(Swarm *s, Slot *sl, double now) {
-    for (int i = 0; i < sl->nhv; i++) {
-        HaveRep *h = &sl->hv[i];
-        if (!has_id(h->ids, h->nids, h->from)) continue; // it has not contributed (yet)
-        Contrib *c = sw_contrib(s, sl, h->from, 0);
-        if (c && c->complete) continue;
-        double last = c ? c->last : sl->born;
-        if (now - last < SW_FETCH_RETRY || now - h->asked < SW_FETCH_RETRY) continue;
-        h->asked = now;
-        for (size_t k = 0; k < s->npieces; k++) {
-            if (c && c->got[k]) continue;
-            WireMsg *o = s->out;
-            o->what = WIRE_ARR_DELTA, o->offset = k * SW_PIECE, o->total = s->P;
-            o->n = (uint32_t)(s->P - o->offset < SW_PIECE ? s->P - o->offset : SW_PIECE);
-            if (sw_send(s, h->from, WIRE_FETCH, sl->round) != NET_OK) break;
-        }
-    }
-}
-
 void sw_round_tick(Swarm *s) {
-    pump_jobs(s);
+    sw_pump_jobs(s);
     double now = now_sec();
     for (int i = 0; i < SW_SLOTS; i++) {
         Slot *sl = &s->slot[i];
@@ -462,7 +376,7 @@ void sw_round_tick(Swarm *s) {
         }
         if (sl->want && !sl->avg_ready && now - sl->have_at >= SW_TICK) {
             sl->have_at = now;
-            if (!sl->committed) repair(s, sl, now);
+            if (!sl->committed) sw_repair(s, sl, now);
             if (sl->committed && !f->active) finish_commit(s, sl);
             if (!sl->committed) send_have(s, sl, NULL);
             try_commit(s, sl);
