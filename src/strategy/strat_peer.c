@@ -8,7 +8,8 @@
 // A stop signal (stop.h) is this peer's own business: it stops at the next round end when the
 // round's remaining steps fit well within the grace period, else at once; either way it saves
 // the state of its last round end (a peer's work between round ends exists only in its local
-// weights, which no resume uses) and leaves the swarm with a BYE.
+// weights, which no resume uses) and leaves the swarm with a BYE. The peer's state: strat_peer.h;
+// its checkpoint (save, resume): peer_ckpt.c.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,27 +23,6 @@
 #include "compose.h"
 #include "strat_peer.h"
 #include "strat_whole.h"
-
-typedef struct {
-    Whole w;
-    Swarm *sw;
-    CO2Config cc;
-    float *anchor, *mom, *avg; // host memory (P); Δ is formed in avg's (the swarm copies it)
-    float *ef;                 // --outer-compress int8|topk: the error feedback (P)
-    int64_t round;             // rounds ended
-    int64_t first_round;
-    uint64_t base;      // the first window of the current round
-    int pos, N;         // this peer's position among the round's participants, their count
-    int begun;          // the current round has begun (pos, N known)
-    StepRecord *rec[2]; // (tau) the records of this round [0] and the previous one [1], with
-    int n[2];           // their local losses
-    char (*extra)[256]; // (tau) metrics fields of the previous round's records
-    StrategyData data;  // the loop's data, with this peer's windows
-    const StrategyData *orig;
-    char *desc;     // the run description (joiners must match it)
-    double drain_s; // the wait for the last round's average, after the last step
-    double step_s;  // a running mean of the step time (whether a round end fits a stop's grace)
-} Peer;
 
 // Micro-batch j of step `step`: window base + (step − round start)·N·K + j·N + pos.
 static void peer_train(void *ctx, int step, int j, int *inputs, int *targets) {
@@ -81,9 +61,8 @@ static int peer_check(const StrategyConfig *c) {
 
 static int resync(Strategy *s, Peer *p);
 
-// x, the local weights: the model's parameters, or with --offload the swap tier's (the outer
-// state stays in host memory). x ← src (P floats); a tier failure fails the next step.
-static void x_set(Strategy *s, Peer *p, const float *src) {
+// x ← src (see strat_peer.h).
+void peer_x_set(Strategy *s, Peer *p, const float *src) {
     GPT *m = s->model;
     if (!p->w.sw)
         m->be->copy(m->params, src, m->nparams);
@@ -102,7 +81,6 @@ static float *x_delta(Strategy *s, Peer *p) {
     m->be->sub_scaled(p->avg, p->anchor, x, 1.0f, m->nparams);
     return p->avg;
 }
-static int64_t peer_resume(Strategy *s, Peer *p, int *has_avg);
 
 // m ← β·m + Δ̄/λ (clipped); a ← a − α·m over the whole model (co2.h's rule).
 static void outer_update(Strategy *s, Peer *p) {
@@ -182,7 +160,7 @@ static int round_end(Strategy *s, Peer *p, double *wait) {
     p->rec[0] = t, p->n[0] = 0;
     if (r == testhook_peer_diverge()) p->anchor[0] += 1e-3f; // LOOM_FAULT_DIVERGE
     swarm_anchor_hash(p->sw, r, swarm_hash(p->anchor, P));
-    x_set(s, p, p->anchor); // x ← a(r)
+    peer_x_set(s, p, p->anchor); // x ← a(r)
     p->begun = 0;
     return p->w.failed ? -1 : 0;
 }
@@ -197,7 +175,7 @@ static void adopt(Strategy *s, Peer *p, const SwarmState *st, const char *how) {
     p->base = st->window;
     p->n[0] = p->n[1] = 0;
     p->begun = 0;
-    x_set(s, p, p->anchor);
+    peer_x_set(s, p, p->anchor);
     int64_t start = p->round * c->tau;
     s->next_step = start < c->steps ? (int)start : c->steps; // the swarm's clock
     fprintf(stderr, "loom peer %s: %s the swarm at round %lld (step %d)\n", c->peer_id, how,
@@ -373,7 +351,7 @@ static void peer_drain(Strategy *s, int final) {
         exit(EXIT_IO);
     }
     p->drain_s = w;
-    x_set(s, p, p->anchor);
+    peer_x_set(s, p, p->anchor);
     if (p->w.failed) {
         fprintf(stderr, "loom peer %s: %s\n", s->cfg->peer_id, loom_errmsg());
         exit(EXIT_IO);
@@ -381,70 +359,6 @@ static void peer_drain(Strategy *s, int final) {
 }
 
 static double peer_evaluate(Strategy *s) { return whole_evaluate(s, &((Peer *)s->impl)->w); }
-
-// A peer's own state next to its checkpoint: the outer momentum and the average of the round
-// just ended (waited for), so that a resumed peer — or a swarm restarted from it — continues
-// exactly; the parameters there are the anchor, the moments this peer's own AdamW's.
-static int write_peer_file(const char *step_dir, void *ctx) {
-    Strategy *s = ctx;
-    Peer *p = s->impl;
-    char path[4300];
-    if (path_fmt(path, sizeof path, "%s/peer_state.bin", step_dir)) return -1;
-    const float *arrays[2] = {p->mom, p->avg};
-    size_t lens[2] = {s->model->nparams, s->model->nparams};
-    if (p->ef && peer_ef_save(step_dir, p->ef, s->model->nparams)) return -1;
-    return state_file_write(path, "peer", 0, 1, arrays, lens, 2, s->model->be);
-}
-
-static int peer_save(Strategy *s, const char *dir, CkptMeta *meta, int final, CkptExtraFn extra,
-                     void *extra_ctx, int keep) {
-    Peer *p = s->impl;
-    if (!final && p->n[0] > 0) { // stopped mid-round: the round's start, its latest moments
-        int at = (int)(p->round * s->cfg->tau);
-        fprintf(stderr,
-                "loom peer %s: stopped %d steps into round %lld: saving the state of its start "
-                "(step %d; those steps are trained again on resume)\n",
-                s->cfg->peer_id, p->n[0], (long long)p->round + 1, at);
-        x_set(s, p, p->anchor);
-        if (p->w.failed) return -1;
-        meta->step = at;
-        int *t = p->w.sw ? swap_opt_t(p->w.sw) : &p->w.opt.t;
-        if (*t > at) *t = at; // (whole_save records it; a count <= the step)
-    }
-    if (final || p->round < 1) // the final anchor (or nothing averaged yet): weights only
-        return whole_save(s, &p->w, dir, meta, 1, extra, extra_ctx, NULL, NULL, keep);
-    double mean[1];
-    int rc = swarm_average(p->sw, p->round, p->avg, mean, 0, NULL);
-    if (rc == SWARM_LOST) // the swarm moved on: this peer's state is not the swarm's
-        return whole_save(s, &p->w, dir, meta, 1, extra, extra_ctx, NULL, NULL, keep);
-    if (rc) return -1;
-    meta->co2_workers = 1, meta->co2_tau = s->cfg->tau;
-    return whole_save(s, &p->w, dir, meta, 1, extra, extra_ctx, write_peer_file, s, keep);
-}
-
-// --resume: the checkpoint's weights are the anchor a(r) and its moments this peer's (read by
-// whole_create); a peer's checkpoint also holds m(r) and round r's average. Returns the round
-// (the checkpoint's step / τ) or -1.
-static int64_t peer_resume(Strategy *s, Peer *p, int *has_avg) {
-    const StrategyConfig *c = s->cfg;
-    *has_avg = 0;
-    if (s->start % c->tau)
-        return loom_fail("%s: step %d is not a round end of --tau %d (a peer resumes at round "
-                         "ends)",
-                         s->resume_dir, s->start, c->tau);
-    char path[4300];
-    if (path_fmt(path, sizeof path, "%s/peer_state.bin", s->resume_dir)) return -1;
-    if (access(path, F_OK) == 0) {
-        float *arrays[2] = {p->mom, p->avg};
-        size_t lens[2] = {s->model->nparams, s->model->nparams};
-        if (state_file_read(path, "peer", 0, 1, arrays, lens, 2, s->model->be)) return -1;
-        *has_avg = 1;
-    } else {
-        fprintf(stderr, "loom peer %s: %s holds no peer state: new rounds start from its weights\n",
-                c->peer_id, s->resume_dir);
-    }
-    return s->start / c->tau;
-}
 
 static int peer_full_params(Strategy *s, float *host, int grads) {
     return whole_full_params(s, &((Peer *)s->impl)->w, host, grads);
