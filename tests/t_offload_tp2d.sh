@@ -4,8 +4,12 @@
 # moments through its own tier, the blocks communicating along the grid's rows and columns inside
 # as in memory. Against the in-memory run of the same layout, bit for bit (losses, gradient
 # norms, validation losses, exported weights): --tp 4 --tp-mode 2d (clipping on and off,
-# --recompute) and dp 2 x that (8 ranks), all with gradient accumulation K = 3, weight decay and
-# clipping active (the norms are above --grad-clip).
+# --recompute), dp 2 and dp 3 x that (8 and 12 ranks), all with gradient accumulation K = 3,
+# weight decay and clipping active (the norms are above --grad-clip). Over 3 replicas the sum's
+# bits depend on the order each element's terms are added in: with the MPI library's
+# all-reduce forced to a ring (whose order depends on the element's offset in the message), dp 3
+# swapped still equals dp 3 in memory (both sum each block in a call of its own), and the negative
+# control: the ring's in-memory run differs from the default's (the comparison sees the order).
 # Checkpoints: an offloaded 2D run's mid-run checkpoint resumes with and without --offload (and
 # an in-memory one with it) onto the uninterrupted run's bytes.
 # The budget binds: a part whose training state (54 MiB per rank) and start-up staging take the
@@ -30,7 +34,7 @@ mrun() { # NAME NP FLAGS...
         2>"$d/$name.err" || { cat "$d/$name.err"; exit 1; }
 }
 clean() { [ -z "$(ls -A "$d/off")" ] || { echo "$1: scratch files left in --offload-dir"; exit 1; }; }
-for lay in "4:$g" "4:$g --grad-clip 0" "4:$g --recompute" "8:$g --dp 2"; do
+for lay in "4:$g" "4:$g --grad-clip 0" "4:$g --recompute" "8:$g --dp 2" "12:$g --dp 3"; do
     np=${lay%%:*} l=${lay#*:}
     mrun mem "$np" $flags $l
     mrun off "$np" $flags $l $OFF
@@ -39,6 +43,20 @@ for lay in "4:$g" "4:$g --grad-clip 0" "4:$g --recompute" "8:$g --dp 2"; do
     same "$l, swapped vs in memory" "$d/mem.jsonl" "$d/off.jsonl" "$d/mem.st" "$d/off.st" || exit 1
     clean "$l"
 done
+# dp 3 with each element's dp terms added in an order set by its offset in the message (Open
+# MPI's non-blocking all-reduce forced to a ring): swapped equals in memory; the in-memory run
+# differs from the default order's (above), so the dp 3 comparison is not blind to the order
+mv "$d/mem.jsonl" "$d/dflt.jsonl" && mv "$d/mem.st" "$d/dflt.st"
+ring() { OMPI_MCA_coll_libnbc_iallreduce_algorithm=1 mrun "$@"; }
+ring mem 12 $flags $g --dp 3
+ring off 12 $flags $g --dp 3 $OFF
+same "dp 3 summed by a ring, swapped vs in memory" "$d/mem.jsonl" "$d/off.jsonl" \
+    "$d/mem.st" "$d/off.st" || exit 1
+clean "ring"
+if same "ring vs default" "$d/mem.jsonl" "$d/dflt.jsonl" "$d/mem.st" "$d/dflt.st" >/dev/null; then
+    echo "negative control: dp 3 summed by a ring trained the default order's bits"; exit 1
+fi
+echo "negative control: dp 3 summed by a ring differs from the default order"
 python3 - "$d/mem.jsonl" <<'PY' || exit 1
 import json, sys
 n = [json.loads(l)["grad_norm"] for l in open(sys.argv[1]) if '"grad_norm"' in l]

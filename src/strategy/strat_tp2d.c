@@ -217,7 +217,10 @@ static int t2_create(Strategy *s) {
 
 // The column-replicated tensors' gradients summed down the column (each row added its part),
 // then every gradient summed over dp (--co2: none; ZeRO 1: only this rank's slice [lo, hi),
-// reduce-scattered; the rest of its gradients stay this rank's own).
+// reduce-scattered; the rest of its gradients stay this rank's own). ZeRO 0 sums each block in
+// an all-reduce of its own: the same calls on the same data as a swapped part makes, so the two
+// agree bit for bit whatever order the MPI library's algorithm adds each element's dp terms in
+// (one that depends on the element's offset in the message, e.g. a ring, included).
 static void reduce_grads(T2 *t) {
     const GPT *m = &t->part;
     const Comm *dp = t->gdp;
@@ -229,8 +232,13 @@ static void reduce_grads(T2 *t) {
         CommReq rq = comm_ireduce_scatter(dp, m->grads, t->gown, t->counts);
         comm_wait(&rq);
         m->be->copy(m->grads + t->lo, t->gown, t->hi - t->lo);
-    } else if (dp->size > 1) {
-        comm_allreduce(dp, m->grads, m->nparams);
+    } else if (dp->size > 1) { // block by block, as a swapped part sums them (tp2d_swap.c)
+        CommReq *rq = xmalloc((size_t)m->nblocks * sizeof *rq);
+        for (int b = 0; b < m->nblocks; b++)
+            rq[b] = comm_iallreduce(dp, m->grads + m->blocks[b].off, m->blocks[b].n);
+        for (int b = 0; b < m->nblocks; b++)
+            comm_wait(&rq[b]);
+        free(rq);
     }
 }
 
