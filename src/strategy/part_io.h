@@ -53,3 +53,14 @@ int part_fill_blocks(const Strategy *s, const PartMap *map, float *stage, size_t
                      PartBlockStore store, void *ctx);
 // The same into the swap executor's tier, through its largest slot.
 int part_swap_fill(const Strategy *s, const PartMap *map, Swapper *sw);
+
+// --offload, a checkpoint save (part_swap_save.c): this rank's range of tp (c->size) equal
+// ranges of the whole flat layout (parameters and moments) assembled over c from every rank's
+// tier (sw) block by block, through the largest slot and one window, into a scratch file under
+// dir (tier rank `rank`). Collective over c (every rank of the writing group). NULL on failure
+// (loom_errmsg). part_spill_shard: the shard to write, read from that file (CkptShard.fetch).
+typedef struct PartSpill PartSpill;
+PartSpill *part_swap_spill(const PartMap *m, const Comm *c, Swapper *sw, const char *dir, int rank);
+int part_spill_fetch(void *ctx, int array, size_t at, size_t n, float *dst);
+CkptShard part_spill_shard(PartSpill *sp);
+void part_spill_free(PartSpill *sp);

@@ -330,9 +330,32 @@ static double tp_evaluate(Strategy *s) {
 // The checkpoint in the whole flat layout: the moments gathered over the gradient group (dp, or
 // dp x cp), then the first group's tp rank r writes range r of tp equal ranges of the whole
 // layout (parameters and moments), assembled from every tp rank's part (any layout resumes).
+// --offload (ZeRO 0): the first group's tp rank r assembles its range from every rank's tier
+// into a scratch file and writes its shard from there (part_swap_save.c), within --fast-mem.
+static int tp_save_swapped(Strategy *s, const char *dir, CkptMeta *meta, CkptExtraFn extra,
+                           void *extra_ctx, int keep) {
+    TP *t = s->impl;
+    const Grid *g = s->grid;
+    int writes = g->dp_i == 0 && g->cp_i == 0;
+    PartSpill *sp = writes ? part_swap_spill(&t->cut.map, g->tp_comm, t->w.sw, s->cfg->offload_dir,
+                                             g->world->rank)
+                           : NULL;
+    meta->opt_t = *swap_opt_t(t->w.sw);
+    CkptShard sh = sp ? part_spill_shard(sp) : (CkptShard){0};
+    int rc = writes && !sp ? -1
+                           : ckpt_save_collective(dir, g->world, sp ? &sh : NULL, meta, extra,
+                                                  extra_ctx, NULL, NULL, keep);
+    part_spill_free(sp);
+    return rc;
+}
+
+// The checkpoint in the whole flat layout: the moments gathered over the gradient group (dp, or
+// dp x cp), then the first group's tp rank r writes range r of tp equal ranges of the whole
+// layout (parameters and moments), assembled from every tp rank's part (any layout resumes).
 static int tp_save(Strategy *s, const char *dir, CkptMeta *meta, int final, CkptExtraFn extra,
                    void *extra_ctx, int keep) {
     TP *t = s->impl;
+    if (t->w.sw && !t->co2) return tp_save_swapped(s, dir, meta, extra, extra_ctx, keep);
     const Grid *g = s->grid;
     size_t N = t->whole->nparams, np = t->part.nparams, tp = (size_t)g->tp;
     float *src[3] = {xalloc_floats(np), xalloc_floats(np), xalloc_floats(np)};
