@@ -54,13 +54,17 @@ int part_fill_blocks(const Strategy *s, const PartMap *map, float *stage, size_t
 // The same into the swap executor's tier, through its largest slot.
 int part_swap_fill(const Strategy *s, const PartMap *map, Swapper *sw);
 
-// --offload, a checkpoint save (part_swap_save.c): this rank's range of tp (c->size) equal
-// ranges of the whole flat layout (parameters and moments) assembled over c from every rank's
-// tier (sw) block by block, through the largest slot and one window, into a scratch file under
-// dir (tier rank `rank`). Collective over c (every rank of the writing group). NULL on failure
-// (loom_errmsg). part_spill_shard: the shard to write, read from that file (CkptShard.fetch).
+// --offload, a checkpoint save or an export (part_swap_save.c): this rank's range of the whole
+// flat layout (to < 0: range r of c->size equal ranges on rank r; else all of it on rank `to`),
+// its first `arrays` arrays (parameters, m, v), assembled over c from every rank's tier (sw)
+// block by block, through the largest slot and one window, into a scratch file under dir (tier
+// rank `rank`). Collective over c (every rank of the writing group). NULL on failure
+// (loom_errmsg). part_spill_shard: the shard to write, read from that file (CkptShard.fetch);
+// part_spill_params: a GptSource over its parameters.
 typedef struct PartSpill PartSpill;
-PartSpill *part_swap_spill(const PartMap *m, const Comm *c, Swapper *sw, const char *dir, int rank);
+PartSpill *part_swap_spill(const PartMap *m, const Comm *c, Swapper *sw, const char *dir, int rank,
+                           int to, int arrays);
 int part_spill_fetch(void *ctx, int array, size_t at, size_t n, float *dst);
+int part_spill_params(void *ctx, size_t at, size_t n, float *dst);
 CkptShard part_spill_shard(PartSpill *sp);
 void part_spill_free(PartSpill *sp);

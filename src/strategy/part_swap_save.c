@@ -18,13 +18,21 @@
 #define WIN ((size_t)1 << 20) // floats in a window and in the file's chunks (4 MiB)
 
 struct PartSpill {
+    int to, arrays; // to >= 0: the whole layout goes to rank `to` (else range d to rank d)
+    size_t N, tp;
     Tier *tier;
     size_t lo, hi, stride; // this rank's range; bytes per array in the file
     float *buf;            // WIN floats: the chunk being filled, then the one last read
     long cached;           // the chunk in buf while reading (array·chunks + chunk), or -1
 };
 
-static size_t range_at(size_t N, size_t tp, size_t d) { return N * d / tp; }
+// Rank d's range [*lo, *hi) of the whole layout.
+static void range_of(const PartSpill *sp, size_t d, size_t *lo, size_t *hi) {
+    if (sp->to >= 0)
+        *lo = 0, *hi = d == (size_t)sp->to ? sp->N : 0;
+    else
+        *lo = sp->N * d / sp->tp, *hi = sp->N * (d + 1) / sp->tp;
+}
 
 // Writes the filled part of chunk j of array k (buf) to the file.
 static int flush(PartSpill *sp, int k, size_t j, size_t filled) {
@@ -46,7 +54,8 @@ typedef struct {
 // rank d window by window, each inside one chunk of d's file; rank d files it (array k).
 static int assemble(Asm *x, int k, int b, size_t d, size_t a, size_t e) {
     const GPT *whole = x->m->whole, *part = x->m->part;
-    size_t lo = range_at(whole->nparams, (size_t)x->c->size, d), dummy = 0;
+    size_t lo, hi, dummy = 0;
+    range_of(x->sp, d, &lo, &hi);
     int me = x->c->rank == (int)d;
     for (size_t len; a < e; a += len) {
         size_t j = (a - lo) / WIN, end = lo + (j + 1) * WIN;
@@ -69,14 +78,14 @@ static int assemble(Asm *x, int k, int b, size_t d, size_t a, size_t e) {
 // for every destination range.
 static int assemble_all(Asm *x, Swapper *sw) {
     const GPT *whole = x->m->whole, *part = x->m->part;
-    size_t N = whole->nparams, tp = (size_t)x->c->size;
     static const int arr[3] = {SWAP_PARAMS, SWAP_M, SWAP_V};
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < x->sp->arrays; k++)
         for (int b = 0; b < whole->nblocks; b++) {
             const Block *wb = &whole->blocks[b], *pb = &part->blocks[b];
             if (pb->n && swap_fetch(sw, arr[k], pb->off, pb->n, x->stage)) x->bad = 1;
-            for (size_t d = 0; d < tp; d++) {
-                size_t lo = range_at(N, tp, d), hi = range_at(N, tp, d + 1);
+            for (size_t d = 0; d < x->sp->tp; d++) {
+                size_t lo, hi;
+                range_of(x->sp, d, &lo, &hi);
                 size_t a = wb->off > lo ? wb->off : lo, e = wb->off + wb->n;
                 if (e > hi) e = hi;
                 if (a < e && assemble(x, k, b, d, a, e)) return -1;
@@ -85,9 +94,9 @@ static int assemble_all(Asm *x, Swapper *sw) {
     return x->bad ? -1 : 0;
 }
 
-PartSpill *part_swap_spill(const PartMap *m, const Comm *c, Swapper *sw, const char *dir,
-                           int rank) {
-    size_t N = m->whole->nparams, tp = (size_t)c->size, covered = 0;
+PartSpill *part_swap_spill(const PartMap *m, const Comm *c, Swapper *sw, const char *dir, int rank,
+                           int to, int arrays) {
+    size_t N = m->whole->nparams, covered = 0;
     for (int b = 0; b < m->whole->nblocks; b++)
         covered += m->whole->blocks[b].off == covered ? m->whole->blocks[b].n : N + 1;
     if (covered != N || m->whole->nblocks != m->part->nblocks) {
@@ -95,10 +104,11 @@ PartSpill *part_swap_spill(const PartMap *m, const Comm *c, Swapper *sw, const c
         return NULL;
     }
     PartSpill *sp = xcalloc(1, sizeof *sp);
-    sp->lo = range_at(N, tp, (size_t)c->rank), sp->hi = range_at(N, tp, (size_t)c->rank + 1);
+    size_t tp = (size_t)c->size;
+    *sp = (PartSpill){.to = to, .arrays = arrays, .N = N, .tp = tp, .cached = -1};
+    range_of(sp, (size_t)c->rank, &sp->lo, &sp->hi);
     sp->stride = ((sp->hi - sp->lo) / WIN + 1) * WIN * sizeof(float);
-    sp->cached = -1;
-    sp->tier = tier_open(dir, rank, 3 * sp->stride);
+    sp->tier = tier_open(dir, rank, (size_t)arrays * sp->stride);
     sp->buf = tier_alloc(WIN * sizeof(float));
     Asm x = {.m = m, .c = c, .sp = sp, .win = xalloc_floats(WIN)};
     x.counts = xcalloc(tp, sizeof *x.counts);
@@ -145,4 +155,8 @@ void part_spill_free(PartSpill *sp) {
     if (sp->tier) tier_close(sp->tier);
     tier_free(sp->buf);
     free(sp);
+}
+
+int part_spill_params(void *ctx, size_t at, size_t n, float *dst) {
+    return part_spill_fetch(ctx, 0, at, n, dst);
 }

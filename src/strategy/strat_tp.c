@@ -51,7 +51,8 @@ typedef struct {
     StrategyConfig icfg;
     int *seq_in, *seq_tg;
     const Comm *gcomm;
-    TpCo2 *co2; // --co2: every tp x cp group a worker (strat_tp_co2.c)
+    TpCo2 *co2;       // --co2: every tp x cp group a worker (strat_tp_co2.c)
+    PartSpill *spill; // --offload: the whole model assembled for an export (tp_param_source)
 } TP;
 
 static void tp_allreduce(void *ctx, float *x, size_t n, int max) {
@@ -338,7 +339,7 @@ static int tp_save_swapped(Strategy *s, const char *dir, CkptMeta *meta, CkptExt
     const Grid *g = s->grid;
     int writes = g->dp_i == 0 && g->cp_i == 0;
     PartSpill *sp = writes ? part_swap_spill(&t->cut.map, g->tp_comm, t->w.sw, s->cfg->offload_dir,
-                                             g->world->rank)
+                                             g->world->rank, -1, 3)
                            : NULL;
     meta->opt_t = *swap_opt_t(t->w.sw);
     CkptShard sh = sp ? part_spill_shard(sp) : (CkptShard){0};
@@ -407,6 +408,22 @@ static int tp_full(Strategy *s, float *host, int grads) {
     return rc;
 }
 
+// --offload: an export reads the whole model's parameters from a scratch file the first
+// group's ranks assemble on tp rank 0 from their tiers (collective: every rank calls it).
+static int tp_param_source(Strategy *s, ParamSource *src) {
+    TP *t = s->impl;
+    const Grid *g = s->grid;
+    if (!t->w.sw || t->co2) return 0;
+    part_spill_free(t->spill), t->spill = NULL;
+    if (g->dp_i || g->cp_i) return 1; // not the lead's group: nothing to read
+    t->spill = part_swap_spill(&t->cut.map, g->tp_comm, t->w.sw, s->cfg->offload_dir,
+                               g->world->rank, 0, 1);
+    if (!t->spill) return -1;
+    *src = (ParamSource){.fetch = part_spill_params, .ctx = t->spill};
+    src->scratch = swap_scratch(t->w.sw, &src->scratch_floats);
+    return src->scratch ? 1 : -1;
+}
+
 static void tp_describe(const Strategy *s, char *buf, size_t n) {
     if (s->cfg->co2) return tp_co2_describe(s, buf, n);
     char cp[48] = "";
@@ -455,6 +472,7 @@ static void tp_destroy(Strategy *s) {
     TP *t = s->impl;
     if (!t) return;
     tp_co2_free(t->co2);
+    part_spill_free(t->spill);
     if (t->w.dp || t->w.sw) whole_free(&t->inner, &t->w);
     gpt_free(&t->part);
     cp_ring_free(t->ring);
@@ -473,6 +491,7 @@ const StrategyOps STRATEGY_TP = {.name = "tensor-parallel",
                                  .evaluate = tp_evaluate,
                                  .save = tp_save,
                                  .full_params = tp_full,
+                                 .param_source = tp_param_source,
                                  .comm_failed = strategy_end_job,
                                  .describe = tp_describe,
                                  .summary = tp_summary,
