@@ -34,11 +34,29 @@ static void range_of(const PartSpill *sp, size_t d, size_t *lo, size_t *hi) {
         *lo = sp->N * d / sp->tp, *hi = sp->N * (d + 1) / sp->tp;
 }
 
-// Writes the filled part of chunk j of array k (buf) to the file.
-static int flush(PartSpill *sp, int k, size_t j, size_t filled) {
+size_t part_spill_len(size_t lo, size_t a, size_t e) {
+    size_t end = lo + ((a - lo) / WIN + 1) * WIN;
+    return (end < e ? end : e) - a;
+}
+
+float *part_spill_at(PartSpill *sp, size_t a) { return sp->buf + (a - sp->lo) % WIN; }
+
+int part_spill_put(PartSpill *sp, int k, size_t a, size_t len) {
+    size_t j = (a - sp->lo) / WIN, filled = a + len - sp->lo - j * WIN;
+    if (filled != WIN && a + len != sp->hi) return 0;
     size_t bytes = (filled * sizeof(float) + TIER_ALIGN - 1) / TIER_ALIGN * TIER_ALIGN;
     size_t off = (size_t)k * sp->stride + j * WIN * sizeof(float);
     return tier_wait(sp->tier, tier_write_async(sp->tier, off, sp->buf, bytes));
+}
+
+PartSpill *part_spill_open(const char *dir, int rank, size_t lo, size_t hi, int arrays) {
+    PartSpill *sp = xcalloc(1, sizeof *sp);
+    *sp = (PartSpill){.lo = lo, .hi = hi, .arrays = arrays, .cached = -1, .to = -1};
+    sp->stride = ((hi - lo) / WIN + 1) * WIN * sizeof(float);
+    sp->tier = tier_open(dir, rank, (size_t)arrays * sp->stride);
+    sp->buf = tier_alloc(WIN * sizeof(float));
+    if (!sp->tier) part_spill_free(sp), sp = NULL;
+    return sp;
 }
 
 typedef struct {
@@ -58,18 +76,16 @@ static int assemble(Asm *x, int k, int b, size_t d, size_t a, size_t e) {
     range_of(x->sp, d, &lo, &hi);
     int me = x->c->rank == (int)d;
     for (size_t len; a < e; a += len) {
-        size_t j = (a - lo) / WIN, end = lo + (j + 1) * WIN;
-        len = (end < e ? end : e) - a;
+        len = part_spill_len(lo, a, e);
         memset(x->win, 0, len * sizeof(float));
         gpt_tp_to_whole_range_at(whole, part, x->c->rank, x->stage, part->blocks[b].off, a, len,
                                  x->win);
         x->counts[d] = len;
-        float *recv = me ? x->sp->buf + (a - lo) % WIN : (float *)&dummy;
+        float *recv = me ? part_spill_at(x->sp, a) : (float *)&dummy;
         CommReq q = comm_ireduce_scatter(x->c, x->win, recv, x->counts);
         if (comm_wait(&q)) return -1;
         x->counts[d] = 0;
-        size_t filled = a + len - lo - j * WIN;
-        if (me && (filled == WIN || a + len == x->sp->hi) && flush(x->sp, k, j, filled)) x->bad = 1;
+        if (me && part_spill_put(x->sp, k, a, len)) x->bad = 1;
     }
     return 0;
 }
@@ -103,17 +119,15 @@ PartSpill *part_swap_spill(const PartMap *m, const Comm *c, Swapper *sw, const c
         loom_fail("offload: the model's blocks do not tile its %zu parameters", N);
         return NULL;
     }
-    PartSpill *sp = xcalloc(1, sizeof *sp);
-    size_t tp = (size_t)c->size;
-    *sp = (PartSpill){.to = to, .arrays = arrays, .N = N, .tp = tp, .cached = -1};
-    range_of(sp, (size_t)c->rank, &sp->lo, &sp->hi);
-    sp->stride = ((sp->hi - sp->lo) / WIN + 1) * WIN * sizeof(float);
-    sp->tier = tier_open(dir, rank, (size_t)arrays * sp->stride);
-    sp->buf = tier_alloc(WIN * sizeof(float));
+    size_t tp = (size_t)c->size, lo, hi;
+    PartSpill r = {.to = to, .N = N, .tp = tp};
+    range_of(&r, (size_t)c->rank, &lo, &hi);
+    PartSpill *sp = part_spill_open(dir, rank, lo, hi, arrays);
+    if (sp) sp->to = to, sp->N = N, sp->tp = tp;
     Asm x = {.m = m, .c = c, .sp = sp, .win = xalloc_floats(WIN)};
     x.counts = xcalloc(tp, sizeof *x.counts);
     size_t cap = 0, big = 0;
-    x.stage = sp->tier ? swap_scratch(sw, &cap) : NULL;
+    x.stage = sp ? swap_scratch(sw, &cap) : NULL;
     for (int b = 0; b < m->part->nblocks; b++)
         if (m->part->blocks[b].n > big) big = m->part->blocks[b].n;
     if (x.stage && big > cap)
