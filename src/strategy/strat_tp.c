@@ -331,6 +331,12 @@ static double tp_evaluate(Strategy *s) {
 // The checkpoint in the whole flat layout: the moments gathered over the gradient group (dp, or
 // dp x cp), then the first group's tp rank r writes range r of tp equal ranges of the whole
 // layout (parameters and moments), assembled from every tp rank's part (any layout resumes).
+// CkptExtraFn of a rank that has nothing to write because its part failed (loom_errmsg).
+static int failed_files(const char *part, void *ctx) {
+    (void)part, (void)ctx;
+    return -1;
+}
+
 // --offload (ZeRO 0): the first group's tp rank r assembles its range from every rank's tier
 // into a scratch file and writes its shard from there (part_swap_save.c), within --fast-mem.
 static int tp_save_swapped(Strategy *s, const char *dir, CkptMeta *meta, CkptExtraFn extra,
@@ -343,9 +349,9 @@ static int tp_save_swapped(Strategy *s, const char *dir, CkptMeta *meta, CkptExt
                            : NULL;
     meta->opt_t = *swap_opt_t(t->w.sw);
     CkptShard sh = sp ? part_spill_shard(sp) : (CkptShard){0};
-    int rc = writes && !sp ? -1
-                           : ckpt_save_collective(dir, g->world, sp ? &sh : NULL, meta, extra,
-                                                  extra_ctx, NULL, NULL, keep);
+    // a rank whose assembly failed still joins the save, failing it there (agreed by all)
+    int rc = ckpt_save_collective(dir, g->world, sp ? &sh : NULL, meta, extra, extra_ctx,
+                                  writes && !sp ? failed_files : NULL, NULL, keep);
     part_spill_free(sp);
     return rc;
 }
