@@ -136,7 +136,10 @@ PartSpill *part_swap_spill(const PartMap *m, const Comm *c, Swapper *sw, const c
                   big, cap);
     double fail = !x.stage || big > cap; // agreed first: every rank then runs every collective
     comm_allreduce_f64(c, &fail, 1);
-    int rc = fail ? -1 : assemble_all(&x, sw);
+    double rc = fail ? -1 : assemble_all(&x, sw), mine = rc;
+    if (!fail) comm_allreduce_f64(c, &rc, 1); // a rank that read garbage fails it everywhere
+    if (rc && !mine)
+        loom_fail("offload: another rank's tier failed while assembling a save or an export");
     free(x.win), free(x.counts);
     if (rc) part_spill_free(sp), sp = NULL;
     return sp;
