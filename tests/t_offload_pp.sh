@@ -12,7 +12,8 @@
 # in-memory one with it) onto the uninterrupted run's bytes.
 # The budget binds: a stage whose training state (109 MiB: parameters, gradients, two moments)
 # exceeds --fast-mem 96M trains within it on both ranks (peak RSS printed per rank; checkpoint
-# saves, read from the tier piece by piece, included), the same bits as in memory, where a rank
+# saves, read from the tier piece by piece, and the --export, sent stage by stage to the first
+# rank's scratch file, included), the same bits as in memory, where a rank
 # peaks above the budget (the negative control); its step-1 checkpoint resumes within the same
 # budget onto the uninterrupted run's step 2.
 # Refused, naming why: ZeRO 1-3, a stage with --tp. (2bw: t_offload_2bw.sh.)
@@ -67,11 +68,24 @@ big="--data $d/train.bin --layers 8 --heads 4 --dim 384 --vocab 64 --block-size 
 peaks() { grep -o 'stage [0-9]*: .* peak RSS [0-9.]* MiB' "$1" | awk '{print $(NF-1)}'; }
 if [ -z "${LOOM_ASAN:-}" ]; then
     unset LOOM_PIPE_SWAP_SLOTS # the budget alone decides
-    $MPI -np 2 $LOOM train $big --metrics "$d/bm.jsonl" 2>"$d/bm.err" || { cat "$d/bm.err"; exit 1; }
-    $MPI -np 2 $LOOM train $big --offload disk --offload-dir "$d/off" --fast-mem 96M \
-        --save-every 1 --save "$d/bck" --metrics "$d/bo.jsonl" 2>"$d/bo.err" ||
-        { cat "$d/bo.err"; exit 1; }
-    same "pp 2, 109 MiB of state per stage in --fast-mem 96M" "$d/bm.jsonl" "$d/bo.jsonl" || exit 1
+    $MPI -np 2 $LOOM train $big --metrics "$d/bm.jsonl" --export "$d/bm.st" 2>"$d/bm.err" ||
+        { cat "$d/bm.err"; exit 1; }
+    # each rank's whole-process peak (ru_maxrss of a parent of its own: the stage's line above
+    # is printed before the export)
+    rss="import resource, subprocess, sys; rc = subprocess.call(sys.argv[1:]); print('rank maxrss',
+resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 'MiB', file=sys.stderr); sys.exit(rc)"
+    $MPI -np 2 $PY -c "$rss" $LOOM train $big --offload disk --offload-dir "$d/off" \
+        --fast-mem 96M --save-every 1 --save "$d/bck" --export "$d/bo.st" \
+        --metrics "$d/bo.jsonl" 2>"$d/bo.err" || { cat "$d/bo.err"; exit 1; }
+    for x in $(grep -o 'rank maxrss [0-9.]*' "$d/bo.err" | awk '{print $3}'); do
+        awk -v x="$x" 'BEGIN { exit !(x <= 96) }' ||
+            { echo "a stage's process peaked at $x MiB > 96 (the export included)"; exit 1; }
+    done
+    [ "$(grep -c 'rank maxrss' "$d/bo.err")" = 2 ] || { echo "expected two ranks' maxrss"; exit 1; }
+    echo "the whole processes (the export included) peaked at" \
+        "$(grep -o 'rank maxrss [0-9.]*' "$d/bo.err" | awk '{printf "%.1f ", $3}')MiB of 96"
+    same "pp 2, 109 MiB of state per stage in --fast-mem 96M" "$d/bm.jsonl" "$d/bo.jsonl" \
+        "$d/bm.st" "$d/bo.st" || exit 1
     p=$(peaks "$d/bo.err")
     [ "$(echo "$p" | wc -l)" = 2 ] || { echo "expected two ranks' peaks, got: $p"; exit 1; }
     for x in $p; do
@@ -81,7 +95,7 @@ if [ -z "${LOOM_ASAN:-}" ]; then
     awk -v x="$mp" 'BEGIN { exit !(x > 96) }' ||
         { echo "negative control: in memory stage 0 peaked at only $mp MiB"; exit 1; }
     grep "pipeline stage" "$d/bo.err"
-    echo "budget binds: swapped stages peaked at $(echo $p) MiB of 96 (saves included), in memory at $mp MiB"
+    echo "budget binds: swapped stages peaked at $(echo $p) MiB of 96 (saves and the export included), in memory at $mp MiB"
     clean "bound"
     # the step-1 checkpoint resumed under the same budget: step 2 as uninterrupted, within it
     rm -rf "$d/bck/step_00000002"; echo step_00000001 >"$d/bck/latest"

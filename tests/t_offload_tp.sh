@@ -10,8 +10,10 @@
 # an in-memory one with it) onto the uninterrupted run's bytes; a cp one with --offload too.
 # The budget binds: a part whose training state (parameters, gradients, two moments: 109 MiB per
 # rank under --tp 2, 217 MiB under --cp 2) exceeds --fast-mem (96M, 128M) trains within it on
-# every rank (peak RSS printed per rank; the fill of the tier included), the same bits as in
-# memory, where a rank peaks above the budget (the negative control).
+# every rank (peak RSS printed per rank; the fill of the tier, a checkpoint save every step and
+# the --export included: both assembled from the ranks' tiers through the budget), the same
+# bits as in memory (losses, exported weights, checkpoint shards), where a rank peaks above the
+# budget (the negative control).
 # ZeRO 1-3 with a swapped part are refused, naming why.
 set -eu
 . "$(dirname "$0")/lib.sh"
@@ -61,12 +63,25 @@ echo "cp 2: resume from ck_cp with --offload: the uninterrupted run's bytes"
 # the budget binds: per rank 27 MiB of parameters, 109 MiB of training state, --fast-mem 96M
 big="--data $d/train.bin --layers 8 --heads 4 --dim 384 --vocab 64 --block-size 32 --batch 2
      --seq 16 --grad-accum 2 --grad-clip 0.5 --progress off --seed 5 --threads 1 --steps 2"
+same_shards() { # NAME DIR_A DIR_B: every step's shard files byte for byte
+    local f n=0
+    for f in "$2"/step_*/*.bin; do
+        cmp -s "$f" "$3/${f#"$2"/}" || { echo "$1: ${f#"$2"/} differs"; exit 1; }
+        n=$((n + 1))
+    done
+    [ "$n" -ge 2 ] || { echo "$1: only $n shard files"; exit 1; }
+    echo "$1: the swapped run's $n checkpoint shards are the in-memory run's bytes"
+}
 peaks() { grep -o 'peak RSS [0-9.]* MiB of --fast-mem' "$1" | awk '{print $3}'; }
 if [ -z "${LOOM_ASAN:-}" ]; then
-    $MPI -np 2 $LOOM train $big --tp 2 --metrics "$d/bm.jsonl" 2>"$d/bm.err" || { cat "$d/bm.err"; exit 1; }
+    $MPI -np 2 $LOOM train $big --tp 2 --metrics "$d/bm.jsonl" --save "$d/bmck" --save-every 1 \
+        --export "$d/bm.st" 2>"$d/bm.err" || { cat "$d/bm.err"; exit 1; }
     $MPI -np 2 $LOOM train $big --tp 2 --offload disk --offload-dir "$d/off" --fast-mem 96M \
+        --save "$d/bock" --save-every 1 --export "$d/bo.st" \
         --metrics "$d/bo.jsonl" 2>"$d/bo.err" || { cat "$d/bo.err"; exit 1; }
-    same "tp 2, 109 MiB of state per rank in --fast-mem 96M" "$d/bm.jsonl" "$d/bo.jsonl" || exit 1
+    same "tp 2, 109 MiB of state per rank in --fast-mem 96M" "$d/bm.jsonl" "$d/bo.jsonl" \
+        "$d/bm.st" "$d/bo.st" || exit 1
+    same_shards "tp 2" "$d/bmck" "$d/bock"
     p=$(peaks "$d/bo.err")
     [ "$(echo "$p" | wc -l)" = 2 ] || { echo "expected two ranks' peaks, got: $p"; exit 1; }
     for x in $p; do
@@ -78,10 +93,14 @@ if [ -z "${LOOM_ASAN:-}" ]; then
     echo "budget binds: swapped ranks peaked at $(echo $p) MiB of 96, in memory at $mp MiB"
     clean "bound"
     # --cp 2: the part is the whole model (217 MiB of state per rank) in --fast-mem 128M
-    $MPI -np 2 $LOOM train $big --cp 2 --metrics "$d/cm.jsonl" 2>"$d/cm.err" || { cat "$d/cm.err"; exit 1; }
+    $MPI -np 2 $LOOM train $big --cp 2 --metrics "$d/cm.jsonl" --save "$d/cmck" --save-every 1 \
+        --export "$d/cm.st" 2>"$d/cm.err" || { cat "$d/cm.err"; exit 1; }
     $MPI -np 2 $LOOM train $big --cp 2 --offload disk --offload-dir "$d/off" --fast-mem 128M \
+        --save "$d/cock" --save-every 1 --export "$d/co.st" \
         --metrics "$d/co.jsonl" 2>"$d/co.err" || { cat "$d/co.err"; exit 1; }
-    same "cp 2, 217 MiB of state per rank in --fast-mem 128M" "$d/cm.jsonl" "$d/co.jsonl" || exit 1
+    same "cp 2, 217 MiB of state per rank in --fast-mem 128M" "$d/cm.jsonl" "$d/co.jsonl" \
+        "$d/cm.st" "$d/co.st" || exit 1
+    same_shards "cp 2" "$d/cmck" "$d/cock"
     p=$(peaks "$d/co.err")
     [ "$(echo "$p" | wc -l)" = 2 ] || { echo "expected two ranks' peaks, got: $p"; exit 1; }
     for x in $p; do

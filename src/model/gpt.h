@@ -227,6 +227,10 @@ void gpt_tp_to_whole(const GPT *whole, const GPT *part_layout, int tpi, const fl
 // whole range exactly once.
 void gpt_tp_to_whole_range(const GPT *whole, const GPT *part_layout, int tpi, const float *src,
                            size_t at, size_t n, float *dst);
+// The same from src holding the part's flat range from element `base` on (every part element
+// the whole range maps to must be at or after base: a part block's range for the whole block's).
+void gpt_tp_to_whole_range_at(const GPT *whole, const GPT *part_layout, int tpi, const float *src,
+                              size_t base, size_t at, size_t n, float *dst);
 // Rows of the (local) embedding table and of the logits: V, or a tensor-parallel rank's share.
 static inline int gpt_vocab_rows(const GPT *m) { return m->tp.n > 1 ? m->tp.vrows : m->cfg.V; }
 // The backend's fused classifier computes the loss and its gradient (one rank of the vocabulary).

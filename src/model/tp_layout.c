@@ -46,6 +46,11 @@ void gpt_tp_to_whole(const GPT *whole, const GPT *part, int tpi, const float *sr
 
 void gpt_tp_to_whole_range(const GPT *whole, const GPT *part, int tpi, const float *src, size_t at,
                            size_t n, float *dst) {
+    gpt_tp_to_whole_range_at(whole, part, tpi, src, 0, at, n, dst);
+}
+
+void gpt_tp_to_whole_range_at(const GPT *whole, const GPT *part, int tpi, const float *src,
+                              size_t base, size_t at, size_t n, float *dst) {
     for (int t = 0; t < part->ntensors; t++) {
         const TensorSpec *w = &whole->tensors[t], *p = &part->tensors[t];
         if (w->off >= at + n || w->off + w->n <= at) continue;
@@ -56,7 +61,8 @@ void gpt_tp_to_whole_range(const GPT *whole, const GPT *part, int tpi, const flo
             if (wr < 0) continue;
             size_t lo = w->off + (size_t)wr * fc + co, hi = lo + pc; // the row's held elements
             size_t a = lo > at ? lo : at, b = hi < at + n ? hi : at + n;
-            if (a < b) memcpy(dst + (a - at), src + p->off + r * pc + (a - lo), (b - a) * 4);
+            if (a < b)
+                memcpy(dst + (a - at), src + (p->off - base) + r * pc + (a - lo), (b - a) * 4);
         }
     }
 }

@@ -66,6 +66,8 @@ typedef struct {
     // 1 m, 2 v; flat offset at, n floats into dst), the state being in the stage's tier
     int (*fetch)(void *ctx, int array, size_t at, size_t n, float *dst);
     void *fetch_ctx;
+    float *scratch; // --offload: the stage's idle slot, lent until its next step (else NULL)
+    size_t scratch_floats;
 } PipeShard;
 
 typedef struct {

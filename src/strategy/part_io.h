@@ -53,3 +53,27 @@ int part_fill_blocks(const Strategy *s, const PartMap *map, float *stage, size_t
                      PartBlockStore store, void *ctx);
 // The same into the swap executor's tier, through its largest slot.
 int part_swap_fill(const Strategy *s, const PartMap *map, Swapper *sw);
+
+// --offload, a checkpoint save or an export (part_swap_save.c): this rank's range of the whole
+// flat layout (to < 0: range r of c->size equal ranges on rank r; else all of it on rank `to`),
+// its first `arrays` arrays (parameters, m, v), assembled over c from every rank's tier (sw)
+// block by block, through the largest slot and one window, into a scratch file under dir (tier
+// rank `rank`). Collective over c (every rank of the writing group). NULL on failure
+// (loom_errmsg). part_spill_shard: the shard to write, read from that file (CkptShard.fetch);
+// part_spill_params: a GptSource over its parameters.
+typedef struct PartSpill PartSpill;
+PartSpill *part_swap_spill(const PartMap *m, const Comm *c, Swapper *sw, const char *dir, int rank,
+                           int to, int arrays);
+int part_spill_fetch(void *ctx, int array, size_t at, size_t n, float *dst);
+int part_spill_params(void *ctx, size_t at, size_t n, float *dst);
+CkptShard part_spill_shard(PartSpill *sp);
+// The file by itself: rank `rank`'s scratch file under dir for `arrays` arrays of the flat range
+// [lo, hi), filled in order through one buffer: part_spill_len, the length of the window from a
+// (not past e) that stays inside one of the file's chunks (lo: the range the window is for);
+// part_spill_at, where the window from a goes; part_spill_put, array k's window [a, a+len) is
+// there (written out when its chunk is full). NULL / -1 on failure (loom_errmsg).
+PartSpill *part_spill_open(const char *dir, int rank, size_t lo, size_t hi, int arrays);
+size_t part_spill_len(size_t lo, size_t a, size_t e);
+float *part_spill_at(PartSpill *sp, size_t a);
+int part_spill_put(PartSpill *sp, int k, size_t a, size_t len);
+void part_spill_free(PartSpill *sp);

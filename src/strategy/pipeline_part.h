@@ -18,7 +18,8 @@ typedef struct {
     CpRing *ring; // cp > 1: the ring of this stage's cp ranks
     int *seq_in, *seq_tg; // cp > 1: whole sequences (B,T) before the rank's chunks are cut
     int steps;
-    PpCo2 *co2; // --co2: every pipeline a worker (strat_pp_co2.c)
+    PpCo2 *co2;       // --co2: every pipeline a worker (strat_pp_co2.c)
+    PartSpill *spill; // --offload: the whole model assembled for an export (pp_param_source)
 } PipeState;
 
 // The gradient group (dp, or dp x cp: the ranks holding the same part of the stage).

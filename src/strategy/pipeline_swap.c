@@ -242,7 +242,9 @@ static int ps_shard(Pipe *p, PipeShard *sh) {
                       .hi = p->hi,
                       .prev = p->nver == 2 ? &prev_fetched : NULL,
                       .fetch = shard_fetch,
-                      .fetch_ctx = p};
+                      .fetch_ctx = p,
+                      .scratch = w->sp[0],
+                      .scratch_floats = w->cap};
     return p->gc->rank == 0;
 }
 

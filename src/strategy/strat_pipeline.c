@@ -290,10 +290,23 @@ static void pp_summary(Strategy *s, double exposed_s, double step_s) {
             two);
 }
 
+// --offload (plain stages): an export reads the whole model from a scratch file the first
+// pipeline's ranks fill on its first rank from their tiers (collective: every rank calls it).
+static int pp_param_source(Strategy *s, ParamSource *src) {
+    PipeState *ps = s->impl;
+    const Grid *g = s->grid;
+    if (!s->cfg->offload || ps->ring || g->tp > 1 || ps->co2) return 0;
+    part_spill_free(ps->spill), ps->spill = NULL;
+    if (g->dp_i) return 1; // not the lead's pipeline: nothing to read
+    return pipeline_swap_source(ps->p, g->pp_comm, s->model->nparams, s->cfg->offload_dir,
+                                g->world->rank, &ps->spill, src);
+}
+
 static void pp_destroy(Strategy *s) {
     PipeState *ps = s->impl;
     if (!ps) return;
     pp_co2_free(ps->co2); // (its hooks sit on the pipeline's)
+    part_spill_free(ps->spill);
     pipeline_free(ps->p);
     if (ps->m == &ps->part) gpt_free(&ps->part);
     cp_ring_free(ps->ring);
@@ -313,6 +326,7 @@ const StrategyOps STRATEGY_PIPELINE = {.name = "pipeline",
                                        .evaluate = pp_evaluate,
                                        .save = pp_save,
                                        .full_params = pp_full_params,
+                                       .param_source = pp_param_source,
                                        .comm_failed = strategy_end_job,
                                        .describe = pp_describe,
                                        .summary = pp_summary,

@@ -51,7 +51,8 @@ typedef struct {
     StrategyConfig icfg;
     int *seq_in, *seq_tg;
     const Comm *gcomm;
-    TpCo2 *co2; // --co2: every tp x cp group a worker (strat_tp_co2.c)
+    TpCo2 *co2;       // --co2: every tp x cp group a worker (strat_tp_co2.c)
+    PartSpill *spill; // --offload: the whole model assembled for an export (tp_param_source)
 } TP;
 
 static void tp_allreduce(void *ctx, float *x, size_t n, int max) {
@@ -330,9 +331,38 @@ static double tp_evaluate(Strategy *s) {
 // The checkpoint in the whole flat layout: the moments gathered over the gradient group (dp, or
 // dp x cp), then the first group's tp rank r writes range r of tp equal ranges of the whole
 // layout (parameters and moments), assembled from every tp rank's part (any layout resumes).
+// CkptExtraFn of a rank that has nothing to write because its part failed (loom_errmsg).
+static int failed_files(const char *part, void *ctx) {
+    (void)part, (void)ctx;
+    return -1;
+}
+
+// --offload (ZeRO 0): the first group's tp rank r assembles its range from every rank's tier
+// into a scratch file and writes its shard from there (part_swap_save.c), within --fast-mem.
+static int tp_save_swapped(Strategy *s, const char *dir, CkptMeta *meta, CkptExtraFn extra,
+                           void *extra_ctx, int keep) {
+    TP *t = s->impl;
+    const Grid *g = s->grid;
+    int writes = g->dp_i == 0 && g->cp_i == 0;
+    PartSpill *sp = writes ? part_swap_spill(&t->cut.map, g->tp_comm, t->w.sw, s->cfg->offload_dir,
+                                             g->world->rank, -1, 3)
+                           : NULL;
+    meta->opt_t = *swap_opt_t(t->w.sw);
+    CkptShard sh = sp ? part_spill_shard(sp) : (CkptShard){0};
+    // a rank whose assembly failed still joins the save, failing it there (agreed by all)
+    int rc = ckpt_save_collective(dir, g->world, sp ? &sh : NULL, meta, extra, extra_ctx,
+                                  writes && !sp ? failed_files : NULL, NULL, keep);
+    part_spill_free(sp);
+    return rc;
+}
+
+// The checkpoint in the whole flat layout: the moments gathered over the gradient group (dp, or
+// dp x cp), then the first group's tp rank r writes range r of tp equal ranges of the whole
+// layout (parameters and moments), assembled from every tp rank's part (any layout resumes).
 static int tp_save(Strategy *s, const char *dir, CkptMeta *meta, int final, CkptExtraFn extra,
                    void *extra_ctx, int keep) {
     TP *t = s->impl;
+    if (t->w.sw && !t->co2) return tp_save_swapped(s, dir, meta, extra, extra_ctx, keep);
     const Grid *g = s->grid;
     size_t N = t->whole->nparams, np = t->part.nparams, tp = (size_t)g->tp;
     float *src[3] = {xalloc_floats(np), xalloc_floats(np), xalloc_floats(np)};
@@ -384,6 +414,22 @@ static int tp_full(Strategy *s, float *host, int grads) {
     return rc;
 }
 
+// --offload: an export reads the whole model's parameters from a scratch file the first
+// group's ranks assemble on tp rank 0 from their tiers (collective: every rank calls it).
+static int tp_param_source(Strategy *s, ParamSource *src) {
+    TP *t = s->impl;
+    const Grid *g = s->grid;
+    if (!t->w.sw || t->co2) return 0;
+    part_spill_free(t->spill), t->spill = NULL;
+    if (g->dp_i || g->cp_i) return 1; // not the lead's group: nothing to read
+    t->spill = part_swap_spill(&t->cut.map, g->tp_comm, t->w.sw, s->cfg->offload_dir,
+                               g->world->rank, 0, 1);
+    if (!t->spill) return -1;
+    *src = (ParamSource){.fetch = part_spill_params, .ctx = t->spill};
+    src->scratch = swap_scratch(t->w.sw, &src->scratch_floats);
+    return src->scratch ? 1 : -1;
+}
+
 static void tp_describe(const Strategy *s, char *buf, size_t n) {
     if (s->cfg->co2) return tp_co2_describe(s, buf, n);
     char cp[48] = "";
@@ -432,6 +478,7 @@ static void tp_destroy(Strategy *s) {
     TP *t = s->impl;
     if (!t) return;
     tp_co2_free(t->co2);
+    part_spill_free(t->spill);
     if (t->w.dp || t->w.sw) whole_free(&t->inner, &t->w);
     gpt_free(&t->part);
     cp_ring_free(t->ring);
@@ -450,6 +497,7 @@ const StrategyOps STRATEGY_TP = {.name = "tensor-parallel",
                                  .evaluate = tp_evaluate,
                                  .save = tp_save,
                                  .full_params = tp_full,
+                                 .param_source = tp_param_source,
                                  .comm_failed = strategy_end_job,
                                  .describe = tp_describe,
                                  .summary = tp_summary,

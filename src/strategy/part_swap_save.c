@@ -1,0 +1,179 @@
+// part_swap_save.c — a checkpoint save of a swapped 1D tensor- or context-parallel part
+// (strat_tp.c with --offload) within --fast-mem. Tensor-parallel rank d of the writing group
+// writes range d of tp equal ranges of the whole flat layout (parameters and moments), as in
+// memory; here it is assembled block by block from every rank's tier: each rank reads its part's
+// block b of one array into the executor's largest slot (swap_scratch, counted in the budget),
+// cuts the windows of whole block b that fall in range d out of it, and a reduce-scatter sums
+// them into rank d (the same windows, sums and so the same bytes as ckpt_tp_assemble). Rank d
+// appends what it receives to a scratch file of its own under --offload-dir (a Tier: unlinked at
+// once), through one window-sized buffer; the shard is then written from that file
+// (CkptShard.fetch). No rank holds its part's state or its range of the whole in memory.
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common.h"
+#include "../offload/tier.h"
+#include "part_io.h"
+
+#define WIN ((size_t)1 << 20) // floats in a window and in the file's chunks (4 MiB)
+
+struct PartSpill {
+    int to, arrays; // to >= 0: the whole layout goes to rank `to` (else range d to rank d)
+    size_t N, tp;
+    Tier *tier;
+    size_t lo, hi, stride; // this rank's range; bytes per array in the file
+    float *buf;            // WIN floats: the chunk being filled, then the one last read
+    long cached;           // the chunk in buf while reading (array·chunks + chunk), or -1
+};
+
+// Rank d's range [*lo, *hi) of the whole layout.
+static void range_of(const PartSpill *sp, size_t d, size_t *lo, size_t *hi) {
+    if (sp->to >= 0)
+        *lo = 0, *hi = d == (size_t)sp->to ? sp->N : 0;
+    else
+        *lo = sp->N * d / sp->tp, *hi = sp->N * (d + 1) / sp->tp;
+}
+
+size_t part_spill_len(size_t lo, size_t a, size_t e) {
+    size_t end = lo + ((a - lo) / WIN + 1) * WIN;
+    return (end < e ? end : e) - a;
+}
+
+float *part_spill_at(PartSpill *sp, size_t a) { return sp->buf + (a - sp->lo) % WIN; }
+
+int part_spill_put(PartSpill *sp, int k, size_t a, size_t len) {
+    size_t j = (a - sp->lo) / WIN, filled = a + len - sp->lo - j * WIN;
+    if (filled != WIN && a + len != sp->hi) return 0;
+    size_t bytes = (filled * sizeof(float) + TIER_ALIGN - 1) / TIER_ALIGN * TIER_ALIGN;
+    size_t off = (size_t)k * sp->stride + j * WIN * sizeof(float);
+    return tier_wait(sp->tier, tier_write_async(sp->tier, off, sp->buf, bytes));
+}
+
+PartSpill *part_spill_open(const char *dir, int rank, size_t lo, size_t hi, int arrays) {
+    PartSpill *sp = xcalloc(1, sizeof *sp);
+    *sp = (PartSpill){.lo = lo, .hi = hi, .arrays = arrays, .cached = -1, .to = -1};
+    sp->stride = ((hi - lo) / WIN + 1) * WIN * sizeof(float);
+    sp->tier = tier_open(dir, rank, (size_t)arrays * sp->stride);
+    sp->buf = tier_alloc(WIN * sizeof(float));
+    if (!sp->tier) part_spill_free(sp), sp = NULL;
+    return sp;
+}
+
+typedef struct {
+    const PartMap *m;
+    const Comm *c;
+    PartSpill *sp;
+    float *win, *stage;
+    size_t *counts;
+    int bad; // a local failure (a read or write of a tier): the collectives still run
+} Asm;
+
+// Whole range [a, e) (inside whole block b and range d; stage: the part's block b) summed into
+// rank d window by window, each inside one chunk of d's file; rank d files it (array k).
+static int assemble(Asm *x, int k, int b, size_t d, size_t a, size_t e) {
+    const GPT *whole = x->m->whole, *part = x->m->part;
+    size_t lo, hi, dummy = 0;
+    range_of(x->sp, d, &lo, &hi);
+    int me = x->c->rank == (int)d;
+    for (size_t len; a < e; a += len) {
+        len = part_spill_len(lo, a, e);
+        memset(x->win, 0, len * sizeof(float));
+        gpt_tp_to_whole_range_at(whole, part, x->c->rank, x->stage, part->blocks[b].off, a, len,
+                                 x->win);
+        x->counts[d] = len;
+        float *recv = me ? part_spill_at(x->sp, a) : (float *)&dummy;
+        CommReq q = comm_ireduce_scatter(x->c, x->win, recv, x->counts);
+        if (comm_wait(&q)) return -1;
+        x->counts[d] = 0;
+        if (me && part_spill_put(x->sp, k, a, len)) x->bad = 1;
+    }
+    return 0;
+}
+
+// Every array, block by block: this rank's block read from its tier, then the block's windows
+// for every destination range.
+static int assemble_all(Asm *x, Swapper *sw) {
+    const GPT *whole = x->m->whole, *part = x->m->part;
+    static const int arr[3] = {SWAP_PARAMS, SWAP_M, SWAP_V};
+    for (int k = 0; k < x->sp->arrays; k++)
+        for (int b = 0; b < whole->nblocks; b++) {
+            const Block *wb = &whole->blocks[b], *pb = &part->blocks[b];
+            if (pb->n && swap_fetch(sw, arr[k], pb->off, pb->n, x->stage)) x->bad = 1;
+            for (size_t d = 0; d < x->sp->tp; d++) {
+                size_t lo, hi;
+                range_of(x->sp, d, &lo, &hi);
+                size_t a = wb->off > lo ? wb->off : lo, e = wb->off + wb->n;
+                if (e > hi) e = hi;
+                if (a < e && assemble(x, k, b, d, a, e)) return -1;
+            }
+        }
+    return x->bad ? -1 : 0;
+}
+
+PartSpill *part_swap_spill(const PartMap *m, const Comm *c, Swapper *sw, const char *dir, int rank,
+                           int to, int arrays) {
+    size_t N = m->whole->nparams, covered = 0;
+    for (int b = 0; b < m->whole->nblocks; b++)
+        covered += m->whole->blocks[b].off == covered ? m->whole->blocks[b].n : N + 1;
+    if (covered != N || m->whole->nblocks != m->part->nblocks) {
+        loom_fail("offload: the model's blocks do not tile its %zu parameters", N);
+        return NULL;
+    }
+    size_t tp = (size_t)c->size, lo, hi;
+    PartSpill r = {.to = to, .N = N, .tp = tp};
+    range_of(&r, (size_t)c->rank, &lo, &hi);
+    PartSpill *sp = part_spill_open(dir, rank, lo, hi, arrays);
+    if (sp) sp->to = to, sp->N = N, sp->tp = tp;
+    Asm x = {.m = m, .c = c, .sp = sp, .win = xalloc_floats(WIN)};
+    x.counts = xcalloc(tp, sizeof *x.counts);
+    size_t cap = 0, big = 0;
+    x.stage = sp ? swap_scratch(sw, &cap) : NULL;
+    for (int b = 0; b < m->part->nblocks; b++)
+        if (m->part->blocks[b].n > big) big = m->part->blocks[b].n;
+    if (x.stage && big > cap)
+        loom_fail("offload: a block of the part (%zu floats) does not fit the largest slot (%zu "
+                  "floats)",
+                  big, cap);
+    double fail = !x.stage || big > cap; // agreed first: every rank then runs every collective
+    comm_allreduce_f64(c, &fail, 1);
+    double rc = fail ? -1 : assemble_all(&x, sw), mine = rc;
+    if (!fail) comm_allreduce_f64(c, &rc, 1); // a rank that read garbage fails it everywhere
+    if (rc && !mine)
+        loom_fail("offload: another rank's tier failed while assembling a save or an export");
+    free(x.win), free(x.counts);
+    if (rc) part_spill_free(sp), sp = NULL;
+    return sp;
+}
+
+int part_spill_fetch(void *ctx, int array, size_t at, size_t n, float *dst) {
+    PartSpill *sp = ctx;
+    size_t chunks = sp->stride / (WIN * sizeof(float));
+    for (size_t len; n; at += len, dst += len, n -= len) {
+        size_t j = (at - sp->lo) / WIN, in = (at - sp->lo) % WIN;
+        len = WIN - in < n ? WIN - in : n;
+        long want = (long)((size_t)array * chunks + j);
+        if (sp->cached != want) {
+            size_t off = (size_t)array * sp->stride + j * WIN * sizeof(float);
+            if (tier_wait(sp->tier, tier_read_async(sp->tier, off, sp->buf, WIN * sizeof(float))))
+                return -1;
+            sp->cached = want;
+        }
+        memcpy(dst, sp->buf + in, len * sizeof(float));
+    }
+    return 0;
+}
+
+CkptShard part_spill_shard(PartSpill *sp) {
+    return (CkptShard){.lo = sp->lo, .hi = sp->hi, .fetch = part_spill_fetch, .fetch_ctx = sp};
+}
+
+void part_spill_free(PartSpill *sp) {
+    if (!sp) return;
+    if (sp->tier) tier_close(sp->tier);
+    tier_free(sp->buf);
+    free(sp);
+}
+
+int part_spill_params(void *ctx, size_t at, size_t n, float *dst) {
+    return part_spill_fetch(ctx, 0, at, n, dst);
+}
