@@ -328,9 +328,6 @@ static double tp_evaluate(Strategy *s) {
     return loss;
 }
 
-// The checkpoint in the whole flat layout: the moments gathered over the gradient group (dp, or
-// dp x cp), then the first group's tp rank r writes range r of tp equal ranges of the whole
-// layout (parameters and moments), assembled from every tp rank's part (any layout resumes).
 // CkptExtraFn of a rank that has nothing to write because its part failed (loom_errmsg).
 static int failed_files(const char *part, void *ctx) {
     (void)part, (void)ctx;
