@@ -148,6 +148,40 @@ TEST(simulation_limits_and_bytes) {
     gpt_free(&k.m);
 }
 
+// The tier's CPU (offload_plan.h): on a tier that takes no time but costs CPU, every request the
+// compute stream does not wait for (all but unit 0's first read and H read back before unit 0's
+// gradient) adds its CPU seconds to the step with io_steal 1; with one compute thread the update
+// pass adds all of its own; io_steal 0 ignores them.
+TEST(simulation_io_cpu) {
+    CHECK(offload_io_steal(2, 2) == 1 && offload_io_steal(0, 2) == 1 && offload_io_steal(3, 2) == 1,
+          "every CPU computing");
+    CHECK(offload_io_steal(1, 2) == 0.5 && offload_io_steal(1, 4) == 0, "idle CPUs: %g, %g",
+          offload_io_steal(1, 2), offload_io_steal(1, 4));
+    for (int i = 0; i < 20; i++) {
+        Case k;
+        make_case(&k, irand(3, 6));
+        k.s.fused = 0;
+        OffloadPlan p = {0};
+        CHECK(offload_plan_search(&k.m, &k.s, &k.c, k.budget, &p) == 0, "%s", loom_errmsg());
+        OffloadCosts c = k.c;
+        c.read_bps = c.write_bps = 1e300;
+        OffloadPrediction d;
+        double free_io = offload_predict(&k.m, &k.s, &c, &p, &d);
+        c.read_cpu = 1e-9 * (1 + urand()), c.write_cpu = 1e-9 * (1 + urand());
+        CHECK(offload_predict(&k.m, &k.s, &c, &p, NULL) == free_io, "io_steal 0 counted the CPU");
+        c.io_steal = 1;
+        double t = offload_predict(&k.m, &k.s, &c, &p, NULL);
+        OffloadUnitCost u0;
+        offload_unit_cost(&k.m, &k.s, &c, &p, 0, &u0);
+        double H = 4.0 * offload_pad((size_t)k.m.cfg.V * k.m.cfg.C);
+        double want =
+            free_io + c.read_cpu * (d.read_bytes - u0.read_fwd - H) + c.write_cpu * d.written_bytes;
+        CHECK(fabs(t - want) <= 1e-9 * want, "case %d: %.12g s, want %.12g", i, t, want);
+        offload_plan_free(&p);
+        gpt_free(&k.m);
+    }
+}
+
 TEST(simulation_monotone) {
     for (int i = 0; i < 50; i++) {
         Case k;
@@ -352,6 +386,7 @@ TEST(search_speed_gpt2_xl) {
 
 int main(void) {
     RUN(simulation_limits_and_bytes);
+    RUN(simulation_io_cpu);
     RUN(simulation_monotone);
     RUN(search_equals_brute_force);
     RUN(fused_search_equals_brute_force);

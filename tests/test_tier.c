@@ -205,10 +205,14 @@ TEST(open_errors) {
 }
 
 TEST(measure) {
-    double r = 0, w = 0;
-    int rc = tier_measure(dir, 64 * MiB, 4 * MiB, &r, &w);
-    CHECK(rc == 0 && r > 0 && w > 0, "rc %d (%s), read %g, write %g B/s", rc, loom_errmsg(), r, w);
-    CHECK(tier_measure(dir, 64 * MiB, 1000, &r, &w) == -1, "unaligned piece accepted");
+    TierSpeed v = {0};
+    int rc = tier_measure(dir, 64 * MiB, 4 * MiB, &v);
+    CHECK(rc == 0 && v.read_bps > 0 && v.write_bps > 0, "rc %d (%s), read %g, write %g B/s", rc,
+          loom_errmsg(), v.read_bps, v.write_bps);
+    // CPU seconds per byte: not negative, and below 1 s per MB (a core copies GBs a second)
+    CHECK(v.read_cpu >= 0 && v.write_cpu >= 0 && v.read_cpu < 1e-6 && v.write_cpu < 1e-6,
+          "CPU per byte: read %g, write %g s", v.read_cpu, v.write_cpu);
+    CHECK(tier_measure(dir, 64 * MiB, 1000, &v) == -1, "unaligned piece accepted");
     CHECK(dir_is_empty(dir), "%s not empty after tier_measure", dir);
 }
 
@@ -245,12 +249,14 @@ static int run_mode(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(m, "--measure") && argc == 5) {
-        double r, w;
-        if (tier_measure(argv[2], parse_size(argv[3]), parse_size(argv[4]), &r, &w)) {
+        TierSpeed v;
+        if (tier_measure(argv[2], parse_size(argv[3]), parse_size(argv[4]), &v)) {
             fprintf(stderr, "loom: %s\n", loom_errmsg());
             return 1;
         }
-        printf("%s pieces: write %.0f MB/s, read %.0f MB/s\n", argv[4], w / 1e6, r / 1e6);
+        printf("%s pieces: write %.0f MB/s, read %.0f MB/s; CPU %.3f s per GB written, %.3f s "
+               "per GB read\n",
+               argv[4], v.write_bps / 1e6, v.read_bps / 1e6, v.write_cpu * 1e9, v.read_cpu * 1e9);
         return 0;
     }
     fprintf(stderr, "usage: test_tier [--open|--hold DIR BYTES | --roundtrip DIR | "

@@ -329,18 +329,19 @@ static void off_report(const GPT *m, const OffloadShape *s, const OffloadCosts *
         printf("predicted %.3f s per step (the update pass %.3f s of it), %.1f tokens/s\n",
                d.step_s, d.update_s, tok / d.step_s);
     char *units = offload_units_json(p);
-    char line[768];
-    int k =
-        snprintf(line, sizeof line,
-                 "{\"predicted_step_ms\": %.6g, \"peak_fast_bytes\": %.0f, \"io_bytes_per_step\":"
-                 " %.0f, \"budget_bytes\": %zu, \"overhead_bytes\": %.0f, \"prefetch\": %d, "
-                 "\"read_bps\": %.6g, "
-                 "\"write_bps\": %.6g, \"compute_ms\": %.6g, \"io_bound_ms\": %.6g, "
-                 "\"read_bytes\": %.0f, \"written_bytes\": %.0f, \"tokens_per_s\": %.6g, "
-                 "\"units\": ",
-                 p->predicted_step_ms, p->peak_fast_bytes, p->io_bytes_per_step, O.budget,
-                 O.overhead, p->prefetch, c->read_bps, c->write_bps, 1e3 * d.compute_s,
-                 1e3 * d.io_s, d.read_bytes, d.written_bytes, tok / d.step_s);
+    char line[1024];
+    int k = snprintf(
+        line, sizeof line,
+        "{\"predicted_step_ms\": %.6g, \"peak_fast_bytes\": %.0f, \"io_bytes_per_step\":"
+        " %.0f, \"budget_bytes\": %zu, \"overhead_bytes\": %.0f, \"prefetch\": %d, "
+        "\"read_bps\": %.6g, "
+        "\"write_bps\": %.6g, \"read_cpu_s_per_gb\": %.4g, \"write_cpu_s_per_gb\": "
+        "%.4g, \"io_steal\": %.3g, \"compute_ms\": %.6g, \"io_bound_ms\": %.6g, "
+        "\"read_bytes\": %.0f, \"written_bytes\": %.0f, \"tokens_per_s\": %.6g, "
+        "\"units\": ",
+        p->predicted_step_ms, p->peak_fast_bytes, p->io_bytes_per_step, O.budget, O.overhead,
+        p->prefetch, c->read_bps, c->write_bps, c->read_cpu * 1e9, c->write_cpu * 1e9, c->io_steal,
+        1e3 * d.compute_s, 1e3 * d.io_s, d.read_bytes, d.written_bytes, tok / d.step_s);
     printf("%.*s%s}\n", k, line, units);
     fflush(stdout);
     FILE *f = O.json ? fopen(O.json, "w") : NULL;
@@ -382,10 +383,11 @@ static int cmd_plan_offload(int argc, char **argv) {
     if (offload_plan_share(&m, &s, O.budget, O.overhead, &O.share)) die_last(EXIT_INPUT);
     printf("offload plan: L%d H%d C%d V%d (%.4gM parameters), micro-batch %d x T %d, grad-accum "
            "%d, recompute %s, dp %d, zero %d, update %s; tier %s: read %.3g GB/s, write %.3g "
-           "GB/s\n",
+           "GB/s, CPU %.2f / %.2f s per GB (%.0f%% of it taken from the compute)\n",
            cfg.L, cfg.H, cfg.C, cfg.V, m.nparams / 1e6, s.B, s.T, s.K, s.recompute ? "on" : "off",
            s.dp, s.zero, s.fused ? "fused into the backward" : "streamed after the backward", O.dir,
-           c.read_bps * 1e-9, c.write_bps * 1e-9);
+           c.read_bps * 1e-9, c.write_bps * 1e-9, c.read_cpu * 1e9, c.write_cpu * 1e9,
+           100 * c.io_steal);
     printf("per micro-batch: embedding %.4g + %.4g s, layer %.4g + %.4g s, head %.4g + %.4g s "
            "(forward + backward%s); AdamW %.3g ns per parameter\n",
            c.fwd[0], c.bwd[0], c.fwd[1], c.bwd[1], c.fwd[2], c.bwd[2],

@@ -27,8 +27,12 @@
 // The tier's bandwidths are what it sustains when overwriting its blocks (tier_measure writes
 // its region once before it times anything): the fill writes the whole scratch file before
 // the first step, and a first write into preallocated blocks is slower.
-// Not modelled: communication (data-parallel all-reduces, ZeRO-1 gathers), page faults, the
-// I/O threads' CPU.
+// The I/O threads' CPU: where the tier costs CPU (tmpfs: the kernel copies every byte), each
+// request queued while the compute stream works adds io_steal × its bytes × the tier's CPU
+// seconds per byte to that stream (an OpenMP region waits for its slowest thread, so a core
+// taken by a copy delays the whole region), and an update-pass piece adds its reads' and
+// writes' share to its AdamW seconds. Requests the compute stream waits for cost it nothing.
+// Not modelled: communication (data-parallel all-reduces, ZeRO-1 gathers), page faults.
 #pragma once
 #include <stdio.h>
 
@@ -41,8 +45,16 @@ typedef struct {
     double fwd[3], bwd[3];
     double update_s_per_param;  // AdamW (with zeroing and norms) per owned parameter
     double read_bps, write_bps; // the slow tier
-    int threads;                // compute threads the costs were measured with
+    // CPU seconds the tier's I/O threads spend per byte read and written (tier_measure), and
+    // the share of them the compute stream loses: 1 when the compute threads occupy every CPU
+    // the process may run on (offload_io_steal). 0: the tier costs no CPU (a manual tier)
+    double read_cpu, write_cpu, io_steal;
+    int threads; // compute threads the costs were measured with
 } OffloadCosts;
+
+// The share of the tier's CPU time the compute stream loses with `threads` compute threads
+// (0: one per CPU) on ncpu CPUs: the I/O threads that do not find an idle CPU.
+double offload_io_steal(int threads, int ncpu);
 
 // What the simulation of one step found (seconds, bytes).
 typedef struct {

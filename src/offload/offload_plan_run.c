@@ -3,6 +3,7 @@
 // --offload` runs at start-up (within the budget: the profile, the probe, the warm-up and the
 // fixed overhead it then measures, see offload_plan.h), the error for a budget nothing fits and
 // the units as JSON.
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +13,18 @@
 #include "tier.h"
 
 #define PROBE_BYTES ((size_t)256 << 20)
+
+// The CPUs this process may run on.
+static int cpus_available(void) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    return sched_getaffinity(0, sizeof set, &set) ? 1 : CPU_COUNT(&set);
+}
+
+// c's io_steal from its compute threads (set by whichever of the two measurements runs last).
+static void set_steal(OffloadCosts *c) {
+    c->io_steal = offload_io_steal(c->threads, cpus_available());
+}
 
 // The profile's row for shape s into c; a profile of another shape is an error.
 static int costs_from(const Profile *pr, const GPT *m, const OffloadShape *s, const char *path,
@@ -35,6 +48,7 @@ static int costs_from(const Profile *pr, const GPT *m, const OffloadShape *s, co
     }
     c->update_s_per_param = pr->update_s_per_param;
     c->threads = pr->threads;
+    set_steal(c);
     return 0;
 }
 
@@ -79,14 +93,26 @@ int offload_tier_costs(const GPT *m, const char *dir, size_t bytes, OffloadCosts
     bytes = bytes / TIER_ALIGN * TIER_ALIGN;
     if (bytes < piece) bytes = piece;
     double t0 = now_sec();
-    if (tier_measure(dir, bytes, piece, &c->read_bps, &c->write_bps)) return -1;
+    TierSpeed v;
+    if (tier_measure(dir, bytes, piece, &v)) return -1;
+    c->read_bps = v.read_bps, c->write_bps = v.write_bps;
+    c->read_cpu = v.read_cpu, c->write_cpu = v.write_cpu;
+    set_steal(c);
     if (log)
         fprintf(log,
-                "loom: offload plan: tier %s: read %.3g GB/s, write %.3g GB/s (%.1f MiB in "
-                "requests of %.2f MiB, %.1f s)\n",
-                dir, c->read_bps * 1e-9, c->write_bps * 1e-9, bytes / 1048576.0, piece / 1048576.0,
-                now_sec() - t0);
+                "loom: offload plan: tier %s: read %.3g GB/s, write %.3g GB/s, CPU %.2f / %.2f s "
+                "per GB (%.1f MiB in requests of %.2f MiB, %.1f s)\n",
+                dir, c->read_bps * 1e-9, c->write_bps * 1e-9, c->read_cpu * 1e9, c->write_cpu * 1e9,
+                bytes / 1048576.0, piece / 1048576.0, now_sec() - t0);
     return 0;
+}
+
+double offload_io_steal(int threads, int ncpu) {
+    int io = tier_workers();
+    if (ncpu < 1) ncpu = 1;
+    if (threads <= 0 || threads > ncpu) threads = ncpu;
+    double f = (double)(threads + io - ncpu) / io;
+    return f < 0 ? 0 : f > 1 ? 1 : f;
 }
 
 // What the process holds before anything of the run is allocated (the allocator's free memory

@@ -11,6 +11,13 @@
 
 // ---------------------------------------------------------------- the numbers of one model
 
+// The compute stream's seconds lost to the tier's CPU while rd bytes are read and wr written
+// (offload_plan.h: the I/O threads' CPU).
+static double stolen(const Ctx *x, double rd, double wr) {
+    const OffloadCosts *c = x->c;
+    return c->io_steal * (rd * c->read_cpu + wr * c->write_cpu);
+}
+
 // swap_update.c's walk over blocks [a, b] (offload_plan.h) from compute-free time cpu and
 // I/O-free time io to its end: pieces of at most the optimizer chunk inside a block, two
 // buffers. The update pass reads each piece's parameters and the owned gradients, m and v; the
@@ -43,6 +50,12 @@ static double walk_end(const Ctx *x, int a, int b, int fused, double cpu, double
         io = dmax(io, cpu) + pw / W;
     }
     return dmax(cpu, io);
+}
+
+// The bytes the update pass reads and writes (walk_end's pieces).
+static void update_bytes(const Ctx *x, double *rd, double *wr) {
+    double f = x->own, all = 4 * x->pp[x->nb];
+    *rd = all * (1 + 3 * f), *wr = all * (1 + 2 * f);
 }
 
 // The update pass after the backward over every block.
@@ -81,6 +94,12 @@ void offload_sim_init(Ctx *x, const GPT *m, const OffloadShape *s, const Offload
     x->own = s->zero >= 1 ? ceil(all / N) / all : 1.0;
     x->upd_cpu = update_end(x, 0, NEG), x->upd_io = update_end(x, NEG, 0);
     x->upd_work = (double)m->nparams * x->own * c->update_s_per_param;
+    // the update pass mostly waits for its I/O: the threads share the CPUs rather than delay
+    // each other, and the pass takes at least its AdamW plus its I/O's CPU spread over them
+    double rd, wr, pw = 0;
+    update_bytes(x, &rd, &wr);
+    if (c->io_steal > 0) pw = x->upd_work + stolen(x, rd, wr) / (c->threads > 0 ? c->threads : 1);
+    x->upd_cpu = dmax(x->upd_cpu, pw);
     OffloadPlan one;
     offload_plan_per_block(m, &one);
     x->fixed = offload_fast_bytes(m, s, &one) - 4.0 * (double)offload_slots_floats(m, &one);
@@ -132,6 +151,7 @@ double offload_sim_step(const Ctx *x, const OffloadUnit *un, int n, int p, doubl
         for (; issued < u + p && issued < n - 1; issued++) {
             ctx_unit(x, un[issued + 1], issued + 1, n, p, &cv);
             io = rf[issued + 1] = dmax(io, cpu) + cv.read_fwd / R;
+            cpu += stolen(x, cv.read_fwd, 0);
         }
         ctx_unit(x, un[u], u, n, p, &c);
         if (u < n - 1) cpu += c.fwd_s, w += c.fwd_s;
@@ -140,6 +160,7 @@ double offload_sim_step(const Ctx *x, const OffloadUnit *un, int n, int p, doubl
     if (x->s->fused)                                  // its update instead of its gradient
         cpu = io = fused_end(x, un[n - 1].first, un[n - 1].last, cpu, io);
     io = wend[(n - 1) % S] = dmax(io, cpu) + (x->s->fused ? 0 : c.write / W) + H / W;
+    cpu += stolen(x, 0, (x->s->fused ? 0 : c.write) + H);
     for (int u = n - 2; u >= 0; u--) {
         ctx_unit(x, un[u], u, n, p, &c);
         if (u <= n - 3 - p) cpu = dmax(cpu, rb[u]); // not resident: its read
@@ -149,13 +170,14 @@ double offload_sim_step(const Ctx *x, const OffloadUnit *un, int n, int p, doubl
             cpu = dmax(cpu, wend[v % S]); // after that slot's writes (unit v+S)
             rb[v] = cpu;
             if (cv.read_bwd > 0) io = rb[v] = dmax(io, cpu) + cv.read_bwd / R;
+            cpu += stolen(x, cv.read_bwd, 0);
         }
         cpu += c.bwd_s, w += c.bwd_s;
         if (u == 0) cpu = io = dmax(io, cpu) + H / R; // H back and added
         if (x->s->fused)
             cpu = io = wend[u % S] = fused_end(x, un[u].first, un[u].last, cpu, io);
         else
-            io = wend[u % S] = dmax(io, cpu) + c.write / W;
+            io = wend[u % S] = dmax(io, cpu) + c.write / W, cpu += stolen(x, 0, c.write);
     }
     if (work) work[0] = w, work[1] = cpu;
     if (x->s->fused) return dmax(cpu, io);

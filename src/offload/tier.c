@@ -399,9 +399,19 @@ void tier_free(void *p) { free(p); }
 
 // ---- measuring -----------------------------------------------------------------------------
 
-// Queues bytes/piece requests of one kind, then drains; the seconds it took, or -1.
-static double timed_pass(Tier *t, int write, char *buf, size_t cap, size_t bytes, size_t piece) {
-    double t0 = now_sec();
+int tier_workers(void) { return TIER_WORKERS; }
+
+static double cpu_sec(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// Queues bytes/piece requests of one kind, then drains; the seconds it took, or -1 (cpu: the
+// process's CPU seconds meanwhile).
+static double timed_pass(Tier *t, int write, char *buf, size_t cap, size_t bytes, size_t piece,
+                         double *cpu) {
+    double t0 = now_sec(), c0 = cpu_sec();
     for (size_t off = 0; off < bytes; off += piece) {
         size_t n = bytes - off < piece ? bytes - off : piece;
         char *b = buf + off % cap; // requests beyond the buffer reuse it (a ring)
@@ -411,10 +421,11 @@ static double timed_pass(Tier *t, int write, char *buf, size_t cap, size_t bytes
             tier_read_async(t, off, b, n);
     }
     if (tier_drain(t)) return -1;
+    *cpu = cpu_sec() - c0;
     return now_sec() - t0;
 }
 
-int tier_measure(const char *dir, size_t bytes, size_t piece, double *read_bps, double *write_bps) {
+int tier_measure(const char *dir, size_t bytes, size_t piece, TierSpeed *out) {
     if (!bytes || !piece || bytes % TIER_ALIGN || piece % TIER_ALIGN)
         return loom_fail("tier_measure: %zu bytes in pieces of %zu: both must be positive "
                          "multiples of %zu",
@@ -433,14 +444,15 @@ int tier_measure(const char *dir, size_t bytes, size_t piece, double *read_bps, 
     // a run overwrites its scratch file (the fill wrote all of it), and the first write into
     // preallocated blocks is slower (the filesystem converts them: 1.3-1.5 GB/s against
     // 1.9-2.2 GB/s on the project's virtio disk): the region is written once untimed
-    double w = timed_pass(t, 1, buf, cap, bytes, piece);
-    if (w >= 0) w = timed_pass(t, 1, buf, cap, bytes, piece);
-    double r = w < 0 ? -1 : timed_pass(t, 0, buf, cap, bytes, piece);
+    double wc = 0, rc = 0, w = timed_pass(t, 1, buf, cap, bytes, piece, &wc);
+    if (w >= 0) w = timed_pass(t, 1, buf, cap, bytes, piece, &wc);
+    double r = w < 0 ? -1 : timed_pass(t, 0, buf, cap, bytes, piece, &rc);
     tier_free(buf);
     tier_close(t);
     if (r < 0) return -1;
-    *write_bps = bytes / (w > 1e-9 ? w : 1e-9);
-    *read_bps = bytes / (r > 1e-9 ? r : 1e-9);
+    out->write_bps = bytes / (w > 1e-9 ? w : 1e-9);
+    out->read_bps = bytes / (r > 1e-9 ? r : 1e-9);
+    out->write_cpu = wc / (double)bytes, out->read_cpu = rc / (double)bytes;
     return 0;
 }
 

@@ -52,8 +52,18 @@ void tier_bytes(const Tier *t, uint64_t *read, uint64_t *written);
 void *tier_alloc(size_t bytes);
 void tier_free(void *p);
 
+// The I/O threads of one tier.
+int tier_workers(void);
+
+// What tier_measure found: bytes per second of each direction, and the CPU seconds the
+// process spent per byte meanwhile (its caller blocked: the I/O threads' system calls; small
+// with direct I/O to a disk, about one core per stream on tmpfs, where the kernel copies).
+typedef struct {
+    double read_bps, write_bps;
+    double read_cpu, write_cpu;
+} TierSpeed;
+
 // Measures the tier under dir with the access pattern swapping uses: writes `bytes` in
 // requests of `piece` bytes (twice: the second pass, an overwrite as in a run, is timed), then
-// reads them back, through the same I/O threads and flags.
-// Fills bytes per second of each. Returns 0 or -1 (loom_errmsg).
-int tier_measure(const char *dir, size_t bytes, size_t piece, double *read_bps, double *write_bps);
+// reads them back, through the same I/O threads and flags. Returns 0 or -1 (loom_errmsg).
+int tier_measure(const char *dir, size_t bytes, size_t piece, TierSpeed *out);
