@@ -318,7 +318,7 @@ static void off_report(const GPT *m, const OffloadShape *s, const OffloadCosts *
            p->prefetch, p->prefetch + 2, p->peak_fast_bytes / MiB, O.share / MiB, slots / MiB,
            ws / MiB, (p->peak_fast_bytes - slots - ws) / MiB);
     printf("per step: compute %.3f s; I/O %.1f MiB read + %.1f MiB written = %.1f MiB, I/O bound "
-           "%.3f s (bytes / measured bandwidth; the update pass reads and writes at once)\n",
+           "%.3f s (bytes / measured bandwidth)\n",
            d.compute_s, d.read_bytes / MiB, d.written_bytes / MiB, p->io_bytes_per_step / MiB,
            d.io_s);
     if (s->fused)

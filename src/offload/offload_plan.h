@@ -19,17 +19,11 @@
 //             buffers: the next piece's reads are queued after the writes of the piece that
 //             last used its buffer are done, then the current piece waits for its reads,
 //             computes (update_s_per_param per parameter) and queues its writes; the step
-//             ends when every write is done. The pieces' reads and writes are small requests
-//             interleaved in the queue, so the two I/O threads serve a read and a write at
-//             once: reads and writes are two streams here, each at its bandwidth (on the
-//             project's virtio disk the pass of GPT-2 124M took 1.9-2.7 s, against 2.0-2.5 s
-//             so predicted and 2.8-3.5 s from one stream: BENCHMARKS.md).
+//             ends when every write is done.
 //   fused     (OffloadShape.fused) no gradient is written and there is no update pass: after
 //             each unit's backward (the turn's included, before H is written) the same walk
 //             runs over the unit's blocks reading only the owned moments (and the embedding's
-//             parameters), and the compute stream waits for its last write; its requests share
-//             the queue with the backward's reads and writes: one stream (the fused runs of
-//             GPT-2 124M on the virtio disk: two streams predicted 4-14% short, one 6-10% long).
+//             parameters), and the compute stream waits for its last write.
 // The tier's bandwidths are what it sustains when overwriting its blocks (tier_measure writes
 // its region once before it times anything): the fill writes the whole scratch file before
 // the first step, and a first write into preallocated blocks is slower.
@@ -67,8 +61,7 @@ typedef struct {
     double step_s;
     double compute_s; // the compute stream's work: blocks and AdamW
     double update_s;  // the update pass, from its start to its last write
-    double io_s;      // the I/O streams' least: read bytes / read_bps + written / write_bps,
-                      // the update pass's reads and writes at once (their longer)
+    double io_s;      // the I/O stream's work: read bytes / read_bps + written / write_bps
     double read_bytes, written_bytes;
 } OffloadPrediction;
 

@@ -20,16 +20,13 @@ static double stolen(const Ctx *x, double rd, double wr) {
 
 // swap_update.c's walk over blocks [a, b] (offload_plan.h) from compute-free time cpu and
 // I/O-free time io to its end: pieces of at most the optimizer chunk inside a block, two
-// buffers; the update pass's reads and writes are two streams (offload_plan.h: update). The update
-// pass reads each piece's parameters and the owned gradients, m and v; the fused update (a unit's,
-// from its slot) only the owned moments (and the embedding's parameters: its gradient overlays them
-// in the slot). Both write parameters, m and v.
+// buffers. The update pass reads each piece's parameters and the owned gradients, m and v; the
+// fused update (a unit's, from its slot) only the owned moments (and the embedding's
+// parameters: its gradient overlays them in the slot). Both write parameters, m and v.
 static double walk_end(const Ctx *x, int a, int b, int fused, double cpu, double io) {
     const GPT *m = x->m;
     double R = x->c->read_bps, W = x->c->write_bps, f = x->own;
     double wbuf[2] = {NEG, NEG}, pr = 0, pc = 0, pw = 0; // piece i-1: reads end, compute, write
-    // the update pass: the writes are a stream of their own (offload_plan.h); fused, one stream
-    double iow = io, *wio = fused ? &io : &iow;
     int i = 0;
     size_t chunk = offload_opt_chunk(m);
     for (int blk = a; blk <= b; blk++) {
@@ -43,16 +40,16 @@ static double walk_end(const Ctx *x, int a, int b, int fused, double cpu, double
             double r = io;
             if (i) { // piece i-1 computes and writes
                 cpu = dmax(cpu, pr) + pc;
-                *wio = wbuf[(i - 1) % 2] = dmax(*wio, cpu) + pw / W;
+                io = wbuf[(i - 1) % 2] = dmax(io, cpu) + pw / W;
             }
             pr = r, pc = (double)n * f * x->c->update_s_per_param, pw = pad * (1 + 2 * f);
         }
     }
     if (i) {
         cpu = dmax(cpu, pr) + pc;
-        *wio = dmax(*wio, cpu) + pw / W;
+        io = dmax(io, cpu) + pw / W;
     }
-    return dmax(dmax(cpu, io), iow);
+    return dmax(cpu, io);
 }
 
 // The bytes the update pass reads and writes (walk_end's pieces).
@@ -199,9 +196,7 @@ void offload_sim_fill(const Ctx *x, OffloadPlan *p, OffloadPrediction *d) {
     d->compute_s = work[0] + x->upd_work;
     d->update_s = x->s->fused ? 0 : t - work[1];
     d->read_bytes = rd, d->written_bytes = wr;
-    double R = x->c->read_bps, W = x->c->write_bps, ur = 0, uw = 0;
-    if (!x->s->fused) update_bytes(x, &ur, &uw); // two streams there
-    d->io_s = (rd - ur) / R + (wr - uw) / W + dmax(ur / R, uw / W);
+    d->io_s = rd / x->c->read_bps + wr / x->c->write_bps;
 }
 
 double offload_predict(const GPT *m, const OffloadShape *s, const OffloadCosts *c, OffloadPlan *p,
