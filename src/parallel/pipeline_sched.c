@@ -8,9 +8,9 @@
 #include "pipeline_impl.h"
 
 // 2bw's background gradient reductions go out as a chain of 1 MiB all-reduces driven by the
-// progress thread (comm_iallreduce_chunked), so the activations the pipeline waits for, which
-// share each rank's link, queue behind a chunk rather than the whole reduction. (Test hook:
-// LOOM_PIPE_CHUNK sets the chunk size: testhooks.h.)
+// progress thread (comm_iallreduce_chunked; the replicas' one cut at the blocks' ends), so the
+// activations the pipeline waits for, which share each rank's link, queue behind a chunk rather
+// than the whole reduction. (Test hook: LOOM_PIPE_CHUNK sets the chunk size: testhooks.h.)
 static size_t chunk_floats(void) {
     static size_t n;
     if (!n) n = testhook_pipe_chunk();
