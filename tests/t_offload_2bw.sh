@@ -4,8 +4,12 @@
 # version its micro-batch runs on, and the delayed update writes the new version over the old.
 # Against the in-memory 2bw pipeline of the same layout, bit for bit (losses, gradient norms,
 # validation losses, exported weights), with weight decay, clipping active and K = 3
-# micro-batches: --pp 2, dp 2 x pp 2, dp 3 x pp 2 (a 3-rank group: the all-reduce of 3 sums in
-# the same order swapped and in memory), --pp 2 --recompute, --pp 4 (inner stages, K = 4).
+# micro-batches: --pp 2, dp 2 x pp 2, dp 3 x pp 2, --pp 2 --recompute, --pp 4 (inner stages,
+# K = 4). Over 3 replicas the sum's bits depend on the order each element's terms are added in:
+# with the MPI library's all-reduce forced to a ring (whose order depends on the element's offset
+# in the message), dp 3 swapped still equals dp 3 in memory (both send each block's gradient in
+# messages of their own, in the same chunks: 1000-float ones and the default), and the negative control:
+# the ring's in-memory run differs from the default order's (the comparison sees the order).
 # Negative control: 1f1b trains other
 # weights than 2bw (the comparison can fail). Checkpoints (both versions, from the tier) resume
 # with and without --offload onto the uninterrupted run's bytes. The budget binds: a stage whose
@@ -38,7 +42,25 @@ for lay in "2:--pp 2" "4:--pp 2 --dp 2" "6:--pp 2 --dp 3" "2:--pp 2 --recompute"
         { grep "pipeline stage" "$d/off.err"; echo "$l: stage 0 is not short of slots"; exit 1; }
     same "$l, swapped vs in memory" "$d/mem.jsonl" "$d/off.jsonl" "$d/mem.st" "$d/off.st" || exit 1
     clean "$l"
+    case "$l" in *"--dp 3"*) cp "$d/mem.jsonl" "$d/dflt.jsonl" && cp "$d/mem.st" "$d/dflt.st" ;; esac
 done
+# dp 3 with each element's dp terms added in an order set by its offset in the message (Open
+# MPI's non-blocking all-reduce forced to a ring): swapped equals in memory, with the default
+# chunks and with 1000-float ones (LOOM_PIPE_CHUNK: pieces inside a block, ragged at its end);
+# the in-memory run differs from the default order's, so the comparison is not blind to the order
+export LOOM_PIPE_SWAP_SLOTS=2
+ring() { OMPI_MCA_coll_libnbc_iallreduce_algorithm=1 mrun "$@"; }
+for chunk in 1000 ""; do # (the last: the default chunks)
+    LOOM_PIPE_CHUNK=$chunk ring mem 6 $flags --pp 2 --dp 3 --schedule 2bw
+    LOOM_PIPE_CHUNK=$chunk ring off 6 $flags --pp 2 --dp 3 --schedule 2bw $OFF
+    same "dp 3 summed by a ring${chunk:+ in chunks of $chunk}, swapped vs in memory" \
+        "$d/mem.jsonl" "$d/off.jsonl" "$d/mem.st" "$d/off.st" || exit 1
+    clean "ring $chunk"
+done
+if same "ring vs default" "$d/mem.jsonl" "$d/dflt.jsonl" "$d/mem.st" "$d/dflt.st" >/dev/null; then
+    echo "negative control: dp 3 summed by a ring trained the default order's bits"; exit 1
+fi
+echo "negative control: dp 3 summed by a ring differs from the default order"
 mrun mem 2 $flags --pp 2 --schedule 2bw
 python3 - "$d/mem.jsonl" <<'PY' || exit 1
 import json, sys

@@ -4,7 +4,11 @@
 # memory. Against the in-memory pipeline of the same layout, bit for bit (losses, gradient
 # norms, validation losses, exported weights): --pp 2 under 1f1b and gpipe, dp 2 x pp 2,
 # --recompute, --pp 4 (inner stages), all with K = 3 micro-batches and clipping active (the
-# norms are above --grad-clip), and with clipping off.
+# norms are above --grad-clip), and with clipping off. dp 3 x pp 2 under 1f1b and gpipe with
+# the MPI library's all-reduce forced to a ring (over 3 replicas the sum's bits depend on the
+# order each element's terms are added in; a ring's order is set by the element's offset in the
+# message): swapped equals in memory (both all-reduce each block's gradient in a message of its
+# own); negative control: the ring's in-memory run differs from the default order's.
 # These small runs hold at most 2 block slots per stage (--pp 4: 1; LOOM_PIPE_SWAP_SLOTS): every block's
 # parameters and gradient go through the tier within each micro-batch; where K micro-batches
 # leave a block between its forward and backward, its gradient is written and read back.
@@ -55,6 +59,24 @@ n = [json.loads(l)["grad_norm"] for l in open(sys.argv[1]) if '"grad_norm"' in l
 if not n or min(n) <= 0.5: sys.exit(f"clipping inactive: norms {n}")
 PY
 done
+
+# dp 3, each element's dp terms added in an order set by its offset in the message (Open MPI's
+# non-blocking all-reduce forced to a ring): swapped equals in memory; the in-memory run differs
+# from the default order's, so the comparison is not blind to the order
+export LOOM_PIPE_SWAP_SLOTS=2
+ring() { OMPI_MCA_coll_libnbc_iallreduce_algorithm=1 mrun "$@"; }
+for s in gpipe 1f1b; do
+    ring mem 6 $flags --pp 2 --dp 3 --schedule $s
+    ring off 6 $flags --pp 2 --dp 3 --schedule $s $OFF
+    same "dp 3 $s summed by a ring, swapped vs in memory" "$d/mem.jsonl" "$d/off.jsonl" \
+        "$d/mem.st" "$d/off.st" || exit 1
+    clean "ring $s"
+done
+mrun dflt 6 $flags --pp 2 --dp 3 --schedule 1f1b
+if same "ring vs default" "$d/mem.jsonl" "$d/dflt.jsonl" "$d/mem.st" "$d/dflt.st" >/dev/null; then
+    echo "negative control: dp 3 summed by a ring trained the default order's bits"; exit 1
+fi
+echo "negative control: dp 3 1f1b summed by a ring differs from the default order"
 
 # checkpoints: a save at step 2 of 4 (the step-4 one removed) resumed onto the full run's bytes
 export LOOM_PIPE_SWAP_SLOTS=1

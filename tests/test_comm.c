@@ -5,6 +5,7 @@
 //   * all-reduce, broadcast, reduce-scatter and all-gather in pieces (ragged last pieces, two
 //     segments, unequal blocks; an all-gather over a layout wider than an int, staged);
 //   * collectives started in one order and waited in the reverse order (the queue);
+//   * an all-reduce cut at given offsets sends each range between them in its own pieces;
 //   * a collective that takes twice the timeout but keeps completing pieces is not killed;
 //   * 600 outstanding point-to-point requests are all tracked (the table grows) and land;
 //   * a heartbeat (busy section) on one rank keeps the other's barrier alive past the
@@ -115,6 +116,32 @@ TEST(queue_order_and_broadcast) {
     agree();
 }
 
+// An all-reduce cut at offsets (a pipeline stage's block ends): each range between cuts goes in
+// chunks from its own start. Queued behind a slow one, it reports its pieces before it starts:
+// [0,700) 600+100, [700,1500) 600+200, [1500,3001) 600+600+301, then b1's 500 = 8 (uncut: 6);
+// the cuts outside (0, n0) or not ascending are ignored.
+TEST(allreduce_cut_at_offsets) {
+    size_t n = 5000, cut[5] = {700, 600, 1500, 1500, 3001};
+    float *x = calloc(n, sizeof *x), *b0 = malloc(3001 * sizeof *b0), b1[500];
+    for (int i = 0; i < 3001; i++)
+        b0[i] = (float)(i + W->rank);
+    for (int i = 0; i < 500; i++)
+        b1[i] = (float)W->rank;
+    CommReq slow = comm_iallreduce(W, x, n); // 2 s on the emulated link
+    CommReq r = comm_iallreduce_cut(W, b0, 3001, cut, 5, b1, 500, 600);
+    CommProgress pr = {0};
+    CHECK(!comm_test_progress(&r, &pr) && pr.pieces == 8, "%ld pieces, want 8", pr.pieces);
+    CHECK(comm_wait(&slow) == 0 && comm_wait(&r) == 0, "status %d", r.status);
+    int bad = 0;
+    for (int i = 0; i < 3001; i++)
+        bad += b0[i] != (float)(2 * i + 1);
+    for (int i = 0; i < 500; i++)
+        bad += b1[i] != 1;
+    CHECK(bad == 0, "%d wrong sums", bad);
+    free(x), free(b0);
+    agree();
+}
+
 TEST(layouts_in_pieces) { // 1000 elements a piece: 500 per member, 3 pieces of unequal blocks
     size_t counts[2] = {1300, 900}, displs[2] = {0, 1300};
     int mine = (int)counts[W->rank];
@@ -209,6 +236,7 @@ static int run_mpi_part(int argc, char **argv) {
     }
     RUN(allreduce_in_pieces_slow_link);
     RUN(queue_order_and_broadcast);
+    RUN(allreduce_cut_at_offsets);
     RUN(layouts_in_pieces);
     comm_set_int_limit(1000); // as if MPI's int displacements could not span these layouts
     RUN(layouts_in_pieces);

@@ -100,6 +100,12 @@ CommReq comm_iallreduce(const Comm *c, float *buf, size_t n);
 // buffer. comm_iallreduce is the same with the default chunk.
 CommReq comm_iallreduce_chunked(const Comm *c, float *b0, size_t n0, float *b1, size_t n1,
                                 size_t chunk);
+// The same, with b0 cut at the ncut offsets cut[] (ascending; the job keeps a copy): no piece
+// crosses a cut, and each range between cuts goes in chunks from its start, so the MPI calls
+// are those of one chained all-reduce per range (each element at the same offset of the same
+// message, whatever order the MPI library's algorithm adds by offset in).
+CommReq comm_iallreduce_cut(const Comm *c, float *b0, size_t n0, const size_t *cut, int ncut,
+                            float *b1, size_t n1, size_t chunk);
 int comm_allreduce(const Comm *c, float *buf, size_t n);
 // The element-wise maximum instead of the sum.
 CommReq comm_iallreduce_max(const Comm *c, float *buf, size_t n);

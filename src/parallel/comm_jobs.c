@@ -23,6 +23,8 @@ typedef struct Job {
     size_t esize;
     char *buf[2];
     size_t n[2], chunk, total; // elements per segment, per piece, in all
+    size_t *cut;               // J_SUM: offsets in segment 0 no piece crosses (ascending)
+    int ncut, ci;              // how many; the next one not behind the piece to start
     int root, max;             // J_BCAST: the root; J_SUM: the maximum instead of the sum
     const float *send;         // J_RSCATTER
     size_t *counts, *displs;   // J_RSCATTER, J_GATHERV: the caller's layout (J_RSCATTER: offsets)
@@ -87,6 +89,10 @@ static int issue_piece(Job *j, int k, size_t *len) {
     while (j->off >= j->n[j->seg])
         j->seg++, j->off = 0;
     size_t rest = j->n[j->seg] - j->off;
+    while (j->seg == 0 && j->ci < j->ncut && j->cut[j->ci] <= j->off)
+        j->ci++;
+    if (j->seg == 0 && j->ci < j->ncut && j->cut[j->ci] - j->off < rest)
+        rest = j->cut[j->ci] - j->off; // a new range starts there: its pieces from its start
     *len = rest < j->chunk ? rest : j->chunk;
     void *p = j->buf[j->seg] + j->off * j->esize;
     if (j->kind == J_BCAST) return MPI_Ibcast(p, (int)*len, j->type, j->root, j->comm, q);
@@ -135,7 +141,13 @@ static CommReq submit(const Comm *c, const char *op, Job *j) {
     j->t0 = j->progress = now_sec();
     if (!j->chunk) j->chunk = 1;
     j->total = j->n[0] + j->n[1];
-    j->pieces = (long)((j->n[0] + j->chunk - 1) / j->chunk + (j->n[1] + j->chunk - 1) / j->chunk);
+    j->pieces = (long)((j->n[1] + j->chunk - 1) / j->chunk);
+    size_t at = 0;
+    for (int k = 0; k <= j->ncut; k++) { // segment 0's ranges between the cuts
+        size_t end = k < j->ncut ? j->cut[k] : j->n[0];
+        j->pieces += (long)((end - at + j->chunk - 1) / j->chunk);
+        at = end;
+    }
     CommReq r = {.handle = j, .chunked = 1, .op = op, .comm = c, .started = j->t0};
     comm_lock();
     Job **t = &jobs;
@@ -148,8 +160,8 @@ static CommReq submit(const Comm *c, const char *op, Job *j) {
     return r;
 }
 
-static CommReq submit_sum(const Comm *c, const char *op, void *b0, size_t n0, void *b1, size_t n1,
-                          size_t chunk, int how, double delay) { // how: f32 sum, f64 sum, f32 max
+static Job *sum_job(void *b0, size_t n0, void *b1, size_t n1, size_t chunk, int how,
+                    double delay) { // how: f32 sum, f64 sum, f32 max
     Job *j = xcalloc(1, sizeof *j);
     size_t lim = comm_chunk_limit();
     *j = (Job){.kind = J_SUM,
@@ -160,7 +172,12 @@ static CommReq submit_sum(const Comm *c, const char *op, void *b0, size_t n0, vo
                .n = {n0, n1},
                .chunk = chunk && chunk < lim ? chunk : lim,
                .delay = delay};
-    return submit(c, op, j);
+    return j;
+}
+
+static CommReq submit_sum(const Comm *c, const char *op, void *b0, size_t n0, void *b1, size_t n1,
+                          size_t chunk, int how, double delay) {
+    return submit(c, op, sum_job(b0, n0, b1, n1, chunk, how, delay));
 }
 
 CommReq comm_iallreduce(const Comm *c, float *buf, size_t n) {
@@ -175,10 +192,24 @@ CommReq comm_iallreduce_max(const Comm *c, float *buf, size_t n) {
 
 CommReq comm_iallreduce_chunked(const Comm *c, float *b0, size_t n0, float *b1, size_t n1,
                                 size_t chunk) {
-    if (!b0) n0 = 0;
+    return comm_iallreduce_cut(c, b0, n0, NULL, 0, b1, n1, chunk);
+}
+
+CommReq comm_iallreduce_cut(const Comm *c, float *b0, size_t n0, const size_t *cut, int ncut,
+                            float *b1, size_t n1, size_t chunk) {
+    if (!b0) n0 = 0, ncut = 0;
     if (!b1) n1 = 0;
     if (!c || c->size <= 1 || n0 + n1 == 0) return comm_done_req(c, "allreduce (chunked)");
-    return submit_sum(c, "allreduce (chunked)", b0, n0, b1, n1, chunk, 0, 0);
+    size_t *own = NULL;
+    int k = 0;
+    if (ncut > 0) { // only the cuts inside (0, n0), ascending
+        own = xmalloc((size_t)ncut * sizeof *own);
+        for (int i = 0; i < ncut; i++)
+            if (cut[i] > (k ? own[k - 1] : 0) && cut[i] < n0) own[k++] = cut[i];
+    }
+    Job *j = sum_job(b0, n0, b1, n1, chunk, 0, 0);
+    j->cut = own, j->ncut = k;
+    return submit(c, "allreduce (chunked)", j);
 }
 
 CommReq comm_iallreduce_f64(const Comm *c, double *buf, int n) {
@@ -270,7 +301,8 @@ int comm_job_test(CommReq *r, CommProgress *pr) {
     comm_unlock();
     int bad = comm_check(rc, r->op, r->comm);
     if (!done && !bad) return 0;
-    free(j->counts), free(j->displs), free(j->pc), free(j->pd), free(j->stage), free(j);
+    free(j->counts), free(j->displs), free(j->pc), free(j->pd), free(j->stage), free(j->cut);
+    free(j);
     r->handle = NULL, r->chunked = 0;
     r->status = bad, r->contributors = bad ? 0 : r->comm->size;
     return 1;

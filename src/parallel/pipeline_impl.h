@@ -150,6 +150,10 @@ const float *pipe_own_grads(const Pipe *p, const float *g);
 // the fresh ones zeroed; the chain's first all-reduce (stage 0's embedding gradient and the
 // last stage's wte gradient over gc) started.
 void pipe_zero_pend_start(Pipe *p, size_t chunk);
+// 2bw: g[0, n) all-reduced over c in the pieces the background chain sends one block's
+// gradient (or the wte replica's) in, blocking: the swapped stage's reductions, one block at a
+// time, are then the in-memory chain's MPI calls. 0 or -1 (loom_errmsg).
+int pipe_grad_allreduce(const Comm *c, float *g, size_t n);
 // --offload (gpipe/1f1b/2bw, ZeRO 0): the stage's parameters (2bw: both versions), gradients
 // and moments in a tier of this rank, its blocks run from slots in memory. The tier belongs to the
 // offload layer above this one, so the swapped stage is implemented there

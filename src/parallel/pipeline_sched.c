@@ -8,13 +8,34 @@
 #include "pipeline_impl.h"
 
 // 2bw's background gradient reductions go out as a chain of 1 MiB all-reduces driven by the
-// progress thread (comm_iallreduce_chunked), so the activations the pipeline waits for, which
-// share each rank's link, queue behind a chunk rather than the whole reduction. (Test hook:
-// LOOM_PIPE_CHUNK sets the chunk size: testhooks.h.)
+// progress thread (comm_iallreduce_chunked; the replicas' one cut at the blocks' ends), so the
+// activations the pipeline waits for, which share each rank's link, queue behind a chunk rather
+// than the whole reduction. (Test hook: LOOM_PIPE_CHUNK sets the chunk size: testhooks.h.)
 static size_t chunk_floats(void) {
     static size_t n;
     if (!n) n = testhook_pipe_chunk();
     return n;
+}
+
+// The chain's replica reduction cuts the stage's gradient at its blocks' ends, so its MPI calls
+// are those of one chained all-reduce per block: the calls a swapped stage makes
+// (pipe_grad_allreduce, block by block from the tier). The two then agree bit for bit whatever
+// order the MPI library's algorithm adds each element's terms in (one set by the element's offset
+// in the message, e.g. a ring, included).
+static CommReq reduce_stage(Pipe *p, float *g, float *wg) {
+    int nb = p->b1 - p->b0;
+    size_t *cut = xmalloc((size_t)nb * sizeof *cut);
+    for (int b = p->b0; b < p->b1; b++)
+        cut[b - p->b0] = p->m->blocks[b].off + p->m->blocks[b].n - p->lo;
+    CommReq r =
+        comm_iallreduce_cut(p->gc, g, p->hi - p->lo, cut, nb - 1, wg, p->tie_n, chunk_floats());
+    free(cut);
+    return r;
+}
+
+int pipe_grad_allreduce(const Comm *c, float *g, size_t n) {
+    CommReq r = comm_iallreduce_chunked(c, g, n, NULL, 0, chunk_floats());
+    return comm_wait(&r);
 }
 
 // A tensor-parallel part's Σ g² per tensor of the stage, each added at the chunk its tensor
@@ -288,8 +309,7 @@ static void pend_start(Pipe *p, int step, double t0) {
         p->gbuf = p->gspare, p->gspare = t;
         be->fill(p->gbuf, 0.f, n);
         p->pend.g = p->gspare;
-        p->pend.req[0] =
-            comm_iallreduce_chunked(p->gc, p->pend.g, n, p->pend.wg, p->tie_n, chunk_floats());
+        p->pend.req[0] = reduce_stage(p, p->pend.g, p->pend.wg);
     }
     pipe_use_version(p, p->cur_ver); // blocks now accumulate into the fresh buffers
     p->pend.step = step;

@@ -261,8 +261,8 @@ static int reduce_block(Pipe *p, int b) {
         return -1;
     *gtier_of(w, p, par, b) = 1;
     int dp = p->gc->size > 1, tie = b == 0 && p->first && p->tie;
-    if ((dp && comm_allreduce(p->gc, w->ugbuf, blk->n)) ||
-        (tie && comm_allreduce(p->tie, w->ugbuf, p->tie_n)))
+    if ((dp && pipe_grad_allreduce(p->gc, w->ugbuf, blk->n)) ||
+        (tie && pipe_grad_allreduce(p->tie, w->ugbuf, p->tie_n)))
         return -1;
     return dp || tie ? tier_wr(w, toff(w, p, b, greg(par)), w->ugbuf, blk->n) : 0;
 }
@@ -278,8 +278,8 @@ static int ps_sumsq(Pipe *p, double *v) {
             gpt_chunk_sumsq(p->m, p->sw->ugbuf, blk->off, blk->off + blk->n, v);
         }
         if (!p->replica) return 0;
-        return (p->gc->size > 1 && comm_allreduce(p->gc, p->pend.wg, p->tie_n)) ||
-                       (p->tie && comm_allreduce(p->tie, p->pend.wg, p->tie_n))
+        return (p->gc->size > 1 && pipe_grad_allreduce(p->gc, p->pend.wg, p->tie_n)) ||
+                       (p->tie && pipe_grad_allreduce(p->tie, p->pend.wg, p->tie_n))
                    ? -1
                    : 0;
     }
