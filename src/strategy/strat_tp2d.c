@@ -22,9 +22,11 @@
 // from them. --co2 (ZeRO 0): every grid is a CO2 worker — its gradients never summed over dp, the
 // outer rule on the rank's part over dp (strat_tp_co2.c), every rank's state file in the saves.
 // --offload (ZeRO 0): every rank swaps its part's blocks through its own tier (tp2d_swap.c,
-// placed by the section hook), the same steps bit for bit. --cp (ZeRO 0): each grid runs on its
-// ring position's two chunks of every sequence (the model's attention on the ring, wpe at the
-// chunks' positions: block_2d.c), the gradients and losses summed over dp x cp.
+// placed by the section hook), the same steps bit for bit; a save and an export assemble the
+// whole model on the first rank from the tiers (part_swap_save.c), within --fast-mem. --cp
+// (ZeRO 0): each grid runs on its ring position's two chunks of every sequence (the model's
+// attention on the ring, wpe at the chunks' positions: block_2d.c), the gradients and losses
+// summed over dp x cp.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -10,7 +10,8 @@
 // micro-batch the leaving block's gradient is first summed down the column (the replicated
 // tensors) and over dp and measured per tensor. The update walks the blocks, AdamW on one at a
 // time with its moments read and written around it. The same kernels run on the same values in
-// the same order as the in-memory part: bit for bit.
+// the same order as the in-memory part: bit for bit. A save or an export hands part_swap_save.c
+// each block (read from the tier, or the resident ends) through the update's moment buffer.
 #include "tp2d_swap.h"
 
 #include <stdio.h>
