@@ -79,7 +79,11 @@ static int assemble(Asm *x, int k, int b, size_t d, size_t a, size_t e) {
     int me = x->c->rank == (int)d;
     for (size_t len; a < e; a += len) {
         len = part_spill_len(lo, a, e);
-        memset(x->win, 0, len * sizeof(float));
+        if (x->m->q) // 2D copies in memory: -0 + -0 = -0 and v + -0 = v keep every value's bits
+            for (size_t k = 0; k < len; k++)
+                x->win[k] = -0.0f;
+        else // 1D sums with zeros in memory (ckpt_tp_assemble): the same sums
+            memset(x->win, 0, len * sizeof(float));
         part_to_whole_range_at(x->m, x->c->rank, x->stage, part->blocks[b].off, a, len, x->win);
         x->counts[d] = len;
         float *recv = me ? part_spill_at(x->sp, a) : (float *)&dummy;
