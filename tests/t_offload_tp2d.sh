@@ -3,9 +3,9 @@
 # rank of the q x q grid swaps its own part's layers (parameters, gradients) and every block's
 # moments through its own tier, the blocks communicating along the grid's rows and columns inside
 # as in memory. Against the in-memory run of the same layout, bit for bit (losses, gradient
-# norms, validation losses, exported weights): --tp 4 --tp-mode 2d (clipping on and off,
-# --recompute), dp 2 and dp 3 x that (8 and 12 ranks), all with gradient accumulation K = 3,
-# weight decay and clipping active (the norms are above --grad-clip). Over 3 replicas the sum's
+# norms, validation losses, exported weights, checkpoint files): --tp 4 --tp-mode 2d (clipping
+# on and off, --recompute), dp 2 and dp 3 x that (8 and 12 ranks), all with gradient
+# accumulation K = 3, weight decay and clipping active (the norms are above --grad-clip). Over 3 replicas the sum's
 # bits depend on the order each element's terms are added in: with the MPI library's
 # all-reduce forced to a ring (whose order depends on the element's offset in the message), dp 3
 # swapped still equals dp 3 in memory (both sum each block in a call of its own), and the negative
@@ -32,8 +32,18 @@ flags="$base --val-data $d/train.bin --val-every 2 --val-windows 3 --steps 4 --g
 OFF="--offload disk --offload-dir $d/off --fast-mem $(fastmem 64)"
 mrun() { # NAME NP FLAGS...
     local name=$1 np=$2; shift 2
+    rm -rf "$d/$name.ck"
     $MPI -np "$np" $LOOM train "$@" --metrics "$d/$name.jsonl" --export "$d/$name.st" \
-        2>"$d/$name.err" || { cat "$d/$name.err"; exit 1; }
+        --save "$d/$name.ck" --save-every 2 2>"$d/$name.err" || { cat "$d/$name.err"; exit 1; }
+}
+same_shards() { # NAME DIR_A DIR_B: every step's checkpoint files byte for byte
+    local f n=0
+    for f in "$2"/step_*/*; do
+        cmp -s "$f" "$3/${f#"$2"/}" || { echo "$1: ${f#"$2"/} differs"; exit 1; }
+        n=$((n + 1))
+    done
+    [ "$n" -ge 4 ] || { echo "$1: only $n checkpoint files"; exit 1; }
+    echo "$1: the swapped run's $n checkpoint files are the in-memory run's bytes"
 }
 clean() { [ -z "$(ls -A "$d/off")" ] || { echo "$1: scratch files left in --offload-dir"; exit 1; }; }
 for lay in "4:$g" "4:$g --grad-clip 0" "4:$g --recompute" "8:$g --dp 2" "12:$g --dp 3"; do
@@ -43,6 +53,7 @@ for lay in "4:$g" "4:$g --grad-clip 0" "4:$g --recompute" "8:$g --dp 2" "12:$g -
     grep -q "blocks swapped through its own disk tier" "$d/off.err" ||
         { echo "$l: the run does not say it swaps"; exit 1; }
     same "$l, swapped vs in memory" "$d/mem.jsonl" "$d/off.jsonl" "$d/mem.st" "$d/off.st" || exit 1
+    same_shards "$l" "$d/mem.ck" "$d/off.ck"
     clean "$l"
 done
 # dp 3 with each element's dp terms added in an order set by its offset in the message (Open
@@ -91,13 +102,7 @@ if [ -z "${LOOM_ASAN:-}" ]; then
         --metrics "$d/bo.jsonl" 2>"$d/bo.err" || { cat "$d/bo.err"; exit 1; }
     same "2d tp 4, 54 MiB of state per rank in --fast-mem 48M" "$d/bm.jsonl" "$d/bo.jsonl" \
         "$d/bm.st" "$d/bo.st" || exit 1
-    n=0
-    for f in "$d"/bmck/step_*/*.bin; do
-        cmp -s "$f" "$d/bock/${f#"$d"/bmck/}" || { echo "2d tp 4: ${f#"$d"/bmck/} differs"; exit 1; }
-        n=$((n + 1))
-    done
-    [ "$n" -ge 2 ] || { echo "2d tp 4: only $n shard files"; exit 1; }
-    echo "2d tp 4: the swapped run's $n checkpoint shards are the in-memory run's bytes"
+    same_shards "2d tp 4 in --fast-mem 48M" "$d/bmck" "$d/bock"
     within "2d tp 4, a save every step and the export" "$d/bo.err"
     mp=$(grep -o 'peak RSS [0-9.]* MiB |' "$d/bm.err" | awk '{print $3}')
     awk -v x="$mp" 'BEGIN { exit !(x > 48) }' ||
