@@ -366,9 +366,13 @@ static int t2_save_swapped(Strategy *s, const char *dir, CkptMeta *meta, CkptExt
         group ? tp2ds_spill(t->sw, &t->cut.map, g->tp_comm, g->world->rank, 0, 3) : NULL;
     meta->opt_t = *tp2ds_opt_t(t->sw);
     CkptShard sh = sp && g->tp_i == 0 ? part_spill_shard(sp) : (CkptShard){0};
-    int rc = group && !sp ? -1
-                          : ckpt_save_collective(dir, g->world, sh.fetch ? &sh : NULL, meta, extra,
-                                                 extra_ctx, NULL, NULL, keep);
+    double bad = group && !sp; // agreed by every rank (no rank left waiting in the save)
+    comm_allreduce_f64(g->world, &bad, 1);
+    int rc = bad ? -1
+                 : ckpt_save_collective(dir, g->world, sh.fetch ? &sh : NULL, meta, extra,
+                                        extra_ctx, NULL, NULL, keep);
+    if (bad && !(group && !sp))
+        loom_fail("offload: another rank failed to assemble the checkpoint from its tier");
     part_spill_free(sp);
     return rc;
 }
