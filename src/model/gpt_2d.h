@@ -68,6 +68,11 @@ void gpt2d_from_whole(const GPT *whole, const GPT *part, int q, int i, int j, si
 // What rank (i,j) holds (src, host, its layout) into the whole flat array dst (host).
 void gpt2d_to_whole(const GPT *whole, const GPT *part, int q, int i, int j, const float *src,
                     float *dst);
+// The elements of the whole flat range [at, at+n) that rank (i,j) holds, from src (host, its
+// layout from flat offset base, as gpt2d_from_whole's dst) into dst (host, dst[0] is element at;
+// the rest left as they are); the column-replicated tensors only when reps (one row of a column).
+void gpt2d_to_whole_range_at(const GPT *whole, const GPT *part, int i, int j, int reps,
+                             const float *src, size_t base, size_t at, size_t n, float *dst);
 
 // Activations of one micro-batch of shape (B,T) on one rank: Bl = B/q sequences, C/q channels.
 typedef struct {

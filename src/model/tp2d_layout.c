@@ -119,6 +119,25 @@ void gpt2d_to_whole(const GPT *whole, const GPT *part, int q, int i, int j, cons
     }
 }
 
+void gpt2d_to_whole_range_at(const GPT *whole, const GPT *part, int i, int j, int reps,
+                             const float *src, size_t base, size_t at, size_t n, float *dst) {
+    for (int t = 0; t < part->ntensors; t++) {
+        const TensorSpec *w = &whole->tensors[t], *p = &part->tensors[t];
+        if (w->off >= at + n || w->off + w->n <= at || (!reps && gpt2d_col_replicated(part, t)))
+            continue;
+        size_t pc = cols_of(p), fc = cols_of(w), co = col_offset(p, i, j);
+        for (size_t r = 0; r < rows_of(p); r++) {
+            long wr = whole_row(w, p, j, r);
+            if (wr < 0) continue;
+            size_t lo = w->off + (size_t)wr * fc + co, hi = lo + pc;
+            size_t a = lo > at ? lo : at, b = hi < at + n ? hi : at + n;
+            if (a < b)
+                memcpy(dst + (a - at), src + (p->off - base) + r * pc + (a - lo),
+                       (b - a) * sizeof(float));
+        }
+    }
+}
+
 void gpt2d_from_whole(const GPT *whole, const GPT *part, int q, int i, int j, size_t at, size_t n,
                       const float *src, float *dst, size_t base) {
     (void)q;

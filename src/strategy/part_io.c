@@ -37,6 +37,15 @@ void part_to_whole(const PartMap *m, int rank, const float *src, float *dst) {
         gpt_tp_to_whole(m->whole, m->part, rank, src, dst);
 }
 
+void part_to_whole_range_at(const PartMap *m, int rank, const float *src, size_t base, size_t at,
+                            size_t n, float *dst) {
+    if (m->q) // the column-replicated tensors from the grid's row 0 only: one copy in a sum
+        gpt2d_to_whole_range_at(m->whole, m->part, rank / m->q, rank % m->q, rank < m->q, src, base,
+                                at, n, dst);
+    else
+        gpt_tp_to_whole_range_at(m->whole, m->part, rank, src, base, at, n, dst);
+}
+
 int part_cut_store(void *cut, int array, size_t at, size_t n, const float *src) {
     PartCut *c = cut;
     part_from_whole(&c->map, at, n, src, c->stage[array]);

@@ -28,6 +28,12 @@ void part_from_whole_at(const PartMap *m, size_t at, size_t n, const float *src,
                         size_t base);
 // Part `rank` of the group (src, host, its layout) into the whole flat array dst (host).
 void part_to_whole(const PartMap *m, int rank, const float *src, float *dst);
+// Part `rank`'s elements of the whole flat range [at, at+n) (src: its layout from element base
+// on) into dst[0..n), the others left as they are: summed over the group's parts (zeros
+// elsewhere), each whole element comes from exactly one part (2D: a replicated tensor from the
+// grid's row 0).
+void part_to_whole_range_at(const PartMap *m, int rank, const float *src, size_t base, size_t at,
+                            size_t n, float *dst);
 
 // Host staging arrays in the part's layout (CKPT_PARAMS .. CKPT_PREV) that a stream of the
 // whole layout is cut into: a checkpoint_read_into store (CkptWant.store) and a params_stream
@@ -64,6 +70,13 @@ int part_swap_fill(const Strategy *s, const PartMap *map, Swapper *sw);
 typedef struct PartSpill PartSpill;
 PartSpill *part_swap_spill(const PartMap *m, const Comm *c, Swapper *sw, const char *dir, int rank,
                            int to, int arrays);
+// The same from any part that reads its block b's array k (0 parameters, 1 m, 2 v) into a
+// buffer on request (fetch: 0 or -1), through stage (cap floats, at least the part's largest
+// block; NULL: a failure, agreed over c).
+typedef int (*PartBlockFetch)(void *ctx, int k, int b, float *dst);
+PartSpill *part_blocks_spill(const PartMap *m, const Comm *c, PartBlockFetch fetch, void *ctx,
+                             float *stage, size_t cap, const char *dir, int rank, int to,
+                             int arrays);
 int part_spill_fetch(void *ctx, int array, size_t at, size_t n, float *dst);
 int part_spill_params(void *ctx, size_t at, size_t n, float *dst);
 CkptShard part_spill_shard(PartSpill *sp);

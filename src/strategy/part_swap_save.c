@@ -1,13 +1,13 @@
-// part_swap_save.c — a checkpoint save of a swapped 1D tensor- or context-parallel part
-// (strat_tp.c with --offload) within --fast-mem. Tensor-parallel rank d of the writing group
-// writes range d of tp equal ranges of the whole flat layout (parameters and moments), as in
-// memory; here it is assembled block by block from every rank's tier: each rank reads its part's
-// block b of one array into the executor's largest slot (swap_scratch, counted in the budget),
-// cuts the windows of whole block b that fall in range d out of it, and a reduce-scatter sums
-// them into rank d (the same windows, sums and so the same bytes as ckpt_tp_assemble). Rank d
-// appends what it receives to a scratch file of its own under --offload-dir (a Tier: unlinked at
-// once), through one window-sized buffer; the shard is then written from that file
-// (CkptShard.fetch). No rank holds its part's state or its range of the whole in memory.
+// part_swap_save.c — a checkpoint save or an export of a swapped tensor- or context-parallel
+// part (a 1D one, strat_tp.c with --offload; a 2D grid's, strat_tp2d.c) within --fast-mem. Rank
+// d of the writing group gets range d of equal ranges of the whole flat layout (parameters and
+// moments; or all of it on one rank), assembled block by block from every rank's tier: each rank
+// reads its part's block b of one array into a buffer counted in the budget (the executor's
+// largest slot), cuts the windows of whole block b that fall in range d out of it, and a
+// reduce-scatter sums them into rank d (each element from exactly one part: the same bytes as
+// the in-memory assembly). Rank d appends what it receives to a scratch file of its own under
+// --offload-dir (a Tier: unlinked at once), through one window-sized buffer; the shard or the
+// export is then read from that file. No rank holds its part's state or its range in memory.
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,7 +15,7 @@
 #include "../offload/tier.h"
 #include "part_io.h"
 
-#define WIN ((size_t)1 << 20) // floats in a window and in the file's chunks (4 MiB)
+#define WIN ((size_t)1 << 18) // floats in a window and in the file's chunks (1 MiB)
 
 struct PartSpill {
     int to, arrays; // to >= 0: the whole layout goes to rank `to` (else range d to rank d)
@@ -62,6 +62,8 @@ PartSpill *part_spill_open(const char *dir, int rank, size_t lo, size_t hi, int 
 typedef struct {
     const PartMap *m;
     const Comm *c;
+    PartBlockFetch fetch;
+    void *ctx;
     PartSpill *sp;
     float *win, *stage;
     size_t *counts;
@@ -71,15 +73,18 @@ typedef struct {
 // Whole range [a, e) (inside whole block b and range d; stage: the part's block b) summed into
 // rank d window by window, each inside one chunk of d's file; rank d files it (array k).
 static int assemble(Asm *x, int k, int b, size_t d, size_t a, size_t e) {
-    const GPT *whole = x->m->whole, *part = x->m->part;
+    const GPT *part = x->m->part;
     size_t lo, hi, dummy = 0;
     range_of(x->sp, d, &lo, &hi);
     int me = x->c->rank == (int)d;
     for (size_t len; a < e; a += len) {
         len = part_spill_len(lo, a, e);
-        memset(x->win, 0, len * sizeof(float));
-        gpt_tp_to_whole_range_at(whole, part, x->c->rank, x->stage, part->blocks[b].off, a, len,
-                                 x->win);
+        if (x->m->q) // 2D copies in memory: -0 + -0 = -0 and v + -0 = v keep every value's bits
+            for (size_t k = 0; k < len; k++)
+                x->win[k] = -0.0f;
+        else // 1D sums with zeros in memory (ckpt_tp_assemble): the same sums
+            memset(x->win, 0, len * sizeof(float));
+        part_to_whole_range_at(x->m, x->c->rank, x->stage, part->blocks[b].off, a, len, x->win);
         x->counts[d] = len;
         float *recv = me ? part_spill_at(x->sp, a) : (float *)&dummy;
         CommReq q = comm_ireduce_scatter(x->c, x->win, recv, x->counts);
@@ -92,13 +97,12 @@ static int assemble(Asm *x, int k, int b, size_t d, size_t a, size_t e) {
 
 // Every array, block by block: this rank's block read from its tier, then the block's windows
 // for every destination range.
-static int assemble_all(Asm *x, Swapper *sw) {
+static int assemble_all(Asm *x) {
     const GPT *whole = x->m->whole, *part = x->m->part;
-    static const int arr[3] = {SWAP_PARAMS, SWAP_M, SWAP_V};
     for (int k = 0; k < x->sp->arrays; k++)
         for (int b = 0; b < whole->nblocks; b++) {
             const Block *wb = &whole->blocks[b], *pb = &part->blocks[b];
-            if (pb->n && swap_fetch(sw, arr[k], pb->off, pb->n, x->stage)) x->bad = 1;
+            if (pb->n && x->fetch(x->ctx, k, b, x->stage)) x->bad = 1;
             for (size_t d = 0; d < x->sp->tp; d++) {
                 size_t lo, hi;
                 range_of(x->sp, d, &lo, &hi);
@@ -110,8 +114,9 @@ static int assemble_all(Asm *x, Swapper *sw) {
     return x->bad ? -1 : 0;
 }
 
-PartSpill *part_swap_spill(const PartMap *m, const Comm *c, Swapper *sw, const char *dir, int rank,
-                           int to, int arrays) {
+PartSpill *part_blocks_spill(const PartMap *m, const Comm *c, PartBlockFetch fetch, void *ctx,
+                             float *stage, size_t cap, const char *dir, int rank, int to,
+                             int arrays) {
     size_t N = m->whole->nparams, covered = 0;
     for (int b = 0; b < m->whole->nblocks; b++)
         covered += m->whole->blocks[b].off == covered ? m->whole->blocks[b].n : N + 1;
@@ -124,10 +129,10 @@ PartSpill *part_swap_spill(const PartMap *m, const Comm *c, Swapper *sw, const c
     range_of(&r, (size_t)c->rank, &lo, &hi);
     PartSpill *sp = part_spill_open(dir, rank, lo, hi, arrays);
     if (sp) sp->to = to, sp->N = N, sp->tp = tp;
-    Asm x = {.m = m, .c = c, .sp = sp, .win = xalloc_floats(WIN)};
+    Asm x = {.m = m, .c = c, .fetch = fetch, .ctx = ctx, .sp = sp, .win = xalloc_floats(WIN)};
     x.counts = xcalloc(tp, sizeof *x.counts);
-    size_t cap = 0, big = 0;
-    x.stage = sp ? swap_scratch(sw, &cap) : NULL;
+    size_t big = 0;
+    x.stage = sp ? stage : NULL;
     for (int b = 0; b < m->part->nblocks; b++)
         if (m->part->blocks[b].n > big) big = m->part->blocks[b].n;
     if (x.stage && big > cap)
@@ -136,13 +141,33 @@ PartSpill *part_swap_spill(const PartMap *m, const Comm *c, Swapper *sw, const c
                   big, cap);
     double fail = !x.stage || big > cap; // agreed first: every rank then runs every collective
     comm_allreduce_f64(c, &fail, 1);
-    double rc = fail ? -1 : assemble_all(&x, sw), mine = rc;
+    double rc = fail ? -1 : assemble_all(&x), mine = rc;
     if (!fail) comm_allreduce_f64(c, &rc, 1); // a rank that read garbage fails it everywhere
     if (rc && !mine)
         loom_fail("offload: another rank's tier failed while assembling a save or an export");
     free(x.win), free(x.counts);
     if (rc) part_spill_free(sp), sp = NULL;
     return sp;
+}
+
+typedef struct {
+    Swapper *sw;
+    const GPT *part;
+} SwapBlocks;
+
+static int swap_block(void *ctx, int k, int b, float *dst) {
+    static const int arr[3] = {SWAP_PARAMS, SWAP_M, SWAP_V};
+    const SwapBlocks *s = ctx;
+    const Block *pb = &s->part->blocks[b];
+    return swap_fetch(s->sw, arr[k], pb->off, pb->n, dst);
+}
+
+PartSpill *part_swap_spill(const PartMap *m, const Comm *c, Swapper *sw, const char *dir, int rank,
+                           int to, int arrays) {
+    SwapBlocks s = {.sw = sw, .part = m->part};
+    size_t cap = 0;
+    float *stage = swap_scratch(sw, &cap);
+    return part_blocks_spill(m, c, swap_block, &s, stage, stage ? cap : 0, dir, rank, to, arrays);
 }
 
 int part_spill_fetch(void *ctx, int array, size_t at, size_t n, float *dst) {

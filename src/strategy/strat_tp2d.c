@@ -22,15 +22,18 @@
 // from them. --co2 (ZeRO 0): every grid is a CO2 worker — its gradients never summed over dp, the
 // outer rule on the rank's part over dp (strat_tp_co2.c), every rank's state file in the saves.
 // --offload (ZeRO 0): every rank swaps its part's blocks through its own tier (tp2d_swap.c,
-// placed by the section hook), the same steps bit for bit. --cp (ZeRO 0): each grid runs on its
-// ring position's two chunks of every sequence (the model's attention on the ring, wpe at the
-// chunks' positions: block_2d.c), the gradients and losses summed over dp x cp.
+// placed by the section hook), the same steps bit for bit; a save and an export assemble the
+// whole model on the first rank from the tiers (part_swap_save.c), within --fast-mem. --cp
+// (ZeRO 0): each grid runs on its ring position's two chunks of every sequence (the model's
+// attention on the ring, wpe at the chunks' positions: block_2d.c), the gradients and losses
+// summed over dp x cp.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../common.h"
+#include "../io/safetensors.h"
 #include "ckpt_save.h"
 #include "co2_rounds.h"
 #include "compose.h"
@@ -351,12 +354,36 @@ static double t2_evaluate(Strategy *s) {
     return c->val_windows ? sum / c->val_windows : NAN;
 }
 
+// --offload (ZeRO 0): the first group's tp rank 0 gets the whole model's parameters and moments
+// assembled from every tp rank's tier into a scratch file (part_swap_save.c: within --fast-mem)
+// and writes its one shard from there: the same bytes as in memory.
+static int t2_save_swapped(Strategy *s, const char *dir, CkptMeta *meta, CkptExtraFn extra,
+                           void *extra_ctx, int keep) {
+    T2 *t = s->impl;
+    const Grid *g = s->grid;
+    int group = g->dp_i == 0 && g->cp_i == 0;
+    PartSpill *sp =
+        group ? tp2ds_spill(t->sw, &t->cut.map, g->tp_comm, g->world->rank, 0, 3) : NULL;
+    meta->opt_t = *tp2ds_opt_t(t->sw);
+    CkptShard sh = sp && g->tp_i == 0 ? part_spill_shard(sp) : (CkptShard){0};
+    double bad = group && !sp; // agreed by every rank (no rank left waiting in the save)
+    comm_allreduce_f64(g->world, &bad, 1);
+    int rc = bad ? -1
+                 : ckpt_save_collective(dir, g->world, sh.fetch ? &sh : NULL, meta, extra,
+                                        extra_ctx, NULL, NULL, keep);
+    if (bad && !(group && !sp))
+        loom_fail("offload: another rank failed to assemble the checkpoint from its tier");
+    part_spill_free(sp);
+    return rc;
+}
+
 // The whole model's parameters and moments (ZeRO 1-3: the moments gathered over dp first, ZeRO
 // 3 the parameters too), gathered in every tp group; the first group's rank 0 writes them as one
 // shard of the whole layout (--co2: worker 0's; every rank adds its own CO2 state file).
 static int t2_save(Strategy *s, const char *dir, CkptMeta *meta, int final, CkptExtraFn extra,
                    void *extra_ctx, int keep) {
     T2 *t = s->impl;
+    if (t->sw) return t2_save_swapped(s, dir, meta, extra, extra_ctx, keep);
     size_t N = t->whole->nparams;
     float *p = xalloc_floats(N), *m = xalloc_floats(N), *v = xalloc_floats(N);
     float *pm = xalloc_floats(t->part.nparams), *pv = xalloc_floats(t->part.nparams);
@@ -389,6 +416,21 @@ static int t2_full(Strategy *s, float *host, int grads) {
     return rc;
 }
 
+// --offload: an export reads the whole model's parameters from a scratch file the first group
+// assembles on its tp rank 0 from the ranks' tiers (collective: every rank calls it).
+static int t2_param_source(Strategy *s, ParamSource *src) {
+    T2 *t = s->impl;
+    const Grid *g = s->grid;
+    if (!t->sw) return 0;
+    part_spill_free(t->spill), t->spill = NULL;
+    if (g->dp_i || g->cp_i) return 1; // not the lead's group: nothing to read
+    t->spill = tp2ds_spill(t->sw, &t->cut.map, g->tp_comm, g->world->rank, 0, 1);
+    if (!t->spill) return -1;
+    *src = (ParamSource){.fetch = part_spill_params, .ctx = t->spill};
+    src->scratch = tp2ds_scratch(t->sw, st_save_floats(t->whole), &src->scratch_floats);
+    return 1;
+}
+
 static void t2_describe(const Strategy *s, char *buf, size_t n) {
     const T2 *t = s->impl;
     if (t->co2) {
@@ -415,6 +457,7 @@ static void t2_destroy(Strategy *s) {
     free(t->counts), free(t->displs);
     tp2dz_free(t->z);
     tp2ds_free(t->sw);
+    part_spill_free(t->spill);
     gpt_free(&t->part);
     cp_ring_free(t->ring);
     free(t->seq_in), free(t->seq_tg);
@@ -433,6 +476,7 @@ const StrategyOps STRATEGY_TP2D = {.name = "tensor-parallel-2d",
                                    .evaluate = t2_evaluate,
                                    .save = t2_save,
                                    .full_params = t2_full,
+                                   .param_source = t2_param_source,
                                    .comm_failed = strategy_end_job,
                                    .describe = t2_describe,
                                    .summary = tp2d_summary,

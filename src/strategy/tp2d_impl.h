@@ -33,6 +33,7 @@ typedef struct {
     const Comm *gdp;              // the gradients' dp group: dp_comm; --co2: this rank alone
     TpCo2 *co2;                   // --co2: every grid a worker (strat_tp_co2.c)
     Tp2dSwap *sw;                 // --offload: the part's blocks through this rank's tier
+    PartSpill *spill;             // --offload: the whole model assembled for an export
     // --cp: the ring, whole sequences before the rank's chunks are cut (B,T); T: the tokens of
     // a sequence this rank runs (seq/cp)
     CpRing *ring;

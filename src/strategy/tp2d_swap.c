@@ -10,7 +10,8 @@
 // micro-batch the leaving block's gradient is first summed down the column (the replicated
 // tensors) and over dp and measured per tensor. The update walks the blocks, AdamW on one at a
 // time with its moments read and written around it. The same kernels run on the same values in
-// the same order as the in-memory part: bit for bit.
+// the same order as the in-memory part: bit for bit. A save or an export hands part_swap_save.c
+// each block (read from the tier, or the resident ends) through the update's moment buffer.
 #include "tp2d_swap.h"
 
 #include <stdio.h>
@@ -36,6 +37,7 @@ struct Tp2dSwap {
     float *end[4];  // resident: the embedding's parameters, gradients; the head's the same
     float *lp, *lg; // the layer slot
     float *um, *uv; // the update's moments of one block
+    float *xs;      // an export's buffer, when a whole tensor is larger than um
     double *tsum;   // (ntensors) Σ g² of each tensor of the step's reduced gradient
     int L, bwd, last, first, cur, layer_in, failed, t;
     double budget, need;
@@ -146,6 +148,26 @@ int tp2ds_fetch(Tp2dSwap *w, int k, float *host) {
     return 0;
 }
 
+// part_blocks_spill's fetch: block b's array k into dst (a resident block's parameters copied).
+static int fetch_block(void *ctx, int k, int b, float *dst) {
+    Tp2dSwap *w = ctx;
+    const float *src = k == 0 ? resident(w, b, 0) : NULL;
+    if (src) return memcpy(dst, src, w->m->blocks[b].n * sizeof(float)), 0;
+    return io(w, 0, b, k == 0 ? R_PARAMS : k == 1 ? R_M : R_V, dst);
+}
+
+PartSpill *tp2ds_spill(Tp2dSwap *w, const PartMap *map, const Comm *c, int rank, int to,
+                       int arrays) {
+    return part_blocks_spill(map, c, fetch_block, w, w->um, w->cap, w->cfg->offload_dir, rank, to,
+                             arrays);
+}
+
+float *tp2ds_scratch(Tp2dSwap *w, size_t need, size_t *floats) {
+    if (need <= w->cap) return *floats = w->cap, w->um;
+    tier_free(w->xs), w->xs = tier_alloc(need * sizeof(float));
+    return *floats = need, w->xs;
+}
+
 // part_fill_blocks' store: a resident block's parameters stay in memory, the rest go to the tier.
 static int fill_store(void *ctx, int k, int b, const float *stage) {
     Tp2dSwap *w = ctx;
@@ -216,6 +238,7 @@ void tp2ds_free(Tp2dSwap *w) {
     for (int k = 0; k < 4; k++)
         tier_free(w->end[k]);
     tier_free(w->lp), tier_free(w->lg), tier_free(w->um), tier_free(w->uv);
+    tier_free(w->xs);
     free(w->toff), free(w->tsum), free(w);
 }
 

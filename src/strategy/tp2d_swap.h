@@ -33,6 +33,12 @@ double tp2ds_sumsq(const Tp2dSwap *w, int replicas);
 int tp2ds_update(Tp2dSwap *w, float lr, float grad_scale);
 // The part's whole array k (0 parameters, 1 m, 2 v) into host (part->nparams floats). 0 or -1.
 int tp2ds_fetch(Tp2dSwap *w, int k, float *host);
+// A save or an export: part_blocks_spill (part_io.h) over c (the grid, the tp group) from every
+// rank's tier, through the update's moment buffer; tp2ds_scratch lends that buffer, or one of
+// `need` floats when it is smaller (an export's whole tensor), *floats of it.
+PartSpill *tp2ds_spill(Tp2dSwap *w, const PartMap *map, const Comm *c, int rank, int to,
+                       int arrays);
+float *tp2ds_scratch(Tp2dSwap *w, size_t need, size_t *floats);
 int *tp2ds_opt_t(Tp2dSwap *w);
 // 1 once the tier failed (loom_errmsg): the step returns -1.
 int tp2ds_failed(const Tp2dSwap *w);
