@@ -119,8 +119,11 @@ void gpt2d_to_whole(const GPT *whole, const GPT *part, int q, int i, int j, cons
     }
 }
 
-void gpt2d_to_whole_range_at(const GPT *whole, const GPT *part, int i, int j, int reps,
-                             const float *src, size_t base, size_t at, size_t n, float *dst) {
+// Copies the whole-model floats [at, at+n) between a window of the whole layout (wbuf) and
+// the part's buffer (pbuf, starting at part offset base): to_whole copies part → window, else
+// window → part. Tensors replicated down a grid column are skipped when reps is 0.
+static void range_copy(const GPT *whole, const GPT *part, int i, int j, int reps, size_t base,
+                       size_t at, size_t n, float *pbuf, float *wbuf, int to_whole) {
     for (int t = 0; t < part->ntensors; t++) {
         const TensorSpec *w = &whole->tensors[t], *p = &part->tensors[t];
         if (w->off >= at + n || w->off + w->n <= at || (!reps && gpt2d_col_replicated(part, t)))
@@ -131,28 +134,20 @@ void gpt2d_to_whole_range_at(const GPT *whole, const GPT *part, int i, int j, in
             if (wr < 0) continue;
             size_t lo = w->off + (size_t)wr * fc + co, hi = lo + pc;
             size_t a = lo > at ? lo : at, b = hi < at + n ? hi : at + n;
-            if (a < b)
-                memcpy(dst + (a - at), src + (p->off - base) + r * pc + (a - lo),
-                       (b - a) * sizeof(float));
+            if (a >= b) continue;
+            float *pp = pbuf + (p->off - base) + r * pc + (a - lo), *ww = wbuf + (a - at);
+            memcpy(to_whole ? ww : pp, to_whole ? pp : ww, (b - a) * sizeof(float));
         }
     }
+}
+
+void gpt2d_to_whole_range_at(const GPT *whole, const GPT *part, int i, int j, int reps,
+                             const float *src, size_t base, size_t at, size_t n, float *dst) {
+    range_copy(whole, part, i, j, reps, base, at, n, (float *)src, dst, 1);
 }
 
 void gpt2d_from_whole(const GPT *whole, const GPT *part, int q, int i, int j, size_t at, size_t n,
                       const float *src, float *dst, size_t base) {
     (void)q;
-    for (int t = 0; t < part->ntensors; t++) {
-        const TensorSpec *w = &whole->tensors[t], *p = &part->tensors[t];
-        if (w->off >= at + n || w->off + w->n <= at) continue;
-        size_t pc = cols_of(p), fc = cols_of(w), co = col_offset(p, i, j);
-        for (size_t r = 0; r < rows_of(p); r++) {
-            long wr = whole_row(w, p, j, r);
-            if (wr < 0) continue;
-            size_t lo = w->off + (size_t)wr * fc + co, hi = lo + pc;
-            size_t a = lo > at ? lo : at, b = hi < at + n ? hi : at + n;
-            if (a < b)
-                memcpy(dst + (p->off - base) + r * pc + (a - lo), src + (a - at),
-                       (b - a) * sizeof(float));
-        }
-    }
+    range_copy(whole, part, i, j, 1, base, at, n, dst, (float *)src, 0);
 }
