@@ -67,6 +67,12 @@ double now_sec(void) {
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
+double process_cpu_sec(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
 static size_t status_kib(const char *key) {
     FILE *f = fopen("/proc/self/status", "r");
     if (!f) return 0;

@@ -23,6 +23,8 @@ void *xcalloc(size_t n, size_t size);
 float *xalloc_floats(size_t n);
 
 double now_sec(void);
+// CPU seconds this process (all its threads) has used so far.
+double process_cpu_sec(void);
 // Blocks the asynchronous signals a run answers (SIGTERM, SIGINT, SIGUSR1, SIGALRM: stop.h) in
 // the calling thread, so that helper threads (progress, I/O, network) never take them and the
 // calls they make are not interrupted.

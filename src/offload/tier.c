@@ -401,17 +401,11 @@ void tier_free(void *p) { free(p); }
 
 int tier_workers(void) { return TIER_WORKERS; }
 
-static double cpu_sec(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 // Queues bytes/piece requests of one kind, then drains; the seconds it took, or -1 (cpu: the
 // process's CPU seconds meanwhile).
 static double timed_pass(Tier *t, int write, char *buf, size_t cap, size_t bytes, size_t piece,
                          double *cpu) {
-    double t0 = now_sec(), c0 = cpu_sec();
+    double t0 = now_sec(), c0 = process_cpu_sec();
     for (size_t off = 0; off < bytes; off += piece) {
         size_t n = bytes - off < piece ? bytes - off : piece;
         char *b = buf + off % cap; // requests beyond the buffer reuse it (a ring)
@@ -421,7 +415,7 @@ static double timed_pass(Tier *t, int write, char *buf, size_t cap, size_t bytes
             tier_read_async(t, off, b, n);
     }
     if (tier_drain(t)) return -1;
-    *cpu = cpu_sec() - c0;
+    *cpu = process_cpu_sec() - c0;
     return now_sec() - t0;
 }
 

@@ -6,12 +6,6 @@
 
 #include "../common.h"
 
-static double cpu_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static double median3(double a, double b, double c) {
     return a > b ? (b > c ? b : (a > c ? c : a)) : (a > c ? a : (b > c ? c : b));
 }
@@ -53,7 +47,7 @@ int comm_probe(const Comm *world, double bytes, CommProbe *out) {
     double cpu = 0;
     for (int i = 0; i < 3; i++) {
         comm_barrier(world);
-        double t0 = now_sec(), c0 = cpu_now();
+        double t0 = now_sec(), c0 = process_cpu_sec();
         // wait as training does: the progress thread (or a poll every millisecond) moves the
         // data, so the CPU time is the transfer's, not a spinning wait's
         CommReq r = comm_iallreduce(world, buf, n);
@@ -61,7 +55,7 @@ int comm_probe(const Comm *world, double bytes, CommProbe *out) {
         while (!comm_test(&r))
             nanosleep(&ms, NULL);
         t[i] = now_sec() - t0;
-        cpu += cpu_now() - c0;
+        cpu += process_cpu_sec() - c0;
     }
     double ar = median3(t[0], t[1], t[2]);
     int N = world->size;
