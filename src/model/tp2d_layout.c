@@ -119,11 +119,11 @@ void gpt2d_to_whole(const GPT *whole, const GPT *part, int q, int i, int j, cons
     }
 }
 
-// Copies the whole-model floats [at, at+n) between a window of the whole layout (wbuf) and
-// the part's buffer (pbuf, starting at part offset base): to_whole copies part → window, else
-// window → part. Tensors replicated down a grid column are skipped when reps is 0.
+// Copies the whole-model floats [at, at+n) between a window of the whole layout and the part's
+// buffer (starting at part offset base): from_part, src is the part's buffer and dst the
+// window, else the other way. Tensors replicated down a grid column are skipped when reps is 0.
 static void range_copy(const GPT *whole, const GPT *part, int i, int j, int reps, size_t base,
-                       size_t at, size_t n, float *pbuf, float *wbuf, int to_whole) {
+                       size_t at, size_t n, const float *src, float *dst, int from_part) {
     for (int t = 0; t < part->ntensors; t++) {
         const TensorSpec *w = &whole->tensors[t], *p = &part->tensors[t];
         if (w->off >= at + n || w->off + w->n <= at || (!reps && gpt2d_col_replicated(part, t)))
@@ -135,19 +135,20 @@ static void range_copy(const GPT *whole, const GPT *part, int i, int j, int reps
             size_t lo = w->off + (size_t)wr * fc + co, hi = lo + pc;
             size_t a = lo > at ? lo : at, b = hi < at + n ? hi : at + n;
             if (a >= b) continue;
-            float *pp = pbuf + (p->off - base) + r * pc + (a - lo), *ww = wbuf + (a - at);
-            memcpy(to_whole ? ww : pp, to_whole ? pp : ww, (b - a) * sizeof(float));
+            size_t po = (p->off - base) + r * pc + (a - lo), wo = a - at;
+            memcpy(dst + (from_part ? wo : po), src + (from_part ? po : wo),
+                   (b - a) * sizeof(float));
         }
     }
 }
 
 void gpt2d_to_whole_range_at(const GPT *whole, const GPT *part, int i, int j, int reps,
                              const float *src, size_t base, size_t at, size_t n, float *dst) {
-    range_copy(whole, part, i, j, reps, base, at, n, (float *)src, dst, 1);
+    range_copy(whole, part, i, j, reps, base, at, n, src, dst, 1);
 }
 
 void gpt2d_from_whole(const GPT *whole, const GPT *part, int q, int i, int j, size_t at, size_t n,
                       const float *src, float *dst, size_t base) {
     (void)q;
-    range_copy(whole, part, i, j, 1, base, at, n, dst, (float *)src, 0);
+    range_copy(whole, part, i, j, 1, base, at, n, src, dst, 0);
 }
