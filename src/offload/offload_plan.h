@@ -30,8 +30,9 @@
 // The I/O threads' CPU: where the tier costs CPU (tmpfs: the kernel copies every byte), each
 // request queued while the compute stream works adds io_steal × its bytes × the tier's CPU
 // seconds per byte to that stream (an OpenMP region waits for its slowest thread, so a core
-// taken by a copy delays the whole region), and an update-pass piece adds its reads' and
-// writes' share to its AdamW seconds. Requests the compute stream waits for cost it nothing.
+// taken by a copy delays the whole region); requests the compute stream waits for cost it
+// nothing. The update pass, which mostly waits for its I/O, takes at least its AdamW plus its
+// I/O's CPU spread over the compute threads (the threads share the CPUs there).
 // Not modelled: communication (data-parallel all-reduces, ZeRO-1 gathers), page faults.
 #pragma once
 #include <stdio.h>
