@@ -56,11 +56,29 @@ __device__ __forceinline__ float quad_sum(float v) {
     return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
+// The B fragment (k16 × n8) at rows k0.., columns n0.. of a row-major bf16 tile [k][n] in shared
+// memory, read transposed by ldmatrix: b0 = (k 2t..2t+1, n g), b1 = (k 2t+8.., n g). Lanes
+// 0-15 give the row addresses (rows k0 + lane%16); LD·2 = 144 bytes keeps the rows 16-byte
+// aligned and the 8 rows of each matrix on distinct banks. This replaces transposed copies of
+// the tiles, whose 2-byte column stores collided 16-way on the banks.
+__device__ __forceinline__ void ldsm_t(uint32_t &b0, uint32_t &b1, const bf16 *tile, int k0,
+                                       int n0) {
+#if __CUDA_ARCH__ >= 750
+    const bf16 *p = tile + (k0 + (threadIdx.x & 15)) * LD + n0;
+    unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+                 : "=r"(b0), "=r"(b1)
+                 : "r"(a));
+#else
+    __trap();
+#endif
+}
+
 // A 64×64 tile of rows r0.. (zero past T) of a matrix with row stride ld, rounded to bf16,
-// into rows of `row` and/or (transposed) `col` shared memory. When g and ld allow 16-byte
-// loads, each thread issues all 8 of its loads before the first store (latency, not
-// bandwidth, bounds a tile).
-__device__ void load_tile(bf16 *row, bf16 *col, const float *g, int r0, int T, size_t ld) {
+// into `row` shared memory (row-major, pitch LD). When g and ld allow 16-byte loads, each
+// thread issues all 8 of its loads before the first store (latency, not bandwidth, bounds a
+// tile) and stores 8 bytes at a time.
+__device__ void load_tile(bf16 *row, const float *g, int r0, int T, size_t ld) {
     if (((uintptr_t)g | (ld * sizeof(float))) % 16 == 0 && blockDim.x == 128) {
         float4 x[8];
 #pragma unroll
@@ -72,23 +90,14 @@ __device__ void load_tile(bf16 *row, bf16 *col, const float *g, int r0, int T, s
 #pragma unroll
         for (int k = 0; k < 8; k++) {
             int i = threadIdx.x + 128 * k, r = i >> 4, c = (i & 15) * 4;
-            bf16 v[4] = {__float2bfloat16_rn(x[k].x), __float2bfloat16_rn(x[k].y),
-                         __float2bfloat16_rn(x[k].z), __float2bfloat16_rn(x[k].w)};
-            if (row) {
-                __nv_bfloat162 *d = reinterpret_cast<__nv_bfloat162 *>(row + r * LD + c);
-                d[0] = __halves2bfloat162(v[0], v[1]), d[1] = __halves2bfloat162(v[2], v[3]);
-            }
-            if (col)
-                for (int j = 0; j < 4; j++)
-                    col[(c + j) * LD + r] = v[j];
+            *reinterpret_cast<uint2 *>(row + r * LD + c) =
+                make_uint2(pack2(x[k].x, x[k].y), pack2(x[k].z, x[k].w));
         }
         return;
     }
     for (int i = threadIdx.x; i < TILE * D; i += blockDim.x) {
         int r = i / D, c = i % D;
-        bf16 v = __float2bfloat16_rn(r0 + r < T ? g[(size_t)(r0 + r) * ld + c] : 0.f);
-        if (row) row[r * LD + c] = v;
-        if (col) col[c * LD + r] = v;
+        row[r * LD + c] = __float2bfloat16_rn(r0 + r < T ? g[(size_t)(r0 + r) * ld + c] : 0.f);
     }
 }
 
@@ -109,7 +118,8 @@ __device__ void load_a(uint32_t a[4][4], const float *g, int r0, int T, size_t l
 __global__ void __launch_bounds__(128)
     flash_fwd_kernel(float *out, float *lse_all, const float *qkv, int T, int C, int NH,
                      float sl2) {
-    __shared__ bf16 Ks[TILE * LD], Vt[TILE * LD];
+    __shared__ __align__(16) bf16 Ks[TILE * LD];
+    __shared__ __align__(16) bf16 Vs[TILE * LD];
     int qt = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH; // long first
     int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     size_t C3 = 3 * (size_t)C;
@@ -121,8 +131,8 @@ __global__ void __launch_bounds__(128)
     for (int kt = 0; kt <= qt; kt++) {
         int k0 = kt * TILE;
         __syncthreads(); // every warp is done with the previous tile
-        load_tile(Ks, NULL, base + C, k0, T, C3);
-        load_tile(NULL, Vt, base + 2 * C, k0, T, C3);
+        load_tile(Ks, base + C, k0, T, C3);
+        load_tile(Vs, base + 2 * C, k0, T, C3);
         __syncthreads();
         float s[8][4] = {};
         for (int nt = 0; nt < 8; nt++)
@@ -154,8 +164,9 @@ __global__ void __launch_bounds__(128)
                               pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
                               pack2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
             for (int nt = 0; nt < 8; nt++) {
-                const bf16 *vr = Vt + (nt * 8 + g) * LD + kk * 16 + 2 * t;
-                mma(o[nt], pa, ld2(vr), ld2(vr + 8));
+                uint32_t b0, b1;
+                ldsm_t(b0, b1, Vs, kk * 16, nt * 8);
+                mma(o[nt], pa, b0, b1);
             }
         }
     }
@@ -187,7 +198,7 @@ __global__ void flash_drow_kernel(float *drow, const float *dout, const float *o
     if (lane == 0) drow[r] = acc;
 }
 
-enum { BWD_TILES = 6, BWD_SMEM = BWD_TILES * TILE * LD * 2 + 2 * TILE * 4 };
+enum { BWD_TILES = 4, BWD_SMEM = BWD_TILES * TILE * LD * 2 + 2 * TILE * 4 };
 
 // ATOMIC_DQ: this pass also adds dQ into dqkv (zeroed first) with fp32 atomics; otherwise
 // flash_dq_kernel computes dQ.
@@ -196,8 +207,7 @@ __global__ void __launch_bounds__(128)
     flash_bwd_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse_all,
                      const float *drow, int T, int C, int NH, float scale, float sl2) {
     extern __shared__ __align__(16) unsigned char smem[];
-    bf16 *Kt = (bf16 *)smem, *Qs = Kt + TILE * LD, *Qt = Qs + TILE * LD, *dOs = Qt + TILE * LD;
-    bf16 *dOt = dOs + TILE * LD, *dSs = dOt + TILE * LD;
+    bf16 *Ks = (bf16 *)smem, *Qs = Ks + TILE * LD, *dOs = Qs + TILE * LD, *dSs = dOs + TILE * LD;
     float *lse_s = (float *)(dSs + TILE * LD), *d_s = lse_s + TILE;
     int kt = blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH;
     int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -210,14 +220,14 @@ __global__ void __launch_bounds__(128)
     uint32_t ka[4][4], va[4][4];
     load_a(ka, k, k0 + w * 16, T, C3);
     load_a(va, v, k0 + w * 16, T, C3);
-    if (ATOMIC_DQ) load_tile(NULL, Kt, k, k0, T, C3);
+    if (ATOMIC_DQ) load_tile(Ks, k, k0, T, C3);
     float dka[8][4] = {}, dva[8][4] = {};
     int nq = (T + TILE - 1) / TILE;
     for (int qt = kt; qt < nq; qt++) {
         int q0 = qt * TILE;
         __syncthreads(); // the previous tile's readers are done
-        load_tile(Qs, Qt, q, q0, T, C3);
-        load_tile(dOs, dOt, dO, q0, T, C);
+        load_tile(Qs, q, q0, T, C3);
+        load_tile(dOs, dO, q0, T, C);
         for (int i = threadIdx.x; i < TILE; i += blockDim.x) {
             lse_s[i] = q0 + i < T ? lse[q0 + i] : INFINITY; // P = 0 on rows past T
             d_s[i] = q0 + i < T ? dr[q0 + i] : 0.f;
@@ -254,10 +264,11 @@ __global__ void __launch_bounds__(128)
                               pack2(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
                               pack2(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
             for (int nt = 0; nt < 8; nt++) {
-                const bf16 *ot = dOt + (nt * 8 + g) * LD + kk * 16 + 2 * t;
-                const bf16 *qtr = Qt + (nt * 8 + g) * LD + kk * 16 + 2 * t;
-                mma(dva[nt], pa, ld2(ot), ld2(ot + 8));
-                mma(dka[nt], sa, ld2(qtr), ld2(qtr + 8));
+                uint32_t o0, o1, q0b, q1b;
+                ldsm_t(o0, o1, dOs, kk * 16, nt * 8);
+                ldsm_t(q0b, q1b, Qs, kk * 16, nt * 8);
+                mma(dva[nt], pa, o0, o1);
+                mma(dka[nt], sa, q0b, q1b);
             }
         }
         if (!ATOMIC_DQ) continue;
@@ -267,8 +278,9 @@ __global__ void __launch_bounds__(128)
             const bf16 *sr = dSs + (w * 16 + g) * LD + kk * 16 + 2 * t;
             uint32_t a[4] = {ld2(sr), ld2(sr + 8 * LD), ld2(sr + 8), ld2(sr + 8 * LD + 8)};
             for (int nt = 0; nt < 8; nt++) {
-                const bf16 *kr = Kt + (nt * 8 + g) * LD + kk * 16 + 2 * t;
-                mma(dqa[nt], a, ld2(kr), ld2(kr + 8));
+                uint32_t b0, b1;
+                ldsm_t(b0, b1, Ks, kk * 16, nt * 8);
+                mma(dqa[nt], a, b0, b1);
             }
         }
         int r0 = q0 + w * 16 + g, r1 = r0 + 8;
@@ -299,7 +311,8 @@ __global__ void __launch_bounds__(128)
 __global__ void __launch_bounds__(128)
     flash_dq_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse_all,
                     const float *drow, int T, int C, int NH, float scale, float sl2) {
-    __shared__ bf16 Ks[TILE * LD], Kt[TILE * LD], Vs[TILE * LD];
+    __shared__ __align__(16) bf16 Ks[TILE * LD];
+    __shared__ __align__(16) bf16 Vs[TILE * LD];
     int qt = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH; // long first
     int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     size_t C3 = 3 * (size_t)C;
@@ -315,8 +328,8 @@ __global__ void __launch_bounds__(128)
     for (int kt = 0; kt <= qt; kt++) {
         int k0 = kt * TILE;
         __syncthreads(); // every warp is done with the previous tile
-        load_tile(Ks, Kt, base + C, k0, T, C3);
-        load_tile(Vs, NULL, base + 2 * C, k0, T, C3);
+        load_tile(Ks, base + C, k0, T, C3);
+        load_tile(Vs, base + 2 * C, k0, T, C3);
         __syncthreads();
         float s[8][4] = {}, dp[8][4] = {}; // 16 queries × 64 keys of this warp
         for (int nt = 0; nt < 8; nt++)
@@ -338,8 +351,9 @@ __global__ void __launch_bounds__(128)
                               pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
                               pack2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
             for (int nt = 0; nt < 8; nt++) {
-                const bf16 *kr = Kt + (nt * 8 + g) * LD + kk * 16 + 2 * t;
-                mma(dq[nt], sa, ld2(kr), ld2(kr + 8));
+                uint32_t b0, b1;
+                ldsm_t(b0, b1, Ks, kk * 16, nt * 8);
+                mma(dq[nt], sa, b0, b1);
             }
         }
     }

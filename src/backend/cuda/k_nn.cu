@@ -5,6 +5,7 @@
 // max/sum pass), and the causal softmax of attention with its backward (a warp per row).
 #include <cuda_bf16.h>
 #include <math.h>
+#include <stdint.h>
 
 #include "k_common.cuh"
 
@@ -160,29 +161,9 @@ __device__ __forceinline__ void ms_add(float &m, float &s, float m2, float s2) {
     m = mx;
 }
 
-// Element loads and stores of fp32 or bf16 rows, in fp32.
-template <typename E> __device__ __forceinline__ float ld_e(const E *p);
-template <> __device__ __forceinline__ float ld_e(const float *p) { return *p; }
-template <> __device__ __forceinline__ float ld_e(const __nv_bfloat16 *p) {
-    return __bfloat162float(*p);
-}
-__device__ __forceinline__ void st_e(float *p, float v) { *p = v; }
-__device__ __forceinline__ void st_e(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
-
-// The block's row max m and Σ exp(x − m) over row[0..V), one exp per element; every thread
-// gets the same (m, s), the warps combined in one order. sh: 64 floats of shared memory.
-template <typename E>
-__device__ void row_max_sum(const E *row, int V, float &m, float &s, float *sh) {
-    m = -INFINITY, s = 0.f;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        float x = ld_e(row + j);
-        if (x > m) {
-            s = (m == -INFINITY ? 0.f : s * expf(m - x)) + 1.f;
-            m = x;
-        } else {
-            s += expf(x - m);
-        }
-    }
+// Every thread's (m, s) combined: each thread gets the block's, the warps combined in one
+// order. sh: 64 floats of shared memory.
+__device__ void block_ms_combine(float &m, float &s, float *sh) {
     for (int o = 16; o > 0; o >>= 1)
         ms_add(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
     int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -191,6 +172,22 @@ __device__ void row_max_sum(const E *row, int V, float &m, float &s, float *sh) 
     m = -INFINITY, s = 0.f;
     for (int k = 0; k < nw; k++)
         ms_add(m, s, sh[k], sh[32 + k]);
+}
+
+// The block's row max m and Σ exp(x − m) over row[0..V), one exp per element; every thread
+// gets the same (m, s), the warps combined in one order. sh: 64 floats of shared memory.
+__device__ void row_max_sum(const float *row, int V, float &m, float &s, float *sh) {
+    m = -INFINITY, s = 0.f;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+        float x = row[j];
+        if (x > m) {
+            s = (m == -INFINITY ? 0.f : s * expf(m - x)) + 1.f;
+            m = x;
+        } else {
+            s += expf(x - m);
+        }
+    }
+    block_ms_combine(m, s, sh);
 }
 
 __global__ void xent_fwd_kernel(float *lp, float *losses, const int *targets, int V) {
@@ -213,23 +210,93 @@ __global__ void xent_bwd_kernel(float *pd, const int *targets, float scale, int 
         row[j] = row[j] * scale - (j == t ? scale : 0.f);
 }
 
-// One row of a classifier chunk per block: the online max / sum over the V real columns, the
-// loss, and with grad the row overwritten by (softmax − onehot)·scale (padding 0).
-template <typename E>
-__global__ void xent_chunk_kernel(E *lg, float *losses, const int *targets, int V, int P,
+// 8 bf16 of a 16-byte load, in fp32
+__device__ __forceinline__ void unpack8(const uint4 &u, float x[8]) {
+    const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float2 f = __bfloat1622float2(h[i]);
+        x[2 * i] = f.x, x[2 * i + 1] = f.y;
+    }
+}
+
+// row_max_sum of a bf16 row whose start is 16-byte aligned: 8 columns per load, the running
+// max moved once per 8 (one exp per element plus one per group that raises it), the columns
+// past the last full group of 8 one at a time.
+__device__ void row_max_sum_bf8(const __nv_bfloat16 *row, int V, float &m, float &s, float *sh) {
+    m = -INFINITY, s = 0.f;
+    int V8 = V / 8 * 8;
+    for (int j = 8 * threadIdx.x; j < V8; j += 8 * blockDim.x) {
+        float x[8];
+        unpack8(*reinterpret_cast<const uint4 *>(row + j), x);
+        float lm = x[0];
+#pragma unroll
+        for (int i = 1; i < 8; i++)
+            lm = fmaxf(lm, x[i]);
+        if (lm > m) s = (m == -INFINITY ? 0.f : s * expf(m - lm)), m = lm;
+        if (m == -INFINITY) continue; // all -inf so far
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            s += expf(x[i] - m);
+    }
+    for (int j = V8 + threadIdx.x; j < V; j += blockDim.x) {
+        float x = __bfloat162float(row[j]);
+        if (x > m) {
+            s = (m == -INFINITY ? 0.f : s * expf(m - x)) + 1.f;
+            m = x;
+        } else {
+            s += expf(x - m);
+        }
+    }
+    block_ms_combine(m, s, sh);
+}
+
+// One row of an fp32 classifier chunk per block: the online max / sum over the V real columns,
+// the loss, and with grad the row overwritten by (softmax − onehot)·scale (padding 0).
+__global__ void xent_chunk_kernel(float *lg, float *losses, const int *targets, int V, int P,
                                   float scale, int grad) {
     __shared__ float sh[64];
-    E *row = lg + (size_t)blockIdx.x * P;
+    float *row = lg + (size_t)blockIdx.x * P;
     float m, s;
     row_max_sum(row, V, m, s, sh);
     int tgt = targets[blockIdx.x];
-    float zt = ld_e(row + tgt);
+    float zt = row[tgt];
     __syncthreads(); // the target's logit is read before the row is overwritten
     if (threadIdx.x == 0) losses[blockIdx.x] = logf(s) - (zt - m);
     if (!grad) return;
     float inv = scale / s;
     for (int j = threadIdx.x; j < P; j += blockDim.x)
-        st_e(row + j, j < V ? expf(ld_e(row + j) - m) * inv - (j == tgt ? scale : 0.f) : 0.f);
+        row[j] = j < V ? expf(row[j] - m) * inv - (j == tgt ? scale : 0.f) : 0.f;
+}
+
+// The same for bf16 chunks whose pitch P is a multiple of 8 (16-byte rows): 8 columns per
+// load and per store.
+__global__ void xent_chunk_bf8_kernel(__nv_bfloat16 *lg, float *losses, const int *targets, int V,
+                                      int P, float scale, int grad) {
+    __shared__ float sh[64];
+    __nv_bfloat16 *row = lg + (size_t)blockIdx.x * P;
+    float m, s;
+    row_max_sum_bf8(row, V, m, s, sh);
+    int tgt = targets[blockIdx.x];
+    float zt = __bfloat162float(row[tgt]);
+    __syncthreads(); // the target's logit is read before the row is overwritten
+    if (threadIdx.x == 0) losses[blockIdx.x] = logf(s) - (zt - m);
+    if (!grad) return;
+    float inv = scale / s;
+    for (int j = 8 * threadIdx.x; j < P; j += 8 * blockDim.x) {
+        float x[8];
+        unpack8(*reinterpret_cast<const uint4 *>(row + j), x);
+        uint4 u;
+        __nv_bfloat162 *h = reinterpret_cast<__nv_bfloat162 *>(&u);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int c = j + 2 * i;
+            float a = c < V ? expf(x[2 * i] - m) * inv - (c == tgt ? scale : 0.f) : 0.f;
+            float b = c + 1 < V ? expf(x[2 * i + 1] - m) * inv - (c + 1 == tgt ? scale : 0.f) : 0.f;
+            h[i] = __floats2bfloat162_rn(a, b);
+        }
+        *reinterpret_cast<uint4 *>(row + j) = u;
+    }
 }
 
 // ------------------------------------------------------------------ attention softmax
@@ -330,9 +397,9 @@ void k_softmax_xent_backward(float *pd, const int *targets, float scale, int N, 
 void k_xent_chunk(void *lg, int bf, float *losses, const int *targets, int N, int V, int P,
                   float scale, int grad) {
     if (N <= 0) return;
-    if (bf)
-        xent_chunk_kernel<<<(unsigned)N, 512, 0, cu_ctx.stream>>>((__nv_bfloat16 *)lg, losses,
-                                                                  targets, V, P, scale, grad);
+    if (bf) // cuda_classifier pads bf16 chunks to a multiple of 64 columns in cu_scratch
+        xent_chunk_bf8_kernel<<<(unsigned)N, 512, 0, cu_ctx.stream>>>((__nv_bfloat16 *)lg, losses,
+                                                                      targets, V, P, scale, grad);
     else
         xent_chunk_kernel<<<(unsigned)N, 512, 0, cu_ctx.stream>>>((float *)lg, losses, targets, V,
                                                                   P, scale, grad);
