@@ -3,7 +3,8 @@
 # the same data (losses within 1e-5 per step, exported weights within 1e-5): tp 2 with a
 # vocabulary that leaves rank 1 only padding; tp 2 and tp 4 over a vocabulary split across
 # ranks (T = 100: the blockwise attention path); dp 2 x tp 2 (ZeRO 0, 1 and 2); --recompute;
-# weight decay, clipping and grad-accum > 1 throughout. Checkpoints resume across layouts
+# --recompute-gelu (one process, tp 2 --sp, pp 2); weight decay, clipping and grad-accum > 1
+# throughout. Checkpoints resume across layouts
 # (tp 2 -> 1 rank, tp 2 -> tp 4, dp 2 x tp 2 ZeRO-1 -> tp 4, 1 rank -> dp 2 x tp 2) and
 # `loom export` of a tp checkpoint equals the run's export. Negative control: a tp run on
 # other data must fail the comparison. Bad layouts are clear errors naming the numbers.
@@ -41,6 +42,14 @@ $MPI -np 4 $LOOM train $f --grad-accum 2 --dp 2 --tp 2 --zero 2 --metrics "$d/z2
 same --tol 1e-5 "dp 2 x tp 2, ZeRO-2" "$d/z2.jsonl" "$d/ref.jsonl" "$d/z2.st" "$d/ref.st"
 $MPI -np 2 $LOOM train $f --grad-accum 4 --tp 2 --recompute --metrics "$d/rc.jsonl"
 same --tol 1e-5 "tp 2 --recompute" "$d/rc.jsonl" "$d/ref.jsonl"
+# --recompute-gelu (GELU recomputed in the backward, not kept per layer) is exact on one
+# process and under tp 2 --sp and pp 2
+$LOOM train $f --grad-accum 4 --recompute-gelu --metrics "$d/rg.jsonl" --export "$d/rg.st"
+same --tol 0 "--recompute-gelu" "$d/rg.jsonl" "$d/ref.jsonl" "$d/rg.st" "$d/ref.st"
+$MPI -np 2 $LOOM train $f --grad-accum 4 --tp 2 --sp --recompute-gelu --metrics "$d/rgt.jsonl"
+same --tol 1e-5 "tp 2 --sp --recompute-gelu" "$d/rgt.jsonl" "$d/ref.jsonl"
+$MPI -np 2 $LOOM train $f --grad-accum 4 --pp 2 --recompute-gelu --metrics "$d/rgp.jsonl"
+same --tol 1e-5 "pp 2 --recompute-gelu" "$d/rgp.jsonl" "$d/ref.jsonl"
 
 # negative control: other data must not pass the same comparison
 mkshard "$d/other.bin" 300 60000 9

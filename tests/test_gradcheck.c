@@ -281,6 +281,38 @@ TEST(model_grad_and_recompute_identical) {
     CHECK(fabs(la - log(11.0)) < 0.1, "initial loss %f should be near ln V = %f", la, log(11.0));
 }
 
+// GELU recomputed in the backward (GPT.recompute_gelu): the same loss and bit-identical
+// gradients, alone and with layer recompute, and the workspace smaller by exactly L−1 GELU
+// outputs (L kept per layer without it, one in the scratch with it).
+TEST(recompute_gelu_identical) {
+    GPTConfig cfg = {.L = 3, .H = 2, .C = 8, .V = 11, .maxT = 8};
+    int B = 2, T = 6, tok[12], tgt[12];
+    for (int i = 0; i < 12; i++)
+        tok[i] = (int)rng_below(&rng, 11), tgt[i] = (int)rng_below(&rng, 11);
+    GPT m[4];
+    Workspace w[4];
+    double loss[4];
+    for (int k = 0; k < 4; k++) { // (gelu, layer recompute): 00 10 01 11
+        gpt_create(&m[k], &cfg, be);
+        gpt_init_weights(&m[k], 5);
+        m[k].recompute_gelu = k & 1;
+        workspace_create(&w[k], &m[k], B, T, k >> 1);
+        loss[k] = gpt_forward(&m[k], &w[k], tok, tgt);
+        gpt_backward(&m[k], &w[k], 1.0f / (B * T));
+    }
+    size_t gelu = (size_t)B * T * 4 * cfg.C;
+    CHECK(w[0].floats - w[1].floats == (size_t)(cfg.L - 1) * gelu,
+          "workspace %zu floats with recompute_gelu, %zu without (expected %zu less)", w[1].floats,
+          w[0].floats, (size_t)(cfg.L - 1) * gelu);
+    for (int k = 1; k < 4; k++) {
+        CHECK(loss[k] == loss[0], "variant %d changes the loss: %f vs %f", k, loss[k], loss[0]);
+        CHECK(!memcmp(m[k].grads, m[0].grads, m[0].nparams * sizeof(float)),
+              "variant %d changes the gradients", k);
+    }
+    for (int k = 0; k < 4; k++)
+        workspace_free(&w[k], &m[k]), gpt_free(&m[k]);
+}
+
 // The vocabulary-parallel cross-entropy and embedding (tensor parallelism): two shards of a
 // vocabulary of 10 (6 rows each, the second with 2 rows of padding), their partials combined as
 // the tensor-parallel group's all-reduces do, against the whole-vocabulary kernels; the loss's
@@ -384,5 +416,6 @@ int main(void) {
     RUN(block_grads);
     RUN(block_grads_recompute);
     RUN(model_grad_and_recompute_identical);
+    RUN(recompute_gelu_identical);
     return test_summary();
 }

@@ -71,6 +71,10 @@ static const Option OPTS[] = {
      "fp32|bf16|fp16", 0, 0},
     {"recompute", OPT_FLAG, &A.recompute,
      "recompute each layer's forward during backward (less memory)", NULL, 0, 0},
+    {"recompute-gelu", OPT_FLAG, &A.recompute_gelu,
+     "GPT-2: keep no GELU output per layer, recompute it in the backward (16·B·T·C bytes less "
+     "a layer, one more GELU a layer; exact)",
+     NULL, 0, 0},
     {"metrics", OPT_STR, &A.metrics, "write one JSON line per step to this file", NULL, 0, 0},
     {"val-every", OPT_INT, &A.val_every, "evaluate --val-data every N steps (0 = at the end)", NULL,
      0, 1 << 30},

@@ -65,7 +65,12 @@ static LayerActs layer_acts(const Workspace *ws, const GPT *m, int layer) {
     a.res2 = q, q += R * C;
     a.ln2 = q, q += R * C;
     a.fch = q, q += BT * F;
-    a.fch_gelu = q, q += BT * F;
+    // recompute_gelu: after the scratch's (B,T,7C) (scratch_floats), written by the forward,
+    // recomputed by the backward
+    if (m->recompute_gelu)
+        a.fch_gelu = ws->scratch + 7 * BT * C;
+    else
+        a.fch_gelu = q, q += BT * F;
     a.ln1_mean = q, q += R;
     a.ln1_rstd = q, q += R;
     a.ln2_mean = q, q += R;
@@ -127,6 +132,8 @@ void layer_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) 
     LayerActs a = layer_acts(ws, m, blk->layer);
     float *dx = io->dx; // d(x_out) on entry; d(res2), then d(x_in) after the residual adds
     // MLP branch: x_out = res2 + fcproj(gelu(fc(ln2)))
+    if (m->recompute_gelu && !ws->recompute) // (the layer's forward just ran again otherwise)
+        be->gelu_forward(a.fch_gelu, a.fch, (size_t)N * w.F);
     const float *dout = tp_gather(m, ws, dx, full, tmp); // (N,C)
     be->matmul_backward(big, g.fcprojw, g.fcprojb, dout, a.fch_gelu, p.fcprojw, N, w.F, C);
     block_poll(m);

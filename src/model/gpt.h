@@ -194,6 +194,11 @@ typedef struct {
     // Set before workspace_create when forwards without targets read the logits (sampling):
     // with a backend's fused classifier the workspace keeps no (B·T, V) logits otherwise.
     int want_logits;
+    // Set before workspace_create: GPT-2 layers keep no GELU output (B,T,4C/tp) per layer; the
+    // forward writes it into the workspace's scratch and the backward recomputes it from the
+    // kept pre-activation (llm.c's default recompute): 16·B·T·C/tp bytes less a layer for one
+    // more GELU a layer. Exact: the recomputed values are the forward's. LLaMA layers ignore it.
+    int recompute_gelu;
 } GPT;
 
 // Builds the block list and tensor table and allocates params and grads (zeroed). A shape whose
@@ -340,6 +345,9 @@ size_t workspace_floats(const GPTConfig *c, const Backend *be, int B, int T, int
 size_t workspace_range_floats(const GPT *m, int B, int T, int recompute, int b0, int b1);
 // One layer's saved activations, and the head's, of model m (its tensor-parallel part's).
 size_t workspace_layer_floats(const GPT *m, int B, int T);
+// Floats of a workspace's scratch (the layer backward's and the head's; with recompute_gelu
+// also a GELU output)
+size_t workspace_scratch_floats(const GPT *m, int B, int T);
 size_t workspace_head_floats(const GPT *m, int B, int T);
 // Several micro-batches in flight at once (block swapping runs K of them through a unit): a
 // workspace that shares `share`'s head, scratch and (with recompute) layer slot, with its own

@@ -105,7 +105,7 @@ int workspace_create_range(Workspace *ws, const GPT *m, int B, int T, int recomp
     ws->layer = m->be->alloc((recompute ? 1 : (size_t)(nl ? nl : 1)) * ws->layer_stride);
     ws->head = m->be->alloc(hf);
     ws->dstream = m->be->alloc(R * C);
-    ws->scratch = m->be->alloc(scratch_floats(c, BT, m->tp.n > 1 && m->tp.sp));
+    ws->scratch = m->be->alloc(workspace_scratch_floats(m, B, T));
     if (gpt_is_llama(c)) {
         ws->rope_pos = xcalloc((size_t)T, sizeof(int));
         ws->rope_freq = xcalloc((size_t)(c->C / c->H / 2), sizeof(float));
@@ -123,8 +123,22 @@ static size_t held_rows(const GPT *m, int B, int T) {
     return m->tp.n > 1 && m->tp.sp ? BT / (size_t)m->tp.n : BT;
 }
 
+// The GELU output's floats that a GPT-2 layer keeps in the scratch instead (recompute_gelu)
+static size_t gelu_scratch_floats(const GPT *m, int B, int T) {
+    int tp = m->tp.n > 1 ? m->tp.n : 1;
+    return m->recompute_gelu && !gpt_is_llama(&m->cfg) ? (size_t)B * T * 4 * (m->cfg.C / tp) : 0;
+}
+
 size_t workspace_layer_floats(const GPT *m, int B, int T) {
-    return layer_act_floats_tp(&m->cfg, m->be, m->tp.n > 1 ? m->tp.n : 1, held_rows(m, B, T), B, T);
+    return layer_act_floats_tp(&m->cfg, m->be, m->tp.n > 1 ? m->tp.n : 1, held_rows(m, B, T), B,
+                               T) -
+           gelu_scratch_floats(m, B, T);
+}
+
+// The scratch of a workspace of m: the layer backward's and the head's, and the GELU output
+size_t workspace_scratch_floats(const GPT *m, int B, int T) {
+    return scratch_floats(&m->cfg, (size_t)B * T, m->tp.n > 1 && m->tp.sp) +
+           gelu_scratch_floats(m, B, T);
 }
 
 size_t workspace_head_floats(const GPT *m, int B, int T) {
@@ -134,13 +148,13 @@ size_t workspace_head_floats(const GPT *m, int B, int T) {
 
 size_t workspace_range_floats(const GPT *m, int B, int T, int recompute, int b0, int b1) {
     const GPTConfig *c = &m->cfg;
-    size_t BT = (size_t)B * T, C = (size_t)c->C, R = held_rows(m, B, T);
+    size_t C = (size_t)c->C, R = held_rows(m, B, T);
     int l0 = b0 - 1 < 0 ? 0 : b0 - 1, l1 = b1 - 1 > c->L ? c->L : b1 - 1;
     int nl = l1 > l0 ? l1 - l0 : 0;
     size_t hf = b1 == m->nblocks ? workspace_head_floats(m, B, T) : 1;
     return (size_t)(b1 - b0 + 1) * R * C +
            (recompute ? 1 : (size_t)(nl ? nl : 1)) * workspace_layer_floats(m, B, T) + hf + R * C +
-           scratch_floats(c, BT, m->tp.n > 1 && m->tp.sp);
+           workspace_scratch_floats(m, B, T);
 }
 
 void workspace_free(Workspace *ws, const GPT *m) {

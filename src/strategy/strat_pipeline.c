@@ -165,6 +165,7 @@ static int pp_create(Strategy *s) {
     if (tp) { // the stage runs this rank's part, its blocks all-reducing over the tp group
         if (gpt_create_layout_tp(&ps->part, &s->model->cfg, s->model->be, g->tp, g->tp_i))
             return -1;
+        ps->part.recompute_gelu = s->model->recompute_gelu;
         ps->cut.map = part_map_1d(s->model, &ps->part, g->tp, g->tp_i);
         ppart_install_tp(ps, c->sp); // --sp: the stage's regions hold the rank's rows
         ps->m = &ps->part;

@@ -219,6 +219,7 @@ static int tp_create(Strategy *s) {
     const Grid *g = s->grid;
     t->whole = s->model, t->outer = s;
     if (gpt_create_layout_tp(&t->part, &s->model->cfg, s->model->be, g->tp, g->tp_i)) return -1;
+    t->part.recompute_gelu = s->model->recompute_gelu;
     t->cut.map = part_map_1d(s->model, &t->part, g->tp, g->tp_i);
     t->part.tp.allreduce = tp_allreduce;
     t->part.tp.sp = s->cfg->sp;

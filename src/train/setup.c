@@ -69,6 +69,11 @@ static int setup_model(Run *r, const Backend *be) {
         return -2;
     }
     if (gpt_create_layout(&r->model, &cfg, be)) return -1;
+    if (a->recompute_gelu && (gpt_is_llama(&cfg) || !strcmp(a->tp_mode, "2d")))
+        return loom_fail("--recompute-gelu: GPT-2 blocks under one process, dp, --pp, 1D --tp "
+                         "and --cp only (%s keeps its MLP outputs)",
+                         gpt_is_llama(&cfg) ? "LLaMA's SwiGLU block" : "--tp-mode 2d");
+    r->model.recompute_gelu = a->recompute_gelu;
     rng_seed(&r->rng, (uint64_t)a->seed, 7);
     if (a->resume) {
         r->rng.state = r->resume.rng_state, r->rng.inc = r->resume.rng_inc;

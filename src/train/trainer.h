@@ -26,8 +26,9 @@ typedef struct {
     int warmup;
     // run
     int seed, threads, recompute;
-    char *device; // backend: cpu (cuda with a CUDA build)
-    char *dtype;  // precision (NULL: the device's default)
+    int recompute_gelu; // GPT-2: GELU recomputed in the backward (GPT.recompute_gelu)
+    char *device;       // backend: cpu (cuda with a CUDA build)
+    char *dtype;        // precision (NULL: the device's default)
     char *metrics, *save, *resume, *export_path, *on_nonfinite, *dump_grads;
     char *export_dtype;  // "fp32" | "bf16" (a LLaMA --export directory only)
     char *save_on_error; // a periodic save that fails: "continue" (warn, retry) or "stop"

@@ -5,6 +5,8 @@
 #      1e-4 of its max (tests/torch_ref.py compare-st --rel), loss within 1e-5;
 #   2. a 10-step trajectory (AdamW, weight decay, clipping, accumulation 3): losses within 2e-4
 #      per step, exported weights within 1e-4;
+#   2b. --recompute-gelu equals the plain run: fp32 exactly (losses and weights), bf16 within
+#      1e-5 per step;
 #   3. checkpoints saved on the GPU resume on the CPU, and the CPU's on the GPU (final weights
 #      within 1e-4 of the uninterrupted run on the other device);
 #   4. bf16 and fp32 on the bundled corpus (data/fortunes, FORTUNES overrides; skipped when
@@ -42,6 +44,16 @@ for dev in cpu cuda:fp32; do
 done
 $REF compare-losses "$d/t_cuda:fp32.jsonl" "$d/t_cpu.jsonl" --tol 2e-4
 $REF compare-st "$d/t_cuda:fp32.st" "$d/t_cpu.st" --tol 1e-4
+
+echo "== 2b. --recompute-gelu on the GPU: the same trajectory, fp32 and bf16"
+$LOOM train $shape $traj --device cuda:fp32 --recompute-gelu --metrics "$d/rg.jsonl" \
+    --export "$d/rg.st"
+$REF compare-losses "$d/rg.jsonl" "$d/t_cuda:fp32.jsonl" --tol 0
+$REF compare-st "$d/rg.st" "$d/t_cuda:fp32.st" --tol 0
+for rg in "" --recompute-gelu; do
+    $LOOM train $shape $traj --device cuda:bf16 $rg --metrics "$d/b$rg.jsonl"
+done
+$REF compare-losses "$d/b--recompute-gelu.jsonl" "$d/b.jsonl" --tol 1e-5
 
 echo "== 3. checkpoints across devices (resume at step 5)"
 $LOOM train $shape $traj --device cpu --resume "$d/ck_cuda:fp32/step_00000005" --export "$d/r_cpu.st"
