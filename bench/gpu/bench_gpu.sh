@@ -2,7 +2,8 @@
 # bench_gpu.sh — GPT-2 training throughput on one GPU, bf16, the same batch and sequence for
 # every engine, one after another in one run:
 #   loom     $LOOM train --device cuda (bf16; LOOM_DTYPES="bf16 fp32" adds an fp32 row;
-#            LOOM_VARIANTS="- LOOM_CUDA_FLASH=0" adds rows with that environment, - = none;
+#            LOOM_VARIANTS="- LOOM_CUDA_FLASH=0 --recompute-gelu" adds rows with that environment
+#            or those loom flags (comma-separated), - = none;
 #            LOOM_BEFORE=path/to/an/older/loom adds its rows, tagged "before", for an A/B in
 #            the same run)
 #   llm.c    $LLMC (train_gpt2cu built on the same machine: bench/gpu/llmc_build.sh), -e dN
@@ -64,9 +65,10 @@ for model in $MODELS; do
                 for var in $LOOM_VARIANTS; do
                     [ "$bin" != "$LOOM" ] && [ "$var" != - ] && continue # the older binary: plain
                     tag=$dt$([ "$var" = - ] || echo "+$var")$([ "$bin" = "$LOOM" ] || echo "-before")
-                    envv=$([ "$var" = - ] || echo "$var")
+                    envv= args= # a variant: VAR=value (environment) or --flag[,--flag] (loom's)
+                    case $var in -) ;; --*) args=${var//,/ } ;; *) envv=$var ;; esac
                     log="$OUT_DIR/loom_${model}_$tag.log"
-                    mem=$(with_mem "$log" env $envv "$bin" train --data "$OUT_DIR/tok.bin" \
+                    mem=$(with_mem "$log" env $envv "$bin" train $args --data "$OUT_DIR/tok.bin" \
                         --layers "$L" --heads "$H" --dim "$C" --vocab 50257 --block-size "$SEQ" \
                         --batch "$BATCH" --seq "$SEQ" --steps $((STEPS + WARM)) --lr 3e-4 \
                         --weight-decay 0.1 --grad-clip 1.0 --device "cuda:$dt" \
@@ -97,7 +99,7 @@ PY
 import json, re, statistics, sys
 log, model, mem, warm, B, T, peak, L, C = sys.argv[1:]
 steps = [(float(m.group(1)), float(m.group(2))) for m in
-         re.finditer(r"\| ([0-9.]+) ms \| ([0-9.]+)% bf16 MFU", open(log).read())][int(warm):]
+         re.finditer(r"\| ([0-9.]+) ms \| (-?[0-9.]+)% bf16 MFU", open(log).read())][int(warm):]
 if not steps:
     sys.exit(print(json.dumps({"engine": "llm.c", "model": model, "error": "no step lines"})))
 ms = statistics.median(s[0] for s in steps)
@@ -105,7 +107,8 @@ B, T, L, C = int(B), int(T), int(L), int(C)
 fl = 6.0 * (L * 12.0 * C * C + 50257 * C) * B * T + 3.0 * (L * 4.0 * T * C) * B * T
 print(json.dumps({"engine": "llm.c", "model": model, "step_ms": round(ms, 2),
                   "tok_s": round(B * T / (ms / 1e3)), "mfu": fl / (ms / 1e3) / (float(peak) * 1e12),
-                  "llmc_own_mfu": statistics.median(s[1] for s in steps) / 100,
+                  # llm.c prints -100% where it does not know the GPU's peak
+                  "llmc_own_mfu": max(statistics.median(s[1] for s in steps) / 100, 0) or None,
                   "mem_mib": int(mem or 0)}))
 PY
             ;;

@@ -47,7 +47,7 @@ static int plan_wire(const Profile *p, const PlanInput *in, int tau, int ex, int
     int found = 0;
     for (int i = 0; i < p->nrows; i++)
         for (int rc = 0; rc <= 1; rc++) {
-            PeerPlan t;
+            PeerPlan t = {0};
             if (peer_evaluate(p, in, tau, p->rows[i].b, rc, ex, comp, frac, &t) &&
                 (!found || t.tokens_per_s > out->tokens_per_s))
                 *out = t, found = 1;
@@ -63,7 +63,7 @@ int plan_peers(const Profile *p, const PlanInput *in, int tau, const PeerWire *w
         PeerPlan best;
         int have = 0;
         for (int ex = PEER_EX_ALL; ex <= PEER_EX_SHARDED; ex++) {
-            PeerPlan t;
+            PeerPlan t = {0};
             if ((wire->exchange == PEER_EX_ANY || ex == wire->exchange) &&
                 plan_wire(p, in, tau, ex, comp, wire->topk_frac, &t) &&
                 (!have || t.tokens_per_s > best.tokens_per_s))
