@@ -70,9 +70,10 @@ static int setup_model(Run *r, const Backend *be) {
     }
     if (gpt_create_layout(&r->model, &cfg, be)) return -1;
     if (a->recompute_gelu && (gpt_is_llama(&cfg) || !strcmp(a->tp_mode, "2d")))
-        return loom_fail("--recompute-gelu: GPT-2 blocks under one process, dp, --pp, 1D --tp "
-                         "and --cp only (%s keeps its MLP outputs)",
-                         gpt_is_llama(&cfg) ? "LLaMA's SwiGLU block" : "--tp-mode 2d");
+        return loom_fail(
+            "--recompute-gelu: GPT-2 blocks only, in every layout but --tp-mode 2d (%s "
+            "keeps its MLP outputs)",
+            gpt_is_llama(&cfg) ? "LLaMA's SwiGLU block" : "--tp-mode 2d");
     r->model.recompute_gelu = a->recompute_gelu;
     rng_seed(&r->rng, (uint64_t)a->seed, 7);
     if (a->resume) {
