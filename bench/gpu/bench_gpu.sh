@@ -3,7 +3,7 @@
 # every engine, one after another in one run:
 #   loom     $LOOM train --device cuda (bf16; LOOM_DTYPES="bf16 fp32" adds an fp32 row;
 #            LOOM_VARIANTS="- LOOM_CUDA_FLASH=0 --recompute-gelu" adds rows with that environment
-#            or those loom flags (comma-separated), - = none;
+#            or those loom flags (several: comma-separated, A=1,B=2), - = none;
 #            LOOM_BEFORE=path/to/an/older/loom adds its rows, tagged "before", for an A/B in
 #            the same run)
 #   llm.c    $LLMC (train_gpt2cu built on the same machine: bench/gpu/llmc_build.sh), -e dN
@@ -65,8 +65,8 @@ for model in $MODELS; do
                 for var in $LOOM_VARIANTS; do
                     [ "$bin" != "$LOOM" ] && [ "$var" != - ] && continue # the older binary: plain
                     tag=$dt$([ "$var" = - ] || echo "+$var")$([ "$bin" = "$LOOM" ] || echo "-before")
-                    envv= args= # a variant: VAR=value (environment) or --flag[,--flag] (loom's)
-                    case $var in -) ;; --*) args=${var//,/ } ;; *) envv=$var ;; esac
+                    envv= args= # a variant: VAR=value[,VAR=value] (environment) or --flag[,--flag]
+                    case $var in -) ;; --*) args=${var//,/ } ;; *) envv=${var//,/ } ;; esac
                     log="$OUT_DIR/loom_${model}_$tag.log"
                     mem=$(with_mem "$log" env $envv "$bin" train $args --data "$OUT_DIR/tok.bin" \
                         --layers "$L" --heads "$H" --dim "$C" --vocab 50257 --block-size "$SEQ" \

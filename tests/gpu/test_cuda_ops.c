@@ -302,6 +302,27 @@ static void check_bf16_padded(int N, int C, int OC) {
         gpu->release(dp[i]);
 }
 
+// bf16 backward with a bias: dinp, dW and dbias (accumulated) near the CPU's
+static void check_bf16_bias_backward(int N, int C, int OC) {
+    size_t NC = (size_t)N * C, NO = (size_t)N * OC, OCC = (size_t)OC * C;
+    float *x = h_rand(NC, 1), *w = h_rand(OCC, 0.1f), *g = h_rand(NO, 1);
+    float *w0 = h_rand(OCC, 1), *b0 = h_rand(OC, 1); // dW and dbias accumulate onto these
+    float *gi = xalloc_floats(NC), *gw = xalloc_floats(OCC), *gb = xalloc_floats(OC);
+    memcpy(gw, w0, OCC * sizeof(float)), memcpy(gb, b0, OC * sizeof(float));
+    cpu->matmul_backward(gi, gw, gb, g, x, w, N, C, OC);
+    float *dx = d_from(x, NC), *dw = d_from(w, OCC), *dg = d_from(g, NO);
+    float *dgi = d_poison(NC), *dgw = d_from(w0, OCC), *dgb = d_from(b0, OC);
+    gpu->matmul_backward(dgi, dgw, dgb, dg, dx, dw, N, C, OC);
+    CHECK(cmp_norm("bf16 matmul dinp", dgi, gi, NC, 1e-2) &&
+              cmp_norm("bf16 matmul dw", dgw, gw, OCC, 1e-2) &&
+              cmp_norm("bf16 matmul dbias", dgb, gb, OC, 1e-5),
+          "bf16 matmul_backward with bias N=%d C=%d OC=%d", N, C, OC);
+    free(x), free(w), free(g), free(w0), free(b0), free(gi), free(gw), free(gb);
+    float *dp[] = {dx, dw, dg, dgi, dgw, dgb};
+    for (int i = 0; i < 6; i++)
+        gpu->release(dp[i]);
+}
+
 // bf16 operands (8 bits of mantissa) with fp32 accumulation: norm-wise within 1e-2 of fp32
 // (2e-2 for the flash attention, whose P and dS are rounded to bf16 too).
 TEST(bf16_products) {
@@ -319,18 +340,21 @@ TEST(bf16_products) {
     cpu->matmul_forward(o, x, w, b, N, C, OC);
     gpu->matmul_forward(dO, dx, dw, db, N, C, OC);
     CHECK(cmp_norm("bf16 matmul out", dO, o, (size_t)N * OC, 1e-2), "bf16 matmul_forward");
+    check_bf16_bias_backward(N, C, OC);
+    check_bf16_bias_backward(4100, 64, 200);
     check_bf16_padded(134, 96, 211);          // an output width that is not a multiple of 8
     check_bf16_padded(4100, 64, 211);         // rows in chunks of 2048, a partial last one
     check_classifier(2100, 64, 211, 1e-2, 0); // bf16 logits, padded vocabulary, two chunks
     check_attention(SHAPES[1], 1e-2, 0, 1);   // head size 32: batched products
     // head size 64, T > 64: the flash kernels (a partial last tile, then whole tiles), dQ by
-    // fp32 atomics, then by its own pass
-    for (int pass = 0; pass < 2; pass++) {
-        if (pass) setenv("LOOM_CUDA_FLASH_DQ", "pass", 1);
+    // its own pass and by fp32 atomics, each with K and V in shared memory and in registers
+    for (int v = 0; v < 4; v++) {
+        if (v & 1) setenv("LOOM_CUDA_FLASH_DQ", "atomic", 1);
+        if (v & 2) setenv("LOOM_CUDA_FLASH_BWD", "regs", 1);
         check_attention((Shape){2, 131, 128, 2, 50}, 2e-2, 0, 1);
         check_attention((Shape){1, 128, 192, 3, 50}, 2e-2, 0, 1);
+        unsetenv("LOOM_CUDA_FLASH_DQ"), unsetenv("LOOM_CUDA_FLASH_BWD");
     }
-    unsetenv("LOOM_CUDA_FLASH_DQ");
     free(x), free(w), free(b), free(o);
     gpu->release(dx), gpu->release(dw), gpu->release(db), gpu->release(dO);
     gpu = backend_select("cuda:fp32", 0);

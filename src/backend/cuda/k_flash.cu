@@ -1,17 +1,19 @@
 // k_flash.cu — causal attention for --dtype bf16 without the (T,T) matrix: FlashAttention-2
 // style forward and backward on the tensor cores (mma.sync m16n8k16, bf16 operands, fp32
 // accumulation and softmax), head size 64. Q, K, V are read from the fp32 qkv rows and rounded
-// to bf16 as tiles enter shared memory.
+// to bf16 as tiles enter shared memory, row-major; a product that needs a tile transposed reads
+// it with ldmatrix .trans (no transposed copies).
 //
 // Forward: a block per (64 queries, head); each of its 4 warps owns 16 query rows, keeps Q in
 // registers and runs the online softmax over key tiles of 64 up to the diagonal. It writes the
 // output and, into the model's att buffer (T floats per head, opaque to the model), the per-row
 // log-sum-exp (base 2), which the backward needs with the output rows.
 // Backward: D = rowsum(dO ∘ O) first; then a block per (64 keys, head), each warp owning 16
-// keys with dK, dV in registers, loops over the query tiles at or after its keys and recomputes
-// P from the log-sum-exp. dQ: either that pass adds its share into dqkv with fp32 atomics, or a
-// second pass, a block per (64 queries, head) over the key tiles up to the diagonal, recomputes
-// P and dS and writes dQ once (no atomics, two more products per tile pair).
+// keys with dK, dV in registers (K and V in shared memory by default, or in registers), loops
+// over the query tiles at or after its keys and recomputes P from the log-sum-exp. dQ: by
+// default a second pass, a block per (64 queries, head) over the key tiles up to the diagonal,
+// recomputes P and dS and writes dQ once (no atomics, two more products per tile pair); or the
+// first pass adds its share into dqkv with fp32 atomics.
 //
 // Fragment layouts (PTX ISA, mma.m16n8k16): g = lane/4, t = lane%4; A (16×16) a0 = (g, 2t..2t+1),
 // a1 = (g+8, 2t..), a2 = (g, 2t+8..), a3 = (g+8, 2t+8..); B (16×8, k × n) b0 = (k 2t..2t+1, n g),
@@ -69,6 +71,22 @@ __device__ __forceinline__ void ldsm_t(uint32_t &b0, uint32_t &b1, const bf16 *t
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
                  : "=r"(b0), "=r"(b1)
                  : "r"(a));
+#else
+    __trap();
+#endif
+}
+
+// The A fragment (16×16) at rows r0.., columns c0.. of a row-major bf16 tile in shared memory
+// (ldmatrix .x4: lanes 0-15 give rows r0.. at column c0, lanes 16-31 the same rows at c0 + 8):
+// a0 = (g, 2t..), a1 = (g+8, 2t..), a2 = (g, 2t+8..), a3 = (g+8, 2t+8..).
+__device__ __forceinline__ void ldsm_a(uint32_t a[4], const bf16 *tile, int r0, int c0) {
+#if __CUDA_ARCH__ >= 750
+    int l = threadIdx.x & 31;
+    const bf16 *p = tile + (r0 + (l & 15)) * LD + c0 + (l >> 4) * 8;
+    unsigned addr = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+                 : "r"(addr));
 #else
     __trap();
 #endif
@@ -198,17 +216,21 @@ __global__ void flash_drow_kernel(float *drow, const float *dout, const float *o
     if (lane == 0) drow[r] = acc;
 }
 
-enum { BWD_TILES = 4, BWD_SMEM = BWD_TILES * TILE * LD * 2 + 2 * TILE * 4 };
+// shared memory: K, Q, dO, dS tiles (and V with KV_SMEM), the query rows' lse and D
+constexpr int bwd_smem(bool kv_smem) { return (kv_smem ? 5 : 4) * TILE * LD * 2 + 2 * TILE * 4; }
 
 // ATOMIC_DQ: this pass also adds dQ into dqkv (zeroed first) with fp32 atomics; otherwise
-// flash_dq_kernel computes dQ.
-template <bool ATOMIC_DQ>
-__global__ void __launch_bounds__(128)
+// flash_dq_kernel computes dQ. KV_SMEM: the block's K and V rows stay in shared memory and each
+// warp reads its A fragments with ldmatrix per use, instead of holding them in 32 registers
+// (fewer registers: 3 blocks per multiprocessor instead of 2); the same arithmetic.
+template <bool ATOMIC_DQ, bool KV_SMEM>
+__global__ void __launch_bounds__(128, KV_SMEM ? 3 : 1)
     flash_bwd_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse_all,
                      const float *drow, int T, int C, int NH, float scale, float sl2) {
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *Ks = (bf16 *)smem, *Qs = Ks + TILE * LD, *dOs = Qs + TILE * LD, *dSs = dOs + TILE * LD;
-    float *lse_s = (float *)(dSs + TILE * LD), *d_s = lse_s + TILE;
+    bf16 *Vs = dSs + TILE * LD; // KV_SMEM only
+    float *lse_s = (float *)(dSs + (KV_SMEM ? 2 : 1) * TILE * LD), *d_s = lse_s + TILE;
     int kt = blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH;
     int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     size_t C3 = 3 * (size_t)C;
@@ -217,10 +239,13 @@ __global__ void __launch_bounds__(128)
     const float *dr = drow + (size_t)bh * T;
     float *dq = dqkv + (size_t)b * T * C3 + h * D, *dk = dq + C, *dv = dq + 2 * C;
     int k0 = kt * TILE, key0 = k0 + w * 16 + g, key1 = key0 + 8;
-    uint32_t ka[4][4], va[4][4];
-    load_a(ka, k, k0 + w * 16, T, C3);
-    load_a(va, v, k0 + w * 16, T, C3);
-    if (ATOMIC_DQ) load_tile(Ks, k, k0, T, C3);
+    uint32_t ka[4][4], va[4][4]; // !KV_SMEM
+    if (!KV_SMEM) {
+        load_a(ka, k, k0 + w * 16, T, C3);
+        load_a(va, v, k0 + w * 16, T, C3);
+    }
+    if (ATOMIC_DQ || KV_SMEM) load_tile(Ks, k, k0, T, C3);
+    if (KV_SMEM) load_tile(Vs, v, k0, T, C3); // read after the loop's first barrier
     float dka[8][4] = {}, dva[8][4] = {};
     int nq = (T + TILE - 1) / TILE;
     for (int qt = kt; qt < nq; qt++) {
@@ -234,13 +259,22 @@ __global__ void __launch_bounds__(128)
         }
         __syncthreads();
         float st[8][4] = {}, dp[8][4] = {}; // Sᵀ and dPᵀ: 16 keys × 64 queries of this warp
-        for (int nt = 0; nt < 8; nt++)
-            for (int kk = 0; kk < 4; kk++) {
+        for (int kk = 0; kk < 4; kk++) {    // each st[nt], dp[nt] sums kk = 0..3 in order
+            uint32_t a[4], b[4];
+            if (KV_SMEM) {
+                ldsm_a(a, Ks, w * 16, kk * 16);
+                ldsm_a(b, Vs, w * 16, kk * 16);
+            } else {
+                for (int i = 0; i < 4; i++)
+                    a[i] = ka[kk][i], b[i] = va[kk][i];
+            }
+            for (int nt = 0; nt < 8; nt++) {
                 const bf16 *qr = Qs + (nt * 8 + g) * LD + kk * 16 + 2 * t;
                 const bf16 *orow = dOs + (nt * 8 + g) * LD + kk * 16 + 2 * t;
-                mma(st[nt], ka[kk], ld2(qr), ld2(qr + 8));
-                mma(dp[nt], va[kk], ld2(orow), ld2(orow + 8));
+                mma(st[nt], a, ld2(qr), ld2(qr + 8));
+                mma(dp[nt], b, ld2(orow), ld2(orow + 8));
             }
+        }
         for (int nt = 0; nt < 8; nt++)
             for (int e = 0; e < 2; e++) { // Pᵀ, then dSᵀ = Pᵀ ∘ (dPᵀ − D) in dp
                 int ql = nt * 8 + 2 * t + e, qi = q0 + ql;
@@ -368,6 +402,31 @@ __global__ void __launch_bounds__(128)
 
 // ------------------------------------------------------------------ launchers
 
+// The defaults, K and V in shared memory and dQ by its own pass, measured fastest of the four
+// (H200, GPT-2 124M bf16 B16 T1024: 54.9 ms a step against 56.1 with K, V in registers and dQ
+// by atomics; BENCHMARKS.md). LOOM_CUDA_FLASH_BWD=regs keeps K and V in registers,
+// LOOM_CUDA_FLASH_DQ=atomic adds dQ by fp32 atomics; read at every call (a dozen a step), so a
+// test can run every combination.
+static int env_is(const char *name, const char *value) {
+    const char *e = getenv(name);
+    return e && !strcmp(e, value);
+}
+
+template <bool A, bool S>
+static void bwd_launch(dim3 grid, float *dqkv, const float *dout, const float *qkv,
+                       const float *lse, const float *drow, int T, int C, int NH, float scale,
+                       float sl2) {
+    static int attr_set;
+    if (!attr_set) {
+        CU(cudaFuncSetAttribute(flash_bwd_kernel<A, S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                bwd_smem(S)));
+        attr_set = 1;
+    }
+    flash_bwd_kernel<A, S><<<grid, 128, bwd_smem(S), cu_ctx.stream>>>(dqkv, dout, qkv, lse, drow, T,
+                                                                      C, NH, scale, sl2);
+    CU_LAUNCHED("flash_backward");
+}
+
 extern "C" {
 int k_flash_ok(int T, int C, int NH) { return NH > 0 && C == NH * D && T > D; }
 
@@ -378,41 +437,26 @@ void k_flash_forward(float *out, float *lse, const float *qkv, int B, int T, int
     CU_LAUNCHED("flash_forward");
 }
 
-// LOOM_CUDA_FLASH_DQ=pass: dQ by its own pass (no atomics); anything else: fp32 atomics. Read
-// at every call (a dozen a step), so a test can run both.
-static int dq_atomic(void) {
-    const char *e = getenv("LOOM_CUDA_FLASH_DQ");
-    return !(e && !strcmp(e, "pass"));
-}
-
 void k_flash_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
                       const float *lse, float *drow, int B, int T, int C, int NH) {
-    static int attr_set;
-    if (!attr_set) {
-        CU(cudaFuncSetAttribute(flash_bwd_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                BWD_SMEM));
-        CU(cudaFuncSetAttribute(flash_bwd_kernel<false>,
-                                cudaFuncAttributeMaxDynamicSharedMemorySize, BWD_SMEM));
-        attr_set = 1;
-    }
     size_t rows = (size_t)B * NH * T;
     flash_drow_kernel<<<(unsigned)((rows + 7) / 8), 256, 0, cu_ctx.stream>>>(drow, dout, out, B, T,
                                                                              C, NH);
     CU_LAUNCHED("flash_drow");
     dim3 grid((unsigned)((T + TILE - 1) / TILE), (unsigned)(B * NH));
     float scale = 1.0f / sqrtf((float)D), sl2 = 1.4426950408889634f * scale;
-    if (dq_atomic()) {
+    int atomic = env_is("LOOM_CUDA_FLASH_DQ", "atomic"),
+        smem = !env_is("LOOM_CUDA_FLASH_BWD", "regs");
+    if (atomic) {
         size_t C3 = 3 * (size_t)C; // dQ accumulates: its columns start at zero
         CU(cudaMemset2DAsync(dqkv, C3 * sizeof(float), 0, (size_t)C * sizeof(float), (size_t)B * T,
                              cu_ctx.stream));
-        flash_bwd_kernel<true><<<grid, 128, BWD_SMEM, cu_ctx.stream>>>(dqkv, dout, qkv, lse, drow,
-                                                                       T, C, NH, scale, sl2);
-        CU_LAUNCHED("flash_backward");
+        (smem ? bwd_launch<true, true> : bwd_launch<true, false>)(grid, dqkv, dout, qkv, lse, drow,
+                                                                  T, C, NH, scale, sl2);
         return;
     }
-    flash_bwd_kernel<false>
-        <<<grid, 128, BWD_SMEM, cu_ctx.stream>>>(dqkv, dout, qkv, lse, drow, T, C, NH, scale, sl2);
-    CU_LAUNCHED("flash_backward");
+    (smem ? bwd_launch<false, true> : bwd_launch<false, false>)(grid, dqkv, dout, qkv, lse, drow, T,
+                                                                C, NH, scale, sl2);
     flash_dq_kernel<<<grid, 128, 0, cu_ctx.stream>>>(dqkv, dout, qkv, lse, drow, T, C, NH, scale,
                                                      sl2);
     CU_LAUNCHED("flash_dq");
