@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# bench_gpu.sh — GPT-2 training throughput on one GPU, bf16, the same batch and sequence for
-# every engine, one after another in one run:
+# bench_gpu.sh — training throughput on one GPU, bf16, the same batch and sequence for every
+# engine, one after another in one run, of GPT-2 (124m, 350m) or LLaMA-style models (smol135m:
+# SmolLM-135M's shape; llama1b: Llama-3.2-1B's; loom --arch llama, no llm.c):
 #   loom     $LOOM train --device cuda (bf16; LOOM_DTYPES="bf16 fp32" adds an fp32 row;
 #            LOOM_VARIANTS="- LOOM_CUDA_FLASH=0 --recompute-gelu" adds rows with that environment
 #            or those loom flags (several: comma-separated, A=1,B=2), - = none;
@@ -9,7 +10,7 @@
 #   llm.c    $LLMC (train_gpt2cu built on the same machine: bench/gpu/llmc_build.sh), -e dN
 #            random init, its default recompute (GELU), no cuDNN
 #   PyTorch  bench/gpu/torch_gpt2.py, eager and torch.compile
-# on random tokens (V = 50257) in the llm.c/loom shard format.
+# on random tokens in the llm.c/loom shard format (uint32 tokens past a vocabulary of 65536).
 #   MODELS="124m 350m" BATCH=16 SEQ=1024 STEPS=30 WARM=10 bench/gpu/bench_gpu.sh
 # For each engine: the median step time over the steps after the first WARM, tokens/s, MFU
 # against PEAK_TFLOPS (default 989.4: H100 SXM dense bf16, as llm.c counts it) with loom's
@@ -33,13 +34,23 @@ mkdir -p "$OUT_DIR"
 results="$OUT_DIR/results.jsonl"
 : >"$results"
 
-"$PY" - "$OUT_DIR/tok.bin" <<'PY'
+# 4 Mi random tokens below V (the windows wrap, the content does not matter for speed) in
+# llm.c's shard format: uint16 (magic 20240520), or uint32 (20240801, version 7) past 65536
+tokens_for() {
+    local V=$1 f="$OUT_DIR/tok.bin"
+    [ "$V" = 50257 ] || f="$OUT_DIR/tok_$V.bin"
+    [ -f "$f" ] || "$PY" - "$f" "$V" <<'PY'
 import sys, numpy as np
-n = 1 << 22  # 4 Mi random tokens: the windows wrap, the content does not matter for speed
-hdr = np.zeros(256, np.int32); hdr[:3] = (20240520, 1, n)
+n, V = 1 << 22, int(sys.argv[2])
+wide = V > 65536
+hdr = np.zeros(256, np.int32); hdr[:3] = (20240801, 7, n) if wide else (20240520, 1, n)
+toks = np.random.default_rng(0).integers(0, V, n).astype(np.uint32 if wide else np.uint16)
 with open(sys.argv[1], "wb") as f:
-    f.write(hdr.tobytes()); f.write(np.random.default_rng(0).integers(0, 50257, n, dtype=np.uint16).tobytes())
+    f.write(hdr.tobytes()); f.write(toks.tobytes())
 PY
+    echo "$f"
+}
+tokens_for 50257 >/dev/null # tok.bin: check.sh profiles GPT-2 on it
 
 # peak device memory while "$@" runs (MiB, nvidia-smi polled every 200 ms)
 with_mem() {
@@ -53,10 +64,23 @@ with_mem() {
     sort -n "$log.mem" | tail -1
 }
 
-shape_of() { case $1 in 124m) echo "12 12 768 12" ;; 350m) echo "24 16 1024 24" ;; esac; }
+# L H C, llm.c's depth (0: llm.c has no such model), kv-heads and ffn (0: GPT-2), V
+shape_of() {
+    case $1 in
+    124m) echo "12 12 768 12 0 0 50257" ;;
+    350m) echo "24 16 1024 24 0 0 50257" ;;
+    smol135m) echo "30 9 576 0 3 1536 49152" ;; # SmolLM-135M's shape (tied embeddings)
+    llama1b) echo "16 32 2048 0 8 8192 128256" ;; # Llama-3.2-1B's shape (tied embeddings)
+    *) echo "bench_gpu.sh: unknown model $1 (124m 350m smol135m llama1b)" >&2; exit 2 ;;
+    esac
+}
 
 for model in $MODELS; do
-    read -r L H C D <<<"$(shape_of "$model")"
+    read -r L H C D KV FF V <<<"$(shape_of "$model")"
+    [ -n "${V:-}" ] || exit 2
+    tok=$(tokens_for "$V")
+    arch= # loom's flags for a LLaMA-style model, as bench/gpu/torch_gpt2.py builds it
+    [ "$KV" != 0 ] && arch="--arch llama --kv-heads $KV --ffn-dim $FF --tie-embeddings --norm-eps 1e-5"
     for e in $ENGINES; do
         case $e in
         loom)
@@ -68,16 +92,20 @@ for model in $MODELS; do
                     envv= args= # a variant: VAR=value[,VAR=value] (environment) or --flag[,--flag]
                     case $var in -) ;; --*) args=${var//,/ } ;; *) envv=${var//,/ } ;; esac
                     log="$OUT_DIR/loom_${model}_$tag.log"
-                    mem=$(with_mem "$log" env $envv "$bin" train $args --data "$OUT_DIR/tok.bin" \
-                        --layers "$L" --heads "$H" --dim "$C" --vocab 50257 --block-size "$SEQ" \
+                    mem=$(with_mem "$log" env $envv "$bin" train $arch $args --data "$tok" \
+                        --layers "$L" --heads "$H" --dim "$C" --vocab "$V" --block-size "$SEQ" \
                         --batch "$BATCH" --seq "$SEQ" --steps $((STEPS + WARM)) --lr 3e-4 \
                         --weight-decay 0.1 --grad-clip 1.0 --device "cuda:$dt" \
                         --peak-gflops "${PEAK_TFLOPS}e3" --progress off \
                         --metrics "$OUT_DIR/loom_${model}_$tag.jsonl")
                     "$PY" - "$OUT_DIR/loom_${model}_$tag.jsonl" "$model" "$tag" "$mem" "$WARM" \
                         >>"$results" <<'PY'
-import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if '"step_ms"' in l][int(sys.argv[5]):]
+import json, os, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"step_ms"' in l][int(sys.argv[5]):] \
+    if os.path.exists(sys.argv[1]) else []
+if not rows:
+    sys.exit(print(json.dumps({"engine": "loom-" + sys.argv[3], "model": sys.argv[2],
+                               "error": "no step lines (see its .log)"})))
 ms = statistics.median(r["step_ms"] for r in rows)
 print(json.dumps({"engine": "loom-" + sys.argv[3], "model": sys.argv[2], "step_ms": round(ms, 2),
                   "tok_s": round(statistics.median(r["tokens_per_s"] for r in rows)),
@@ -91,6 +119,7 @@ PY
             ;;
         llmc)
             [ -x "$LLMC" ] || { echo "no llm.c binary (LLMC=$LLMC): skipped"; continue; }
+            [ "$D" != 0 ] || { echo "llm.c has no $model: skipped"; continue; }
             log="$OUT_DIR/llmc_$model.log"
             mem=$(with_mem "$log" "$LLMC" -i "$OUT_DIR/tok.bin" -j "$OUT_DIR/tok.bin" -e "d$D" \
                 -b "$BATCH" -t "$SEQ" -x $((STEPS + WARM)) -v 100000 -s 100000 -m 1 -n 0 -l 3e-4)

@@ -4,7 +4,7 @@
 #      built beforehand with `make CUDA=1 CUDA_ARCHS=90 BUILD=build-cuda ... gpu-tests`);
 #   2. bench_gpu.sh: loom (and LOOM_VARIANTS, and LOOM_BEFORE's older binary when given),
 #      llm.c's train_gpt2cu (LLMC, when given) and PyTorch (ENGINES) on MODELS;
-#   3. LOOM_CUDA_PROFILE=1 on the first model: device time per op kind.
+#   3. LOOM_CUDA_PROFILE=1 on the first model when it is GPT-2: device time per op kind.
 # Everything goes to $RESULTS (default: a new temporary folder), and into one archive when
 # ARCHIVE=path.tgz is given; each part's summary is printed, the benchmark's table last.
 #   RESULTS=out MODELS=124m LLMC=path/train_gpt2cu LOOM_BEFORE=path/loom bench/gpu/check.sh
@@ -37,12 +37,17 @@ OUT_DIR="$RESULTS/bench" MODELS=$MODELS BATCH=${BATCH:-16} SEQ=${SEQ:-1024} \
     bash bench/gpu/bench_gpu.sh >"$RESULTS/bench.log" 2>&1
 
 m=${MODELS%% *}
-stamp "profile: $m"
-read -r L H C <<<"$(case $m in 350m) echo 24 16 1024 ;; *) echo 12 12 768 ;; esac)"
-LOOM_CUDA_PROFILE=1 timeout 120 "$LOOM" train --data "$RESULTS/bench/tok.bin" --layers "$L" \
-    --heads "$H" --dim "$C" --vocab 50257 --block-size 1024 --batch "${BATCH:-16}" --seq 1024 \
-    --steps 8 --device cuda --progress off >"$RESULTS/profile.log" 2>&1
-tail -25 "$RESULTS/profile.log"
+case $m in
+124m | 350m)
+    stamp "profile: $m"
+    read -r L H C <<<"$(case $m in 350m) echo 24 16 1024 ;; *) echo 12 12 768 ;; esac)"
+    LOOM_CUDA_PROFILE=1 timeout 120 "$LOOM" train --data "$RESULTS/bench/tok.bin" --layers "$L" \
+        --heads "$H" --dim "$C" --vocab 50257 --block-size 1024 --batch "${BATCH:-16}" --seq 1024 \
+        --steps 8 --device cuda --progress off >"$RESULTS/profile.log" 2>&1
+    tail -25 "$RESULTS/profile.log"
+    ;;
+*) stamp "profile: GPT-2 models only (the first of MODELS is $m)" ;;
+esac
 stamp "done"
 sed -n '/^| model/,$p' "$RESULTS/bench.log"
 # the whole folder as one file where the caller asks for it (ARCHIVE=path.tgz)
