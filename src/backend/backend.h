@@ -27,6 +27,7 @@ typedef struct {
 
 typedef struct Backend {
     const char *name;
+    const char *precision; // the products' precision ("fp32", "bf16"; NULL: the device's)
     int host_memory; // 1: its buffers are host memory (code may read them through the pointer)
 
     // ---- memory (device buffers; on the CPU these are host buffers)
@@ -214,6 +215,9 @@ const char *backend_cap_name(BackendCap cap);
 const Backend *backend_select(const char *device, int threads);
 // The backends themselves (called only by backend_select).
 const Backend *backend_cpu(void);
+// The CPU backend with bf16 products (cpu_bf16.c): call only where cpu_bf16_isa() found
+// AVX512-BF16 or AMX-BF16 (backend_select_dtype checks).
+const Backend *backend_cpu_bf16(void);
 void backend_cpu_set_threads(int n);
 // The CPU's fp32 peak in GFLOP/s, measured by a short FMA probe (peak.c, ~30 ms of CPU a
 // thread) on every thread OpenMP uses; *threads gets their number. The backend's peak_gflops.

@@ -189,13 +189,31 @@ static void cpu_layernorm_backward(float *dinp, float *dw, float *db, const floa
 
 // ------------------------------------------------------------------ matmul
 
+void cpu_bias_rows(float *out, const float *bias, int N, int OC) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++)
+        memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
+}
+
+void cpu_bias_backward(float *dbias, const float *dout, int N, int OC) {
+    enum { CB = 256 };
+#pragma omp parallel for schedule(static)
+    for (int j0 = 0; j0 < OC; j0 += CB) {
+        int j1 = j0 + CB < OC ? j0 + CB : OC;
+        float acc[CB] = {0};
+        for (int n = 0; n < N; n++) {
+            const float *d = dout + (size_t)n * OC;
+            for (int j = j0; j < j1; j++)
+                acc[j - j0] += d[j];
+        }
+        for (int j = j0; j < j1; j++)
+            dbias[j] += acc[j - j0];
+    }
+}
+
 static void cpu_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
                                int N, int C, int OC) {
-    if (bias) {
-#pragma omp parallel for schedule(static)
-        for (int n = 0; n < N; n++)
-            memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
-    }
+    if (bias) cpu_bias_rows(out, bias, N, OC);
     cpu_sgemm(0, 1, N, OC, C, 1.0f, inp, C, w, C, bias ? 1.0f : 0.0f, out, OC);
 }
 
@@ -205,21 +223,7 @@ static void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const floa
         cpu_sgemm(0, 0, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C);
     // (OC,C) += (OC,N) · (N,C)
     cpu_sgemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
-    if (dbias) {
-        enum { CB = 256 };
-#pragma omp parallel for schedule(static)
-        for (int j0 = 0; j0 < OC; j0 += CB) {
-            int j1 = j0 + CB < OC ? j0 + CB : OC;
-            float acc[CB] = {0};
-            for (int n = 0; n < N; n++) {
-                const float *d = dout + (size_t)n * OC;
-                for (int j = j0; j < j1; j++)
-                    acc[j - j0] += d[j];
-            }
-            for (int j = j0; j < j1; j++)
-                dbias[j] += acc[j - j0];
-        }
-    }
+    if (dbias) cpu_bias_backward(dbias, dout, N, OC);
 }
 
 // ------------------------------------------------------------------ elementwise
@@ -335,6 +339,7 @@ void backend_cpu_set_threads(int n) {
 
 static const Backend CPU = {
     .name = "cpu",
+    .precision = "fp32",
     .host_memory = 1,
     .alloc = cpu_alloc,
     .release = cpu_release,

@@ -45,6 +45,12 @@ CpuGemm cpu_gemm_engine(void);                   // the engine in use (chosen on
 const char *cpu_gemm_name(CpuGemm e);
 void cpu_gemm_threads(int n); // threads for the engines that keep their own count
 
+// ------------------------------------------------------------------ cpu.c, cpu_bf16.c
+void cpu_bias_rows(float *out, const float *bias, int N, int OC);       // every row = bias
+void cpu_bias_backward(float *dbias, const float *dout, int N, int OC); // dbias += Σ_n dout
+// dst = src rounded to bf16 (nearest even; NaN stays NaN)
+void cpu_bf16_round(uint16_t *dst, const float *src, size_t n);
+
 // ------------------------------------------------------------------ cpu_isa.c
 // The bf16 matrix instruction sets this CPU and OS offer (run-time cpuid), as a bit set.
 enum { CPU_ISA_AVX512_BF16 = 1, CPU_ISA_AMX_BF16 = 2 };

@@ -12,18 +12,13 @@ const Backend *backend_select(const char *device, int threads) {
     return backend_select_dtype(device, NULL, threads);
 }
 
-// --dtype bf16 on the CPU: its products need AVX512-BF16 or AMX-BF16 (cpu_isa.c, at run
-// time); without them the error names both. The bf16 kernels themselves are not written yet.
-static void cpu_refuse_bf16(void) {
-    int isa = cpu_bf16_isa();
-    if (!isa)
-        loom_fail("--dtype bf16: this CPU has neither AVX512-BF16 nor AMX-BF16, the instructions "
-                  "the CPU backend's bf16 products need (use --dtype fp32, or --device cuda)");
-    else
-        loom_fail("--dtype bf16: the CPU backend computes in fp32 only so far, although this CPU "
-                  "has %s%s%s (use --dtype fp32, or --device cuda)",
-                  isa & CPU_ISA_AVX512_BF16 ? "AVX512-BF16" : "", isa == 3 ? " and " : "",
-                  isa & CPU_ISA_AMX_BF16 ? "AMX-BF16" : "");
+// --dtype bf16 on the CPU: its products (cpu_bf16.c) need AVX512-BF16 or AMX-BF16
+// (cpu_isa.c, at run time); without them the error names both.
+static const Backend *cpu_bf16(void) {
+    if (cpu_bf16_isa()) return backend_cpu_bf16();
+    loom_fail("--dtype bf16: this CPU has neither AVX512-BF16 nor AMX-BF16, the instructions "
+              "the CPU backend's bf16 products need (use --dtype fp32, or --device cuda)");
+    return NULL;
 }
 
 const Backend *backend_select_dtype(const char *device, const char *dtype, int threads) {
@@ -40,19 +35,17 @@ const Backend *backend_select_dtype(const char *device, const char *dtype, int t
         if (colon) dtype = colon + 1;
     }
     if (!strcmp(name, "cpu")) {
-        if (dtype && !strcmp(dtype, "bf16")) {
-            cpu_refuse_bf16();
-            return NULL;
-        }
-        if (dtype && strcmp(dtype, "fp32")) {
-            loom_fail("--dtype %s: the CPU backend computes in fp32 only (use --dtype fp32, or "
+        int bf = dtype && !strcmp(dtype, "bf16");
+        if (dtype && !bf && strcmp(dtype, "fp32")) {
+            loom_fail("--dtype %s: the CPU backend computes in fp32 or bf16 (use --dtype fp32, or "
                       "--device cuda)",
                       dtype);
             return NULL;
         }
-        if (cpu_gemm_init()) return NULL;
+        const Backend *be = bf ? cpu_bf16() : backend_cpu();
+        if (!be || cpu_gemm_init()) return NULL;
         backend_cpu_set_threads(threads);
-        return backend_cpu();
+        return be;
     }
     if (!strcmp(name, "cuda")) {
 #ifdef LOOM_CUDA

@@ -312,8 +312,9 @@ void run_peak(Run *r) {
     if (r->a->peak_gflops > 0 || !r->lead) return;
     int threads = 0;
     r->peak_gflops = be->peak_gflops(&threads);
-    fprintf(stderr, "loom: peak fp32 %.1f GFLOP/s measured on %d thread%s (MFU is against it)\n",
-            r->peak_gflops, threads, threads == 1 ? "" : "s");
+    fprintf(stderr, "loom: peak %s %.1f GFLOP/s measured on %d thread%s (MFU is against it)\n",
+            be->precision ? be->precision : "fp32", r->peak_gflops, threads,
+            threads == 1 ? "" : "s");
 }
 
 // --offload's flags: the kind, its directory and the fast-memory budget.
