@@ -6,8 +6,11 @@
 #                        [--loom PATH] [--peer PATH] [--out DIR]
 #                        [--max-foreign F (0.10)] [--retries N (2)] [--budget SECONDS (480)]
 #                        [--engines openblas,blis,onednn] [--peak GFLOPS (290)]
-#                        [--before PATH] [--shares N]
+#                        [--before PATH] [--shares N] [--bf16 PEAK_BF16]
 #
+# --bf16 PEAK_BF16: bf16 against bf16 instead: loom (fp32), loom --dtype bf16, the peer in fp32
+# and the peer under torch.autocast("cpu", bfloat16), rotating; the bf16 rows' MFU is against
+# PEAK_BF16 (the value `loom train --dtype bf16` prints as "peak bf16 ... measured").
 # --before PATH: one more variant, loom_before, the same `loom train` with another binary (an
 # older build), in the same rotation: a before/after comparison from one run. --shares N: every
 # run in a cgroup v1 CPU group with cpu.shares N (other processes weigh 1024; needs root), so a
@@ -45,6 +48,7 @@ BUDGET=480         # seconds after which no run is repeated
 ENGINES=""
 BEFORE=""
 SHARES=""
+PEAK_BF16=""
 HZ=$(getconf CLK_TCK)
 NPROC=$(nproc)
 
@@ -65,6 +69,7 @@ while [ $# -gt 0 ]; do
         --peak) PEAK="$2"; shift 2 ;;
         --before) BEFORE="$2"; shift 2 ;;
         --shares) SHARES="$2"; shift 2 ;;
+        --bf16) PEAK_BF16="$2"; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) echo "bench_train.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
@@ -119,7 +124,7 @@ config_args() {
     [ -n "$BEFORE" ] && echo "loom_before: $BEFORE sha256 $(sha256sum "$OUT/loom_before" | cut -c1-16)"
     echo "torch: $($PY -c 'import torch; print(torch.__version__)' 2>/dev/null || echo '?')"
     echo "rounds: $ROUNDS  steps: $STEPS  threads: $THREADS  peak_gflops: $PEAK"
-    echo "invocation: $0 --rounds $ROUNDS --steps $STEPS --threads $THREADS --configs $CONFIGS --max-foreign $MAX_FOREIGN --retries $RETRIES --budget $BUDGET${ENGINES:+ --engines $ENGINES} --peak $PEAK${BEFORE:+ --before $BEFORE}${SHARES:+ --shares $SHARES}"
+    echo "invocation: $0 --rounds $ROUNDS --steps $STEPS --threads $THREADS --configs $CONFIGS --max-foreign $MAX_FOREIGN --retries $RETRIES --budget $BUDGET${ENGINES:+ --engines $ENGINES} --peak $PEAK${BEFORE:+ --before $BEFORE}${SHARES:+ --shares $SHARES}${PEAK_BF16:+ --bf16 $PEAK_BF16}"
 } | tee "$OUT/machine.txt"
 
 # Random-token shard (enough tokens for the longest run: S*B*T+1).
@@ -165,6 +170,7 @@ run_timed() {  # tag, command...
 IFS=',' read -r -a CFGS <<<"$CONFIGS"
 VARIANTS=(loom torch loom_recompute)
 [ -n "$BEFORE" ] && VARIANTS+=(loom_before)
+[ -n "$PEAK_BF16" ] && VARIANTS=(loom loom_bf16 torch torch_bf16)
 if [ -n "$ENGINES" ]; then
     VARIANTS=()
     IFS=',' read -r -a ENG_LIST <<<"$ENGINES"
@@ -183,18 +189,22 @@ for ((r = 1; r <= ROUNDS; r++)); do
             tag="${cfg}_${v}_r${r}"
             echo "== round $r/$ROUNDS  config $cfg  $v"
             case "$v" in
-                loom|loom_recompute|loom_openblas|loom_blis|loom_onednn|loom_before)
+                loom|loom_recompute|loom_openblas|loom_blis|loom_onednn|loom_before|loom_bf16)
                     extra=() eng=() bin="$BIN"
                     [ "$v" = loom_before ] && bin="$OUT/loom_before"
                     [ "$v" = loom_recompute ] && extra=(--recompute)
+                    [ "$v" = loom_bf16 ] && extra=(--dtype bf16)
                     case "$v" in loom_openblas|loom_blis|loom_onednn) eng=(env "LOOM_MATMUL=${v#loom_}") ;; esac
                     run_timed "$tag" "${eng[@]}" "$bin" train --data "$DATA" --vocab "$V" --layers "$L" --heads "$H" \
                         --dim "$C" --block-size "$BS" --seq "$T" --batch "$B" --steps "$STEPS" \
                         --threads "$THREADS" --peak-gflops "$PEAK" --progress off --metrics "$OUT/$tag.jsonl" "${extra[@]}"
                     ;;
-                torch)
+                torch|torch_bf16)
+                    extra=()
+                    [ "$v" = torch_bf16 ] && extra=(--autocast bf16)
                     run_timed "$tag" "$PY" "$PEER" bench --layers "$L" --heads "$H" --dim "$C" \
-                        --vocab "$V" --seq "$T" --batch "$B" --steps "$STEPS" --threads "$THREADS"
+                        --vocab "$V" --seq "$T" --batch "$B" --steps "$STEPS" --threads "$THREADS" \
+                        "${extra[@]}"
                     ;;
             esac
         done
@@ -202,4 +212,5 @@ for ((r = 1; r <= ROUNDS; r++)); do
 done
 echo "total bench time: $(($(date +%s) - START)) s   loadavg_end: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/machine.txt"
 echo "raw results: $OUT"
-$PY "$ROOT/bench/summarize.py" "$OUT" --peak "$PEAK" | tee "$OUT/summary.md"
+$PY "$ROOT/bench/summarize.py" "$OUT" --peak "$PEAK" ${PEAK_BF16:+--peak-bf16 "$PEAK_BF16"} |
+    tee "$OUT/summary.md"

@@ -25,7 +25,8 @@ LABELS = {"124m": "GPT-2 124M (L12 H12 C768, T64 B4)", "124m256": "GPT-2 124M (L
            "30m": "30M (L6 H6 C384, T256 B4)"}
 ENGINES = [("loom", "loom"), ("loom_recompute", "loom --recompute"), ("torch", "PyTorch peer"),
            ("loom_openblas", "loom LOOM_MATMUL=openblas"), ("loom_blis", "loom LOOM_MATMUL=blis"),
-           ("loom_onednn", "loom LOOM_MATMUL=onednn"), ("loom_before", "loom (--before build)")]
+           ("loom_onednn", "loom LOOM_MATMUL=onednn"), ("loom_before", "loom (--before build)"),
+           ("loom_bf16", "loom --dtype bf16"), ("torch_bf16", "PyTorch peer, autocast bf16")]
 
 
 def analytic_flops(cfg):
@@ -63,6 +64,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--peak", type=float, default=290.0)
+    ap.add_argument("--peak-bf16", type=float, default=0.0, help="the bf16 rows' MFU denominator")
     a = ap.parse_args()
 
     kept = {}  # tag -> {"kept": attempt, "foreign": share of the CPUs other processes used}
@@ -81,12 +83,13 @@ def main():
     runs = {}  # (cfg, engine) -> {round: result}
     for path in sorted(glob.glob(os.path.join(a.out, "*_r[0-9]*.log"))):
         tag = os.path.basename(path)[:-4]
-        m = re.fullmatch(r"(\w+?)_(loom|loom_recompute|torch|loom_openblas|loom_blis|loom_onednn|loom_before)_r(\d+)", tag)
+        m = re.fullmatch(r"(\w+?)_(loom|loom_recompute|torch|loom_openblas|loom_blis|loom_onednn|loom_before"
+                         r"|loom_bf16|torch_bf16)_r(\d+)", tag)
         if not m:
             continue
         cfg, eng, rnd = m.group(1), m.group(2), int(m.group(3))
         try:
-            res = read_torch(a.out, tag) if eng == "torch" else read_loom(a.out, tag, a.peak)
+            res = read_torch(a.out, tag) if eng.startswith("torch") else read_loom(a.out, tag, a.peak)
         except (OSError, ValueError, SystemExit) as e:
             print(f"skipping {tag}: {e}")
             continue
@@ -110,17 +113,20 @@ def main():
     for cfg in cfgs:
         L, H, C, V, T, B, _ = SHAPES[cfg]
         bt = B * T
-        fl = [r["flops"] for e, _ in ENGINES if e != "torch" for r in runs.get((cfg, e), {}).values()
+        fl = [r["flops"] for e, _ in ENGINES if not e.startswith("torch")
+              for r in runs.get((cfg, e), {}).values()
               if r["flops"]]
         flops = statistics.median(fl) if fl else analytic_flops(cfg)
         print(f"\n{cfg}: FLOPs/step from loom's metrics {flops / 1e9:.2f} GFLOP"
               f" (analytic 6*N_matmul*BT + attention: {analytic_flops(cfg) / 1e9:.2f} GFLOP)")
-        torch_runs = runs.get((cfg, "torch"), {})
-        torch_ms = statistics.median(r["ms"] for r in torch_runs.values()) if torch_runs else None
         for eng, name in ENGINES:
             rr = runs.get((cfg, eng), {})
             if not rr:
                 continue
+            bf = eng.endswith("_bf16")  # against the peer in the same precision, MFU vs its peak
+            torch_runs = runs.get((cfg, "torch_bf16" if bf else "torch"), {})
+            torch_ms = statistics.median(r["ms"] for r in torch_runs.values()) if torch_runs else None
+            peak = a.peak_bf16 if bf and a.peak_bf16 else a.peak
             ms = statistics.median(r["ms"] for r in rr.values())
             lo, hi = min(r["ms"] for r in rr.values()), max(r["ms"] for r in rr.values())
             rss = statistics.median(r["rss"] for r in rr.values())
@@ -130,10 +136,12 @@ def main():
                 ratio = torch_ms / ms
                 pr = [torch_runs[k]["ms"] / rr[k]["ms"] for k in rr if k in torch_runs]
                 paired = statistics.median(pr) if pr else None
-            rows.append((LABELS[cfg], name, ms, lo, hi, bt / (ms / 1e3), gfs, gfs / a.peak, rss, ratio,
+            rows.append((LABELS[cfg], name, ms, lo, hi, bt / (ms / 1e3), gfs, gfs / peak, rss, ratio,
                          paired, len(rr)))
 
-    print(f"\n### Results (median over rounds; MFU vs {a.peak:.0f} GFLOP/s fp32 peak)\n")
+    bfp = f", bf16 rows vs {a.peak_bf16:.0f} GFLOP/s bf16 peak" if a.peak_bf16 else ""
+    print(f"\n### Results (median over rounds; MFU vs {a.peak:.0f} GFLOP/s fp32 peak{bfp}; ratios against"
+          " the peer in the same precision)\n")
     print("| config | engine | ms/step (min–max) | tok/s | GFLOP/s | MFU | peak RSS MiB | tok/s vs torch (paired) |")
     print("|---|---|---|---|---|---|---|---|")
     for (lab, name, ms, lo, hi, tps, gfs, mfu, rss, ratio, paired, n) in rows:
