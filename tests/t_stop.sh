@@ -152,17 +152,19 @@ mpi dp2-offload 2 1:5 12 5 --dp 2 --offload disk --offload-dir "$d/scratch" --fa
 # the round end (step 8), which fits in the grace period
 mpi co2-one 2 1:5 16 round:4 --dp 2 --co2 --tau 4
 mpi co2-all 2 all:5 16 round:4 --dp 2 --co2 --tau 4 --zero 1
-# a round end that does not fit (~995 steps away, grace 2 s): every worker stops at the furthest
-# step any had reached and saves mid-round (its own weights too); unsharded, sharded, --offload
-mpi co2-mid 2 1:5 1005 mid:1000 --dp 2 --co2 --tau 1000 --stop-grace 2
-mpi co2-mid-sharded 2 0:5 1005 mid:1000 --dp 2 --co2 --tau 1000 --stop-grace 2 --zero 1
-mpi co2-mid-offload 2 1:5 1005 mid:1000 --dp 2 --co2 --tau 1000 --stop-grace 2 --offload disk \
+# a round end that does not fit (~995 steps away, grace 0.4 s: the round end is taken when it
+# fits in half the grace, and a step of this model takes 0.5 ms on an AVX-512 EPYC, so 2 s of
+# grace would fit it there): every worker stops at the furthest step any had reached and saves
+# mid-round (its own weights too); unsharded, sharded, --offload
+mpi co2-mid 2 1:5 1005 mid:1000 --dp 2 --co2 --tau 1000 --stop-grace 0.4
+mpi co2-mid-sharded 2 0:5 1005 mid:1000 --dp 2 --co2 --tau 1000 --stop-grace 0.4 --zero 1
+mpi co2-mid-offload 2 1:5 1005 mid:1000 --dp 2 --co2 --tau 1000 --stop-grace 0.4 --offload disk \
     --offload-dir "$d/scratch" --fast-mem "$(fastmem 64)"
 # CO2 over tensor- and context-parallel workers: the signal reaches one rank of one worker; the
 # agreement spans the whole job, so every rank of every worker stops at the same step
 mpi co2-tp-one 4 1:5 16 round:4 --dp 2 --tp 2 --co2 --tau 4
-mpi co2-tp-mid 4 3:5 1005 mid:1000 --dp 2 --tp 2 --sp --co2 --tau 1000 --stop-grace 2
-mpi co2-cp-mid 4 2:5 1005 mid:1000 --dp 2 --cp 2 --co2 --tau 1000 --stop-grace 2
+mpi co2-tp-mid 4 3:5 1005 mid:1000 --dp 2 --tp 2 --sp --co2 --tau 1000 --stop-grace 0.4
+mpi co2-cp-mid 4 2:5 1005 mid:1000 --dp 2 --cp 2 --co2 --tau 1000 --stop-grace 0.4
 # CO2 over pipeline workers (the last stage of one worker signalled): a round end only (a
 # mid-round save is refused: tests/t_co2_pp.sh)
 mpi co2-pp-one 4 3:5 16 round:4 --dp 2 --pp 2 --co2 --tau 4

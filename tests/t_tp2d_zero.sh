@@ -2,7 +2,7 @@
 # t_tp2d_zero.sh — 2D (SUMMA) tensor parallelism with data parallelism at ZeRO 2 and 3 (8 ranks:
 # dp 2 x --tp 4 --tp-mode 2d), against the same layout at ZeRO 1, with weight decay, clipping
 # and --grad-accum 2 throughout:
-#   * ZeRO 3 = the single process within 1e-5 (losses, exported weights);
+#   * ZeRO 3 = the single process within 1e-5 (losses; exported weights within 3e-5);
 #   * ZeRO 2 and ZeRO 3 = ZeRO 1 within 1e-5 (losses per step, exported weights, the last step's
 #     --dump-grads): ZeRO 2/3 reduce every micro-batch's gradients over the column and dp as
 #     each block's backward ends, ZeRO 1 the accumulated sum once: another summation order;
@@ -44,7 +44,10 @@ grep -q "(zero 2: the part's moments and gradients sharded over dp)" "$d/z2.err"
 grep -q "(zero 3: the part's moments, gradients and parameters sharded over dp)" "$d/z3.err"
 $LOOM train $f --dp 1 --tp 1 --tp-mode 1d --grad-accum 4 --metrics "$d/one.jsonl" \
     --export "$d/one.st" # the single process on the same 4 micro-batches per step
-same --tol 1e-5 "dp 2 x 2d ZeRO 3 = one process" "$d/z3.jsonl" "$d/one.jsonl" "$d/z3.st" "$d/one.st"
+# weights within 3e-5: AdamW turns the rounding of a near-zero gradient component into an update
+# of up to lr·δg/√v (h.1.mlp.c_fc.bias: 2e-6 apart in an AVX2 build, 1.4e-5 in an AVX-512 one)
+same --tol 1e-5 --wtol 3e-5 "dp 2 x 2d ZeRO 3 = one process" "$d/z3.jsonl" "$d/one.jsonl" \
+    "$d/z3.st" "$d/one.st"
 same --tol 1e-5 "dp 2 x 2d ZeRO 2 = ZeRO 1" "$d/z2.jsonl" "$d/z1.jsonl" "$d/z2.st" "$d/z1.st"
 same --tol 1e-5 "dp 2 x 2d ZeRO 3 = ZeRO 1" "$d/z3.jsonl" "$d/z1.jsonl" "$d/z3.st" "$d/z1.st"
 $REF compare-st "$d/z2.grads.st" "$d/z1.grads.st" --tol 1e-5
