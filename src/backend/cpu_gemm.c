@@ -4,8 +4,9 @@
 //   openblas  OpenBLAS's cblas_sgemm
 //   blis      BLIS's typed API (bli_sgemm, strides instead of transposes)
 //   onednn    oneDNN's dnnl_sgemm (its jit GEMM, kernels picked from cpuid at run time)
-// Unset, the engine is CPU_GEMM_DEFAULT, oneDNN: 1.78× OpenBLAS's 0.3.21 Haswell kernels over a
-// GPT-2 124M step on an AVX-512 EPYC, 5% faster over its products on an AVX2 one (BENCHMARKS.md).
+// Unset, the engine is CPU_GEMM_DEFAULT, OpenBLAS. oneDNN is faster (1.78× over a GPT-2 124M
+// step on an AVX-512 EPYC, 5% over the products on an AVX2 one: BENCHMARKS.md), but its sgemm
+// adds 20–35 MiB to a small process's peak RSS that --offload's budget does not account for yet.
 // The small single-threaded tile products of the attention kernels stay on OpenBLAS.
 #include <blis-openmp/blis.h>
 #include <cblas.h>
@@ -20,7 +21,7 @@
 #include "cpu_impl.h"
 
 #ifndef CPU_GEMM_DEFAULT
-#define CPU_GEMM_DEFAULT CPU_GEMM_ONEDNN
+#define CPU_GEMM_DEFAULT CPU_GEMM_OPENBLAS
 #endif
 
 static const char *const NAMES[CPU_GEMM_NENGINES] = {"openblas", "blis", "onednn"};
