@@ -95,7 +95,7 @@ for dt in fp32 bf16; do
     mkdir -p "$d/off_$dt"
     # shellcheck disable=SC2086
     $LOOM train $f --steps 6 --dtype $dt --offload disk --offload-dir "$d/off_$dt" \
-        --fast-mem 64M --metrics "$d/off.$dt.jsonl" >"$d/run.log" 2>&1 || { cat "$d/run.log"; exit 1; }
+        --fast-mem "$(fastmem 64)" --metrics "$d/off.$dt.jsonl" >"$d/run.log" 2>&1 || { cat "$d/run.log"; exit 1; }
 done
 close "--offload disk bf16 vs fp32" "$d/off.bf16.jsonl" "$d/off.fp32.jsonl"
 

@@ -27,7 +27,7 @@ run cp2 2 --cp 2
 run co2 2 --dp 2 --co2 --tau 2
 mkdir -p "$d/o" "$d/o--recompute-gelu"
 for rg in "" --recompute-gelu; do
-    $LOOM train $f $rg --offload disk --offload-dir "$d/o$rg" --fast-mem 48M \
+    $LOOM train $f $rg --offload disk --offload-dir "$d/o$rg" --fast-mem "$(fastmem 48)" \
         --metrics "$d/off$rg.jsonl" >/dev/null 2>&1
 done
 same --tol 0 "--offload disk --recompute-gelu" "$d/off--recompute-gelu.jsonl" "$d/off.jsonl"
