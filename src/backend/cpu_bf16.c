@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "../common.h"
 #include "cpu_impl.h"
@@ -225,45 +224,13 @@ static float dp_chains(long iters, float seed) {
         s += _mm512_reduce_add_ps(x[c]);
     return s;
 }
-#define HAVE_DP_PROBE 1
-
-static double thread_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 #endif
 
-// Every OpenMP thread at once, each over its own CPU time, best of three (as peak.c's fp32 one).
+// MFU's denominator in bf16: the vdpbf16ps chains on every thread (peak.c's probe), or twice the
+// fp32 peak where the build cannot hold them
 static double bf16_peak_gflops(int *threads) {
-#ifdef HAVE_DP_PROBE
-    double total = 0;
-    int nth = 1;
-    float keep = 0;
-#pragma omp parallel reduction(+ : total, keep)
-    {
-        long iters = 1 << 10;
-        float seed = (float)omp_get_thread_num();
-        for (; iters < (1L << 40); iters *= 2) {
-            double t0 = thread_seconds();
-            keep += dp_chains(iters, seed);
-            if (thread_seconds() - t0 >= 2e-3) break;
-        }
-        iters *= 4;
-        double best = 0;
-        for (int r = 0; r < 3; r++) {
-            double t0 = thread_seconds();
-            keep += dp_chains(iters, seed);
-            double dt = thread_seconds() - t0, g = 64.0 * 16 * (double)iters / dt / 1e9;
-            if (dt > 0 && g > best) best = g;
-        }
-        total += best;
-#pragma omp single nowait
-        nth = omp_get_num_threads();
-    }
-    if (keep == 12345.0f) fprintf(stderr, " "); // keeps the chains' results alive
-    *threads = nth;
-    return total;
+#if defined(__AVX512BF16__)
+    return cpu_probe_gflops(dp_chains, 64.0 * 16, threads);
 #else
     return 2.0 * backend_cpu_peak_gflops(threads);
 #endif

@@ -51,6 +51,13 @@ void cpu_bias_backward(float *dbias, const float *dout, int N, int OC); // dbias
 // dst = src rounded to bf16 (nearest even; NaN stays NaN)
 void cpu_bf16_round(uint16_t *dst, const float *src, size_t n);
 
+// ------------------------------------------------------------------ peak.c
+// A probe's kernel: `iters` rounds of independent multiply-add chains seeded by `seed`,
+// returning something that depends on every result (so none is optimized away).
+typedef float (*ProbeChains)(long iters, float seed);
+// Every OpenMP thread runs `run` at once; the sum of their GFLOP/s, each over its own CPU time.
+double cpu_probe_gflops(ProbeChains run, double flops_per_iter, int *threads);
+
 // ------------------------------------------------------------------ cpu_isa.c
 // The bf16 matrix instruction sets this CPU and OS offer (run-time cpuid), as a bit set.
 enum { CPU_ISA_AVX512_BF16 = 1, CPU_ISA_AMX_BF16 = 2 };

@@ -1,12 +1,14 @@
 // peak.c — the CPU's fp32 peak, measured: every OpenMP thread at once runs independent chains
 // of fused multiply-adds on the widest vector the compiler targets (-march: AVX-512, AVX/FMA,
 // SSE), so the FMA units stay busy whatever their latency; the peak is the sum of the threads'
-// rates over their own CPU time. ~30 ms of CPU a thread; MFU is reported against it.
+// rates over their own CPU time. ~30 ms of CPU a thread; MFU is reported against it. The probe
+// itself (cpu_probe_gflops) also runs cpu_bf16.c's bf16 chains.
 #include <immintrin.h>
 #include <omp.h>
 #include <time.h>
 
 #include "backend.h"
+#include "cpu_impl.h"
 
 // CHAINS ≥ FMA latency × FMA ports on current x86 cores (4 × 2), and the chains plus the two
 // constants must fit the register file: 32 vector registers with AVX-512, 16 below it (16 chains
@@ -71,24 +73,24 @@ static double cpu_seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-// This thread's GFLOP/s over its own CPU time (so time the thread spends descheduled, when the
-// cores are shared with other processes, does not count): calibrated to >= 2 ms a run, best of
-// three ~8 ms runs.
-static double thread_gflops(float seed) {
+// This thread's GFLOP/s of `run` (flops_per_iter a round) over its own CPU time (so time the
+// thread spends descheduled, when the cores are shared with other processes, does not count):
+// calibrated to >= 2 ms a run, best of three ~8 ms runs.
+static double thread_gflops(ProbeChains run, double flops_per_iter, float seed) {
     long iters = 1 << 10;
     float keep = 0;
     for (; iters < (1L << 40); iters *= 2) {
         double t0 = cpu_seconds();
-        keep += chains(iters, seed);
+        keep += run(iters, seed);
         if (cpu_seconds() - t0 >= 2e-3) break;
     }
     iters *= 4;
     double best = 0;
     for (int r = 0; r < 3; r++) {
         double t0 = cpu_seconds();
-        keep += chains(iters, seed);
+        keep += run(iters, seed);
         double dt = cpu_seconds() - t0;
-        double g = 2.0 * LANES * CHAINS * (double)iters / dt / 1e9;
+        double g = flops_per_iter * (double)iters / dt / 1e9;
         if (dt > 0 && g > best) best = g;
     }
 #pragma omp atomic
@@ -96,15 +98,19 @@ static double thread_gflops(float seed) {
     return best;
 }
 
-double backend_cpu_peak_gflops(int *threads) {
+double cpu_probe_gflops(ProbeChains run, double flops_per_iter, int *threads) {
     double total = 0;
     int nth = 1;
 #pragma omp parallel reduction(+ : total)
     {
-        total += thread_gflops((float)omp_get_thread_num());
+        total += thread_gflops(run, flops_per_iter, (float)omp_get_thread_num());
 #pragma omp single nowait
         nth = omp_get_num_threads();
     }
     *threads = nth;
     return total;
+}
+
+double backend_cpu_peak_gflops(int *threads) {
+    return cpu_probe_gflops(chains, 2.0 * LANES * CHAINS, threads);
 }

@@ -174,19 +174,22 @@ __device__ void block_ms_combine(float &m, float &s, float *sh) {
         ms_add(m, s, sh[k], sh[32 + k]);
 }
 
+// One element into a running (m, s): one exp.
+__device__ __forceinline__ void ms_push(float &m, float &s, float x) {
+    if (x > m) {
+        s = (m == -INFINITY ? 0.f : s * expf(m - x)) + 1.f;
+        m = x;
+    } else {
+        s += expf(x - m);
+    }
+}
+
 // The block's row max m and Σ exp(x − m) over row[0..V), one exp per element; every thread
 // gets the same (m, s), the warps combined in one order. sh: 64 floats of shared memory.
 __device__ void row_max_sum(const float *row, int V, float &m, float &s, float *sh) {
     m = -INFINITY, s = 0.f;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        float x = row[j];
-        if (x > m) {
-            s = (m == -INFINITY ? 0.f : s * expf(m - x)) + 1.f;
-            m = x;
-        } else {
-            s += expf(x - m);
-        }
-    }
+    for (int j = threadIdx.x; j < V; j += blockDim.x)
+        ms_push(m, s, row[j]);
     block_ms_combine(m, s, sh);
 }
 
@@ -239,15 +242,8 @@ __device__ void row_max_sum_bf8(const __nv_bfloat16 *row, int V, float &m, float
         for (int i = 0; i < 8; i++)
             s += expf(x[i] - m);
     }
-    for (int j = V8 + threadIdx.x; j < V; j += blockDim.x) {
-        float x = __bfloat162float(row[j]);
-        if (x > m) {
-            s = (m == -INFINITY ? 0.f : s * expf(m - x)) + 1.f;
-            m = x;
-        } else {
-            s += expf(x - m);
-        }
-    }
+    for (int j = V8 + threadIdx.x; j < V; j += blockDim.x)
+        ms_push(m, s, __bfloat162float(row[j]));
     block_ms_combine(m, s, sh);
 }
 
