@@ -182,7 +182,8 @@ static void cuda_adamw_gen(float *param, const float *grad, float *m, float *v, 
     cuda_adamw(param, grad, m, v, n, lr, beta1, beta2, eps, wd, gscale, t);
 }
 
-static const Backend CUDA = {
+static Backend CUDA = {
+    // .precision is set with the dtype (backend_cuda)
     .name = "cuda",
     .alloc = cuda_alloc,
     .release = cuda_release,
@@ -283,6 +284,7 @@ const Backend *backend_cuda(const char *dtype) {
         return NULL;
     }
     cu_ctx.dtype = dt;
+    CUDA.precision = dt == CU_BF16 ? "bf16" : "fp32";
     return &CUDA;
 }
 
