@@ -47,6 +47,7 @@ static void engine_create(void) {
 
 typedef struct {
     int ta, tb, M, N, K, lda, ldb, ldc, acc;
+    dnnl_memory_desc_t a, b, c; // op(A), op(B), C
     dnnl_primitive_t prim;
 } Plan;
 
@@ -93,22 +94,16 @@ static void dnnl_check(dnnl_status_t s, const char *what) {
 }
 #define DN(x) dnnl_check((x), #x)
 
-// Row-major descriptors of op(A) (M,K) bf16, op(B) (K,N) bf16 and C (M,N) fp32.
-static void descs(const Plan *p, dnnl_memory_desc_t *a, dnnl_memory_desc_t *b,
-                  dnnl_memory_desc_t *c) {
+// p's row-major descriptors (op(A) (M,K) bf16, op(B) (K,N) bf16, C (M,N) fp32) and primitive.
+static void plan_build(Plan *p) {
     dnnl_dims_t ad = {p->M, p->K}, bd = {p->K, p->N}, cd = {p->M, p->N};
     dnnl_dims_t as = {p->ta ? 1 : p->lda, p->ta ? p->lda : 1};
     dnnl_dims_t bs = {p->tb ? 1 : p->ldb, p->tb ? p->ldb : 1}, cs = {p->ldc, 1};
-    DN(dnnl_memory_desc_init_by_strides(a, 2, ad, dnnl_bf16, as));
-    DN(dnnl_memory_desc_init_by_strides(b, 2, bd, dnnl_bf16, bs));
-    DN(dnnl_memory_desc_init_by_strides(c, 2, cd, dnnl_f32, cs));
-}
-
-static dnnl_primitive_t plan_build(const Plan *p) {
-    dnnl_memory_desc_t a, b, c;
-    descs(p, &a, &b, &c);
+    DN(dnnl_memory_desc_init_by_strides(&p->a, 2, ad, dnnl_bf16, as));
+    DN(dnnl_memory_desc_init_by_strides(&p->b, 2, bd, dnnl_bf16, bs));
+    DN(dnnl_memory_desc_init_by_strides(&p->c, 2, cd, dnnl_f32, cs));
     dnnl_matmul_desc_t md;
-    DN(dnnl_matmul_desc_init(&md, &a, &b, NULL, &c));
+    DN(dnnl_matmul_desc_init(&md, &p->a, &p->b, NULL, &p->c));
     dnnl_primitive_attr_t attr;
     DN(dnnl_primitive_attr_create(&attr));
     dnnl_post_ops_t po = NULL;
@@ -119,12 +114,10 @@ static dnnl_primitive_t plan_build(const Plan *p) {
     }
     dnnl_primitive_desc_t pd;
     DN(dnnl_primitive_desc_create(&pd, &md, attr, engine, NULL));
-    dnnl_primitive_t prim;
-    DN(dnnl_primitive_create(&prim, pd));
+    DN(dnnl_primitive_create(&p->prim, pd));
     dnnl_primitive_desc_destroy(pd);
     dnnl_primitive_attr_destroy(attr);
     if (po) dnnl_post_ops_destroy(po);
-    return prim;
 }
 
 static const Plan *plan_get(ThreadState *t, const Plan *key) {
@@ -138,7 +131,7 @@ static const Plan *plan_get(ThreadState *t, const Plan *key) {
     Plan *p = &t->plans[t->nplans < PLANS ? t->nplans++ : (key->M + key->N + key->K) % PLANS];
     if (p->prim) dnnl_primitive_destroy(p->prim);
     *p = *key;
-    p->prim = plan_build(p);
+    plan_build(p);
     return p;
 }
 
@@ -156,14 +149,13 @@ static void gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, in
     if (!engine) die(EXIT_IO, "oneDNN: no CPU engine");
     ThreadState *t = state();
     if (!t->stream) DN(dnnl_stream_create(&t->stream, engine, dnnl_stream_default_flags));
-    Plan key = {ta, tb, M, N, K, lda, ldb, ldc, acc, NULL};
+    Plan key = {
+        .ta = ta, .tb = tb, .M = M, .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc, .acc = acc};
     const Plan *p = plan_get(t, &key);
-    dnnl_memory_desc_t a, b, c;
-    descs(p, &a, &b, &c);
     dnnl_memory_t ma, mb, mc;
-    DN(dnnl_memory_create(&ma, &a, engine, (void *)A));
-    DN(dnnl_memory_create(&mb, &b, engine, (void *)B));
-    DN(dnnl_memory_create(&mc, &c, engine, C));
+    DN(dnnl_memory_create(&ma, &p->a, engine, (void *)A));
+    DN(dnnl_memory_create(&mb, &p->b, engine, (void *)B));
+    DN(dnnl_memory_create(&mc, &p->c, engine, C));
     dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
     DN(dnnl_primitive_execute(p->prim, t->stream, 3, args));
     DN(dnnl_stream_wait(t->stream));

@@ -65,10 +65,10 @@ static LayerActs layer_acts(const Workspace *ws, const GPT *m, int layer) {
     a.res2 = q, q += R * C;
     a.ln2 = q, q += R * C;
     a.fch = q, q += BT * F;
-    // recompute_gelu: after the scratch's (B,T,7C) (scratch_floats), written by the forward,
-    // recomputed by the backward
+    // recompute_gelu: in the workspace's scratch, written by the forward, recomputed by the
+    // backward
     if (m->recompute_gelu)
-        a.fch_gelu = ws->scratch + 7 * BT * C;
+        a.fch_gelu = workspace_gelu_scratch(ws, m);
     else
         a.fch_gelu = q, q += BT * F;
     a.ln1_mean = q, q += R;

@@ -348,6 +348,8 @@ size_t workspace_layer_floats(const GPT *m, int B, int T);
 // Floats of a workspace's scratch (the layer backward's and the head's; with recompute_gelu
 // also a GELU output)
 size_t workspace_scratch_floats(const GPT *m, int B, int T);
+// With recompute_gelu: where a GPT-2 layer's GELU output lives (past the backward's scratch).
+float *workspace_gelu_scratch(const Workspace *ws, const GPT *m);
 size_t workspace_head_floats(const GPT *m, int B, int T);
 // Several micro-batches in flight at once (block swapping runs K of them through a unit): a
 // workspace that shares `share`'s head, scratch and (with recompute) layer slot, with its own

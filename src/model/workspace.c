@@ -141,6 +141,10 @@ size_t workspace_scratch_floats(const GPT *m, int B, int T) {
            gelu_scratch_floats(m, B, T);
 }
 
+float *workspace_gelu_scratch(const Workspace *ws, const GPT *m) {
+    return ws->scratch + scratch_floats(&m->cfg, (size_t)ws->B * ws->T, m->tp.n > 1 && m->tp.sp);
+}
+
 size_t workspace_head_floats(const GPT *m, int B, int T) {
     return head_floats_tp(&m->cfg, gpt_logit_rows(m), m->tp.n > 1 ? m->tp.n : 1, held_rows(m, B, T),
                           B, T);
