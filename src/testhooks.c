@@ -153,3 +153,8 @@ int testhook_cpu_no_bf16(void) {
     const char *v = getenv("LOOM_CPU_NO_BF16");
     return v && *v && strcmp(v, "0");
 }
+
+int testhook_cpu_no_avx512(void) {
+    const char *v = getenv("LOOM_CPU_NO_AVX512");
+    return v && *v && strcmp(v, "0");
+}

@@ -37,6 +37,8 @@
 //                              then really go through the tier)
 //   LOOM_CPU_NO_BF16=1         the CPU backend sees neither AVX512-BF16 nor AMX-BF16 (the
 //                              refusal of --dtype bf16 on a CPU without them, on any CPU)
+//   LOOM_CPU_NO_AVX512=1       the CPU backend sees no AVX-512 (the fp32 engine's default is
+//                              then OpenBLAS, as on a CPU without it)
 //   LOOM_FAULT_DIVERGE=ROUND   loom peer: this peer's anchor is perturbed after that round end
 //                              (a peer whose anchor differs from the swarm's: it must re-sync)
 //   LOOM_FAULT_PEER_KILL=ROUND loom peer --peer-exchange sharded: this peer SIGKILLs itself
@@ -83,3 +85,6 @@ long testhook_peer_kill_exchange(void);
 int testhook_peer_one_donor(void);
 // LOOM_CPU_NO_BF16: the CPU backend's run-time check finds no bf16 instructions.
 int testhook_cpu_no_bf16(void);
+// LOOM_CPU_NO_AVX512: the CPU backend's run-time check finds no AVX-512 (the fp32 engine's
+// default follows it).
+int testhook_cpu_no_avx512(void);

@@ -4,9 +4,11 @@
 //   openblas  OpenBLAS's cblas_sgemm
 //   blis      BLIS's typed API (bli_sgemm, strides instead of transposes)
 //   onednn    oneDNN's dnnl_sgemm (its jit GEMM, kernels picked from cpuid at run time)
-// Unset, the engine is CPU_GEMM_DEFAULT, OpenBLAS. oneDNN is faster (1.78× over a GPT-2 124M
-// step on an AVX-512 EPYC, 5% over the products on an AVX2 one: BENCHMARKS.md), but its sgemm
-// adds 20–35 MiB to a small process's peak RSS that --offload's budget does not account for yet.
+// Unset, the engine is the one measured fastest for the CPU it runs on (cpu_gemm_default):
+// oneDNN where the CPU has AVX-512 (1.78× OpenBLAS 0.3.21 over a GPT-2 124M step on an AVX-512
+// EPYC, where OpenBLAS runs its Haswell kernels), OpenBLAS elsewhere (level with oneDNN on an
+// AVX2 EPYC: BENCHMARKS.md). Both are deterministic for a given thread count; their sums differ
+// in order, so runs compared bit for bit use the same engine, which the same CPU gives them.
 // The small single-threaded tile products of the attention kernels stay on OpenBLAS.
 #include <blis-openmp/blis.h>
 #include <cblas.h>
@@ -19,10 +21,6 @@
 #include "../common.h"
 #include "backend.h"
 #include "cpu_impl.h"
-
-#ifndef CPU_GEMM_DEFAULT
-#define CPU_GEMM_DEFAULT CPU_GEMM_OPENBLAS
-#endif
 
 static const char *const NAMES[CPU_GEMM_NENGINES] = {"openblas", "blis", "onednn"};
 static int engine = -1; // -1: not chosen yet
@@ -51,10 +49,12 @@ void cpu_gemm_set(CpuGemm e) {
     apply_threads();
 }
 
+CpuGemm cpu_gemm_default(void) { return cpu_avx512() ? CPU_GEMM_ONEDNN : CPU_GEMM_OPENBLAS; }
+
 int cpu_gemm_init(void) {
     if (engine >= 0) return 0;
     const char *v = getenv("LOOM_MATMUL");
-    CpuGemm e = CPU_GEMM_DEFAULT;
+    CpuGemm e = cpu_gemm_default();
     if (v && *v && cpu_gemm_parse(v, &e)) return -1;
     cpu_gemm_set(e);
     return 0;
@@ -100,8 +100,10 @@ void cpu_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A,
 const char *backend_cpu_matmul(void) {
     static char buf[256];
     const dnnl_version_t *dv = dnnl_version();
-    snprintf(buf, sizeof buf, "%s (LOOM_MATMUL; default %s); blis %s; onednn %d.%d.%d (%s)",
-             cpu_gemm_name(cpu_gemm_engine()), NAMES[CPU_GEMM_DEFAULT], bli_info_get_version_str(),
+    snprintf(buf, sizeof buf,
+             "%s (LOOM_MATMUL; default %s on this CPU, %s); blis %s; onednn %d.%d.%d (%s)",
+             cpu_gemm_name(cpu_gemm_engine()), NAMES[cpu_gemm_default()],
+             cpu_avx512() ? "AVX-512" : "no AVX-512", bli_info_get_version_str(),
              dv->major, dv->minor, dv->patch, dv->cpu_runtime == DNNL_RUNTIME_OMP ? "omp" : "seq");
     return buf;
 }

@@ -42,6 +42,7 @@ int cpu_gemm_init(void); // reads LOOM_MATMUL once; -1 (loom_fail) on a bad valu
 int cpu_gemm_parse(const char *s, CpuGemm *out); // -1 (loom_fail) when unknown
 void cpu_gemm_set(CpuGemm e);                    // the engine from now on (tests, benchmarks)
 CpuGemm cpu_gemm_engine(void);                   // the engine in use (chosen on first use)
+CpuGemm cpu_gemm_default(void); // unset LOOM_MATMUL: oneDNN with AVX-512, else OpenBLAS
 const char *cpu_gemm_name(CpuGemm e);
 void cpu_gemm_threads(int n); // threads for the engines that keep their own count
 
@@ -62,6 +63,8 @@ double cpu_probe_gflops(ProbeChains run, double flops_per_iter, int *threads);
 // The bf16 matrix instruction sets this CPU and OS offer (run-time cpuid), as a bit set.
 enum { CPU_ISA_AVX512_BF16 = 1, CPU_ISA_AMX_BF16 = 2 };
 int cpu_bf16_isa(void);
+// 1 if the CPU runs AVX-512 (F, DQ, BW, VL with the OS's register state): cpu_isa.c.
+int cpu_avx512(void);
 
 // ------------------------------------------------------------------ cpu_attention.c
 void cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
