@@ -109,7 +109,9 @@ static double layer_diff(int N, int C, int OC, int bias, int exact, int wt) {
     return e;
 }
 
-static const int SHAPES[][3] = {{37, 50, 61}, {300, 96, 211}, {2, 3, 1}, {1, 17, 5}, {129, 64, 64}};
+// ({300, 96, 211} and {100, 48, 700}: products cut into blocks of rows and of columns)
+static const int SHAPES[][3] = {{37, 50, 61}, {300, 96, 211}, {2, 3, 1},
+                                {1, 17, 5},   {129, 64, 64},  {100, 48, 700}};
 
 TEST(products_exact) {
     for (size_t s = 0; s < sizeof SHAPES / sizeof SHAPES[0]; s++)

@@ -6,10 +6,12 @@
 // The tolerance is fp32's bound for a K-term dot product in any summation order:
 //   |c − ref| ≤ (K + 2)·2⁻²⁴·(Σ_k |α·a_ik·b_kj| + |β·c_ij|).
 // Each engine must also be reproducible run to run (the same call twice gives the same bits: a
-// resumed run repeats its steps exactly), and the backend's matmul_forward/backward must give
-// the same through every engine. Negative control: the reference with A's transpose flag flipped
+// resumed run repeats its steps exactly) and give the same bits on 1 and 2 threads (a product is
+// cut into blocks by its shape alone), the blocks must cover C exactly once, and the backend's
+// matmul_forward/backward must give the same through every engine. Negative control: the reference with A's transpose flag flipped
 // (a square A, so the shapes still fit) must fail the same comparison.
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,7 +62,9 @@ typedef struct {
     int M, N, K;
 } Shape;
 
-static const Shape SHAPES[] = {{1, 1, 1}, {37, 53, 29}, {5, 130, 67}, {64, 17, 300}, {33, 33, 33}};
+// (the last two are cut into blocks of columns and of rows: cpu_gemm_blocks)
+static const Shape SHAPES[] = {{1, 1, 1},   {37, 53, 29},  {5, 130, 67},
+                               {64, 17, 300}, {33, 33, 33}, {70, 700, 50}, {600, 130, 40}};
 
 TEST(engines_match_reference) {
     for (int e = 0; e < CPU_GEMM_NENGINES; e++) {
@@ -117,6 +121,65 @@ TEST(engines_reproducible) {
     free(A), free(B), free(C1), free(C2);
 }
 
+typedef struct {
+    int M, N, bad, calls, whole;
+    unsigned char *hit;
+} Cover;
+
+static void cover_block(void *ctx, int m0, int m1, int n0, int n1, int in_block) {
+    Cover *c = ctx;
+    int bad = m0 < 0 || n0 < 0 || m1 > c->M || n1 > c->N || m0 >= m1 || n0 >= n1;
+#pragma omp critical
+    {
+        c->calls++;
+        c->whole += !in_block;
+        c->bad += bad;
+        for (int i = m0; !bad && i < m1; i++)
+            for (int j = n0; j < n1; j++)
+                c->hit[(size_t)i * c->N + j]++;
+    }
+}
+
+// Every element of C in exactly one block; small products in one call outside any block.
+TEST(blocks_cover_once) {
+    static const int MN[][2] = {{1, 1}, {255, 255}, {256, 40}, {40, 1000}, {1024, 768},
+                                {1024, 50304}, {3072, 1024}, {257, 513}};
+    for (size_t s = 0; s < sizeof MN / sizeof MN[0]; s++) {
+        Cover c = {.M = MN[s][0], .N = MN[s][1]};
+        c.hit = xcalloc((size_t)c.M * c.N, 1);
+        cpu_gemm_blocks(c.M, c.N, cover_block, &c);
+        size_t off = 0;
+        for (size_t i = 0; i < (size_t)c.M * c.N; i++)
+            off += c.hit[i] != 1;
+        int big = (c.M > c.N ? c.M : c.N) >= 256;
+        CHECK(!c.bad && !off, "M=%d N=%d: %zu elements not covered exactly once", c.M, c.N, off);
+        CHECK(big ? c.calls > 1 && !c.whole : c.calls == 1 && c.whole == 1,
+              "M=%d N=%d: %d calls, %d whole", c.M, c.N, c.calls, c.whole);
+        free(c.hit);
+    }
+}
+
+// A product's bits do not depend on the thread count (its blocks depend on its shape only).
+TEST(same_bits_any_thread_count) {
+    int M = 520, N = 300, K = 96;
+    float *A = randv((size_t)M * K), *B = randv((size_t)N * K);
+    float *C1 = xalloc_floats((size_t)M * N), *C2 = xalloc_floats((size_t)M * N);
+    int nth = omp_get_max_threads();
+    for (int e = 0; e < CPU_GEMM_NENGINES; e++) {
+        if (e == CPU_GEMM_BLIS) continue; // BLIS keeps its own threads, never cut
+        cpu_gemm_set((CpuGemm)e);
+        omp_set_num_threads(1);
+        cpu_sgemm(0, 1, M, N, K, 1.0f, A, K, B, K, 0.0f, C1, N);
+        omp_set_num_threads(2);
+        cpu_sgemm(0, 1, M, N, K, 1.0f, A, K, B, K, 0.0f, C2, N);
+        CHECK(!memcmp(C1, C2, sizeof(float) * M * N), "%s: 1 and 2 threads differ",
+              cpu_gemm_name((CpuGemm)e));
+    }
+    omp_set_num_threads(nth);
+    cpu_gemm_set(CPU_GEMM_OPENBLAS);
+    free(A), free(B), free(C1), free(C2);
+}
+
 // The layer's products through the backend table, as the model calls them: out = inp·wᵀ + bias,
 // dinp = dout·w, dw += doutᵀ·inp, dbias += Σ dout; every engine within the bound of the
 // OpenBLAS result's reference (checked through bad_entries on each product).
@@ -162,6 +225,8 @@ int main(void) {
     RUN(engines_match_reference);
     RUN(negative_control_wrong_transpose_fails);
     RUN(engines_reproducible);
+    RUN(blocks_cover_once);
+    RUN(same_bits_any_thread_count);
     RUN(backend_matmul_every_engine);
     RUN(engine_names_parse);
     return test_summary();

@@ -1,5 +1,9 @@
 // cpu.c — the CPU backend: matrix products through cpu_sgemm (cpu_gemm.c), everything else in C
-// with OpenMP. Every loop that touches B·T rows or a whole parameter tensor is parallel.
+// with OpenMP. Every loop that touches B·T rows or a whole parameter tensor is parallel. The
+// heavy loops whose iterations write disjoint outputs (LayerNorm's forward rows, GELU, the loss
+// rows, AdamW) hand their chunks out dynamically, so a thread that shares its core with another
+// process does less of the work; loops that sum per-thread partials keep static schedules (the
+// sums' order, hence their bits, must not depend on timing).
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -126,7 +130,7 @@ static void cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, co
 
 static void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                                   const float *w, const float *b, int N, int C) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 16) // rows taken as threads come free
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
         float m = 0.f;
@@ -233,7 +237,7 @@ static void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const floa
 
 static void cpu_gelu_forward(float *out, const float *inp, size_t n) {
     long nchunks = (long)((n + EW_CHUNK - 1) / EW_CHUNK);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 4)
     for (long c = 0; c < nchunks; c++) {
         int len = (int)(n - (size_t)c * EW_CHUNK < EW_CHUNK ? n - (size_t)c * EW_CHUNK : EW_CHUNK);
         const float *x = inp + (size_t)c * EW_CHUNK;
@@ -248,7 +252,7 @@ static void cpu_gelu_forward(float *out, const float *inp, size_t n) {
 
 static void cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
     long nchunks = (long)((n + EW_CHUNK - 1) / EW_CHUNK);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 4)
     for (long c = 0; c < nchunks; c++) {
         int len = (int)(n - (size_t)c * EW_CHUNK < EW_CHUNK ? n - (size_t)c * EW_CHUNK : EW_CHUNK);
         const float *x = inp + (size_t)c * EW_CHUNK, *d = dout + (size_t)c * EW_CHUNK;
@@ -273,7 +277,7 @@ static void cpu_residual_forward(float *out, const float *a, const float *b, siz
 // ------------------------------------------------------------------ loss
 
 static double cpu_softmax_xent_forward(float *lp, float *losses, const int *targets, int N, int V) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 2)
     for (int n = 0; n < N; n++) {
         float *row = lp + (size_t)n * V;
         float mx = -INFINITY;
@@ -300,7 +304,7 @@ static double cpu_softmax_xent_forward(float *lp, float *losses, const int *targ
 }
 
 static void cpu_softmax_xent_backward(float *pd, const int *targets, float scale, int N, int V) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 2)
     for (int n = 0; n < N; n++) {
         float *row = pd + (size_t)n * V;
 #pragma omp simd
@@ -316,7 +320,7 @@ static void cpu_adamw(float *param, const float *grad, float *m, float *v, size_
                       float beta1, float beta2, float eps, float weight_decay, float grad_scale,
                       int t) {
     float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
-#pragma omp parallel for simd schedule(static) if (n > 16384)
+#pragma omp parallel for simd schedule(dynamic, 65536) if (n > 16384)
     for (size_t i = 0; i < n; i++) {
         float g = grad[i] * grad_scale;
         float mi = beta1 * m[i] + (1.0f - beta1) * g;

@@ -29,7 +29,7 @@ static uint16_t bf16_of(float f) {
 
 void cpu_bf16_round(uint16_t *dst, const float *src, size_t n) {
     enum { CHUNK = 1 << 14 };
-#pragma omp parallel for schedule(static) if (n > CHUNK)
+#pragma omp parallel for schedule(dynamic, 1) if (n > CHUNK)
     for (size_t c = 0; c < n; c += CHUNK) {
         size_t e = c + CHUNK < n ? c + CHUNK : n;
         for (size_t i = c; i < e; i++)
@@ -51,7 +51,7 @@ typedef struct {
     dnnl_primitive_t prim;
 } Plan;
 
-enum { PLANS = 64 };
+enum { PLANS = 128 }; // a product cut into blocks (cpu_gemm_blocks) has two block shapes
 // Per thread (a oneDNN stream serves one thread at a time): the primitives, the stream and the
 // scratch of the rounded operands, freed when the thread ends.
 typedef struct {
@@ -135,9 +135,9 @@ static const Plan *plan_get(ThreadState *t, const Plan *key) {
     return p;
 }
 
-// Row-major C(M,N) = op(A)·op(B) (+ C when acc), A and B bf16, C fp32.
-static void gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
-                      const uint16_t *B, int ldb, int acc, float *C, int ldc) {
+// Row-major C(M,N) = op(A)·op(B) (+ C when acc), A and B bf16, C fp32, in one primitive.
+static void gemm_bf16_whole(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                            const uint16_t *B, int ldb, int acc, float *C, int ldc) {
     if (M <= 0 || N <= 0) return;
     if (K <= 0) {
         if (!acc)
@@ -160,6 +160,30 @@ static void gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, in
     DN(dnnl_primitive_execute(p->prim, t->stream, 3, args));
     DN(dnnl_stream_wait(t->stream));
     dnnl_memory_destroy(ma), dnnl_memory_destroy(mb), dnnl_memory_destroy(mc);
+}
+
+typedef struct {
+    int ta, tb, K, lda, ldb, ldc, acc;
+    const uint16_t *A, *B;
+    float *C;
+} GemmBf16;
+
+// C[m0:m1, n0:n1] from rows m0..m1 of op(A) and columns n0..n1 of op(B); inside the blocks'
+// parallel loop oneDNN runs each primitive on the calling thread
+static void bf16_block(void *ctx, int m0, int m1, int n0, int n1, int in_block) {
+    (void)in_block;
+    const GemmBf16 *g = ctx;
+    const uint16_t *A = g->A + (g->ta ? (size_t)m0 : (size_t)m0 * g->lda);
+    const uint16_t *B = g->B + (g->tb ? (size_t)n0 * g->ldb : (size_t)n0);
+    gemm_bf16_whole(g->ta, g->tb, m1 - m0, n1 - n0, g->K, A, g->lda, B, g->ldb, g->acc,
+                    g->C + (size_t)m0 * g->ldc + n0, g->ldc);
+}
+
+// gemm_bf16_whole cut into blocks the threads take as they come free (cpu_gemm_blocks)
+static void gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                      const uint16_t *B, int ldb, int acc, float *C, int ldc) {
+    GemmBf16 g = {ta, tb, K, lda, ldb, ldc, acc, A, B, C};
+    cpu_gemm_blocks(M, N, bf16_block, &g);
 }
 
 // ------------------------------------------------------------------ the linear layers

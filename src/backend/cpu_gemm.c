@@ -10,6 +10,9 @@
 // AVX2 EPYC: BENCHMARKS.md). Both are deterministic for a given thread count; their sums differ
 // in order, so runs compared bit for bit use the same engine, which the same CPU gives them.
 // The small single-threaded tile products of the attention kernels stay on OpenBLAS.
+// A product big enough is cut into blocks of output rows or columns that the threads take as
+// they come free (cpu_gemm_blocks): a thread whose core another process shares takes fewer, so a
+// taken core costs the products about its share of the CPU rather than half of their speed.
 #include <blis-openmp/blis.h>
 #include <cblas.h>
 #include <omp.h>
@@ -73,9 +76,32 @@ void cpu_gemm_threads(int n) {
     apply_threads();
 }
 
+// Blocks of the longer output side: about GEMM_BLOCKS of them, a multiple of 64 wide, at least
+// GEMM_MIN_BLOCK; a side shorter than two of those is not cut.
+enum { GEMM_BLOCKS = 8, GEMM_MIN_BLOCK = 128 };
+
+void cpu_gemm_blocks(int M, int N, CpuGemmBlockFn fn, void *ctx) {
+    int rows = M > N, D = rows ? M : N;
+    if (D < 2 * GEMM_MIN_BLOCK || omp_in_parallel()) {
+        fn(ctx, 0, M, 0, N, 0); // one product, the engine's own threads
+        return;
+    }
+    int bs = ((D + GEMM_BLOCKS - 1) / GEMM_BLOCKS + 63) / 64 * 64;
+    if (bs < GEMM_MIN_BLOCK) bs = GEMM_MIN_BLOCK;
+    int nb = (D + bs - 1) / bs;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int b = 0; b < nb; b++) {
+        int a0 = b * bs, a1 = a0 + bs < D ? a0 + bs : D;
+        if (rows)
+            fn(ctx, a0, a1, 0, N, 1);
+        else
+            fn(ctx, 0, M, a0, a1, 1);
+    }
+}
+
 // Row-major C(M,N) = alpha·op(A)·op(B) + beta·C, op(A) M×K, op(B) K×N.
-void cpu_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
-               const float *B, int ldb, float beta, float *C, int ldc) {
+static void sgemm_whole(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                        const float *B, int ldb, float beta, float *C, int ldc) {
     switch (cpu_gemm_engine()) {
     case CPU_GEMM_BLIS: {
         // op(A)(i,k) lives at A[i·lda + k] (no transpose) or A[k·lda + i]: strides say which
@@ -95,6 +121,32 @@ void cpu_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A,
         cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                     M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     }
+}
+
+typedef struct {
+    int ta, tb, K, lda, ldb, ldc;
+    float alpha, beta;
+    const float *A, *B;
+    float *C;
+} Sgemm;
+
+// C[m0:m1, n0:n1] from rows m0..m1 of op(A) and columns n0..n1 of op(B)
+static void sgemm_block(void *ctx, int m0, int m1, int n0, int n1, int in_block) {
+    (void)in_block; // inside the blocks' parallel loop the engines run one thread
+    const Sgemm *g = ctx;
+    const float *A = g->A + (g->ta ? (size_t)m0 : (size_t)m0 * g->lda);
+    const float *B = g->B + (g->tb ? (size_t)n0 * g->ldb : (size_t)n0);
+    sgemm_whole(g->ta, g->tb, m1 - m0, n1 - n0, g->K, g->alpha, A, g->lda, B, g->ldb, g->beta,
+                g->C + (size_t)m0 * g->ldc + n0, g->ldc);
+}
+
+void cpu_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+               const float *B, int ldb, float beta, float *C, int ldc) {
+    Sgemm g = {ta, tb, K, lda, ldb, ldc, alpha, beta, A, B, C};
+    if (cpu_gemm_engine() == CPU_GEMM_BLIS) // BLIS keeps its own thread count: never nested
+        sgemm_block(&g, 0, M, 0, N, 0);
+    else
+        cpu_gemm_blocks(M, N, sgemm_block, &g);
 }
 
 const char *backend_cpu_matmul(void) {
