@@ -12,7 +12,8 @@
 # and the peer under torch.autocast("cpu", bfloat16), rotating; the bf16 rows' MFU is against
 # PEAK_BF16 (the value `loom train --dtype bf16` prints as "peak bf16 ... measured").
 # --before PATH: one more variant, loom_before, the same `loom train` with another binary (an
-# older build), in the same rotation: a before/after comparison from one run. --shares N: every
+# older build), in the same rotation: a before/after comparison from one run (with --bf16 two:
+# loom_before and loom_before_bf16). --shares N: every
 # run in a cgroup v1 CPU group with cpu.shares N (other processes weigh 1024; needs root), so a
 # loaded host's other jobs yield to the timed run.
 # --engines: instead of the three variants below, one plain `loom train` per CPU matrix engine
@@ -171,6 +172,7 @@ IFS=',' read -r -a CFGS <<<"$CONFIGS"
 VARIANTS=(loom torch loom_recompute)
 [ -n "$BEFORE" ] && VARIANTS+=(loom_before)
 [ -n "$PEAK_BF16" ] && VARIANTS=(loom loom_bf16 torch torch_bf16)
+[ -n "$PEAK_BF16" ] && [ -n "$BEFORE" ] && VARIANTS+=(loom_before loom_before_bf16)
 if [ -n "$ENGINES" ]; then
     VARIANTS=()
     IFS=',' read -r -a ENG_LIST <<<"$ENGINES"
@@ -189,11 +191,11 @@ for ((r = 1; r <= ROUNDS; r++)); do
             tag="${cfg}_${v}_r${r}"
             echo "== round $r/$ROUNDS  config $cfg  $v"
             case "$v" in
-                loom|loom_recompute|loom_openblas|loom_blis|loom_onednn|loom_before|loom_bf16)
+                loom|loom_recompute|loom_openblas|loom_blis|loom_onednn|loom_before|loom_bf16|loom_before_bf16)
                     extra=() eng=() bin="$BIN"
-                    [ "$v" = loom_before ] && bin="$OUT/loom_before"
+                    case "$v" in loom_before*) bin="$OUT/loom_before" ;; esac
                     [ "$v" = loom_recompute ] && extra=(--recompute)
-                    [ "$v" = loom_bf16 ] && extra=(--dtype bf16)
+                    case "$v" in *_bf16) extra=(--dtype bf16) ;; esac
                     case "$v" in loom_openblas|loom_blis|loom_onednn) eng=(env "LOOM_MATMUL=${v#loom_}") ;; esac
                     run_timed "$tag" "${eng[@]}" "$bin" train --data "$DATA" --vocab "$V" --layers "$L" --heads "$H" \
                         --dim "$C" --block-size "$BS" --seq "$T" --batch "$B" --steps "$STEPS" \

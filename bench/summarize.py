@@ -26,7 +26,8 @@ LABELS = {"124m": "GPT-2 124M (L12 H12 C768, T64 B4)", "124m256": "GPT-2 124M (L
 ENGINES = [("loom", "loom"), ("loom_recompute", "loom --recompute"), ("torch", "PyTorch peer"),
            ("loom_openblas", "loom LOOM_MATMUL=openblas"), ("loom_blis", "loom LOOM_MATMUL=blis"),
            ("loom_onednn", "loom LOOM_MATMUL=onednn"), ("loom_before", "loom (--before build)"),
-           ("loom_bf16", "loom --dtype bf16"), ("torch_bf16", "PyTorch peer, autocast bf16")]
+           ("loom_bf16", "loom --dtype bf16"), ("torch_bf16", "PyTorch peer, autocast bf16"),
+           ("loom_before_bf16", "loom --dtype bf16 (--before build)")]
 
 
 def analytic_flops(cfg):
@@ -84,7 +85,7 @@ def main():
     for path in sorted(glob.glob(os.path.join(a.out, "*_r[0-9]*.log"))):
         tag = os.path.basename(path)[:-4]
         m = re.fullmatch(r"(\w+?)_(loom|loom_recompute|torch|loom_openblas|loom_blis|loom_onednn|loom_before"
-                         r"|loom_bf16|torch_bf16)_r(\d+)", tag)
+                         r"|loom_bf16|torch_bf16|loom_before_bf16)_r(\d+)", tag)
         if not m:
             continue
         cfg, eng, rnd = m.group(1), m.group(2), int(m.group(3))
