@@ -8,8 +8,9 @@
 // Each engine must also be reproducible run to run (the same call twice gives the same bits: a
 // resumed run repeats its steps exactly) and give the same bits on 1 and 2 threads (a product is
 // cut into blocks by its shape alone), the blocks must cover C exactly once, and the backend's
-// matmul_forward/backward must give the same through every engine. Negative control: the reference with A's transpose flag flipped
-// (a square A, so the shapes still fit) must fail the same comparison.
+// matmul_forward/backward must give the same through every engine. Negative control: the reference
+// with A's transpose flag flipped (a square A, so the shapes still fit) must fail the same
+// comparison.
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -63,8 +64,8 @@ typedef struct {
 } Shape;
 
 // (the last two are cut into blocks of columns and of rows: cpu_gemm_blocks)
-static const Shape SHAPES[] = {{1, 1, 1},   {37, 53, 29},  {5, 130, 67},
-                               {64, 17, 300}, {33, 33, 33}, {70, 700, 50}, {600, 130, 40}};
+static const Shape SHAPES[] = {{1, 1, 1},    {37, 53, 29},  {5, 130, 67},  {64, 17, 300},
+                               {33, 33, 33}, {70, 700, 50}, {600, 130, 40}};
 
 TEST(engines_match_reference) {
     for (int e = 0; e < CPU_GEMM_NENGINES; e++) {
@@ -142,8 +143,8 @@ static void cover_block(void *ctx, int m0, int m1, int n0, int n1, int in_block)
 
 // Every element of C in exactly one block; small products in one call outside any block.
 TEST(blocks_cover_once) {
-    static const int MN[][2] = {{1, 1}, {255, 255}, {256, 40}, {40, 1000}, {1024, 768},
-                                {1024, 50304}, {3072, 1024}, {257, 513}};
+    static const int MN[][2] = {{1, 1},      {255, 255},    {256, 40},    {40, 1000},
+                                {1024, 768}, {1024, 50304}, {3072, 1024}, {257, 513}};
     for (size_t s = 0; s < sizeof MN / sizeof MN[0]; s++) {
         Cover c = {.M = MN[s][0], .N = MN[s][1]};
         c.hit = xcalloc((size_t)c.M * c.N, 1);

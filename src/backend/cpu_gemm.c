@@ -155,7 +155,7 @@ const char *backend_cpu_matmul(void) {
     snprintf(buf, sizeof buf,
              "%s (LOOM_MATMUL; default %s on this CPU, %s); blis %s; onednn %d.%d.%d (%s)",
              cpu_gemm_name(cpu_gemm_engine()), NAMES[cpu_gemm_default()],
-             cpu_avx512() ? "AVX-512" : "no AVX-512", bli_info_get_version_str(),
-             dv->major, dv->minor, dv->patch, dv->cpu_runtime == DNNL_RUNTIME_OMP ? "omp" : "seq");
+             cpu_avx512() ? "AVX-512" : "no AVX-512", bli_info_get_version_str(), dv->major,
+             dv->minor, dv->patch, dv->cpu_runtime == DNNL_RUNTIME_OMP ? "omp" : "seq");
     return buf;
 }
