@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # bench/bench_llama.sh — `loom train --arch llama` against the project's PyTorch LLaMA reference
 # (bench/torch_llama_bench.py over tests/torch_llama.py) on this CPU: same shapes, same threads,
-# fp32, tied embeddings, AdamW; the two alternate within each round (the order flips every round).
+# fp32, tied embeddings, AdamW; the engines alternate within each round (the order rotates every
+# round).
 #
 #   bench/bench_llama.sh [--model smollm|tiny] [--rounds R (3)] [--steps S (6)] [--threads N (2)]
-#                        [--batch B] [--loom PATH] [--out DIR]
+#                        [--batch B] [--loom PATH] [--out DIR] [--bf16]
+#
+# --bf16: also loom --dtype bf16 against the peer under torch.autocast("cpu", bfloat16) (a CPU
+# with AVX512-BF16 or AMX), all four rotating within each round; bf16 MFU is against loom's
+# bf16 peak (its metrics), each engine compared with the peer in the same precision.
 #
 # smollm: SmolLM-135M's shape (L30 C576 H9 kv-heads 3 ffn 1536 V49152 T512, tied: 134.5M
 # parameters), batch 1; tiny: L2 C64 H4 kv 2 ffn 128 V512 T64 (a smoke test of the script).
@@ -16,6 +21,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 MODEL=smollm; ROUNDS=3; STEPS=6; THREADS=2; BATCH=""; LOOM="$ROOT/loom"; OUT=""; PY=/usr/bin/python3
+BF16=0
 usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -26,6 +32,7 @@ while [ $# -gt 0 ]; do
         --batch) BATCH="$2"; shift 2 ;;
         --loom) LOOM="$2"; shift 2 ;;
         --out) OUT="$2"; shift 2 ;;
+        --bf16) BF16=1; shift ;;
         -h | --help) usage; exit 0 ;;
         *) echo "bench_llama.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
@@ -82,19 +89,25 @@ print(json.dumps(r))
 PY
 }
 
+ENGINES=(loom torch); [ "$BF16" = 1 ] && ENGINES+=(loom_bf16 torch_bf16)
+NE=${#ENGINES[@]}
 for ((r = 1; r <= ROUNDS; r++)); do
-    order=(loom torch); [ $((r % 2)) = 0 ] && order=(torch loom)
-    for e in "${order[@]}"; do
+    for ((k = 0; k < NE; k++)); do # the order rotates every round
+        e=${ENGINES[$(((k + r - 1) % NE))]}
         echo "== round $r/$ROUNDS $e"
-        if [ "$e" = loom ]; then
-            run "loom_r$r" "$BIN" train --arch llama --data "$DATA" --vocab "$V" --layers "$L" --heads "$H" \
+        case "$e" in
+        loom*)
+            extra=(); [ "$e" = loom_bf16 ] && extra=(--dtype bf16)
+            run "${e}_r$r" "$BIN" train --arch llama --data "$DATA" --vocab "$V" --layers "$L" --heads "$H" \
                 --kv-heads "$KV" --dim "$C" --ffn-dim "$F" --tie-embeddings on --block-size "$T" --seq "$T" \
-                --batch "$B" --steps "$STEPS" --threads "$THREADS" --progress off --metrics "$OUT/loom_r$r.jsonl"
-        else
-            run "torch_r$r" "$PY" "$ROOT/bench/torch_llama_bench.py" --layers "$L" --heads "$H" --kv-heads "$KV" \
+                --batch "$B" --steps "$STEPS" --threads "$THREADS" --progress off --metrics "$OUT/${e}_r$r.jsonl" \
+                "${extra[@]}" ;;
+        *)
+            ac=none; [ "$e" = torch_bf16 ] && ac=bf16
+            run "${e}_r$r" "$PY" "$ROOT/bench/torch_llama_bench.py" --layers "$L" --heads "$H" --kv-heads "$KV" \
                 --dim "$C" --ffn-dim "$F" --vocab "$V" --seq "$T" --batch "$B" --steps "$STEPS" \
-                --threads "$THREADS" --tie-embeddings
-        fi
+                --threads "$THREADS" --tie-embeddings --autocast "$ac" ;;
+        esac
     done
 done
 echo "loadavg_end: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/machine.txt"
@@ -103,16 +116,24 @@ import json, statistics, sys
 out, B, T = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 rs = [json.loads(x) for x in open(f"{out}/results.jsonl")]
 med = statistics.median
-lo = [r for r in rs if r["tag"].startswith("loom")]
-to = [r for r in rs if r["tag"].startswith("torch")]
-lms, tms = med(r["ms"] for r in lo), med(r["ms"] for r in to)
-mfu = med(r["mfu"] for r in lo)
 print("| engine | ms/step (median of rounds; each round's) | tokens/s | peak RSS MiB | MFU | foreign CPU |")
 print("|---|---|---|---|---|---|")
-for name, runs, ms, m in (("loom", lo, lms, mfu), ("PyTorch reference", to, tms, mfu * lms / tms)):
-    each = ", ".join(f"{r['ms']:.0f}" for r in runs)
-    print(f"| {name} | **{ms:,.0f}** ({each}) | {B * T / ms * 1000:,.0f} | {med(r['rss_mib'] for r in runs):,.0f} "
-          f"| {100 * m:.1f}% | {max(r['foreign'] for r in runs):.2f} max |")
-print(f"\nloom / PyTorch speed: **{tms / lms:.2f}x**; parameters {to[0].get('params', '?'):,}")
+lines = []
+for prec, lname, tname in (("", "loom", "PyTorch reference"),
+                           ("_bf16", "loom --dtype bf16", "PyTorch reference, autocast bf16")):
+    lo = [r for r in rs if r["tag"].rsplit("_r", 1)[0] == "loom" + prec]
+    to = [r for r in rs if r["tag"].rsplit("_r", 1)[0] == "torch" + prec]
+    if not lo or not to:
+        continue
+    lms, tms = med(r["ms"] for r in lo), med(r["ms"] for r in to)
+    mfu = med(r["mfu"] for r in lo)
+    for name, runs, ms, m in ((lname, lo, lms, mfu), (tname, to, tms, mfu * lms / tms)):
+        each = ", ".join(f"{r['ms']:.0f}" for r in runs)
+        print(f"| {name} | **{ms:,.0f}** ({each}) | {B * T / ms * 1000:,.0f} | {med(r['rss_mib'] for r in runs):,.0f} "
+              f"| {100 * m:.1f}%{' of bf16' if prec else ''} | {max(r['foreign'] for r in runs):.2f} max |")
+    lines.append(f"{lname} / {tname}: **{tms / lms:.2f}x**")
+print()
+params = next((r["params"] for r in rs if "params" in r), 0)
+print("; ".join(lines) + f"; parameters {params:,}")
 PY
 echo "raw results: $OUT"
