@@ -15,7 +15,8 @@ base="--data $d/train.bin --batch 4 --seq 32 --layers 2 --heads 2 --dim 64 --voc
 $LOOM --version | grep -E '^matmul: +(openblas|onednn) \(LOOM_MATMUL; default (openblas|onednn) on this CPU'
 LOOM_CPU_NO_AVX512=1 $LOOM --version | grep -E '^matmul: +openblas \(LOOM_MATMUL; default openblas on this CPU, no AVX-512\)'
 LOOM_MATMUL=blis LOOM_CPU_NO_AVX512=1 $LOOM --version | grep -E '^matmul: +blis '
-if grep -qw avx512bw /proc/cpuinfo && grep -qw avx512vl /proc/cpuinfo; then def=onednn; else def=openblas; fi
+if grep -qw avx512f /proc/cpuinfo && grep -qw avx512dq /proc/cpuinfo && grep -qw avx512bw /proc/cpuinfo &&
+    grep -qw avx512vl /proc/cpuinfo; then def=onednn; else def=openblas; fi
 $LOOM --version | grep -E "^matmul: +$def \(LOOM_MATMUL; default $def on this CPU"
 # shellcheck disable=SC2086
 LOOM_MATMUL=mkl expect_fail "LOOM_MATMUL='mkl': unknown matrix engine (openblas, blis, onednn)" \

@@ -127,13 +127,14 @@ typedef struct {
     unsigned char *hit;
 } Cover;
 
-static void cover_block(void *ctx, int m0, int m1, int n0, int n1, int in_block) {
+static void cover_block(void *ctx, int m0, int m1, int n0, int n1) {
     Cover *c = ctx;
+    int whole = m0 == 0 && n0 == 0 && m1 == c->M && n1 == c->N;
     int bad = m0 < 0 || n0 < 0 || m1 > c->M || n1 > c->N || m0 >= m1 || n0 >= n1;
 #pragma omp critical
     {
         c->calls++;
-        c->whole += !in_block;
+        c->whole += whole;
         c->bad += bad;
         for (int i = m0; !bad && i < m1; i++)
             for (int j = n0; j < n1; j++)

@@ -170,13 +170,11 @@ typedef struct {
 
 // C[m0:m1, n0:n1] from rows m0..m1 of op(A) and columns n0..n1 of op(B); inside the blocks'
 // parallel loop oneDNN runs each primitive on the calling thread
-static void bf16_block(void *ctx, int m0, int m1, int n0, int n1, int in_block) {
-    (void)in_block;
+static void bf16_block(void *ctx, int m0, int m1, int n0, int n1) {
     const GemmBf16 *g = ctx;
-    const uint16_t *A = g->A + (g->ta ? (size_t)m0 : (size_t)m0 * g->lda);
-    const uint16_t *B = g->B + (g->tb ? (size_t)n0 * g->ldb : (size_t)n0);
-    gemm_bf16_whole(g->ta, g->tb, m1 - m0, n1 - n0, g->K, A, g->lda, B, g->ldb, g->acc,
-                    g->C + (size_t)m0 * g->ldc + n0, g->ldc);
+    CpuGemmAt at = cpu_gemm_at(g->ta, g->tb, g->lda, g->ldb, g->ldc, m0, n0);
+    gemm_bf16_whole(g->ta, g->tb, m1 - m0, n1 - n0, g->K, g->A + at.a, g->lda, g->B + at.b, g->ldb,
+                    g->acc, g->C + at.c, g->ldc);
 }
 
 // gemm_bf16_whole cut into blocks the threads take as they come free (cpu_gemm_blocks)

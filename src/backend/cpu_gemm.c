@@ -7,8 +7,8 @@
 // Unset, the engine is the one measured fastest for the CPU it runs on (cpu_gemm_default):
 // oneDNN where the CPU has AVX-512 (1.78× OpenBLAS 0.3.21 over a GPT-2 124M step on an AVX-512
 // EPYC, where OpenBLAS runs its Haswell kernels), OpenBLAS elsewhere (level with oneDNN on an
-// AVX2 EPYC: BENCHMARKS.md). Both are deterministic for a given thread count; their sums differ
-// in order, so runs compared bit for bit use the same engine, which the same CPU gives them.
+// AVX2 EPYC: BENCHMARKS.md). Each is deterministic; their sums differ in order, so runs compared
+// bit for bit use the same engine, which the same CPU gives them.
 // The small single-threaded tile products of the attention kernels stay on OpenBLAS.
 // A product big enough is cut into blocks of output rows or columns that the threads take as
 // they come free (cpu_gemm_blocks): a thread whose core another process shares takes fewer, so a
@@ -83,7 +83,7 @@ enum { GEMM_BLOCKS = 8, GEMM_MIN_BLOCK = 128 };
 void cpu_gemm_blocks(int M, int N, CpuGemmBlockFn fn, void *ctx) {
     int rows = M > N, D = rows ? M : N;
     if (D < 2 * GEMM_MIN_BLOCK || omp_in_parallel()) {
-        fn(ctx, 0, M, 0, N, 0); // one product, the engine's own threads
+        fn(ctx, 0, M, 0, N); // one product, the engine's own threads
         return;
     }
     int bs = ((D + GEMM_BLOCKS - 1) / GEMM_BLOCKS + 63) / 64 * 64;
@@ -93,9 +93,9 @@ void cpu_gemm_blocks(int M, int N, CpuGemmBlockFn fn, void *ctx) {
     for (int b = 0; b < nb; b++) {
         int a0 = b * bs, a1 = a0 + bs < D ? a0 + bs : D;
         if (rows)
-            fn(ctx, a0, a1, 0, N, 1);
+            fn(ctx, a0, a1, 0, N);
         else
-            fn(ctx, 0, M, a0, a1, 1);
+            fn(ctx, 0, M, a0, a1);
     }
 }
 
@@ -131,20 +131,18 @@ typedef struct {
 } Sgemm;
 
 // C[m0:m1, n0:n1] from rows m0..m1 of op(A) and columns n0..n1 of op(B)
-static void sgemm_block(void *ctx, int m0, int m1, int n0, int n1, int in_block) {
-    (void)in_block; // inside the blocks' parallel loop the engines run one thread
+static void sgemm_block(void *ctx, int m0, int m1, int n0, int n1) {
     const Sgemm *g = ctx;
-    const float *A = g->A + (g->ta ? (size_t)m0 : (size_t)m0 * g->lda);
-    const float *B = g->B + (g->tb ? (size_t)n0 * g->ldb : (size_t)n0);
-    sgemm_whole(g->ta, g->tb, m1 - m0, n1 - n0, g->K, g->alpha, A, g->lda, B, g->ldb, g->beta,
-                g->C + (size_t)m0 * g->ldc + n0, g->ldc);
+    CpuGemmAt at = cpu_gemm_at(g->ta, g->tb, g->lda, g->ldb, g->ldc, m0, n0);
+    sgemm_whole(g->ta, g->tb, m1 - m0, n1 - n0, g->K, g->alpha, g->A + at.a, g->lda, g->B + at.b,
+                g->ldb, g->beta, g->C + at.c, g->ldc);
 }
 
 void cpu_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                const float *B, int ldb, float beta, float *C, int ldc) {
     Sgemm g = {ta, tb, K, lda, ldb, ldc, alpha, beta, A, B, C};
     if (cpu_gemm_engine() == CPU_GEMM_BLIS) // BLIS keeps its own thread count: never nested
-        sgemm_block(&g, 0, M, 0, N, 0);
+        sgemm_block(&g, 0, M, 0, N);
     else
         cpu_gemm_blocks(M, N, sgemm_block, &g);
 }

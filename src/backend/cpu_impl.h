@@ -47,11 +47,19 @@ const char *cpu_gemm_name(CpuGemm e);
 void cpu_gemm_threads(int n); // threads for the engines that keep their own count
 // A product C(M,N) cut into blocks of output rows or columns, which the threads take as they
 // come free (a thread sharing its core with another process takes fewer): fn(ctx, m0, m1, n0,
-// n1, in_block) computes C[m0:m1, n0:n1], single-threaded when in_block. The blocks depend on M
-// and N only (not on the thread count: one thread runs them in turn); small products and a
-// caller already in a parallel region get one call over the whole of C.
-typedef void (*CpuGemmBlockFn)(void *ctx, int m0, int m1, int n0, int n1, int in_block);
+// n1) computes C[m0:m1, n0:n1] (single-threaded inside the blocks' parallel loop). The blocks
+// depend on M and N only (not on the thread count: one thread runs them in turn); small products
+// and a caller already in a parallel region get one call over the whole of C.
+typedef void (*CpuGemmBlockFn)(void *ctx, int m0, int m1, int n0, int n1);
 void cpu_gemm_blocks(int M, int N, CpuGemmBlockFn fn, void *ctx);
+// Where block (m0, n0) starts, in elements: in A (rows of op(A)), B (columns of op(B)) and C.
+typedef struct {
+    size_t a, b, c;
+} CpuGemmAt;
+static inline CpuGemmAt cpu_gemm_at(int ta, int tb, int lda, int ldb, int ldc, int m0, int n0) {
+    return (CpuGemmAt){ta ? (size_t)m0 : (size_t)m0 * lda, tb ? (size_t)n0 * ldb : (size_t)n0,
+                       (size_t)m0 * ldc + n0};
+}
 
 // ------------------------------------------------------------------ cpu.c, cpu_bf16.c
 void cpu_bias_rows(float *out, const float *bias, int N, int OC);       // every row = bias
