@@ -149,6 +149,11 @@ int testhook_peer_one_donor(void) {
     return v && *v && strcmp(v, "0");
 }
 
+int testhook_peer_no_spill(void) {
+    const char *v = getenv("LOOM_PEER_NO_SPILL");
+    return v && *v && strcmp(v, "0");
+}
+
 int testhook_cpu_no_bf16(void) {
     const char *v = getenv("LOOM_CPU_NO_BF16");
     return v && *v && strcmp(v, "0");

@@ -47,6 +47,9 @@
 //   LOOM_PEER_ONE_DONOR=1      loom peer: a joiner downloads the swarm's state from its one
 //                              donor only, not from every peer holding it (the single-source
 //                              download, a negative control for the parallel one)
+//   LOOM_PEER_NO_SPILL=1       loom peer --offload: the outer state and the swarm's arrays stay
+//                              in host memory instead of files under --offload-dir (the
+//                              negative control of the peer's memory bound)
 #pragma once
 #include <stddef.h>
 
@@ -83,6 +86,8 @@ long testhook_peer_diverge(void);
 long testhook_peer_kill_exchange(void);
 // LOOM_PEER_ONE_DONOR: a joiner's state download uses its first donor only.
 int testhook_peer_one_donor(void);
+// LOOM_PEER_NO_SPILL: an offloaded peer keeps its outer state and the swarm's arrays in memory.
+int testhook_peer_no_spill(void);
 // LOOM_CPU_NO_BF16: the CPU backend's run-time check finds no bf16 instructions.
 int testhook_cpu_no_bf16(void);
 // LOOM_CPU_NO_AVX512: the CPU backend's run-time check finds no AVX-512 (the fp32 engine's

@@ -16,9 +16,11 @@
 #   4. checkpoints: an offloaded peer's round-end checkpoint resumes as a plain peer and a plain
 #      peer's checkpoint resumes with --offload, onto the uninterrupted run's anchor byte for
 #      byte;
-#   5. --fast-mem counts what an offloaded peer keeps in host memory (its outer state, the
-#      swarm's least buffers): too small a budget is refused naming it, and a peer alone with a
-#      3.2M-parameter model stays within --fast-mem (peak RSS of the process).
+#   5. the outer state and the swarm's arrays (the Δs, averages, snapshots) live in files under
+#      --offload-dir: swarms of 3 peers with a 3.2M-parameter model (all-to-all + int8, sharded +
+#      topk; each bit-identical to the swarm in memory) and a join from two offloaded donors
+#      keep every peer's whole-process peak RSS within --fast-mem 96M, where those arrays in
+#      host memory (LOOM_PEER_NO_SPILL, the negative control) overrun it.
 # The tier's scratch files are gone after every run.
 # asan: skip
 set -eu
@@ -39,10 +41,11 @@ outer="--tau 3 --outer-lr 0.9 --outer-momentum 0.6 --gap-mode constant --gap-pen
 # (explicit units: no start-up profiling, so a restarted peer is back within a second)
 OFF="--offload disk --offload-dir $d/off --fast-mem 64M --offload-units [[0,0],[1,1],[2,2],[3,3]]"
 export OMP_NUM_THREADS=1
+WRAP= # (section 5: a parent that reports the peer's whole-process peak RSS)
 peer() { # peer ID BOOT [flags...]: a peer in the background (pid in $!), port picked by the system
     local id=$1 boot=$2; shift 2
     rm -f "$d/$id.log"
-    $LOOM peer --data "$d/d.bin" $model $opt --peer-id "$id" --listen 127.0.0.1:0 \
+    $WRAP $LOOM peer --data "$d/d.bin" $model $opt --peer-id "$id" --listen 127.0.0.1:0 \
         ${boot:+--bootstrap $boot} --secret "$d/secret" --progress off \
         --peer-timeout 2 "$@" > "$d/$id.log" 2>&1 &
     pids+=($!)
@@ -156,22 +159,58 @@ cmp "$d/r0.st" "$d/co0.st" && cmp "$d/r1.st" "$d/co0.st" ||
 clean "checkpoints"
 echo "resumed at step 6: r0 in memory from an offloaded checkpoint, r1 offloaded from an in-memory one: the uninterrupted anchor"
 
-echo "== 5. --fast-mem counts the peer's outer state and the swarm's least buffers"
+echo "== 5. the outer state and the swarm's arrays live in files: each peer within --fast-mem"
+# 3.2M parameters: P floats = 12.1 MiB. The anchor, outer momentum, Δ/average, error feedback,
+# this peer's Δs of two rounds, the other participants' Δs, the 4 averages kept and a donor's
+# snapshot would be 12-15 x 12.1 MiB in host memory; under --offload they are files under
+# --offload-dir, walked a span at a time.
 model="--layers 4 --heads 4 --dim 256 --vocab 64 --block-size 32 --batch 2 --seq 16 --peak-gflops 1"
-SOLO="--data $d/d.bin $model --lr 1e-3 --tau 2 --steps 6 --peer-id s --listen 127.0.0.1:0
-      --secret $d/secret --progress off --offload disk --offload-dir $d/off"
-expect_fail "kept in host memory (the peer's anchor, outer momentum" $LOOM peer $SOLO --fast-mem 100M
-budget=176
-$PY - "$budget" "$d/solo.err" $LOOM peer $SOLO --fast-mem ${budget}M <<'PY'
+budget=96
+B="--offload disk --offload-dir $d/off --fast-mem ${budget}M --tau 2 --lr 1e-3"
+cat > "$d/rss.py" <<'PY'
 import resource, subprocess, sys
-budget, errf, cmd = float(sys.argv[1]), sys.argv[2], sys.argv[3:]
-r = subprocess.run(cmd, stderr=subprocess.PIPE, text=True)
-open(errf, "w").write(r.stderr)
-if r.returncode:
-    sys.stderr.write(r.stderr); sys.exit(f"FAILED: a peer alone: exit {r.returncode}")
-peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-assert peak <= budget, f"FAILED: a peer alone: peak RSS {peak:.1f} MiB over {budget:.0f} MiB"
-print(f"a 3.2M-parameter peer alone (outer state 3 x 12.1 MiB in host memory): peak RSS "
-      f"{peak:.1f} MiB <= --fast-mem {budget:.0f} MiB")
+rc = subprocess.call(sys.argv[1:])
+print(f"peer maxrss {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024:.1f} MiB",
+      file=sys.stderr)
+sys.exit(rc)
 PY
-clean "a peer alone"
+peaks() { grep -ho 'peer maxrss [0-9.]*' "$@" | awk '{print $3}'; }
+within() { # within WHAT LOG...: every peer's whole-process peak <= the budget
+    local what=$1 x n=0; shift
+    for x in $(peaks "$@"); do
+        n=$((n + 1))
+        awk -v x="$x" -v b=$budget 'BEGIN{exit !(x <= b)}' ||
+            { echo "$what: a peer peaked at $x MiB > --fast-mem ${budget}M"; exit 1; }
+    done
+    [ "$n" = $# ] || { echo "$what: $n peaks for $# peers"; exit 1; }
+    echo "$what: peak RSS $(peaks "$@" | tr '\n' ' ')MiB <= --fast-mem ${budget}M"
+}
+for mode in "all int8" "sharded topk"; do
+    set -- $mode
+    X="--steps 8 --peer-exchange $1 --outer-compress $2"
+    WRAP="$PY $d/rss.py" swarm s 3 $X $B
+    swarm t 3 $X --tau 2 --lr 1e-3 # (the same swarm in memory)
+    for i in 0 1 2; do same_peer "3 peers, $1 exchange, $2, offloaded vs in memory" "t$i" "s$i"; done
+    within "3 offloaded peers, $1 exchange, --outer-compress $2 (= the swarm in memory)" \
+        "$d/s0.log" "$d/s1.log" "$d/s2.log"
+    clean "a swarm of 3 at ${budget}M"
+done
+# a joiner downloads from two offloaded donors (their snapshots) into its own files
+WRAP="$PY $d/rss.py" peer k0 "" --steps 60 --min-peers 2 --metrics "$d/k0.jsonl" $B
+k0=$!
+boot=$(addr k0)
+WRAP="$PY $d/rss.py" peer k1 "$boot" --steps 60 $B
+k1=$!
+for _ in $(seq 100); do grep -q '"step":10,' "$d/k0.jsonl" 2>/dev/null && break; sleep 0.2; done
+WRAP="$PY $d/rss.py" peer k2 "$boot" --steps 60 $B
+k2=$!
+waitall $k0 $k1 $k2 || { logs k; exit 1; }
+grep -q "joined the swarm" "$d/k2.log" || { echo "k2 did not join"; cat "$d/k2.log"; exit 1; }
+within "two offloaded donors and an offloaded joiner" "$d/k0.log" "$d/k1.log" "$d/k2.log"
+clean "a join at ${budget}M"
+# negative control: the same arrays in host memory (LOOM_PEER_NO_SPILL) overrun the budget
+LOOM_PEER_NO_SPILL=1 WRAP="$PY $d/rss.py" swarm n 3 --steps 8 $B
+if (within "x" "$d/n0.log" "$d/n1.log" "$d/n2.log") > /dev/null 2>&1; then
+    echo "the peers' arrays in host memory stayed within the budget: the bound cannot fail"; exit 1
+fi
+echo "negative control: with the arrays in host memory a peer peaks at $(peaks "$d"/n?.log | sort -n | tail -1) MiB > ${budget}M"

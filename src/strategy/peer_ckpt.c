@@ -16,10 +16,10 @@ static int write_peer_file(const char *step_dir, void *ctx) {
     Peer *p = s->impl;
     char path[4300];
     if (path_fmt(path, sizeof path, "%s/peer_state.bin", step_dir)) return -1;
-    const float *arrays[2] = {p->mom, p->avg};
+    float *arrays[2] = {p->mom, p->avg};
     size_t lens[2] = {s->model->nparams, s->model->nparams};
     if (p->ef && peer_ef_save(step_dir, p->ef, s->model->nparams)) return -1;
-    return state_file_write(path, "peer", 0, 1, arrays, lens, 2, s->model->be);
+    return state_file_write_fn(path, "peer", 0, 1, lens, 2, peer_arrays_fetch, arrays);
 }
 
 int peer_save(Strategy *s, const char *dir, CkptMeta *meta, int final, CkptExtraFn extra,
@@ -63,7 +63,7 @@ int64_t peer_resume(Strategy *s, Peer *p, int *has_avg) {
     if (access(path, F_OK) == 0) {
         float *arrays[2] = {p->mom, p->avg};
         size_t lens[2] = {s->model->nparams, s->model->nparams};
-        if (state_file_read(path, "peer", 0, 1, arrays, lens, 2, s->model->be)) return -1;
+        if (state_file_read_fn(path, "peer", 0, 1, lens, 2, peer_arrays_store, arrays)) return -1;
         *has_avg = 1;
     } else {
         fprintf(stderr, "loom peer %s: %s holds no peer state: new rounds start from its weights\n",

@@ -7,13 +7,14 @@
 
 #include "../common.h"
 #include "../io/checkpoint.h"
+#include "../swarm/spill.h"
 #include "strat_peer.h"
 
 int peer_ef_save(const char *step_dir, const float *ef, size_t P) {
     char path[4300];
     if (path_fmt(path, sizeof path, "%s/peer_ef.bin", step_dir)) return -1;
-    const float *arrays[1] = {ef};
-    return state_file_write(path, "peer-ef", 0, 1, arrays, &P, 1, NULL);
+    float *arrays[1] = {(float *)ef};
+    return state_file_write_fn(path, "peer-ef", 0, 1, &P, 1, peer_arrays_fetch, arrays);
 }
 
 int peer_ef_load(const char *dir, float *ef, size_t P, const char *peer_id) {
@@ -28,5 +29,21 @@ int peer_ef_load(const char *dir, float *ef, size_t P, const char *peer_id) {
         return 0;
     }
     float *arrays[1] = {ef};
-    return state_file_read(path, "peer-ef", 0, 1, arrays, &P, 1, NULL);
+    return state_file_read_fn(path, "peer-ef", 0, 1, &P, 1, peer_arrays_store, arrays);
+}
+
+// The state files' windows, from and into the arrays (ctx: float *[]); each window of a spilled
+// array leaves the resident set once copied (swarm/spill.h).
+int peer_arrays_fetch(void *ctx, int array, size_t at, size_t n, float *dst) {
+    const float *a = ((float **)ctx)[array] + at;
+    memcpy(dst, a, n * sizeof(float));
+    spill_drop(a, n * sizeof(float));
+    return 0;
+}
+
+int peer_arrays_store(void *ctx, int array, size_t at, size_t n, const float *src) {
+    float *a = ((float **)ctx)[array] + at;
+    memcpy(a, src, n * sizeof(float));
+    spill_drop(a, n * sizeof(float));
+    return 0;
 }

@@ -18,6 +18,7 @@
 #include "../common.h"
 #include "../parallel/co2.h"
 #include "../stop.h"
+#include "../swarm/spill.h"
 #include "../swarm/swarm.h"
 #include "../testhooks.h"
 #include "compose.h"
@@ -61,40 +62,82 @@ static int peer_check(const StrategyConfig *c) {
 
 static int resync(Strategy *s, Peer *p);
 
+// With --offload, the spans of SPILL_CHUNK floats resident at a time (counted in --fast-mem):
+// the training thread's passes walk up to three arrays (anchor, momentum, Δ/average), the
+// swarm's thread sums a slice over the Δs it received (one span of each, dropped as it goes)
+// and pieces arrive and leave one at a time; the rest is headroom.
+#define PEER_SPANS_KEPT 8
+
+// The passes over the outer state walk it a span at a time (with --offload it lives in files,
+// swarm/spill.h): [lo, end) of at most SPILL_CHUNK floats, never across a block's ends. A span
+// starts at its block's start or SPILL_CHUNK floats after the previous one, so on one of the
+// block's norm chunks (gpt.h): per-tensor norms summed span by span are the whole-model sums.
+static size_t span_end(const GPT *m, size_t lo) {
+    size_t e = m->nparams - lo < SPILL_CHUNK ? m->nparams : lo + SPILL_CHUNK;
+    for (int b = 0; b < m->nblocks; b++) {
+        size_t b0 = m->blocks[b].off, b1 = b0 + m->blocks[b].n;
+        if (b0 > lo && b0 < e) e = b0;
+        if (b1 > lo && b1 < e) e = b1;
+    }
+    return e;
+}
+
+static void drop3(const float *a, const float *b, const float *c, size_t lo, size_t hi) {
+    spill_drop(a + lo, (hi - lo) * sizeof(float)), spill_drop(b + lo, (hi - lo) * sizeof(float));
+    if (c) spill_drop(c + lo, (hi - lo) * sizeof(float));
+}
+
 // x ← src (see strat_peer.h).
 void peer_x_set(Strategy *s, Peer *p, const float *src) {
     GPT *m = s->model;
-    if (!p->w.sw)
+    if (!p->w.sw) {
         m->be->copy(m->params, src, m->nparams);
-    else if (whole_swap_set_params(&p->w, src, m->nparams))
-        p->w.failed = 1;
+        return;
+    }
+    for (size_t lo = 0, hi; lo < m->nparams && !p->w.failed; lo = hi) {
+        hi = span_end(m, lo);
+        if (whole_swap_set_params(&p->w, src + lo, lo, hi - lo)) p->w.failed = 1;
+        spill_drop(src + lo, (hi - lo) * sizeof(float));
+    }
 }
 
 // Δ = a − x, formed in avg's buffer (x read from the tier into it first). NULL: the tier failed.
 static float *x_delta(Strategy *s, Peer *p) {
     GPT *m = s->model;
-    const float *x = m->params;
-    if (p->w.sw) {
-        if (whole_swap_full_params(&p->w, p->avg, m->nparams)) return NULL;
-        x = p->avg;
+    for (size_t lo = 0, hi; lo < m->nparams; lo = hi) {
+        hi = span_end(m, lo);
+        const float *x = m->params + lo;
+        if (p->w.sw) {
+            if (whole_swap_full_params(&p->w, p->avg + lo, lo, hi - lo)) return NULL;
+            x = p->avg + lo;
+        }
+        m->be->sub_scaled(p->avg + lo, p->anchor + lo, x, 1.0f, hi - lo);
+        drop3(p->avg, p->anchor, NULL, lo, hi);
     }
-    m->be->sub_scaled(p->avg, p->anchor, x, 1.0f, m->nparams);
     return p->avg;
 }
 
-// m ← β·m + Δ̄/λ (clipped); a ← a − α·m over the whole model (co2.h's rule).
+// m ← β·m + Δ̄/λ (clipped); a ← a − α·m over the whole model (co2.h's rule), span by span.
 static void outer_update(Strategy *s, Peer *p) {
     GPT *m = s->model;
     size_t P = m->nparams;
     double *sq = NULL;
     if (p->cc.adaptive) {
         sq = xcalloc((size_t)2 * m->ntensors, sizeof(double));
-        co2_norms_add(m, p->mom, p->avg, 0, P, sq);
+        for (size_t lo = 0, hi; lo < P; lo = hi) {
+            hi = span_end(m, lo);
+            co2_norms_add(m, p->mom + lo, p->avg + lo, lo, hi, sq);
+            drop3(p->mom, p->avg, NULL, lo, hi);
+        }
     }
-    gpt_extra_range(m, EXTRA_CO2_ANCHOR, p->anchor, 0, P);
-    gpt_extra_range(m, EXTRA_CO2_MOMENTUM, p->mom, 0, P);
-    gpt_extra_range(m, EXTRA_CO2_AVERAGE, p->avg, 0, P);
-    co2_outer_update(&p->cc, m, sq);
+    for (size_t lo = 0, hi; lo < P; lo = hi) {
+        hi = span_end(m, lo);
+        gpt_extra_range(m, EXTRA_CO2_ANCHOR, p->anchor + lo, lo, hi);
+        gpt_extra_range(m, EXTRA_CO2_MOMENTUM, p->mom + lo, lo, hi);
+        gpt_extra_range(m, EXTRA_CO2_AVERAGE, p->avg + lo, lo, hi);
+        co2_outer_update(&p->cc, m, sq);
+        drop3(p->anchor, p->mom, p->avg, lo, hi);
+    }
     free(sq);
 }
 
@@ -221,29 +264,30 @@ static int peer_create(Strategy *s) {
     Peer *p = xcalloc(1, sizeof *p);
     s->impl = p;
     size_t P = s->model->nparams;
-    // swapped: the outer state (anchor, outer momentum, Δ/average) and the swarm's least count in
-    // --fast-mem
-    // (--outer-compress: the error feedback, P, and with int8 this peer's codes of two rounds)
-    size_t cq = c->outer_compress ? P + (c->outer_compress == 1 ? P / 2 : 0) : 0;
-    p->w.kept = 4.0 * (double)(3 * P + swarm_host_floats(P) + cq);
-    p->w.kept_what = "the peer's anchor, outer momentum and Δ/average (compressed: its error "
-                     "feedback, and with int8 its codes), and the swarm's Δs and the averages it "
-                     "keeps";
+    // swapped: the outer state and the swarm's arrays live in files under --offload-dir
+    // (swarm/spill.h); what stays resident are the spans the passes over them hold at a time
+    p->w.kept = PEER_SPANS_KEPT * 4.0 * SPILL_CHUNK;
+    p->w.kept_what = "the spans in use of the peer's outer state and of the swarm's Δs and "
+                     "averages, which live in files under --offload-dir";
     if (whole_create(s, &p->w, s->grid->dp_comm, 0)) return -1;
     GPT *m = s->model;
-    p->anchor = xalloc_floats(P), p->mom = xalloc_floats(P), p->avg = xalloc_floats(P);
-    if (c->outer_compress) p->ef = xalloc_floats(P); // (zeroed)
+    if (p->w.sw && !testhook_peer_no_spill() && spill_setup(c->offload_dir)) return -1;
+    p->anchor = spill_floats(P), p->mom = spill_floats(P), p->avg = spill_floats(P);
+    if (c->outer_compress) p->ef = spill_floats(P); // (zeroed)
     if (!p->w.sw)
         m->be->copy(p->anchor, m->params, P);
-    else if (whole_swap_full_params(&p->w, p->anchor, P))
-        return -1;
-    else
+    else {
+        for (size_t lo = 0, hi; lo < P; lo = hi) {
+            hi = span_end(m, lo);
+            if (whole_swap_full_params(&p->w, p->anchor + lo, lo, hi - lo)) return -1;
+            spill_drop(p->anchor + lo, (hi - lo) * sizeof(float));
+        }
         fprintf(stderr,
-                "loom peer %s: --offload: the model is swapped; host memory holds the outer "
-                "state and the swarm's buffers, %.1f MiB each (%zu of them counted in "
-                "--fast-mem; the Δs exchanged with other peers and a joiner's download come on "
-                "top: docs/PEERS.md)\n",
-                c->peer_id, 4.0 * P / 1048576, 3 + swarm_host_floats(P) / P);
+                "loom peer %s: --offload: the model is swapped; the outer state and the swarm's "
+                "arrays (%.1f MiB each) live in files under --offload-dir, %.0f MiB of them in "
+                "memory at a time (docs/PEERS.md)\n",
+                c->peer_id, 4.0 * P / 1048576, p->w.kept / 1048576);
+    }
     p->cc = whole_co2_config(c);
     for (int i = 0; i < 2; i++)
         p->rec[i] = xcalloc((size_t)c->tau, sizeof(StepRecord));
@@ -400,7 +444,7 @@ static void peer_destroy(Strategy *s) {
         swarm_close(p->sw);
     }
     whole_free(s, &p->w);
-    free(p->anchor), free(p->mom), free(p->avg), free(p->ef);
+    spill_free(p->anchor), spill_free(p->mom), spill_free(p->avg), spill_free(p->ef);
     for (int i = 0; i < 2; i++)
         free(p->rec[i]);
     free(p->extra), free(p->desc);

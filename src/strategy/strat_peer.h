@@ -12,7 +12,8 @@ typedef struct {
     Whole w;
     Swarm *sw;
     CO2Config cc;
-    float *anchor, *mom, *avg; // host memory (P); Δ is formed in avg's (the swarm copies it)
+    float *anchor, *mom, *avg; // P each, spill_floats (with --offload: files, swarm/spill.h); Δ
+                               // is formed in avg's (the swarm copies it)
     float *ef;                 // --outer-compress int8|topk: the error feedback (P)
     int64_t round;             // rounds ended
     int64_t first_round;
@@ -30,7 +31,7 @@ typedef struct {
 } Peer;
 
 // x, the local weights: the model's parameters, or with --offload the swap tier's (the outer
-// state stays in host memory). x ← src (P floats); a tier failure fails the next step
+// state in files of its own, swarm/spill.h). x ← src (P floats); a tier failure fails the next step
 // (strat_peer.c).
 void peer_x_set(Strategy *s, Peer *p, const float *src);
 // The strategy's save: the anchor (a stop mid-round saves the round's start), its moments and,
@@ -50,3 +51,7 @@ char *peer_run_desc(const Strategy *s);
 // says so (a checkpoint of a run without compression).
 int peer_ef_save(const char *step_dir, const float *ef, size_t P);
 int peer_ef_load(const char *dir, float *ef, size_t P, const char *peer_id);
+// state_file_write_fn / _read_fn's windows from and into arrays ctx (float *[]), each window of
+// a spilled array dropped from the resident set behind it (peer_ef.c).
+int peer_arrays_fetch(void *ctx, int array, size_t at, size_t n, float *dst);
+int peer_arrays_store(void *ctx, int array, size_t at, size_t n, const float *src);

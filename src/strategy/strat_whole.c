@@ -116,7 +116,7 @@ int whole_full_params(Strategy *s, Whole *w, float *host, int grads) {
     GPT *m = s->model;
     if (w->sw)
         return grads ? loom_fail("--dump-grads is not available with --offload")
-                     : whole_swap_full_params(w, host, m->nparams);
+                     : whole_swap_full_params(w, host, 0, m->nparams);
     if (grads)
         m->be->download(host, m->grads, m->nparams);
     else

@@ -59,9 +59,11 @@ double whole_swap_grads(Strategy *s, Whole *w, int step);
 void whole_swap_apply(Whole *w, StepRecord *r, float grad_scale);
 double whole_swap_evaluate(Strategy *s, Whole *w);
 CkptShard whole_swap_shard(Whole *w);
-int whole_swap_full_params(Whole *w, float *host, size_t n);
-// Writes every parameter into the tier from host memory (between steps: loom peer's x ← a).
-int whole_swap_set_params(Whole *w, const float *host, size_t n);
+// Reads the parameters [at, at + n) from the tier into host memory.
+int whole_swap_full_params(Whole *w, float *host, size_t at, size_t n);
+// Writes the parameters [at, at + n) into the tier from host memory (between steps: loom peer's
+// x ← a, a span at a time).
+int whole_swap_set_params(Whole *w, const float *host, size_t at, size_t n);
 // The lead rank's line on what swapping cost per step (bytes, the update pass, I/O waits).
 void whole_swap_summary(Whole *w);
 // CO2's outer rule from the flags.

@@ -199,12 +199,12 @@ CkptShard whole_swap_shard(Whole *w) {
     return (CkptShard){.lo = lo, .hi = hi, .fetch = fetch_state, .fetch_ctx = w->sw};
 }
 
-int whole_swap_full_params(Whole *w, float *host, size_t n) {
-    return swap_fetch(w->sw, SWAP_PARAMS, 0, n, host);
+int whole_swap_full_params(Whole *w, float *host, size_t at, size_t n) {
+    return swap_fetch(w->sw, SWAP_PARAMS, at, n, host);
 }
 
-int whole_swap_set_params(Whole *w, const float *host, size_t n) {
-    return swap_store(w->sw, SWAP_PARAMS, 0, n, host);
+int whole_swap_set_params(Whole *w, const float *host, size_t at, size_t n) {
+    return swap_store(w->sw, SWAP_PARAMS, at, n, host);
 }
 
 static int fetch_params(void *ctx, size_t at, size_t n, float *dst) {

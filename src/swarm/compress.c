@@ -43,7 +43,8 @@ void cq_dequantize(const int8_t *q, const float *scales, size_t n, float *out) {
         out[i] = (float)q[i] * scales[i / CQ_CHUNK];
 }
 
-void cq_ef_step(float *x, float *e, size_t n, int8_t *q, float *scales) {
+// cq_ef_step over one span of whole chunks.
+static void ef_span(float *x, float *e, size_t n, int8_t *q, float *scales) {
     for (size_t i = 0; i < n; i++)
         x[i] += e[i];
     cq_quantize(x, n, q, scales);
@@ -53,6 +54,15 @@ void cq_ef_step(float *x, float *e, size_t n, int8_t *q, float *scales) {
         cq_dequantize(q + at, scales + at / CQ_CHUNK, k, d);
         for (size_t i = 0; i < k; i++)
             e[at + i] = x[at + i] - d[i], x[at + i] = d[i];
+    }
+}
+
+void cq_ef_step(float *x, float *e, size_t n, int8_t *q, float *scales) {
+    for (size_t lo = 0; lo < n; lo += SPILL_CHUNK) { // (a span at a time: spill.h)
+        size_t k = n - lo < SPILL_CHUNK ? n - lo : SPILL_CHUNK;
+        ef_span(x + lo, e + lo, k, q + lo, scales + lo / CQ_CHUNK);
+        spill_drop(x + lo, k * sizeof(float)), spill_drop(e + lo, k * sizeof(float));
+        spill_drop(q + lo, k);
     }
 }
 
@@ -83,7 +93,10 @@ int sw_range_msg(Swarm *s, const Contrib *c, size_t offset, size_t n, int losses
     m->offset = offset, m->total = s->P, m->n = (uint32_t)n;
     m->nloss = losses ? (uint32_t)c->nloss : 0;
     m->losses = (const uint8_t *)c->losses;
-    if (s->c.compress == CQ_TOPK && sw_sparse_msg(s, c->delta + m->offset, m)) return WIRE_DELTAS;
+    if (s->c.compress == CQ_TOPK && sw_sparse_msg(s, c->delta + m->offset, m)) {
+        spill_drop(c->delta + m->offset, n * sizeof(float)); // (copied into s->sparse)
+        return WIRE_DELTAS;
+    }
     if (!c->q8) {
         m->data = (const uint8_t *)(c->delta + m->offset);
         return WIRE_DELTA;
@@ -124,7 +137,7 @@ void swarm_contribute_ef(Swarm *s, int64_t r, float *delta, float *ef, const dou
         swarm_contribute(s, r, delta, losses, nloss);
         return;
     }
-    int8_t *q = xmalloc(s->P);
+    int8_t *q = spill_alloc(s->P);
     float *scales = xmalloc(cq_nchunks(s->P) * sizeof(float));
     cq_ef_step(delta, ef, s->P, q, scales);
     sw_contribute(s, r, delta, q, scales, losses, nloss); // (it owns q and scales now)
@@ -135,6 +148,13 @@ void swarm_contribute_ef(Swarm *s, int64_t r, float *delta, float *ef, const dou
 size_t cq_topk_count(size_t n, double frac) {
     double k = ceil(frac * (double)n);
     return k < 1 ? 1 : k > (double)n ? n : (size_t)k;
+}
+
+// The span of x[0, end) a pass just finished (SPILL_CHUNK floats, fewer at the end) leaves the
+// resident set when x is spilled (spill.h).
+static void drop_behind(const float *x, size_t end) {
+    size_t lo = (end - 1) / SPILL_CHUNK * SPILL_CHUNK;
+    spill_drop(x + lo, (end - lo) * sizeof(float));
 }
 
 // |x|'s bits: ordered as the magnitudes (NaNs above infinity).
@@ -153,6 +173,7 @@ static uint32_t kth_key(const float *x, size_t n, size_t k, size_t *above) {
         for (size_t i = 0; i < n; i++) {
             uint32_t u = mag(x[i]);
             if ((u & mask) == prefix) hist[(u >> shift) & 255]++;
+            if ((i + 1) % SPILL_CHUNK == 0 || i + 1 == n) drop_behind(x, i + 1);
         }
         int b = 255;
         while (b > 0 && over + hist[b] < k)
@@ -164,8 +185,10 @@ static uint32_t kth_key(const float *x, size_t n, size_t k, size_t *above) {
 }
 
 void cq_topk_step(float *x, float *e, size_t n, size_t k) {
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         x[i] += e[i];
+        if ((i + 1) % SPILL_CHUNK == 0 || i + 1 == n) drop_behind(x, i + 1), drop_behind(e, i + 1);
+    }
     size_t above;
     uint32_t t = kth_key(x, n, k, &above);
     size_t ties = k - above; // keys equal to t kept, the lowest indices first
@@ -175,5 +198,6 @@ void cq_topk_step(float *x, float *e, size_t n, size_t k) {
         ties -= u == t && keep;
         e[i] = keep ? 0 : x[i];
         x[i] = keep && x[i] != 0 ? x[i] : 0.0f; // (+0: what a receiver of the pairs rebuilds)
+        if ((i + 1) % SPILL_CHUNK == 0 || i + 1 == n) drop_behind(x, i + 1), drop_behind(e, i + 1);
     }
 }

@@ -8,6 +8,7 @@
 
 #include "../common.h"
 #include "compress.h"
+#include "spill.h"
 #include "swarm_impl.h"
 
 uint64_t swarm_hash(const float *x, size_t n) {
@@ -20,7 +21,9 @@ uint64_t swarm_hash(const float *x, size_t n) {
         memcpy(&w, x + i, sizeof w);
         h = (h ^ w) * 1099511628211ull;
         h ^= h >> 29;
+        if ((i + 2) % SPILL_CHUNK == 0) spill_drop(x + i + 2 - SPILL_CHUNK, SPILL_CHUNK * 4);
     }
+    spill_drop(x + i / SPILL_CHUNK * SPILL_CHUNK, (n - i / SPILL_CHUNK * SPILL_CHUNK) * 4);
     if (i < n) {
         uint32_t w;
         memcpy(&w, x + i, sizeof w);
@@ -36,6 +39,9 @@ int sw_send(Swarm *s, const char *key, int type, int64_t round) {
     m->round = round;
     snprintf(m->from, sizeof m->from, "%s", s->id);
     size_t len = wire_encode(m, s->buf, WIRE_MSG_MAX);
+    if (type == WIRE_DELTA || type == WIRE_DATA || type == WIRE_SUM) // (a spilled array's piece)
+        spill_drop(m->data, (size_t)m->n * sizeof(float));
+    if (type == WIRE_DELTA8) spill_drop(m->q8, m->n);
     if (!len) return NET_ERR;
     int rc = net_send(s->net, key, s->buf, len);
     if (rc == NET_OK) s->st.sent += len;
@@ -139,7 +145,7 @@ static void tick(Swarm *s) {
     gossip(s);
     sw_join_tick(s);
     if (s->snap_valid && now - s->snap_used > 30) { // nobody downloads it any more
-        free(s->snap_a), free(s->snap_m);
+        spill_free(s->snap_a), spill_free(s->snap_m);
         s->snap_a = s->snap_m = NULL;
         s->snap_valid = 0;
     }
@@ -299,8 +305,8 @@ void swarm_start_state(Swarm *s, int64_t round, uint64_t window, const float *av
     s->st_round = round, s->st_window = window;
     if (round >= 1 && avg) { // the average of that round, as if it had just been committed
         Slot *sl = sw_slot(s, round, 1);
-        sl->avg = xalloc_floats(s->P);
-        memcpy(sl->avg, avg, s->P * sizeof(float));
+        sl->avg = spill_floats(s->P);
+        spill_copy(sl->avg, avg, s->P);
         sl->avg_ready = sl->committed = 1;
         sl->set = xcalloc(1, sizeof(PeerId)); // the set, as far as anyone can tell: this peer
         memcpy(sl->set[0], s->id, sizeof(PeerId));
@@ -399,17 +405,15 @@ void swarm_close(Swarm *s) {
     for (int i = 0; i < SW_SLOTS; i++)
         sw_slot_free(s, &s->slot[i]);
     for (int i = 0; i < s->npool; i++)
-        free(s->pool[i]);
+        spill_free(s->pool[i]);
     sw_fetch_free(&s->fetch);
     sw_pull_free(&s->pull);
     if (s->view.e) view_free(&s->view);
     free(s->jobs);
-    free(s->snap_a), free(s->snap_m);
+    spill_free(s->snap_a), spill_free(s->snap_m);
     free(s->in), free(s->out), free(s->buf), free(s->sparse);
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->st_mu);
     pthread_cond_destroy(&s->cv);
     free(s);
 }
-
-size_t swarm_host_floats(size_t P) { return (size_t)(SW_SLOTS + 2) * P; }

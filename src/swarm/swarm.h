@@ -120,11 +120,5 @@ SwarmStats swarm_stats(Swarm *s);
 // the system picked when --listen asked for port 0).
 const char *swarm_address(const Swarm *s);
 void swarm_close(Swarm *s);
-// Floats of host memory the swarm holds at least once rounds run, whatever its size (P floats
-// in the model): the averages of the last rounds it keeps for peers that fetch them, and its
-// copies of this peer's Δ of the round averaged and the next. Every other participant's Δ adds P
-// while a round is averaged (buffers kept for reuse), a donor's snapshot 2·P while a joiner
-// downloads.
-size_t swarm_host_floats(size_t P);
 // A 64-bit hash of n floats' bits (anchor checks, downloads): FNV-1a over 64-bit words.
 uint64_t swarm_hash(const float *x, size_t n);

@@ -162,6 +162,7 @@ int sw_pull_data(Swarm *s, Pull *p, const WireMsg *m) {
     size_t want = s->P - m->offset < SW_PIECE ? s->P - m->offset : SW_PIECE;
     if (m->n != want || p->got[k]) return 1;
     wire_floats(m->data, m->n, p->dst[a] + m->offset);
+    spill_drop(p->dst[a] + m->offset, (size_t)m->n * sizeof(float));
     p->got[k] = 1, p->served[i]++;
     if (++p->ngot < 2 * p->npieces) return 1;
     if (swarm_hash(p->dst[0], s->P) != p->hash[0] || swarm_hash(p->dst[1], s->P) != p->hash[1]) {

@@ -7,6 +7,7 @@
 #include <pthread.h>
 
 #include "net.h"
+#include "spill.h"
 #include "swarm.h"
 #include "view.h"
 

@@ -103,9 +103,9 @@ static void take_snapshot(Swarm *s) {
     if (s->snap_valid && now - s->snap_used < 2 && s->snap_round + 1 >= s->st_round) return;
     pthread_mutex_lock(&s->st_mu);
     if (s->anchor) {
-        if (!s->snap_a) s->snap_a = xalloc_floats(s->P), s->snap_m = xalloc_floats(s->P);
-        memcpy(s->snap_a, s->anchor, s->P * sizeof(float));
-        memcpy(s->snap_m, s->mom, s->P * sizeof(float));
+        if (!s->snap_a) s->snap_a = spill_floats(s->P), s->snap_m = spill_floats(s->P);
+        spill_copy(s->snap_a, s->anchor, s->P);
+        spill_copy(s->snap_m, s->mom, s->P);
         s->snap_round = s->st_round, s->snap_window = s->st_window;
         s->snap_valid = 1;
     }
@@ -225,6 +225,7 @@ static void fetch_data(Fetch *f, const WireMsg *m) {
     if (m->n != want || f->got[i]) return;
     if (f->what == WIRE_ARR_META) f->round = m->round; // the snapshot's version
     wire_floats(m->data, m->n, f->dst + m->offset);
+    spill_drop(f->dst + m->offset, (size_t)m->n * sizeof(float));
     f->got[i] = 1;
     if (f->ngot == 0 || !f->hash_known) f->hash = m->hash, f->hash_known = 1;
     if (++f->ngot < f->npieces) return;

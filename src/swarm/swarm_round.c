@@ -7,26 +7,25 @@
 #include <string.h>
 
 #include "../common.h"
+#include "spill.h"
 #include "swarm_impl.h"
 
 static int cmp_id(const void *a, const void *b) { return strcmp(a, b); }
 
 float *sw_buf_get(Swarm *s) {
     if (s->npool) return s->pool[--s->npool];
-    float *b = aligned_alloc(64, (s->P * sizeof(float) + 63) / 64 * 64);
-    if (!b) die(EXIT_IO, "out of memory for a %zu-float Δ", s->P);
-    return b;
+    return spill_floats(s->P);
 }
 
 void sw_buf_put(Swarm *s, float *b) {
     if (b && s->npool < SW_POOL)
         s->pool[s->npool++] = b;
     else
-        free(b);
+        spill_free(b);
 }
 
 void sw_contrib_free(Swarm *s, Contrib *c) {
-    sw_buf_put(s, c->delta), free(c->got), free(c->losses), free(c->q8), free(c->scales);
+    sw_buf_put(s, c->delta), free(c->got), free(c->losses), spill_free(c->q8), free(c->scales);
 }
 
 void sw_slot_free(Swarm *s, Slot *sl) {
@@ -34,7 +33,7 @@ void sw_slot_free(Swarm *s, Slot *sl) {
         sw_contrib_free(s, &sl->c[i]);
     for (int i = 0; i < sl->nhv; i++)
         free(sl->hv[i].ids);
-    free(sl->c), free(sl->hv), free(sl->set), free(sl->avg), free(sl->loss), free(sl->sh_got);
+    free(sl->c), free(sl->hv), free(sl->set), spill_free(sl->avg), free(sl->loss), free(sl->sh_got);
     sw_fetch_free(&sl->fetch);
     memset(sl, 0, sizeof *sl);
 }
@@ -131,7 +130,7 @@ static void finish_commit(Swarm *s, Slot *sl) {
         cs[i] = sw_contrib(s, sl, sl->set[i], 0);
         all = cs[i] && cs[i]->complete;
     }
-    if (!sl->avg) sl->avg = xalloc_floats(s->P);
+    if (!sl->avg) sl->avg = spill_floats(s->P);
     if (!all) {
         free(cs);
         const char *d = sw_avg_donor(s, sl, 0);
@@ -146,15 +145,20 @@ static void finish_commit(Swarm *s, Slot *sl) {
     // thread changes the slot's contributions, and no round close enough to evict it can start
     // while it is being averaged.
     pthread_mutex_unlock(&s->mu);
-    memset(a, 0, s->P * sizeof(float));
-    for (int i = 0; i < sl->nset; i++) {
-        const float *d = cs[i]->delta;
-        for (size_t x = 0; x < s->P; x++)
-            a[x] += d[x];
-    }
     float inv = 1.0f / (float)sl->nset;
-    for (size_t x = 0; x < s->P; x++)
-        a[x] *= inv;
+    for (size_t lo = 0; lo < s->P; lo += SPILL_CHUNK) { // (a chunk at a time: spill.h)
+        size_t hi = s->P - lo < SPILL_CHUNK ? s->P : lo + SPILL_CHUNK;
+        memset(a + lo, 0, (hi - lo) * sizeof(float));
+        for (int i = 0; i < sl->nset; i++) {
+            const float *d = cs[i]->delta;
+            for (size_t x = lo; x < hi; x++)
+                a[x] += d[x];
+            spill_drop(d + lo, (hi - lo) * sizeof(float));
+        }
+        for (size_t x = lo; x < hi; x++)
+            a[x] *= inv;
+        spill_drop(a + lo, (hi - lo) * sizeof(float));
+    }
     pthread_mutex_lock(&s->mu);
     sl->loss = xcalloc((size_t)nl + 1, sizeof(double));
     sl->nloss = nl;
@@ -189,6 +193,7 @@ void sw_on_delta(Swarm *s, const WireMsg *m) {
     c->last = now_sec();
     if (c->complete || c->got[piece]) return;
     sw_piece_take(m, c->delta + m->offset);
+    spill_drop(c->delta + m->offset, want * sizeof(float));
     c->got[piece] = 1;
     c->ngot++;
     if (m->nloss && !c->losses) {
@@ -395,7 +400,7 @@ void sw_contribute(Swarm *s, int64_t r, const float *delta, int8_t *q8, float *s
     pthread_mutex_lock(&s->mu);
     float *copy = sw_buf_get(s); // (copied outside the lock: the network thread goes on)
     pthread_mutex_unlock(&s->mu);
-    memcpy(copy, delta, s->P * sizeof(float));
+    spill_copy(copy, delta, s->P);
     pthread_mutex_lock(&s->mu);
     Slot *sl = sw_slot(s, r, 1);
     Contrib *c = sw_contrib(s, sl, s->id, 2); // (2: no buffer of its own)
@@ -436,7 +441,7 @@ int swarm_average(Swarm *s, int64_t r, float *avg, double *loss, int nloss, Swar
                   (long long)r);
         return SWARM_LOST;
     }
-    memcpy(avg, sl->avg, s->P * sizeof(float));
+    spill_copy(avg, sl->avg, s->P);
     if (!sl->fetched)
         for (int j = 0; j < nloss && j < sl->nloss; j++)
             loss[j] = sl->loss[j];

@@ -24,6 +24,7 @@
 #include "../common.h"
 #include "../testhooks.h"
 #include "compress.h"
+#include "spill.h"
 #include "swarm_impl.h"
 
 static int cmp_id(const void *a, const void *b) { return strcmp(a, b); }
@@ -102,12 +103,18 @@ static void try_sum(Swarm *s, Slot *sl) {
     }
     if (ok) {
         float *a = sl->avg, inv = 1.0f / (float)sl->nset;
-        memset(a + lo, 0, (hi - lo) * sizeof(float));
-        for (int i = 0; i < sl->nset; i++)
-            for (size_t x = lo; x < hi; x++)
-                a[x] += cs[i]->delta[x];
-        for (size_t x = lo; x < hi; x++)
-            a[x] *= inv;
+        for (size_t c0 = lo; c0 < hi; c0 += SPILL_CHUNK) { // (a chunk at a time: spill.h)
+            size_t c1 = hi - c0 < SPILL_CHUNK ? hi : c0 + SPILL_CHUNK;
+            memset(a + c0, 0, (c1 - c0) * sizeof(float));
+            for (int i = 0; i < sl->nset; i++) {
+                for (size_t x = c0; x < c1; x++)
+                    a[x] += cs[i]->delta[x];
+                spill_drop(cs[i]->delta + c0, (c1 - c0) * sizeof(float));
+            }
+            for (size_t x = c0; x < c1; x++)
+                a[x] *= inv;
+            spill_drop(a + c0, (c1 - c0) * sizeof(float));
+        }
         free(sl->loss);
         sl->loss = xcalloc((size_t)nl + 1, sizeof(double));
         sl->nloss = nl;
@@ -148,7 +155,7 @@ static void adopt(Swarm *s, Slot *sl, uint32_t a, PeerId *ids, int n, uint64_t h
     sl->sh_att = a, sl->sh_summed = 0, sl->committed = 1, sl->chash = h;
     free(sl->sh_got);
     sl->sh_got = xcalloc(s->nchunks + 1, 1);
-    if (!sl->avg) sl->avg = xalloc_floats(s->P);
+    if (!sl->avg) sl->avg = spill_floats(s->P);
     free(sl->loss);
     sl->loss = NULL, sl->nloss = 0;
     if (sl->hash_set && sl->hash != h) s->st.diverged += !s->diverged, s->diverged = 1;
@@ -253,6 +260,7 @@ void sw_shard_on_part(Swarm *s, const WireMsg *m) {
     Contrib *c = sw_contrib(s, sl, m->from, 1);
     c->last = now_sec();
     sw_piece_take(m, c->delta + m->offset);
+    spill_drop(c->delta + m->offset, (size_t)m->n * sizeof(float));
     chunks_mark(c->got, m->offset, end);
     if (m->nloss && !c->losses) {
         c->losses = xcalloc(m->nloss, sizeof(double));
@@ -276,6 +284,7 @@ void sw_shard_on_sum(Swarm *s, const WireMsg *m) {
         return;
     }
     sw_piece_take(m, sl->avg + m->offset);
+    spill_drop(sl->avg + m->offset, (size_t)m->n * sizeof(float));
     chunks_mark(sl->sh_got, m->offset, end);
     if (m->nloss && !sl->loss) {
         sl->loss = xcalloc(m->nloss, sizeof(double));
@@ -363,7 +372,8 @@ int sw_shard_job(Swarm *s, SendJob *jb) {
         m->data = (const uint8_t *)(sl->avg + jb->next);
         m->nloss = first && sl->loss ? (uint32_t)sl->nloss : 0;
         m->losses = (const uint8_t *)sl->loss;
-        if (s->c.compress == CQ_TOPK && sw_sparse_msg(s, sl->avg + jb->next, m)) type = WIRE_SUMS;
+        if (s->c.compress == CQ_TOPK && sw_sparse_msg(s, sl->avg + jb->next, m))
+            type = WIRE_SUMS, spill_drop(sl->avg + jb->next, n * sizeof(float));
     }
     if (sw_send(s, jb->to, type, jb->round) != NET_OK) return 0;
     jb->next += n;
