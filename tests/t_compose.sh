@@ -50,7 +50,7 @@ opt 2D tp "--tp 4 --tp-mode 2d" "1 1 4 1"
 opt sp tp "--tp 2 --sp" "1 1 2 1"
 opt cp cp "--cp 2" "1 1 1 2"
 opt CO2 co2 "--co2 --tau 2" "2 1 1 1"
-opt offload offload "--offload disk --offload-dir @OFF@ --fast-mem 64M" "1 1 1 1"
+opt offload offload "--offload disk --offload-dir @OFF@ --fast-mem 96M" "1 1 1 1"
 opt recompute recompute "--recompute" "1 1 1 1"
 opt peer peer "--listen 127.0.0.1:0 --secret @KEY@ --peer-id p0 --tau 2" "1 1 1 1"
 # A tiny model every layout divides: 4 heads (tp 2, a 2x2 grid), 2 layers (2 stages), T = 16
@@ -202,7 +202,7 @@ CO2).
 | tensor parallelism | 1D, 2D, sp | `--tp 2`, `--tp 4 --tp-mode 2d`, `--tp 2 --sp` | each layer's matrices split over ranks: Megatron 1D (heads, MLP, vocabulary), Colossal-AI 2D (SUMMA on a 2 x 2 grid), 1D plus sequence parallelism (LayerNorm and residual regions split along the sequence) |
 | context parallelism | cp | `--cp 2` | each sequence split into 2 x cp chunks, attention computed around a ring |
 | CO2 | CO2 | `--co2 --tau 2` (with `--dp 2`) | local AdamW steps; the replicas' weights averaged every tau steps, one round stale, overlapped with the next round; its workers are the dp replicas (with 1D, sp or cp each worker a tp x cp group, with 2D a q x q grid) |
-| offload | offload | `--offload disk --offload-dir DIR --fast-mem 64M` | the training state in a disk tier, blocks swapped through the fast memory |
+| offload | offload | `--offload disk --offload-dir DIR --fast-mem 96M` | the training state in a disk tier, blocks swapped through the fast memory |
 | recompute | recompute | `--recompute` | each layer's forward recomputed during backward |
 
 `loom peer` (CO2's rule over a swarm of peers instead of MPI ranks) is a command of its own; it

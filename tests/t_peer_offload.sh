@@ -19,7 +19,7 @@
 #   5. the outer state and the swarm's arrays (the Δs, averages, snapshots) live in files under
 #      --offload-dir: swarms of 3 peers with a 3.2M-parameter model (all-to-all + int8, sharded +
 #      topk; each bit-identical to the swarm in memory) and a join from two offloaded donors
-#      keep every peer's whole-process peak RSS within --fast-mem 96M, where those arrays in
+#      keep every peer's whole-process peak RSS within --fast-mem 112M, where those arrays in
 #      host memory (LOOM_PEER_NO_SPILL, the negative control) overrun it.
 # The tier's scratch files are gone after every run.
 # asan: skip
@@ -39,7 +39,7 @@ model="--layers 2 --heads 2 --dim 32 --vocab 64 --block-size 32 --batch 2 --seq 
 opt="--lr 3e-3 --weight-decay 0.1 --grad-clip 0.5 --lr-schedule constant --grad-accum 2"
 outer="--tau 3 --outer-lr 0.9 --outer-momentum 0.6 --gap-mode constant --gap-penalty 1.7 --outer-clip 0.004"
 # (explicit units: no start-up profiling, so a restarted peer is back within a second)
-OFF="--offload disk --offload-dir $d/off --fast-mem 64M --offload-units [[0,0],[1,1],[2,2],[3,3]]"
+OFF="--offload disk --offload-dir $d/off --fast-mem 96M --offload-units [[0,0],[1,1],[2,2],[3,3]]"
 export OMP_NUM_THREADS=1
 WRAP= # (section 5: a parent that reports the peer's whole-process peak RSS)
 peer() { # peer ID BOOT [flags...]: a peer in the background (pid in $!), port picked by the system
@@ -165,7 +165,7 @@ echo "== 5. the outer state and the swarm's arrays live in files: each peer with
 # snapshot would be 12-15 x 12.1 MiB in host memory; under --offload they are files under
 # --offload-dir, walked a span at a time.
 model="--layers 4 --heads 4 --dim 256 --vocab 64 --block-size 32 --batch 2 --seq 16 --peak-gflops 1"
-budget=96
+budget=112
 B="--offload disk --offload-dir $d/off --fast-mem ${budget}M --tau 2 --lr 1e-3"
 cat > "$d/rss.py" <<'PY'
 import resource, subprocess, sys

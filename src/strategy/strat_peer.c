@@ -67,6 +67,11 @@ static int resync(Strategy *s, Peer *p);
 // swarm's thread sums a slice over the Δs it received (one span of each, dropped as it goes)
 // and pieces arrive and leave one at a time; the rest is headroom.
 #define PEER_SPANS_KEPT 8
+// With --offload, an allowance for the swarm's messages in flight: pieces of 1 MiB queued in
+// ZeroMQ to and from the other peers (up to 8 to each, 64 from each) and the allocator's hold
+// on them. Measured: 7 and 22 MiB above the rest of the budget for two 124M peers
+// (docs/PEERS.md).
+#define PEER_MSGS_KEPT (32.0 * 1048576)
 
 // The passes over the outer state walk it a span at a time (with --offload it lives in files,
 // swarm/spill.h): [lo, end) of at most SPILL_CHUNK floats, never across a block's ends. A span
@@ -266,9 +271,10 @@ static int peer_create(Strategy *s) {
     size_t P = s->model->nparams;
     // swapped: the outer state and the swarm's arrays live in files under --offload-dir
     // (swarm/spill.h); what stays resident are the spans the passes over them hold at a time
-    p->w.kept = PEER_SPANS_KEPT * 4.0 * SPILL_CHUNK;
+    p->w.kept = PEER_SPANS_KEPT * 4.0 * SPILL_CHUNK + PEER_MSGS_KEPT;
     p->w.kept_what = "the spans in use of the peer's outer state and of the swarm's Δs and "
-                     "averages, which live in files under --offload-dir";
+                     "averages, which live in files under --offload-dir, and the swarm's "
+                     "messages in flight";
     if (whole_create(s, &p->w, s->grid->dp_comm, 0)) return -1;
     GPT *m = s->model;
     if (p->w.sw && !testhook_peer_no_spill() && spill_setup(c->offload_dir)) return -1;

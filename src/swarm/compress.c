@@ -150,11 +150,12 @@ size_t cq_topk_count(size_t n, double frac) {
     return k < 1 ? 1 : k > (double)n ? n : (size_t)k;
 }
 
-// The span of x[0, end) a pass just finished (SPILL_CHUNK floats, fewer at the end) leaves the
-// resident set when x is spilled (spill.h).
-static void drop_behind(const float *x, size_t end) {
-    size_t lo = (end - 1) / SPILL_CHUNK * SPILL_CHUNK;
-    spill_drop(x + lo, (end - lo) * sizeof(float));
+// The passes below walk x (and e) a span of SPILL_CHUNK floats at a time, each span dropped
+// from the resident set behind them when they are spilled (spill.h): [lo, span_end(lo, n)).
+static size_t span_end(size_t lo, size_t n) { return n - lo < SPILL_CHUNK ? n : lo + SPILL_CHUNK; }
+
+static void drop(const float *x, size_t lo, size_t hi) {
+    spill_drop(x + lo, (hi - lo) * sizeof(float));
 }
 
 // |x|'s bits: ordered as the magnitudes (NaNs above infinity).
@@ -170,10 +171,13 @@ static uint32_t kth_key(const float *x, size_t n, size_t k, size_t *above) {
     size_t over = 0; // keys known to be above the prefix
     for (int shift = 24; shift >= 0; shift -= 8) {
         size_t hist[256] = {0};
-        for (size_t i = 0; i < n; i++) {
-            uint32_t u = mag(x[i]);
-            if ((u & mask) == prefix) hist[(u >> shift) & 255]++;
-            if ((i + 1) % SPILL_CHUNK == 0 || i + 1 == n) drop_behind(x, i + 1);
+        for (size_t lo = 0, hi; lo < n; lo = hi) {
+            hi = span_end(lo, n);
+            for (size_t i = lo; i < hi; i++) {
+                uint32_t u = mag(x[i]);
+                if ((u & mask) == prefix) hist[(u >> shift) & 255]++;
+            }
+            drop(x, lo, hi);
         }
         int b = 255;
         while (b > 0 && over + hist[b] < k)
@@ -185,19 +189,24 @@ static uint32_t kth_key(const float *x, size_t n, size_t k, size_t *above) {
 }
 
 void cq_topk_step(float *x, float *e, size_t n, size_t k) {
-    for (size_t i = 0; i < n; i++) {
-        x[i] += e[i];
-        if ((i + 1) % SPILL_CHUNK == 0 || i + 1 == n) drop_behind(x, i + 1), drop_behind(e, i + 1);
+    for (size_t lo = 0, hi; lo < n; lo = hi) {
+        hi = span_end(lo, n);
+        for (size_t i = lo; i < hi; i++)
+            x[i] += e[i];
+        drop(x, lo, hi), drop(e, lo, hi);
     }
     size_t above;
     uint32_t t = kth_key(x, n, k, &above);
     size_t ties = k - above; // keys equal to t kept, the lowest indices first
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u = mag(x[i]);
-        int keep = u > t || (u == t && ties > 0);
-        ties -= u == t && keep;
-        e[i] = keep ? 0 : x[i];
-        x[i] = keep && x[i] != 0 ? x[i] : 0.0f; // (+0: what a receiver of the pairs rebuilds)
-        if ((i + 1) % SPILL_CHUNK == 0 || i + 1 == n) drop_behind(x, i + 1), drop_behind(e, i + 1);
+    for (size_t lo = 0, hi; lo < n; lo = hi) {
+        hi = span_end(lo, n);
+        for (size_t i = lo; i < hi; i++) {
+            uint32_t u = mag(x[i]);
+            int keep = u > t || (u == t && ties > 0);
+            ties -= u == t && keep;
+            e[i] = keep ? 0 : x[i];
+            x[i] = keep && x[i] != 0 ? x[i] : 0.0f; // (+0: what a receiver of the pairs rebuilds)
+        }
+        drop(x, lo, hi), drop(e, lo, hi);
     }
 }

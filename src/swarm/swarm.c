@@ -16,14 +16,17 @@ uint64_t swarm_hash(const float *x, size_t n) {
     // anchor costs a fraction of a step even for large models
     uint64_t h = 1469598103934665603ull;
     size_t i = 0;
-    for (; i + 2 <= n; i += 2) {
-        uint64_t w;
-        memcpy(&w, x + i, sizeof w);
-        h = (h ^ w) * 1099511628211ull;
-        h ^= h >> 29;
-        if ((i + 2) % SPILL_CHUNK == 0) spill_drop(x + i + 2 - SPILL_CHUNK, SPILL_CHUNK * 4);
+    for (size_t lo = 0; lo < n; lo = i) { // (a span at a time: spill.h; SPILL_CHUNK is even)
+        size_t hi = n - lo < SPILL_CHUNK ? n : lo + SPILL_CHUNK;
+        for (; i + 2 <= hi; i += 2) {
+            uint64_t w;
+            memcpy(&w, x + i, sizeof w);
+            h = (h ^ w) * 1099511628211ull;
+            h ^= h >> 29;
+        }
+        spill_drop(x + lo, (hi - lo) * sizeof(float));
+        if (i + 2 > n) break;
     }
-    spill_drop(x + i / SPILL_CHUNK * SPILL_CHUNK, (n - i / SPILL_CHUNK * SPILL_CHUNK) * 4);
     if (i < n) {
         uint32_t w;
         memcpy(&w, x + i, sizeof w);
