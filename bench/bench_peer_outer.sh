@@ -3,7 +3,7 @@
 # peer holds in memory.
 #
 #   bench/bench_peer_outer.sh [--parts speed,rss] [--before PATH] [--loom PATH] [--rounds R (3)]
-#                             [--fast-mem SIZE (768M)] [--out DIR]
+#                             [--fast-mem SIZE (768M) | --in-memory] [--out DIR]
 #
 # speed: one peer alone in memory (30M: L6 H6 C384 V50257 T256, B4 T128), --tau 1 (an outer
 #        step after every step: the Δ, topk compression with error feedback, the swarm's copy,
@@ -12,11 +12,12 @@
 #        losses of the two are compared (the arithmetic must be the same).
 # rss:   two GPT-2 124M peers on this host (B2 T128, --tau 2, 4 steps, one thread each), both
 #        --offload disk --fast-mem SIZE with their own --offload-dir: each process's peak RSS
-#        (/usr/bin/time) against the budget, and what each sent and received.
+#        (/usr/bin/time) against the budget, and what each sent and received; --in-memory: the
+#        same two peers without --offload (what a 124M peer of a swarm holds in memory).
 # Raw logs in --out.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PARTS="speed,rss" BEFORE="" LOOM="$ROOT/loom" ROUNDS=3 FAST=768M OUT=""
+PARTS="speed,rss" BEFORE="" LOOM="$ROOT/loom" ROUNDS=3 FAST=768M OUT="" INMEM=0
 PY=${PY:-/usr/bin/python3}
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -25,8 +26,9 @@ while [ $# -gt 0 ]; do
         --loom) LOOM=$2; shift 2 ;;
         --rounds) ROUNDS=$2; shift 2 ;;
         --fast-mem) FAST=$2; shift 2 ;;
+        --in-memory) INMEM=1; shift ;;
         --out) OUT=$2; shift 2 ;;
-        -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "bench_peer_outer.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -72,10 +74,11 @@ fi
 if [[ ,$PARTS, == *,rss,* ]]; then
     M="--layers 12 --heads 12 --dim 768 --vocab 50257 --block-size 1024 --batch 2 --seq 128"
     C="--data $OUT/d.bin $M --lr 1e-4 --tau 2 --steps 4 --secret $OUT/secret --progress off
-       --peer-timeout 60 --min-peers 2 --offload disk --fast-mem $FAST"
+       --peer-timeout 60 --min-peers 2"
     mkdir -p "$OUT/off0" "$OUT/off1"
+    off() { [ "$INMEM" = 1 ] || echo "--offload disk --fast-mem $FAST --offload-dir $OUT/off$1"; }
     OMP_NUM_THREADS=1 /usr/bin/time -f "maxrss %M KiB" "$LOOM" peer $C --peer-id p0 \
-        --listen 127.0.0.1:0 --offload-dir "$OUT/off0" > "$OUT/p0.log" 2>&1 &
+        --listen 127.0.0.1:0 $(off 0) > "$OUT/p0.log" 2>&1 &
     p0=$!
     a=""
     for _ in $(seq 300); do
@@ -84,11 +87,11 @@ if [[ ,$PARTS, == *,rss,* ]]; then
         sleep 1
     done
     OMP_NUM_THREADS=1 /usr/bin/time -f "maxrss %M KiB" "$LOOM" peer $C --peer-id p1 \
-        --listen 127.0.0.1:0 --bootstrap "$a" --offload-dir "$OUT/off1" > "$OUT/p1.log" 2>&1
+        --listen 127.0.0.1:0 --bootstrap "$a" $(off 1) > "$OUT/p1.log" 2>&1
     wait $p0
     for p in p0 p1; do
         kib=$(grep -o 'maxrss [0-9]*' "$OUT/$p.log" | awk '{print $2}')
-        echo "rss: $p peaked at $(awk -v k="$kib" 'BEGIN{printf "%.1f", k / 1024}') MiB (--fast-mem $FAST);" \
+        echo "rss: $p peaked at $(awk -v k="$kib" 'BEGIN{printf "%.1f", k / 1024}') MiB ($([ "$INMEM" = 1 ] && echo "in memory" || echo "--fast-mem $FAST"));" \
             "$(grep -o 'sent [0-9.]* MiB, received [0-9.]* MiB' "$OUT/$p.log")"
     done
 fi
