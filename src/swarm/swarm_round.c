@@ -404,7 +404,7 @@ void sw_contribute(Swarm *s, int64_t r, const float *delta, int8_t *q8, float *s
     pthread_mutex_lock(&s->mu);
     Slot *sl = sw_slot(s, r, 1);
     Contrib *c = sw_contrib(s, sl, s->id, 2); // (2: no buffer of its own)
-    free(c->delta), free(c->q8), free(c->scales);
+    sw_buf_put(s, c->delta), spill_free(c->q8), free(c->scales);
     c->delta = copy, c->q8 = q8, c->scales = scales;
     free(c->losses);
     c->losses = xcalloc((size_t)nloss + 1, sizeof(double));
