@@ -8,7 +8,8 @@
 #                       [--modes alone,swarm,co2,dp,1f1b,2bw] [--model 30m|small] [--tau N (12)]
 #                       [--rounds R (3)] [--warm-rounds W (1)] [--dp-steps S (4)] [--pp-steps S (5)]
 #                       [--accum K (8)] [--churn-rounds R (15)] [--churn-every N (3)]
-#                       [--churn-link 1gbit|100mbit] [--conv-modes dp,co2,none,int8,topk]
+#                       [--churn-link 1gbit|100mbit] [--churn-timeout S (5)] [--swarm-timeout S (30)]
+#                       [--conv-modes dp,co2,none,int8,topk]
 #                       [--out DIR] [--loom PATH]
 #
 # N equal "machines" (--machines, default 4): every peer and every MPI rank runs in its own CPU
@@ -20,7 +21,7 @@
 # Part tput (model 30m = L6 H6 C384 V50257 T256 B4: 30.0M params, a 120 MB Δ; small = L4 H4
 # C256 V50257 T128 B4), per setting, one run per mode:
 #   alone  1 x `loom train` in machine 0, R*N steps, tok/s from step_ms after the warm rounds
-#   swarm  N x `loom peer --tau N`, --min-peers N, R rounds (R*N steps), each peer in its own
+#   swarm  N x `loom peer --tau N --peer-timeout --swarm-timeout`, --min-peers N, R rounds (R*N steps), each peer in its own
 #          namespace; the first --warm-rounds rounds are not timed. tok/s = sum over peers of
 #          tokens / sum of loom's step_ms over the timed rounds (as bench_co2.sh times CO2: a
 #          round's last step_ms includes the round-end work: Δ, the stale average, any wait)
@@ -35,7 +36,7 @@
 # the kernel to 100 Mbit/s, no delay (setup.sh N 100mbit); 20mbit / 10mbit = the same at 20 / 10
 # Mbit/s.
 # Part churn: byte-level model L4 H4 C256 V256 T128 B8 on the bundled fortunes corpus, N peers,
-# --churn-rounds rounds of τ, --peer-timeout 5, on a tbf link (--churn-link). Every
+# --churn-rounds rounds of τ, --peer-timeout --churn-timeout (5), on a tbf link (--churn-link). Every
 # --churn-every rounds (by the round of the records a live peer has written) one peer is
 # killed with SIGKILL (in turn p1, p0, p2, p3, then the replacements) and a new peer with a new
 # id starts in the dead one's namespace, bootstrapping to the live peers. Against the same run
@@ -50,9 +51,9 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PARTS=tput,churn,conv; SETTINGS=100mbit; MODESARG=alone,swarm,co2,dp,1f1b,2bw; MODEL=30m; TAU=12
-NP=4; CORES=$(nproc); EXCH=all; COMPRESS=none; ROUNDS=3; WARM=1; DP_STEPS=4; PP_STEPS=5; ACC=8; CH_ROUNDS=15; CH_EVERY=3; CH_LINK=1gbit
+NP=4; CORES=$(nproc); EXCH=all; COMPRESS=none; ROUNDS=3; WARM=1; DP_STEPS=4; PP_STEPS=5; ACC=8; CH_ROUNDS=15; CH_EVERY=3; CH_LINK=1gbit; CH_TIMEOUT=5; SW_TIMEOUT=30
 CONV_MODES=dp,co2; OUT=""; LOOM="$ROOT/loom"; PY=/usr/bin/python3; RUN_TIMEOUT=900
-usage() { sed -n '2,44p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,49p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
     case "$1" in
         --parts) PARTS="$2"; shift 2 ;;
@@ -72,6 +73,8 @@ while [ $# -gt 0 ]; do
         --churn-rounds) CH_ROUNDS="$2"; shift 2 ;;
         --churn-every) CH_EVERY="$2"; shift 2 ;;
         --churn-link) CH_LINK="$2"; shift 2 ;;
+        --churn-timeout) CH_TIMEOUT="$2"; shift 2 ;;
+        --swarm-timeout) SW_TIMEOUT="$2"; shift 2 ;;
         --conv-modes) CONV_MODES="$2"; shift 2 ;;
         --out) OUT="$2"; shift 2 ;;
         --loom) LOOM="$2"; shift 2 ;;
@@ -117,7 +120,7 @@ GIT="$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$
     echo "loadavg_start: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "loom_git: $GIT (the checkout's; with --loom, the binary may be older: md5 $(md5sum "$LOOM" | cut -c1-12))"
     echo "machines: $NP x $(awk -v c="$CORES" -v n="$NP" 'BEGIN { printf "%.3g", c / n }') cores (CPU cgroups with fixed quotas)"
-    echo "invocation: $0 --machines $NP --cores $CORES --exchange $EXCH --compress $COMPRESS --parts $PARTS --settings $SETTINGS --modes $MODESARG --model $MODEL --tau $TAU --rounds $ROUNDS --warm-rounds $WARM --dp-steps $DP_STEPS --pp-steps $PP_STEPS --accum $ACC --churn-rounds $CH_ROUNDS --churn-every $CH_EVERY --churn-link $CH_LINK --conv-modes $CONV_MODES"
+    echo "invocation: $0 --machines $NP --cores $CORES --exchange $EXCH --compress $COMPRESS --parts $PARTS --settings $SETTINGS --modes $MODESARG --model $MODEL --tau $TAU --rounds $ROUNDS --warm-rounds $WARM --dp-steps $DP_STEPS --pp-steps $PP_STEPS --accum $ACC --churn-rounds $CH_ROUNDS --churn-every $CH_EVERY --churn-link $CH_LINK --churn-timeout $CH_TIMEOUT --swarm-timeout $SW_TIMEOUT --conv-modes $CONV_MODES"
 } | tee "$OUT/machine.txt"
 
 "$BIN" keygen -o "$OUT/secret" >/dev/null 2>&1
@@ -234,7 +237,7 @@ if has "$PARTS" tput; then
             tag="tput_${s}_$m"
             case "$m" in
                 alone) run_alone "$tag" $((ROUNDS * TAU)) "${MODELF[@]}" ;;
-                swarm) run_swarm "$tag" $((ROUNDS * TAU)) "${MODELF[@]}" --tau "$TAU" --peer-timeout 30 ;;
+                swarm) run_swarm "$tag" $((ROUNDS * TAU)) "${MODELF[@]}" --tau "$TAU" --peer-timeout "$SW_TIMEOUT" ;;
                 co2) run_mpi "$tag" "$s" $((ROUNDS * TAU)) "${MODELF[@]}" --dp "$NP" --co2 --tau "$TAU" ;;
                 dp) run_mpi "$tag" "$s" "$DP_STEPS" "${MODELF[@]}" --dp "$NP" ;;
                 1f1b|2bw) run_mpi "$tag" "$s" "$PP_STEPS" "${MODELF[@]}" "${PPF[@]}" --schedule "$m" --grad-accum "$ACC" ;;
@@ -259,14 +262,14 @@ fi
 if has "$PARTS" churn; then
     net_up "$CH_LINK"
     echo "== churn ($CH_LINK)"
-    run_swarm churn_none "$CH_STEPS" "${BYTEF[@]}" --peer-timeout 5
+    run_swarm churn_none "$CH_STEPS" "${BYTEF[@]}" --peer-timeout "$CH_TIMEOUT"
     # churn: the same start, then a kill + replacement every CH_EVERY rounds
     tag=churn_kill; mkdir -p "$OUT/$tag"; : >"$OUT/$tag/peers.txt"; : >"$OUT/$tag/events.txt"
     t0=$(date +%s)
-    start_peer "$tag" 0 p0 "" "${BYTEF[@]}" --steps "$CH_STEPS" --peer-timeout 5 --min-peers "$NP"
+    start_peer "$tag" 0 p0 "" "${BYTEF[@]}" --steps "$CH_STEPS" --peer-timeout "$CH_TIMEOUT" --min-peers "$NP"
     boot=$(awk '{print $3}' "$OUT/$tag/peers.txt")
     sleep 1
-    for ((i = 1; i < NP; i++)); do start_peer "$tag" "$i" "p$i" "$boot" "${BYTEF[@]}" --steps "$CH_STEPS" --peer-timeout 5 --min-peers "$NP"; done
+    for ((i = 1; i < NP; i++)); do start_peer "$tag" "$i" "p$i" "$boot" "${BYTEF[@]}" --steps "$CH_STEPS" --peer-timeout "$CH_TIMEOUT" --min-peers "$NP"; done
     declare -A NSOF; for ((i = 0; i < NP; i++)); do NSOF[p$i]=$i; done; declare -A PIDOF ADDROF
     while read -r id pid addr; do PIDOF[$id]=$pid; ADDROF[$id]=$addr; done <"$OUT/$tag/peers.txt"
     VICTIMS=(p1 p0 p2 p3); next=$CH_EVERY; gen=$NP; vi=0; rc=0
@@ -289,7 +292,7 @@ if has "$PARTS" churn; then
                 echo "$(date +%s.%N) round $r: killed $v (ns $ns)" | tee -a "$OUT/$tag/events.txt"
                 boot=""; for id in "${!PIDOF[@]}"; do boot+="${boot:+,}${ADDROF[$id]}"; done
                 nid=p$gen; gen=$((gen + 1)); NSOF[$nid]=$ns
-                start_peer "$tag" "$ns" "$nid" "$boot" "${BYTEF[@]}" --steps "$CH_STEPS" --peer-timeout 5
+                start_peer "$tag" "$ns" "$nid" "$boot" "${BYTEF[@]}" --steps "$CH_STEPS" --peer-timeout "$CH_TIMEOUT"
                 read -r _ PIDOF[$nid] ADDROF[$nid] < <(tail -1 "$OUT/$tag/peers.txt")
                 echo "$(date +%s.%N) round $r: started $nid (ns $ns) bootstrapping to $boot" | tee -a "$OUT/$tag/events.txt"
             fi
