@@ -80,7 +80,7 @@ for model in $MODELS; do
     [ -n "${V:-}" ] || exit 2
     tok=$(tokens_for "$V")
     arch= # loom's flags for a LLaMA-style model, as bench/gpu/torch_gpt2.py builds it
-    [ "$KV" != 0 ] && arch="--arch llama --kv-heads $KV --ffn-dim $FF --tie-embeddings --norm-eps 1e-5"
+    [ "$KV" != 0 ] && arch="--arch llama --kv-heads $KV --ffn-dim $FF --tie-embeddings on --norm-eps 1e-5"
     for e in $ENGINES; do
         case $e in
         loom)

@@ -50,7 +50,9 @@ echo "== 3. transformers LlamaForCausalLM on the exported directory"
 if $PY -c "import transformers, torch" 2>/dev/null; then
     $PY - "$d/hf_$tag" "$toks" "$d/ref.f32" <<'PY'
 import sys, numpy as np, torch, transformers
-m = transformers.LlamaForCausalLM.from_pretrained(sys.argv[1], torch_dtype=torch.float32).eval()
+v = tuple(int(x) for x in transformers.__version__.split(".")[:2])
+kw = {"dtype" if v >= (4, 56) else "torch_dtype": torch.float32} # renamed in 4.56
+m = transformers.LlamaForCausalLM.from_pretrained(sys.argv[1], **kw).eval()
 toks = [int(t) for t in sys.argv[2].split(",")]
 got = m(torch.tensor([toks])).logits[0].detach().numpy()
 ref = np.fromfile(sys.argv[3], dtype=np.float32).reshape(got.shape)
