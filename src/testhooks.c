@@ -163,3 +163,15 @@ int testhook_cpu_no_avx512(void) {
     const char *v = getenv("LOOM_CPU_NO_AVX512");
     return v && *v && strcmp(v, "0");
 }
+
+int testhook_overflow(int step) {
+    const char *v = getenv("LOOM_FAULT_OVERFLOW");
+    for (const char *p = v; p && *p; p++) {
+        char *end;
+        long n = strtol(p, &end, 10);
+        if (end != p && n == step) return 1;
+        p = strchr(end, ',');
+        if (!p) break;
+    }
+    return 0;
+}

@@ -35,6 +35,9 @@
 //   LOOM_PIPE_SWAP_SLOTS=N     a swapped pipeline stage (--pp with --offload) uses at most N
 //                              block slots, whatever --fast-mem leaves (a tiny model's blocks
 //                              then really go through the tier)
+//   LOOM_FAULT_OVERFLOW=N[,N...]  the backward of those (1-based) steps starts from an infinite
+//                              gradient (an overflow, for loss scaling's skip; one process,
+//                              --dp and --zero)
 //   LOOM_CPU_NO_BF16=1         the CPU backend sees neither AVX512-BF16 nor AMX-BF16 (the
 //                              refusal of --dtype bf16 on a CPU without them, on any CPU)
 //   LOOM_CPU_NO_AVX512=1       the CPU backend sees no AVX-512 (the fp32 engine's default is
@@ -77,6 +80,8 @@ int testhook_tag_ub(void);
 // embedding's gradient straight into the embedding's (the order before gpt.h head_dwte), so a
 // test can show its comparison sees the order (negative control).
 int testhook_tied_interleaved(void);
+// LOOM_FAULT_OVERFLOW: whether the backward of 1-based step `step` starts from +inf.
+int testhook_overflow(int step);
 size_t testhook_pipe_chunk(void);
 // LOOM_PIPE_SWAP_SLOTS: the most block slots of a swapped pipeline stage (0: no limit).
 int testhook_pipe_swap_slots(void);

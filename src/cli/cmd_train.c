@@ -66,9 +66,19 @@ static const Option OPTS[] = {
      4096},
     {"device", OPT_STR, &A.device, "backend: cpu (cuda in a CUDA build)", NULL, 0, 0},
     {"dtype", OPT_STR, &A.dtype,
-     "precision: fp32, or bf16 on a GPU (fp32 master weights and moments; default: the "
-     "device's, bf16 on a GPU)",
+     "precision of the products: fp32, bf16 (a GPU, or a CPU with AVX512-BF16), or fp16 on a "
+     "GPU (with --loss-scale dynamic); fp32 master weights and moments; default: the device's, "
+     "bf16 on a GPU",
      "fp32|bf16|fp16", 0, 0},
+    {"loss-scale", OPT_STR, &A.loss_scale,
+     "gradient scaling, auto|off|dynamic|N: dynamic halves the scale and skips the step on "
+     "overflow, doubles it after --loss-scale-interval clean steps; N: a static power of two; "
+     "auto: dynamic with --dtype fp16, else off",
+     NULL, 0, 0},
+    {"loss-scale-init", OPT_FLOAT, &A.loss_scale_init, "dynamic loss scaling's first scale", NULL,
+     1, 2.9e14},
+    {"loss-scale-interval", OPT_INT, &A.loss_scale_interval,
+     "clean steps before the dynamic loss scale doubles", NULL, 1, 1 << 30},
     {"recompute", OPT_FLAG, &A.recompute,
      "recompute each layer's forward during backward (less memory)", NULL, 0, 0},
     {"recompute-gelu", OPT_FLAG, &A.recompute_gelu,

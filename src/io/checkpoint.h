@@ -38,6 +38,8 @@ typedef struct {
     int co2_tp, co2_cp;       // a worker's tensor- and context-parallel ranks (0 or 1: one)
     int co2_tp2d;             // 1: those tp ranks are a 2D grid (--tp-mode 2d), each its block
     int co2_pp;               // a worker's pipeline stages (0 or 1: one)
+    double loss_scale;        // > 0: dynamic loss scaling's scale (optim/loss_scale.h)
+    int loss_scale_good;      // and its clean steps since the scale last changed
 } CkptMeta;
 
 // Writes extra files (e.g. the tokenizer) into the step directory before it is committed.

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,6 +89,11 @@ char *manifest_text(const CkptMeta *meta, int64_t seq, const CkptShardInfo *info
         if (meta->co2_tp2d) cJSON_AddNumberToObject(co2, "tp_2d", 1);
         if (meta->co2_cp > 1) cJSON_AddNumberToObject(co2, "cp", meta->co2_cp);
         if (meta->co2_pp > 1) cJSON_AddNumberToObject(co2, "pp", meta->co2_pp);
+    }
+    if (meta->loss_scale > 0) {
+        cJSON *ls = cJSON_AddObjectToObject(j, "loss_scale");
+        cJSON_AddNumberToObject(ls, "scale", meta->loss_scale);
+        cJSON_AddNumberToObject(ls, "good", meta->loss_scale_good);
     }
     add_shards(j, info, n);
     char *text = cJSON_Print(j);
@@ -267,6 +273,23 @@ static int read_extras(CkptManifest *mf, cJSON *j) {
     return 0;
 }
 
+// Dynamic loss scaling's state (absent: none; optim/loss_scale.h): a power of two in [1, 2^48].
+static int read_loss_scale(CkptManifest *mf, cJSON *j) {
+    const char *p = mf->path;
+    cJSON *ls = cJSON_GetObjectItemCaseSensitive(j, "loss_scale");
+    mf->meta.loss_scale = 0, mf->meta.loss_scale_good = 0;
+    if (!ls) return 0;
+    if (!cJSON_IsObject(ls)) return loom_fail("%s: 'loss_scale' is not an object", p);
+    double s;
+    int e;
+    if (get_num(p, "loss_scale.", ls, "scale", 1, 0x1p48, NULL, &s) ||
+        get_int(p, "loss_scale.", ls, "good", 0, INT_MAX, &mf->meta.loss_scale_good))
+        return -1;
+    if (frexp(s, &e) != 0.5) return loom_fail("%s: 'loss_scale.scale' must be a power of two", p);
+    mf->meta.loss_scale = s;
+    return 0;
+}
+
 // ---------------------------------------------------------------- the shards
 
 static int read_entry(CkptManifest *mf, cJSON *f, int i, CkptEntry *e) {
@@ -397,7 +420,7 @@ int manifest_read(const char *step_dir, CkptManifest *mf) {
         rc = loom_fail("%s: not a loom checkpoint manifest ('format' is not \"%s\")", mf->path,
                        CKPT_FORMAT);
     else if (read_model(mf, j) || read_position(mf, j) || read_extras(mf, j) ||
-             read_shards(mf, j, step_dir))
+             read_loss_scale(mf, j) || read_shards(mf, j, step_dir))
         rc = -1;
     cJSON_Delete(j);
     if (rc) manifest_free(mf);

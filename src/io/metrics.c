@@ -68,6 +68,10 @@ int metrics_step(Metrics *mt, const MetricsStep *m) {
     if (m->overlap_ms > 0) field(buf, sizeof buf, "comm_overlap_ms", "%.3f", m->overlap_ms);
     if (m->io_ms >= 0) field(buf, sizeof buf, "io_ms", "%.3f", m->io_ms);
     if (m->device_mem_mib > 0) field(buf, sizeof buf, "device_mem_mib", "%.1f", m->device_mem_mib);
+    if (m->loss_scale > 0) {
+        field(buf, sizeof buf, "loss_scale", "%.17g", m->loss_scale);
+        field(buf, sizeof buf, "overflow_skips", "%.0f", (double)m->overflow_skips);
+    }
     if (m->extra && m->extra[0]) {
         size_t k = strlen(buf);
         snprintf(buf + k, sizeof buf - k, ",%s", m->extra);

@@ -28,6 +28,8 @@ typedef struct {
     double overlap_ms;     // how long the communication it waited for had been in flight when the
                            // wait began, the least over its waits (written when > 0)
     double device_mem_mib; // the backend's device-memory high-water mark so far (written when > 0)
+    double loss_scale;     // the loss scale the step ran with (written when > 0) and
+    int overflow_skips;    // the steps this run skipped for overflow so far (written with it)
     const char *extra;     // more fields, JSON text without braces (loom peer's), or NULL
 } MetricsStep;
 

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 
 #include "../common.h"
+#include "../optim/loss_scale.h"
+#include "../testhooks.h"
 #include "ckpt_save.h"
 
 int whole_create(Strategy *s, Whole *w, const Comm *grad_comm, int zero) {
@@ -52,6 +54,8 @@ double whole_grads(Strategy *s, Whole *w, int step) {
     if (w->sw) return whole_swap_grads(s, w, step);
     int K = c->grad_accum;
     float scale = 1.0f / (float)((size_t)c->batch * c->seq * K * w->grad_ranks);
+    scale *= (float)loss_scale_factor(c->loss_scale); // a power of two: exact
+    if (testhook_overflow(step + 1)) scale = INFINITY;
     dp_zero_grad(w->dp);
     double loss = 0;
     for (int j = 0; j < K; j++) {
@@ -69,10 +73,13 @@ void whole_update(Strategy *s, Whole *w, int step, double loss, StepRecord *r) {
 }
 
 void whole_update_sumsq(Strategy *s, Whole *w, int step, double loss, double sumsq, StepRecord *r) {
-    r->norm = sqrt(sumsq);
+    // the gradients carry the loss scale S (1 without): the norm and the update see them / S,
+    // exactly, S being a power of two
+    double S = loss_scale_factor(s->cfg->loss_scale);
+    r->norm = sqrt(sumsq) / S;
     r->lr = lr_at(&s->cfg->opt, step);
     r->applied = isfinite(loss) && isfinite(r->norm);
-    float scale = clip_scale((float)r->norm, s->cfg->opt.grad_clip);
+    float scale = clip_scale((float)r->norm, s->cfg->opt.grad_clip) / (float)S;
     if (w->sw)
         whole_swap_apply(w, r, scale);
     else if (r->applied)

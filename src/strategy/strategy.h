@@ -43,6 +43,9 @@ typedef struct {
     size_t fast_mem;
     int offload_prefetch, threads;
     int nonfinite_skip; // --on-nonfinite skip (a non-finite step must be skippable)
+    // --loss-scale: the loop's scaler (NULL: off). The step multiplies the backward's starting
+    // gradient by its scale and divides the gradients by it before clipping and the update.
+    const struct LossScale *loss_scale;
     // loom peer (swarm/): CO2's rule over the peers in the swarm (with tau, outer_* above)
     int peer, min_peers;
     const char *peer_id, *listen, *advertise, *bootstrap, *secret;

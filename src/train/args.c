@@ -18,6 +18,7 @@ void train_args_defaults(TrainArgs *a) {
     a->weight_decay = 0.1f, a->grad_clip = 1.0f, a->lr_schedule = "cosine", a->warmup = 0;
     a->seed = 1337, a->threads = 0, a->recompute = 0, a->device = "cpu";
     a->on_nonfinite = "stop", a->save_on_error = "continue", a->export_dtype = "fp32";
+    a->loss_scale = "auto", a->loss_scale_init = 65536.f, a->loss_scale_interval = 2000;
     a->save_every = 0, a->keep = 2, a->val_every = 0, a->val_windows = 8, a->log_every = 10;
     a->progress = 1, a->stop_grace = 25.f;
     a->peak_gflops = 0; // measure

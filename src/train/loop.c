@@ -60,6 +60,8 @@ static int log_record(Loop *l, const StepRecord *rec) {
                       .overlap_ms = rec->overlap * 1e3,
                       .io_ms = r->sc.offload ? rec->io * 1e3 : -1,
                       .device_mem_mib = device_mem_mib(r),
+                      .loss_scale = r->ls.on ? r->ls.scale : 0,
+                      .overflow_skips = r->ls.skipped,
                       .extra = rec->extra};
     if (r->lead && metrics_step(&r->mt, &ms)) return metrics_failed(l);
     progress_step(&r->pg, rec->step, rec->loss, tps, mfu, rec->seconds,
@@ -68,7 +70,8 @@ static int log_record(Loop *l, const StepRecord *rec) {
 }
 
 // Logs the records the strategy has handed over. A step whose loss or gradient is not finite
-// is skipped (--on-nonfinite skip, where the strategy can) or stops the run (EXIT_NUMERIC).
+// is an overflow of dynamic loss scaling while the scale can fall (skipped, the scale halves),
+// else skipped (--on-nonfinite skip, where the strategy can) or stops the run (EXIT_NUMERIC).
 static int take_records(Loop *l) {
     Run *r = l->r;
     const TrainArgs *a = r->a;
@@ -76,6 +79,16 @@ static int take_records(Loop *l) {
     while (strategy_take(l->s, &rec)) {
         if (rec.applied) {
             if (log_record(l, &rec)) return EXIT_IO;
+            loss_scale_after_step(&r->ls, 1);
+            continue;
+        }
+        double S = r->ls.scale;
+        if (!rec.must_stop && loss_scale_after_step(&r->ls, 0)) {
+            if (r->lead)
+                progress_note(&r->pg,
+                              "step %d: gradient overflow at loss scale %.0f; update skipped, "
+                              "scale now %.0f",
+                              rec.step, S, r->ls.scale);
             continue;
         }
         if (!rec.must_stop && !strcmp(a->on_nonfinite, "skip")) {
@@ -260,6 +273,10 @@ static int finish(Loop *l) {
     if (r->has_val && validate(l, a->steps, 1)) return EXIT_IO;
     if (l->skipped && r->lead)
         fprintf(stderr, "loom: %d steps skipped for non-finite values\n", l->skipped);
+    if (r->ls.on && r->lead)
+        fprintf(stderr,
+                "loom: loss scale %.0f at the end; %d steps skipped for gradient overflow\n",
+                r->ls.scale, r->ls.skipped);
     l->s->ops->summary(l->s, l->exposed, l->seconds);
     int rc = a->save ? save(l, a->steps > r->start ? a->steps : r->start, 1) : 0;
     if (!rc && a->export_path) {

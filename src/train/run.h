@@ -6,6 +6,7 @@
 #include "../io/checkpoint.h"
 #include "../io/metrics.h"
 #include "../model/gpt.h"
+#include "../optim/loss_scale.h"
 #include "../parallel/grid.h"
 #include "../rng.h"
 #include "../strategy/strategy.h"
@@ -34,6 +35,7 @@ typedef struct {
     StrategyData data;
     size_t fast_mem; // --fast-mem in bytes
     int save_lock;   // the --save directory's lock (io/dirlock.h; lead rank), or -1
+    LossScale ls;    // --loss-scale (the strategy reads it through sc.loss_scale)
 } Run;
 
 // Stops the run: the lead rank prints loom_errmsg, every rank exits with `code`.

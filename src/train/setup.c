@@ -352,6 +352,31 @@ static void lock_save_dir(Run *r) {
     }
 }
 
+// --loss-scale: the scaler (on by default with fp16 products), the layouts it runs with, and on
+// resume the scale and clean-step count the checkpoint carries.
+static int setup_loss_scale(Run *r) {
+    const TrainArgs *a = r->a;
+    const char *prec = r->model.be->precision;
+    int fp16 = prec && !strcmp(prec, "fp16");
+    if (loss_scale_init(&r->ls, a->loss_scale, a->loss_scale_init, a->loss_scale_interval, fp16))
+        return -1;
+    if (!r->ls.on) return 0;
+    const char *f = a->tp > 1    ? "--tp"
+                    : a->pp > 1  ? "--pp"
+                    : a->cp > 1  ? "--cp"
+                    : a->co2     ? "--co2"
+                    : a->offload ? "--offload"
+                    : a->peer    ? "loom peer"
+                                 : NULL;
+    if (f)
+        return loom_fail("--loss-scale%s runs with one process, --dp and --zero; not with %s yet",
+                         fp16 ? " (dynamic with --dtype fp16)" : "", f);
+    if (r->resume_dir[0] && r->resume.loss_scale > 0 && r->ls.dynamic)
+        r->ls.scale = r->resume.loss_scale, r->ls.good = r->resume.loss_scale_good;
+    r->sc.loss_scale = &r->ls;
+    return 0;
+}
+
 void run_setup(Run *r) {
     const TrainArgs *a = r->a;
     r->save_lock = -1;
@@ -368,6 +393,7 @@ void run_setup(Run *r) {
     setup_data(r);
     note_old_data_order(r);
     strategy_config(r);
+    if (setup_loss_scale(r)) run_fail(r, EXIT_USAGE);
     lock_save_dir(r);
     if (r->lead && metrics_open(&r->mt, a->metrics, r->resume_dir[0] != 0)) run_fail(r, EXIT_IO);
 }
@@ -392,6 +418,7 @@ CkptMeta run_ckpt_meta(const Run *r, int step) {
                      .data_window = run_data_window(r, step)};
     snprintf(meta.tokenizer, sizeof meta.tokenizer, "%s", r->tokenizer_dir[0] ? "dir" : "");
     meta.train_args = train_args_json(a);
+    if (r->ls.on && r->ls.dynamic) meta.loss_scale = r->ls.scale, meta.loss_scale_good = r->ls.good;
     return meta;
 }
 

@@ -26,9 +26,12 @@ typedef struct {
     int warmup;
     // run
     int seed, threads, recompute;
-    int recompute_gelu; // GPT-2: GELU recomputed in the backward (GPT.recompute_gelu)
-    char *device;       // backend: cpu (cuda with a CUDA build)
-    char *dtype;        // precision (NULL: the device's default)
+    int recompute_gelu;      // GPT-2: GELU recomputed in the backward (GPT.recompute_gelu)
+    char *device;            // backend: cpu (cuda with a CUDA build)
+    char *dtype;             // precision (NULL: the device's default)
+    char *loss_scale;        // "auto" | "off" | "dynamic" | a power of two (optim/loss_scale.h)
+    float loss_scale_init;   // dynamic scaling's first scale (2^16)
+    int loss_scale_interval; // clean steps before it doubles (2000)
     char *metrics, *save, *resume, *export_path, *on_nonfinite, *dump_grads;
     char *export_dtype;  // "fp32" | "bf16" (a LLaMA --export directory only)
     char *save_on_error; // a periodic save that fails: "continue" (warn, retry) or "stop"

@@ -7,7 +7,10 @@
 #   2. `loom sample --dump-logits` on $DEV from that directory equals tests/torch_llama.py's
 #      logits on it (the reference written for this project) within 1e-4 of the largest;
 #   3. with transformers importable: LlamaForCausalLM.from_pretrained on the directory gives
-#      the same logits (skipped, saying so, without it).
+#      the same logits (skipped, saying so, without it);
+#   4. grouped-query attention on the flash kernels (LOOM_CUDA_FLASH_GQA=1: bf16, head size 64,
+#      T 128, kv heads expanded in scratch) against the GQA kernels in bf16: 10 steps, losses
+#      within 1e-2 of each other (skipped for DEV=cpu).
 # Exit 77 (skip) when this loom has no usable GPU.
 set -eu
 . "$(dirname "$0")/../lib.sh"
@@ -63,3 +66,22 @@ PY
 else
     echo "transformers/torch not importable by $PY: part 3 not run"
 fi
+
+echo "== 4. grouped-query attention on the flash kernels (bf16)"
+case $DEV in
+cuda*)
+    fl="--arch llama --layers 2 --heads 4 --kv-heads 2 --dim 256 --vocab 256 --block-size 128
+        --seed 5 --data $d/d.bin --progress off --batch 4 --seq 128 --steps 10 --lr 1e-3"
+    $LOOM train $fl --device cuda:bf16 --metrics "$d/g_plain.jsonl"
+    LOOM_CUDA_FLASH_GQA=1 $LOOM train $fl --device cuda:bf16 --metrics "$d/g_flash.jsonl"
+    $PY - "$d/g_plain.jsonl" "$d/g_flash.jsonl" <<'PY'
+import json, sys
+a, b = ([json.loads(l)["loss"] for l in open(p) if '"loss"' in l] for p in sys.argv[1:])
+err = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+print(f"GQA on the flash kernels vs the GQA kernels (bf16): max relative loss difference "
+      f"{err:.2g} over {len(a)} steps (bound 1e-2)")
+sys.exit(0 if len(a) == len(b) == 10 and err <= 1e-2 else 1)
+PY
+    ;;
+*) echo "DEV=$DEV: part 4 is for the GPU" ;;
+esac

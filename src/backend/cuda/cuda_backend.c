@@ -269,11 +269,10 @@ const Backend *backend_cuda(const char *dtype) {
     CuDtype dt = CU_BF16; // the GPU's default
     if (dtype && !strcmp(dtype, "fp32"))
         dt = CU_FP32;
-    else if (dtype && !strcmp(dtype, "fp16")) {
-        loom_fail("--dtype fp16: not implemented yet (it needs dynamic loss scaling); use bf16 "
-                  "(compute capability 8.0 and newer) or fp32");
-        return NULL;
-    } else if (dtype && strcmp(dtype, "bf16")) {
+    else if (dtype && !strcmp(dtype, "fp16"))
+        dt = CU_FP16; // products on fp32 operands that cuBLAS rounds to fp16 (the train loop
+                      // scales the loss: optim/loss_scale.h)
+    else if (dtype && strcmp(dtype, "bf16")) {
         loom_fail("--dtype '%s': unknown (bf16, fp16 or fp32)", dtype);
         return NULL;
     }
@@ -283,8 +282,14 @@ const Backend *backend_cuda(const char *dtype) {
                   cu_ctx.cc_major, cu_ctx.cc_minor);
         return NULL;
     }
+    if (dt == CU_FP16 && cu_ctx.cc_major < 7) {
+        loom_fail("--dtype fp16: %s (compute capability %d.%d) has no fp16 tensor cores; use fp32",
+                  cu_ctx.name, cu_ctx.cc_major, cu_ctx.cc_minor);
+        return NULL;
+    }
+    if (cu_ctx.dtype != dt) cu_bf16_flush(); // cached copies are of the other half type
     cu_ctx.dtype = dt;
-    CUDA.precision = dt == CU_BF16 ? "bf16" : "fp32";
+    CUDA.precision = dt == CU_BF16 ? "bf16" : dt == CU_FP16 ? "fp16" : "fp32";
     return &CUDA;
 }
 

@@ -1,4 +1,5 @@
-// cuda_bf16.c — bf16 operands for the matrix products of --dtype bf16. Weights stay fp32
+// cuda_bf16.c — 16-bit operands for the matrix products of --dtype bf16 (and fp16: the
+// context's half type, k_half.cu). Weights stay fp32
 // (the master copy AdamW updates); each weight matrix a product reads gets a bf16 copy,
 // converted once and reused until an op that can change parameters runs (cu_gen: AdamW, the
 // vector ops, uploads, copies). Activations and gradients are converted into scratch per call.
@@ -54,7 +55,7 @@ const void *cu_bf16_weight(const float *w, size_t rows, size_t cols, size_t prow
         e->n = n, e->gen = 0;
     }
     if (e->gen != cu_gen) {
-        k_to_bf16(e->dst, w, rows * cols);
+        k_to_half(e->dst, w, rows * cols);
         if (prows > rows) // padding rows are zero
             CU(cudaMemsetAsync((char *)e->dst + rows * cols * 2, 0, (prows - rows) * cols * 2,
                                cu_ctx.stream));
@@ -72,6 +73,6 @@ void cu_bf16_flush(void) {
 
 const void *cu_bf16_act(int slot, const float *x, size_t n) {
     void *d = cu_scratch(slot, (n ? n : 1) * 2);
-    k_to_bf16(d, x, n);
+    k_to_half(d, x, n);
     return d;
 }

@@ -1,8 +1,9 @@
 // cuda_blas.c — the CUDA backend's matrix products: cuBLASLt for the linear layers (bias as
 // an epilogue, so the bias costs no extra pass), cuBLAS strided-batched products for attention.
 // Operands and results are fp32 in memory; the compute type follows the backend's dtype:
-// CU_FP32 is plain fp32 (CUBLAS_COMPUTE_32F: no TF32), CU_BF16 / CU_FP16 let cuBLAS round
-// the operands to bf16 / fp16 on the tensor cores and accumulate in fp32.
+// CU_FP32 is plain fp32 (CUBLAS_COMPUTE_32F: no TF32), CU_BF16 lets cuBLAS round fp32
+// operands to bf16 on the tensor cores and accumulate in fp32; CU_FP16 keeps fp32 operands
+// fp32 (the linear layers pass fp16 ones, converted by k_half.cu).
 //
 // cuBLASLt plans (descriptors, layouts, the heuristic's algorithm) are cached by shape,
 // operand alignment and dtype: the model asks for the same few dozen shapes every step.
@@ -30,10 +31,14 @@ void cb_check(int status, const char *what, const char *file, int line) {
 static cublasComputeType_t compute_type(void) {
     switch (cu_ctx.dtype) {
     case CU_BF16: return CUBLAS_COMPUTE_32F_FAST_16BF;
-    case CU_FP16: return CUBLAS_COMPUTE_32F_FAST_16F;
+    // fp16: the linear layers round their operands to fp16 themselves (k_half.cu); the fp32
+    // operands of the other products stay fp32 (FAST_16F lets cuBLAS choose, shape by shape)
     default: return CUBLAS_COMPUTE_32F;
     }
 }
+
+// the 16-bit operand type of CB_BF16_*: the context's half type
+static cudaDataType half_type(void) { return cu_ctx.dtype == CU_FP16 ? CUDA_R_16F : CUDA_R_16BF; }
 
 void cb_init(void) {
     CB(cublasCreate(&blas));
@@ -81,8 +86,8 @@ static cublasComputeType_t compute_for(int bf16) {
 static void plan_build(Plan *p, const void *bias_ptr, int al[4]) {
     cublasOperation_t ta = p->ta ? CUBLAS_OP_T : CUBLAS_OP_N,
                       tb = p->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cudaDataType ab = p->bf16 & CB_BF16_AB ? CUDA_R_16BF : CUDA_R_32F;
-    cudaDataType cd = p->bf16 & CB_BF16_C ? CUDA_R_16BF : CUDA_R_32F;
+    cudaDataType ab = p->bf16 & CB_BF16_AB ? half_type() : CUDA_R_32F;
+    cudaDataType cd = p->bf16 & CB_BF16_C ? half_type() : CUDA_R_32F;
     CB(cublasLtMatmulDescCreate(&p->desc, compute_for(p->bf16), CUDA_R_32F));
     CB(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     CB(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
@@ -176,8 +181,8 @@ void cb_matmul(int ta, int tb, int m, int n, int k, const void *A, int lda, cons
         k_bias_rows(C, bias, n, m);
         beta = 1.0f;
     }
-    cudaDataType ab = bf16 & CB_BF16_AB ? CUDA_R_16BF : CUDA_R_32F;
-    cudaDataType cd = bf16 & CB_BF16_C ? CUDA_R_16BF : CUDA_R_32F;
+    cudaDataType ab = bf16 & CB_BF16_AB ? half_type() : CUDA_R_32F;
+    cudaDataType cd = bf16 & CB_BF16_C ? half_type() : CUDA_R_32F;
     CB(cublasGemmEx(blas, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k,
                     &alpha, A, ab, lda, B, ab, ldb, &beta, C, cd, ldc, compute_for(bf16),
                     CUBLAS_GEMM_DEFAULT));

@@ -1,13 +1,14 @@
 // cuda_blas.h — the CUDA backend's matrix products (cuda_blas.c). Column-major, as cuBLAS:
 // C (m×n, ldc) = op(A)·op(B) + beta·C (+ bias, m elements, added to every column);
 // ta / tb nonzero transpose A / B. All pointers are device memory. A and B are fp32 (the
-// backend's dtype picks the tensor-core precision) or bf16; C and the bias fp32 or bf16;
-// bf16 operands accumulate in fp32.
+// backend's dtype picks the tensor-core precision) or 16-bit (bf16, or fp16 under --dtype
+// fp16: the context's half type); C and the bias fp32 or 16-bit; 16-bit operands accumulate
+// in fp32.
 #pragma once
 
 void cb_init(void);
 void cb_check(int status, const char *what, const char *file, int line);
-// bf16: CB_BF16_AB (A and B are bf16), | CB_BF16_C (C and the bias are bf16 too).
+// bf16: CB_BF16_AB (A and B are half), | CB_BF16_C (C and the bias are half too).
 enum { CB_BF16_AB = 1, CB_BF16_C = 2 };
 void cb_matmul(int ta, int tb, int m, int n, int k, const void *A, int lda, const void *B, int ldb,
                void *C, int ldc, float beta, const void *bias, int bf16);

@@ -15,7 +15,8 @@ extern "C" {
 #endif
 
 // The precision of matrix products: fp32 (no TF32), or bf16 / fp16 operands with fp32
-// accumulation, fp32 master weights, moments and activations.
+// accumulation, fp32 master weights, moments and activations. "Half" below is the 16-bit type
+// of the context: fp16 under CU_FP16, bf16 otherwise.
 typedef enum { CU_FP32, CU_BF16, CU_FP16 } CuDtype;
 
 typedef struct {
@@ -51,7 +52,9 @@ enum {
     SCR_BF_B,
     SCR_BF_OUT,
     SCR_FLASH,
-    SCR_ROPE, // RoPE's positions and inverse frequencies, uploaded per call
+    SCR_ROPE,  // RoPE's positions and inverse frequencies, uploaded per call
+    SCR_GQA,   // grouped-query attention on the flash kernels: the MHA rows (B,T,3C)
+    SCR_GQA_D, // and their gradient
     SCR_SLOTS
 };
 void *cu_scratch(int slot, size_t bytes);
@@ -61,8 +64,9 @@ double cu_sum_losses(const float *losses, int N);
 // Uploads n host ints into scratch slot `slot` (SCR_INTS by default); returns the device copy.
 int *cu_ints(const int *host, size_t n);
 
-// bf16 operands (cuda_bf16.c). cu_gen changes whenever parameters may have changed (every op
-// that is not a model kernel bumps it); a weight's bf16 copy is reconverted when it is stale.
+// Half operands (cuda_bf16.c: bf16, or fp16 under CU_FP16). cu_gen changes whenever parameters
+// may have changed (every op that is not a model kernel bumps it); a weight's copy is
+// reconverted when it is stale.
 extern unsigned cu_gen;
 // w (rows, cols) row-major as bf16, followed by prows − rows zero rows (prows ≥ rows)
 const void *cu_bf16_weight(const float *w, size_t rows, size_t cols, size_t prows);
@@ -114,6 +118,9 @@ void k_nonfinite(int *flag_dev, const float *x, size_t n);
 void k_to_bf16(void *dst, const float *src, size_t n);
 // dst (rows, pcols) bf16 = src (rows, cols) fp32, zero in columns cols..pcols-1
 void k_to_bf16_pad(void *dst, const float *src, size_t rows, size_t cols, size_t pcols);
+// k_half.cu: the same into the context's half type (fp16 under CU_FP16, else bf16)
+void k_to_half(void *dst, const float *src, size_t n);
+void k_to_half_pad(void *dst, const float *src, size_t rows, size_t cols, size_t pcols);
 // part_dev[k] = Σ x² over grid block k's grid-stride share, K_SUMSQ_BLOCKS doubles
 enum { K_SUMSQ_BLOCKS = 1024 };
 void k_sumsq_part(double *part_dev, const float *x, size_t n);
@@ -167,6 +174,10 @@ void k_rope(float *qkv, const int *pos_dev, const float *freq_dev, int B, int T,
 void k_swiglu_forward(float *out, const float *inp, int N, int F);
 void k_swiglu_backward(float *dinp, const float *inp, const float *dout, int N, int F);
 void k_gqa_forward(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV, int hs);
+// k_gqa_expand.cu: the GQA rows as MHA rows (B,T,3C), each kv head repeated for its query
+// heads, and the MHA gradient folded back into the GQA layout (dk, dv summed over the group)
+void k_gqa_expand(float *full, const float *qkv, int B, int T, int NH, int NKV, int hs);
+void k_gqa_fold(float *dqkv, const float *dfull, int B, int T, int NH, int NKV, int hs);
 void k_gqa_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
                     const float *lse, int B, int T, int NH, int NKV, int hs);
 

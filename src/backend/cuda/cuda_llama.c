@@ -9,6 +9,8 @@
 // in bf16); with fewer, k_llama.cu's kernels read each group's kv head in place and keep the
 // rows' log-sum-exps (B,NH,T) in att, which attention_saved_floats always covers.
 #include <cuda_runtime.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cuda_impl.h"
 #include "cuda_ops.h"
@@ -62,10 +64,28 @@ void cuda_swiglu_backward(float *dinp, const float *inp, const float *dout, int 
     cu_prof_end(PROF_SWIGLU_B);
 }
 
+// Fewer kv heads on the flash kernels (LOOM_CUDA_FLASH_GQA=1, where attention at this shape
+// is flash): the rows expanded to MHA in scratch (k_gqa_expand.cu). Opt-in until the GPU suite
+// has run it (test_cuda_llama checks both ways).
+static int gqa_on_flash(int T, int NH, int hs) {
+    static int env = -1;
+    if (env < 0) {
+        const char *e = getenv("LOOM_CUDA_FLASH_GQA");
+        env = e && !strcmp(e, "1");
+    }
+    return env && cuda_attention_is_flash(T, NH * hs, NH);
+}
+
 void cuda_gqa_attention_forward(float *out, float *att, const float *qkv, int B, int T, int NH,
                                 int NKV, int hs) {
     if (NKV == NH) {
         cuda_attention_forward(out, att, qkv, B, T, NH * hs, NH);
+        return;
+    }
+    if (gqa_on_flash(T, NH, hs)) {
+        float *full = cu_scratch(SCR_GQA, (size_t)B * T * 3 * NH * hs * sizeof(float));
+        k_gqa_expand(full, qkv, B, T, NH, NKV, hs);
+        cuda_attention_forward(out, att, full, B, T, NH * hs, NH);
         return;
     }
     cu_prof_begin(PROF_ATT_F);
@@ -77,6 +97,14 @@ void cuda_gqa_attention_backward(float *dqkv, const float *dout, const float *qk
                                  const float *att, int B, int T, int NH, int NKV, int hs) {
     if (NKV == NH) {
         cuda_attention_backward(dqkv, dout, qkv, out, att, B, T, NH * hs, NH);
+        return;
+    }
+    if (gqa_on_flash(T, NH, hs)) {
+        size_t bytes = (size_t)B * T * 3 * NH * hs * sizeof(float);
+        float *full = cu_scratch(SCR_GQA, bytes), *dfull = cu_scratch(SCR_GQA_D, bytes);
+        k_gqa_expand(full, qkv, B, T, NH, NKV, hs);
+        cuda_attention_backward(dfull, dout, full, out, att, B, T, NH * hs, NH);
+        k_gqa_fold(dqkv, dfull, B, T, NH, NKV, hs);
         return;
     }
     cu_prof_begin(PROF_ATT_B);

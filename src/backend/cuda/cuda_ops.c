@@ -102,7 +102,8 @@ void cuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dou
 // gradient into padded bf16 scratch. The scratch then stays at PAD_ROWS rows (412 MiB for
 // GPT-2's head) however many rows the micro-batch has.
 enum { PAD_ROWS = 2048 };
-static int bf16_mode(void) { return cu_ctx.dtype == CU_BF16; }
+// the products' 16-bit path: bf16, or fp16 (the same code; the half type is the context's)
+static int bf16_mode(void) { return cu_ctx.dtype == CU_BF16 || cu_ctx.dtype == CU_FP16; }
 static int pad_to(int OC, int has_bias) { return OC % 8 && !has_bias ? (OC + 63) / 64 * 64 : OC; }
 
 static void bf16_forward(float *out, const float *inp, const float *w, const float *bias, int N,
@@ -134,7 +135,7 @@ static void bf16_backward(float *dinp, float *dw, const float *dout, const float
     void *d = cu_scratch(SCR_BF_A, (size_t)R * P * 2); // a chunk of dout (R,P), zero past OC
     for (int n0 = 0; n0 < N; n0 += R) {
         int nr = N - n0 < R ? N - n0 : R;
-        k_to_bf16_pad(d, dout + (size_t)n0 * OC, (size_t)nr, (size_t)OC, (size_t)P);
+        k_to_half_pad(d, dout + (size_t)n0 * OC, (size_t)nr, (size_t)OC, (size_t)P);
         if (dinp)
             cb_matmul(0, 0, C, nr, P, wb, C, d, P, dinp + (size_t)n0 * C, C, 0.0f, NULL,
                       CB_BF16_AB);
@@ -179,7 +180,7 @@ static int use_flash(int T, int C, int NH) {
         const char *e = getenv("LOOM_CUDA_FLASH");
         env = !(e && !strcmp(e, "0"));
     }
-    return env && bf16_mode() && k_flash_ok(T, C, NH);
+    return env && cu_ctx.dtype == CU_BF16 && k_flash_ok(T, C, NH);
 }
 
 void cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
@@ -206,6 +207,8 @@ void cuda_attention_forward(float *out, float *att, const float *qkv, int B, int
     }
     cu_prof_end(PROF_ATT_F);
 }
+
+int cuda_attention_is_flash(int T, int C, int NH) { return use_flash(T, C, NH); }
 
 // att holds the softmax (B,NH,T,T) for the batched products, the per-row log-sum-exps
 // (B,NH,T) on the flash path (which reads the output rows from out in the backward).

@@ -18,6 +18,8 @@ void cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dou
                           const float *w, int N, int C, int OC);
 void cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
 size_t cuda_attention_saved_floats(int B, int T, int NH, int hs);
+// whether attention at this shape takes the flash kernels (bf16, head size 64, T > 64)
+int cuda_attention_is_flash(int T, int C, int NH);
 void cuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
                              const float *att, int B, int T, int C, int NH);
 void cuda_gelu_forward(float *out, const float *inp, size_t n);
