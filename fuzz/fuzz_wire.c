@@ -15,7 +15,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (!err[0]) abort();
         return 0;
     }
-    if (msg.type == WIRE_DELTA8) { // the scales, and every code
+    if (wire_is_q8(msg.type)) { // the scales, and every code
         wire_floats(msg.data, wire_q8_scales(msg.n), floats);
         for (uint32_t i = 0; i < msg.n; i++)
             floats[i] = (float)(int8_t)msg.q8[i];

@@ -168,6 +168,8 @@ w("wire/sum", hdr(13) + struct.pack("<IQQII", 2, 4096, 8200, 5, 1) + floats(5) +
 w("wire/sums", hdr(14) + struct.pack("<IQQIII", 2, 0, 20, 10, 1, 3) + struct.pack("<3I", 1, 4, 9) +
   floats(3) + struct.pack("<d", 2.5))
 w("wire/hold", hdr(15) + struct.pack("<IQ", 1, 7) + ids([b"node-0"]))
+w("wire/sum8", hdr(16) + struct.pack("<IQQII", 2, 4096, 8200, 4100, 2) + floats(2) +
+  bytes((i * 37) % 256 for i in range(4100)) + struct.pack("<2d", 3.25, 2.0))
 PY
 # Hugging Face tokenizer.json (fuzz_tokjson): the 256 byte tokens in GPT-2's alphabet and a few
 # merges; GPT-2's ByteLevel with "a b" merges, Llama-3's Split with ["a", "b"] merges, added

@@ -5,8 +5,11 @@
 #      same bytes as the all-to-all swarm's (the owner of a slice sums in id order, as every peer
 #      does all-to-all) and its losses per step the same; both equal `mpirun --dp N --co2`
 #      within 1e-5. Each peer sends less than with all-to-all (from 3 peers on);
-#   2. --outer-compress int8 and topk: sharded anchors identical across peers and to the
-#      all-to-all swarm's with the same compression;
+#   2. --outer-compress int8 and topk: sharded anchors identical across peers and, with
+#      --outer-compress-sums none, to the all-to-all swarm's with the same compression; with the
+#      sums in int8 (the default there) identical across peers and, int8, not the fp32 sums'
+#      anchor but within 2e-3 of it with fewer bytes sent; topk, whose sums of 3 peers are
+#      sparse in every piece, exactly the fp32 sums' anchor (sparse pieces stay exact);
 #   3. a peer killed in the middle of the reduce-scatter (LOOM_FAULT_PEER_KILL: right after it
 #      sent its first part): the survivors commit a new attempt over themselves and finish with
 #      identical anchors (a member of 3, the coordinator of 3, a member of 8);
@@ -108,11 +111,28 @@ fi
 
 echo "== 2. --outer-compress int8 and topk"
 for cq in int8 topk; do
-    swarm c$cq-a 3 $outer --steps $steps --outer-compress $cq --topk-frac 0.05 --peer-exchange all
-    swarm c$cq-s 3 $outer --steps $steps --outer-compress $cq --topk-frac 0.05 --peer-exchange sharded
+    cqf="--steps $steps --outer-compress $cq --topk-frac 0.05"
+    swarm c$cq-a 3 $outer $cqf --peer-exchange all
+    swarm c$cq-s 3 $outer $cqf --peer-exchange sharded --outer-compress-sums none
     identical c$cq-s 3
     cmp "$d/c$cq-s-0.st" "$d/c$cq-a-0.st" || { echo "$cq: sharded anchor differs from all-to-all's"; exit 1; }
-    echo "$cq: 3 sharded peers identical, and identical to all-to-all"
+    echo "$cq: 3 sharded peers (fp32 sums) identical, and identical to all-to-all"
+    swarm c$cq-q 3 $outer $cqf --peer-exchange sharded # (sums in int8: the default with $cq)
+    identical c$cq-q 3
+    sq=$(sent "$d/c$cq-q-0.jsonl") ss=$(sent "$d/c$cq-s-0.jsonl")
+    if [ $cq = topk ]; then # 3 sparse parts of 5%: every piece of a sum is sparse, stays exact
+        cmp "$d/c$cq-q-0.st" "$d/c$cq-s-0.st" ||
+            { echo "topk: sparse sums changed under --outer-compress-sums int8"; exit 1; }
+        echo "topk: int8 sums: every piece sparse, so exact: the fp32 sums' anchor ($sq MiB sent)"
+        continue
+    fi
+    if cmp -s "$d/c$cq-q-0.st" "$d/c$cq-s-0.st"; then
+        echo "$cq: int8 sums gave the fp32 sums' anchor: the int8 all-gather was not taken"; exit 1
+    fi
+    $REF compare-st "$d/c$cq-q-0.st" "$d/c$cq-s-0.st" --tol 2e-3
+    awk -v q="$sq" -v s="$ss" 'BEGIN { exit !(q < s) }' || { echo "int8 sums sent no less"; exit 1; }
+    echo "$cq: int8 sums: 3 peers identical, within 2e-3 of the fp32 sums' anchor; peer 0 sent" \
+        "$sq MiB ($ss MiB with fp32 sums)"
 done
 
 echo "== 3. a peer killed during the reduce-scatter"

@@ -216,7 +216,7 @@ TEST(garbage_is_counted) {
     int sent = 0;
     double end = now_sec() + PATIENCE;
     while (sent < 3 && now_sec() < end) {
-        if (net_send(n, "a", junk, sizeof junk) == NET_OK) sent++;
+        if (net_send(n, "a", junk, sizeof junk, 0) == NET_OK) sent++;
         net_wait(n, 10);
     }
     CHECK(sent == 3, "sent %d", sent);
@@ -231,7 +231,7 @@ TEST(garbage_is_counted) {
     sent = 0;
     end = now_sec() + PATIENCE;
     while (!sent && now_sec() < end) {
-        sent = net_send(n, "a", huge, big) == NET_OK;
+        sent = net_send(n, "a", huge, big, 0) == NET_OK;
         net_wait(n, 10);
     }
     while (swarm_stats(sw[0]).oversized == over && now_sec() < end)

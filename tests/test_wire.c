@@ -104,7 +104,7 @@ static int same_msg(const WireMsg *a, const WireMsg *b) {
         memcpy(&g, a->data + 4 * (size_t)j, 4);
         if (wire_u32(b->idx, j) != ((const uint32_t *)a->idx)[j] || memcmp(&f, &g, 4)) return 0;
     }
-    if (a->n && b->type == WIRE_DELTA8) { // the scales, then the codes
+    if (a->n && wire_is_q8(b->type)) { // the scales, then the codes
         size_t ns = wire_q8_scales(a->n);
         wire_floats(b->data, ns, fl_back);
         if (memcmp(a->data, fl_back, ns * 4) || memcmp(a->q8, b->q8, a->n)) return 0;
@@ -394,7 +394,7 @@ TEST(malformed_rejected) {
     header(&b, 0, 1, "me");
     REJECT(&b, "unknown type 0");
     header(&b, WIRE_NTYPES, 1, "me");
-    REJECT(&b, "unknown type 16");
+    REJECT(&b, "unknown type 17"); // (WIRE_NTYPES)
     header(&b, 0xffff, 1, "me");
     REJECT(&b, "unknown type 65535");
     header(&b, WIRE_BYE, -1, "me");
@@ -520,11 +520,12 @@ TEST(mutations) {
     const struct {
         int type;
         size_t at, k;
-    } counts[] = {
-        {WIRE_HELLO, 0, 2},   {WIRE_WELCOME, 0, 2}, {WIRE_GOSSIP, 0, 2},  {WIRE_REFUSE, 0, 4},
-        {WIRE_DELTA, 16, 4},  {WIRE_DELTA, 20, 4},  {WIRE_HAVE, 8, 2},    {WIRE_COMMIT, 12, 2},
-        {WIRE_DATA, 20, 4},   {WIRE_DELTA8, 16, 4}, {WIRE_DELTA8, 20, 4}, {WIRE_DELTAS, 20, 4},
-        {WIRE_DELTAS, 24, 4}, {WIRE_SUM, 20, 4},    {WIRE_SUM, 24, 4},    {WIRE_HOLD, 12, 2}};
+    } counts[] = {{WIRE_HELLO, 0, 2},   {WIRE_WELCOME, 0, 2}, {WIRE_GOSSIP, 0, 2},
+                  {WIRE_REFUSE, 0, 4},  {WIRE_DELTA, 16, 4},  {WIRE_DELTA, 20, 4},
+                  {WIRE_HAVE, 8, 2},    {WIRE_COMMIT, 12, 2}, {WIRE_DATA, 20, 4},
+                  {WIRE_DELTA8, 16, 4}, {WIRE_DELTA8, 20, 4}, {WIRE_DELTAS, 20, 4},
+                  {WIRE_DELTAS, 24, 4}, {WIRE_SUM, 20, 4},    {WIRE_SUM, 24, 4},
+                  {WIRE_HOLD, 12, 2},   {WIRE_SUM8, 20, 4},   {WIRE_SUM8, 24, 4}};
     for (size_t c = 0; c < sizeof counts / sizeof *counts; c++) {
         int i = counts[c].type - 1;
         for (size_t j = 0; j < counts[c].k; j++)

@@ -208,6 +208,11 @@ static const Option PEER_OPTS[] = {
      "how a round's Δs are averaged: every Δ to every peer, or reduce-scatter + all-gather of "
      "slices (about 2 model sizes sent per peer per round, whatever the swarm's size)",
      "all|sharded", 0, 0},
+    {"outer-compress-sums", OPT_STR, &A.outer_compress_sums,
+     "--peer-exchange sharded: the slice sums of the all-gather on the wire, fp32 or int8 per "
+     "4096 floats (the owner applies the dequantized sum too; no error feedback); auto: int8 "
+     "when --outer-compress is int8 or topk",
+     "auto|none|int8", 0, 0},
     {"topk-frac", OPT_FLOAT, &A.topk_frac,
      "--outer-compress topk: the share of a Δ's floats sent, in (0, 1]", NULL, 0, 0},
 };

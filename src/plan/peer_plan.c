@@ -10,7 +10,12 @@ double peer_round_bytes(int n, double p, int exchange, int compress, double topk
     if (n < 2) return 0;
     if (exchange == PEER_EX_ALL) return (n - 1) * delta;
     double part = (n - 1.0) / n * delta; // the reduce-scatter of the parts
-    return part + (compress == PEER_COMP_TOPK ? (n - 1) * delta : (n - 1.0) / n * 4.0 * p);
+    // the all-gather of the slice sums: fp32, or int8 with compression (--outer-compress-sums
+    // auto); under topk a sparse sum goes as indices and values when that is smaller
+    double sums =
+        (n - 1.0) / n * (compress == PEER_COMP_NONE ? 4.0 * p : p + 4.0 * ceil(p / 4096.0));
+    if (compress == PEER_COMP_TOPK && (n - 1) * delta < sums) sums = (n - 1) * delta;
+    return part + sums;
 }
 
 static int peer_evaluate(const Profile *p, const PlanInput *in, int tau, int b, int rc, int ex,

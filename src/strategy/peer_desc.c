@@ -49,6 +49,8 @@ char *peer_run_desc(const Strategy *s) {
     cJSON_AddStringToObject(j, "outer-compress", cq[c->outer_compress]);
     if (c->outer_compress == 2) cJSON_AddNumberToObject(j, "topk-frac", c->topk_frac);
     cJSON_AddStringToObject(j, "peer-exchange", c->peer_exchange ? "sharded" : "all");
+    if (c->peer_exchange)
+        cJSON_AddStringToObject(j, "outer-compress-sums", c->sums_int8 ? "int8" : "none");
     cJSON_AddStringToObject(j, "gap-mode", c->gap_adaptive ? "adaptive" : "constant");
     cJSON_AddStringToObject(j, "lr-schedule", c->opt.schedule == LR_COSINE ? "cosine" : "constant");
     cJSON_AddNumberToObject(j, "warmup", c->opt.warmup);

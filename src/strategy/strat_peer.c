@@ -311,6 +311,7 @@ static int peer_create(Strategy *s) {
                       .compress = c->outer_compress,
                       .topk_frac = c->topk_frac,
                       .exchange = c->peer_exchange,
+                      .sums_int8 = c->sums_int8 && c->peer_exchange,
                       .verbose = getenv("LOOM_PEER_VERBOSE") != NULL};
     SwarmState st;
     int joined;

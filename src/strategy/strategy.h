@@ -51,6 +51,7 @@ typedef struct {
     const char *peer_id, *listen, *advertise, *bootstrap, *secret;
     float peer_timeout;
     int outer_compress;    // --outer-compress: 0 none, 1 int8, 2 topk (swarm/compress.h)
+    int sums_int8;         // --outer-compress-sums: the sharded all-gather in int8
     int peer_exchange;     // --peer-exchange: 0 all, 1 sharded (swarm/swarm_shard.c)
     float topk_frac;       // --topk-frac (topk)
     const char *device;    // the backend's name (a peer's state is host memory: cpu only for now)

@@ -118,7 +118,7 @@ void sw_piece_take(const WireMsg *m, float *dst) {
             dst[wire_u32(m->idx, j)] = wire_float(m->data, j);
         return;
     }
-    if (m->type != WIRE_DELTA8) {
+    if (!wire_is_q8(m->type)) {
         wire_floats(m->data, m->n, dst);
         return;
     }

@@ -25,7 +25,8 @@
 
 typedef struct {
     char *key, *addr;
-    void *sock, *mon; // the DEALER and the PAIR reading its monitor events
+    void *sock, *mon; // the bulk DEALER and the PAIR reading its monitor events
+    void *ctl;        // the control DEALER: its own connection, never behind bulk pieces
 } Peer;
 
 struct Net {
@@ -213,23 +214,34 @@ static void peer_free(Peer *p) {
     if (p->sock) zmq_socket_monitor(p->sock, NULL, 0);
     close_sock(&p->mon);
     close_sock(&p->sock);
+    close_sock(&p->ctl);
     free(p->key);
     free(p->addr);
 }
 
-// A CURVE-client DEALER connected to addr, with a monitor PAIR for its failed handshakes.
+// A CURVE-client DEALER to addr queueing at most hwm messages (a completed connection only).
+static void *dealer(Net *n, const char *addr, int hwm) {
+    void *s = zmq_socket(n->ctx, ZMQ_DEALER);
+    if (s && !(common_opts(n, s, addr[0] == '[') ||
+               zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, n->pub, NET_KEY_LEN) ||
+               zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, n->pub, NET_KEY_LEN) ||
+               zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, n->secret, NET_KEY_LEN) ||
+               set_int(s, ZMQ_IMMEDIATE, 1) || set_int(s, ZMQ_SNDHWM, hwm) ||
+               set_int(s, ZMQ_RECONNECT_IVL, 100) || set_int(s, ZMQ_RECONNECT_IVL_MAX, 2000)))
+        return s;
+    if (s) zmq_close(s);
+    return NULL;
+}
+
+// Two CURVE-client DEALERs connected to addr: bulk (8 messages queued: pieces of up to 1 MiB)
+// and control (256: small messages that must not wait behind the pieces, nor be dropped
+// because the pieces filled the queue), and a monitor PAIR for the bulk one's failed handshakes.
 static int peer_open(Net *n, Peer *p, const char *addr) {
     char ep[ADDR_MAX + 16], mon[64];
     if (strlen(addr) >= ADDR_MAX || !strrchr(addr, ':'))
         return loom_fail("peer address %.200s: not HOST:PORT", addr);
     snprintf(ep, sizeof ep, "tcp://%s", addr);
-    p->sock = zmq_socket(n->ctx, ZMQ_DEALER);
-    if (!p->sock || common_opts(n, p->sock, addr[0] == '[') ||
-        zmq_setsockopt(p->sock, ZMQ_CURVE_SERVERKEY, n->pub, NET_KEY_LEN) ||
-        zmq_setsockopt(p->sock, ZMQ_CURVE_PUBLICKEY, n->pub, NET_KEY_LEN) ||
-        zmq_setsockopt(p->sock, ZMQ_CURVE_SECRETKEY, n->secret, NET_KEY_LEN) ||
-        set_int(p->sock, ZMQ_IMMEDIATE, 1) || set_int(p->sock, ZMQ_SNDHWM, 8) ||
-        set_int(p->sock, ZMQ_RECONNECT_IVL, 100) || set_int(p->sock, ZMQ_RECONNECT_IVL_MAX, 2000))
+    if (!(p->sock = dealer(n, addr, 8)) || !(p->ctl = dealer(n, addr, 256)))
         return loom_fail("cannot set up a socket to %s: %s", addr, zmq_strerror(errno));
     snprintf(mon, sizeof mon, "inproc://loom-net-mon-%u", n->mon_seq++);
     int ev = ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
@@ -237,7 +249,7 @@ static int peer_open(Net *n, Peer *p, const char *addr) {
     if (zmq_socket_monitor(p->sock, mon, ev) != 0 || !(p->mon = zmq_socket(n->ctx, ZMQ_PAIR)) ||
         set_int(p->mon, ZMQ_LINGER, 0) || zmq_connect(p->mon, mon) != 0)
         return loom_fail("cannot monitor the socket to %s: %s", addr, zmq_strerror(errno));
-    if (zmq_connect(p->sock, ep) != 0)
+    if (zmq_connect(p->sock, ep) != 0 || zmq_connect(p->ctl, ep) != 0)
         return loom_fail("cannot connect to %s: %s", addr, zmq_strerror(errno));
     return 0;
 }
@@ -275,10 +287,10 @@ void net_disconnect(Net *n, const char *key) {
     *p = n->peers[--n->npeers];
 }
 
-int net_send(Net *n, const char *key, const void *buf, size_t len) {
+int net_send(Net *n, const char *key, const void *buf, size_t len, int control) {
     Peer *p = find(n, key);
     if (!p) return loom_fail("send to unknown peer %.200s", key), NET_ERR;
-    if (zmq_send(p->sock, buf, len, ZMQ_DONTWAIT) >= 0) return NET_OK;
+    if (zmq_send(control ? p->ctl : p->sock, buf, len, ZMQ_DONTWAIT) >= 0) return NET_OK;
     if (errno == EAGAIN) return NET_BUSY;
     return loom_fail("send to %s (%s): %s", key, p->addr, zmq_strerror(errno)), NET_ERR;
 }

@@ -1,7 +1,10 @@
 // net.h — the swarm's transport: ZeroMQ (libzmq) with CURVE authentication and encryption.
 // Every peer binds one ROUTER socket (its inbox, a CURVE server) at --listen and reaches each
-// other peer through a DEALER socket of its own (a CURVE client) connected to that peer's
-// address: messages are one-way posts, a reply goes back through the replier's own DEALER.
+// other peer through two DEALER sockets of its own (CURVE clients) connected to that peer's
+// address, each its own TCP connection: bulk (the Δ pieces, sums and downloads, 8 queued) and
+// control (everything else, 256 queued), so that gossip and commits neither wait behind nor
+// are dropped for megabytes of pieces on a slow link. Messages are one-way posts, a reply goes
+// back through the replier's own DEALERs.
 //
 // The swarm secret (--secret FILE, made by `loom keygen`) is one CURVE secret key shared by all
 // peers; every peer serves with it and connects with it, and a ZAP handler on the inbox admits
@@ -46,10 +49,11 @@ int net_connect(Net *n, const char *key, const char *addr);
 void net_disconnect(Net *n, const char *key);
 // 1 if a DEALER named key exists.
 int net_has(const Net *n, const char *key);
-// Queues one message to key without blocking: NET_OK, NET_BUSY (its queue is full or it has no
-// completed connection yet: try later), NET_ERR (unknown key).
-int net_send(Net *n, const char *key, const void *buf, size_t len);
-// 1 if a message to key would be queued now (net_send would not say NET_BUSY): ask before
+// Queues one message to key on its control (control != 0) or bulk connection without blocking:
+// NET_OK, NET_BUSY (that queue is full or its connection not complete yet: try later), NET_ERR
+// (unknown key).
+int net_send(Net *n, const char *key, const void *buf, size_t len, int control);
+// 1 if a bulk message to key would be queued now (net_send would not say NET_BUSY): ask before
 // encoding a large one.
 int net_writable(const Net *n, const char *key);
 // Waits up to timeout_ms for an incoming message (also serves the ZAP handler and counts

@@ -44,9 +44,11 @@ int sw_send(Swarm *s, const char *key, int type, int64_t round) {
     size_t len = wire_encode(m, s->buf, WIRE_MSG_MAX);
     if (type == WIRE_DELTA || type == WIRE_DATA || type == WIRE_SUM) // (a spilled array's piece)
         spill_drop(m->data, (size_t)m->n * sizeof(float));
-    if (type == WIRE_DELTA8) spill_drop(m->q8, m->n);
+    if (wire_is_q8(type)) spill_drop(m->q8, m->n);
     if (!len) return NET_ERR;
-    int rc = net_send(s->net, key, s->buf, len);
+    int bulk = type == WIRE_DELTA || type == WIRE_DELTA8 || type == WIRE_DELTAS ||
+               type == WIRE_DATA || type == WIRE_SUM || type == WIRE_SUMS || type == WIRE_SUM8;
+    int rc = net_send(s->net, key, s->buf, len, !bulk);
     if (rc == NET_OK) s->st.sent += len;
     return rc;
 }
@@ -168,7 +170,7 @@ static void dispatch(Swarm *s, const void *buf, size_t len) {
     if (s->c.verbose && m->type != WIRE_DELTA && m->type != WIRE_DELTA8 && m->type != WIRE_DELTAS &&
         m->type != WIRE_GOSSIP && m->type != WIRE_HAVE && m->type != WIRE_COMMIT &&
         m->type != WIRE_DATA && m->type != WIRE_FETCH && m->type != WIRE_SUM &&
-        m->type != WIRE_SUMS && m->type != WIRE_HOLD)
+        m->type != WIRE_SUMS && m->type != WIRE_SUM8 && m->type != WIRE_HOLD)
         fprintf(stderr, "loom peer %s: %.3f %s from %s\n", s->id, now_sec(),
                 wire_type_name(m->type), m->from);
     switch (m->type) {
@@ -193,7 +195,8 @@ static void dispatch(Swarm *s, const void *buf, size_t len) {
     case WIRE_HAVE: sw_on_have(s, m); break;
     case WIRE_COMMIT: sw_on_commit(s, m); break;
     case WIRE_SUM:
-    case WIRE_SUMS: sw_shard_on_sum(s, m); break;
+    case WIRE_SUMS:
+    case WIRE_SUM8: sw_shard_on_sum(s, m); break;
     case WIRE_HOLD: sw_shard_on_hold(s, m); break;
     case WIRE_FETCH: sw_on_fetch(s, m); break;
     case WIRE_DATA: sw_on_data(s, m); break;

@@ -37,6 +37,7 @@ typedef struct {
     double topk_frac;      // --topk-frac: the share of a Δ's floats topk sends
     int exchange;          // --peer-exchange: 0 all (every Δ to every peer), 1 sharded
                            // (reduce-scatter + all-gather, swarm_shard.c)
+    int sums_int8;         // sharded: the all-gather's slice sums travel as int8 (SUM8)
     int verbose;
 } SwarmConfig;
 

@@ -110,6 +110,8 @@ typedef struct {
     int sh_final;     // every live member of the set holds every slice sum: the average stands
     int sh_summed;    // this peer summed its own slice under sh_att
     uint8_t *sh_got;  // per chunk of avg: held under sh_att
+    int8_t *sh_q8;    // --outer-compress-sums int8: this peer's slice sum as codes (slice-long)
+    float *sh_scales; // and scales (one per CQ_CHUNK); avg holds their dequantized values
     double sh_sum_at; // when this peer's slice sum was first sent
 } Slot;
 

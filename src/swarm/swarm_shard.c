@@ -7,13 +7,15 @@
 // owned by S[j]. Every member sends its Δ's part of slice j to S[j] (DELTA / DELTA8 / DELTAS of
 // that range: the Δ as --outer-compress sends it); the owner sums the |S| parts in id order and
 // scales by 1/|S| — per float exactly the operations of the all-to-all sum — and sends that
-// sum, fp32, to every peer (SUM, carrying the set's mean losses). The all-gather is never
-// compressed, so every peer applies the owner's bits. Each peer reports (HOLD) which slice sums
-// of attempt a it holds; the coordinator says FINAL (COMMIT 2a + 1) once every live member of
-// S holds them all, and only then does a peer take the average. If a member of S leaves first
-// (its parts or its slice's sum missing somewhere), the coordinator commits attempt a + 1 over
-// the live members: the slices are cut again, every member still holds its Δ (kept until the
-// round's average is final) and sends its new parts, and sums of older attempts are dropped.
+// sum to every peer (SUM, carrying the set's mean losses): fp32, or with
+// --outer-compress-sums int8 as int8 codes per CQ_CHUNK (SUM8; sparse pieces under topk as
+// SUMS) whose dequantized values the owner applies too. Either way every peer applies the
+// owner's bits (int8: not the all-to-all swarm's; no error feedback on the sums). Each peer reports
+// (HOLD) which slice sums of attempt a it holds; the coordinator says FINAL (COMMIT 2a + 1) once
+// every live member of S holds them all, and only then does a peer take the average. If a member of
+// S leaves first (its parts or its slice's sum missing somewhere), the coordinator commits attempt
+// a + 1 over the live members: the slices are cut again, every member still holds its Δ (kept until
+// the round's average is final) and sends its new parts, and sums of older attempts are dropped.
 // COMMIT's attempt field carries 2a (a commit) or 2a + 1 (final); 1 stays COMMIT_GONE.
 #include <signal.h>
 #include <stdio.h>
@@ -26,6 +28,8 @@
 #include "compress.h"
 #include "spill.h"
 #include "swarm_impl.h"
+
+_Static_assert(SPILL_CHUNK % SW_PIECE == 0, "a span of the sum must be whole pieces");
 
 static int cmp_id(const void *a, const void *b) { return strcmp(a, b); }
 
@@ -86,6 +90,27 @@ static void send_hold(Swarm *s, Slot *sl, const char *to) {
         sw_broadcast(s, WIRE_HOLD, sl->round);
 }
 
+// --outer-compress-sums int8: the averaged span [c0, c1) of this peer's slice (which starts at
+// lo) becomes int8 codes and scales per CQ_CHUNK, and its floats their dequantized values — a
+// piece at a time (the pieces its SUM messages carry), except, under topk, a piece at most half
+// non-zero: it keeps its exact floats and travels as index/value pairs (SUMS) anyway.
+static void quantize_span(Swarm *s, Slot *sl, size_t lo, size_t c0, size_t c1) {
+    float *a = sl->avg;
+    for (size_t p0 = c0; p0 < c1; p0 += SW_PIECE) { // (c0 - lo: a multiple of SW_PIECE)
+        size_t n = c1 - p0 < SW_PIECE ? c1 - p0 : SW_PIECE, nnz = 0;
+        if (s->c.compress == CQ_TOPK) {
+            for (size_t x = p0; x < p0 + n; x++)
+                nnz += a[x] != 0;
+            if (nnz <= n / 2) continue;
+        }
+        int8_t *q = sl->sh_q8 + (p0 - lo);
+        float *sc = sl->sh_scales + (p0 - lo) / CQ_CHUNK;
+        cq_quantize(a + p0, n, q, sc);
+        cq_dequantize(q, sc, n, a + p0);
+        spill_drop(q, n);
+    }
+}
+
 // This peer owns a slice of the current attempt and holds every member's part of it: sum them
 // in id order (the all-to-all sum's operations, float by float), the mean losses too, and
 // send the sum to every peer.
@@ -103,6 +128,11 @@ static void try_sum(Swarm *s, Slot *sl) {
     }
     if (ok) {
         float *a = sl->avg, inv = 1.0f / (float)sl->nset;
+        if (s->c.sums_int8) { // the slice's codes and scales (whole chunks: slice() cuts so)
+            spill_free(sl->sh_q8), free(sl->sh_scales);
+            sl->sh_q8 = spill_alloc(hi - lo + 1);
+            sl->sh_scales = xmalloc((cq_nchunks(hi - lo) + 1) * sizeof(float));
+        }
         for (size_t c0 = lo; c0 < hi; c0 += SPILL_CHUNK) { // (a chunk at a time: spill.h)
             size_t c1 = hi - c0 < SPILL_CHUNK ? hi : c0 + SPILL_CHUNK;
             memset(a + c0, 0, (c1 - c0) * sizeof(float));
@@ -113,6 +143,7 @@ static void try_sum(Swarm *s, Slot *sl) {
             }
             for (size_t x = c0; x < c1; x++)
                 a[x] *= inv;
+            if (s->c.sums_int8) quantize_span(s, sl, lo, c0, c1);
             spill_drop(a + c0, (c1 - c0) * sizeof(float));
         }
         free(sl->loss);
@@ -155,6 +186,8 @@ static void adopt(Swarm *s, Slot *sl, uint32_t a, PeerId *ids, int n, uint64_t h
     sl->sh_att = a, sl->sh_summed = 0, sl->committed = 1, sl->chash = h;
     free(sl->sh_got);
     sl->sh_got = xcalloc(s->nchunks + 1, 1);
+    spill_free(sl->sh_q8), free(sl->sh_scales); // (of an earlier attempt's slice)
+    sl->sh_q8 = NULL, sl->sh_scales = NULL;
     if (!sl->avg) sl->avg = spill_floats(s->P);
     free(sl->loss);
     sl->loss = NULL, sl->nloss = 0;
@@ -279,7 +312,8 @@ void sw_shard_on_sum(Swarm *s, const WireMsg *m) {
     if (j >= 0) slice(s, j, sl->nset, &lo, &hi);
     if (j < 0 || m->total != s->P || m->offset < lo || end > hi || m->offset % CQ_CHUNK ||
         (end % CQ_CHUNK && end != s->P) || m->nloss > (uint32_t)s->c.tau ||
-        (m->type == WIRE_SUMS && s->c.compress != CQ_TOPK)) {
+        (m->type == WIRE_SUMS && s->c.compress != CQ_TOPK) ||
+        (m->type == WIRE_SUM8 && !s->c.sums_int8)) {
         s->st.rejected++;
         return;
     }
@@ -372,8 +406,13 @@ int sw_shard_job(Swarm *s, SendJob *jb) {
         m->data = (const uint8_t *)(sl->avg + jb->next);
         m->nloss = first && sl->loss ? (uint32_t)sl->nloss : 0;
         m->losses = (const uint8_t *)sl->loss;
-        if (s->c.compress == CQ_TOPK && sw_sparse_msg(s, sl->avg + jb->next, m))
+        if (s->c.compress == CQ_TOPK && sw_sparse_msg(s, sl->avg + jb->next, m)) {
             type = WIRE_SUMS, spill_drop(sl->avg + jb->next, n * sizeof(float));
+        } else if (sl->sh_q8) { // (jb->lo: the slice's start)
+            type = WIRE_SUM8;
+            m->data = (const uint8_t *)(sl->sh_scales + (jb->next - jb->lo) / CQ_CHUNK);
+            m->q8 = (const uint8_t *)(sl->sh_q8 + (jb->next - jb->lo));
+        }
     }
     if (sw_send(s, jb->to, type, jb->round) != NET_OK) return 0;
     jb->next += n;

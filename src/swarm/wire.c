@@ -45,8 +45,8 @@
 #include <string.h>
 
 static const char *const type_names[WIRE_NTYPES] = {
-    "?",     "HELLO", "WELCOME", "REFUSE", "GOSSIP", "DELTA", "HAVE", "COMMIT",
-    "FETCH", "DATA",  "BYE",     "DELTA8", "DELTAS", "SUM",   "HOLD"};
+    "?",    "HELLO", "WELCOME", "REFUSE", "GOSSIP", "DELTA", "HAVE", "COMMIT", "FETCH",
+    "DATA", "BYE",   "DELTA8",  "DELTAS", "SUM",    "SUMS",  "HOLD", "SUM8"};
 
 const char *wire_type_name(int type) {
     return type > 0 && type < WIRE_NTYPES ? type_names[type] : "?";
@@ -138,8 +138,10 @@ size_t wire_q8_scales(size_t n) { return (n + WIRE_Q8_CHUNK - 1) / WIRE_Q8_CHUNK
 
 int wire_is_delta(const WireMsg *m) {
     return m->type == WIRE_DELTA || m->type == WIRE_DELTA8 || m->type == WIRE_DELTAS ||
-           m->type == WIRE_SUM || m->type == WIRE_SUMS;
+           m->type == WIRE_SUM || m->type == WIRE_SUMS || m->type == WIRE_SUM8;
 }
+
+int wire_is_q8(int type) { return type == WIRE_DELTA8 || type == WIRE_SUM8; }
 
 uint32_t wire_u32(const uint8_t *p, size_t i) { return (uint32_t)wire_get_le(p + 4 * i, 4); }
 
@@ -173,7 +175,7 @@ static int check_range(const WireMsg *m, const char *t, char *why, size_t whyn) 
     if (wire_is_delta(m) && m->nloss && !m->losses) return wire_say(why, whyn, "%s: no losses", t);
     if (m->type == WIRE_DELTAS || m->type == WIRE_SUMS) return check_sparse(m, t, why, whyn);
     if (m->type != WIRE_FETCH && m->n && !m->data) return wire_say(why, whyn, "%s: no data", t);
-    if (m->type == WIRE_DELTA8 && m->n && !m->q8) return wire_say(why, whyn, "%s: no codes", t);
+    if (wire_is_q8(m->type) && m->n && !m->q8) return wire_say(why, whyn, "%s: no codes", t);
     return 0;
 }
 
@@ -203,6 +205,7 @@ int wire_check(const WireMsg *m, char *why, size_t whyn) {
     case WIRE_DELTAS:
     case WIRE_SUM:
     case WIRE_SUMS:
+    case WIRE_SUM8:
     case WIRE_FETCH:
     case WIRE_DATA: return check_range(m, t, why, whyn);
     case WIRE_HAVE:
@@ -295,12 +298,14 @@ static void emit(Wr *w, const WireMsg *m) {
     case WIRE_DELTAS:
     case WIRE_SUM:
     case WIRE_SUMS:
-        if (m->type == WIRE_SUM || m->type == WIRE_SUMS) put_u(w, m->attempt, 4);
+    case WIRE_SUM8:
+        if (m->type == WIRE_SUM || m->type == WIRE_SUMS || m->type == WIRE_SUM8)
+            put_u(w, m->attempt, 4);
         put_u(w, m->offset, 8);
         put_u(w, m->total, 8);
         put_u(w, m->n, 4);
         put_u(w, m->nloss, 4);
-        if (m->type == WIRE_DELTA8) {
+        if (wire_is_q8(m->type)) {
             put_vals(w, m->data, wire_q8_scales(m->n), 4);
             put_bytes(w, m->q8, m->n);
         } else if (m->type == WIRE_DELTAS || m->type == WIRE_SUMS) {

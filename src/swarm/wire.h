@@ -45,6 +45,8 @@ typedef enum {
     WIRE_SUMS,      // SUM sparse (--outer-compress topk): attempt, then DELTAS' fields
     WIRE_HOLD,      // --peer-exchange sharded, as COMMIT: ids = the owners whose slice sums of
                     // commit `attempt` the sender holds (attempt 0: ids = itself, its Δ is ready)
+    WIRE_SUM8,      // SUM quantized (--outer-compress int8 or topk): attempt, then DELTA8's
+                    // fields; the owner applies the dequantized values too (swarm_shard.c)
     WIRE_NTYPES
 } WireType;
 
@@ -114,9 +116,12 @@ float wire_float(const uint8_t *p, size_t i);
 double wire_double(const uint8_t *p, size_t i);
 // Copies n decoded floats into dst (host order).
 void wire_floats(const uint8_t *p, size_t n, float *dst);
-// DELTA8: the scales a message of n elements carries (one per WIRE_Q8_CHUNK, the last partial).
+// DELTA8 / SUM8: the scales a message of n elements carries (one per WIRE_Q8_CHUNK, the last
+// partial).
 size_t wire_q8_scales(size_t n);
 // Element i of a decoded u32 array (DELTAS' indices).
 uint32_t wire_u32(const uint8_t *p, size_t i);
+// DELTA8 or SUM8: int8 codes with a scale per WIRE_Q8_CHUNK.
+int wire_is_q8(int type);
 // Name of a type ("DELTA"; "?" if unknown), for messages and counters.
 const char *wire_type_name(int type);

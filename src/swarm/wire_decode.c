@@ -102,7 +102,8 @@ static int get_text(Rd *r, WireMsg *m) {
 // losses as
 // pointers into r.
 static int get_range(Rd *r, WireMsg *m) {
-    if (m->type == WIRE_SUM || m->type == WIRE_SUMS) m->attempt = (uint32_t)get_u(r, 4);
+    if (m->type == WIRE_SUM || m->type == WIRE_SUMS || m->type == WIRE_SUM8)
+        m->attempt = (uint32_t)get_u(r, 4);
     if (!wire_is_delta(m)) m->what = (uint32_t)get_u(r, 4);
     m->offset = get_u(r, 8);
     m->total = get_u(r, 8);
@@ -114,7 +115,7 @@ static int get_range(Rd *r, WireMsg *m) {
     if (m->nloss > WIRE_MAX_LOSSES)
         return bad(r, "nloss %u > %d", (unsigned)m->nloss, WIRE_MAX_LOSSES);
     if (m->type == WIRE_FETCH) return 0;
-    if (m->type == WIRE_DELTA8) {
+    if (wire_is_q8(m->type)) {
         m->data = get_bytes(r, wire_q8_scales(m->n) * 4);
         m->q8 = get_bytes(r, m->n);
     } else if (m->type == WIRE_DELTAS || m->type == WIRE_SUMS) {
@@ -146,6 +147,7 @@ static int get_body(Rd *r, WireMsg *m) {
     case WIRE_DELTAS:
     case WIRE_SUM:
     case WIRE_SUMS:
+    case WIRE_SUM8:
     case WIRE_FETCH:
     case WIRE_DATA: return get_range(r, m);
     default: return 0; // BYE

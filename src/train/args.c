@@ -31,6 +31,7 @@ void train_args_defaults(TrainArgs *a) {
     a->plan = NULL, a->plan_mem_gb = 0, a->plan_bandwidth_gbps = 1.0f;
     a->offload_prefetch = 1;
     a->peer_timeout = 10.f, a->min_peers = 1, a->outer_compress = "none";
+    a->outer_compress_sums = "auto";
     a->peer_exchange = "all";
     a->topk_frac = 0.02f;
 }

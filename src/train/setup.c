@@ -249,6 +249,8 @@ static void strategy_config(Run *r) {
                           : !strcmp(a->outer_compress, "topk") ? 2
                                                                : 0,
         .topk_frac = a->topk_frac,
+        .sums_int8 = !strcmp(a->outer_compress_sums, "int8") ||
+                     (!strcmp(a->outer_compress_sums, "auto") && strcmp(a->outer_compress, "none")),
         .peer_exchange = !strcmp(a->peer_exchange, "sharded"),
         .device = a->device,
         .tokenizer = r->tokenizer_fp,

@@ -62,8 +62,9 @@ typedef struct {
     int peer, min_peers;
     char *listen, *bootstrap, *secret, *peer_id, *advertise;
     float peer_timeout;
-    char *outer_compress; // none|int8|topk
-    char *peer_exchange;  // all|sharded
+    char *outer_compress;      // none|int8|topk
+    char *outer_compress_sums; // auto|none|int8: the sharded all-gather's slice sums
+    char *peer_exchange;       // all|sharded
     float topk_frac;
 } TrainArgs;
 
