@@ -5,12 +5,16 @@
 #   - the newcomer downloaded the state's pieces from at least 2 peers at once (its log says
 #     where they came from); negative control: LOOM_PEER_ONE_DONOR=1 (the single-donor
 #     download) makes that check fail;
-#   - the dead peer cost one --peer-timeout once: each survivor dropped it exactly once (it was
-#     never re-admitted), and the newcomer, which learned of it from its donor's view after it
-#     died, never waited for it ("0 rounds waited" if it dropped it at all);
+#   - the dead peer cost little, once: each survivor dropped it exactly once (it was never
+#     re-admitted) because its connection closed and its address refused new ones (not after
+#     --peer-timeout of silence), and the newcomer, which learned of it from its donor's view
+#     after it died, never waited for it ("0 rounds waited" if it dropped it at all);
 #   - the same with --peer-exchange sharded (identical anchors, one drop, several sources);
 #   - the newcomer caught up with the swarm's averages and entered at the next round boundary,
-#     and the survivors kept finishing rounds (no wall-clock assertion anywhere).
+#     and the survivors kept finishing rounds (no wall-clock assertion anywhere);
+#   - negative control of the closed-connection rule: a peer stopped with SIGSTOP (its sockets
+#     stay open, the kernel still accepts connections for it) is dropped for its silence after
+#     --peer-timeout, as before.
 # asan: skip
 set -eu
 PY=${PY:-python3}
@@ -60,7 +64,7 @@ run() {
     grep -h "downloaded round\|caught up\|joined the swarm at" "$d/n4.log"
 }
 
-echo "== 1. a kill and a join: identical anchors, a parallel download, one timeout"
+echo "== 1. a kill and a join: identical anchors, a parallel download, one drop by the closed connection"
 run churn
 sources=$(sed -n 's/^loom peer n4: downloaded round .* from \([0-9]*\) peers\{0,1\}: .*/\1/p' "$d/n4.log" | head -n 1)
 [ -n "$sources" ] && [ "$sources" -ge 2 ] || { echo "n4's pieces came from ${sources:-no} peers (want >= 2)"; cat "$d/n4.log"; exit 1; }
@@ -72,6 +76,8 @@ for i in p0 p1 p2; do
     fi
     grep "p3 left the swarm" "$d/$i.log" | grep -qv " 0 rounds waited" ||
         { echo "$i never waited for p3: the scenario did not test a departure"; exit 1; }
+    grep "p3 left the swarm" "$d/$i.log" | grep -q "its connection closed" ||
+        { echo "$i dropped p3 by silence, not by its closed connection"; exit 1; }
     grep -h "p3 left the swarm" "$d/$i.log"
 done
 if grep "p3 left the swarm" "$d/n4.log" | grep -qv "0 rounds waited"; then
@@ -95,3 +101,22 @@ if grep -q "downloaded round .* from [2-9][0-9]* peers" "$d/n4.log"; then
     echo "LOOM_PEER_ONE_DONOR=1 still downloaded from several peers: the check cannot fail"; exit 1
 fi
 echo "with LOOM_PEER_ONE_DONOR=1 the pieces came from one peer (the check would fail)"
+
+echo "== 4. negative control: a stopped peer (sockets open) is dropped for its silence"
+started=()
+peer s0 "" --steps 60 --min-peers 3 --peer-timeout 3
+started+=($!)
+boot=$(addr s0)
+peer s1 $boot --steps 60 --min-peers 3 --peer-timeout 3
+started+=($!)
+LOOM_FAULT_STOP=0:12 peer s2 $boot --steps 60 --min-peers 3 --peer-timeout 3
+stopped=$!
+for p in "${started[@]}"; do
+    wait "$p" || { for f in "$d"/s*.log; do echo "== $f"; tail -n 8 "$f"; done; exit 1; }
+done
+kill -9 $stopped 2>/dev/null || true
+for i in s0 s1; do
+    grep "s2 left the swarm" "$d/$i.log" | grep -q "silent for --peer-timeout" ||
+        { echo "$i: the stopped s2 was not dropped by silence"; grep "s2" "$d/$i.log"; exit 1; }
+done
+echo "the stopped s2 was dropped for its silence (--peer-timeout), not as a closed connection"

@@ -27,6 +27,9 @@ typedef struct {
     char *key, *addr;
     void *sock, *mon; // the bulk DEALER and the PAIR reading its monitor events
     void *ctl;        // the control DEALER: its own connection, never behind bulk pieces
+    int connected;    // the bulk connection was up once
+    int retries;      // reconnect attempts since it closed (lost_at > 0)
+    double lost_at;   // when it closed and has not come back since (0: up)
 } Peer;
 
 struct Net {
@@ -245,7 +248,8 @@ static int peer_open(Net *n, Peer *p, const char *addr) {
         return loom_fail("cannot set up a socket to %s: %s", addr, zmq_strerror(errno));
     snprintf(mon, sizeof mon, "inproc://loom-net-mon-%u", n->mon_seq++);
     int ev = ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-             ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
+             ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED |
+             ZMQ_EVENT_CONNECT_RETRIED;
     if (zmq_socket_monitor(p->sock, mon, ev) != 0 || !(p->mon = zmq_socket(n->ctx, ZMQ_PAIR)) ||
         set_int(p->mon, ZMQ_LINGER, 0) || zmq_connect(p->mon, mon) != 0)
         return loom_fail("cannot monitor the socket to %s: %s", addr, zmq_strerror(errno));
@@ -347,13 +351,14 @@ static void zap_serve(Net *n) {
     }
 }
 
-// Counts the failed-handshake events waiting on one monitor PAIR (frames: 6 bytes of event id
-// u16 + value u32, then the endpoint).
-static void mon_drain(Net *n, void *mon) {
+// The events waiting on a peer's monitor PAIR (frames: 6 bytes of event id u16 + value u32,
+// then the endpoint): failed handshakes are counted; the bulk connection's state is tracked
+// (up; closed, then each reconnect attempt scheduled, for net_dead_since).
+static void mon_drain(Net *n, Peer *p) {
     for (;;) {
         zmq_msg_t m;
         zmq_msg_init(&m);
-        if (zmq_msg_recv(&m, mon, ZMQ_DONTWAIT) < 0) {
+        if (zmq_msg_recv(&m, p->mon, ZMQ_DONTWAIT) < 0) {
             zmq_msg_close(&m);
             return;
         }
@@ -362,10 +367,21 @@ static void mon_drain(Net *n, void *mon) {
         if (ev & (ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
                   ZMQ_EVENT_HANDSHAKE_FAILED_AUTH))
             n->st.handshake_failed++;
-        while (zmq_msg_more(&m) && zmq_msg_recv(&m, mon, ZMQ_DONTWAIT) >= 0) {
+        if (ev == ZMQ_EVENT_CONNECTED) p->connected = 1, p->lost_at = 0, p->retries = 0;
+        if (ev == ZMQ_EVENT_DISCONNECTED && p->connected && !p->lost_at)
+            p->lost_at = now_sec(), p->retries = 0;
+        if (ev == ZMQ_EVENT_CONNECT_RETRIED && p->lost_at) p->retries++;
+        while (zmq_msg_more(&m) && zmq_msg_recv(&m, p->mon, ZMQ_DONTWAIT) >= 0) {
         }
         zmq_msg_close(&m);
     }
+}
+
+double net_dead_since(const Net *n, const char *key) {
+    const Peer *p = find(n, key);
+    // (the first retry is scheduled as the connection closes; a second one means a connect
+    // attempt failed: nothing accepts at that address any more)
+    return p && p->lost_at > 0 && p->retries >= 2 ? p->lost_at : 0;
 }
 
 int net_wait(Net *n, int timeout_ms) {
@@ -383,7 +399,7 @@ int net_wait(Net *n, int timeout_ms) {
         if (rc > 0) {
             if (it[1].revents & ZMQ_POLLIN) zap_serve(n);
             for (int i = 0; i < n->npeers; i++)
-                if (it[2 + i].revents & ZMQ_POLLIN) mon_drain(n, n->peers[i].mon);
+                if (it[2 + i].revents & ZMQ_POLLIN) mon_drain(n, &n->peers[i]);
             if (it[0].revents & ZMQ_POLLIN) return 1;
         }
         if (now_sec() >= deadline) return 0;

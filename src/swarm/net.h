@@ -63,5 +63,9 @@ int net_wait(Net *n, int timeout_ms);
 // net_recv), or 0 if none. Oversized ones are dropped and counted, never returned.
 int net_recv(Net *n, const void **buf, size_t *len);
 NetStats net_stats(const Net *n);
+// When the bulk connection to key closed, if it has not come back and a reconnect attempt has
+// failed since (nothing accepts at that address: the peer's process is gone); else 0. Events
+// are read in net_wait.
+double net_dead_since(const Net *n, const char *key);
 // Closes every socket without lingering (queued messages are dropped).
 void net_close(Net *n);

@@ -119,6 +119,30 @@ static int rounds_waiting_on(Swarm *s, const ViewEntry *e) {
     return k;
 }
 
+// A peer whose connection closed and whose address refuses new ones (its process is gone: a
+// kill closes its sockets) leaves the view now, not after --peer-timeout of silence: once that
+// has lasted SW_DEAD_GRACE and nothing came from it meanwhile.
+static void drop_dead(Swarm *s, double now) {
+    for (int i = 1; i < s->view.n;) {
+        ViewEntry *e = &s->view.e[i];
+        double since = net_dead_since(s->net, e->rec.id);
+        if (!(since > 0 && now - since > SW_DEAD_GRACE && now - e->heard > SW_DEAD_GRACE)) {
+            i++;
+            continue;
+        }
+        PeerId id;
+        char why[160];
+        int w = rounds_waiting_on(s, e);
+        memcpy(id, e->rec.id, sizeof id);
+        snprintf(why, sizeof why,
+                 "left the swarm (its connection closed and its address refuses new ones; %d "
+                 "round%s waited)",
+                 w, w == 1 ? "" : "s");
+        view_remove(&s->view, id, now); // (moves the last entry into i)
+        drop_peer(s, id, why);
+    }
+}
+
 static void tick(Swarm *s) {
     double now = now_sec();
     if (now - s->last_tick < SW_TICK) return;
@@ -147,6 +171,7 @@ static void tick(Swarm *s) {
                  w, w == 1 ? "" : "s");
         drop_peer(s, gone[i], why);
     }
+    drop_dead(s, now);
     gossip(s);
     sw_join_tick(s);
     if (s->snap_valid && now - s->snap_used > 30) { // nobody downloads it any more

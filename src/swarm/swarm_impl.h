@@ -18,7 +18,8 @@
 #define SW_BURST 8 // pieces sent (or messages taken) per hold of Swarm.mu
 #define SW_POOL 8  // Δ buffers kept for reuse
 #define SW_FETCH_RETRY 5.0
-#define COMMIT_GONE 1u // a COMMIT with this attempt and no ids: the round is gone here
+#define SW_DEAD_GRACE 1.0 // s a closed connection to an address that refuses new ones must last
+#define COMMIT_GONE 1u    // a COMMIT with this attempt and no ids: the round is gone here
 
 typedef char PeerId[WIRE_ID_MAX + 1];
 
