@@ -204,3 +204,41 @@ assert got > 0 and abs(got - table) <= 0.002 * table, (got, table)
 print(f"per layer and micro-batch: measured {got} MiB, table {table} MiB")
 PY
 }
+
+# metric_cols FILE KEY...: one line per training record of a metrics file: its step, then the
+# values of KEY... (None where absent).
+metric_cols() {
+    $PY - "$@" <<'PY'
+import json, sys
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    if "step" in r and "loss" in r:
+        print(r["step"], *(r.get(k) for k in sys.argv[2:]))
+PY
+}
+
+# corpus_vs_fp32 DTYPE DIR: 300 steps on the bundled corpus ($FORTUNES, else data/fortunes) in
+# fp32 and in DTYPE on $LOOM's GPU (cuda:fp32, cuda:DTYPE), metrics in DIR; their final
+# validation losses within 1% of each other. Says so and returns 0 when there is no corpus.
+corpus_vs_fp32() {
+    local F=${FORTUNES:-data/fortunes} dt=$1 dir=$2
+    if [ ! -f "$F/meta.json" ]; then
+        echo "no bundled corpus at $F (make demo prepares it): not run"
+        return 0
+    fi
+    local conv="--data $F/train_*.bin --val-data $F/val_*.bin --layers 4 --heads 2 --dim 128
+        --vocab 256 --block-size 128 --batch 16 --seq 128 --steps 300 --lr 2e-3 --warmup 20
+        --lr-schedule cosine --min-lr 2e-4 --weight-decay 0.1 --grad-clip 1.0 --val-every 0
+        --val-windows 20 --progress off --seed 3"
+    for d in fp32 "$dt"; do
+        $LOOM train $conv --device cuda:$d --metrics "$dir/c_$d.jsonl" 2>&1 | grep "loss scale" || true
+    done
+    $PY - "$dir/c_fp32.jsonl" "$dir/c_$dt.jsonl" "$dt" <<'PY'
+import json, sys
+v = [[json.loads(l)["val_loss"] for l in open(p) if "val_loss" in l][-1] for p in sys.argv[1:3]]
+r = abs(v[1] - v[0]) / v[0]
+print(f"val loss after 300 steps: fp32 {v[0]:.4f} {sys.argv[3]} {v[1]:.4f} ({100 * r:.2f}% apart, "
+      "bound 1%)")
+sys.exit(0 if r <= 0.01 else 1)
+PY
+}

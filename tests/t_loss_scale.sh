@@ -18,24 +18,16 @@ d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 mkshard "$d/train.bin" 64 20000 3
 base="--data $d/train.bin --layers 2 --heads 2 --dim 32 --vocab 64 --block-size 16 --batch 4
       --seq 16 --lr 3e-3 --progress off --seed 11"
-col() { $PY - "$@" <<'PY'
-import json, sys
-for l in open(sys.argv[1]):
-    r = json.loads(l)
-    if "step" in r and "loss" in r:
-        print(r["step"], *(r.get(k) for k in sys.argv[2:]))
-PY
-}
 
 echo "== 1. dynamic scaling equals no scaling (fp32)"
 $LOOM train $base --steps 8 --metrics "$d/plain.jsonl" --export "$d/plain.safetensors"
 $LOOM train $base --steps 8 --loss-scale dynamic --loss-scale-interval 2 \
     --metrics "$d/ls.jsonl" --export "$d/ls.safetensors" 2>"$d/err1"
 cat "$d/err1"
-diff <(col "$d/plain.jsonl" loss grad_norm) <(col "$d/ls.jsonl" loss grad_norm)
+diff <(metric_cols "$d/plain.jsonl" loss grad_norm) <(metric_cols "$d/ls.jsonl" loss grad_norm)
 cmp "$d/plain.safetensors" "$d/ls.safetensors"
-col "$d/ls.jsonl" loss_scale | tr '\n' ' '; echo
-[ "$(col "$d/ls.jsonl" loss_scale | tail -1 | cut -d" " -f2)" = 524288 ] # 2^16 · 2^3 at step 8
+metric_cols "$d/ls.jsonl" loss_scale | tr '\n' ' '; echo
+[ "$(metric_cols "$d/ls.jsonl" loss_scale | tail -1 | cut -d" " -f2)" = 524288 ] # 2^16 · 2^3 at step 8
 echo "losses, norms and weights identical; the scale grew 65536 -> 524288 (step 8)"
 
 echo "== 2. an overflow is skipped and halves the scale"
@@ -47,7 +39,7 @@ cmp "$d/two.safetensors" "$d/three.safetensors"
 grep -q "step 3: gradient overflow at loss scale 65536; update skipped, scale now 32768" "$d/err2"
 grep -q "loss scale 32768 at the end; 1 steps skipped for gradient overflow" "$d/err2"
 LOOM_FAULT_OVERFLOW=3 $LOOM train $base --steps 5 --loss-scale dynamic --metrics "$d/ov5.jsonl"
-[ "$(col "$d/ov5.jsonl" loss_scale overflow_skips | tr '\n' ' ')" = \
+[ "$(metric_cols "$d/ov5.jsonl" loss_scale overflow_skips | tr '\n' ' ')" = \
   "1 65536 0 2 65536 0 4 32768 1 5 32768 1 " ]
 set +e
 LOOM_FAULT_OVERFLOW=3 $LOOM train $base --steps 5 2>"$d/err3"; rc=$?
@@ -61,7 +53,7 @@ LOOM_FAULT_OVERFLOW=2 $LOOM train $base $full --metrics "$d/u.jsonl" --export "$
 LOOM_FAULT_OVERFLOW=2 $LOOM train $base $full --save "$d/ck" --steps 3 --metrics "$d/r.jsonl"
 grep -A2 '"loss_scale"' "$d/ck/step_00000003/checkpoint.json" | tr -d ' \n'; echo
 $LOOM train $base $full --resume "$d/ck" --metrics "$d/r.jsonl" --export "$d/r.safetensors"
-diff <(col "$d/u.jsonl" loss loss_scale) <(col "$d/r.jsonl" loss loss_scale)
+diff <(metric_cols "$d/u.jsonl" loss loss_scale) <(metric_cols "$d/r.jsonl" loss loss_scale)
 cmp "$d/u.safetensors" "$d/r.safetensors"
 echo "losses, scales and weights identical across the resume"
 

@@ -62,25 +62,7 @@ $LOOM train $shape $traj --device cuda:fp32 --resume "$d/ck_cpu/step_00000005" -
 $REF compare-st "$d/r_gpu.st" "$d/t_cpu.st" --tol 1e-4
 
 echo "== 4. bf16 vs fp32 on the bundled corpus"
-F=${FORTUNES:-data/fortunes}
-if [ -f "$F/meta.json" ]; then
-    conv="--data $F/train_*.bin --val-data $F/val_*.bin --layers 4 --heads 2 --dim 128 --vocab 256
-          --block-size 128 --batch 16 --seq 128 --steps 300 --lr 2e-3 --warmup 20
-          --lr-schedule cosine --min-lr 2e-4 --weight-decay 0.1 --grad-clip 1.0 --val-every 0
-          --val-windows 20 --progress off --seed 3"
-    for dt in fp32 bf16; do
-        $LOOM train $conv --device cuda:$dt --metrics "$d/c_$dt.jsonl"
-    done
-    $PY - "$d/c_fp32.jsonl" "$d/c_bf16.jsonl" <<'PY'
-import json, sys
-v = [[json.loads(l)["val_loss"] for l in open(p) if "val_loss" in l][-1] for p in sys.argv[1:]]
-r = abs(v[1] - v[0]) / v[0]
-print(f"val loss after 300 steps: fp32 {v[0]:.4f} bf16 {v[1]:.4f} ({100 * r:.2f}% apart, bound 1%)")
-sys.exit(0 if r <= 0.01 else 1)
-PY
-else
-    echo "no bundled corpus at $F (make demo prepares it): part 4 not run"
-fi
+corpus_vs_fp32 bf16 "$d"
 
 echo "== 5. transformers GPT2LMHeadModel on the exported checkpoint"
 if $PY -c "import transformers, torch" 2>/dev/null; then

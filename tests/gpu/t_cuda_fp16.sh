@@ -23,14 +23,6 @@ if ! out=$($LOOM train $shape --steps 0 --device cuda:fp16 2>&1); then
     grep -q "no usable NVIDIA GPU\|built without the CUDA backend" <<<"$out" && { echo "$out"; exit 77; }
     echo "$out"; exit 1
 fi
-col() { $PY - "$@" <<'PY'
-import json, sys
-for l in open(sys.argv[1]):
-    r = json.loads(l)
-    if "step" in r and "loss" in r:
-        print(r["step"], *(r.get(k) for k in sys.argv[2:]))
-PY
-}
 
 echo "== 1. 10 steps, fp16 vs fp32"
 for dt in fp32 fp16; do
@@ -76,22 +68,4 @@ sys.exit(0 if ok else 1)
 PY
 
 echo "== 4. fp16 vs fp32 on the bundled corpus"
-F=${FORTUNES:-data/fortunes}
-if [ -f "$F/meta.json" ]; then
-    conv="--data $F/train_*.bin --val-data $F/val_*.bin --layers 4 --heads 2 --dim 128 --vocab 256
-          --block-size 128 --batch 16 --seq 128 --steps 300 --lr 2e-3 --warmup 20
-          --lr-schedule cosine --min-lr 2e-4 --weight-decay 0.1 --grad-clip 1.0 --val-every 0
-          --val-windows 20 --progress off --seed 3"
-    for dt in fp32 fp16; do
-        $LOOM train $conv --device cuda:$dt --metrics "$d/c_$dt.jsonl" 2>&1 | grep "loss scale" || true
-    done
-    $PY - "$d/c_fp32.jsonl" "$d/c_fp16.jsonl" <<'PY'
-import json, sys
-v = [[json.loads(l)["val_loss"] for l in open(p) if "val_loss" in l][-1] for p in sys.argv[1:]]
-r = abs(v[1] - v[0]) / v[0]
-print(f"val loss after 300 steps: fp32 {v[0]:.4f} fp16 {v[1]:.4f} ({100 * r:.2f}% apart, bound 1%)")
-sys.exit(0 if r <= 0.01 else 1)
-PY
-else
-    echo "no bundled corpus at $F (make demo prepares it): part 4 not run"
-fi
+corpus_vs_fp32 fp16 "$d"
