@@ -107,7 +107,10 @@ N = 4
 delta = {"none": 4 * P, "int8": P + 4 * math.ceil(P / 4096), "topk": 8 * math.ceil(0.05 * P)}
 def want(ex, c):
     if ex == "all": return (N - 1) * delta[c]
-    return (N - 1) / N * delta[c] + ((N - 1) * delta[c] if c == "topk" else (N - 1) / N * 4 * P)
+    # sharded: the parts, then the slice sums (fp32; int8 with compression; topk's sparse sums
+    # as pairs when that is smaller)
+    sums = (N - 1) / N * (4 * P if c == "none" else delta["int8"])
+    return (N - 1) / N * delta[c] + (min((N - 1) * delta[c], sums) if c == "topk" else sums)
 for line in open(sys.argv[1]):
     ex = re.search(r"--peer-exchange (\w+)", line).group(1)
     c = re.search(r"--outer-compress (\w+)", line).group(1)
