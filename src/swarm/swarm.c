@@ -46,8 +46,7 @@ int sw_send(Swarm *s, const char *key, int type, int64_t round) {
         spill_drop(m->data, (size_t)m->n * sizeof(float));
     if (wire_is_q8(type)) spill_drop(m->q8, m->n);
     if (!len) return NET_ERR;
-    int bulk = type == WIRE_DELTA || type == WIRE_DELTA8 || type == WIRE_DELTAS ||
-               type == WIRE_DATA || type == WIRE_SUM || type == WIRE_SUMS || type == WIRE_SUM8;
+    int bulk = wire_is_delta(m) || type == WIRE_DATA; // (the rest: control messages)
     int rc = net_send(s->net, key, s->buf, len, !bulk);
     if (rc == NET_OK) s->st.sent += len;
     return rc;
@@ -119,28 +118,17 @@ static int rounds_waiting_on(Swarm *s, const ViewEntry *e) {
     return k;
 }
 
-// A peer whose connection closed and whose address refuses new ones (its process is gone: a
-// kill closes its sockets) leaves the view now, not after --peer-timeout of silence: once that
-// has lasted SW_DEAD_GRACE and nothing came from it meanwhile.
-static void drop_dead(Swarm *s, double now) {
-    for (int i = 1; i < s->view.n;) {
-        ViewEntry *e = &s->view.e[i];
-        double since = net_dead_since(s->net, e->rec.id);
-        if (!(since > 0 && now - since > SW_DEAD_GRACE && now - e->heard > SW_DEAD_GRACE)) {
-            i++;
-            continue;
-        }
-        PeerId id;
-        char why[160];
-        int w = rounds_waiting_on(s, e);
-        memcpy(id, e->rec.id, sizeof id);
-        snprintf(why, sizeof why,
-                 "left the swarm (its connection closed and its address refuses new ones; %d "
-                 "round%s waited)",
-                 w, w == 1 ? "" : "s");
-        view_remove(&s->view, id, now); // (moves the last entry into i)
-        drop_peer(s, id, why);
-    }
+// View entry i leaves: out of the view (a tombstone keeps gossip from bringing it back) and out
+// of the network, saying why and how many of this peer's open rounds counted it.
+static void leave(Swarm *s, int i, double now, const char *cause) {
+    PeerId id;
+    char why[200];
+    int w = rounds_waiting_on(s, &s->view.e[i]);
+    memcpy(id, s->view.e[i].rec.id, sizeof id);
+    snprintf(why, sizeof why, "left the swarm (%s; %d round%s waited)", cause, w,
+             w == 1 ? "" : "s");
+    view_remove(&s->view, id, now); // (moves the last entry into i)
+    drop_peer(s, id, why);
 }
 
 static void tick(Swarm *s) {
@@ -153,25 +141,20 @@ static void tick(Swarm *s) {
     for (int i = 1; i < s->view.n && stall > SW_TICK; i++)
         s->view.e[i].heard = s->view.e[i].heard + stall < now ? s->view.e[i].heard + stall : now;
     s->last_expire = now;
-    PeerId gone[16];
-    int waits[16] = {0}, nw = 0;
-    PeerId wid[16];
-    for (int i = 1; i < s->view.n && nw < 16; i++)
-        if (now - s->view.e[i].heard > s->c.peer_timeout) {
-            memcpy(wid[nw], s->view.e[i].rec.id, sizeof(PeerId));
-            waits[nw++] = rounds_waiting_on(s, &s->view.e[i]);
-        }
-    int k = view_expire(&s->view, s->c.peer_timeout, now, gone, 16);
-    for (int i = 0; i < k && i < 16; i++) {
-        char why[120];
-        int w = 0;
-        for (int j = 0; j < nw; j++)
-            if (!strcmp(wid[j], gone[i])) w = waits[j];
-        snprintf(why, sizeof why, "left the swarm (silent for --peer-timeout; %d round%s waited)",
-                 w, w == 1 ? "" : "s");
-        drop_peer(s, gone[i], why);
+    // A peer leaves after --peer-timeout of silence, or as soon as its process is gone: its
+    // connection closed and its address refuses new ones (a kill closes its sockets), for
+    // SW_DEAD_GRACE with nothing heard from it meanwhile.
+    for (int i = 1; i < s->view.n;) {
+        const ViewEntry *e = &s->view.e[i];
+        double dead = net_dead_since(s->net, e->rec.id);
+        if (now - e->heard > s->c.peer_timeout)
+            leave(s, i, now, "silent for --peer-timeout");
+        else if (dead > 0 && now - dead > SW_DEAD_GRACE && now - e->heard > SW_DEAD_GRACE)
+            leave(s, i, now, "its connection closed and its address refuses new ones");
+        else
+            i++;
     }
-    drop_dead(s, now);
+    view_expire(&s->view, s->c.peer_timeout, now, NULL, 0); // (ages the tombstones)
     gossip(s);
     sw_join_tick(s);
     if (s->snap_valid && now - s->snap_used > 30) { // nobody downloads it any more

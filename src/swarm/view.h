@@ -38,7 +38,8 @@ void view_heard(View *v, const char *id, double now);
 // Removes id (BYE, or timed out), leaving a tombstone. Returns 1 if it was there.
 int view_remove(View *v, const char *id, double now);
 // Removes every peer (not this one) silent for more than timeout; their ids go to out (up to
-// max). Returns how many left. Old tombstones (10 × timeout) are forgotten.
+// max; out may be NULL with max 0). Returns how many left. Old tombstones (10 × timeout) are
+// forgotten.
 int view_expire(View *v, double timeout, double now, char (*out)[WIRE_ID_MAX + 1], int max);
 // The ids of the peers that take part in round r (first_round in [1, r], not left), sorted;
 // returns the count (at most max).

@@ -121,6 +121,8 @@ void wire_floats(const uint8_t *p, size_t n, float *dst);
 size_t wire_q8_scales(size_t n);
 // Element i of a decoded u32 array (DELTAS' indices).
 uint32_t wire_u32(const uint8_t *p, size_t i);
+// DELTA, DELTA8, DELTAS, SUM, SUMS or SUM8: a range of a Δ or of a slice sum, with losses.
+int wire_is_delta(const WireMsg *m);
 // DELTA8 or SUM8: int8 codes with a scale per WIRE_Q8_CHUNK.
 int wire_is_q8(int type);
 // Name of a type ("DELTA"; "?" if unknown), for messages and counters.

@@ -13,6 +13,5 @@ int wire_addr_char(unsigned char c); // printable non-space ASCII
 __attribute__((format(printf, 3, 4))) int wire_say(char *why, size_t whyn, const char *fmt, ...);
 uint64_t wire_get_le(const uint8_t *p, int k); // k little-endian bytes
 int64_t wire_to_i64(uint64_t u);               // two's complement
-int wire_is_delta(const WireMsg *m);           // DELTA, DELTA8, DELTAS, SUM, SUMS or SUM8
 // The checks of a whole message (the encoder refuses, the decoder rejects): 0, or -1 with why.
 int wire_check(const WireMsg *m, char *why, size_t whyn);
