@@ -270,8 +270,8 @@ const Backend *backend_cuda(const char *dtype) {
     if (dtype && !strcmp(dtype, "fp32"))
         dt = CU_FP32;
     else if (dtype && !strcmp(dtype, "fp16"))
-        dt = CU_FP16; // products on fp32 operands that cuBLAS rounds to fp16 (the train loop
-                      // scales the loss: optim/loss_scale.h)
+        dt = CU_FP16; // the linear layers on fp16 operands (k_half.cu); the train loop
+                      // scales the loss (optim/loss_scale.h)
     else if (dtype && strcmp(dtype, "bf16")) {
         loom_fail("--dtype '%s': unknown (bf16, fp16 or fp32)", dtype);
         return NULL;

@@ -92,21 +92,21 @@ void cuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dou
 // Row-major out (N,OC) is column-major (OC,N): out = W·inpᵀ in cuBLAS terms, W (OC,C)
 // row-major being the transposed operand.
 
-// In bf16 the products read the weight's cached bf16 copy and the activations rounded into
-// scratch, accumulate in fp32 and write the fp32 outputs. An output width OC that is not a
-// multiple of 8 (GPT-2's vocabulary, 50257) leaves every column of the product misaligned and
-// cuBLASLt on slow kernels (97 TFLOP/s on an H100 for the LM head, 480-840 for the others), so
-// a bias-free product of such a width runs padded to a multiple of 64 (zero weight rows, zero
-// gradient columns; llm.c pads its vocabulary the same way), in chunks of PAD_ROWS rows: the
-// forward's chunk is copied out of padded scratch, the backward rounds a chunk of the output
-// gradient into padded bf16 scratch. The scratch then stays at PAD_ROWS rows (412 MiB for
-// GPT-2's head) however many rows the micro-batch has.
+// In bf16 (and fp16: the context's half type) the products read the weight's cached 16-bit
+// copy and the activations rounded into scratch, accumulate in fp32 and write the fp32 outputs. An
+// output width OC that is not a multiple of 8 (GPT-2's vocabulary, 50257) leaves every column of
+// the product misaligned and cuBLASLt on slow kernels (97 TFLOP/s on an H100 for the LM head,
+// 480-840 for the others), so a bias-free product of such a width runs padded to a multiple of 64
+// (zero weight rows, zero gradient columns; llm.c pads its vocabulary the same way), in chunks of
+// PAD_ROWS rows: the forward's chunk is copied out of padded scratch, the backward rounds a chunk
+// of the output gradient into padded 16-bit scratch. The scratch then stays at PAD_ROWS rows (412
+// MiB for GPT-2's head) however many rows the micro-batch has.
 enum { PAD_ROWS = 2048 };
 // the products' 16-bit path: bf16, or fp16 (the same code; the half type is the context's)
-static int bf16_mode(void) { return cu_ctx.dtype == CU_BF16 || cu_ctx.dtype == CU_FP16; }
+static int half_mode(void) { return cu_ctx.dtype == CU_BF16 || cu_ctx.dtype == CU_FP16; }
 static int pad_to(int OC, int has_bias) { return OC % 8 && !has_bias ? (OC + 63) / 64 * 64 : OC; }
 
-static void bf16_forward(float *out, const float *inp, const float *w, const float *bias, int N,
+static void half_forward(float *out, const float *inp, const float *w, const float *bias, int N,
                          int C, int OC) {
     const void *x = cu_bf16_act(SCR_BF_A, inp, (size_t)N * C);
     int P = pad_to(OC, bias != NULL);
@@ -127,7 +127,7 @@ static void bf16_forward(float *out, const float *inp, const float *w, const flo
     }
 }
 
-static void bf16_backward(float *dinp, float *dw, const float *dout, const float *inp,
+static void half_backward(float *dinp, float *dw, const float *dout, const float *inp,
                           const float *w, int N, int C, int OC, int has_bias) {
     int P = pad_to(OC, has_bias), R = P == OC || N < PAD_ROWS ? N : PAD_ROWS;
     const char *x = cu_bf16_act(SCR_BF_B, inp, (size_t)N * C);
@@ -146,8 +146,8 @@ static void bf16_backward(float *dinp, float *dw, const float *dout, const float
 void cuda_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N,
                          int C, int OC) {
     cu_prof_begin(PROF_MM_F);
-    if (bf16_mode())
-        bf16_forward(out, inp, w, bias, N, C, OC);
+    if (half_mode())
+        half_forward(out, inp, w, bias, N, C, OC);
     else
         cb_matmul(1, 0, OC, N, C, w, C, inp, C, out, OC, 0.0f, bias, 0);
     cu_prof_end(PROF_MM_F);
@@ -156,8 +156,8 @@ void cuda_matmul_forward(float *out, const float *inp, const float *w, const flo
 void cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                           const float *w, int N, int C, int OC) {
     cu_prof_begin(PROF_MM_B);
-    if (bf16_mode()) {
-        bf16_backward(dinp, dw, dout, inp, w, N, C, OC, dbias != NULL);
+    if (half_mode()) {
+        half_backward(dinp, dw, dout, inp, w, N, C, OC, dbias != NULL);
     } else {
         if (dinp) // dinp (N,C) = dout·W: column-major (C,N) = Wᶜᵐ(C,OC) · doutᶜᵐ(OC,N)
             cb_matmul(0, 0, C, N, OC, w, C, dout, OC, dinp, C, 0.0f, NULL, 0);
