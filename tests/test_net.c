@@ -52,22 +52,13 @@ static void pump(Net **nets, int k, int ms) {
             net_wait(nets[i], 2);
 }
 
-// Sends until accepted (NET_BUSY while the connection completes), pumping the receiver.
-static int send_retry(Net *from, const char *key, Net *to, const void *buf, size_t len) {
+// Sends until accepted (NET_BUSY while the connection completes), pumping the receiver; on the
+// control connection when control (it completes its own handshake), else the bulk one.
+static int send_retry(Net *from, const char *key, Net *to, const void *buf, size_t len,
+                      int control) {
     double end = now_sec() + PATIENCE_MS / 1000.0;
     int rc;
-    while ((rc = net_send(from, key, buf, len, 0)) == NET_BUSY && now_sec() < end) {
-        net_wait(to, 5);
-        net_wait(from, 0);
-    }
-    return rc;
-}
-
-// The same on the control connection (it completes its own handshake).
-static int send_retry_ctl(Net *from, const char *key, Net *to, const void *buf, size_t len) {
-    double end = now_sec() + PATIENCE_MS / 1000.0;
-    int rc;
-    while ((rc = net_send(from, key, buf, len, 1)) == NET_BUSY && now_sec() < end) {
+    while ((rc = net_send(from, key, buf, len, control)) == NET_BUSY && now_sec() < end) {
         net_wait(to, 5);
         net_wait(from, 0);
     }
@@ -168,7 +159,7 @@ TEST(same_secret_exchange) {
     CHECK(a && b, "%s", loom_errmsg());
     if (!a || !b) goto out;
     CHECK(net_connect(a, "b", net_bound_addr(b)) == 0, "%s", loom_errmsg());
-    CHECK(send_retry(a, "b", b, "hello", 5) == NET_OK, "small send");
+    CHECK(send_retry(a, "b", b, "hello", 5, 0) == NET_OK, "small send");
     const void *buf;
     long len = recv_one(b, PATIENCE_MS, &buf);
     CHECK(len == 5 && !memcmp(buf, "hello", 5), "got %ld bytes", len);
@@ -178,13 +169,13 @@ TEST(same_secret_exchange) {
         m[i] = (unsigned char)(i * 131 + (i >> 12));
     for (int k = 0; k < 3; k++) {
         m[0] = (unsigned char)k;
-        CHECK(send_retry(a, "b", b, m, big) == NET_OK, "1 MiB send %d", k);
+        CHECK(send_retry(a, "b", b, m, big, 0) == NET_OK, "1 MiB send %d", k);
         len = recv_one(b, PATIENCE_MS, &buf);
         CHECK(len == (long)big && !memcmp(buf, m, big), "1 MiB message %d: %ld bytes", k, len);
     }
     // A reply goes back through B's own DEALER to A's inbox.
     CHECK(net_connect(b, "a", net_bound_addr(a)) == 0, "%s", loom_errmsg());
-    CHECK(send_retry(b, "a", a, "pong", 4) == NET_OK, "reply");
+    CHECK(send_retry(b, "a", a, "pong", 4, 0) == NET_OK, "reply");
     len = recv_one(a, PATIENCE_MS, &buf);
     CHECK(len == 4 && !memcmp(buf, "pong", 4), "reply: %ld bytes", len);
     NetStats sa = net_stats(a), sb = net_stats(b);
@@ -269,9 +260,9 @@ TEST(oversized_dropped) {
     CHECK(net_connect(a, "b", net_bound_addr(b)) == 0, "%s", loom_errmsg());
     size_t over = MAX_MSG + 1;
     char *m = xcalloc(1, over);
-    CHECK(send_retry(a, "b", b, m, MAX_MSG) == NET_OK, "max-size send");
-    CHECK(send_retry(a, "b", b, m, over) == NET_OK, "oversized send");
-    CHECK(send_retry(a, "b", b, "after", 5) == NET_OK, "small send");
+    CHECK(send_retry(a, "b", b, m, MAX_MSG, 0) == NET_OK, "max-size send");
+    CHECK(send_retry(a, "b", b, m, over, 0) == NET_OK, "oversized send");
+    CHECK(send_retry(a, "b", b, "after", 5, 0) == NET_OK, "small send");
     const void *buf;
     long len = recv_one(b, PATIENCE_MS, &buf);
     CHECK(len == (long)MAX_MSG, "max-size message: %ld bytes", len);
@@ -282,7 +273,7 @@ TEST(oversized_dropped) {
     // reconnects and later messages arrive again (the ones sent meanwhile may be lost).
     free(m);
     m = xcalloc(1, 2 * MAX_MSG + 1);
-    CHECK(send_retry(a, "b", b, m, 2 * MAX_MSG + 1) == NET_OK, "over-cap send");
+    CHECK(send_retry(a, "b", b, m, 2 * MAX_MSG + 1, 0) == NET_OK, "over-cap send");
     double end = now_sec() + PATIENCE_MS / 1000.0;
     len = -1;
     while (len != 5 && now_sec() < end) {
@@ -322,15 +313,15 @@ TEST(busy_and_prompt_close) {
     CHECK(net_connect(a, "b", net_bound_addr(b)) == 0, "%s", loom_errmsg());
     size_t big = 1u << 20;
     char *m = xcalloc(1, big);
-    CHECK(send_retry(a, "b", b, m, big) == NET_OK, "first send");
+    CHECK(send_retry(a, "b", b, m, big, 0) == NET_OK, "first send");
     int queued = 1, rc; // the high-water marks hold some tens of MiB: give up at 512
     while ((rc = net_send(a, "b", m, big, 0)) == NET_OK && queued < 512)
         queued++;
     CHECK(rc == NET_BUSY, "never busy after %d MiB", queued);
     // the control connection is a queue of its own: a small message still goes (the bulk
     // connection, the negative control, refused it just above)
-    CHECK(send_retry_ctl(a, "b", b, "commit", 6) == NET_OK, "a control message behind a full "
-                                                            "bulk queue was refused");
+    CHECK(send_retry(a, "b", b, "commit", 6, 1) == NET_OK, "a control message behind a full "
+                                                           "bulk queue was refused");
     CHECK(net_send(a, "b", m, big, 0) == NET_BUSY, "the bulk queue drained meanwhile");
     Net *both[2] = {a, b};
     pump(both, 2, 50);
