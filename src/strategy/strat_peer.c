@@ -244,14 +244,23 @@ static int resync(Strategy *s, Peer *p) {
 // A joiner holding a(b), m(b) while the swarm already computes round R > b applies the averages
 // of rounds b … R − 1 (as every peer did) and enters at round R + 1, the next boundary: no peer
 // waits for a round it would start late. Windows advance by each round's participants. If an
-// average is no longer held, it enters where it stands (b + 1).
+// average is no longer held, it enters where it stands (b + 1). The averages up to R − 2 are
+// there at once; R − 1's is decided during round R, and it waits for that one only (had the
+// others started R + 1 meanwhile, a second look at their round would have it wait for R's
+// average, decided a round later, and so on: it enters R + 1 late instead).
 static void catch_up(Strategy *s, Peer *p, SwarmState *st) {
     const StrategyConfig *c = s->cfg;
     int64_t b0 = st->round;
-    int n;
-    for (int64_t R; (R = swarm_catch_up(p->sw, st->round, &n)) > st->round &&
+    int n, waited = 0;
+    for (int64_t R; (R = swarm_catch_up(p->sw, st->round, &n)) > st->round + waited &&
                     (st->round + 1) * c->tau < c->steps;) {
+        waited |= R == st->round + 1; // (R − 1's average: decided during round R)
         double none[1];
+        if (getenv("LOOM_PEER_VERBOSE"))
+            fprintf(stderr,
+                    "loom peer %s: catching up: the swarm computes round %lld; round %lld's "
+                    "average%s\n",
+                    c->peer_id, (long long)R, (long long)st->round, waited ? " (waited for)" : "");
         if (swarm_average(p->sw, st->round, p->avg, none, 0, NULL)) break;
         outer_update(s, p);
         st->window += (uint64_t)c->tau * (uint64_t)(n > 0 ? n : 1) * (uint64_t)c->grad_accum;

@@ -235,6 +235,7 @@ static void *net_main(void *arg) {
         sw_round_tick(s);
         if (s->fetch.active) sw_fetch_pump(s, &s->fetch);
         if (s->pull.active) sw_pull_pump(s, &s->pull);
+        if (s->nowed) sw_answer_owed(s);
         for (int i = 0; i < SW_SLOTS; i++)
             if (s->slot[i].fetch.active) sw_fetch_pump(s, &s->slot[i].fetch);
     }
@@ -350,6 +351,8 @@ void swarm_round_begin(Swarm *s, int64_t r, int *pos, int *n) {
     pthread_mutex_lock(&s->mu);
     PeerRecord *me = view_self(&s->view);
     if (me->cur_round != r) me->cur_round = r, sw_bump(s);
+    if (s->c.verbose)
+        fprintf(stderr, "loom peer %s: %.3f round %lld begins\n", s->id, now_sec(), (long long)r);
     s->my_round = r;
     PeerId *ids = xmalloc(sizeof(PeerId) * WIRE_MAX_PEERS);
     *n = view_participants(&s->view, r, ids, WIRE_MAX_PEERS);

@@ -93,9 +93,10 @@ static int pick_source(const Pull *p, const int *out, int avoid) {
 
 void sw_pull_pump(Swarm *s, Pull *p) {
     if (!p->active || p->done || p->failed) return;
-    // (peers that hold state but have not heard of this one yet: wait for their gossip, up to
-    // SW_PULL_GATHER seconds, so the first pieces are spread over all of them)
-    if (add_sources(s, p) && now_sec() - p->started < SW_PULL_GATHER) return;
+    // (while the donor is the only source and peers that hold state have not heard of this one
+    // yet, wait for their gossip, up to SW_PULL_GATHER seconds, so the first pieces are spread;
+    // not for all of them: the view may still list a peer that is gone, which never answers)
+    if (add_sources(s, p) && p->nsrc < 2 && now_sec() - p->started < SW_PULL_GATHER) return;
     int live = 0, out[SW_PULL_SRC] = {0};
     for (int i = 0; i < p->nsrc; i++) {
         if (!p->dead[i] && view_find(&s->view, p->src[i]) < 0) drop_source(p, i, "left");

@@ -13,7 +13,9 @@
 
 #define SW_SLOTS 4 // rounds kept: the one applied, the one averaged, one ahead, one spare
 #define SW_PIECE ((size_t)WIRE_MAX_FLOATS)
-#define SW_TICK 0.5 // seconds between gossip / HAVE rounds
+#define SW_TICK 0.5        // seconds between gossip / HAVE rounds
+#define SW_OWED 64         // FETCH answers kept to send again (Owed)
+#define SW_HELLO_EVERY 0.1 // seconds between a joiner's HELLOs until it is welcomed
 #define SW_FETCH_WINDOW 8
 #define SW_BURST 8 // pieces sent (or messages taken) per hold of Swarm.mu
 #define SW_POOL 8  // Δ buffers kept for reuse
@@ -64,7 +66,7 @@ typedef struct {
 // another array (its hash is not the expected one) is dropped and its pieces asked of others.
 #define SW_PULL_SRC 32     // sources at most
 #define SW_PULL_WINDOW 4   // pieces asked of one source and not yet received
-#define SW_PULL_GATHER 2.0 // seconds a download waits for holders to learn of the joiner
+#define SW_PULL_GATHER 2.0 // seconds a download may wait for a second source (swarm_fetch.c)
 typedef struct {
     int active, done, failed;
     int64_t round;
@@ -116,6 +118,17 @@ typedef struct {
     double sh_sum_at; // when this peer's slice sum was first sent
 } Slot;
 
+// A FETCH this peer could not answer at once (its connection to the asker was still being made,
+// or its queue was full): answered again from the network loop until it goes or SW_FETCH_RETRY
+// passes (the asker then asks again).
+typedef struct {
+    PeerId from;
+    uint32_t what, n;
+    int64_t round;
+    uint64_t offset, total;
+    double at;
+} Owed;
+
 typedef struct {
     PeerId to;
     int64_t round;
@@ -158,8 +171,10 @@ struct Swarm {
     int joining, welcomed, refused, nboot, boot_closed;
     char reason[600];
     PeerId donor;
-    Fetch fetch; // the state download's META (the donor's version and hashes)
-    Pull pull;   // the state download's anchor and momentum (from every holder)
+    Fetch fetch;        // the state download's META (the donor's version and hashes)
+    Pull pull;          // the state download's anchor and momentum (from every holder)
+    Owed owed[SW_OWED]; // FETCHes to answer again (swarm_join.c)
+    int nowed;
     int diverged;
     SwarmStats st;
     uint32_t *sparse;     // --outer-compress topk: a DELTAS' indices and values (SW_PIECE)
@@ -262,6 +277,7 @@ int sw_pull_sources(const Pull *p, char *buf, size_t n);
 // swarm_join.c
 void sw_on_hello(Swarm *s, const WireMsg *m);
 void sw_on_fetch(Swarm *s, const WireMsg *m);
+void sw_answer_owed(Swarm *s); // the FETCHes not answered at once (network thread)
 void sw_on_data(Swarm *s, const WireMsg *m);
 void sw_fetch_start(Fetch *f, uint32_t what, int64_t round, float *dst, size_t total,
                     const char *donor);

@@ -89,6 +89,10 @@ void sw_join_tick(Swarm *s) {
         sw_send(s, key, WIRE_HELLO, 0);
     }
     s->boot_closed = s->welcomed;
+    // (until welcomed, HELLO again every SW_HELLO_EVERY, not every tick: the first HELLO, sent
+    // while the bootstrap connection is still being made, is refused, and so is the WELCOME to
+    // it, sent while the bootstrap peer's connection back to this one is still being made)
+    if (!s->welcomed) s->last_tick = now_sec() - SW_TICK + SW_HELLO_EVERY;
 }
 
 // ---------------------------------------------------------------- serving
@@ -115,26 +119,55 @@ static void take_snapshot(Swarm *s) {
     s->snap_hm = swarm_hash(s->snap_m, s->P);
 }
 
-static void send_gone(Swarm *s, const WireMsg *m) {
+static int send_gone(Swarm *s, const WireMsg *m) {
     WireMsg *o = s->out;
     o->what = m->what, o->offset = o->total = 0, o->n = 0, o->hash = 0;
-    sw_send(s, m->from, WIRE_DATA, m->round);
+    return sw_send(s, m->from, WIRE_DATA, m->round);
 }
 
-static void send_piece(Swarm *s, const WireMsg *m, const float *src, uint64_t hash) {
+static int send_piece(Swarm *s, const WireMsg *m, const float *src, uint64_t hash) {
     WireMsg *o = s->out;
     if (m->total != s->P || m->offset + m->n > s->P || m->n == 0) {
         s->st.rejected++;
-        return;
+        return NET_OK;
     }
+    if (!net_writable(s->net, m->from)) return NET_BUSY; // (encode nothing yet)
     o->what = m->what, o->offset = m->offset, o->total = s->P, o->n = m->n, o->hash = hash;
     o->data = (const uint8_t *)(src + m->offset);
-    sw_send(s, m->from, WIRE_DATA, m->round);
+    return sw_send(s, m->from, WIRE_DATA, m->round);
 }
+
+static int answer(Swarm *s, const WireMsg *m);
 
 void sw_on_fetch(Swarm *s, const WireMsg *m) {
     if (!net_has(s->net, m->from)) return; // only peers in the view are answered
     if (m->what == WIRE_ARR_DELTA) return sw_send_delta_piece(s, m);
+    if (answer(s, m) != NET_BUSY || s->nowed == SW_OWED) return;
+    Owed *w = &s->owed[s->nowed++];
+    snprintf(w->from, sizeof w->from, "%s", m->from);
+    w->what = m->what, w->n = m->n, w->round = m->round;
+    w->offset = m->offset, w->total = m->total, w->at = now_sec();
+}
+
+void sw_answer_owed(Swarm *s) {
+    double now = now_sec();
+    for (int i = 0; i < s->nowed;) {
+        Owed *w = &s->owed[i];
+        WireMsg *m = s->in; // (the network thread's scratch: dispatch is done with it)
+        m->type = WIRE_FETCH;
+        snprintf(m->from, sizeof m->from, "%s", w->from);
+        m->what = w->what, m->n = w->n, m->round = w->round;
+        m->offset = w->offset, m->total = w->total;
+        if (now - w->at < SW_FETCH_RETRY && net_has(s->net, w->from) && answer(s, m) == NET_BUSY)
+            i++;
+        else
+            s->owed[i] = s->owed[--s->nowed];
+    }
+}
+
+// A FETCH of the snapshot's META, its pieces or an average's: NET_BUSY when it could not be
+// answered now.
+static int answer(Swarm *s, const WireMsg *m) {
     if (m->what == WIRE_ARR_META) {
         take_snapshot(s);
         if (!s->snap_valid) return send_gone(s, m);
@@ -147,8 +180,7 @@ void sw_on_fetch(Swarm *s, const WireMsg *m) {
         WireMsg *o = s->out;
         o->what = WIRE_ARR_META, o->offset = 0, o->total = 8, o->n = 8, o->hash = 0;
         o->data = (const uint8_t *)f;
-        sw_send(s, m->from, WIRE_DATA, s->snap_round);
-        return;
+        return sw_send(s, m->from, WIRE_DATA, s->snap_round);
     }
     if (m->what == WIRE_ARR_ANCHOR || m->what == WIRE_ARR_MOMENTUM) {
         // (a peer asked without a META first: a joiner downloading from every holder)
@@ -157,16 +189,16 @@ void sw_on_fetch(Swarm *s, const WireMsg *m) {
         if (!s->snap_valid || m->round != s->snap_round) return send_gone(s, m);
         s->snap_used = now_sec();
         int a = m->what == WIRE_ARR_ANCHOR;
-        send_piece(s, m, a ? s->snap_a : s->snap_m, a ? s->snap_ha : s->snap_hm);
-        return;
+        return send_piece(s, m, a ? s->snap_a : s->snap_m, a ? s->snap_ha : s->snap_hm);
     }
     if (m->what == WIRE_ARR_AVERAGE) {
         Slot *sl = sw_slot(s, m->round, 0);
         if (!sl) return send_gone(s, m);
-        if (!sl->avg_ready) return; // not decided yet: the requester asks again
+        if (!sl->avg_ready) return NET_OK; // not decided yet: the requester asks again
         if (!sl->avg_hash_set) sl->avg_hash = swarm_hash(sl->avg, s->P), sl->avg_hash_set = 1;
-        send_piece(s, m, sl->avg, sl->avg_hash);
+        return send_piece(s, m, sl->avg, sl->avg_hash);
     }
+    return NET_OK;
 }
 
 // ---------------------------------------------------------------- fetching

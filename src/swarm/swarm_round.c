@@ -103,18 +103,22 @@ void sw_send_commit(Swarm *s, Slot *sl, const char *to, uint32_t attempt) {
         sw_broadcast(s, WIRE_COMMIT, sl->round);
 }
 
-// A donor for round r's average: the live members of the set first, then any peer; `turn`
-// picks among them (a retry takes the next). NULL when this peer is alone.
+// A donor for round r's average: the members of the set first, then any peer, those heard from
+// lately (and that know this peer) before the others — a joiner's view may still list a peer
+// that is gone, which it never heard from; `turn` picks among them (a retry takes the next).
+// NULL when this peer is alone.
 const char *sw_avg_donor(Swarm *s, Slot *sl, int turn) {
     int n = s->view.n - 1;
     if (n < 1) return NULL;
     const char **cand = xcalloc((size_t)n, sizeof *cand);
     int k = 0;
-    for (int pass = 0; pass < 2; pass++)
+    double now = now_sec();
+    for (int pass = 0; pass < 4; pass++)
         for (int i = 1; i < s->view.n; i++) {
-            const char *id = s->view.e[i].rec.id;
-            int in = bsearch(id, sl->set, (size_t)sl->nset, sizeof(PeerId), cmp_id) != NULL;
-            if (in == (pass == 0)) cand[k++] = id;
+            const ViewEntry *e = &s->view.e[i];
+            int in = bsearch(e->rec.id, sl->set, (size_t)sl->nset, sizeof(PeerId), cmp_id) != NULL;
+            int live = e->direct && e->knows_self && now - e->heard < 4 * SW_TICK;
+            if (in == !(pass & 1) && live == !(pass & 2)) cand[k++] = e->rec.id;
         }
     const char *d = cand[turn % k];
     free(cand);
