@@ -9,6 +9,7 @@
 #                       [--rounds R (3)] [--warm-rounds W (1)] [--dp-steps S (4)] [--pp-steps S (5)]
 #                       [--accum K (8)] [--churn-rounds R (15)] [--churn-every N (3)]
 #                       [--churn-link 1gbit|100mbit] [--churn-timeout S (5)] [--swarm-timeout S (30)]
+#                       [--churn-at random|boundary (random)]
 #                       [--conv-modes dp,co2,none,int8,topk]
 #                       [--out DIR] [--loom PATH]
 #
@@ -38,7 +39,9 @@
 # Part churn: byte-level model L4 H4 C256 V256 T128 B8 on the bundled fortunes corpus, N peers,
 # --churn-rounds rounds of τ, --peer-timeout --churn-timeout (5), on a tbf link (--churn-link). Every
 # --churn-every rounds (by the round of the records a live peer has written) one peer is
-# killed with SIGKILL (in turn p1, p0, p2, p3, then the replacements) and a new peer with a new
+# killed with SIGKILL — at a random point of the round then in progress (--churn-at random: a
+# delay uniform in [0, τ × the last record's step time), seeded), or at once (boundary: right as
+# a round's records appear, i.e. as the victim sends that round's Δ, the worst moment) (in turn p1, p0, p2, p3, then the replacements) and a new peer with a new
 # id starts in the dead one's namespace, bootstrapping to the live peers. Against the same run
 # without churn: tokens/s (step_ms), final validation loss, and the longest wait_ms any peer saw.
 # Part conv: the same model and token budget with MPI --dp N (sync DP, batch 8 per rank), and
@@ -51,9 +54,9 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PARTS=tput,churn,conv; SETTINGS=100mbit; MODESARG=alone,swarm,co2,dp,1f1b,2bw; MODEL=30m; TAU=12
-NP=4; CORES=$(nproc); EXCH=all; COMPRESS=none; ROUNDS=3; WARM=1; DP_STEPS=4; PP_STEPS=5; ACC=8; CH_ROUNDS=15; CH_EVERY=3; CH_LINK=1gbit; CH_TIMEOUT=5; SW_TIMEOUT=30
+NP=4; CORES=$(nproc); EXCH=all; COMPRESS=none; ROUNDS=3; WARM=1; DP_STEPS=4; PP_STEPS=5; ACC=8; CH_ROUNDS=15; CH_EVERY=3; CH_LINK=1gbit; CH_TIMEOUT=5; SW_TIMEOUT=30; CH_AT=random
 CONV_MODES=dp,co2; OUT=""; LOOM="$ROOT/loom"; PY=/usr/bin/python3; RUN_TIMEOUT=900
-usage() { sed -n '2,49p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; }
 while [ $# -gt 0 ]; do
     case "$1" in
         --parts) PARTS="$2"; shift 2 ;;
@@ -74,6 +77,7 @@ while [ $# -gt 0 ]; do
         --churn-every) CH_EVERY="$2"; shift 2 ;;
         --churn-link) CH_LINK="$2"; shift 2 ;;
         --churn-timeout) CH_TIMEOUT="$2"; shift 2 ;;
+        --churn-at) CH_AT="$2"; shift 2 ;;
         --swarm-timeout) SW_TIMEOUT="$2"; shift 2 ;;
         --conv-modes) CONV_MODES="$2"; shift 2 ;;
         --out) OUT="$2"; shift 2 ;;
@@ -120,7 +124,7 @@ GIT="$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$
     echo "loadavg_start: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "loom_git: $GIT (the checkout's; with --loom, the binary may be older: md5 $(md5sum "$LOOM" | cut -c1-12))"
     echo "machines: $NP x $(awk -v c="$CORES" -v n="$NP" 'BEGIN { printf "%.3g", c / n }') cores (CPU cgroups with fixed quotas)"
-    echo "invocation: $0 --machines $NP --cores $CORES --exchange $EXCH --compress $COMPRESS --parts $PARTS --settings $SETTINGS --modes $MODESARG --model $MODEL --tau $TAU --rounds $ROUNDS --warm-rounds $WARM --dp-steps $DP_STEPS --pp-steps $PP_STEPS --accum $ACC --churn-rounds $CH_ROUNDS --churn-every $CH_EVERY --churn-link $CH_LINK --churn-timeout $CH_TIMEOUT --swarm-timeout $SW_TIMEOUT --conv-modes $CONV_MODES"
+    echo "invocation: $0 --machines $NP --cores $CORES --exchange $EXCH --compress $COMPRESS --parts $PARTS --settings $SETTINGS --modes $MODESARG --model $MODEL --tau $TAU --rounds $ROUNDS --warm-rounds $WARM --dp-steps $DP_STEPS --pp-steps $PP_STEPS --accum $ACC --churn-rounds $CH_ROUNDS --churn-every $CH_EVERY --churn-link $CH_LINK --churn-timeout $CH_TIMEOUT --churn-at $CH_AT --swarm-timeout $SW_TIMEOUT --conv-modes $CONV_MODES"
 } | tee "$OUT/machine.txt"
 
 "$BIN" keygen -o "$OUT/secret" >/dev/null 2>&1
@@ -272,7 +276,7 @@ if has "$PARTS" churn; then
     for ((i = 1; i < NP; i++)); do start_peer "$tag" "$i" "p$i" "$boot" "${BYTEF[@]}" --steps "$CH_STEPS" --peer-timeout "$CH_TIMEOUT" --min-peers "$NP"; done
     declare -A NSOF; for ((i = 0; i < NP; i++)); do NSOF[p$i]=$i; done; declare -A PIDOF ADDROF
     while read -r id pid addr; do PIDOF[$id]=$pid; ADDROF[$id]=$addr; done <"$OUT/$tag/peers.txt"
-    VICTIMS=(p1 p0 p2 p3); next=$CH_EVERY; gen=$NP; vi=0; rc=0
+    VICTIMS=(p1 p0 p2 p3); next=$CH_EVERY; gen=$NP; vi=0; rc=0; RANDOM=1
     end=$(( $(date +%s) + RUN_TIMEOUT ))
     while :; do
         live=(); for id in "${!PIDOF[@]}"; do kill -0 "${PIDOF[$id]}" 2>/dev/null && live+=("$id"); done
@@ -287,6 +291,10 @@ if has "$PARTS" churn; then
             # victim: the next in VICTIMS, or else the oldest live peer that is not the newest
             if [ "$vi" -lt "${#VICTIMS[@]}" ]; then v=${VICTIMS[$vi]}; else v=$(printf '%s\n' "${live[@]}" | sort -V | head -1); fi
             vi=$((vi + 1))
+            if [ "$CH_AT" = random ]; then # a random point of the round in progress
+                ms=$(tail -n 1 "$OUT/$tag/${live[0]}.jsonl" 2>/dev/null | grep -o '"step_ms":[0-9.]*' | cut -d: -f2 || true)
+                sleep "$(awk -v r=$RANDOM -v ms="${ms:-300}" -v t="$TAU" 'BEGIN { printf "%.3f", r / 32768 * t * ms / 1000 }')"
+            fi
             if kill -0 "${PIDOF[$v]}" 2>/dev/null; then
                 kill -9 "${PIDOF[$v]}"; wait "${PIDOF[$v]}" 2>/dev/null || true; ns=${NSOF[$v]}; unset "PIDOF[$v]"
                 echo "$(date +%s.%N) round $r: killed $v (ns $ns)" | tee -a "$OUT/$tag/events.txt"

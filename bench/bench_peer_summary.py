@@ -150,17 +150,20 @@ print()
 runs = [t for t in ("churn_none", "churn_kill") if rc_of(t)]
 if runs:
     print("### Churn (byte model L4 H4 C256 V256 T128 B8, fortunes corpus)\n")
-    print("| run | peers (finished) | swarm steps | tokens (all peers, averaged rounds) | tok/s (wall) | final val loss | max wait_ms in training, final drain excluded (survivors / all) | rc |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| run | peers (finished) | swarm steps | tokens averaged (peer-rounds) | tok/s (wall) | steps recorded | final val loss | max wait_ms in training, final drain excluded (survivors / all) | rc |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for tag in runs:
         rc = rc_of(tag)
         tokens, vals, wsurv, wall_all, fin, ids, last = 0, [], [], [], [], [], 0
+        parts = {}  # round -> its average's participants, as the records that applied it say
         for f in sorted(glob.glob(f"{out}/{tag}/*.jsonl")):
             pid = os.path.basename(f)[:-6]
             ids.append(pid)
             rows, v = peer_rows(f)
             _, lv, txt = peer_log(f[:-6] + ".log")
             tokens += 8 * 128 * len(rows)  # the churn model: B 8 x T 128 per peer step
+            for j in rows:
+                parts[j["round"]] = max(parts.get(j["round"], 0), j["averaged"])
             last_r = max((j["round"] for j in rows), default=0)
             w = [j["wait_ms"] for j in rows if j["round"] < last_r or v is None]  # not the final drain
             wall_all += w
@@ -168,9 +171,15 @@ if runs:
                 fin.append(pid); vals.append(v if v is not None else lv); wsurv += w
             if rows:
                 last = max(last, rows[-1]["step"])
-        print(f"| {tag} | {', '.join(ids)} ({', '.join(fin)}) | {last} | {tokens:,} | {tokens / rc['wall_s']:,.0f} | "
+        pr = sum(parts.values())
+        avg_tokens = pr * tau * 8 * 128
+        print(f"| {tag} | {', '.join(ids)} ({', '.join(fin)}) | {last} | {avg_tokens:,} ({pr}) | {avg_tokens / rc['wall_s']:,.0f} | {tokens // 1024:,} | "
               f"{'/'.join(f'{x:.4f}' for x in sorted(set(vals)))} | {max(wsurv, default=0):,.0f} / {max(wall_all, default=0):,.0f} ms | {rc['rc']} |")
-    print("\ntok/s (wall) = tokens of the averaged rounds of every peer / the run's wall time (start-up included).\n")
+    print("\ntokens averaged = the sum over rounds of the participants of each round's average (the records' "
+          "\"averaged\") x tau x B x T: every peer's work that went into the model, including a killed peer's "
+          "last round it contributed to, whose records it never wrote (a round's records are written when its "
+          "average is applied, one round later). tok/s (wall) = tokens averaged / the run's wall time (start-up "
+          "included). steps recorded = the metrics lines all peers wrote.\n")
 conv = [t for t in ("conv_dp", "conv_co2") if rc_of(t)]
 if conv:
     print("### Convergence at equal tokens (loopback MPI runs)\n")
