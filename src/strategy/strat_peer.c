@@ -447,9 +447,10 @@ static void peer_summary(Strategy *s, double exposed_s, double step_s) {
     fprintf(stderr,
             "loom peer %s: waited %.1f%% of step time for averages, and %.1f s for the last one | "
             "sent %.1f MiB, received %.1f MiB | rejected %ld messages, %ld handshakes | %ld "
-            "anchor mismatches\n",
+            "connections lost | %ld anchor mismatches\n",
             s->cfg->peer_id, step_s > 0 ? 100 * exposed_s / step_s : 0, p->drain_s,
-            st.sent / 1048576.0, st.received / 1048576.0, st.rejected, st.denied, st.diverged);
+            st.sent / 1048576.0, st.received / 1048576.0, st.rejected, st.denied, st.lost,
+            st.diverged);
 }
 
 static void peer_destroy(Strategy *s) {

@@ -22,6 +22,8 @@
 
 #define ZAP_ENDPOINT "inproc://zeromq.zap.01"
 #define ADDR_MAX 256
+#define NET_HEARTBEAT_MS 5000       // the control connections' heartbeats
+#define NET_BULK_HEARTBEAT_MS 60000 // the bulk connections' and the inbox's (peer_open)
 
 typedef struct {
     char *key, *addr;
@@ -30,6 +32,7 @@ typedef struct {
     int connected;    // the bulk connection was up once
     int retries;      // reconnect attempts since it closed (lost_at > 0)
     double lost_at;   // when it closed and has not come back since (0: up)
+    long lost;        // times it closed after being up
 } Peer;
 
 struct Net {
@@ -123,11 +126,12 @@ int net_keygen(const char *path) {
 
 static int set_int(void *s, int opt, int v) { return zmq_setsockopt(s, opt, &v, sizeof v); }
 
-// The options inbox and DEALERs share: no lingering, a receive cap, heartbeats.
-static int common_opts(Net *n, void *s, int ipv6) {
+// The options inbox and DEALERs share: no lingering, a receive cap, heartbeats (a PING every
+// second; the connection closes when nothing at all came back for timeout_ms after one).
+static int common_opts(Net *n, void *s, int ipv6, int timeout_ms) {
     int64_t cap = (int64_t)(2 * n->max_msg);
     return set_int(s, ZMQ_LINGER, 0) | zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &cap, sizeof cap) |
-           set_int(s, ZMQ_HEARTBEAT_IVL, 1000) | set_int(s, ZMQ_HEARTBEAT_TIMEOUT, 5000) |
+           set_int(s, ZMQ_HEARTBEAT_IVL, 1000) | set_int(s, ZMQ_HEARTBEAT_TIMEOUT, timeout_ms) |
            set_int(s, ZMQ_IPV6, ipv6);
 }
 
@@ -158,7 +162,7 @@ static int open_inbox(Net *n, const char *listen) {
     if (!n->zap || set_int(n->zap, ZMQ_LINGER, 0) || zmq_bind(n->zap, ZAP_ENDPOINT))
         return loom_fail("cannot start the ZAP handler: %s", zmq_strerror(errno));
     n->inbox = zmq_socket(n->ctx, ZMQ_ROUTER);
-    if (!n->inbox || common_opts(n, n->inbox, host[0] == '[') ||
+    if (!n->inbox || common_opts(n, n->inbox, host[0] == '[', NET_BULK_HEARTBEAT_MS) ||
         set_int(n->inbox, ZMQ_CURVE_SERVER, 1) ||
         zmq_setsockopt(n->inbox, ZMQ_CURVE_SECRETKEY, n->secret, NET_KEY_LEN) ||
         zmq_setsockopt(n->inbox, ZMQ_ZAP_DOMAIN, "loom", 4) || set_int(n->inbox, ZMQ_RCVHWM, 64))
@@ -222,10 +226,11 @@ static void peer_free(Peer *p) {
     free(p->addr);
 }
 
-// A CURVE-client DEALER to addr queueing at most hwm messages (a completed connection only).
-static void *dealer(Net *n, const char *addr, int hwm) {
+// A CURVE-client DEALER to addr queueing at most hwm messages (a completed connection only),
+// its heartbeats timing out after timeout_ms.
+static void *dealer(Net *n, const char *addr, int hwm, int timeout_ms) {
     void *s = zmq_socket(n->ctx, ZMQ_DEALER);
-    if (s && !(common_opts(n, s, addr[0] == '[') ||
+    if (s && !(common_opts(n, s, addr[0] == '[', timeout_ms) ||
                zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, n->pub, NET_KEY_LEN) ||
                zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, n->pub, NET_KEY_LEN) ||
                zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, n->secret, NET_KEY_LEN) ||
@@ -239,12 +244,21 @@ static void *dealer(Net *n, const char *addr, int hwm) {
 // Two CURVE-client DEALERs connected to addr: bulk (8 messages queued: pieces of up to 1 MiB)
 // and control (256: small messages that must not wait behind the pieces, nor be dropped
 // because the pieces filled the queue), and a monitor PAIR for the bulk one's failed handshakes.
+// The bulk one's heartbeats, and the inbox's (which ping the far ends of those connections),
+// time out only after NET_BULK_HEARTBEAT_MS: a PING waits behind every byte queued before it in
+// the kernel (megabytes: seconds on a slow link shared by many connections), and a connection
+// whose sender TCP backs off after drops hears nothing for seconds; a connection closed by a
+// timed-out heartbeat loses every piece queued on it (at 10 Mbit/s among 8 peers, 5 s timeouts
+// closed the busiest peers' bulk connections 49–82 times in a 7-minute run; with 60 s at the
+// sender only, 35–47: the receiving inbox closed them). A killed peer's connections close at
+// once (a reset); a silent one is --peer-timeout's.
 static int peer_open(Net *n, Peer *p, const char *addr) {
     char ep[ADDR_MAX + 16], mon[64];
     if (strlen(addr) >= ADDR_MAX || !strrchr(addr, ':'))
         return loom_fail("peer address %.200s: not HOST:PORT", addr);
     snprintf(ep, sizeof ep, "tcp://%s", addr);
-    if (!(p->sock = dealer(n, addr, 8)) || !(p->ctl = dealer(n, addr, 256)))
+    if (!(p->sock = dealer(n, addr, 8, NET_BULK_HEARTBEAT_MS)) ||
+        !(p->ctl = dealer(n, addr, 256, NET_HEARTBEAT_MS)))
         return loom_fail("cannot set up a socket to %s: %s", addr, zmq_strerror(errno));
     snprintf(mon, sizeof mon, "inproc://loom-net-mon-%u", n->mon_seq++);
     int ev = ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
@@ -369,12 +383,17 @@ static void mon_drain(Net *n, Peer *p) {
             n->st.handshake_failed++;
         if (ev == ZMQ_EVENT_CONNECTED) p->connected = 1, p->lost_at = 0, p->retries = 0;
         if (ev == ZMQ_EVENT_DISCONNECTED && p->connected && !p->lost_at)
-            p->lost_at = now_sec(), p->retries = 0;
+            p->lost_at = now_sec(), p->retries = 0, p->lost++, n->st.lost++;
         if (ev == ZMQ_EVENT_CONNECT_RETRIED && p->lost_at) p->retries++;
         while (zmq_msg_more(&m) && zmq_msg_recv(&m, p->mon, ZMQ_DONTWAIT) >= 0) {
         }
         zmq_msg_close(&m);
     }
+}
+
+long net_lost(const Net *n, const char *key) {
+    const Peer *p = find(n, key);
+    return p ? p->lost : 0;
 }
 
 double net_dead_since(const Net *n, const char *key) {

@@ -24,6 +24,8 @@ typedef struct {
     long denied;           // handshakes the ZAP handler refused (a wrong secret)
     long oversized;        // messages dropped for exceeding the receive cap
     long handshake_failed; // our outgoing handshakes that failed (a peer with another secret)
+    long lost;             // bulk connections that closed after being up (what was queued on
+                           // one is gone: a dead peer, a reset, a heartbeat that timed out)
 } NetStats;
 
 enum { NET_OK = 0, NET_BUSY = 1, NET_ERR = -1 };
@@ -67,5 +69,7 @@ NetStats net_stats(const Net *n);
 // failed since (nothing accepts at that address: the peer's process is gone); else 0. Events
 // are read in net_wait.
 double net_dead_since(const Net *n, const char *key);
+// How many times the bulk connection to key closed after being up (0 for an unknown key).
+long net_lost(const Net *n, const char *key);
 // Closes every socket without lingering (queued messages are dropped).
 void net_close(Net *n);

@@ -230,7 +230,7 @@ static void *net_main(void *arg) {
             dispatch(s, buf, len);
         NetStats ns = net_stats(s->net);
         s->st.denied = ns.denied, s->st.oversized = ns.oversized;
-        s->st.handshake_failed = ns.handshake_failed;
+        s->st.handshake_failed = ns.handshake_failed, s->st.lost = ns.lost;
         tick(s);
         sw_round_tick(s);
         if (s->fetch.active) sw_fetch_pump(s, &s->fetch);

@@ -61,7 +61,7 @@ typedef struct {
 } SwarmRound;
 
 typedef struct {
-    long rejected, denied, handshake_failed, oversized, diverged;
+    long rejected, denied, handshake_failed, oversized, diverged, lost;
     uint64_t sent, received;
     int view;
 } SwarmStats;
