@@ -46,6 +46,14 @@ typedef struct {
     uint32_t att; // HOLD (sharded): the commit attempt the reporter follows
 } HaveRep;
 
+// Sharded: this peer's slice sum to one peer, its last piece handed to the connection at done
+// after took seconds of handing over; lost: the connection's losses (net_lost) then.
+typedef struct {
+    PeerId to;
+    double done, took;
+    long lost;
+} SumSent;
+
 typedef struct {
     int active, done, failed;
     uint32_t what;
@@ -116,6 +124,8 @@ typedef struct {
     int8_t *sh_q8;    // --outer-compress-sums int8: this peer's slice sum as codes (slice-long)
     float *sh_scales; // and scales (one per CQ_CHUNK); avg holds their dequantized values
     double sh_sum_at; // when this peer's slice sum was first sent
+    SumSent *sent;    // to each peer, the last time (resend_sum)
+    int nsent;
 } Slot;
 
 // A FETCH this peer could not answer at once (its connection to the asker was still being made,
@@ -136,6 +146,7 @@ typedef struct {
     int kind;      // 0: this peer's whole Δ; 1: its part [lo, hi) for the slice's owner;
     size_t lo, hi; // 2: this peer's slice sum [lo, hi) (swarm_shard.c)
     uint32_t att;  // kinds 1, 2: the commit attempt it belongs to
+    double start;  // when it was queued
 } SendJob;
 
 struct Swarm {

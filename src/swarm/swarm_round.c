@@ -34,7 +34,7 @@ void sw_slot_free(Swarm *s, Slot *sl) {
     for (int i = 0; i < sl->nhv; i++)
         free(sl->hv[i].ids);
     free(sl->c), free(sl->hv), free(sl->set), spill_free(sl->avg), free(sl->loss), free(sl->sh_got);
-    spill_free(sl->sh_q8), free(sl->sh_scales);
+    spill_free(sl->sh_q8), free(sl->sh_scales), free(sl->sent);
     sw_fetch_free(&sl->fetch);
     memset(sl, 0, sizeof *sl);
 }

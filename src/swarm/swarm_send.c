@@ -20,6 +20,7 @@ void sw_add_job(Swarm *s, const char *to, int64_t r, int kind, size_t lo, size_t
     SendJob *j = &s->jobs[s->njobs++];
     snprintf(j->to, sizeof j->to, "%s", to);
     j->round = r, j->next = lo, j->kind = kind, j->lo = lo, j->hi = hi, j->att = att;
+    j->start = now_sec();
 }
 
 void sw_new_peer(Swarm *s, const char *id) {

@@ -184,8 +184,8 @@ static void adopt(Swarm *s, Slot *sl, uint32_t a, PeerId *ids, int n, uint64_t h
     sl->sh_att = a, sl->sh_summed = 0, sl->committed = 1, sl->chash = h;
     free(sl->sh_got);
     sl->sh_got = xcalloc(s->nchunks + 1, 1);
-    spill_free(sl->sh_q8), free(sl->sh_scales); // (of an earlier attempt's slice)
-    sl->sh_q8 = NULL, sl->sh_scales = NULL;
+    spill_free(sl->sh_q8), free(sl->sh_scales), free(sl->sent); // (an earlier attempt's slice)
+    sl->sh_q8 = NULL, sl->sh_scales = NULL, sl->sent = NULL, sl->nsent = 0;
     if (!sl->avg) sl->avg = spill_floats(s->P);
     free(sl->loss);
     sl->loss = NULL, sl->nloss = 0;
@@ -336,18 +336,38 @@ void sw_shard_on_commit(Swarm *s, const WireMsg *m) {
     if (m->attempt & 1) finalize(s, sl);
 }
 
+static SumSent *sum_sent(Slot *sl, const char *to, int create) {
+    for (int i = 0; i < sl->nsent; i++)
+        if (!strcmp(sl->sent[i].to, to)) return &sl->sent[i];
+    if (!create) return NULL;
+    SumSent *t = xcalloc((size_t)sl->nsent + 1, sizeof *t);
+    if (sl->nsent) memcpy(t, sl->sent, sizeof *t * (size_t)sl->nsent);
+    free(sl->sent);
+    sl->sent = t;
+    t = &sl->sent[sl->nsent++];
+    snprintf(t->to, sizeof t->to, "%s", to);
+    return t;
+}
+
 static int has_id_in(const WireMsg *m, const char *id) {
     for (int i = 0; i < m->nids; i++)
         if (!strcmp(m->ids[i], id)) return 1;
     return 0;
 }
 
-// A resend of this peer's slice sum to a reporter that lacks it (none queued to it already).
+// A resend of this peer's slice sum to a reporter that lacks it: none queued to it already, and
+// what was handed to its connection has had time to arrive — as long again as handing it over
+// took (the connection's queue and the kernel's hold about as much as was waiting to go in
+// meanwhile: on a slow link, tens of seconds), unless the connection closed since (a close
+// drops what it held).
 static void resend_sum(Swarm *s, Slot *sl, HaveRep *h, const WireMsg *m) {
     double now = now_sec();
     int me = set_index(sl, s->id);
     if (me < 0 || has_id_in(m, s->id) || now - sl->sh_sum_at < SW_FETCH_RETRY ||
         now - h->asked < SW_FETCH_RETRY)
+        return;
+    const SumSent *t = sum_sent(sl, m->from, 0);
+    if (t && now - t->done < SW_FETCH_RETRY + t->took && net_lost(s->net, m->from) == t->lost)
         return;
     for (int j = 0; j < s->njobs; j++)
         if (s->jobs[j].round == sl->round && s->jobs[j].kind == 2 &&
@@ -414,6 +434,10 @@ int sw_shard_job(Swarm *s, SendJob *jb) {
     }
     if (sw_send(s, jb->to, type, jb->round) != NET_OK) return 0;
     jb->next += n;
+    if (jb->kind == 2 && jb->next >= jb->hi) { // (handed over: resend_sum's clock)
+        SumSent *t = sum_sent(sl, jb->to, 1);
+        t->done = now_sec(), t->took = t->done - jb->start, t->lost = net_lost(s->net, jb->to);
+    }
     if (jb->kind == 1 && jb->round == testhook_peer_kill_exchange()) { // LOOM_FAULT_PEER_KILL
         fprintf(stderr, "loom peer %s: killed by LOOM_FAULT_PEER_KILL mid-exchange\n", s->id);
         nanosleep(&(struct timespec){0, 300000000}, NULL); // (the part leaves; nothing else does)
