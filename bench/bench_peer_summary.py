@@ -43,7 +43,8 @@ def swarm_tput(tag):
     for f in sorted(glob.glob(f"{out}/{tag}/*.jsonl")):
         pid = os.path.basename(f)[:-6]
         rows, _ = peer_rows(f)
-        sent, _, _ = peer_log(f[:-6] + ".log")
+        sent, _, txt = peer_log(f[:-6] + ".log")
+        lost = re.search(r"([0-9]+) connections lost", txt)
         timed = [j for j in rows if j["round"] > warm]
         if not timed:
             continue
@@ -53,7 +54,8 @@ def swarm_tput(tag):
         peers[pid] = dict(tps=B * T * len(timed) / sum(j["step_ms"] for j in timed) * 1000,
                           round_ms=med(rms), rounds=rounds, wait=[waits[r] for r in sorted(waits)],
                           sent_per_round=(sent / max(j["round"] for j in rows)) if sent else None,
-                          view=sorted({j["view"] for j in rows}), averaged=sorted({j["averaged"] for j in rows}))
+                          view=sorted({j["view"] for j in rows}), averaged=sorted({j["averaged"] for j in rows}),
+                          lost=int(lost.group(1)) if lost else None)
     return peers
 
 
@@ -119,9 +121,11 @@ for s in names:
             drain = [x["wait"][-1] for x in p.values()]
             sent = med([x["sent_per_round"] for x in p.values() if x["sent_per_round"]])
             per = " / ".join(f"{k} {x['tps']:.0f}" for k, x in sorted(p.items()))
+            lost = [x["lost"] for x in p.values() if x["lost"] is not None]
+            lost = f"; bulk connections lost per peer {min(lost)}–{max(lost)}" if lost else ""
             print(f"| {names[s]} | {lab} | **{tps:,.0f}** (sum of {per}) | {pct(tps, bound)} | {rms / tau / 1000:.2f} "
                   f"| median {med(waits):,.0f} ms, max {max(waits):,.0f} ms per round (paid in the timed rounds); final drain {min(drain) / 1000:.0f}–{max(drain) / 1000:.0f} s "
-                  f"| {sent:,.1f} | rounds {p['p0']['rounds']} timed; view {p['p0']['view']}, averaged {p['p0']['averaged']}; wall {rc['wall_s']} s |")
+                  f"| {sent:,.1f} | rounds {p['p0']['rounds']} timed; view {p['p0']['view']}, averaged {p['p0']['averaged']}; wall {rc['wall_s']} s{lost} |")
             continue
         rows = [(t, j) for t, j in ts_rows(tag) if "step_ms" in j]
         if rc["rc"] or len(rows) < 3:
