@@ -227,6 +227,8 @@ uint64_t sw_majority_hash(Slot *sl, PeerId *L, int nl);
 // A donor for round r's average (the set's live members first); `turn` picks among them.
 const char *sw_avg_donor(Swarm *s, Slot *sl, int turn);
 HaveRep *sw_report(Slot *sl, const char *from, int create);
+// *arr (n elements of size bytes) grown by one zeroed element; returns that element.
+void *sw_append(void *arr, int n, size_t size);
 // Answers a report of a round long gone here (no slot, older than my_round - 2); 1 if it did.
 int sw_answer_gone(Swarm *s, const WireMsg *m, const Slot *old);
 // Keeps report m (HAVE or HOLD) in sl under its sender: the ids it holds and its anchor hash.

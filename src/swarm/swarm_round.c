@@ -61,11 +61,7 @@ Contrib *sw_contrib(Swarm *s, Slot *sl, const char *id, int create) {
     for (int i = 0; i < sl->nc; i++)
         if (!strcmp(sl->c[i].id, id)) return &sl->c[i];
     if (!create) return NULL;
-    Contrib *c = xcalloc((size_t)sl->nc + 1, sizeof *c);
-    if (sl->nc) memcpy(c, sl->c, sizeof *c * (size_t)sl->nc);
-    free(sl->c);
-    sl->c = c;
-    c = &sl->c[sl->nc++];
+    Contrib *c = sw_append(&sl->c, sl->nc++, sizeof *c);
     snprintf(c->id, sizeof c->id, "%s", id);
     if (create == 1) c->delta = sw_buf_get(s); // (not zeroed: its pieces fill it)
     c->got = xcalloc(s->nchunks, 1);           // (per piece; sharded: per chunk)
@@ -233,15 +229,20 @@ HaveRep *sw_record_report(Slot *sl, const WireMsg *m) {
     return h;
 }
 
+void *sw_append(void *arr, int n, size_t size) {
+    void **p = arr;
+    char *a = xcalloc((size_t)n + 1, size);
+    if (n) memcpy(a, *p, size * (size_t)n);
+    free(*p);
+    *p = a;
+    return a + size * (size_t)n;
+}
+
 HaveRep *sw_report(Slot *sl, const char *from, int create) {
     for (int i = 0; i < sl->nhv; i++)
         if (!strcmp(sl->hv[i].from, from)) return &sl->hv[i];
     if (!create) return NULL;
-    HaveRep *h = xcalloc((size_t)sl->nhv + 1, sizeof *h);
-    if (sl->nhv) memcpy(h, sl->hv, sizeof *h * (size_t)sl->nhv);
-    free(sl->hv);
-    sl->hv = h;
-    h = &sl->hv[sl->nhv++];
+    HaveRep *h = sw_append(&sl->hv, sl->nhv++, sizeof *h);
     snprintf(h->from, sizeof h->from, "%s", from);
     return h;
 }

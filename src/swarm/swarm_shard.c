@@ -340,11 +340,7 @@ static SumSent *sum_sent(Slot *sl, const char *to, int create) {
     for (int i = 0; i < sl->nsent; i++)
         if (!strcmp(sl->sent[i].to, to)) return &sl->sent[i];
     if (!create) return NULL;
-    SumSent *t = xcalloc((size_t)sl->nsent + 1, sizeof *t);
-    if (sl->nsent) memcpy(t, sl->sent, sizeof *t * (size_t)sl->nsent);
-    free(sl->sent);
-    sl->sent = t;
-    t = &sl->sent[sl->nsent++];
+    SumSent *t = sw_append(&sl->sent, sl->nsent++, sizeof *t);
     snprintf(t->to, sizeof t->to, "%s", to);
     return t;
 }
