@@ -221,7 +221,7 @@ PY
 # fp32 and in DTYPE on $LOOM's GPU (cuda:fp32, cuda:DTYPE), metrics in DIR; their final
 # validation losses within 1% of each other. Says so and returns 0 when there is no corpus.
 corpus_vs_fp32() {
-    local F=${FORTUNES:-data/fortunes} dt=$1 dir=$2
+    local F=${FORTUNES:-data/fortunes} dt=$1 dir=$2 p
     if [ ! -f "$F/meta.json" ]; then
         echo "no bundled corpus at $F (make demo prepares it): not run"
         return 0
@@ -230,8 +230,8 @@ corpus_vs_fp32() {
         --vocab 256 --block-size 128 --batch 16 --seq 128 --steps 300 --lr 2e-3 --warmup 20
         --lr-schedule cosine --min-lr 2e-4 --weight-decay 0.1 --grad-clip 1.0 --val-every 0
         --val-windows 20 --progress off --seed 3"
-    for d in fp32 "$dt"; do
-        $LOOM train $conv --device cuda:$d --metrics "$dir/c_$d.jsonl" 2>&1 | grep "loss scale" || true
+    for p in fp32 "$dt"; do # (p: a caller's d names its folder)
+        $LOOM train $conv --device cuda:$p --metrics "$dir/c_$p.jsonl" 2>&1 | grep "loss scale" || true
     done
     $PY - "$dir/c_fp32.jsonl" "$dir/c_$dt.jsonl" "$dt" <<'PY'
 import json, sys

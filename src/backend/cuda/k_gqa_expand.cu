@@ -1,4 +1,4 @@
-// k_gqa_expand.cu — grouped-query attention on the flash kernels (LOOM_CUDA_FLASH_GQA=1): the
+// k_gqa_expand.cu — grouped-query attention on the flash kernels (the default in bf16): the
 // LLaMA qkv rows (B,T,(NH+2·NKV)·hs) are copied into MHA rows (B,T,3C), C = NH·hs, each kv head
 // repeated for the NH/NKV query heads that read it (one layer's copy, in scratch, while the
 // kernel runs), and the MHA gradient (B,T,3C) is folded back: dq copied, dk and dv of a kv
