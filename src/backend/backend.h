@@ -192,6 +192,16 @@ typedef struct Backend {
     // ---- bytes of device memory the backend has held at most so far (its own allocations:
     // buffers, scratch, caches; not the driver's context). NULL in a host-memory backend.
     size_t (*mem_peak)(void);
+    // ---- 16-bit activations (act16 0 and act16_mark NULL in a backend that keeps every
+    // activation in fp32). With act16, a model may mark tensors whose only readers are the
+    // products and the kernels below: act16_mark(p, n) says the n elements at p (a tensor the
+    // model allocated for n/2 floats, gpt_act_floats) hold the products' 16-bit type. Then
+    // layernorm_forward, gelu_forward and attention_forward write such an out in 16 bits, and
+    // matmul_forward/backward's inp, classifier's x and attention_backward's out are read so:
+    // no rounding pass before a product, half the bytes. A mark lasts until the buffer that
+    // holds it is released; every other kernel takes fp32 only.
+    int act16;
+    void (*act16_mark)(const float *p, size_t n);
 } Backend;
 
 // What a backend can do beyond the required kernels (ggml's supports_op, by capability): the

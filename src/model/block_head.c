@@ -34,6 +34,10 @@ static HeadActs head_acts(const Workspace *ws, const GPT *m) {
     return a;
 }
 
+void head_act16_mark(const GPT *m, const Workspace *ws) {
+    m->be->act16_mark(head_acts(ws, m).lnf, workspace_rows(ws, m) * m->cfg.C);
+}
+
 // The vocabulary-parallel cross-entropy: Σ token losses; probabilities of this rank's rows.
 static double xent_shards(const GPT *m, const HeadActs *a, const int *targets, int N) {
     const Backend *be = m->be;

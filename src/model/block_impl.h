@@ -11,6 +11,10 @@ void layer_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io);
 void cp_embed_forward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io);
 void cp_embed_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io);
 void head_forward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io);
+// The 16-bit activations (gpt_act16) of GPT-2 layer `layer` in ws, and of the head's ln_f,
+// marked on the model's backend (Backend.act16_mark).
+void layer_act16_mark(const GPT *m, const Workspace *ws, int layer);
+void head_act16_mark(const GPT *m, const Workspace *ws);
 void head_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io);
 
 // The LLaMA block (block_llama.c) and shape (llama_layout.c).

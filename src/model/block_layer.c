@@ -58,25 +58,36 @@ static LayerActs layer_acts(const Workspace *ws, const GPT *m, int layer) {
     size_t BT = (size_t)ws->B * ws->T, R = workspace_rows(ws, m), C = (size_t)w.C,
            Cl = (size_t)w.Cl, F = (size_t)w.F;
     float *q = ws->layer + (ws->recompute ? 0 : (size_t)(layer - ws->layer0) * ws->layer_stride);
+    int a16 = gpt_act16(&m->cfg, m->be, m->tp.n > 1 ? m->tp.n : 1); // ln1, atty, ln2, fch_gelu
     LayerActs a;
-    a.ln1 = q, q += R * C;
+    a.ln1 = q, q += gpt_act_floats(a16, R * C);
     a.qkv = q, q += BT * 3 * Cl;
-    a.atty = q, q += BT * Cl;
+    a.atty = q, q += gpt_act_floats(a16, BT * Cl);
     a.res2 = q, q += R * C;
-    a.ln2 = q, q += R * C;
+    a.ln2 = q, q += gpt_act_floats(a16, R * C);
     a.fch = q, q += BT * F;
     // recompute_gelu: in the workspace's scratch, written by the forward, recomputed by the
     // backward
     if (m->recompute_gelu)
         a.fch_gelu = workspace_gelu_scratch(ws, m);
     else
-        a.fch_gelu = q, q += BT * F;
+        a.fch_gelu = q, q += gpt_act_floats(a16, BT * F);
     a.ln1_mean = q, q += R;
     a.ln1_rstd = q, q += R;
     a.ln2_mean = q, q += R;
     a.ln2_rstd = q, q += R;
     a.att = q;
     return a;
+}
+
+void layer_act16_mark(const GPT *m, const Workspace *ws, int layer) {
+    Widths w = widths(m);
+    size_t BT = (size_t)ws->B * ws->T, R = workspace_rows(ws, m);
+    LayerActs a = layer_acts(ws, m, layer);
+    m->be->act16_mark(a.ln1, R * w.C);
+    m->be->act16_mark(a.atty, BT * w.Cl);
+    m->be->act16_mark(a.ln2, R * w.C);
+    m->be->act16_mark(a.fch_gelu, BT * w.F);
 }
 
 static void layer_run_forward(const GPT *m, const Block *blk, const Workspace *ws,

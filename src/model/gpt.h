@@ -337,6 +337,12 @@ size_t workspace_rows(const Workspace *ws, const GPT *m);
 // Block l's output in the residual stream (l = -1 .. nblocks-2; l = b-1 is block b's input).
 float *workspace_stream(const Workspace *ws, const GPT *m, int l);
 void workspace_free(Workspace *ws, const GPT *m);
+// GPT-2 layers keep the products' inputs (ln_1, the attention's output, ln_2, the GELU output;
+// the head's ln_f) in 16 bits on a backend with act16 (Backend.act16), one tensor-parallel rank
+// of 1 (their collectives move fp32); gpt_act_floats: the floats n such elements take (n/2 in
+// 16 bits, whole 16-byte units, so the tensor after it stays aligned).
+int gpt_act16(const GPTConfig *c, const Backend *be, int tp);
+size_t gpt_act_floats(int act16, size_t n);
 // Activation floats of a whole-model workspace; be: the backend that will run it (its attention
 // keeps backend-specific saved state).
 size_t workspace_floats(const GPTConfig *c, const Backend *be, int B, int T, int recompute);

@@ -16,10 +16,17 @@ static size_t layer_act_floats_tp(const GPTConfig *c, const Backend *be, int tp,
                                   int T) {
     if (gpt_is_llama(c)) return llama_layer_act_floats(c, be, tp, R, B, T);
     size_t BT = (size_t)B * T, C = (size_t)c->C, Cl = C / (size_t)tp;
+    int a16 = gpt_act16(c, be, tp); // ln1, ln2, atty and fch_gelu in 16 bits
     // ln1, res2, ln2 | qkv, atty, fch, fch_gelu | 2×(mean, rstd) | att
-    return R * 3 * C + BT * (3 * Cl + Cl + 4 * Cl + 4 * Cl) + 4 * R +
+    return R * C + 2 * gpt_act_floats(a16, R * C) + BT * (3 * Cl + 4 * Cl) +
+           gpt_act_floats(a16, BT * Cl) + gpt_act_floats(a16, BT * 4 * Cl) + 4 * R +
            be->attention_saved_floats(B, T, c->H / tp, c->C / c->H);
 }
+
+int gpt_act16(const GPTConfig *c, const Backend *be, int tp) {
+    return be && be->act16 && be->act16_mark && tp == 1 && !gpt_is_llama(c);
+}
+size_t gpt_act_floats(int act16, size_t n) { return act16 ? (n + 7) / 8 * 4 : n; }
 static size_t layer_act_floats(const GPTConfig *c, const Backend *be, int B, int T) {
     return layer_act_floats_tp(c, be, 1, (size_t)B * T, B, T);
 }
@@ -46,6 +53,8 @@ size_t workspace_floats(const GPTConfig *c, const Backend *be, int B, int T, int
            head_floats(c, B, T) + BT * C + scratch_floats(c, BT, 0);
 }
 
+static void mark_act16(const Workspace *ws, const GPT *m, int nl, int head);
+
 size_t workspace_shared_floats(const GPTConfig *c, const Backend *be, int B, int T, int recompute) {
     size_t BT = (size_t)B * T;
     return head_floats(c, B, T) + scratch_floats(c, BT, 0) +
@@ -67,6 +76,7 @@ int workspace_create_sharing(Workspace *ws, const GPT *m, const Workspace *share
     ws->stream = m->be->alloc((size_t)(share->b1 - share->b0 + 1) * BT * c->C);
     ws->dstream = m->be->alloc(BT * c->C);
     if (!rc) ws->layer = m->be->alloc((size_t)c->L * ws->layer_stride);
+    if (!rc) mark_act16(ws, m, c->L, 0);
     ws->tokens = xcalloc(BT, sizeof(int));
     ws->targets = xcalloc(BT, sizeof(int));
     ws->floats = workspace_own_floats(c, m->be, B, T, rc);
@@ -106,6 +116,7 @@ int workspace_create_range(Workspace *ws, const GPT *m, int B, int T, int recomp
     ws->head = m->be->alloc(hf);
     ws->dstream = m->be->alloc(R * C);
     ws->scratch = m->be->alloc(workspace_scratch_floats(m, B, T));
+    mark_act16(ws, m, nl, b1 == m->nblocks);
     if (gpt_is_llama(c)) {
         ws->rope_pos = xcalloc((size_t)T, sizeof(int));
         ws->rope_freq = xcalloc((size_t)(c->C / c->H / 2), sizeof(float));
@@ -126,7 +137,18 @@ static size_t held_rows(const GPT *m, int B, int T) {
 // The GELU output's floats that a GPT-2 layer keeps in the scratch instead (recompute_gelu)
 static size_t gelu_scratch_floats(const GPT *m, int B, int T) {
     int tp = m->tp.n > 1 ? m->tp.n : 1;
-    return m->recompute_gelu && !gpt_is_llama(&m->cfg) ? (size_t)B * T * 4 * (m->cfg.C / tp) : 0;
+    return m->recompute_gelu && !gpt_is_llama(&m->cfg)
+               ? gpt_act_floats(gpt_act16(&m->cfg, m->be, tp), (size_t)B * T * 4 * (m->cfg.C / tp))
+               : 0;
+}
+
+// The 16-bit tensors (gpt_act16) of the nl layers this workspace holds (one slot with
+// recompute) and of the head when it has it, marked on the backend.
+static void mark_act16(const Workspace *ws, const GPT *m, int nl, int head) {
+    if (!gpt_act16(&m->cfg, m->be, m->tp.n > 1 ? m->tp.n : 1)) return;
+    for (int l = 0; l < (ws->recompute && nl ? 1 : nl); l++)
+        layer_act16_mark(m, ws, ws->layer0 + l);
+    if (head) head_act16_mark(m, ws);
 }
 
 size_t workspace_layer_floats(const GPT *m, int B, int T) {

@@ -64,6 +64,7 @@ static float *cuda_alloc(size_t n) {
 static void cuda_release(float *p) {
     cu_gen++;
     cu_bf16_flush(); // a cached copy may belong to this buffer
+    if (p) cu_act16_drop(p, cu_mem_size(p));
     cu_free(p);
 }
 static void cuda_upload(float *dst, const float *host_src, size_t n) {
@@ -290,6 +291,9 @@ const Backend *backend_cuda(const char *dtype) {
     if (cu_ctx.dtype != dt) cu_bf16_flush(); // cached copies are of the other half type
     cu_ctx.dtype = dt;
     CUDA.precision = dt == CU_BF16 ? "bf16" : dt == CU_FP16 ? "fp16" : "fp32";
+    // the products' inputs in bf16 (the flash kernels, LayerNorm and GELU write them so)
+    CUDA.act16 = dt == CU_BF16 && cu_act16_enabled();
+    CUDA.act16_mark = CUDA.act16 ? cu_act16_mark : NULL;
     return &CUDA;
 }
 

@@ -2,7 +2,8 @@
 // context's half type, k_half.cu). Weights stay fp32
 // (the master copy AdamW updates); each weight matrix a product reads gets a bf16 copy,
 // converted once and reused until an op that can change parameters runs (cu_gen: AdamW, the
-// vector ops, uploads, copies). Activations and gradients are converted into scratch per call.
+// vector ops, uploads, copies). Activations and gradients are converted into scratch per call,
+// except the activations the model keeps in bf16 already (cuda_act16.c).
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -72,6 +73,7 @@ void cu_bf16_flush(void) {
 }
 
 const void *cu_bf16_act(int slot, const float *x, size_t n) {
+    if (cu_act16(x)) return x; // a marked activation already holds bf16
     void *d = cu_scratch(slot, (n ? n : 1) * 2);
     k_to_half(d, x, n);
     return d;

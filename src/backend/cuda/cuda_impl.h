@@ -73,6 +73,16 @@ const void *cu_bf16_weight(const float *w, size_t rows, size_t cols, size_t prow
 const void *cu_bf16_act(int slot, const float *x, size_t n); // converted into scratch `slot`
 void cu_bf16_flush(void);                                    // drops every cached copy
 
+// 16-bit activations (cuda_act16.c): tensors the model marked (Backend.act16_mark) hold bf16.
+// cu_act16(p): p is the first element of a marked tensor. cu_act16_drop: every mark inside
+// [p, p + bytes) is gone (its buffer is released). cu_act16_enabled: LOOM_CUDA_ACT16 is not 0.
+void cu_act16_mark(const float *p, size_t n);
+int cu_act16(const void *p);
+void cu_act16_drop(const void *p, size_t bytes);
+int cu_act16_enabled(void);
+// The bytes of a live cu_malloc allocation starting at p (0: none).
+size_t cu_mem_size(const void *p);
+
 // Opt-in per-op device timing (cuda_prof.c, LOOM_CUDA_PROFILE=1): brackets around each op.
 enum {
     PROF_ENC_F,
@@ -109,6 +119,7 @@ void k_copy_scaled(float *dst, const float *src, float s, size_t n);
 void k_clamp(float *x, float lo, float hi, size_t n);
 void k_residual(float *out, const float *a, const float *b, size_t n);
 void k_gelu_forward(float *out, const float *inp, size_t n);
+void k_gelu_forward16(void *out, const float *inp, size_t n); // out bf16
 void k_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
 void k_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2,
              float eps, float wd, float gscale, float bc1, float bc2);
@@ -136,6 +147,8 @@ void k_encoder_backward_wte(float *dwte, const float *dout, const int *ids, cons
                             const int *perm, int U, int C);
 void k_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
                          const float *b, int N, int C);
+void k_layernorm_forward16(void *out, float *mean, float *rstd, const float *inp, const float *w,
+                           const float *b, int N, int C); // out bf16
 void k_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                           const float *w, const float *mean, const float *rstd, int N, int C);
 void k_bias_rows(float *out, const float *bias, int N, int OC);       // out[n,:] = bias
@@ -158,8 +171,10 @@ void k_causal_softmax_backward(float *datt, const float *att, size_t rows, int T
 // forward's out; drow is B·NH·T floats of scratch. dQ is summed by fp32 atomics in the key
 // pass, or (LOOM_CUDA_FLASH_DQ=pass) by a second pass over the query tiles without atomics.
 int k_flash_ok(int T, int C, int NH);
-void k_flash_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
-void k_flash_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
+// out16: out holds bf16 (a marked activation) instead of fp32.
+void k_flash_forward(void *out, int out16, float *lse, const float *qkv, int B, int T, int C,
+                     int NH);
+void k_flash_backward(float *dqkv, const float *dout, const float *qkv, const void *out, int out16,
                       const float *lse, float *drow, int B, int T, int C, int NH);
 
 // ---- k_llama.cu: the LLaMA block (semantics in backend.h). RoPE's pos (T ints) and freq

@@ -43,5 +43,11 @@ void cu_free(void *p) {
     CU(cudaFree(p));
 }
 
+size_t cu_mem_size(const void *p) {
+    for (size_t i = nheld; i-- > 0;)
+        if (held[i].p == p) return held[i].bytes;
+    return 0;
+}
+
 size_t cu_mem_held(void) { return now; }
 size_t cu_mem_peak(void) { return peak; }

@@ -77,7 +77,10 @@ void cuda_encoder_backward(float *dwte, float *dwpe, const float *dout, const in
 void cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
                             const float *b, int N, int C) {
     cu_prof_begin(PROF_LN_F);
-    k_layernorm_forward(out, mean, rstd, inp, w, b, N, C);
+    if (cu_act16(out)) // a product's input kept in bf16
+        k_layernorm_forward16(out, mean, rstd, inp, w, b, N, C);
+    else
+        k_layernorm_forward(out, mean, rstd, inp, w, b, N, C);
     cu_prof_end(PROF_LN_F);
 }
 
@@ -148,6 +151,8 @@ void cuda_matmul_forward(float *out, const float *inp, const float *w, const flo
     cu_prof_begin(PROF_MM_F);
     if (half_mode())
         half_forward(out, inp, w, bias, N, C, OC);
+    else if (cu_act16(inp))
+        die(EXIT_IO, "CUDA: an fp32 product read a 16-bit activation (internal error)");
     else
         cb_matmul(1, 0, OC, N, C, w, C, inp, C, out, OC, 0.0f, bias, 0);
     cu_prof_end(PROF_MM_F);
@@ -159,6 +164,8 @@ void cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dou
     if (half_mode()) {
         half_backward(dinp, dw, dout, inp, w, N, C, OC, dbias != NULL);
     } else {
+        if (cu_act16(inp))
+            die(EXIT_IO, "CUDA: an fp32 product read a 16-bit activation (internal error)");
         if (dinp) // dinp (N,C) = dout·W: column-major (C,N) = Wᶜᵐ(C,OC) · doutᶜᵐ(OC,N)
             cb_matmul(0, 0, C, N, OC, w, C, dout, OC, dinp, C, 0.0f, NULL, 0);
         // dW (OC,C) += doutᵀ·inp: column-major (C,OC) += inpᶜᵐ(C,N) · (doutᶜᵐ)ᵀ(N,OC)
@@ -183,13 +190,27 @@ static int use_flash(int T, int C, int NH) {
     return env && cu_ctx.dtype == CU_BF16 && k_flash_ok(T, C, NH);
 }
 
+static void batched_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
+                                      int NH);
+
+// A marked out (cuda_act16.c) gets bf16: from the flash kernel directly, else rounded from fp32
+// scratch.
 void cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
+    int o16 = cu_act16(out);
     if (use_flash(T, C, NH)) {
         cu_prof_begin(PROF_ATT_F);
-        k_flash_forward(out, att, qkv, B, T, C, NH);
+        k_flash_forward(out, o16, att, qkv, B, T, C, NH);
         cu_prof_end(PROF_ATT_F);
         return;
     }
+    size_t n = (size_t)B * T * C;
+    float *o = o16 ? cu_scratch(SCR_BF_OUT, n * sizeof(float)) : out;
+    batched_attention_forward(o, att, qkv, B, T, C, NH);
+    if (o16) k_to_bf16(out, o, n);
+}
+
+static void batched_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
+                                      int NH) {
     int hs = C / NH, C3 = 3 * C;
     long long TT = (long long)T * T;
     float scale = 1.0f / sqrtf((float)hs);
@@ -216,13 +237,13 @@ size_t cuda_attention_saved_floats(int B, int T, int NH, int hs) {
     return (size_t)B * NH * T * (use_flash(T, NH * hs, NH) ? 1 : (size_t)T);
 }
 
-// out is read by the flash path only (D = rowsum(dO ∘ O))
+// out is read by the flash path only (D = rowsum(dO ∘ O)), in bf16 when it is marked
 void cuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
                              const float *att, int B, int T, int C, int NH) {
     if (use_flash(T, C, NH)) {
         cu_prof_begin(PROF_ATT_B);
         float *drow = cu_scratch(SCR_FLASH, (size_t)B * NH * T * sizeof(float));
-        k_flash_backward(dqkv, dout, qkv, out, att, drow, B, T, C, NH);
+        k_flash_backward(dqkv, dout, qkv, out, cu_act16(out), att, drow, B, T, C, NH);
         cu_prof_end(PROF_ATT_B);
         return;
     }
@@ -251,7 +272,10 @@ void cuda_attention_backward(float *dqkv, const float *dout, const float *qkv, c
 
 void cuda_gelu_forward(float *out, const float *inp, size_t n) {
     cu_prof_begin(PROF_GELU_F);
-    k_gelu_forward(out, inp, n);
+    if (cu_act16(out))
+        k_gelu_forward16(out, inp, n);
+    else
+        k_gelu_forward(out, inp, n);
     cu_prof_end(PROF_GELU_F);
 }
 void cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {

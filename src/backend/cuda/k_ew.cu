@@ -66,6 +66,24 @@ __global__ void to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n) {
         dst[4 * n4 + threadIdx.x] = __float2bfloat16_rn(src[4 * n4 + threadIdx.x]);
 }
 
+// GELU into bf16 (a product's input kept in 16 bits), four at a time where n allows: the
+// values gelu_fwd computes, rounded to nearest even
+__global__ void gelu_fwd16_kernel(__nv_bfloat16 *dst, const float *src, size_t n) {
+    size_t n4 = n / 4;
+    GRID_STRIDE(i, n4) {
+        float4 v = reinterpret_cast<const float4 *>(src)[i];
+        __nv_bfloat162 *d = reinterpret_cast<__nv_bfloat162 *>(dst + 4 * i);
+        d[0] = __floats2bfloat162_rn(gelu_f(v.x), gelu_f(v.y));
+        d[1] = __floats2bfloat162_rn(gelu_f(v.z), gelu_f(v.w));
+    }
+    if (blockIdx.x == 0 && threadIdx.x < n % 4)
+        dst[4 * n4 + threadIdx.x] = __float2bfloat16_rn(gelu_f(src[4 * n4 + threadIdx.x]));
+}
+
+__global__ void gelu_fwd16_scalar_kernel(__nv_bfloat16 *dst, const float *src, size_t n) {
+    GRID_STRIDE(i, n) { dst[i] = __float2bfloat16_rn(gelu_f(src[i])); }
+}
+
 __global__ void to_bf16_scalar_kernel(__nv_bfloat16 *dst, const float *src, size_t n) {
     GRID_STRIDE(i, n) { dst[i] = __float2bfloat16_rn(src[i]); }
 }
@@ -125,6 +143,15 @@ void k_residual(float *out, const float *a, const float *b, size_t n) {
     LAUNCH(residual, n, out, a, b, n);
 }
 void k_gelu_forward(float *out, const float *inp, size_t n) { LAUNCH(gelu_fwd, n, out, inp, n); }
+void k_gelu_forward16(void *out, const float *inp, size_t n) {
+    if (!n) return;
+    __nv_bfloat16 *d = (__nv_bfloat16 *)out;
+    if ((uintptr_t)inp % 16 == 0 && (uintptr_t)out % 8 == 0)
+        gelu_fwd16_kernel<<<k_blocks(n / 4 + 1), K_THREADS, 0, cu_ctx.stream>>>(d, inp, n);
+    else
+        gelu_fwd16_scalar_kernel<<<k_blocks(n), K_THREADS, 0, cu_ctx.stream>>>(d, inp, n);
+    CU_LAUNCHED("gelu_forward16");
+}
 void k_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
     LAUNCH(gelu_bwd, n, dinp, inp, dout, n);
 }

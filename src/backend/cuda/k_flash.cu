@@ -133,9 +133,17 @@ __device__ void load_a(uint32_t a[4][4], const float *g, int r0, int T, size_t l
 
 // ------------------------------------------------------------------ forward
 
+// out fp32, or bf16 for a product's input kept in 16 bits (cuda_act16.c)
+__device__ __forceinline__ void st_out(float *o, size_t i, float v) { o[i] = v; }
+__device__ __forceinline__ void st_out(bf16 *o, size_t i, float v) {
+    o[i] = __float2bfloat16_rn(v);
+}
+__device__ __forceinline__ float ld_out(const float *o, int i) { return o[i]; }
+__device__ __forceinline__ float ld_out(const bf16 *o, int i) { return __bfloat162float(o[i]); }
+
+template <typename O>
 __global__ void __launch_bounds__(128)
-    flash_fwd_kernel(float *out, float *lse_all, const float *qkv, int T, int C, int NH,
-                     float sl2) {
+    flash_fwd_kernel(O *out, float *lse_all, const float *qkv, int T, int C, int NH, float sl2) {
     __shared__ __align__(16) bf16 Ks[TILE * LD];
     __shared__ __align__(16) bf16 Vs[TILE * LD];
     int qt = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH; // long first
@@ -193,8 +201,8 @@ __global__ void __launch_bounds__(128)
     for (int nt = 0; nt < 8; nt++)
         for (int e = 0; e < 2; e++) {
             int d = nt * 8 + 2 * t + e;
-            if (row0 < T) out[((size_t)b * T + row0) * C + h * D + d] = o[nt][e] * i0;
-            if (row1 < T) out[((size_t)b * T + row1) * C + h * D + d] = o[nt][2 + e] * i1;
+            if (row0 < T) st_out(out, ((size_t)b * T + row0) * C + h * D + d, o[nt][e] * i0);
+            if (row1 < T) st_out(out, ((size_t)b * T + row1) * C + h * D + d, o[nt][2 + e] * i1);
         }
     if (t == 0 && row0 < T) lse[row0] = m0 + log2f(l0);
     if (t == 0 && row1 < T) lse[row1] = m1 + log2f(l1);
@@ -203,15 +211,16 @@ __global__ void __launch_bounds__(128)
 // ------------------------------------------------------------------ backward
 
 // Drow[bh·T + t] = Σ_d dO[t,d]·O[t,d] (O the forward's output rows); a warp per row
-__global__ void flash_drow_kernel(float *drow, const float *dout, const float *out, int B, int T,
-                                  int C, int NH) {
+template <typename O>
+__global__ void flash_drow_kernel(float *drow, const float *dout, const O *out, int B, int T, int C,
+                                  int NH) {
     size_t r = (size_t)blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (r >= (size_t)B * NH * T) return;
     int t = (int)(r % T), bh = (int)(r / T), b = bh / NH, h = bh % NH;
-    const float *o = out + ((size_t)b * T + t) * C + h * D;
+    const O *o = out + ((size_t)b * T + t) * C + h * D;
     const float *d = dout + ((size_t)b * T + t) * C + h * D;
-    float acc = d[lane] * o[lane] + d[lane + 32] * o[lane + 32];
+    float acc = d[lane] * ld_out(o, lane) + d[lane + 32] * ld_out(o, lane + 32);
     acc = warp_sum(acc);
     if (lane == 0) drow[r] = acc;
 }
@@ -430,18 +439,27 @@ static void bwd_launch(dim3 grid, float *dqkv, const float *dout, const float *q
 extern "C" {
 int k_flash_ok(int T, int C, int NH) { return NH > 0 && C == NH * D && T > D; }
 
-void k_flash_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
+void k_flash_forward(void *out, int out16, float *lse, const float *qkv, int B, int T, int C,
+                     int NH) {
     dim3 grid((unsigned)((T + TILE - 1) / TILE), (unsigned)(B * NH));
     float sl2 = 1.4426950408889634f / sqrtf((float)D);
-    flash_fwd_kernel<<<grid, 128, 0, cu_ctx.stream>>>(out, lse, qkv, T, C, NH, sl2);
+    if (out16)
+        flash_fwd_kernel<<<grid, 128, 0, cu_ctx.stream>>>((bf16 *)out, lse, qkv, T, C, NH, sl2);
+    else
+        flash_fwd_kernel<<<grid, 128, 0, cu_ctx.stream>>>((float *)out, lse, qkv, T, C, NH, sl2);
     CU_LAUNCHED("flash_forward");
 }
 
-void k_flash_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
+void k_flash_backward(float *dqkv, const float *dout, const float *qkv, const void *out, int out16,
                       const float *lse, float *drow, int B, int T, int C, int NH) {
     size_t rows = (size_t)B * NH * T;
-    flash_drow_kernel<<<(unsigned)((rows + 7) / 8), 256, 0, cu_ctx.stream>>>(drow, dout, out, B, T,
-                                                                             C, NH);
+    unsigned nb = (unsigned)((rows + 7) / 8);
+    if (out16)
+        flash_drow_kernel<<<nb, 256, 0, cu_ctx.stream>>>(drow, dout, (const bf16 *)out, B, T, C,
+                                                         NH);
+    else
+        flash_drow_kernel<<<nb, 256, 0, cu_ctx.stream>>>(drow, dout, (const float *)out, B, T, C,
+                                                         NH);
     CU_LAUNCHED("flash_drow");
     dim3 grid((unsigned)((T + TILE - 1) / TILE), (unsigned)(B * NH));
     float scale = 1.0f / sqrtf((float)D), sl2 = 1.4426950408889634f * scale;

@@ -50,8 +50,15 @@ __global__ void encoder_bwd_wte_kernel(float *dwte, const float *dout, const int
 
 // ------------------------------------------------------------------ layernorm
 
-__global__ void ln_fwd_kernel(float *out, float *mean, float *rstd, const float *inp,
-                              const float *w, const float *b, int N, int C) {
+// out fp32, or bf16 for a product's input kept in 16 bits (cuda_act16.c)
+__device__ __forceinline__ void st_act(float *o, int i, float v) { o[i] = v; }
+__device__ __forceinline__ void st_act(__nv_bfloat16 *o, int i, float v) {
+    o[i] = __float2bfloat16_rn(v);
+}
+
+template <typename O>
+__global__ void ln_fwd_kernel(O *out, float *mean, float *rstd, const float *inp, const float *w,
+                              const float *b, int N, int C) {
     int row = blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= N) return;
     const float *x = inp + (size_t)row * C;
@@ -65,9 +72,9 @@ __global__ void ln_fwd_kernel(float *out, float *mean, float *rstd, const float 
         v += d * d;
     }
     float rs = 1.0f / sqrtf(warp_sum(v) / C + LN_EPS);
-    float *o = out + (size_t)row * C;
+    O *o = out + (size_t)row * C;
     for (int c = lane; c < C; c += 32)
-        o[c] = (x[c] - m) * rs * w[c] + b[c];
+        st_act(o, c, (x[c] - m) * rs * w[c] + b[c]);
     if (lane == 0) mean[row] = m, rstd[row] = rs;
 }
 
@@ -361,6 +368,13 @@ void k_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
     if (N <= 0) return;
     ln_fwd_kernel<<<row_blocks(N), K_THREADS, 0, cu_ctx.stream>>>(out, mean, rstd, inp, w, b, N, C);
     CU_LAUNCHED("layernorm_forward");
+}
+void k_layernorm_forward16(void *out, float *mean, float *rstd, const float *inp, const float *w,
+                           const float *b, int N, int C) {
+    if (N <= 0) return;
+    ln_fwd_kernel<<<row_blocks(N), K_THREADS, 0, cu_ctx.stream>>>((__nv_bfloat16 *)out, mean, rstd,
+                                                                  inp, w, b, N, C);
+    CU_LAUNCHED("layernorm_forward16");
 }
 void k_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                           const float *w, const float *mean, const float *rstd, int N, int C) {

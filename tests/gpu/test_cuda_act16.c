@@ -1,0 +1,245 @@
+// test_cuda_act16.c — the products' inputs kept in bf16 (Backend.act16, cuda_act16.c), in
+// --dtype bf16, against the same ops on fp32 buffers (every product rounds its fp32 input to
+// bf16 first, so both ways must give the same products):
+//   * LayerNorm, GELU and the flash attention writing a marked out: each element the bf16
+//     rounding of the fp32 op's (within one bf16 unit: the two kernels may contract
+//     differently), mean and rstd identical;
+//   * the flash backward reading a marked out, the products (forward, dinp, dW, dbias) and the
+//     classifier reading a marked input: equal to the same op on fp32 buffers holding the same
+//     (bf16-representable) values, within 1e-6;
+//   * a GPT-2 (head size 64, T 72: the flash path) with and without act16 (LOOM_CUDA_ACT16=0):
+//     the first-step loss within 1e-5, the gradients within 1e-2 norm-wise (the flash backward's
+//     rowsum(dO ∘ O) reads the rounded O), and a workspace smaller by the 16-bit tensors.
+#include <stdint.h>
+
+#include "gpu_test.h"
+
+static float bf16_round(float f) { // round to nearest even, as __float2bfloat16_rn
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    u &= 0xFFFF0000u;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static float *h_round(const float *x, size_t n) {
+    float *r = xalloc_floats(n);
+    for (size_t i = 0; i < n; i++)
+        r[i] = bf16_round(x[i]);
+    return r;
+}
+// A marked device tensor of n elements (gpt_act_floats(1, n) floats), poisoned with ones bits.
+static float *d_act16(size_t n) {
+    float *d = gpu->alloc(gpt_act_floats(1, n));
+    gpu->fill(d, NAN, gpt_act_floats(1, n));
+    gpu->act16_mark(d, n);
+    return d;
+}
+// Its n values as floats on the host.
+static float *h_from_act16(const float *d, size_t n) {
+    size_t nf = gpt_act_floats(1, n);
+    float *raw = h_from_d(d, nf), *x = xalloc_floats(n);
+    const uint16_t *h = (const uint16_t *)raw;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)h[i] << 16;
+        memcpy(&x[i], &u, 4);
+    }
+    free(raw);
+    return x;
+}
+// A marked tensor holding bf16(x), and an fp32 one holding the same values.
+static float *d_act16_from(const float *x, size_t n, float **d32) {
+    float *r = h_round(x, n), *d = d_act16(n);
+    // the bf16 bits, packed on the host and uploaded as raw floats
+    size_t nf = gpt_act_floats(1, n);
+    float *raw = xalloc_floats(nf);
+    uint16_t *h = (uint16_t *)raw;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &r[i], 4);
+        h[i] = (uint16_t)(u >> 16);
+    }
+    gpu->upload(d, raw, nf);
+    *d32 = d_from(r, n);
+    free(raw), free(r);
+    return d;
+}
+
+// Host arrays: got (bf16 values) within one bf16 unit of bf16(ref); prints the worst.
+static int within_bf16(const char *what, const float *got, const float *ref, size_t n) {
+    size_t bad = 0, exact = 0;
+    for (size_t i = 0; i < n; i++) {
+        float r = bf16_round(ref[i]);
+        double lim = fabs((double)r) / 128 + 1e-30;
+        if (got[i] == r) exact++;
+        if (!(fabs((double)got[i] - r) <= lim)) bad++;
+    }
+    fprintf(stderr, "  %s: %zu of %zu equal to the fp32 result rounded, %zu outside one unit\n",
+            what, exact, n, bad);
+    return bad == 0 && exact * 100 >= n * 99;
+}
+static int same_dev(const char *what, const float *a, const float *b, size_t n) {
+    float *hb = h_from_d(b, n);
+    int ok = cmp_tol(what, a, hb, n, 1e-6, 1e-9);
+    free(hb);
+    return ok;
+}
+
+TEST(act16_writers) {
+    int N = 67, C = 96;
+    size_t NC = (size_t)N * C;
+    float *x = h_rand(NC, 1), *w = h_rand(C, 1), *b = h_rand(C, 1);
+    float *dx = d_from(x, NC), *dw = d_from(w, C), *db = d_from(b, C);
+    float *o32 = d_poison(NC), *o16 = d_act16(NC), *m = d_poison(2 * (size_t)N),
+          *m16 = d_poison(2 * (size_t)N);
+    gpu->layernorm_forward(o32, m, m + N, dx, dw, db, N, C);
+    gpu->layernorm_forward(o16, m16, m16 + N, dx, dw, db, N, C);
+    float *g32 = h_from_d(o32, NC), *g16 = h_from_act16(o16, NC);
+    CHECK(within_bf16("layernorm out", g16, g32, NC), "layernorm_forward into bf16");
+    CHECK(same_dev("layernorm mean, rstd", m16, m, 2 * (size_t)N), "layernorm mean/rstd");
+    free(g32), free(g16);
+    size_t sizes[] = {NC, 1001}; // 1001: the scalar tail
+    for (int k = 0; k < 2; k++) {
+        size_t n = sizes[k];
+        float *e32 = d_poison(n), *e16 = d_act16(n);
+        gpu->gelu_forward(e32, dx, n), gpu->gelu_forward(e16, dx, n);
+        float *h32 = h_from_d(e32, n), *h16 = h_from_act16(e16, n);
+        CHECK(within_bf16("gelu out", h16, h32, n), "gelu_forward into bf16, n=%zu", n);
+        free(h32), free(h16), gpu->release(e32), gpu->release(e16);
+    }
+    free(x), free(w), free(b);
+    gpu->release(dx), gpu->release(dw), gpu->release(db), gpu->release(o32), gpu->release(o16);
+    gpu->release(m), gpu->release(m16);
+}
+
+TEST(act16_attention) {
+    int B = 2, T = 130, NH = 2, C = 128; // head size 64, T > 64: the flash kernels
+    size_t n3 = (size_t)B * T * 3 * C, n1 = (size_t)B * T * C,
+           na = gpu->attention_saved_floats(B, T, NH, C / NH);
+    float *qkv = h_rand(n3, 1), *dqkv = d_from(qkv, n3);
+    float *o32 = d_poison(n1), *o16 = d_act16(n1), *a32 = d_poison(na), *a16 = d_poison(na);
+    gpu->attention_forward(o32, a32, dqkv, B, T, C, NH);
+    gpu->attention_forward(o16, a16, dqkv, B, T, C, NH);
+    float *h32 = h_from_d(o32, n1), *h16 = h_from_act16(o16, n1);
+    CHECK(within_bf16("flash out", h16, h32, n1), "attention_forward into bf16");
+    CHECK(same_dev("flash lse", a16, a32, na), "attention lse");
+    // the backward reading bf16 O against fp32 O holding the same values
+    float *r = h_round(h32, n1), *dor = d_from(r, n1), *g = h_rand(n1, 1), *dg = d_from(g, n1);
+    float *q32 = d_poison(n3), *q16 = d_poison(n3);
+    gpu->attention_backward(q32, dg, dqkv, dor, a32, B, T, C, NH);
+    gpu->attention_backward(q16, dg, dqkv, o16, a16, B, T, C, NH);
+    CHECK(same_dev("flash dqkv (bf16 out)", q16, q32, n3), "attention_backward from bf16 out");
+    free(qkv), free(h32), free(h16), free(r), free(g);
+    gpu->release(dqkv), gpu->release(o32), gpu->release(o16), gpu->release(a32);
+    gpu->release(a16), gpu->release(dor), gpu->release(dg), gpu->release(q32), gpu->release(q16);
+}
+
+TEST(act16_readers) {
+    int N = 130, C = 96, OC = 72, V = 211;
+    size_t NC = (size_t)N * C, NO = (size_t)N * OC;
+    float *x = h_rand(NC, 1), *w = h_rand((size_t)OC * C, 0.1f), *bias = h_rand(OC, 1);
+    float *x32, *x16 = d_act16_from(x, NC, &x32);
+    float *dw = d_from(w, (size_t)OC * C), *db = d_from(bias, OC);
+    float *o32 = d_poison(NO), *o16 = d_poison(NO);
+    gpu->matmul_forward(o32, x32, dw, db, N, C, OC);
+    gpu->matmul_forward(o16, x16, dw, db, N, C, OC);
+    float *h = h_from_d(o32, NO);
+    CHECK(cmp_tol("matmul out (bf16 inp)", o16, h, NO, 1e-6, 1e-9), "matmul_forward from bf16");
+    free(h);
+    float *g = h_rand(NO, 1), *dg = d_from(g, NO), *i32 = d_poison(NC), *i16 = d_poison(NC);
+    float *w32 = d_from(w, (size_t)OC * C), *w16 = d_from(w, (size_t)OC * C);
+    float *b32 = d_from(bias, OC), *b16 = d_from(bias, OC);
+    gpu->matmul_backward(i32, w32, b32, dg, x32, dw, N, C, OC);
+    gpu->matmul_backward(i16, w16, b16, dg, x16, dw, N, C, OC);
+    CHECK(same_dev("matmul dinp", i16, i32, NC) &&
+              same_dev("matmul dw", w16, w32, (size_t)OC * C) &&
+              same_dev("matmul dbias", b16, b32, OC),
+          "matmul_backward from bf16");
+    // the classifier: losses and gradients from a marked x
+    float *wte = h_rand((size_t)V * C, 0.1f), *dwte = d_from(wte, (size_t)V * C);
+    int *tg = xcalloc((size_t)N, sizeof(int));
+    for (int i = 0; i < N; i++)
+        tg[i] = (int)rng_below(&rng, V);
+    float *l32 = d_poison(N), *l16 = d_poison(N), *dx32 = d_poison(NC), *dx16 = d_poison(NC);
+    float *gw32 = d_from(wte, (size_t)V * C), *gw16 = d_from(wte, (size_t)V * C);
+    double s32 = gpu->classifier(l32, dx32, gw32, x32, dwte, tg, 0.5f, N, C, V);
+    double s16 = gpu->classifier(l16, dx16, gw16, x16, dwte, tg, 0.5f, N, C, V);
+    CHECK(fabs(s32 - s16) <= 1e-6 * fabs(s32), "classifier loss %.9g vs %.9g", s16, s32);
+    CHECK(same_dev("classifier dx", dx16, dx32, NC) &&
+              same_dev("classifier dwte", gw16, gw32, (size_t)V * C),
+          "classifier from bf16");
+    free(x), free(w), free(bias), free(g), free(wte), free(tg);
+    float *bufs[] = {x32, x16, dw,  db,   o32, o16, dg,   i32,  i16,  w32,
+                     w16, b32, b16, dwte, l32, l16, dx32, dx16, gw32, gw16};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        gpu->release(bufs[i]);
+}
+
+// ------------------------------------------------------------------ the model
+
+static const GPTConfig CFG = {.L = 2, .H = 2, .C = 128, .V = 211, .maxT = 80};
+enum { B = 3, T = 72 };
+
+// One first step of GPT-2 on the bf16 backend as it is now: loss, gradients, workspace floats.
+static double first_step(float *grads, size_t *floats) {
+    GPT m;
+    Workspace ws;
+    if (gpt_create(&m, &CFG, gpu) || workspace_create(&ws, &m, B, T, 0)) {
+        fprintf(stderr, "model: %s\n", loom_errmsg());
+        exit(1);
+    }
+    gpt_init_weights(&m, 42);
+    int *tok = xcalloc((size_t)B * T, sizeof(int)), *tgt = xcalloc((size_t)B * T, sizeof(int));
+    Rng r;
+    rng_seed(&r, 7, 1);
+    for (int i = 0; i < B * T; i++)
+        tok[i] = (int)rng_below(&r, CFG.V), tgt[i] = (tok[i] * 7 + 3) % CFG.V;
+    gpt_zero_grad(&m);
+    double loss = gpt_forward(&m, &ws, tok, tgt);
+    gpt_backward(&m, &ws, 1.0f / (B * T));
+    gpu->download(grads, m.grads, m.nparams);
+    *floats = ws.floats;
+    free(tok), free(tgt);
+    workspace_free(&ws, &m), gpt_free(&m);
+    return loss;
+}
+
+TEST(act16_model) {
+    GPT shape;
+    CHECK(gpt_create(&shape, &CFG, cpu) == 0, "model: %s", loom_errmsg());
+    size_t np = shape.nparams;
+    float *g16 = xalloc_floats(np), *g32 = xalloc_floats(np);
+    size_t f16, f32;
+    double l16 = first_step(g16, &f16);
+    setenv("LOOM_CUDA_ACT16", "0", 1);
+    gpu = backend_select("cuda:bf16", 0);
+    CHECK(gpu && !gpu->act16, "LOOM_CUDA_ACT16=0 left act16 on");
+    double l32 = first_step(g32, &f32);
+    unsetenv("LOOM_CUDA_ACT16");
+    gpu = backend_select("cuda:bf16", 0);
+    fprintf(stderr,
+            "  first-step loss: act16 %.9f fp32 activations %.9f; workspace %zu vs %zu floats\n",
+            l16, l32, f16, f32);
+    CHECK(fabs(l16 - l32) <= 1e-5 * fabs(l32), "loss %.9f vs %.9f", l16, l32);
+    double r = rel_norm(g16, g32, np);
+    fprintf(stderr, "  gradients: relative norm difference %.3g (bound 1e-2)\n", r);
+    CHECK(r <= 1e-2, "gradients %.3g apart", r);
+    // ln_1, ln_2, the attention output and the GELU output of 2 layers at half size
+    size_t BT = (size_t)B * T, C = (size_t)CFG.C, saved = 2 * (BT * C * 7 - 7 * BT * C / 2);
+    CHECK(f32 - f16 == saved, "the workspace is %zu floats smaller, expected %zu", f32 - f16,
+          saved);
+    free(g16), free(g32), gpt_free(&shape);
+}
+
+int main(void) {
+    gpu_open("test_cuda_act16", "cuda:bf16");
+    if (!gpu->act16) {
+        printf("skip - test_cuda_act16: this backend keeps every activation in fp32 (act16 off)\n");
+        return 0;
+    }
+    RUN(act16_writers);
+    RUN(act16_attention);
+    RUN(act16_readers);
+    RUN(act16_model);
+    return test_summary();
+}
