@@ -196,10 +196,11 @@ typedef struct Backend {
     // activation in fp32). With act16, a model may mark tensors whose only readers are the
     // products and the kernels below: act16_mark(p, n) says the n elements at p (a tensor the
     // model allocated for n/2 floats, gpt_act_floats) hold the products' 16-bit type. Then
-    // layernorm_forward, gelu_forward and attention_forward write such an out in 16 bits, and
-    // matmul_forward/backward's inp, classifier's x and attention_backward's out are read so:
-    // no rounding pass before a product, half the bytes. A mark lasts until the buffer that
-    // holds it is released; every other kernel takes fp32 only.
+    // layernorm_forward, gelu_forward and attention_forward write such an out in 16 bits (and
+    // gelu_backward such a dinp), and matmul_forward/backward's inp and dout, classifier's x
+    // and attention_backward's out are read so: no rounding pass before a product, half the
+    // bytes. A mark lasts until the buffer that holds it is released; every other kernel takes
+    // fp32 only.
     int act16;
     void (*act16_mark)(const float *p, size_t n);
 } Backend;

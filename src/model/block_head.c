@@ -63,6 +63,13 @@ void head_forward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) {
     }
     const float *lnf = tp_gather(m, ws, a.lnf, ws->scratch, ws->scratch + (size_t)N * C); // (N,C)
     block_poll(m);
+    if (io->targets && gpt_fused_classifier(m) && io->grad_next) { // and the gradient, now
+        float *dwte = gpt_is_llama(&m->cfg) && !m->cfg.tie ? blk->grads + C : io->dwte;
+        io->loss_sum = be->classifier(a.losses, ws->scratch, dwte, lnf, wte, io->targets,
+                                      io->grad_scale, N, C, V); // d(ln_f): head_backward's dlnf
+        ws->head_grad_ready = 1;
+        return;
+    }
     if (io->targets && gpt_fused_classifier(m)) { // the loss without storing the logits
         io->loss_sum = be->classifier(a.losses, NULL, NULL, lnf, wte, io->targets, 0.f, N, C, V);
         return;
@@ -94,8 +101,10 @@ void head_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) {
     float *dlnf = ws->scratch, *full = dlnf + NC, *tmp = full + NC;
     float *dheld = workspace_rows(ws, m) < (size_t)N ? full : dlnf;
     const float *lnf = tp_gather(m, ws, a.lnf, full, tmp);
-    if (gpt_fused_classifier(m)) {
-        be->classifier(a.losses, dlnf, dwte, lnf, wte, io->targets, io->grad_scale, N, C, V);
+    if (gpt_fused_classifier(m)) { // (in the forward already: gpt_forward_backward)
+        if (!ws->head_grad_ready)
+            be->classifier(a.losses, dlnf, dwte, lnf, wte, io->targets, io->grad_scale, N, C, V);
+        ws->head_grad_ready = 0;
     } else {
         if (tp->n > 1)
             be->xent_shard_backward(a.probs, io->targets, tp->v0, io->grad_scale, N, V, tp->nv);

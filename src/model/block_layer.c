@@ -148,9 +148,12 @@ void layer_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) 
     const float *dout = tp_gather(m, ws, dx, full, tmp); // (N,C)
     be->matmul_backward(big, g.fcprojw, g.fcprojb, dout, a.fch_gelu, p.fcprojw, N, w.F, C);
     block_poll(m);
-    be->gelu_backward(big, a.fch, big, (size_t)N * w.F);
+    // d(fch) into the GELU output's storage, dead from here on (in bf16 where it is: the fc
+    // product then reads it without rounding, Backend.act16)
+    float *dfch = a.fch_gelu;
+    be->gelu_backward(dfch, a.fch, big, (size_t)N * w.F);
     const float *ln2 = tp_gather(m, ws, a.ln2, full, tmp);
-    be->matmul_backward(dln, g.fcw, g.fcb, big, ln2, p.fcw, N, C, w.F);
+    be->matmul_backward(dln, g.fcw, g.fcb, dfch, ln2, p.fcw, N, C, w.F);
     tp_reduce(m, ws, dln, dlnh, tmp);
     block_poll(m);
     tp_layernorm_backward(m, ws,
@@ -166,13 +169,16 @@ void layer_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) 
     dout = tp_gather(m, ws, dx, full, tmp);
     be->matmul_backward(dsmall, g.projw, g.projb, dout, a.atty, p.projw, N, w.Cl, C);
     block_poll(m);
+    // d(qkv) (N,3Cl) into the GELU output's storage too (N,F; bf16 where that is), dead since
+    // the fc backward; ring attention's into big
+    float *dqkv = m->cp.n > 1 ? big : a.fch_gelu;
     if (m->cp.n > 1)
         m->cp.backward(m->cp.ctx, big, dsmall, a.qkv, a.atty, a.att, B, T, w.Cl, w.NHl, w.NHl);
     else
-        be->attention_backward(big, dsmall, a.qkv, a.atty, a.att, B, T, w.Cl, w.NHl); // (N,3Cl)
+        be->attention_backward(dqkv, dsmall, a.qkv, a.atty, a.att, B, T, w.Cl, w.NHl);
     block_poll(m);
     const float *ln1 = tp_gather(m, ws, a.ln1, full, tmp);
-    be->matmul_backward(dln, g.qkvw, g.qkvb, big, ln1, p.qkvw, N, C, 3 * w.Cl);
+    be->matmul_backward(dln, g.qkvw, g.qkvb, dqkv, ln1, p.qkvw, N, C, 3 * w.Cl);
     tp_reduce(m, ws, dln, dlnh, tmp);
     tp_layernorm_backward(m, ws,
                           &(LnBack){.dx = dx,

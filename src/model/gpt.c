@@ -295,7 +295,9 @@ static float *stream_at(const Workspace *ws, const GPT *m, int l) {
     return workspace_stream(ws, m, l);
 }
 
-double gpt_forward(GPT *m, Workspace *ws, const int *tokens, const int *targets) {
+// gscale: the backward that follows and its scale (gpt_forward_backward), or NULL
+static double forward(GPT *m, Workspace *ws, const int *tokens, const int *targets,
+                      const float *gscale) {
     size_t BT = (size_t)ws->B * ws->T;
     memcpy(ws->tokens, tokens, BT * sizeof(int));
     if (targets) memcpy(ws->targets, targets, BT * sizeof(int));
@@ -308,10 +310,30 @@ double gpt_forward(GPT *m, Workspace *ws, const int *tokens, const int *targets)
         if (blk->kind != BLOCK_EMBED) io.x_in = stream_at(ws, m, b - 1);
         if (blk->kind != BLOCK_HEAD) io.x_out = stream_at(ws, m, b);
         if (blk->kind == BLOCK_HEAD) io.wte = gpt_embed(m)->params;
+        if (blk->kind == BLOCK_HEAD && gscale) {
+            io.grad_next = 1, io.grad_scale = *gscale;
+            io.dwte = m->head_dwte ? m->head_dwte : gpt_embed(m)->grads;
+        }
         block_forward(m, blk, ws, &io);
         if (blk->kind == BLOCK_HEAD && targets) loss = io.loss_sum / (double)BT;
         if (h && h->after) h->after(h->ctx, b, 0);
     }
+    return loss;
+}
+
+double gpt_forward(GPT *m, Workspace *ws, const int *tokens, const int *targets) {
+    return forward(m, ws, tokens, targets, NULL);
+}
+
+double gpt_forward_backward(GPT *m, Workspace *ws, const int *tokens, const int *targets,
+                            float grad_scale) {
+    static int env = -1;
+    if (env < 0) {
+        const char *e = getenv("LOOM_HEAD_GRAD_IN_FORWARD");
+        env = !(e && !strcmp(e, "0"));
+    }
+    double loss = forward(m, ws, tokens, targets, env && targets ? &grad_scale : NULL);
+    gpt_backward(m, ws, grad_scale);
     return loss;
 }
 

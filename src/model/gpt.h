@@ -326,6 +326,7 @@ typedef struct {
     int *tokens, *targets; // (B,T) copies of the current micro-batch
     size_t floats;         // activation floats allocated (for memory reports)
     int shares;            // head, scratch (and the recompute slot) belong to another workspace
+    int head_grad_ready;   // the head's forward left d(ln_f) in scratch and added its dwte
 } Workspace;
 
 int workspace_create(Workspace *ws, const GPT *m, int B, int T, int recompute);
@@ -376,6 +377,9 @@ typedef struct {
     float *dwte;        // head: where the tied embedding's gradient accumulates
     float grad_scale;   // head backward: d(loss)/d(Σ token losses), e.g. 1/(B·T·K)
     double loss_sum;    // head forward output: Σ token losses of the micro-batch
+    // head forward: the backward follows with grad_scale and dwte set here, so a fused
+    // classifier may compute the head's gradient in this pass (gpt_forward_backward)
+    int grad_next;
 } BlockIO;
 
 void block_forward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io);
@@ -391,6 +395,12 @@ double gpt_forward(GPT *m, Workspace *ws, const int *tokens, const int *targets)
 // Backward over all blocks; gradients ACCUMULATE into m->grads scaled by grad_scale
 // (use 1/(B·T·K) for the mean loss of K accumulated micro-batches).
 void gpt_backward(GPT *m, Workspace *ws, float grad_scale);
+// gpt_forward then gpt_backward (the same loss and gradients), for a micro-batch that trains:
+// with a fused classifier (Backend.classifier) the head computes the loss and its gradient in
+// one pass over the logits in the forward, and its backward takes that gradient (the logits are
+// not computed again). LOOM_HEAD_GRAD_IN_FORWARD=0 keeps the two passes (a benchmark switch).
+double gpt_forward_backward(GPT *m, Workspace *ws, const int *tokens, const int *targets,
+                            float grad_scale);
 void gpt_zero_grad(GPT *m);
 // dwte (the embedding's gradient, V·C floats from its start) += head_dwte; head_dwte = 0.
 void gpt_fold_head(GPT *m, float *dwte);

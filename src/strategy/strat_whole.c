@@ -61,8 +61,7 @@ double whole_grads(Strategy *s, Whole *w, int step) {
     for (int j = 0; j < K; j++) {
         s->data->train(s->data->ctx, step, j, w->inputs, w->targets);
         dp_begin_micro(w->dp, j == K - 1);
-        loss += gpt_forward(s->model, &w->ws, w->inputs, w->targets);
-        gpt_backward(s->model, &w->ws, scale);
+        loss += gpt_forward_backward(s->model, &w->ws, w->inputs, w->targets, scale);
     }
     dp_finish_grads(w->dp);
     return loss / K;

@@ -1,15 +1,17 @@
 // test_cuda_act16.c — the products' inputs kept in bf16 (Backend.act16, cuda_act16.c), in
-// --dtype bf16, against the same ops on fp32 buffers (every product rounds its fp32 input to
+// --dtype bf16, against the same ops on fp32 buffers (every product rounds its fp32 operands to
 // bf16 first, so both ways must give the same products):
-//   * LayerNorm, GELU and the flash attention writing a marked out: each element the bf16
-//     rounding of the fp32 op's (within one bf16 unit: the two kernels may contract
-//     differently), mean and rstd identical;
-//   * the flash backward reading a marked out, the products (forward, dinp, dW, dbias) and the
-//     classifier reading a marked input: equal to the same op on fp32 buffers holding the same
-//     (bf16-representable) values, within 1e-6;
+//   * LayerNorm, GELU (forward and backward) and attention (forward and backward; flash, flash
+//     with dQ by atomics, batched products) writing a marked output:
+//     each element the bf16 rounding of the fp32 op's (within one bf16 unit: the two kernels
+//     may contract differently), mean and rstd identical;
+//   * the flash backward reading a marked out, the products (forward, dinp, dW, dbias) reading
+//     a marked input or output gradient, and the classifier a marked input: equal to the same
+//     op on fp32 buffers holding the same (bf16-representable) values, within 1e-6;
 //   * a GPT-2 (head size 64, T 72: the flash path) with and without act16 (LOOM_CUDA_ACT16=0):
 //     the first-step loss within 1e-5, the gradients within 1e-2 norm-wise (the flash backward's
-//     rowsum(dO ∘ O) reads the rounded O), and a workspace smaller by the 16-bit tensors.
+//     rowsum(dO ∘ O) reads the rounded O, the fc bias sums the rounded output gradient), and a
+//     workspace smaller by the 16-bit tensors.
 #include <stdint.h>
 
 #include "gpu_test.h"
@@ -107,13 +109,21 @@ TEST(act16_writers) {
         CHECK(within_bf16("gelu out", h16, h32, n), "gelu_forward into bf16, n=%zu", n);
         free(h32), free(h16), gpu->release(e32), gpu->release(e16);
     }
+    // GELU's backward into a marked dinp (the fc product's output gradient)
+    float *gd = h_rand(NC, 1), *dgd = d_from(gd, NC), *b32 = d_poison(NC), *b16 = d_act16(NC);
+    gpu->gelu_backward(b32, dx, dgd, NC), gpu->gelu_backward(b16, dx, dgd, NC);
+    float *hb32 = h_from_d(b32, NC), *hb16 = h_from_act16(b16, NC);
+    CHECK(within_bf16("gelu dinp", hb16, hb32, NC), "gelu_backward into bf16");
+    free(gd), free(hb32), free(hb16), gpu->release(dgd), gpu->release(b32), gpu->release(b16);
     free(x), free(w), free(b);
     gpu->release(dx), gpu->release(dw), gpu->release(db), gpu->release(o32), gpu->release(o16);
     gpu->release(m), gpu->release(m16);
 }
 
-TEST(act16_attention) {
-    int B = 2, T = 130, NH = 2, C = 128; // head size 64, T > 64: the flash kernels
+// Attention at (B, T, C, NH): the forward into a marked out (each element the rounded fp32 out),
+// the backward reading it (equal to the fp32 backward on the rounded values) and writing a
+// marked dqkv (each element the rounded fp32 dqkv).
+static void check_attention16(int B, int T, int C, int NH, int atomics, const char *what) {
     size_t n3 = (size_t)B * T * 3 * C, n1 = (size_t)B * T * C,
            na = gpu->attention_saved_floats(B, T, NH, C / NH);
     float *qkv = h_rand(n3, 1), *dqkv = d_from(qkv, n3);
@@ -121,17 +131,33 @@ TEST(act16_attention) {
     gpu->attention_forward(o32, a32, dqkv, B, T, C, NH);
     gpu->attention_forward(o16, a16, dqkv, B, T, C, NH);
     float *h32 = h_from_d(o32, n1), *h16 = h_from_act16(o16, n1);
-    CHECK(within_bf16("flash out", h16, h32, n1), "attention_forward into bf16");
-    CHECK(same_dev("flash lse", a16, a32, na), "attention lse");
+    CHECK(within_bf16("attention out", h16, h32, n1), "%s: attention_forward into bf16", what);
+    CHECK(same_dev("attention saved state", a16, a32, na), "%s: attention saved state", what);
     // the backward reading bf16 O against fp32 O holding the same values
     float *r = h_round(h32, n1), *dor = d_from(r, n1), *g = h_rand(n1, 1), *dg = d_from(g, n1);
-    float *q32 = d_poison(n3), *q16 = d_poison(n3);
+    float *q32 = d_poison(n3), *q16 = d_poison(n3), *qm = d_act16(n3);
     gpu->attention_backward(q32, dg, dqkv, dor, a32, B, T, C, NH);
     gpu->attention_backward(q16, dg, dqkv, o16, a16, B, T, C, NH);
-    CHECK(same_dev("flash dqkv (bf16 out)", q16, q32, n3), "attention_backward from bf16 out");
-    free(qkv), free(h32), free(h16), free(r), free(g);
-    gpu->release(dqkv), gpu->release(o32), gpu->release(o16), gpu->release(a32);
-    gpu->release(a16), gpu->release(dor), gpu->release(dg), gpu->release(q32), gpu->release(q16);
+    float *h = h_from_d(q32, n3); // (fp32 atomics add in any order: not bit for bit there)
+    CHECK(cmp_tol("attention dqkv (bf16 out)", q16, h, n3, atomics ? 1e-4 : 1e-6,
+                  atomics ? 1e-6 : 1e-9),
+          "%s: backward from a bf16 out", what);
+    free(h);
+    gpu->attention_backward(qm, dg, dqkv, o16, a16, B, T, C, NH); // dqkv in bf16 too
+    float *hq = h_from_d(q16, n3), *hm = h_from_act16(qm, n3);
+    CHECK(within_bf16("attention dqkv into bf16", hm, hq, n3), "%s: backward into bf16", what);
+    free(qkv), free(h32), free(h16), free(r), free(g), free(hq), free(hm);
+    float *bufs[] = {dqkv, o32, o16, a32, a16, dor, dg, q32, q16, qm};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        gpu->release(bufs[i]);
+}
+
+TEST(act16_attention) {
+    check_attention16(2, 130, 128, 2, 0, "flash"); // head size 64, T > 64: the flash kernels
+    setenv("LOOM_CUDA_FLASH_DQ", "atomic", 1);     // dQ by atomics: into fp32 scratch, rounded
+    check_attention16(2, 130, 128, 2, 1, "flash, dQ by atomics");
+    unsetenv("LOOM_CUDA_FLASH_DQ");
+    check_attention16(2, 40, 32, 2, 0, "batched products"); // head size 16
 }
 
 TEST(act16_readers) {
@@ -155,6 +181,19 @@ TEST(act16_readers) {
               same_dev("matmul dw", w16, w32, (size_t)OC * C) &&
               same_dev("matmul dbias", b16, b32, OC),
           "matmul_backward from bf16");
+    // a marked dout (bf16 values) against an fp32 dout of the same values
+    float *g32, *g16 = d_act16_from(g, NO, &g32), *j32 = d_poison(NC), *j16 = d_poison(NC);
+    float *v32 = d_from(w, (size_t)OC * C), *v16 = d_from(w, (size_t)OC * C);
+    float *c32 = d_from(bias, OC), *c16 = d_from(bias, OC);
+    gpu->matmul_backward(j32, v32, c32, g32, x32, dw, N, C, OC);
+    gpu->matmul_backward(j16, v16, c16, g16, x16, dw, N, C, OC);
+    CHECK(same_dev("matmul dinp (bf16 dout)", j16, j32, NC) &&
+              same_dev("matmul dw (bf16 dout)", v16, v32, (size_t)OC * C) &&
+              same_dev("matmul dbias (bf16 dout)", c16, c32, OC),
+          "matmul_backward from a bf16 dout");
+    float *more[] = {g32, g16, j32, j16, v32, v16, c32, c16};
+    for (size_t i = 0; i < sizeof more / sizeof more[0]; i++)
+        gpu->release(more[i]);
     // the classifier: losses and gradients from a marked x
     float *wte = h_rand((size_t)V * C, 0.1f), *dwte = d_from(wte, (size_t)V * C);
     int *tg = xcalloc((size_t)N, sizeof(int));

@@ -6,7 +6,9 @@
 //   * a 10-step AdamW trajectory (2 micro-batches a step, weight decay, clipping through the
 //     chunked gradient norm): every loss within 2e-4, final weights within 1e-4 absolute;
 //   * bf16: the first-step loss within 1% and the gradient within 3e-2 norm-wise, with the
-//     batched-product attention (head size 16) and with the flash kernels (head size 64).
+//     batched-product attention (head size 16) and with the flash kernels (head size 64);
+//   * gpt_forward_backward (the head's gradient in its forward) equal to gpt_forward then
+//     gpt_backward, bit for bit, in fp32 and bf16.
 #include "../../src/model/gpt.h"
 #include "../../src/optim/optim.h"
 #include "gpu_test.h"
@@ -174,6 +176,50 @@ TEST(bf16_flash_model) {
     gpu = backend_select("cuda:fp32", 0);
 }
 
+// gpt_forward_backward (the fused classifier's gradient computed in the head's forward) against
+// gpt_forward then gpt_backward on the same GPU model: the same loss and gradients, bit for bit
+// (the same classifier call, made one pass earlier), over two accumulated micro-batches; fp32
+// and bf16.
+static void check_forward_backward(const char *device) {
+    const Backend *g32 = gpu;
+    gpu = backend_select(device, 0);
+    if (!gpu) {
+        gpu = g32;
+        CHECK(0, "%s: %s", device, loom_errmsg());
+        return;
+    }
+    GPT m[2];
+    Workspace ws[2];
+    double loss[2] = {0, 0};
+    for (int k = 0; k < 2; k++) {
+        model(&m[k], &ws[k], gpu, 0);
+        gpt_zero_grad(&m[k]);
+        for (int j = 0; j < 2; j++)
+            if (k) {
+                loss[k] += gpt_forward_backward(&m[k], &ws[k], tok[j], tgt[j], 0.5f / (B * T));
+            } else {
+                loss[k] += gpt_forward(&m[k], &ws[k], tok[j], tgt[j]);
+                gpt_backward(&m[k], &ws[k], 0.5f / (B * T));
+            }
+    }
+    float *a = host_of(&m[0], m[0].grads), *b = host_of(&m[1], m[1].grads);
+    size_t diff = 0;
+    for (size_t i = 0; i < m[0].nparams; i++)
+        diff += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    fprintf(stderr, "  %s: loss %.9f vs %.9f (forward_backward); %zu of %zu gradients differ\n",
+            device, loss[0], loss[1], diff, m[0].nparams);
+    CHECK(loss[0] == loss[1] && diff == 0, "%s: gpt_forward_backward differs", device);
+    free(a), free(b);
+    for (int k = 0; k < 2; k++)
+        workspace_free(&ws[k], &m[k]), gpt_free(&m[k]);
+    gpu = backend_select("cuda:fp32", 0);
+}
+
+TEST(forward_backward_head_in_forward) {
+    check_forward_backward("cuda:fp32");
+    check_forward_backward("cuda:bf16");
+}
+
 int main(void) {
     gpu_open("test_cuda_model", "cuda:fp32");
     make_tokens();
@@ -182,5 +228,6 @@ int main(void) {
     RUN(adamw_trajectory);
     RUN(bf16_first_step);
     RUN(bf16_flash_model);
+    RUN(forward_backward_head_in_forward);
     return test_summary();
 }

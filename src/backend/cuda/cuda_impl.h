@@ -52,9 +52,11 @@ enum {
     SCR_BF_B,
     SCR_BF_OUT,
     SCR_FLASH,
-    SCR_ROPE,  // RoPE's positions and inverse frequencies, uploaded per call
-    SCR_GQA,   // grouped-query attention on the flash kernels: the MHA rows (B,T,3C)
-    SCR_GQA_D, // and their gradient
+    SCR_ROPE,       // RoPE's positions and inverse frequencies, uploaded per call
+    SCR_GQA,        // grouped-query attention on the flash kernels: the MHA rows (B,T,3C)
+    SCR_GQA_D,      // and their gradient
+    SCR_FLASH_DQKV, // the flash backward's fp32 dqkv under LOOM_CUDA_FLASH_DQ=atomic, when bf16 is
+                    // wanted
     SCR_SLOTS
 };
 void *cu_scratch(int slot, size_t bytes);
@@ -121,6 +123,7 @@ void k_residual(float *out, const float *a, const float *b, size_t n);
 void k_gelu_forward(float *out, const float *inp, size_t n);
 void k_gelu_forward16(void *out, const float *inp, size_t n); // out bf16
 void k_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+void k_gelu_backward16(void *dinp, const float *inp, const float *dout, size_t n); // dinp bf16
 void k_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2,
              float eps, float wd, float gscale, float bc1, float bc2);
 // nonzero written to *flag_dev (int) when x holds a NaN or inf
@@ -151,8 +154,9 @@ void k_layernorm_forward16(void *out, float *mean, float *rstd, const float *inp
                            const float *b, int N, int C); // out bf16
 void k_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                           const float *w, const float *mean, const float *rstd, int N, int C);
-void k_bias_rows(float *out, const float *bias, int N, int OC);       // out[n,:] = bias
-void k_bias_backward(float *dbias, const float *dout, int N, int OC); // dbias += Σ_n dout
+void k_bias_rows(float *out, const float *bias, int N, int OC);        // out[n,:] = bias
+void k_bias_backward(float *dbias, const float *dout, int N, int OC);  // dbias += Σ_n dout
+void k_bias_backward16(float *dbias, const void *dout, int N, int OC); // dout bf16
 // losses[n] = -log softmax(row n)[target]; rows become probabilities
 void k_softmax_xent_forward(float *lp, float *losses, const int *targets, int N, int V);
 void k_softmax_xent_backward(float *pd, const int *targets, float scale, int N, int V);
@@ -174,8 +178,9 @@ int k_flash_ok(int T, int C, int NH);
 // out16: out holds bf16 (a marked activation) instead of fp32.
 void k_flash_forward(void *out, int out16, float *lse, const float *qkv, int B, int T, int C,
                      int NH);
-void k_flash_backward(float *dqkv, const float *dout, const float *qkv, const void *out, int out16,
-                      const float *lse, float *drow, int B, int T, int C, int NH);
+// dqkv16: dqkv holds bf16 (a marked output gradient) instead of fp32.
+void k_flash_backward(void *dqkv, int dqkv16, const float *dout, const float *qkv, const void *out,
+                      int out16, const float *lse, float *drow, int B, int T, int C, int NH);
 
 // ---- k_llama.cu: the LLaMA block (semantics in backend.h). RoPE's pos (T ints) and freq
 // (hs/2 floats) are device memory here; sign −1 rotates back (the backward). The grouped-query

@@ -130,15 +130,20 @@ static void half_forward(float *out, const float *inp, const float *w, const flo
     }
 }
 
+// A marked dout (cuda_act16.c: bf16 already, a width that needs no padding) is read in place.
 static void half_backward(float *dinp, float *dw, const float *dout, const float *inp,
                           const float *w, int N, int C, int OC, int has_bias) {
-    int P = pad_to(OC, has_bias), R = P == OC || N < PAD_ROWS ? N : PAD_ROWS;
+    int P = pad_to(OC, has_bias), R = P == OC || N < PAD_ROWS ? N : PAD_ROWS, d16 = cu_act16(dout);
+    if (d16 && P != OC)
+        die(EXIT_IO, "CUDA: a 16-bit output gradient needs padding (internal error)");
     const char *x = cu_bf16_act(SCR_BF_B, inp, (size_t)N * C);
     const void *wb = dinp ? cu_bf16_weight(w, (size_t)OC, (size_t)C, (size_t)P) : NULL;
-    void *d = cu_scratch(SCR_BF_A, (size_t)R * P * 2); // a chunk of dout (R,P), zero past OC
+    // a chunk of dout (R,P), zero past OC
+    char *d = d16 ? (char *)dout : cu_scratch(SCR_BF_A, (size_t)R * P * 2);
     for (int n0 = 0; n0 < N; n0 += R) {
         int nr = N - n0 < R ? N - n0 : R;
-        k_to_half_pad(d, dout + (size_t)n0 * OC, (size_t)nr, (size_t)OC, (size_t)P);
+        if (!d16) // (a marked dout is one chunk: R = N)
+            k_to_half_pad(d, dout + (size_t)n0 * OC, (size_t)nr, (size_t)OC, (size_t)P);
         if (dinp)
             cb_matmul(0, 0, C, nr, P, wb, C, d, P, dinp + (size_t)n0 * C, C, 0.0f, NULL,
                       CB_BF16_AB);
@@ -164,14 +169,17 @@ void cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dou
     if (half_mode()) {
         half_backward(dinp, dw, dout, inp, w, N, C, OC, dbias != NULL);
     } else {
-        if (cu_act16(inp))
+        if (cu_act16(inp) || cu_act16(dout))
             die(EXIT_IO, "CUDA: an fp32 product read a 16-bit activation (internal error)");
         if (dinp) // dinp (N,C) = dout·W: column-major (C,N) = Wᶜᵐ(C,OC) · doutᶜᵐ(OC,N)
             cb_matmul(0, 0, C, N, OC, w, C, dout, OC, dinp, C, 0.0f, NULL, 0);
         // dW (OC,C) += doutᵀ·inp: column-major (C,OC) += inpᶜᵐ(C,N) · (doutᶜᵐ)ᵀ(N,OC)
         cb_matmul(0, 1, C, OC, N, inp, C, dout, OC, dw, C, 1.0f, NULL, 0);
     }
-    if (dbias) k_bias_backward(dbias, dout, N, OC);
+    if (dbias && cu_act16(dout))
+        k_bias_backward16(dbias, dout, N, OC);
+    else if (dbias)
+        k_bias_backward(dbias, dout, N, OC);
     cu_prof_end(PROF_MM_B);
 }
 
@@ -237,16 +245,33 @@ size_t cuda_attention_saved_floats(int B, int T, int NH, int hs) {
     return (size_t)B * NH * T * (use_flash(T, NH * hs, NH) ? 1 : (size_t)T);
 }
 
-// out is read by the flash path only (D = rowsum(dO ∘ O)), in bf16 when it is marked
+static void batched_attention_backward(float *dqkv, const float *dout, const float *qkv,
+                                       const float *att, int B, int T, int C, int NH);
+
+// out is read by the flash path only (D = rowsum(dO ∘ O)), in bf16 when it is marked; a marked
+// dqkv (the qkv product's output gradient) is written in bf16
 void cuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
                              const float *att, int B, int T, int C, int NH) {
     if (use_flash(T, C, NH)) {
         cu_prof_begin(PROF_ATT_B);
         float *drow = cu_scratch(SCR_FLASH, (size_t)B * NH * T * sizeof(float));
-        k_flash_backward(dqkv, dout, qkv, out, cu_act16(out), att, drow, B, T, C, NH);
+        k_flash_backward(dqkv, cu_act16(dqkv), dout, qkv, out, cu_act16(out), att, drow, B, T, C,
+                         NH);
         cu_prof_end(PROF_ATT_B);
         return;
     }
+    size_t n3 = (size_t)B * T * 3 * C;
+    if (cu_act16(dqkv)) { // the qkv product's output gradient, wanted in bf16
+        float *d = cu_scratch(SCR_BF_OUT, n3 * sizeof(float));
+        batched_attention_backward(d, dout, qkv, att, B, T, C, NH);
+        k_to_bf16(dqkv, d, n3);
+        return;
+    }
+    batched_attention_backward(dqkv, dout, qkv, att, B, T, C, NH);
+}
+
+static void batched_attention_backward(float *dqkv, const float *dout, const float *qkv,
+                                       const float *att, int B, int T, int C, int NH) {
     int hs = C / NH, C3 = 3 * C;
     long long TT = (long long)T * T;
     float scale = 1.0f / sqrtf((float)hs);
@@ -280,7 +305,10 @@ void cuda_gelu_forward(float *out, const float *inp, size_t n) {
 }
 void cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
     cu_prof_begin(PROF_GELU_B);
-    k_gelu_backward(dinp, inp, dout, n);
+    if (cu_act16(dinp)) // the fc product's output gradient, read by it in bf16
+        k_gelu_backward16(dinp, inp, dout, n);
+    else
+        k_gelu_backward(dinp, inp, dout, n);
     cu_prof_end(PROF_GELU_B);
 }
 void cuda_residual_forward(float *out, const float *a, const float *b, size_t n) {

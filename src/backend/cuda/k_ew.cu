@@ -37,6 +37,8 @@ EW_KERNEL(residual, (float *o, const float *a, const float *b, size_t n), o[i] =
 EW_KERNEL(gelu_fwd, (float *o, const float *x, size_t n), o[i] = gelu_f(x[i]))
 EW_KERNEL(gelu_bwd, (float *g, const float *x, const float *d, size_t n),
           g[i] = d[i] * gelu_df(x[i]))
+EW_KERNEL(gelu_bwd16, (__nv_bfloat16 * g, const float *x, const float *d, size_t n),
+          g[i] = __float2bfloat16_rn(d[i] * gelu_df(x[i])))
 EW_KERNEL(nonfinite, (int *flag, const float *x, size_t n), if (!isfinite(x[i])) *flag = 1)
 
 __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, size_t n, float lr,
@@ -154,6 +156,9 @@ void k_gelu_forward16(void *out, const float *inp, size_t n) {
 }
 void k_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
     LAUNCH(gelu_bwd, n, dinp, inp, dout, n);
+}
+void k_gelu_backward16(void *dinp, const float *inp, const float *dout, size_t n) {
+    LAUNCH(gelu_bwd16, n, (__nv_bfloat16 *)dinp, inp, dout, n);
 }
 void k_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2,
              float eps, float wd, float gscale, float bc1, float bc2) {

@@ -231,10 +231,11 @@ constexpr int bwd_smem(bool kv_smem) { return (kv_smem ? 5 : 4) * TILE * LD * 2 
 // ATOMIC_DQ: this pass also adds dQ into dqkv (zeroed first) with fp32 atomics; otherwise
 // flash_dq_kernel computes dQ. KV_SMEM: the block's K and V rows stay in shared memory and each
 // warp reads its A fragments with ldmatrix per use, instead of holding them in 32 registers
-// (fewer registers: 3 blocks per multiprocessor instead of 2); the same arithmetic.
-template <bool ATOMIC_DQ, bool KV_SMEM>
+// (fewer registers: 3 blocks per multiprocessor instead of 2); the same arithmetic. O: dqkv's
+// element type (bf16 for a marked output gradient, cuda_act16.c; float whenever ATOMIC_DQ).
+template <bool ATOMIC_DQ, bool KV_SMEM, typename O>
 __global__ void __launch_bounds__(128, KV_SMEM ? 3 : 1)
-    flash_bwd_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse_all,
+    flash_bwd_kernel(O *dqkv, const float *dout, const float *qkv, const float *lse_all,
                      const float *drow, int T, int C, int NH, float scale, float sl2) {
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *Ks = (bf16 *)smem, *Qs = Ks + TILE * LD, *dOs = Qs + TILE * LD, *dSs = dOs + TILE * LD;
@@ -246,7 +247,7 @@ __global__ void __launch_bounds__(128, KV_SMEM ? 3 : 1)
     const float *q = qkv + (size_t)b * T * C3 + h * D, *k = q + C, *v = q + 2 * C;
     const float *dO = dout + (size_t)b * T * C + h * D, *lse = lse_all + (size_t)bh * T;
     const float *dr = drow + (size_t)bh * T;
-    float *dq = dqkv + (size_t)b * T * C3 + h * D, *dk = dq + C, *dv = dq + 2 * C;
+    O *dq = dqkv + (size_t)b * T * C3 + h * D, *dk = dq + C, *dv = dq + 2 * C;
     int k0 = kt * TILE, key0 = k0 + w * 16 + g, key1 = key0 + 8;
     uint32_t ka[4][4], va[4][4]; // !KV_SMEM
     if (!KV_SMEM) {
@@ -330,20 +331,21 @@ __global__ void __launch_bounds__(128, KV_SMEM ? 3 : 1)
         for (int nt = 0; nt < 8; nt++)
             for (int e = 0; e < 2; e++) {
                 int d = nt * 8 + 2 * t + e;
-                if (r0 < T) atomicAdd(dq + (size_t)r0 * C3 + d, scale * dqa[nt][e]);
-                if (r1 < T) atomicAdd(dq + (size_t)r1 * C3 + d, scale * dqa[nt][2 + e]);
+                float *dqf = (float *)dq; // (O is float with ATOMIC_DQ)
+                if (r0 < T) atomicAdd(dqf + (size_t)r0 * C3 + d, scale * dqa[nt][e]);
+                if (r1 < T) atomicAdd(dqf + (size_t)r1 * C3 + d, scale * dqa[nt][2 + e]);
             }
     }
     for (int nt = 0; nt < 8; nt++)
         for (int e = 0; e < 2; e++) {
             int d = nt * 8 + 2 * t + e;
             if (key0 < T) {
-                dk[(size_t)key0 * C3 + d] = scale * dka[nt][e];
-                dv[(size_t)key0 * C3 + d] = dva[nt][e];
+                st_out(dk, (size_t)key0 * C3 + d, scale * dka[nt][e]);
+                st_out(dv, (size_t)key0 * C3 + d, dva[nt][e]);
             }
             if (key1 < T) {
-                dk[(size_t)key1 * C3 + d] = scale * dka[nt][2 + e];
-                dv[(size_t)key1 * C3 + d] = dva[nt][2 + e];
+                st_out(dk, (size_t)key1 * C3 + d, scale * dka[nt][2 + e]);
+                st_out(dv, (size_t)key1 * C3 + d, dva[nt][2 + e]);
             }
         }
 }
@@ -351,8 +353,9 @@ __global__ void __launch_bounds__(128, KV_SMEM ? 3 : 1)
 // dQ without atomics: a block per (64 queries, head), each warp owning 16 query rows with Q and
 // dO in registers, loops over the key tiles up to the diagonal: S = Q·Kᵀ, dP = dO·Vᵀ,
 // dS = P ∘ (dP − D), dQ += dS·K, then writes its rows of dQ once.
+template <typename O>
 __global__ void __launch_bounds__(128)
-    flash_dq_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse_all,
+    flash_dq_kernel(O *dqkv, const float *dout, const float *qkv, const float *lse_all,
                     const float *drow, int T, int C, int NH, float scale, float sl2) {
     __shared__ __align__(16) bf16 Ks[TILE * LD];
     __shared__ __align__(16) bf16 Vs[TILE * LD];
@@ -400,12 +403,12 @@ __global__ void __launch_bounds__(128)
             }
         }
     }
-    float *dqo = dqkv + (size_t)b * T * C3 + h * D;
+    O *dqo = dqkv + (size_t)b * T * C3 + h * D;
     for (int nt = 0; nt < 8; nt++)
         for (int e = 0; e < 2; e++) {
             int d = nt * 8 + 2 * t + e;
-            if (row0 < T) dqo[(size_t)row0 * C3 + d] = scale * dq[nt][e];
-            if (row1 < T) dqo[(size_t)row1 * C3 + d] = scale * dq[nt][2 + e];
+            if (row0 < T) st_out(dqo, (size_t)row0 * C3 + d, scale * dq[nt][e]);
+            if (row1 < T) st_out(dqo, (size_t)row1 * C3 + d, scale * dq[nt][2 + e]);
         }
 }
 
@@ -421,19 +424,30 @@ static int env_is(const char *name, const char *value) {
     return e && !strcmp(e, value);
 }
 
-template <bool A, bool S>
-static void bwd_launch(dim3 grid, float *dqkv, const float *dout, const float *qkv,
-                       const float *lse, const float *drow, int T, int C, int NH, float scale,
-                       float sl2) {
+template <bool A, bool S, typename O>
+static void bwd_launch(dim3 grid, O *dqkv, const float *dout, const float *qkv, const float *lse,
+                       const float *drow, int T, int C, int NH, float scale, float sl2) {
     static int attr_set;
     if (!attr_set) {
-        CU(cudaFuncSetAttribute(flash_bwd_kernel<A, S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                bwd_smem(S)));
+        CU(cudaFuncSetAttribute(flash_bwd_kernel<A, S, O>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, bwd_smem(S)));
         attr_set = 1;
     }
-    flash_bwd_kernel<A, S><<<grid, 128, bwd_smem(S), cu_ctx.stream>>>(dqkv, dout, qkv, lse, drow, T,
-                                                                      C, NH, scale, sl2);
+    flash_bwd_kernel<A, S, O><<<grid, 128, bwd_smem(S), cu_ctx.stream>>>(dqkv, dout, qkv, lse, drow,
+                                                                         T, C, NH, scale, sl2);
     CU_LAUNCHED("flash_backward");
+}
+
+// dK, dV by the key pass and dQ by its own pass, into dqkv of element type O
+template <typename O>
+static void bwd_two_pass(dim3 grid, bool smem, O *dqkv, const float *dout, const float *qkv,
+                         const float *lse, const float *drow, int T, int C, int NH, float scale,
+                         float sl2) {
+    (smem ? bwd_launch<false, true, O> : bwd_launch<false, false, O>)(grid, dqkv, dout, qkv, lse,
+                                                                      drow, T, C, NH, scale, sl2);
+    flash_dq_kernel<O>
+        <<<grid, 128, 0, cu_ctx.stream>>>(dqkv, dout, qkv, lse, drow, T, C, NH, scale, sl2);
+    CU_LAUNCHED("flash_dq");
 }
 
 extern "C" {
@@ -450,8 +464,8 @@ void k_flash_forward(void *out, int out16, float *lse, const float *qkv, int B, 
     CU_LAUNCHED("flash_forward");
 }
 
-void k_flash_backward(float *dqkv, const float *dout, const float *qkv, const void *out, int out16,
-                      const float *lse, float *drow, int B, int T, int C, int NH) {
+void k_flash_backward(void *dqkv, int dqkv16, const float *dout, const float *qkv, const void *out,
+                      int out16, const float *lse, float *drow, int B, int T, int C, int NH) {
     size_t rows = (size_t)B * NH * T;
     unsigned nb = (unsigned)((rows + 7) / 8);
     if (out16)
@@ -465,18 +479,21 @@ void k_flash_backward(float *dqkv, const float *dout, const float *qkv, const vo
     float scale = 1.0f / sqrtf((float)D), sl2 = 1.4426950408889634f * scale;
     int atomic = env_is("LOOM_CUDA_FLASH_DQ", "atomic"),
         smem = !env_is("LOOM_CUDA_FLASH_BWD", "regs");
-    if (atomic) {
-        size_t C3 = 3 * (size_t)C; // dQ accumulates: its columns start at zero
-        CU(cudaMemset2DAsync(dqkv, C3 * sizeof(float), 0, (size_t)C * sizeof(float), (size_t)B * T,
+    size_t C3 = 3 * (size_t)C;
+    if (atomic) { // dQ accumulates in fp32: into scratch first when dqkv is bf16
+        float *d = dqkv16 ? (float *)cu_scratch(SCR_FLASH_DQKV, (size_t)B * T * C3 * sizeof(float))
+                          : (float *)dqkv;
+        CU(cudaMemset2DAsync(d, C3 * sizeof(float), 0, (size_t)C * sizeof(float), (size_t)B * T,
                              cu_ctx.stream));
-        (smem ? bwd_launch<true, true> : bwd_launch<true, false>)(grid, dqkv, dout, qkv, lse, drow,
-                                                                  T, C, NH, scale, sl2);
+        (smem ? bwd_launch<true, true, float> : bwd_launch<true, false, float>)(grid, d, dout, qkv,
+                                                                                lse, drow, T, C, NH,
+                                                                                scale, sl2);
+        if (dqkv16) k_to_bf16(dqkv, d, (size_t)B * T * C3);
         return;
     }
-    (smem ? bwd_launch<false, true> : bwd_launch<false, false>)(grid, dqkv, dout, qkv, lse, drow, T,
-                                                                C, NH, scale, sl2);
-    flash_dq_kernel<<<grid, 128, 0, cu_ctx.stream>>>(dqkv, dout, qkv, lse, drow, T, C, NH, scale,
-                                                     sl2);
-    CU_LAUNCHED("flash_dq");
+    if (dqkv16)
+        bwd_two_pass(grid, smem, (bf16 *)dqkv, dout, qkv, lse, drow, T, C, NH, scale, sl2);
+    else
+        bwd_two_pass(grid, smem, (float *)dqkv, dout, qkv, lse, drow, T, C, NH, scale, sl2);
 }
 }

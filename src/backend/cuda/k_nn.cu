@@ -101,7 +101,13 @@ __global__ void ln_bwd_rows_kernel(float *dinp, const float *dout, const float *
 // Column sums over rows in fixed groups: block (bx, by) sums columns [32·bx, 32·bx+32) over
 // rows by·8+ty, by·8+ty + R·8, ... into part[by·C + c] (two arrays when ln: Σ x̂·d and Σ d).
 // With ln == 0 only part0 (Σ d) is written.
-__global__ void colpart_kernel(float *part0, float *part1, const float *d, const float *inp,
+__device__ __forceinline__ float ld_d(const float *p, size_t i) { return p[i]; }
+__device__ __forceinline__ float ld_d(const __nv_bfloat16 *p, size_t i) {
+    return __bfloat162float(p[i]);
+}
+
+template <typename DT>
+__global__ void colpart_kernel(float *part0, float *part1, const DT *d, const float *inp,
                                const float *mean, const float *rstd, int N, int C, int ln) {
     __shared__ float s0[8][33], s1[8][33];
     int tx = threadIdx.x & 31, ty = threadIdx.x >> 5, c = blockIdx.x * 32 + tx;
@@ -109,7 +115,7 @@ __global__ void colpart_kernel(float *part0, float *part1, const float *d, const
     float a0 = 0.f, a1 = 0.f;
     if (c < C) {
         for (int n = blockIdx.y * 8 + ty; n < N; n += R * 8) {
-            float dv = d[(size_t)n * C + c];
+            float dv = ld_d(d, (size_t)n * C + c);
             a0 += dv;
             if (ln) a1 += (inp[(size_t)n * C + c] - mean[n]) * rstd[n] * dv;
         }
@@ -139,8 +145,9 @@ static int col_groups(int N) {
     return R < 1 ? 1 : R > 256 ? 256 : R;
 }
 
-// dst0 += Σ_n d[n,:]; with ln, dst1 += Σ_n x̂[n,:]·d[n,:]
-static void col_sums(float *dst0, float *dst1, const float *d, const float *inp, const float *mean,
+// dst0 += Σ_n d[n,:]; with ln, dst1 += Σ_n x̂[n,:]·d[n,:] (d fp32, or bf16 for a bias)
+template <typename DT>
+static void col_sums(float *dst0, float *dst1, const DT *d, const float *inp, const float *mean,
                      const float *rstd, int N, int C) {
     int R = col_groups(N), ln = dst1 != NULL;
     float *part = (float *)cu_scratch(SCR_PART, (size_t)2 * R * C * sizeof(float));
@@ -393,6 +400,10 @@ void k_bias_rows(float *out, const float *bias, int N, int OC) {
 void k_bias_backward(float *dbias, const float *dout, int N, int OC) {
     if (N <= 0) return;
     col_sums(dbias, NULL, dout, NULL, NULL, NULL, N, OC);
+}
+void k_bias_backward16(float *dbias, const void *dout, int N, int OC) {
+    if (N <= 0) return;
+    col_sums(dbias, NULL, (const __nv_bfloat16 *)dout, NULL, NULL, NULL, N, OC);
 }
 void k_softmax_xent_forward(float *lp, float *losses, const int *targets, int N, int V) {
     if (N <= 0) return;
