@@ -68,15 +68,17 @@ void cq_ef_step(float *x, float *e, size_t n, int8_t *q, float *scales) {
 
 // ---------------------------------------------------------------- the swarm's side
 
-// topk: the piece's elements that are not zero as indices and values in s->sparse, when they
-// are at most half of it (else 0: the piece goes as floats, zeros included).
-int sw_sparse_msg(Swarm *s, const float *x, WireMsg *m) {
+// topk: the piece's elements that are not zero as indices and values in s->sparse, when
+// those 8 bytes each are at most what the piece's other form costs (else 0): 4 bytes a float
+// (half of it may be non-zero), or, for a slice sum with --outer-compress-sums int8 (sum8),
+// about 1 byte a float (an eighth).
+int sw_sparse_msg(Swarm *s, const float *x, WireMsg *m, int sum8) {
     if (!s->sparse) s->sparse = xmalloc(SW_PIECE * sizeof(uint32_t));
-    uint32_t *idx = s->sparse, nnz = 0, half = m->n / 2;
+    uint32_t *idx = s->sparse, nnz = 0, half = m->n / 2, most = sum8 ? m->n / 8 : half;
     float *val = (float *)(s->sparse + half);
     for (uint32_t i = 0; i < m->n; i++)
         if (x[i] != 0) {
-            if (nnz == half) return 0;
+            if (nnz == most) return 0;
             idx[nnz] = i, val[nnz++] = x[i];
         }
     m->nnz = nnz, m->idx = (const uint8_t *)idx, m->data = (const uint8_t *)val;
@@ -93,7 +95,7 @@ int sw_range_msg(Swarm *s, const Contrib *c, size_t offset, size_t n, int losses
     m->offset = offset, m->total = s->P, m->n = (uint32_t)n;
     m->nloss = losses ? (uint32_t)c->nloss : 0;
     m->losses = (const uint8_t *)c->losses;
-    if (s->c.compress == CQ_TOPK && sw_sparse_msg(s, c->delta + m->offset, m)) {
+    if (s->c.compress == CQ_TOPK && sw_sparse_msg(s, c->delta + m->offset, m, 0)) {
         spill_drop(c->delta + m->offset, n * sizeof(float)); // (copied into s->sparse)
         return WIRE_DELTAS;
     }

@@ -267,8 +267,9 @@ int sw_piece_msg(Swarm *s, const Contrib *c, size_t piece);
 // As sw_piece_msg for the n floats at offset (a multiple of CQ_CHUNK); losses when `losses`.
 int sw_range_msg(Swarm *s, const Contrib *c, size_t offset, size_t n, int losses);
 // topk: the m->n floats x (m->offset, m->n set) as m's indices and values (in s->sparse) when
-// at most half are not zero: 1; else 0 (send them as floats).
-int sw_sparse_msg(Swarm *s, const float *x, WireMsg *m);
+// at most half are not zero (sum8, a slice sum whose other form is int8 codes: an eighth): 1;
+// else 0 (send them as floats, or codes).
+int sw_sparse_msg(Swarm *s, const float *x, WireMsg *m, int sum8);
 // 1 if a DELTA / DELTA8 / DELTAS is a kind this swarm's --outer-compress sends.
 int sw_piece_ok(const Swarm *s, const WireMsg *m);
 // The floats of a received DELTA / DELTA8 / DELTAS piece (m->n of them) into dst.

@@ -93,14 +93,14 @@ static void send_hold(Swarm *s, Slot *sl, const char *to) {
 // --outer-compress-sums int8: the averaged span [c0, c1) of this peer's slice (which starts at
 // lo) becomes int8 codes and scales per CQ_CHUNK, and its floats their dequantized values — a
 // piece at a time (the pieces its SUM messages carry), except, under topk, a piece that
-// sw_shard_job will send as index/value pairs (SUMS, by the same sw_sparse_msg): it keeps its
-// exact floats.
+// sw_shard_job will send as index/value pairs (SUMS, by the same sw_sparse_msg: at most an
+// eighth of it non-zero, so that they cost no more than its codes): it keeps its exact floats.
 static void quantize_span(Swarm *s, Slot *sl, size_t lo, size_t c0, size_t c1) {
     float *a = sl->avg;
     for (size_t p0 = c0; p0 < c1; p0 += SW_PIECE) { // (c0 - lo: a multiple of SW_PIECE)
         size_t n = c1 - p0 < SW_PIECE ? c1 - p0 : SW_PIECE;
         WireMsg probe = {.n = (uint32_t)n};
-        if (s->c.compress == CQ_TOPK && sw_sparse_msg(s, a + p0, &probe)) continue;
+        if (s->c.compress == CQ_TOPK && sw_sparse_msg(s, a + p0, &probe, 1)) continue;
         int8_t *q = sl->sh_q8 + (p0 - lo);
         float *sc = sl->sh_scales + (p0 - lo) / CQ_CHUNK;
         cq_quantize(a + p0, n, q, sc);
@@ -420,7 +420,8 @@ int sw_shard_job(Swarm *s, SendJob *jb) {
         m->data = (const uint8_t *)(sl->avg + jb->next);
         m->nloss = first && sl->loss ? (uint32_t)sl->nloss : 0;
         m->losses = (const uint8_t *)sl->loss;
-        if (s->c.compress == CQ_TOPK && sw_sparse_msg(s, sl->avg + jb->next, m)) {
+        if (s->c.compress == CQ_TOPK &&
+            sw_sparse_msg(s, sl->avg + jb->next, m, sl->sh_q8 != NULL)) {
             type = WIRE_SUMS, spill_drop(sl->avg + jb->next, n * sizeof(float));
         } else if (sl->sh_q8) { // (jb->lo: the slice's start)
             type = WIRE_SUM8;
