@@ -112,6 +112,19 @@ if cmp -s "$d/s2-0.st" "$d/a3-0.st" || same_losses "negative control" "$d/s2-0.j
 fi
 
 echo "== 2. --outer-compress int8 and topk"
+# int8_taken WHAT Q S TOL: swarm Q (int8 sums) is not swarm S's anchor (fp32 sums), is within
+# TOL of it, and its peer 0 sent fewer bytes
+int8_taken() {
+    local sq ss
+    sq=$(sent "$d/$2-0.jsonl") ss=$(sent "$d/$3-0.jsonl")
+    if cmp -s "$d/$2-0.st" "$d/$3-0.st"; then
+        echo "$1: int8 sums gave the fp32 sums' anchor: the int8 all-gather was not taken"; exit 1
+    fi
+    $REF compare-st "$d/$2-0.st" "$d/$3-0.st" --tol "$4"
+    awk -v q="$sq" -v s="$ss" 'BEGIN { exit !(q < s) }' || { echo "$1: int8 sums sent no less"; exit 1; }
+    echo "$1: int8 sums: 3 peers identical, within $4 of the fp32 sums' anchor; peer 0 sent" \
+        "$sq MiB ($ss MiB with fp32 sums)"
+}
 for cq in int8 topk; do
     # topk: 3 parts of at most 3% a chunk: a sum at most ~9% non-zero, under the eighth below
     # which a piece of an int8-sums swarm stays exact (index/value pairs)
@@ -123,38 +136,25 @@ for cq in int8 topk; do
     echo "$cq: 3 sharded peers (fp32 sums) identical, and identical to all-to-all"
     swarm c$cq-q 3 $outer $cqf --peer-exchange sharded # (sums in int8: the default with $cq)
     identical c$cq-q 3
-    sq=$(sent "$d/c$cq-q-0.jsonl") ss=$(sent "$d/c$cq-s-0.jsonl")
     if [ $cq = topk ]; then # every piece of a sum is sparse enough to stay exact
         cmp "$d/c$cq-q-0.st" "$d/c$cq-s-0.st" ||
             { echo "topk: sparse sums changed under --outer-compress-sums int8"; exit 1; }
-        echo "topk: int8 sums: every piece sparse, so exact: the fp32 sums' anchor ($sq MiB sent)"
+        echo "topk: int8 sums: every piece sparse, so exact: the fp32 sums' anchor" \
+            "($(sent "$d/c$cq-q-0.jsonl") MiB sent)"
         continue
     fi
-    if cmp -s "$d/c$cq-q-0.st" "$d/c$cq-s-0.st"; then
-        echo "$cq: int8 sums gave the fp32 sums' anchor: the int8 all-gather was not taken"; exit 1
-    fi
-    $REF compare-st "$d/c$cq-q-0.st" "$d/c$cq-s-0.st" --tol 2e-3
-    awk -v q="$sq" -v s="$ss" 'BEGIN { exit !(q < s) }' || { echo "int8 sums sent no less"; exit 1; }
-    echo "$cq: int8 sums: 3 peers identical, within 2e-3 of the fp32 sums' anchor; peer 0 sent" \
-        "$sq MiB ($ss MiB with fp32 sums)"
+    int8_taken $cq c$cq-q c$cq-s 2e-3
 done
 # topk parts of 15%: sums 15-45% non-zero, over the eighth above which a piece goes as int8
 # codes (8-byte index/value pairs would cost more; under the old bound of a half they stayed
-# exact), so the anchor is not the fp32 sums' any more, and fewer bytes go
+# exact), so the anchor is not the fp32 sums' any more, and fewer bytes go. (Sparse-ish sums: a
+# chunk's scale follows its largest value, so the error is larger than for dense ones: 2.2e-3
+# measured.)
 cqf="--steps $steps --outer-compress topk --topk-frac 0.15"
 swarm cdense-s 3 $outer $cqf --peer-exchange sharded --outer-compress-sums none
 swarm cdense-q 3 $outer $cqf --peer-exchange sharded
 identical cdense-q 3
-sq=$(sent "$d/cdense-q-0.jsonl") ss=$(sent "$d/cdense-s-0.jsonl")
-if cmp -s "$d/cdense-q-0.st" "$d/cdense-s-0.st"; then
-    echo "topk 15%: int8 sums gave the fp32 sums' anchor: dense pieces were not sent as codes"; exit 1
-fi
-# (sparse-ish sums: a chunk's scale follows its largest value, so the error is larger than
-# for dense ones: 2.2e-3 measured)
-$REF compare-st "$d/cdense-q-0.st" "$d/cdense-s-0.st" --tol 5e-3
-awk -v q="$sq" -v s="$ss" 'BEGIN { exit !(q < s) }' || { echo "topk 15%: int8 sums sent no less"; exit 1; }
-echo "topk 15%: dense sum pieces in int8: 3 peers identical, within 5e-3 of the fp32 sums'" \
-    "anchor; peer 0 sent $sq MiB ($ss MiB with fp32 sums)"
+int8_taken "topk 15%" cdense-q cdense-s 5e-3
 
 echo "== 3. a peer killed during the reduce-scatter"
 for nv in 3:2 3:0 8:5; do # a member of 3; the coordinator (the lowest id) of 3; a member of 8

@@ -160,6 +160,26 @@ TEST(act16_attention) {
     check_attention16(2, 40, 32, 2, 0, "batched products"); // head size 16
 }
 
+// matmul_backward from (da, xa) and from (db, xb), each into fresh dinp and into dW, dbias
+// starting from the host's w, bias: every output equal within 1e-6.
+static int same_backward(const char *what, const float *da, const float *xa, const float *db,
+                         const float *xb, const float *w, const float *bias, const float *dwt,
+                         int N, int C, int OC) {
+    size_t NC = (size_t)N * C, WC = (size_t)OC * C;
+    float *ia = d_poison(NC), *ib = d_poison(NC), *wa = d_from(w, WC), *wb = d_from(w, WC);
+    float *ba = d_from(bias, OC), *bb = d_from(bias, OC);
+    gpu->matmul_backward(ia, wa, ba, da, xa, dwt, N, C, OC);
+    gpu->matmul_backward(ib, wb, bb, db, xb, dwt, N, C, OC);
+    char n1[64], n2[64], n3[64];
+    snprintf(n1, sizeof n1, "matmul dinp%s", what), snprintf(n2, sizeof n2, "matmul dw%s", what);
+    snprintf(n3, sizeof n3, "matmul dbias%s", what);
+    int ok = same_dev(n1, ib, ia, NC) && same_dev(n2, wb, wa, WC) && same_dev(n3, bb, ba, OC);
+    float *bufs[] = {ia, ib, wa, wb, ba, bb};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        gpu->release(bufs[i]);
+    return ok;
+}
+
 TEST(act16_readers) {
     int N = 130, C = 96, OC = 72, V = 211;
     size_t NC = (size_t)N * C, NO = (size_t)N * OC;
@@ -172,28 +192,13 @@ TEST(act16_readers) {
     float *h = h_from_d(o32, NO);
     CHECK(cmp_tol("matmul out (bf16 inp)", o16, h, NO, 1e-6, 1e-9), "matmul_forward from bf16");
     free(h);
-    float *g = h_rand(NO, 1), *dg = d_from(g, NO), *i32 = d_poison(NC), *i16 = d_poison(NC);
-    float *w32 = d_from(w, (size_t)OC * C), *w16 = d_from(w, (size_t)OC * C);
-    float *b32 = d_from(bias, OC), *b16 = d_from(bias, OC);
-    gpu->matmul_backward(i32, w32, b32, dg, x32, dw, N, C, OC);
-    gpu->matmul_backward(i16, w16, b16, dg, x16, dw, N, C, OC);
-    CHECK(same_dev("matmul dinp", i16, i32, NC) &&
-              same_dev("matmul dw", w16, w32, (size_t)OC * C) &&
-              same_dev("matmul dbias", b16, b32, OC),
-          "matmul_backward from bf16");
+    float *g = h_rand(NO, 1), *dg = d_from(g, NO);
+    CHECK(same_backward("", dg, x32, dg, x16, w, bias, dw, N, C, OC), "matmul_backward from bf16");
     // a marked dout (bf16 values) against an fp32 dout of the same values
-    float *g32, *g16 = d_act16_from(g, NO, &g32), *j32 = d_poison(NC), *j16 = d_poison(NC);
-    float *v32 = d_from(w, (size_t)OC * C), *v16 = d_from(w, (size_t)OC * C);
-    float *c32 = d_from(bias, OC), *c16 = d_from(bias, OC);
-    gpu->matmul_backward(j32, v32, c32, g32, x32, dw, N, C, OC);
-    gpu->matmul_backward(j16, v16, c16, g16, x16, dw, N, C, OC);
-    CHECK(same_dev("matmul dinp (bf16 dout)", j16, j32, NC) &&
-              same_dev("matmul dw (bf16 dout)", v16, v32, (size_t)OC * C) &&
-              same_dev("matmul dbias (bf16 dout)", c16, c32, OC),
+    float *g32, *g16 = d_act16_from(g, NO, &g32);
+    CHECK(same_backward(" (bf16 dout)", g32, x32, g16, x16, w, bias, dw, N, C, OC),
           "matmul_backward from a bf16 dout");
-    float *more[] = {g32, g16, j32, j16, v32, v16, c32, c16};
-    for (size_t i = 0; i < sizeof more / sizeof more[0]; i++)
-        gpu->release(more[i]);
+    gpu->release(g32), gpu->release(g16);
     // the classifier: losses and gradients from a marked x
     float *wte = h_rand((size_t)V * C, 0.1f), *dwte = d_from(wte, (size_t)V * C);
     int *tg = xcalloc((size_t)N, sizeof(int));
@@ -208,8 +213,7 @@ TEST(act16_readers) {
               same_dev("classifier dwte", gw16, gw32, (size_t)V * C),
           "classifier from bf16");
     free(x), free(w), free(bias), free(g), free(wte), free(tg);
-    float *bufs[] = {x32, x16, dw,  db,   o32, o16, dg,   i32,  i16,  w32,
-                     w16, b32, b16, dwte, l32, l16, dx32, dx16, gw32, gw16};
+    float *bufs[] = {x32, x16, dw, db, o32, o16, dg, dwte, l32, l16, dx32, dx16, gw32, gw16};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         gpu->release(bufs[i]);
 }
