@@ -55,39 +55,44 @@ __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, size_
     }
 }
 
-// fp32 → bf16 (round to nearest even), four at a time where n allows
-__global__ void to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n) {
+// What the bf16 conversions apply to each value before rounding: nothing (k_to_bf16), or GELU
+// (k_gelu_forward16: the values gelu_fwd computes, into a product's input kept in 16 bits).
+struct AsIs {
+    __device__ float operator()(float v) const { return v; }
+};
+struct Gelu {
+    __device__ float operator()(float v) const { return gelu_f(v); }
+};
+
+// f(src) → bf16 (round to nearest even), four at a time where n allows
+template <typename F>
+__global__ void to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n, F f) {
     size_t n4 = n / 4;
     GRID_STRIDE(i, n4) {
         float4 v = reinterpret_cast<const float4 *>(src)[i];
         __nv_bfloat162 *d = reinterpret_cast<__nv_bfloat162 *>(dst + 4 * i);
-        d[0] = __floats2bfloat162_rn(v.x, v.y);
-        d[1] = __floats2bfloat162_rn(v.z, v.w);
+        d[0] = __floats2bfloat162_rn(f(v.x), f(v.y));
+        d[1] = __floats2bfloat162_rn(f(v.z), f(v.w));
     }
     if (blockIdx.x == 0 && threadIdx.x < n % 4)
-        dst[4 * n4 + threadIdx.x] = __float2bfloat16_rn(src[4 * n4 + threadIdx.x]);
+        dst[4 * n4 + threadIdx.x] = __float2bfloat16_rn(f(src[4 * n4 + threadIdx.x]));
 }
 
-// GELU into bf16 (a product's input kept in 16 bits), four at a time where n allows: the
-// values gelu_fwd computes, rounded to nearest even
-__global__ void gelu_fwd16_kernel(__nv_bfloat16 *dst, const float *src, size_t n) {
-    size_t n4 = n / 4;
-    GRID_STRIDE(i, n4) {
-        float4 v = reinterpret_cast<const float4 *>(src)[i];
-        __nv_bfloat162 *d = reinterpret_cast<__nv_bfloat162 *>(dst + 4 * i);
-        d[0] = __floats2bfloat162_rn(gelu_f(v.x), gelu_f(v.y));
-        d[1] = __floats2bfloat162_rn(gelu_f(v.z), gelu_f(v.w));
-    }
-    if (blockIdx.x == 0 && threadIdx.x < n % 4)
-        dst[4 * n4 + threadIdx.x] = __float2bfloat16_rn(gelu_f(src[4 * n4 + threadIdx.x]));
+template <typename F>
+__global__ void to_bf16_scalar_kernel(__nv_bfloat16 *dst, const float *src, size_t n, F f) {
+    GRID_STRIDE(i, n) { dst[i] = __float2bfloat16_rn(f(src[i])); }
 }
 
-__global__ void gelu_fwd16_scalar_kernel(__nv_bfloat16 *dst, const float *src, size_t n) {
-    GRID_STRIDE(i, n) { dst[i] = __float2bfloat16_rn(gelu_f(src[i])); }
-}
-
-__global__ void to_bf16_scalar_kernel(__nv_bfloat16 *dst, const float *src, size_t n) {
-    GRID_STRIDE(i, n) { dst[i] = __float2bfloat16_rn(src[i]); }
+// The vector kernel where src is 16-byte and dst 8-byte aligned, else the scalar one
+template <typename F>
+static void to_bf16_launch(void *dst, const float *src, size_t n, F f, const char *name) {
+    if (!n) return;
+    __nv_bfloat16 *d = (__nv_bfloat16 *)dst;
+    if ((uintptr_t)src % 16 == 0 && (uintptr_t)dst % 8 == 0)
+        to_bf16_kernel<<<k_blocks(n / 4 + 1), K_THREADS, 0, cu_ctx.stream>>>(d, src, n, f);
+    else
+        to_bf16_scalar_kernel<<<k_blocks(n), K_THREADS, 0, cu_ctx.stream>>>(d, src, n, f);
+    CU_LAUNCHED(name);
 }
 
 __global__ void to_bf16_pad_kernel(__nv_bfloat16 *dst, const float *src, size_t cols, size_t pcols,
@@ -146,13 +151,7 @@ void k_residual(float *out, const float *a, const float *b, size_t n) {
 }
 void k_gelu_forward(float *out, const float *inp, size_t n) { LAUNCH(gelu_fwd, n, out, inp, n); }
 void k_gelu_forward16(void *out, const float *inp, size_t n) {
-    if (!n) return;
-    __nv_bfloat16 *d = (__nv_bfloat16 *)out;
-    if ((uintptr_t)inp % 16 == 0 && (uintptr_t)out % 8 == 0)
-        gelu_fwd16_kernel<<<k_blocks(n / 4 + 1), K_THREADS, 0, cu_ctx.stream>>>(d, inp, n);
-    else
-        gelu_fwd16_scalar_kernel<<<k_blocks(n), K_THREADS, 0, cu_ctx.stream>>>(d, inp, n);
-    CU_LAUNCHED("gelu_forward16");
+    to_bf16_launch(out, inp, n, Gelu(), "gelu_forward16");
 }
 void k_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
     LAUNCH(gelu_bwd, n, dinp, inp, dout, n);
@@ -166,13 +165,7 @@ void k_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, f
 }
 void k_nonfinite(int *flag_dev, const float *x, size_t n) { LAUNCH(nonfinite, n, flag_dev, x, n); }
 void k_to_bf16(void *dst, const float *src, size_t n) {
-    if (!n) return;
-    __nv_bfloat16 *d = (__nv_bfloat16 *)dst;
-    if ((uintptr_t)src % 16 == 0 && (uintptr_t)dst % 8 == 0)
-        to_bf16_kernel<<<k_blocks(n / 4 + 1), K_THREADS, 0, cu_ctx.stream>>>(d, src, n);
-    else
-        to_bf16_scalar_kernel<<<k_blocks(n), K_THREADS, 0, cu_ctx.stream>>>(d, src, n);
-    CU_LAUNCHED("to_bf16");
+    to_bf16_launch(dst, src, n, AsIs(), "to_bf16");
 }
 void k_to_bf16_pad(void *dst, const float *src, size_t rows, size_t cols, size_t pcols) {
     if (pcols == cols) return k_to_bf16(dst, src, rows * cols);
