@@ -34,6 +34,16 @@ static HeadActs head_acts(const Workspace *ws, const GPT *m) {
     return a;
 }
 
+// The output weights the logits use and where their gradient goes: the tied embedding's (from
+// io), or LLaMA's untied lm_head (the head's own tensors, after the final norm's weight).
+static int own_lm_head(const GPT *m) { return gpt_is_llama(&m->cfg) && !m->cfg.tie; }
+static const float *head_wte(const GPT *m, const Block *blk, const BlockIO *io) {
+    return own_lm_head(m) ? blk->params + m->cfg.C : io->wte;
+}
+static float *head_dwte(const GPT *m, const Block *blk, const BlockIO *io) {
+    return own_lm_head(m) ? blk->grads + m->cfg.C : io->dwte;
+}
+
 void head_act16_mark(const GPT *m, const Workspace *ws) {
     m->be->act16_mark(head_acts(ws, m).lnf, workspace_rows(ws, m) * m->cfg.C);
 }
@@ -53,25 +63,22 @@ static double xent_shards(const GPT *m, const HeadActs *a, const int *targets, i
 void head_forward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) {
     const Backend *be = m->be;
     int N = ws->B * ws->T, C = m->cfg.C, V = gpt_vocab_rows(m), R = (int)workspace_rows(ws, m);
-    const float *w = blk->params, *b = w + C, *wte = io->wte;
+    const float *w = blk->params, *b = w + C, *wte = head_wte(m, blk, io);
     HeadActs a = head_acts(ws, m);
     if (gpt_is_llama(&m->cfg)) {
         be->rmsnorm_forward(a.lnf, a.rstd, io->x_in, w, R, C, m->cfg.norm_eps);
-        if (!m->cfg.tie) wte = w + C; // lm_head.weight
     } else {
         be->layernorm_forward(a.lnf, a.mean, a.rstd, io->x_in, w, b, R, C);
     }
     const float *lnf = tp_gather(m, ws, a.lnf, ws->scratch, ws->scratch + (size_t)N * C); // (N,C)
     block_poll(m);
-    if (io->targets && gpt_fused_classifier(m) && io->grad_next) { // and the gradient, now
-        float *dwte = gpt_is_llama(&m->cfg) && !m->cfg.tie ? blk->grads + C : io->dwte;
-        io->loss_sum = be->classifier(a.losses, ws->scratch, dwte, lnf, wte, io->targets,
-                                      io->grad_scale, N, C, V); // d(ln_f): head_backward's dlnf
-        ws->head_grad_ready = 1;
-        return;
-    }
-    if (io->targets && gpt_fused_classifier(m)) { // the loss without storing the logits
-        io->loss_sum = be->classifier(a.losses, NULL, NULL, lnf, wte, io->targets, 0.f, N, C, V);
+    if (io->targets && gpt_fused_classifier(m)) { // the loss without storing the logits, and
+        // with grad_next its gradient now (d(ln_f) into head_backward's dlnf, the scratch)
+        int g = io->grad_next;
+        io->loss_sum =
+            be->classifier(a.losses, g ? ws->scratch : NULL, g ? head_dwte(m, blk, io) : NULL, lnf,
+                           wte, io->targets, g ? io->grad_scale : 0.f, N, C, V);
+        ws->head_grad_ready = g;
         return;
     }
     if (!gpt_logit_rows(m))
@@ -92,10 +99,9 @@ void head_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) {
     const TensorParallel *tp = &m->tp;
     int N = ws->B * ws->T, C = m->cfg.C, V = gpt_vocab_rows(m);
     size_t NC = (size_t)N * C;
-    const float *w = blk->params, *wte = io->wte;
-    float *dwte = io->dwte;
+    const float *w = blk->params, *wte = head_wte(m, blk, io);
+    float *dwte = head_dwte(m, blk, io);
     int llama = gpt_is_llama(&m->cfg);
-    if (llama && !m->cfg.tie) wte = w + C, dwte = blk->grads + C; // lm_head
     HeadActs a = head_acts(ws, m);
     // scratch: d(ln_f) (N,C) | gathered ln_f, then the held rows' d(ln_f) | reorder | ln_f's 2C
     float *dlnf = ws->scratch, *full = dlnf + NC, *tmp = full + NC;
