@@ -133,7 +133,7 @@ w("state/bad_crc", b"\x08" + state("co2", 0, 2, [[1, 2, 3], [4, 5, 6, 7, 8]])[:-
 # swarm messages (src/swarm/wire.c has the layout): one valid message of each type, some at
 # their edges (a gone DATA, an empty GOSSIP, the largest counts of ids and losses)
 def hdr(t, rnd=3, frm=b"peer-1"):
-    return b"LMSW" + struct.pack("<HHqB", 1, t, rnd, len(frm)) + frm
+    return b"LMSW" + struct.pack("<HHqB", 2, t, rnd, len(frm)) + frm
 def rec(i, first=0):
     pid, addr = b"node-%d" % i, b"10.0.0.%d:%d" % (i, 5555 + i)
     return (struct.pack("<B", len(pid)) + pid + struct.pack("<H", len(addr)) + addr +
@@ -154,7 +154,10 @@ w("wire/delta_losses", hdr(5) + struct.pack("<QQII", 0, 1, 1, 256) + floats(1) +
   struct.pack("<256d", *[2.5 + i / 256 for i in range(256)]))
 w("wire/have", hdr(6) + struct.pack("<Q", 0x0123456789abcdef) + ids([b"a", b"b.2", b"c_3"]))
 w("wire/have_many", hdr(6) + struct.pack("<Q", 1) + ids([b"p%03d" % i for i in range(256)]))
-w("wire/commit", hdr(7) + struct.pack("<IQ", 2, 99) + ids([b"node-0", b"node-1"]))
+w("wire/commit", hdr(7) + struct.pack("<IQ", 2, 99) + ids([b"node-0", b"node-1"]) +
+  struct.pack("<H", 0))
+w("wire/commit_cut", hdr(7) + struct.pack("<IQ", 4, 99) + ids([b"a", b"b", b"c"]) +
+  struct.pack("<HII", 2, 5, 17))
 w("wire/fetch", hdr(8) + struct.pack("<IQQI", 1, 0, 1 << 20, 1 << 18))
 w("wire/data", hdr(9) + struct.pack("<IQQIQ", 2, 8, 12, 4, 5) + floats(4))
 w("wire/data_gone", hdr(9) + struct.pack("<IQQIQ", 3, 0, 0, 0, 0))

@@ -6,12 +6,13 @@
 #      does all-to-all) and its losses per step the same; both equal `mpirun --dp N --co2`
 #      within 1e-5. Each peer sends less than with all-to-all (from 3 peers on);
 #   2. --outer-compress int8 and topk: sharded anchors identical across peers and, with
-#      --outer-compress-sums none, to the all-to-all swarm's with the same compression; with the
+#      --outer-compress-sums none, to the all-to-all swarm's with the same compression (topk's
+#      slices cut by bytes from round 2 on, int8's equal in every round); with the
 #      sums in int8 (the default there) identical across peers and, int8, not the fp32 sums'
 #      anchor but within 2e-3 of it with fewer bytes sent; topk at 3%, whose sums of 3 peers
 #      are at most an eighth non-zero in every piece, exactly the fp32 sums' anchor (sparse
 #      pieces stay exact); topk at 15%, whose denser pieces go as int8 codes, not it, within
-#      5e-3 of it, with fewer bytes sent;
+#      5e-3 of it, with fewer bytes sent (a sum travels in runs of chunks of one kind);
 #   3. a peer killed in the middle of the reduce-scatter (LOOM_FAULT_PEER_KILL: right after it
 #      sent its first part): the survivors commit a new attempt over themselves and finish with
 #      identical anchors (a member of 3, the coordinator of 3, a member of 8);
@@ -130,10 +131,17 @@ for cq in int8 topk; do
     # which a piece of an int8-sums swarm stays exact (index/value pairs)
     cqf="--steps $steps --outer-compress $cq --topk-frac $([ $cq = topk ] && echo 0.03 || echo 0.05)"
     swarm c$cq-a 3 $outer $cqf --peer-exchange all
-    swarm c$cq-s 3 $outer $cqf --peer-exchange sharded --outer-compress-sums none
+    LOOM_PEER_VERBOSE=1 swarm c$cq-s 3 $outer $cqf --peer-exchange sharded --outer-compress-sums none
     identical c$cq-s 3
     cmp "$d/c$cq-s-0.st" "$d/c$cq-a-0.st" || { echo "$cq: sharded anchor differs from all-to-all's"; exit 1; }
     echo "$cq: 3 sharded peers (fp32 sums) identical, and identical to all-to-all"
+    # the coordinator's cuts (chunks per slice): equal in round 1; under topk, cut by the last
+    # average's bytes from round 2 on — the equality above then held with uneven slices
+    cuts=$(sed -n 's/.*attempt 1 over 3 peers (sharded), chunks //p' "$d/c${cq}-s0.log" | sort | uniq -c)
+    echo "$cq: chunks per slice, by commit: $(echo "$cuts" | awk '{ c = $1; $1 = ""; printf "%s%d x (%s)", (NR > 1 ? ", " : ""), c, substr($0, 2) }')"
+    ncuts=$(echo "$cuts" | grep -c . || true)
+    if [ $cq = topk ] && [ "$ncuts" -lt 2 ]; then echo "topk: every round cut the same: not by bytes"; exit 1; fi
+    if [ $cq = int8 ] && [ "$ncuts" != 1 ]; then echo "int8: the cut changed between rounds"; exit 1; fi
     swarm c$cq-q 3 $outer $cqf --peer-exchange sharded # (sums in int8: the default with $cq)
     identical c$cq-q 3
     if [ $cq = topk ]; then # every piece of a sum is sparse enough to stay exact

@@ -1,7 +1,9 @@
 // test_spill.c — arrays in files (src/swarm/spill.c), what an offloaded peer's outer state and
 // the swarm's arrays live in:
 //   * before spill_setup an array is zeroed host memory and spill_drop leaves it (and any
-//     malloc'd buffer) untouched — dropping anonymous memory would zero it;
+//     malloc'd buffer) untouched — dropping anonymous memory would zero it; a large one (an
+//     anonymous mapping) is resident only where touched, and a drop after spill_setup leaves
+//     it untouched too;
 //   * after it, an array is a zeroed file mapping; touching 16 MiB of it raises the resident
 //     set by about that much (the negative control: without a drop it stays up), spill_drop
 //     takes it out again and every value reads back; spill_copy between two such arrays keeps
@@ -61,6 +63,21 @@ TEST(host_memory_before_setup) {
     spill_free(a), spill_free(m), spill_free(NULL);
 }
 
+// A large host array (an anonymous mapping) made before spill_setup and dropped after it keeps
+// its values (MADV_DONTNEED would zero it), and costs resident pages only where it was touched.
+static float *early;
+enum { EARLY = 8 << 20 }; // floats: 32 MiB
+
+TEST(large_host_array) {
+    double r0 = rss_mib();
+    early = spill_floats(EARLY);
+    CHECK(rss_mib() - r0 < 4, "an untouched 32 MiB array is resident: %.1f MiB", rss_mib() - r0);
+    CHECK(zeros(early + EARLY / 2, 4096) && zeros(early + EARLY - 4096, 4096), "zeroed");
+    fill(early, 1 << 20, 3); // 4 MiB of it
+    double r = rss_mib() - r0;
+    CHECK(r > 3 && r < 9, "4 MiB written of 32 MiB: %.1f MiB resident", r);
+}
+
 static char dir[] = "/tmp/loom-test-spill-XXXXXX";
 
 static int dir_entries(void) {
@@ -100,6 +117,10 @@ TEST(files_leave_the_resident_set) {
     CHECK(same(b, n, 5), "an unaligned drop lost data");
     spill_free(a), spill_free(b);
     CHECK(dir_entries() == 0, "files left: %d", dir_entries());
+    spill_drop(early, EARLY * sizeof(float)); // (made before spill_setup: host memory)
+    CHECK(same(early, 1 << 20, 3) && zeros(early + (1 << 20), 4096),
+          "a drop after spill_setup changed a host array made before it");
+    spill_free(early);
 }
 
 TEST(missing_directory_is_a_clear_error) {
@@ -118,6 +139,7 @@ TEST(missing_directory_is_a_clear_error) {
 
 int main(void) {
     RUN(host_memory_before_setup);
+    RUN(large_host_array);
     if (!mkdtemp(dir)) return 1;
     RUN(files_leave_the_resident_set);
     RUN(missing_directory_is_a_clear_error);

@@ -273,6 +273,14 @@ TEST(roundtrip_ids) {
     for (msg.nids = 0; msg.nids < 4; msg.nids++)
         strcpy(msg.ids[msg.nids], ids[msg.nids]);
     roundtrip(&msg, "COMMIT");
+    msg.ncut = 3, msg.cut[0] = 0, msg.cut[1] = 7, msg.cut[2] = UINT32_MAX;
+    roundtrip(&msg, "COMMIT with a cut");
+    msg.ncut = 2;
+    CHECK(wire_size(&msg) == 0, "a COMMIT with 2 cuts for 4 ids encodes");
+    msg.ncut = 3, msg.cut[1] = UINT32_MAX, msg.cut[2] = 7;
+    CHECK(wire_size(&msg) == 0, "a COMMIT with a decreasing cut encodes");
+    msg.nids = 0, msg.ncut = UINT32_MAX;
+    CHECK(wire_size(&msg) == 0, "a COMMIT with cuts and no ids encodes");
 }
 
 TEST(float_bits_exact) {
@@ -341,7 +349,7 @@ static int accepts(const Bytes *b) {
 TEST(layout_pinned) {
     Bytes b;
     header(&b, WIRE_BYE, 258, "ab");
-    const uint8_t bye[] = {'L', 'M', 'S', 'W', 1, 0, 10, 0, 2, 1, 0, 0, 0, 0, 0, 0, 2, 'a', 'b'};
+    const uint8_t bye[] = {'L', 'M', 'S', 'W', 2, 0, 10, 0, 2, 1, 0, 0, 0, 0, 0, 0, 2, 'a', 'b'};
     CHECK(b.n == sizeof bye && !memcmp(b.b, bye, sizeof bye), "test writer");
     base(&msg, WIRE_BYE);
     msg.round = 258, strcpy(msg.from, "ab");
@@ -369,10 +377,14 @@ TEST(layout_pinned) {
           "DATA: %s", err);
 
     header(&b, WIRE_COMMIT, 3, "me");
-    le(&b, 6, 4), le(&b, 99, 8), le(&b, 2, 2), str(&b, "a", 1), str(&b, "b", 1);
+    le(&b, 6, 4), le(&b, 99, 8), le(&b, 2, 2), str(&b, "a", 1), str(&b, "b", 1), le(&b, 0, 2);
     CHECK(accepts(&b) && back.attempt == 6 && back.hash == 99 && back.nids == 2 &&
-              !strcmp(back.ids[1], "b"),
+              !strcmp(back.ids[1], "b") && back.ncut == 0,
           "COMMIT: %s", err);
+    header(&b, WIRE_COMMIT, 3, "me");
+    le(&b, 6, 4), le(&b, 99, 8), le(&b, 2, 2), str(&b, "a", 1), str(&b, "b", 1);
+    le(&b, 1, 2), le(&b, 1234, 4);
+    CHECK(accepts(&b) && back.ncut == 1 && back.cut[0] == 1234, "COMMIT with a cut: %s", err);
 
     header(&b, WIRE_HELLO, 0, "me");
     le(&b, 1, 2), record(&b, "me", "127.0.0.1:9", 0), str(&b, "run", 4);
@@ -387,10 +399,10 @@ TEST(malformed_rejected) {
     b.b[0] = 'X';
     REJECT(&b, "bad magic");
     header(&b, WIRE_BYE, 1, "me");
-    b.b[4] = 2;
-    REJECT(&b, "version 2, this loom speaks 1");
+    b.b[4] = 1;
+    REJECT(&b, "version 1, this loom speaks 2");
     b.b[4] = 0, b.b[5] = 1;
-    REJECT(&b, "version 256, this loom speaks 1");
+    REJECT(&b, "version 256, this loom speaks 2");
     header(&b, 0, 1, "me");
     REJECT(&b, "unknown type 0");
     header(&b, WIRE_NTYPES, 1, "me");
@@ -476,10 +488,20 @@ TEST(malformed_rejected) {
     str(&b, "a", 1), str(&b, "b", 1), str(&b, "a", 1);
     REJECT(&b, "HAVE: duplicate id a");
     header(&b, WIRE_COMMIT, 1, "me"), le(&b, 1, 4), le(&b, 0, 8), le(&b, 2, 2);
-    str(&b, "peer", 1), str(&b, "peer", 1);
+    str(&b, "peer", 1), str(&b, "peer", 1), le(&b, 0, 2);
     REJECT(&b, "COMMIT: duplicate id peer");
     header(&b, WIRE_COMMIT, 1, "me"), le(&b, 1, 4), le(&b, 0, 8), le(&b, 1, 2), str(&b, "", 1);
+    le(&b, 0, 2);
     REJECT(&b, "COMMIT: id 0: bad id");
+    header(&b, WIRE_COMMIT, 1, "me"), le(&b, 1, 4), le(&b, 0, 8), le(&b, 2, 2);
+    str(&b, "a", 1), str(&b, "b", 1), le(&b, 2, 2), le(&b, 1, 4), le(&b, 2, 4);
+    REJECT(&b, "COMMIT: 2 cuts for 2 ids");
+    header(&b, WIRE_COMMIT, 1, "me"), le(&b, 1, 4), le(&b, 0, 8), le(&b, 3, 2);
+    str(&b, "a", 1), str(&b, "b", 1), str(&b, "c", 1), le(&b, 2, 2), le(&b, 9, 4), le(&b, 8, 4);
+    REJECT(&b, "COMMIT: cut 1 decreases");
+    header(&b, WIRE_COMMIT, 1, "me"), le(&b, 1, 4), le(&b, 0, 8), le(&b, 2, 2);
+    str(&b, "a", 1), str(&b, "b", 1);
+    REJECT(&b, "truncated COMMIT");
     header(&b, WIRE_HAVE, 1, "me"), le(&b, 0, 8), le(&b, WIRE_MAX_PEERS + 1, 2);
     REJECT(&b, "HAVE: 257 ids > 256");
 }
@@ -502,6 +524,7 @@ static int small_messages(uint8_t out[][1024], size_t *len) {
         msg.n = 8, msg.nloss = 3, msg.offset = 8, msg.total = 24, msg.what = WIRE_ARR_AVERAGE;
         msg.nids = 3;
         strcpy(msg.ids[0], "a"), strcpy(msg.ids[1], "bb"), strcpy(msg.ids[2], "c");
+        msg.ncut = t == WIRE_COMMIT ? 2 : 0, msg.cut[0] = 3, msg.cut[1] = 300;
         len[k] = wire_encode(&msg, out[k], 1024);
         CHECK(len[k] > 0, "%s does not encode", wire_type_name(t));
         k++;
@@ -520,12 +543,12 @@ TEST(mutations) {
     const struct {
         int type;
         size_t at, k;
-    } counts[] = {{WIRE_HELLO, 0, 2},   {WIRE_WELCOME, 0, 2}, {WIRE_GOSSIP, 0, 2},
-                  {WIRE_REFUSE, 0, 4},  {WIRE_DELTA, 16, 4},  {WIRE_DELTA, 20, 4},
-                  {WIRE_HAVE, 8, 2},    {WIRE_COMMIT, 12, 2}, {WIRE_DATA, 20, 4},
-                  {WIRE_DELTA8, 16, 4}, {WIRE_DELTA8, 20, 4}, {WIRE_DELTAS, 20, 4},
-                  {WIRE_DELTAS, 24, 4}, {WIRE_SUM, 20, 4},    {WIRE_SUM, 24, 4},
-                  {WIRE_HOLD, 12, 2},   {WIRE_SUM8, 20, 4},   {WIRE_SUM8, 24, 4}};
+    } counts[] = {
+        {WIRE_HELLO, 0, 2},   {WIRE_WELCOME, 0, 2}, {WIRE_GOSSIP, 0, 2},  {WIRE_REFUSE, 0, 4},
+        {WIRE_DELTA, 16, 4},  {WIRE_DELTA, 20, 4},  {WIRE_HAVE, 8, 2},    {WIRE_COMMIT, 12, 2},
+        {WIRE_COMMIT, 21, 2}, {WIRE_DATA, 20, 4},   {WIRE_DELTA8, 16, 4}, {WIRE_DELTA8, 20, 4},
+        {WIRE_DELTAS, 20, 4}, {WIRE_DELTAS, 24, 4}, {WIRE_SUM, 20, 4},    {WIRE_SUM, 24, 4},
+        {WIRE_HOLD, 12, 2},   {WIRE_SUM8, 20, 4},   {WIRE_SUM8, 24, 4}};
     for (size_t c = 0; c < sizeof counts / sizeof *counts; c++) {
         int i = counts[c].type - 1;
         for (size_t j = 0; j < counts[c].k; j++)

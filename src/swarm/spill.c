@@ -14,18 +14,33 @@
 
 #include "../common.h"
 
-#define SPILL_MAX 128 // arrays mapped at once (a swarm holds a few dozen at most)
+// Host arrays from this size on are anonymous mappings: the kernel hands out zeroed pages as
+// they are first touched, so an array written only in part (a sharded peer's buffer for a
+// member's parts: its own slice of P) costs only those pages, and none is cleared twice.
+#define SPILL_ANON_MIN ((size_t)1 << 20)
 
 typedef struct {
     char *base;
     size_t len; // mapped bytes (whole pages)
+    int anon;   // host memory (spill_drop must not touch it: MADV_DONTNEED would zero it)
 } Map;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static char *dir;
-static Map maps[SPILL_MAX];
-static int nmaps;
+static Map *maps;
+static int nmaps, capmaps;
 static size_t page;
+
+static void add_map(char *p, size_t len, int anon) {
+    pthread_mutex_lock(&mu);
+    if (nmaps == capmaps) {
+        capmaps = capmaps ? 2 * capmaps : 64;
+        maps = realloc(maps, (size_t)capmaps * sizeof *maps);
+        if (!maps) die(EXIT_IO, "out of memory for the spill registry");
+    }
+    maps[nmaps++] = (Map){p, len, anon};
+    pthread_mutex_unlock(&mu);
+}
 
 int spill_setup(const char *d) {
     if (!d) return loom_fail("spill_setup: no directory");
@@ -59,6 +74,13 @@ static int spill_file(size_t bytes, const char **what) {
 }
 
 void *spill_alloc(size_t bytes) {
+    if (!dir && bytes >= SPILL_ANON_MIN) {
+        size_t pg = (size_t)sysconf(_SC_PAGESIZE), len = (bytes + pg - 1) / pg * pg;
+        char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) die(EXIT_IO, "out of memory allocating %zu bytes", bytes);
+        add_map(p, len, 1);
+        return p;
+    }
     if (!dir) {
         void *p = NULL;
         size_t b = (bytes + 63) & ~(size_t)63;
@@ -80,10 +102,7 @@ void *spill_alloc(size_t bytes) {
     if (p == MAP_FAILED)
         die(EXIT_IO, "--offload-dir %s: cannot map %.1f MiB: %s", dir, bytes / 1048576.0,
             strerror(e));
-    pthread_mutex_lock(&mu);
-    if (nmaps == SPILL_MAX) die(EXIT_IO, "spill_alloc: more than %d arrays", SPILL_MAX);
-    maps[nmaps++] = (Map){p, len};
-    pthread_mutex_unlock(&mu);
+    add_map(p, len, 0);
     return p;
 }
 
@@ -117,7 +136,7 @@ void spill_drop(const void *p, size_t bytes) {
     const char *c = p;
     pthread_mutex_lock(&mu);
     int i = find(c);
-    if (i < 0) {
+    if (i < 0 || maps[i].anon) {
         pthread_mutex_unlock(&mu);
         return;
     }

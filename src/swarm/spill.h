@@ -8,7 +8,8 @@
 // cache and the file) and only takes the pages out of this process's resident set. So a
 // pass's resident cost is a chunk per array it walks, whatever the model's size.
 // Before spill_setup (an in-memory peer, the tests of the swarm) spill_alloc is host memory
-// and spill_drop does nothing: one code path serves both.
+// (from 1 MiB an anonymous mapping, whose zeroed pages the kernel supplies as they are first
+// touched) and spill_drop does nothing: one code path serves both.
 #pragma once
 #include <stddef.h>
 

@@ -428,7 +428,7 @@ void swarm_close(Swarm *s) {
     if (s->view.e) view_free(&s->view);
     free(s->jobs);
     spill_free(s->snap_a), spill_free(s->snap_m);
-    free(s->in), free(s->out), free(s->buf), free(s->sparse);
+    free(s->in), free(s->out), free(s->buf), free(s->sparse), free(s->sum_bytes);
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->st_mu);
     pthread_cond_destroy(&s->cv);

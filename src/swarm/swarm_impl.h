@@ -34,6 +34,7 @@ typedef struct {
     int8_t *q8;     // this peer's own, with --outer-compress int8: the codes (P) and
     float *scales;  // scales (compress.h) its pieces travel as; delta holds their values
     int nloss, complete;
+    int pooled;  // delta came from (and goes back to) the pool; else it is freed
     double last; // when its last piece came
 } Contrib;
 
@@ -121,6 +122,7 @@ typedef struct {
     int sh_final;     // every live member of the set holds every slice sum: the average stands
     int sh_summed;    // this peer summed its own slice under sh_att
     uint8_t *sh_got;  // per chunk of avg: held under sh_att
+    uint32_t *sh_cut; // slice j is chunks [sh_cut[j], sh_cut[j + 1]) (nset + 1; shard_cut.c)
     int8_t *sh_q8;    // --outer-compress-sums int8: this peer's slice sum as codes (slice-long)
     float *sh_scales; // and scales (one per CQ_CHUNK); avg holds their dequantized values
     double sh_sum_at; // when this peer's slice sum was first sent
@@ -189,6 +191,7 @@ struct Swarm {
     int diverged;
     SwarmStats st;
     uint32_t *sparse;     // --outer-compress topk: a DELTAS' indices and values (SW_PIECE)
+    uint32_t *sum_bytes;  // per chunk: what the last average's slice sums cost (shard_cut.c)
     float *pool[SW_POOL]; // Δ buffers for reuse
     int npool;
 };
@@ -248,6 +251,18 @@ void sw_pump_jobs(Swarm *s);
 // Asks the senders of the Δs of sl that it holds (their HAVE says so) but that stalled here
 // for SW_FETCH_RETRY seconds for the missing pieces.
 void sw_repair(Swarm *s, Slot *sl, double now);
+
+// shard_cut.c (--peer-exchange sharded): cut[0..n] (cut[0] = 0, cut[n] = C) splits C chunks
+// into n runs of about equal weight w (NULL: equal chunks).
+void sw_cut_weighted(const uint32_t *w, size_t C, int n, uint32_t *cut);
+// The coordinator's cut of a commit over n members (n + 1 boundaries; xcalloc'd).
+uint32_t *sw_cut_plan(Swarm *s, Slot *sl, int n);
+// sl's average is final here: what its slice sums cost per chunk (the next cut's weights).
+void sw_cut_note(Swarm *s, const Slot *sl);
+// Under topk: the run of a slice sum a (slice [lo, hi)) that starts at `at` — whole chunks of
+// one kind, inside one SW_PIECE from lo — its length, and *sparse: 1 if it goes as index/value
+// pairs (every chunk at most an eighth non-zero with int8 sums, a half with fp32), else 0.
+size_t sw_sum_run(const Swarm *s, const float *a, size_t lo, size_t at, size_t hi, int *sparse);
 
 // swarm_shard.c (--peer-exchange sharded)
 void sw_shard_on_part(Swarm *s, const WireMsg *m);   // DELTA* with a slice part

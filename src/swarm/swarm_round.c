@@ -24,8 +24,16 @@ void sw_buf_put(Swarm *s, float *b) {
         spill_free(b);
 }
 
+static void delta_free(Swarm *s, Contrib *c) {
+    if (c->pooled)
+        sw_buf_put(s, c->delta);
+    else
+        spill_free(c->delta);
+    c->delta = NULL;
+}
+
 void sw_contrib_free(Swarm *s, Contrib *c) {
-    sw_buf_put(s, c->delta), free(c->got), free(c->losses), spill_free(c->q8), free(c->scales);
+    delta_free(s, c), free(c->got), free(c->losses), spill_free(c->q8), free(c->scales);
 }
 
 void sw_slot_free(Swarm *s, Slot *sl) {
@@ -34,6 +42,7 @@ void sw_slot_free(Swarm *s, Slot *sl) {
     for (int i = 0; i < sl->nhv; i++)
         free(sl->hv[i].ids);
     free(sl->c), free(sl->hv), free(sl->set), spill_free(sl->avg), free(sl->loss), free(sl->sh_got);
+    free(sl->sh_cut);
     spill_free(sl->sh_q8), free(sl->sh_scales), free(sl->sent);
     sw_fetch_free(&sl->fetch);
     memset(sl, 0, sizeof *sl);
@@ -63,8 +72,14 @@ Contrib *sw_contrib(Swarm *s, Slot *sl, const char *id, int create) {
     if (!create) return NULL;
     Contrib *c = sw_append(&sl->c, sl->nc++, sizeof *c);
     snprintf(c->id, sizeof c->id, "%s", id);
-    if (create == 1) c->delta = sw_buf_get(s); // (not zeroed: its pieces fill it)
-    c->got = xcalloc(s->nchunks, 1);           // (per piece; sharded: per chunk)
+    if (create == 1) { // (not zeroed: its pieces fill it)
+        // sharded in host memory: a member's parts fill only this peer's slice, so a fresh
+        // array (its other pages never touched: spill.h) costs a slice, where a pooled one
+        // would be whole Δs resident, one per member
+        c->pooled = !s->c.exchange || spill_active();
+        c->delta = c->pooled ? sw_buf_get(s) : spill_floats(s->P);
+    }
+    c->got = xcalloc(s->nchunks, 1); // (per piece; sharded: per chunk)
     return c;
 }
 
@@ -93,6 +108,9 @@ void sw_send_commit(Swarm *s, Slot *sl, const char *to, uint32_t attempt) {
     for (int i = 0; i < sl->nset; i++)
         memcpy(m->ids[i], sl->set[i], sizeof(PeerId));
     m->hash = sl->chash, m->attempt = attempt;
+    m->ncut = sl->sh_cut && sl->nset > 1 ? (uint32_t)sl->nset - 1 : 0;
+    for (uint32_t i = 0; i < m->ncut; i++)
+        m->cut[i] = sl->sh_cut[i + 1];
     if (to)
         sw_send(s, to, WIRE_COMMIT, sl->round);
     else
@@ -214,7 +232,7 @@ void sw_on_delta(Swarm *s, const WireMsg *m) {
 int sw_answer_gone(Swarm *s, const WireMsg *m, const Slot *old) {
     if (old || m->round < 1 || m->round >= s->my_round - 2) return 0;
     WireMsg *o = s->out;
-    o->nids = 0, o->hash = 0, o->attempt = COMMIT_GONE;
+    o->nids = 0, o->hash = 0, o->attempt = COMMIT_GONE, o->ncut = 0;
     sw_send(s, m->from, WIRE_COMMIT, m->round);
     return 1;
 }
@@ -410,8 +428,8 @@ void sw_contribute(Swarm *s, int64_t r, const float *delta, int8_t *q8, float *s
     pthread_mutex_lock(&s->mu);
     Slot *sl = sw_slot(s, r, 1);
     Contrib *c = sw_contrib(s, sl, s->id, 2); // (2: no buffer of its own)
-    sw_buf_put(s, c->delta), spill_free(c->q8), free(c->scales);
-    c->delta = copy, c->q8 = q8, c->scales = scales;
+    delta_free(s, c), spill_free(c->q8), free(c->scales);
+    c->delta = copy, c->q8 = q8, c->scales = scales, c->pooled = 1;
     free(c->losses);
     c->losses = xcalloc((size_t)nloss + 1, sizeof(double));
     memcpy(c->losses, losses, (size_t)nloss * sizeof(double));

@@ -33,9 +33,10 @@ _Static_assert(SPILL_CHUNK % SW_PIECE == 0, "a span of the sum must be whole pie
 
 static int cmp_id(const void *a, const void *b) { return strcmp(a, b); }
 
-// Slice j of n: chunks [j·C/n, (j+1)·C/n) of the C chunks, as floats [lo, hi) (may be empty).
-static void slice(const Swarm *s, int j, int n, size_t *lo, size_t *hi) {
-    size_t C = s->nchunks, a = C * (size_t)j / (size_t)n, b = C * (size_t)(j + 1) / (size_t)n;
+// Slice j of the current attempt: chunks [sh_cut[j], sh_cut[j + 1]) as floats [lo, hi) (may be
+// empty).
+static void slice(const Swarm *s, const Slot *sl, int j, size_t *lo, size_t *hi) {
+    size_t a = sl->sh_cut[j], b = sl->sh_cut[j + 1];
     *lo = a * CQ_CHUNK < s->P ? a * CQ_CHUNK : s->P;
     *hi = b * CQ_CHUNK < s->P ? b * CQ_CHUNK : s->P;
 }
@@ -62,7 +63,7 @@ static int held(Swarm *s, Slot *sl, PeerId *ids) {
     int k = 0;
     for (int j = 0; sl->sh_att && j < sl->nset; j++) {
         size_t lo, hi;
-        slice(s, j, sl->nset, &lo, &hi);
+        slice(s, sl, j, &lo, &hi);
         if (!chunks_held(sl->sh_got, lo, hi)) continue;
         if (ids) memcpy(ids[k], sl->set[j], sizeof(PeerId));
         k++;
@@ -91,16 +92,16 @@ static void send_hold(Swarm *s, Slot *sl, const char *to) {
 }
 
 // --outer-compress-sums int8: the averaged span [c0, c1) of this peer's slice (which starts at
-// lo) becomes int8 codes and scales per CQ_CHUNK, and its floats their dequantized values — a
-// piece at a time (the pieces its SUM messages carry), except, under topk, a piece that
-// sw_shard_job will send as index/value pairs (SUMS, by the same sw_sparse_msg: at most an
-// eighth of it non-zero, so that they cost no more than its codes): it keeps its exact floats.
+// lo) becomes int8 codes and scales per CQ_CHUNK, and its floats their dequantized values,
+// except, under topk, the runs sw_shard_job will send as index/value pairs (sw_sum_run): they keep
+// their exact floats. (Rounding only zeroes values, so a run it sends as codes — dense after
+// rounding — was dense before: its codes are here.)
 static void quantize_span(Swarm *s, Slot *sl, size_t lo, size_t c0, size_t c1) {
     float *a = sl->avg;
-    for (size_t p0 = c0; p0 < c1; p0 += SW_PIECE) { // (c0 - lo: a multiple of SW_PIECE)
-        size_t n = c1 - p0 < SW_PIECE ? c1 - p0 : SW_PIECE;
-        WireMsg probe = {.n = (uint32_t)n};
-        if (s->c.compress == CQ_TOPK && sw_sparse_msg(s, a + p0, &probe, 1)) continue;
+    for (size_t p0 = c0, n; p0 < c1; p0 += n) { // (c0 - lo: a multiple of SW_PIECE)
+        int sparse = 0;
+        n = s->c.compress == CQ_TOPK ? sw_sum_run(s, a, lo, p0, c1, &sparse) : c1 - p0;
+        if (sparse) continue;
         int8_t *q = sl->sh_q8 + (p0 - lo);
         float *sc = sl->sh_scales + (p0 - lo) / CQ_CHUNK;
         cq_quantize(a + p0, n, q, sc);
@@ -116,7 +117,7 @@ static void try_sum(Swarm *s, Slot *sl) {
     int me = sl->sh_att && !sl->sh_summed ? set_index(sl, s->id) : -1;
     if (me < 0) return;
     size_t lo, hi;
-    slice(s, me, sl->nset, &lo, &hi);
+    slice(s, sl, me, &lo, &hi);
     Contrib **cs = xcalloc((size_t)sl->nset, sizeof *cs);
     int nl = s->c.tau, ok = 1;
     for (int i = 0; i < sl->nset && ok; i++) {
@@ -167,20 +168,30 @@ static void queue_parts(Swarm *s, Slot *sl) {
     if (!sw_contrib(s, sl, s->id, 0) || set_index(sl, s->id) < 0) return;
     for (int j = 0; j < sl->nset; j++) {
         size_t lo, hi;
-        slice(s, j, sl->nset, &lo, &hi);
+        slice(s, sl, j, &lo, &hi);
         if (lo < hi && strcmp(sl->set[j], s->id))
             sw_add_job(s, sl->set[j], sl->round, 1, lo, hi, sl->sh_att);
     }
 }
 
-// Attempt a over ids (n of them, anchor hash h) is this round's commit now; the coordinator
-// (`announce`) sends it to every peer first.
-static void adopt(Swarm *s, Slot *sl, uint32_t a, PeerId *ids, int n, uint64_t h, int announce) {
+// Attempt a over ids (n of them, anchor hash h) is this round's commit now, its slices cut at
+// cut (n - 1 boundaries; NULL: the coordinator's, who cuts them — shard_cut.c — and sends the
+// commit to every peer first, or equal chunks when the commit came without a cut).
+static void adopt(Swarm *s, Slot *sl, uint32_t a, PeerId *ids, int n, uint64_t h,
+                  const uint32_t *cut, int announce) {
     PeerId *set = xcalloc((size_t)n + 1, sizeof(PeerId));
     memcpy(set, ids, sizeof(PeerId) * (size_t)n);
     qsort(set, (size_t)n, sizeof(PeerId), cmp_id);
     free(sl->set);
     sl->set = set, sl->nset = n;
+    free(sl->sh_cut);
+    sl->sh_cut = announce ? sw_cut_plan(s, sl, n) : xcalloc((size_t)n + 1, sizeof *sl->sh_cut);
+    if (!announce && cut) {
+        memcpy(sl->sh_cut + 1, cut, sizeof *cut * (size_t)(n - 1));
+        sl->sh_cut[n] = (uint32_t)s->nchunks;
+    } else if (!announce) {
+        sw_cut_weighted(NULL, s->nchunks, n, sl->sh_cut);
+    }
     sl->sh_att = a, sl->sh_summed = 0, sl->committed = 1, sl->chash = h;
     free(sl->sh_got);
     sl->sh_got = xcalloc(s->nchunks + 1, 1);
@@ -192,9 +203,13 @@ static void adopt(Swarm *s, Slot *sl, uint32_t a, PeerId *ids, int n, uint64_t h
     if (sl->hash_set && sl->hash != h) s->st.diverged += !s->diverged, s->diverged = 1;
     if (announce) {
         sw_send_commit(s, sl, NULL, 2 * a);
-        if (s->c.verbose)
-            fprintf(stderr, "loom peer %s: round %lld: attempt %u over %d peers (sharded)\n", s->id,
-                    (long long)sl->round, (unsigned)a, n);
+        if (s->c.verbose) {
+            fprintf(stderr, "loom peer %s: round %lld: attempt %u over %d peers (sharded), chunks",
+                    s->id, (long long)sl->round, (unsigned)a, n);
+            for (int j = 0; j < n; j++)
+                fprintf(stderr, " %u", (unsigned)(sl->sh_cut[j + 1] - sl->sh_cut[j]));
+            fprintf(stderr, "\n");
+        }
     }
     queue_parts(s, sl);
     try_sum(s, sl);
@@ -212,6 +227,7 @@ static void finalize(Swarm *s, Slot *sl) {
     }
     sl->fetched = sl->loss == NULL; // (the set's losses never came: the local ones stand)
     sl->avg_ready = 1;
+    sw_cut_note(s, sl);
     for (int i = 0; i < sl->nc; i++) // the Δs are no longer needed
         sw_contrib_free(s, &sl->c[i]);
     free(sl->c);
@@ -247,7 +263,7 @@ static void coordinate(Swarm *s, Slot *sl) {
                           : sw_contrib(s, sl, s->id, 0) != NULL;
             if (ready) memcpy(L[k++], L[p], sizeof(PeerId));
         }
-        if (k && !strcmp(L[0], s->id)) adopt(s, sl, 1, L, k, h, 1);
+        if (k && !strcmp(L[0], s->id)) adopt(s, sl, 1, L, k, h, NULL, 1);
         free(L);
         return;
     }
@@ -270,7 +286,7 @@ static void coordinate(Swarm *s, Slot *sl) {
         fprintf(stderr,
                 "loom peer %s: round %lld: a member left mid-exchange; attempt %u over %d\n", s->id,
                 (long long)sl->round, (unsigned)sl->sh_att + 1, k);
-        adopt(s, sl, sl->sh_att + 1, L, k, sl->chash, 1);
+        adopt(s, sl, sl->sh_att + 1, L, k, sl->chash, NULL, 1);
     }
     free(L);
 }
@@ -307,7 +323,7 @@ void sw_shard_on_sum(Swarm *s, const WireMsg *m) {
     if (!sl || sl->avg_ready || !sl->sh_att || m->attempt != sl->sh_att) return;
     int j = set_index(sl, m->from);
     size_t lo = 0, hi = 0, end = m->offset + m->n;
-    if (j >= 0) slice(s, j, sl->nset, &lo, &hi);
+    if (j >= 0) slice(s, sl, j, &lo, &hi);
     if (j < 0 || m->total != s->P || m->offset < lo || end > hi || m->offset % CQ_CHUNK ||
         (end % CQ_CHUNK && end != s->P) || m->nloss > (uint32_t)s->c.tau ||
         (m->type == WIRE_SUMS && s->c.compress != CQ_TOPK) ||
@@ -332,7 +348,12 @@ void sw_shard_on_commit(Swarm *s, const WireMsg *m) {
     if (!sl || m->attempt < 2 || m->nids < 1 || sl->avg_ready) return;
     uint32_t a = m->attempt / 2;
     if (a < sl->sh_att) return;
-    if (a > sl->sh_att) adopt(s, sl, a, (PeerId *)m->ids, m->nids, m->hash, 0);
+    if (m->ncut && m->cut[m->ncut - 1] > s->nchunks) { // (wire.c checked the count and order)
+        s->st.rejected++;
+        return;
+    }
+    if (a > sl->sh_att)
+        adopt(s, sl, a, (PeerId *)m->ids, m->nids, m->hash, m->ncut ? m->cut : NULL, 0);
     if (m->attempt & 1) finalize(s, sl);
 }
 
@@ -370,7 +391,7 @@ static void resend_sum(Swarm *s, Slot *sl, HaveRep *h, const WireMsg *m) {
             !strcmp(s->jobs[j].to, m->from))
             return;
     size_t lo, hi;
-    slice(s, me, sl->nset, &lo, &hi);
+    slice(s, sl, me, &lo, &hi);
     h->asked = now;
     if (lo < hi) sw_add_job(s, m->from, sl->round, 2, lo, hi, sl->sh_att);
 }
@@ -411,7 +432,9 @@ int sw_shard_job(Swarm *s, SendJob *jb) {
     if ((jb->kind == 1 && !c) || (jb->kind == 2 && !sl->sh_summed)) return -1;
     if (!net_writable(s->net, jb->to)) return 0;
     size_t n = jb->hi - jb->next < SW_PIECE ? jb->hi - jb->next : SW_PIECE;
-    int type = WIRE_SUM, first = jb->next == jb->lo;
+    int type = WIRE_SUM, first = jb->next == jb->lo, sparse = 0;
+    if (jb->kind == 2 && s->c.compress == CQ_TOPK)
+        n = sw_sum_run(s, sl->avg, jb->lo, jb->next, jb->hi, &sparse);
     if (jb->kind == 1) {
         type = sw_range_msg(s, c, jb->next, n, first);
     } else {
@@ -420,8 +443,7 @@ int sw_shard_job(Swarm *s, SendJob *jb) {
         m->data = (const uint8_t *)(sl->avg + jb->next);
         m->nloss = first && sl->loss ? (uint32_t)sl->nloss : 0;
         m->losses = (const uint8_t *)sl->loss;
-        if (s->c.compress == CQ_TOPK &&
-            sw_sparse_msg(s, sl->avg + jb->next, m, sl->sh_q8 != NULL)) {
+        if (sparse && sw_sparse_msg(s, sl->avg + jb->next, m, sl->sh_q8 != NULL)) {
             type = WIRE_SUMS, spill_drop(sl->avg + jb->next, n * sizeof(float));
         } else if (sl->sh_q8) { // (jb->lo: the slice's start)
             type = WIRE_SUM8;

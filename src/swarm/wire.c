@@ -22,7 +22,8 @@
 //   DELTA     offset u64, total u64, n u32 (1..2^18), nloss u32 (<= 4096), n floats,
 //             nloss doubles
 //   HAVE      hash u64, ids
-//   COMMIT    attempt u32, hash u64, ids
+//   COMMIT    attempt u32, hash u64, ids, ncut u16 (0 or ids' count - 1), ncut u32
+//             (non-decreasing: chunk indices where slices 1.. start)
 //   FETCH     what u32 (a WireArray), offset u64, total u64, n u32 (1..2^18)
 //   DATA      what u32, offset u64, total u64, n u32 (<= 2^18), hash u64, n floats
 //   BYE       nothing
@@ -32,7 +33,7 @@
 //             nnz u32 indices (increasing, < n), nnz floats, nloss doubles
 //   SUM       attempt u32, then DELTA's fields
 //   SUMS      attempt u32, then DELTAS' fields
-//   HOLD      as COMMIT
+//   HOLD      attempt u32, hash u64, ids
 // DELTA, DELTA8, FETCH and DATA need offset + n <= total; a DATA with n = 0 must have offset =
 // total = 0 (the version is gone). Nothing may follow the last field. A message is at most
 // WIRE_MSG_MAX bytes (the largest valid one, a full DELTA, is about 1.03 MiB).
@@ -116,6 +117,16 @@ static int check_ids(const WireMsg *m, const char *t, char *why, size_t whyn) {
             if (!strcmp(m->ids[i], m->ids[j]))
                 return wire_say(why, whyn, "%s: duplicate id %s", t, m->ids[i]);
     }
+    return 0;
+}
+
+// COMMIT: no cut, or one boundary between each two ids, non-decreasing.
+static int check_cut(const WireMsg *m, const char *t, char *why, size_t whyn) {
+    if (m->ncut && (m->nids < 1 || m->ncut != (uint32_t)(m->nids - 1)))
+        return wire_say(why, whyn, "%s: %u cuts for %d ids", t, (unsigned)m->ncut, m->nids);
+    for (uint32_t i = 1; i < m->ncut; i++)
+        if (m->cut[i] < m->cut[i - 1])
+            return wire_say(why, whyn, "%s: cut %u decreases", t, (unsigned)i);
     return 0;
 }
 
@@ -209,8 +220,8 @@ int wire_check(const WireMsg *m, char *why, size_t whyn) {
     case WIRE_FETCH:
     case WIRE_DATA: return check_range(m, t, why, whyn);
     case WIRE_HAVE:
-    case WIRE_HOLD:
-    case WIRE_COMMIT: return check_ids(m, t, why, whyn);
+    case WIRE_HOLD: return check_ids(m, t, why, whyn);
+    case WIRE_COMMIT: return check_ids(m, t, why, whyn) || check_cut(m, t, why, whyn) ? -1 : 0;
     default: return 0; // BYE
     }
 }
@@ -323,6 +334,11 @@ static void emit(Wr *w, const WireMsg *m) {
         if (m->type != WIRE_HAVE) put_u(w, m->attempt, 4);
         put_u(w, m->hash, 8);
         put_ids(w, m);
+        if (m->type == WIRE_COMMIT) {
+            put_u(w, m->ncut, 2);
+            for (uint32_t i = 0; i < m->ncut; i++)
+                put_u(w, m->cut[i], 4);
+        }
         break;
     case WIRE_FETCH:
     case WIRE_DATA:

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define WIRE_VERSION 1
+#define WIRE_VERSION 2            // 2: COMMIT carries the slices' cut
 #define WIRE_ID_MAX 64            // peer id: 1..64 bytes of [A-Za-z0-9._-]
 #define WIRE_ADDR_MAX 255         // tcp address "HOST:PORT", printable ASCII, no spaces
 #define WIRE_MAX_PEERS 256        // records / ids in one message
@@ -29,7 +29,8 @@ typedef enum {
     WIRE_DELTA,     // one piece of the sender's Δ of `round`: data = n floats at offset of total;
                     // losses = the round's local losses (nloss doubles; in every piece)
     WIRE_HAVE,      // the sender holds the whole Δ of `round` from ids[]; hash = its anchor's
-    WIRE_COMMIT,    // the average of `round` is over ids[] (sorted); attempt; hash = anchor's
+    WIRE_COMMIT,    // the average of `round` is over ids[] (sorted); attempt; hash = anchor's;
+                    // --peer-exchange sharded: cut = where slice i + 1 starts, in chunks
     WIRE_FETCH,     // request: array `what` of version `round`, [offset, offset + n) of total
     WIRE_DATA,      // reply to FETCH: data = n floats at offset of total; hash = whole array's;
                     // n = 0 with offset = total = 0: the responder no longer has that version
@@ -90,7 +91,9 @@ typedef struct {
     uint64_t hash;          // HAVE, COMMIT, DATA
     int nids;               // HAVE, COMMIT
     char ids[WIRE_MAX_PEERS][WIRE_ID_MAX + 1];
-    int nrec; // HELLO (1), WELCOME, GOSSIP
+    uint32_t ncut;                // COMMIT: 0 (slices of equal floats), or nids - 1 boundaries:
+    uint32_t cut[WIRE_MAX_PEERS]; // slice i + 1 starts at chunk cut[i] (non-decreasing)
+    int nrec;                     // HELLO (1), WELCOME, GOSSIP
     PeerRecord rec[WIRE_MAX_PEERS];
     uint32_t text_len;            // HELLO, REFUSE
     char text[WIRE_TEXT_MAX + 1]; // NUL-terminated copy

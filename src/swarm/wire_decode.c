@@ -86,6 +86,15 @@ static int get_ids(Rd *r, WireMsg *m) {
     return r->trunc ? bad(r, "short") : 0;
 }
 
+static int get_cut(Rd *r, WireMsg *m) {
+    m->ncut = (uint32_t)get_u(r, 2);
+    if (!r->trunc && m->ncut && (m->nids < 1 || m->ncut != (uint32_t)(m->nids - 1)))
+        return bad(r, "%u cuts for %d ids", (unsigned)m->ncut, m->nids);
+    for (uint32_t i = 0; i < m->ncut && !r->trunc; i++)
+        m->cut[i] = (uint32_t)get_u(r, 4);
+    return r->trunc ? bad(r, "short") : 0;
+}
+
 static int get_text(Rd *r, WireMsg *m) {
     uint32_t k = (uint32_t)get_u(r, 4);
     if (k > WIRE_TEXT_MAX) return bad(r, "text %u > %d bytes", (unsigned)k, WIRE_TEXT_MAX);
@@ -141,7 +150,8 @@ static int get_body(Rd *r, WireMsg *m) {
     case WIRE_COMMIT:
         if (m->type != WIRE_HAVE) m->attempt = (uint32_t)get_u(r, 4);
         m->hash = get_u(r, 8);
-        return get_ids(r, m);
+        if (get_ids(r, m)) return -1;
+        return m->type == WIRE_COMMIT ? get_cut(r, m) : 0;
     case WIRE_DELTA:
     case WIRE_DELTA8:
     case WIRE_DELTAS:
@@ -163,7 +173,7 @@ int wire_decode(const uint8_t *buf, size_t len, WireMsg *m, char *err, size_t er
     m->offset = m->total = m->hash = 0, m->n = m->nloss = 0,
     m->data = m->losses = m->q8 = m->idx = NULL;
     m->nnz = 0;
-    m->nids = m->nrec = 0, m->text_len = 0, m->text[0] = 0;
+    m->nids = m->nrec = 0, m->text_len = 0, m->text[0] = 0, m->ncut = 0;
     const uint8_t *magic = get_bytes(&r, 4);
     if (magic && memcmp(magic, "LMSW", 4)) return wire_say(err, errn, "bad magic");
     unsigned version = (unsigned)get_u(&r, 2);
