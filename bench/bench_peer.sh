@@ -5,12 +5,12 @@
 #   bench/bench_peer.sh [--parts tput,churn,conv] [--settings 100mbit,100mbit-tbf,20mbit,10mbit]
 #                       [--machines N (4)] [--cores C (all)] [--exchange all|sharded (all)]
 #                       [--compress none|int8|topk (none)]
-#                       [--modes alone,swarm,co2,dp,1f1b,2bw] [--model 30m|small] [--tau N (12)]
+#                       [--modes alone,together,swarm,co2,dp,1f1b,2bw] [--model 30m|small] [--tau N (12)]
 #                       [--rounds R (3)] [--warm-rounds W (1)] [--dp-steps S (4)] [--pp-steps S (5)]
 #                       [--accum K (8)] [--churn-rounds R (15)] [--churn-every N (3)]
 #                       [--churn-link 1gbit|100mbit] [--churn-timeout S (5)] [--swarm-timeout S (30)]
 #                       [--churn-at random|boundary (random)]
-#                       [--conv-modes dp,co2,none,int8,topk]
+#                       [--conv-modes dp,co2,none,int8,topk] [--conv-outer "FLAGS"]
 #                       [--out DIR] [--loom PATH]
 #
 # N equal "machines" (--machines, default 4): every peer and every MPI rank runs in its own CPU
@@ -22,6 +22,8 @@
 # Part tput (model 30m = L6 H6 C384 V50257 T256 B4: 30.0M params, a 120 MB Δ; small = L4 H4
 # C256 V50257 T128 B4), per setting, one run per mode:
 #   alone  1 x `loom train` in machine 0, R*N steps, tok/s from step_ms after the warm rounds
+#   together  N x `loom train` at once, one per machine, no network, timed as alone: what the
+#          host's shared memory and caches leave of the bound when N machines compute at once
 #   swarm  N x `loom peer --tau N --peer-timeout --swarm-timeout`, --min-peers N, R rounds (R*N steps), each peer in its own
 #          namespace; the first --warm-rounds rounds are not timed. tok/s = sum over peers of
 #          tokens / sum of loom's step_ms over the timed rounds (as bench_co2.sh times CO2: a
@@ -46,6 +48,7 @@
 # without churn: tokens/s (step_ms), final validation loss, and the longest wait_ms any peer saw.
 # Part conv: the same model and token budget with MPI --dp N (sync DP, batch 8 per rank), and
 # --dp N --co2 (--conv-modes), on loopback; final validation loss against the no-churn swarm.
+# --conv-outer FLAGS go to the co2 run and the conv swarms (e.g. "--outer-momentum 0.2").
 # Conv modes none, int8 and topk: a swarm of N peers (no churn) with that --outer-compress
 # (--exchange as given) on a 1 Gbit/s tbf link, the same steps: final validation loss and the
 # bytes each peer sent.
@@ -55,7 +58,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PARTS=tput,churn,conv; SETTINGS=100mbit; MODESARG=alone,swarm,co2,dp,1f1b,2bw; MODEL=30m; TAU=12
 NP=4; CORES=$(nproc); EXCH=all; COMPRESS=none; ROUNDS=3; WARM=1; DP_STEPS=4; PP_STEPS=5; ACC=8; CH_ROUNDS=15; CH_EVERY=3; CH_LINK=1gbit; CH_TIMEOUT=5; SW_TIMEOUT=30; CH_AT=random
-CONV_MODES=dp,co2; OUT=""; LOOM="$ROOT/loom"; PY=/usr/bin/python3; RUN_TIMEOUT=900
+CONV_MODES=dp,co2; CONV_OUTER=""; OUT=""; LOOM="$ROOT/loom"; PY=/usr/bin/python3; RUN_TIMEOUT=900
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; }
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -80,6 +83,7 @@ while [ $# -gt 0 ]; do
         --churn-at) CH_AT="$2"; shift 2 ;;
         --swarm-timeout) SW_TIMEOUT="$2"; shift 2 ;;
         --conv-modes) CONV_MODES="$2"; shift 2 ;;
+        --conv-outer) CONV_OUTER="$2"; shift 2 ;;
         --out) OUT="$2"; shift 2 ;;
         --loom) LOOM="$2"; shift 2 ;;
         -h|--help) usage; exit 0 ;;
@@ -124,7 +128,7 @@ GIT="$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$
     echo "loadavg_start: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "loom_git: $GIT (the checkout's; with --loom, the binary may be older: md5 $(md5sum "$LOOM" | cut -c1-12))"
     echo "machines: $NP x $(awk -v c="$CORES" -v n="$NP" 'BEGIN { printf "%.3g", c / n }') cores (CPU cgroups with fixed quotas)"
-    echo "invocation: $0 --machines $NP --cores $CORES --exchange $EXCH --compress $COMPRESS --parts $PARTS --settings $SETTINGS --modes $MODESARG --model $MODEL --tau $TAU --rounds $ROUNDS --warm-rounds $WARM --dp-steps $DP_STEPS --pp-steps $PP_STEPS --accum $ACC --churn-rounds $CH_ROUNDS --churn-every $CH_EVERY --churn-link $CH_LINK --churn-timeout $CH_TIMEOUT --churn-at $CH_AT --swarm-timeout $SW_TIMEOUT --conv-modes $CONV_MODES"
+    echo "invocation: $0 --machines $NP --cores $CORES --exchange $EXCH --compress $COMPRESS --parts $PARTS --settings $SETTINGS --modes $MODESARG --model $MODEL --tau $TAU --rounds $ROUNDS --warm-rounds $WARM --dp-steps $DP_STEPS --pp-steps $PP_STEPS --accum $ACC --churn-rounds $CH_ROUNDS --churn-every $CH_EVERY --churn-link $CH_LINK --churn-timeout $CH_TIMEOUT --churn-at $CH_AT --swarm-timeout $SW_TIMEOUT --conv-modes $CONV_MODES --conv-outer '$CONV_OUTER'"
 } | tee "$OUT/machine.txt"
 
 "$BIN" keygen -o "$OUT/secret" >/dev/null 2>&1
@@ -210,6 +214,22 @@ run_alone() {
     echo "   $tag rc=$rc wall $(( $(date +%s) - t0 )) s"
 }
 
+# run_together TAG STEPS ARGS... — N independent `loom train`s at once, one per machine, no network
+run_together() {
+    local tag=$1 steps=$2 i t0; shift 2
+    mkdir -p "$OUT/$tag"; t0=$(date +%s)
+    for ((i = 0; i < NP; i++)); do
+        local cmd=("$ASM" "$i" env "${ENVV[@]}" "$BIN" train "$@" --steps "$steps" --threads 1 --progress off
+                   --peak-gflops 1 --metrics "$OUT/$tag/m$i.jsonl")
+        echo "\$ ${cmd[*]} &" >>"$OUT/commands.txt"
+        "${cmd[@]}" >"$OUT/$tag/m$i.log" 2>&1 &
+        PIDS+=($!)
+    done
+    local rc=0; wait_pids "$RUN_TIMEOUT" || rc=1
+    echo "{\"tag\":\"$tag\",\"rc\":$rc,\"wall_s\":$(( $(date +%s) - t0 ))}" >"$OUT/$tag.rc"
+    echo "   $tag rc=$rc wall $(( $(date +%s) - t0 )) s"
+}
+
 # run_swarm TAG STEPS FLAGS... — N peers p0..p(N-1) in lpr0.., all waiting for each other
 run_swarm() {
     local tag=$1 steps=$2; shift 2
@@ -241,6 +261,7 @@ if has "$PARTS" tput; then
             tag="tput_${s}_$m"
             case "$m" in
                 alone) run_alone "$tag" $((ROUNDS * TAU)) "${MODELF[@]}" ;;
+                together) run_together "$tag" $((ROUNDS * TAU)) "${MODELF[@]}" ;;
                 swarm) run_swarm "$tag" $((ROUNDS * TAU)) "${MODELF[@]}" --tau "$TAU" --peer-timeout "$SW_TIMEOUT" ;;
                 co2) run_mpi "$tag" "$s" $((ROUNDS * TAU)) "${MODELF[@]}" --dp "$NP" --co2 --tau "$TAU" ;;
                 dp) run_mpi "$tag" "$s" "$DP_STEPS" "${MODELF[@]}" --dp "$NP" ;;
@@ -316,12 +337,13 @@ fi
 if has "$PARTS" conv; then
     echo "== conv (loopback)"
     has "$CONV_MODES" dp && run_mpi conv_dp loopback "$CH_STEPS" "${BYTEF[@]}" --dp "$NP" --val-every 0
-    has "$CONV_MODES" co2 && run_mpi conv_co2 loopback "$CH_STEPS" "${BYTEF[@]}" --dp "$NP" --co2 --val-every 0
+    read -r -a COUT <<<"$CONV_OUTER"
+    has "$CONV_MODES" co2 && run_mpi conv_co2 loopback "$CH_STEPS" "${BYTEF[@]}" --dp "$NP" --co2 --val-every 0 "${COUT[@]}"
     for c in none int8 topk; do
         has "$CONV_MODES" "$c" || continue
         net_up 1gbit
         echo "== conv swarm --outer-compress $c (1gbit)"
-        COMPRESS=$c run_swarm "conv_swarm_$c" "$CH_STEPS" "${BYTEF[@]}" --peer-timeout 5
+        COMPRESS=$c run_swarm "conv_swarm_$c" "$CH_STEPS" "${BYTEF[@]}" --peer-timeout 5 "${COUT[@]}"
         net_down
     done
 fi

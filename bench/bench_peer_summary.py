@@ -75,10 +75,10 @@ def ts_rows(tag):
     return rows
 
 
-def alone_tps(tag):
+def alone_tps(tag, path=None):
     """tok/s of one process alone on one machine's share: B*T / median step_ms after the warm rounds"""
     try:
-        rows = [json.loads(x) for x in open(f"{out}/{tag}.jsonl") if '"step_ms"' in x]
+        rows = [json.loads(x) for x in open(path or f"{out}/{tag}.jsonl") if '"step_ms"' in x]
     except OSError:
         return None
     timed = [j["step_ms"] for j in rows if j["step"] > warm * tau] or [j["step_ms"] for j in rows[1:]]
@@ -92,7 +92,7 @@ names = {"100mbit": "100 Mbit/s + 5 ms (wirelay)", "100mbit-tbf": "100 Mbit/s (t
          "10mbit": "10 Mbit/s (tbf)", "1gbit": "1 Gbit/s (tbf)"}
 for s in names:
     bound = None
-    for m in ("alone", "swarm", "co2", "dp", "1f1b", "2bw"):
+    for m in ("alone", "together", "swarm", "co2", "dp", "1f1b", "2bw"):
         tag = f"tput_{s}_{m}"
         rc = rc_of(tag)
         if rc is None:
@@ -105,6 +105,15 @@ for s in names:
             bound = N * a
             print(f"| {names[s]} | one machine alone ×{N} (the bound) | **{bound:,.0f}** ({a:,.0f} × {N}) | 100% "
                   f"| {B * T / a:.2f} | — | — | `loom train`, no network; wall {rc['wall_s']} s |")
+            continue
+        if m == "together":
+            each = [alone_tps(tag, f"{out}/{tag}/m{i}.jsonl") for i in range(N)]
+            if rc["rc"] or None in each:
+                print(f"| {names[s]} | {N} machines alone at once | FAILED (rc {rc['rc']}) | | | | | |")
+                continue
+            tps = sum(each)
+            print(f"| {names[s]} | {N} machines alone at once (no network) | **{tps:,.0f}** (sum of {' / '.join(f'{x:.0f}' for x in each)}) "
+                  f"| {pct(tps, bound)} | {B * T * N / tps:.2f} | — | — | {N} independent `loom train`s, one per machine; wall {rc['wall_s']} s |")
             continue
         lab = {"swarm": f"`loom peer` swarm τ {tau}", "co2": f"MPI CO2 τ {tau}", "dp": "MPI sync DP",
                "1f1b": f"pipeline 1f1b K={acc}", "2bw": f"pipeline 2bw K={acc}"}[m]
