@@ -18,7 +18,8 @@
 # so other jobs on the host yield first), 1 thread each. Mode alone is one process (`loom train`,
 # the same model and batch) in machine 0 on the same share: N x its tok/s is the compute bound
 # every other mode is reported against. wirelay (the 100mbit setting's switch) runs outside the
-# machines.
+# machines: leave it some of the host (e.g. --cores 1.8 of 2), or it gets only what the machines
+# leave and the link runs slower than its rate.
 # Part tput (model 30m = L6 H6 C384 V50257 T256 B4: 30.0M params, a 120 MB Δ; small = L4 H4
 # C256 V50257 T128 B4), per setting, one run per mode:
 #   alone  1 x `loom train` in machine 0, R*N steps, tok/s from step_ms after the warm rounds
