@@ -21,6 +21,19 @@
 // Every chunk weighs at least this (bytes): a slice of empty chunks still has to be summed.
 #define CUT_FLOOR 64
 
+// The non-zero floats of x[lo, hi).
+static size_t nonzeros(const float *x, size_t lo, size_t hi) {
+    size_t nz = 0;
+    for (size_t i = lo; i < hi; i++)
+        nz += x[i] != 0.0f;
+    return nz;
+}
+
+// Chunk k's floats [*lo, *hi).
+static void chunk(const Swarm *s, size_t k, size_t *lo, size_t *hi) {
+    *lo = k * CQ_CHUNK, *hi = *lo + CQ_CHUNK < s->P ? *lo + CQ_CHUNK : s->P;
+}
+
 void sw_cut_weighted(const uint32_t *w, size_t C, int n, uint32_t *cut) {
     uint64_t W = 0;
     for (size_t k = 0; w && k < C; k++)
@@ -50,12 +63,10 @@ void sw_cut_note(Swarm *s, const Slot *sl) {
     if (s->c.compress != CQ_TOPK || !s->c.exchange || !sl->avg) return;
     if (!s->sum_bytes) s->sum_bytes = xcalloc(s->nchunks + 1, sizeof *s->sum_bytes);
     uint32_t dense = s->c.sums_int8 ? CQ_CHUNK + 4 : 4 * CQ_CHUNK;
-    for (size_t k = 0; k < s->nchunks; k++) {
-        size_t lo = k * CQ_CHUNK, hi = lo + CQ_CHUNK < s->P ? lo + CQ_CHUNK : s->P;
-        uint32_t nz = 0;
-        for (size_t x = lo; x < hi; x++)
-            nz += sl->avg[x] != 0.0f;
-        s->sum_bytes[k] = 8 * nz < dense ? 8 * nz : dense;
+    for (size_t k = 0, lo, hi; k < s->nchunks; k++) {
+        chunk(s, k, &lo, &hi);
+        size_t bytes = 8 * nonzeros(sl->avg, lo, hi);
+        s->sum_bytes[k] = bytes < dense ? (uint32_t)bytes : dense;
         spill_drop(sl->avg + lo, (hi - lo) * sizeof(float));
     }
 }
@@ -69,13 +80,10 @@ uint32_t *sw_cut_plan(Swarm *s, Slot *sl, int n) {
     }
     uint32_t *w = xmalloc((s->nchunks + 1) * sizeof *w);
     uint64_t others = s->view.n > 1 ? (uint64_t)s->view.n - 1 : 1;
-    for (size_t k = 0; k < s->nchunks; k++) {
-        size_t lo = k * CQ_CHUNK, hi = lo + CQ_CHUNK < s->P ? lo + CQ_CHUNK : s->P;
-        uint64_t part = 0, sum = others * s->sum_bytes[k];
-        for (size_t x = lo; x < hi; x++)
-            part += me->delta[x] != 0.0f;
+    for (size_t k = 0, lo, hi; k < s->nchunks; k++) {
+        chunk(s, k, &lo, &hi);
+        uint64_t part = 8 * (uint64_t)nonzeros(me->delta, lo, hi), sum = others * s->sum_bytes[k];
         spill_drop(me->delta + lo, (hi - lo) * sizeof(float));
-        part *= 8;
         uint64_t v = (sum > part ? sum - part : 0) + CUT_FLOOR;
         w[k] = v < UINT32_MAX ? (uint32_t)v : UINT32_MAX;
     }
@@ -95,10 +103,8 @@ size_t sw_sum_run(const Swarm *s, const float *a, size_t lo, size_t at, size_t h
     if (end > hi) end = hi;
     *sparse = -1;
     while (x < end) {
-        size_t ce = end - x < CQ_CHUNK ? end : x + CQ_CHUNK, nz = 0;
-        for (size_t i = x; i < ce; i++)
-            nz += a[i] != 0.0f;
-        int sp = nz <= (ce - x) / (s->c.sums_int8 ? 8 : 2);
+        size_t ce = end - x < CQ_CHUNK ? end : x + CQ_CHUNK;
+        int sp = nonzeros(a, x, ce) <= (ce - x) / (s->c.sums_int8 ? 8 : 2);
         if (*sparse >= 0 && sp != *sparse) break;
         *sparse = sp, x = ce;
     }

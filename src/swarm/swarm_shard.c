@@ -185,12 +185,12 @@ static void adopt(Swarm *s, Slot *sl, uint32_t a, PeerId *ids, int n, uint64_t h
     free(sl->set);
     sl->set = set, sl->nset = n;
     free(sl->sh_cut);
-    sl->sh_cut = announce ? sw_cut_plan(s, sl, n) : xcalloc((size_t)n + 1, sizeof *sl->sh_cut);
-    if (!announce && cut) {
-        memcpy(sl->sh_cut + 1, cut, sizeof *cut * (size_t)(n - 1));
-        sl->sh_cut[n] = (uint32_t)s->nchunks;
-    } else if (!announce) {
-        sw_cut_weighted(NULL, s->nchunks, n, sl->sh_cut);
+    if (announce) {
+        sl->sh_cut = sw_cut_plan(s, sl, n);
+    } else {
+        sl->sh_cut = xcalloc((size_t)n + 1, sizeof *sl->sh_cut);
+        sw_cut_weighted(NULL, s->nchunks, n, sl->sh_cut); // (ends; inside: the commit's cut)
+        if (cut) memcpy(sl->sh_cut + 1, cut, sizeof *cut * (size_t)(n - 1));
     }
     sl->sh_att = a, sl->sh_summed = 0, sl->committed = 1, sl->chash = h;
     free(sl->sh_got);

@@ -87,9 +87,9 @@ static int get_ids(Rd *r, WireMsg *m) {
 }
 
 static int get_cut(Rd *r, WireMsg *m) {
-    m->ncut = (uint32_t)get_u(r, 2);
-    if (!r->trunc && m->ncut && (m->nids < 1 || m->ncut != (uint32_t)(m->nids - 1)))
-        return bad(r, "%u cuts for %d ids", (unsigned)m->ncut, m->nids);
+    m->ncut = (uint32_t)get_u(r, 2); // (its count against the ids: wire_check)
+    if (m->ncut >= WIRE_MAX_PEERS)
+        return bad(r, "%u cuts > %d", (unsigned)m->ncut, WIRE_MAX_PEERS - 1);
     for (uint32_t i = 0; i < m->ncut && !r->trunc; i++)
         m->cut[i] = (uint32_t)get_u(r, 4);
     return r->trunc ? bad(r, "short") : 0;
