@@ -147,18 +147,26 @@ TEST(topk_selection) {
     for (size_t i = 0; i < N; i++)
         y[i] = x[i] + e[i], order[i] = &y[i];
     qsort(order, N, sizeof *order, cmp_mag);
-    memcpy(d, x, sizeof d);
-    cq_topk_step(d, e, N, k);
-    int bad = 0, kept = 0;
-    for (size_t i = 0; i < N; i++) {
-        kept += d[i] != 0;
-        bad += (d[i] != 0 && e[i] != 0) || (d[i] != 0 ? d[i] : e[i]) != y[i];
+    static float e0[N];
+    memcpy(e0, e, sizeof e0);
+    size_t gather = cq_topk_gather_max;
+    for (int pass = 0; pass < 2; pass++) { // the gathered bucket's select, then the passes over x
+        cq_topk_gather_max = pass ? 0 : gather;
+        memcpy(d, x, sizeof d), memcpy(e, e0, sizeof e);
+        cq_topk_step(d, e, N, k);
+        int bad = 0, kept = 0;
+        for (size_t i = 0; i < N; i++) {
+            kept += d[i] != 0;
+            bad += (d[i] != 0 && e[i] != 0) || (d[i] != 0 ? d[i] : e[i]) != y[i];
+        }
+        for (size_t j = 0; j < N; j++) {
+            size_t i = (size_t)(order[j] - y);
+            bad += j < k ? d[i] != y[i] || e[i] != 0 : d[i] != 0 || e[i] != y[i];
+        }
+        CHECK(bad == 0 && kept == (int)k, "%s: %d off, %d kept of %zu",
+              pass ? "passes over x" : "gathered", bad, kept, k);
     }
-    for (size_t j = 0; j < N; j++) {
-        size_t i = (size_t)(order[j] - y);
-        bad += j < k ? d[i] != y[i] || e[i] != 0 : d[i] != 0 || e[i] != y[i];
-    }
-    CHECK(bad == 0 && kept == (int)k, "%d off, %d kept of %zu", bad, kept, k);
+    cq_topk_gather_max = gather;
     float t[6] = {1, -2, 2, NAN, 2, -2}, te[6] = {0};
     cq_topk_step(t, te, 6, 3); // NaN, then the first two of the four ±2
     CHECK(isnan(t[3]) && t[1] == -2 && t[2] == 2 && t[4] == 0 && t[5] == 0 && te[4] == 2 &&

@@ -150,6 +150,8 @@ static void partial_norms(const CO2 *o, const float *mom, const float *avg, size
 // m ← β·m + Δ̄/λ, clipped; a ← a − α·m, block by block through the blocks' CO2 slots (anchor,
 // momentum, the average being applied; set by point_blocks). Adaptive mode takes each tensor's
 // ‖m(t−1)‖² and ‖Δ̄‖² from sq (summed over the whole tensor, even when a worker holds a piece).
+#define CO2_PIECE ((size_t)1 << 17) // floats: 512 KiB of each of the three arrays (L3)
+
 void co2_outer_update(const CO2Config *c, const GPT *m, const double *sq) {
     const Backend *be = m->be;
     for (int b = 0; b < m->nblocks; b++) {
@@ -167,9 +169,14 @@ void co2_outer_update(const CO2Config *c, const GPT *m, const double *sq) {
                 double moved = c->alpha * sqrt(sq[2 * i]), size = sqrt(sq[2 * i + 1]);
                 lambda = size > 0 ? (float)(1.0 + moved / size) : 1.0f;
             }
-            be->axpby(mo, 1.0f / lambda, d, c->beta, n); // m ← β·m + Δ̄/λ
-            if (c->phi > 0) be->clamp(mo, -c->phi, c->phi, n);
-            be->axpby(a, -c->alpha, mo, 1.0f, n); // a ← a − α·m
+            // in host memory a piece at a time, so that the three passes share the cache
+            size_t step = be->host_memory ? CO2_PIECE : n;
+            for (size_t k = 0; k < n; k += step) {
+                size_t nk = n - k < step ? n - k : step;
+                be->axpby(mo + k, 1.0f / lambda, d + k, c->beta, nk); // m ← β·m + Δ̄/λ
+                if (c->phi > 0) be->clamp(mo + k, -c->phi, c->phi, nk);
+                be->axpby(a + k, -c->alpha, mo + k, 1.0f, nk); // a ← a − α·m
+            }
         }
     }
 }

@@ -167,11 +167,11 @@ static uint32_t mag(float x) {
     return u & 0x7fffffffu;
 }
 
-// The k-th largest key of x[0, n) (a radix select, 8 bits a pass) and how many keys exceed it.
-static uint32_t kth_key(const float *x, size_t n, size_t k, size_t *above) {
-    uint32_t prefix = 0, mask = 0;
-    size_t over = 0; // keys known to be above the prefix
-    for (int shift = 24; shift >= 0; shift -= 8) {
+// The k-th largest key of x[0, n) (a radix select, 8 bits a pass, from the bits below a
+// prefix already known: `over` keys above it) and how many keys exceed it.
+static uint32_t kth_key(const float *x, size_t n, size_t k, int shift, uint32_t prefix,
+                        uint32_t mask, size_t over, size_t *above) {
+    for (;; shift = shift > 8 ? shift - 8 : 0) { // (the last pass at bit 0 whatever the start)
         size_t hist[256] = {0};
         for (size_t lo = 0, hi; lo < n; lo = hi) {
             hi = span_end(lo, n);
@@ -185,20 +185,72 @@ static uint32_t kth_key(const float *x, size_t n, size_t k, size_t *above) {
         while (b > 0 && over + hist[b] < k)
             over += hist[b--];
         prefix |= (uint32_t)b << shift, mask |= 255u << shift;
+        if (!shift) break;
     }
     *above = over;
     return prefix;
 }
 
-void cq_topk_step(float *x, float *e, size_t n, size_t k) {
+// The same on the keys themselves (u[0, n), all sharing the bits above `shift`).
+static uint32_t kth_of_keys(uint32_t *u, size_t n, size_t k, int shift, uint32_t prefix,
+                            size_t over, size_t *above) {
+    uint32_t mask = ~0u << (shift + 8);
+    for (;; shift = shift > 8 ? shift - 8 : 0) {
+        size_t hist[256] = {0};
+        for (size_t i = 0; i < n; i++)
+            hist[(u[i] >> shift) & 255] += (u[i] & mask) == prefix;
+        int b = 255;
+        while (b > 0 && over + hist[b] < k)
+            over += hist[b--];
+        prefix |= (uint32_t)b << shift, mask |= 255u << shift;
+        if (!shift) break;
+    }
+    *above = over;
+    return prefix;
+}
+
+#define TOP_SHIFT 20 // the first pass buckets keys by their bits 30..20 (2048)
+size_t cq_topk_gather_max = (size_t)1 << 22; // (16 MiB of keys)
+
+// x ← x + e, and the k-th largest key of the sum with the count of keys above it: one pass
+// that adds and counts the top bits, one that gathers the keys of the k-th's bucket, and the
+// rest of the select on those (a pass over x per 8 bits when that bucket is huge).
+static uint32_t add_and_select(float *x, const float *e, size_t n, size_t k, size_t *above) {
+    size_t *hist = xcalloc((size_t)1 << (31 - TOP_SHIFT), sizeof *hist);
     for (size_t lo = 0, hi; lo < n; lo = hi) {
         hi = span_end(lo, n);
-        for (size_t i = lo; i < hi; i++)
+        for (size_t i = lo; i < hi; i++) {
             x[i] += e[i];
+            hist[mag(x[i]) >> TOP_SHIFT]++;
+        }
         drop(x, lo, hi), drop(e, lo, hi);
     }
+    size_t over = 0;
+    uint32_t b = (1u << (31 - TOP_SHIFT)) - 1;
+    while (b > 0 && over + hist[b] < k)
+        over += hist[b--];
+    size_t nb = hist[b];
+    free(hist);
+    uint32_t prefix = b << TOP_SHIFT, mask = ~0u << TOP_SHIFT, t;
+    if (nb > cq_topk_gather_max) return kth_key(x, n, k, TOP_SHIFT - 8, prefix, mask, over, above);
+    uint32_t *cand = xmalloc((nb + 1) * sizeof *cand);
+    size_t m = 0;
+    for (size_t lo = 0, hi; lo < n; lo = hi) {
+        hi = span_end(lo, n);
+        for (size_t i = lo; i < hi; i++) {
+            uint32_t u = mag(x[i]);
+            if ((u & mask) == prefix) cand[m++] = u;
+        }
+        drop(x, lo, hi);
+    }
+    t = kth_of_keys(cand, m, k, TOP_SHIFT - 8, prefix, over, above);
+    free(cand);
+    return t;
+}
+
+void cq_topk_step(float *x, float *e, size_t n, size_t k) {
     size_t above;
-    uint32_t t = kth_key(x, n, k, &above);
+    uint32_t t = add_and_select(x, e, n, k, &above);
     size_t ties = k - above; // keys equal to t kept, the lowest indices first
     for (size_t lo = 0, hi; lo < n; lo = hi) {
         hi = span_end(lo, n);

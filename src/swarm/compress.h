@@ -32,3 +32,6 @@ void cq_ef_step(float *x, float *e, size_t n, int8_t *q, float *scales);
 // e ← 0 where kept). k = cq_topk_count(n, frac).
 void cq_topk_step(float *x, float *e, size_t n, size_t k);
 size_t cq_topk_count(size_t n, double frac); // ⌈frac·n⌉, in 1..n
+// The k-th magnitude is found from one pass counting the top bits of every key and the keys of
+// its bucket gathered, at most this many (more: a pass over x per 8 bits left). Tests lower it.
+extern size_t cq_topk_gather_max;
