@@ -289,6 +289,10 @@ static int peer_create(Strategy *s) {
     if (p->w.sw && !testhook_peer_no_spill() && spill_setup(c->offload_dir)) return -1;
     p->anchor = spill_floats(P), p->mom = spill_floats(P), p->avg = spill_floats(P);
     if (c->outer_compress) p->ef = spill_floats(P); // (zeroed)
+    if (!spill_active()) { // in memory: their pages now, not in the first rounds' passes
+        memset(p->mom, 0, P * sizeof(float)), memset(p->avg, 0, P * sizeof(float));
+        if (p->ef) memset(p->ef, 0, P * sizeof(float));
+    }
     if (!p->w.sw)
         m->be->copy(p->anchor, m->params, P);
     else {

@@ -320,7 +320,7 @@ void swarm_start_state(Swarm *s, int64_t round, uint64_t window, const float *av
     s->st_round = round, s->st_window = window;
     if (round >= 1 && avg) { // the average of that round, as if it had just been committed
         Slot *sl = sw_slot(s, round, 1);
-        sl->avg = spill_floats(s->P);
+        sl->avg = sw_buf_get(s);
         spill_copy(sl->avg, avg, s->P);
         sl->avg_ready = sl->committed = 1;
         sl->set = xcalloc(1, sizeof(PeerId)); // the set, as far as anyone can tell: this peer

@@ -41,7 +41,8 @@ void sw_slot_free(Swarm *s, Slot *sl) {
         sw_contrib_free(s, &sl->c[i]);
     for (int i = 0; i < sl->nhv; i++)
         free(sl->hv[i].ids);
-    free(sl->c), free(sl->hv), free(sl->set), spill_free(sl->avg), free(sl->loss), free(sl->sh_got);
+    free(sl->c), free(sl->hv), free(sl->set), sw_buf_put(s, sl->avg), free(sl->loss),
+        free(sl->sh_got);
     free(sl->sh_cut);
     spill_free(sl->sh_q8), free(sl->sh_scales), free(sl->sent);
     sw_fetch_free(&sl->fetch);
@@ -149,7 +150,7 @@ static void finish_commit(Swarm *s, Slot *sl) {
         cs[i] = sw_contrib(s, sl, sl->set[i], 0);
         all = cs[i] && cs[i]->complete;
     }
-    if (!sl->avg) sl->avg = spill_floats(s->P);
+    if (!sl->avg) sl->avg = sw_buf_get(s); // (every element is written before it is read)
     if (!all) {
         free(cs);
         const char *d = sw_avg_donor(s, sl, 0);

@@ -197,7 +197,7 @@ static void adopt(Swarm *s, Slot *sl, uint32_t a, PeerId *ids, int n, uint64_t h
     sl->sh_got = xcalloc(s->nchunks + 1, 1);
     spill_free(sl->sh_q8), free(sl->sh_scales), free(sl->sent); // (an earlier attempt's slice)
     sl->sh_q8 = NULL, sl->sh_scales = NULL, sl->sent = NULL, sl->nsent = 0;
-    if (!sl->avg) sl->avg = spill_floats(s->P);
+    if (!sl->avg) sl->avg = sw_buf_get(s); // (the slices fill it: sums, or a fetch)
     free(sl->loss);
     sl->loss = NULL, sl->nloss = 0;
     if (sl->hash_set && sl->hash != h) s->st.diverged += !s->diverged, s->diverged = 1;
