@@ -232,7 +232,9 @@ static uint32_t add_and_select(float *x, const float *e, size_t n, size_t k, siz
     size_t nb = hist[b];
     free(hist);
     uint32_t prefix = b << TOP_SHIFT, mask = ~0u << TOP_SHIFT, t;
-    if (nb > cq_topk_gather_max) return kth_key(x, n, k, TOP_SHIFT - 8, prefix, mask, over, above);
+    size_t cap = cq_topk_gather_max; // (offloaded: within the spans --fast-mem counts)
+    if (spill_active() && cap > SPILL_CHUNK) cap = SPILL_CHUNK;
+    if (nb > cap) return kth_key(x, n, k, TOP_SHIFT - 8, prefix, mask, over, above);
     uint32_t *cand = xmalloc((nb + 1) * sizeof *cand);
     size_t m = 0;
     for (size_t lo = 0, hi; lo < n; lo = hi) {
