@@ -167,10 +167,20 @@ static uint32_t mag(float x) {
     return u & 0x7fffffffu;
 }
 
-// The k-th largest key of x[0, n) (a radix select, 8 bits a pass, from the bits below a
-// prefix already known: `over` keys above it) and how many keys exceed it.
-static uint32_t kth_key(const float *x, size_t n, size_t k, int shift, uint32_t prefix,
-                        uint32_t mask, size_t over, size_t *above) {
+// The bucket of hist[0, nb) (highest first) that holds the k-th largest key, counting into *over
+// the keys of the buckets above it.
+static uint32_t kth_bucket(const size_t *hist, uint32_t nb, size_t k, size_t *over) {
+    uint32_t b = nb - 1;
+    while (b > 0 && *over + hist[b] < k)
+        *over += hist[b--];
+    return b;
+}
+
+// The k-th largest key of x[0, n) whose bits above shift + 8 are `prefix` (`over` keys lie above
+// it), a radix select 8 bits a pass down to bit 0, and how many keys exceed it.
+static uint32_t kth_key(const float *x, size_t n, size_t k, int shift, uint32_t prefix, size_t over,
+                        size_t *above) {
+    uint32_t mask = ~0u << (shift + 8);
     for (;; shift = shift > 8 ? shift - 8 : 0) { // (the last pass at bit 0 whatever the start)
         size_t hist[256] = {0};
         for (size_t lo = 0, hi; lo < n; lo = hi) {
@@ -181,28 +191,22 @@ static uint32_t kth_key(const float *x, size_t n, size_t k, int shift, uint32_t 
             }
             drop(x, lo, hi);
         }
-        int b = 255;
-        while (b > 0 && over + hist[b] < k)
-            over += hist[b--];
-        prefix |= (uint32_t)b << shift, mask |= 255u << shift;
+        prefix |= kth_bucket(hist, 256, k, &over) << shift, mask |= 255u << shift;
         if (!shift) break;
     }
     *above = over;
     return prefix;
 }
 
-// The same on the keys themselves (u[0, n), all sharing the bits above `shift`).
-static uint32_t kth_of_keys(uint32_t *u, size_t n, size_t k, int shift, uint32_t prefix,
+// The same on the keys themselves (u[0, n), gathered from x).
+static uint32_t kth_of_keys(const uint32_t *u, size_t n, size_t k, int shift, uint32_t prefix,
                             size_t over, size_t *above) {
     uint32_t mask = ~0u << (shift + 8);
     for (;; shift = shift > 8 ? shift - 8 : 0) {
         size_t hist[256] = {0};
         for (size_t i = 0; i < n; i++)
             hist[(u[i] >> shift) & 255] += (u[i] & mask) == prefix;
-        int b = 255;
-        while (b > 0 && over + hist[b] < k)
-            over += hist[b--];
-        prefix |= (uint32_t)b << shift, mask |= 255u << shift;
+        prefix |= kth_bucket(hist, 256, k, &over) << shift, mask |= 255u << shift;
         if (!shift) break;
     }
     *above = over;
@@ -226,15 +230,13 @@ static uint32_t add_and_select(float *x, const float *e, size_t n, size_t k, siz
         drop(x, lo, hi), drop(e, lo, hi);
     }
     size_t over = 0;
-    uint32_t b = (1u << (31 - TOP_SHIFT)) - 1;
-    while (b > 0 && over + hist[b] < k)
-        over += hist[b--];
+    uint32_t b = kth_bucket(hist, 1u << (31 - TOP_SHIFT), k, &over);
     size_t nb = hist[b];
     free(hist);
     uint32_t prefix = b << TOP_SHIFT, mask = ~0u << TOP_SHIFT, t;
     size_t cap = cq_topk_gather_max; // (offloaded: within the spans --fast-mem counts)
     if (spill_active() && cap > SPILL_CHUNK) cap = SPILL_CHUNK;
-    if (nb > cap) return kth_key(x, n, k, TOP_SHIFT - 8, prefix, mask, over, above);
+    if (nb > cap) return kth_key(x, n, k, TOP_SHIFT - 8, prefix, over, above);
     uint32_t *cand = xmalloc((nb + 1) * sizeof *cand);
     size_t m = 0;
     for (size_t lo = 0, hi; lo < n; lo = hi) {
