@@ -9,6 +9,8 @@
 //     takes it out again and every value reads back; spill_copy between two such arrays keeps
 //     the resident set within a few spans; spans that are not page-aligned are dropped without
 //     losing their neighbours' data;
+//   * spill_discard hands a large host array's whole pages in a range back (they read as
+//     zeros; the partial pages at its ends and the rest keep their values);
 //   * the files are unlinked (the directory stays empty) and spill_free unmaps them;
 //   * a directory that does not exist is a clear error (exit 5) when an array is made.
 #include <dirent.h>
@@ -78,6 +80,29 @@ TEST(large_host_array) {
     CHECK(r > 3 && r < 9, "4 MiB written of 32 MiB: %.1f MiB resident", r);
 }
 
+// spill_discard of a large host array (before spill_setup): the whole pages inside the range
+// go back (resident set down, they read as zeros), the partial pages at its ends and every
+// value outside it stay; a malloc'd buffer is left alone.
+TEST(discard_host_pages) {
+    enum { N = 4 << 20 }; // floats: 16 MiB
+    float *a = spill_floats(N);
+    fill(a, N, 5);
+    double r0 = rss_mib();
+    size_t lo = 1000, hi = N - 3000; // (not page-aligned: the pages at both ends stay)
+    spill_discard(a + lo, (hi - lo) * sizeof(float));
+    double r = r0 - rss_mib();
+    CHECK(r > 15 && r < 16.1, "discarding 16 MiB less two partial pages freed %.1f MiB", r);
+    CHECK(same(a, 1024, 5), "the first page (partly inside) lost values");
+    CHECK(same(a + N - 3072, 3072, 5 + (float)(N - 3072)), "the last pages lost values");
+    CHECK(zeros(a + 1024, N - 4096), "discarded pages read as zeros");
+    spill_discard(a, 0), spill_discard(NULL, 64);
+    float *m = malloc(1 << 20);
+    fill(m, (1 << 20) / 4, 2);
+    spill_discard(m, 1 << 20);
+    CHECK(same(m, (1 << 20) / 4, 2), "a discard of malloc'd memory changed it");
+    spill_free(a), free(m);
+}
+
 static char dir[] = "/tmp/loom-test-spill-XXXXXX";
 
 static int dir_entries(void) {
@@ -140,6 +165,7 @@ TEST(missing_directory_is_a_clear_error) {
 int main(void) {
     RUN(host_memory_before_setup);
     RUN(large_host_array);
+    RUN(discard_host_pages);
     if (!mkdtemp(dir)) return 1;
     RUN(files_leave_the_resident_set);
     RUN(missing_directory_is_a_clear_error);

@@ -151,6 +151,21 @@ void spill_drop(const void *p, size_t bytes) {
     pthread_mutex_unlock(&mu);
 }
 
+void spill_discard(void *p, size_t bytes) {
+    if (!p || !bytes) return;
+    char *c = p;
+    pthread_mutex_lock(&mu);
+    int i = nmaps ? find(c) : -1;
+    if (i >= 0) { // whole pages, rounded inwards: a page shared with live data stays
+        size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+        size_t off = (size_t)(c - maps[i].base), end = off + bytes;
+        if (end > maps[i].len) end = maps[i].len;
+        size_t lo = (off + pg - 1) / pg * pg, hi = end / pg * pg;
+        if (lo < hi) madvise(maps[i].base + lo, hi - lo, MADV_DONTNEED);
+    }
+    pthread_mutex_unlock(&mu);
+}
+
 void spill_copy(float *dst, const float *src, size_t n) {
     for (size_t lo = 0; lo < n; lo += SPILL_CHUNK) {
         size_t k = n - lo < SPILL_CHUNK ? n - lo : SPILL_CHUNK;

@@ -28,5 +28,9 @@ void spill_free(void *p);
 // [p, p + bytes) is not needed resident for now: the pages of it inside a spilled array leave
 // the resident set (the data stays). Anything else: nothing happens. Thread-safe.
 void spill_drop(const void *p, size_t bytes);
+// The contents of the whole pages inside [p, p + bytes) are no longer needed: an anonymous
+// mapping's go back to the kernel (they read as zeros when touched again), a spilled array's
+// leave the resident set as with spill_drop. Anything else: nothing happens. Thread-safe.
+void spill_discard(void *p, size_t bytes);
 // dst[0, n) = src[0, n), a chunk at a time, both dropped behind it.
 void spill_copy(float *dst, const float *src, size_t n);

@@ -17,8 +17,11 @@
 #define SW_OWED 64         // FETCH answers kept to send again (Owed)
 #define SW_HELLO_EVERY 0.1 // seconds between a joiner's HELLOs until it is welcomed
 #define SW_FETCH_WINDOW 8
-#define SW_BURST 8 // pieces sent (or messages taken) per hold of Swarm.mu
-#define SW_POOL 8  // Δ buffers kept for reuse
+#define SW_BURST 8  // pieces sent (or messages taken) per hold of Swarm.mu
+#define SW_POOL 8   // Δ buffers kept for reuse
+#define SW_PARTS 16 // buffers for members' parts kept for reuse (sharded, in host memory)
+#define SW_FROM_POOL 1
+#define SW_FROM_PARTS 2
 #define SW_FETCH_RETRY 5.0
 #define SW_DEAD_GRACE 1.0 // s a closed connection to an address that refuses new ones must last
 #define COMMIT_GONE 1u    // a COMMIT with this attempt and no ids: the round is gone here
@@ -34,7 +37,8 @@ typedef struct {
     int8_t *q8;     // this peer's own, with --outer-compress int8: the codes (P) and
     float *scales;  // scales (compress.h) its pieces travel as; delta holds their values
     int nloss, complete;
-    int pooled;  // delta came from (and goes back to) the pool; else it is freed
+    int pooled;  // delta came from (and goes back to) a pool: SW_FROM_POOL the Δ pool,
+                 // SW_FROM_PARTS the pool of part buffers; 0: it is freed
     double last; // when its last piece came
 } Contrib;
 
@@ -194,6 +198,8 @@ struct Swarm {
     uint32_t *sum_bytes;  // per chunk: what the last average's slice sums cost (shard_cut.c)
     float *pool[SW_POOL]; // Δ buffers for reuse
     int npool;
+    float *parts[SW_PARTS]; // buffers for a member's parts of this peer's slice, for reuse
+    int nparts;
 };
 
 // swarm.c
@@ -214,6 +220,7 @@ void sw_slot_free(Swarm *s, Slot *sl);
 // Δ-sized buffers, kept for reuse (no page faults every round); under mu.
 float *sw_buf_get(Swarm *s);
 void sw_buf_put(Swarm *s, float *b);
+void sw_parts_free(Swarm *s); // the part buffers kept for reuse (at the end)
 void sw_on_delta(Swarm *s, const WireMsg *m);
 void sw_on_have(Swarm *s, const WireMsg *m);
 void sw_on_commit(Swarm *s, const WireMsg *m);

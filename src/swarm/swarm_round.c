@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "../common.h"
+#include "compress.h"
 #include "spill.h"
 #include "swarm_impl.h"
 
@@ -24,12 +25,49 @@ void sw_buf_put(Swarm *s, float *b) {
         spill_free(b);
 }
 
+// A sharded peer in host memory gets a member's parts of its own slice only, so a buffer for
+// them has that slice's pages resident and the rest never touched. Reusing one keeps the
+// kernel from clearing fresh pages for every member every round (the slices move little from
+// round to round); what lies outside the chunks the last round wrote is handed back first, so
+// a buffer stays about a slice resident however the slices move.
+static float *parts_get(Swarm *s) {
+    if (s->nparts) return s->parts[--s->nparts];
+    return spill_floats(s->P);
+}
+
+static void parts_put(Swarm *s, float *b, const uint8_t *got) {
+    if (!b) return;
+    if (s->nparts == SW_PARTS) {
+        spill_free(b);
+        return;
+    }
+    size_t a = 0, e = s->nchunks;
+    while (got && a < e && !got[a])
+        a++;
+    while (got && e > a && !got[e - 1])
+        e--;
+    size_t lo = a * CQ_CHUNK < s->P ? a * CQ_CHUNK : s->P;
+    size_t hi = e * CQ_CHUNK < s->P ? e * CQ_CHUNK : s->P;
+    if (!got || a == e) lo = hi = 0;
+    spill_discard(b, lo * sizeof(float));
+    spill_discard(b + hi, (s->P - hi) * sizeof(float));
+    s->parts[s->nparts++] = b;
+}
+
 static void delta_free(Swarm *s, Contrib *c) {
-    if (c->pooled)
+    if (c->pooled == SW_FROM_POOL)
         sw_buf_put(s, c->delta);
+    else if (c->pooled == SW_FROM_PARTS)
+        parts_put(s, c->delta, c->got);
     else
         spill_free(c->delta);
     c->delta = NULL;
+}
+
+void sw_parts_free(Swarm *s) {
+    for (int i = 0; i < s->nparts; i++)
+        spill_free(s->parts[i]);
+    s->nparts = 0;
 }
 
 void sw_contrib_free(Swarm *s, Contrib *c) {
@@ -74,11 +112,9 @@ Contrib *sw_contrib(Swarm *s, Slot *sl, const char *id, int create) {
     Contrib *c = sw_append(&sl->c, sl->nc++, sizeof *c);
     snprintf(c->id, sizeof c->id, "%s", id);
     if (create == 1) { // (not zeroed: its pieces fill it)
-        // sharded in host memory: a member's parts fill only this peer's slice, so a fresh
-        // array (its other pages never touched: spill.h) costs a slice, where a pooled one
-        // would be whole Δs resident, one per member
-        c->pooled = !s->c.exchange || spill_active();
-        c->delta = c->pooled ? sw_buf_get(s) : spill_floats(s->P);
+        // sharded in host memory: a member's parts fill only this peer's slice (parts_get)
+        c->pooled = !s->c.exchange || spill_active() ? SW_FROM_POOL : SW_FROM_PARTS;
+        c->delta = c->pooled == SW_FROM_POOL ? sw_buf_get(s) : parts_get(s);
     }
     c->got = xcalloc(s->nchunks, 1); // (per piece; sharded: per chunk)
     return c;
@@ -430,7 +466,7 @@ void sw_contribute(Swarm *s, int64_t r, const float *delta, int8_t *q8, float *s
     Slot *sl = sw_slot(s, r, 1);
     Contrib *c = sw_contrib(s, sl, s->id, 2); // (2: no buffer of its own)
     delta_free(s, c), spill_free(c->q8), free(c->scales);
-    c->delta = copy, c->q8 = q8, c->scales = scales, c->pooled = 1;
+    c->delta = copy, c->q8 = q8, c->scales = scales, c->pooled = SW_FROM_POOL;
     free(c->losses);
     c->losses = xcalloc((size_t)nloss + 1, sizeof(double));
     memcpy(c->losses, losses, (size_t)nloss * sizeof(double));
