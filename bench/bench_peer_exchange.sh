@@ -11,8 +11,8 @@
 # sums, gossip, reports, the final lingering); the table prints the median over the peers of
 # that / R, against the formulas
 # all: (N−1)·Δ, sharded: (N−1)/N·(Δ + 4P) (Δ: the bytes of one Δ as --outer-compress sends it:
-# 4P, int8 P + 4⌈P/4096⌉, topk at the default --topk-frac 0.02 8⌈0.02·P⌉; with topk the sums
-# travel as index/value pairs, at most (N−1)·Δ when the members' supports do not overlap).
+# 4P, int8 P + 4⌈P/4096⌉, topk at the default --topk-frac 0.02 about 5⌈0.02·P⌉; with topk the sums
+# travel as gaps and values, at most (N−1)·Δ when the members' supports do not overlap).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PEERS="3 8"; COMPRESS="none"; ROUNDS=8; TAU=2; LOOM="$ROOT/loom"; OUT=$(mktemp -d)
@@ -72,7 +72,7 @@ for i in range(n):
     per.append(float(m.group(1)) / R)
 P = 4 * (12 * 128 * 128 + 13 * 128) + 256 * 128 + 64 * 128 + 2 * 128
 import math
-delta = {"none": 4 * P, "int8": P + 4 * ((P + 4095) // 4096), "topk": 8 * math.ceil(0.02 * P)}[cq]
+delta = {"none": 4 * P, "int8": P + 4 * ((P + 4095) // 4096), "topk": 5 * math.ceil(0.02 * P)}[cq]
 f = (n - 1) * delta if ex == "all" else (n - 1) / n * (delta + 4 * P)
 le = ""
 if cq == "topk" and ex == "sharded":  # sums sent as pairs: at most the union of the supports

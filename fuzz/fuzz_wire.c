@@ -1,7 +1,8 @@
 // fuzz_wire.c — the swarm's messages (src/swarm/wire_decode.c): wire_decode on the input as one
 // message. A rejection must come with a reason. An accepted message has every float and double
-// it carries read (ASan sees any pointer outside the input), and wire_encode of it must give
-// back exactly the input (the encoding is canonical), with wire_size its length; else abort.
+// it carries read and every sparse index walked and used (ASan sees any pointer or index
+// outside), and wire_encode of it must give back exactly the input (the encoding is canonical),
+// with wire_size its length; else abort.
 #include "../src/swarm/wire.h"
 #include "fuzz_util.h"
 
@@ -15,14 +16,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (!err[0]) abort();
         return 0;
     }
-    if (wire_is_q8(msg.type)) { // the scales, and every code
+    WireGaps g;
+    wire_gaps_begin(&msg, &g);
+    if (wire_is_q8(msg.type)) { // the scales, every code, every index
         wire_floats(msg.data, wire_q8_scales(msg.n), floats);
-        for (uint32_t i = 0; i < msg.n; i++)
-            floats[i] = (float)(int8_t)msg.q8[i];
+        for (uint32_t j = 0; j < msg.nnz; j++)
+            floats[wire_q8_sparse(&msg) ? wire_gaps_next(&g) : j] = (float)(int8_t)msg.q8[j];
     } else if (msg.type == WIRE_DELTAS || msg.type == WIRE_SUMS) { // the values, every index
         wire_floats(msg.data, msg.nnz, floats);
         for (uint32_t j = 0; j < msg.nnz; j++)
-            floats[j] += (float)wire_u32(msg.idx, j);
+            floats[wire_gaps_next(&g)] += 1.0f;
     } else if (msg.n && msg.type != WIRE_FETCH) {
         wire_floats(msg.data, msg.n, floats);
     }

@@ -131,9 +131,9 @@ w("state/sharded_rank1", b"\x60" + state("co2-sharded", 1, 2, [[0.5, 0.25, 0.125
 w("state/lens_differ", b"\x09" + state("co2", 0, 2, [[1, 2], [3, 4, 5, 6, 7, 8]]))
 w("state/bad_crc", b"\x08" + state("co2", 0, 2, [[1, 2, 3], [4, 5, 6, 7, 8]])[:-1] + b"\x01")
 # swarm messages (src/swarm/wire.c has the layout): one valid message of each type, some at
-# their edges (a gone DATA, an empty GOSSIP, the largest counts of ids and losses)
+# their edges (a gone DATA, an empty GOSSIP, the largest counts of ids and losses, sparse codes)
 def hdr(t, rnd=3, frm=b"peer-1"):
-    return b"LMSW" + struct.pack("<HHqB", 2, t, rnd, len(frm)) + frm
+    return b"LMSW" + struct.pack("<HHqB", 3, t, rnd, len(frm)) + frm
 def rec(i, first=0):
     pid, addr = b"node-%d" % i, b"10.0.0.%d:%d" % (i, 5555 + i)
     return (struct.pack("<B", len(pid)) + pid + struct.pack("<H", len(addr)) + addr +
@@ -162,17 +162,25 @@ w("wire/fetch", hdr(8) + struct.pack("<IQQI", 1, 0, 1 << 20, 1 << 18))
 w("wire/data", hdr(9) + struct.pack("<IQQIQ", 2, 8, 12, 4, 5) + floats(4))
 w("wire/data_gone", hdr(9) + struct.pack("<IQQIQ", 3, 0, 0, 0, 0))
 w("wire/bye", hdr(10, 12))
+# sparse indices as LEB128 gaps: 1, 4, 9 are gaps 1, 2, 4; 0, 201, 202 are 0, (200: c8 01), 0
+gaps = struct.pack("<I", 3) + bytes([1, 2, 4])
 w("wire/delta8", hdr(11) + struct.pack("<QQII", 4096, 8200, 4100, 2) + floats(2) +
-  bytes((i * 37) % 256 for i in range(4100)) + struct.pack("<2d", 3.25, 2.0))
-w("wire/deltas", hdr(12) + struct.pack("<QQIII", 0, 20, 10, 1, 3) + struct.pack("<3I", 1, 4, 9) +
+  struct.pack("<I", 4100) + bytes((i * 37) % 256 for i in range(4100)) +
+  struct.pack("<2d", 3.25, 2.0))
+w("wire/delta8_sparse", hdr(11) + struct.pack("<QQII", 0, 300, 300, 0) + floats(1) +
+  struct.pack("<II", 3, 4) + bytes([0, 0xc8, 0x01, 0]) + bytes([1, 0x81, 127]))
+w("wire/deltas", hdr(12) + struct.pack("<QQIII", 0, 20, 10, 1, 3) + gaps +
   floats(3) + struct.pack("<d", 2.5))
 w("wire/sum", hdr(13) + struct.pack("<IQQII", 2, 4096, 8200, 5, 1) + floats(5) +
   struct.pack("<d", 3.5))
-w("wire/sums", hdr(14) + struct.pack("<IQQIII", 2, 0, 20, 10, 1, 3) + struct.pack("<3I", 1, 4, 9) +
+w("wire/sums", hdr(14) + struct.pack("<IQQIII", 2, 0, 20, 10, 1, 3) + gaps +
   floats(3) + struct.pack("<d", 2.5))
 w("wire/hold", hdr(15) + struct.pack("<IQ", 1, 7) + ids([b"node-0"]))
 w("wire/sum8", hdr(16) + struct.pack("<IQQII", 2, 4096, 8200, 4100, 2) + floats(2) +
-  bytes((i * 37) % 256 for i in range(4100)) + struct.pack("<2d", 3.25, 2.0))
+  struct.pack("<I", 4100) + bytes((i * 37) % 256 for i in range(4100)) +
+  struct.pack("<2d", 3.25, 2.0))
+w("wire/sum8_sparse", hdr(16) + struct.pack("<IQQII", 2, 4096, 8200, 4100, 1) + floats(2) +
+  struct.pack("<II", 2, 3) + bytes([0x80, 0x20, 2]) + bytes([0xff, 3]) + struct.pack("<d", 1.0))
 PY
 # Hugging Face tokenizer.json (fuzz_tokjson): the 256 byte tokens in GPT-2's alphabet and a few
 # merges; GPT-2's ByteLevel with "a b" merges, Llama-3's Split with ["a", "b"] merges, added

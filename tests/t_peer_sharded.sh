@@ -139,7 +139,7 @@ int8_taken() {
 }
 for cq in int8 topk; do
     # topk: 3 parts of at most 3% a chunk: a sum at most ~9% non-zero, under the eighth below
-    # which a piece of an int8-sums swarm stays exact (index/value pairs)
+    # which a piece of an int8-sums swarm stays exact (gaps and values)
     cqf="--steps $steps --outer-compress $cq --topk-frac $([ $cq = topk ] && echo 0.03 || echo 0.05)"
     swarm c$cq-a 3 $outer $cqf --peer-exchange all
     LOOM_PEER_VERBOSE=1 swarm c$cq-s 3 $outer $cqf --peer-exchange sharded --outer-compress-sums none
@@ -165,7 +165,7 @@ for cq in int8 topk; do
     int8_taken $cq c$cq-q c$cq-s 2e-3
 done
 # topk parts of 15%: sums 15-45% non-zero, over the eighth above which a piece goes as int8
-# codes (8-byte index/value pairs would cost more; under the old bound of a half they stayed
+# codes (only those not zero, with their gaps; under the old bound of a half they stayed
 # exact), so the anchor is not the fp32 sums' any more, and fewer bytes go. (Sparse-ish sums: a
 # chunk's scale follows its largest value, so the error is larger than for dense ones: 2.2e-3
 # measured.)

@@ -6,10 +6,11 @@
 //     for its chunk's step, dropped every round without feedback, is carried by it: its
 //     dequantized sum over rounds stays within one step of the true sum;
 //   * a piece sent as a DELTA8 (codes and scales through wire.c) decodes on the receiver to
-//     exactly the bits the sender averages (sw_piece_msg / sw_piece_take);
+//     exactly the bits the sender averages (sw_piece_msg / sw_piece_take), also when only its
+//     codes that are not zero travel (with their gaps; a NaN chunk's codes are all 0);
 //   * a chunk with a NaN or an infinity codes to 0 with the scale NaN (all its values NaN);
 //   * topk keeps exactly the k largest |x + e| (ties: the lower index; NaN the largest), the
-//     rest moving into e, against a sort; a piece of it travels as DELTAS (index, value) pairs,
+//     rest moving into e, against a sort; a piece of it travels as DELTAS (gaps and values),
 //     or as floats when more than half of it is kept, and decodes to the sender's exact bits.
 #include <math.h>
 #include <string.h>
@@ -88,32 +89,50 @@ TEST(error_feedback) {
           plain, sum);
 }
 
+// A DELTA8 of dense codes; then of a Δ that is mostly zero, with a chunk holding a NaN (scale
+// NaN, codes 0): only its codes that are not zero travel, with their gaps, and every value,
+// NaNs included, decodes to the sender's bits.
 TEST(piece_over_the_wire) {
     static Swarm s;
     static WireMsg out, in;
     static uint8_t buf[WIRE_MSG_MAX];
     static float got[N];
-    s.P = N, s.out = &out, s.c.compress = CQ_INT8;
-    fill(x, N, 9);
-    Contrib c = {.delta = d, .q8 = q, .scales = sc};
-    double loss[2] = {3.5, 3.25};
-    c.losses = loss, c.nloss = 2;
-    memset(e, 0, sizeof e);
-    memcpy(d, x, sizeof d);
-    cq_ef_step(d, e, N, q, sc); // d: what the sender averages
-    CHECK(SW_PIECE >= N, "one piece expected");
-    int type = sw_piece_msg(&s, &c, 0);
-    out.type = (uint16_t)type, out.round = 1;
-    strcpy(out.from, "a");
-    size_t n = wire_encode(&out, buf, sizeof buf);
-    CHECK(type == WIRE_DELTA8 && n == 17 + 1 + 24 + 4 * 4 + N + 16, "type %d, %zu bytes", type, n);
-    char err[160] = "";
-    CHECK(wire_decode(buf, n, &in, err, sizeof err) == 0 && sw_piece_ok(&s, &in), "decode: %s",
-          err);
-    sw_piece_take(&in, got);
-    CHECK(!memcmp(got, d, sizeof got), "the receiver's values differ from the sender's");
-    s.c.compress = CQ_NONE;
-    CHECK(!sw_piece_ok(&s, &in), "a DELTA8 accepted by a swarm without compression");
+    for (int sparse = 0; sparse < 2; sparse++) {
+        s.P = N, s.out = &out, s.c.compress = CQ_INT8;
+        fill(x, N, 9);
+        if (sparse) {
+            for (size_t i = 0; i < N; i++)
+                x[i] = i % 37 == 5 ? x[i] : 0.0f;
+            x[CQ_CHUNK + 7] = NAN;
+        }
+        Contrib c = {.delta = d, .q8 = q, .scales = sc};
+        double loss[2] = {3.5, 3.25};
+        c.losses = loss, c.nloss = 2;
+        memset(e, 0, sizeof e);
+        memcpy(d, x, sizeof d);
+        cq_ef_step(d, e, N, q, sc); // d: what the sender averages
+        CHECK(SW_PIECE >= N, "one piece expected");
+        int type = sw_piece_msg(&s, &c, 0);
+        out.type = (uint16_t)type, out.round = 1;
+        strcpy(out.from, "a");
+        size_t n = wire_encode(&out, buf, sizeof buf), nz = 0;
+        for (size_t i = 0; i < N; i++)
+            nz += q[i] != 0;
+        size_t want = 17 + 1 + 24 + 4 * 4 + 4 + (sparse ? 4 + out.idx_len + nz : N) + 16;
+        CHECK(type == WIRE_DELTA8 && n == want && wire_q8_sparse(&out) == sparse &&
+                  (!sparse || out.idx_len < 2 * nz),
+              "type %d, %zu bytes, want %zu (%zu codes not 0)", type, n, want, nz);
+        char err[160] = "";
+        CHECK(wire_decode(buf, n, &in, err, sizeof err) == 0 && sw_piece_ok(&s, &in), "decode: %s",
+              err);
+        sw_piece_take(&in, got);
+        CHECK(!memcmp(got, d, sizeof got), "the receiver's values differ from the sender's");
+        CHECK(!sparse || (isnan(got[CQ_CHUNK]) && got[0] == 0 && !signbit(got[0])),
+              "the NaN chunk, or a zero, decoded wrong");
+        s.c.compress = CQ_NONE;
+        CHECK(!sw_piece_ok(&s, &in), "a DELTA8 accepted by a swarm without compression");
+    }
+    free(s.sparse);
 }
 
 TEST(non_finite) {
@@ -189,10 +208,11 @@ TEST(topk_piece_over_the_wire) {
         out.type = (uint16_t)type, out.round = 1;
         strcpy(out.from, "a");
         size_t n = wire_encode(&out, buf, sizeof buf);
-        size_t want =
-            dense ? 17 + 1 + 24 + 4 * (size_t)N : 17 + 1 + 28 + 8 * cq_topk_count(N, 0.02);
-        CHECK(type == (dense ? WIRE_DELTA : WIRE_DELTAS) && n == want, "type %d, %zu bytes", type,
-              n);
+        size_t k = cq_topk_count(N, 0.02);
+        size_t want = dense ? 17 + 1 + 24 + 4 * (size_t)N : 17 + 1 + 32 + out.idx_len + 4 * k;
+        CHECK(type == (dense ? WIRE_DELTA : WIRE_DELTAS) && n == want &&
+                  (dense || out.idx_len < 2 * k),
+              "type %d, %zu bytes (%u of gaps)", type, n, (unsigned)out.idx_len);
         char err[160] = "";
         CHECK(wire_decode(buf, n, &in, err, sizeof err) == 0 && sw_piece_ok(&s, &in), "decode: %s",
               err);

@@ -99,15 +99,17 @@ static int same_msg(const WireMsg *a, const WireMsg *b) {
     for (int i = 0; i < a->nids; i++)
         if (strcmp(a->ids[i], b->ids[i])) return 0;
     if (a->nnz != b->nnz) return 0;
-    for (uint32_t j = 0; j < a->nnz; j++) { // DELTAS: indices and values
+    int sparse = b->type == WIRE_DELTAS || b->type == WIRE_SUMS || wire_q8_sparse(b);
+    if (sparse && (a->idx_len != b->idx_len || memcmp(a->idx, b->idx, a->idx_len))) return 0;
+    for (uint32_t j = 0; j < a->nnz && !wire_is_q8(b->type); j++) { // DELTAS: the values
         float f = wire_float(b->data, j), g;
         memcpy(&g, a->data + 4 * (size_t)j, 4);
-        if (wire_u32(b->idx, j) != ((const uint32_t *)a->idx)[j] || memcmp(&f, &g, 4)) return 0;
+        if (memcmp(&f, &g, 4)) return 0;
     }
     if (a->n && wire_is_q8(b->type)) { // the scales, then the codes
         size_t ns = wire_q8_scales(a->n);
         wire_floats(b->data, ns, fl_back);
-        if (memcmp(a->data, fl_back, ns * 4) || memcmp(a->q8, b->q8, a->n)) return 0;
+        if (memcmp(a->data, fl_back, ns * 4) || memcmp(a->q8, b->q8, a->nnz)) return 0;
     } else if (a->n && b->type != WIRE_FETCH && b->type != WIRE_DELTAS) {
         wire_floats(b->data, b->n, fl_back);
         if (memcmp(a->data, fl_back, (size_t)a->n * 4)) return 0;
@@ -206,40 +208,72 @@ TEST(roundtrip_arrays) {
     msg.nloss = 0, msg.losses = NULL, msg.n = 1, msg.offset = 0, msg.total = 1;
     roundtrip(&msg, "DELTA, one float, no losses");
 
-    base(&msg, WIRE_DELTA8); // scales: one per 4096 codes, the last chunk partial
+    base(&msg, WIRE_DELTA8); // scales: one per 4096 codes, the last chunk partial; all codes
     msg.data = (const uint8_t *)fl, msg.q8 = (const uint8_t *)dl, msg.losses = (const uint8_t *)dl;
-    msg.n = 4097, msg.nloss = 3, msg.offset = 4096, msg.total = 10000;
+    msg.n = msg.nnz = 4097, msg.nloss = 3, msg.offset = 4096, msg.total = 10000;
     n = roundtrip(&msg, "DELTA8");
-    CHECK(n == 17 + 10 + 24 + 2 * 4 + 4097 + 3 * 8, "DELTA8 size %zu", n);
-    msg.n = WIRE_MAX_FLOATS, msg.nloss = WIRE_MAX_LOSSES, msg.offset = 0, msg.total = 1ull << 30;
+    CHECK(n == 17 + 10 + 24 + 2 * 4 + 4 + 4097 + 3 * 8, "DELTA8 size %zu", n);
+    msg.n = msg.nnz = WIRE_MAX_FLOATS, msg.nloss = WIRE_MAX_LOSSES, msg.offset = 0,
+    msg.total = 1ull << 30;
     msg.q8 = (const uint8_t *)fl;
     n = roundtrip(&msg, "DELTA8, longest");
-    CHECK(n == 17 + 10 + 24 + 64 * 4 + (size_t)WIRE_MAX_FLOATS + 8 * WIRE_MAX_LOSSES,
+    CHECK(n == 17 + 10 + 24 + 64 * 4 + 4 + (size_t)WIRE_MAX_FLOATS + 8 * WIRE_MAX_LOSSES,
           "DELTA8 longest size %zu", n);
 
+    // Sparse: gaps (LEB128, 1..3 bytes) for increasing indices < n, at most n / 2 of them.
+    static uint8_t gaps[3 * WIRE_MAX_FLOATS / 2], codes[WIRE_MAX_FLOATS / 2];
+    uint32_t at[] = {0, 127, 128, 128 + 1 + 16383, 128 + 1 + 16383 + 1 + 16384, 262143};
+    size_t len = 0;
+    for (int j = 0; j < 6; j++)
+        len += wire_gap_put(gaps + len, at[j] - (j ? at[j - 1] + 1 : 0));
+    CHECK(len == 1 + 1 + 1 + 2 + 3 + 3, "gap bytes %zu", len); // 0, 127, 0, 16383, 16384, 245375
+    msg.n = WIRE_MAX_FLOATS, msg.nnz = 6, msg.idx = gaps, msg.idx_len = (uint32_t)len;
+    memset(codes, 0x81, sizeof codes), msg.q8 = codes, msg.nloss = 1;
+    n = roundtrip(&msg, "DELTA8, sparse");
+    CHECK(n == 17 + 10 + 24 + 64 * 4 + 4 + 4 + len + 6 + 8, "DELTA8 sparse size %zu", n);
+    WireGaps g;
+    wire_gaps_begin(&back, &g);
+    for (int j = 0; j < 6; j++)
+        CHECK(wire_gaps_next(&g) == at[j], "gap walk %d", j);
+    msg.nnz = 0, msg.idx_len = 0;
+    roundtrip(&msg, "DELTA8, every code 0");
+    msg.nnz = 6, msg.idx_len = (uint32_t)len, codes[3] = 0;
+    CHECK(wire_size(&msg) == 0, "a sparse DELTA8 with a code 0 encodes");
+    codes[3] = 0x81, msg.n = 262143, msg.total = 1ull << 30;
+    CHECK(wire_size(&msg) == 0, "a sparse DELTA8 with an index >= n encodes");
+    msg.n = 262144, msg.idx_len = (uint32_t)len - 1;
+    CHECK(wire_size(&msg) == 0, "gaps one byte short encode");
+    msg.idx_len = (uint32_t)len + 1, gaps[len] = 0;
+    CHECK(wire_size(&msg) == 0, "a spare gap byte encodes");
+    gaps[0] = 0x80, gaps[1] = 0x00;
+    msg.nnz = 1, msg.idx_len = 2;
+    CHECK(wire_size(&msg) == 0, "an overlong gap encodes");
+    gaps[0] = 0xff, gaps[1] = 0xff, gaps[2] = 0xff, gaps[3] = 0x01, msg.idx_len = 3;
+    CHECK(wire_size(&msg) == 0, "a gap of 4 bytes encodes");
+    msg.n = 10, msg.total = 10, msg.nnz = 6;
+    CHECK(wire_size(&msg) == 0, "a DELTA8 with 6 of 10 codes encodes");
+
     base(&msg, WIRE_DELTAS); // indices increasing, < n, at most n / 2 of them
-    static uint32_t idx[WIRE_MAX_FLOATS / 2];
+    len = 0;
     for (uint32_t j = 0; j < WIRE_MAX_FLOATS / 2; j++)
-        idx[j] = 2 * j + 1;
-    msg.data = (const uint8_t *)fl, msg.idx = (const uint8_t *)idx,
+        len += wire_gap_put(gaps + len, 1); // (indices 1, 3, 5, ...)
+    msg.data = (const uint8_t *)fl, msg.idx = gaps, msg.idx_len = 5,
     msg.losses = (const uint8_t *)dl;
     msg.n = 10, msg.nnz = 5, msg.nloss = 2, msg.offset = 0, msg.total = 10;
     n = roundtrip(&msg, "DELTAS");
-    CHECK(n == 17 + 10 + 28 + 5 * 8 + 2 * 8, "DELTAS size %zu", n);
-    msg.nnz = 0;
+    CHECK(n == 17 + 10 + 32 + 5 * 5 + 2 * 8, "DELTAS size %zu", n);
+    msg.nnz = 0, msg.idx_len = 0;
     roundtrip(&msg, "DELTAS, all zero");
     msg.n = WIRE_MAX_FLOATS, msg.nnz = WIRE_MAX_FLOATS / 2, msg.nloss = WIRE_MAX_LOSSES;
-    msg.total = WIRE_MAX_FLOATS;
+    msg.total = WIRE_MAX_FLOATS, msg.idx_len = (uint32_t)len;
     roundtrip(&msg, "DELTAS, longest");
-    msg.n = 10, msg.nnz = 5, msg.total = 10, msg.nloss = 0;
+    msg.n = 10, msg.nnz = 5, msg.total = 10, msg.nloss = 0, msg.idx_len = 5;
     CHECK(wire_size(&msg) > 0, "DELTAS valid");
-    msg.nnz = 6;
+    msg.nnz = 6, msg.idx_len = 6;
     CHECK(wire_size(&msg) == 0, "DELTAS with nnz > n / 2 encodes");
-    msg.nnz = 2, idx[1] = 1;
-    CHECK(wire_size(&msg) == 0, "DELTAS with indices not increasing encodes");
-    idx[1] = 3, msg.n = 3, msg.total = 3, msg.nnz = 1, idx[0] = 3;
+    msg.n = 3, msg.total = 3, msg.nnz = 1, msg.idx_len = 1, gaps[0] = 3;
     CHECK(wire_size(&msg) == 0, "DELTAS with an index >= n encodes");
-    idx[0] = 1;
+    gaps[0] = 1;
 
     base(&msg, WIRE_DATA);
     msg.data = (const uint8_t *)fl;
@@ -349,7 +383,7 @@ static int accepts(const Bytes *b) {
 TEST(layout_pinned) {
     Bytes b;
     header(&b, WIRE_BYE, 258, "ab");
-    const uint8_t bye[] = {'L', 'M', 'S', 'W', 2, 0, 10, 0, 2, 1, 0, 0, 0, 0, 0, 0, 2, 'a', 'b'};
+    const uint8_t bye[] = {'L', 'M', 'S', 'W', 3, 0, 10, 0, 2, 1, 0, 0, 0, 0, 0, 0, 2, 'a', 'b'};
     CHECK(b.n == sizeof bye && !memcmp(b.b, bye, sizeof bye), "test writer");
     base(&msg, WIRE_BYE);
     msg.round = 258, strcpy(msg.from, "ab");
@@ -400,9 +434,9 @@ TEST(malformed_rejected) {
     REJECT(&b, "bad magic");
     header(&b, WIRE_BYE, 1, "me");
     b.b[4] = 1;
-    REJECT(&b, "version 1, this loom speaks 2");
+    REJECT(&b, "version 1, this loom speaks 3");
     b.b[4] = 0, b.b[5] = 1;
-    REJECT(&b, "version 256, this loom speaks 2");
+    REJECT(&b, "version 256, this loom speaks 3");
     header(&b, 0, 1, "me");
     REJECT(&b, "unknown type 0");
     header(&b, WIRE_NTYPES, 1, "me");
@@ -518,9 +552,10 @@ static int small_messages(uint8_t out[][1024], size_t *len) {
         strcpy(msg.text, "run: seq 64");
         msg.text_len = 11;
         msg.data = (const uint8_t *)fl, msg.losses = (const uint8_t *)dl;
-        msg.q8 = (const uint8_t *)dl; // (DELTA8's codes)
-        static const uint32_t idx3[3] = {0, 3, 7};
-        msg.nnz = t == WIRE_DELTAS || t == WIRE_SUMS ? 3 : 0, msg.idx = (const uint8_t *)idx3;
+        msg.q8 = (const uint8_t *)dl;              // (DELTA8's codes)
+        static const uint8_t gaps3[3] = {0, 2, 3}; // (indices 0, 3, 7)
+        msg.nnz = t == WIRE_DELTAS || t == WIRE_SUMS ? 3 : wire_is_q8(t) ? 8 : 0;
+        msg.idx = gaps3, msg.idx_len = 3;
         msg.n = 8, msg.nloss = 3, msg.offset = 8, msg.total = 24, msg.what = WIRE_ARR_AVERAGE;
         msg.nids = 3;
         strcpy(msg.ids[0], "a"), strcpy(msg.ids[1], "bb"), strcpy(msg.ids[2], "c");
@@ -548,7 +583,8 @@ TEST(mutations) {
         {WIRE_DELTA, 16, 4},  {WIRE_DELTA, 20, 4},  {WIRE_HAVE, 8, 2},    {WIRE_COMMIT, 12, 2},
         {WIRE_COMMIT, 21, 2}, {WIRE_DATA, 20, 4},   {WIRE_DELTA8, 16, 4}, {WIRE_DELTA8, 20, 4},
         {WIRE_DELTAS, 20, 4}, {WIRE_DELTAS, 24, 4}, {WIRE_SUM, 20, 4},    {WIRE_SUM, 24, 4},
-        {WIRE_HOLD, 12, 2},   {WIRE_SUM8, 20, 4},   {WIRE_SUM8, 24, 4}};
+        {WIRE_HOLD, 12, 2},   {WIRE_SUM8, 20, 4},   {WIRE_SUM8, 24, 4},   {WIRE_DELTAS, 28, 4},
+        {WIRE_DELTA8, 28, 4}, {WIRE_SUM8, 32, 4},   {WIRE_SUMS, 32, 4}};
     for (size_t c = 0; c < sizeof counts / sizeof *counts; c++) {
         int i = counts[c].type - 1;
         for (size_t j = 0; j < counts[c].k; j++)
@@ -655,7 +691,7 @@ TEST(fuzz_seeds_valid) {
     DIR *d = opendir(dir);
     CHECK(d != NULL, "cannot open %s (run from the repository root)", dir);
     if (!d) return;
-    int seen = 0, types = 0;
+    int seen = 0, types = 0, sparse8 = 0;
     for (struct dirent *e; (e = readdir(d));) {
         if (e->d_name[0] == '.') continue;
         char path[512];
@@ -667,7 +703,7 @@ TEST(fuzz_seeds_valid) {
         int rc = wire_decode(p, n, &back, err, sizeof err);
         CHECK(rc == 0, "%s: %s", path, err);
         if (!rc) {
-            types |= 1 << back.type;
+            types |= 1 << back.type, sparse8 += wire_q8_sparse(&back);
             CHECK(wire_encode(&back, buf, sizeof buf) == n && !memcmp(buf, p, n), "%s: re-encoding",
                   path);
         }
@@ -676,6 +712,7 @@ TEST(fuzz_seeds_valid) {
     }
     closedir(d);
     CHECK(types == ((1 << WIRE_NTYPES) - 2), "%d files, not every type (mask %x)", seen, types);
+    CHECK(sparse8 == 2, "%d seeds with sparse codes, want 2", sparse8);
 }
 
 int main(void) {

@@ -5,7 +5,7 @@
 
 double peer_round_bytes(int n, double p, int exchange, int compress, double topk_frac) {
     double delta = compress == PEER_COMP_INT8   ? p + 4.0 * ceil(p / 4096.0)
-                   : compress == PEER_COMP_TOPK ? 8.0 * ceil(topk_frac * p)
+                   : compress == PEER_COMP_TOPK ? 5.0 * ceil(topk_frac * p)
                                                 : 4.0 * p;
     if (n < 2) return 0;
     if (exchange == PEER_EX_ALL) return (n - 1) * delta;

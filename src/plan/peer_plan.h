@@ -7,14 +7,14 @@
 // the next round: a round takes max(τ · step, exchange).
 // What a peer sends per round follows `--peer-exchange` and `--outer-compress` (docs/PEERS.md,
 // measured by bench/bench_peer_exchange.sh): one Δ as sent is 4P bytes (none), P + 4⌈P/4096⌉
-// (int8) or 8⌈F·P⌉ (topk, F = --topk-frac); all-to-all sends (N − 1) of them, sharded sends
-// (N − 1)/N of one plus the (N − 1)/N · 4P of fp32 slice sums (topk: the sums as index/value
-// pairs, at most (N − 1) · Δ). Unless told which, plan_peers takes the uncompressed exchange
-// if it hides behind the round, else int8, else topk (compression changes what the swarm
-// learns, so only where the link needs it), each with the cheaper of the two exchanges.
-// Memory per peer: the data-parallel worker's, plus anchor, outer momentum, Δ, the average
-// being applied and served, the snapshot a joiner downloads, and the N Δs of the round being
-// averaged: (8 + N) · 4P bytes.
+// (int8) or 5⌈F·P⌉ (topk, F = --topk-frac: a one-byte gap and a float each); all-to-all sends
+// (N − 1) of them, sharded sends (N − 1)/N of one plus the (N − 1)/N · 4P of fp32 slice sums
+// (topk: the sums as gaps and values, at most (N − 1) · Δ). Unless told which, plan_peers takes the
+// uncompressed exchange if it hides behind the round, else int8, else topk (compression changes
+// what the swarm learns, so only where the link needs it), each with the cheaper of the two
+// exchanges. Memory per peer: the data-parallel worker's, plus anchor, outer momentum, Δ, the
+// average being applied and served, the snapshot a joiner downloads, and the N Δs of the round
+// being averaged: (8 + N) · 4P bytes.
 #pragma once
 #include "planner.h"
 

@@ -4,8 +4,8 @@
 
 #include "strat_peer.h"
 
-// The protocol a peer speaks: the wire format (WIRE_VERSION 1) and what a data window holds
-// (2: B sequences; 1 was B·T contiguous tokens), so peers of either kind refuse each other.
+// The protocol a peer speaks (the wire format has its own version, wire.h) and what a data window
+// holds (2: B sequences; 1 was B·T contiguous tokens), so peers of either kind refuse each other.
 #define PEER_PROTOCOL 2
 
 // What a joiner must share with the swarm, named as the flags (REFUSE names the first that

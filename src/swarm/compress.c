@@ -68,21 +68,46 @@ void cq_ef_step(float *x, float *e, size_t n, int8_t *q, float *scales) {
 
 // ---------------------------------------------------------------- the swarm's side
 
-// topk: the piece's elements that are not zero as indices and values in s->sparse, when
-// those 8 bytes each are at most what the piece's other form costs (else 0): 4 bytes a float
-// (half of it may be non-zero), or, for a slice sum with --outer-compress-sums int8 (sum8),
-// about 1 byte a float (an eighth).
+// s->sparse: the gaps from its start (at most 3 bytes each), the values or codes from byte
+// SW_VALS (floats: at most half a piece of them).
+#define SW_VALS (2 * SW_PIECE)
+#define SW_SPARSE_BYTES (SW_VALS + 2 * SW_PIECE)
+
+static uint8_t *sparse_buf(Swarm *s) {
+    if (!s->sparse) s->sparse = xmalloc(SW_SPARSE_BYTES);
+    return s->sparse;
+}
+
+// topk: the piece's elements that are not zero as gaps and values in s->sparse, when there are
+// at most half of them (then their 1 + 4 bytes each, or up to 3 + 4, cost less than the 4 bytes
+// a float of the piece's other form), or, for a slice sum with --outer-compress-sums int8 (sum8),
+// an eighth (the chunks rounded to codes are the denser ones; swarm_shard.c). Else 0.
 int sw_sparse_msg(Swarm *s, const float *x, WireMsg *m, int sum8) {
-    if (!s->sparse) s->sparse = xmalloc(SW_PIECE * sizeof(uint32_t));
-    uint32_t *idx = s->sparse, nnz = 0, half = m->n / 2, most = sum8 ? m->n / 8 : half;
-    float *val = (float *)(s->sparse + half);
+    uint8_t *gap = sparse_buf(s);
+    float *val = (float *)(gap + SW_VALS);
+    uint32_t nnz = 0, most = sum8 ? m->n / 8 : m->n / 2, next = 0;
+    size_t len = 0;
     for (uint32_t i = 0; i < m->n; i++)
         if (x[i] != 0) {
             if (nnz == most) return 0;
-            idx[nnz] = i, val[nnz++] = x[i];
+            len += wire_gap_put(gap + len, i - next), next = i + 1, val[nnz++] = x[i];
         }
-    m->nnz = nnz, m->idx = (const uint8_t *)idx, m->data = (const uint8_t *)val;
+    m->nnz = nnz, m->idx = gap, m->idx_len = (uint32_t)len, m->data = (const uint8_t *)val;
     return 1;
+}
+
+void sw_q8_msg(Swarm *s, const int8_t *q, WireMsg *m) {
+    m->nnz = m->n, m->q8 = (const uint8_t *)q;
+    uint8_t *gap = sparse_buf(s), *code = gap + SW_VALS;
+    uint32_t nnz = 0, most = m->n / 2, next = 0;
+    size_t len = 0;
+    for (uint32_t i = 0; i < m->n; i++)
+        if (q[i] != 0) {
+            if (nnz == most) return;
+            len += wire_gap_put(gap + len, i - next), next = i + 1, code[nnz++] = (uint8_t)q[i];
+            if (4 + len + nnz >= m->n) return; // (all n codes are no more bytes)
+        }
+    m->nnz = nnz, m->idx = gap, m->idx_len = (uint32_t)len, m->q8 = code;
 }
 
 int sw_piece_msg(Swarm *s, const Contrib *c, size_t piece) {
@@ -104,7 +129,7 @@ int sw_range_msg(Swarm *s, const Contrib *c, size_t offset, size_t n, int losses
         return WIRE_DELTA;
     }
     m->data = (const uint8_t *)(c->scales + m->offset / CQ_CHUNK);
-    m->q8 = (const uint8_t *)(c->q8 + m->offset);
+    sw_q8_msg(s, c->q8 + m->offset, m);
     return WIRE_DELTA8;
 }
 
@@ -114,10 +139,12 @@ int sw_piece_ok(const Swarm *s, const WireMsg *m) {
 }
 
 void sw_piece_take(const WireMsg *m, float *dst) {
+    WireGaps g;
+    wire_gaps_begin(m, &g);
     if (m->type == WIRE_DELTAS || m->type == WIRE_SUMS) {
         memset(dst, 0, m->n * sizeof(float));
         for (uint32_t j = 0; j < m->nnz; j++)
-            dst[wire_u32(m->idx, j)] = wire_float(m->data, j);
+            dst[wire_gaps_next(&g)] = wire_float(m->data, j);
         return;
     }
     if (!wire_is_q8(m->type)) {
@@ -128,7 +155,16 @@ void sw_piece_take(const WireMsg *m, float *dst) {
     size_t ns = cq_nchunks(m->n);
     for (size_t k = 0; k < ns && k < SW_PIECE / CQ_CHUNK; k++)
         scales[k] = wire_float(m->data, k);
-    cq_dequantize((const int8_t *)m->q8, scales, m->n, dst);
+    if (!wire_q8_sparse(m)) {
+        cq_dequantize((const int8_t *)m->q8, scales, m->n, dst);
+        return;
+    }
+    for (uint32_t i = 0; i < m->n; i++) // (code 0 times the scale, as cq_dequantize: NaN stays)
+        dst[i] = 0.0f * scales[i / CQ_CHUNK];
+    for (uint32_t j = 0; j < m->nnz; j++) {
+        uint32_t i = wire_gaps_next(&g);
+        dst[i] = (float)(int8_t)m->q8[j] * scales[i / CQ_CHUNK];
+    }
 }
 
 void swarm_contribute_ef(Swarm *s, int64_t r, float *delta, float *ef, const double *losses,

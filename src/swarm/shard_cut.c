@@ -20,6 +20,8 @@
 
 // Every chunk weighs at least this (bytes): a slice of empty chunks still has to be summed.
 #define CUT_FLOOR 64
+// A sparse element's bytes: its gap (mostly 1 byte at these densities) and its float.
+#define SPARSE_BYTES 5
 
 // The non-zero floats of x[lo, hi).
 static size_t nonzeros(const float *x, size_t lo, size_t hi) {
@@ -57,16 +59,21 @@ void sw_cut_weighted(const uint32_t *w, size_t C, int n, uint32_t *cut) {
     }
 }
 
-// Per chunk: bytes the chunk's sum would cost as sent (index/value pairs, or dense codes or
-// floats, whichever the sender's rule picks is at most the smaller).
+// Per chunk: about the bytes the chunk's sum costs as sent, by the sender's rule (sw_sum_run):
+// a gap and a float a non-zero element when it goes sparse (SUMS), else with int8 sums its codes
+// (at most one gap and one code a non-zero element, at most one byte a float: SUM8), else
+// floats (SUM).
 void sw_cut_note(Swarm *s, const Slot *sl) {
     if (s->c.compress != CQ_TOPK || !s->c.exchange || !sl->avg) return;
     if (!s->sum_bytes) s->sum_bytes = xcalloc(s->nchunks + 1, sizeof *s->sum_bytes);
-    uint32_t dense = s->c.sums_int8 ? CQ_CHUNK + 4 : 4 * CQ_CHUNK;
     for (size_t k = 0, lo, hi; k < s->nchunks; k++) {
         chunk(s, k, &lo, &hi);
-        size_t bytes = 8 * nonzeros(sl->avg, lo, hi);
-        s->sum_bytes[k] = bytes < dense ? (uint32_t)bytes : dense;
+        size_t nz = nonzeros(sl->avg, lo, hi), n = hi - lo, bytes = 4 * n;
+        if (nz <= n / (s->c.sums_int8 ? 8 : 2))
+            bytes = SPARSE_BYTES * nz;
+        else if (s->c.sums_int8)
+            bytes = 4 + (2 * nz < n ? 2 * nz : n);
+        s->sum_bytes[k] = (uint32_t)bytes;
         spill_drop(sl->avg + lo, (hi - lo) * sizeof(float));
     }
 }
@@ -82,7 +89,8 @@ uint32_t *sw_cut_plan(Swarm *s, Slot *sl, int n) {
     uint64_t others = s->view.n > 1 ? (uint64_t)s->view.n - 1 : 1;
     for (size_t k = 0, lo, hi; k < s->nchunks; k++) {
         chunk(s, k, &lo, &hi);
-        uint64_t part = 8 * (uint64_t)nonzeros(me->delta, lo, hi), sum = others * s->sum_bytes[k];
+        uint64_t part = SPARSE_BYTES * (uint64_t)nonzeros(me->delta, lo, hi),
+                 sum = others * s->sum_bytes[k];
         spill_drop(me->delta + lo, (hi - lo) * sizeof(float));
         uint64_t v = (sum > part ? sum - part : 0) + CUT_FLOOR;
         w[k] = v < UINT32_MAX ? (uint32_t)v : UINT32_MAX;
@@ -94,8 +102,9 @@ uint32_t *sw_cut_plan(Swarm *s, Slot *sl, int n) {
 
 // Under topk a slice sum travels in runs of whole chunks of one kind, none crossing a piece
 // (SW_PIECE floats from the slice's start lo): chunks at most an eighth non-zero with int8 sums (a
-// half with fp32 sums) as index/value pairs (SUMS: 8 bytes a float, no more than the chunk's codes
-// or floats would cost), the others as codes (SUM8) or floats (SUM). The run at `at` (before hi):
+// half with fp32 sums) exact, as gaps and floats (SUMS: about 5 bytes a float, no more than the
+// chunk's codes or floats would cost), the others as codes (SUM8: only the codes not zero, with
+// their gaps, when that is fewer bytes) or floats (SUM). The run at `at` (before hi):
 // its length, and *sparse its kind. (A piece's kind was decided whole until 2026-11-28: a piece
 // with a few dense chunks went whole as codes, one of mostly dense chunks whole as pairs.)
 size_t sw_sum_run(const Swarm *s, const float *a, size_t lo, size_t at, size_t hi, int *sparse) {

@@ -194,7 +194,7 @@ struct Swarm {
     int nowed;
     int diverged;
     SwarmStats st;
-    uint32_t *sparse;     // --outer-compress topk: a DELTAS' indices and values (SW_PIECE)
+    uint8_t *sparse;      // a sparse message's gaps and values (SW_SPARSE_BYTES; compress.c)
     uint32_t *sum_bytes;  // per chunk: what the last average's slice sums cost (shard_cut.c)
     float *pool[SW_POOL]; // Δ buffers for reuse
     int npool;
@@ -292,6 +292,9 @@ int sw_range_msg(Swarm *s, const Contrib *c, size_t offset, size_t n, int losses
 // at most half are not zero (sum8, a slice sum whose other form is int8 codes: an eighth): 1;
 // else 0 (send them as floats, or codes).
 int sw_sparse_msg(Swarm *s, const float *x, WireMsg *m, int sum8);
+// The m->n int8 codes q as m's codes (m->nnz, m->q8; m->idx, m->idx_len): only those not zero,
+// at their gaps (in s->sparse), when that is fewer bytes and they are at most half; else all.
+void sw_q8_msg(Swarm *s, const int8_t *q, WireMsg *m);
 // 1 if a DELTA / DELTA8 / DELTAS is a kind this swarm's --outer-compress sends.
 int sw_piece_ok(const Swarm *s, const WireMsg *m);
 // The floats of a received DELTA / DELTA8 / DELTAS piece (m->n of them) into dst.

@@ -448,7 +448,7 @@ int sw_shard_job(Swarm *s, SendJob *jb) {
         } else if (sl->sh_q8) { // (jb->lo: the slice's start)
             type = WIRE_SUM8;
             m->data = (const uint8_t *)(sl->sh_scales + (jb->next - jb->lo) / CQ_CHUNK);
-            m->q8 = (const uint8_t *)(sl->sh_q8 + (jb->next - jb->lo));
+            sw_q8_msg(s, sl->sh_q8 + (jb->next - jb->lo), m);
         }
     }
     if (sw_send(s, jb->to, type, jb->round) != NET_OK) return 0;

@@ -28,9 +28,12 @@
 //   DATA      what u32, offset u64, total u64, n u32 (<= 2^18), hash u64, n floats
 //   BYE       nothing
 //   DELTA8    offset u64, total u64, n u32 (1..2^18), nloss u32 (<= 4096),
-//             ceil(n / 4096) floats (the scales), n int8 codes, nloss doubles
+//             ceil(n / 4096) floats (the scales), nnz u32: n, then n int8 codes; or <= n / 2,
+//             then gaps, then those nnz codes (none 0; the others are 0), nloss doubles
 //   DELTAS    offset u64, total u64, n u32 (1..2^18), nloss u32 (<= 4096), nnz u32 (<= n / 2),
-//             nnz u32 indices (increasing, < n), nnz floats, nloss doubles
+//             gaps, nnz floats, nloss doubles
+//   gaps      length u32 (nnz..3·nnz) + that many bytes: nnz indices (increasing, < n) as
+//             gaps (wire.h), every byte used
 //   SUM       attempt u32, then DELTA's fields
 //   SUMS      attempt u32, then DELTAS' fields
 //   HOLD      attempt u32, hash u64, ids
@@ -154,18 +157,66 @@ int wire_is_delta(const WireMsg *m) {
 
 int wire_is_q8(int type) { return type == WIRE_DELTA8 || type == WIRE_SUM8; }
 
-uint32_t wire_u32(const uint8_t *p, size_t i) { return (uint32_t)wire_get_le(p + 4 * i, 4); }
+int wire_q8_sparse(const WireMsg *m) { return wire_is_q8(m->type) && m->nnz != m->n; }
 
-// DELTAS: nnz <= n / 2, and the indices increase and stay below n.
+size_t wire_gap_put(uint8_t *p, uint32_t gap) {
+    size_t k = 0;
+    for (; gap >= 128; gap >>= 7)
+        p[k++] = (uint8_t)(gap | 128);
+    p[k++] = (uint8_t)gap;
+    return k;
+}
+
+void wire_gaps_begin(const WireMsg *m, WireGaps *g) { g->p = m->idx, g->at = 0, g->next = 0; }
+
+uint32_t wire_gaps_next(WireGaps *g) {
+    uint32_t v = 0;
+    for (int sh = 0;; sh += 7) {
+        uint8_t b = g->p[g->at++];
+        v |= (uint32_t)(b & 127) << sh;
+        if (!(b & 128)) break;
+    }
+    uint32_t i = g->next + v;
+    g->next = i + 1;
+    return i;
+}
+
+// The gap at *at of p[0, len) into *v: 0, or -1 if it runs past len or 3 bytes or ends in a 0
+// byte after its first.
+static int gap_get(const uint8_t *p, size_t len, size_t *at, uint32_t *v) {
+    *v = 0;
+    for (int k = 0; k < 3 && *at < len; k++) {
+        uint8_t b = p[(*at)++];
+        *v |= (uint32_t)(b & 127) << (7 * k);
+        if (!(b & 128)) return k && !b ? -1 : 0;
+    }
+    return -1;
+}
+
+// DELTAS, and DELTA8 with nnz < n: nnz <= n / 2, the gaps name nnz indices below n in exactly
+// idx_len bytes; DELTA8's codes are not zero.
 static int check_sparse(const WireMsg *m, const char *t, char *why, size_t whyn) {
     if (m->nnz > m->n / 2) return wire_say(why, whyn, "%s: nnz %u > n / 2", t, (unsigned)m->nnz);
-    if (m->nnz && (!m->idx || !m->data)) return wire_say(why, whyn, "%s: no indices", t);
+    if (m->idx_len < m->nnz || m->idx_len > 3 * (uint64_t)m->nnz)
+        return wire_say(why, whyn, "%s: %u bytes of gaps for %u indices", t, (unsigned)m->idx_len,
+                        (unsigned)m->nnz);
+    if (m->nnz && (!m->idx || !(wire_is_q8(m->type) ? m->q8 : m->data)))
+        return wire_say(why, whyn, "%s: no indices", t);
+    size_t at = 0;
+    uint64_t next = 0;
     for (uint32_t j = 0; j < m->nnz; j++) {
-        uint32_t i = wire_u32(m->idx, j);
-        if (i >= m->n || (j && i <= wire_u32(m->idx, j - 1)))
-            return wire_say(why, whyn, "%s: index %u at %u out of order or >= n", t, (unsigned)i,
+        uint32_t v;
+        if (gap_get(m->idx, m->idx_len, &at, &v))
+            return wire_say(why, whyn, "%s: bad gap %u", t, (unsigned)j);
+        if ((next += v) >= m->n)
+            return wire_say(why, whyn, "%s: index %llu at %u >= n", t, (unsigned long long)next,
                             (unsigned)j);
+        next++;
+        if (wire_is_q8(m->type) && m->q8[j] == 0)
+            return wire_say(why, whyn, "%s: code %u is 0", t, (unsigned)j);
     }
+    if (at != m->idx_len)
+        return wire_say(why, whyn, "%s: %zu bytes after the gaps", t, m->idx_len - at);
     return 0;
 }
 
@@ -186,6 +237,7 @@ static int check_range(const WireMsg *m, const char *t, char *why, size_t whyn) 
     if (wire_is_delta(m) && m->nloss && !m->losses) return wire_say(why, whyn, "%s: no losses", t);
     if (m->type == WIRE_DELTAS || m->type == WIRE_SUMS) return check_sparse(m, t, why, whyn);
     if (m->type != WIRE_FETCH && m->n && !m->data) return wire_say(why, whyn, "%s: no data", t);
+    if (wire_q8_sparse(m)) return check_sparse(m, t, why, whyn);
     if (wire_is_q8(m->type) && m->n && !m->q8) return wire_say(why, whyn, "%s: no codes", t);
     return 0;
 }
@@ -318,10 +370,13 @@ static void emit(Wr *w, const WireMsg *m) {
         put_u(w, m->nloss, 4);
         if (wire_is_q8(m->type)) {
             put_vals(w, m->data, wire_q8_scales(m->n), 4);
-            put_bytes(w, m->q8, m->n);
+            put_u(w, m->nnz, 4);
+            if (wire_q8_sparse(m)) put_u(w, m->idx_len, 4), put_bytes(w, m->idx, m->idx_len);
+            put_bytes(w, m->q8, m->nnz);
         } else if (m->type == WIRE_DELTAS || m->type == WIRE_SUMS) {
             put_u(w, m->nnz, 4);
-            put_vals(w, m->idx, m->nnz, 4);
+            put_u(w, m->idx_len, 4);
+            put_bytes(w, m->idx, m->idx_len);
             put_vals(w, m->data, m->nnz, 4);
         } else {
             put_vals(w, m->data, m->n, 4);

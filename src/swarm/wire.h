@@ -10,8 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define WIRE_VERSION 2            // 2: COMMIT carries the slices' cut
-#define WIRE_ID_MAX 64            // peer id: 1..64 bytes of [A-Za-z0-9._-]
+#define WIRE_VERSION 3 // 2: COMMIT carries the slices' cut; 3: sparse indices as gaps, sparse codes
+#define WIRE_ID_MAX 64 // peer id: 1..64 bytes of [A-Za-z0-9._-]
 #define WIRE_ADDR_MAX 255         // tcp address "HOST:PORT", printable ASCII, no spaces
 #define WIRE_MAX_PEERS 256        // records / ids in one message
 #define WIRE_MAX_FLOATS (1 << 18) // floats in one DELTA or DATA message (1 MiB)
@@ -36,7 +36,8 @@ typedef enum {
                     // n = 0 with offset = total = 0: the responder no longer has that version
     WIRE_BYE,       // the sender leaves the swarm
     WIRE_DELTA8,    // DELTA quantized (--outer-compress int8): n elements at offset of total as
-                    // ceil(n / WIRE_Q8_CHUNK) float scales (data) and n int8 codes (q8); losses
+                    // ceil(n / WIRE_Q8_CHUNK) float scales (data) and nnz int8 codes (q8): all n
+                    // (nnz = n), or (nnz <= n / 2) the codes not zero at the indices idx; losses
     WIRE_DELTAS,    // DELTA sparse (--outer-compress topk): of the n elements at offset, nnz
                     // (<= n / 2) are not zero: their indices (idx, increasing, < n) and values
                     // (data); losses
@@ -84,8 +85,10 @@ typedef struct {
     const uint8_t *data;    // DELTA, DATA: n little-endian floats inside the decoded buffer
                             // (DELTA8: its wire_q8_scales(n) scales)
     const uint8_t *q8;      // DELTA8: n int8 codes inside the decoded buffer
-    uint32_t nnz;           // DELTAS: elements not zero (data holds their nnz values)
-    const uint8_t *idx;     // DELTAS: their nnz u32 indices (from offset) inside the buffer
+    uint32_t nnz;           // DELTAS: elements not zero (data holds their nnz values); DELTA8:
+                            // codes carried (n: all; fewer: those not zero, at idx)
+    const uint8_t *idx;     // their indices (from offset) as gaps (below), idx_len bytes
+    uint32_t idx_len;       // bytes of idx
     uint32_t nloss;         // DELTA
     const uint8_t *losses;  // DELTA: nloss little-endian doubles inside the decoded buffer
     uint64_t hash;          // HAVE, COMMIT, DATA
@@ -122,8 +125,20 @@ void wire_floats(const uint8_t *p, size_t n, float *dst);
 // DELTA8 / SUM8: the scales a message of n elements carries (one per WIRE_Q8_CHUNK, the last
 // partial).
 size_t wire_q8_scales(size_t n);
-// Element i of a decoded u32 array (DELTAS' indices).
-uint32_t wire_u32(const uint8_t *p, size_t i);
+// Sparse indices travel as gaps: the first index is its gap, each next one is the previous + 1
+// + its gap; a gap is LEB128 (7 bits a byte, the lowest first, the high bit set on every byte
+// but the last; 1..3 bytes, no final 0 byte after the first). wire_gap_put writes one at p (3
+// bytes of room) and returns its bytes; a walk reads a checked message's indices in order.
+size_t wire_gap_put(uint8_t *p, uint32_t gap);
+typedef struct {
+    const uint8_t *p;
+    size_t at;     // bytes read
+    uint32_t next; // the lowest index the next gap can name
+} WireGaps;
+void wire_gaps_begin(const WireMsg *m, WireGaps *g);
+uint32_t wire_gaps_next(WireGaps *g);
+// 1 if a DELTA8 / SUM8 carries only its codes that are not zero (nnz < n).
+int wire_q8_sparse(const WireMsg *m);
 // DELTA, DELTA8, DELTAS, SUM, SUMS or SUM8: a range of a Δ or of a slice sum, with losses.
 int wire_is_delta(const WireMsg *m);
 // DELTA8 or SUM8: int8 codes with a scale per WIRE_Q8_CHUNK.

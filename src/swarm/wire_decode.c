@@ -107,6 +107,18 @@ static int get_text(Rd *r, WireMsg *m) {
     return 0;
 }
 
+// A sparse message's gaps after its nnz: their length (checked against nnz before anything is
+// read) and bytes. (wire_check walks them.)
+static int get_gaps(Rd *r, WireMsg *m) {
+    if (r->trunc) return bad(r, "short");
+    if (m->nnz > m->n / 2) return bad(r, "nnz %u > n / 2", (unsigned)m->nnz);
+    m->idx_len = (uint32_t)get_u(r, 4);
+    if (!r->trunc && (m->idx_len < m->nnz || m->idx_len > 3 * (uint64_t)m->nnz))
+        return bad(r, "%u bytes of gaps for %u indices", (unsigned)m->idx_len, (unsigned)m->nnz);
+    m->idx = get_bytes(r, m->idx_len);
+    return 0;
+}
+
 // DELTA, DELTA8, DELTAS, FETCH, DATA: the fields in their order, the floats, codes, indices and
 // losses as
 // pointers into r.
@@ -126,11 +138,12 @@ static int get_range(Rd *r, WireMsg *m) {
     if (m->type == WIRE_FETCH) return 0;
     if (wire_is_q8(m->type)) {
         m->data = get_bytes(r, wire_q8_scales(m->n) * 4);
-        m->q8 = get_bytes(r, m->n);
+        m->nnz = (uint32_t)get_u(r, 4);
+        if (m->nnz != m->n && get_gaps(r, m)) return -1;
+        m->q8 = get_bytes(r, m->nnz);
     } else if (m->type == WIRE_DELTAS || m->type == WIRE_SUMS) {
         m->nnz = (uint32_t)get_u(r, 4);
-        if (m->nnz > m->n / 2 && !r->trunc) return bad(r, "nnz %u > n / 2", (unsigned)m->nnz);
-        m->idx = get_bytes(r, (size_t)m->nnz * 4);
+        if (get_gaps(r, m)) return -1;
         m->data = get_bytes(r, (size_t)m->nnz * 4);
     } else {
         m->data = get_bytes(r, (size_t)m->n * 4);
@@ -172,7 +185,7 @@ int wire_decode(const uint8_t *buf, size_t len, WireMsg *m, char *err, size_t er
     m->type = 0, m->round = 0, m->from[0] = 0, m->what = m->attempt = 0;
     m->offset = m->total = m->hash = 0, m->n = m->nloss = 0,
     m->data = m->losses = m->q8 = m->idx = NULL;
-    m->nnz = 0;
+    m->nnz = m->idx_len = 0;
     m->nids = m->nrec = 0, m->text_len = 0, m->text[0] = 0, m->ncut = 0;
     const uint8_t *magic = get_bytes(&r, 4);
     if (magic && memcmp(magic, "LMSW", 4)) return wire_say(err, errn, "bad magic");
