@@ -10,7 +10,7 @@
 #                       [--accum K (8)] [--churn-rounds R (15)] [--churn-every N (3)]
 #                       [--churn-link 1gbit|100mbit] [--churn-timeout S (5)] [--swarm-timeout S (30)]
 #                       [--churn-at random|boundary (random)]
-#                       [--conv-modes dp,co2,none,int8,topk] [--conv-outer "FLAGS"]
+#                       [--conv-modes dp,co2,none,int8,topk,topk2] [--conv-outer "FLAGS"]
 #                       [--out DIR] [--loom PATH]
 #
 # N equal "machines" (--machines, default 4): every peer and every MPI rank runs in its own CPU
@@ -50,7 +50,8 @@
 # Part conv: the same model and token budget with MPI --dp N (sync DP, batch 8 per rank), and
 # --dp N --co2 (--conv-modes), on loopback; final validation loss against the no-churn swarm.
 # --conv-outer FLAGS go to the co2 run and the conv swarms (e.g. "--outer-momentum 0.2").
-# Conv modes none, int8 and topk: a swarm of N peers (no churn) with that --outer-compress
+# Conv modes none, int8, topk and topk2 (topk with --topk-values 2bit): a swarm of N peers (no
+# churn) with that --outer-compress
 # (--exchange as given) on a 1 Gbit/s tbf link, the same steps: final validation loss and the
 # bytes each peer sent.
 # Everything (peers, wirelay, namespaces lpr*) is removed on exit.
@@ -340,11 +341,12 @@ if has "$PARTS" conv; then
     has "$CONV_MODES" dp && run_mpi conv_dp loopback "$CH_STEPS" "${BYTEF[@]}" --dp "$NP" --val-every 0
     read -r -a COUT <<<"$CONV_OUTER"
     has "$CONV_MODES" co2 && run_mpi conv_co2 loopback "$CH_STEPS" "${BYTEF[@]}" --dp "$NP" --co2 --val-every 0 "${COUT[@]}"
-    for c in none int8 topk; do
+    for c in none int8 topk topk2; do
         has "$CONV_MODES" "$c" || continue
         net_up 1gbit
         echo "== conv swarm --outer-compress $c (1gbit)"
-        COMPRESS=$c run_swarm "conv_swarm_$c" "$CH_STEPS" "${BYTEF[@]}" --peer-timeout 5 "${COUT[@]}"
+        v=(); [ $c = topk2 ] && v=(--topk-values 2bit)
+        COMPRESS=${c%2} run_swarm "conv_swarm_$c" "$CH_STEPS" "${BYTEF[@]}" --peer-timeout 5 "${COUT[@]}" "${v[@]}"
         net_down
     done
 fi

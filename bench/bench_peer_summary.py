@@ -199,7 +199,8 @@ if conv:
     for tag in conv:
         v = [j["val_loss"] for _, j in ts_rows(tag) if "val_loss" in j]
         print(f"- {tag}: rc {rc_of(tag)['rc']}, final val loss {v[-1] if v else '?'}")
-sw = [t for t in ("conv_swarm_none", "conv_swarm_int8", "conv_swarm_topk") if rc_of(t)]
+sw = [t for t in ("conv_swarm_none", "conv_swarm_int8", "conv_swarm_topk", "conv_swarm_topk2")
+      if rc_of(t)]
 if sw:
     dpv = [j["val_loss"] for _, j in ts_rows("conv_dp") if "val_loss" in j] if rc_of("conv_dp") else []
     print("\n### Convergence of the swarm by --outer-compress (same steps; 1 Gbit/s tbf)\n")

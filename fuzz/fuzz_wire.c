@@ -22,6 +22,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         wire_floats(msg.data, wire_q8_scales(msg.n), floats);
         for (uint32_t j = 0; j < msg.nnz; j++)
             floats[wire_q8_sparse(&msg) ? wire_gaps_next(&g) : j] = (float)(int8_t)msg.q8[j];
+    } else if (msg.type == WIRE_DELTAS2) { // the levels, every index and code
+        wire_floats(msg.data, 2 * wire_q8_scales(msg.n), floats);
+        for (uint32_t j = 0; j < msg.nnz; j++)
+            floats[wire_gaps_next(&g)] += (float)wire_code2(&msg, j);
     } else if (msg.type == WIRE_DELTAS || msg.type == WIRE_SUMS) { // the values, every index
         wire_floats(msg.data, msg.nnz, floats);
         for (uint32_t j = 0; j < msg.nnz; j++)

@@ -179,6 +179,8 @@ w("wire/hold", hdr(15) + struct.pack("<IQ", 1, 7) + ids([b"node-0"]))
 w("wire/sum8", hdr(16) + struct.pack("<IQQII", 2, 4096, 8200, 4100, 2) + floats(2) +
   struct.pack("<I", 4100) + bytes((i * 37) % 256 for i in range(4100)) +
   struct.pack("<2d", 3.25, 2.0))
+w("wire/deltas2", hdr(17) + struct.pack("<QQII", 0, 4200, 4100, 1) + floats(4) +
+  struct.pack("<I", 3) + gaps + bytes([0x39]) + struct.pack("<d", 2.0))
 w("wire/sum8_sparse", hdr(16) + struct.pack("<IQQII", 2, 4096, 8200, 4100, 1) + floats(2) +
   struct.pack("<II", 2, 3) + bytes([0x80, 0x20, 2]) + bytes([0xff, 3]) + struct.pack("<d", 1.0))
 PY

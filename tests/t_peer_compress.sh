@@ -11,7 +11,10 @@
 #      naming the flag;
 #   4. topk (--topk-frac 0.05): 3 peers end with identical anchors, the loss falls, a peer sends
 #      under a fifth of none's bytes, and its anchors differ from none's and int8's; a
-#      --topk-frac outside (0, 1] and a joiner with another --topk-frac are refused.
+#      --topk-frac outside (0, 1] and a joiner with another --topk-frac are refused;
+#   5. topk with --topk-values 2bit, all-to-all and sharded: 3 peers end with identical anchors
+#      (not fp32 topk's), the loss falls, a peer sends under 1/2.5 of fp32 topk's bytes; 2bit
+#      without topk, and a joiner with fp32 values, are refused.
 # asan: skip
 set -eu
 . "$(dirname "$0")/lib.sh"
@@ -141,6 +144,36 @@ v0=$!
 boot=$(addr v0)
 expect_fail "topk-frac differs" $LOOM peer --data "$d/d.bin" $model $opt $outer \
     --outer-compress topk --topk-frac 0.1 --steps 30 --peer-id y --listen 127.0.0.1:0 \
+    --bootstrap $boot --secret "$d/secret" --peer-timeout 2 --progress off
+kill -9 $v0 2>/dev/null || true; wait $v0 2>/dev/null || true
+
+echo "== 5. topk with 2-bit values"
+for ex in all sharded; do
+    swarm b$ex 3 15 --outer-compress topk --topk-frac 0.05 --topk-values 2bit --peer-exchange $ex
+    for i in 1 2; do
+        cmp "$d/b${ex}0.st" "$d/b$ex$i.st" || { echo "2bit $ex: peer $i's anchor differs"; exit 1; }
+    done
+done
+if cmp -s "$d/ball0.st" "$d/t0.st"; then echo "2bit ended where fp32 topk did"; exit 1; fi
+$PY - "$d/ball0.jsonl" <<'PY'
+import json, sys
+loss = [json.loads(l)["loss"] for l in open(sys.argv[1]) if '"loss"' in l]
+first, last = sum(loss[:3]) / 3, sum(loss[-3:]) / 3
+print(f"topk 2bit: loss {first:.4f} -> {last:.4f}")
+assert last < first - 0.1, "the loss did not fall"
+PY
+b=$(sent_mib ball0)
+echo "peer 0 sent $b MiB with topk 0.05 2bit values, $t MiB with fp32 values (all-to-all)"
+$PY -c "import sys; b, t = float('$b'), float('$t'); sys.exit(0 if 0 < b < t / 2.5 else 1)" ||
+    { echo "2-bit values did not cut the bytes sent"; exit 1; }
+expect_fail "--topk-values 2bit needs --outer-compress topk" $LOOM peer --data "$d/d.bin" $model \
+    --outer-compress int8 --topk-values 2bit --peer-id q --listen 127.0.0.1:0 \
+    --secret "$d/secret" --steps 1
+peer v0 "" --steps 30 --min-peers 2 --outer-compress topk --topk-frac 0.05 --topk-values 2bit
+v0=$!
+boot=$(addr v0)
+expect_fail "topk-values differs" $LOOM peer --data "$d/d.bin" $model $opt $outer \
+    --outer-compress topk --topk-frac 0.05 --steps 30 --peer-id y --listen 127.0.0.1:0 \
     --bootstrap $boot --secret "$d/secret" --peer-timeout 2 --progress off
 kill -9 $v0 2>/dev/null || true; wait $v0 2>/dev/null || true
 echo "all ok"

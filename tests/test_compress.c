@@ -11,7 +11,9 @@
 //   * a chunk with a NaN or an infinity codes to 0 with the scale NaN (all its values NaN);
 //   * topk keeps exactly the k largest |x + e| (ties: the lower index; NaN the largest), the
 //     rest moving into e, against a sort; a piece of it travels as DELTAS (gaps and values),
-//     or as floats when more than half of it is kept, and decodes to the sender's exact bits.
+//     or as floats when more than half of it is kept, and decodes to the sender's exact bits;
+//   * --topk-values 2bit: each chunk's kept values on its two levels, e taking what that drops,
+//     and a piece of it as DELTAS2 (2 bits a value) decoding to the sender's bits.
 #include <math.h>
 #include <string.h>
 
@@ -223,6 +225,92 @@ TEST(topk_piece_over_the_wire) {
     free(s.sparse);
 }
 
+// --topk-values 2bit: every kept value is its sign times the nearer of its chunk's two levels,
+// which are the means of the kept magnitudes below and at-or-above their mean (recomputed here
+// in double); e takes exactly what that drops; elements not kept are untouched; a chunk with
+// nothing kept has levels 0, one with a kept NaN has levels NaN. Negative control: a level off
+// by one ulp fails the check.
+static int check_levels(const float *before, const float *xs, const float *es, const float *e0,
+                        const float *lv, size_t n) {
+    int bad = 0;
+    for (size_t at = 0; at < n; at += CQ_CHUNK) {
+        size_t m = n - at < CQ_CHUNK ? n - at : CQ_CHUNK, k = 0, klo = 0;
+        double sum = 0, slo = 0, shi = 0;
+        for (size_t i = at; i < at + m; i++)
+            if (before[i] != 0) sum += fabsf(before[i]), k++;
+        float mean = k ? (float)(sum / (double)k) : 0;
+        for (size_t i = at; i < at + m; i++)
+            if (before[i] != 0) {
+                if (fabsf(before[i]) < mean)
+                    slo += fabsf(before[i]), klo++;
+                else
+                    shi += fabsf(before[i]);
+            }
+        float hi = k ? (float)(shi / (double)(k - klo)) : 0, lo = klo ? (float)(slo / klo) : hi;
+        const float *l = lv + 2 * (at / CQ_CHUNK);
+        bad += l[0] != lo || l[1] != hi || lo > hi;
+        for (size_t i = at; i < at + m; i++) {
+            if (before[i] == 0) {
+                bad += xs[i] != 0 || es[i] != e0[i];
+                continue;
+            }
+            float a = fabsf(before[i]), v = fabsf(a - lo) < fabsf(a - hi) ? lo : hi;
+            bad += xs[i] != copysignf(v, before[i]) || es[i] != before[i] - xs[i];
+        }
+    }
+    return bad;
+}
+
+TEST(topk_two_bit_levels) {
+    static float before[N], e0[N], lv[2 * 8];
+    fill(d, N, 21), fill(e, N, 22);
+    cq_topk_step(d, e, N, cq_topk_count(N, 0.05));
+    for (size_t i = 3 * CQ_CHUNK; i < N; i++) // the partial chunk: nothing kept
+        e[i] += d[i], d[i] = 0;
+    memcpy(before, d, sizeof before), memcpy(e0, e, sizeof e0);
+    cq_topk2_step(d, e, N, lv);
+    CHECK(check_levels(before, d, e, e0, lv, N) == 0, "levels, values or error feedback off");
+    CHECK(lv[6] == 0 && lv[7] == 0, "a chunk with nothing kept: levels %g %g", lv[6], lv[7]);
+    lv[1] = nextafterf(lv[1], 1.0f);
+    CHECK(check_levels(before, d, e, e0, lv, N) > 0, "negative control: a level off by an ulp");
+    float t[4] = {1, NAN, 0, -3}, te[4] = {0}, tl[2];
+    cq_topk2_step(t, te, 4, tl);
+    CHECK(isnan(tl[0]) && isnan(tl[1]) && isnan(t[0]) && isnan(t[3]) && signbit(t[3]) && t[2] == 0,
+          "NaN chunk: levels %g %g", tl[0], tl[1]);
+}
+
+// A 2-bit piece travels as DELTAS2 (gaps, 2 bits a value, two levels a chunk) and decodes to
+// the sender's bits, NaNs included; the size is as wire.c's layout says.
+TEST(topk_two_bit_over_the_wire) {
+    static Swarm s;
+    static WireMsg out, in;
+    static uint8_t buf[WIRE_MSG_MAX];
+    static float got[N], lv[2 * 8];
+    s.P = N, s.out = &out, s.c.compress = CQ_TOPK, s.c.topk_2bit = 1;
+    fill(d, N, 31);
+    memset(e, 0, sizeof e);
+    cq_topk_step(d, e, N, cq_topk_count(N, 0.02));
+    d[CQ_CHUNK + 9] = NAN; // (kept, and its chunk's levels NaN)
+    cq_topk2_step(d, e, N, lv);
+    Contrib c = {.delta = d, .scales = lv};
+    int type = sw_piece_msg(&s, &c, 0);
+    out.type = (uint16_t)type, out.round = 1;
+    strcpy(out.from, "a");
+    size_t n = wire_encode(&out, buf, sizeof buf), k = out.nnz;
+    size_t want = 17 + 1 + 24 + 8 * 4 + 8 + out.idx_len + (k + 3) / 4;
+    CHECK(type == WIRE_DELTAS2 && n == want && k >= cq_topk_count(N, 0.02) && out.idx_len < 2 * k,
+          "type %d, %zu bytes, want %zu", type, n, want);
+    char err[160] = "";
+    CHECK(wire_decode(buf, n, &in, err, sizeof err) == 0 && sw_piece_ok(&s, &in), "decode: %s",
+          err);
+    memset(got, 0xff, sizeof got);
+    sw_piece_take(&in, got);
+    CHECK(!memcmp(got, d, sizeof got), "the receiver's values differ from the sender's");
+    s.c.topk_2bit = 0;
+    CHECK(!sw_piece_ok(&s, &in), "a DELTAS2 accepted by a swarm of fp32 topk values");
+    free(s.sparse);
+}
+
 int main(void) {
     RUN(quantize_chunks);
     RUN(error_feedback);
@@ -230,5 +318,7 @@ int main(void) {
     RUN(non_finite);
     RUN(topk_selection);
     RUN(topk_piece_over_the_wire);
+    RUN(topk_two_bit_levels);
+    RUN(topk_two_bit_over_the_wire);
     return test_summary();
 }

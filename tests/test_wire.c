@@ -99,8 +99,15 @@ static int same_msg(const WireMsg *a, const WireMsg *b) {
     for (int i = 0; i < a->nids; i++)
         if (strcmp(a->ids[i], b->ids[i])) return 0;
     if (a->nnz != b->nnz) return 0;
-    int sparse = b->type == WIRE_DELTAS || b->type == WIRE_SUMS || wire_q8_sparse(b);
+    int sparse = b->type == WIRE_DELTAS || b->type == WIRE_SUMS || b->type == WIRE_DELTAS2 ||
+                 wire_q8_sparse(b);
     if (sparse && (a->idx_len != b->idx_len || memcmp(a->idx, b->idx, a->idx_len))) return 0;
+    if (b->type == WIRE_DELTAS2) { // the levels, then the codes
+        size_t nl = 2 * wire_q8_scales(a->n);
+        wire_floats(b->data, nl, fl_back);
+        return !memcmp(a->data, fl_back, nl * 4) && !memcmp(a->q8, b->q8, (a->nnz + 3) / 4) &&
+               (!a->nloss || !memcmp(a->losses, b->losses, 8 * (size_t)a->nloss));
+    }
     for (uint32_t j = 0; j < a->nnz && !wire_is_q8(b->type); j++) { // DELTAS: the values
         float f = wire_float(b->data, j), g;
         memcpy(&g, a->data + 4 * (size_t)j, 4);
@@ -275,6 +282,27 @@ TEST(roundtrip_arrays) {
     CHECK(wire_size(&msg) == 0, "DELTAS with an index >= n encodes");
     gaps[0] = 1;
 
+    base(&msg, WIRE_DELTAS2); // two levels a chunk, gaps, 2 bits a value, the last byte padded
+    msg.data = (const uint8_t *)fl, msg.idx = gaps, msg.q8 = codes,
+    msg.losses = (const uint8_t *)dl;
+    msg.n = 4097, msg.nnz = 5, msg.idx_len = 5, msg.nloss = 1, msg.offset = 0, msg.total = 4097;
+    codes[0] = 0xe4, codes[1] = 0x03; // codes 0, 1, 2, 3, 3
+    n = roundtrip(&msg, "DELTAS2");
+    CHECK(n == 17 + 10 + 24 + 4 * 4 + 8 + 5 + 2 + 8, "DELTAS2 size %zu", n);
+    CHECK(wire_code2(&back, 0) == 0 && wire_code2(&back, 1) == 1 && wire_code2(&back, 2) == 2 &&
+              wire_code2(&back, 3) == 3 && wire_code2(&back, 4) == 3,
+          "DELTAS2 codes");
+    codes[1] = 0x13;
+    CHECK(wire_size(&msg) == 0, "a DELTAS2 with unused code bits set encodes");
+    codes[1] = 0x03, msg.nnz = 4, msg.idx_len = 4;
+    roundtrip(&msg, "DELTAS2, a whole last byte");
+    msg.nnz = 0, msg.idx_len = 0;
+    roundtrip(&msg, "DELTAS2, nothing kept");
+    msg.n = WIRE_MAX_FLOATS, msg.nnz = WIRE_MAX_FLOATS / 2, msg.total = WIRE_MAX_FLOATS;
+    msg.idx_len = (uint32_t)len, msg.nloss = WIRE_MAX_LOSSES;
+    memset(codes, 0xff, sizeof codes);
+    roundtrip(&msg, "DELTAS2, longest");
+
     base(&msg, WIRE_DATA);
     msg.data = (const uint8_t *)fl;
     msg.what = WIRE_ARR_MOMENTUM, msg.hash = 0x0123456789abcdefull;
@@ -440,7 +468,7 @@ TEST(malformed_rejected) {
     header(&b, 0, 1, "me");
     REJECT(&b, "unknown type 0");
     header(&b, WIRE_NTYPES, 1, "me");
-    REJECT(&b, "unknown type 17"); // (WIRE_NTYPES)
+    REJECT(&b, "unknown type 18"); // (WIRE_NTYPES)
     header(&b, 0xffff, 1, "me");
     REJECT(&b, "unknown type 65535");
     header(&b, WIRE_BYE, -1, "me");
@@ -554,7 +582,10 @@ static int small_messages(uint8_t out[][1024], size_t *len) {
         msg.data = (const uint8_t *)fl, msg.losses = (const uint8_t *)dl;
         msg.q8 = (const uint8_t *)dl;              // (DELTA8's codes)
         static const uint8_t gaps3[3] = {0, 2, 3}; // (indices 0, 3, 7)
-        msg.nnz = t == WIRE_DELTAS || t == WIRE_SUMS ? 3 : wire_is_q8(t) ? 8 : 0;
+        msg.nnz = t == WIRE_DELTAS || t == WIRE_SUMS || t == WIRE_DELTAS2 ? 3
+                  : wire_is_q8(t)                                         ? 8
+                                                                          : 0;
+        if (t == WIRE_DELTAS2) msg.q8 = (const uint8_t *)"\x39"; // (codes 1, 2, 3)
         msg.idx = gaps3, msg.idx_len = 3;
         msg.n = 8, msg.nloss = 3, msg.offset = 8, msg.total = 24, msg.what = WIRE_ARR_AVERAGE;
         msg.nids = 3;
@@ -584,7 +615,8 @@ TEST(mutations) {
         {WIRE_COMMIT, 21, 2}, {WIRE_DATA, 20, 4},   {WIRE_DELTA8, 16, 4}, {WIRE_DELTA8, 20, 4},
         {WIRE_DELTAS, 20, 4}, {WIRE_DELTAS, 24, 4}, {WIRE_SUM, 20, 4},    {WIRE_SUM, 24, 4},
         {WIRE_HOLD, 12, 2},   {WIRE_SUM8, 20, 4},   {WIRE_SUM8, 24, 4},   {WIRE_DELTAS, 28, 4},
-        {WIRE_DELTA8, 28, 4}, {WIRE_SUM8, 32, 4},   {WIRE_SUMS, 32, 4}};
+        {WIRE_DELTA8, 28, 4}, {WIRE_SUM8, 32, 4},   {WIRE_SUMS, 32, 4},   {WIRE_DELTAS2, 32, 4},
+        {WIRE_DELTAS2, 36, 4}};
     for (size_t c = 0; c < sizeof counts / sizeof *counts; c++) {
         int i = counts[c].type - 1;
         for (size_t j = 0; j < counts[c].k; j++)

@@ -215,6 +215,10 @@ static const Option PEER_OPTS[] = {
      "auto|none|int8", 0, 0},
     {"topk-frac", OPT_FLOAT, &A.topk_frac,
      "--outer-compress topk: the share of a Δ's floats sent, in (0, 1]", NULL, 0, 0},
+    {"topk-values", OPT_STR, &A.topk_values,
+     "--outer-compress topk: the values sent exact, or as a sign and one of two magnitudes per "
+     "4096 floats (2 bits each; what that drops goes into the error feedback)",
+     "fp32|2bit", 0, 0},
 };
 
 // Flags of `loom train` that mean nothing for a peer.

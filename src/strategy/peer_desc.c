@@ -48,6 +48,8 @@ char *peer_run_desc(const Strategy *s) {
     const char *cq[] = {"none", "int8", "topk"};
     cJSON_AddStringToObject(j, "outer-compress", cq[c->outer_compress]);
     if (c->outer_compress == 2) cJSON_AddNumberToObject(j, "topk-frac", c->topk_frac);
+    if (c->outer_compress == 2)
+        cJSON_AddStringToObject(j, "topk-values", c->topk_2bit ? "2bit" : "fp32");
     cJSON_AddStringToObject(j, "peer-exchange", c->peer_exchange ? "sharded" : "all");
     if (c->peer_exchange)
         cJSON_AddStringToObject(j, "outer-compress-sums", c->sums_int8 ? "int8" : "none");

@@ -53,6 +53,8 @@ static int peer_check(const StrategyConfig *c) {
     if (c->tau < 1 || c->tau > 4096) return loom_fail("--tau must be in 1..4096 for loom peer");
     if (!(c->topk_frac > 0 && c->topk_frac <= 1))
         return loom_fail("--topk-frac %g: must be in (0, 1]", c->topk_frac);
+    if (c->topk_2bit && c->outer_compress != 2)
+        return loom_fail("--topk-values 2bit needs --outer-compress topk");
     if (c->save_every > 0 && c->save_every % c->tau)
         return loom_fail("--save-every %d: a peer saves at round ends, so it must be a multiple "
                          "of --tau %d",
@@ -323,6 +325,7 @@ static int peer_create(Strategy *s) {
                       .run_desc = p->desc,
                       .compress = c->outer_compress,
                       .topk_frac = c->topk_frac,
+                      .topk_2bit = c->topk_2bit,
                       .exchange = c->peer_exchange,
                       .sums_int8 = c->sums_int8 && c->peer_exchange,
                       .verbose = getenv("LOOM_PEER_VERBOSE") != NULL};

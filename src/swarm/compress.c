@@ -73,6 +73,8 @@ void cq_ef_step(float *x, float *e, size_t n, int8_t *q, float *scales) {
 #define SW_VALS (2 * SW_PIECE)
 #define SW_SPARSE_BYTES (SW_VALS + 2 * SW_PIECE)
 
+static int sparse2_msg(Swarm *s, const float *x, const float *lv, WireMsg *m);
+
 static uint8_t *sparse_buf(Swarm *s) {
     if (!s->sparse) s->sparse = xmalloc(SW_SPARSE_BYTES);
     return s->sparse;
@@ -120,7 +122,13 @@ int sw_range_msg(Swarm *s, const Contrib *c, size_t offset, size_t n, int losses
     m->offset = offset, m->total = s->P, m->n = (uint32_t)n;
     m->nloss = losses ? (uint32_t)c->nloss : 0;
     m->losses = (const uint8_t *)c->losses;
-    if (s->c.compress == CQ_TOPK && sw_sparse_msg(s, c->delta + m->offset, m, 0)) {
+    if (s->c.compress == CQ_TOPK && s->c.topk_2bit && c->scales &&
+        sparse2_msg(s, c->delta + m->offset, c->scales + 2 * (m->offset / CQ_CHUNK), m)) {
+        spill_drop(c->delta + m->offset, n * sizeof(float));
+        return WIRE_DELTAS2;
+    }
+    if (s->c.compress == CQ_TOPK && !s->c.topk_2bit &&
+        sw_sparse_msg(s, c->delta + m->offset, m, 0)) {
         spill_drop(c->delta + m->offset, n * sizeof(float)); // (copied into s->sparse)
         return WIRE_DELTAS;
     }
@@ -134,7 +142,8 @@ int sw_range_msg(Swarm *s, const Contrib *c, size_t offset, size_t n, int losses
 }
 
 int sw_piece_ok(const Swarm *s, const WireMsg *m) {
-    if (s->c.compress == CQ_TOPK) return m->type == WIRE_DELTAS || m->type == WIRE_DELTA;
+    if (s->c.compress == CQ_TOPK)
+        return m->type == (s->c.topk_2bit ? WIRE_DELTAS2 : WIRE_DELTAS) || m->type == WIRE_DELTA;
     return m->type == (s->c.compress == CQ_INT8 ? WIRE_DELTA8 : WIRE_DELTA);
 }
 
@@ -145,6 +154,15 @@ void sw_piece_take(const WireMsg *m, float *dst) {
         memset(dst, 0, m->n * sizeof(float));
         for (uint32_t j = 0; j < m->nnz; j++)
             dst[wire_gaps_next(&g)] = wire_float(m->data, j);
+        return;
+    }
+    if (m->type == WIRE_DELTAS2) { // (sign ? -level : level: the sender's bits, NaN too)
+        memset(dst, 0, m->n * sizeof(float));
+        for (uint32_t j = 0; j < m->nnz; j++) {
+            uint32_t i = wire_gaps_next(&g), c = wire_code2(m, j);
+            float v = wire_float(m->data, 2 * (i / CQ_CHUNK) + (c >> 1));
+            dst[i] = c & 1 ? -v : v;
+        }
         return;
     }
     if (!wire_is_q8(m->type)) {
@@ -169,6 +187,13 @@ void sw_piece_take(const WireMsg *m, float *dst) {
 
 void swarm_contribute_ef(Swarm *s, int64_t r, float *delta, float *ef, const double *losses,
                          int nloss) {
+    if (s->c.compress == CQ_TOPK && s->c.topk_2bit) {
+        cq_topk_step(delta, ef, s->P, cq_topk_count(s->P, s->c.topk_frac));
+        float *levels = xmalloc(2 * cq_nchunks(s->P) * sizeof(float));
+        cq_topk2_step(delta, ef, s->P, levels);
+        sw_contribute(s, r, delta, NULL, levels, losses, nloss); // (it owns levels now)
+        return;
+    }
     if (s->c.compress != CQ_INT8) {
         if (s->c.compress == CQ_TOPK)
             cq_topk_step(delta, ef, s->P, cq_topk_count(s->P, s->c.topk_frac));
@@ -303,4 +328,68 @@ void cq_topk_step(float *x, float *e, size_t n, size_t k) {
         }
         drop(x, lo, hi), drop(e, lo, hi);
     }
+}
+
+// ---------------------------------------------------------------- topk's 2-bit values
+
+// One chunk's kept values onto its two levels (cq_topk2_step).
+static void two_levels(float *x, float *e, size_t n, float *lv) {
+    double sum = 0, slo = 0, shi = 0;
+    size_t k = 0, klo = 0;
+    for (size_t i = 0; i < n; i++)
+        if (x[i] != 0) sum += fabsf(x[i]), k++; // (a NaN is kept: x != 0)
+    lv[0] = lv[1] = 0;
+    if (!k) return;
+    float mean = (float)(sum / (double)k), lo, hi;
+    if (!isfinite(mean)) {
+        lo = hi = NAN;
+    } else {
+        for (size_t i = 0; i < n; i++)
+            if (x[i] != 0) {
+                float a = fabsf(x[i]);
+                if (a < mean)
+                    slo += a, klo++;
+                else
+                    shi += a;
+            }
+        hi = (float)(shi / (double)(k - klo));
+        lo = klo ? (float)(slo / (double)klo) : hi;
+    }
+    float mid = lo + (hi - lo) / 2;
+    for (size_t i = 0; i < n; i++)
+        if (x[i] != 0) {
+            float v = copysignf(fabsf(x[i]) >= mid ? hi : lo, x[i]);
+            e[i] = x[i] - v, x[i] = v;
+        }
+    lv[0] = lo, lv[1] = hi;
+}
+
+void cq_topk2_step(float *x, float *e, size_t n, float *levels) {
+    for (size_t lo = 0, hi; lo < n; lo = hi) { // (a span at a time: spill.h)
+        hi = span_end(lo, n);
+        for (size_t at = lo; at < hi; at += CQ_CHUNK)
+            two_levels(x + at, e + at, hi - at < CQ_CHUNK ? hi - at : CQ_CHUNK,
+                       levels + 2 * (at / CQ_CHUNK));
+        drop(x, lo, hi), drop(e, lo, hi);
+    }
+}
+
+// A piece of a 2-bit topk Δ (x, its chunks' levels from lv) as DELTAS2 when at most half of it
+// is kept: gaps, and per element 2 bits (the sign; 1 for hi) packed from each byte's low bits.
+static int sparse2_msg(Swarm *s, const float *x, const float *lv, WireMsg *m) {
+    uint8_t *gap = sparse_buf(s), *code = gap + SW_VALS;
+    uint32_t nnz = 0, most = m->n / 2, next = 0;
+    size_t len = 0;
+    for (uint32_t i = 0; i < m->n; i++)
+        if (x[i] != 0) {
+            if (nnz == most) return 0;
+            unsigned c =
+                (signbit(x[i]) ? 1u : 0u) | (fabsf(x[i]) == lv[2 * (i / CQ_CHUNK) + 1] ? 2u : 0u);
+            if (nnz % 4 == 0) code[nnz / 4] = 0;
+            code[nnz / 4] |= (uint8_t)(c << (2 * (nnz % 4)));
+            len += wire_gap_put(gap + len, i - next), next = i + 1, nnz++;
+        }
+    m->nnz = nnz, m->idx = gap, m->idx_len = (uint32_t)len, m->q8 = code;
+    m->data = (const uint8_t *)lv;
+    return 1;
 }

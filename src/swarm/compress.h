@@ -8,6 +8,7 @@
 // bits. Error feedback: what the codes drop, e = (Δ + e) − dequant(quant(Δ + e)), is kept by the
 // peer and added to its next Δ. topk sends instead the ⌈frac·P⌉ floats of Δ + e of largest
 // magnitude, exact, as (index, value) pairs per piece (DELTAS); the rest is its error feedback.
+// With --topk-values 2bit those values travel as 2 bits each on two levels per chunk (DELTAS2).
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -32,6 +33,13 @@ void cq_ef_step(float *x, float *e, size_t n, int8_t *q, float *scales);
 // e ← 0 where kept). k = cq_topk_count(n, frac).
 void cq_topk_step(float *x, float *e, size_t n, size_t k);
 size_t cq_topk_count(size_t n, double frac); // ⌈frac·n⌉, in 1..n
+// --topk-values 2bit, after cq_topk_step: in each chunk, every kept value (x ≠ 0) becomes its
+// sign times one of the chunk's two levels, lo = levels[2k] (the mean of the kept |x| below
+// their mean) or hi = levels[2k + 1] (the mean of those at or above it), the nearer one (half-way:
+// hi); e ← x − that value where x was kept (e was 0 there), x ← the value. A chunk with nothing
+// kept has levels 0; one with a kept NaN or infinity has levels NaN (its kept values NaN, as
+// int8's). levels: 2 · cq_nchunks(n) floats.
+void cq_topk2_step(float *x, float *e, size_t n, float *levels);
 // The k-th magnitude is found from one pass counting the top bits of every key and the keys of
 // its bucket gathered, at most this many (more: a pass over x per 8 bits left). Tests lower it.
 extern size_t cq_topk_gather_max;

@@ -20,7 +20,8 @@
 
 // Every chunk weighs at least this (bytes): a slice of empty chunks still has to be summed.
 #define CUT_FLOOR 64
-// A sparse element's bytes: its gap (mostly 1 byte at these densities) and its float.
+// A sparse element's bytes: its gap (mostly 1 byte at these densities) and its float (a part
+// with --topk-values 2bit: its gap and 2 bits, 5/4 bytes).
 #define SPARSE_BYTES 5
 
 // The non-zero floats of x[lo, hi).
@@ -89,7 +90,8 @@ uint32_t *sw_cut_plan(Swarm *s, Slot *sl, int n) {
     uint64_t others = s->view.n > 1 ? (uint64_t)s->view.n - 1 : 1;
     for (size_t k = 0, lo, hi; k < s->nchunks; k++) {
         chunk(s, k, &lo, &hi);
-        uint64_t part = SPARSE_BYTES * (uint64_t)nonzeros(me->delta, lo, hi),
+        uint64_t part = (s->c.topk_2bit ? 5 : 4 * SPARSE_BYTES) *
+                        (uint64_t)nonzeros(me->delta, lo, hi) / 4,
                  sum = others * s->sum_bytes[k];
         spill_drop(me->delta + lo, (hi - lo) * sizeof(float));
         uint64_t v = (sum > part ? sum - part : 0) + CUT_FLOOR;

@@ -176,9 +176,9 @@ static void dispatch(Swarm *s, const void *buf, size_t len) {
     }
     view_heard(&s->view, m->from, now_sec());
     if (s->c.verbose && m->type != WIRE_DELTA && m->type != WIRE_DELTA8 && m->type != WIRE_DELTAS &&
-        m->type != WIRE_GOSSIP && m->type != WIRE_HAVE && m->type != WIRE_COMMIT &&
-        m->type != WIRE_DATA && m->type != WIRE_FETCH && m->type != WIRE_SUM &&
-        m->type != WIRE_SUMS && m->type != WIRE_SUM8 && m->type != WIRE_HOLD)
+        m->type != WIRE_DELTAS2 && m->type != WIRE_GOSSIP && m->type != WIRE_HAVE &&
+        m->type != WIRE_COMMIT && m->type != WIRE_DATA && m->type != WIRE_FETCH &&
+        m->type != WIRE_SUM && m->type != WIRE_SUMS && m->type != WIRE_SUM8 && m->type != WIRE_HOLD)
         fprintf(stderr, "loom peer %s: %.3f %s from %s\n", s->id, now_sec(),
                 wire_type_name(m->type), m->from);
     switch (m->type) {
@@ -199,7 +199,8 @@ static void dispatch(Swarm *s, const void *buf, size_t len) {
     case WIRE_GOSSIP: merge_records(s, m); break;
     case WIRE_DELTA:
     case WIRE_DELTA8:
-    case WIRE_DELTAS: sw_on_delta(s, m); break;
+    case WIRE_DELTAS:
+    case WIRE_DELTAS2: sw_on_delta(s, m); break;
     case WIRE_HAVE: sw_on_have(s, m); break;
     case WIRE_COMMIT: sw_on_commit(s, m); break;
     case WIRE_SUM:

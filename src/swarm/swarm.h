@@ -35,6 +35,7 @@ typedef struct {
     const char *run_desc;  // JSON: what must match to join (model shape, τ, optimizers, ...)
     int compress;          // --outer-compress: CQ_NONE, CQ_INT8 or CQ_TOPK (compress.h)
     double topk_frac;      // --topk-frac: the share of a Δ's floats topk sends
+    int topk_2bit;         // --topk-values 2bit: topk's values as 2 bits on two levels a chunk
     int exchange;          // --peer-exchange: 0 all (every Δ to every peer), 1 sharded
                            // (reduce-scatter + all-gather, swarm_shard.c)
     int sums_int8;         // sharded: the all-gather's slice sums travel as int8 (SUM8)

@@ -35,7 +35,8 @@ typedef struct {
     size_t ngot;    // pieces held
     double *losses; // (nloss)
     int8_t *q8;     // this peer's own, with --outer-compress int8: the codes (P) and
-    float *scales;  // scales (compress.h) its pieces travel as; delta holds their values
+    float *scales;  // scales (compress.h) its pieces travel as (topk 2bit: no codes, 2 levels
+                    // a chunk); delta holds their values
     int nloss, complete;
     int pooled;  // delta came from (and goes back to) a pool: SW_FROM_POOL the Δ pool,
                  // SW_FROM_PARTS the pool of part buffers; 0: it is freed

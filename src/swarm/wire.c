@@ -34,6 +34,10 @@
 //             gaps, nnz floats, nloss doubles
 //   gaps      length u32 (nnz..3·nnz) + that many bytes: nnz indices (increasing, < n) as
 //             gaps (wire.h), every byte used
+//   DELTAS2   offset u64, total u64, n u32 (1..2^18), nloss u32 (<= 4096), 2 · ceil(n / 4096)
+//             floats (each chunk's levels lo, hi), nnz u32 (<= n / 2), gaps, ceil(nnz / 4)
+//             bytes of codes (2 bits an element from each byte's low bits; the last byte's
+//             unused bits 0), nloss doubles
 //   SUM       attempt u32, then DELTA's fields
 //   SUMS      attempt u32, then DELTAS' fields
 //   HOLD      attempt u32, hash u64, ids
@@ -50,7 +54,7 @@
 
 static const char *const type_names[WIRE_NTYPES] = {
     "?",    "HELLO", "WELCOME", "REFUSE", "GOSSIP", "DELTA", "HAVE", "COMMIT", "FETCH",
-    "DATA", "BYE",   "DELTA8",  "DELTAS", "SUM",    "SUMS",  "HOLD", "SUM8"};
+    "DATA", "BYE",   "DELTA8",  "DELTAS", "SUM",    "SUMS",  "HOLD", "SUM8",   "DELTAS2"};
 
 const char *wire_type_name(int type) {
     return type > 0 && type < WIRE_NTYPES ? type_names[type] : "?";
@@ -152,10 +156,13 @@ size_t wire_q8_scales(size_t n) { return (n + WIRE_Q8_CHUNK - 1) / WIRE_Q8_CHUNK
 
 int wire_is_delta(const WireMsg *m) {
     return m->type == WIRE_DELTA || m->type == WIRE_DELTA8 || m->type == WIRE_DELTAS ||
-           m->type == WIRE_SUM || m->type == WIRE_SUMS || m->type == WIRE_SUM8;
+           m->type == WIRE_SUM || m->type == WIRE_SUMS || m->type == WIRE_SUM8 ||
+           m->type == WIRE_DELTAS2;
 }
 
 int wire_is_q8(int type) { return type == WIRE_DELTA8 || type == WIRE_SUM8; }
+
+unsigned wire_code2(const WireMsg *m, size_t j) { return (m->q8[j / 4] >> (2 * (j % 4))) & 3u; }
 
 int wire_q8_sparse(const WireMsg *m) { return wire_is_q8(m->type) && m->nnz != m->n; }
 
@@ -200,7 +207,8 @@ static int check_sparse(const WireMsg *m, const char *t, char *why, size_t whyn)
     if (m->idx_len < m->nnz || m->idx_len > 3 * (uint64_t)m->nnz)
         return wire_say(why, whyn, "%s: %u bytes of gaps for %u indices", t, (unsigned)m->idx_len,
                         (unsigned)m->nnz);
-    if (m->nnz && (!m->idx || !(wire_is_q8(m->type) ? m->q8 : m->data)))
+    int coded = wire_is_q8(m->type) || m->type == WIRE_DELTAS2;
+    if (m->nnz && (!m->idx || !(coded ? m->q8 : m->data)))
         return wire_say(why, whyn, "%s: no indices", t);
     size_t at = 0;
     uint64_t next = 0;
@@ -217,6 +225,8 @@ static int check_sparse(const WireMsg *m, const char *t, char *why, size_t whyn)
     }
     if (at != m->idx_len)
         return wire_say(why, whyn, "%s: %zu bytes after the gaps", t, m->idx_len - at);
+    if (m->type == WIRE_DELTAS2 && m->nnz % 4 && m->q8[m->nnz / 4] >> (2 * (m->nnz % 4)))
+        return wire_say(why, whyn, "%s: unused code bits set", t);
     return 0;
 }
 
@@ -237,6 +247,7 @@ static int check_range(const WireMsg *m, const char *t, char *why, size_t whyn) 
     if (wire_is_delta(m) && m->nloss && !m->losses) return wire_say(why, whyn, "%s: no losses", t);
     if (m->type == WIRE_DELTAS || m->type == WIRE_SUMS) return check_sparse(m, t, why, whyn);
     if (m->type != WIRE_FETCH && m->n && !m->data) return wire_say(why, whyn, "%s: no data", t);
+    if (m->type == WIRE_DELTAS2) return check_sparse(m, t, why, whyn);
     if (wire_q8_sparse(m)) return check_sparse(m, t, why, whyn);
     if (wire_is_q8(m->type) && m->n && !m->q8) return wire_say(why, whyn, "%s: no codes", t);
     return 0;
@@ -269,6 +280,7 @@ int wire_check(const WireMsg *m, char *why, size_t whyn) {
     case WIRE_SUM:
     case WIRE_SUMS:
     case WIRE_SUM8:
+    case WIRE_DELTAS2:
     case WIRE_FETCH:
     case WIRE_DATA: return check_range(m, t, why, whyn);
     case WIRE_HAVE:
@@ -362,6 +374,7 @@ static void emit(Wr *w, const WireMsg *m) {
     case WIRE_SUM:
     case WIRE_SUMS:
     case WIRE_SUM8:
+    case WIRE_DELTAS2:
         if (m->type == WIRE_SUM || m->type == WIRE_SUMS || m->type == WIRE_SUM8)
             put_u(w, m->attempt, 4);
         put_u(w, m->offset, 8);
@@ -373,6 +386,12 @@ static void emit(Wr *w, const WireMsg *m) {
             put_u(w, m->nnz, 4);
             if (wire_q8_sparse(m)) put_u(w, m->idx_len, 4), put_bytes(w, m->idx, m->idx_len);
             put_bytes(w, m->q8, m->nnz);
+        } else if (m->type == WIRE_DELTAS2) {
+            put_vals(w, m->data, 2 * wire_q8_scales(m->n), 4);
+            put_u(w, m->nnz, 4);
+            put_u(w, m->idx_len, 4);
+            put_bytes(w, m->idx, m->idx_len);
+            put_bytes(w, m->q8, (m->nnz + 3) / 4);
         } else if (m->type == WIRE_DELTAS || m->type == WIRE_SUMS) {
             put_u(w, m->nnz, 4);
             put_u(w, m->idx_len, 4);

@@ -49,6 +49,9 @@ typedef enum {
                     // commit `attempt` the sender holds (attempt 0: ids = itself, its Δ is ready)
     WIRE_SUM8,      // SUM quantized (--outer-compress int8 or topk): attempt, then DELTA8's
                     // fields; the owner applies the dequantized values too (swarm_shard.c)
+    WIRE_DELTAS2,   // DELTAS with 2-bit values (--topk-values 2bit): n elements at offset, two
+                    // levels per WIRE_Q8_CHUNK (data: lo, hi, ...), nnz (<= n / 2) not zero at
+                    // idx, each ±lo or ±hi as 2 bits (q8: wire_code2); losses
     WIRE_NTYPES
 } WireType;
 
@@ -137,6 +140,8 @@ typedef struct {
 } WireGaps;
 void wire_gaps_begin(const WireMsg *m, WireGaps *g);
 uint32_t wire_gaps_next(WireGaps *g);
+// DELTAS2: element j's code, 2 bits (bit 0: negative; bit 1: the chunk's hi level, else lo).
+unsigned wire_code2(const WireMsg *m, size_t j);
 // 1 if a DELTA8 / SUM8 carries only its codes that are not zero (nnz < n).
 int wire_q8_sparse(const WireMsg *m);
 // DELTA, DELTA8, DELTAS, SUM, SUMS or SUM8: a range of a Δ or of a slice sum, with losses.

@@ -141,6 +141,11 @@ static int get_range(Rd *r, WireMsg *m) {
         m->nnz = (uint32_t)get_u(r, 4);
         if (m->nnz != m->n && get_gaps(r, m)) return -1;
         m->q8 = get_bytes(r, m->nnz);
+    } else if (m->type == WIRE_DELTAS2) {
+        m->data = get_bytes(r, 2 * wire_q8_scales(m->n) * 4);
+        m->nnz = (uint32_t)get_u(r, 4);
+        if (get_gaps(r, m)) return -1;
+        m->q8 = get_bytes(r, (m->nnz + 3) / 4);
     } else if (m->type == WIRE_DELTAS || m->type == WIRE_SUMS) {
         m->nnz = (uint32_t)get_u(r, 4);
         if (get_gaps(r, m)) return -1;
@@ -171,6 +176,7 @@ static int get_body(Rd *r, WireMsg *m) {
     case WIRE_SUM:
     case WIRE_SUMS:
     case WIRE_SUM8:
+    case WIRE_DELTAS2:
     case WIRE_FETCH:
     case WIRE_DATA: return get_range(r, m);
     default: return 0; // BYE

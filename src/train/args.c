@@ -33,7 +33,7 @@ void train_args_defaults(TrainArgs *a) {
     a->peer_timeout = 10.f, a->min_peers = 1, a->outer_compress = "none";
     a->outer_compress_sums = "auto";
     a->peer_exchange = "all";
-    a->topk_frac = 0.02f;
+    a->topk_frac = 0.02f, a->topk_values = "fp32";
 }
 
 int train_model_config(const TrainArgs *a, GPTConfig *cfg) {

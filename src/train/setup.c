@@ -249,6 +249,7 @@ static void strategy_config(Run *r) {
                           : !strcmp(a->outer_compress, "topk") ? 2
                                                                : 0,
         .topk_frac = a->topk_frac,
+        .topk_2bit = !strcmp(a->topk_values, "2bit"),
         .sums_int8 = !strcmp(a->outer_compress_sums, "int8") ||
                      (!strcmp(a->outer_compress_sums, "auto") && strcmp(a->outer_compress, "none")),
         .peer_exchange = !strcmp(a->peer_exchange, "sharded"),

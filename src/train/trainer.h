@@ -66,6 +66,7 @@ typedef struct {
     char *outer_compress_sums; // auto|none|int8: the sharded all-gather's slice sums
     char *peer_exchange;       // all|sharded
     float topk_frac;
+    char *topk_values; // fp32|2bit
 } TrainArgs;
 
 void train_args_defaults(TrainArgs *a);
