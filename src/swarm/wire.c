@@ -174,20 +174,6 @@ size_t wire_gap_put(uint8_t *p, uint32_t gap) {
     return k;
 }
 
-void wire_gaps_begin(const WireMsg *m, WireGaps *g) { g->p = m->idx, g->at = 0, g->next = 0; }
-
-uint32_t wire_gaps_next(WireGaps *g) {
-    uint32_t v = 0;
-    for (int sh = 0;; sh += 7) {
-        uint8_t b = g->p[g->at++];
-        v |= (uint32_t)(b & 127) << sh;
-        if (!(b & 128)) break;
-    }
-    uint32_t i = g->next + v;
-    g->next = i + 1;
-    return i;
-}
-
 // The gap at *at of p[0, len) into *v: 0, or -1 if it runs past len or 3 bytes or ends in a 0
 // byte after its first.
 static int gap_get(const uint8_t *p, size_t len, size_t *at, uint32_t *v) {
@@ -198,6 +184,18 @@ static int gap_get(const uint8_t *p, size_t len, size_t *at, uint32_t *v) {
         if (!(b & 128)) return k && !b ? -1 : 0;
     }
     return -1;
+}
+
+void wire_gaps_begin(const WireMsg *m, WireGaps *g) {
+    g->p = m->idx, g->len = m->idx_len, g->at = 0, g->next = 0;
+}
+
+uint32_t wire_gaps_next(WireGaps *g) {
+    uint32_t v;
+    gap_get(g->p, g->len, &g->at, &v); // (the message was checked: every gap is whole)
+    uint32_t i = g->next + v;
+    g->next = i + 1;
+    return i;
 }
 
 // DELTAS, and DELTA8 with nnz < n: nnz <= n / 2, the gaps name nnz indices below n in exactly
@@ -247,8 +245,7 @@ static int check_range(const WireMsg *m, const char *t, char *why, size_t whyn) 
     if (wire_is_delta(m) && m->nloss && !m->losses) return wire_say(why, whyn, "%s: no losses", t);
     if (m->type == WIRE_DELTAS || m->type == WIRE_SUMS) return check_sparse(m, t, why, whyn);
     if (m->type != WIRE_FETCH && m->n && !m->data) return wire_say(why, whyn, "%s: no data", t);
-    if (m->type == WIRE_DELTAS2) return check_sparse(m, t, why, whyn);
-    if (wire_q8_sparse(m)) return check_sparse(m, t, why, whyn);
+    if (m->type == WIRE_DELTAS2 || wire_q8_sparse(m)) return check_sparse(m, t, why, whyn);
     if (wire_is_q8(m->type) && m->n && !m->q8) return wire_say(why, whyn, "%s: no codes", t);
     return 0;
 }

@@ -135,6 +135,7 @@ size_t wire_q8_scales(size_t n);
 size_t wire_gap_put(uint8_t *p, uint32_t gap);
 typedef struct {
     const uint8_t *p;
+    size_t len;    // bytes of gaps
     size_t at;     // bytes read
     uint32_t next; // the lowest index the next gap can name
 } WireGaps;
