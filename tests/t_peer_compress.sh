@@ -52,27 +52,54 @@ swarm() {
     waitall "${started[@]}" || { logs "$d/$name"*.log; exit 1; }
 }
 sent_mib() { sed -n 's/.*| sent \([0-9.]*\) MiB.*/\1/p' "$d/$1.log"; }
+# identical NAME N: peers NAME1.. exported NAME0's anchor, byte for byte
+identical() {
+    for i in $(seq 1 $(($2 - 1))); do
+        cmp "$d/${1}0.st" "$d/$1$i.st" || { echo "$1: peer $i's anchor differs from peer 0's"; exit 1; }
+    done
+}
+# loss_falls NAME...: the mean of the last 3 training losses of each NAME.jsonl is 0.1 below
+# the first 3's
+loss_falls() {
+    $PY - "${@/#/$d/}" <<'PY'
+import json, sys
+for name in sys.argv[1:]:
+    loss = [json.loads(l)["loss"] for l in open(name + ".jsonl") if '"loss"' in l and '"val' not in l]
+    first, last = sum(loss[:3]) / 3, sum(loss[-3:]) / 3
+    print(f"{name.split('/')[-1]}: loss {first:.4f} -> {last:.4f} over {len(loss)} steps")
+    assert last < first - 0.1, "the loss did not fall"
+PY
+}
+# fewer A B K WHAT: peer A sent under 1/K of what peer B sent
+fewer() {
+    local a b
+    a=$(sent_mib "$1") b=$(sent_mib "$2")
+    echo "peer 0 sent $a MiB with $4, $b MiB without"
+    $PY -c "import sys; a, b = float('$a'), float('$b'); sys.exit(0 if 0 < a < b / $3 else 1)" ||
+        { echo "$4 did not cut the bytes sent"; exit 1; }
+}
+# joiner_refused WHY "SWARM FLAGS" JOINER FLAGS...: a peer with SWARM FLAGS refuses a joiner
+# with the JOINER FLAGS, naming WHY
+joiner_refused() {
+    local why=$1 flags=$2 v0 boot
+    shift 2
+    peer v0 "" --steps 30 --min-peers 2 $flags
+    v0=$!
+    boot=$(addr v0)
+    expect_fail "$why" $LOOM peer --data "$d/d.bin" $model $opt $outer --steps 30 --peer-id y \
+        --listen 127.0.0.1:0 --bootstrap $boot --secret "$d/secret" --peer-timeout 2 \
+        --progress off "$@"
+    kill -9 $v0 2>/dev/null || true; wait $v0 2>/dev/null || true
+}
 
 echo "== 1. 3 peers with int8: identical anchors, a falling loss, a quarter of the bytes"
 swarm q 3 15 --outer-compress int8
 swarm f 3 15 --outer-compress none
-for i in 1 2; do
-    cmp "$d/q0.st" "$d/q$i.st" || { echo "int8: peer $i's anchor differs from peer 0's"; exit 1; }
-    cmp "$d/f0.st" "$d/f$i.st" || { echo "none: peer $i's anchor differs from peer 0's"; exit 1; }
-done
+identical q 3
+identical f 3
 if cmp -s "$d/q0.st" "$d/f0.st"; then echo "int8 ended where none did: no compression"; exit 1; fi
-$PY - "$d/q0.jsonl" "$d/f0.jsonl" <<'PY'
-import json, sys
-for path in sys.argv[1:]:
-    loss = [json.loads(l)["loss"] for l in open(path) if '"loss"' in l and '"val' not in l]
-    first, last = sum(loss[:3]) / 3, sum(loss[-3:]) / 3
-    print(f"{path.split('/')[-1]}: loss {first:.4f} -> {last:.4f} over {len(loss)} steps")
-    assert last < first - 0.1, "the loss did not fall"
-PY
-q=$(sent_mib q0) f=$(sent_mib f0)
-echo "peer 0 sent $q MiB with int8, $f MiB with none"
-$PY -c "import sys; q, f = float('$q'), float('$f'); sys.exit(0 if 0 < q < f / 3 else 1)" ||
-    { echo "int8 did not cut the bytes sent"; exit 1; }
+loss_falls q0 f0
+fewer q0 f0 3 int8
 
 echo "== 2. resume from checkpoints with the error feedback"
 peer c0 "" --steps 12 --min-peers 2 --outer-compress int8 --save "$d/c0" --save-every 6 --keep 0 --export "$d/c0.st"
@@ -105,75 +132,35 @@ echo "resumed without peer_ef.bin: another anchor (the feedback is carried)"
 echo "== 3. bad input"
 expect_fail "--outer-compress: 'zstd' is not one of none|int8" $LOOM peer --data "$d/d.bin" \
     --outer-compress zstd --peer-id q --listen 127.0.0.1:1 --secret "$d/secret"
-peer v0 "" --steps 30 --min-peers 2 --outer-compress int8
-v0=$!
-boot=$(addr v0)
-expect_fail "outer-compress differs" $LOOM peer --data "$d/d.bin" $model $opt $outer \
-    --steps 30 --peer-id y --listen 127.0.0.1:0 --bootstrap $boot \
-    --secret "$d/secret" --peer-timeout 2 --progress off
-expect_fail "outer-compress differs" $LOOM peer --data "$d/d.bin" $model $opt $outer \
-    --outer-compress none --steps 30 --peer-id y --listen 127.0.0.1:0 --bootstrap $boot \
-    --secret "$d/secret" --peer-timeout 2 --progress off
-kill -9 $v0 2>/dev/null || true; wait $v0 2>/dev/null || true
+joiner_refused "outer-compress differs" "--outer-compress int8"
+joiner_refused "outer-compress differs" "--outer-compress int8" --outer-compress none
 
 echo "== 4. topk"
 swarm t 3 15 --outer-compress topk --topk-frac 0.05
-for i in 1 2; do
-    cmp "$d/t0.st" "$d/t$i.st" || { echo "topk: peer $i's anchor differs from peer 0's"; exit 1; }
-done
+identical t 3
 if cmp -s "$d/t0.st" "$d/f0.st" || cmp -s "$d/t0.st" "$d/q0.st"; then
     echo "topk ended where none or int8 did"; exit 1
 fi
-$PY - "$d/t0.jsonl" <<'PY'
-import json, sys
-loss = [json.loads(l)["loss"] for l in open(sys.argv[1]) if '"loss"' in l]
-first, last = sum(loss[:3]) / 3, sum(loss[-3:]) / 3
-print(f"topk: loss {first:.4f} -> {last:.4f}")
-assert last < first - 0.1, "the loss did not fall"
-PY
-t=$(sent_mib t0)
-echo "peer 0 sent $t MiB with topk 0.05, $f MiB with none"
-$PY -c "import sys; t, f = float('$t'), float('$f'); sys.exit(0 if 0 < t < f / 5 else 1)" ||
-    { echo "topk did not cut the bytes sent"; exit 1; }
+loss_falls t0
+fewer t0 f0 5 "topk 0.05"
 for bad in 0 1.5 -1; do
     expect_fail "--topk-frac" $LOOM peer --data "$d/d.bin" $model --outer-compress topk \
         --topk-frac $bad --peer-id q --listen 127.0.0.1:0 --secret "$d/secret" --steps 1
 done
-peer v0 "" --steps 30 --min-peers 2 --outer-compress topk --topk-frac 0.05
-v0=$!
-boot=$(addr v0)
-expect_fail "topk-frac differs" $LOOM peer --data "$d/d.bin" $model $opt $outer \
-    --outer-compress topk --topk-frac 0.1 --steps 30 --peer-id y --listen 127.0.0.1:0 \
-    --bootstrap $boot --secret "$d/secret" --peer-timeout 2 --progress off
-kill -9 $v0 2>/dev/null || true; wait $v0 2>/dev/null || true
+joiner_refused "topk-frac differs" "--outer-compress topk --topk-frac 0.05" \
+    --outer-compress topk --topk-frac 0.1
 
 echo "== 5. topk with 2-bit values"
 for ex in all sharded; do
     swarm b$ex 3 15 --outer-compress topk --topk-frac 0.05 --topk-values 2bit --peer-exchange $ex
-    for i in 1 2; do
-        cmp "$d/b${ex}0.st" "$d/b$ex$i.st" || { echo "2bit $ex: peer $i's anchor differs"; exit 1; }
-    done
+    identical b$ex 3
 done
 if cmp -s "$d/ball0.st" "$d/t0.st"; then echo "2bit ended where fp32 topk did"; exit 1; fi
-$PY - "$d/ball0.jsonl" <<'PY'
-import json, sys
-loss = [json.loads(l)["loss"] for l in open(sys.argv[1]) if '"loss"' in l]
-first, last = sum(loss[:3]) / 3, sum(loss[-3:]) / 3
-print(f"topk 2bit: loss {first:.4f} -> {last:.4f}")
-assert last < first - 0.1, "the loss did not fall"
-PY
-b=$(sent_mib ball0)
-echo "peer 0 sent $b MiB with topk 0.05 2bit values, $t MiB with fp32 values (all-to-all)"
-$PY -c "import sys; b, t = float('$b'), float('$t'); sys.exit(0 if 0 < b < t / 2.5 else 1)" ||
-    { echo "2-bit values did not cut the bytes sent"; exit 1; }
+loss_falls ball0
+fewer ball0 t0 2.5 "2-bit values (against fp32 topk values, all-to-all)"
 expect_fail "--topk-values 2bit needs --outer-compress topk" $LOOM peer --data "$d/d.bin" $model \
     --outer-compress int8 --topk-values 2bit --peer-id q --listen 127.0.0.1:0 \
     --secret "$d/secret" --steps 1
-peer v0 "" --steps 30 --min-peers 2 --outer-compress topk --topk-frac 0.05 --topk-values 2bit
-v0=$!
-boot=$(addr v0)
-expect_fail "topk-values differs" $LOOM peer --data "$d/d.bin" $model $opt $outer \
-    --outer-compress topk --topk-frac 0.05 --steps 30 --peer-id y --listen 127.0.0.1:0 \
-    --bootstrap $boot --secret "$d/secret" --peer-timeout 2 --progress off
-kill -9 $v0 2>/dev/null || true; wait $v0 2>/dev/null || true
+joiner_refused "topk-values differs" "--outer-compress topk --topk-frac 0.05 --topk-values 2bit" \
+    --outer-compress topk --topk-frac 0.05
 echo "all ok"

@@ -91,16 +91,36 @@ TEST(error_feedback) {
           plain, sum);
 }
 
+// Piece 0 of c as swarm s sends it: encoded into buf, its type in *type; returns its bytes.
+static WireMsg out, in;
+static uint8_t buf[WIRE_MSG_MAX];
+static char err[160];
+static size_t send_piece(Swarm *s, const Contrib *c, int *type) {
+    s->out = &out;
+    *type = sw_piece_msg(s, c, 0);
+    out.type = (uint16_t)*type, out.round = 1;
+    strcpy(out.from, "a");
+    return wire_encode(&out, buf, sizeof buf);
+}
+
+// The n bytes in buf decoded (into in) and taken into got[0, N) as a receiver does (got filled
+// with 0xff first): 1, or 0 if they do not decode (the reason in err) or s refuses the kind.
+static int take_piece(const Swarm *s, size_t n, float *got) {
+    err[0] = 0;
+    if (wire_decode(buf, n, &in, err, sizeof err) || !sw_piece_ok(s, &in)) return 0;
+    memset(got, 0xff, N * sizeof *got);
+    sw_piece_take(&in, got);
+    return 1;
+}
+
 // A DELTA8 of dense codes; then of a Δ that is mostly zero, with a chunk holding a NaN (scale
 // NaN, codes 0): only its codes that are not zero travel, with their gaps, and every value,
 // NaNs included, decodes to the sender's bits.
 TEST(piece_over_the_wire) {
     static Swarm s;
-    static WireMsg out, in;
-    static uint8_t buf[WIRE_MSG_MAX];
     static float got[N];
     for (int sparse = 0; sparse < 2; sparse++) {
-        s.P = N, s.out = &out, s.c.compress = CQ_INT8;
+        s.P = N, s.c.compress = CQ_INT8;
         fill(x, N, 9);
         if (sparse) {
             for (size_t i = 0; i < N; i++)
@@ -114,20 +134,15 @@ TEST(piece_over_the_wire) {
         memcpy(d, x, sizeof d);
         cq_ef_step(d, e, N, q, sc); // d: what the sender averages
         CHECK(SW_PIECE >= N, "one piece expected");
-        int type = sw_piece_msg(&s, &c, 0);
-        out.type = (uint16_t)type, out.round = 1;
-        strcpy(out.from, "a");
-        size_t n = wire_encode(&out, buf, sizeof buf), nz = 0;
+        int type;
+        size_t n = send_piece(&s, &c, &type), nz = 0;
         for (size_t i = 0; i < N; i++)
             nz += q[i] != 0;
         size_t want = 17 + 1 + 24 + 4 * 4 + 4 + (sparse ? 4 + out.idx_len + nz : N) + 16;
         CHECK(type == WIRE_DELTA8 && n == want && wire_q8_sparse(&out) == sparse &&
                   (!sparse || out.idx_len < 2 * nz),
               "type %d, %zu bytes, want %zu (%zu codes not 0)", type, n, want, nz);
-        char err[160] = "";
-        CHECK(wire_decode(buf, n, &in, err, sizeof err) == 0 && sw_piece_ok(&s, &in), "decode: %s",
-              err);
-        sw_piece_take(&in, got);
+        CHECK(take_piece(&s, n, got), "decode: %s", err);
         CHECK(!memcmp(got, d, sizeof got), "the receiver's values differ from the sender's");
         CHECK(!sparse || (isnan(got[CQ_CHUNK]) && got[0] == 0 && !signbit(got[0])),
               "the NaN chunk, or a zero, decoded wrong");
@@ -197,29 +212,20 @@ TEST(topk_selection) {
 
 TEST(topk_piece_over_the_wire) {
     static Swarm s;
-    static WireMsg out, in;
-    static uint8_t buf[WIRE_MSG_MAX];
     static float got[N];
-    s.P = N, s.out = &out, s.c.compress = CQ_TOPK;
+    s.P = N, s.c.compress = CQ_TOPK;
     for (int dense = 0; dense < 2; dense++) {
         fill(d, N, 11);
         memset(e, 0, sizeof e);
         cq_topk_step(d, e, N, cq_topk_count(N, dense ? 0.9 : 0.02));
         Contrib c = {.delta = d};
-        int type = sw_piece_msg(&s, &c, 0);
-        out.type = (uint16_t)type, out.round = 1;
-        strcpy(out.from, "a");
-        size_t n = wire_encode(&out, buf, sizeof buf);
-        size_t k = cq_topk_count(N, 0.02);
+        int type;
+        size_t n = send_piece(&s, &c, &type), k = cq_topk_count(N, 0.02);
         size_t want = dense ? 17 + 1 + 24 + 4 * (size_t)N : 17 + 1 + 32 + out.idx_len + 4 * k;
         CHECK(type == (dense ? WIRE_DELTA : WIRE_DELTAS) && n == want &&
                   (dense || out.idx_len < 2 * k),
               "type %d, %zu bytes (%u of gaps)", type, n, (unsigned)out.idx_len);
-        char err[160] = "";
-        CHECK(wire_decode(buf, n, &in, err, sizeof err) == 0 && sw_piece_ok(&s, &in), "decode: %s",
-              err);
-        memset(got, 0xff, sizeof got);
-        sw_piece_take(&in, got);
+        CHECK(take_piece(&s, n, got), "decode: %s", err);
         CHECK(!memcmp(got, d, sizeof got), "the receiver's values differ from the sender's");
     }
     free(s.sparse);
@@ -283,28 +289,20 @@ TEST(topk_two_bit_levels) {
 // the sender's bits, NaNs included; the size is as wire.c's layout says.
 TEST(topk_two_bit_over_the_wire) {
     static Swarm s;
-    static WireMsg out, in;
-    static uint8_t buf[WIRE_MSG_MAX];
     static float got[N], lv[2 * 8];
-    s.P = N, s.out = &out, s.c.compress = CQ_TOPK, s.c.topk_2bit = 1;
+    s.P = N, s.c.compress = CQ_TOPK, s.c.topk_2bit = 1;
     fill(d, N, 31);
     memset(e, 0, sizeof e);
     cq_topk_step(d, e, N, cq_topk_count(N, 0.02));
     d[CQ_CHUNK + 9] = NAN; // (kept, and its chunk's levels NaN)
     cq_topk2_step(d, e, N, lv);
     Contrib c = {.delta = d, .scales = lv};
-    int type = sw_piece_msg(&s, &c, 0);
-    out.type = (uint16_t)type, out.round = 1;
-    strcpy(out.from, "a");
-    size_t n = wire_encode(&out, buf, sizeof buf), k = out.nnz;
+    int type;
+    size_t n = send_piece(&s, &c, &type), k = out.nnz;
     size_t want = 17 + 1 + 24 + 8 * 4 + 8 + out.idx_len + (k + 3) / 4;
     CHECK(type == WIRE_DELTAS2 && n == want && k >= cq_topk_count(N, 0.02) && out.idx_len < 2 * k,
           "type %d, %zu bytes, want %zu", type, n, want);
-    char err[160] = "";
-    CHECK(wire_decode(buf, n, &in, err, sizeof err) == 0 && sw_piece_ok(&s, &in), "decode: %s",
-          err);
-    memset(got, 0xff, sizeof got);
-    sw_piece_take(&in, got);
+    CHECK(take_piece(&s, n, got), "decode: %s", err);
     CHECK(!memcmp(got, d, sizeof got), "the receiver's values differ from the sender's");
     s.c.topk_2bit = 0;
     CHECK(!sw_piece_ok(&s, &in), "a DELTAS2 accepted by a swarm of fp32 topk values");
