@@ -19,7 +19,8 @@
 #     dry-run's for its layout (loom train --dry-run);
 #   * the swarm of loom peers it compares with: a round's Δ exchange is (N-1) x |W| x 4 bytes /
 #     bandwidth + latency, hidden behind tau steps on a fast link, exposed on a slow one; the
-#     bytes a peer sends per round for every --peer-exchange x --outer-compress (4 peers) match
+#     bytes a peer sends per round for every --peer-exchange x --outer-compress (and topk's
+#     --topk-values fp32|2bit; 4 peers) match
 #     bench/bench_peer_exchange.sh's formulas; unless told, the planner keeps the Δs
 #     uncompressed where the exchange hides and compresses on a slow link.
 set -eu
@@ -91,9 +92,10 @@ assert "hidden" in lines[0] and "exposed" in lines[1], lines
 print("the swarm's exchange matches (N-1)|W|4/bw + latency; hidden at 1 Gbit/s, exposed at 200 kbit/s")
 PY
 for ex in all sharded; do
-    for c in none int8 topk; do
+    for c in none int8 topk topk2; do
+        v=fp32; [ $c = topk2 ] && c=topk v=2bit
         $LOOM plan --profile "$d/prof.json" --workers 4 --global-batch 8 --tau 4 \
-            --peer-exchange $ex --outer-compress $c --topk-frac 0.05 | grep "^peers:"
+            --peer-exchange $ex --outer-compress $c --topk-frac 0.05 --topk-values $v | grep "^peers:"
     done
 done > "$d/wire.txt"
 $LOOM plan --profile "$d/prof.json" --workers 4 --global-batch 8 --tau 4 | grep "^peers:" > "$d/auto.txt"
@@ -104,26 +106,36 @@ $PY - "$d/wire.txt" "$d/auto.txt" <<'PY'
 import math, re, sys
 P = (256 + 32) * 64 + 4 * (12 * 64 * 64 + 13 * 64) + 2 * 64
 N = 4
-delta = {"none": 4 * P, "int8": P + 4 * math.ceil(P / 4096), "topk": 8 * math.ceil(0.05 * P)}
+# topk: a one-byte gap and a float per kept value; topk2 (--topk-values 2bit): a gap and 2 bits,
+# plus two fp32 levels per 4096 floats
+k = math.ceil(0.05 * P)
+delta = {"none": 4 * P, "int8": P + 4 * math.ceil(P / 4096), "topk": 5 * k,
+         "topk2": 1.25 * k + 8 * math.ceil(P / 4096)}
 def want(ex, c):
     if ex == "all": return (N - 1) * delta[c]
     # sharded: the parts, then the slice sums (fp32; int8 with compression; topk's sparse sums
-    # as pairs when that is smaller)
+    # as gaps and fp32 values when that is smaller, whatever the parts' values)
     sums = (N - 1) / N * (4 * P if c == "none" else delta["int8"])
-    return (N - 1) / N * delta[c] + (min((N - 1) * delta[c], sums) if c == "topk" else sums)
+    return (N - 1) / N * delta[c] + (min((N - 1) * delta["topk"], sums) if c[:4] == "topk" else sums)
+seen = set()
 for line in open(sys.argv[1]):
     ex = re.search(r"--peer-exchange (\w+)", line).group(1)
     c = re.search(r"--outer-compress (\w+)", line).group(1)
+    if "--topk-values 2bit" in line: c = "topk2"
+    seen.add((ex, c))
     mib = float(re.search(r"exchange ([0-9.]+) MiB", line).group(1))
-    assert abs(mib - want(ex, c) / 2**20) <= 0.06, (line, want(ex, c) / 2**20)
+    assert abs(mib - want(ex, c) / 2**20) <= 0.0006, (line, want(ex, c) / 2**20)
+assert len(seen) == 8, seen
 fast, slow = open(sys.argv[2]).read().splitlines()
 assert "--outer-compress none" in fast and "hidden" in fast, fast
 assert "--outer-compress none" not in slow, slow
-print("bytes per peer per round match the formulas for all 6 wires; uncompressed on 1 Gbit/s,",
+print("bytes per peer per round match the formulas for all 8 wires; uncompressed on 1 Gbit/s,",
       re.search(r"--outer-compress \w+", slow).group(0), "on 200 kbit/s")
 PY
 if $LOOM plan --profile "$d/prof.json" --workers 4 --outer-compress zip 2>"$d/err"; then exit 1; fi
 grep -q -- "--outer-compress" "$d/err" || { cat "$d/err"; exit 1; }
+if $LOOM plan --profile "$d/prof.json" --workers 4 --outer-compress int8 --topk-values 2bit 2>"$d/err"; then exit 1; fi
+grep -q -- "--topk-values 2bit needs --outer-compress topk" "$d/err" || { cat "$d/err"; exit 1; }
 $LOOM plan --profile "$d/prof.json" --workers 2 --global-batch 8 --bandwidth-gbps 0.0002 --json "$d/slow.json"
 $PY -c "import json,sys; p=json.load(open('$d/slow.json'))[0]; print('best on 200 kbit/s:', p); sys.exit(0 if p['d'] == 2 else 1)"
 if out=$($LOOM plan --profile "$d/prof.json" --workers 2 --mem-gb 0.001 2>&1); then exit 1; fi

@@ -62,7 +62,7 @@ typedef struct {
     char *device;
     int gbatch, threads, maxb, top, node_size, cpu_group, cores, tau;
     float mem_gb, bw_gbps, intra_gbps, lat_ms, bucket_mb, probe_mb, topk_frac;
-    char *init, *prof_in, *prof_out, *json, *peer_exchange, *outer_compress;
+    char *init, *prof_in, *prof_out, *json, *peer_exchange, *outer_compress, *topk_values;
     int workers_set, node_size_set; // given explicitly
 } PlanArgs;
 
@@ -90,7 +90,8 @@ static int plan_parse(int argc, char **argv, PlanArgs *a) {
                     .tau = 12,
                     .topk_frac = 0.02f,
                     .peer_exchange = "best",
-                    .outer_compress = "best"};
+                    .outer_compress = "best",
+                    .topk_values = "fp32"};
     const Option opts[] = {
         {"init", OPT_STR, &a->init, "take the model shape from a weights file", NULL, 0, 0},
         {"layers", OPT_INT, &a->layers, "transformer layers", NULL, 1, 1024},
@@ -140,6 +141,9 @@ static int plan_parse(int argc, char **argv, PlanArgs *a) {
          "none|int8|topk|best", 0, 0},
         {"topk-frac", OPT_FLOAT, &a->topk_frac, "--outer-compress topk: the share sent", NULL, 1e-6,
          1},
+        {"topk-values", OPT_STR, &a->topk_values,
+         "--outer-compress topk: the values sent as fp32 or 2 bits (loom peer --topk-values)",
+         "fp32|2bit", 0, 0},
     };
     int n = (int)(sizeof opts / sizeof opts[0]);
     int rc = options_parse(opts, n, argc, argv,
@@ -149,6 +153,9 @@ static int plan_parse(int argc, char **argv, PlanArgs *a) {
     if (rc < 0) die(EXIT_USAGE, "plan: %s", loom_errmsg());
     a->workers_set = options_was_set(opts, n, "workers");
     a->node_size_set = options_was_set(opts, n, "node-size");
+    if (!strcmp(a->topk_values, "2bit") && strcmp(a->outer_compress, "topk") &&
+        strcmp(a->outer_compress, "best"))
+        die(EXIT_USAGE, "plan: --topk-values 2bit needs --outer-compress topk (or best)");
     return rc;
 }
 
@@ -423,11 +430,12 @@ static void print_peer_choice(const Profile *prof, const PlanInput *in, int tau,
                in->workers);
         return;
     }
-    char topk[48] = "";
+    char topk[64] = "";
     if (pp.compress == PEER_COMP_TOPK)
-        snprintf(topk, sizeof topk, " --topk-frac %g", wire->topk_frac);
+        snprintf(topk, sizeof topk, " --topk-frac %g%s", wire->topk_frac,
+                 wire->topk_2bit ? " --topk-values 2bit" : "");
     printf("peers: %d x loom peer --tau %d --batch %d --grad-accum %d%s --peer-exchange %s "
-           "--outer-compress %s%s: %.1f tok/s (step %.3f s, the Δ exchange %.1f MiB sent per "
+           "--outer-compress %s%s: %.1f tok/s (step %.3f s, the Δ exchange %.3f MiB sent per "
            "peer, %.3f s per round%s), %.1f MiB each\n",
            pp.peers, pp.tau, pp.b, pp.K, pp.recompute ? " --recompute" : "", EX[pp.exchange],
            COMP[pp.compress], topk, pp.tokens_per_s, pp.step_s, pp.sent_bytes / 1048576,
@@ -456,7 +464,8 @@ int cmd_plan(int argc, char **argv) {
                                  : !strcmp(a.outer_compress, "int8") ? PEER_COMP_INT8
                                  : !strcmp(a.outer_compress, "topk") ? PEER_COMP_TOPK
                                                                      : PEER_COMP_ANY,
-                     .topk_frac = a.topk_frac};
+                     .topk_frac = a.topk_frac,
+                     .topk_2bit = !strcmp(a.topk_values, "2bit")};
     Comm *world = comm_world(NULL, NULL);
     int lead = world->rank == 0;
     if (world->size > 1 && !a.workers_set) a.workers = world->size;
