@@ -266,6 +266,17 @@ static Swarm *swarm_alloc(const SwarmConfig *c) {
     s->in = xmalloc(sizeof *s->in);
     s->out = xcalloc(1, sizeof *s->out);
     s->buf = xmalloc(WIRE_MSG_MAX);
+    // A sharded peer in host memory circulates 2 · SW_SLOTS of the pool's buffers once its
+    // first rounds have run (each round's own Δ and its average, kept SW_SLOTS rounds): their
+    // pages now, so that the kernel does not fault in and clear ~8 P floats inside rounds 1–4
+    // (bench/bench_peer.sh times rounds 2–3), and the peer's memory peaks at its start.
+    if (c->exchange && !spill_active())
+        for (; s->npool < 2 * SW_SLOTS && s->npool < SW_POOL; s->npool++) {
+            float *b = spill_floats(s->P);
+            for (size_t i = 0; i < s->P; i += 1024) // (a write per 4 KiB page)
+                b[i] = 0;
+            s->pool[s->npool] = b;
+        }
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->st_mu, NULL);
     pthread_cond_init(&s->cv, NULL);
