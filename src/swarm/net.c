@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -47,6 +48,7 @@ struct Net {
     zmq_msg_t last; // the payload net_recv returned last (kept alive until the next call)
     int have_last;
     unsigned mon_seq;
+    int wake_fd; // an eventfd net_wake writes and net_wait polls (-1: none)
     NetStats st;
 };
 
@@ -188,6 +190,12 @@ Net *net_open(const char *listen, const char secret[NET_KEY_LEN + 1], size_t max
     }
     Net *n = xcalloc(1, sizeof *n);
     n->max_msg = max_msg;
+    n->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (n->wake_fd < 0) {
+        loom_fail("cannot create an eventfd for the swarm's network thread: %s", strerror(errno));
+        net_close(n);
+        return NULL;
+    }
     memcpy(n->secret, secret, NET_KEY_LEN);
     if (zmq_curve_public(n->pub, n->secret) != 0 || !zmq_z85_decode(n->pub_bin, n->pub)) {
         loom_fail("the swarm secret is not a CURVE secret key");
@@ -292,7 +300,7 @@ int net_connect(Net *n, const char *key, const char *addr) {
         free(n->peers);
         n->peers = np;
         free(n->items);
-        n->items = xmalloc((size_t)(n->cap + 2) * sizeof *n->items);
+        n->items = xmalloc((size_t)(n->cap + 3) * sizeof *n->items);
     }
     n->peers[n->npeers++] = p;
     return 0;
@@ -405,16 +413,23 @@ double net_dead_since(const Net *n, const char *key) {
 
 int net_wait(Net *n, int timeout_ms) {
     double deadline = now_sec() + timeout_ms / 1000.0;
-    zmq_pollitem_t fixed[2], *it = n->items ? n->items : fixed;
+    zmq_pollitem_t fixed[3], *it = n->items ? n->items : fixed;
     for (;;) {
         it[0] = (zmq_pollitem_t){.socket = n->inbox, .events = ZMQ_POLLIN};
         it[1] = (zmq_pollitem_t){.socket = n->zap, .events = ZMQ_POLLIN};
         for (int i = 0; i < n->npeers; i++)
             it[2 + i] = (zmq_pollitem_t){.socket = n->peers[i].mon, .events = ZMQ_POLLIN};
+        it[2 + n->npeers] = (zmq_pollitem_t){.fd = n->wake_fd, .events = ZMQ_POLLIN};
         double left = deadline - now_sec();
         long ms = left > 0 ? (long)(left * 1000.0 + 0.999) : 0;
-        int rc = zmq_poll(it, 2 + n->npeers, ms);
+        int rc = zmq_poll(it, 3 + n->npeers, ms);
         if (rc < 0 && errno != EINTR) return 0;
+        if (rc > 0 && (it[2 + n->npeers].revents & ZMQ_POLLIN)) {
+            uint64_t v;
+            ssize_t got = read(n->wake_fd, &v, sizeof v); // (resets the count)
+            (void)got;
+            return 0; // (woken: the caller looks at its work now)
+        }
         if (rc > 0) {
             if (it[1].revents & ZMQ_POLLIN) zap_serve(n);
             for (int i = 0; i < n->npeers; i++)
@@ -460,6 +475,12 @@ int net_recv(Net *n, const void **buf, size_t *len) {
 
 NetStats net_stats(const Net *n) { return n->st; }
 
+void net_wake(Net *n) {
+    uint64_t one = 1;
+    ssize_t put = write(n->wake_fd, &one, sizeof one); // (it cannot fill: read resets it)
+    (void)put;
+}
+
 void net_close(Net *n) {
     if (!n) return;
     if (n->have_last) zmq_msg_close(&n->last);
@@ -468,6 +489,7 @@ void net_close(Net *n) {
     close_sock(&n->inbox);
     close_sock(&n->zap);
     if (n->ctx) zmq_ctx_term(n->ctx);
+    if (n->wake_fd >= 0) close(n->wake_fd);
     explicit_bzero(n->secret, sizeof n->secret);
     free(n->peers);
     free(n->items);

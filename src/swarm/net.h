@@ -59,8 +59,11 @@ int net_send(Net *n, const char *key, const void *buf, size_t len, int control);
 // encoding a large one.
 int net_writable(const Net *n, const char *key);
 // Waits up to timeout_ms for an incoming message (also serves the ZAP handler and counts
-// handshake failures meanwhile). Returns 1 if one is ready, 0 on timeout.
+// handshake failures meanwhile). Returns 1 if one is ready, 0 on timeout or net_wake.
 int net_wait(Net *n, int timeout_ms);
+// From any thread: the net_wait in progress (or the next one) returns at once, so the thread
+// that owns n looks at work another thread just gave it without polling for it.
+void net_wake(Net *n);
 // Takes one incoming message without blocking: 1 and *buf, *len (valid until the next
 // net_recv), or 0 if none. Oversized ones are dropped and counted, never returned.
 int net_recv(Net *n, const void **buf, size_t *len);

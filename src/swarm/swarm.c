@@ -223,7 +223,7 @@ static void *net_main(void *arg) {
     pthread_mutex_lock(&s->mu);
     while (!s->stop) {
         pthread_mutex_unlock(&s->mu);
-        net_wait(s->net, s->njobs ? 2 : 10); // (pieces to send: look at their queues often)
+        net_wait(s->net, s->njobs ? 2 : SW_IDLE_MS); // (pieces to send: look at their queues often)
         pthread_mutex_lock(&s->mu);
         const void *buf;
         size_t len;
@@ -246,8 +246,14 @@ static void *net_main(void *arg) {
 
 // ---------------------------------------------------------------- the API
 
-// Waits on cv (mu held) for at most dt seconds.
+void sw_wake(Swarm *s) {
+    if (s->net) net_wake(s->net);
+}
+
+// Waits on cv (mu held) for at most dt seconds, the network thread woken first: the caller
+// (the training thread) waits for what that thread does next.
 void sw_wait(Swarm *s, double dt) {
+    sw_wake(s);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     double t = ts.tv_sec + ts.tv_nsec * 1e-9 + dt;
@@ -340,6 +346,7 @@ void swarm_start_state(Swarm *s, int64_t round, uint64_t window, const float *av
         sl->nset = 1;
     }
     pthread_mutex_unlock(&s->mu);
+    sw_wake(s);
 }
 
 static int count_joined(Swarm *s) {
@@ -371,6 +378,7 @@ void swarm_round_begin(Swarm *s, int64_t r, int *pos, int *n) {
     *pos = view_position(ids, *n, s->id);
     free(ids);
     pthread_mutex_unlock(&s->mu);
+    sw_wake(s);
 }
 
 void swarm_share_state(Swarm *s, const float *anchor, const float *mom) {
@@ -428,6 +436,7 @@ void swarm_close(Swarm *s) {
         pthread_mutex_lock(&s->mu);
         s->stop = 1;
         pthread_mutex_unlock(&s->mu);
+        sw_wake(s);
         pthread_join(s->thr, NULL);
     }
     if (s->net) net_close(s->net);

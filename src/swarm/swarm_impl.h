@@ -13,7 +13,12 @@
 
 #define SW_SLOTS 4 // rounds kept: the one applied, the one averaged, one ahead, one spare
 #define SW_PIECE ((size_t)WIRE_MAX_FLOATS)
-#define SW_TICK 0.5        // seconds between gossip / HAVE rounds
+#define SW_TICK 0.5 // seconds between gossip / HAVE rounds
+// The network thread's wait when it has nothing to send: messages, monitor events and the
+// training thread (sw_wake) wake it sooner; its timers (SW_TICK, SW_HELLO_EVERY, retries) are
+// coarser. Each wake-up costs CPU inside the peer's share (zmq_poll over every peer's
+// monitor): at 10 ms, 8 peers of a quarter core spent ~7% of it on this (BENCHMARKS.md).
+#define SW_IDLE_MS 100
 #define SW_OWED 64         // FETCH answers kept to send again (Owed)
 #define SW_HELLO_EVERY 0.1 // seconds between a joiner's HELLOs until it is welcomed
 #define SW_FETCH_WINDOW 8
@@ -211,6 +216,7 @@ int sw_send(Swarm *s, const char *key, int type, int64_t round);
 void sw_broadcast(Swarm *s, int type, int64_t round);
 void sw_bump(Swarm *s);            // this peer's record changed: new revision
 void sw_wait(Swarm *s, double dt); // waits on cv (mu held) at most dt seconds
+void sw_wake(Swarm *s);            // the training thread gave the network thread work: now
 
 // swarm_round.c
 Slot *sw_slot(Swarm *s, int64_t r, int create);

@@ -421,6 +421,7 @@ int64_t swarm_catch_up(Swarm *s, int64_t b, int *n) {
     *n = view_participants(&s->view, b + 1, ids, WIRE_MAX_PEERS);
     free(ids);
     pthread_mutex_unlock(&s->mu);
+    sw_wake(s);
     return R;
 }
 
@@ -428,6 +429,7 @@ void swarm_enter(Swarm *s, SwarmState *st) {
     pthread_mutex_lock(&s->mu);
     adopt_round(s, st);
     pthread_mutex_unlock(&s->mu);
+    sw_wake(s);
 }
 
 int swarm_resync(Swarm *s, float *anchor, float *mom, SwarmState *st) {

@@ -476,6 +476,7 @@ void sw_contribute(Swarm *s, int64_t r, const float *delta, int8_t *q8, float *s
         sw_add_job(s, s->view.e[i].rec.id, r, 0, 0, 0, 0);
     if (s->c.exchange) sw_shard_contributed(s, sl);
     pthread_mutex_unlock(&s->mu);
+    sw_wake(s);
 }
 
 void swarm_anchor_hash(Swarm *s, int64_t r, uint64_t hash) {
@@ -485,6 +486,7 @@ void swarm_anchor_hash(Swarm *s, int64_t r, uint64_t hash) {
     if (sl->committed && sl->chash != hash) s->st.diverged += !s->diverged, s->diverged = 1;
     sl->have_at = 0; // report at once
     pthread_mutex_unlock(&s->mu);
+    sw_wake(s);
 }
 
 int swarm_average(Swarm *s, int64_t r, float *avg, double *loss, int nloss, SwarmRound *info) {
