@@ -424,17 +424,17 @@ int net_wait(Net *n, int timeout_ms) {
         long ms = left > 0 ? (long)(left * 1000.0 + 0.999) : 0;
         int rc = zmq_poll(it, 3 + n->npeers, ms);
         if (rc < 0 && errno != EINTR) return 0;
-        if (rc > 0 && (it[2 + n->npeers].revents & ZMQ_POLLIN)) {
-            uint64_t v;
-            ssize_t got = read(n->wake_fd, &v, sizeof v); // (resets the count)
-            (void)got;
-            return 0; // (woken: the caller looks at its work now)
-        }
         if (rc > 0) {
             if (it[1].revents & ZMQ_POLLIN) zap_serve(n);
             for (int i = 0; i < n->npeers; i++)
                 if (it[2 + i].revents & ZMQ_POLLIN) mon_drain(n, &n->peers[i]);
             if (it[0].revents & ZMQ_POLLIN) return 1;
+            if (it[2 + n->npeers].revents & ZMQ_POLLIN) { // woken: the caller looks at its work
+                uint64_t v;
+                ssize_t got = read(n->wake_fd, &v, sizeof v); // (resets the count)
+                (void)got;
+                return 0;
+            }
         }
         if (now_sec() >= deadline) return 0;
     }
