@@ -68,18 +68,23 @@ echo "== 1. a kill and a join: identical anchors, a parallel download, one drop 
 run churn
 sources=$(sed -n 's/^loom peer n4: downloaded round .* from \([0-9]*\) peers\{0,1\}: .*/\1/p' "$d/n4.log" | head -n 1)
 [ -n "$sources" ] && [ "$sources" -ge 2 ] || { echo "n4's pieces came from ${sources:-no} peers (want >= 2)"; cat "$d/n4.log"; exit 1; }
+waited=0
 for i in p0 p1 p2; do
     n=$(grep -c "p3 left the swarm" "$d/$i.log" || true)
     [ "$n" = 1 ] || { echo "$i dropped p3 $n times (want once)"; grep "left\|joined" "$d/$i.log"; exit 1; }
     if sed -n '/p3 left the swarm/,$p' "$d/$i.log" | grep -q "p3 joined"; then
         echo "$i re-admitted p3"; exit 1
     fi
-    grep "p3 left the swarm" "$d/$i.log" | grep -qv " 0 rounds waited" ||
-        { echo "$i never waited for p3: the scenario did not test a departure"; exit 1; }
+    grep "p3 left the swarm" "$d/$i.log" | grep -qv " 0 rounds waited" && waited=$((waited + 1))
     grep "p3 left the swarm" "$d/$i.log" | grep -q "its connection closed" ||
         { echo "$i dropped p3 by silence, not by its closed connection"; exit 1; }
     grep -h "p3 left the swarm" "$d/$i.log"
 done
+# A survivor that reached its round end within SW_DEAD_GRACE of the kill was waiting for p3's
+# delta when it dropped it; one still computing its round's steps dropped it first ("0 rounds
+# waited"). Which of the two each survivor sees depends on the host's timing, so the scenario
+# tests a departure when at least one of them was held up by p3.
+[ "$waited" -ge 1 ] || { echo "no survivor ever waited for p3: the scenario did not test a departure"; exit 1; }
 if grep "p3 left the swarm" "$d/n4.log" | grep -qv "0 rounds waited"; then
     echo "the newcomer waited for the dead p3 (a second --peer-timeout)"; grep "p3" "$d/n4.log"; exit 1
 fi
