@@ -4,6 +4,7 @@
 # timeout artifacts to $FUZZ_BUILD/fuzz/<name>/). Fails when any target finds a crash, a
 # sanitizer report, a leak, an input that runs over 10 s, or RSS over FUZZ_RSS_MB.
 # FUZZ_TARGETS="safetensors shard" runs only those. FUZZ_SKIP lists targets to leave out.
+# FUZZ_JOBS (default 2, or 1 on a one-CPU machine) targets run at once, each on one thread.
 set -u
 cd "$(dirname "$0")/.."
 B=${FUZZ_BUILD:-build-fuzz}
@@ -17,19 +18,25 @@ export OMP_NUM_THREADS=1
 skip=" ${FUZZ_SKIP-} "
 all=$(for f in fuzz/fuzz_*.c; do n=$(basename "$f" .c); n=${n#fuzz_}; [[ $skip == *" $n "* ]] || echo "$n"; done)
 names=${FUZZ_TARGETS:-$all}
+jobs=${FUZZ_JOBS:-$(n=$(nproc 2>/dev/null || echo 1); [ "$n" -ge 2 ] && echo 2 || echo 1)}
+case "$jobs" in '' | *[!0-9]* | 0) echo "fuzz/run.sh: FUZZ_JOBS must be a positive integer" >&2; exit 2 ;; esac
 failed=()
-for n in $names; do
-    bin=$B/fuzz/fuzz_$n
-    [ -x "$bin" ] || { echo "FAIL - fuzz_$n: $bin not built (make fuzz-build)"; failed+=("$n"); continue; }
-    out=$B/fuzz/$n
-    mkdir -p "$out/corpus" "fuzz/corpus/$n"
-    dict=()
+
+# fuzz_one NAME: runs one target into $B/fuzz/NAME/{log,rc,secs}
+fuzz_one() {
+    local n=$1 out=$B/fuzz/$1 start dict=()
     [ -f "fuzz/$n.dict" ] && dict=(-dict="fuzz/$n.dict")
     start=$(date +%s)
-    "$bin" -max_total_time="$secs" -timeout=10 -rss_limit_mb="$rss" -artifact_prefix="$out/" \
+    "$B/fuzz/fuzz_$n" -max_total_time="$secs" -timeout=10 -rss_limit_mb="$rss" -artifact_prefix="$out/" \
         -print_final_stats=1 "${dict[@]}" "$out/corpus" "fuzz/corpus/$n" >"$out/log" 2>&1
-    rc=$?
-    t=$(( $(date +%s) - start ))
+    echo $? >"$out/rc"
+    echo $(($(date +%s) - start)) >"$out/secs"
+}
+
+# report NAME: a finished target's line
+report() {
+    local n=$1 out=$B/fuzz/$1 rc t execs cov
+    rc=$(cat "$out/rc") t=$(cat "$out/secs")
     execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$out/log" | grep -o '[0-9]*$')
     cov=$(grep -o 'cov: [0-9]*' "$out/log" | tail -1)
     if [ "$rc" -eq 0 ]; then
@@ -39,6 +46,23 @@ for n in $names; do
         grep -E 'ERROR|SUMMARY|runtime error|Test unit written|exited|loom:' "$out/log" | head -20 | sed 's/^/    /'
         failed+=("$n")
     fi
+}
+
+declare -A running=() # pid -> target
+for n in $names; do
+    bin=$B/fuzz/fuzz_$n
+    [ -x "$bin" ] || { echo "FAIL - fuzz_$n: $bin not built (make fuzz-build)"; failed+=("$n"); continue; }
+    mkdir -p "$B/fuzz/$n/corpus" "fuzz/corpus/$n"
+    while [ "${#running[@]}" -ge "$jobs" ]; do
+        wait -n -p done_pid
+        report "${running[$done_pid]}"; unset "running[$done_pid]"
+    done
+    fuzz_one "$n" &
+    running[$!]=$n
+done
+while [ "${#running[@]}" -gt 0 ]; do
+    wait -n -p done_pid
+    report "${running[$done_pid]}"; unset "running[$done_pid]"
 done
 [ ${#failed[@]} -gt 0 ] && { echo "fuzz failures: ${failed[*]}"; exit 1; }
 echo "all fuzz targets clean"

@@ -2,7 +2,10 @@
 # run.sh — the whole test suite: every C unit-test binary (build/tests/test_*) and every
 # integration script (tests/t_*.sh). Ends with "N passed, N failed, N skipped".
 # Environment: LOOM_BUILD (build dir, default build), LOOM (CLI binary, default ./loom),
-# LOOM_ASAN=1 skips the tests listed as too slow under sanitizers.
+# LOOM_ASAN=1 skips the tests listed as too slow under sanitizers, TEST_JOBS (default 2, or 1 on
+# a one-CPU machine): how many integration scripts run at once. A script whose header says
+# `# serial: WHY` (it waits on timeouts, grace periods or a peer's silence, which a second test
+# on the same CPUs could stretch) runs after the others, alone.
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${LOOM_BUILD:-build}
@@ -12,6 +15,8 @@ export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 export PY=${PY:-/usr/bin/python3}
 passed=0 failed=0 skipped=0
 failures=()
+jobs=${TEST_JOBS:-$(n=$(nproc 2>/dev/null || echo 1); [ "$n" -ge 2 ] && echo 2 || echo 1)}
+case "$jobs" in '' | *[!0-9]* | 0) echo "run.sh: TEST_JOBS must be a positive integer" >&2; exit 2 ;; esac
 log=$(mktemp -d)
 
 for t in "$BUILD"/tests/test_*; do
@@ -29,16 +34,20 @@ for t in "$BUILD"/tests/test_*; do
     passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
 done
 
-for t in tests/t_*.sh; do
-    [ -f "$t" ] || continue
-    name=$(basename "$t" .sh)
-    if [ -n "${LOOM_ASAN:-}" ] && grep -q '^# asan: skip' "$t"; then
-        echo "skip - $name (too slow under sanitizers)"; skipped=$((skipped + 1)); continue
-    fi
+# run_script T NAME: runs one integration script into $log/NAME.{out,rc,secs}
+run_script() {
+    local start rc
     start=$(date +%s)
-    bash "$t" >"$log/$name.out" 2>&1
+    bash "$1" >"$log/$2.out" 2>&1
     rc=$?
-    secs=$(( $(date +%s) - start ))
+    echo $(($(date +%s) - start)) >"$log/$2.secs"
+    echo "$rc" >"$log/$2.rc"
+}
+
+# report NAME: prints a finished script's line and counts it
+report() {
+    local name=$1 rc secs
+    rc=$(cat "$log/$name.rc") secs=$(cat "$log/$name.secs")
     if [ "$rc" -eq 0 ]; then
         echo "ok - $name (${secs}s)"; passed=$((passed + 1))
     elif [ "$rc" -eq 77 ]; then
@@ -47,6 +56,32 @@ for t in tests/t_*.sh; do
         echo "FAIL - $name (exit $rc, ${secs}s)"; sed 's/^/    /' "$log/$name.out" | tail -40
         failed=$((failed + 1)); failures+=("$name")
     fi
+}
+
+serial=()
+declare -A running=() # pid -> name
+for t in tests/t_*.sh; do
+    [ -f "$t" ] || continue
+    name=$(basename "$t" .sh)
+    if [ -n "${LOOM_ASAN:-}" ] && grep -q '^# asan: skip' "$t"; then
+        echo "skip - $name (too slow under sanitizers)"; skipped=$((skipped + 1)); continue
+    fi
+    if [ "$jobs" -gt 1 ] && grep -q '^# serial:' "$t"; then serial+=("$t"); continue; fi
+    while [ "${#running[@]}" -ge "$jobs" ]; do
+        wait -n -p done_pid
+        report "${running[$done_pid]}"; unset "running[$done_pid]"
+    done
+    run_script "$t" "$name" &
+    running[$!]=$name
+done
+while [ "${#running[@]}" -gt 0 ]; do
+    wait -n -p done_pid
+    report "${running[$done_pid]}"; unset "running[$done_pid]"
+done
+for t in "${serial[@]}"; do
+    name=$(basename "$t" .sh)
+    run_script "$t" "$name"
+    report "$name"
 done
 
 rm -rf "$log"

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# serial: kills a save in flight after a short sleep
 # t_ckpt_kill.sh — a rank SIGKILLed WHILE it writes its checkpoint shard (paused by
 # LOOM_FAULT_SAVE_PAUSE after the first array is on disk, then killed by this script) leaves
 # the previous checkpoint as `latest`, and resuming from it continues bit-identically: the same

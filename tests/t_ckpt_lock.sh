@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# serial: a lock holder killed after a short sleep
 # t_ckpt_lock.sh — one run per checkpoint directory (ck/.lock, flock):
 #   * while a run holds --save ck (held at the start of its step-4 save by LOOM_SAVE_GATE, so it
 #     is surely alive), a second `loom train --save ck` is refused at start-up with exit 2 and a

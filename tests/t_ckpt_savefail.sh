@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# serial: waits on short sleeps around a failing save
 # t_ckpt_savefail.sh — a checkpoint save that fails does not end the run. Runs of 16 steps save
 # every 4; the step-8 save fails; at the start of the step-12 save (LOOM_SAVE_GATE holds it
 # there) the script checks that step_00000008.partial is gone, step_00000004 and `latest` are as

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# serial: a stop within --stop-grace
 # t_co2_pp.sh — CO2 over pipeline workers equals CO2 over whole-model workers on the same data,
 # W and tau: a worker is one pipeline (its stages on pp ranks), its gradients never summed over
 # dp, its norm and clipping its own; the outer rule runs per stage over dp. Weight decay,

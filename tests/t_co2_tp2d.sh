@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# serial: a stop within --stop-grace
 # t_co2_tp2d.sh — CO2 over 2D tensor-parallel workers (--dp 2 --tp 4 --tp-mode 2d --co2, 8 ranks)
 # equals CO2 over whole-model workers (--dp 2 --co2) on the same data, W and tau: a worker is one
 # 2x2 SUMMA grid whose ranks hold blocks of one model copy, its gradients summed and clipped

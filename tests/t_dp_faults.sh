@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# serial: hangs and stops detected by --comm-timeout
 # t_dp_faults.sh — a dead or stuck rank ends the job with a clear error and a non-zero exit
 # within a bounded time (never a hang), and --resume from the last checkpoint loses no
 # committed step:

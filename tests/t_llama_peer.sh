@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# serial: peers killed, dropped after --peer-timeout
 # t_llama_peer.sh — loom peer with --arch llama (kv-heads 1 of 2 heads, untied), real processes
 # on 127.0.0.1 (the harness of t_peer.sh):
 #   1. a fixed swarm of 2 peers equals `mpirun -np 2 loom train --dp 2 --co2` with the same

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# serial: a holder process killed after a short sleep
 # t_offload_tier.sh — the slow tier (src/offload/tier.c) on real filesystems, through the unit
 # test's modes (build/tests/test_tier --open / --hold / --roundtrip):
 #   * nothing is left in the --offload-dir after a tier was opened and closed, nor after the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# serial: peers killed, dropped after --peer-timeout
 # t_peer.sh — loom peer (ATOM's peers over ZeroMQ + CURVE), real processes on 127.0.0.1:
 #   1. a fixed swarm of 2 and 3 peers started together equals `mpirun -np N loom train --dp N
 #      --co2` with the same flags: losses per step and the final anchor within 1e-5, and the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# serial: a kill and a stop, dropped after --peer-timeout
 # t_peer_churn.sh — loom peer under churn, real processes on 127.0.0.1 (docs/PEERS.md, "Joining"):
 # 4 peers, one SIGKILLed mid-run (LOOM_FAULT_KILL), then a newcomer joins while the swarm runs.
 #   - the survivors and the newcomer end with identical exported anchors;

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# serial: peers killed, dropped after --peer-timeout
 # t_peer_compress.sh — loom peer --outer-compress int8 (swarm/compress.h), real processes on
 # 127.0.0.1, a model of ~420k floats (two Δ pieces, the last chunk partial):
 #   1. 3 peers with int8: their exported anchors are identical (byte for byte) and the loss

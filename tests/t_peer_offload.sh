@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# serial: peers killed, dropped after --peer-timeout
 # t_peer_offload.sh — loom peer --offload disk (a peer whose model — parameters, gradients,
 # AdamW moments — is swapped through the slow tier), real processes on 127.0.0.1:
 #   1. a swarm of 2 and of 3 offloaded peers started together (weight decay, clipping,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# serial: peers killed, dropped after --peer-timeout
 # t_peer_sharded.sh — loom peer --peer-exchange sharded (reduce-scatter + all-gather of slices,
 # src/swarm/swarm_shard.c), real processes on 127.0.0.1:
 #   1. fixed swarms of 2, 3 and 8 peers: every peer's exported anchor is the same bytes, and the

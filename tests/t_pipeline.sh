@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# serial: hangs detected by --comm-timeout
 # t_pipeline.sh — pipeline parallelism under mpirun:
 #   * gpipe and 1f1b at D = 2, 3 and 4 stages (5 layers: uneven splits, one set by hand with
 #     --stage-layers) and dp 2 x pp 2 reproduce the single-process run with the same global

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# serial: signals and --stop-grace periods
 # t_stop.sh — a stop signal (SIGTERM, SIGINT, SIGUSR1) saves the run (docs/USAGE.md "Stopping a run"):
 #   1. one process: a real SIGTERM from outside stops it at a step boundary with exit 8, a
 #      checkpoint of that step and a message; resuming continues bit-identically (losses and
