@@ -18,8 +18,8 @@ export OMP_NUM_THREADS=1
 skip=" ${FUZZ_SKIP-} "
 all=$(for f in fuzz/fuzz_*.c; do n=$(basename "$f" .c); n=${n#fuzz_}; [[ $skip == *" $n "* ]] || echo "$n"; done)
 names=${FUZZ_TARGETS:-$all}
-jobs=${FUZZ_JOBS:-$(n=$(nproc 2>/dev/null || echo 1); [ "$n" -ge 2 ] && echo 2 || echo 1)}
-case "$jobs" in '' | *[!0-9]* | 0) echo "fuzz/run.sh: FUZZ_JOBS must be a positive integer" >&2; exit 2 ;; esac
+. scripts/jobs.sh
+jobs_count "${FUZZ_JOBS:-}" FUZZ_JOBS fuzz/run.sh || exit 2
 failed=()
 
 # fuzz_one NAME: runs one target into $B/fuzz/NAME/{log,rc,secs}
@@ -48,21 +48,12 @@ report() {
     fi
 }
 
-declare -A running=() # pid -> target
 for n in $names; do
     bin=$B/fuzz/fuzz_$n
     [ -x "$bin" ] || { echo "FAIL - fuzz_$n: $bin not built (make fuzz-build)"; failed+=("$n"); continue; }
     mkdir -p "$B/fuzz/$n/corpus" "fuzz/corpus/$n"
-    while [ "${#running[@]}" -ge "$jobs" ]; do
-        wait -n -p done_pid
-        report "${running[$done_pid]}"; unset "running[$done_pid]"
-    done
-    fuzz_one "$n" &
-    running[$!]=$n
+    jobs_run "$n" fuzz_one "$n"
 done
-while [ "${#running[@]}" -gt 0 ]; do
-    wait -n -p done_pid
-    report "${running[$done_pid]}"; unset "running[$done_pid]"
-done
+jobs_wait
 [ ${#failed[@]} -gt 0 ] && { echo "fuzz failures: ${failed[*]}"; exit 1; }
 echo "all fuzz targets clean"

@@ -15,8 +15,8 @@ export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 export PY=${PY:-/usr/bin/python3}
 passed=0 failed=0 skipped=0
 failures=()
-jobs=${TEST_JOBS:-$(n=$(nproc 2>/dev/null || echo 1); [ "$n" -ge 2 ] && echo 2 || echo 1)}
-case "$jobs" in '' | *[!0-9]* | 0) echo "run.sh: TEST_JOBS must be a positive integer" >&2; exit 2 ;; esac
+. scripts/jobs.sh
+jobs_count "${TEST_JOBS:-}" TEST_JOBS run.sh || exit 2
 log=$(mktemp -d)
 
 for t in "$BUILD"/tests/test_*; do
@@ -59,25 +59,16 @@ report() {
 }
 
 serial=()
-declare -A running=() # pid -> name
 for t in tests/t_*.sh; do
     [ -f "$t" ] || continue
     name=$(basename "$t" .sh)
     if [ -n "${LOOM_ASAN:-}" ] && grep -q '^# asan: skip' "$t"; then
         echo "skip - $name (too slow under sanitizers)"; skipped=$((skipped + 1)); continue
     fi
-    if [ "$jobs" -gt 1 ] && grep -q '^# serial:' "$t"; then serial+=("$t"); continue; fi
-    while [ "${#running[@]}" -ge "$jobs" ]; do
-        wait -n -p done_pid
-        report "${running[$done_pid]}"; unset "running[$done_pid]"
-    done
-    run_script "$t" "$name" &
-    running[$!]=$name
+    if [ "$JOBS" -gt 1 ] && grep -q '^# serial:' "$t"; then serial+=("$t"); continue; fi
+    jobs_run "$name" run_script "$t" "$name"
 done
-while [ "${#running[@]}" -gt 0 ]; do
-    wait -n -p done_pid
-    report "${running[$done_pid]}"; unset "running[$done_pid]"
-done
+jobs_wait
 for t in "${serial[@]}"; do
     name=$(basename "$t" .sh)
     run_script "$t" "$name"
