@@ -15,11 +15,13 @@ with open(path, "wb") as f:
 PY
 }
 # expect_fail PATTERN CMD...: CMD must exit with 1..125 (not a crash), and its
-# stderr must contain PATTERN.
+# stderr must contain PATTERN. Under mpirun (CMD is $MPI ...), the job ends as soon as a rank
+# fails: mpirun otherwise waits odls_base_sigkill_timeout (1 s) after a rank's non-zero exit,
+# 2 s when the other ranks catch SIGTERM (loom does), even if they have already exited.
 expect_fail() {
     local pattern=$1; shift
     local out rc
-    out=$("$@" 2>&1 >/dev/null) && rc=0 || rc=$?
+    out=$(OMPI_MCA_odls_base_sigkill_timeout=0 "$@" 2>&1 >/dev/null) && rc=0 || rc=$?
     if [ "$rc" -eq 0 ] || [ "$rc" -gt 125 ]; then
         echo "FAILED: '$*' exited $rc (want 1..125): $out"; return 1
     fi
@@ -40,8 +42,6 @@ missing_dep() {
 need_torch() {
     $PY -c "import torch, numpy" 2>/dev/null || missing_dep "python3-torch/python3-numpy for $PY"
 }
-# MPI: how the tests launch ranks on one machine (every transport, no core binding, more ranks
-# than cores allowed). need_mpi: fail without mpirun, else let root launch and give each rank
 # fastmem MIB: a --fast-mem of MIB MiB for a test's run. Under the sanitizers (LOOM_ASAN) 512 MiB
 # more: their shadow memory and quarantine are in the resident set the budget bounds (the fixed
 # overhead measured at start-up is ~130 MiB more there), but they are not the program's.
@@ -50,11 +50,16 @@ fastmem() {
     [ -n "${LOOM_ASAN:-}" ] && slack=512
     echo "$(($1 + slack))M"
 }
-# one OpenMP thread.
+# MPI: how the tests launch ranks on one machine (shared memory and TCP, no core binding, more
+# ranks than cores allowed). need_mpi: fail without mpirun, else let root launch, give each rank
+# one OpenMP thread, and name Open MPI's point-to-point layer (ob1, the one it picks for these
+# transports anyway): left to choose, each rank first tries UCX and the matching-transport layer,
+# 200 of the 350 ms its MPI_Init takes on a 2-core virtual machine.
 MPI="mpirun --oversubscribe --bind-to none --mca btl self,vader,tcp"
 need_mpi() {
     command -v mpirun >/dev/null || missing_dep "mpirun (Debian openmpi-bin)"
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+    export OMPI_MCA_pml=${OMPI_MCA_pml:-ob1}
 }
 # same [--tol T] [--wtol W] [--part] [--steps LO-HI] NAME A.jsonl B.jsonl [A.st B.st]: run A
 # trained what run B trained. Without --tol, every training record of A (loss, lr, grad_norm,

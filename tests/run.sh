@@ -13,6 +13,7 @@ export LOOM=${LOOM:-$PWD/loom}
 [ "$BUILD" != build ] && [ -x "$BUILD/loom" ] && export LOOM=$PWD/$BUILD/loom
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 export PY=${PY:-/usr/bin/python3}
+export OMPI_MCA_pml=${OMPI_MCA_pml:-ob1} # (tests/lib.sh need_mpi says why)
 passed=0 failed=0 skipped=0
 failures=()
 . scripts/jobs.sh
