@@ -8,7 +8,10 @@ declare -A JOBS_RUNNING=() # pid -> name
 
 jobs_count() {
     JOBS=$1
-    [ -n "$JOBS" ] || { [ "$(nproc 2>/dev/null || echo 1)" -ge 2 ] && JOBS=2 || JOBS=1; }
+    # (nproc answers OMP_NUM_THREADS when it is set, as fuzz/run.sh sets it: not the CPUs)
+    local cpus
+    cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2>/dev/null || echo 1)
+    [ -n "$JOBS" ] || { [ "$cpus" -ge 2 ] && JOBS=2 || JOBS=1; }
     case "$JOBS" in *[!0-9]* | 0) echo "$3: $2 must be a positive integer" >&2; return 1 ;; esac
 }
 

@@ -3,7 +3,8 @@
 # integration script (tests/t_*.sh). Ends with "N passed, N failed, N skipped".
 # Environment: LOOM_BUILD (build dir, default build), LOOM (CLI binary, default ./loom),
 # LOOM_ASAN=1 skips the tests listed as too slow under sanitizers, TEST_JOBS (default 2, or 1 on
-# a one-CPU machine): how many integration scripts run at once. A script whose header says
+# a one-CPU machine): how many unit-test binaries, then integration scripts, run at once. A
+# script whose header says
 # `# serial: WHY` (it waits on timeouts, grace periods or a peer's silence, which a second test
 # on the same CPUs could stretch) runs after the others, alone.
 set -u
@@ -20,12 +21,17 @@ failures=()
 jobs_count "${TEST_JOBS:-}" TEST_JOBS run.sh || exit 2
 log=$(mktemp -d)
 
-for t in "$BUILD"/tests/test_*; do
-    [ -x "$t" ] || continue
-    name=$(basename "$t")
+# run_unit T NAME: runs one unit-test binary into $log/NAME.{out,err,rc}
+run_unit() {
+    "$1" >"$log/$2.out" 2>"$log/$2.err"
+    echo $? >"$log/$2.rc"
+}
+
+# report_unit NAME: prints a finished unit-test binary's lines and counts them
+report_unit() {
+    local name=$1 rc p f s
+    rc=$(cat "$log/$name.rc")
     echo "== $name"
-    "$t" >"$log/$name.out" 2>"$log/$name.err"
-    rc=$?
     cat "$log/$name.out"
     p=$(grep -c '^ok - ' "$log/$name.out")
     f=$(grep -c '^FAIL - ' "$log/$name.out")
@@ -33,7 +39,7 @@ for t in "$BUILD"/tests/test_*; do
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; echo "FAIL - $name exited with $rc"; fi
     [ "$f" -gt 0 ] && { sed 's/^/    /' "$log/$name.err" | tail -40; failures+=("$name"); }
     passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
-done
+}
 
 # run_script T NAME: runs one integration script into $log/NAME.{out,rc,secs}
 run_script() {
@@ -45,8 +51,9 @@ run_script() {
     echo "$rc" >"$log/$2.rc"
 }
 
-# report NAME: prints a finished script's line and counts it
+# report NAME: prints a finished job's lines (a unit-test binary's or a script's) and counts them
 report() {
+    case $1 in test_*) report_unit "$1"; return ;; esac
     local name=$1 rc secs
     rc=$(cat "$log/$name.rc") secs=$(cat "$log/$name.secs")
     if [ "$rc" -eq 0 ]; then
@@ -58,6 +65,13 @@ report() {
         failed=$((failed + 1)); failures+=("$name")
     fi
 }
+
+# the unit-test binaries, JOBS at a time, then the scripts
+for t in "$BUILD"/tests/test_*; do
+    [ -x "$t" ] || continue
+    jobs_run "$(basename "$t")" run_unit "$t" "$(basename "$t")"
+done
+jobs_wait
 
 serial=()
 for t in tests/t_*.sh; do

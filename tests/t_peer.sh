@@ -89,16 +89,16 @@ cmp "$d/k0.st" "$d/k1.st" || { echo "the survivors' anchors differ"; exit 1; }
 echo "k2 killed at step 50; k0 and k1 finished with identical anchors"
 
 echo "== 3. a late joiner, and a killed peer restarted with the same id"
-LOOM_FAULT_KILL= peer j0 "" --steps 2000 --min-peers 2 --metrics "$d/j0.jsonl" --export "$d/j0.st"
+LOOM_FAULT_KILL= peer j0 "" --steps 800 --min-peers 2 --metrics "$d/j0.jsonl" --export "$d/j0.st"
 j0=$!
 boot=$(addr j0)
-LOOM_FAULT_KILL=0:300 peer j1 $boot --steps 2000 --min-peers 2 --export "$d/j1.st"
+LOOM_FAULT_KILL=0:300 peer j1 $boot --steps 800 --min-peers 2 --export "$d/j1.st"
 j1=$!
 rc=0; wait $j1 || rc=$?
 [ "$rc" = 137 ] || { echo "j1 should have been killed (exit $rc)"; cat "$d/j1.log"; exit 1; }
-LOOM_FAULT_KILL= peer j1 $boot --steps 2000 --export "$d/j1.st"
+LOOM_FAULT_KILL= peer j1 $boot --steps 800 --export "$d/j1.st"
 j1=$!
-LOOM_FAULT_KILL= peer j2 $boot --steps 2000 --export "$d/j2.st"
+LOOM_FAULT_KILL= peer j2 $boot --steps 800 --export "$d/j2.st"
 j2=$!
 waitall $j0 $j1 $j2 || { for f in "$d"/j*.log; do echo "== $f"; tail -n 5 "$f"; done; exit 1; }
 grep -h "joined the swarm" "$d/j1.log" "$d/j2.log"

@@ -114,16 +114,16 @@ echo "negative control: 2 peers vs 3 differ in both comparisons: seen"
 
 echo "== 2. an offloaded peer killed and restarted rejoins; a late offloaded joiner"
 model="--layers 2 --heads 2 --dim 64 --vocab 64 --block-size 32 --batch 4 --seq 32 --peak-gflops 1"
-peer j0 "" --tau 4 --steps 1200 --min-peers 2 --export "$d/j0.st"
+peer j0 "" --tau 4 --steps 600 --min-peers 2 --export "$d/j0.st"
 j0=$!
 boot=$(addr j0)
-LOOM_FAULT_KILL=0:150 peer j1 $boot --tau 4 --steps 1200 --min-peers 2 --export "$d/j1.st" $OFF
+LOOM_FAULT_KILL=0:150 peer j1 $boot --tau 4 --steps 600 --min-peers 2 --export "$d/j1.st" $OFF
 j1=$!
 rc=0; wait $j1 || rc=$?
 [ "$rc" = 137 ] || { echo "j1 should have been killed (exit $rc)"; cat "$d/j1.log"; exit 1; }
-peer j1 $boot --tau 4 --steps 1200 --export "$d/j1.st" $OFF
+peer j1 $boot --tau 4 --steps 600 --export "$d/j1.st" $OFF
 j1=$!
-peer j2 $boot --tau 4 --steps 1200 --export "$d/j2.st" $OFF
+peer j2 $boot --tau 4 --steps 600 --export "$d/j2.st" $OFF
 j2=$!
 waitall $j0 $j1 $j2 || { logs j; exit 1; }
 grep -h "joined the swarm" "$d/j1.log" "$d/j2.log"
@@ -197,13 +197,13 @@ for mode in "all int8" "sharded topk"; do
     clean "a swarm of 3 at ${budget}M"
 done
 # a joiner downloads from two offloaded donors (their snapshots) into its own files
-WRAP="$PY $d/rss.py" peer k0 "" --steps 60 --min-peers 2 --metrics "$d/k0.jsonl" $B
+WRAP="$PY $d/rss.py" peer k0 "" --steps 40 --min-peers 2 --metrics "$d/k0.jsonl" $B
 k0=$!
 boot=$(addr k0)
-WRAP="$PY $d/rss.py" peer k1 "$boot" --steps 60 $B
+WRAP="$PY $d/rss.py" peer k1 "$boot" --steps 40 $B
 k1=$!
 for _ in $(seq 100); do grep -q '"step":10,' "$d/k0.jsonl" 2>/dev/null && break; sleep 0.2; done
-WRAP="$PY $d/rss.py" peer k2 "$boot" --steps 60 $B
+WRAP="$PY $d/rss.py" peer k2 "$boot" --steps 40 $B
 k2=$!
 waitall $k0 $k1 $k2 || { logs k; exit 1; }
 grep -q "joined the swarm" "$d/k2.log" || { echo "k2 did not join"; cat "$d/k2.log"; exit 1; }

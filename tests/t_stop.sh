@@ -8,11 +8,10 @@
 #   2. a second signal during the stop's save, or a grace period that runs out, exits 9 at once
 #      and `latest` still names the last complete checkpoint (the message says so); so does a
 #      stop whose save fails;
-#   3. MPI: a signal that reaches ONE rank stops every rank at the same step, for dp (ZeRO 1
-#      and 3), pipeline 1f1b and 2bw, tp, cp, 2D tp, pp x tp, --offload and CO2 (at the next
-#      round end when it fits the grace period, else mid-round: unsharded, sharded, offload;
-#      and over tp / tp+sp / cp workers, the signal on one rank of one worker),
-#      and each resumes bit-identically;
+#   3. MPI: a signal that reaches ONE rank of a CO2 job whose round end does not fit the grace
+#      period stops every rank at the same step mid-round (unsharded, sharded, offload; and
+#      over tp+sp / cp workers, the signal on one rank of one worker), and each resumes
+#      bit-identically (the other layouts, and CO2 at a round end: tests/t_stop_mpi.sh);
 #   4. scripts/loom-mpirun turns a SIGTERM into a SIGUSR1 for the job (which mpirun forwards
 #      without killing) and raises odls_base_sigkill_timeout to --stop-grace + 5;
 #   5. loom peer: stops at the next round end (leaving the swarm, which goes on) or, when the
@@ -27,20 +26,8 @@ d=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$d"; }
 trap cleanup EXIT
-mkshard "$d/train.bin" 64 40000 1
-mkshard "$d/other.bin" 64 40000 2
-base="--layers 2 --heads 2 --dim 32 --vocab 64 --block-size 32 --batch 4 --seq 16 --grad-accum 2
-      --lr 3e-3 --warmup 2 --lr-schedule cosine --min-lr 1e-4 --shuffle on --seed 11
-      --progress off"
-export OMP_NUM_THREADS=1
-
-# resumed NAME A.jsonl B.jsonl FULL.jsonl B.st FULL.st: the stopped run's (A) and the resumed
-# run's (B) metrics together are the uninterrupted run's, step for step, and the final weights
-# are the same bytes (same, tests/lib.sh).
-resumed() {
-    cat "$2" "$3" > "$d/$1.ab.jsonl"
-    same "$1: stopped + resumed" "$d/$1.ab.jsonl" "$4" "$5" "$6"
-}
+. "$(dirname "$0")/stop_lib.sh"
+stop_setup
 
 echo "== 1. one process"
 flags="--data $d/train.bin $base --steps 12"
@@ -112,63 +99,21 @@ test "$(cat "$d/ck4/latest")" = step_00000004 && [ ! -e "$d/ck4/step_00000007.pa
 echo "the stop's save failed: exit 9, latest still step_00000004, no partial directory"
 
 echo "== 3. MPI: a signal on one rank stops every rank at the same step"
-# mpi NAME NP SIGNAL STEPS WANT FLAGS...: an uninterrupted run, a run stopped by
-# LOOM_FAULT_SIGNAL=SIGNAL (RANK:STEP), which must save step WANT (or, for CO2, whose workers
-# drift apart within a round, "round:TAU": a round end, "mid:TAU": not one), and its resume;
-# compared.
-mpi() {
-    local name=$1 np=$2 sig=$3 steps=$4 want=$5; shift 5
-    local f="--data $d/train.bin $base --steps $steps"
-    $MPI -np "$np" $LOOM train $f "$@" --metrics "$d/$name.full.jsonl" --export "$d/$name.full.st" \
-        > "$d/$name.full.log" 2>&1 || { echo "$name: uninterrupted run failed"; tail "$d/$name.full.log"; return 1; }
-    local rc=0
-    LOOM_FAULT_SIGNAL=$sig $MPI -np "$np" -x LOOM_FAULT_SIGNAL $LOOM train $f "$@" --save "$d/$name.ck" \
-        --metrics "$d/$name.a.jsonl" > "$d/$name.a.log" 2>&1 || rc=$?
-    [ "$rc" = 8 ] || { echo "$name: stopped run exit $rc, want 8"; tail -20 "$d/$name.a.log"; return 1; }
-    local at
-    at=$(sed 's/^step_0*//' "$d/$name.ck/latest")
-    case $want in
-    round:*) [ $((at % ${want#round:})) = 0 ] && [ "$at" -lt "$steps" ] ;; # a round end
-    mid:*) [ $((at % ${want#mid:})) != 0 ] ;;                                # mid-round
-    *) [ "$at" = "$want" ] ;;
-    esac || { echo "$name: saved step $at, want $want"; return 1; }
-    want=$at
-    $MPI -np "$np" $LOOM train $f "$@" --resume "$d/$name.ck" --metrics "$d/$name.b.jsonl" \
-        --export "$d/$name.b.st" > "$d/$name.b.log" 2>&1 || { echo "$name: resume failed"; tail "$d/$name.b.log"; return 1; }
-    resumed "$name" "$d/$name.a.jsonl" "$d/$name.b.jsonl" "$d/$name.full.jsonl" \
-        "$d/$name.b.st" "$d/$name.full.st"
-    echo "$name: signal $sig -> every rank stopped after step $want, resumed bit-identically"
-}
-mpi dp2-zero1 2 1:5 12 5 --dp 2 --zero 1
-mpi dp2-zero3 2 0:5 12 5 --dp 2 --zero 3
-mpi pp2-1f1b 2 1:5 12 5 --pp 2
-mpi pp2-2bw 2 1:5 12 5 --pp 2 --schedule 2bw
-mpi tp2 2 1:5 12 5 --tp 2 --sp
-mpi cp2 2 1:5 12 5 --cp 2
-mpi tp4-2d 4 3:5 12 5 --tp 4 --tp-mode 2d
-mpi pp2-tp2 4 2:5 12 5 --pp 2 --tp 2
-mkdir -p "$d/scratch"
-mpi dp2-offload 2 1:5 12 5 --dp 2 --offload disk --offload-dir "$d/scratch" --fast-mem "$(fastmem 64)"
-# CO2 (tau 4): a signal on one worker, or on all, at step 5: the workers agree and run on to
-# the round end (step 8), which fits in the grace period
-mpi co2-one 2 1:5 16 round:4 --dp 2 --co2 --tau 4
-mpi co2-all 2 all:5 16 round:4 --dp 2 --co2 --tau 4 --zero 1
-# a round end that does not fit (~995 steps away, grace 0.4 s: the round end is taken when it
-# fits in half the grace, and a step of this model takes 0.5 ms on an AVX-512 EPYC, so 2 s of
+echo "== 3. MPI: a signal on one rank stops every rank at the same step, mid-round"
+# and CO2 at a round end that fits the grace period: tests/t_stop_mpi.sh, which need not run
+# alone)
+# a CO2 round end that does not fit (~995 steps away, grace 0.4 s: the round end is taken when
+# it fits in half the grace, and a step of this model takes 0.5 ms on an AVX-512 EPYC, so 2 s of
 # grace would fit it there): every worker stops at the furthest step any had reached and saves
-# mid-round (its own weights too); unsharded, sharded, --offload
+# mid-round (its own weights too); unsharded, sharded, --offload; and over tensor- and
+# context-parallel workers, the signal on one rank of one worker
+mkdir -p "$d/scratch"
 mpi co2-mid 2 1:5 1005 mid:1000 --dp 2 --co2 --tau 1000 --stop-grace 0.4
 mpi co2-mid-sharded 2 0:5 1005 mid:1000 --dp 2 --co2 --tau 1000 --stop-grace 0.4 --zero 1
 mpi co2-mid-offload 2 1:5 1005 mid:1000 --dp 2 --co2 --tau 1000 --stop-grace 0.4 --offload disk \
     --offload-dir "$d/scratch" --fast-mem "$(fastmem 64)"
-# CO2 over tensor- and context-parallel workers: the signal reaches one rank of one worker; the
-# agreement spans the whole job, so every rank of every worker stops at the same step
-mpi co2-tp-one 4 1:5 16 round:4 --dp 2 --tp 2 --co2 --tau 4
 mpi co2-tp-mid 4 3:5 1005 mid:1000 --dp 2 --tp 2 --sp --co2 --tau 1000 --stop-grace 0.4
 mpi co2-cp-mid 4 2:5 1005 mid:1000 --dp 2 --cp 2 --co2 --tau 1000 --stop-grace 0.4
-# CO2 over pipeline workers (the last stage of one worker signalled): a round end only (a
-# mid-round save is refused: tests/t_co2_pp.sh)
-mpi co2-pp-one 4 3:5 16 round:4 --dp 2 --pp 2 --co2 --tau 4
 
 echo "== 4. scripts/loom-mpirun"
 mkdir -p "$d/fake"
