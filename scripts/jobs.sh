@@ -3,7 +3,8 @@
 #                             empty; returns 1, naming VAR, when it is not a positive integer
 #   jobs_run NAME CMD...      runs CMD in the background once fewer than JOBS are running
 #   jobs_wait                 waits for the rest
-# Each job that finishes is handed to the caller's `report NAME`, in the caller's shell.
+# Each job that finishes is handed to the caller's function named by JOBS_REPORT (default
+# `report`) as `FUNCTION NAME`, in the caller's shell.
 declare -A JOBS_RUNNING=() # pid -> name
 
 jobs_count() {
@@ -18,7 +19,7 @@ jobs_count() {
 jobs_reap() {
     local pid
     wait -n -p pid
-    report "${JOBS_RUNNING[$pid]}"
+    "${JOBS_REPORT:-report}" "${JOBS_RUNNING[$pid]}"
     unset "JOBS_RUNNING[$pid]"
 }
 

@@ -4,9 +4,8 @@
 # Environment: LOOM_BUILD (build dir, default build), LOOM (CLI binary, default ./loom),
 # LOOM_ASAN=1 skips the tests listed as too slow under sanitizers, TEST_JOBS (default 2, or 1 on
 # a one-CPU machine): how many unit-test binaries, then integration scripts, run at once. A
-# script whose header says
-# `# serial: WHY` (it waits on timeouts, grace periods or a peer's silence, which a second test
-# on the same CPUs could stretch) runs after the others, alone.
+# script whose header says `# serial: WHY` (it waits on timeouts, grace periods or a peer's
+# silence, which a second test on the same CPUs could stretch) runs after the others, alone.
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${LOOM_BUILD:-build}
@@ -51,9 +50,8 @@ run_script() {
     echo "$rc" >"$log/$2.rc"
 }
 
-# report NAME: prints a finished job's lines (a unit-test binary's or a script's) and counts them
-report() {
-    case $1 in test_*) report_unit "$1"; return ;; esac
+# report_script NAME: prints a finished script's line and counts it
+report_script() {
     local name=$1 rc secs
     rc=$(cat "$log/$name.rc") secs=$(cat "$log/$name.secs")
     if [ "$rc" -eq 0 ]; then
@@ -67,11 +65,13 @@ report() {
 }
 
 # the unit-test binaries, JOBS at a time, then the scripts
+JOBS_REPORT=report_unit
 for t in "$BUILD"/tests/test_*; do
     [ -x "$t" ] || continue
     jobs_run "$(basename "$t")" run_unit "$t" "$(basename "$t")"
 done
 jobs_wait
+JOBS_REPORT=report_script
 
 serial=()
 for t in tests/t_*.sh; do
@@ -87,7 +87,7 @@ jobs_wait
 for t in "${serial[@]}"; do
     name=$(basename "$t" .sh)
     run_script "$t" "$name"
-    report "$name"
+    report_script "$name"
 done
 
 rm -rf "$log"
