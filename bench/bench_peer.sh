@@ -5,7 +5,8 @@
 #   bench/bench_peer.sh [--parts tput,churn,conv] [--settings 100mbit,100mbit-tbf,20mbit,10mbit]
 #                       [--machines N (4)] [--cores C (all)] [--exchange all|sharded (all)]
 #                       [--compress none|int8|topk (none)]
-#                       [--modes alone,together,swarm,co2,dp,1f1b,2bw] [--model 30m|small] [--tau N (12)]
+#                       [--modes alone,together,swarm,co2,dp,1f1b,2bw] [--model 30m|124m|small] [--tau N (12)]
+#                       [--peer-files]
 #                       [--rounds R (3)] [--warm-rounds W (1)] [--dp-steps S (4)] [--pp-steps S (5)]
 #                       [--accum K (8)] [--churn-rounds R (15)] [--churn-every N (3)]
 #                       [--churn-link 1gbit|100mbit] [--churn-timeout S (5)] [--swarm-timeout S (30)]
@@ -20,8 +21,11 @@
 # every other mode is reported against. wirelay (the 100mbit setting's switch) runs outside the
 # machines: leave it some of the host (e.g. --cores 1.8 of 2), or it gets only what the machines
 # leave and the link runs slower than its rate.
-# Part tput (model 30m = L6 H6 C384 V50257 T256 B4: 30.0M params, a 120 MB Δ; small = L4 H4
-# C256 V50257 T128 B4), per setting, one run per mode:
+# Part tput (model 30m = L6 H6 C384 V50257 T256 B4: 30.0M params, a 120 MB Δ; 124m = GPT-2
+# small at T256 B4: 123.9M params, a 495 MB Δ; small = L4 H4 C256 V50257 T128 B4), per setting,
+# one run per mode. --peer-files: every peer keeps its outer state and the swarm's arrays in
+# files (`--offload-dir` without --offload; the model stays in memory), as a 124M peer must to
+# fit four on a 23 GiB host (~2.4 GiB each instead of ~7.8):
 #   alone  1 x `loom train` in machine 0, R*N steps, tok/s from step_ms after the warm rounds
 #   together  N x `loom train` at once, one per machine, no network, timed as alone: what the
 #          host's shared memory and caches leave of the bound when N machines compute at once
@@ -60,7 +64,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PARTS=tput,churn,conv; SETTINGS=100mbit; MODESARG=alone,swarm,co2,dp,1f1b,2bw; MODEL=30m; TAU=12
 NP=4; CORES=$(nproc); EXCH=all; COMPRESS=none; ROUNDS=3; WARM=1; DP_STEPS=4; PP_STEPS=5; ACC=8; CH_ROUNDS=15; CH_EVERY=3; CH_LINK=1gbit; CH_TIMEOUT=5; SW_TIMEOUT=30; CH_AT=random
-CONV_MODES=dp,co2; CONV_OUTER=""; OUT=""; LOOM="$ROOT/loom"; PY=/usr/bin/python3; RUN_TIMEOUT=900
+CONV_MODES=dp,co2; CONV_OUTER=""; OUT=""; LOOM="$ROOT/loom"; PY=/usr/bin/python3; RUN_TIMEOUT=900; FILES_DIR=0
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; }
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -68,6 +72,7 @@ while [ $# -gt 0 ]; do
         --settings) SETTINGS="$2"; shift 2 ;;
         --modes) MODESARG="$2"; shift 2 ;;
         --model) MODEL="$2"; shift 2 ;;
+        --peer-files) FILES_DIR=1; shift ;;
         --machines) NP="$2"; shift 2 ;;
         --exchange) EXCH="$2"; shift 2 ;;
         --compress) COMPRESS="$2"; shift 2 ;;
@@ -99,7 +104,8 @@ case "$NP" in '' | *[!0-9]* | 0 | 1) echo "bench_peer.sh: --machines N needs N >
 case "$MODEL" in
     small) read -r L H C V T B <<<"4 4 256 50257 128 4" ;;
     30m) read -r L H C V T B <<<"6 6 384 50257 256 4" ;;
-    *) echo "bench_peer.sh: --model small|30m" >&2; exit 2 ;;
+    124m) read -r L H C V T B <<<"12 12 768 50257 256 4" ;;
+    *) echo "bench_peer.sh: --model small|30m|124m" >&2; exit 2 ;;
 esac
 [ -n "$OUT" ] || OUT="$(mktemp -d /tmp/loom-bench-peer.XXXXXX)"
 mkdir -p "$OUT"; OUT="$(cd "$OUT" && pwd)"
@@ -130,7 +136,7 @@ GIT="$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$
     echo "loadavg_start: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "loom_git: $GIT (the checkout's; with --loom, the binary may be older: md5 $(md5sum "$LOOM" | cut -c1-12))"
     echo "machines: $NP x $(awk -v c="$CORES" -v n="$NP" 'BEGIN { printf "%.3g", c / n }') cores (CPU cgroups with fixed quotas)"
-    echo "invocation: $0 --machines $NP --cores $CORES --exchange $EXCH --compress $COMPRESS --parts $PARTS --settings $SETTINGS --modes $MODESARG --model $MODEL --tau $TAU --rounds $ROUNDS --warm-rounds $WARM --dp-steps $DP_STEPS --pp-steps $PP_STEPS --accum $ACC --churn-rounds $CH_ROUNDS --churn-every $CH_EVERY --churn-link $CH_LINK --churn-timeout $CH_TIMEOUT --churn-at $CH_AT --swarm-timeout $SW_TIMEOUT --conv-modes $CONV_MODES --conv-outer '$CONV_OUTER'"
+    echo "invocation: $0 --machines $NP --cores $CORES --exchange $EXCH --compress $COMPRESS --parts $PARTS --settings $SETTINGS --modes $MODESARG --model $MODEL --tau $TAU --rounds $ROUNDS --warm-rounds $WARM --dp-steps $DP_STEPS --pp-steps $PP_STEPS --accum $ACC --churn-rounds $CH_ROUNDS --churn-every $CH_EVERY --churn-link $CH_LINK --churn-timeout $CH_TIMEOUT --churn-at $CH_AT --swarm-timeout $SW_TIMEOUT --conv-modes $CONV_MODES --conv-outer '$CONV_OUTER'$([ "$FILES_DIR" = 1 ] && echo ' --peer-files')"
 } | tee "$OUT/machine.txt"
 
 "$BIN" keygen -o "$OUT/secret" >/dev/null 2>&1
@@ -159,11 +165,12 @@ net_up() {  # net_up SETTING
 # start_peer TAG NS ID BOOTSTRAP FLAGS... — one peer in namespace lpr$NS; echoes nothing, appends PID
 start_peer() {
     local tag=$1 ns=$2 id=$3 boot=$4; shift 4
-    local port=$((PORT++)) b=()
+    local port=$((PORT++)) b=() f=()
     [ -n "$boot" ] && b=(--bootstrap "$boot")
+    [ "$FILES_DIR" = 1 ] && mkdir -p "$OUT/$tag/files_$id" && f=(--offload-dir "$OUT/$tag/files_$id")
     local cmd=("$ASM" "$ns" nsenter --net="/run/netns/lpr$ns" env "${ENVV[@]}" "$BIN" peer "$@"
                --peer-exchange "$EXCH" --outer-compress "$COMPRESS" --threads 1 --progress off --peak-gflops 1
-               --secret "$OUT/secret" --peer-id "$id" --listen "10.77.0.$((10 + ns)):$port" "${b[@]}"
+               --secret "$OUT/secret" --peer-id "$id" --listen "10.77.0.$((10 + ns)):$port" "${b[@]}" "${f[@]}"
                --metrics "$OUT/$tag/$id.jsonl")
     echo "\$ ${cmd[*]} &" >>"$OUT/commands.txt"
     "${cmd[@]}" >"$OUT/$tag/$id.log" 2>&1 &

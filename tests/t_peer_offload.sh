@@ -21,7 +21,11 @@
 #      --offload-dir: swarms of 3 peers with a 3.2M-parameter model (all-to-all + int8, sharded +
 #      topk; each bit-identical to the swarm in memory) and a join from two offloaded donors
 #      keep every peer's whole-process peak RSS within --fast-mem 112M, where those arrays in
-#      host memory (LOOM_PEER_NO_SPILL, the negative control) overrun it.
+#      host memory (LOOM_PEER_NO_SPILL, the negative control) overrun it;
+#   6. --offload-dir without --offload: the model in memory, the outer state and the swarm's
+#      arrays in files: the sharded topk swarm of section 5 bit-identical to it in memory, each
+#      peer's peak RSS at least 4 P floats below the in-memory peer's; no files left; --fast-mem
+#      without --offload is refused, and so is `loom train --offload-dir` without it.
 # The tier's scratch files are gone after every run.
 # asan: skip
 set -eu
@@ -190,7 +194,7 @@ for mode in "all int8" "sharded topk"; do
     set -- $mode
     X="--steps 8 --peer-exchange $1 --outer-compress $2"
     WRAP="$PY $d/rss.py" swarm s 3 $X $B
-    swarm t 3 $X --tau 2 --lr 1e-3 # (the same swarm in memory)
+    WRAP="$PY $d/rss.py" swarm t 3 $X --tau 2 --lr 1e-3 # (the same swarm in memory)
     for i in 0 1 2; do same_peer "3 peers, $1 exchange, $2, offloaded vs in memory" "t$i" "s$i"; done
     within "3 offloaded peers, $1 exchange, --outer-compress $2 (= the swarm in memory)" \
         "$d/s0.log" "$d/s1.log" "$d/s2.log"
@@ -215,3 +219,23 @@ if (within "x" "$d/n0.log" "$d/n1.log" "$d/n2.log") > /dev/null 2>&1; then
     echo "the peers' arrays in host memory stayed within the budget: the bound cannot fail"; exit 1
 fi
 echo "negative control: with the arrays in host memory a peer peaks at $(peaks "$d"/n?.log | sort -n | tail -1) MiB > ${budget}M"
+
+echo "== 6. --offload-dir without --offload: the model in memory, the swarm's arrays in files"
+# (after section 5's last mode: X is the sharded topk swarm, t0..t2 its in-memory run)
+WRAP="$PY $d/rss.py" swarm u 3 $X --tau 2 --lr 1e-3 --offload-dir "$d/off"
+for i in 0 1 2; do
+    same_peer "3 peers, sharded topk, arrays in files vs in memory" "t$i" "u$i"
+    grep -q "the model in memory; the outer state and the swarm's arrays" "$d/u$i.log" ||
+        { echo "u$i did not say where its arrays live"; cat "$d/u$i.log"; exit 1; }
+    a=$(peaks "$d/u$i.log") b=$(peaks "$d/t$i.log")
+    # P = 3.2M floats = 12.1 MiB; in memory at least anchor, momentum, Δ/average, error
+    # feedback and the Δs and averages kept
+    awk -v a="$a" -v b="$b" 'BEGIN{exit !(a + 4 * 12.1 <= b)}' ||
+        { echo "u$i: peak RSS $a MiB with its arrays in files, $b MiB in memory: not 4 P below"; exit 1; }
+    echo "u$i: peak RSS $a MiB (arrays in files) against $b MiB (in memory)"
+done
+clean "a swarm with its arrays in files"
+expect_fail "need --offload disk" $LOOM peer --data "$d/d.bin" $model --fast-mem 64M \
+    --peer-id z --listen 127.0.0.1:0 --secret "$d/secret"
+expect_fail "need --offload disk" $LOOM train --data "$d/d.bin" $model --steps 1 --offload-dir "$d/off"
+echo "refused: --fast-mem on a peer without --offload, --offload-dir on loom train without it"

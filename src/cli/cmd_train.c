@@ -168,8 +168,9 @@ static const Option OPTS[] = {
      "keep the training state in a slow tier and swap blocks through --fast-mem (host: GPU only)",
      "disk|host", 0, 0},
     {"offload-dir", OPT_STR, &A.offload_dir,
-     "--offload disk: directory for the scratch files (each rank its own subdirectory)", NULL, 0,
-     0},
+     "--offload disk: directory for the scratch files (each rank its own subdirectory); loom "
+     "peer without --offload: its outer state and the swarm's arrays live in files there",
+     NULL, 0, 0},
     {"fast-mem", OPT_STR, &A.fast_mem,
      "--offload: fast memory per rank, bytes or with K/M/G (KiB/MiB/GiB)", NULL, 0, 0},
     {"offload-units", OPT_STR, &A.offload_units,

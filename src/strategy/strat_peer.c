@@ -10,9 +10,11 @@
 // the state of its last round end (a peer's work between round ends exists only in its local
 // weights, which no resume uses) and leaves the swarm with a BYE. The peer's state: strat_peer.h;
 // its checkpoint (save, resume): peer_ckpt.c.
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../common.h"
@@ -97,8 +99,11 @@ static void drop3(const float *a, const float *b, const float *c, size_t lo, siz
 // x ← src (see strat_peer.h).
 void peer_x_set(Strategy *s, Peer *p, const float *src) {
     GPT *m = s->model;
-    if (!p->w.sw) {
-        m->be->copy(m->params, src, m->nparams);
+    if (!p->w.sw) { // (src in a file: a chunk resident at a time)
+        if (spill_active())
+            spill_copy(m->params, src, m->nparams);
+        else
+            m->be->copy(m->params, src, m->nparams);
         return;
     }
     for (size_t lo = 0, hi; lo < m->nparams && !p->w.failed; lo = hi) {
@@ -288,16 +293,29 @@ static int peer_create(Strategy *s) {
                      "messages in flight";
     if (whole_create(s, &p->w, s->grid->dp_comm, 0)) return -1;
     GPT *m = s->model;
-    if (p->w.sw && !testhook_peer_no_spill() && spill_setup(c->offload_dir)) return -1;
+    // --offload-dir without --offload: the model in memory, the outer state and the swarm's
+    // arrays in files all the same (a 124M peer holds ~2 GiB instead of ~7.8)
+    int spill = p->w.sw || c->offload_dir;
+    if (spill && !p->w.sw && mkdir(c->offload_dir, 0700) && errno != EEXIST)
+        return loom_fail("--offload-dir %s: cannot create: %s", c->offload_dir, strerror(errno));
+    if (spill && !testhook_peer_no_spill() && spill_setup(c->offload_dir)) return -1;
     p->anchor = spill_floats(P), p->mom = spill_floats(P), p->avg = spill_floats(P);
     if (c->outer_compress) p->ef = spill_floats(P); // (zeroed)
     if (!spill_active()) { // in memory: their pages now, not in the first rounds' passes
         memset(p->mom, 0, P * sizeof(float)), memset(p->avg, 0, P * sizeof(float));
         if (p->ef) memset(p->ef, 0, P * sizeof(float));
     }
-    if (!p->w.sw)
-        m->be->copy(p->anchor, m->params, P);
-    else {
+    if (!p->w.sw) {
+        if (spill_active()) {
+            spill_copy(p->anchor, m->params, P);
+            fprintf(stderr,
+                    "loom peer %s: --offload-dir: the model in memory; the outer state and the "
+                    "swarm's arrays (%.1f MiB each) live in files under %s, a span of each in "
+                    "memory at a time (docs/PEERS.md)\n",
+                    c->peer_id, 4.0 * P / 1048576, c->offload_dir);
+        } else
+            m->be->copy(p->anchor, m->params, P);
+    } else {
         for (size_t lo = 0, hi; lo < P; lo = hi) {
             hi = span_end(m, lo);
             if (whole_swap_full_params(&p->w, p->anchor + lo, lo, hi - lo)) return -1;

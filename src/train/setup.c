@@ -323,10 +323,13 @@ void run_peak(Run *r) {
 // --offload's flags: the kind, its directory and the fast-memory budget.
 static int check_offload(Run *r) {
     const TrainArgs *a = r->a;
-    if (!a->offload)
-        return a->offload_dir || a->fast_mem || a->offload_units
-                   ? loom_fail("--offload-dir, --fast-mem and --offload-units need --offload disk")
-                   : 0;
+    if (!a->offload) { // a peer's outer state may live in files with the model in memory
+        if (a->fast_mem || a->offload_units || (a->offload_dir && !a->peer))
+            return loom_fail(a->peer ? "--fast-mem and --offload-units need --offload disk"
+                                     : "--offload-dir, --fast-mem and --offload-units need "
+                                       "--offload disk");
+        return 0;
+    }
     if (!strcmp(a->offload, "host"))
         return loom_fail("--offload host is reserved for the GPU backend (fast = GPU memory, slow "
                          "= host memory); on the CPU use --offload disk");
