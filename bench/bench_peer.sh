@@ -25,7 +25,7 @@
 # small at T256 B4: 123.9M params, a 495 MB Δ; small = L4 H4 C256 V50257 T128 B4), per setting,
 # one run per mode. --peer-files: every peer keeps its outer state and the swarm's arrays in
 # files (`--offload-dir` without --offload; the model stays in memory), as a 124M peer must to
-# fit four on a 23 GiB host (~2.4 GiB each instead of ~7.8):
+# fit four on a 23 GiB host (~2.9 GiB each at B4 instead of ~7.8 at B1):
 #   alone  1 x `loom train` in machine 0, R*N steps, tok/s from step_ms after the warm rounds
 #   together  N x `loom train` at once, one per machine, no network, timed as alone: what the
 #          host's shared memory and caches leave of the bound when N machines compute at once
