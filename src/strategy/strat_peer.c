@@ -96,14 +96,20 @@ static void drop3(const float *a, const float *b, const float *c, size_t lo, siz
     if (c) spill_drop(c + lo, (hi - lo) * sizeof(float));
 }
 
+// dst ← src, P floats, the model in memory: a chunk at a time when either is an array in a
+// file (spill.h), so that it does not stay resident.
+static void copy_whole(GPT *m, float *dst, const float *src) {
+    if (spill_active())
+        spill_copy(dst, src, m->nparams);
+    else
+        m->be->copy(dst, src, m->nparams);
+}
+
 // x ← src (see strat_peer.h).
 void peer_x_set(Strategy *s, Peer *p, const float *src) {
     GPT *m = s->model;
-    if (!p->w.sw) { // (src in a file: a chunk resident at a time)
-        if (spill_active())
-            spill_copy(m->params, src, m->nparams);
-        else
-            m->be->copy(m->params, src, m->nparams);
+    if (!p->w.sw) {
+        copy_whole(m, m->params, src);
         return;
     }
     for (size_t lo = 0, hi; lo < m->nparams && !p->w.failed; lo = hi) {
@@ -293,12 +299,12 @@ static int peer_create(Strategy *s) {
                      "messages in flight";
     if (whole_create(s, &p->w, s->grid->dp_comm, 0)) return -1;
     GPT *m = s->model;
-    // --offload-dir without --offload: the model in memory, the outer state and the swarm's
-    // arrays in files all the same (a 124M peer holds ~2 GiB instead of ~7.8)
-    int spill = p->w.sw || c->offload_dir;
-    if (spill && !p->w.sw && mkdir(c->offload_dir, 0700) && errno != EEXIST)
+    // the outer state and the swarm's arrays live in files whenever there is an --offload-dir
+    // (--offload needs one); without --offload the model stays in memory (a 124M peer at B4
+    // T256 held 2.9 GiB this way, ~7.8 at B1 with the arrays in memory: BENCHMARKS.md)
+    if (c->offload_dir && mkdir(c->offload_dir, 0700) && errno != EEXIST)
         return loom_fail("--offload-dir %s: cannot create: %s", c->offload_dir, strerror(errno));
-    if (spill && !testhook_peer_no_spill() && spill_setup(c->offload_dir)) return -1;
+    if (c->offload_dir && !testhook_peer_no_spill() && spill_setup(c->offload_dir)) return -1;
     p->anchor = spill_floats(P), p->mom = spill_floats(P), p->avg = spill_floats(P);
     if (c->outer_compress) p->ef = spill_floats(P); // (zeroed)
     if (!spill_active()) { // in memory: their pages now, not in the first rounds' passes
@@ -306,15 +312,13 @@ static int peer_create(Strategy *s) {
         if (p->ef) memset(p->ef, 0, P * sizeof(float));
     }
     if (!p->w.sw) {
-        if (spill_active()) {
-            spill_copy(p->anchor, m->params, P);
+        copy_whole(m, p->anchor, m->params);
+        if (spill_active())
             fprintf(stderr,
                     "loom peer %s: --offload-dir: the model in memory; the outer state and the "
                     "swarm's arrays (%.1f MiB each) live in files under %s, a span of each in "
                     "memory at a time (docs/PEERS.md)\n",
                     c->peer_id, 4.0 * P / 1048576, c->offload_dir);
-        } else
-            m->be->copy(p->anchor, m->params, P);
     } else {
         for (size_t lo = 0, hi; lo < P; lo = hi) {
             hi = span_end(m, lo);
