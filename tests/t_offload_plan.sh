@@ -35,6 +35,7 @@ assert all(n[0] == u[1] + 1 for u, n in zip(units, units[1:])), units
 assert 0 < j["peak_fast_bytes"] <= j["budget_bytes"] == int(sys.argv[3]) << 20, j
 assert j["predicted_step_ms"] > 0 and j["io_bytes_per_step"] > 0 and 1 <= j["prefetch"] <= 4, j
 assert j["read_bps"] > 0 and j["write_bps"] > 0, j
+assert j["opt_read_bps"] > 0 and j["opt_write_bps"] > 0, j  # the optimizer's stream, measured
 assert j["read_cpu_s_per_gb"] >= 0 and j["write_cpu_s_per_gb"] >= 0 and 0 <= j["io_steal"] <= 1, j
 assert j["predicted_step_ms"] >= max(j["compute_ms"], j["io_bound_ms"]) * (1 - 1e-9), j
 # the profile read back: the same block costs (the tier is measured again: compare the grouping)

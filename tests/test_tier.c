@@ -13,8 +13,10 @@
 //   test_tier --open DIR BYTES     open and close a tier; on failure the message, exit 1
 //   test_tier --hold DIR BYTES     open a tier, print "holding", then sleep until killed
 //   test_tier --roundtrip DIR      the round-trip and ordering checks on DIR (two tiers)
-//   test_tier --measure DIR BYTES PIECE   tier_measure's read and write bandwidth
+//   test_tier --measure DIR BYTES PIECE [CHUNK]   tier_measure's read and write bandwidth
+//                                         (and the optimizer stream's, in CHUNK pieces)
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -206,13 +208,23 @@ TEST(open_errors) {
 
 TEST(measure) {
     TierSpeed v = {0};
-    int rc = tier_measure(dir, 64 * MiB, 4 * MiB, &v);
+    int rc = tier_measure(dir, 64 * MiB, 4 * MiB, MiB, &v);
     CHECK(rc == 0 && v.read_bps > 0 && v.write_bps > 0, "rc %d (%s), read %g, write %g B/s", rc,
           loom_errmsg(), v.read_bps, v.write_bps);
+    // the optimizer's stream: both rates scaled by one measured factor
+    double k = v.opt_read_bps / v.read_bps;
+    CHECK(k > 0 && fabs(v.opt_write_bps / v.write_bps - k) < 1e-9 * k,
+          "stream rates %g / %g B/s against %g / %g", v.opt_read_bps, v.opt_write_bps, v.read_bps,
+          v.write_bps);
+    CHECK(!tier_measure(dir, 64 * MiB, 4 * MiB, 0, &v) && v.opt_read_bps == v.read_bps &&
+              v.opt_write_bps == v.write_bps,
+          "no stream timed: %g / %g B/s against %g / %g", v.opt_read_bps, v.opt_write_bps,
+          v.read_bps, v.write_bps);
     // CPU seconds per byte: not negative, and below 1 s per MB (a core copies GBs a second)
     CHECK(v.read_cpu >= 0 && v.write_cpu >= 0 && v.read_cpu < 1e-6 && v.write_cpu < 1e-6,
           "CPU per byte: read %g, write %g s", v.read_cpu, v.write_cpu);
-    CHECK(tier_measure(dir, 64 * MiB, 1000, &v) == -1, "unaligned piece accepted");
+    CHECK(tier_measure(dir, 64 * MiB, 1000, MiB, &v) == -1, "unaligned piece accepted");
+    CHECK(tier_measure(dir, 64 * MiB, 4 * MiB, 1000, &v) == -1, "unaligned chunk accepted");
     CHECK(dir_is_empty(dir), "%s not empty after tier_measure", dir);
 }
 
@@ -248,15 +260,19 @@ static int run_mode(int argc, char **argv) {
         tier_close(t);
         return 0;
     }
-    if (!strcmp(m, "--measure") && argc == 5) {
+    if (!strcmp(m, "--measure") && (argc == 5 || argc == 6)) {
         TierSpeed v;
-        if (tier_measure(argv[2], parse_size(argv[3]), parse_size(argv[4]), &v)) {
+        size_t chunk = argc == 6 ? parse_size(argv[5]) : 0;
+        if (tier_measure(argv[2], parse_size(argv[3]), parse_size(argv[4]), chunk, &v)) {
             fprintf(stderr, "loom: %s\n", loom_errmsg());
             return 1;
         }
         printf("%s pieces: write %.0f MB/s, read %.0f MB/s; CPU %.3f s per GB written, %.3f s "
                "per GB read\n",
                argv[4], v.write_bps / 1e6, v.read_bps / 1e6, v.write_cpu * 1e9, v.read_cpu * 1e9);
+        if (chunk)
+            printf("%s stream: write %.0f MB/s, read %.0f MB/s\n", argv[5], v.opt_write_bps / 1e6,
+                   v.opt_read_bps / 1e6);
         return 0;
     }
     fprintf(stderr, "usage: test_tier [--open|--hold DIR BYTES | --roundtrip DIR | "

@@ -306,11 +306,13 @@ static void off_table(const GPT *m, const OffloadShape *s, const OffloadCosts *c
         offload_unit_cost(m, s, c, p, u, &uc);
         char what[64], blocks[24];
         snprintf(blocks, sizeof blocks, "%d-%d", p->unit[u].first, p->unit[u].last);
-        double rd = uc.read_fwd + uc.read_bwd + uc.read_update;
+        double rd = uc.read_fwd + uc.read_bwd + uc.read_update, wo = s->fused ? uc.write : 0;
+        double io = (rd - uc.read_update) / c->read_bps + (uc.write - wo) / c->write_bps +
+                    uc.read_update / offload_opt_read_bps(c) + wo / offload_opt_write_bps(c);
         printf("%4d %-7s %-28s %9.1f %9.4g %9.4g %10.1f %10.1f %8.3g\n", u, blocks,
                unit_what(m, p->unit[u], what, sizeof what),
                4.0 * (double)offload_unit_floats(m, p->unit[u]) / 1048576.0, uc.fwd_s, uc.bwd_s,
-               rd / 1048576.0, uc.write / 1048576.0, rd / c->read_bps + uc.write / c->write_bps);
+               rd / 1048576.0, uc.write / 1048576.0, io);
     }
 }
 
@@ -342,13 +344,16 @@ static void off_report(const GPT *m, const OffloadShape *s, const OffloadCosts *
         "{\"predicted_step_ms\": %.6g, \"peak_fast_bytes\": %.0f, \"io_bytes_per_step\":"
         " %.0f, \"budget_bytes\": %zu, \"overhead_bytes\": %.0f, \"prefetch\": %d, "
         "\"read_bps\": %.6g, "
-        "\"write_bps\": %.6g, \"read_cpu_s_per_gb\": %.4g, \"write_cpu_s_per_gb\": "
-        "%.4g, \"io_steal\": %.3g, \"compute_ms\": %.6g, \"io_bound_ms\": %.6g, "
+        "\"write_bps\": %.6g, \"opt_read_bps\": %.6g, \"opt_write_bps\": %.6g, "
+        "\"read_cpu_s_per_gb\": %.4g, \"write_cpu_s_per_gb\": "
+        "%.4g, \"io_steal\": %.3g, \"io_slow_s_per_gb\": %.4g, \"compute_ms\": %.6g, "
+        "\"io_bound_ms\": %.6g, "
         "\"read_bytes\": %.0f, \"written_bytes\": %.0f, \"tokens_per_s\": %.6g, "
         "\"units\": ",
         p->predicted_step_ms, p->peak_fast_bytes, p->io_bytes_per_step, O.budget, O.overhead,
-        p->prefetch, c->read_bps, c->write_bps, c->read_cpu * 1e9, c->write_cpu * 1e9, c->io_steal,
-        1e3 * d.compute_s, 1e3 * d.io_s, d.read_bytes, d.written_bytes, tok / d.step_s);
+        p->prefetch, c->read_bps, c->write_bps, offload_opt_read_bps(c), offload_opt_write_bps(c),
+        c->read_cpu * 1e9, c->write_cpu * 1e9, c->io_steal, c->io_slow * 1e9, 1e3 * d.compute_s,
+        1e3 * d.io_s, d.read_bytes, d.written_bytes, tok / d.step_s);
     printf("%.*s%s}\n", k, line, units);
     fflush(stdout);
     FILE *f = O.json ? fopen(O.json, "w") : NULL;
@@ -380,21 +385,24 @@ static int cmd_plan_offload(int argc, char **argv) {
     p.prefetch = O.prefetch;
     OffloadCosts c = {0};
     c.read_bps = O.read_gbps * 1e9, c.write_bps = O.write_gbps * 1e9;
-    if (!(O.read_gbps > 0) && offload_tier_costs(&m, O.dir, O.probe_bytes, &c, stderr))
-        die_last(EXIT_IO);
+    // in the order `loom train --offload` measures them (offload_startup_costs): the allocator
+    // is put in the run's state (heap_release) before anything is computed
     if (offload_costs_measure(&m, &s, O.t.threads, O.prof_in, O.prof_out, 0, &c, stderr))
         die_last(O.prof_in ? EXIT_INPUT : EXIT_USAGE);
+    if (!(O.read_gbps > 0) && offload_tier_costs(&m, O.dir, O.probe_bytes, &c, stderr))
+        die_last(EXIT_IO);
     // the fixed overhead as `loom train` measures it: after the blocks have run once here
     if (O.prof_in && offload_warmup(&m, &s, O.budget)) die_last(EXIT_INPUT);
     O.overhead = offload_overhead();
     if (offload_plan_share(&m, &s, O.budget, O.overhead, &O.share)) die_last(EXIT_INPUT);
     printf("offload plan: L%d H%d C%d V%d (%.4gM parameters), micro-batch %d x T %d, grad-accum "
            "%d, recompute %s, dp %d, zero %d, update %s; tier %s: read %.3g GB/s, write %.3g "
-           "GB/s, CPU %.2f / %.2f s per GB (%.0f%% of it taken from the compute)\n",
+           "GB/s (the optimizer's stream: %.3g / %.3g GB/s), CPU %.2f / %.2f s per GB (%.0f%% of "
+           "it taken from the compute)\n",
            cfg.L, cfg.H, cfg.C, cfg.V, m.nparams / 1e6, s.B, s.T, s.K, s.recompute ? "on" : "off",
            s.dp, s.zero, s.fused ? "fused into the backward" : "streamed after the backward", O.dir,
-           c.read_bps * 1e-9, c.write_bps * 1e-9, c.read_cpu * 1e9, c.write_cpu * 1e9,
-           100 * c.io_steal);
+           c.read_bps * 1e-9, c.write_bps * 1e-9, offload_opt_read_bps(&c) * 1e-9,
+           offload_opt_write_bps(&c) * 1e-9, c.read_cpu * 1e9, c.write_cpu * 1e9, 100 * c.io_steal);
     printf("per micro-batch: embedding %.4g + %.4g s, layer %.4g + %.4g s, head %.4g + %.4g s "
            "(forward + backward%s); AdamW %.3g ns per parameter\n",
            c.fwd[0], c.bwd[0], c.fwd[1], c.bwd[1], c.fwd[2], c.bwd[2],

@@ -73,11 +73,12 @@ static double surrogate(const Ctx *x, int a, int b, int r, int p) {
     double par = 4 * (x->pp[b + 1] - x->pp[a]), rd = par + (r == 0 ? H : 0);
     double rdb = r <= p + 1 ? 0 : 4 * (x->pl[b + 1] - x->pl[a]);
     double wr = par * x->own; // the gradient, or (fused) parameters, m and v, m and v read first
-    if (x->s->fused) {
-        wr = par * (1 + 2 * x->own), rdb += par * 2 * x->own;
+    double io = (rd + rdb) / R + wr / W + (r == 0 ? H / W : 0) + (a == 0 ? H / R : 0);
+    if (x->s->fused) { // the update's stream instead of the gradient's write
+        io += par * 2 * x->own / offload_opt_read_bps(x->c) +
+              par * (1 + 2 * x->own) / offload_opt_write_bps(x->c) - wr / W;
         comp += (par / 4) * x->own * x->c->update_s_per_param;
     }
-    double io = (rd + rdb) / R + wr / W + (r == 0 ? H / W : 0) + (a == 0 ? H / R : 0);
     return dmax(comp, io) + (a == 0 ? rd / R + wr / W + H / R : 0);
 }
 

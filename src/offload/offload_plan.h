@@ -19,7 +19,8 @@
 //             buffers: the next piece's reads are queued after the writes of the piece that
 //             last used its buffer are done, then the current piece waits for its reads,
 //             computes (update_s_per_param per parameter) and queues its writes; the step
-//             ends when every write is done.
+//             ends when every write is done. These small requests move at the optimizer
+//             stream's rates (opt_read_bps, opt_write_bps), measured on that pattern.
 //   fused     (OffloadShape.fused) no gradient is written and there is no update pass: after
 //             each unit's backward (the turn's included, before H is written) the same walk
 //             runs over the unit's blocks reading only the owned moments (and the embedding's
@@ -27,13 +28,15 @@
 // The tier's bandwidths are what it sustains when overwriting its blocks (tier_measure writes
 // its region once before it times anything): the fill writes the whole scratch file before
 // the first step, and a first write into preallocated blocks is slower.
-// The I/O threads' CPU: where the tier costs CPU (tmpfs: the kernel copies every byte), each
-// request queued while the compute stream works adds io_steal × its bytes × the tier's CPU
-// seconds per byte to that stream (an OpenMP region waits for its slowest thread, so a core
-// taken by a copy delays the whole region); requests the compute stream waits for cost it
-// nothing. The update pass, which mostly waits for its I/O, takes at least its AdamW plus its
-// I/O's CPU spread over the compute threads (the threads share the CPUs there).
-// Not modelled: communication (data-parallel all-reduces, ZeRO-1 gathers), page faults.
+// What I/O costs the compute: each request queued while the compute stream works adds its
+// bytes × io_slow to that stream — the compute seconds lost per byte moved, measured by timing
+// a product alone and while the tier streams (offload_interference.c); requests the compute
+// stream waits for cost it nothing. Without that measurement (io_slow 0), io_steal × the
+// tier's CPU seconds per byte (tmpfs: the kernel copies every byte; an OpenMP region waits for
+// its slowest thread, so a core taken by a copy delays the whole region). The update pass, which
+// mostly waits for its I/O, takes at least its AdamW plus its I/O's CPU spread over the compute
+// threads (the threads share the CPUs there). Not modelled: communication (data-parallel
+// all-reduces, ZeRO-1 gathers), page faults.
 #pragma once
 #include <stdio.h>
 
@@ -45,13 +48,28 @@ typedef struct {
     // with --recompute
     double fwd[3], bwd[3];
     double update_s_per_param;  // AdamW (with zeroing and norms) per owned parameter
-    double read_bps, write_bps; // the slow tier
+    double read_bps, write_bps; // the slow tier, in requests of a unit's size
+    // the same in the optimizer's stream (the update pass, the fused updates: pieces of
+    // offload_opt_chunk floats, tier_measure); 0: read_bps and write_bps
+    double opt_read_bps, opt_write_bps;
     // CPU seconds the tier's I/O threads spend per byte read and written (tier_measure), and
     // the share of them the compute stream loses: 1 when the compute threads occupy every CPU
     // the process may run on (offload_io_steal). 0: the tier costs no CPU (a manual tier)
     double read_cpu, write_cpu, io_steal;
+    // compute seconds lost per byte the tier moves meanwhile, measured (offload_interference.c:
+    // the I/O threads' CPU and what the machine spends beside it); when > 0 it is what the
+    // compute stream is charged instead of io_steal × the CPU per byte
+    double io_slow;
     int threads; // compute threads the costs were measured with
 } OffloadCosts;
+
+// The optimizer stream's rates (opt_read_bps, opt_write_bps, or the large requests' where 0).
+static inline double offload_opt_read_bps(const OffloadCosts *c) {
+    return c->opt_read_bps > 0 ? c->opt_read_bps : c->read_bps;
+}
+static inline double offload_opt_write_bps(const OffloadCosts *c) {
+    return c->opt_write_bps > 0 ? c->opt_write_bps : c->write_bps;
+}
 
 // The share of the tier's CPU time the compute stream loses with `threads` compute threads
 // (0: one per CPU) on ncpu CPUs: the I/O threads that do not find an idle CPU.
@@ -62,7 +80,7 @@ typedef struct {
     double step_s;
     double compute_s; // the compute stream's work: blocks and AdamW
     double update_s;  // the update pass, from its start to its last write
-    double io_s;      // the I/O stream's work: read bytes / read_bps + written / write_bps
+    double io_s;      // the I/O stream's work: bytes / rates (the optimizer stream's at its own)
     double read_bytes, written_bytes;
 } OffloadPrediction;
 
@@ -120,6 +138,10 @@ int offload_costs_measure(const GPT *m, const OffloadShape *s, int threads,
 // The tier's bandwidth under dir with the executor's access pattern: `bytes` (0: 256 MiB)
 // written and read back in requests of the size of a typical unit of m. 0 or -1.
 int offload_tier_costs(const GPT *m, const char *dir, size_t bytes, OffloadCosts *c, FILE *log);
+// The compute seconds lost per byte the tier under dir moves meanwhile (offload_interference.c),
+// with a scratch file of `bytes` in requests of `piece`; 0 or -1 (loom_errmsg).
+int offload_io_interference(const GPT *m, const char *dir, size_t bytes, size_t piece,
+                            double *s_per_byte);
 
 // What `loom train --offload` runs at start-up, every step within --fast-mem (budget): the
 // whole process's resident memory stays under it, from the start to the end of the run.

@@ -94,16 +94,22 @@ int offload_tier_costs(const GPT *m, const char *dir, size_t bytes, OffloadCosts
     if (bytes < piece) bytes = piece;
     double t0 = now_sec();
     TierSpeed v;
-    if (tier_measure(dir, bytes, piece, &v)) return -1;
+    size_t chunk = offload_pad(offload_opt_chunk(m)) * sizeof(float);
+    if (tier_measure(dir, bytes, piece, chunk, &v)) return -1;
     c->read_bps = v.read_bps, c->write_bps = v.write_bps;
+    c->opt_read_bps = v.opt_read_bps, c->opt_write_bps = v.opt_write_bps;
     c->read_cpu = v.read_cpu, c->write_cpu = v.write_cpu;
+    if (offload_io_interference(m, dir, bytes, piece, &c->io_slow)) return -1;
     set_steal(c);
     if (log)
         fprintf(log,
                 "loom: offload plan: tier %s: read %.3g GB/s, write %.3g GB/s, CPU %.2f / %.2f s "
-                "per GB (%.1f MiB in requests of %.2f MiB, %.1f s)\n",
+                "per GB (%.1f MiB in requests of %.2f MiB); the optimizer's stream of %.2f MiB "
+                "pieces: read %.3g GB/s, write %.3g GB/s; the compute loses %.3g s per GB moved "
+                "beside it (%.1f s)\n",
                 dir, c->read_bps * 1e-9, c->write_bps * 1e-9, c->read_cpu * 1e9, c->write_cpu * 1e9,
-                bytes / 1048576.0, piece / 1048576.0, now_sec() - t0);
+                bytes / 1048576.0, piece / 1048576.0, chunk / 1048576.0, c->opt_read_bps * 1e-9,
+                c->opt_write_bps * 1e-9, c->io_slow * 1e9, now_sec() - t0);
     return 0;
 }
 

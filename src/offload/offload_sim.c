@@ -15,6 +15,7 @@
 // (offload_plan.h: the I/O threads' CPU).
 static double stolen(const Ctx *x, double rd, double wr) {
     const OffloadCosts *c = x->c;
+    if (c->io_slow > 0) return (rd + wr) * c->io_slow;
     return c->io_steal * (rd * c->read_cpu + wr * c->write_cpu);
 }
 
@@ -25,7 +26,7 @@ static double stolen(const Ctx *x, double rd, double wr) {
 // parameters: its gradient overlays them in the slot). Both write parameters, m and v.
 static double walk_end(const Ctx *x, int a, int b, int fused, double cpu, double io) {
     const GPT *m = x->m;
-    double R = x->c->read_bps, W = x->c->write_bps, f = x->own;
+    double R = offload_opt_read_bps(x->c), W = offload_opt_write_bps(x->c), f = x->own;
     double wbuf[2] = {NEG, NEG}, pr = 0, pc = 0, pw = 0; // piece i-1: reads end, compute, write
     int i = 0;
     size_t chunk = offload_opt_chunk(m);
@@ -196,7 +197,15 @@ void offload_sim_fill(const Ctx *x, OffloadPlan *p, OffloadPrediction *d) {
     d->compute_s = work[0] + x->upd_work;
     d->update_s = x->s->fused ? 0 : t - work[1];
     d->read_bytes = rd, d->written_bytes = wr;
-    d->io_s = rd / x->c->read_bps + wr / x->c->write_bps;
+    double ro = 0, wo = 0; // what the optimizer's stream moves: the update pass, or each unit's
+    if (!x->s->fused) update_bytes(x, &ro, &wo);
+    for (int u = 0; x->s->fused && u < p->nunits; u++) {
+        OffloadUnitCost c;
+        ctx_unit(x, p->unit[u], u, p->nunits, p->prefetch, &c);
+        ro += c.read_update, wo += c.write;
+    }
+    d->io_s = (rd - ro) / x->c->read_bps + (wr - wo) / x->c->write_bps +
+              ro / offload_opt_read_bps(x->c) + wo / offload_opt_write_bps(x->c);
 }
 
 double offload_predict(const GPT *m, const OffloadShape *s, const OffloadCosts *c, OffloadPlan *p,

@@ -18,6 +18,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -385,70 +386,61 @@ void tier_bytes(const Tier *t, uint64_t *read, uint64_t *written) {
     pthread_mutex_unlock(mu);
 }
 
+// A buffer is its own mapping: a header page (the mapping's start and length), then the
+// buffer, starting on a 2 MiB boundary, asked for as transparent huge pages. Physically
+// contiguous memory makes each direct-I/O request fewer segments: on the project's virtio
+// disk (254 segments of one page at most per request) 28 MiB requests moved 2.3x faster
+// into huge pages than into the same buffer in 4 KiB pages (4.7 against 2.0 GB/s read, 5.4
+// against 2.1 written), and the optimizer's 1 MiB pieces 1.2x. The mapping ends at the
+// buffer's last page, so a partly used huge page is never taken: the buffer costs its size.
+#define HUGE_ALIGN ((size_t)2 << 20)
+
+typedef struct {
+    void *base;
+    size_t len;
+} MapHead;
+
+#ifndef __has_feature
+#define __has_feature(x) 0
+#endif
+#if defined(__SANITIZE_ADDRESS__) || __has_feature(address_sanitizer)
+#define TIER_MALLOC 1 // the sanitizer checks heap buffers' bounds, not a mapping's
+#endif
+
 void *tier_alloc(size_t bytes) {
-    void *p = NULL;
-    if (bytes > SIZE_MAX - TIER_ALIGN) die(EXIT_IO, "out of memory allocating %zu bytes", bytes);
+    if (bytes > SIZE_MAX / 2) die(EXIT_IO, "out of memory allocating %zu bytes", bytes);
     size_t n = (bytes + TIER_ALIGN - 1) / TIER_ALIGN * TIER_ALIGN;
-    if (posix_memalign(&p, TIER_ALIGN, n ? n : TIER_ALIGN))
+    n = n ? n : TIER_ALIGN;
+#ifdef TIER_MALLOC
+    void *q = NULL;
+    if (posix_memalign(&q, TIER_ALIGN, n))
         die(EXIT_IO, "out of memory allocating %zu bytes", bytes);
-    memset(p, 0, n);
+    return memset(q, 0, n);
+#endif
+    size_t len = TIER_ALIGN + n + HUGE_ALIGN;
+    char *base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) die(EXIT_IO, "out of memory allocating %zu bytes", bytes);
+    uintptr_t at = ((uintptr_t)base + TIER_ALIGN + HUGE_ALIGN - 1) / HUGE_ALIGN * HUGE_ALIGN;
+    char *p = (char *)at, *head = p - TIER_ALIGN, *end = p + n;
+    if (head > base) munmap(base, (size_t)(head - base)); // the slack before and after
+    if (base + len > end) munmap(end, (size_t)(base + len - end));
+    madvise(p, n, MADV_HUGEPAGE); // advice: without huge pages the buffer works as well
+    *(MapHead *)head = (MapHead){head, (size_t)(end - head)};
+    memset(p, 0, n); // resident from the start, as the budget counts it
     return p;
 }
 
-void tier_free(void *p) { free(p); }
-
-// ---- measuring -----------------------------------------------------------------------------
+void tier_free(void *p) {
+#ifdef TIER_MALLOC
+    free(p);
+    return;
+#endif
+    if (!p) return;
+    MapHead h = *(MapHead *)((char *)p - TIER_ALIGN);
+    munmap(h.base, h.len);
+}
 
 int tier_workers(void) { return TIER_WORKERS; }
-
-// Queues bytes/piece requests of one kind, then drains; the seconds it took, or -1 (cpu: the
-// process's CPU seconds meanwhile).
-static double timed_pass(Tier *t, int write, char *buf, size_t cap, size_t bytes, size_t piece,
-                         double *cpu) {
-    double t0 = now_sec(), c0 = process_cpu_sec();
-    for (size_t off = 0; off < bytes; off += piece) {
-        size_t n = bytes - off < piece ? bytes - off : piece;
-        char *b = buf + off % cap; // requests beyond the buffer reuse it (a ring)
-        if (write)
-            tier_write_async(t, off, b, n);
-        else
-            tier_read_async(t, off, b, n);
-    }
-    if (tier_drain(t)) return -1;
-    *cpu = process_cpu_sec() - c0;
-    return now_sec() - t0;
-}
-
-int tier_measure(const char *dir, size_t bytes, size_t piece, TierSpeed *out) {
-    if (!bytes || !piece || bytes % TIER_ALIGN || piece % TIER_ALIGN)
-        return loom_fail("tier_measure: %zu bytes in pieces of %zu: both must be positive "
-                         "multiples of %zu",
-                         bytes, piece, TIER_ALIGN);
-    Tier *t = tier_open(dir, 0, bytes);
-    if (!t) return -1;
-    size_t cap = (size_t)256 << 20; // memory used: at most 256 MiB (or one piece), whole pieces
-    cap = cap < piece ? piece : cap / piece * piece;
-    if (cap > bytes) cap = (bytes + piece - 1) / piece * piece;
-    char *buf = tier_alloc(cap);
-    uint64_t x = 0x9E3779B97F4A7C15ull; // not zeros: storage that compresses must not flatter
-    for (size_t i = 0; i < cap / 8; i++) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        memcpy(buf + 8 * i, &x, 8);
-    }
-    // a run overwrites its scratch file (the fill wrote all of it), and the first write into
-    // preallocated blocks is slower (the filesystem converts them: 1.3-1.5 GB/s against
-    // 1.9-2.2 GB/s on the project's virtio disk): the region is written once untimed
-    double wc = 0, rc = 0, w = timed_pass(t, 1, buf, cap, bytes, piece, &wc);
-    if (w >= 0) w = timed_pass(t, 1, buf, cap, bytes, piece, &wc);
-    double r = w < 0 ? -1 : timed_pass(t, 0, buf, cap, bytes, piece, &rc);
-    tier_free(buf);
-    tier_close(t);
-    if (r < 0) return -1;
-    out->write_bps = bytes / (w > 1e-9 ? w : 1e-9);
-    out->read_bps = bytes / (r > 1e-9 ? r : 1e-9);
-    out->write_cpu = wc / (double)bytes, out->read_cpu = rc / (double)bytes;
-    return 0;
-}
 
 int tier_done(Tier *t, uint64_t ticket) {
     if (!ticket) return 1;

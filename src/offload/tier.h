@@ -48,7 +48,8 @@ void tier_reset_waited(Tier *t);
 // Bytes read and written since opening.
 void tier_bytes(const Tier *t, uint64_t *read, uint64_t *written);
 
-// Host memory aligned for direct I/O (zeroed), and its release.
+// Host memory aligned for direct I/O (zeroed; a mapping of its own, in transparent huge pages
+// where the system gives them: fewer segments per request, tier.c), and its release.
 void *tier_alloc(size_t bytes);
 void tier_free(void *p);
 
@@ -58,12 +59,21 @@ int tier_workers(void);
 // What tier_measure found: bytes per second of each direction, and the CPU seconds the
 // process spent per byte meanwhile (its caller blocked: the I/O threads' system calls; small
 // with direct I/O to a disk, about one core per stream on tmpfs, where the kernel copies).
+// opt_read_bps and opt_write_bps are the two directions' rates in the optimizer's stream
+// (swap_update.c's walk: pieces of one chunk, four read and three written per piece, two
+// pieces in flight, into a small buffer): that pattern is timed as a whole and both rates
+// are the large requests' scaled by one factor, so that moving its bytes at them takes the
+// time measured. (On the project's virtio disk the stream moved its bytes up to twice as fast
+// as the large requests' rates say: one number per direction does not describe this tier.)
 typedef struct {
     double read_bps, write_bps;
     double read_cpu, write_cpu;
+    double opt_read_bps, opt_write_bps;
 } TierSpeed;
 
-// Measures the tier under dir with the access pattern swapping uses: writes `bytes` in
+// Measures the tier under dir with the access patterns swapping uses: writes `bytes` in
 // requests of `piece` bytes (twice: the second pass, an overwrite as in a run, is timed), then
-// reads them back, through the same I/O threads and flags. Returns 0 or -1 (loom_errmsg).
-int tier_measure(const char *dir, size_t bytes, size_t piece, TierSpeed *out);
+// reads them back, through the same I/O threads and flags; then the optimizer's stream in
+// pieces of `chunk` bytes over the same region (0: not timed, opt rates = the others).
+// Returns 0 or -1 (loom_errmsg).
+int tier_measure(const char *dir, size_t bytes, size_t piece, size_t chunk, TierSpeed *out);
