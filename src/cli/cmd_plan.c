@@ -385,15 +385,17 @@ static int cmd_plan_offload(int argc, char **argv) {
     p.prefetch = O.prefetch;
     OffloadCosts c = {0};
     c.read_bps = O.read_gbps * 1e9, c.write_bps = O.write_gbps * 1e9;
-    // in the order `loom train --offload` measures them (offload_startup_costs): the allocator
-    // is put in the run's state (heap_release) before anything is computed
-    if (offload_costs_measure(&m, &s, O.t.threads, O.prof_in, O.prof_out, 0, &c, stderr))
-        die_last(O.prof_in ? EXIT_INPUT : EXIT_USAGE);
+    // as `loom train --offload` measures: the first product after heap_release (the profile's
+    // blocks), the fixed overhead after the blocks have run, what I/O costs the compute last
     if (!(O.read_gbps > 0) && offload_tier_costs(&m, O.dir, O.probe_bytes, &c, stderr))
         die_last(EXIT_IO);
+    if (offload_costs_measure(&m, &s, O.t.threads, O.prof_in, O.prof_out, 0, &c, stderr))
+        die_last(O.prof_in ? EXIT_INPUT : EXIT_USAGE);
     // the fixed overhead as `loom train` measures it: after the blocks have run once here
     if (O.prof_in && offload_warmup(&m, &s, O.budget)) die_last(EXIT_INPUT);
     O.overhead = offload_overhead();
+    if (!(O.read_gbps > 0) && offload_interference_costs(&m, O.dir, O.probe_bytes, &c, stderr))
+        die_last(EXIT_IO);
     if (offload_plan_share(&m, &s, O.budget, O.overhead, &O.share)) die_last(EXIT_INPUT);
     printf("offload plan: L%d H%d C%d V%d (%.4gM parameters), micro-batch %d x T %d, grad-accum "
            "%d, recompute %s, dp %d, zero %d, update %s; tier %s: read %.3g GB/s, write %.3g "

@@ -140,8 +140,14 @@ int offload_costs_measure(const GPT *m, const OffloadShape *s, int threads,
 int offload_tier_costs(const GPT *m, const char *dir, size_t bytes, OffloadCosts *c, FILE *log);
 // The compute seconds lost per byte the tier under dir moves meanwhile (offload_interference.c),
 // with a scratch file of `bytes` in requests of `piece`; 0 or -1 (loom_errmsg).
+// offload_interference_costs: that into c->io_slow, with a layer's parameters as the piece and
+// `bytes` (0: the probe's default) as the file. It runs after the fixed overhead is measured
+// (its buffers are transient, and it starts the backend's threads, which the start-up checks
+// count only after the warm-up).
 int offload_io_interference(const GPT *m, const char *dir, size_t bytes, size_t piece,
                             double *s_per_byte);
+int offload_interference_costs(const GPT *m, const char *dir, size_t bytes, OffloadCosts *c,
+                               FILE *log);
 
 // What `loom train --offload` runs at start-up, every step within --fast-mem (budget): the
 // whole process's resident memory stays under it, from the start to the end of the run.

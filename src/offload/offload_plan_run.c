@@ -99,17 +99,32 @@ int offload_tier_costs(const GPT *m, const char *dir, size_t bytes, OffloadCosts
     c->read_bps = v.read_bps, c->write_bps = v.write_bps;
     c->opt_read_bps = v.opt_read_bps, c->opt_write_bps = v.opt_write_bps;
     c->read_cpu = v.read_cpu, c->write_cpu = v.write_cpu;
-    if (offload_io_interference(m, dir, bytes, piece, &c->io_slow)) return -1;
     set_steal(c);
     if (log)
         fprintf(log,
                 "loom: offload plan: tier %s: read %.3g GB/s, write %.3g GB/s, CPU %.2f / %.2f s "
                 "per GB (%.1f MiB in requests of %.2f MiB); the optimizer's stream of %.2f MiB "
-                "pieces: read %.3g GB/s, write %.3g GB/s; the compute loses %.3g s per GB moved "
-                "beside it (%.1f s)\n",
+                "pieces: read %.3g GB/s, write %.3g GB/s (%.1f s)\n",
                 dir, c->read_bps * 1e-9, c->write_bps * 1e-9, c->read_cpu * 1e9, c->write_cpu * 1e9,
                 bytes / 1048576.0, piece / 1048576.0, chunk / 1048576.0, c->opt_read_bps * 1e-9,
-                c->opt_write_bps * 1e-9, c->io_slow * 1e9, now_sec() - t0);
+                c->opt_write_bps * 1e-9, now_sec() - t0);
+    return 0;
+}
+
+int offload_interference_costs(const GPT *m, const char *dir, size_t bytes, OffloadCosts *c,
+                               FILE *log) {
+    size_t piece = offload_pad(m->blocks[1].n) * sizeof(float);
+    piece = (piece + TIER_ALIGN - 1) / TIER_ALIGN * TIER_ALIGN;
+    bytes = (bytes ? bytes : PROBE_BYTES) / TIER_ALIGN * TIER_ALIGN;
+    if (bytes < piece) bytes = piece;
+    double t0 = now_sec();
+    if (offload_io_interference(m, dir, bytes, piece, &c->io_slow)) return -1;
+    heap_release(); // what it allocated goes back before the plan's buffers exist
+    if (log)
+        fprintf(log,
+                "loom: offload plan: the compute loses %.3g s per GB the tier moves beside it "
+                "(%.1f s)\n",
+                c->io_slow * 1e9, now_sec() - t0);
     return 0;
 }
 

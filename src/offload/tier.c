@@ -52,6 +52,7 @@ struct Tier {
     pthread_mutex_t mu;
     pthread_cond_t work, done; // work: for the I/O threads; done: a request completed
     Req *head, *tail;          // incomplete requests, in ticket order
+    Req *spare;                // completed ones, kept for reuse: no allocation per request
     uint64_t next_ticket;
     int stop, err; // err: errno of the first failure (kept), its message in errmsg
     char errmsg[1400];
@@ -131,7 +132,7 @@ static void finish_piece(Tier *t, Req *r, size_t n, int err) {
     if (--r->running || r->sent < r->n) return;
     *(r->prev ? &r->prev->next : &t->head) = r->next; // complete: leave the list
     *(r->next ? &r->next->prev : &t->tail) = r->prev;
-    free(r);
+    r->next = t->spare, t->spare = r;
     pthread_cond_broadcast(&t->done);
     pthread_cond_broadcast(&t->work); // requests that overlapped it may start now
 }
@@ -281,6 +282,11 @@ void tier_close(Tier *t) {
     for (int i = 0; i < t->nthreads; i++)
         pthread_join(t->th[i], NULL);
     close(t->fd);
+    while (t->spare) {
+        Req *r = t->spare;
+        t->spare = r->next;
+        free(r);
+    }
     pthread_cond_destroy(&t->work);
     pthread_cond_destroy(&t->done);
     pthread_mutex_destroy(&t->mu);
@@ -316,7 +322,9 @@ static uint64_t submit(Tier *t, int write, size_t off, const void *buf, size_t n
     pthread_mutex_lock(&t->mu);
     uint64_t ticket = t->next_ticket++;
     if (!check_req(t, write, off, buf, n) && n) {
-        Req *r = xcalloc(1, sizeof *r);
+        Req *r = t->spare ? t->spare : xmalloc(sizeof *r);
+        if (r == t->spare) t->spare = r->next;
+        *r = (Req){0};
         r->ticket = ticket, r->write = write, r->off = off, r->n = n, r->buf = (char *)buf;
         r->prev = t->tail;
         *(t->tail ? &t->tail->next : &t->head) = r;

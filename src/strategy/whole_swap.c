@@ -46,6 +46,10 @@ static int measure_overhead(Strategy *s, const Whole *w, const OffloadShape *sh,
                               "cannot run its backend's warm-up within it",
                               c->fast_mem);
     *overhead = v[1];
+    // what the tier's I/O costs the compute: measured now, with the backend's threads counted
+    if (plans &&
+        offload_interference_costs(s->model, c->offload_dir, 0, costs, s->lead ? stderr : NULL))
+        return -1;
     return 0;
 }
 
