@@ -85,13 +85,18 @@ int offload_costs_measure(const GPT *m, const OffloadShape *s, int threads,
     return costs_from(&pr, m, s, "profile", c);
 }
 
-int offload_tier_costs(const GPT *m, const char *dir, size_t bytes, OffloadCosts *c, FILE *log) {
-    // the executor reads a unit at a time; a one-layer unit's parameters are the typical request
+// The probe's request (the executor reads a unit at a time; a one-layer unit's parameters are the
+// typical request) and its file's size (`bytes`, 0: PROBE_BYTES; at least one request).
+static size_t probe_piece(const GPT *m, size_t *bytes) {
     size_t piece = offload_pad(m->blocks[1].n) * sizeof(float);
     piece = (piece + TIER_ALIGN - 1) / TIER_ALIGN * TIER_ALIGN;
-    if (!bytes) bytes = PROBE_BYTES;
-    bytes = bytes / TIER_ALIGN * TIER_ALIGN;
-    if (bytes < piece) bytes = piece;
+    *bytes = (*bytes ? *bytes : PROBE_BYTES) / TIER_ALIGN * TIER_ALIGN;
+    if (*bytes < piece) *bytes = piece;
+    return piece;
+}
+
+int offload_tier_costs(const GPT *m, const char *dir, size_t bytes, OffloadCosts *c, FILE *log) {
+    size_t piece = probe_piece(m, &bytes);
     double t0 = now_sec();
     TierSpeed v;
     size_t chunk = offload_pad(offload_opt_chunk(m)) * sizeof(float);
@@ -113,10 +118,7 @@ int offload_tier_costs(const GPT *m, const char *dir, size_t bytes, OffloadCosts
 
 int offload_interference_costs(const GPT *m, const char *dir, size_t bytes, OffloadCosts *c,
                                FILE *log) {
-    size_t piece = offload_pad(m->blocks[1].n) * sizeof(float);
-    piece = (piece + TIER_ALIGN - 1) / TIER_ALIGN * TIER_ALIGN;
-    bytes = (bytes ? bytes : PROBE_BYTES) / TIER_ALIGN * TIER_ALIGN;
-    if (bytes < piece) bytes = piece;
+    size_t piece = probe_piece(m, &bytes);
     double t0 = now_sec();
     if (offload_io_interference(m, dir, bytes, piece, &c->io_slow)) return -1;
     heap_release(); // what it allocated goes back before the plan's buffers exist
