@@ -307,8 +307,7 @@ static void off_table(const GPT *m, const OffloadShape *s, const OffloadCosts *c
         char what[64], blocks[24];
         snprintf(blocks, sizeof blocks, "%d-%d", p->unit[u].first, p->unit[u].last);
         double rd = uc.read_fwd + uc.read_bwd + uc.read_update, wo = s->fused ? uc.write : 0;
-        double io = (rd - uc.read_update) / c->read_bps + (uc.write - wo) / c->write_bps +
-                    uc.read_update / offload_opt_read_bps(c) + wo / offload_opt_write_bps(c);
+        double io = offload_io_seconds(c, rd, uc.write, uc.read_update, wo);
         printf("%4d %-7s %-28s %9.1f %9.4g %9.4g %10.1f %10.1f %8.3g\n", u, blocks,
                unit_what(m, p->unit[u], what, sizeof what),
                4.0 * (double)offload_unit_floats(m, p->unit[u]) / 1048576.0, uc.fwd_s, uc.bwd_s,

@@ -71,6 +71,14 @@ static inline double offload_opt_write_bps(const OffloadCosts *c) {
     return c->opt_write_bps > 0 ? c->opt_write_bps : c->write_bps;
 }
 
+// Seconds the tier takes for rd bytes read and wr written, of which ro and wo in the optimizer's
+// stream (at its rates) and the rest in a unit's requests.
+static inline double offload_io_seconds(const OffloadCosts *c, double rd, double wr, double ro,
+                                        double wo) {
+    return (rd - ro) / c->read_bps + (wr - wo) / c->write_bps + ro / offload_opt_read_bps(c) +
+           wo / offload_opt_write_bps(c);
+}
+
 // The share of the tier's CPU time the compute stream loses with `threads` compute threads
 // (0: one per CPU) on ncpu CPUs: the I/O threads that do not find an idle CPU.
 double offload_io_steal(int threads, int ncpu);

@@ -204,8 +204,7 @@ void offload_sim_fill(const Ctx *x, OffloadPlan *p, OffloadPrediction *d) {
         ctx_unit(x, p->unit[u], u, p->nunits, p->prefetch, &c);
         ro += c.read_update, wo += c.write;
     }
-    d->io_s = (rd - ro) / x->c->read_bps + (wr - wo) / x->c->write_bps +
-              ro / offload_opt_read_bps(x->c) + wo / offload_opt_write_bps(x->c);
+    d->io_s = offload_io_seconds(x->c, rd, wr, ro, wo);
 }
 
 double offload_predict(const GPT *m, const OffloadShape *s, const OffloadCosts *c, OffloadPlan *p,
