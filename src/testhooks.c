@@ -132,6 +132,7 @@ int testhook_pipe_swap_slots(void) {
     return v && atoi(v) > 0 ? atoi(v) : 0;
 }
 
+int testhook_comm_no_stage(void) { return getenv("LOOM_COMM_NO_STAGE") != NULL; }
 int testhook_tied_interleaved(void) { return getenv("LOOM_TIED_INTERLEAVED") != NULL; }
 
 long testhook_peer_diverge(void) {

@@ -63,7 +63,8 @@ need_mpi() {
 }
 # same [--tol T] [--wtol W] [--part] [--steps LO-HI] NAME A.jsonl B.jsonl [A.st B.st]: run A
 # trained what run B trained. Without --tol, every training record of A (loss, lr, grad_norm,
-# tokens: every field but the timings step_ms, tokens_per_s, mfu, comm_*_ms and io_ms) and every
+# tokens: every field but the timings step_ms, tokens_per_s, mfu, comm_*_ms and io_ms, and
+# device_mem_mib, which a device backend adds: --device emu against cpu) and every
 # validation loss equals B's at the same step, and the exported weights A.st and B.st are the
 # same bytes. With --tol T (runs laid out differently, which round differently), the training
 # losses are within T step for step and finite, and the weights within T (or W) value for value
@@ -90,7 +91,8 @@ ref, tol, wtol, part, steps = sys.argv[1], float(sys.argv[2]), *sys.argv[3:6]
 part = part == "1"
 name, fa, fb = sys.argv[6:9]
 wa, wb = sys.argv[9:11] if len(sys.argv) > 9 else (None, None)
-TIMING = {"step_ms", "tokens_per_s", "mfu", "comm_exposed_ms", "comm_overlap_ms", "io_ms"}
+TIMING = {"step_ms", "tokens_per_s", "mfu", "comm_exposed_ms", "comm_overlap_ms", "io_ms",
+          "device_mem_mib"}
 def records(path):  # {step: training record without timings}, {step: val_loss}
     train, val = {}, {}
     for line in open(path):

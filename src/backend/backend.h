@@ -29,6 +29,9 @@ typedef struct Backend {
     const char *name;
     const char *precision; // the products' precision ("fp32", "bf16"; NULL: the device's)
     int host_memory; // 1: its buffers are host memory (code may read them through the pointer)
+    // 1 when p points into this backend's device memory (NULL in a host-memory backend): what
+    // code that holds either kind of pointer asks before reading one on the host
+    int (*owns)(const void *p);
 
     // ---- memory (device buffers; on the CPU these are host buffers)
     float *(*alloc)(size_t n); // zeroed
@@ -37,6 +40,9 @@ typedef struct Backend {
     void (*download)(float *host_dst, const float *src, size_t n);
     void (*fill)(float *x, float v, size_t n);
     void (*copy)(float *dst, const float *src, size_t n);
+    // dst[r·ds + c] = src[r·ss + c] for r < rows, c < cols: a strided 2-D copy (columns of a
+    // row-major matrix, e.g. the K,V columns of qkv rows; cudaMemcpy2D on a GPU)
+    void (*copy_rows)(float *dst, size_t ds, const float *src, size_t ss, size_t rows, size_t cols);
     void (*scale)(float *x, float s, size_t n);
     double (*sumsq)(const float *x, size_t n);   // Σ x² in double
     int (*all_finite)(const float *x, size_t n); // 1 when no NaN/inf
@@ -220,12 +226,16 @@ int backend_supports(const Backend *be, BackendCap cap);
 // What a capability is, for messages ("ring attention's chunk kernels").
 const char *backend_cap_name(BackendCap cap);
 
-// The one place a backend is chosen: "cpu" (a CUDA build adds "cuda"). threads: CPU threads
+// The one place a backend is chosen: "cpu", "emu" (a CUDA build adds "cuda"). threads: CPU threads
 // for OpenMP and BLAS (0 = leave the default). NULL, with loom_errmsg naming --device, when the
 // device is unknown or not built in. The device may carry a precision: "cuda:fp32".
 const Backend *backend_select(const char *device, int threads);
 // The backends themselves (called only by backend_select).
 const Backend *backend_cpu(void);
+// The emulated device (emu.c, --device emu): the CPU's kernels on buffers whose addresses the
+// host cannot dereference (a host access faults at once), for testing device-memory code paths
+// without a GPU. fp32 only; threads as the CPU's.
+const Backend *backend_emu(void);
 // The CPU backend with bf16 products (cpu_bf16.c): call only where cpu_bf16_isa() found
 // AVX512-BF16 or AMX-BF16 (backend_select_dtype checks).
 const Backend *backend_cpu_bf16(void);
@@ -235,8 +245,9 @@ void backend_cpu_set_threads(int n);
 double backend_cpu_peak_gflops(int *threads);
 
 // backend_select with a precision (--dtype): "fp32", "bf16" or "fp16"; NULL is the device's
-// default (cpu: fp32; cuda: bf16). The CPU computes in fp32 only: anything else is an error
-// there (for bf16 it names AVX512-BF16 and AMX-BF16 when the CPU lacks both: cpu_isa.c).
+// default (cpu, emu: fp32; cuda: bf16). The CPU computes in fp32 only: anything else is an error
+// there (for bf16 it names AVX512-BF16 and AMX-BF16 when the CPU lacks both: cpu_isa.c); emu
+// takes fp32 only.
 // A dtype given both here and in the device string must agree.
 const Backend *backend_select_dtype(const char *device, const char *dtype, int threads);
 // The CUDA backend (only in a `make CUDA=1` build; src/backend/cuda/): matrix products in
@@ -246,8 +257,8 @@ const Backend *backend_cuda(const char *dtype);
 // The chosen GPU's name (NULL before backend_cuda succeeded).
 const char *backend_cuda_device_name(void);
 
-// What this build's backends are, for `loom --version`: the devices --device accepts ("cpu", or
-// "cpu cuda" in a CUDA=1 build); the CPU backend's BLAS (OpenBLAS's openblas_get_config: its
+// What this build's backends are, for `loom --version`: the devices --device accepts ("cpu emu",
+// or "cpu emu cuda" in a CUDA=1 build); the CPU backend's BLAS (OpenBLAS's openblas_get_config: its
 // version, build options and the core it chose); the CUDA backend's runtime, driver and cuBLASLt
 // versions into out ("" in a build without it; "driver none" on a machine without a driver).
 const char *backend_names(void);

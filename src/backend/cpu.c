@@ -27,6 +27,11 @@ static void cpu_release(float *p) { free(p); }
 static void cpu_copy(float *dst, const float *src, size_t n) {
     if (dst != src) memcpy(dst, src, n * sizeof(float));
 }
+static void cpu_copy_rows(float *dst, size_t ds, const float *src, size_t ss, size_t rows,
+                          size_t cols) {
+    for (size_t r = 0; r < rows; r++)
+        memmove(dst + r * ds, src + r * ss, cols * sizeof(float));
+}
 static void cpu_fill(float *x, float v, size_t n) {
 #pragma omp parallel for simd schedule(static) if (n > 65536)
     for (size_t i = 0; i < n; i++)
@@ -351,6 +356,7 @@ static const Backend CPU = {
     .download = cpu_copy,
     .fill = cpu_fill,
     .copy = cpu_copy,
+    .copy_rows = cpu_copy_rows,
     .scale = cpu_scale,
     .sumsq = cpu_sumsq,
     .all_finite = cpu_all_finite,

@@ -47,6 +47,17 @@ const Backend *backend_select_dtype(const char *device, const char *dtype, int t
         backend_cpu_set_threads(threads);
         return be;
     }
+    if (!strcmp(name, "emu")) { // the CPU's kernels behind device addresses (emu.c)
+        if (dtype && strcmp(dtype, "fp32")) {
+            loom_fail("--dtype %s: the emu backend computes in fp32 only (use --dtype fp32, or "
+                      "--device cuda)",
+                      dtype);
+            return NULL;
+        }
+        if (cpu_gemm_init()) return NULL;
+        backend_cpu_set_threads(threads);
+        return backend_emu();
+    }
     if (!strcmp(name, "cuda")) {
 #ifdef LOOM_CUDA
         return backend_cuda(dtype);
@@ -56,9 +67,9 @@ const Backend *backend_select_dtype(const char *device, const char *dtype, int t
 #endif
     }
 #ifdef LOOM_CUDA
-    loom_fail("--device '%s': unknown device (cpu, cuda)", device);
+    loom_fail("--device '%s': unknown device (cpu, emu, cuda)", device);
 #else
-    loom_fail("--device '%s': unknown device (cpu%s)", device, "");
+    loom_fail("--device '%s': unknown device (cpu, emu)", device);
 #endif
     return NULL;
 }
@@ -91,8 +102,8 @@ const char *backend_cap_name(BackendCap cap) {
 }
 
 #ifdef LOOM_CUDA
-const char *backend_names(void) { return "cpu cuda"; }
+const char *backend_names(void) { return "cpu emu cuda"; }
 #else
-const char *backend_names(void) { return "cpu"; }
+const char *backend_names(void) { return "cpu emu"; }
 void backend_cuda_versions(char *out, size_t n) { snprintf(out, n, "%s", ""); }
 #endif

@@ -64,7 +64,7 @@ static const Option OPTS[] = {
      "each row an independent sequence, seeded per-epoch order (off: in order)", NULL, 0, 0},
     {"threads", OPT_INT, &A.threads, "CPU threads for OpenMP and BLAS (0 = all cores)", NULL, 0,
      4096},
-    {"device", OPT_STR, &A.device, "backend: cpu (cuda in a CUDA build)", NULL, 0, 0},
+    {"device", OPT_STR, &A.device, "backend: cpu, emu (tests), cuda (a CUDA build)", NULL, 0, 0},
     {"dtype", OPT_STR, &A.dtype,
      "precision of the products: fp32, bf16 (a GPU, or a CPU with AVX512-BF16), or fp16 on a "
      "GPU (with --loss-scale dynamic); fp32 master weights and moments; default: the device's, "

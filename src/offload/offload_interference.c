@@ -56,8 +56,8 @@ int offload_io_interference(const GPT *m, const char *dir, size_t bytes, size_t 
                             double *s_per_byte) {
     const Backend *be = m->be;
     int N = 256, C = m->cfg.C, OC = 4 * C;
-    float *in = xalloc_floats((size_t)N * C), *w = xalloc_floats((size_t)OC * C),
-          *out = xalloc_floats((size_t)N * OC);
+    float *in = be->alloc((size_t)N * C), *w = be->alloc((size_t)OC * C),
+          *out = be->alloc((size_t)N * OC);
     be->fill(in, 0.01f, (size_t)N * C), be->fill(w, 0.02f, (size_t)OC * C);
     double one = compute(be, out, in, w, N, C, OC, 3, NULL) / 3; // warm, then size the window
     int reps = (int)(WINDOW_S / (one > 1e-6 ? one : 1e-6)) + 1;
@@ -82,7 +82,7 @@ int offload_io_interference(const GPT *m, const char *dir, size_t bytes, size_t 
         moved += (double)(r1 - r0 + w1 - w0);
     }
     if (f.t) tier_free(f.buf), tier_close(f.t);
-    free(in), free(w), free(out);
+    be->release(in), be->release(w), be->release(out);
     if (rc) return -1;
     *s_per_byte = moved > 0 && busy > alone ? (busy - alone) / moved : 0;
     return 0;

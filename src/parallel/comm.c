@@ -187,17 +187,35 @@ int comm_req_members(const CommReq *r, int *world_ranks, int max) {
     return n;
 }
 
+// A point-to-point request (CommReq.handle; pending[] holds &req). A device buffer's message
+// goes through a host copy: a send's is downloaded before it starts, a receive's uploaded to
+// dev when it completes.
+typedef struct {
+    MPI_Request req;
+    float *host, *dev; // the host copy of a device buffer; dev: a receive's destination
+    size_t n;
+} P2P;
+
 CommReq comm_p2p(const Comm *c, const float *buf, size_t n, int peer, int tag, int send) {
     const char *op = send ? "send" : "recv";
     if (n > (size_t)2147483647) die(EXIT_USAGE, "%s: %zu elements exceeds MPI's int count", op, n);
     if (tag < 0 || tag > comm_tag_ub())
         die(EXIT_USAGE, "%s: tag %d outside [0, %d] (MPI_TAG_UB)", op, tag, comm_tag_ub());
-    CommReq r = {.handle = xmalloc(sizeof(MPI_Request)), .op = op, .comm = c, .started = now_sec()};
-    *(MPI_Request *)r.handle = MPI_REQUEST_NULL;
+    P2P *m = xcalloc(1, sizeof *m);
+    CommReq r = {.handle = m, .op = op, .comm = c, .started = now_sec()};
+    m->req = MPI_REQUEST_NULL, m->n = n;
+    if (comm_dev(buf)) {
+        m->host = xmalloc((n ? n : 1) * sizeof(float));
+        if (send)
+            comm_to_host(m->host, buf, n * sizeof(float));
+        else
+            m->dev = (float *)buf;
+        buf = m->host;
+    }
     LOCK();
-    int rc = send ? MPI_Isend(buf, (int)n, MPI_FLOAT, peer, tag, comm_h(c), r.handle)
-                  : MPI_Irecv((float *)buf, (int)n, MPI_FLOAT, peer, tag, comm_h(c), r.handle);
-    track(r.handle);
+    int rc = send ? MPI_Isend(buf, (int)n, MPI_FLOAT, peer, tag, comm_h(c), &m->req)
+                  : MPI_Irecv((float *)buf, (int)n, MPI_FLOAT, peer, tag, comm_h(c), &m->req);
+    track(&m->req);
     UNLOCK();
     comm_check(rc, op, c);
     return r;
@@ -207,15 +225,17 @@ int comm_test_progress(CommReq *r, CommProgress *pr) {
     if (r->chunked) return comm_job_test(r, pr);
     if (pr) *pr = (CommProgress){r->started, 0, 1}; // no progress is visible inside a message
     int flag = 0;
+    P2P *m = r->handle;
     LOCK();
-    int rc = MPI_Test(r->handle, &flag, MPI_STATUS_IGNORE);
+    int rc = MPI_Test(&m->req, &flag, MPI_STATUS_IGNORE);
     UNLOCK();
     int bad = comm_check(rc, r->op, r->comm);
     if (flag || bad) {
         LOCK();
-        untrack(r->handle);
+        untrack(&m->req);
         UNLOCK();
-        free(r->handle);
+        if (m->dev && !bad) comm_to_dev(m->dev, m->host, m->n * sizeof(float));
+        free(m->host), free(m);
         r->handle = NULL;
         r->status = bad, r->contributors = bad ? 0 : r->comm->size;
     }

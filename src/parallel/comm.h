@@ -89,6 +89,14 @@ int comm_notified(const Comm *c);
 // heartbeats), at least 32766. LOOM_TAG_UB lowers it for tests.
 int comm_tag_ub(void);
 
+// Device buffers. MPI reads host memory only: after comm_set_backend(be) with a backend whose
+// buffers are not host memory (a GPU's), every buffer an operation below is given that the
+// backend owns (Backend.owns) moves through host stages, a piece at a time (comm_stage.c);
+// host buffers go as they are. NULL (the default), or a host-memory backend: every buffer is
+// host memory. Call it before the first operation on a device buffer.
+struct Backend;
+void comm_set_backend(const struct Backend *be);
+
 // Collectives on float32 buffers; sums. In-place where the signature has one buffer.
 CommReq comm_iallreduce(const Comm *c, float *buf, size_t n);
 // Collectives start in the order they are called: a later one on the same communicator starts

@@ -2,6 +2,7 @@
 // comm_watchdog.c (waits, the watchdog, busy sections; no MPI) share. Not for other files.
 #pragma once
 #include <stdatomic.h>
+#include <stddef.h>
 
 #include "comm.h"
 
@@ -31,6 +32,15 @@ int comm_outstanding(void);
 void comm_set_int_limit(size_t n);
 // An operation failed: the handler hears it (and, over MPI, ends the job); -1 if it returns.
 int comm_op_failed(int code, const char *msg);
+
+// comm_stage.c: device buffers through host stages
+// 1 when p is device memory of the backend given to comm_set_backend (the host cannot touch it).
+int comm_dev(const void *p);
+// bytes from dev (device or host memory) to host memory, and back; whole floats when device.
+void comm_to_host(void *host, const void *dev, size_t bytes);
+void comm_to_dev(void *dev, const void *host, size_t bytes);
+// dst = src, either of them device or host memory.
+void comm_copy_any(void *dst, const void *src, size_t bytes);
 
 // comm_watchdog.c
 extern double comm_timeout_s;

@@ -1,7 +1,8 @@
 // comm_jobs.c — collectives as jobs on one queue (comm_mpi.h): each moves in pieces of at most
 // LOOM_COMM_CHUNK elements (a large one shows progress; every count fits an int), at most two
 // in flight; a job starts only once every earlier job on its communicator has started all of
-// its pieces, so every rank issues the same MPI calls in the same order. Everything here runs
+// its pieces, so every rank issues the same MPI calls in the same order. A piece of a device
+// buffer (comm_stage.c) goes through a host stage of its window slot. Everything here runs
 // under comm.c's lock.
 #include <mpi.h>
 #include <stdatomic.h>
@@ -32,6 +33,10 @@ typedef struct Job {
     size_t per;                // elements of each member's block per piece
     int *pc, *pd;              // the pieces in flight: counts, displacements (WINDOW x nranks)
     float *stage;              // the pieces' packed blocks (WINDOW x per x nranks), when used
+    int dev[2];                // buf[seg] is device memory: its pieces through host stages
+    char *hst[WINDOW];         // a device piece's host stage, per window slot
+    char *hdst[WINDOW];        // where the slot's result goes back to on the device (or NULL)
+    size_t hbytes[WINDOW];     // and its bytes
     size_t at[WINDOW];         // the pieces' offset in every member's block
     int seg;                   // the next piece: segment and offset
     size_t off, issued;        // elements started so far
@@ -55,16 +60,26 @@ static int layout_piece(Job *j, int k, size_t idx, MPI_Request *q) {
         size_t len = j->counts[r] > at ? j->counts[r] - at : 0;
         len = len < j->per ? len : j->per;
         pc[r] = (int)len, pd[r] = (int)(stage ? used : j->displs[r] + (len ? at : 0));
-        if (j->kind == J_RSCATTER) memcpy(stage + used, j->send + j->displs[r] + at, len * 4);
+        if (j->kind == J_RSCATTER) comm_to_host(stage + used, j->send + j->displs[r] + at, len * 4);
         used += len;
     }
     j->at[k] = at;
     size_t mine = j->counts[j->rank], off = at < mine ? at : mine;
-    if (j->kind == J_RSCATTER)
-        return MPI_Ireduce_scatter(stage, buf + off, pc, MPI_FLOAT, MPI_SUM, j->comm, q);
+    if (j->kind == J_RSCATTER) {
+        float *recv = buf + off;
+        if (j->dev[0]) // into the slot's host stage; job_advance uploads it
+            j->hdst[k] = (char *)recv, j->hbytes[k] = (size_t)pc[j->rank] * 4,
+            recv = (float *)j->hst[k];
+        return MPI_Ireduce_scatter(stage, recv, pc, MPI_FLOAT, MPI_SUM, j->comm, q);
+    }
     if (!stage)
         return MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, pc, pd, MPI_FLOAT, j->comm,
                                q);
+    if (j->dev[0]) { // this member's block into its place in the stage, then in place there
+        comm_to_host(stage + pd[j->rank], buf + j->displs[j->rank] + off, (size_t)pc[j->rank] * 4);
+        return MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, stage, pc, pd, MPI_FLOAT,
+                               j->comm, q);
+    }
     return MPI_Iallgatherv(buf + j->displs[j->rank] + off, pc[j->rank], MPI_FLOAT, stage, pc, pd,
                            MPI_FLOAT, j->comm, q);
 }
@@ -75,9 +90,9 @@ static void layout_unpack(Job *j, int k) {
     const int *pc = j->pc + (size_t)k * n, *pd = j->pd + (size_t)k * n;
     const float *stage = j->stage + (size_t)k * j->per * n;
     for (size_t r = 0; r < n; r++)
-        if ((int)r != j->rank)
-            memcpy((float *)j->buf[0] + j->displs[r] + j->at[k], stage + pd[r],
-                   (size_t)pc[r] * sizeof(float));
+        if ((int)r != j->rank && pc[r])
+            comm_to_dev((float *)j->buf[0] + j->displs[r] + j->at[k], stage + pd[r],
+                        (size_t)pc[r] * sizeof(float));
 }
 
 // Starts the next piece of j into slot k; *len = the elements it covers.
@@ -95,6 +110,11 @@ static int issue_piece(Job *j, int k, size_t *len) {
         rest = j->cut[j->ci] - j->off; // a new range starts there: its pieces from its start
     *len = rest < j->chunk ? rest : j->chunk;
     void *p = j->buf[j->seg] + j->off * j->esize;
+    if (j->dev[j->seg]) { // through the slot's host stage; job_advance uploads it
+        j->hdst[k] = p, j->hbytes[k] = *len * j->esize;
+        comm_to_host(j->hst[k], p, j->hbytes[k]);
+        p = j->hst[k];
+    }
     if (j->kind == J_BCAST) return MPI_Ibcast(p, (int)*len, j->type, j->root, j->comm, q);
     return MPI_Iallreduce(MPI_IN_PLACE, p, (int)*len, j->type, j->max ? MPI_MAX : MPI_SUM, j->comm,
                           q);
@@ -120,6 +140,7 @@ static void job_advance(Job *j, int may_start) {
         if ((j->rc = MPI_Test(&j->req[k], &flag, MPI_STATUS_IGNORE)) || !flag) return;
         if (j->due[k] > 0 && now_sec() < j->due[k]) return; // the emulated link is still busy
         if (j->staged) layout_unpack(j, k);
+        if (j->hdst[k]) comm_to_dev(j->hdst[k], j->hst[k], j->hbytes[k]), j->hdst[k] = NULL;
         j->head = (k + 1) % WINDOW, j->inflight--, j->pieces_done++, j->progress = now_sec();
     }
 }
@@ -136,7 +157,26 @@ void comm_jobs_advance(void) {
     }
 }
 
+// A job on device buffers gets host stages: a window slot each of the largest piece (a
+// reduce-scatter's received block; an all-gather goes through its packed stage).
+static void stage_device(Job *j) {
+    j->dev[0] = comm_dev(j->buf[0]), j->dev[1] = comm_dev(j->buf[1]);
+    if (j->kind == J_GATHERV && j->dev[0] && !j->stage) {
+        j->staged = 1;
+        j->stage = xmalloc(WINDOW * j->per * (size_t)j->nranks * sizeof(float));
+    }
+    size_t bytes = 0;
+    if (j->kind == J_RSCATTER && j->dev[0]) bytes = j->per * sizeof(float);
+    if ((j->kind == J_SUM || j->kind == J_BCAST) && (j->dev[0] || j->dev[1])) {
+        size_t most = j->n[0] > j->n[1] ? j->n[0] : j->n[1];
+        bytes = (j->chunk < most ? j->chunk : most) * j->esize;
+    }
+    for (int k = 0; bytes && k < WINDOW; k++)
+        j->hst[k] = xmalloc(bytes);
+}
+
 static CommReq submit(const Comm *c, const char *op, Job *j) {
+    stage_device(j);
     j->comm = comm_h(c);
     j->t0 = j->progress = now_sec();
     if (!j->chunk) j->chunk = 1;
@@ -249,7 +289,7 @@ static Job *layout_job(const Comm *c, JobKind kind, const size_t *counts, const 
 
 CommReq comm_ireduce_scatter(const Comm *c, const float *send, float *recv, const size_t *counts) {
     if (c->size == 1) {
-        if (send != recv) memcpy(recv, send, counts[0] * sizeof(float));
+        if (send != recv) comm_copy_any(recv, send, counts[0] * sizeof(float));
         return comm_done_req(c, "reduce_scatter");
     }
     size_t total;
@@ -302,6 +342,8 @@ int comm_job_test(CommReq *r, CommProgress *pr) {
     int bad = comm_check(rc, r->op, r->comm);
     if (!done && !bad) return 0;
     free(j->counts), free(j->displs), free(j->pc), free(j->pd), free(j->stage), free(j->cut);
+    for (int k = 0; k < WINDOW; k++)
+        free(j->hst[k]);
     free(j);
     r->handle = NULL, r->chunked = 0;
     r->status = bad, r->contributors = bad ? 0 : r->comm->size;

@@ -13,11 +13,12 @@
 // pair's gradient is computed from the final out and lse (attn_chunk_backward), so the sum is
 // exact. Balanced: apart from the diagonal hop, every block gives every rank two full chunk pairs.
 // Grouped-query attention (KV < NH, LLaMA) travels only its KV heads: blocks (B,Tl,2·KV·hs).
+// Every buffer is the backend's and is touched only through it (on a GPU the blocks cross MPI
+// through comm's host stages).
 #include "ring_attention.h"
 
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "../common.h"
 
@@ -41,9 +42,10 @@ CpRing *cp_ring_create(const Comm *cp, const Backend *be) {
 }
 
 static void ring_free_buffers(CpRing *r) {
-    for (int k = 0; k < 2; k++)
-        free(r->kv[k]), free(r->dkv[k]), free(r->din[k]);
-    free(r->ob), free(r->lseb);
+    float **all[8] = {&r->kv[0],  &r->kv[1],  &r->dkv[0], &r->dkv[1],
+                      &r->din[0], &r->din[1], &r->ob,     &r->lseb};
+    for (int k = 0; k < 8; k++)
+        if (*all[k]) r->be->release(*all[k]), *all[k] = NULL;
 }
 
 void cp_ring_free(CpRing *r) {
@@ -66,8 +68,8 @@ static void ring_reserve(CpRing *r, int B, int T, int C, int NH) {
     ring_free_buffers(r);
     n = n > r->cap ? n : r->cap, nl = nl > r->lcap ? nl : r->lcap;
     for (int k = 0; k < 2; k++)
-        r->kv[k] = xalloc_floats(n), r->dkv[k] = xalloc_floats(n), r->din[k] = xalloc_floats(n);
-    r->ob = xalloc_floats(n / 2), r->lseb = xalloc_floats(nl);
+        r->kv[k] = r->be->alloc(n), r->dkv[k] = r->be->alloc(n), r->din[k] = r->be->alloc(n);
+    r->ob = r->be->alloc(n / 2), r->lseb = r->be->alloc(nl);
     r->cap = n, r->lcap = nl;
 }
 
@@ -83,9 +85,8 @@ static Shape shape(int B, int T, int C, int NH, int KV) {
 }
 
 // kv (B·T, 2Ck) = the K and V columns of qkv (B·T, W).
-static void pack_kv(float *kv, const float *qkv, size_t rows, const Shape *z) {
-    for (size_t t = 0; t < rows; t++)
-        memcpy(kv + t * 2 * z->Ck, qkv + t * z->W + z->C, 2 * (size_t)z->Ck * sizeof(float));
+static void pack_kv(const Backend *be, float *kv, const float *qkv, size_t rows, const Shape *z) {
+    be->copy_rows(kv, 2 * (size_t)z->Ck, qkv + z->C, (size_t)z->W, rows, 2 * (size_t)z->Ck);
 }
 
 // The pair (query chunk a of this rank, key chunk k of rank j): its AttnChunk, mode by the
@@ -114,10 +115,9 @@ static void ring_forward(void *ctx, float *out, float *lse, const float *qkv, in
     size_t rows = (size_t)B * T, nkv = rows * 2 * z.Ck;
     ring_reserve(r, B, T, C, NH);
     r->calls += !r->paused;
-    pack_kv(r->kv[0], qkv, rows, &z);
-    memset(out, 0, rows * C * sizeof(float));
-    for (size_t x = 0; x < (size_t)B * NH * T; x++)
-        lse[x] = -INFINITY;
+    pack_kv(be, r->kv[0], qkv, rows, &z);
+    be->fill(out, 0.f, rows * C);
+    be->fill(lse, -INFINITY, (size_t)B * NH * T);
     for (int s = 0; s < n; s++) {
         int j = (i - s + n) % n;
         float *cur = r->kv[s & 1];
@@ -148,14 +148,14 @@ static void ring_backward(void *ctx, float *dqkv, const float *dout, const float
     size_t rows = (size_t)B * T, nkv = rows * 2 * z.Ck;
     ring_reserve(r, B, T, C, NH);
     r->calls += !r->paused;
-    pack_kv(r->kv[0], qkv, rows, &z);
-    memset(dqkv, 0, rows * z.W * sizeof(float));
+    pack_kv(be, r->kv[0], qkv, rows, &z);
+    be->fill(dqkv, 0.f, rows * z.W);
     CommReq kq[2], dr[2];
     for (int s = 0; s < n; s++) {
         int j = (i - s + n) % n;
         float *cur = r->kv[s & 1], *part = r->dkv[s & 1];
         if (s < n - 1) ring_post(r, kq, cur, r->kv[(s + 1) & 1], nkv, TAG_KV);
-        memset(part, 0, nkv * sizeof(float));
+        be->fill(part, 0.f, nkv);
         for (int a = 0; a < 2; a++)
             for (int k = 0; k < 2; k++) {
                 AttnChunk p = pair(r, a, j, k, &z);
@@ -175,8 +175,7 @@ static void ring_backward(void *ctx, float *dqkv, const float *dout, const float
     }
     comm_wait(&dr[0]), comm_wait(&dr[1]);
     const float *mine = r->din[(n - 1) & 1];
-    for (size_t t = 0; t < rows; t++)
-        memcpy(dqkv + t * z.W + C, mine + t * 2 * z.Ck, 2 * (size_t)z.Ck * sizeof(float));
+    be->copy_rows(dqkv + C, (size_t)z.W, mine, 2 * (size_t)z.Ck, rows, 2 * (size_t)z.Ck);
 }
 
 void cp_ring_install(GPT *m, CpRing *r) {

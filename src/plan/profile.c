@@ -59,7 +59,7 @@ static double busy_factor(const Backend *be, const GPTConfig *one, int b, int T,
         if (gpt_create(&ms[i], one, be) || workspace_create(&wss[i], &ms[i], b, T, 0))
             die_last(EXIT_USAGE);
         gpt_init_weights(&ms[i], 1);
-        dx[i] = xalloc_floats((size_t)b * T * one->C);
+        dx[i] = be->alloc((size_t)b * T * one->C);
     }
     for (int r = 0; r < REPS; r++) {
         double alone = time_block_once(&ms[0], &wss[0], 1, 0, dx[0]) +
@@ -78,7 +78,7 @@ static double busy_factor(const Backend *be, const GPTConfig *one, int b, int T,
     for (int i = 0; i < copies; i++) {
         workspace_free(&wss[i], &ms[i]);
         gpt_free(&ms[i]);
-        free(dx[i]);
+        be->release(dx[i]);
     }
     free(t), free(ms), free(wss), free(dx);
     double f = median(ratio, REPS);
@@ -143,7 +143,7 @@ static int measure(Profile *p, const Backend *be, const GPTConfig *cfg, int T, i
             ws[nb].tokens[i] = (int)rng_below(&r, (uint32_t)cfg->V);
             ws[nb].targets[i] = (int)rng_below(&r, (uint32_t)cfg->V);
         }
-        dx[nb] = xalloc_floats((size_t)b * T * cfg->C);
+        dx[nb] = be->alloc((size_t)b * T * cfg->C);
         p->rows[nb].b = b;
     }
     p->nrows = nb;
@@ -166,7 +166,7 @@ static int measure(Profile *p, const Backend *be, const GPTConfig *cfg, int T, i
             row->fwd[k] = median(samples[i][k][0], REPS);
             row->bwd[k] = median(samples[i][k][1], REPS);
         }
-        free(dx[i]);
+        be->release(dx[i]);
         workspace_free(&ws[i], &m);
         // contention: every core runs a copy (single-threaded profiles only)
         int copies = threads == 1 ? p->cores : 1;
@@ -176,8 +176,7 @@ static int measure(Profile *p, const Backend *be, const GPTConfig *cfg, int T, i
     gpt_free(&m);
     // the per-step optimizer work, per parameter: AdamW, zeroing the gradients, their norm
     size_t n = update_floats(max_bytes);
-    float *w = xalloc_floats(n), *g = xalloc_floats(n), *mo = xalloc_floats(n),
-          *v = xalloc_floats(n);
+    float *w = be->alloc(n), *g = be->alloc(n), *mo = be->alloc(n), *v = be->alloc(n);
     double best = 1e30;
     for (int r = 0; r < 3; r++) {
         double t0 = now_sec();
@@ -188,7 +187,7 @@ static int measure(Profile *p, const Backend *be, const GPTConfig *cfg, int T, i
         best = t < best ? t : best;
     }
     p->update_s_per_param = best / (double)n;
-    free(w), free(g), free(mo), free(v);
+    be->release(w), be->release(g), be->release(mo), be->release(v);
     return 0;
 }
 
@@ -206,11 +205,11 @@ int profile_warmup(const Backend *be, const GPTConfig *cfg, int T, int b, size_t
         gpt_free(&m);
         return -1;
     }
-    float *dx = xalloc_floats((size_t)b * T * one.C);
+    float *dx = be->alloc((size_t)b * T * one.C);
     for (int blk = 0; blk < 3; blk++) // tokens and targets are zeros: any values run the same
         for (int bwd = 0; bwd < 2; bwd++)
             time_block_once(&m, &ws, blk, bwd, dx);
-    free(dx);
+    be->release(dx);
     workspace_free(&ws, &m);
     gpt_free(&m);
     return 0;

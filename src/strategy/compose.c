@@ -50,7 +50,8 @@ const char *compose_flag(const StrategyConfig *c, Feature f, char *buf, size_t n
 // needs the vocabulary shards, and host memory while its collectives copy host buffers (a
 // device backend has the shards for the LLaMA embedding, not the communication); ring
 // attention its chunk kernels; 2D the split LayerNorm; a peer keeps its outer state next to the
-// model in host memory.
+// model in host memory; the swap executor (offload/) runs the kernels on its host slots (a
+// device tier, --offload host, is not built yet).
 static const BackendCap NEEDS[F_COUNT][3] = {
     [F_DP] = {BACKEND_NCAPS},
     [F_ZERO1] = {BACKEND_NCAPS},
@@ -62,7 +63,7 @@ static const BackendCap NEEDS[F_COUNT][3] = {
     [F_SP] = {BACKEND_VOCAB_SHARDS, BACKEND_HOST_MEMORY, BACKEND_NCAPS},
     [F_CP] = {BACKEND_RING_ATTENTION, BACKEND_NCAPS},
     [F_CO2] = {BACKEND_NCAPS},
-    [F_OFFLOAD] = {BACKEND_NCAPS},
+    [F_OFFLOAD] = {BACKEND_HOST_MEMORY, BACKEND_NCAPS},
     [F_RECOMPUTE] = {BACKEND_NCAPS},
     [F_PEER] = {BACKEND_HOST_MEMORY, BACKEND_NCAPS},
     [F_DUMP_GRADS] = {BACKEND_NCAPS},

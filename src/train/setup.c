@@ -390,6 +390,7 @@ void run_setup(Run *r) {
     if (check_offload(r)) run_fail(r, EXIT_USAGE);
     const Backend *be = backend_select_dtype(a->device, a->dtype, a->threads);
     if (!be) run_fail(r, EXIT_USAGE);
+    comm_set_backend(be); // device buffers cross MPI through host stages
     if (!a->data) {
         loom_fail("--data is required (a shard file, directory or glob)");
         run_fail(r, EXIT_USAGE);

@@ -67,6 +67,16 @@ static void cuda_release(float *p) {
     if (p) cu_act16_drop(p, cu_mem_size(p));
     cu_free(p);
 }
+// 1 when p is device memory; a host pointer (one CUDA does not know, or pinned host memory) is 0,
+// and the error an unknown pointer may leave is cleared so a later check does not see it.
+static int cuda_owns(const void *p) {
+    struct cudaPointerAttributes a;
+    if (!p || cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return a.type == cudaMemoryTypeDevice;
+}
 static void cuda_upload(float *dst, const float *host_src, size_t n) {
     cu_gen++;
     if (n) CU(cudaMemcpyAsync(dst, host_src, n * sizeof(float), cudaMemcpyDefault, cu_ctx.stream));
@@ -80,6 +90,13 @@ static void cuda_copy(float *dst, const float *src, size_t n) {
     cu_gen++;
     if (n && dst != src)
         CU(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDefault, cu_ctx.stream));
+}
+static void cuda_copy_rows(float *dst, size_t ds, const float *src, size_t ss, size_t rows,
+                           size_t cols) {
+    cu_gen++;
+    if (rows && cols)
+        CU(cudaMemcpy2DAsync(dst, ds * sizeof(float), src, ss * sizeof(float), cols * sizeof(float),
+                             rows, cudaMemcpyDefault, cu_ctx.stream));
 }
 
 // ------------------------------------------------------------------ reductions
@@ -186,12 +203,14 @@ static void cuda_adamw_gen(float *param, const float *grad, float *m, float *v, 
 static Backend CUDA = {
     // .precision is set with the dtype (backend_cuda)
     .name = "cuda",
+    .owns = cuda_owns,
     .alloc = cuda_alloc,
     .release = cuda_release,
     .upload = cuda_upload,
     .download = cuda_download,
     .fill = cuda_fill,
     .copy = cuda_copy,
+    .copy_rows = cuda_copy_rows,
     .scale = cuda_scale,
     .sumsq = cuda_sumsq,
     .all_finite = cuda_all_finite,
