@@ -173,8 +173,9 @@ TEST(backend_capabilities) {
 }
 
 // --arch llama asks for the LLaMA block's kernels and the vocabulary shards (its embedding),
-// not for host memory: a device backend with both (CUDA) runs it; tensor parallelism there is
-// still refused, its collectives copying host buffers.
+// not for host memory: a device backend with both (CUDA) runs it, with tensor parallelism too
+// (its collectives reach device buffers through comm's host stages); --offload there is
+// refused, the swap executor computing on host slots.
 TEST(llama_by_capability) {
     Backend dev = *backend_cpu();
     dev.name = "dev", dev.host_memory = 0;
@@ -182,8 +183,10 @@ TEST(llama_by_capability) {
     c.llama = 1, c.device = "dev";
     ACCEPTED(c, &dev);
     c.tp = 2;
-    REFUSED(c, &dev, "--tp 2 with --device dev: the dev backend lacks host-memory");
-    c.tp = 1, dev.gqa_attention_backward = NULL;
+    ACCEPTED(c, &dev);
+    c.tp = 1, c.offload = 1;
+    REFUSED(c, &dev, "--offload with --device dev: the dev backend lacks host-memory");
+    c.offload = 0, dev.gqa_attention_backward = NULL;
     REFUSED(c, &dev, "--arch llama with --device dev: the dev backend lacks");
     dev.gqa_attention_backward = backend_cpu()->gqa_attention_backward, dev.xent_shard_sum = NULL;
     REFUSED(c, &dev, "--arch llama with --device dev: the dev backend lacks");

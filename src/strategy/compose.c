@@ -47,8 +47,8 @@ const char *compose_flag(const StrategyConfig *c, Feature f, char *buf, size_t n
 }
 
 // What the backend must offer for a feature (BACKEND_NCAPS ends each list): a part of a tensor
-// needs the vocabulary shards, and host memory while its collectives copy host buffers (a
-// device backend has the shards for the LLaMA embedding, not the communication); ring
+// needs the vocabulary shards (its collectives and checkpoints reach device buffers through the
+// backend and comm's host stages: t_device_staged.sh); ring
 // attention its chunk kernels; 2D the split LayerNorm; a peer keeps its outer state next to the
 // model in host memory; the swap executor (offload/) runs the kernels on its host slots (a
 // device tier, --offload host, is not built yet).
@@ -58,9 +58,9 @@ static const BackendCap NEEDS[F_COUNT][3] = {
     [F_ZERO2] = {BACKEND_NCAPS},
     [F_ZERO3] = {BACKEND_NCAPS},
     [F_PP] = {BACKEND_NCAPS},
-    [F_TP] = {BACKEND_VOCAB_SHARDS, BACKEND_HOST_MEMORY, BACKEND_NCAPS},
+    [F_TP] = {BACKEND_VOCAB_SHARDS, BACKEND_NCAPS},
     [F_TP2D] = {BACKEND_VOCAB_SHARDS, BACKEND_SPLIT_LAYERNORM, BACKEND_NCAPS},
-    [F_SP] = {BACKEND_VOCAB_SHARDS, BACKEND_HOST_MEMORY, BACKEND_NCAPS},
+    [F_SP] = {BACKEND_VOCAB_SHARDS, BACKEND_NCAPS},
     [F_CP] = {BACKEND_RING_ATTENTION, BACKEND_NCAPS},
     [F_CO2] = {BACKEND_NCAPS},
     [F_OFFLOAD] = {BACKEND_HOST_MEMORY, BACKEND_NCAPS},

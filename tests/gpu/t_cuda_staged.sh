@@ -2,7 +2,7 @@
 # t_cuda_staged.sh — two MPI ranks sharing the one GPU (--device cuda:fp32), their buffers
 # crossing MPI through comm's host stages (src/parallel/comm_stage.c; tests/t_device_staged.sh
 # proves the same layouts on the emu device in `make test`):
-#   1. dp 2 with ZeRO 0-3 and pp 2 (1f1b) equal one GPU rank with the same global batch
+#   1. dp 2 with ZeRO 0-3, pp 2 (1f1b) and tp 2 with sp equal one GPU rank with the same global batch
 #      (losses within 1e-5 per step, exported weights within 1e-5);
 #   2. pp 2 with 2bw and CO2 over dp 2 equal the same layout on the CPU backend (losses and
 #      weights within 1e-4: other kernels, and rules that are not the single process's).
@@ -32,6 +32,9 @@ done
 $MPI -np 2 $LOOM train $shape $g --grad-accum 2 --pp 2 --schedule 1f1b --metrics "$d/pp.jsonl" \
     --export "$d/pp.st"
 same --tol 1e-5 "pp 2 1f1b vs 1 rank" "$d/pp.jsonl" "$d/one.jsonl" "$d/pp.st" "$d/one.st"
+$MPI -np 2 $LOOM train $shape $g --grad-accum 2 --tp 2 --sp --metrics "$d/tp.jsonl" \
+    --export "$d/tp.st"
+same --tol 1e-5 "tp 2 sp vs 1 rank" "$d/tp.jsonl" "$d/one.jsonl" "$d/tp.st" "$d/one.st"
 
 echo "== 2. against the same layout on the CPU"
 cmp_cpu() { # NAME ARGS...
