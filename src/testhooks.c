@@ -132,6 +132,10 @@ int testhook_pipe_swap_slots(void) {
     return v && atoi(v) > 0 ? atoi(v) : 0;
 }
 
+int testhook_offload_fixed_costs(void) {
+    const char *v = getenv("LOOM_OFFLOAD_COSTS");
+    return v && !strcmp(v, "fixed");
+}
 int testhook_comm_no_stage(void) { return getenv("LOOM_COMM_NO_STAGE") != NULL; }
 int testhook_tied_interleaved(void) { return getenv("LOOM_TIED_INTERLEAVED") != NULL; }
 

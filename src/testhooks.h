@@ -56,6 +56,9 @@
 //   LOOM_COMM_NO_STAGE=1       comm hands device buffers to MPI as they are, without host
 //                              stages (the negative control of the staged path: with --device
 //                              emu the first collective on a device buffer faults)
+//   LOOM_OFFLOAD_COSTS=fixed   --offload plans from fixed block and tier costs instead of
+//                              measuring them at start-up (the bit-for-bit comparisons hold
+//                              for any plan; saves the 2-4 s of profiling and probes a run)
 #pragma once
 #include <stddef.h>
 
@@ -80,6 +83,7 @@ double testhook_comm_delay(void);
 size_t testhook_comm_chunk(void);
 int testhook_tag_ub(void);
 int testhook_comm_no_stage(void);
+int testhook_offload_fixed_costs(void);
 // LOOM_TIED_INTERLEAVED: the whole-model strategies accumulate the head's part of the tied
 // embedding's gradient straight into the embedding's (the order before gpt.h head_dwte), so a
 // test can show its comparison sees the order (negative control).

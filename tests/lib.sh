@@ -1,4 +1,8 @@
 # lib.sh — helpers for the integration tests (sourced).
+# --offload runs plan from fixed costs instead of measuring at start-up (LOOM_OFFLOAD_COSTS,
+# src/testhooks.h: 2-4 s a run saved; the comparisons hold for any plan); t_offload_plan,
+# t_offload_bound and t_offload_memory unset it and measure as a user's run does.
+export LOOM_OFFLOAD_COSTS=fixed
 # mkshard FILE VOCAB N SEED [HEADER_COUNT]: an llm.c shard of N pseudo-random tokens < VOCAB
 # (HEADER_COUNT overrides the count written in the header, for truncation tests).
 mkshard() {

@@ -5,7 +5,8 @@
 # LOOM_ASAN=1 skips the tests listed as too slow under sanitizers, TEST_JOBS (default 2, or 1 on
 # a one-CPU machine): how many unit-test binaries, then integration scripts, run at once. A
 # script whose header says `# serial: WHY` (it waits on timeouts, grace periods or a peer's
-# silence, which a second test on the same CPUs could stretch) runs after the others, alone.
+# silence, which a second test on the same CPUs could stretch) runs after the others, alone;
+# one whose header says `# long` starts before the others.
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${LOOM_BUILD:-build}
@@ -73,8 +74,12 @@ done
 jobs_wait
 JOBS_REPORT=report_script
 
-serial=()
-for t in tests/t_*.sh; do
+# scripts whose header says `# long` (the longest, a minute or more) start first, so the pool
+# does not end on one of them with the other CPU idle
+serial=() scripts=()
+for t in tests/t_*.sh; do grep -q '^# long' "$t" && scripts+=("$t"); done
+for t in tests/t_*.sh; do grep -q '^# long' "$t" || scripts+=("$t"); done
+for t in "${scripts[@]}"; do
     [ -f "$t" ] || continue
     name=$(basename "$t" .sh)
     if [ -n "${LOOM_ASAN:-}" ] && grep -q '^# asan: skip' "$t"; then

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# long: started first (tests/run.sh)
 # t_compose.sh — the composition table: every pair of options from different axes (13 options on
 # 7 axes: dp with ZeRO 0-3, pipeline 1f1b/2bw, tp 1D/2D/sp, cp, CO2, offload, recompute), each
 # option alone, and the triples a user would write (dp x pp x tp, dp x tp x cp, loom peer x

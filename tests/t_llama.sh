@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# long: started first (tests/run.sh)
 # t_llama.sh — --arch llama against the PyTorch LLaMA reference (tests/torch_llama.py) on loom's
 # own initial weights (exported with --steps 0), for kv-heads = heads, kv-heads < heads, tied:
 #   * first-step gradients (grad accumulation 2): every tensor within 1e-5 relative

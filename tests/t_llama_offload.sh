@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# long: started first (tests/run.sh)
 # t_llama_offload.sh — block swapping (--offload disk) of --arch llama trains bit for bit what the
 # in-memory run trains (losses, gradient norms, validation losses, exported weights byte for
 # byte; kv-heads 1 of 2 heads, untied lm_head, gradient accumulation K = 3, clipping active):

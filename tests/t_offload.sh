@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# long: started first (tests/run.sh)
 # t_offload.sh — block swapping (--offload disk) trains bit for bit what the in-memory run
 # trains: the same losses, gradient norms and validation losses in the metrics, and exported
 # weights equal byte for byte, with gradient accumulation (K = 3), recompute on and off, the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# long: started first (tests/run.sh)
 # t_offload_bound.sh — --fast-mem bounds the whole process of a run with block swapping, from
 # its start to its end: start-up (the planner's profile and probe, or a warm-up), the fill from
 # random weights, from --init or from a checkpoint, the steps, the checkpoint save and --export.
@@ -18,6 +19,7 @@
 # asan: skip (the sanitizers' shadow memory is not the program's; 124M steps are slow there)
 set -eu
 . "$(dirname "$0")/lib.sh"
+unset LOOM_OFFLOAD_COSTS # the start-up measurements are part of what is tested
 need_mpi
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 mkdir "$d/off"

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# long: started first (tests/run.sh)
 # t_offload_pp.sh — block swapping (--offload disk) of pipeline stages: each stage swaps its own
 # blocks through its own tier under its own --fast-mem, the micro-batches' activations in
 # memory. Against the in-memory pipeline of the same layout, bit for bit (losses, gradient

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# long: started first (tests/run.sh)
 # t_offload_tp.sh — block swapping (--offload disk) of a tensor- or context-parallel part: each
 # rank swaps its own part's blocks through its own tier, the blocks communicating over tp / cp
 # inside as in memory. Against the in-memory run of the same layout, bit for bit (losses,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# long: started first (tests/run.sh)
 # t_offload_tp2d.sh — block swapping (--offload disk) of a 2D (SUMMA) tensor-parallel part: each
 # rank of the q x q grid swaps its own part's layers (parameters, gradients) and every block's
 # moments through its own tier, the blocks communicating along the grid's rows and columns inside

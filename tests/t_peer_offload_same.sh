@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# long: started first (tests/run.sh)
 # t_peer_offload_same.sh — loom peer --offload disk (a peer whose model — parameters, gradients,
 # AdamW moments — is swapped through the slow tier) and --offload-dir alone equal the swarm in
 # memory, real processes on 127.0.0.1 (no peer dies here, and --peer-timeout is 10 s, so a busy

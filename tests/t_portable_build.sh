@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# long: started first (tests/run.sh)
 # asan: skip (a second full build; nothing here is about memory errors)
 # t_portable_build.sh — the portable build for mixed clusters: `make ARCH=-march=x86-64` into a
 # separate build directory gives a loom that runs, holds no AVX instructions (no ymm/zmm

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# long: started first (tests/run.sh)
 # t_stop_mpi.sh — under MPI, a stop signal that reaches ONE rank stops every rank at the same
 # step, which is saved collectively and resumes bit-identically (losses and exported weights
 # equal to the run that was never stopped): dp (ZeRO 1 and 3), pipeline 1f1b and 2bw, tp with

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# long: started first (tests/run.sh)
 # t_tp2d_zero.sh — 2D (SUMMA) tensor parallelism with data parallelism at ZeRO 2 and 3 (8 ranks:
 # dp 2 x --tp 4 --tp-mode 2d), against the same layout at ZeRO 1, with weight decay, clipping
 # and --grad-accum 2 throughout:

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# long: started first (tests/run.sh)
 # t_zero_mp.sh — ZeRO stages with model parallelism under mpirun, each against the same layout at
 # a lower stage and the single process (losses within 1e-5 per step, exported weights within
 # 1e-5; bit-identical where the reduction order is the same), with weight decay, clipping and

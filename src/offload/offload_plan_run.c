@@ -9,6 +9,7 @@
 
 #include "../common.h"
 #include "../plan/profile.h"
+#include "../testhooks.h"
 #include "offload_plan.h"
 #include "tier.h"
 
@@ -120,6 +121,7 @@ int offload_interference_costs(const GPT *m, const char *dir, size_t bytes, Offl
                                FILE *log) {
     size_t piece = probe_piece(m, &bytes);
     double t0 = now_sec();
+    if (testhook_offload_fixed_costs()) return 0; // io_slow as fixed_costs set it
     if (offload_io_interference(m, dir, bytes, piece, &c->io_slow)) return -1;
     heap_release(); // what it allocated goes back before the plan's buffers exist
     if (log)
@@ -145,10 +147,29 @@ static double held_now(void) {
     return (double)rss_bytes();
 }
 
+// LOOM_OFFLOAD_COSTS=fixed (a test hook: the suite's bit-for-bit comparisons hold for any plan,
+// and a plan of fixed costs is the same on every run): the blocks at a nominal 10 GFLOP/s
+// (backward 2x, plus the forward with --recompute), AdamW 2 ns a parameter, a tier of 1 GB/s
+// that costs no CPU. Nothing is measured; the backend is warmed up as a profile's user does.
+static void fixed_costs(const GPT *m, const OffloadShape *s, int threads, OffloadCosts *c) {
+    double BT = (double)s->B * s->T, C = m->cfg.C, flops = 1e10;
+    double f[3] = {BT * C * 4, 2 * BT * 12 * C * C + 4 * BT * s->T * C, 2 * BT * C * m->cfg.V};
+    for (int k = 0; k < 3; k++)
+        c->fwd[k] = f[k] / flops, c->bwd[k] = 2 * c->fwd[k] + (s->recompute && k == 1) * c->fwd[k];
+    c->update_s_per_param = 2e-9, c->threads = threads;
+    c->read_bps = c->write_bps = c->opt_read_bps = c->opt_write_bps = 1e9;
+    c->read_cpu = c->write_cpu = c->io_steal = c->io_slow = 0;
+}
+
 int offload_startup_costs(const GPT *m, const OffloadShape *s, int threads, const char *dir,
                           size_t budget, const char *profile_path, OffloadCosts *c, FILE *log) {
     double held = held_now(), room = (double)budget - held;
     if (offload_plan_min_bytes(m, s, NULL) > room) return offload_plan_fail(m, s, budget, held, 0);
+    if (testhook_offload_fixed_costs()) {
+        fixed_costs(m, s, threads, c);
+        if (log) fprintf(log, "loom: offload plan: fixed costs (LOOM_OFFLOAD_COSTS=fixed)\n");
+        return profile_warmup(m->be, &m->cfg, s->T, s->B, (size_t)room);
+    }
     if (offload_costs_measure(m, s, threads, profile_path, NULL, (size_t)room, c, log)) return -1;
     // the probe's buffers stay within half of what is left: nothing else is allocated yet
     size_t probe = (size_t)(room / 2) < PROBE_BYTES ? (size_t)(room / 2) : PROBE_BYTES;
