@@ -67,7 +67,8 @@ need_mpi() {
 }
 # same [--tol T] [--wtol W] [--part] [--steps LO-HI] NAME A.jsonl B.jsonl [A.st B.st]: run A
 # trained what run B trained. Without --tol, every training record of A (loss, lr, grad_norm,
-# tokens: every field but the timings step_ms, tokens_per_s, mfu, comm_*_ms and io_ms, and
+# tokens: every field but the timings step_ms, tokens_per_s, mfu, comm_*_ms, io_ms, a peer's
+# wait_ms and sent_mb (what it sends depends on when the others ask), and
 # device_mem_mib, which a device backend adds: --device emu against cpu) and every
 # validation loss equals B's at the same step, and the exported weights A.st and B.st are the
 # same bytes. With --tol T (runs laid out differently, which round differently), the training
@@ -96,7 +97,7 @@ part = part == "1"
 name, fa, fb = sys.argv[6:9]
 wa, wb = sys.argv[9:11] if len(sys.argv) > 9 else (None, None)
 TIMING = {"step_ms", "tokens_per_s", "mfu", "comm_exposed_ms", "comm_overlap_ms", "io_ms",
-          "device_mem_mib"}
+          "device_mem_mib", "wait_ms", "sent_mb"}
 def records(path):  # {step: training record without timings}, {step: val_loss}
     train, val = {}, {}
     for line in open(path):

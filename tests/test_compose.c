@@ -167,9 +167,11 @@ TEST(backend_capabilities) {
     REFUSED(c, &lacking,
             "--cp 2 with --device lacking: the lacking backend lacks ring "
             "attention's chunk kernels");
-    lacking.host_memory = 0;
+    lacking.host_memory = 0; // a peer on a device keeps its outer state in host memory itself
     c = base(), c.peer = 1, c.device = "lacking";
-    REFUSED(c, &lacking, "loom peer with --device lacking: the lacking backend lacks host-memory");
+    ACCEPTED(c, &lacking);
+    c.offload = 1;
+    REFUSED(c, &lacking, "--offload with --device lacking: the lacking backend lacks host-memory");
 }
 
 // --arch llama asks for the LLaMA block's kernels and the vocabulary shards (its embedding),

@@ -230,6 +230,9 @@ const char *backend_cap_name(BackendCap cap);
 // for OpenMP and BLAS (0 = leave the default). NULL, with loom_errmsg naming --device, when the
 // device is unknown or not built in. The device may carry a precision: "cuda:fp32".
 const Backend *backend_select(const char *device, int threads);
+// The backend of host arrays next to a device model (a strategy's own state in host memory,
+// e.g. a peer's outer state): the CPU's fp32 kernels, whatever --device chose.
+const Backend *backend_host(void);
 // The backends themselves (called only by backend_select).
 const Backend *backend_cpu(void);
 // The emulated device (emu.c, --device emu): the CPU's kernels on buffers whose addresses the

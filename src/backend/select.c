@@ -8,6 +8,8 @@
 #include "backend.h"
 #include "cpu_impl.h"
 
+const Backend *backend_host(void) { return backend_cpu(); }
+
 const Backend *backend_select(const char *device, int threads) {
     return backend_select_dtype(device, NULL, threads);
 }

@@ -189,7 +189,7 @@ static int norms(Swapper *s, int avg_reg, double **sq) {
         uint64_t t0 = tier_read_async(s->tier, swap_tier_off(s, REGION_MOM, a), mo, bytes);
         uint64_t t1 = tier_read_async(s->tier, swap_tier_off(s, avg_reg, a), avg, bytes);
         if (tier_wait(s->tier, t0) | tier_wait(s->tier, t1)) return -1;
-        co2_norms_add(m, mo, avg, a, e, *sq);
+        co2_norms_add(m, m->be, mo, avg, a, e, *sq);
     }
     return 0;
 }

@@ -120,8 +120,8 @@ void co2_free(CO2 *o) {
     free(o);
 }
 
-void co2_norms_add(const GPT *m, const float *mom, const float *avg, size_t lo, size_t hi,
-                   double *sq) {
+void co2_norms_add(const GPT *m, const Backend *be, const float *mom, const float *avg, size_t lo,
+                   size_t hi, double *sq) {
     for (int b = 0; b < m->nblocks; b++) {
         const Block *blk = &m->blocks[b];
         size_t bs, bn = range_isect(blk->off, blk->off + blk->n, lo, hi, &bs);
@@ -132,8 +132,8 @@ void co2_norms_add(const GPT *m, const float *mom, const float *avg, size_t lo, 
             for (size_t x = ts; x < ts + tn;) {
                 size_t c = blk->off + ((x - blk->off) / GPT_CHUNK + 1) * GPT_CHUNK;
                 size_t e = c < ts + tn ? c : ts + tn;
-                sq[2 * i] += m->be->sumsq(mom + (x - lo), e - x);
-                sq[2 * i + 1] += m->be->sumsq(avg + (x - lo), e - x);
+                sq[2 * i] += be->sumsq(mom + (x - lo), e - x);
+                sq[2 * i + 1] += be->sumsq(avg + (x - lo), e - x);
                 x = e;
             }
         }
@@ -144,7 +144,7 @@ void co2_norms_add(const GPT *m, const float *mom, const float *avg, size_t lo, 
 static void partial_norms(const CO2 *o, const float *mom, const float *avg, size_t lo, size_t hi,
                           double *sq) {
     memset(sq, 0, sizeof(double) * 2 * (size_t)o->m->ntensors);
-    co2_norms_add(o->m, mom, avg, lo, hi, sq);
+    co2_norms_add(o->m, o->m->be, mom, avg, lo, hi, sq);
 }
 
 // m ← β·m + Δ̄/λ, clipped; a ← a − α·m, block by block through the blocks' CO2 slots (anchor,
@@ -153,7 +153,7 @@ static void partial_norms(const CO2 *o, const float *mom, const float *avg, size
 #define CO2_PIECE ((size_t)1 << 17) // floats: 512 KiB of each of the three arrays (L3)
 
 void co2_outer_update(const CO2Config *c, const GPT *m, const double *sq) {
-    const Backend *be = m->be;
+    const Backend *be = c->be ? c->be : m->be;
     for (int b = 0; b < m->nblocks; b++) {
         const Block *blk = &m->blocks[b];
         const BlockExtra *x = &blk->extra;

@@ -33,6 +33,9 @@ typedef struct {
     // every rank calls it at the same round end.
     void (*norms)(void *ctx, double *sq, int ntensors);
     void *norms_ctx;
+    // The backend of the arrays the rule updates when they are not the model's (loom peer on a
+    // device: its outer state in host memory, backend_host()); NULL: the model's backend.
+    const Backend *be;
 } CO2Config;
 
 typedef struct CO2 CO2;
@@ -44,8 +47,9 @@ void co2_outer_update(const CO2Config *c, const GPT *m, const double *sq);
 // Adds Σ m² and Σ Δ̄² per tensor over flat [lo, hi) (mom, avg at element lo; lo and hi on
 // norm-chunk boundaries) to sq (2·ntensors), one partial per tensor piece in each norm chunk,
 // in order: the sums do not depend on how the range is cut into pieces.
-void co2_norms_add(const GPT *m, const float *mom, const float *avg, size_t lo, size_t hi,
-                   double *sq);
+// be: the backend of mom and avg (the model's, or backend_host() for host arrays).
+void co2_norms_add(const GPT *m, const Backend *be, const float *mom, const float *avg, size_t lo,
+                   size_t hi, double *sq);
 
 // Takes the current parameters as a(0). c is the communicator of the workers. Installs a poll
 // hook on m (chained to the hooks already there) that drives the outer collectives.

@@ -49,9 +49,8 @@ const char *compose_flag(const StrategyConfig *c, Feature f, char *buf, size_t n
 // What the backend must offer for a feature (BACKEND_NCAPS ends each list): a part of a tensor
 // needs the vocabulary shards (its collectives and checkpoints reach device buffers through the
 // backend and comm's host stages: t_device_staged.sh); ring
-// attention its chunk kernels; 2D the split LayerNorm; a peer keeps its outer state next to the
-// model in host memory; the swap executor (offload/) runs the kernels on its host slots (a
-// device tier, --offload host, is not built yet).
+// attention its chunk kernels; 2D the split LayerNorm; the swap executor (offload/) runs the
+// kernels on its host slots (a device tier, --offload host, is not built yet).
 static const BackendCap NEEDS[F_COUNT][3] = {
     [F_DP] = {BACKEND_NCAPS},
     [F_ZERO1] = {BACKEND_NCAPS},
@@ -65,7 +64,7 @@ static const BackendCap NEEDS[F_COUNT][3] = {
     [F_CO2] = {BACKEND_NCAPS},
     [F_OFFLOAD] = {BACKEND_HOST_MEMORY, BACKEND_NCAPS},
     [F_RECOMPUTE] = {BACKEND_NCAPS},
-    [F_PEER] = {BACKEND_HOST_MEMORY, BACKEND_NCAPS},
+    [F_PEER] = {BACKEND_NCAPS},
     [F_DUMP_GRADS] = {BACKEND_NCAPS},
 };
 

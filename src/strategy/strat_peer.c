@@ -91,6 +91,11 @@ static size_t span_end(const GPT *m, size_t lo) {
     return e;
 }
 
+// The backend of the peer's own arrays (outer state, the swarm's Δs and averages: host memory
+// or files): the model's when its buffers are host memory, else the CPU's (the model on a
+// device: the round end downloads x and uploads the new anchor, copy_whole).
+static const Backend *host_be(const GPT *m) { return m->be->host_memory ? m->be : backend_host(); }
+
 static void drop3(const float *a, const float *b, const float *c, size_t lo, size_t hi) {
     spill_drop(a + lo, (hi - lo) * sizeof(float)), spill_drop(b + lo, (hi - lo) * sizeof(float));
     if (c) spill_drop(c + lo, (hi - lo) * sizeof(float));
@@ -119,7 +124,8 @@ void peer_x_set(Strategy *s, Peer *p, const float *src) {
     }
 }
 
-// Δ = a − x, formed in avg's buffer (x read from the tier into it first). NULL: the tier failed.
+// Δ = a − x, formed in avg's buffer (x read from the tier, or downloaded from the device, into
+// it first). NULL: the tier failed.
 static float *x_delta(Strategy *s, Peer *p) {
     GPT *m = s->model;
     for (size_t lo = 0, hi; lo < m->nparams; lo = hi) {
@@ -128,8 +134,11 @@ static float *x_delta(Strategy *s, Peer *p) {
         if (p->w.sw) {
             if (whole_swap_full_params(&p->w, p->avg + lo, lo, hi - lo)) return NULL;
             x = p->avg + lo;
+        } else if (!m->be->host_memory) {
+            m->be->download(p->avg + lo, x, hi - lo);
+            x = p->avg + lo;
         }
-        m->be->sub_scaled(p->avg + lo, p->anchor + lo, x, 1.0f, hi - lo);
+        host_be(m)->sub_scaled(p->avg + lo, p->anchor + lo, x, 1.0f, hi - lo);
         drop3(p->avg, p->anchor, NULL, lo, hi);
     }
     return p->avg;
@@ -144,7 +153,7 @@ static void outer_update(Strategy *s, Peer *p) {
         sq = xcalloc((size_t)2 * m->ntensors, sizeof(double));
         for (size_t lo = 0, hi; lo < P; lo = hi) {
             hi = span_end(m, lo);
-            co2_norms_add(m, p->mom + lo, p->avg + lo, lo, hi, sq);
+            co2_norms_add(m, host_be(m), p->mom + lo, p->avg + lo, lo, hi, sq);
             drop3(p->mom, p->avg, NULL, lo, hi);
         }
     }
@@ -304,6 +313,10 @@ static int peer_create(Strategy *s) {
     // T256 held 2.9 GiB this way, ~7.8 at B1 with the arrays in memory: BENCHMARKS.md)
     if (c->offload_dir && mkdir(c->offload_dir, 0700) && errno != EEXIST)
         return loom_fail("--offload-dir %s: cannot create: %s", c->offload_dir, strerror(errno));
+    if (c->offload_dir && !m->be->host_memory)
+        return loom_fail("loom peer --offload-dir with --device %s: the outer state in files "
+                         "needs the model in host memory",
+                         c->device);
     if (c->offload_dir && !testhook_peer_no_spill() && spill_setup(c->offload_dir)) return -1;
     p->anchor = spill_floats(P), p->mom = spill_floats(P), p->avg = spill_floats(P);
     if (c->outer_compress) p->ef = spill_floats(P); // (zeroed)
@@ -332,6 +345,7 @@ static int peer_create(Strategy *s) {
                 c->peer_id, 4.0 * P / 1048576, p->w.kept / 1048576);
     }
     p->cc = whole_co2_config(c);
+    p->cc.be = host_be(m); // the outer state is host memory whatever the model's device
     for (int i = 0; i < 2; i++)
         p->rec[i] = xcalloc((size_t)c->tau, sizeof(StepRecord));
     p->extra = xcalloc((size_t)c->tau, sizeof *p->extra);

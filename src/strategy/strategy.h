@@ -55,7 +55,7 @@ typedef struct {
     int peer_exchange;     // --peer-exchange: 0 all, 1 sharded (swarm/swarm_shard.c)
     float topk_frac;       // --topk-frac (topk)
     int topk_2bit;         // --topk-values 2bit (topk)
-    const char *device;    // the backend's name (a peer's state is host memory: cpu only for now)
+    const char *device;    // the backend's name
     const char *tokenizer; // what identifies the data's tokenizer (peers must share it)
     int shuffle, seed;     // the data order's (peers must share it; the seed only with shuffle)
 } StrategyConfig;
