@@ -119,9 +119,9 @@ int offload_tier_costs(const GPT *m, const char *dir, size_t bytes, OffloadCosts
 
 int offload_interference_costs(const GPT *m, const char *dir, size_t bytes, OffloadCosts *c,
                                FILE *log) {
+    if (testhook_offload_fixed_costs()) return 0; // io_slow as fixed_costs set it
     size_t piece = probe_piece(m, &bytes);
     double t0 = now_sec();
-    if (testhook_offload_fixed_costs()) return 0; // io_slow as fixed_costs set it
     if (offload_io_interference(m, dir, bytes, piece, &c->io_slow)) return -1;
     heap_release(); // what it allocated goes back before the plan's buffers exist
     if (log)

@@ -91,11 +91,6 @@ static size_t span_end(const GPT *m, size_t lo) {
     return e;
 }
 
-// The backend of the peer's own arrays (outer state, the swarm's Δs and averages: host memory
-// or files): the model's when its buffers are host memory, else the CPU's (the model on a
-// device: the round end downloads x and uploads the new anchor, copy_whole).
-static const Backend *host_be(const GPT *m) { return m->be->host_memory ? m->be : backend_host(); }
-
 static void drop3(const float *a, const float *b, const float *c, size_t lo, size_t hi) {
     spill_drop(a + lo, (hi - lo) * sizeof(float)), spill_drop(b + lo, (hi - lo) * sizeof(float));
     if (c) spill_drop(c + lo, (hi - lo) * sizeof(float));
@@ -138,7 +133,7 @@ static float *x_delta(Strategy *s, Peer *p) {
             m->be->download(p->avg + lo, x, hi - lo);
             x = p->avg + lo;
         }
-        host_be(m)->sub_scaled(p->avg + lo, p->anchor + lo, x, 1.0f, hi - lo);
+        p->cc.be->sub_scaled(p->avg + lo, p->anchor + lo, x, 1.0f, hi - lo);
         drop3(p->avg, p->anchor, NULL, lo, hi);
     }
     return p->avg;
@@ -153,7 +148,7 @@ static void outer_update(Strategy *s, Peer *p) {
         sq = xcalloc((size_t)2 * m->ntensors, sizeof(double));
         for (size_t lo = 0, hi; lo < P; lo = hi) {
             hi = span_end(m, lo);
-            co2_norms_add(m, host_be(m), p->mom + lo, p->avg + lo, lo, hi, sq);
+            co2_norms_add(m, p->cc.be, p->mom + lo, p->avg + lo, lo, hi, sq);
             drop3(p->mom, p->avg, NULL, lo, hi);
         }
     }
@@ -345,7 +340,10 @@ static int peer_create(Strategy *s) {
                 c->peer_id, 4.0 * P / 1048576, p->w.kept / 1048576);
     }
     p->cc = whole_co2_config(c);
-    p->cc.be = host_be(m); // the outer state is host memory whatever the model's device
+    // the backend of the peer's own arrays (outer state, the swarm's Δs and averages: host
+    // memory or files): the model's when its buffers are host memory, else the CPU's (the model
+    // on a device: a round end downloads x, x_delta, and uploads the new anchor, copy_whole)
+    p->cc.be = m->be->host_memory ? m->be : backend_host();
     for (int i = 0; i < 2; i++)
         p->rec[i] = xcalloc((size_t)c->tau, sizeof(StepRecord));
     p->extra = xcalloc((size_t)c->tau, sizeof *p->extra);
