@@ -137,6 +137,7 @@ int testhook_offload_fixed_costs(void) {
     return v && !strcmp(v, "fixed");
 }
 int testhook_comm_no_stage(void) { return getenv("LOOM_COMM_NO_STAGE") != NULL; }
+int testhook_swap_no_read_wait(void) { return getenv("LOOM_SWAP_NO_READ_WAIT") != NULL; }
 int testhook_tied_interleaved(void) { return getenv("LOOM_TIED_INTERLEAVED") != NULL; }
 
 long testhook_peer_diverge(void) {

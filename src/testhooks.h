@@ -53,6 +53,8 @@
 //   LOOM_PEER_NO_SPILL=1       loom peer --offload: the outer state and the swarm's arrays stay
 //                              in host memory instead of files under --offload-dir (the
 //                              negative control of the peer's memory bound)
+//   LOOM_SWAP_NO_READ_WAIT=1   the swap executor computes on a unit without waiting for its read
+//                              (a missing wait: the negative control of t_offload_host.sh)
 //   LOOM_COMM_NO_STAGE=1       comm hands device buffers to MPI as they are, without host
 //                              stages (the negative control of the staged path: with --device
 //                              emu the first collective on a device buffer faults)
@@ -83,6 +85,7 @@ double testhook_comm_delay(void);
 size_t testhook_comm_chunk(void);
 int testhook_tag_ub(void);
 int testhook_comm_no_stage(void);
+int testhook_swap_no_read_wait(void);
 int testhook_offload_fixed_costs(void);
 // LOOM_TIED_INTERLEAVED: the whole-model strategies accumulate the head's part of the tied
 // embedding's gradient straight into the embedding's (the order before gpt.h head_dwte), so a

@@ -8,8 +8,8 @@
 # records and exported bytes; the same kernels and the same sums): dp 2 with ZeRO 0-3, pp 2
 # (1f1b and 2bw), dp 2 x pp 2 ZeRO-1, cp 2, CO2 over dp 2, tp 2 with sp, tp 2 x dp 2 ZeRO-3,
 # 2D tp 4, pp 2 x tp 2 and cp 2 x tp 2; checkpoints of dp 2 ZeRO-2 and tp 2 x dp 2 ZeRO-1
-# saved on emu resume on the CPU. --offload on emu is refused naming what it lacks (its swap
-# executor computes on host slots).
+# saved on emu resume on the CPU. --offload disk on emu is refused naming what it lacks (its
+# swap executor then computes on host slots; --offload host is t_offload_host.sh's).
 # Negative control: LOOM_COMM_NO_STAGE=1 hands the device pointers to MPI as they are, and
 # the run must fault (a signal, or AddressSanitizer's report of the wild pointer).
 set -eu

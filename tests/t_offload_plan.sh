@@ -79,7 +79,7 @@ $LOOM plan "${P[@]}" --fast-mem "$above" > /dev/null
 echo "ok: the least $least MiB + the fixed overhead $ovh MiB is enough, 2 MiB less is not"
 
 # bad input
-expect_fail "reserved for the GPU backend" $LOOM plan --offload host --offload-dir "$d/tier" \
+expect_fail "plans at start-up on its device" $LOOM plan --offload host --offload-dir "$d/tier" \
     --fast-mem "$fm" "${M[@]}"
 expect_fail "--fast-mem" $LOOM plan "${OFF[@]}" "${M[@]}"
 expect_fail "--offload-dir" $LOOM plan --offload disk --fast-mem "$fm" "${M[@]}"

@@ -172,6 +172,22 @@ TEST(backend_capabilities) {
     ACCEPTED(c, &lacking);
     c.offload = 1;
     REFUSED(c, &lacking, "--offload with --device lacking: the lacking backend lacks host-memory");
+    // --offload host: the device's copy stream instead of host memory; one process, dp, CO2
+    const Backend *emu = backend_emu();
+    c = base(), c.offload = 1, c.offload_host = 1, c.device = "emu";
+    ACCEPTED(c, emu);
+    c.dp = 2, c.zero = 2;
+    ACCEPTED(c, emu);
+    c = base(), c.offload = 1, c.offload_host = 1, c.dp = 2, c.co2 = 1, c.device = "emu";
+    ACCEPTED(c, emu);
+    c = base(), c.offload = 1, c.offload_host = 1;
+    REFUSED(c, backend_cpu(),
+            "--offload host with --device cpu: the cpu backend lacks a copy stream between host "
+            "and device memory");
+    c = base(), c.offload = 1, c.offload_host = 1, c.pp = 2, c.device = "emu";
+    REFUSED(c, emu, "--pp 2 with --offload host: not available");
+    c = base(), c.offload = 1, c.offload_host = 1, c.peer = 1, c.device = "emu";
+    REFUSED(c, emu, "loom peer with --offload host: not available");
 }
 
 // --arch llama asks for the LLaMA block's kernels and the vocabulary shards (its embedding),

@@ -229,14 +229,41 @@ TEST(mem_peak) {
     emu->release(NULL);
 }
 
+// The copy stream runs a copy when its ticket (or a later one) is waited for, in queue order:
+// before that the destination holds its old bytes, and the source is read at that time.
+TEST(copy_stream) {
+    size_t n = 1000;
+    float *h = emu->host_alloc(n * sizeof(float)), *d = emu->alloc(n), *back = xalloc_floats(n);
+    CHECK(!emu->owns(h) && emu->owns(d), "host_alloc is host memory");
+    for (size_t i = 0; i < n; i++)
+        h[i] = (float)i;
+    uint64_t t1 = emu->copy_async(d, h, n * sizeof(float));         // host -> device
+    h[0] = -1;                                                      // read when the copy runs
+    uint64_t t2 = emu->copy_async(h + 500, d, 100 * sizeof(float)); // device -> host, after t1
+    CHECK(t2 > t1 && h[500] == 500.f, "a copy ran before its wait");
+    emu->copy_wait(t2); // t1 too
+    emu->download(back, d, n);
+    CHECK(back[0] == -1.f && back[999] == 999.f, "device after the waits: %g %g", back[0],
+          back[999]);
+    CHECK(h[500] == -1.f && h[599] == 99.f, "host after the second copy: %g %g", h[500], h[599]);
+    CHECK(emu->copy_done(t1) && emu->copy_done(t2), "done after the wait");
+    size_t used = emu->mem_used();
+    float *x = emu->alloc(256);
+    CHECK(emu->mem_used() == used + 256 * sizeof(float), "mem_used counts an allocation");
+    emu->release(x), emu->release(d), emu->host_free(h), free(back);
+}
+
 TEST(table) {
     CHECK(!strcmp(emu->name, "emu") && !strcmp(emu->precision, "fp32") && !emu->host_memory &&
               !emu->act16 && !emu->act16_mark && !cpu->owns,
           "name, precision, host_memory, act16, the CPU's owns");
     CHECK(!backend_supports(emu, BACKEND_HOST_MEMORY), "host memory");
+    CHECK(backend_supports(emu, BACKEND_COPY_STREAM) && !backend_supports(cpu, BACKEND_COPY_STREAM),
+          "the copy stream: a device's (emu's), not the CPU's");
     for (int c = BACKEND_HOST_MEMORY + 1; c < BACKEND_NCAPS; c++)
-        CHECK(backend_supports(emu, c) == backend_supports(cpu, c), "%s: emu %d, cpu %d",
-              backend_cap_name(c), backend_supports(emu, c), backend_supports(cpu, c));
+        CHECK(c == BACKEND_COPY_STREAM || backend_supports(emu, c) == backend_supports(cpu, c),
+              "%s: emu %d, cpu %d", backend_cap_name(c), backend_supports(emu, c),
+              backend_supports(cpu, c));
     CHECK(!emu->classifier == !cpu->classifier, "the fused classifier: emu.c must wrap the CPU's");
     const Backend *e = backend_select_dtype("emu", "bf16", 0);
     CHECK(!e && strstr(loom_errmsg(), "emu"), "--device emu --dtype bf16: %s", loom_errmsg());
@@ -258,6 +285,7 @@ int main(void) {
     RUN(optimizer_and_reductions);
     RUN(transfers);
     RUN(mem_peak);
+    RUN(copy_stream);
     RUN(table);
     return test_summary();
 }

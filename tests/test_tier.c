@@ -208,7 +208,7 @@ TEST(open_errors) {
 
 TEST(measure) {
     TierSpeed v = {0};
-    int rc = tier_measure(dir, 64 * MiB, 4 * MiB, MiB, &v);
+    int rc = tier_measure(dir, NULL, 64 * MiB, 4 * MiB, MiB, &v);
     CHECK(rc == 0 && v.read_bps > 0 && v.write_bps > 0, "rc %d (%s), read %g, write %g B/s", rc,
           loom_errmsg(), v.read_bps, v.write_bps);
     // the optimizer's stream: both rates scaled by one measured factor
@@ -216,15 +216,15 @@ TEST(measure) {
     CHECK(k > 0 && fabs(v.opt_write_bps / v.write_bps - k) < 1e-9 * k,
           "stream rates %g / %g B/s against %g / %g", v.opt_read_bps, v.opt_write_bps, v.read_bps,
           v.write_bps);
-    CHECK(!tier_measure(dir, 64 * MiB, 4 * MiB, 0, &v) && v.opt_read_bps == v.read_bps &&
+    CHECK(!tier_measure(dir, NULL, 64 * MiB, 4 * MiB, 0, &v) && v.opt_read_bps == v.read_bps &&
               v.opt_write_bps == v.write_bps,
           "no stream timed: %g / %g B/s against %g / %g", v.opt_read_bps, v.opt_write_bps,
           v.read_bps, v.write_bps);
     // CPU seconds per byte: not negative, and below 1 s per MB (a core copies GBs a second)
     CHECK(v.read_cpu >= 0 && v.write_cpu >= 0 && v.read_cpu < 1e-6 && v.write_cpu < 1e-6,
           "CPU per byte: read %g, write %g s", v.read_cpu, v.write_cpu);
-    CHECK(tier_measure(dir, 64 * MiB, 1000, MiB, &v) == -1, "unaligned piece accepted");
-    CHECK(tier_measure(dir, 64 * MiB, 4 * MiB, 1000, &v) == -1, "unaligned chunk accepted");
+    CHECK(tier_measure(dir, NULL, 64 * MiB, 1000, MiB, &v) == -1, "unaligned piece accepted");
+    CHECK(tier_measure(dir, NULL, 64 * MiB, 4 * MiB, 1000, &v) == -1, "unaligned chunk accepted");
     CHECK(dir_is_empty(dir), "%s not empty after tier_measure", dir);
 }
 
@@ -263,7 +263,7 @@ static int run_mode(int argc, char **argv) {
     if (!strcmp(m, "--measure") && (argc == 5 || argc == 6)) {
         TierSpeed v;
         size_t chunk = argc == 6 ? parse_size(argv[5]) : 0;
-        if (tier_measure(argv[2], parse_size(argv[3]), parse_size(argv[4]), chunk, &v)) {
+        if (tier_measure(argv[2], NULL, parse_size(argv[3]), parse_size(argv[4]), chunk, &v)) {
             fprintf(stderr, "loom: %s\n", loom_errmsg());
             return 1;
         }

@@ -8,6 +8,7 @@
 //     gradients are OVERWRITTEN unless the kernel says it accumulates.
 #pragma once
 #include <stddef.h>
+#include <stdint.h>
 
 // One chunk pair of ring attention (context parallelism): a chunk of `rows` queries against a
 // chunk of `rows` keys, per batch element. Every buffer holds, per batch element, `tb` rows of
@@ -198,6 +199,21 @@ typedef struct Backend {
     // ---- bytes of device memory the backend has held at most so far (its own allocations:
     // buffers, scratch, caches; not the driver's context). NULL in a host-memory backend.
     size_t (*mem_peak)(void);
+    // ---- a device's copy stream (BACKEND_COPY_STREAM; NULL in a host-memory backend): the slow
+    // tier of block swapping in host memory (offload/tier_host.c). host_alloc: zeroed host memory
+    // the device copies to and from at full speed (CUDA: page-locked), released by host_free.
+    // copy_async: `bytes` from src to dst, host or device memory on either side, on a stream of
+    // its own that first waits for every op queued before the call (what the compute wrote is
+    // what is copied; a buffer the compute still reads is not overwritten); returns a ticket
+    // (> 0). Copies complete in the order they were queued. copy_wait blocks until the ticket's
+    // copy (and every earlier one) is complete; copy_done says so without blocking. mem_used:
+    // device bytes the backend holds now (mem_peak's running count).
+    void *(*host_alloc)(size_t bytes);
+    void (*host_free)(void *p);
+    uint64_t (*copy_async)(void *dst, const void *src, size_t bytes);
+    void (*copy_wait)(uint64_t ticket);
+    int (*copy_done)(uint64_t ticket);
+    size_t (*mem_used)(void);
     // ---- 16-bit activations (act16 0 and act16_mark NULL in a backend that keeps every
     // activation in fp32). With act16, a model may mark tensors whose only readers are the
     // products and the kernels below: act16_mark(p, n) says the n elements at p (a tensor the
@@ -220,6 +236,7 @@ typedef enum {
     BACKEND_RING_ATTENTION,  // attn_chunk_* (context parallelism)
     BACKEND_SPLIT_LAYERNORM, // ln_split_* (2D tensor parallelism)
     BACKEND_LLAMA,           // rmsnorm_*, rope_*, swiglu_*, gqa_attention_* (the LLaMA block)
+    BACKEND_COPY_STREAM,     // host_alloc, copy_async, copy_wait, copy_done, mem_used (a device)
     BACKEND_NCAPS
 } BackendCap;
 int backend_supports(const Backend *be, BackendCap cap);

@@ -14,7 +14,10 @@
 //   * upload, download and copy take host or device pointers on either side, like the CUDA
 //     backend's cudaMemcpyDefault: a tagged pointer is decoded, any other is left.
 // alloc keeps each block's size in a 64-byte header before it, so mem_peak is the high-water mark
-// of the bytes the buffers hold (headers not counted), as the CUDA backend's is.
+// of the bytes the buffers hold (headers not counted), as the CUDA backend's is. The copy stream
+// (copy_async) defers each copy until its ticket is waited for: code that uses a buffer with a
+// copy in flight computes wrong bits here, as it could on a GPU.
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -69,6 +72,53 @@ static void emu_release(float *p) {
 }
 static size_t emu_mem_peak(void) { return atomic_load(&peak); }
 static int emu_owns(const void *p) { return tagged(p); }
+
+static size_t emu_mem_used(void) { return atomic_load(&held); }
+
+// The copy stream: a copy runs when its ticket (or a later one) is waited for or asked about,
+// not when it is queued, in queue order, so a caller that touches a buffer before waiting for
+// its copy sees what a GPU could show it (the old bytes, or its write overwritten).
+typedef struct {
+    void *dst;
+    const void *src;
+    size_t bytes;
+} Copy;
+static pthread_mutex_t cmu = PTHREAD_MUTEX_INITIALIZER;
+static Copy *cq;
+static size_t cq_n, cq_cap;
+static uint64_t cq_done, cq_next; // tickets <= cq_done have run; cq_next: the last handed out
+
+static void *emu_host_alloc(size_t bytes) {
+    return xalloc_floats((bytes + sizeof(float) - 1) / sizeof(float)); // zeroed, 64-byte aligned
+}
+static void emu_host_free(void *p) { free(p); }
+static uint64_t emu_copy_async(void *dst, const void *src, size_t bytes) {
+    pthread_mutex_lock(&cmu);
+    if (cq_n == cq_cap) {
+        cq_cap = cq_cap ? 2 * cq_cap : 64;
+        Copy *n = xmalloc(cq_cap * sizeof *n);
+        for (size_t i = 0; i < cq_n; i++)
+            n[i] = cq[i];
+        free(cq), cq = n;
+    }
+    cq[cq_n++] = (Copy){dst, src, bytes};
+    uint64_t t = ++cq_next;
+    pthread_mutex_unlock(&cmu);
+    return t;
+}
+static void emu_copy_wait(uint64_t t) {
+    pthread_mutex_lock(&cmu);
+    size_t k = 0;
+    for (; k < cq_n && cq_done < t; k++, cq_done++)
+        memcpy(S(cq[k].dst), S(cq[k].src), cq[k].bytes);
+    memmove(cq, cq + k, (cq_n - k) * sizeof *cq);
+    cq_n -= k;
+    pthread_mutex_unlock(&cmu);
+}
+static int emu_copy_done(uint64_t t) {
+    emu_copy_wait(t);
+    return 1;
+}
 
 static void emu_upload(float *d, const float *s, size_t n) { CPU->upload(S(d), S(s), n); }
 static void emu_download(float *d, const float *s, size_t n) { CPU->download(S(d), S(s), n); }
@@ -319,6 +369,12 @@ static const Backend EMU = {
     .adamw = emu_adamw,
     .peak_gflops = emu_peak_gflops,
     .mem_peak = emu_mem_peak,
+    .host_alloc = emu_host_alloc,
+    .host_free = emu_host_free,
+    .copy_async = emu_copy_async,
+    .copy_wait = emu_copy_wait,
+    .copy_done = emu_copy_done,
+    .mem_used = emu_mem_used,
 };
 
 const Backend *backend_emu(void) { return &EMU; }

@@ -91,15 +91,21 @@ int backend_supports(const Backend *be, BackendCap cap) {
         return be->rmsnorm_forward && be->rmsnorm_backward && be->rope_forward &&
                be->rope_backward && be->swiglu_forward && be->swiglu_backward &&
                be->gqa_attention_forward && be->gqa_attention_backward;
+    case BACKEND_COPY_STREAM:
+        return be->host_alloc && be->host_free && be->copy_async && be->copy_wait &&
+               be->copy_done && be->mem_used;
     default: return 0;
     }
 }
 
 const char *backend_cap_name(BackendCap cap) {
     static const char *names[BACKEND_NCAPS] = {
-        "host-memory buffers", "the vocabulary-shard kernels (encoder and cross-entropy shards)",
-        "ring attention's chunk kernels", "the split LayerNorm kernels",
-        "the LLaMA block's kernels (RMSNorm, RoPE, SwiGLU, grouped-query attention)"};
+        "host-memory buffers",
+        "the vocabulary-shard kernels (encoder and cross-entropy shards)",
+        "ring attention's chunk kernels",
+        "the split LayerNorm kernels",
+        "the LLaMA block's kernels (RMSNorm, RoPE, SwiGLU, grouped-query attention)",
+        "a copy stream between host and device memory"};
     return cap < BACKEND_NCAPS ? names[cap] : "?";
 }
 

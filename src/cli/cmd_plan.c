@@ -268,8 +268,9 @@ static void off_parse(int argc, char **argv) {
     if (strcmp(O.offload, "disk"))
         die(EXIT_USAGE, "plan: --offload %s: %s", O.offload,
             strcmp(O.offload, "host") ? "unknown tier (disk)"
-                                      : "reserved for the GPU backend (the slow tier is then the "
-                                        "host's memory); this build plans --offload disk");
+                                      : "not planned here: `loom train --offload host` plans at "
+                                        "start-up on its device (this command plans --offload "
+                                        "disk)");
     if (!O.dir) die(EXIT_USAGE, "plan: --offload disk needs --offload-dir DIR (the slow tier)");
     if (!O.fast_mem)
         die(EXIT_USAGE, "plan: --offload needs --fast-mem SIZE (fast memory per rank)");
@@ -392,7 +393,7 @@ static int cmd_plan_offload(int argc, char **argv) {
         die_last(O.prof_in ? EXIT_INPUT : EXIT_USAGE);
     // the fixed overhead as `loom train` measures it: after the blocks have run once here
     if (O.prof_in && offload_warmup(&m, &s, O.budget)) die_last(EXIT_INPUT);
-    O.overhead = offload_overhead();
+    O.overhead = offload_overhead(NULL);
     if (!(O.read_gbps > 0) && offload_interference_costs(&m, O.dir, O.probe_bytes, &c, stderr))
         die_last(EXIT_IO);
     if (offload_plan_share(&m, &s, O.budget, O.overhead, &O.share)) die_last(EXIT_INPUT);

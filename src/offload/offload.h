@@ -62,6 +62,9 @@ typedef struct {
     int co2;      // a CO2 worker: its background average keeps two pieces in flight
     int fused;    // AdamW per unit right after its backward (swap.h SwapConfig.fused): no
                   // gradient written, no update pass
+    // --offload host: the budget is this device's memory (what its backend holds: mem_used) and
+    // the tier is host memory; NULL: the budget is the process's resident memory, the tier a disk
+    const Backend *device;
 } OffloadShape;
 
 // "12.3 MiB" / "1.25 GiB" into buf; returns buf.

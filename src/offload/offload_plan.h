@@ -143,8 +143,9 @@ int offload_plan_fail(const GPT *m, const OffloadShape *s, size_t budget, double
 int offload_costs_measure(const GPT *m, const OffloadShape *s, int threads,
                           const char *profile_path, const char *save_path, size_t max_bytes,
                           OffloadCosts *c, FILE *log);
-// The tier's bandwidth under dir with the executor's access pattern: `bytes` (0: 256 MiB)
-// written and read back in requests of the size of a typical unit of m. 0 or -1.
+// The tier's bandwidth under dir (NULL: host memory under m's device) with the executor's access
+// pattern: `bytes` (0: 256 MiB) written and read back in requests of the size of a typical unit
+// of m. 0 or -1.
 int offload_tier_costs(const GPT *m, const char *dir, size_t bytes, OffloadCosts *c, FILE *log);
 // The compute seconds lost per byte the tier under dir moves meanwhile (offload_interference.c),
 // with a scratch file of `bytes` in requests of `piece`; 0 or -1 (loom_errmsg).
@@ -172,12 +173,16 @@ int offload_interference_costs(const GPT *m, const char *dir, size_t bytes, Offl
 //      a checkpoint's file buffers, small allocations).
 //   4. offload_plan_share: what is left to the plan, budget - overhead (an error naming the
 //      numbers when it is below the least plan), and offload_plan_for_run: the search in it.
+// Under a device (OffloadShape.device, --offload host) the budget is device memory: what is held
+// is the backend's mem_used (no late bytes: the tier's memory is host memory), dir is NULL (the
+// tier is host memory, measured through the copy stream) and the copy stream's interference
+// with the compute is taken as none (the GPU's copy engines move the bytes).
 // Each returns 0 or -1 with loom_errmsg; progress lines go to log (NULL: silent).
 #define OFFLOAD_LATE_BYTES ((double)(8 << 20))
 int offload_startup_costs(const GPT *m, const OffloadShape *s, int threads, const char *dir,
                           size_t budget, const char *profile_path, OffloadCosts *c, FILE *log);
 int offload_warmup(const GPT *m, const OffloadShape *s, size_t budget);
-double offload_overhead(void);
+double offload_overhead(const OffloadShape *s); // s NULL: the process's resident memory
 int offload_plan_share(const GPT *m, const OffloadShape *s, size_t budget, double overhead,
                        double *share);
 int offload_plan_for_run(const GPT *m, const OffloadShape *s, const OffloadCosts *c, double share,

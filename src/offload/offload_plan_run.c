@@ -101,25 +101,30 @@ int offload_tier_costs(const GPT *m, const char *dir, size_t bytes, OffloadCosts
     double t0 = now_sec();
     TierSpeed v;
     size_t chunk = offload_pad(offload_opt_chunk(m)) * sizeof(float);
-    if (tier_measure(dir, bytes, piece, chunk, &v)) return -1;
+    if (tier_measure(dir, m->be, bytes, piece, chunk, &v)) return -1;
     c->read_bps = v.read_bps, c->write_bps = v.write_bps;
     c->opt_read_bps = v.opt_read_bps, c->opt_write_bps = v.opt_write_bps;
     c->read_cpu = v.read_cpu, c->write_cpu = v.write_cpu;
     set_steal(c);
+    if (!dir) c->io_steal = 0; // the copy stream has no I/O threads
     if (log)
         fprintf(log,
                 "loom: offload plan: tier %s: read %.3g GB/s, write %.3g GB/s, CPU %.2f / %.2f s "
                 "per GB (%.1f MiB in requests of %.2f MiB); the optimizer's stream of %.2f MiB "
                 "pieces: read %.3g GB/s, write %.3g GB/s (%.1f s)\n",
-                dir, c->read_bps * 1e-9, c->write_bps * 1e-9, c->read_cpu * 1e9, c->write_cpu * 1e9,
-                bytes / 1048576.0, piece / 1048576.0, chunk / 1048576.0, c->opt_read_bps * 1e-9,
-                c->opt_write_bps * 1e-9, now_sec() - t0);
+                dir ? dir : "host memory", c->read_bps * 1e-9, c->write_bps * 1e-9,
+                c->read_cpu * 1e9, c->write_cpu * 1e9, bytes / 1048576.0, piece / 1048576.0,
+                chunk / 1048576.0, c->opt_read_bps * 1e-9, c->opt_write_bps * 1e-9, now_sec() - t0);
     return 0;
 }
 
 int offload_interference_costs(const GPT *m, const char *dir, size_t bytes, OffloadCosts *c,
                                FILE *log) {
     if (testhook_offload_fixed_costs()) return 0; // io_slow as fixed_costs set it
+    if (!dir) {                                   // --offload host: the copy engines move it
+        c->io_slow = 0;
+        return 0;
+    }
     size_t piece = probe_piece(m, &bytes);
     double t0 = now_sec();
     if (offload_io_interference(m, dir, bytes, piece, &c->io_slow)) return -1;
@@ -141,8 +146,9 @@ double offload_io_steal(int threads, int ncpu) {
 }
 
 // What the process holds before anything of the run is allocated (the allocator's free memory
-// handed back first).
-static double held_now(void) {
+// handed back first), or under a device (--offload host) what its backend holds.
+static double held_now(const OffloadShape *s) {
+    if (s && s->device) return (double)s->device->mem_used();
     heap_release();
     return (double)rss_bytes();
 }
@@ -163,7 +169,7 @@ static void fixed_costs(const GPT *m, const OffloadShape *s, int threads, Offloa
 
 int offload_startup_costs(const GPT *m, const OffloadShape *s, int threads, const char *dir,
                           size_t budget, const char *profile_path, OffloadCosts *c, FILE *log) {
-    double held = held_now(), room = (double)budget - held;
+    double held = held_now(s), room = (double)budget - held;
     if (offload_plan_min_bytes(m, s, NULL) > room) return offload_plan_fail(m, s, budget, held, 0);
     if (testhook_offload_fixed_costs()) {
         fixed_costs(m, s, threads, c);
@@ -171,18 +177,21 @@ int offload_startup_costs(const GPT *m, const OffloadShape *s, int threads, cons
         return profile_warmup(m->be, &m->cfg, s->T, s->B, (size_t)room);
     }
     if (offload_costs_measure(m, s, threads, profile_path, NULL, (size_t)room, c, log)) return -1;
+    if (s->device) c->io_steal = 0;
     // the probe's buffers stay within half of what is left: nothing else is allocated yet
     size_t probe = (size_t)(room / 2) < PROBE_BYTES ? (size_t)(room / 2) : PROBE_BYTES;
     return offload_tier_costs(m, dir, probe, c, log);
 }
 
 int offload_warmup(const GPT *m, const OffloadShape *s, size_t budget) {
-    double held = held_now(), room = (double)budget - held;
+    double held = held_now(s), room = (double)budget - held;
     if (offload_plan_min_bytes(m, s, NULL) > room) return offload_plan_fail(m, s, budget, held, 0);
     return profile_warmup(m->be, &m->cfg, s->T, s->B, (size_t)room);
 }
 
-double offload_overhead(void) { return held_now() + OFFLOAD_LATE_BYTES; }
+double offload_overhead(const OffloadShape *s) {
+    return held_now(s) + (s && s->device ? 0 : OFFLOAD_LATE_BYTES);
+}
 
 int offload_plan_share(const GPT *m, const OffloadShape *s, size_t budget, double overhead,
                        double *share) {

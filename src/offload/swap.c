@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "../common.h"
+#include "../testhooks.h"
 #include "offload_plan.h"
 #include "swap_impl.h"
 
@@ -112,7 +113,9 @@ int swap_fetch_unit(Swapper *s, int u, int layers_only) {
 
 int swap_ready(Swapper *s, int u) {
     Slot *sl = swap_slot_of(s, u);
-    int rc = tier_wait(s->tier, sl->rd[0]) | tier_wait(s->tier, sl->rd[1]);
+    int rc = testhook_swap_no_read_wait()
+                 ? 0
+                 : tier_wait(s->tier, sl->rd[0]) | tier_wait(s->tier, sl->rd[1]);
     sl->rd[0] = sl->rd[1] = 0;
     swap_point_unit(s, u);
     return rc ? -1 : 0;
@@ -169,14 +172,15 @@ static int alloc_fast(Swapper *s) {
             size_t f = offload_unit_floats(m, s->plan.unit[u]);
             if (f > big) big = f;
         }
-        s->slot[i] = (Slot){.buf = tier_alloc(big * sizeof(float)), .floats = big, .unit = -1};
+        s->slot[i] =
+            (Slot){.buf = tier_fast_alloc(s->tier, big * sizeof(float)), .floats = big, .unit = -1};
     }
     s->ws = xcalloc((size_t)s->c.K, sizeof(Workspace));
     if (workspace_create(&s->ws[0], m, s->c.B, s->c.T, s->c.recompute)) return -1;
     for (int k = 1; k < s->c.K; k++)
         workspace_create_sharing(&s->ws[k], m, &s->ws[0]);
     s->chunk = offload_opt_chunk(m);
-    s->stream = tier_alloc(8 * s->chunk * sizeof(float));
+    s->stream = tier_fast_alloc(s->tier, 8 * s->chunk * sizeof(float));
     s->part = xcalloc((size_t)m->nchunks, sizeof(double));
     if (s->c.tensor_norm) s->tsum = xcalloc((size_t)m->ntensors, sizeof(double));
     return 0;
@@ -221,7 +225,8 @@ Swapper *swap_create(GPT *m, const SwapConfig *c) {
         s->region[r] = bytes;
         if (c->co2) bytes += all * sizeof(float);
     }
-    s->tier = tier_open(c->dir, c->tier_rank ? c->tier_rank : s->rank, bytes);
+    s->tier = c->dir ? tier_open(c->dir, c->tier_rank ? c->tier_rank : s->rank, bytes)
+                     : tier_open_host(m->be, bytes);
     if (!s->tier || alloc_fast(s)) {
         swap_free(s);
         return NULL;
@@ -233,15 +238,17 @@ Swapper *swap_create(GPT *m, const SwapConfig *c) {
 void swap_free(Swapper *s) {
     if (!s) return;
     swap_co2_free(s);
-    if (s->tier) tier_drain(s->tier), tier_close(s->tier);
-    for (int i = 0; s->slot && i < s->S; i++)
-        tier_free(s->slot[i].buf);
+    if (s->tier) tier_drain(s->tier);
+    for (int i = 0; s->tier && s->slot && i < s->S; i++)
+        tier_fast_free(s->tier, s->slot[i].buf);
     for (int k = s->c.K - 1; s->ws && k >= 0; k--)
         if (s->ws[k].stream) workspace_free(&s->ws[k], s->m);
-    tier_free(s->stream);
+    if (s->tier) tier_fast_free(s->tier, s->stream);
+    free(s->host_scratch);
     free(s->slot), free(s->ws), free(s->part), free(s->tsum), free(s->poff), free(s->bound),
         free(s->pbound);
     offload_plan_free(&s->plan);
+    tier_close(s->tier);
     free(s);
 }
 
@@ -257,7 +264,11 @@ float *swap_scratch(Swapper *s, size_t *floats) {
         if (sl->floats > s->slot[big].floats) big = i;
     }
     *floats = s->slot[big].floats;
-    return s->slot[big].buf;
+    if (!tier_fast_backend(s->tier)) return s->slot[big].buf;
+    // the slots are device memory: the caller's scratch is host memory of the same size, not
+    // counted in --fast-mem (which bounds the device's)
+    if (!s->host_scratch) s->host_scratch = xalloc_floats(*floats);
+    return s->host_scratch;
 }
 
 int *swap_opt_t(Swapper *s) { return &s->t; }
@@ -289,11 +300,12 @@ static int move_piece(Swapper *s, int r, size_t x, size_t n, float *host, int wr
     char *bounce = (char *)s->stream;
     if (!write || a0 < off || e1 > e)
         if (tier_wait(s->tier, tier_read_async(s->tier, a0, bounce, e1 - a0))) return -1;
+    float *at = (float *)(bounce + (off - a0));
     if (!write) {
-        memcpy(host, bounce + (off - a0), n * sizeof(float));
+        s->m->be->download(host, at, n);
         return 0;
     }
-    memcpy(bounce + (off - a0), host, n * sizeof(float));
+    s->m->be->upload(at, host, n);
     return tier_wait(s->tier, tier_write_async(s->tier, a0, bounce, e1 - a0));
 }
 

@@ -56,7 +56,8 @@ int swap_store(Swapper *s, int array, size_t at, size_t n, const float *src);
 int swap_fetch(Swapper *s, int array, size_t at, size_t n, float *dst);
 // Between steps: the largest slot as scratch memory for the caller (an export's tensors; at
 // least one layer's parameters and gradients, 24·C² floats), its size in *floats; every slot is
-// then empty (the next step reads its units again). NULL when the tier failed.
+// then empty (the next step reads its units again). Host memory: under a device (--offload
+// host) a host buffer of that size instead. NULL when the tier failed.
 float *swap_scratch(Swapper *s, size_t *floats);
 // AdamW updates applied (the bias correction's count).
 int *swap_opt_t(Swapper *s);

@@ -39,14 +39,14 @@ void swap_co2_setup(Swapper *s) {
     o->region = -1;
     o->comm = comm_split(s->c.co2_comm, 0, s->c.co2_comm->rank, "co2-outer");
     for (int i = 0; i < 2; i++)
-        o->p[i].buf = tier_alloc(s->chunk * sizeof(float));
+        o->p[i].buf = tier_fast_alloc(s->tier, s->chunk * sizeof(float));
     s->co2 = o;
 }
 
 void swap_co2_free(Swapper *s) {
     if (!s->co2) return;
     for (int i = 0; i < 2; i++)
-        tier_free(s->co2->p[i].buf);
+        tier_fast_free(s->tier, s->co2->p[i].buf);
     free(s->co2);
     s->co2 = NULL;
 }

@@ -56,6 +56,7 @@ struct Swapper {
     uint64_t base_read, base_written; // tier bytes before the first step (the fill, a resume)
     double update_s;                  // seconds in swap_update
     double wait_total;                // seconds blocked on the tier (swap_io_wait's sum)
+    float *host_scratch;              // under a device (--offload host): swap_scratch's host memory
 };
 
 // CO2 (swap_co2.c): set up / free, and the poll that drives the background average.

@@ -10,6 +10,7 @@
 #include "tier.h"
 
 #include "../common.h"
+#include "tier_host.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -46,6 +47,7 @@ typedef struct Req {
 } Req;
 
 struct Tier {
+    TierHost *host; // a host-memory tier under a device (tier_host.c): every call goes there
     int fd, direct;
     size_t size;
     char dir[1024];
@@ -273,8 +275,36 @@ Tier *tier_open(const char *dir, int rank, size_t bytes) {
     return t;
 }
 
+Tier *tier_open_host(const Backend *be, size_t bytes) {
+    TierHost *h = tier_host_open(be, bytes);
+    if (!h) return NULL;
+    Tier *t = xcalloc(1, sizeof *t);
+    t->host = h, t->fd = -1, t->direct = 1, t->size = bytes;
+    return t;
+}
+
+const Backend *tier_fast_backend(const Tier *t) {
+    return t->host ? tier_host_backend(t->host) : NULL;
+}
+
+void *tier_fast_alloc(const Tier *t, size_t bytes) {
+    return t->host ? (void *)tier_host_backend(t->host)->alloc((bytes + 3) / 4) : tier_alloc(bytes);
+}
+
+void tier_fast_free(const Tier *t, void *p) {
+    if (t->host)
+        tier_host_backend(t->host)->release(p);
+    else
+        tier_free(p);
+}
+
 void tier_close(Tier *t) {
     if (!t) return;
+    if (t->host) {
+        tier_host_close(t->host);
+        free(t);
+        return;
+    }
     pthread_mutex_lock(&t->mu);
     t->stop = 1;
     pthread_cond_broadcast(&t->work);
@@ -319,6 +349,7 @@ static int check_req(Tier *t, int write, size_t off, const void *buf, size_t n) 
 }
 
 static uint64_t submit(Tier *t, int write, size_t off, const void *buf, size_t n) {
+    if (t->host) return tier_host_submit(t->host, write, off, buf, n);
     pthread_mutex_lock(&t->mu);
     uint64_t ticket = t->next_ticket++;
     if (!check_req(t, write, off, buf, n) && n) {
@@ -345,6 +376,7 @@ uint64_t tier_write_async(Tier *t, size_t off, const void *buf, size_t n) {
 
 // Blocks until no request with a ticket <= upto is incomplete (all: the whole list).
 static int wait_upto(Tier *t, uint64_t upto, int all) {
+    if (t->host) return tier_host_wait(t->host, upto); // in order: every earlier one too
     pthread_mutex_lock(&t->mu);
     double t0 = 0;
     for (;;) {
@@ -366,6 +398,7 @@ int tier_wait(Tier *t, uint64_t ticket) { return wait_upto(t, ticket, 0); }
 int tier_wait_upto(Tier *t, uint64_t ticket) { return ticket ? wait_upto(t, ticket, 1) : 0; }
 
 int tier_drain(Tier *t) {
+    if (t->host) return tier_host_wait(t->host, tier_host_last(t->host));
     pthread_mutex_lock(&t->mu);
     uint64_t last = t->next_ticket - 1;
     pthread_mutex_unlock(&t->mu);
@@ -373,6 +406,7 @@ int tier_drain(Tier *t) {
 }
 
 double tier_waited(const Tier *t) {
+    if (t->host) return *tier_host_waited(t->host);
     pthread_mutex_t *mu = (pthread_mutex_t *)&t->mu;
     pthread_mutex_lock(mu);
     double w = t->waited;
@@ -381,12 +415,17 @@ double tier_waited(const Tier *t) {
 }
 
 void tier_reset_waited(Tier *t) {
+    if (t->host) {
+        *tier_host_waited(t->host) = 0;
+        return;
+    }
     pthread_mutex_lock(&t->mu);
     t->waited = 0;
     pthread_mutex_unlock(&t->mu);
 }
 
 void tier_bytes(const Tier *t, uint64_t *read, uint64_t *written) {
+    if (t->host) return tier_host_bytes(t->host, read, written);
     pthread_mutex_t *mu = (pthread_mutex_t *)&t->mu;
     pthread_mutex_lock(mu);
     if (read) *read = t->rd;
@@ -452,6 +491,7 @@ int tier_workers(void) { return TIER_WORKERS; }
 
 int tier_done(Tier *t, uint64_t ticket) {
     if (!ticket) return 1;
+    if (t->host) return tier_host_done(t->host, ticket);
     pthread_mutex_lock(&t->mu);
     const Req *r = t->head;
     while (r && r->ticket < ticket)

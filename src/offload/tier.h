@@ -2,7 +2,9 @@
 // written by a background I/O thread with direct I/O (O_DIRECT), so the page cache never
 // quietly becomes the fast tier. Where the filesystem refuses O_DIRECT the tier falls back to
 // buffered I/O that drops its pages after each request (posix_fadvise DONTNEED), with a
-// warning. The fast tier is the caller's memory: buffers from tier_alloc.
+// warning. The fast tier is the caller's memory: buffers from tier_fast_alloc. Under a device
+// (--offload host) the slow tier is host memory instead and the fast one device memory
+// (tier_open_host); the calls below are the same.
 //
 // The file lives in its own subdirectory of the --offload-dir (one per rank and process), is
 // preallocated to its full size when opened (a disk too small is an error then, naming the
@@ -11,6 +13,8 @@
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
+
+#include "../backend/backend.h"
 
 // Offsets, lengths and buffer addresses of every request are multiples of this.
 #define TIER_ALIGN ((size_t)4096)
@@ -21,6 +25,17 @@ typedef struct Tier Tier;
 // Returns NULL with loom_errmsg naming dir when it is missing, not a directory, not writable,
 // or has too little space.
 Tier *tier_open(const char *dir, int rank, size_t bytes);
+// The slow tier in host memory under a device backend (--offload host, tier_host.c): `bytes` of
+// the backend's page-locked host memory, its requests the backend's copy stream (device buffers
+// <-> host memory, ordered after the compute queued before them; no alignment rule). NULL +
+// loom_errmsg when the backend has no copy stream.
+Tier *tier_open_host(const Backend *be, size_t bytes);
+// The fast side's memory, which requests read into and write from: tier_alloc's host memory
+// for a disk tier, the device's buffers (be->alloc, zeroed) for a host tier; and its backend
+// (NULL: host memory, the caller's own).
+void *tier_fast_alloc(const Tier *t, size_t bytes);
+void tier_fast_free(const Tier *t, void *p);
+const Backend *tier_fast_backend(const Tier *t);
 // Stops the I/O thread (after the requests queued) and closes the file.
 void tier_close(Tier *t);
 // 1: direct I/O; 0: buffered fallback.
@@ -76,4 +91,6 @@ typedef struct {
 // reads them back, through the same I/O threads and flags; then the optimizer's stream in
 // pieces of `chunk` bytes over the same region (0: not timed, opt rates = the others).
 // Returns 0 or -1 (loom_errmsg).
-int tier_measure(const char *dir, size_t bytes, size_t piece, size_t chunk, TierSpeed *out);
+// dir NULL: a host tier under be (tier_open_host), its buffers device memory.
+int tier_measure(const char *dir, const Backend *be, size_t bytes, size_t piece, size_t chunk,
+                 TierSpeed *out);

@@ -59,13 +59,13 @@ static int measure_stream(Tier *t, size_t bytes, size_t chunk, TierSpeed *out) {
     out->opt_read_bps = out->read_bps, out->opt_write_bps = out->write_bps;
     size_t region = chunk ? bytes / 4 / chunk * chunk : 0;
     if (!region) return 0;
-    char *buf = tier_alloc(8 * chunk);
+    char *buf = tier_fast_alloc(t, 8 * chunk);
     double s = 0;
     for (int rep = 0; rep < 2 && s >= 0; rep++) {
         double x = timed_stream(t, buf, region, chunk);
         s = x < 0 ? -1 : s + x;
     }
-    tier_free(buf);
+    tier_fast_free(t, buf);
     if (s < 0) return -1;
     double rd = 2.0 * 4 * region, wr = 2.0 * 3 * region; // both repeats
     double k = (rd / out->read_bps + wr / out->write_bps) / (s > 1e-9 ? s : 1e-9);
@@ -73,19 +73,20 @@ static int measure_stream(Tier *t, size_t bytes, size_t chunk, TierSpeed *out) {
     return 0;
 }
 
-int tier_measure(const char *dir, size_t bytes, size_t piece, size_t chunk, TierSpeed *out) {
+int tier_measure(const char *dir, const Backend *be, size_t bytes, size_t piece, size_t chunk,
+                 TierSpeed *out) {
     if (!bytes || !piece || bytes % TIER_ALIGN || piece % TIER_ALIGN || chunk % TIER_ALIGN)
         return loom_fail("tier_measure: %zu bytes in pieces of %zu (optimizer chunks of %zu): "
                          "the first two must be positive, all multiples of %zu",
                          bytes, piece, chunk, TIER_ALIGN);
-    Tier *t = tier_open(dir, 0, bytes);
+    Tier *t = dir ? tier_open(dir, 0, bytes) : tier_open_host(be, bytes);
     if (!t) return -1;
     size_t cap = (size_t)256 << 20; // memory used: at most 256 MiB (or one piece), whole pieces
     cap = cap < piece ? piece : cap / piece * piece;
     if (cap > bytes) cap = (bytes + piece - 1) / piece * piece;
-    char *buf = tier_alloc(cap);
+    char *buf = tier_fast_alloc(t, cap);
     uint64_t x = 0x9E3779B97F4A7C15ull; // not zeros: storage that compresses must not flatter
-    for (size_t i = 0; i < cap / 8; i++) {
+    for (size_t i = 0; dir && i < cap / 8; i++) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         memcpy(buf + 8 * i, &x, 8);
     }
@@ -99,9 +100,10 @@ int tier_measure(const char *dir, size_t bytes, size_t piece, size_t chunk, Tier
         out->write_bps = bytes / (w > 1e-9 ? w : 1e-9);
         out->read_bps = bytes / (r > 1e-9 ? r : 1e-9);
         out->write_cpu = wc / (double)bytes, out->read_cpu = rc / (double)bytes;
+        if (!dir) out->write_cpu = out->read_cpu = 0; // copy engines (the wait may spin)
         if (measure_stream(t, bytes, chunk, out)) r = -1;
     }
-    tier_free(buf);
+    tier_fast_free(t, buf);
     tier_close(t);
     return r < 0 ? -1 : 0;
 }

@@ -383,7 +383,7 @@ static int swap_slots(Pipe *p, PipeSwap *w) {
     const PipelineConfig *pc = p->pc;
     int two = p->nver == 2; // 2bw: two wte versions and gradients; the update's two buffers
     double kept = p->mem[3] + (p->replica ? (16.0 + 8 * two) * p->tie_n : 0); // activations, wte
-    double fixed = offload_overhead() + kept + (8.0 + 8 * two) * w->cap;      // + the update's
+    double fixed = offload_overhead(NULL) + kept + (8.0 + 8 * two) * w->cap;  // + the update's
     double per = 8.0 * w->cap, left = (double)pc->fast_mem - fixed;
     int n = left >= per ? (int)(left / per) : 0, nb = p->b1 - p->b0;
     if (n < 1)

@@ -29,9 +29,9 @@ static const FeaturePair DP_PAIRS[] = {
 static const Supports DP_SUPPORTS = {
     .self = {F_COUNT},
     .features = FEAT(F_DP) | FEAT(F_ZERO1) | FEAT(F_ZERO2) | FEAT(F_ZERO3) | FEAT(F_OFFLOAD) |
-                FEAT(F_RECOMPUTE) | FEAT(F_DUMP_GRADS),
+                FEAT(F_OFFLOAD_HOST) | FEAT(F_RECOMPUTE) | FEAT(F_DUMP_GRADS),
     .pairs = DP_PAIRS,
-    .runs_with = "data parallelism runs ZeRO 0-3, --offload and --recompute"};
+    .runs_with = "data parallelism runs ZeRO 0-3, --offload (disk or host) and --recompute"};
 
 static int dp_check(const StrategyConfig *c) {
     if (c->zero < 0 || c->zero > 3) return loom_fail("--zero must be 0, 1, 2 or 3");
@@ -95,7 +95,9 @@ static int dp_param_source(Strategy *s, ParamSource *src) {
 }
 
 static void dp_describe(const Strategy *s, char *buf, size_t n) {
-    const char *sw = s->cfg->offload ? ", blocks swapped through a disk tier" : "";
+    const char *sw = !s->cfg->offload       ? ""
+                     : s->cfg->offload_host ? ", blocks swapped from host memory onto the device"
+                                            : ", blocks swapped through a disk tier";
     if (s->grid->dp > 1 || s->cfg->zero)
         snprintf(buf, n, "data parallel: dp %d (zero %d)%s", s->grid->dp, s->cfg->zero, sw);
     else

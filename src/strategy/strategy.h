@@ -39,6 +39,8 @@ typedef struct {
     const char *stage_layers; // NULL: balanced
     // block swapping (offload/): the state in a slow tier under offload_dir, fast_mem in memory
     int offload;
+    int offload_host; // --offload host: the slow tier is host memory, the fast one the device's
+                      // (offload_dir NULL)
     const char *offload_dir, *offload_units, *offload_profile;
     size_t fast_mem;
     int offload_prefetch, threads;

@@ -206,7 +206,7 @@ static int plan(Tp2dSwap *w, const Work2d *ws, double overhead) {
 Tp2dSwap *tp2ds_create(const Strategy *s, GPT *part, const PartMap *map, const Tp2d *g, Work2d *ws,
                        const Comm *col, const Comm *dp) {
     const StrategyConfig *c = s->cfg;
-    double overhead = offload_overhead(); // before the activations and slots exist
+    double overhead = offload_overhead(NULL); // before the activations and slots exist
     if (work2d_create(ws, part, g, c->batch, c->seq, c->recompute)) return NULL;
     Tp2dSwap *w = xcalloc(1, sizeof *w);
     w->m = part, w->cfg = c, w->col = col, w->dp = dp, w->L = part->cfg.L;

@@ -292,7 +292,11 @@ static int finish(Loop *l) {
                 "loom: peak device memory %.1f MiB (loom's own allocations; the CUDA "
                 "context and libraries come on top)\n",
                 device_mem_mib(r));
-    if (r->sc.offload && r->lead)
+    if (r->sc.offload_host) // --fast-mem bounds the device memory
+        fprintf(stderr,
+                "loom: offload: rank %d: peak device memory %.1f MiB of --fast-mem %.1f MiB\n",
+                r->world->rank, device_mem_mib(r), r->sc.fast_mem / 1048576.0);
+    else if (r->sc.offload && r->lead)
         fprintf(stderr, "loom: offload: peak RSS %.1f MiB of --fast-mem %.1f MiB (the whole run)\n",
                 rss_peak_bytes() / 1048576.0, r->sc.fast_mem / 1048576.0);
     else if (r->sc.offload) // --fast-mem bounds every rank: each says what it held

@@ -230,6 +230,7 @@ static void strategy_config(Run *r) {
         .schedule = a->schedule,
         .stage_layers = a->stage_layers,
         .offload = a->offload != NULL,
+        .offload_host = a->offload && !strcmp(a->offload, "host"),
         .offload_dir = a->offload_dir,
         .offload_units = a->offload_units,
         .offload_profile = a->profile,
@@ -330,10 +331,15 @@ static int check_offload(Run *r) {
                                        "--offload disk");
         return 0;
     }
-    if (!strcmp(a->offload, "host"))
-        return loom_fail("--offload host is reserved for the GPU backend (fast = GPU memory, slow "
-                         "= host memory); on the CPU use --offload disk");
-    if (!a->offload_dir) return loom_fail("--offload disk needs --offload-dir DIR");
+    if (!strcmp(a->offload, "host")) {
+        if (a->offload_dir)
+            return loom_fail("--offload host keeps the state in host memory: --offload-dir (a "
+                             "disk tier below it) is not built yet");
+    } else if (strcmp(a->offload, "disk")) {
+        return loom_fail("--offload '%s': unknown tier (disk, host)", a->offload);
+    } else if (!a->offload_dir) {
+        return loom_fail("--offload disk needs --offload-dir DIR");
+    }
     if (!a->fast_mem) return loom_fail("--offload needs --fast-mem SIZE (per rank)");
     return offload_parse_size("--fast-mem", a->fast_mem, &r->fast_mem);
 }

@@ -251,6 +251,12 @@ static Backend CUDA = {
     .adamw = cuda_adamw_gen,
     .peak_gflops = cuda_peak_gflops,
     .mem_peak = cu_mem_peak,
+    .host_alloc = cu_host_alloc,
+    .host_free = cu_host_free,
+    .copy_async = cu_copy_async,
+    .copy_wait = cu_copy_wait,
+    .copy_done = cu_copy_done,
+    .mem_used = cu_mem_held,
 };
 
 // The GPU of this process: the local rank's (mpirun / srun / torchrun), modulo the count.

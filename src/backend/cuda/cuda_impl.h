@@ -41,6 +41,14 @@ void cu_free(void *p);
 size_t cu_mem_held(void);
 size_t cu_mem_peak(void);
 
+// The copy stream (cuda_copy.c): backend.h's host_alloc, host_free, copy_async, copy_wait and
+// copy_done.
+void *cu_host_alloc(size_t bytes);
+void cu_host_free(void *p);
+uint64_t cu_copy_async(void *dst, const void *src, size_t bytes);
+void cu_copy_wait(uint64_t ticket);
+int cu_copy_done(uint64_t ticket);
+
 // Scratch device memory, one growable buffer per slot (stream-ordered users only: a slot's
 // previous contents are dead once a later op on the stream asks for it).
 enum {

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# t_offload_host.sh — --offload host without a GPU: the state lives in host memory, the units
+# computing in device memory (--device emu: the host cannot touch it, src/backend/emu.c), moved
+# by the backend's copy stream, which on emu runs a copy only when its ticket is waited for (a
+# missing wait computes on stale bytes, as it could on a GPU).
+#   * one process at a --fast-mem that holds under a quarter of the state (parameters,
+#     gradients, AdamW moments) trains bit for bit what the in-memory run on the same device
+#     trains: identical metrics records and exported bytes, planned units and explicit ones with
+#     prefetch 2, recompute on and off, clipping on (the streamed update pass) and off (AdamW
+#     fused into the backward); the device's high-water mark (loom's own allocations) stays
+#     within --fast-mem;
+#   * dp 2 with ZeRO 0, 1 and 2 and CO2 over 2 workers (their collectives on device buffers go
+#     through comm's host stages) equal the same layouts with --offload disk on the CPU, units
+#     and prefetch given, bit for bit (t_offload.sh proves those equal the in-memory runs);
+#   * a checkpoint saved with --offload host resumes on the CPU in memory onto the uninterrupted
+#     run's bytes;
+#   * refusals: a budget below what the plan needs names it; --pp with --offload host.
+# Negative control: LOOM_SWAP_NO_READ_WAIT=1 computes on a unit before its copy is waited for:
+# the exported bytes must differ.
+set -eu
+. "$(dirname "$0")/lib.sh"
+need_mpi
+d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
+mkshard "$d/d.bin" 512 200000 3
+mkshard "$d/s.bin" 64 60000 3
+mkdir "$d/off"
+# 12.8M parameters: 195 MiB of state; --fast-mem 48 MiB is under a quarter of it
+big="--data $d/d.bin --layers 16 --heads 4 --dim 256 --vocab 512 --block-size 32 --batch 2
+     --seq 16 --lr 3e-3 --weight-decay 0.1 --progress off --seed 5 --threads 1 --steps 3
+     --grad-accum 2 --device emu"
+run() { # NAME FLAGS...: one process
+    local name=$1; shift
+    $LOOM train "$@" --metrics "$d/$name.jsonl" --export "$d/$name.st" 2>"$d/$name.err" ||
+        { cat "$d/$name.err"; exit 1; }
+}
+within() { # NAME: the run's device high-water mark within its --fast-mem
+    local line peak cap
+    line=$(grep 'offload: rank 0: peak device memory' "$d/$1.err") ||
+        { echo "$1: no peak device memory line"; cat "$d/$1.err"; exit 1; }
+    peak=$(sed -E 's/.*peak device memory ([0-9.]+) MiB of --fast-mem ([0-9.]+) MiB.*/\1/' <<<"$line")
+    cap=$(sed -E 's/.*peak device memory ([0-9.]+) MiB of --fast-mem ([0-9.]+) MiB.*/\2/' <<<"$line")
+    awk -v p="$peak" -v c="$cap" 'BEGIN { exit !(p <= c) }' ||
+        { echo "$1: device peak $peak MiB above --fast-mem $cap MiB"; exit 1; }
+    echo "$1: device peak $peak MiB within --fast-mem $cap MiB"
+}
+HOST="--offload host --fast-mem 48M"
+for clip in 0.5 0; do
+    run mem $big --grad-clip $clip
+    run host $big --grad-clip $clip $HOST
+    same "1 process, --grad-clip $clip, planned units" "$d/mem.jsonl" "$d/host.jsonl" \
+        "$d/mem.st" "$d/host.st"
+    within host
+done
+small="--data $d/s.bin --layers 4 --heads 2 --dim 32 --vocab 64 --block-size 32 --batch 2
+       --seq 16 --lr 3e-3 --weight-decay 0.1 --grad-clip 0.5 --progress off --seed 5 --threads 1
+       --val-data $d/s.bin --val-every 2 --val-windows 3 --steps 4 --grad-accum 3"
+UNITS='--offload-units [[0,1],[2,2],[3,5]] --offload-prefetch 2'
+for rc in "" "--recompute"; do
+    run mem $small $rc --device emu
+    run host $small $rc --device emu $HOST $UNITS
+    same "1 process${rc:+ $rc}, units [[0,1],[2,2],[3,5]] prefetch 2" "$d/mem.jsonl" \
+        "$d/host.jsonl" "$d/mem.st" "$d/host.st"
+done
+
+# the layouts against --offload disk on the CPU (the same executor over another tier)
+both() { # NAME NP ARGS...
+    local name=$1 np=$2
+    shift 2
+    $MPI -np "$np" $LOOM train $small "$@" --device cpu --offload disk --offload-dir "$d/off" \
+        --fast-mem "$(fastmem 96)" $UNITS --metrics "$d/disk.jsonl" --export "$d/disk.st"
+    $MPI -np "$np" $LOOM train $small "$@" --device emu $HOST $UNITS --metrics "$d/host.jsonl" \
+        --export "$d/host.st" 2>"$d/host.err" || { cat "$d/host.err"; exit 1; }
+    same "$name: --offload host on emu vs --offload disk on cpu" "$d/host.jsonl" \
+        "$d/disk.jsonl" "$d/host.st" "$d/disk.st"
+}
+for z in 0 1 2; do
+    both "dp 2 zero $z" 2 --dp 2 --zero $z
+done
+both "co2 2 workers tau 2" 2 --dp 2 --co2 --tau 2 --grad-clip 0
+
+# a checkpoint of --offload host resumes on the CPU in memory
+$LOOM train $small --device cpu --export "$d/full.st" 2>/dev/null
+$LOOM train $small --device emu $HOST --save-every 2 --save "$d/ck" 2>/dev/null
+rm -rf "$d/ck/step_00000004"; echo step_00000002 >"$d/ck/latest"
+$LOOM train $small --device cpu --resume "$d/ck" --export "$d/res.st" 2>/dev/null
+cmp -s "$d/full.st" "$d/res.st" ||
+    { echo "a checkpoint of --offload host resumed on the CPU differs from the uninterrupted run"; exit 1; }
+echo "checkpoint of --offload host resumed on the cpu: the uninterrupted run's bytes"
+
+expect_fail "--fast-mem 4.0 MiB is too small" $LOOM train $small --device emu --offload host \
+    --fast-mem 4M
+expect_fail "--pp 2 with --offload host: not available" $MPI -np 2 $LOOM train $small --device emu \
+    --offload host --fast-mem 48M --pp 2
+
+# negative control: computing before the copy is waited for
+LOOM_SWAP_NO_READ_WAIT=1 $LOOM train $small --device emu $HOST $UNITS --export "$d/neg.st" \
+    2>/dev/null || true
+if cmp -s "$d/neg.st" "$d/host.st" || cmp -s "$d/neg.st" "$d/full.st"; then
+    echo "negative control: a unit computed before its copy was waited for trained the same bytes"
+    exit 1
+fi
+echo "negative control: computing before the copy is waited for trains other bytes: seen"
+echo "all ok"
