@@ -4,8 +4,10 @@
 # the swarm's arrays in host memory, so each round end downloads x and uploads the new anchor.
 # A swarm of 2 emu peers equals the same swarm of 2 cpu peers bit for bit (every peer's
 # metrics records and exported anchor), with weight decay, clipping, the adaptive gap penalty
-# and int8-compressed Δs (error feedback), and the sharded exchange with top-k. --offload-dir and --offload on the device are refused,
-# naming why (their state in files, the swap executor on host slots).
+# and int8-compressed Δs (error feedback), and the sharded exchange with top-k; and 2 emu peers
+# whose models swap from host memory (--offload host, --recompute) equal 2 in-memory cpu peers.
+# --offload-dir and --offload disk on the device are refused, naming why (their state in files,
+# the swap executor on host slots).
 set -eu
 . "$(dirname "$0")/lib.sh"
 d=$(mktemp -d)
@@ -41,6 +43,16 @@ for extra in "" "--gap-mode adaptive --outer-compress int8" \
         same "peer $i on emu vs cpu${extra:+ ($extra)}" "$d/emu-$i.jsonl" "$d/cpu-$i.jsonl" \
             "$d/emu-$i.st" "$d/cpu-$i.st"
     done
+done
+# ATOM's system on the device: each peer's model swapped from host memory (--offload host, its
+# outer state and the swarm's arrays in host memory) equals the in-memory cpu swarm
+swarm cpu --recompute
+swarm emu --recompute --offload host --fast-mem 64M
+for i in 0 1; do
+    grep -q "offload host: the model is swapped from host memory" "$d/emu-$i.log" ||
+        { echo "peer $i: not swapped"; cat "$d/emu-$i.log"; exit 1; }
+    same "peer $i on emu --offload host vs cpu in memory" "$d/emu-$i.jsonl" "$d/cpu-$i.jsonl" \
+        "$d/emu-$i.st" "$d/cpu-$i.st"
 done
 expect_fail "needs the model in host memory" $LOOM peer --data "$d/d.bin" $model $opt $outer \
     --device emu --peer-id q --listen 127.0.0.1:0 --secret "$d/secret" --offload-dir "$d/o"

@@ -47,7 +47,7 @@ static int peer_wants(const StrategyConfig *c) { return c->peer; }
 
 static const Supports PEER_SUPPORTS = {
     .self = {F_PEER, F_COUNT},
-    .features = FEAT(F_PEER) | FEAT(F_OFFLOAD) | FEAT(F_RECOMPUTE),
+    .features = FEAT(F_PEER) | FEAT(F_OFFLOAD) | FEAT(F_OFFLOAD_HOST) | FEAT(F_RECOMPUTE),
     .runs_with = "a peer trains a whole model, in memory or swapped (--offload), with "
                  "--recompute"};
 
@@ -297,7 +297,8 @@ static int peer_create(Strategy *s) {
     size_t P = s->model->nparams;
     // swapped: the outer state and the swarm's arrays live in files under --offload-dir
     // (swarm/spill.h); what stays resident are the spans the passes over them hold at a time
-    p->w.kept = PEER_SPANS_KEPT * 4.0 * SPILL_CHUNK + PEER_MSGS_KEPT;
+    // (--offload host: they are host memory, outside the device's --fast-mem)
+    p->w.kept = c->offload_host ? 0 : PEER_SPANS_KEPT * 4.0 * SPILL_CHUNK + PEER_MSGS_KEPT;
     p->w.kept_what = "the spans in use of the peer's outer state and of the swarm's Δs and "
                      "averages, which live in files under --offload-dir, and the swarm's "
                      "messages in flight";
@@ -333,11 +334,18 @@ static int peer_create(Strategy *s) {
             if (whole_swap_full_params(&p->w, p->anchor + lo, lo, hi - lo)) return -1;
             spill_drop(p->anchor + lo, (hi - lo) * sizeof(float));
         }
-        fprintf(stderr,
-                "loom peer %s: --offload: the model is swapped; the outer state and the swarm's "
-                "arrays (%.1f MiB each) live in files under --offload-dir, %.0f MiB of them in "
-                "memory at a time (docs/PEERS.md)\n",
-                c->peer_id, 4.0 * P / 1048576, p->w.kept / 1048576);
+        if (c->offload_host)
+            fprintf(stderr,
+                    "loom peer %s: --offload host: the model is swapped from host memory onto "
+                    "the device; the outer state and the swarm's arrays (%.1f MiB each) live in "
+                    "host memory (docs/PEERS.md)\n",
+                    c->peer_id, 4.0 * P / 1048576);
+        else
+            fprintf(stderr,
+                    "loom peer %s: --offload: the model is swapped; the outer state and the "
+                    "swarm's arrays (%.1f MiB each) live in files under --offload-dir, %.0f MiB "
+                    "of them in memory at a time (docs/PEERS.md)\n",
+                    c->peer_id, 4.0 * P / 1048576, p->w.kept / 1048576);
     }
     p->cc = whole_co2_config(c);
     // the backend of the peer's own arrays (outer state, the swarm's Δs and averages: host
