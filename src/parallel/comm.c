@@ -205,7 +205,7 @@ CommReq comm_p2p(const Comm *c, const float *buf, size_t n, int peer, int tag, i
     CommReq r = {.handle = m, .op = op, .comm = c, .started = now_sec()};
     m->req = MPI_REQUEST_NULL, m->n = n;
     if (comm_dev(buf)) {
-        m->host = xmalloc((n ? n : 1) * sizeof(float));
+        m->host = comm_stage_alloc((n ? n : 1) * sizeof(float));
         if (send)
             comm_to_host(m->host, buf, n * sizeof(float));
         else
@@ -235,7 +235,7 @@ int comm_test_progress(CommReq *r, CommProgress *pr) {
         untrack(&m->req);
         UNLOCK();
         if (m->dev && !bad) comm_to_dev(m->dev, m->host, m->n * sizeof(float));
-        free(m->host), free(m);
+        comm_stage_free(m->host), free(m);
         r->handle = NULL;
         r->status = bad, r->contributors = bad ? 0 : r->comm->size;
     }

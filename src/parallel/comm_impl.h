@@ -38,6 +38,10 @@ int comm_op_failed(int code, const char *msg);
 int comm_dev(const void *p);
 // bytes from dev (device or host memory) to host memory, and back; whole floats when device.
 void comm_to_host(void *host, const void *dev, size_t bytes);
+// A host stage of `bytes` (page-locked and pooled where the backend has a copy stream, else
+// malloc'd), and its return.
+void *comm_stage_alloc(size_t bytes);
+void comm_stage_free(void *p);
 void comm_to_dev(void *dev, const void *host, size_t bytes);
 // dst = src, either of them device or host memory.
 void comm_copy_any(void *dst, const void *src, size_t bytes);

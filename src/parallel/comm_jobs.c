@@ -33,6 +33,7 @@ typedef struct Job {
     size_t per;                // elements of each member's block per piece
     int *pc, *pd;              // the pieces in flight: counts, displacements (WINDOW x nranks)
     float *stage;              // the pieces' packed blocks (WINDOW x per x nranks), when used
+    int stage_pooled;          // stage came from comm_stage_alloc (a device all-gather's)
     int dev[2];                // buf[seg] is device memory: its pieces through host stages
     char *hst[WINDOW];         // a device piece's host stage, per window slot
     char *hdst[WINDOW];        // where the slot's result goes back to on the device (or NULL)
@@ -163,7 +164,8 @@ static void stage_device(Job *j) {
     j->dev[0] = comm_dev(j->buf[0]), j->dev[1] = comm_dev(j->buf[1]);
     if (j->kind == J_GATHERV && j->dev[0] && !j->stage) {
         j->staged = 1;
-        j->stage = xmalloc(WINDOW * j->per * (size_t)j->nranks * sizeof(float));
+        j->stage = comm_stage_alloc(WINDOW * j->per * (size_t)j->nranks * sizeof(float));
+        j->stage_pooled = 1;
     }
     size_t bytes = 0;
     if (j->kind == J_RSCATTER && j->dev[0]) bytes = j->per * sizeof(float);
@@ -172,7 +174,7 @@ static void stage_device(Job *j) {
         bytes = (j->chunk < most ? j->chunk : most) * j->esize;
     }
     for (int k = 0; bytes && k < WINDOW; k++)
-        j->hst[k] = xmalloc(bytes);
+        j->hst[k] = comm_stage_alloc(bytes);
 }
 
 static CommReq submit(const Comm *c, const char *op, Job *j) {
@@ -341,9 +343,13 @@ int comm_job_test(CommReq *r, CommProgress *pr) {
     comm_unlock();
     int bad = comm_check(rc, r->op, r->comm);
     if (!done && !bad) return 0;
-    free(j->counts), free(j->displs), free(j->pc), free(j->pd), free(j->stage), free(j->cut);
+    free(j->counts), free(j->displs), free(j->pc), free(j->pd), free(j->cut);
+    if (j->stage_pooled)
+        comm_stage_free(j->stage);
+    else
+        free(j->stage);
     for (int k = 0; k < WINDOW; k++)
-        free(j->hst[k]);
+        comm_stage_free(j->hst[k]);
     free(j);
     r->handle = NULL, r->chunked = 0;
     r->status = bad, r->contributors = bad ? 0 : r->comm->size;

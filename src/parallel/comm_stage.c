@@ -6,11 +6,17 @@
 // messages (comm.c) ask comm_dev() of every buffer and stage those it owns; host buffers (the
 // loss sums, the strategies' own host arrays) go to MPI as before.
 //
-// On a GPU the copies run on the backend's one stream, in the order they are issued: a piece's
-// download follows every kernel the training thread queued before it started the operation (so
-// it reads the finished values), and comm_wait returns only after the last upload was queued, so
-// the kernels queued after it read the result. Copies may run on the progress thread: the
-// backend's upload and download must be callable from any thread.
+// Where the backend has a copy stream (BACKEND_COPY_STREAM: CUDA), the stages are page-locked
+// host memory from a pool that keeps what jobs release (page-locking is slow: a buffer is locked
+// once and reused), and each copy runs on the copy stream after the kernels queued before it and
+// is waited for at once: a download reads the finished values without holding up the kernels
+// queued after it, and an upload is complete before the piece retires, so the kernels queued
+// after comm_wait read the result. Without a copy stream the copies run on the backend's stream
+// through upload and download (which order them the same way) and the stages are malloc'd.
+// Copies may run on the progress thread: the backend's copy ops must be callable from any
+// thread.
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../backend/backend.h"
@@ -19,9 +25,61 @@
 #include "comm_impl.h"
 
 static const Backend *dev_be; // NULL, or a backend whose buffers are not host memory
+static int copy_stream;       // dev_be has a copy stream: page-locked stages, copies on it
 
 void comm_set_backend(const Backend *be) {
     dev_be = be && !be->host_memory && !testhook_comm_no_stage() ? be : NULL;
+    copy_stream = dev_be && backend_supports(dev_be, BACKEND_COPY_STREAM);
+}
+
+// ---- the stages' pool: page-locked buffers, each either lent to a job or free
+typedef struct {
+    void *p;
+    size_t bytes;
+    int lent;
+} Stage;
+static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static Stage *pool;
+static size_t npool, cappool;
+
+void *comm_stage_alloc(size_t bytes) {
+    if (!copy_stream) return xmalloc(bytes ? bytes : 1);
+    size_t want = (size_t)64 << 10; // sizes in powers of two from 64 KiB: fewer distinct ones
+    while (want < bytes)
+        want *= 2;
+    pthread_mutex_lock(&pool_mu);
+    Stage *best = NULL;
+    for (size_t i = 0; i < npool; i++)
+        if (!pool[i].lent && pool[i].bytes >= want && (!best || pool[i].bytes < best->bytes))
+            best = &pool[i];
+    if (!best) {
+        if (npool == cappool) {
+            cappool = cappool ? 2 * cappool : 32;
+            Stage *n = xmalloc(cappool * sizeof *n);
+            for (size_t i = 0; i < npool; i++)
+                n[i] = pool[i];
+            free(pool), pool = n;
+        }
+        best = &pool[npool++];
+        *best = (Stage){.p = dev_be->host_alloc(want), .bytes = want};
+    }
+    best->lent = 1;
+    void *p = best->p;
+    pthread_mutex_unlock(&pool_mu);
+    return p;
+}
+
+void comm_stage_free(void *p) {
+    if (!p) return;
+    pthread_mutex_lock(&pool_mu);
+    for (size_t i = 0; i < npool; i++)
+        if (pool[i].p == p) {
+            pool[i].lent = 0;
+            pthread_mutex_unlock(&pool_mu);
+            return;
+        }
+    pthread_mutex_unlock(&pool_mu);
+    free(p); // malloc'd: no copy stream
 }
 
 int comm_dev(const void *p) { return p && dev_be && dev_be->owns && dev_be->owns(p); }
@@ -38,7 +96,11 @@ void comm_to_host(void *host, const void *dev, size_t bytes) {
         memcpy(host, dev, bytes);
         return;
     }
-    dev_be->download(host, dev, floats_of(bytes, "comm: a device piece to the host"));
+    size_t n = floats_of(bytes, "comm: a device piece to the host");
+    if (copy_stream)
+        dev_be->copy_wait(dev_be->copy_async(host, dev, n * sizeof(float)));
+    else
+        dev_be->download(host, dev, n);
 }
 
 void comm_to_dev(void *dev, const void *host, size_t bytes) {
@@ -46,7 +108,11 @@ void comm_to_dev(void *dev, const void *host, size_t bytes) {
         memcpy(dev, host, bytes);
         return;
     }
-    dev_be->upload(dev, host, floats_of(bytes, "comm: a host piece to the device"));
+    size_t n = floats_of(bytes, "comm: a host piece to the device");
+    if (copy_stream)
+        dev_be->copy_wait(dev_be->copy_async(dev, host, n * sizeof(float)));
+    else
+        dev_be->upload(dev, host, n);
 }
 
 void comm_copy_any(void *dst, const void *src, size_t bytes) {
