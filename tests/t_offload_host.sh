@@ -12,6 +12,9 @@
 #   * dp 2 with ZeRO 0, 1 and 2 and CO2 over 2 workers (their collectives on device buffers go
 #     through comm's host stages) equal the same layouts with --offload disk on the CPU, units
 #     and prefetch given, bit for bit (t_offload.sh proves those equal the in-memory runs);
+#   * --offload disk with --device emu (a disk under the device, through page-locked bounce
+#     buffers): one process equals the in-memory emu run, dp 2 ZeRO-1 equals --offload disk on
+#     the CPU;
 #   * a checkpoint saved with --offload host resumes on the CPU in memory onto the uninterrupted
 #     run's bytes;
 #   * refusals: a budget below what the plan needs names it; --pp with --offload host.
@@ -77,6 +80,21 @@ for z in 0 1 2; do
     both "dp 2 zero $z" 2 --dp 2 --zero $z
 done
 both "co2 2 workers tau 2" 2 --dp 2 --co2 --tau 2 --grad-clip 0
+
+# --offload disk on a device: the same executor over the disk tier, each I/O thread through a
+# page-locked bounce buffer (device <- host <- disk)
+DISKDEV="--offload disk --offload-dir $d/off --fast-mem 48M"
+run mem $small --device emu
+run dd $small --device emu $DISKDEV $UNITS
+same "1 process, --offload disk on emu" "$d/mem.jsonl" "$d/dd.jsonl" "$d/mem.st" "$d/dd.st"
+within dd
+[ -z "$(ls -A "$d/off")" ] || { echo "scratch files left in --offload-dir"; exit 1; }
+$MPI -np 2 $LOOM train $small --dp 2 --zero 1 --device emu $DISKDEV $UNITS \
+    --metrics "$d/dd.jsonl" --export "$d/dd.st" 2>"$d/dd.err" || { cat "$d/dd.err"; exit 1; }
+$MPI -np 2 $LOOM train $small --dp 2 --zero 1 --device cpu --offload disk --offload-dir "$d/off" \
+    --fast-mem "$(fastmem 96)" $UNITS --metrics "$d/disk.jsonl" --export "$d/disk.st" 2>/dev/null
+same "dp 2 zero 1: --offload disk on emu vs on cpu" "$d/dd.jsonl" "$d/disk.jsonl" "$d/dd.st" \
+    "$d/disk.st"
 
 # a checkpoint of --offload host resumes on the CPU in memory
 $LOOM train $small --device cpu --export "$d/full.st" 2>/dev/null

@@ -171,7 +171,11 @@ TEST(backend_capabilities) {
     c = base(), c.peer = 1, c.device = "lacking";
     ACCEPTED(c, &lacking);
     c.offload = 1;
-    REFUSED(c, &lacking, "--offload with --device lacking: the lacking backend lacks host-memory");
+    REFUSED(c, &lacking,
+            "--offload disk on a device with --device lacking: the lacking backend lacks a copy "
+            "stream");
+    c.offload = 0, c.pp = 2, c.offload = 1, c.peer = 0; // a swapped stage computes on host slots
+    REFUSED(c, backend_emu(), "--pp 2 with --offload disk on a device: not available");
     // --offload host: the device's copy stream instead of host memory; one process, dp, CO2
     const Backend *emu = backend_emu();
     c = base(), c.offload = 1, c.offload_host = 1, c.device = "emu";
@@ -194,8 +198,8 @@ TEST(backend_capabilities) {
 
 // --arch llama asks for the LLaMA block's kernels and the vocabulary shards (its embedding),
 // not for host memory: a device backend with both (CUDA) runs it, with tensor parallelism too
-// (its collectives reach device buffers through comm's host stages); --offload there is
-// refused, the swap executor computing on host slots.
+// (its collectives reach device buffers through comm's host stages); --offload there needs the
+// device's copy stream.
 TEST(llama_by_capability) {
     Backend dev = *backend_cpu();
     dev.name = "dev", dev.host_memory = 0;
@@ -205,7 +209,8 @@ TEST(llama_by_capability) {
     c.tp = 2;
     ACCEPTED(c, &dev);
     c.tp = 1, c.offload = 1;
-    REFUSED(c, &dev, "--offload with --device dev: the dev backend lacks host-memory");
+    REFUSED(c, &dev,
+            "--offload disk on a device with --device dev: the dev backend lacks a copy stream");
     c.offload = 0, dev.gqa_attention_backward = NULL;
     REFUSED(c, &dev, "--arch llama with --device dev: the dev backend lacks");
     dev.gqa_attention_backward = backend_cpu()->gqa_attention_backward, dev.xent_shard_sum = NULL;

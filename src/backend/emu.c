@@ -88,8 +88,11 @@ static Copy *cq;
 static size_t cq_n, cq_cap;
 static uint64_t cq_done, cq_next; // tickets <= cq_done have run; cq_next: the last handed out
 
-static void *emu_host_alloc(size_t bytes) {
-    return xalloc_floats((bytes + sizeof(float) - 1) / sizeof(float)); // zeroed, 64-byte aligned
+static void *emu_host_alloc(size_t bytes) { // zeroed, page-aligned (direct I/O reads into it)
+    void *p = NULL;
+    if (posix_memalign(&p, 4096, bytes ? bytes : 1))
+        die(EXIT_IO, "out of memory allocating %zu bytes of host memory", bytes);
+    return memset(p, 0, bytes ? bytes : 1);
 }
 static void emu_host_free(void *p) { free(p); }
 static uint64_t emu_copy_async(void *dst, const void *src, size_t bytes) {

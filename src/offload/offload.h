@@ -62,8 +62,9 @@ typedef struct {
     int co2;      // a CO2 worker: its background average keeps two pieces in flight
     int fused;    // AdamW per unit right after its backward (swap.h SwapConfig.fused): no
                   // gradient written, no update pass
-    // --offload host: the budget is this device's memory (what its backend holds: mem_used) and
-    // the tier is host memory; NULL: the budget is the process's resident memory, the tier a disk
+    // a device's memory as the fast tier (--offload host: the slow tier host memory; --offload
+    // disk with a device backend: a disk under it): the budget is that memory (what the backend
+    // holds: mem_used); NULL: the budget is the process's resident memory, the tier a disk
     const Backend *device;
 } OffloadShape;
 

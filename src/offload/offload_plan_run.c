@@ -106,7 +106,7 @@ int offload_tier_costs(const GPT *m, const char *dir, size_t bytes, OffloadCosts
     c->opt_read_bps = v.opt_read_bps, c->opt_write_bps = v.opt_write_bps;
     c->read_cpu = v.read_cpu, c->write_cpu = v.write_cpu;
     set_steal(c);
-    if (!dir) c->io_steal = 0; // the copy stream has no I/O threads
+    if (!m->be->host_memory) c->io_steal = 0; // a device computes: the I/O threads take no share
     if (log)
         fprintf(log,
                 "loom: offload plan: tier %s: read %.3g GB/s, write %.3g GB/s, CPU %.2f / %.2f s "

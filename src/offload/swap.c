@@ -225,8 +225,10 @@ Swapper *swap_create(GPT *m, const SwapConfig *c) {
         s->region[r] = bytes;
         if (c->co2) bytes += all * sizeof(float);
     }
-    s->tier = c->dir ? tier_open(c->dir, c->tier_rank ? c->tier_rank : s->rank, bytes)
-                     : tier_open_host(m->be, bytes);
+    int tr = c->tier_rank ? c->tier_rank : s->rank;
+    s->tier = !c->dir              ? tier_open_host(m->be, bytes)
+              : m->be->host_memory ? tier_open(c->dir, tr, bytes)
+                                   : tier_open_dev(c->dir, tr, bytes, m->be);
     if (!s->tier || alloc_fast(s)) {
         swap_free(s);
         return NULL;

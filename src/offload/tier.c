@@ -19,7 +19,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -60,8 +59,12 @@ struct Tier {
     char errmsg[1400];
     uint64_t rd, wr;
     double waited;
-    int nthreads;
+    int nthreads, ids;
     pthread_t th[TIER_WORKERS];
+    // a disk under a device (tier_open_dev): the fast buffers are device memory and each I/O
+    // thread moves its piece through a page-locked bounce buffer of its own
+    const Backend *dev;
+    char *bounce[TIER_WORKERS];
 };
 
 static const char *human(size_t b, char *out, size_t n) {
@@ -97,6 +100,15 @@ static int drop_pages(int fd, int write, size_t off, size_t n) {
         return errno;
     posix_fadvise(fd, (off_t)off, (off_t)n, POSIX_FADV_DONTNEED); // advice: failure is harmless
     return 0;
+}
+
+// A piece between a device buffer and the file, through the thread's bounce buffer: read, then
+// copied up; or copied down (after the kernels queued before it), then written.
+static int xfer_dev(const Tier *t, char *bounce, int write, char *buf, size_t n, size_t off) {
+    if (write) t->dev->copy_wait(t->dev->copy_async(bounce, buf, n));
+    int err = xfer(t->fd, write, bounce, n, off);
+    if (!write && !err) t->dev->copy_wait(t->dev->copy_async(buf, bounce, n));
+    return err;
 }
 
 static int overlaps(const Req *a, const Req *b) {
@@ -143,6 +155,7 @@ static void *worker(void *arg) {
     Tier *t = arg;
     thread_block_signals();
     pthread_mutex_lock(&t->mu);
+    char *bounce = t->dev ? t->bounce[t->ids++] : NULL;
     for (;;) {
         Req *r = next_ready(t);
         if (!r) {
@@ -155,7 +168,8 @@ static void *worker(void *arg) {
         char *buf = r->buf + r->sent;
         r->sent += n, r->running++;
         pthread_mutex_unlock(&t->mu);
-        int err = xfer(t->fd, r->write, buf, n, off);
+        int err = bounce ? xfer_dev(t, bounce, r->write, buf, n, off)
+                         : xfer(t->fd, r->write, buf, n, off);
         if (!err && !t->direct) err = drop_pages(t->fd, r->write, off, n);
         pthread_mutex_lock(&t->mu);
         finish_piece(t, r, n, err);
@@ -254,7 +268,7 @@ static int start_workers(Tier *t) {
     return rc ? fail_errno(t->dir, "cannot start an I/O thread", rc) : 0;
 }
 
-Tier *tier_open(const char *dir, int rank, size_t bytes) {
+static Tier *open_disk(const char *dir, int rank, size_t bytes, const Backend *dev) {
     if (bytes % TIER_ALIGN)
         return loom_fail("--offload-dir %s: scratch size %zu is not a multiple of %zu", dir, bytes,
                          TIER_ALIGN),
@@ -265,6 +279,9 @@ Tier *tier_open(const char *dir, int rank, size_t bytes) {
     Tier *t = xcalloc(1, sizeof *t);
     t->fd = fd, t->direct = direct, t->size = bytes, t->next_ticket = 1;
     snprintf(t->dir, sizeof t->dir, "%s", dir);
+    t->dev = dev;
+    for (int i = 0; dev && i < TIER_WORKERS; i++)
+        t->bounce[i] = dev->host_alloc(TIER_PIECE);
     pthread_mutex_init(&t->mu, NULL);
     pthread_cond_init(&t->work, NULL);
     pthread_cond_init(&t->done, NULL);
@@ -273,6 +290,18 @@ Tier *tier_open(const char *dir, int rank, size_t bytes) {
         return NULL;
     }
     return t;
+}
+
+Tier *tier_open(const char *dir, int rank, size_t bytes) {
+    return open_disk(dir, rank, bytes, NULL);
+}
+
+Tier *tier_open_dev(const char *dir, int rank, size_t bytes, const Backend *be) {
+    if (!backend_supports(be, BACKEND_COPY_STREAM))
+        return loom_fail("--offload disk with --device %s: the %s backend lacks %s", be->name,
+                         be->name, backend_cap_name(BACKEND_COPY_STREAM)),
+               NULL;
+    return open_disk(dir, rank, bytes, be);
 }
 
 Tier *tier_open_host(const Backend *be, size_t bytes) {
@@ -284,18 +313,7 @@ Tier *tier_open_host(const Backend *be, size_t bytes) {
 }
 
 const Backend *tier_fast_backend(const Tier *t) {
-    return t->host ? tier_host_backend(t->host) : NULL;
-}
-
-void *tier_fast_alloc(const Tier *t, size_t bytes) {
-    return t->host ? (void *)tier_host_backend(t->host)->alloc((bytes + 3) / 4) : tier_alloc(bytes);
-}
-
-void tier_fast_free(const Tier *t, void *p) {
-    if (t->host)
-        tier_host_backend(t->host)->release(p);
-    else
-        tier_free(p);
+    return t->host ? tier_host_backend(t->host) : t->dev;
 }
 
 void tier_close(Tier *t) {
@@ -312,6 +330,8 @@ void tier_close(Tier *t) {
     for (int i = 0; i < t->nthreads; i++)
         pthread_join(t->th[i], NULL);
     close(t->fd);
+    for (int i = 0; t->dev && i < TIER_WORKERS; i++)
+        t->dev->host_free(t->bounce[i]);
     while (t->spare) {
         Req *r = t->spare;
         t->spare = r->next;
@@ -332,7 +352,7 @@ int tier_direct(const Tier *t) { return t->direct; }
 static int check_req(Tier *t, int write, size_t off, const void *buf, size_t n) {
     const char *op = write ? "write" : "read";
     char msg[sizeof t->errmsg];
-    if (off % TIER_ALIGN || n % TIER_ALIGN || (uintptr_t)buf % TIER_ALIGN)
+    if (off % TIER_ALIGN || n % TIER_ALIGN || (!t->dev && (uintptr_t)buf % TIER_ALIGN))
         snprintf(msg, sizeof msg,
                  "--offload-dir %s: misaligned %s (offset %zu, length %zu, buffer %p): offsets, "
                  "lengths and buffer addresses must be multiples of %zu",
@@ -431,60 +451,6 @@ void tier_bytes(const Tier *t, uint64_t *read, uint64_t *written) {
     if (read) *read = t->rd;
     if (written) *written = t->wr;
     pthread_mutex_unlock(mu);
-}
-
-// A buffer is its own mapping: a header page (the mapping's start and length), then the
-// buffer, starting on a 2 MiB boundary, asked for as transparent huge pages. Physically
-// contiguous memory makes each direct-I/O request fewer segments: on the project's virtio
-// disk (254 segments of one page at most per request) 28 MiB requests moved 2.3x faster
-// into huge pages than into the same buffer in 4 KiB pages (4.7 against 2.0 GB/s read, 5.4
-// against 2.1 written), and the optimizer's 1 MiB pieces 1.2x. The mapping ends at the
-// buffer's last page, so a partly used huge page is never taken: the buffer costs its size.
-#define HUGE_ALIGN ((size_t)2 << 20)
-
-typedef struct {
-    void *base;
-    size_t len;
-} MapHead;
-
-#ifndef __has_feature
-#define __has_feature(x) 0
-#endif
-#if defined(__SANITIZE_ADDRESS__) || __has_feature(address_sanitizer)
-#define TIER_MALLOC 1 // the sanitizer checks heap buffers' bounds, not a mapping's
-#endif
-
-void *tier_alloc(size_t bytes) {
-    if (bytes > SIZE_MAX / 2) die(EXIT_IO, "out of memory allocating %zu bytes", bytes);
-    size_t n = (bytes + TIER_ALIGN - 1) / TIER_ALIGN * TIER_ALIGN;
-    n = n ? n : TIER_ALIGN;
-#ifdef TIER_MALLOC
-    void *q = NULL;
-    if (posix_memalign(&q, TIER_ALIGN, n))
-        die(EXIT_IO, "out of memory allocating %zu bytes", bytes);
-    return memset(q, 0, n);
-#endif
-    size_t len = TIER_ALIGN + n + HUGE_ALIGN;
-    char *base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (base == MAP_FAILED) die(EXIT_IO, "out of memory allocating %zu bytes", bytes);
-    uintptr_t at = ((uintptr_t)base + TIER_ALIGN + HUGE_ALIGN - 1) / HUGE_ALIGN * HUGE_ALIGN;
-    char *p = (char *)at, *head = p - TIER_ALIGN, *end = p + n;
-    if (head > base) munmap(base, (size_t)(head - base)); // the slack before and after
-    if (base + len > end) munmap(end, (size_t)(base + len - end));
-    madvise(p, n, MADV_HUGEPAGE); // advice: without huge pages the buffer works as well
-    *(MapHead *)head = (MapHead){head, (size_t)(end - head)};
-    memset(p, 0, n); // resident from the start, as the budget counts it
-    return p;
-}
-
-void tier_free(void *p) {
-#ifdef TIER_MALLOC
-    free(p);
-    return;
-#endif
-    if (!p) return;
-    MapHead h = *(MapHead *)((char *)p - TIER_ALIGN);
-    munmap(h.base, h.len);
 }
 
 int tier_workers(void) { return TIER_WORKERS; }

@@ -30,6 +30,11 @@ Tier *tier_open(const char *dir, int rank, size_t bytes);
 // <-> host memory, ordered after the compute queued before them; no alignment rule). NULL +
 // loom_errmsg when the backend has no copy stream.
 Tier *tier_open_host(const Backend *be, size_t bytes);
+// The disk tier under a device (--offload disk with --device cuda): tier_open's file, its fast
+// buffers device memory, each I/O thread moving its pieces through a page-locked bounce buffer
+// of its own (device <- host <- disk); the device buffers need not be aligned. NULL +
+// loom_errmsg as tier_open, or when the backend has no copy stream.
+Tier *tier_open_dev(const char *dir, int rank, size_t bytes, const Backend *be);
 // The fast side's memory, which requests read into and write from: tier_alloc's host memory
 // for a disk tier, the device's buffers (be->alloc, zeroed) for a host tier; and its backend
 // (NULL: host memory, the caller's own).
@@ -91,6 +96,7 @@ typedef struct {
 // reads them back, through the same I/O threads and flags; then the optimizer's stream in
 // pieces of `chunk` bytes over the same region (0: not timed, opt rates = the others).
 // Returns 0 or -1 (loom_errmsg).
-// dir NULL: a host tier under be (tier_open_host), its buffers device memory.
+// dir NULL: a host tier under be (tier_open_host); be a device: its disk tier (tier_open_dev);
+// the buffers are then device memory.
 int tier_measure(const char *dir, const Backend *be, size_t bytes, size_t piece, size_t chunk,
                  TierSpeed *out);

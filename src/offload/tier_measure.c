@@ -79,14 +79,16 @@ int tier_measure(const char *dir, const Backend *be, size_t bytes, size_t piece,
         return loom_fail("tier_measure: %zu bytes in pieces of %zu (optimizer chunks of %zu): "
                          "the first two must be positive, all multiples of %zu",
                          bytes, piece, chunk, TIER_ALIGN);
-    Tier *t = dir ? tier_open(dir, 0, bytes) : tier_open_host(be, bytes);
+    Tier *t = !dir                     ? tier_open_host(be, bytes)
+              : !be || be->host_memory ? tier_open(dir, 0, bytes)
+                                       : tier_open_dev(dir, 0, bytes, be);
     if (!t) return -1;
     size_t cap = (size_t)256 << 20; // memory used: at most 256 MiB (or one piece), whole pieces
     cap = cap < piece ? piece : cap / piece * piece;
     if (cap > bytes) cap = (bytes + piece - 1) / piece * piece;
     char *buf = tier_fast_alloc(t, cap);
     uint64_t x = 0x9E3779B97F4A7C15ull; // not zeros: storage that compresses must not flatter
-    for (size_t i = 0; dir && i < cap / 8; i++) {
+    for (size_t i = 0; !tier_fast_backend(t) && i < cap / 8; i++) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         memcpy(buf + 8 * i, &x, 8);
     }

@@ -19,7 +19,7 @@ FeatureSet compose_features(const StrategyConfig *c) {
     if (c->cp > 1) f |= FEAT(F_CP);
     if (c->co2) f |= FEAT(F_CO2);
     if (c->offload) f |= FEAT(F_OFFLOAD);
-    if (c->offload && c->offload_host) f |= FEAT(F_OFFLOAD_HOST);
+    if (c->offload && c->offload_host) f |= FEAT(F_OFFLOAD_DEVICE);
     if (c->recompute) f |= FEAT(F_RECOMPUTE);
     if (c->peer) f |= FEAT(F_PEER);
     if (c->dump_grads) f |= FEAT(F_DUMP_GRADS);
@@ -39,7 +39,9 @@ const char *compose_flag(const StrategyConfig *c, Feature f, char *buf, size_t n
     case F_CP: snprintf(buf, n, "--cp %d", c->cp); break;
     case F_CO2: snprintf(buf, n, "--co2"); break;
     case F_OFFLOAD: snprintf(buf, n, c->offload_host ? "--offload host" : "--offload"); break;
-    case F_OFFLOAD_HOST: snprintf(buf, n, "--offload host"); break;
+    case F_OFFLOAD_DEVICE:
+        snprintf(buf, n, c->offload_host ? "--offload host" : "--offload disk on a device");
+        break;
     case F_RECOMPUTE: snprintf(buf, n, "--recompute"); break;
     case F_PEER: snprintf(buf, n, "loom peer"); break;
     case F_DUMP_GRADS: snprintf(buf, n, "--dump-grads"); break;
@@ -52,8 +54,9 @@ const char *compose_flag(const StrategyConfig *c, Feature f, char *buf, size_t n
 // needs the vocabulary shards (its collectives and checkpoints reach device buffers through the
 // backend and comm's host stages: t_device_staged.sh); ring
 // attention its chunk kernels; 2D the split LayerNorm; the swap executor (offload/) with a disk
-// tier runs the kernels on its host slots; with --offload host (the slow tier in host memory)
-// on device slots, moved by the backend's copy stream (F_OFFLOAD's own need is then not asked).
+// tier runs the kernels on its host slots; on a device (--offload host, or a disk tier with a
+// device backend: F_OFFLOAD_DEVICE) on device slots, filled by the backend's copy stream
+// (F_OFFLOAD's own need is then not asked).
 static const BackendCap NEEDS[F_COUNT][3] = {
     [F_DP] = {BACKEND_NCAPS},
     [F_ZERO1] = {BACKEND_NCAPS},
@@ -69,7 +72,7 @@ static const BackendCap NEEDS[F_COUNT][3] = {
     [F_RECOMPUTE] = {BACKEND_NCAPS},
     [F_PEER] = {BACKEND_NCAPS},
     [F_DUMP_GRADS] = {BACKEND_NCAPS},
-    [F_OFFLOAD_HOST] = {BACKEND_COPY_STREAM, BACKEND_NCAPS},
+    [F_OFFLOAD_DEVICE] = {BACKEND_COPY_STREAM, BACKEND_NCAPS},
 };
 
 // The flag that selected the strategy (the first of its own features the run uses).
@@ -95,6 +98,7 @@ static int llama_check(const StrategyConfig *c, FeatureSet want, const Backend *
 
 int compose_check(const Supports *s, const StrategyConfig *c, const Backend *be) {
     FeatureSet want = compose_features(c);
+    if (be && !be->host_memory && (want & FEAT(F_OFFLOAD))) want |= FEAT(F_OFFLOAD_DEVICE);
     char a[48], b[48];
     if (c->llama && llama_check(c, want, be)) return -1;
     const char *me = who(s, c, want, a, sizeof a);
@@ -110,7 +114,7 @@ int compose_check(const Supports *s, const StrategyConfig *c, const Backend *be)
                              compose_flag(c, p->b, b, sizeof b), p->why);
     for (int f = 0; f < F_COUNT && be; f++)
         for (int k = 0;
-             (want & FEAT(f)) && k < 3 && !(f == F_OFFLOAD && (want & FEAT(F_OFFLOAD_HOST))) &&
+             (want & FEAT(f)) && k < 3 && !(f == F_OFFLOAD && (want & FEAT(F_OFFLOAD_DEVICE))) &&
              NEEDS[f][k] != BACKEND_NCAPS;
              k++)
             if (!backend_supports(be, NEEDS[f][k]))

@@ -14,21 +14,22 @@
 #include "strategy.h"
 
 typedef enum {
-    F_DP,           // --dp > 1
-    F_ZERO1,        // --zero 1
-    F_ZERO2,        // --zero 2
-    F_ZERO3,        // --zero 3
-    F_PP,           // --pp > 1
-    F_TP,           // --tp > 1, Megatron 1D
-    F_TP2D,         // --tp-mode 2d
-    F_SP,           // --sp
-    F_CP,           // --cp > 1
-    F_CO2,          // --co2
-    F_OFFLOAD,      // --offload
-    F_RECOMPUTE,    // --recompute
-    F_PEER,         // loom peer
-    F_DUMP_GRADS,   // --dump-grads
-    F_OFFLOAD_HOST, // --offload host (with F_OFFLOAD): the slow tier in host memory under a device
+    F_DP,             // --dp > 1
+    F_ZERO1,          // --zero 1
+    F_ZERO2,          // --zero 2
+    F_ZERO3,          // --zero 3
+    F_PP,             // --pp > 1
+    F_TP,             // --tp > 1, Megatron 1D
+    F_TP2D,           // --tp-mode 2d
+    F_SP,             // --sp
+    F_CP,             // --cp > 1
+    F_CO2,            // --co2
+    F_OFFLOAD,        // --offload
+    F_RECOMPUTE,      // --recompute
+    F_PEER,           // loom peer
+    F_DUMP_GRADS,     // --dump-grads
+    F_OFFLOAD_DEVICE, // with F_OFFLOAD: the swap executor's fast memory is a device's (--offload
+                      // host; --offload disk with a device backend, added by compose_check)
     F_COUNT
 } Feature;
 typedef uint32_t FeatureSet;

@@ -25,7 +25,7 @@ static const FeaturePair CO2_PAIRS[] = {
 static const Supports CO2_SUPPORTS = {
     .self = {F_CO2, F_COUNT},
     .features = FEAT(F_CO2) | FEAT(F_DP) | FEAT(F_ZERO1) | FEAT(F_ZERO2) | FEAT(F_OFFLOAD) |
-                FEAT(F_OFFLOAD_HOST) | FEAT(F_RECOMPUTE),
+                FEAT(F_OFFLOAD_DEVICE) | FEAT(F_RECOMPUTE),
     .pairs = CO2_PAIRS,
     .runs_with = "CO2's workers are the data-parallel ranks, each with the whole model; it runs "
                  "with --zero 1 or 2 (a sharded outer state), --offload and --recompute"};

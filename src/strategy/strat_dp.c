@@ -29,7 +29,7 @@ static const FeaturePair DP_PAIRS[] = {
 static const Supports DP_SUPPORTS = {
     .self = {F_COUNT},
     .features = FEAT(F_DP) | FEAT(F_ZERO1) | FEAT(F_ZERO2) | FEAT(F_ZERO3) | FEAT(F_OFFLOAD) |
-                FEAT(F_OFFLOAD_HOST) | FEAT(F_RECOMPUTE) | FEAT(F_DUMP_GRADS),
+                FEAT(F_OFFLOAD_DEVICE) | FEAT(F_RECOMPUTE) | FEAT(F_DUMP_GRADS),
     .pairs = DP_PAIRS,
     .runs_with = "data parallelism runs ZeRO 0-3, --offload (disk or host) and --recompute"};
 
@@ -97,7 +97,9 @@ static int dp_param_source(Strategy *s, ParamSource *src) {
 static void dp_describe(const Strategy *s, char *buf, size_t n) {
     const char *sw = !s->cfg->offload       ? ""
                      : s->cfg->offload_host ? ", blocks swapped from host memory onto the device"
-                                            : ", blocks swapped through a disk tier";
+                     : !s->model->be->host_memory
+                         ? ", blocks swapped from a disk tier onto the device"
+                         : ", blocks swapped through a disk tier";
     if (s->grid->dp > 1 || s->cfg->zero)
         snprintf(buf, n, "data parallel: dp %d (zero %d)%s", s->grid->dp, s->cfg->zero, sw);
     else

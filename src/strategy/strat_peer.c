@@ -47,7 +47,7 @@ static int peer_wants(const StrategyConfig *c) { return c->peer; }
 
 static const Supports PEER_SUPPORTS = {
     .self = {F_PEER, F_COUNT},
-    .features = FEAT(F_PEER) | FEAT(F_OFFLOAD) | FEAT(F_OFFLOAD_HOST) | FEAT(F_RECOMPUTE),
+    .features = FEAT(F_PEER) | FEAT(F_OFFLOAD) | FEAT(F_OFFLOAD_DEVICE) | FEAT(F_RECOMPUTE),
     .runs_with = "a peer trains a whole model, in memory or swapped (--offload), with "
                  "--recompute"};
 

@@ -80,10 +80,11 @@ static int make_plan(Strategy *s, const Whole *w, const OffloadShape *sh, Offloa
                  w->kept_what);
     if (s->lead && sh->device)
         fprintf(stderr,
-                "loom: offload host: fixed overhead %.1f MiB of device memory (measured at "
-                "start-up: the backend's scratch, caches and workspaces), %.1f MiB of --fast-mem "
-                "%.1f MiB left to block swapping; the state in host memory\n",
-                fixed / MiB, share / MiB, (double)c->fast_mem / MiB);
+                "loom: offload: fixed overhead %.1f MiB of device memory (measured at start-up: "
+                "the backend's scratch, caches and workspaces), %.1f MiB of --fast-mem %.1f MiB "
+                "left to block swapping; the state %s\n",
+                fixed / MiB, share / MiB, (double)c->fast_mem / MiB,
+                c->offload_host ? "in host memory" : "on disk (through page-locked buffers)");
     else if (s->lead)
         fprintf(stderr,
                 "loom: offload: fixed overhead %.1f MiB (measured at start-up: the binary and "
@@ -132,7 +133,7 @@ int whole_swap_create(Strategy *s, Whole *w, const Comm *grad_comm, int zero) {
                        .zero = zero,
                        .co2 = c->co2,
                        .fused = c->opt.grad_clip <= 0 && !c->nonfinite_skip,
-                       .device = c->offload_host ? m->be : NULL};
+                       .device = m->be->host_memory ? NULL : m->be};
     CO2Config cc = whole_co2_config(c);
     OffloadPlan plan;
     double overhead = 0;

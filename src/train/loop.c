@@ -292,7 +292,7 @@ static int finish(Loop *l) {
                 "loom: peak device memory %.1f MiB (loom's own allocations; the CUDA "
                 "context and libraries come on top)\n",
                 device_mem_mib(r));
-    if (r->sc.offload_host) // --fast-mem bounds the device memory
+    if (r->sc.offload && !r->model.be->host_memory) // --fast-mem bounds the device memory
         fprintf(stderr,
                 "loom: offload: rank %d: peak device memory %.1f MiB of --fast-mem %.1f MiB\n",
                 r->world->rank, device_mem_mib(r), r->sc.fast_mem / 1048576.0);

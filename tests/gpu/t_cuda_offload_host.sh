@@ -7,6 +7,7 @@
 #      ones with prefetch 2 and --recompute), clipping on and off; loom's own device high-water
 #      mark within --fast-mem;
 #      bf16 products likewise (the bound not checked: the bf16 weight copies are outside it);
+#      --offload disk on the GPU (a disk under it) likewise;
 #   2. dp 2 with ZeRO-1 (two ranks sharing the GPU, comm's host stages) against --offload disk
 #      on the CPU within 1e-4, where mpirun exists.
 # Exit 77 (skip) without a usable GPU.
@@ -55,10 +56,15 @@ run memb --device cuda:bf16 --grad-clip 1.0
 run hostb --device cuda:bf16 --grad-clip 1.0 $HOST
 same "bf16, planned units" "$d/memb.jsonl" "$d/hostb.jsonl" "$d/memb.st" "$d/hostb.st"
 
+# a disk under the GPU (device <- page-locked bounce <- disk): the same bits
+mkdir -p "$d/off"
+run memd $g --grad-clip 1.0
+run diskd $g --grad-clip 1.0 --offload disk --offload-dir "$d/off" --fast-mem 48M
+same "fp32 --offload disk on the GPU" "$d/memd.jsonl" "$d/diskd.jsonl" "$d/memd.st" "$d/diskd.st"
+
 echo "== 2. two ranks sharing the GPU"
 if command -v mpirun >/dev/null; then
     need_mpi
-    mkdir "$d/off"
     U='--offload-units [[0,3],[4,9],[10,17]] --offload-prefetch 2'
     $MPI -np 2 $LOOM train $shape --grad-clip 1.0 --dp 2 --zero 1 $g $HOST $U \
         --metrics "$d/dg.jsonl" --export "$d/dg.st"
