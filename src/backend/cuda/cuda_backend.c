@@ -62,7 +62,7 @@ static float *cuda_alloc(size_t n) {
     return p;
 }
 static void cuda_release(float *p) {
-    cu_gen++;
+    cu_gen_bump();
     cu_bf16_flush(); // a cached copy may belong to this buffer
     if (p) cu_act16_drop(p, cu_mem_size(p));
     cu_free(p);
@@ -78,7 +78,7 @@ static int cuda_owns(const void *p) {
     return a.type == cudaMemoryTypeDevice;
 }
 static void cuda_upload(float *dst, const float *host_src, size_t n) {
-    cu_gen++;
+    cu_gen_bump();
     if (n) CU(cudaMemcpyAsync(dst, host_src, n * sizeof(float), cudaMemcpyDefault, cu_ctx.stream));
 }
 static void cuda_download(float *host_dst, const float *src, size_t n) {
@@ -87,13 +87,13 @@ static void cuda_download(float *host_dst, const float *src, size_t n) {
     CU(cudaStreamSynchronize(cu_ctx.stream));
 }
 static void cuda_copy(float *dst, const float *src, size_t n) {
-    cu_gen++;
+    cu_gen_bump();
     if (n && dst != src)
         CU(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDefault, cu_ctx.stream));
 }
 static void cuda_copy_rows(float *dst, size_t ds, const float *src, size_t ss, size_t rows,
                            size_t cols) {
-    cu_gen++;
+    cu_gen_bump();
     if (rows && cols)
         CU(cudaMemcpy2DAsync(dst, ds * sizeof(float), src, ss * sizeof(float), cols * sizeof(float),
                              rows, cudaMemcpyDefault, cu_ctx.stream));
@@ -183,7 +183,7 @@ static double cuda_peak_gflops(int *threads) {
 
 #define EW(name, params, call)                                                                     \
     static void cuda_##name params {                                                               \
-        cu_gen++;                                                                                  \
+        cu_gen_bump();                                                                             \
         call;                                                                                      \
     }
 EW(fill, (float *x, float v, size_t n), k_fill(x, v, n))
@@ -196,7 +196,7 @@ EW(clamp, (float *x, float lo, float hi, size_t n), k_clamp(x, lo, hi, n))
 
 static void cuda_adamw_gen(float *param, const float *grad, float *m, float *v, size_t n, float lr,
                            float beta1, float beta2, float eps, float wd, float gscale, int t) {
-    cu_gen++;
+    cu_gen_bump();
     cuda_adamw(param, grad, m, v, n, lr, beta1, beta2, eps, wd, gscale, t);
 }
 

@@ -55,12 +55,13 @@ const void *cu_bf16_weight(const float *w, size_t rows, size_t cols, size_t prow
         CU(cu_malloc(&e->dst, (n ? n : 1) * 2));
         e->n = n, e->gen = 0;
     }
-    if (e->gen != cu_gen) {
+    unsigned gen = cu_gen_now();
+    if (e->gen != gen) {
         k_to_half(e->dst, w, rows * cols);
         if (prows > rows) // padding rows are zero
             CU(cudaMemsetAsync((char *)e->dst + rows * cols * 2, 0, (prows - rows) * cols * 2,
                                cu_ctx.stream));
-        e->gen = cu_gen;
+        e->gen = gen;
     }
     return e->dst;
 }

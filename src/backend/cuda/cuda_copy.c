@@ -52,7 +52,7 @@ uint64_t cu_copy_async(void *dst, const void *src, size_t bytes) {
     if (bytes) CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, copy_stream));
     uint64_t t = ++issued;
     CU(cudaEventRecord(ring[t % RING], copy_stream));
-    cu_gen++; // a device buffer may hold new parameters: cached bf16 copies are stale
+    cu_gen_bump(); // a device buffer may hold new parameters: cached bf16 copies are stale
     pthread_mutex_unlock(&mu);
     return t;
 }

@@ -78,6 +78,9 @@ int *cu_ints(const int *host, size_t n);
 // may have changed (every op that is not a model kernel bumps it); a weight's copy is
 // reconverted when it is stale.
 extern unsigned cu_gen;
+// Bumps cu_gen atomically (the progress thread's staged copies bump it too) and reads it.
+static inline void cu_gen_bump(void) { __atomic_fetch_add(&cu_gen, 1u, __ATOMIC_RELAXED); }
+static inline unsigned cu_gen_now(void) { return __atomic_load_n(&cu_gen, __ATOMIC_RELAXED); }
 // w (rows, cols) row-major as bf16, followed by prows − rows zero rows (prows ≥ rows)
 const void *cu_bf16_weight(const float *w, size_t rows, size_t cols, size_t prows);
 const void *cu_bf16_act(int slot, const float *x, size_t n); // converted into scratch `slot`
