@@ -10,11 +10,9 @@
 // the state of its last round end (a peer's work between round ends exists only in its local
 // weights, which no resume uses) and leaves the swarm with a BYE. The peer's state: strat_peer.h;
 // its checkpoint (save, resume): peer_ckpt.c.
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../common.h"
@@ -66,54 +64,20 @@ static int peer_check(const StrategyConfig *c) {
 
 static int resync(Strategy *s, Peer *p);
 
-// With --offload, the spans of SPILL_CHUNK floats resident at a time (counted in --fast-mem):
-// the training thread's passes walk up to three arrays (anchor, momentum, Δ/average), the
-// swarm's thread sums a slice over the Δs it received (one span of each, dropped as it goes)
-// and pieces arrive and leave one at a time; the rest is headroom.
-#define PEER_SPANS_KEPT 8
-// With --offload, an allowance for the swarm's messages in flight: pieces of 1 MiB queued in
-// ZeroMQ to and from the other peers (up to 8 to each, 64 from each) and the allocator's hold
-// on them. Measured: 7 and 22 MiB above the rest of the budget for two 124M peers
-// (docs/PEERS.md).
-#define PEER_MSGS_KEPT (32.0 * 1048576)
-
-// The passes over the outer state walk it a span at a time (with --offload it lives in files,
-// swarm/spill.h): [lo, end) of at most SPILL_CHUNK floats, never across a block's ends. A span
-// starts at its block's start or SPILL_CHUNK floats after the previous one, so on one of the
-// block's norm chunks (gpt.h): per-tensor norms summed span by span are the whole-model sums.
-static size_t span_end(const GPT *m, size_t lo) {
-    size_t e = m->nparams - lo < SPILL_CHUNK ? m->nparams : lo + SPILL_CHUNK;
-    for (int b = 0; b < m->nblocks; b++) {
-        size_t b0 = m->blocks[b].off, b1 = b0 + m->blocks[b].n;
-        if (b0 > lo && b0 < e) e = b0;
-        if (b1 > lo && b1 < e) e = b1;
-    }
-    return e;
-}
-
 static void drop3(const float *a, const float *b, const float *c, size_t lo, size_t hi) {
     spill_drop(a + lo, (hi - lo) * sizeof(float)), spill_drop(b + lo, (hi - lo) * sizeof(float));
     if (c) spill_drop(c + lo, (hi - lo) * sizeof(float));
-}
-
-// dst ← src, P floats, the model in memory: a chunk at a time when either is an array in a
-// file (spill.h), so that it does not stay resident.
-static void copy_whole(GPT *m, float *dst, const float *src) {
-    if (spill_active())
-        spill_copy(dst, src, m->nparams);
-    else
-        m->be->copy(dst, src, m->nparams);
 }
 
 // x ← src (see strat_peer.h).
 void peer_x_set(Strategy *s, Peer *p, const float *src) {
     GPT *m = s->model;
     if (!p->w.sw) {
-        copy_whole(m, m->params, src);
+        peer_copy_whole(m, m->params, src);
         return;
     }
     for (size_t lo = 0, hi; lo < m->nparams && !p->w.failed; lo = hi) {
-        hi = span_end(m, lo);
+        hi = peer_span_end(m, lo);
         if (whole_swap_set_params(&p->w, src + lo, lo, hi - lo)) p->w.failed = 1;
         spill_drop(src + lo, (hi - lo) * sizeof(float));
     }
@@ -124,7 +88,7 @@ void peer_x_set(Strategy *s, Peer *p, const float *src) {
 static float *x_delta(Strategy *s, Peer *p) {
     GPT *m = s->model;
     for (size_t lo = 0, hi; lo < m->nparams; lo = hi) {
-        hi = span_end(m, lo);
+        hi = peer_span_end(m, lo);
         const float *x = m->params + lo;
         if (p->w.sw) {
             if (whole_swap_full_params(&p->w, p->avg + lo, lo, hi - lo)) return NULL;
@@ -147,13 +111,13 @@ static void outer_update(Strategy *s, Peer *p) {
     if (p->cc.adaptive) {
         sq = xcalloc((size_t)2 * m->ntensors, sizeof(double));
         for (size_t lo = 0, hi; lo < P; lo = hi) {
-            hi = span_end(m, lo);
+            hi = peer_span_end(m, lo);
             co2_norms_add(m, p->cc.be, p->mom + lo, p->avg + lo, lo, hi, sq);
             drop3(p->mom, p->avg, NULL, lo, hi);
         }
     }
     for (size_t lo = 0, hi; lo < P; lo = hi) {
-        hi = span_end(m, lo);
+        hi = peer_span_end(m, lo);
         gpt_extra_range(m, EXTRA_CO2_ANCHOR, p->anchor + lo, lo, hi);
         gpt_extra_range(m, EXTRA_CO2_MOMENTUM, p->mom + lo, lo, hi);
         gpt_extra_range(m, EXTRA_CO2_AVERAGE, p->avg + lo, lo, hi);
@@ -295,58 +259,8 @@ static int peer_create(Strategy *s) {
     Peer *p = xcalloc(1, sizeof *p);
     s->impl = p;
     size_t P = s->model->nparams;
-    // swapped: the outer state and the swarm's arrays live in files under --offload-dir
-    // (swarm/spill.h); what stays resident are the spans the passes over them hold at a time
-    // (--offload host: they are host memory, outside the device's --fast-mem)
-    p->w.kept = c->offload_host ? 0 : PEER_SPANS_KEPT * 4.0 * SPILL_CHUNK + PEER_MSGS_KEPT;
-    p->w.kept_what = "the spans in use of the peer's outer state and of the swarm's Δs and "
-                     "averages, which live in files under --offload-dir, and the swarm's "
-                     "messages in flight";
-    if (whole_create(s, &p->w, s->grid->dp_comm, 0)) return -1;
+    if (peer_place(s, p)) return -1;
     GPT *m = s->model;
-    // the outer state and the swarm's arrays live in files whenever there is an --offload-dir
-    // (--offload needs one); without --offload the model stays in memory (a 124M peer at B4
-    // T256 held 2.9 GiB this way, ~7.8 at B1 with the arrays in memory: BENCHMARKS.md)
-    if (c->offload_dir && mkdir(c->offload_dir, 0700) && errno != EEXIST)
-        return loom_fail("--offload-dir %s: cannot create: %s", c->offload_dir, strerror(errno));
-    if (c->offload_dir && !m->be->host_memory)
-        return loom_fail("loom peer --offload-dir with --device %s: the outer state in files "
-                         "needs the model in host memory",
-                         c->device);
-    if (c->offload_dir && !testhook_peer_no_spill() && spill_setup(c->offload_dir)) return -1;
-    p->anchor = spill_floats(P), p->mom = spill_floats(P), p->avg = spill_floats(P);
-    if (c->outer_compress) p->ef = spill_floats(P); // (zeroed)
-    if (!spill_active()) { // in memory: their pages now, not in the first rounds' passes
-        memset(p->mom, 0, P * sizeof(float)), memset(p->avg, 0, P * sizeof(float));
-        if (p->ef) memset(p->ef, 0, P * sizeof(float));
-    }
-    if (!p->w.sw) {
-        copy_whole(m, p->anchor, m->params);
-        if (spill_active())
-            fprintf(stderr,
-                    "loom peer %s: --offload-dir: the model in memory; the outer state and the "
-                    "swarm's arrays (%.1f MiB each) live in files under %s, a span of each in "
-                    "memory at a time (docs/PEERS.md)\n",
-                    c->peer_id, 4.0 * P / 1048576, c->offload_dir);
-    } else {
-        for (size_t lo = 0, hi; lo < P; lo = hi) {
-            hi = span_end(m, lo);
-            if (whole_swap_full_params(&p->w, p->anchor + lo, lo, hi - lo)) return -1;
-            spill_drop(p->anchor + lo, (hi - lo) * sizeof(float));
-        }
-        if (c->offload_host)
-            fprintf(stderr,
-                    "loom peer %s: --offload host: the model is swapped from host memory onto "
-                    "the device; the outer state and the swarm's arrays (%.1f MiB each) live in "
-                    "host memory (docs/PEERS.md)\n",
-                    c->peer_id, 4.0 * P / 1048576);
-        else
-            fprintf(stderr,
-                    "loom peer %s: --offload: the model is swapped; the outer state and the "
-                    "swarm's arrays (%.1f MiB each) live in files under --offload-dir, %.0f MiB "
-                    "of them in memory at a time (docs/PEERS.md)\n",
-                    c->peer_id, 4.0 * P / 1048576, p->w.kept / 1048576);
-    }
     p->cc = whole_co2_config(c);
     // the backend of the peer's own arrays (outer state, the swarm's Δs and averages: host
     // memory or files): the model's when its buffers are host memory, else the CPU's (the model

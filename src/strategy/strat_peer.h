@@ -34,6 +34,16 @@ typedef struct {
 // state in files of its own, swarm/spill.h). x ← src (P floats); a tier failure fails the next step
 // (strat_peer.c).
 void peer_x_set(Strategy *s, Peer *p, const float *src);
+// Where the peer's arrays live (anchor, momentum, average, error feedback: host memory or files)
+// and the anchor's first value; makes p->w (the model, in memory or swapped). 0 or -1
+// (peer_place.c).
+int peer_place(Strategy *s, Peer *p);
+// The end of the span that starts at flat offset lo: the passes over the arrays walk them a span
+// of at most SPILL_CHUNK floats at a time, never across a block's ends (peer_place.c).
+size_t peer_span_end(const GPT *m, size_t lo);
+// dst ← src, P floats, the model in memory (through the backend: the model may be on a device),
+// a chunk at a time when either is an array in a file (peer_place.c).
+void peer_copy_whole(GPT *m, float *dst, const float *src);
 // The strategy's save: the anchor (a stop mid-round saves the round's start), its moments and,
 // once a round is averaged, peer_state.bin (peer_ckpt.c).
 int peer_save(Strategy *s, const char *dir, CkptMeta *meta, int final, CkptExtraFn extra,
