@@ -9,12 +9,14 @@
 #     prefetch 2, recompute on and off, clipping on (the streamed update pass) and off (AdamW
 #     fused into the backward); the device's high-water mark (loom's own allocations) stays
 #     within --fast-mem;
+#   * tp 2 with sp, cp 2 and tp 2 x dp 2 (each rank swapping its part) equal the layout in
+#     memory on the CPU, and a tp 2 checkpoint resumes there; so does the LLaMA block;
 #   * dp 2 with ZeRO 0, 1 and 2 and CO2 over 2 workers (their collectives on device buffers go
 #     through comm's host stages) equal the same layouts with --offload disk on the CPU, units
 #     and prefetch given, bit for bit (t_offload.sh proves those equal the in-memory runs);
 #   * --offload disk with --device emu (a disk under the device, through page-locked bounce
-#     buffers): one process equals the in-memory emu run, dp 2 ZeRO-1 equals --offload disk on
-#     the CPU;
+#     buffers): one process equals the in-memory emu run, tp 2 the in-memory cpu run, dp 2 ZeRO-1
+#     equals --offload disk on the CPU;
 #   * a checkpoint saved with --offload host resumes on the CPU in memory onto the uninterrupted
 #     run's bytes;
 #   * refusals: a budget below what the plan needs names it; --pp with --offload host.
@@ -81,6 +83,40 @@ for z in 0 1 2; do
 done
 both "co2 2 workers tau 2" 2 --dp 2 --co2 --tau 2 --grad-clip 0
 
+# tensor- and context-parallel parts swap through the same executor (each rank its own tier);
+# a save or an export assembles the ranges in host memory (no --offload-dir)
+mem_vs() { # NAME NP ARGS...: --offload host on emu against the layout in memory on the cpu
+    local name=$1 np=$2
+    shift 2
+    $MPI -np "$np" $LOOM train $small "$@" --device cpu --metrics "$d/mem.jsonl" \
+        --export "$d/mem.st" 2>/dev/null
+    $MPI -np "$np" $LOOM train $small "$@" --device emu $HOST $UNITS --metrics "$d/host.jsonl" \
+        --export "$d/host.st" 2>"$d/host.err" || { cat "$d/host.err"; exit 1; }
+    same "$name: --offload host on emu vs in memory on cpu" "$d/host.jsonl" "$d/mem.jsonl" \
+        "$d/host.st" "$d/mem.st"
+}
+mem_vs "tp 2 sp" 2 --tp 2 --sp
+mem_vs "cp 2" 2 --cp 2
+mem_vs "tp 2 x dp 2" 4 --tp 2 --dp 2
+$MPI -np 2 $LOOM train $small --tp 2 --device emu $HOST $UNITS --save-every 2 --save "$d/ckt" \
+    2>/dev/null
+rm -rf "$d/ckt/step_00000004"; echo step_00000002 >"$d/ckt/latest"
+$MPI -np 2 $LOOM train $small --tp 2 --device cpu --export "$d/tfull.st" 2>/dev/null
+$MPI -np 2 $LOOM train $small --tp 2 --device cpu --resume "$d/ckt" --export "$d/tres.st" 2>/dev/null
+cmp -s "$d/tfull.st" "$d/tres.st" ||
+    { echo "tp 2: a checkpoint of --offload host resumed on the cpu differs"; exit 1; }
+echo "tp 2: a checkpoint of --offload host resumed on the cpu: the uninterrupted run's bytes"
+
+# the LLaMA block (grouped-query attention, SwiGLU, RMSNorm) swapped the same way
+llama="--data $d/s.bin --arch llama --kv-heads 1 --ffn-dim 64 --layers 3 --heads 2 --dim 32
+       --vocab 64 --block-size 32 --batch 2 --seq 16 --lr 3e-3 --grad-clip 0.5 --progress off
+       --seed 5 --threads 1 --steps 4 --grad-accum 2"
+$LOOM train $llama --device cpu --metrics "$d/lm.jsonl" --export "$d/lm" 2>/dev/null
+$LOOM train $llama --device emu $HOST --metrics "$d/lh.jsonl" --export "$d/lh" 2>/dev/null
+same "llama: --offload host on emu vs in memory on cpu" "$d/lh.jsonl" "$d/lm.jsonl"
+diff -r "$d/lh" "$d/lm" >/dev/null || { echo "llama: exported directories differ"; exit 1; }
+echo "llama: exported directories identical"
+
 # --offload disk on a device: the same executor over the disk tier, each I/O thread through a
 # page-locked bounce buffer (device <- host <- disk)
 DISKDEV="--offload disk --offload-dir $d/off --fast-mem 48M"
@@ -89,6 +125,9 @@ run dd $small --device emu $DISKDEV $UNITS
 same "1 process, --offload disk on emu" "$d/mem.jsonl" "$d/dd.jsonl" "$d/mem.st" "$d/dd.st"
 within dd
 [ -z "$(ls -A "$d/off")" ] || { echo "scratch files left in --offload-dir"; exit 1; }
+$MPI -np 2 $LOOM train $small --tp 2 --device emu $DISKDEV $UNITS --export "$d/dd.st" 2>/dev/null
+cmp -s "$d/dd.st" "$d/tfull.st" || { echo "tp 2: --offload disk on emu differs from memory"; exit 1; }
+echo "tp 2: --offload disk on emu: the in-memory run's bytes"
 $MPI -np 2 $LOOM train $small --dp 2 --zero 1 --device emu $DISKDEV $UNITS \
     --metrics "$d/dd.jsonl" --export "$d/dd.st" 2>"$d/dd.err" || { cat "$d/dd.err"; exit 1; }
 $MPI -np 2 $LOOM train $small --dp 2 --zero 1 --device cpu --offload disk --offload-dir "$d/off" \

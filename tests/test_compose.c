@@ -188,6 +188,8 @@ TEST(backend_capabilities) {
     REFUSED(c, backend_cpu(),
             "--offload host with --device cpu: the cpu backend lacks a copy stream between host "
             "and device memory");
+    c = base(), c.offload = 1, c.offload_host = 1, c.tp = 2, c.sp = 1, c.device = "emu";
+    ACCEPTED(c, emu); // a part's blocks through the same executor
     c = base(), c.offload = 1, c.offload_host = 1, c.pp = 2, c.device = "emu";
     REFUSED(c, emu, "--pp 2 with --offload host: not available");
     c = base(), c.offload = 1, c.offload_host = 1, c.peer = 1, c.device = "emu";

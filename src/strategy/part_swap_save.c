@@ -8,6 +8,8 @@
 // the in-memory assembly). Rank d appends what it receives to a scratch file of its own under
 // --offload-dir (a Tier: unlinked at once), through one window-sized buffer; the shard or the
 // export is then read from that file. No rank holds its part's state or its range in memory.
+// Under a device with the state in host memory (--offload host: no --offload-dir, --fast-mem
+// bounds the device) the range is assembled in host memory instead.
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +23,7 @@ struct PartSpill {
     int to, arrays; // to >= 0: the whole layout goes to rank `to` (else range d to rank d)
     size_t N, tp;
     Tier *tier;
+    char *mem;             // no directory: the range in host memory instead of the file
     size_t lo, hi, stride; // this rank's range; bytes per array in the file
     float *buf;            // WIN floats: the chunk being filled, then the one last read
     long cached;           // the chunk in buf while reading (array·chunks + chunk), or -1
@@ -46,6 +49,7 @@ int part_spill_put(PartSpill *sp, int k, size_t a, size_t len) {
     if (filled != WIN && a + len != sp->hi) return 0;
     size_t bytes = (filled * sizeof(float) + TIER_ALIGN - 1) / TIER_ALIGN * TIER_ALIGN;
     size_t off = (size_t)k * sp->stride + j * WIN * sizeof(float);
+    if (sp->mem) return memcpy(sp->mem + off, sp->buf, filled * sizeof(float)), 0;
     return tier_wait(sp->tier, tier_write_async(sp->tier, off, sp->buf, bytes));
 }
 
@@ -53,8 +57,12 @@ PartSpill *part_spill_open(const char *dir, int rank, size_t lo, size_t hi, int 
     PartSpill *sp = xcalloc(1, sizeof *sp);
     *sp = (PartSpill){.lo = lo, .hi = hi, .arrays = arrays, .cached = -1, .to = -1};
     sp->stride = ((hi - lo) / WIN + 1) * WIN * sizeof(float);
-    sp->tier = tier_open(dir, rank, (size_t)arrays * sp->stride);
     sp->buf = tier_alloc(WIN * sizeof(float));
+    if (!dir) {
+        sp->mem = xcalloc((size_t)arrays, sp->stride);
+        return sp;
+    }
+    sp->tier = tier_open(dir, rank, (size_t)arrays * sp->stride);
     if (!sp->tier) part_spill_free(sp), sp = NULL;
     return sp;
 }
@@ -177,6 +185,11 @@ int part_spill_fetch(void *ctx, int array, size_t at, size_t n, float *dst) {
         size_t j = (at - sp->lo) / WIN, in = (at - sp->lo) % WIN;
         len = WIN - in < n ? WIN - in : n;
         long want = (long)((size_t)array * chunks + j);
+        if (sp->mem) {
+            memcpy(dst, sp->mem + (size_t)array * sp->stride + (at - sp->lo) * sizeof(float),
+                   len * sizeof(float));
+            continue;
+        }
         if (sp->cached != want) {
             size_t off = (size_t)array * sp->stride + j * WIN * sizeof(float);
             if (tier_wait(sp->tier, tier_read_async(sp->tier, off, sp->buf, WIN * sizeof(float))))
@@ -196,7 +209,7 @@ void part_spill_free(PartSpill *sp) {
     if (!sp) return;
     if (sp->tier) tier_close(sp->tier);
     tier_free(sp->buf);
-    free(sp);
+    free(sp->mem), free(sp);
 }
 
 int part_spill_params(void *ctx, size_t at, size_t n, float *dst) {

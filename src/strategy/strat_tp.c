@@ -122,7 +122,7 @@ static const Supports TP_SUPPORTS = {
     .self = {F_TP, F_CP, F_SP, F_COUNT},
     .features = FEAT(F_TP) | FEAT(F_SP) | FEAT(F_CP) | FEAT(F_DP) | FEAT(F_ZERO1) | FEAT(F_ZERO2) |
                 FEAT(F_ZERO3) | FEAT(F_RECOMPUTE) | FEAT(F_DUMP_GRADS) | FEAT(F_CO2) |
-                FEAT(F_OFFLOAD),
+                FEAT(F_OFFLOAD) | FEAT(F_OFFLOAD_DEVICE),
     .pairs = TP_PAIRS,
     .runs_with = "tensor and context parallelism run with data parallelism (ZeRO 0-3), "
                  "--sp, --pp, --recompute, --co2 (ZeRO 0) and --offload (ZeRO 0)"};
