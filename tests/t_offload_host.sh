@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# long: started first (tests/run.sh)
 # t_offload_host.sh — --offload host without a GPU: the state lives in host memory, the units
 # computing in device memory (--device emu: the host cannot touch it, src/backend/emu.c), moved
 # by the backend's copy stream, which on emu runs a copy only when its ticket is waited for (a
@@ -10,16 +11,18 @@
 #     fused into the backward); the device's high-water mark (loom's own allocations) stays
 #     within --fast-mem;
 #   * tp 2 with sp, cp 2 and tp 2 x dp 2 (each rank swapping its part) equal the layout in
-#     memory on the CPU, and a tp 2 checkpoint resumes there; so does the LLaMA block;
+#     memory on the CPU, and a tp 2 checkpoint resumes there; so do pp 2 (1f1b, 2bw, gpipe x dp
+#     2: each stage swapping its blocks) and the LLaMA block;
 #   * dp 2 with ZeRO 0, 1 and 2 and CO2 over 2 workers (their collectives on device buffers go
 #     through comm's host stages) equal the same layouts with --offload disk on the CPU, units
 #     and prefetch given, bit for bit (t_offload.sh proves those equal the in-memory runs);
 #   * --offload disk with --device emu (a disk under the device, through page-locked bounce
-#     buffers): one process equals the in-memory emu run, tp 2 the in-memory cpu run, dp 2 ZeRO-1
+#     buffers): one process equals the in-memory emu run, tp 2 and pp 2 2bw the in-memory cpu
+#     runs, dp 2 ZeRO-1
 #     equals --offload disk on the CPU;
 #   * a checkpoint saved with --offload host resumes on the CPU in memory onto the uninterrupted
 #     run's bytes;
-#   * refusals: a budget below what the plan needs names it; --pp with --offload host.
+#   * refusals: a budget below what the plan needs names it; 2D tp with --offload host.
 # Negative control: LOOM_SWAP_NO_READ_WAIT=1 computes on a unit before its copy is waited for:
 # the exported bytes must differ.
 set -eu
@@ -98,6 +101,10 @@ mem_vs() { # NAME NP ARGS...: --offload host on emu against the layout in memory
 mem_vs "tp 2 sp" 2 --tp 2 --sp
 mem_vs "cp 2" 2 --cp 2
 mem_vs "tp 2 x dp 2" 4 --tp 2 --dp 2
+# pipeline stages swap their own blocks (every schedule)
+mem_vs "pp 2 1f1b" 2 --pp 2 --schedule 1f1b
+mem_vs "pp 2 2bw" 2 --pp 2 --schedule 2bw
+mem_vs "pp 2 gpipe x dp 2" 4 --pp 2 --schedule gpipe --dp 2
 $MPI -np 2 $LOOM train $small --tp 2 --device emu $HOST $UNITS --save-every 2 --save "$d/ckt" \
     2>/dev/null
 rm -rf "$d/ckt/step_00000004"; echo step_00000002 >"$d/ckt/latest"
@@ -125,6 +132,11 @@ run dd $small --device emu $DISKDEV $UNITS
 same "1 process, --offload disk on emu" "$d/mem.jsonl" "$d/dd.jsonl" "$d/mem.st" "$d/dd.st"
 within dd
 [ -z "$(ls -A "$d/off")" ] || { echo "scratch files left in --offload-dir"; exit 1; }
+$MPI -np 2 $LOOM train $small --pp 2 --schedule 2bw --device emu $DISKDEV --export "$d/dd.st" \
+    2>/dev/null
+$MPI -np 2 $LOOM train $small --pp 2 --schedule 2bw --device cpu --export "$d/pfull.st" 2>/dev/null
+cmp -s "$d/dd.st" "$d/pfull.st" || { echo "pp 2 2bw: --offload disk on emu differs from memory"; exit 1; }
+echo "pp 2 2bw: --offload disk on emu: the in-memory run's bytes"
 $MPI -np 2 $LOOM train $small --tp 2 --device emu $DISKDEV $UNITS --export "$d/dd.st" 2>/dev/null
 cmp -s "$d/dd.st" "$d/tfull.st" || { echo "tp 2: --offload disk on emu differs from memory"; exit 1; }
 echo "tp 2: --offload disk on emu: the in-memory run's bytes"
@@ -146,8 +158,8 @@ echo "checkpoint of --offload host resumed on the cpu: the uninterrupted run's b
 
 expect_fail "--fast-mem 4.0 MiB is too small" $LOOM train $small --device emu --offload host \
     --fast-mem 4M
-expect_fail "--pp 2 with --offload host: not available" $MPI -np 2 $LOOM train $small --device emu \
-    --offload host --fast-mem 48M --pp 2
+expect_fail "--tp 4 --tp-mode 2d with --offload host: not available" $MPI -np 4 $LOOM train \
+    $small --device emu --offload host --fast-mem 48M --tp 4 --tp-mode 2d
 
 # negative control: computing before the copy is waited for
 LOOM_SWAP_NO_READ_WAIT=1 $LOOM train $small --device emu $HOST $UNITS --export "$d/neg.st" \

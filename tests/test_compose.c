@@ -174,8 +174,8 @@ TEST(backend_capabilities) {
     REFUSED(c, &lacking,
             "--offload disk on a device with --device lacking: the lacking backend lacks a copy "
             "stream");
-    c.offload = 0, c.pp = 2, c.offload = 1, c.peer = 0; // a swapped stage computes on host slots
-    REFUSED(c, backend_emu(), "--pp 2 with --offload disk on a device: not available");
+    c.offload = 0, c.tp = 4, c.tp_2d = 1, c.offload = 1, c.peer = 0; // a 2D part: host slots
+    REFUSED(c, backend_emu(), "--tp 4 --tp-mode 2d with --offload disk on a device: not available");
     // --offload host: the device's copy stream instead of host memory; one process, dp, CO2
     const Backend *emu = backend_emu();
     c = base(), c.offload = 1, c.offload_host = 1, c.device = "emu";
@@ -191,7 +191,9 @@ TEST(backend_capabilities) {
     c = base(), c.offload = 1, c.offload_host = 1, c.tp = 2, c.sp = 1, c.device = "emu";
     ACCEPTED(c, emu); // a part's blocks through the same executor
     c = base(), c.offload = 1, c.offload_host = 1, c.pp = 2, c.device = "emu";
-    REFUSED(c, emu, "--pp 2 with --offload host: not available");
+    ACCEPTED(c, emu); // a stage's blocks swapped (pipeline_swap.c)
+    c = base(), c.offload = 1, c.offload_host = 1, c.tp = 4, c.tp_2d = 1, c.device = "emu";
+    REFUSED(c, emu, "--tp 4 --tp-mode 2d with --offload host: not available");
     c = base(), c.offload = 1, c.offload_host = 1, c.peer = 1, c.device = "emu";
     ACCEPTED(c, emu);
     c.recompute = 1;

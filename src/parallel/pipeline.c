@@ -330,7 +330,7 @@ static int pipe_setup(Pipe *p, GPT *m, const Grid *g, const PipelineConfig *pc, 
         p->own_lo = p->dsp[q], p->own_hi = p->own_lo + p->cnt[q];
         if (p->replica) p->wown_lo = (size_t)p->wdsp[q], p->wown_hi = p->wown_lo + p->wcnt[q];
     }
-    int swapped = pc->offload_dir != NULL; // the stage's arrays live in the tier
+    int swapped = pc->swap_ops != NULL; // the stage's arrays live in the tier
     for (int v = 0; v < p->nver; v++) {
         if (!swapped) p->pbuf[v] = be->alloc(n);
         if (p->replica) p->wbuf[v] = be->alloc(p->tie_n);

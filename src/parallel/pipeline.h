@@ -48,12 +48,13 @@ typedef struct {
     float grad_clip;
     int local; // CO2 (gpipe/1f1b, no cp): every dp replica is its own worker; its gradients,
                // loss and norm stay its own (nothing is reduced over the replicas)
-    // --offload disk (ZeRO 0; NULL: in memory): the stage's parameters (both versions under
-    // 2bw), gradients and moments in a scratch file under offload_dir, its blocks run from slots in
-    // memory within fast_mem bytes (pipeline_swap.c)
+    // --offload (ZeRO 0; swap_ops NULL: in memory): the stage's parameters (both versions under
+    // 2bw), gradients and moments in its tier — a scratch file under offload_dir, or host memory
+    // under a device when offload_dir is NULL (--offload host) — its blocks run from slots within
+    // fast_mem bytes (pipeline_swap.c)
     const char *offload_dir;
     size_t fast_mem;
-    const struct PipeSwapOps *swap_ops; // with offload_dir: the swapped stage's implementation
+    const struct PipeSwapOps *swap_ops; // the swapped stage's implementation
                                         // (strategy/pipeline_swap.c: the offload tier)
 } PipelineConfig;
 

@@ -51,6 +51,8 @@ struct PipeSwap {
     int gpar;                    // the gradient being accumulated: batch parity (2bw), else 0
     int cached_b, cached_region; // a checkpoint's reads: the block and array mbuf holds
     double budget, need;         // bytes
+    const Backend *be;           // the slots' (device memory under a device tier)
+    float *hscratch;             // a device tier: the host scratch a shard lends (cap floats)
 };
 
 static size_t toff(const PipeSwap *w, const Pipe *p, int b, int region) {
@@ -124,7 +126,7 @@ static void want_grads(Pipe *p, int b, int k) {
         w->gt[k] =
             tier_read_async(w->tier, toff(w, p, b, greg(w->gpar)), w->sg[k], offload_pad(n) * 4);
     else
-        memset(w->sg[k], 0, n * sizeof(float));
+        w->be->fill(w->sg[k], 0.f, n);
     w->grads_in[k] = 1;
 }
 
@@ -166,7 +168,7 @@ static int ps_fetch(Pipe *p, int v, float *host) {
     for (int b = p->b0; b < p->b1; b++) {
         const Block *blk = &p->m->blocks[b];
         if (tier_rd(w, toff(w, p, b, preg(v)), w->sp[0], blk->n)) return -1;
-        memcpy(host + (blk->off - p->lo), w->sp[0], blk->n * sizeof(float));
+        w->be->download(host + (blk->off - p->lo), w->sp[0], blk->n);
     }
     return 0;
 }
@@ -180,7 +182,7 @@ static int fill_block(Pipe *p, int b, int resume, int cur) {
     size_t lo = blk->off, hi = lo + blk->n, pad = offload_pad(blk->n) * sizeof(float);
     float *a[4] = {w->sp[0], w->mbuf, w->vbuf, w->ubuf}; // (ubuf: 2bw only)
     for (int k = 0; k < 3 + (p->nver == 2); k++)
-        memset(a[k], 0, pad);
+        w->be->fill(a[k], 0.f, pad / sizeof(float));
     int no_prev = 1;
     if (resume)
         no_prev =
@@ -227,7 +229,7 @@ static int shard_fetch(void *ctx, int array, size_t at, size_t n, float *dst) {
             tier_rd(w, toff(w, p, b, region), w->mbuf, blk->n))
             return -1;
         w->cached_b = b, w->cached_region = region;
-        memcpy(dst + (s - at), w->mbuf + (s - blk->off), k * sizeof(float));
+        w->be->download(dst + (s - at), w->mbuf + (s - blk->off), k);
     }
     return 0;
 }
@@ -243,7 +245,7 @@ static int ps_shard(Pipe *p, PipeShard *sh) {
                       .prev = p->nver == 2 ? &prev_fetched : NULL,
                       .fetch = shard_fetch,
                       .fetch_ctx = p,
-                      .scratch = w->sp[0],
+                      .scratch = w->hscratch ? w->hscratch : w->sp[0],
                       .scratch_floats = w->cap};
     return p->gc->rank == 0;
 }
@@ -256,7 +258,7 @@ static int reduce_block(Pipe *p, int b) {
     const Block *blk = &p->m->blocks[b];
     int par = p->pend.step & 1;
     if (!*gtier_of(w, p, par, b))
-        memset(w->ugbuf, 0, blk->n * sizeof(float));
+        w->be->fill(w->ugbuf, 0.f, blk->n);
     else if (tier_rd(w, toff(w, p, b, greg(par)), w->ugbuf, blk->n))
         return -1;
     *gtier_of(w, p, par, b) = 1;
@@ -304,7 +306,7 @@ static int update_block(Pipe *p, int b, int t, float lr, float scale) {
     gpt_own_moments(m, w->mbuf, w->vbuf, blk->off);
     adamw_step_blocks(&p->opt, t, m, lr, scale);
     int k = w->slot[b - p->b0];
-    memset(w->sg[k], 0, blk->n * sizeof(float));
+    w->be->fill(w->sg[k], 0.f, blk->n);
     w->dirty[k] = 0, *gtier_of(w, p, 0, b) = 0;
     return tier_wr(w, toff(w, p, b, 0), w->sp[k], blk->n) ||
            tier_wr(w, toff(w, p, b, 2), w->mbuf, blk->n) ||
@@ -383,7 +385,8 @@ static int swap_slots(Pipe *p, PipeSwap *w) {
     const PipelineConfig *pc = p->pc;
     int two = p->nver == 2; // 2bw: two wte versions and gradients; the update's two buffers
     double kept = p->mem[3] + (p->replica ? (16.0 + 8 * two) * p->tie_n : 0); // activations, wte
-    double fixed = offload_overhead(NULL) + kept + (8.0 + 8 * two) * w->cap;  // + the update's
+    OffloadShape dev = {.device = p->m->be->host_memory ? NULL : p->m->be};   // the budget's memory
+    double fixed = offload_overhead(&dev) + kept + (8.0 + 8 * two) * w->cap;  // + the update's
     double per = 8.0 * w->cap, left = (double)pc->fast_mem - fixed;
     int n = left >= per ? (int)(left / per) : 0, nb = p->b1 - p->b0;
     if (n < 1)
@@ -411,8 +414,15 @@ static int ps_setup(Pipe *p) {
     }
     if (swap_slots(p, w)) return -1;
     int two = p->nver == 2; // 2bw: version 1's parameters, odd batches' gradient (preg, greg)
-    w->tier = tier_open(p->pc->offload_dir, p->g->world->rank, (4 + 2 * two) * w->region);
+    const Backend *be = p->m->be;
+    size_t bytes = (4 + 2 * two) * w->region;
+    int rank = p->g->world->rank;
+    w->tier = !p->pc->offload_dir ? tier_open_host(be, bytes)
+              : be->host_memory   ? tier_open(p->pc->offload_dir, rank, bytes)
+                                  : tier_open_dev(p->pc->offload_dir, rank, bytes, be);
     if (!w->tier) return -1;
+    w->be = be;
+    if (tier_fast_backend(w->tier)) w->hscratch = xalloc_floats(w->cap);
     w->sp = xcalloc((size_t)w->nslot, sizeof(float *));
     w->sg = xcalloc((size_t)w->nslot, sizeof(float *));
     w->owner = xcalloc((size_t)w->nslot, sizeof(int)), w->used = xcalloc((size_t)w->nslot, 4);
@@ -420,14 +430,18 @@ static int ps_setup(Pipe *p) {
     w->pt = xcalloc((size_t)w->nslot, sizeof(uint64_t)), w->pver = xcalloc((size_t)w->nslot, 4);
     w->gt = xcalloc((size_t)w->nslot, sizeof(uint64_t));
     for (int k = 0; k < w->nslot; k++) {
-        w->sp[k] = tier_alloc(w->cap * sizeof(float)), w->sg[k] = tier_alloc(w->cap * 4);
+        w->sp[k] = tier_fast_alloc(w->tier, w->cap * sizeof(float));
+        w->sg[k] = tier_fast_alloc(w->tier, w->cap * sizeof(float));
         w->owner[k] = -1;
     }
     w->slot = xmalloc((size_t)nb * sizeof(int)), w->gtier = xcalloc(2 * (size_t)nb, sizeof(int));
     for (int b = 0; b < nb; b++)
         w->slot[b] = -1;
-    w->mbuf = tier_alloc(w->cap * sizeof(float)), w->vbuf = tier_alloc(w->cap * sizeof(float));
-    if (two) w->ubuf = tier_alloc(w->cap * sizeof(float)), w->ugbuf = tier_alloc(w->cap * 4);
+    w->mbuf = tier_fast_alloc(w->tier, w->cap * sizeof(float));
+    w->vbuf = tier_fast_alloc(w->tier, w->cap * sizeof(float));
+    if (two)
+        w->ubuf = tier_fast_alloc(w->tier, w->cap * 4),
+        w->ugbuf = tier_fast_alloc(w->tier, w->cap * 4);
     return 0;
 }
 
@@ -441,10 +455,16 @@ static void ps_mem(Pipe *p) {
 static void ps_free(Pipe *p) {
     PipeSwap *w = p->sw;
     if (!w) return;
-    if (w->tier) tier_close(w->tier); // (after the reads queued into the slots)
-    for (int k = 0; k < w->nslot && w->sp; k++)
-        tier_free(w->sp[k]), tier_free(w->sg[k]);
-    tier_free(w->mbuf), tier_free(w->vbuf), tier_free(w->ubuf), tier_free(w->ugbuf);
+    Tier *t = w->tier;
+    if (t) { // the buffers once the reads queued into them are done; the tier after them
+        tier_drain(t);
+        for (int k = 0; k < w->nslot && w->sp; k++)
+            tier_fast_free(t, w->sp[k]), tier_fast_free(t, w->sg[k]);
+        tier_fast_free(t, w->mbuf), tier_fast_free(t, w->vbuf);
+        tier_fast_free(t, w->ubuf), tier_fast_free(t, w->ugbuf);
+        tier_close(t);
+    }
+    free(w->hscratch);
     free(w->sp), free(w->sg), free(w->owner), free(w->used), free(w->grads_in), free(w->dirty);
     free(w->pt), free(w->gt), free(w->pver);
     free(w->slot), free(w->gtier), free(w->toff), free(w);

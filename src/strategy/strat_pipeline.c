@@ -62,7 +62,7 @@ static const Supports PP_SUPPORTS = {
     .self = {F_PP, F_COUNT},
     .features = FEAT(F_PP) | FEAT(F_DP) | FEAT(F_ZERO1) | FEAT(F_ZERO2) | FEAT(F_ZERO3) |
                 FEAT(F_TP) | FEAT(F_SP) | FEAT(F_CP) | FEAT(F_RECOMPUTE) | FEAT(F_CO2) |
-                FEAT(F_OFFLOAD),
+                FEAT(F_OFFLOAD) | FEAT(F_OFFLOAD_DEVICE),
     .pairs = PP_PAIRS,
     .runs_with = "pipeline stages run with data parallelism (ZeRO 0-3 over each stage's "
                  "replicas, every schedule), 1D --tp, --sp, --cp, --recompute and "
