@@ -8,8 +8,7 @@
 # records and exported bytes; the same kernels and the same sums): dp 2 with ZeRO 0-3, pp 2
 # (1f1b and 2bw), dp 2 x pp 2 ZeRO-1, cp 2, CO2 over dp 2, tp 2 with sp, tp 2 x dp 2 ZeRO-3,
 # 2D tp 4, pp 2 x tp 2 and cp 2 x tp 2; checkpoints of dp 2 ZeRO-2 and tp 2 x dp 2 ZeRO-1
-# saved on emu resume on the CPU. A swapped 2D part on emu is refused naming the pair (it
-# computes on host slots; the other swapping on a device is t_offload_host.sh's).
+# saved on emu resume on the CPU. (Swapping on a device, --offload: t_offload_host.sh.)
 # Negative control: LOOM_COMM_NO_STAGE=1 hands the device pointers to MPI as they are, and
 # the run must fault (a signal, or AddressSanitizer's report of the wild pointer).
 set -eu
@@ -58,9 +57,6 @@ for lay in "2:--dp 2 --zero 2" "4:--tp 2 --dp 2 --zero 1"; do
     rm -rf "$d/ck" "$d/all.jsonl" "$d/resumed.jsonl"
 done
 
-expect_fail "--tp 4 --tp-mode 2d with --offload disk on a device: not available" $MPI -np 4 \
-    $LOOM train $flags --tp 4 --tp-mode 2d --offload disk --offload-dir "$d" --fast-mem 1G \
-    --device emu
 
 # negative control: without the stages MPI reads the device pointers and the run dies
 if LOOM_COMM_NO_STAGE=1 $MPI -np 2 $LOOM train $flags --dp 2 --device emu >"$d/nc.log" 2>&1; then

@@ -12,7 +12,7 @@
 #     within --fast-mem;
 #   * tp 2 with sp, cp 2 and tp 2 x dp 2 (each rank swapping its part) equal the layout in
 #     memory on the CPU, and a tp 2 checkpoint resumes there; so do pp 2 (1f1b, 2bw, gpipe x dp
-#     2: each stage swapping its blocks) and the LLaMA block;
+#     2: each stage swapping its blocks), 2D tp 4 and the LLaMA block;
 #   * dp 2 with ZeRO 0, 1 and 2 and CO2 over 2 workers (their collectives on device buffers go
 #     through comm's host stages) equal the same layouts with --offload disk on the CPU, units
 #     and prefetch given, bit for bit (t_offload.sh proves those equal the in-memory runs);
@@ -22,7 +22,7 @@
 #     equals --offload disk on the CPU;
 #   * a checkpoint saved with --offload host resumes on the CPU in memory onto the uninterrupted
 #     run's bytes;
-#   * refusals: a budget below what the plan needs names it; 2D tp with --offload host.
+#   * refusals: a budget below what the plan needs names it.
 # Negative control: LOOM_SWAP_NO_READ_WAIT=1 computes on a unit before its copy is waited for:
 # the exported bytes must differ.
 set -eu
@@ -105,6 +105,8 @@ mem_vs "tp 2 x dp 2" 4 --tp 2 --dp 2
 mem_vs "pp 2 1f1b" 2 --pp 2 --schedule 1f1b
 mem_vs "pp 2 2bw" 2 --pp 2 --schedule 2bw
 mem_vs "pp 2 gpipe x dp 2" 4 --pp 2 --schedule gpipe --dp 2
+# a 2D grid's part: its layers and every block's moments swapped, the ends resident
+mem_vs "2D tp 4" 4 --tp 4 --tp-mode 2d
 $MPI -np 2 $LOOM train $small --tp 2 --device emu $HOST $UNITS --save-every 2 --save "$d/ckt" \
     2>/dev/null
 rm -rf "$d/ckt/step_00000004"; echo step_00000002 >"$d/ckt/latest"
@@ -158,8 +160,6 @@ echo "checkpoint of --offload host resumed on the cpu: the uninterrupted run's b
 
 expect_fail "--fast-mem 4.0 MiB is too small" $LOOM train $small --device emu --offload host \
     --fast-mem 4M
-expect_fail "--tp 4 --tp-mode 2d with --offload host: not available" $MPI -np 4 $LOOM train \
-    $small --device emu --offload host --fast-mem 48M --tp 4 --tp-mode 2d
 
 # negative control: computing before the copy is waited for
 LOOM_SWAP_NO_READ_WAIT=1 $LOOM train $small --device emu $HOST $UNITS --export "$d/neg.st" \

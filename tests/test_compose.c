@@ -174,8 +174,8 @@ TEST(backend_capabilities) {
     REFUSED(c, &lacking,
             "--offload disk on a device with --device lacking: the lacking backend lacks a copy "
             "stream");
-    c.offload = 0, c.tp = 4, c.tp_2d = 1, c.offload = 1, c.peer = 0; // a 2D part: host slots
-    REFUSED(c, backend_emu(), "--tp 4 --tp-mode 2d with --offload disk on a device: not available");
+    c.peer = 0, c.tp = 4, c.tp_2d = 1, c.device = "emu"; // a 2D part, a disk under emu: runs
+    ACCEPTED(c, backend_emu());
     // --offload host: the device's copy stream instead of host memory; one process, dp, CO2
     const Backend *emu = backend_emu();
     c = base(), c.offload = 1, c.offload_host = 1, c.device = "emu";
@@ -193,7 +193,7 @@ TEST(backend_capabilities) {
     c = base(), c.offload = 1, c.offload_host = 1, c.pp = 2, c.device = "emu";
     ACCEPTED(c, emu); // a stage's blocks swapped (pipeline_swap.c)
     c = base(), c.offload = 1, c.offload_host = 1, c.tp = 4, c.tp_2d = 1, c.device = "emu";
-    REFUSED(c, emu, "--tp 4 --tp-mode 2d with --offload host: not available");
+    ACCEPTED(c, emu); // a 2D part's layers swapped (tp2d_swap.c)
     c = base(), c.offload = 1, c.offload_host = 1, c.peer = 1, c.device = "emu";
     ACCEPTED(c, emu);
     c.recompute = 1;

@@ -68,7 +68,8 @@ static const FeaturePair T2_PAIRS[] = {
 static const Supports T2_SUPPORTS = {
     .self = {F_TP2D, F_COUNT},
     .features = FEAT(F_TP2D) | FEAT(F_DP) | FEAT(F_ZERO1) | FEAT(F_ZERO2) | FEAT(F_ZERO3) |
-                FEAT(F_RECOMPUTE) | FEAT(F_DUMP_GRADS) | FEAT(F_CO2) | FEAT(F_OFFLOAD) | FEAT(F_CP),
+                FEAT(F_RECOMPUTE) | FEAT(F_DUMP_GRADS) | FEAT(F_CO2) | FEAT(F_OFFLOAD) |
+                FEAT(F_CP) | FEAT(F_OFFLOAD_DEVICE),
     .pairs = T2_PAIRS,
     .runs_with = "2D tensor parallelism runs with data parallelism (ZeRO 0-3), --recompute, "
                  "--co2 (ZeRO 0), --offload (ZeRO 0) and --cp (ZeRO 0)"};

@@ -37,8 +37,11 @@ struct Tp2dSwap {
     float *end[4];  // resident: the embedding's parameters, gradients; the head's the same
     float *lp, *lg; // the layer slot
     float *um, *uv; // the update's moments of one block
-    float *xs;      // an export's buffer, when a whole tensor is larger than um
-    double *tsum;   // (ntensors) Σ g² of each tensor of the step's reduced gradient
+    float *xs;      // an export's buffer, when a whole tensor is larger than um (host memory)
+    float *hs;      // a device's slots (--offload host, a disk under a device): the host stage of
+                    // a fill, a save and an export (cap floats), in um's place
+    const Backend *be;
+    double *tsum; // (ntensors) Σ g² of each tensor of the step's reduced gradient
     int L, bwd, last, first, cur, layer_in, failed, t;
     double budget, need;
 };
@@ -83,14 +86,14 @@ void tp2ds_section(Tp2dSwap *w, int b) {
     if (w->layer_in != b && !io(w, 0, b, R_PARAMS, w->lp)) w->layer_in = b;
     if (!w->bwd) return;
     if (w->first)
-        memset(w->lg, 0, w->m->blocks[b].n * sizeof(float));
+        w->be->fill(w->lg, 0.f, w->m->blocks[b].n);
     else
         io(w, 0, b, R_GRADS, w->lg);
 }
 
 void tp2ds_begin_step(Tp2dSwap *w) {
-    memset(w->end[1], 0, w->m->blocks[0].n * sizeof(float));
-    memset(w->end[3], 0, w->m->blocks[w->L + 1].n * sizeof(float));
+    w->be->fill(w->end[1], 0.f, w->m->blocks[0].n);
+    w->be->fill(w->end[3], 0.f, w->m->blocks[w->L + 1].n);
 }
 
 void tp2ds_forward(Tp2dSwap *w) { w->bwd = 0, w->cur = -1; }
@@ -143,7 +146,7 @@ int tp2ds_fetch(Tp2dSwap *w, int k, float *host) {
         const Block *blk = &w->m->blocks[b];
         float *src = k == 0 ? resident(w, b, 0) : NULL;
         if (!src && io(w, 0, b, k == 0 ? R_PARAMS : k == 1 ? R_M : R_V, src = w->um)) return -1;
-        memcpy(host + blk->off, src, blk->n * sizeof(float));
+        w->be->download(host + blk->off, src, blk->n);
     }
     return 0;
 }
@@ -152,19 +155,19 @@ int tp2ds_fetch(Tp2dSwap *w, int k, float *host) {
 static int fetch_block(void *ctx, int k, int b, float *dst) {
     Tp2dSwap *w = ctx;
     const float *src = k == 0 ? resident(w, b, 0) : NULL;
-    if (src) return memcpy(dst, src, w->m->blocks[b].n * sizeof(float)), 0;
+    if (src) return w->be->download(dst, src, w->m->blocks[b].n), 0; // dst: host memory
     return io(w, 0, b, k == 0 ? R_PARAMS : k == 1 ? R_M : R_V, dst);
 }
 
 PartSpill *tp2ds_spill(Tp2dSwap *w, const PartMap *map, const Comm *c, int rank, int to,
                        int arrays) {
-    return part_blocks_spill(map, c, fetch_block, w, w->um, w->cap, w->cfg->offload_dir, rank, to,
-                             arrays);
+    return part_blocks_spill(map, c, fetch_block, w, w->hs ? w->hs : w->um, w->cap,
+                             w->cfg->offload_dir, rank, to, arrays);
 }
 
 float *tp2ds_scratch(Tp2dSwap *w, size_t need, size_t *floats) {
-    if (need <= w->cap) return *floats = w->cap, w->um;
-    tier_free(w->xs), w->xs = tier_alloc(need * sizeof(float));
+    if (need <= w->cap) return *floats = w->cap, w->hs ? w->hs : w->um;
+    free(w->xs), w->xs = xalloc_floats(need);
     return *floats = need, w->xs;
 }
 
@@ -172,7 +175,7 @@ float *tp2ds_scratch(Tp2dSwap *w, size_t need, size_t *floats) {
 static int fill_store(void *ctx, int k, int b, const float *stage) {
     Tp2dSwap *w = ctx;
     float *dst = k == 0 ? resident(w, b, 0) : NULL;
-    if (dst) return memcpy(dst, stage, w->m->blocks[b].n * sizeof(float)), 0;
+    if (dst) return w->be->upload(dst, stage, w->m->blocks[b].n), 0; // stage: host memory
     return io(w, 1, b, k == 0 ? R_PARAMS : k == 1 ? R_M : R_V, (float *)stage);
 }
 
@@ -206,39 +209,54 @@ static int plan(Tp2dSwap *w, const Work2d *ws, double overhead) {
 Tp2dSwap *tp2ds_create(const Strategy *s, GPT *part, const PartMap *map, const Tp2d *g, Work2d *ws,
                        const Comm *col, const Comm *dp) {
     const StrategyConfig *c = s->cfg;
-    double overhead = offload_overhead(NULL); // before the activations and slots exist
+    const Backend *be = part->be;
+    OffloadShape dev = {.device = be->host_memory ? NULL : be}; // the memory --fast-mem bounds
+    double overhead = offload_overhead(&dev); // before the activations and slots exist
     if (work2d_create(ws, part, g, c->batch, c->seq, c->recompute)) return NULL;
     Tp2dSwap *w = xcalloc(1, sizeof *w);
-    w->m = part, w->cfg = c, w->col = col, w->dp = dp, w->L = part->cfg.L;
+    w->m = part, w->cfg = c, w->col = col, w->dp = dp, w->L = part->cfg.L, w->be = be;
     w->cur = w->layer_in = -1;
     w->toff = xcalloc((size_t)part->nblocks, sizeof(size_t));
     w->tsum = xcalloc((size_t)part->ntensors, sizeof(double));
+    int rank = s->grid->world->rank;
     if (plan(w, ws, overhead) ||
-        !(w->tier = tier_open(c->offload_dir, s->grid->world->rank, NREG * w->region)))
+        !(w->tier = !c->offload_dir   ? tier_open_host(be, NREG * w->region)
+                    : be->host_memory ? tier_open(c->offload_dir, rank, NREG * w->region)
+                                      : tier_open_dev(c->offload_dir, rank, NREG * w->region, be)))
         return tp2ds_free(w), NULL;
+    if (tier_fast_backend(w->tier)) w->hs = xalloc_floats(w->cap);
     int ends[2] = {0, w->L + 1};
     for (int e = 0; e < 2; e++) {
         size_t n = offload_pad(part->blocks[ends[e]].n) * sizeof(float);
-        w->end[2 * e] = tier_alloc(n), w->end[2 * e + 1] = tier_alloc(n);
+        w->end[2 * e] = tier_fast_alloc(w->tier, n),
+                   w->end[2 * e + 1] = tier_fast_alloc(w->tier, n);
         part->blocks[ends[e]].params = w->end[2 * e];
         part->blocks[ends[e]].grads = w->end[2 * e + 1];
     }
-    w->lp = tier_alloc(w->lcap * sizeof(float)), w->lg = tier_alloc(w->lcap * sizeof(float));
-    w->um = tier_alloc(w->cap * sizeof(float)), w->uv = tier_alloc(w->cap * sizeof(float));
+    w->lp = tier_fast_alloc(w->tier, w->lcap * sizeof(float));
+    w->lg = tier_fast_alloc(w->tier, w->lcap * sizeof(float));
+    w->um = tier_fast_alloc(w->tier, w->cap * sizeof(float));
+    w->uv = tier_fast_alloc(w->tier, w->cap * sizeof(float));
     for (int b = 1; b <= w->L; b++)
         part->blocks[b].params = w->lp, part->blocks[b].grads = w->lg;
-    if (part_fill_blocks(s, map, w->um, w->cap, fill_store, w)) return tp2ds_free(w), NULL;
+    if (part_fill_blocks(s, map, w->hs ? w->hs : w->um, w->cap, fill_store, w))
+        return tp2ds_free(w), NULL;
     if (s->resume_dir) w->t = s->resume->opt_t;
     return w;
 }
 
 void tp2ds_free(Tp2dSwap *w) {
     if (!w) return;
-    if (w->tier) tier_close(w->tier);
-    for (int k = 0; k < 4; k++)
-        tier_free(w->end[k]);
-    tier_free(w->lp), tier_free(w->lg), tier_free(w->um), tier_free(w->uv);
-    tier_free(w->xs);
+    Tier *t = w->tier;
+    if (t) { // the buffers once the requests into them are done; the tier after them
+        tier_drain(t);
+        for (int k = 0; k < 4; k++)
+            tier_fast_free(t, w->end[k]);
+        tier_fast_free(t, w->lp), tier_fast_free(t, w->lg);
+        tier_fast_free(t, w->um), tier_fast_free(t, w->uv);
+        tier_close(t);
+    }
+    free(w->xs), free(w->hs);
     free(w->toff), free(w->tsum), free(w);
 }
 
