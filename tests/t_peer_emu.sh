@@ -6,8 +6,9 @@
 # metrics records and exported anchor), with weight decay, clipping, the adaptive gap penalty
 # and int8-compressed Δs (error feedback), and the sharded exchange with top-k; and 2 emu peers
 # whose models swap from host memory (--offload host, --recompute) equal 2 in-memory cpu peers.
-# --offload-dir and --offload disk on the device are refused, naming why (the outer state in
-# files needs the model in host memory).
+# So do 2 emu peers swapped through a disk under the device (--offload disk, the outer state and
+# the arrays in files). --offload-dir alone on the device is refused, naming why (the outer
+# state in files needs the model in host memory or swapped).
 set -eu
 . "$(dirname "$0")/lib.sh"
 d=$(mktemp -d)
@@ -56,6 +57,9 @@ for i in 0 1; do
 done
 expect_fail "needs the model in host memory" $LOOM peer --data "$d/d.bin" $model $opt $outer \
     --device emu --peer-id q --listen 127.0.0.1:0 --secret "$d/secret" --offload-dir "$d/o"
-expect_fail "the outer state in files needs the model in host memory" $LOOM peer --data "$d/d.bin" $model $opt $outer --device emu \
-    --peer-id q --listen 127.0.0.1:0 --secret "$d/secret" --offload disk --offload-dir "$d/o" \
-    --fast-mem 1G
+# swapped through a disk under the device, the outer state and the arrays in files there too
+swarm emu --recompute --offload disk --offload-dir "$d/o" --fast-mem 64M
+for i in 0 1; do
+    same "peer $i on emu --offload disk vs cpu in memory" "$d/emu-$i.jsonl" "$d/cpu-$i.jsonl" \
+        "$d/emu-$i.st" "$d/cpu-$i.st"
+done

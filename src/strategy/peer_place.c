@@ -53,8 +53,8 @@ int peer_place(Strategy *s, Peer *p) {
     size_t P = m->nparams;
     // swapped: the outer state and the swarm's arrays live in files under --offload-dir
     // (swarm/spill.h); what stays resident are the spans the passes over them hold at a time
-    // (--offload host: they are host memory, outside the device's --fast-mem)
-    p->w.kept = c->offload_host ? 0 : PEER_SPANS_KEPT * 4.0 * SPILL_CHUNK + PEER_MSGS_KEPT;
+    // (on a device --fast-mem bounds the device's memory: they are host memory, outside it)
+    p->w.kept = !m->be->host_memory ? 0 : PEER_SPANS_KEPT * 4.0 * SPILL_CHUNK + PEER_MSGS_KEPT;
     p->w.kept_what = "the spans in use of the peer's outer state and of the swarm's Δs and "
                      "averages, which live in files under --offload-dir, and the swarm's "
                      "messages in flight";
@@ -64,9 +64,9 @@ int peer_place(Strategy *s, Peer *p) {
     // T256 held 2.9 GiB this way, ~7.8 at B1 with the arrays in memory: BENCHMARKS.md)
     if (c->offload_dir && mkdir(c->offload_dir, 0700) && errno != EEXIST)
         return loom_fail("--offload-dir %s: cannot create: %s", c->offload_dir, strerror(errno));
-    if (c->offload_dir && !m->be->host_memory)
+    if (c->offload_dir && !c->offload && !m->be->host_memory) // (swapped, x moves through host)
         return loom_fail("loom peer --offload-dir with --device %s: the outer state in files "
-                         "needs the model in host memory",
+                         "needs the model in host memory or swapped (--offload disk)",
                          c->device);
     if (c->offload_dir && !testhook_peer_no_spill() && spill_setup(c->offload_dir)) return -1;
     p->anchor = spill_floats(P), p->mom = spill_floats(P), p->avg = spill_floats(P);
