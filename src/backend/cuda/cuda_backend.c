@@ -77,12 +77,19 @@ static int cuda_owns(const void *p) {
     }
     return a.type == cudaMemoryTypeDevice;
 }
+void cu_thread_device(void) {
+    static _Thread_local int set;
+    if (!set && cu_ctx.device >= 0) CU(cudaSetDevice(cu_ctx.device)), set = 1;
+}
+
 static void cuda_upload(float *dst, const float *host_src, size_t n) {
+    cu_thread_device(); // (comm's progress thread stages through these too)
     cu_gen_bump();
     if (n) CU(cudaMemcpyAsync(dst, host_src, n * sizeof(float), cudaMemcpyDefault, cu_ctx.stream));
 }
 static void cuda_download(float *host_dst, const float *src, size_t n) {
     if (!n) return;
+    cu_thread_device();
     CU(cudaMemcpyAsync(host_dst, src, n * sizeof(float), cudaMemcpyDefault, cu_ctx.stream));
     CU(cudaStreamSynchronize(cu_ctx.stream));
 }

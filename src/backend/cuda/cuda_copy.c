@@ -45,6 +45,7 @@ void cu_host_free(void *p) {
 }
 
 uint64_t cu_copy_async(void *dst, const void *src, size_t bytes) {
+    cu_thread_device();
     pthread_mutex_lock(&mu);
     start();
     CU(cudaEventRecord(before, cu_ctx.stream));
@@ -58,6 +59,7 @@ uint64_t cu_copy_async(void *dst, const void *src, size_t bytes) {
 }
 
 void cu_copy_wait(uint64_t t) {
+    cu_thread_device();
     pthread_mutex_lock(&mu);
     if (t > done && t <= issued) {
         CU(cudaEventSynchronize(ring[t % RING]));
@@ -67,6 +69,7 @@ void cu_copy_wait(uint64_t t) {
 }
 
 int cu_copy_done(uint64_t t) {
+    cu_thread_device();
     pthread_mutex_lock(&mu);
     int ok = t <= done || t > issued;
     if (!ok) {

@@ -41,6 +41,9 @@ void cu_free(void *p);
 size_t cu_mem_held(void);
 size_t cu_mem_peak(void);
 
+// Makes the process's GPU this thread's current device (once per thread): the tier's I/O threads
+// and comm's progress thread call the copy ops, and a new thread starts on device 0.
+void cu_thread_device(void);
 // The copy stream (cuda_copy.c): backend.h's host_alloc, host_free, copy_async, copy_wait and
 // copy_done.
 void *cu_host_alloc(size_t bytes);
