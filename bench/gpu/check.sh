@@ -4,7 +4,8 @@
 #      built beforehand with `make CUDA=1 CUDA_ARCHS=90 BUILD=build-cuda ... gpu-tests`);
 #   2. bench_gpu.sh: loom (and LOOM_VARIANTS, and LOOM_BEFORE's older binary when given),
 #      llm.c's train_gpt2cu (LLMC, when given) and PyTorch (ENGINES) on MODELS;
-#   3. LOOM_CUDA_PROFILE=1 on the first model when it is GPT-2: device time per op kind.
+#   3. LOOM_CUDA_PROFILE=1 on the first model when it is GPT-2: device time per op kind;
+#   4. with OFFLOAD=1, bench_offload.sh (--offload host against in memory and FSDP offload).
 # Everything goes to $RESULTS (default: a new temporary folder), and into one archive when
 # ARCHIVE=path.tgz is given; each part's summary is printed, the benchmark's table last.
 #   RESULTS=out MODELS=124m LLMC=path/train_gpt2cu LOOM_BEFORE=path/loom bench/gpu/check.sh
@@ -48,6 +49,12 @@ case $m in
     ;;
 *) stamp "profile: GPT-2 models only (the first of MODELS is $m)" ;;
 esac
+if [ -n "${OFFLOAD:-}" ]; then # OFFLOAD=1: issue "ATOM on the GPU"'s benchmark (bench_offload.sh;
+    # LAYERS/DIM/HEADS/BUDGET/ENGINES pass through: a 1.3B first look is LAYERS=24 DIM=2048 HEADS=16)
+    stamp "offload benchmark"
+    OUT_DIR="$RESULTS/offload" bash bench/gpu/bench_offload.sh >"$RESULTS/offload.log" 2>&1
+    tail -12 "$RESULTS/offload.log"
+fi
 stamp "done"
 sed -n '/^| model/,$p' "$RESULTS/bench.log"
 # the whole folder as one file where the caller asks for it (ARCHIVE=path.tgz)
