@@ -10,16 +10,15 @@
 #     prefetch 2, recompute on and off, clipping on (the streamed update pass) and off (AdamW
 #     fused into the backward); the device's high-water mark (loom's own allocations) stays
 #     within --fast-mem;
-#   * tp 2 with sp, cp 2 and tp 2 x dp 2 (each rank swapping its part) equal the layout in
-#     memory on the CPU, and a tp 2 checkpoint resumes there; so do pp 2 (1f1b, 2bw, gpipe x dp
-#     2: each stage swapping its blocks), 2D tp 4 and the LLaMA block;
+#   * tp 2 with sp, cp 2, tp 2 x dp 2 (each rank swapping its part), pp 2 (1f1b, 2bw, gpipe x
+#     dp 2: each stage swapping its blocks), 2D tp 4 and the LLaMA block equal the same layout
+#     in memory on the CPU, and tp 2 and pp 2 checkpoints resume there;
 #   * dp 2 with ZeRO 0, 1 and 2 and CO2 over 2 workers (their collectives on device buffers go
 #     through comm's host stages) equal the same layouts with --offload disk on the CPU, units
 #     and prefetch given, bit for bit (t_offload.sh proves those equal the in-memory runs);
 #   * --offload disk with --device emu (a disk under the device, through page-locked bounce
 #     buffers): one process equals the in-memory emu run, tp 2 and pp 2 2bw the in-memory cpu
-#     runs, dp 2 ZeRO-1
-#     equals --offload disk on the CPU;
+#     runs, dp 2 ZeRO-1 --offload disk on the CPU;
 #   * a checkpoint saved with --offload host resumes on the CPU in memory onto the uninterrupted
 #     run's bytes;
 #   * refusals: a budget below what the plan needs names it.
@@ -115,6 +114,13 @@ $MPI -np 2 $LOOM train $small --tp 2 --device cpu --resume "$d/ckt" --export "$d
 cmp -s "$d/tfull.st" "$d/tres.st" ||
     { echo "tp 2: a checkpoint of --offload host resumed on the cpu differs"; exit 1; }
 echo "tp 2: a checkpoint of --offload host resumed on the cpu: the uninterrupted run's bytes"
+$MPI -np 2 $LOOM train $small --pp 2 --device emu $HOST --save-every 2 --save "$d/ckp" 2>/dev/null
+rm -rf "$d/ckp/step_00000004"; echo step_00000002 >"$d/ckp/latest"
+$MPI -np 2 $LOOM train $small --pp 2 --device cpu --export "$d/pfull.st" 2>/dev/null
+$MPI -np 2 $LOOM train $small --pp 2 --device cpu --resume "$d/ckp" --export "$d/pres.st" 2>/dev/null
+cmp -s "$d/pfull.st" "$d/pres.st" ||
+    { echo "pp 2: a checkpoint of --offload host resumed on the cpu differs"; exit 1; }
+echo "pp 2: a checkpoint of --offload host resumed on the cpu: the uninterrupted run's bytes"
 
 # the LLaMA block (grouped-query attention, SwiGLU, RMSNorm) swapped the same way
 llama="--data $d/s.bin --arch llama --kv-heads 1 --ffn-dim 64 --layers 3 --heads 2 --dim 32
