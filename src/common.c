@@ -45,6 +45,15 @@ void *xmalloc(size_t n) {
     return p;
 }
 
+void *xgrow(void *p, size_t n, size_t *cap, size_t first, size_t size) {
+    if (n < *cap) return p;
+    size_t c = *cap ? 2 * *cap : first;
+    void *q = realloc(p, c * size);
+    if (!q) die(EXIT_IO, "out of memory allocating %zu bytes", c * size);
+    *cap = c;
+    return q;
+}
+
 void *xcalloc(size_t n, size_t size) {
     void *p = calloc(n ? n : 1, size ? size : 1);
     if (!p) die(EXIT_IO, "out of memory allocating %zu x %zu bytes", n, size);

@@ -19,6 +19,9 @@ _Noreturn void die_last(int code);
 
 void *xmalloc(size_t n);
 void *xcalloc(size_t n, size_t size);
+// Room for one more of an array of n elements of `size` bytes at p with room for *cap: doubled
+// (from `first`) when full, its elements kept. Returns the array (p, or its new place).
+void *xgrow(void *p, size_t n, size_t *cap, size_t first, size_t size);
 // 64-byte aligned, zeroed; released with free().
 float *xalloc_floats(size_t n);
 

@@ -97,13 +97,7 @@ static void *emu_host_alloc(size_t bytes) { // zeroed, page-aligned (direct I/O 
 static void emu_host_free(void *p) { free(p); }
 static uint64_t emu_copy_async(void *dst, const void *src, size_t bytes) {
     pthread_mutex_lock(&cmu);
-    if (cq_n == cq_cap) {
-        cq_cap = cq_cap ? 2 * cq_cap : 64;
-        Copy *n = xmalloc(cq_cap * sizeof *n);
-        for (size_t i = 0; i < cq_n; i++)
-            n[i] = cq[i];
-        free(cq), cq = n;
-    }
+    cq = xgrow(cq, cq_n, &cq_cap, 64, sizeof *cq);
     cq[cq_n++] = (Copy){dst, src, bytes};
     uint64_t t = ++cq_next;
     pthread_mutex_unlock(&cmu);

@@ -393,7 +393,7 @@ static int cmd_plan_offload(int argc, char **argv) {
         die_last(O.prof_in ? EXIT_INPUT : EXIT_USAGE);
     // the fixed overhead as `loom train` measures it: after the blocks have run once here
     if (O.prof_in && offload_warmup(&m, &s, O.budget)) die_last(EXIT_INPUT);
-    O.overhead = offload_overhead(NULL);
+    O.overhead = offload_overhead(NULL); // the CPU's: this command plans --offload disk
     if (!(O.read_gbps > 0) && offload_interference_costs(&m, O.dir, O.probe_bytes, &c, stderr))
         die_last(EXIT_IO);
     if (offload_plan_share(&m, &s, O.budget, O.overhead, &O.share)) die_last(EXIT_INPUT);

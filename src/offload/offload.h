@@ -62,10 +62,6 @@ typedef struct {
     int co2;      // a CO2 worker: its background average keeps two pieces in flight
     int fused;    // AdamW per unit right after its backward (swap.h SwapConfig.fused): no
                   // gradient written, no update pass
-    // a device's memory as the fast tier (--offload host: the slow tier host memory; --offload
-    // disk with a device backend: a disk under it): the budget is that memory (what the backend
-    // holds: mem_used); NULL: the budget is the process's resident memory, the tier a disk
-    const Backend *device;
 } OffloadShape;
 
 // "12.3 MiB" / "1.25 GiB" into buf; returns buf.

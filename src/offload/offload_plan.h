@@ -173,16 +173,16 @@ int offload_interference_costs(const GPT *m, const char *dir, size_t bytes, Offl
 //      a checkpoint's file buffers, small allocations).
 //   4. offload_plan_share: what is left to the plan, budget - overhead (an error naming the
 //      numbers when it is below the least plan), and offload_plan_for_run: the search in it.
-// Under a device (OffloadShape.device, --offload host) the budget is device memory: what is held
-// is the backend's mem_used (no late bytes: the tier's memory is host memory), dir is NULL (the
-// tier is host memory, measured through the copy stream) and the copy stream's interference
-// with the compute is taken as none (the GPU's copy engines move the bytes).
+// Under a device (m's backend not host memory: --offload host, or a disk under the device) the
+// budget is device memory: what is held is the backend's mem_used (no late bytes: the tier's
+// buffers are host memory), the tier is measured through the copy stream (dir NULL: host
+// memory) and its interference with the compute is taken as none (the copy engines move it).
 // Each returns 0 or -1 with loom_errmsg; progress lines go to log (NULL: silent).
 #define OFFLOAD_LATE_BYTES ((double)(8 << 20))
 int offload_startup_costs(const GPT *m, const OffloadShape *s, int threads, const char *dir,
                           size_t budget, const char *profile_path, OffloadCosts *c, FILE *log);
 int offload_warmup(const GPT *m, const OffloadShape *s, size_t budget);
-double offload_overhead(const OffloadShape *s); // s NULL: the process's resident memory
+double offload_overhead(const Backend *be); // be NULL or host memory: the process's RSS
 int offload_plan_share(const GPT *m, const OffloadShape *s, size_t budget, double overhead,
                        double *share);
 int offload_plan_for_run(const GPT *m, const OffloadShape *s, const OffloadCosts *c, double share,

@@ -15,6 +15,10 @@
 
 #define PROBE_BYTES ((size_t)256 << 20)
 
+// The model computes on a device: --fast-mem bounds its memory (what the backend holds), and
+// the tier's traffic costs the compute nothing.
+static int on_device(const Backend *be) { return be && !be->host_memory; }
+
 // The CPUs this process may run on.
 static int cpus_available(void) {
     cpu_set_t set;
@@ -106,7 +110,7 @@ int offload_tier_costs(const GPT *m, const char *dir, size_t bytes, OffloadCosts
     c->opt_read_bps = v.opt_read_bps, c->opt_write_bps = v.opt_write_bps;
     c->read_cpu = v.read_cpu, c->write_cpu = v.write_cpu;
     set_steal(c);
-    if (!m->be->host_memory) c->io_steal = 0; // a device computes: the I/O threads take no share
+    if (on_device(m->be)) c->io_steal = 0; // a device computes: the I/O threads take no share
     if (log)
         fprintf(log,
                 "loom: offload plan: tier %s: read %.3g GB/s, write %.3g GB/s, CPU %.2f / %.2f s "
@@ -121,7 +125,7 @@ int offload_tier_costs(const GPT *m, const char *dir, size_t bytes, OffloadCosts
 int offload_interference_costs(const GPT *m, const char *dir, size_t bytes, OffloadCosts *c,
                                FILE *log) {
     if (testhook_offload_fixed_costs()) return 0; // io_slow as fixed_costs set it
-    if (!dir) {                                   // --offload host: the copy engines move it
+    if (on_device(m->be)) { // a device computes: the tier's copies take none of its time
         c->io_slow = 0;
         return 0;
     }
@@ -146,9 +150,9 @@ double offload_io_steal(int threads, int ncpu) {
 }
 
 // What the process holds before anything of the run is allocated (the allocator's free memory
-// handed back first), or under a device (--offload host) what its backend holds.
-static double held_now(const OffloadShape *s) {
-    if (s && s->device) return (double)s->device->mem_used();
+// handed back first), or under a device what its backend holds.
+static double held_now(const Backend *be) {
+    if (on_device(be)) return (double)be->mem_used();
     heap_release();
     return (double)rss_bytes();
 }
@@ -169,7 +173,7 @@ static void fixed_costs(const GPT *m, const OffloadShape *s, int threads, Offloa
 
 int offload_startup_costs(const GPT *m, const OffloadShape *s, int threads, const char *dir,
                           size_t budget, const char *profile_path, OffloadCosts *c, FILE *log) {
-    double held = held_now(s), room = (double)budget - held;
+    double held = held_now(m->be), room = (double)budget - held;
     if (offload_plan_min_bytes(m, s, NULL) > room) return offload_plan_fail(m, s, budget, held, 0);
     if (testhook_offload_fixed_costs()) {
         fixed_costs(m, s, threads, c);
@@ -177,20 +181,19 @@ int offload_startup_costs(const GPT *m, const OffloadShape *s, int threads, cons
         return profile_warmup(m->be, &m->cfg, s->T, s->B, (size_t)room);
     }
     if (offload_costs_measure(m, s, threads, profile_path, NULL, (size_t)room, c, log)) return -1;
-    if (s->device) c->io_steal = 0;
     // the probe's buffers stay within half of what is left: nothing else is allocated yet
     size_t probe = (size_t)(room / 2) < PROBE_BYTES ? (size_t)(room / 2) : PROBE_BYTES;
     return offload_tier_costs(m, dir, probe, c, log);
 }
 
 int offload_warmup(const GPT *m, const OffloadShape *s, size_t budget) {
-    double held = held_now(s), room = (double)budget - held;
+    double held = held_now(m->be), room = (double)budget - held;
     if (offload_plan_min_bytes(m, s, NULL) > room) return offload_plan_fail(m, s, budget, held, 0);
     return profile_warmup(m->be, &m->cfg, s->T, s->B, (size_t)room);
 }
 
-double offload_overhead(const OffloadShape *s) {
-    return held_now(s) + (s && s->device ? 0 : OFFLOAD_LATE_BYTES);
+double offload_overhead(const Backend *be) {
+    return held_now(be) + (on_device(be) ? 0 : OFFLOAD_LATE_BYTES);
 }
 
 int offload_plan_share(const GPT *m, const OffloadShape *s, size_t budget, double overhead,

@@ -226,9 +226,7 @@ Swapper *swap_create(GPT *m, const SwapConfig *c) {
         if (c->co2) bytes += all * sizeof(float);
     }
     int tr = c->tier_rank ? c->tier_rank : s->rank;
-    s->tier = !c->dir              ? tier_open_host(m->be, bytes)
-              : m->be->host_memory ? tier_open(c->dir, tr, bytes)
-                                   : tier_open_dev(c->dir, tr, bytes, m->be);
+    s->tier = tier_open_on(m->be, c->dir, tr, bytes);
     if (!s->tier || alloc_fast(s)) {
         swap_free(s);
         return NULL;

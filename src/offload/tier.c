@@ -61,7 +61,7 @@ struct Tier {
     double waited;
     int nthreads, ids;
     pthread_t th[TIER_WORKERS];
-    // a disk under a device (tier_open_dev): the fast buffers are device memory and each I/O
+    // a disk under a device (tier_open_on): the fast buffers are device memory and each I/O
     // thread moves its piece through a page-locked bounce buffer of its own
     const Backend *dev;
     char *bounce[TIER_WORKERS];
@@ -296,15 +296,13 @@ Tier *tier_open(const char *dir, int rank, size_t bytes) {
     return open_disk(dir, rank, bytes, NULL);
 }
 
-Tier *tier_open_dev(const char *dir, int rank, size_t bytes, const Backend *be) {
-    if (!backend_supports(be, BACKEND_COPY_STREAM))
+Tier *tier_open_on(const Backend *be, const char *dir, int rank, size_t bytes) {
+    if (!be || be->host_memory) return tier_open(dir, rank, bytes);
+    if (dir && !backend_supports(be, BACKEND_COPY_STREAM))
         return loom_fail("--offload disk with --device %s: the %s backend lacks %s", be->name,
                          be->name, backend_cap_name(BACKEND_COPY_STREAM)),
                NULL;
-    return open_disk(dir, rank, bytes, be);
-}
-
-Tier *tier_open_host(const Backend *be, size_t bytes) {
+    if (dir) return open_disk(dir, rank, bytes, be);
     TierHost *h = tier_host_open(be, bytes);
     if (!h) return NULL;
     Tier *t = xcalloc(1, sizeof *t);

@@ -4,7 +4,7 @@
 // buffered I/O that drops its pages after each request (posix_fadvise DONTNEED), with a
 // warning. The fast tier is the caller's memory: buffers from tier_fast_alloc. Under a device
 // (--offload host) the slow tier is host memory instead and the fast one device memory
-// (tier_open_host); the calls below are the same.
+// (tier_open_on); the calls below are the same.
 //
 // The file lives in its own subdirectory of the --offload-dir (one per rank and process), is
 // preallocated to its full size when opened (a disk too small is an error then, naming the
@@ -25,16 +25,14 @@ typedef struct Tier Tier;
 // Returns NULL with loom_errmsg naming dir when it is missing, not a directory, not writable,
 // or has too little space.
 Tier *tier_open(const char *dir, int rank, size_t bytes);
-// The slow tier in host memory under a device backend (--offload host, tier_host.c): `bytes` of
-// the backend's page-locked host memory, its requests the backend's copy stream (device buffers
-// <-> host memory, ordered after the compute queued before them; no alignment rule). NULL +
-// loom_errmsg when the backend has no copy stream.
-Tier *tier_open_host(const Backend *be, size_t bytes);
-// The disk tier under a device (--offload disk with --device cuda): tier_open's file, its fast
-// buffers device memory, each I/O thread moving its pieces through a page-locked bounce buffer
-// of its own (device <- host <- disk); the device buffers need not be aligned. NULL +
-// loom_errmsg as tier_open, or when the backend has no copy stream.
-Tier *tier_open_dev(const char *dir, int rank, size_t bytes, const Backend *be);
+// The tier of a run whose fast memory is be's: tier_open's when be is host memory (or NULL).
+// Under a device: dir NULL (--offload host) is `bytes` of the backend's page-locked host memory
+// (tier_host.c), its requests the backend's copy stream (device buffers <-> host memory, ordered
+// after the compute queued before them; no alignment rule); a dir is tier_open's file with
+// device buffers on the fast side, each I/O thread moving its pieces through a page-locked
+// bounce buffer of its own (device <- host <- disk; the device buffers need not be aligned).
+// NULL + loom_errmsg as tier_open, or when the device has no copy stream.
+Tier *tier_open_on(const Backend *be, const char *dir, int rank, size_t bytes);
 // The fast side's memory, which requests read into and write from: tier_alloc's host memory
 // for a disk tier, the device's buffers (be->alloc, zeroed) for a host tier; and its backend
 // (NULL: host memory, the caller's own).
@@ -96,7 +94,7 @@ typedef struct {
 // reads them back, through the same I/O threads and flags; then the optimizer's stream in
 // pieces of `chunk` bytes over the same region (0: not timed, opt rates = the others).
 // Returns 0 or -1 (loom_errmsg).
-// dir NULL: a host tier under be (tier_open_host); be a device: its disk tier (tier_open_dev);
+// The tier is tier_open_on(be, dir, ...)'s (dir NULL: a host tier under the device be);
 // the buffers are then device memory.
 int tier_measure(const char *dir, const Backend *be, size_t bytes, size_t piece, size_t chunk,
                  TierSpeed *out);

@@ -1,5 +1,5 @@
 // tier_host.h — the host-memory tier's internals (tier_host.c), called by tier.c's functions
-// when a Tier was opened with tier_open_host; nothing else includes this.
+// when a Tier is host memory under a device (tier_open_on); nothing else includes this.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>

@@ -79,9 +79,7 @@ int tier_measure(const char *dir, const Backend *be, size_t bytes, size_t piece,
         return loom_fail("tier_measure: %zu bytes in pieces of %zu (optimizer chunks of %zu): "
                          "the first two must be positive, all multiples of %zu",
                          bytes, piece, chunk, TIER_ALIGN);
-    Tier *t = !dir                     ? tier_open_host(be, bytes)
-              : !be || be->host_memory ? tier_open(dir, 0, bytes)
-                                       : tier_open_dev(dir, 0, bytes, be);
+    Tier *t = tier_open_on(be, dir, 0, bytes);
     if (!t) return -1;
     size_t cap = (size_t)256 << 20; // memory used: at most 256 MiB (or one piece), whole pieces
     cap = cap < piece ? piece : cap / piece * piece;

@@ -53,13 +53,7 @@ void *comm_stage_alloc(size_t bytes) {
         if (!pool[i].lent && pool[i].bytes >= want && (!best || pool[i].bytes < best->bytes))
             best = &pool[i];
     if (!best) {
-        if (npool == cappool) {
-            cappool = cappool ? 2 * cappool : 32;
-            Stage *n = xmalloc(cappool * sizeof *n);
-            for (size_t i = 0; i < npool; i++)
-                n[i] = pool[i];
-            free(pool), pool = n;
-        }
+        pool = xgrow(pool, npool, &cappool, 32, sizeof *pool);
         best = &pool[npool++];
         *best = (Stage){.p = dev_be->host_alloc(want), .bytes = want};
     }

@@ -384,9 +384,8 @@ static int ps_batch_end(Pipe *p, int step) {
 static int swap_slots(Pipe *p, PipeSwap *w) {
     const PipelineConfig *pc = p->pc;
     int two = p->nver == 2; // 2bw: two wte versions and gradients; the update's two buffers
-    double kept = p->mem[3] + (p->replica ? (16.0 + 8 * two) * p->tie_n : 0); // activations, wte
-    OffloadShape dev = {.device = p->m->be->host_memory ? NULL : p->m->be};   // the budget's memory
-    double fixed = offload_overhead(&dev) + kept + (8.0 + 8 * two) * w->cap;  // + the update's
+    double kept = p->mem[3] + (p->replica ? (16.0 + 8 * two) * p->tie_n : 0);    // activations, wte
+    double fixed = offload_overhead(p->m->be) + kept + (8.0 + 8 * two) * w->cap; // + the update's
     double per = 8.0 * w->cap, left = (double)pc->fast_mem - fixed;
     int n = left >= per ? (int)(left / per) : 0, nb = p->b1 - p->b0;
     if (n < 1)
@@ -417,9 +416,7 @@ static int ps_setup(Pipe *p) {
     const Backend *be = p->m->be;
     size_t bytes = (4 + 2 * two) * w->region;
     int rank = p->g->world->rank;
-    w->tier = !p->pc->offload_dir ? tier_open_host(be, bytes)
-              : be->host_memory   ? tier_open(p->pc->offload_dir, rank, bytes)
-                                  : tier_open_dev(p->pc->offload_dir, rank, bytes, be);
+    w->tier = tier_open_on(be, p->pc->offload_dir, rank, bytes);
     if (!w->tier) return -1;
     w->be = be;
     if (tier_fast_backend(w->tier)) w->hscratch = xalloc_floats(w->cap);

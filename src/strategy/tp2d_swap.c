@@ -38,13 +38,16 @@ struct Tp2dSwap {
     float *lp, *lg; // the layer slot
     float *um, *uv; // the update's moments of one block
     float *xs;      // an export's buffer, when a whole tensor is larger than um (host memory)
-    float *hs;      // a device's slots (--offload host, a disk under a device): the host stage of
-                    // a fill, a save and an export (cap floats), in um's place
+    float *hs;      // a device's slots (--offload host, a disk under a device): a host buffer of
+                    // cap floats, which a fill, a save and an export then stage through
     const Backend *be;
     double *tsum; // (ntensors) Σ g² of each tensor of the step's reduced gradient
     int L, bwd, last, first, cur, layer_in, failed, t;
     double budget, need;
 };
+
+// What a fill, a save and an export stage through: um, or hs under a device.
+static float *stage_of(const Tp2dSwap *w) { return w->hs ? w->hs : w->um; }
 
 static size_t toff(const Tp2dSwap *w, int b, int r) { return (size_t)r * w->region + w->toff[b]; }
 
@@ -161,12 +164,12 @@ static int fetch_block(void *ctx, int k, int b, float *dst) {
 
 PartSpill *tp2ds_spill(Tp2dSwap *w, const PartMap *map, const Comm *c, int rank, int to,
                        int arrays) {
-    return part_blocks_spill(map, c, fetch_block, w, w->hs ? w->hs : w->um, w->cap,
-                             w->cfg->offload_dir, rank, to, arrays);
+    return part_blocks_spill(map, c, fetch_block, w, stage_of(w), w->cap, w->cfg->offload_dir, rank,
+                             to, arrays);
 }
 
 float *tp2ds_scratch(Tp2dSwap *w, size_t need, size_t *floats) {
-    if (need <= w->cap) return *floats = w->cap, w->hs ? w->hs : w->um;
+    if (need <= w->cap) return *floats = w->cap, stage_of(w);
     free(w->xs), w->xs = xalloc_floats(need);
     return *floats = need, w->xs;
 }
@@ -210,8 +213,7 @@ Tp2dSwap *tp2ds_create(const Strategy *s, GPT *part, const PartMap *map, const T
                        const Comm *col, const Comm *dp) {
     const StrategyConfig *c = s->cfg;
     const Backend *be = part->be;
-    OffloadShape dev = {.device = be->host_memory ? NULL : be}; // the memory --fast-mem bounds
-    double overhead = offload_overhead(&dev); // before the activations and slots exist
+    double overhead = offload_overhead(be); // before the activations and slots exist
     if (work2d_create(ws, part, g, c->batch, c->seq, c->recompute)) return NULL;
     Tp2dSwap *w = xcalloc(1, sizeof *w);
     w->m = part, w->cfg = c, w->col = col, w->dp = dp, w->L = part->cfg.L, w->be = be;
@@ -220,9 +222,7 @@ Tp2dSwap *tp2ds_create(const Strategy *s, GPT *part, const PartMap *map, const T
     w->tsum = xcalloc((size_t)part->ntensors, sizeof(double));
     int rank = s->grid->world->rank;
     if (plan(w, ws, overhead) ||
-        !(w->tier = !c->offload_dir   ? tier_open_host(be, NREG * w->region)
-                    : be->host_memory ? tier_open(c->offload_dir, rank, NREG * w->region)
-                                      : tier_open_dev(c->offload_dir, rank, NREG * w->region, be)))
+        !(w->tier = tier_open_on(be, c->offload_dir, rank, NREG * w->region)))
         return tp2ds_free(w), NULL;
     if (tier_fast_backend(w->tier)) w->hs = xalloc_floats(w->cap);
     int ends[2] = {0, w->L + 1};
@@ -239,8 +239,7 @@ Tp2dSwap *tp2ds_create(const Strategy *s, GPT *part, const PartMap *map, const T
     w->uv = tier_fast_alloc(w->tier, w->cap * sizeof(float));
     for (int b = 1; b <= w->L; b++)
         part->blocks[b].params = w->lp, part->blocks[b].grads = w->lg;
-    if (part_fill_blocks(s, map, w->hs ? w->hs : w->um, w->cap, fill_store, w))
-        return tp2ds_free(w), NULL;
+    if (part_fill_blocks(s, map, stage_of(w), w->cap, fill_store, w)) return tp2ds_free(w), NULL;
     if (s->resume_dir) w->t = s->resume->opt_t;
     return w;
 }

@@ -38,7 +38,7 @@ static int measure_overhead(Strategy *s, const Whole *w, const OffloadShape *sh,
     if (dp->size > 1) comm_broadcast(dp, &rc, sizeof rc, 0);
     if (rc) return -1; // the first rank says why
     if (!plans || c->offload_profile) rc = offload_warmup(s->model, sh, c->fast_mem);
-    float v[2] = {rc ? 1.f : 0.f, rc ? 0.f : (float)offload_overhead(sh)};
+    float v[2] = {rc ? 1.f : 0.f, rc ? 0.f : (float)offload_overhead(s->model->be)};
     if (dp->size > 1 && comm_allreduce_max(dp, v, 2)) return -1;
     if (v[0] > 0)
         return rc ? -1
@@ -47,7 +47,7 @@ static int measure_overhead(Strategy *s, const Whole *w, const OffloadShape *sh,
                               c->fast_mem);
     *overhead = v[1];
     // what the tier's I/O costs the compute: measured now, with the backend's threads counted
-    if (plans && !sh->device &&
+    if (plans &&
         offload_interference_costs(s->model, c->offload_dir, 0, costs, s->lead ? stderr : NULL))
         return -1;
     return 0;
@@ -78,7 +78,7 @@ static int make_plan(Strategy *s, const Whole *w, const OffloadShape *sh, Offloa
     if (w->kept > 0)
         snprintf(kept, sizeof kept, ", %.1f MiB kept in host memory (%s)", w->kept / MiB,
                  w->kept_what);
-    if (s->lead && sh->device)
+    if (s->lead && !s->model->be->host_memory)
         fprintf(stderr,
                 "loom: offload: fixed overhead %.1f MiB of device memory (measured at start-up: "
                 "the backend's scratch, caches and workspaces), %.1f MiB of --fast-mem %.1f MiB "
@@ -132,8 +132,7 @@ int whole_swap_create(Strategy *s, Whole *w, const Comm *grad_comm, int zero) {
                        .dp = grad_comm->size,
                        .zero = zero,
                        .co2 = c->co2,
-                       .fused = c->opt.grad_clip <= 0 && !c->nonfinite_skip,
-                       .device = m->be->host_memory ? NULL : m->be};
+                       .fused = c->opt.grad_clip <= 0 && !c->nonfinite_skip};
     CO2Config cc = whole_co2_config(c);
     OffloadPlan plan;
     double overhead = 0;

@@ -18,14 +18,7 @@ static size_t nheld, capheld, now, peak;
 cudaError_t cu_malloc(void **p, size_t bytes) {
     cudaError_t e = cudaMalloc(p, bytes);
     if (e != cudaSuccess) return e;
-    if (nheld == capheld) {
-        size_t ncap = capheld ? 2 * capheld : 256;
-        Held *nh = xmalloc(ncap * sizeof *nh);
-        for (size_t i = 0; i < nheld; i++)
-            nh[i] = held[i];
-        free(held);
-        held = nh, capheld = ncap;
-    }
+    held = xgrow(held, nheld, &capheld, 256, sizeof *held);
     held[nheld++] = (Held){*p, bytes};
     now += bytes;
     if (now > peak) peak = now;
