@@ -87,40 +87,43 @@ both "co2 2 workers tau 2" 2 --dp 2 --co2 --tau 2 --grad-clip 0
 
 # tensor- and context-parallel parts swap through the same executor (each rank its own tier);
 # a save or an export assembles the ranges in host memory (no --offload-dir)
-mem_vs() { # NAME NP ARGS...: --offload host on emu against the layout in memory on the cpu
-    local name=$1 np=$2
+mem_vs() { # NAME NP ARGS...: swapped on emu ($OFF, default --offload host and $UNITS) against
+    # the layout in memory on the cpu
+    local name=$1 np=$2 off=${OFF:-$HOST $UNITS}
     shift 2
     $MPI -np "$np" $LOOM train $small "$@" --device cpu --metrics "$d/mem.jsonl" \
         --export "$d/mem.st" 2>/dev/null
-    $MPI -np "$np" $LOOM train $small "$@" --device emu $HOST $UNITS --metrics "$d/host.jsonl" \
+    $MPI -np "$np" $LOOM train $small "$@" --device emu $off --metrics "$d/host.jsonl" \
         --export "$d/host.st" 2>"$d/host.err" || { cat "$d/host.err"; exit 1; }
-    same "$name: --offload host on emu vs in memory on cpu" "$d/host.jsonl" "$d/mem.jsonl" \
-        "$d/host.st" "$d/mem.st"
+    same "$name on emu vs in memory on cpu" "$d/host.jsonl" "$d/mem.jsonl" "$d/host.st" \
+        "$d/mem.st"
 }
-mem_vs "tp 2 sp" 2 --tp 2 --sp
-mem_vs "cp 2" 2 --cp 2
-mem_vs "tp 2 x dp 2" 4 --tp 2 --dp 2
+resumes() { # NAME NP ARGS...: a checkpoint of --offload host on emu (step 2 of 4) resumes on the
+    # cpu in memory onto the uninterrupted run's bytes ($d/full.st)
+    local name=$1 np=$2
+    shift 2
+    rm -rf "$d/ck"
+    $MPI -np "$np" $LOOM train $small "$@" --device cpu --export "$d/full.st" 2>/dev/null
+    $MPI -np "$np" $LOOM train $small "$@" --device emu $HOST $UNITS --save-every 2 \
+        --save "$d/ck" 2>/dev/null
+    rm -rf "$d/ck/step_00000004"; echo step_00000002 >"$d/ck/latest"
+    $MPI -np "$np" $LOOM train $small "$@" --device cpu --resume "$d/ck" --export "$d/res.st" \
+        2>/dev/null
+    cmp -s "$d/full.st" "$d/res.st" ||
+        { echo "$name: a checkpoint of --offload host resumed on the cpu differs"; exit 1; }
+    echo "$name: a checkpoint of --offload host resumed on the cpu: the uninterrupted run's bytes"
+}
+mem_vs "tp 2 sp, --offload host" 2 --tp 2 --sp
+mem_vs "cp 2, --offload host" 2 --cp 2
+mem_vs "tp 2 x dp 2, --offload host" 4 --tp 2 --dp 2
 # pipeline stages swap their own blocks (every schedule)
-mem_vs "pp 2 1f1b" 2 --pp 2 --schedule 1f1b
-mem_vs "pp 2 2bw" 2 --pp 2 --schedule 2bw
-mem_vs "pp 2 gpipe x dp 2" 4 --pp 2 --schedule gpipe --dp 2
+mem_vs "pp 2 1f1b, --offload host" 2 --pp 2 --schedule 1f1b
+mem_vs "pp 2 2bw, --offload host" 2 --pp 2 --schedule 2bw
+mem_vs "pp 2 gpipe x dp 2, --offload host" 4 --pp 2 --schedule gpipe --dp 2
 # a 2D grid's part: its layers and every block's moments swapped, the ends resident
-mem_vs "2D tp 4" 4 --tp 4 --tp-mode 2d
-$MPI -np 2 $LOOM train $small --tp 2 --device emu $HOST $UNITS --save-every 2 --save "$d/ckt" \
-    2>/dev/null
-rm -rf "$d/ckt/step_00000004"; echo step_00000002 >"$d/ckt/latest"
-$MPI -np 2 $LOOM train $small --tp 2 --device cpu --export "$d/tfull.st" 2>/dev/null
-$MPI -np 2 $LOOM train $small --tp 2 --device cpu --resume "$d/ckt" --export "$d/tres.st" 2>/dev/null
-cmp -s "$d/tfull.st" "$d/tres.st" ||
-    { echo "tp 2: a checkpoint of --offload host resumed on the cpu differs"; exit 1; }
-echo "tp 2: a checkpoint of --offload host resumed on the cpu: the uninterrupted run's bytes"
-$MPI -np 2 $LOOM train $small --pp 2 --device emu $HOST --save-every 2 --save "$d/ckp" 2>/dev/null
-rm -rf "$d/ckp/step_00000004"; echo step_00000002 >"$d/ckp/latest"
-$MPI -np 2 $LOOM train $small --pp 2 --device cpu --export "$d/pfull.st" 2>/dev/null
-$MPI -np 2 $LOOM train $small --pp 2 --device cpu --resume "$d/ckp" --export "$d/pres.st" 2>/dev/null
-cmp -s "$d/pfull.st" "$d/pres.st" ||
-    { echo "pp 2: a checkpoint of --offload host resumed on the cpu differs"; exit 1; }
-echo "pp 2: a checkpoint of --offload host resumed on the cpu: the uninterrupted run's bytes"
+mem_vs "2D tp 4, --offload host" 4 --tp 4 --tp-mode 2d
+resumes "tp 2" 2 --tp 2
+resumes "pp 2" 2 --pp 2
 
 # the LLaMA block (grouped-query attention, SwiGLU, RMSNorm) swapped the same way
 llama="--data $d/s.bin --arch llama --kv-heads 1 --ffn-dim 64 --layers 3 --heads 2 --dim 32
@@ -140,14 +143,8 @@ run dd $small --device emu $DISKDEV $UNITS
 same "1 process, --offload disk on emu" "$d/mem.jsonl" "$d/dd.jsonl" "$d/mem.st" "$d/dd.st"
 within dd
 [ -z "$(ls -A "$d/off")" ] || { echo "scratch files left in --offload-dir"; exit 1; }
-$MPI -np 2 $LOOM train $small --pp 2 --schedule 2bw --device emu $DISKDEV --export "$d/dd.st" \
-    2>/dev/null
-$MPI -np 2 $LOOM train $small --pp 2 --schedule 2bw --device cpu --export "$d/pfull.st" 2>/dev/null
-cmp -s "$d/dd.st" "$d/pfull.st" || { echo "pp 2 2bw: --offload disk on emu differs from memory"; exit 1; }
-echo "pp 2 2bw: --offload disk on emu: the in-memory run's bytes"
-$MPI -np 2 $LOOM train $small --tp 2 --device emu $DISKDEV $UNITS --export "$d/dd.st" 2>/dev/null
-cmp -s "$d/dd.st" "$d/tfull.st" || { echo "tp 2: --offload disk on emu differs from memory"; exit 1; }
-echo "tp 2: --offload disk on emu: the in-memory run's bytes"
+OFF="$DISKDEV $UNITS" mem_vs "pp 2 2bw, --offload disk" 2 --pp 2 --schedule 2bw
+OFF="$DISKDEV $UNITS" mem_vs "tp 2, --offload disk" 2 --tp 2
 $MPI -np 2 $LOOM train $small --dp 2 --zero 1 --device emu $DISKDEV $UNITS \
     --metrics "$d/dd.jsonl" --export "$d/dd.st" 2>"$d/dd.err" || { cat "$d/dd.err"; exit 1; }
 $MPI -np 2 $LOOM train $small --dp 2 --zero 1 --device cpu --offload disk --offload-dir "$d/off" \
@@ -155,14 +152,8 @@ $MPI -np 2 $LOOM train $small --dp 2 --zero 1 --device cpu --offload disk --offl
 same "dp 2 zero 1: --offload disk on emu vs on cpu" "$d/dd.jsonl" "$d/disk.jsonl" "$d/dd.st" \
     "$d/disk.st"
 
-# a checkpoint of --offload host resumes on the CPU in memory
-$LOOM train $small --device cpu --export "$d/full.st" 2>/dev/null
-$LOOM train $small --device emu $HOST --save-every 2 --save "$d/ck" 2>/dev/null
-rm -rf "$d/ck/step_00000004"; echo step_00000002 >"$d/ck/latest"
-$LOOM train $small --device cpu --resume "$d/ck" --export "$d/res.st" 2>/dev/null
-cmp -s "$d/full.st" "$d/res.st" ||
-    { echo "a checkpoint of --offload host resumed on the CPU differs from the uninterrupted run"; exit 1; }
-echo "checkpoint of --offload host resumed on the cpu: the uninterrupted run's bytes"
+# a one-process checkpoint too ($d/full.st: its uninterrupted run, for the negative control)
+resumes "1 process" 1
 
 expect_fail "--fast-mem 4.0 MiB is too small" $LOOM train $small --device emu --offload host \
     --fast-mem 4M
