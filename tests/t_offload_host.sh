@@ -19,6 +19,10 @@
 #   * --offload disk with --device emu (a disk under the device, through page-locked bounce
 #     buffers): one process equals the in-memory emu run, tp 2 and pp 2 2bw the in-memory cpu
 #     runs, dp 2 ZeRO-1 --offload disk on the CPU;
+#   * device <- host <- disk (--offload host --offload-dir --host-mem: the front of each rank's
+#     state in page-locked host memory, the rest on disk below it, both parts used): one process
+#     equals the in-memory emu run within --fast-mem, pp 2 1f1b and tp 2 the in-memory cpu runs,
+#     dp 2 ZeRO-1 --offload disk on the CPU;
 #   * a checkpoint saved with --offload host resumes on the CPU in memory onto the uninterrupted
 #     run's bytes;
 #   * refusals: a budget below what the plan needs names it.
@@ -71,11 +75,12 @@ done
 
 # the layouts against --offload disk on the CPU (the same executor over another tier)
 both() { # NAME NP ARGS...
-    local name=$1 np=$2
+    # ($CFG: the model, default $small; $OFF: the emu run's tier, default $HOST)
+    local name=$1 np=$2 cfg=${CFG:-$small} off=${OFF:-$HOST}
     shift 2
-    $MPI -np "$np" $LOOM train $small "$@" --device cpu --offload disk --offload-dir "$d/off" \
+    $MPI -np "$np" $LOOM train $cfg "$@" --device cpu --offload disk --offload-dir "$d/off" \
         --fast-mem "$(fastmem 96)" $UNITS --metrics "$d/disk.jsonl" --export "$d/disk.st"
-    $MPI -np "$np" $LOOM train $small "$@" --device emu $HOST $UNITS --metrics "$d/host.jsonl" \
+    $MPI -np "$np" $LOOM train $cfg "$@" --device emu $off $UNITS --metrics "$d/host.jsonl" \
         --export "$d/host.st" 2>"$d/host.err" || { cat "$d/host.err"; exit 1; }
     same "$name: --offload host on emu vs --offload disk on cpu" "$d/host.jsonl" \
         "$d/disk.jsonl" "$d/host.st" "$d/disk.st"
@@ -88,12 +93,12 @@ both "co2 2 workers tau 2" 2 --dp 2 --co2 --tau 2 --grad-clip 0
 # tensor- and context-parallel parts swap through the same executor (each rank its own tier);
 # a save or an export assembles the ranges in host memory (no --offload-dir)
 mem_vs() { # NAME NP ARGS...: swapped on emu ($OFF, default --offload host and $UNITS) against
-    # the layout in memory on the cpu
-    local name=$1 np=$2 off=${OFF:-$HOST $UNITS}
+    # the layout in memory on the cpu ($CFG: the model, default $small)
+    local name=$1 np=$2 off=${OFF:-$HOST $UNITS} cfg=${CFG:-$small}
     shift 2
-    $MPI -np "$np" $LOOM train $small "$@" --device cpu --metrics "$d/mem.jsonl" \
+    $MPI -np "$np" $LOOM train $cfg "$@" --device cpu --metrics "$d/mem.jsonl" \
         --export "$d/mem.st" 2>/dev/null
-    $MPI -np "$np" $LOOM train $small "$@" --device emu $off --metrics "$d/host.jsonl" \
+    $MPI -np "$np" $LOOM train $cfg "$@" --device emu $off --metrics "$d/host.jsonl" \
         --export "$d/host.st" 2>"$d/host.err" || { cat "$d/host.err"; exit 1; }
     same "$name on emu vs in memory on cpu" "$d/host.jsonl" "$d/mem.jsonl" "$d/host.st" \
         "$d/mem.st"
@@ -151,6 +156,32 @@ $MPI -np 2 $LOOM train $small --dp 2 --zero 1 --device cpu --offload disk --offl
     --fast-mem "$(fastmem 96)" $UNITS --metrics "$d/disk.jsonl" --export "$d/disk.st" 2>/dev/null
 same "dp 2 zero 1: --offload disk on emu vs on cpu" "$d/dd.jsonl" "$d/disk.jsonl" "$d/dd.st" \
     "$d/disk.st"
+
+# device <- host <- disk: --host-mem of page-locked host memory holds the front of each rank's
+# state (less the disk part's 16 MiB of bounce buffers), the rest is on disk below it; a model
+# of 53 MiB of state (26 a stage or a tp part) against 20 MiB: 4 MiB in host memory
+mid="--data $d/d.bin --layers 4 --heads 4 --dim 256 --vocab 512 --block-size 32 --batch 2
+     --seq 16 --lr 3e-3 --weight-decay 0.1 --grad-clip 0.5 --progress off --seed 5 --threads 1
+     --steps 3 --grad-accum 2"
+SPLIT="--offload host --offload-dir $d/off --host-mem 20M --fast-mem 48M"
+split_used() { # FILE: every rank's state is split, some of it in host memory and some on disk
+    local n
+    n=$(grep -cE 'rank [0-9]+: [1-9][0-9.]* MiB of the state in page-locked host memory \(--host-mem 20.0 MiB less 16.0 MiB of bounce buffers\), [1-9][0-9.]* MiB on disk' "$1") || true
+    [ "$n" = "$2" ] || { echo "$1: $n ranks split their state, want $2"; cat "$1"; exit 1; }
+}
+run mem $mid --device emu
+run sp $mid --device emu $SPLIT
+split_used "$d/sp.err" 1
+same "1 process, --host-mem: host memory above a disk on emu" "$d/mem.jsonl" "$d/sp.jsonl" \
+    "$d/mem.st" "$d/sp.st"
+within sp
+CFG=$mid OFF="$SPLIT $UNITS" mem_vs "pp 2 1f1b, --host-mem" 2 --pp 2 --schedule 1f1b
+split_used "$d/host.err" 2
+CFG=$mid OFF="$SPLIT $UNITS" mem_vs "tp 2, --host-mem" 2 --tp 2
+split_used "$d/host.err" 2
+CFG=$mid OFF=$SPLIT both "dp 2 zero 1, --host-mem" 2 --dp 2 --zero 1
+split_used "$d/host.err" 2
+[ -z "$(ls -A "$d/off")" ] || { echo "scratch files left in --offload-dir"; exit 1; }
 
 # a one-process checkpoint too ($d/full.st: its uninterrupted run, for the negative control)
 resumes "1 process" 1

@@ -8,7 +8,11 @@
 //   * a misaligned or out-of-range request fails its wait with a clear message, and an I/O
 //     error in the worker (a buffer the kernel cannot read) is kept for every later wait;
 //   * tier_open refuses a missing directory, a file and an unaligned size; it leaves nothing
-//     in the directory, even while open; tier_measure reports bandwidths.
+//     in the directory, even while open; tier_measure reports bandwidths;
+//   * device <- host <- disk (tier_open_on with a directory and --host-mem, on the emu device):
+//     the front of the tier in host memory, the rest on disk, the same round trip and ordering
+//     with requests that span the cut, tickets older than the split tier's ring still waited
+//     for, and the refusals (--host-mem not above the bounce buffers, a host tier above it).
 // Modes for tests/t_offload_tier.sh (sizes take K/M/G suffixes, KiB/MiB/GiB):
 //   test_tier --open DIR BYTES     open and close a tier; on failure the message, exit 1
 //   test_tier --hold DIR BYTES     open a tier, print "holding", then sleep until killed
@@ -22,6 +26,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "../src/backend/backend.h"
 #include "../src/common.h"
 #include "../src/offload/tier.h"
 #include "test.h"
@@ -227,6 +232,40 @@ TEST(measure) {
     CHECK(tier_measure(dir, NULL, 64 * MiB, 4 * MiB, 1000, &v) == -1, "unaligned chunk accepted");
     CHECK(dir_is_empty(dir), "%s not empty after tier_measure", dir);
 }
+// The split tier on emu: the fast buffers may be host memory (emu's copies take either side).
+TEST(split_under_device) {
+    const Backend *emu = backend_emu();
+    size_t bytes = 24 * MiB, host_mem = tier_bounce_bytes() + 6 * MiB + 3 * TIER_ALIGN, h, d;
+    Tier *t = tier_open_on(emu, dir, host_mem, 0, bytes);
+    CHECK(t, "split tier: %s", loom_errmsg());
+    if (!t) return;
+    tier_parts(t, &h, &d);
+    CHECK(h == 6 * MiB + 3 * TIER_ALIGN && h + d == bytes, "parts: %zu host, %zu disk", h, d);
+    CHECK(dir_is_empty(dir), "%s not empty while a split tier is open", dir);
+    roundtrip(t, bytes);
+    ordering(t, 20);
+    // more requests than the ring remembers: the first ticket is still waited for
+    char *buf = tier_alloc(2 * TIER_ALIGN);
+    uint64_t first = tier_write_async(t, h - TIER_ALIGN, buf, 2 * TIER_ALIGN), last = first;
+    for (int i = 0; i < 20000; i++)
+        last = tier_write_async(t, (size_t)(i % 64) * TIER_ALIGN, buf, TIER_ALIGN);
+    CHECK(tier_wait(t, first) == 0 && tier_done(t, first), "an old ticket: %s", loom_errmsg());
+    CHECK(tier_wait_upto(t, last) == 0 && tier_done(t, last), "the last: %s", loom_errmsg());
+    uint64_t past = tier_read_async(t, bytes - TIER_ALIGN, buf, 2 * TIER_ALIGN);
+    CHECK(tier_wait(t, past) == -1 && strstr(loom_errmsg(), "past the end"),
+          "a read past the end: %s", loom_errmsg());
+    tier_free(buf);
+    tier_close(t);
+    CHECK(!tier_open_on(emu, dir, tier_bounce_bytes(), 0, bytes) &&
+              strstr(loom_errmsg(), "bounce buffers"),
+          "--host-mem of only the bounce buffers: %s", loom_errmsg());
+    CHECK(!tier_open_on(emu, NULL, 8 * MiB, 0, bytes) && strstr(loom_errmsg(), "--offload-dir"),
+          "a host tier above --host-mem: %s", loom_errmsg());
+    t = tier_open_on(emu, dir, 2 * bytes, 0, bytes); // it fits: host memory only
+    CHECK(t, "%s", loom_errmsg());
+    if (t) tier_parts(t, &h, &d), tier_close(t);
+    CHECK(h == bytes && d == 0, "all of it fits: %zu host, %zu disk", h, d);
+}
 
 static size_t parse_size(const char *s) {
     char *end;
@@ -293,6 +332,7 @@ int main(int argc, char **argv) {
     RUN(bad_requests);
     RUN(open_errors);
     RUN(measure);
+    RUN(split_under_device);
     CHECK(dir_is_empty(dir), "not empty at the end");
     rmdir(dir);
     return test_summary();

@@ -168,8 +168,13 @@ static const Option OPTS[] = {
      "keep the training state in a slow tier and swap blocks through --fast-mem (host: GPU only)",
      "disk|host", 0, 0},
     {"offload-dir", OPT_STR, &A.offload_dir,
-     "--offload disk: directory for the scratch files (each rank its own subdirectory); loom "
-     "peer without --offload: its outer state and the swarm's arrays live in files there",
+     "--offload disk (or host with --host-mem): directory for the scratch files (each rank its "
+     "own subdirectory); loom peer without --offload: its outer state and the swarm's arrays "
+     "live in files there",
+     NULL, 0, 0},
+    {"host-mem", OPT_STR, &A.host_mem,
+     "--offload host: page-locked host memory per rank for the state, bytes or with K/M/G; "
+     "with --offload-dir the rest of the state lives on disk below it",
      NULL, 0, 0},
     {"fast-mem", OPT_STR, &A.fast_mem,
      "--offload: fast memory per rank, bytes or with K/M/G (KiB/MiB/GiB)", NULL, 0, 0},

@@ -147,6 +147,14 @@ int offload_costs_measure(const GPT *m, const OffloadShape *s, int threads,
 // pattern: `bytes` (0: 256 MiB) written and read back in requests of the size of a typical unit
 // of m. 0 or -1.
 int offload_tier_costs(const GPT *m, const char *dir, size_t bytes, OffloadCosts *c, FILE *log);
+// device <- host <- disk (--host-mem): c holds the disk's rates under the device; the host
+// tier under m's device is measured the same way (a probe of `bytes`) and each rate becomes the
+// two parts' moved one after the other, host_mem less the bounce buffers holding its share of
+// this rank's state (parameters, gradients and moments, CO2's three arrays; the front of the
+// tier, where the parameters are, is host memory: unit reads are faster than the blend says).
+// The fixed-costs test hook leaves c as it is. 0 or -1.
+int offload_host_cache_costs(const GPT *m, const OffloadShape *s, size_t host_mem, size_t bytes,
+                             OffloadCosts *c, FILE *log);
 // The compute seconds lost per byte the tier under dir moves meanwhile (offload_interference.c),
 // with a scratch file of `bytes` in requests of `piece`; 0 or -1 (loom_errmsg).
 // offload_interference_costs: that into c->io_slow, with a layer's parameters as the piece and
@@ -162,7 +170,8 @@ int offload_interference_costs(const GPT *m, const char *dir, size_t bytes, Offl
 // whole process's resident memory stays under it, from the start to the end of the run.
 //   1. offload_startup_costs (the rank that plans): the block costs, measured (a one-layer copy
 //      of the model, in what the process does not yet hold of the budget) or from
-//      profile_path, and the tier under dir (buffers of at most half of that).
+//      profile_path, and the tier under dir (buffers of at most half of that; with host_mem
+//      under a device, the host memory above it too: offload_host_cache_costs).
 //   2. offload_warmup (every other rank, and one whose costs came from a file): one forward and
 //      backward of each block kind on the same copy, so the backend's threads and BLAS buffers
 //      exist as they will during the steps.
@@ -180,7 +189,8 @@ int offload_interference_costs(const GPT *m, const char *dir, size_t bytes, Offl
 // Each returns 0 or -1 with loom_errmsg; progress lines go to log (NULL: silent).
 #define OFFLOAD_LATE_BYTES ((double)(8 << 20))
 int offload_startup_costs(const GPT *m, const OffloadShape *s, int threads, const char *dir,
-                          size_t budget, const char *profile_path, OffloadCosts *c, FILE *log);
+                          size_t host_mem, size_t budget, const char *profile_path, OffloadCosts *c,
+                          FILE *log);
 int offload_warmup(const GPT *m, const OffloadShape *s, size_t budget);
 double offload_overhead(const Backend *be); // be NULL or host memory: the process's RSS
 int offload_plan_share(const GPT *m, const OffloadShape *s, size_t budget, double overhead,

@@ -122,6 +122,34 @@ int offload_tier_costs(const GPT *m, const char *dir, size_t bytes, OffloadCosts
     return 0;
 }
 
+// Rate r of a tier whose fraction f of the bytes moves at h and the rest at r: the two parts
+// taken one after the other (they overlap in a run: an upper bound on the time).
+static double blend(double f, double h, double r) {
+    return h > 0 && r > 0 ? 1.0 / (f / h + (1.0 - f) / r) : r;
+}
+
+int offload_host_cache_costs(const GPT *m, const OffloadShape *s, size_t host_mem, size_t bytes,
+                             OffloadCosts *c, FILE *log) {
+    if (testhook_offload_fixed_costs()) return 0;
+    OffloadCosts h = *c;
+    if (offload_tier_costs(m, NULL, bytes, &h, log)) return -1;
+    double P = (double)m->nparams, owned = s->zero && s->dp > 1 ? P / s->dp : P;
+    double state = 4.0 * (P + 3.0 * owned + (s->co2 ? 3.0 * P : 0.0));
+    double room = (double)host_mem - (double)tier_bounce_bytes();
+    double f = room <= 0 ? 0 : room >= state ? 1 : room / state;
+    c->read_bps = blend(f, h.read_bps, c->read_bps);
+    c->write_bps = blend(f, h.write_bps, c->write_bps);
+    c->opt_read_bps = blend(f, offload_opt_read_bps(&h), offload_opt_read_bps(c));
+    c->opt_write_bps = blend(f, offload_opt_write_bps(&h), offload_opt_write_bps(c));
+    c->read_cpu *= 1.0 - f, c->write_cpu *= 1.0 - f;
+    if (log)
+        fprintf(log,
+                "loom: offload plan: --host-mem holds %.0f%% of the state: the tier's rates "
+                "blended to read %.3g GB/s, write %.3g GB/s\n",
+                100.0 * f, c->read_bps * 1e-9, c->write_bps * 1e-9);
+    return 0;
+}
+
 int offload_interference_costs(const GPT *m, const char *dir, size_t bytes, OffloadCosts *c,
                                FILE *log) {
     if (testhook_offload_fixed_costs()) return 0; // io_slow as fixed_costs set it
@@ -172,7 +200,8 @@ static void fixed_costs(const GPT *m, const OffloadShape *s, int threads, Offloa
 }
 
 int offload_startup_costs(const GPT *m, const OffloadShape *s, int threads, const char *dir,
-                          size_t budget, const char *profile_path, OffloadCosts *c, FILE *log) {
+                          size_t host_mem, size_t budget, const char *profile_path, OffloadCosts *c,
+                          FILE *log) {
     double held = held_now(m->be), room = (double)budget - held;
     if (offload_plan_min_bytes(m, s, NULL) > room) return offload_plan_fail(m, s, budget, held, 0);
     if (testhook_offload_fixed_costs()) {
@@ -183,7 +212,8 @@ int offload_startup_costs(const GPT *m, const OffloadShape *s, int threads, cons
     if (offload_costs_measure(m, s, threads, profile_path, NULL, (size_t)room, c, log)) return -1;
     // the probe's buffers stay within half of what is left: nothing else is allocated yet
     size_t probe = (size_t)(room / 2) < PROBE_BYTES ? (size_t)(room / 2) : PROBE_BYTES;
-    return offload_tier_costs(m, dir, probe, c, log);
+    if (offload_tier_costs(m, dir, probe, c, log)) return -1;
+    return dir && host_mem ? offload_host_cache_costs(m, s, host_mem, probe, c, log) : 0;
 }
 
 int offload_warmup(const GPT *m, const OffloadShape *s, size_t budget) {

@@ -226,7 +226,7 @@ Swapper *swap_create(GPT *m, const SwapConfig *c) {
         if (c->co2) bytes += all * sizeof(float);
     }
     int tr = c->tier_rank ? c->tier_rank : s->rank;
-    s->tier = tier_open_on(m->be, c->dir, tr, bytes);
+    s->tier = tier_open_on(m->be, c->dir, c->host_mem, tr, bytes);
     if (!s->tier || alloc_fast(s)) {
         swap_free(s);
         return NULL;

@@ -23,6 +23,7 @@ typedef struct {
     int zero;         // 0, 1 (moments sharded; every tier keeps only its owned gradients) or 2
                       // (the same, the layers' gradients reduce-scattered instead of all-reduced)
     const char *dir;  // --offload-dir
+    size_t host_mem;  // --host-mem (0: none): under a device, host memory above the disk tier
     size_t budget;    // --fast-mem, bytes: the whole process
     double overhead;  // of it, the fixed overhead (offload_overhead); the rest is the plan's
     const OffloadPlan *plan;

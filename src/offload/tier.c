@@ -10,7 +10,7 @@
 #include "tier.h"
 
 #include "../common.h"
-#include "tier_host.h"
+#include "tier_impl.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -46,7 +46,8 @@ typedef struct Req {
 } Req;
 
 struct Tier {
-    TierHost *host; // a host-memory tier under a device (tier_host.c): every call goes there
+    TierHost *host;   // a host-memory tier under a device (tier_host.c): every call goes there
+    TierSplit *split; // host memory above a disk under a device (tier_split.c): the same
     int fd, direct;
     size_t size;
     char dir[1024];
@@ -268,7 +269,7 @@ static int start_workers(Tier *t) {
     return rc ? fail_errno(t->dir, "cannot start an I/O thread", rc) : 0;
 }
 
-static Tier *open_disk(const char *dir, int rank, size_t bytes, const Backend *dev) {
+Tier *tier_open_disk(const char *dir, int rank, size_t bytes, const Backend *dev) {
     if (bytes % TIER_ALIGN)
         return loom_fail("--offload-dir %s: scratch size %zu is not a multiple of %zu", dir, bytes,
                          TIER_ALIGN),
@@ -293,31 +294,34 @@ static Tier *open_disk(const char *dir, int rank, size_t bytes, const Backend *d
 }
 
 Tier *tier_open(const char *dir, int rank, size_t bytes) {
-    return open_disk(dir, rank, bytes, NULL);
+    return tier_open_disk(dir, rank, bytes, NULL);
 }
 
-Tier *tier_open_on(const Backend *be, const char *dir, int rank, size_t bytes) {
-    if (!be || be->host_memory) return tier_open(dir, rank, bytes);
-    if (dir && !backend_supports(be, BACKEND_COPY_STREAM))
-        return loom_fail("--offload disk with --device %s: the %s backend lacks %s", be->name,
-                         be->name, backend_cap_name(BACKEND_COPY_STREAM)),
-               NULL;
-    if (dir) return open_disk(dir, rank, bytes, be);
-    TierHost *h = tier_host_open(be, bytes);
-    if (!h) return NULL;
+Tier *tier_of_host(TierHost *h, size_t bytes) {
     Tier *t = xcalloc(1, sizeof *t);
     t->host = h, t->fd = -1, t->direct = 1, t->size = bytes;
     return t;
 }
 
+Tier *tier_of_split(TierSplit *sp, size_t bytes, int direct, const char *dir) {
+    Tier *t = xcalloc(1, sizeof *t);
+    t->split = sp, t->fd = -1, t->direct = direct, t->size = bytes;
+    snprintf(t->dir, sizeof t->dir, "%s", dir);
+    return t;
+}
+
+size_t tier_bounce_bytes(void) { return TIER_WORKERS * TIER_PIECE; }
+
 const Backend *tier_fast_backend(const Tier *t) {
+    if (t->split) return tier_fast_backend(tier_split_back(t->split));
     return t->host ? tier_host_backend(t->host) : t->dev;
 }
 
 void tier_close(Tier *t) {
     if (!t) return;
-    if (t->host) {
+    if (t->host || t->split) {
         tier_host_close(t->host);
+        tier_split_close(t->split);
         free(t);
         return;
     }
@@ -367,6 +371,7 @@ static int check_req(Tier *t, int write, size_t off, const void *buf, size_t n) 
 }
 
 static uint64_t submit(Tier *t, int write, size_t off, const void *buf, size_t n) {
+    if (t->split) return tier_split_submit(t->split, write, off, buf, n);
     if (t->host) return tier_host_submit(t->host, write, off, buf, n);
     pthread_mutex_lock(&t->mu);
     uint64_t ticket = t->next_ticket++;
@@ -394,6 +399,7 @@ uint64_t tier_write_async(Tier *t, size_t off, const void *buf, size_t n) {
 
 // Blocks until no request with a ticket <= upto is incomplete (all: the whole list).
 static int wait_upto(Tier *t, uint64_t upto, int all) {
+    if (t->split) return tier_split_wait(t->split, upto, all);
     if (t->host) return tier_host_wait(t->host, upto); // in order: every earlier one too
     pthread_mutex_lock(&t->mu);
     double t0 = 0;
@@ -416,6 +422,7 @@ int tier_wait(Tier *t, uint64_t ticket) { return wait_upto(t, ticket, 0); }
 int tier_wait_upto(Tier *t, uint64_t ticket) { return ticket ? wait_upto(t, ticket, 1) : 0; }
 
 int tier_drain(Tier *t) {
+    if (t->split) return tier_split_drain(t->split);
     if (t->host) return tier_host_wait(t->host, tier_host_last(t->host));
     pthread_mutex_lock(&t->mu);
     uint64_t last = t->next_ticket - 1;
@@ -424,6 +431,7 @@ int tier_drain(Tier *t) {
 }
 
 double tier_waited(const Tier *t) {
+    if (t->split) return tier_split_waited(t->split);
     if (t->host) return *tier_host_waited(t->host);
     pthread_mutex_t *mu = (pthread_mutex_t *)&t->mu;
     pthread_mutex_lock(mu);
@@ -433,6 +441,7 @@ double tier_waited(const Tier *t) {
 }
 
 void tier_reset_waited(Tier *t) {
+    if (t->split) return tier_split_reset_waited(t->split);
     if (t->host) {
         *tier_host_waited(t->host) = 0;
         return;
@@ -443,6 +452,7 @@ void tier_reset_waited(Tier *t) {
 }
 
 void tier_bytes(const Tier *t, uint64_t *read, uint64_t *written) {
+    if (t->split) return tier_split_bytes(t->split, read, written);
     if (t->host) return tier_host_bytes(t->host, read, written);
     pthread_mutex_t *mu = (pthread_mutex_t *)&t->mu;
     pthread_mutex_lock(mu);
@@ -455,6 +465,7 @@ int tier_workers(void) { return TIER_WORKERS; }
 
 int tier_done(Tier *t, uint64_t ticket) {
     if (!ticket) return 1;
+    if (t->split) return tier_split_done(t->split, ticket, 0);
     if (t->host) return tier_host_done(t->host, ticket);
     pthread_mutex_lock(&t->mu);
     const Req *r = t->head;
@@ -463,4 +474,19 @@ int tier_done(Tier *t, uint64_t ticket) {
     int done = !r || r->ticket != ticket;
     pthread_mutex_unlock(&t->mu);
     return done;
+}
+
+int tier_done_upto(Tier *t, uint64_t ticket) {
+    if (!ticket) return 1;
+    if (t->split) return tier_split_done(t->split, ticket, 1);
+    if (t->host) return tier_host_done(t->host, ticket); // in order
+    pthread_mutex_lock(&t->mu);
+    int done = !t->head || t->head->ticket > ticket;
+    pthread_mutex_unlock(&t->mu);
+    return done;
+}
+
+void tier_parts(const Tier *t, size_t *host, size_t *disk) {
+    size_t cut = t->split ? tier_split_cut(t->split) : t->host ? t->size : 0;
+    *host = cut, *disk = t->size - cut;
 }

@@ -4,7 +4,7 @@
 // buffered I/O that drops its pages after each request (posix_fadvise DONTNEED), with a
 // warning. The fast tier is the caller's memory: buffers from tier_fast_alloc. Under a device
 // (--offload host) the slow tier is host memory instead and the fast one device memory
-// (tier_open_on); the calls below are the same.
+// (tier_open_on), or host memory above a disk (--host-mem); the calls below are the same.
 //
 // The file lives in its own subdirectory of the --offload-dir (one per rank and process), is
 // preallocated to its full size when opened (a disk too small is an error then, naming the
@@ -25,14 +25,24 @@ typedef struct Tier Tier;
 // Returns NULL with loom_errmsg naming dir when it is missing, not a directory, not writable,
 // or has too little space.
 Tier *tier_open(const char *dir, int rank, size_t bytes);
-// The tier of a run whose fast memory is be's: tier_open's when be is host memory (or NULL).
-// Under a device: dir NULL (--offload host) is `bytes` of the backend's page-locked host memory
-// (tier_host.c), its requests the backend's copy stream (device buffers <-> host memory, ordered
-// after the compute queued before them; no alignment rule); a dir is tier_open's file with
+// The tier of a run whose fast memory is be's (tier_place.c): tier_open's when be is host memory
+// (or NULL; host_mem is then 0). Under a device: dir NULL (--offload host) is `bytes` of the
+// backend's page-locked host memory (tier_host.c), its requests the backend's copy stream
+// (device buffers <-> host memory, ordered after the compute queued before them; no alignment
+// rule), refused when host_mem (not 0) is less than bytes; a dir is tier_open's file with
 // device buffers on the fast side, each I/O thread moving its pieces through a page-locked
-// bounce buffer of its own (device <- host <- disk; the device buffers need not be aligned).
-// NULL + loom_errmsg as tier_open, or when the device has no copy stream.
-Tier *tier_open_on(const Backend *be, const char *dir, int rank, size_t bytes);
+// bounce buffer of its own (device <- host <- disk; the device buffers need not be aligned);
+// a dir and host_mem (--host-mem) is both (tier_split.c): the first host_mem less
+// tier_bounce_bytes() of the tier (rounded down to TIER_ALIGN) in page-locked host memory, the
+// rest in the file, a request cut in two where it spans the cut (its wait waits for both), so
+// that the page-locked memory the tier holds is at most host_mem; all of it in host memory
+// when it fits. NULL + loom_errmsg as tier_open, or when the device has no copy stream, or
+// host_mem is not more than the bounce buffers.
+Tier *tier_open_on(const Backend *be, const char *dir, size_t host_mem, int rank, size_t bytes);
+// Page-locked bytes a disk tier under a device moves its pieces through (all its I/O threads).
+size_t tier_bounce_bytes(void);
+// Bytes of the tier in host memory under a device and on disk (a disk tier: 0 and its size).
+void tier_parts(const Tier *t, size_t *host, size_t *disk);
 // The fast side's memory, which requests read into and write from: tier_alloc's host memory
 // for a disk tier, the device's buffers (be->alloc, zeroed) for a host tier; and its backend
 // (NULL: host memory, the caller's own).
@@ -56,6 +66,8 @@ int tier_wait(Tier *t, uint64_t ticket);
 // 1 when the ticket's request has completed (or failed: tier_wait reports it), else 0; never
 // blocks.
 int tier_done(Tier *t, uint64_t ticket);
+// 1 when every request with a ticket up to `ticket` has completed; never blocks.
+int tier_done_upto(Tier *t, uint64_t ticket);
 // Waits for every request with a ticket up to `ticket`; 0 or -1 as tier_wait.
 int tier_wait_upto(Tier *t, uint64_t ticket);
 // Waits for every request queued so far; 0 or -1 as tier_wait.
@@ -94,7 +106,7 @@ typedef struct {
 // reads them back, through the same I/O threads and flags; then the optimizer's stream in
 // pieces of `chunk` bytes over the same region (0: not timed, opt rates = the others).
 // Returns 0 or -1 (loom_errmsg).
-// The tier is tier_open_on(be, dir, ...)'s (dir NULL: a host tier under the device be);
+// The tier is tier_open_on(be, dir, 0, ...)'s (dir NULL: a host tier under the device be);
 // the buffers are then device memory.
 int tier_measure(const char *dir, const Backend *be, size_t bytes, size_t piece, size_t chunk,
                  TierSpeed *out);

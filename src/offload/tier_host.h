@@ -1,5 +1,6 @@
 // tier_host.h — the host-memory tier's internals (tier_host.c), called by tier.c's functions
-// when a Tier is host memory under a device (tier_open_on); nothing else includes this.
+// when a Tier is host memory under a device, and by tier_place.c, which opens it (alone, or as
+// the front part of a split tier); only the tier's files include this.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>

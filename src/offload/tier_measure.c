@@ -79,7 +79,7 @@ int tier_measure(const char *dir, const Backend *be, size_t bytes, size_t piece,
         return loom_fail("tier_measure: %zu bytes in pieces of %zu (optimizer chunks of %zu): "
                          "the first two must be positive, all multiples of %zu",
                          bytes, piece, chunk, TIER_ALIGN);
-    Tier *t = tier_open_on(be, dir, 0, bytes);
+    Tier *t = tier_open_on(be, dir, 0, 0, bytes);
     if (!t) return -1;
     size_t cap = (size_t)256 << 20; // memory used: at most 256 MiB (or one piece), whole pieces
     cap = cap < piece ? piece : cap / piece * piece;

@@ -53,6 +53,7 @@ typedef struct {
     // under a device when offload_dir is NULL (--offload host) — its blocks run from slots within
     // fast_mem bytes (pipeline_swap.c)
     const char *offload_dir;
+    size_t host_mem; // --host-mem (0: none): host memory above the disk under a device
     size_t fast_mem;
     const struct PipeSwapOps *swap_ops; // the swapped stage's implementation
                                         // (strategy/pipeline_swap.c: the offload tier)

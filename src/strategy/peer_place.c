@@ -89,7 +89,7 @@ int peer_place(Strategy *s, Peer *p) {
             if (whole_swap_full_params(&p->w, p->anchor + lo, lo, hi - lo)) return -1;
             spill_drop(p->anchor + lo, (hi - lo) * sizeof(float));
         }
-        if (c->offload_host)
+        if (c->offload_host && !c->offload_dir)
             fprintf(stderr,
                     "loom peer %s: --offload host: the model is swapped from host memory onto "
                     "the device; the outer state and the swarm's arrays (%.1f MiB each) live in "

@@ -416,7 +416,7 @@ static int ps_setup(Pipe *p) {
     const Backend *be = p->m->be;
     size_t bytes = (4 + 2 * two) * w->region;
     int rank = p->g->world->rank;
-    w->tier = tier_open_on(be, p->pc->offload_dir, rank, bytes);
+    w->tier = tier_open_on(be, p->pc->offload_dir, p->pc->host_mem, rank, bytes);
     if (!w->tier) return -1;
     w->be = be;
     if (tier_fast_backend(w->tier)) w->hscratch = xalloc_floats(w->cap);

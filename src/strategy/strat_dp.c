@@ -95,7 +95,9 @@ static int dp_param_source(Strategy *s, ParamSource *src) {
 }
 
 static void dp_describe(const Strategy *s, char *buf, size_t n) {
-    const char *sw = !s->cfg->offload       ? ""
+    const char *sw = !s->cfg->offload ? ""
+                     : s->cfg->offload_host && s->cfg->offload_dir
+                         ? ", blocks swapped from host memory and a disk below it onto the device"
                      : s->cfg->offload_host ? ", blocks swapped from host memory onto the device"
                      : !s->model->be->host_memory
                          ? ", blocks swapped from a disk tier onto the device"

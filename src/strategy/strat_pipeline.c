@@ -157,6 +157,7 @@ static int pp_create(Strategy *s) {
                               .local = c->co2,
                               .val_windows = c->val_windows,
                               .offload_dir = c->offload ? c->offload_dir : NULL,
+                              .host_mem = c->host_mem,
                               .fast_mem = c->fast_mem,
                               .swap_ops = c->offload ? &PIPE_SWAP_OPS : NULL};
     const Grid *g = s->grid;

@@ -42,6 +42,7 @@ typedef struct {
     int offload_host; // --offload host: the slow tier is host memory, the fast one the device's
                       // (offload_dir NULL)
     const char *offload_dir, *offload_units, *offload_profile;
+    size_t host_mem; // --host-mem (0: none): under a device, the host memory above offload_dir
     size_t fast_mem;
     int offload_prefetch, threads;
     int nonfinite_skip; // --on-nonfinite skip (a non-finite step must be skippable)

@@ -222,7 +222,7 @@ Tp2dSwap *tp2ds_create(const Strategy *s, GPT *part, const PartMap *map, const T
     w->tsum = xcalloc((size_t)part->ntensors, sizeof(double));
     int rank = s->grid->world->rank;
     if (plan(w, ws, overhead) ||
-        !(w->tier = tier_open_on(be, c->offload_dir, rank, NREG * w->region)))
+        !(w->tier = tier_open_on(be, c->offload_dir, c->host_mem, rank, NREG * w->region)))
         return tp2ds_free(w), NULL;
     if (tier_fast_backend(w->tier)) w->hs = xalloc_floats(w->cap);
     int ends[2] = {0, w->L + 1};

@@ -33,8 +33,8 @@ static int measure_overhead(Strategy *s, const Whole *w, const OffloadShape *sh,
     const Comm *dp = w->plan_comm ? w->plan_comm : s->grid->dp_comm;
     int plans = !c->offload_units && dp->rank == 0, rc = 0;
     if (plans)
-        rc = offload_startup_costs(s->model, sh, c->threads, c->offload_dir, c->fast_mem,
-                                   c->offload_profile, costs, s->lead ? stderr : NULL);
+        rc = offload_startup_costs(s->model, sh, c->threads, c->offload_dir, c->host_mem,
+                                   c->fast_mem, c->offload_profile, costs, s->lead ? stderr : NULL);
     if (dp->size > 1) comm_broadcast(dp, &rc, sizeof rc, 0);
     if (rc) return -1; // the first rank says why
     if (!plans || c->offload_profile) rc = offload_warmup(s->model, sh, c->fast_mem);
@@ -84,7 +84,9 @@ static int make_plan(Strategy *s, const Whole *w, const OffloadShape *sh, Offloa
                 "the backend's scratch, caches and workspaces), %.1f MiB of --fast-mem %.1f MiB "
                 "left to block swapping; the state %s\n",
                 fixed / MiB, share / MiB, (double)c->fast_mem / MiB,
-                c->offload_host ? "in host memory" : "on disk (through page-locked buffers)");
+                !c->offload_host ? "on disk (through page-locked buffers)"
+                : c->offload_dir ? "in host memory (--host-mem) above a disk"
+                                 : "in host memory");
     else if (s->lead)
         fprintf(stderr,
                 "loom: offload: fixed overhead %.1f MiB (measured at start-up: the binary and "
@@ -145,6 +147,7 @@ int whole_swap_create(Strategy *s, Whole *w, const Comm *grad_comm, int zero) {
                      .comm = grad_comm,
                      .zero = zero,
                      .dir = c->offload_dir,
+                     .host_mem = c->host_mem,
                      .budget = c->fast_mem,
                      .overhead = overhead,
                      .plan = &plan,

@@ -34,6 +34,7 @@ typedef struct {
     StrategyConfig sc;
     StrategyData data;
     size_t fast_mem; // --fast-mem in bytes
+    size_t host_mem; // --host-mem in bytes (0: not given)
     int save_lock;   // the --save directory's lock (io/dirlock.h; lead rank), or -1
     LossScale ls;    // --loss-scale (the strategy reads it through sc.loss_scale)
 } Run;

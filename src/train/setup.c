@@ -235,6 +235,7 @@ static void strategy_config(Run *r) {
         .offload_units = a->offload_units,
         .offload_profile = a->profile,
         .fast_mem = r->fast_mem,
+        .host_mem = r->host_mem,
         .offload_prefetch = a->offload_prefetch,
         .threads = a->threads,
         .nonfinite_skip = !strcmp(a->on_nonfinite, "skip"),
@@ -325,16 +326,23 @@ void run_peak(Run *r) {
 static int check_offload(Run *r) {
     const TrainArgs *a = r->a;
     if (!a->offload) { // a peer's outer state may live in files with the model in memory
-        if (a->fast_mem || a->offload_units || (a->offload_dir && !a->peer))
-            return loom_fail(a->peer ? "--fast-mem and --offload-units need --offload disk"
-                                     : "--offload-dir, --fast-mem and --offload-units need "
-                                       "--offload disk");
+        if (a->fast_mem || a->offload_units || a->host_mem || (a->offload_dir && !a->peer))
+            return loom_fail(
+                a->peer ? "--fast-mem, --host-mem and --offload-units need --offload disk or host"
+                        : "--offload-dir, --fast-mem, --host-mem and "
+                          "--offload-units need --offload disk or host");
         return 0;
     }
-    if (!strcmp(a->offload, "host")) {
-        if (a->offload_dir)
-            return loom_fail("--offload host keeps the state in host memory: --offload-dir (a "
-                             "disk tier below it) is not built yet");
+    if (!strcmp(a->offload, "host")) { // device <- host, or device <- host <- disk
+        if (a->host_mem && offload_parse_size("--host-mem", a->host_mem, &r->host_mem)) return -1;
+        if (a->offload_dir && !a->host_mem)
+            return loom_fail("--offload host --offload-dir %s needs --host-mem SIZE: how much "
+                             "of the state page-locked host memory holds above the disk",
+                             a->offload_dir);
+        if (a->host_mem && !r->host_mem) return loom_fail("--host-mem must be more than 0");
+    } else if (a->host_mem) {
+        return loom_fail("--host-mem bounds --offload host's host memory: for device <- host <- "
+                         "disk use --offload host --offload-dir DIR --host-mem SIZE");
     } else if (strcmp(a->offload, "disk")) {
         return loom_fail("--offload '%s': unknown tier (disk, host)", a->offload);
     } else if (!a->offload_dir) {

@@ -56,7 +56,7 @@ typedef struct {
     float outer_lr, outer_momentum, gap_penalty, outer_clip;
     char *gap_mode;
     // block swapping: the training state in a slow tier, --fast-mem of it in memory
-    char *offload, *offload_dir, *fast_mem, *offload_units, *profile;
+    char *offload, *offload_dir, *fast_mem, *host_mem, *offload_units, *profile;
     int offload_prefetch;
     // loom peer: the swarm (swarm/), CO2's rule over its peers
     int peer, min_peers;
