@@ -7,7 +7,9 @@
 #      ones with prefetch 2 and --recompute), clipping on and off; loom's own device high-water
 #      mark within --fast-mem;
 #      bf16 products likewise (the bound not checked: the bf16 weight copies are outside it);
-#      --offload disk on the GPU (a disk under it) likewise;
+#      --offload disk on the GPU (a disk under it) likewise, and device <- host <- disk
+#      (--offload host --offload-dir --host-mem: 64 MiB of the state in host memory, the rest on
+#      disk);
 #   2. dp 2 with ZeRO-1 (two ranks sharing the GPU, comm's host stages) against --offload disk
 #      on the CPU within 1e-4, where mpirun exists.
 # Exit 77 (skip) without a usable GPU.
@@ -61,6 +63,11 @@ mkdir -p "$d/off"
 run memd $g --grad-clip 1.0
 run diskd $g --grad-clip 1.0 --offload disk --offload-dir "$d/off" --fast-mem 48M
 same "fp32 --offload disk on the GPU" "$d/memd.jsonl" "$d/diskd.jsonl" "$d/memd.st" "$d/diskd.st"
+run splitd $g --grad-clip 1.0 --offload host --offload-dir "$d/off" --host-mem 80M --fast-mem 48M
+grep -q 'rank 0: 64.0 MiB of the state in page-locked host memory' "$d/splitd.err" ||
+    { echo "--host-mem 80M: not split as expected"; cat "$d/splitd.err"; exit 1; }
+same "fp32 --host-mem above a disk on the GPU" "$d/memd.jsonl" "$d/splitd.jsonl" "$d/memd.st" \
+    "$d/splitd.st"
 
 echo "== 2. two ranks sharing the GPU"
 if command -v mpirun >/dev/null; then
