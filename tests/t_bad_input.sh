@@ -26,6 +26,10 @@ t "--lr-schedule: 'linear' is not one of constant|cosine" $LOOM train $base --da
 t "not divisible by --heads" $LOOM train $base --data "$d/ok.bin" --dim 15
 t "--seq 32 is longer than --block-size 16" $LOOM train $base --data "$d/ok.bin" --seq 32
 t "--data is required" $LOOM train $base
+t "--device-comm nccl: the backend has no collective library between devices" $LOOM train $base \
+    --data "$d/ok.bin" --device-comm nccl
+t "--device-comm: 'gloo' is not one of auto|nccl|host" $LOOM train $base --data "$d/ok.bin" \
+    --device-comm gloo
 printf '{"lr": 0.001,' > "$d/bad.json"
 t "bad.json: not a JSON object" $LOOM train $base --data "$d/ok.bin" --config "$d/bad.json"
 printf '{"lrr": 0.001}' > "$d/key.json"

@@ -225,7 +225,38 @@ typedef struct Backend {
     // fp32 only.
     int act16;
     void (*act16_mark)(const float *p, size_t n);
+    // ---- collectives between devices (BACKEND_COLLECTIVES; NULL where there is no such
+    // library: comm then moves device buffers through host stages). A communicator joins n
+    // processes, each with its own device: coll_usable says whether this process may (0; -1 +
+    // loom_errmsg naming why: the library does not load, or processes share this device);
+    // coll_id writes a new unique id (COLL_ID_BYTES: one member makes it, comm broadcasts it);
+    // coll_open joins member `rank` of n to the communicator of id (every member calls it;
+    // NULL + loom_errmsg). Operations queue on the communicator's own stream after the
+    // device's ops queued before the call (what they wrote is what moves) and return a ticket
+    // (> 0; 0 inside a group, whose coll_group_end returns the ticket of all of it); the ops
+    // of a communicator complete in order. coll_test: 1 when the ticket's op (and every
+    // earlier one) is complete, 0 not yet, -1 when the communicator failed (loom_errmsg names
+    // the library's error). dtype: COLL_F32, COLL_F64 or COLL_BYTES; op: COLL_SUM or COLL_MAX.
+    // coll_reduce sums f32 to member root's recv (recv unused elsewhere); coll_bcast is in
+    // place; coll_abort ends a communicator that makes no progress (its ops never complete);
+    // coll_close, after every op completed.
+    const char *coll_name; // the library, for messages ("NCCL 2.27.3" once coll_usable ran)
+    int (*coll_usable)(void);
+    int (*coll_id)(unsigned char *id);
+    void *(*coll_open)(const unsigned char *id, int n, int rank);
+    uint64_t (*coll_allreduce)(void *c, void *buf, size_t n, int dtype, int op);
+    uint64_t (*coll_bcast)(void *c, void *buf, size_t n, int dtype, int root);
+    uint64_t (*coll_reduce)(void *c, const float *send, float *recv, size_t n, int root);
+    void (*coll_group_begin)(void *c);
+    uint64_t (*coll_group_end)(void *c);
+    int (*coll_test)(void *c, uint64_t ticket);
+    void (*coll_abort)(void *c);
+    void (*coll_close)(void *c);
 } Backend;
+
+enum { COLL_ID_BYTES = 128 };
+enum { COLL_F32, COLL_F64, COLL_BYTES };
+enum { COLL_SUM, COLL_MAX };
 
 // What a backend can do beyond the required kernels (ggml's supports_op, by capability): the
 // optional groups of the table above, each there or not as a whole, and whether its buffers are
@@ -237,6 +268,7 @@ typedef enum {
     BACKEND_SPLIT_LAYERNORM, // ln_split_* (2D tensor parallelism)
     BACKEND_LLAMA,           // rmsnorm_*, rope_*, swiglu_*, gqa_attention_* (the LLaMA block)
     BACKEND_COPY_STREAM,     // host_alloc, copy_async, copy_wait, copy_done, mem_used (a device)
+    BACKEND_COLLECTIVES,     // coll_* (a collective library between devices: NCCL)
     BACKEND_NCAPS
 } BackendCap;
 int backend_supports(const Backend *be, BackendCap cap);

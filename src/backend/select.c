@@ -94,6 +94,10 @@ int backend_supports(const Backend *be, BackendCap cap) {
     case BACKEND_COPY_STREAM:
         return be->host_alloc && be->host_free && be->copy_async && be->copy_wait &&
                be->copy_done && be->mem_used;
+    case BACKEND_COLLECTIVES:
+        return be->coll_usable && be->coll_id && be->coll_open && be->coll_allreduce &&
+               be->coll_bcast && be->coll_reduce && be->coll_group_begin && be->coll_group_end &&
+               be->coll_test && be->coll_abort && be->coll_close;
     default: return 0;
     }
 }
@@ -105,7 +109,8 @@ const char *backend_cap_name(BackendCap cap) {
         "ring attention's chunk kernels",
         "the split LayerNorm kernels",
         "the LLaMA block's kernels (RMSNorm, RoPE, SwiGLU, grouped-query attention)",
-        "a copy stream between host and device memory"};
+        "a copy stream between host and device memory",
+        "a collective library between devices (NCCL)"};
     return cap < BACKEND_NCAPS ? names[cap] : "?";
 }
 

@@ -120,6 +120,10 @@ static const Option OPTS[] = {
     {"comm-timeout", OPT_FLOAT, &A.comm_timeout,
      "seconds an operation may wait without progress before the job is aborted (0 = never)", NULL,
      0, 1e9},
+    {"device-comm", OPT_STR, &A.device_comm,
+     "collectives on device buffers: nccl (each rank its own GPU), host (through page-locked "
+     "host stages and MPI), or auto (nccl where every rank can use it)",
+     "auto|nccl|host", 0, 0},
     {"stop-grace", OPT_FLOAT, &A.stop_grace,
      "seconds a stop signal (SIGTERM, SIGINT, SIGUSR1) leaves to reach a step boundary and save "
      "(0 = no limit); a second signal exits at once",
@@ -229,9 +233,10 @@ static const Option PEER_OPTS[] = {
 
 // Flags of `loom train` that mean nothing for a peer.
 static int peer_flags_check(const Option *opts, int n) {
-    const char *bad[] = {"dp",       "pp",           "tp",        "zero",         "cp",
-                         "sp",       "tp-mode",      "co2",       "comm-timeout", "plan",
-                         "schedule", "stage-layers", "bucket-mb", "comm-thread",  "dry-run"};
+    const char *bad[] = {"dp",           "pp",          "tp",       "zero",
+                         "cp",           "sp",          "tp-mode",  "co2",
+                         "comm-timeout", "plan",        "schedule", "stage-layers",
+                         "bucket-mb",    "comm-thread", "dry-run",  "device-comm"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         if (options_was_set(opts, n, bad[i]))
             return loom_fail("--%s has no meaning for loom peer (each peer is one process; the "

@@ -60,6 +60,8 @@ static void untrack(MPI_Request *r) {
 int comm_outstanding(void) { return atomic_load(&comm_outstanding_ops); }
 
 Comm *comm_world(int *argc, char ***argv) { // MPI only when launched by mpirun, srun or PMIx
+    static int registered;
+    if (!registered) comm_dc_register(&world), registered = 1;
     if (mpi_on || !(getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK")))
         return &world;
     int provided, flag = 0;
@@ -103,6 +105,7 @@ int comm_threads_ok(void) {
 void comm_finalize(void) {
     comm_busy_end();
     comm_stop_progress_thread();
+    comm_dc_close_all();
     if (mpi_on) MPI_Finalize();
     mpi_on = 0;
 }
@@ -114,6 +117,7 @@ void comm_finalize(void) {
 void comm_abort(int code, const char *msg) {
     fprintf(stderr, "loom[rank %d]: %s\n", world.rank, msg);
     fflush(stderr);
+    comm_dc_abort_all(); // the device library's kernels may wait on the ranks that are gone
     if (!mpi_on) exit(code);
     atomic_store(&comm_progress_on, 0); // the thread stops at its next wake-up
     if (!lock_held) {
@@ -135,6 +139,7 @@ Comm *comm_split(const Comm *parent, int color, int key, const char *name) {
     c->name = name;
     if (!parent->handle) {
         c->size = 1;
+        comm_dc_register(c);
         return c;
     }
     MPI_Comm *h = xmalloc(sizeof *h);
@@ -144,12 +149,14 @@ Comm *comm_split(const Comm *parent, int color, int key, const char *name) {
         UNLOCK();
         free(h);
         c->size = 0;
+        comm_dc_register(c);
         return c;
     }
     MPI_Comm_rank(*h, &c->rank);
     MPI_Comm_size(*h, &c->size);
     UNLOCK();
     c->handle = h;
+    comm_dc_register(c);
     return c;
 }
 

@@ -32,6 +32,7 @@ typedef struct {
     void *handle; // MPI_Comm (NULL for the single-process world)
     int rank, size;
     const char *name; // "world", "dp", "pp", "tp" (for watchdog messages)
+    void *dc;         // its device communicator (comm_device_collectives), or NULL
 } Comm;
 
 typedef struct {
@@ -96,6 +97,20 @@ int comm_tag_ub(void);
 // host memory. Call it before the first operation on a device buffer.
 struct Backend;
 void comm_set_backend(const struct Backend *be);
+
+// Collectives between devices (the backend's coll_* ops: NCCL under CUDA). mode 0: every device
+// buffer moves through host stages (above); 1: through the backend's collectives (an error
+// when it has none, or when this or another rank may not use them: processes sharing a
+// device); -1 (auto): through them when every rank may and the job has more than one rank.
+// Collective over the world: every rank calls it at the same point, after comm_set_backend; it
+// opens a device communicator for every communicator made so far (in the order they were made)
+// and comm_split opens one for each made later (mode 1 with one process: one member each).
+// Then a collective on a communicator that has one, whose buffers are all device memory,
+// queues its pieces there (the same pieces: the watchdog sees each complete; an asynchronous
+// error of the library fails the operation); host buffers, barriers and point-to-point
+// messages go over MPI as before. *engine (if not NULL): "nccl" or "host stages". 0 or -1
+// (loom_errmsg).
+int comm_device_collectives(int mode, const char **engine);
 
 // Collectives on float32 buffers; sums. In-place where the signature has one buffer.
 CommReq comm_iallreduce(const Comm *c, float *buf, size_t n);

@@ -46,6 +46,26 @@ void comm_to_dev(void *dev, const void *host, size_t bytes);
 // dst = src, either of them device or host memory.
 void comm_copy_any(void *dst, const void *src, size_t bytes);
 
+// The backend given to comm_set_backend when its buffers are device memory (else NULL).
+const struct Backend *comm_stage_backend(void);
+
+// comm_devcoll.c: collectives between devices (comm_device_collectives)
+// Every communicator made (comm_world's, comm_split's) is registered; once collectives between
+// devices are on, registering opens c's device communicator (collective over c).
+void comm_dc_register(Comm *c);
+// The backend whose collectives are on (NULL: off).
+const struct Backend *comm_dc_backend(void);
+// c's device communicator when each of the n buffers (NULL ones skipped) is device memory, else
+// NULL (the operation goes over MPI).
+void *comm_dc_for(const Comm *c, const void *const *bufs, int n);
+// Ends every device communicator that is open (the job is ending: comm_abort), or closes them
+// (comm_finalize).
+void comm_dc_abort_all(void);
+void comm_dc_close_all(void);
+// An operation on a device communicator failed with the library's error msg: reported as
+// comm_check reports an MPI error (comm_op_failed); -1 if the handler returns.
+int comm_dc_failed(const char *msg, const char *op, const Comm *c);
+
 // comm_watchdog.c
 extern double comm_timeout_s;
 extern int comm_ctx_step;

@@ -2,13 +2,18 @@
 // LOOM_COMM_CHUNK elements (a large one shows progress; every count fits an int), at most two
 // in flight; a job starts only once every earlier job on its communicator has started all of
 // its pieces, so every rank issues the same MPI calls in the same order. A piece of a device
-// buffer (comm_stage.c) goes through a host stage of its window slot. Everything here runs
-// under comm.c's lock.
+// buffer (comm_stage.c) goes through a host stage of its window slot, or, on a communicator
+// with a device communicator (comm_devcoll.c), to the backend's collective library: a sum or
+// a broadcast as one call per piece, a reduce-scatter's or all-gather's piece as one group of a
+// reduce to each member (its block's slice) or a broadcast from each, so uneven layouts need
+// nothing more; the piece's ticket stands for its MPI request. Everything here runs under
+// comm.c's lock.
 #include <mpi.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../backend/backend.h"
 #include "../common.h"
 #include "comm_mpi.h"
 
@@ -20,6 +25,7 @@ typedef enum { J_SUM, J_BCAST, J_BARRIER, J_RSCATTER, J_GATHERV } JobKind;
 typedef struct Job {
     JobKind kind;
     MPI_Comm comm;
+    const Comm *cm;
     MPI_Datatype type;
     size_t esize;
     char *buf[2];
@@ -42,6 +48,9 @@ typedef struct Job {
     int seg;                   // the next piece: segment and offset
     size_t off, issued;        // elements started so far
     MPI_Request req[WINDOW];   // FIFO of pieces in flight
+    void *dc;                  // the device communicator its pieces go to (NULL: MPI)
+    uint64_t tk[WINDOW];       // dc: the pieces' tickets
+    char *cerr;                // dc: the library's error, once it failed
     double due[WINDOW];        // LOOM_COMM_DELAY: a piece does not complete before this
     int head, inflight, all_issued, done, rc;
     long pieces_done, pieces;
@@ -85,6 +94,39 @@ static int layout_piece(Job *j, int k, size_t idx, MPI_Request *q) {
                            MPI_FLOAT, j->comm, q);
 }
 
+// Piece idx of a reduce-scatter or all-gather on the device communicator: one group, a reduce
+// of each member's slice to it, or a broadcast of each member's slice from it (in place).
+static uint64_t dc_layout_piece(Job *j, size_t idx) {
+    const Backend *be = comm_dc_backend();
+    size_t at = idx * j->per, mine = j->counts[j->rank];
+    float *buf = (float *)j->buf[0], *recv = buf + (at < mine ? at : mine);
+    be->coll_group_begin(j->dc);
+    for (int r = 0; r < j->nranks; r++) {
+        size_t len = j->counts[r] > at ? j->counts[r] - at : 0;
+        len = len < j->per ? len : j->per;
+        if (len && j->kind == J_RSCATTER)
+            be->coll_reduce(j->dc, j->send + j->displs[r] + at, recv, len, r);
+        else if (len)
+            be->coll_bcast(j->dc, buf + j->displs[r] + at, len, COLL_F32, r);
+    }
+    return be->coll_group_end(j->dc);
+}
+
+// A piece of a job on the device communicator (its buffers device memory) into slot k.
+static int dc_piece(Job *j, int k, void *p, size_t len) {
+    const Backend *be = comm_dc_backend();
+    if (j->kind == J_RSCATTER || j->kind == J_GATHERV)
+        j->tk[k] = dc_layout_piece(j, j->issued);
+    else if (j->kind == J_BCAST)
+        j->tk[k] = be->coll_bcast(j->dc, p, len, COLL_BYTES, j->root);
+    else
+        j->tk[k] = be->coll_allreduce(j->dc, p, len, j->type == MPI_DOUBLE ? COLL_F64 : COLL_F32,
+                                      j->max ? COLL_MAX : COLL_SUM);
+    if (j->tk[k]) return 0;
+    j->cerr = strdup(loom_errmsg());
+    return -1;
+}
+
 // A staged all-gather's piece in slot k has landed: the other members' blocks to their place.
 static void layout_unpack(Job *j, int k) {
     size_t n = (size_t)j->nranks;
@@ -101,6 +143,7 @@ static int issue_piece(Job *j, int k, size_t *len) {
     MPI_Request *q = &j->req[k];
     *len = 1;
     if (j->kind == J_BARRIER) return MPI_Ibarrier(j->comm, q);
+    if (j->dc && (j->kind == J_RSCATTER || j->kind == J_GATHERV)) return dc_piece(j, k, NULL, 0);
     if (j->kind == J_RSCATTER || j->kind == J_GATHERV) return layout_piece(j, k, j->issued, q);
     while (j->off >= j->n[j->seg])
         j->seg++, j->off = 0;
@@ -111,6 +154,7 @@ static int issue_piece(Job *j, int k, size_t *len) {
         rest = j->cut[j->ci] - j->off; // a new range starts there: its pieces from its start
     *len = rest < j->chunk ? rest : j->chunk;
     void *p = j->buf[j->seg] + j->off * j->esize;
+    if (j->dc) return dc_piece(j, k, p, *len);
     if (j->dev[j->seg]) { // through the slot's host stage; job_advance uploads it
         j->hdst[k] = p, j->hbytes[k] = *len * j->esize;
         comm_to_host(j->hst[k], p, j->hbytes[k]);
@@ -138,7 +182,13 @@ static void job_advance(Job *j, int may_start) {
             return;
         }
         int flag = 0, k = j->head;
-        if ((j->rc = MPI_Test(&j->req[k], &flag, MPI_STATUS_IGNORE)) || !flag) return;
+        if (j->dc) {
+            flag = comm_dc_backend()->coll_test(j->dc, j->tk[k]);
+            if (flag < 0) j->rc = -1, j->cerr = strdup(loom_errmsg());
+            if (flag <= 0) return;
+        } else if ((j->rc = MPI_Test(&j->req[k], &flag, MPI_STATUS_IGNORE)) || !flag) {
+            return;
+        }
         if (j->due[k] > 0 && now_sec() < j->due[k]) return; // the emulated link is still busy
         if (j->staged) layout_unpack(j, k);
         if (j->hdst[k]) comm_to_dev(j->hdst[k], j->hst[k], j->hbytes[k]), j->hdst[k] = NULL;
@@ -152,7 +202,7 @@ void comm_jobs_advance(void) {
     for (Job *j = jobs; j; j = j->next) {
         const Job *prev = NULL; // the latest earlier job on the same communicator
         for (const Job *p = jobs; p != j; p = p->next)
-            if (p->comm == j->comm) prev = p;
+            if (p->cm == j->cm || (p->comm != MPI_COMM_NULL && p->comm == j->comm)) prev = p;
         if (prev && !j->issued && prev->progress > j->progress) j->progress = prev->progress;
         job_advance(j, !prev || prev->all_issued);
     }
@@ -178,8 +228,15 @@ static void stage_device(Job *j) {
 }
 
 static CommReq submit(const Comm *c, const char *op, Job *j) {
-    stage_device(j);
-    j->comm = comm_h(c);
+    const void *bufs[3] = {j->buf[0], j->buf[1], j->send};
+    if (j->kind != J_BARRIER) j->dc = comm_dc_for(c, bufs, 3);
+    if (j->dc) { // no host stages: the library moves device memory
+        j->staged = 0;
+        free(j->stage), j->stage = NULL;
+    } else {
+        stage_device(j);
+    }
+    j->comm = c->handle ? comm_h(c) : MPI_COMM_NULL, j->cm = c;
     j->t0 = j->progress = now_sec();
     if (!j->chunk) j->chunk = 1;
     j->total = j->n[0] + j->n[1];
@@ -222,13 +279,20 @@ static CommReq submit_sum(const Comm *c, const char *op, void *b0, size_t n0, vo
     return submit(c, op, sum_job(b0, n0, b1, n1, chunk, how, delay));
 }
 
+// One member and the operation not on its device communicator: nothing to move (a device
+// communicator of one member, comm_device_collectives' mode 1, still runs every operation).
+static int alone(const Comm *c, const void *a, const void *b) {
+    const void *bufs[2] = {a, b};
+    return c->size == 1 && !comm_dc_for(c, bufs, 2);
+}
+
 CommReq comm_iallreduce(const Comm *c, float *buf, size_t n) {
-    if (c->size == 1 || n == 0) return comm_done_req(c, "allreduce");
+    if (alone(c, buf, NULL) || n == 0) return comm_done_req(c, "allreduce");
     return submit_sum(c, "allreduce", buf, n, NULL, 0, 0, 0, comm_link_delay(n));
 }
 
 CommReq comm_iallreduce_max(const Comm *c, float *buf, size_t n) {
-    if (c->size == 1 || n == 0) return comm_done_req(c, "allreduce(max)");
+    if (alone(c, buf, NULL) || n == 0) return comm_done_req(c, "allreduce(max)");
     return submit_sum(c, "allreduce(max)", buf, n, NULL, 0, 0, 2, 0);
 }
 
@@ -241,7 +305,8 @@ CommReq comm_iallreduce_cut(const Comm *c, float *b0, size_t n0, const size_t *c
                             float *b1, size_t n1, size_t chunk) {
     if (!b0) n0 = 0, ncut = 0;
     if (!b1) n1 = 0;
-    if (!c || c->size <= 1 || n0 + n1 == 0) return comm_done_req(c, "allreduce (chunked)");
+    if (!c || c->size < 1 || alone(c, b0, b1) || n0 + n1 == 0)
+        return comm_done_req(c, "allreduce (chunked)");
     size_t *own = NULL;
     int k = 0;
     if (ncut > 0) { // only the cuts inside (0, n0), ascending
@@ -255,7 +320,7 @@ CommReq comm_iallreduce_cut(const Comm *c, float *b0, size_t n0, const size_t *c
 }
 
 CommReq comm_iallreduce_f64(const Comm *c, double *buf, int n) {
-    if (c->size <= 1 || n <= 0) return comm_done_req(c, "allreduce(f64)");
+    if (c->size < 1 || alone(c, buf, NULL) || n <= 0) return comm_done_req(c, "allreduce(f64)");
     return submit_sum(c, "allreduce(f64)", buf, (size_t)n, NULL, 0, 0, 1, 0);
 }
 
@@ -290,7 +355,7 @@ static Job *layout_job(const Comm *c, JobKind kind, const size_t *counts, const 
 }
 
 CommReq comm_ireduce_scatter(const Comm *c, const float *send, float *recv, const size_t *counts) {
-    if (c->size == 1) {
+    if (alone(c, send, recv)) {
         if (send != recv) comm_copy_any(recv, send, counts[0] * sizeof(float));
         return comm_done_req(c, "reduce_scatter");
     }
@@ -301,7 +366,7 @@ CommReq comm_ireduce_scatter(const Comm *c, const float *send, float *recv, cons
 }
 
 CommReq comm_iallgatherv(const Comm *c, float *buf, const size_t *counts, const size_t *displs) {
-    if (c->size == 1) return comm_done_req(c, "allgather");
+    if (alone(c, buf, NULL)) return comm_done_req(c, "allgather");
     size_t total;
     Job *j = layout_job(c, J_GATHERV, counts, displs, &total);
     j->buf[0] = (char *)buf, j->delay = comm_link_delay(total);
@@ -309,7 +374,7 @@ CommReq comm_iallgatherv(const Comm *c, float *buf, const size_t *counts, const 
 }
 
 void comm_broadcast(const Comm *c, void *buf, size_t bytes, int root) {
-    if (c->size == 1 || bytes == 0) return;
+    if (alone(c, buf, NULL) || bytes == 0) return;
     Job *j = xcalloc(1, sizeof *j);
     size_t lim = comm_chunk_limit() < 536870911 ? 4 * comm_chunk_limit() : 2147483647; // in bytes
     *j = (Job){.kind = J_BCAST, .type = MPI_BYTE, .esize = 1, .buf = {buf}, .n = {bytes}};
@@ -341,9 +406,9 @@ int comm_job_test(CommReq *r, CommProgress *pr) {
         atomic_fetch_sub(&comm_outstanding_ops, 1);
     }
     comm_unlock();
-    int bad = comm_check(rc, r->op, r->comm);
+    int bad = j->cerr ? comm_dc_failed(j->cerr, r->op, r->comm) : comm_check(rc, r->op, r->comm);
     if (!done && !bad) return 0;
-    free(j->counts), free(j->displs), free(j->pc), free(j->pd), free(j->cut);
+    free(j->counts), free(j->displs), free(j->pc), free(j->pd), free(j->cut), free(j->cerr);
     if (j->stage_pooled)
         comm_stage_free(j->stage);
     else

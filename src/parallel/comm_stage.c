@@ -32,6 +32,8 @@ void comm_set_backend(const Backend *be) {
     copy_stream = dev_be && backend_supports(dev_be, BACKEND_COPY_STREAM);
 }
 
+const Backend *comm_stage_backend(void) { return dev_be; }
+
 // ---- the stages' pool: page-locked buffers, each either lent to a job or free
 typedef struct {
     void *p;

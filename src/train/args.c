@@ -23,6 +23,7 @@ void train_args_defaults(TrainArgs *a) {
     a->progress = 1, a->stop_grace = 25.f;
     a->peak_gflops = 0; // measure
     a->dp = 1, a->zero = 0, a->bucket_mb = 25.f, a->comm_timeout = 300.f;
+    a->device_comm = "auto";
     a->comm_thread = 1;
     a->co2 = 0, a->tau = 12, a->outer_lr = 1.0f, a->outer_momentum = 0.5f, a->gap_penalty = 1.0f;
     a->outer_clip = 1.0f, a->gap_mode = "adaptive";

@@ -404,7 +404,12 @@ void run_setup(Run *r) {
     if (check_offload(r)) run_fail(r, EXIT_USAGE);
     const Backend *be = backend_select_dtype(a->device, a->dtype, a->threads);
     if (!be) run_fail(r, EXIT_USAGE);
-    comm_set_backend(be); // device buffers cross MPI through host stages
+    comm_set_backend(be); // device buffers cross MPI through host stages, or NCCL:
+    int dc = !strcmp(a->device_comm, "nccl") ? 1 : !strcmp(a->device_comm, "host") ? 0 : -1;
+    const char *engine;
+    if (comm_device_collectives(dc, &engine)) run_fail(r, EXIT_USAGE);
+    if (r->lead && !be->host_memory && r->world->size > 1)
+        fprintf(stderr, "loom: collectives on device buffers: %s\n", engine);
     if (!a->data) {
         loom_fail("--data is required (a shard file, directory or glob)");
         run_fail(r, EXIT_USAGE);

@@ -50,6 +50,7 @@ typedef struct {
     char *plan;          // "auto": profile and pick dp/pp/batch/grad-accum/recompute
     float plan_mem_gb, plan_bandwidth_gbps;
     float bucket_mb, comm_timeout;
+    const char *device_comm; // --device-comm: auto | nccl | host
     int comm_thread; // progress thread for non-blocking MPI operations
     // CO2: local steps + one-round-stale outer all-reduce (the dp ranks are its workers)
     int co2, tau;

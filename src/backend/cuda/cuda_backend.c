@@ -264,6 +264,18 @@ static Backend CUDA = {
     .copy_wait = cu_copy_wait,
     .copy_done = cu_copy_done,
     .mem_used = cu_mem_held,
+    .coll_name = cu_nccl_name,
+    .coll_usable = cu_coll_usable,
+    .coll_id = cu_coll_id,
+    .coll_open = cu_coll_open,
+    .coll_allreduce = cu_coll_allreduce,
+    .coll_bcast = cu_coll_bcast,
+    .coll_reduce = cu_coll_reduce,
+    .coll_group_begin = cu_coll_group_begin,
+    .coll_group_end = cu_coll_group_end,
+    .coll_test = cu_coll_test,
+    .coll_abort = cu_coll_abort,
+    .coll_close = cu_coll_close,
 };
 
 // The GPU of this process: the local rank's (mpirun / srun / torchrun), modulo the count.

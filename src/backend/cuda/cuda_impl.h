@@ -52,6 +52,21 @@ uint64_t cu_copy_async(void *dst, const void *src, size_t bytes);
 void cu_copy_wait(uint64_t ticket);
 int cu_copy_done(uint64_t ticket);
 
+// Collectives between devices (cuda_nccl.c): backend.h's coll_* ops over NCCL, loaded at run
+// time; cu_nccl_name its version once loaded ("NCCL 2.28.3").
+extern char cu_nccl_name[64];
+int cu_coll_usable(void);
+int cu_coll_id(unsigned char *id);
+void *cu_coll_open(const unsigned char *id, int n, int rank);
+uint64_t cu_coll_allreduce(void *c, void *buf, size_t n, int dtype, int op);
+uint64_t cu_coll_bcast(void *c, void *buf, size_t n, int dtype, int root);
+uint64_t cu_coll_reduce(void *c, const float *send, float *recv, size_t n, int root);
+void cu_coll_group_begin(void *c);
+uint64_t cu_coll_group_end(void *c);
+int cu_coll_test(void *c, uint64_t ticket);
+void cu_coll_abort(void *c);
+void cu_coll_close(void *c);
+
 // Scratch device memory, one growable buffer per slot (stream-ordered users only: a slot's
 // previous contents are dead once a later op on the stream asks for it).
 enum {
