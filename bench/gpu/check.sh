@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # check.sh — one GPU window's checks and measurements in one command, sized to a few minutes:
 #   1. the GPU suite (tests/gpu/run.sh) on the CUDA build in $LOOM_BUILD (default build-cuda,
-#      built beforehand with `make CUDA=1 CUDA_ARCHS=90 BUILD=build-cuda ... gpu-tests`);
+#      built beforehand with `make CUDA=1 CUDA_ARCHS=90 BUILD=build-cuda ... gpu-tests`), NCCL
+#      found for it where the loader does not (LOOM_NCCL: PyTorch's copy);
 #   2. bench_gpu.sh: loom (and LOOM_VARIANTS, and LOOM_BEFORE's older binary when given),
 #      llm.c's train_gpt2cu (LLMC, when given) and PyTorch (ENGINES) on MODELS;
 #   3. LOOM_CUDA_PROFILE=1 on the first model when it is GPT-2: device time per op kind;
@@ -24,6 +25,29 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=c
 cat "$RESULTS/gpu.txt"
 [ -n "${LLMC:-}" ] && [ -d /usr/local/cuda/lib64 ] &&
     export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+
+# NCCL for --device-comm (tests/gpu/test_cuda_nccl.c): the toolkit's, else PyTorch's own copy
+if [ -z "${LOOM_NCCL:-}" ] && ! ldconfig -p 2>/dev/null | grep -q libnccl.so.2 &&
+    [ ! -e /usr/local/cuda/lib64/libnccl.so.2 ]; then
+    LOOM_NCCL=$(python3 - 2>/dev/null <<'PY'
+import glob, os
+try:
+    import nvidia.nccl as n
+    roots = list(n.__path__)
+except Exception:
+    roots = []
+try:
+    import torch
+    roots.append(os.path.join(os.path.dirname(torch.__file__), "lib"))
+except Exception:
+    pass
+for r in roots:
+    for f in glob.glob(os.path.join(r, "**", "libnccl.so*"), recursive=True):
+        print(f); raise SystemExit
+PY
+)
+    [ -n "$LOOM_NCCL" ] && export LOOM_NCCL && echo "NCCL: $LOOM_NCCL"
+fi
 
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
     stamp "GPU suite"
