@@ -12,8 +12,8 @@
 //     piece) and none on MPI; host buffers still go over MPI; a device communicator opens for
 //     a communicator split later too; an asynchronous error of the library fails the operation
 //     naming it and the library; comm_dc_abort_all ends every open communicator;
-//   * auto (mode -1) with one rank that may not use the library: every rank keeps host stages;
-//     mode 1 then fails on every rank, naming why.
+//   * auto (mode -1) with one rank that may not use the library, or with two ranks on one
+//     device: every rank keeps host stages; mode 1 then fails on every rank, naming why.
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +46,11 @@ static int calls_sum, calls_bcast, calls_reduce, groups, opened, aborted, fail_n
 static MPI_Comm parent_of_next = MPI_COMM_NULL; // which MPI communicator the next open joins
 
 static int f_usable(void) { return unusable ? loom_fail("this rank may not (test)") : 0; }
+static int sharing; // ranks 1 and 2 name one device
+static const Comm *W;
+static void f_device(char *key, size_t n) {
+    snprintf(key, n, "stand-in device %d", sharing && W->rank == 2 ? 1 : W->rank);
+}
 static int f_id(unsigned char *id) {
     memset(id, 7, COLL_ID_BYTES);
     return 0;
@@ -144,7 +149,8 @@ static void fake_install(void) {
     emu = backend_emu();
     fake = *emu;
     fake.coll_name = "stand-in";
-    fake.coll_usable = f_usable, fake.coll_id = f_id, fake.coll_open = f_open;
+    fake.coll_usable = f_usable, fake.coll_device = f_device, fake.coll_id = f_id;
+    fake.coll_open = f_open;
     fake.coll_allreduce = f_allreduce, fake.coll_bcast = f_bcast, fake.coll_reduce = f_reduce;
     fake.coll_group_begin = f_group_begin, fake.coll_group_end = f_group_end;
     fake.coll_test = f_test, fake.coll_abort = f_abort, fake.coll_close = f_close;
@@ -162,7 +168,6 @@ static float *host_of(const float *d, size_t n) {
     emu->download(h, d, n);
     return h;
 }
-static const Comm *W;
 static int failures;
 static char last_failure[2048];
 static void on_failure(void *ctx, int code, const char *msg) {
@@ -333,8 +338,9 @@ TEST(split_later_and_failure) {
     agree();
 }
 
-// One rank may not use the library: auto keeps host stages on every rank, mode 1 fails on all.
-TEST(a_rank_that_may_not) {
+// One rank may not use the library, then two share a device: auto keeps host stages on every
+// rank, mode 1 fails on all.
+TEST(ranks_that_may_not) {
     unusable = W->rank == 2;
     const char *engine = NULL;
     CHECK(comm_device_collectives(-1, &engine) == 0 && !strcmp(engine, "host stages") && !W->dc,
@@ -343,6 +349,13 @@ TEST(a_rank_that_may_not) {
               strstr(loom_errmsg(),
                      W->rank == 2 ? "this rank may not (test)" : "another rank cannot use it"),
           "mode 1 with a rank that may not: %s", loom_errmsg());
+    unusable = 0, sharing = 1; // ranks 1 and 2 on one device: the same on every rank
+    engine = NULL;
+    CHECK(comm_device_collectives(-1, &engine) == 0 && !strcmp(engine, "host stages") && !W->dc,
+          "auto with ranks sharing a device: %s", engine ? engine : loom_errmsg());
+    CHECK(comm_device_collectives(1, &engine) == -1 &&
+              strstr(loom_errmsg(), "ranks 1 and 2 share one device (stand-in device 1)"),
+          "mode 1 with ranks sharing a device: %s", loom_errmsg());
     agree();
 }
 
@@ -352,7 +365,7 @@ static int run_mpi_part(int argc, char **argv) {
     comm_set_failure_handler(on_failure, NULL);
     comm_set_timeout(60);
     if (getenv("DEVCOLL_AUTO")) {
-        RUN(a_rank_that_may_not);
+        RUN(ranks_that_may_not);
         comm_finalize();
         return test_summary();
     }

@@ -228,7 +228,10 @@ typedef struct Backend {
     // ---- collectives between devices (BACKEND_COLLECTIVES; NULL where there is no such
     // library: comm then moves device buffers through host stages). A communicator joins n
     // processes, each with its own device: coll_usable says whether this process may (0; -1 +
-    // loom_errmsg naming why: the library does not load, or processes share this device);
+    // loom_errmsg naming why: the library does not load); coll_device names the physical device
+    // this process computes on (into key[n]: the same in two processes exactly when they share
+    // it; CUDA: the host's name and the GPU's PCI bus id), so that comm can refuse ranks that
+    // share one (the library needs a device each);
     // coll_id writes a new unique id (COLL_ID_BYTES: one member makes it, comm broadcasts it);
     // coll_open joins member `rank` of n to the communicator of id (every member calls it;
     // NULL + loom_errmsg). Operations queue on the communicator's own stream after the
@@ -242,6 +245,7 @@ typedef struct Backend {
     // coll_close, after every op completed.
     const char *coll_name; // the library, for messages ("NCCL 2.27.3" once coll_usable ran)
     int (*coll_usable)(void);
+    void (*coll_device)(char *key, size_t n);
     int (*coll_id)(unsigned char *id);
     void *(*coll_open)(const unsigned char *id, int n, int rank);
     uint64_t (*coll_allreduce)(void *c, void *buf, size_t n, int dtype, int op);

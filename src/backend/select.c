@@ -95,7 +95,8 @@ int backend_supports(const Backend *be, BackendCap cap) {
         return be->host_alloc && be->host_free && be->copy_async && be->copy_wait &&
                be->copy_done && be->mem_used;
     case BACKEND_COLLECTIVES:
-        return be->coll_usable && be->coll_id && be->coll_open && be->coll_allreduce &&
+        return be->coll_usable && be->coll_device && be->coll_id && be->coll_open &&
+               be->coll_allreduce &&
                be->coll_bcast && be->coll_reduce && be->coll_group_begin && be->coll_group_end &&
                be->coll_test && be->coll_abort && be->coll_close;
     default: return 0;

@@ -42,6 +42,29 @@ void comm_dc_register(Comm *c) {
         die(EXIT_IO, "%s communicator: %s: %s", c->name, cbe->coll_name, loom_errmsg());
 }
 
+// Two ranks of the world on one physical device (the library needs a device each): 1 with
+// loom_errmsg naming them, else 0. Every rank gathers every rank's device name, so all decide
+// alike.
+enum { KEY_FLOATS = 32 }; // 128 bytes of name per rank
+static int shared_device(const Backend *be, const Comm *world) {
+    size_t n = (size_t)world->size, *counts = xmalloc(n * sizeof *counts);
+    float *keys = xcalloc(n * KEY_FLOATS, sizeof *keys);
+    for (size_t r = 0; r < n; r++)
+        counts[r] = KEY_FLOATS;
+    be->coll_device((char *)(keys + (size_t)world->rank * KEY_FLOATS), KEY_FLOATS * 4 - 1);
+    int rc = comm_allgatherv(world, keys, counts, NULL) ? -1 : 0;
+    for (size_t a = 0; !rc && a < n; a++)
+        for (size_t b = a + 1; !rc && b < n; b++) {
+            const char *ka = (const char *)(keys + a * KEY_FLOATS);
+            if (!strncmp(ka, (const char *)(keys + b * KEY_FLOATS), KEY_FLOATS * 4))
+                rc = loom_fail("ranks %zu and %zu share one device (%.*s): %s needs a device "
+                               "per rank (--device-comm host stages through host memory)",
+                               a, b, KEY_FLOATS * 4, ka, be->coll_name);
+        }
+    free(counts), free(keys);
+    return rc ? 1 : 0;
+}
+
 int comm_device_collectives(int mode, const char **engine) {
     const Backend *be = comm_stage_backend();
     Comm *world = nreg ? reg[0] : NULL;
@@ -61,6 +84,12 @@ int comm_device_collectives(int mode, const char **engine) {
                                       "(NCCL comes with --device cuda)"
                          : *why     ? why
                                     : "another rank cannot use it (see its message)");
+    if (world->size > 1 && shared_device(be, world)) {
+        if (mode < 0) return 0;
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", loom_errmsg());
+        return loom_fail("--device-comm nccl: %s", msg);
+    }
     cbe = be, single = mode > 0;
     for (size_t i = 0; i < nreg; i++)
         if (open_dc(reg[i])) {

@@ -266,6 +266,7 @@ static Backend CUDA = {
     .mem_used = cu_mem_held,
     .coll_name = cu_nccl_name,
     .coll_usable = cu_coll_usable,
+    .coll_device = cu_coll_device,
     .coll_id = cu_coll_id,
     .coll_open = cu_coll_open,
     .coll_allreduce = cu_coll_allreduce,

@@ -56,6 +56,7 @@ int cu_copy_done(uint64_t ticket);
 // time; cu_nccl_name its version once loaded ("NCCL 2.28.3").
 extern char cu_nccl_name[64];
 int cu_coll_usable(void);
+void cu_coll_device(char *key, size_t n);
 int cu_coll_id(unsigned char *id);
 void *cu_coll_open(const unsigned char *id, int n, int rank);
 uint64_t cu_coll_allreduce(void *c, void *buf, size_t n, int dtype, int op);

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../../common.h"
 #include "../backend.h"
@@ -105,26 +106,15 @@ static int load(void) {
     return 0;
 }
 
-// Processes on this node: the launcher's local size (mpirun, srun, torchrun), else 1.
-static int local_size(void) {
-    static const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE",
-                                 "LOCAL_WORLD_SIZE"};
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-        const char *v = getenv(vars[i]);
-        if (v && atoi(v) > 0) return atoi(v);
-    }
-    return 1;
-}
+int cu_coll_usable(void) { return load(); }
 
-int cu_coll_usable(void) {
-    if (load()) return -1;
-    int count = 0;
-    CU(cudaGetDeviceCount(&count));
-    if (local_size() > count)
-        return loom_fail("%d processes on this node share %d GPU%s: NCCL needs a GPU per rank "
-                         "(use --device-comm host)",
-                         local_size(), count, count == 1 ? "" : "s");
-    return 0;
+// The host and the GPU's PCI bus id: the same physical GPU whatever CUDA_VISIBLE_DEVICES each
+// process was given.
+void cu_coll_device(char *key, size_t n) {
+    char host[256] = "?", bus[64] = "?";
+    gethostname(host, sizeof host - 1);
+    cudaDeviceGetPCIBusId(bus, sizeof bus, cu_ctx.device);
+    snprintf(key, n, "%s %s", host, bus);
 }
 
 int cu_coll_id(unsigned char *id) {
