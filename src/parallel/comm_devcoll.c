@@ -69,11 +69,11 @@ int comm_device_collectives(int mode, const char **engine) {
     const Backend *be = comm_stage_backend();
     Comm *world = nreg ? reg[0] : NULL;
     if (engine) *engine = "host stages";
-    if (!mode || !world || (mode < 0 && world->size < 2)) return 0;
+    // (auto without the library: every rank runs the same backend, nothing to agree on)
+    int lib = be && backend_supports(be, BACKEND_COLLECTIVES);
+    if (!mode || !world || (mode < 0 && (world->size < 2 || !lib))) return 0;
     // every rank must agree: one that may not use them turns them off for all (auto) or fails
-    float bad = !be || !backend_supports(be, BACKEND_COLLECTIVES) ? 2.f
-                : be->coll_usable()                               ? 1.f
-                                                                  : 0.f;
+    float bad = !lib ? 2.f : be->coll_usable() ? 1.f : 0.f;
     char why[512] = "";
     if (bad == 1.f) snprintf(why, sizeof why, "%s", loom_errmsg());
     if (world->size > 1 && comm_allreduce_max(world, &bad, 1)) return -1;
