@@ -54,6 +54,16 @@ fastmem() {
     [ -n "${LOOM_ASAN:-}" ] && slack=512
     echo "$(($1 + slack))M"
 }
+# need_gpu ARGS...: `$LOOM train ARGS --steps 0` must start (the GPU tests, tests/gpu/): exit 77
+# (skip) where there is no usable GPU or loom was built without CUDA, 1 on any other failure
+# (its output shown).
+need_gpu() {
+    local out
+    out=$($LOOM train "$@" --steps 0 2>&1) && return 0
+    grep -q "no usable NVIDIA GPU\|built without the CUDA backend" <<<"$out" && { echo "$out"; exit 77; }
+    echo "$out"
+    exit 1
+}
 # MPI: how the tests launch ranks on one machine (shared memory and TCP, no core binding, more
 # ranks than cores allowed). need_mpi: fail without mpirun, else let root launch, give each rank
 # one OpenMP thread, and name Open MPI's point-to-point layer (ob1, the one it picks for these

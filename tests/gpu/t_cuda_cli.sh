@@ -23,10 +23,7 @@ REF="$PY $(dirname "$0")/../torch_ref.py"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 mkshard "$d/d.bin" 300 30000 2
 shape="--layers 3 --heads 4 --dim 64 --vocab 300 --block-size 64 --seed 5 --data $d/d.bin --progress off"
-if ! out=$($LOOM train $shape --batch 2 --seq 8 --steps 0 --device cuda:fp32 2>&1); then
-    grep -q "no usable NVIDIA GPU\|built without the CUDA backend" <<<"$out" && { echo "$out"; exit 77; }
-    echo "$out"; exit 1
-fi
+need_gpu $shape --batch 2 --seq 8 --device cuda:fp32
 
 echo "== 1. first-step gradients, cuda:fp32 vs cpu"
 for dev in cpu cuda:fp32; do

@@ -19,10 +19,7 @@ d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 mkshard "$d/d.bin" 300 30000 2
 shape="--layers 3 --heads 4 --dim 64 --vocab 300 --block-size 64 --seed 5 --data $d/d.bin
        --progress off --batch 4 --seq 32 --lr 1e-3"
-if ! out=$($LOOM train $shape --steps 0 --device cuda:fp16 2>&1); then
-    grep -q "no usable NVIDIA GPU\|built without the CUDA backend" <<<"$out" && { echo "$out"; exit 77; }
-    echo "$out"; exit 1
-fi
+need_gpu $shape --device cuda:fp16
 
 echo "== 1. 10 steps, fp16 vs fp32"
 for dt in fp32 fp16; do

@@ -22,10 +22,7 @@ d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 mkshard "$d/d.bin" 256 30000 2
 shape="--arch llama --layers 2 --heads 4 --kv-heads 2 --dim 64 --vocab 256 --block-size 64
        --seed 5 --data $d/d.bin --progress off"
-if ! out=$($LOOM train $shape --batch 2 --seq 8 --steps 0 --device "$DEV" 2>&1); then
-    grep -q "no usable NVIDIA GPU\|built without the CUDA backend" <<<"$out" && { echo "$out"; exit 77; }
-    echo "$out"; exit 1
-fi
+need_gpu $shape --batch 2 --seq 8 --device "$DEV"
 
 echo "== 1. 10-step trajectory, $DEV vs cpu"
 traj="--batch 4 --seq 32 --steps 10 --grad-accum 2 --lr 1e-3 --weight-decay 0.1 --grad-clip 1.0"

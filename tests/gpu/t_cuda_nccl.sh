@@ -17,10 +17,7 @@ mkshard "$d/d.bin" 300 30000 2
 shape="--layers 4 --heads 4 --dim 64 --vocab 300 --block-size 64 --seed 5 --data $d/d.bin
        --progress off --batch 2 --seq 32 --steps 6 --lr 1e-3 --weight-decay 0.1 --grad-clip 1.0"
 g="--device cuda:fp32"
-if ! out=$($LOOM train $shape --steps 0 $g 2>&1); then
-    grep -q "no usable NVIDIA GPU\|built without the CUDA backend" <<<"$out" && { echo "$out"; exit 77; }
-    echo "$out"; exit 1
-fi
+need_gpu $shape $g
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 [ "${gpus:-0}" -ge 1 ] || gpus=1
 if ! out=$($LOOM train $shape --steps 0 $g --device-comm nccl 2>&1); then

@@ -22,10 +22,7 @@ mkshard "$d/d.bin" 512 200000 2
 shape="--layers 16 --heads 4 --dim 256 --vocab 512 --block-size 32 --seed 5 --data $d/d.bin
        --progress off --batch 2 --seq 32 --steps 4 --grad-accum 2 --lr 1e-3 --weight-decay 0.1"
 g="--device cuda:fp32"
-if ! out=$($LOOM train $shape --steps 0 $g 2>&1); then
-    grep -q "no usable NVIDIA GPU\|built without the CUDA backend" <<<"$out" && { echo "$out"; exit 77; }
-    echo "$out"; exit 1
-fi
+need_gpu $shape $g
 HOST="--offload host --fast-mem 48M"
 run() { # NAME ARGS...
     local name=$1; shift

@@ -20,10 +20,7 @@ mkshard "$d/d.bin" 300 30000 2
 model="--layers 3 --heads 4 --dim 64 --vocab 300 --block-size 64 --batch 2 --seq 32 --seed 5"
 opt="--lr 1e-3 --weight-decay 0.1 --grad-clip 1.0 --lr-schedule constant --progress off"
 outer="--tau 3 --outer-lr 0.9 --outer-momentum 0.6 --gap-mode constant --steps 12"
-if ! out=$($LOOM train --data "$d/d.bin" $model --steps 0 --device cuda:fp32 2>&1); then
-    grep -q "no usable NVIDIA GPU\|built without the CUDA backend" <<<"$out" && { echo "$out"; exit 77; }
-    echo "$out"; exit 1
-fi
+need_gpu --data "$d/d.bin" $model --device cuda:fp32
 $LOOM keygen -o "$d/secret" 2>/dev/null
 swarm() { # DEVICE [NAME EXTRA...]: two peers started together; $d/NAME-{0,1}.{jsonl,st}
     local dev=$1 name=${2:-$1} boot= i started=()

@@ -16,10 +16,7 @@ d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 mkshard "$d/d.bin" 300 30000 2
 shape="--layers 4 --heads 4 --dim 64 --vocab 300 --block-size 64 --seed 5 --data $d/d.bin
        --progress off --batch 2 --seq 32 --steps 6 --lr 1e-3 --weight-decay 0.1 --grad-clip 1.0"
-if ! out=$($LOOM train $shape --steps 0 --device cuda:fp32 2>&1); then
-    grep -q "no usable NVIDIA GPU\|built without the CUDA backend" <<<"$out" && { echo "$out"; exit 77; }
-    echo "$out"; exit 1
-fi
+need_gpu $shape --device cuda:fp32
 g="--device cuda:fp32"
 
 echo "== 1. against one GPU rank"
