@@ -255,29 +255,14 @@ int main(int argc, char **argv) {
         printf("skip - mpi part (no mpirun)\n");
         return test_summary();
     }
-    fflush(stdout);
-    char exe[4096], cmd[8192];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    exe[n > 0 ? n : 0] = 0;
-    snprintf(cmd, sizeof cmd,
-             "env -u LOOM_TEST_BIG OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-             "OMP_NUM_THREADS=1 "
-             "LOOM_COMM_CHUNK=1000 LOOM_COMM_DELAY=2 timeout 120 mpirun --oversubscribe "
-             "--bind-to none --mca btl self,vader,tcp -np 2 -x LOOM_COMM_CHUNK -x "
-             "LOOM_COMM_DELAY -x LOOM_TAG_UB -x OMP_NUM_THREADS '%s'",
-             exe);
-    int rc = system(cmd);
+    int rc = test_mpirun_self(2, "-u LOOM_TEST_BIG LOOM_COMM_CHUNK=1000 LOOM_COMM_DELAY=2",
+                              "LOOM_TAG_UB", 120);
     if (rc != 0) {
         printf("FAIL - mpi part: mpirun exited with %d\n", rc);
         return 1;
     }
-    if (getenv("LOOM_TEST_BIG")) { // the default pieces (4 MiB)
-        snprintf(cmd, sizeof cmd,
-                 "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 mpirun "
-                 "--oversubscribe --bind-to none --mca btl self,vader,tcp -np 2 -x LOOM_TEST_BIG "
-                 "'%s'",
-                 exe);
-        if ((rc = system(cmd)) != 0) printf("FAIL - big part: mpirun exited with %d\n", rc);
-    }
+    if (getenv("LOOM_TEST_BIG") && // the default pieces (4 MiB)
+        (rc = test_mpirun_self(2, "", "LOOM_TEST_BIG LOOM_TAG_UB", 300)) != 0)
+        printf("FAIL - big part: mpirun exited with %d\n", rc);
     return rc ? 1 : test_summary();
 }

@@ -390,17 +390,9 @@ int main(int argc, char **argv) {
         printf("skip - mpi part (no mpirun)\n");
         return test_summary();
     }
-    fflush(stdout);
-    char exe[4096], cmd[8192];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    exe[n > 0 ? n : 0] = 0;
     for (int auto_ = 0; auto_ < 2; auto_++) {
-        snprintf(cmd, sizeof cmd,
-                 "%s OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 "
-                 "LOOM_COMM_CHUNK=1000 timeout 120 mpirun --oversubscribe --bind-to none --mca "
-                 "btl self,vader,tcp -np 3 -x LOOM_COMM_CHUNK -x OMP_NUM_THREADS%s '%s'",
-                 auto_ ? "DEVCOLL_AUTO=1" : "env", auto_ ? " -x DEVCOLL_AUTO" : "", exe);
-        int rc = system(cmd);
+        int rc = test_mpirun_self(
+            3, auto_ ? "LOOM_COMM_CHUNK=1000 DEVCOLL_AUTO=1" : "LOOM_COMM_CHUNK=1000", NULL, 120);
         if (rc != 0) {
             printf("FAIL - mpi part%s: mpirun exited with %d\n", auto_ ? " (auto)" : "", rc);
             return 1;
