@@ -79,15 +79,10 @@ static int expand_spec(const char *spec, char ***out, int *nout) {
         DIR *dir = opendir(spec);
         if (!dir) return loom_fail("%s: cannot open directory: %s", spec, strerror(errno));
         struct dirent *e;
-        int cap = 0;
+        size_t cap = 0;
         while ((e = readdir(dir))) {
             if (!has_bin_suffix(e->d_name)) continue;
-            if (n == cap) {
-                cap = cap ? 2 * cap : 16;
-                char **nv = realloc(v, sizeof(char *) * (size_t)cap);
-                if (!nv) die(EXIT_IO, "out of memory listing %s", spec);
-                v = nv;
-            }
+            v = xgrow(v, (size_t)n, &cap, 16, sizeof *v);
             size_t len = strlen(spec) + strlen(e->d_name) + 2;
             v[n] = xmalloc(len);
             snprintf(v[n++], len, "%s/%s", spec, e->d_name); // len fits it exactly

@@ -11,13 +11,7 @@
 #include "../common.h"
 
 void token_list_push(TokenList *l, int id) {
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? 2 * l->cap : 1024;
-        int *ids = realloc(l->ids, cap * sizeof(int));
-        if (!ids) die(EXIT_IO, "out of memory growing a token list to %zu tokens", cap);
-        l->ids = ids;
-        l->cap = cap;
-    }
+    l->ids = xgrow(l->ids, l->n, &l->cap, 1024, sizeof *l->ids);
     l->ids[l->n++] = id;
 }
 

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "../../common.h"
 #include "cuda_impl.h"
 
 static const char *const NAMES[PROF_OPS] = {"encoder_forward",
@@ -60,11 +61,7 @@ void cu_prof_begin(int op) {
         if (on) atexit(report);
     }
     if (!on || open_op >= 0) return; // nested ops count in the outer one
-    if (nmarks == cap) {
-        cap = cap ? 2 * cap : 4096;
-        marks = realloc(marks, cap * sizeof *marks);
-        if (!marks) abort();
-    }
+    marks = xgrow(marks, nmarks, &cap, 4096, sizeof *marks);
     Mark *m = &marks[nmarks];
     CU(cudaEventCreate(&m->a));
     CU(cudaEventCreate(&m->b));
