@@ -82,8 +82,12 @@ static void *down(const void *dev, size_t bytes) { // emu's copies take either s
     emu->copy_wait(emu->copy_async(h, dev, bytes));
     return h;
 }
-static uint64_t f_allreduce(void *c, void *buf, size_t n, int dtype, int op) {
+static uint64_t fences, unfenced; // fences made; ops (and groups) queued without one
+static uint64_t f_fence(void) { return ++fences; }
+static void fenced(const Fake *f, uint64_t fence) { unfenced += !f->in_group && !fence; }
+static uint64_t f_allreduce(void *c, uint64_t fence, void *buf, size_t n, int dtype, int op) {
     Fake *f = c;
+    fenced(f, fence);
     calls_sum++;
     void *h = down(buf, n * esize(dtype));
     Op *o = push(f, h, buf, n * esize(dtype));
@@ -92,8 +96,9 @@ static uint64_t f_allreduce(void *c, void *buf, size_t n, int dtype, int op) {
                        f->comm, &o->req);
     return ticket_of(f);
 }
-static uint64_t f_bcast(void *c, void *buf, size_t n, int dtype, int root) {
+static uint64_t f_bcast(void *c, uint64_t fence, void *buf, size_t n, int dtype, int root) {
     Fake *f = c;
+    fenced(f, fence);
     calls_bcast++;
     void *h = down(buf, n * esize(dtype));
     Op *o = push(f, h, f->rank == root ? NULL : buf, n * esize(dtype));
@@ -112,7 +117,10 @@ static uint64_t f_reduce(void *c, const float *send, float *recv, size_t n, int 
         memcpy(out, h, n * 4);
     return ticket_of(f);
 }
-static void f_group_begin(void *c) { ((Fake *)c)->in_group = 1, groups++; }
+static void f_group_begin(void *c, uint64_t fence) {
+    fenced(c, fence);
+    ((Fake *)c)->in_group = 1, groups++;
+}
 static uint64_t f_group_end(void *c) {
     Fake *f = c;
     f->in_group = 0;
@@ -151,7 +159,8 @@ static void fake_install(void) {
     fake.coll_name = "stand-in";
     fake.coll_usable = f_usable, fake.coll_device = f_device, fake.coll_id = f_id;
     fake.coll_open = f_open;
-    fake.coll_allreduce = f_allreduce, fake.coll_bcast = f_bcast, fake.coll_reduce = f_reduce;
+    fake.coll_fence = f_fence, fake.coll_allreduce = f_allreduce, fake.coll_bcast = f_bcast;
+    fake.coll_reduce = f_reduce;
     fake.coll_group_begin = f_group_begin, fake.coll_group_end = f_group_end;
     fake.coll_test = f_test, fake.coll_abort = f_abort, fake.coll_close = f_close;
     comm_set_backend(&fake);
@@ -228,6 +237,7 @@ TEST(sums_on_the_library) {
     double f[3] = {0.5, (double)r, 0.25};
     float *df = emu->alloc(6); // 3 doubles
     emu->copy_wait(emu->copy_async(df, f, sizeof f));
+    uint64_t f0 = fences;
     zero_calls();
     size_t cut[1] = {1200};
     CommReq q[4] = {comm_iallreduce(W, d, n), comm_iallreduce_max(W, m, n),
@@ -237,6 +247,9 @@ TEST(sums_on_the_library) {
         CHECK(comm_wait(&q[k]) == 0, "request %d: %s", k, last_failure);
     // 3 + 3 + 1 + ([0,1200): 2, [1200,2500): 3, b1: 2) pieces
     CHECK(calls_sum == 14 && calls_bcast == 0 && calls_reduce == 0, "%d sums, want 14", calls_sum);
+    // one fence a collective, made when it starts, that every one of its pieces waits for
+    CHECK(fences - f0 == 4 && unfenced == 0, "%llu fences for 4 collectives, %llu ops without",
+          (unsigned long long)(fences - f0), (unsigned long long)unfenced);
     float *hd = host_of(d, n), *hm = host_of(m, n), *hc = host_of(c0, n);
     float *hb = host_of(db1, 900);
     double hf[3];

@@ -234,9 +234,12 @@ typedef struct Backend {
     // share one (the library needs a device each);
     // coll_id writes a new unique id (COLL_ID_BYTES: one member makes it, comm broadcasts it);
     // coll_open joins member `rank` of n to the communicator of id (every member calls it;
-    // NULL + loom_errmsg). Operations queue on the communicator's own stream after the
-    // device's ops queued before the call (what they wrote is what moves) and return a ticket
-    // (> 0; 0 inside a group, whose coll_group_end returns the ticket of all of it); the ops
+    // NULL + loom_errmsg). coll_fence marks the device's ops queued so far (a fence > 0, any
+    // thread); an operation queues on the communicator's own stream after the device's ops
+    // before its fence (what they wrote is what moves; the ops queued since do not hold it up:
+    // an operation queued later by the progress thread keeps the fence of its collective's
+    // start) and returns a ticket (> 0; 0 inside a group, whose coll_group_end returns the
+    // ticket of all of it; a group's fence is coll_group_begin's); the ops
     // of a communicator complete in order. coll_test: 1 when the ticket's op (and every
     // earlier one) is complete, 0 not yet, -1 when the communicator failed (loom_errmsg names
     // the library's error). dtype: COLL_F32, COLL_F64 or COLL_BYTES; op: COLL_SUM or COLL_MAX.
@@ -248,10 +251,11 @@ typedef struct Backend {
     void (*coll_device)(char *key, size_t n);
     int (*coll_id)(unsigned char *id);
     void *(*coll_open)(const unsigned char *id, int n, int rank);
-    uint64_t (*coll_allreduce)(void *c, void *buf, size_t n, int dtype, int op);
-    uint64_t (*coll_bcast)(void *c, void *buf, size_t n, int dtype, int root);
+    uint64_t (*coll_fence)(void);
+    uint64_t (*coll_allreduce)(void *c, uint64_t fence, void *buf, size_t n, int dtype, int op);
+    uint64_t (*coll_bcast)(void *c, uint64_t fence, void *buf, size_t n, int dtype, int root);
     uint64_t (*coll_reduce)(void *c, const float *send, float *recv, size_t n, int root);
-    void (*coll_group_begin)(void *c);
+    void (*coll_group_begin)(void *c, uint64_t fence);
     uint64_t (*coll_group_end)(void *c);
     int (*coll_test)(void *c, uint64_t ticket);
     void (*coll_abort)(void *c);

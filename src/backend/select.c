@@ -96,7 +96,7 @@ int backend_supports(const Backend *be, BackendCap cap) {
                be->copy_done && be->mem_used;
     case BACKEND_COLLECTIVES:
         return be->coll_usable && be->coll_device && be->coll_id && be->coll_open &&
-               be->coll_allreduce &&
+               be->coll_fence && be->coll_allreduce &&
                be->coll_bcast && be->coll_reduce && be->coll_group_begin && be->coll_group_end &&
                be->coll_test && be->coll_abort && be->coll_close;
     default: return 0;

@@ -49,6 +49,7 @@ typedef struct Job {
     size_t off, issued;        // elements started so far
     MPI_Request req[WINDOW];   // FIFO of pieces in flight
     void *dc;                  // the device communicator its pieces go to (NULL: MPI)
+    uint64_t fence;            // dc: the device's ops its pieces wait for (those before submit)
     uint64_t tk[WINDOW];       // dc: the pieces' tickets
     char *cerr;                // dc: the library's error, once it failed
     double due[WINDOW];        // LOOM_COMM_DELAY: a piece does not complete before this
@@ -100,14 +101,14 @@ static uint64_t dc_layout_piece(Job *j, size_t idx) {
     const Backend *be = comm_dc_backend();
     size_t at = idx * j->per, mine = j->counts[j->rank];
     float *buf = (float *)j->buf[0], *recv = buf + (at < mine ? at : mine);
-    be->coll_group_begin(j->dc);
+    be->coll_group_begin(j->dc, j->fence);
     for (int r = 0; r < j->nranks; r++) {
         size_t len = j->counts[r] > at ? j->counts[r] - at : 0;
         len = len < j->per ? len : j->per;
         if (len && j->kind == J_RSCATTER)
             be->coll_reduce(j->dc, j->send + j->displs[r] + at, recv, len, r);
         else if (len)
-            be->coll_bcast(j->dc, buf + j->displs[r] + at, len, COLL_F32, r);
+            be->coll_bcast(j->dc, j->fence, buf + j->displs[r] + at, len, COLL_F32, r);
     }
     return be->coll_group_end(j->dc);
 }
@@ -118,10 +119,11 @@ static int dc_piece(Job *j, int k, void *p, size_t len) {
     if (j->kind == J_RSCATTER || j->kind == J_GATHERV)
         j->tk[k] = dc_layout_piece(j, j->issued);
     else if (j->kind == J_BCAST)
-        j->tk[k] = be->coll_bcast(j->dc, p, len, COLL_BYTES, j->root);
+        j->tk[k] = be->coll_bcast(j->dc, j->fence, p, len, COLL_BYTES, j->root);
     else
-        j->tk[k] = be->coll_allreduce(j->dc, p, len, j->type == MPI_DOUBLE ? COLL_F64 : COLL_F32,
-                                      j->max ? COLL_MAX : COLL_SUM);
+        j->tk[k] =
+            be->coll_allreduce(j->dc, j->fence, p, len, j->type == MPI_DOUBLE ? COLL_F64 : COLL_F32,
+                               j->max ? COLL_MAX : COLL_SUM);
     if (j->tk[k]) return 0;
     j->cerr = strdup(loom_errmsg());
     return -1;
@@ -230,7 +232,8 @@ static void stage_device(Job *j) {
 static CommReq submit(const Comm *c, const char *op, Job *j) {
     const void *bufs[3] = {j->buf[0], j->buf[1], j->send};
     if (j->kind != J_BARRIER) j->dc = comm_dc_for(c, bufs, 3);
-    if (j->dc) { // no host stages: the library moves device memory
+    if (j->dc) { // no host stages: the library moves device memory, after what is queued now
+        j->fence = comm_dc_backend()->coll_fence();
         j->staged = 0;
         free(j->stage), j->stage = NULL;
     } else {

@@ -269,6 +269,7 @@ static Backend CUDA = {
     .coll_device = cu_coll_device,
     .coll_id = cu_coll_id,
     .coll_open = cu_coll_open,
+    .coll_fence = cu_coll_fence,
     .coll_allreduce = cu_coll_allreduce,
     .coll_bcast = cu_coll_bcast,
     .coll_reduce = cu_coll_reduce,

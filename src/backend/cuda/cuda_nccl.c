@@ -6,8 +6,10 @@
 //
 // Each communicator has a stream of its own (two communicators' ops never queue behind each
 // other: ranks may start them in different orders) and a ring of events: an op (or a group)
-// first waits for an event recorded on the compute stream when it is queued, so it moves what
-// the kernels queued before it wrote, and its ticket is an event recorded after it. Ops of one
+// first waits for its fence, an event recorded on the compute stream when its collective
+// started (a ring of them; one re-recorded since is a later point: a longer wait), so it moves
+// what the kernels queued before that wrote and no later kernel holds it up; its ticket is an
+// event recorded after it. Ops of one
 // communicator complete in order, so a ticket whose event was re-recorded is answered by the
 // later op (a longer wait). comm calls every op and test holding its lock; the progress thread
 // tests too (each call makes the process's GPU the thread's device first). A write into device
@@ -15,6 +17,7 @@
 // queued and when it completes.
 #include <cuda_runtime.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +37,7 @@ enum { ncclInt8 = 0, ncclFloat32 = 7, ncclFloat64 = 8 };
 enum { ncclSum = 0, ncclMax = 2 };
 
 #define RING 256
+#define FENCES 1024
 
 static struct {
     void *lib;
@@ -56,7 +60,7 @@ char cu_nccl_name[64] = "NCCL";
 typedef struct {
     ncclComm_t nc;
     cudaStream_t st;
-    cudaEvent_t before, ring[RING];
+    cudaEvent_t ring[RING];
     uint64_t next, done; // the last ticket handed out; every ticket <= done has completed
     int in_group, group_failed;
 } Nc;
@@ -139,18 +143,34 @@ void *cu_coll_open(const unsigned char *id, int n, int rank) {
         return NULL;
     }
     CU(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking));
-    CU(cudaEventCreateWithFlags(&c->before, cudaEventDisableTiming));
     for (int i = 0; i < RING; i++)
         CU(cudaEventCreateWithFlags(&c->ring[i], cudaEventDisableTiming));
     return c;
 }
 
-// The communicator's stream waits for what the compute stream has queued so far.
-static void after_compute(Nc *c) {
+static pthread_mutex_t fence_mu = PTHREAD_MUTEX_INITIALIZER;
+static cudaEvent_t fences[FENCES];
+static uint64_t nfences;
+
+uint64_t cu_coll_fence(void) {
+    cu_thread_device();
+    pthread_mutex_lock(&fence_mu);
+    if (!nfences)
+        for (int i = 0; i < FENCES; i++)
+            CU(cudaEventCreateWithFlags(&fences[i], cudaEventDisableTiming));
+    uint64_t f = ++nfences;
+    CU(cudaEventRecord(fences[f % FENCES], cu_ctx.stream));
+    pthread_mutex_unlock(&fence_mu);
+    return f;
+}
+
+// The communicator's stream waits for the compute stream's ops before the fence.
+static void after_fence(Nc *c, uint64_t fence) {
     cu_thread_device();
     cu_gen_bump();
-    CU(cudaEventRecord(c->before, cu_ctx.stream));
-    CU(cudaStreamWaitEvent(c->st, c->before, 0));
+    pthread_mutex_lock(&fence_mu);
+    CU(cudaStreamWaitEvent(c->st, fences[fence % FENCES], 0));
+    pthread_mutex_unlock(&fence_mu);
 }
 
 // The ticket of the op just queued (0 inside a group), or 0 + loom_errmsg when it failed.
@@ -170,31 +190,30 @@ static int dtype_of(int dtype) {
     return dtype == COLL_F64 ? ncclFloat64 : dtype == COLL_BYTES ? ncclInt8 : ncclFloat32;
 }
 
-uint64_t cu_coll_allreduce(void *cp, void *buf, size_t n, int dtype, int op) {
+uint64_t cu_coll_allreduce(void *cp, uint64_t fence, void *buf, size_t n, int dtype, int op) {
     Nc *c = cp;
-    if (!c->in_group) after_compute(c);
+    if (!c->in_group) after_fence(c, fence);
     return queued(
         c,
         L.allreduce(buf, buf, n, dtype_of(dtype), op == COLL_MAX ? ncclMax : ncclSum, c->nc, c->st),
         "ncclAllReduce");
 }
 
-uint64_t cu_coll_bcast(void *cp, void *buf, size_t n, int dtype, int root) {
+uint64_t cu_coll_bcast(void *cp, uint64_t fence, void *buf, size_t n, int dtype, int root) {
     Nc *c = cp;
-    if (!c->in_group) after_compute(c);
+    if (!c->in_group) after_fence(c, fence);
     return queued(c, L.bcast(buf, buf, n, dtype_of(dtype), root, c->nc, c->st), "ncclBroadcast");
 }
 
 uint64_t cu_coll_reduce(void *cp, const float *send, float *recv, size_t n, int root) {
-    Nc *c = cp;
-    if (!c->in_group) after_compute(c);
+    Nc *c = cp; // (in a group: coll_group_begin waited for the fence)
     return queued(c, L.reduce(send, recv, n, ncclFloat32, ncclSum, root, c->nc, c->st),
                   "ncclReduce");
 }
 
-void cu_coll_group_begin(void *cp) {
+void cu_coll_group_begin(void *cp, uint64_t fence) {
     Nc *c = cp;
-    after_compute(c);
+    after_fence(c, fence);
     L.group_start();
     c->in_group = 1;
 }
@@ -237,7 +256,6 @@ void cu_coll_close(void *cp) {
     L.destroy(c->nc);
     for (int i = 0; i < RING; i++)
         CU(cudaEventDestroy(c->ring[i]));
-    CU(cudaEventDestroy(c->before));
     CU(cudaStreamDestroy(c->st));
     free(c);
 }
