@@ -22,7 +22,8 @@
 #   * device <- host <- disk (--offload host --offload-dir --host-mem: the front of each rank's
 #     state in page-locked host memory, the rest on disk below it, both parts used): one process
 #     equals the in-memory emu run within --fast-mem, pp 2 1f1b and tp 2 the in-memory cpu runs,
-#     dp 2 ZeRO-1 --offload disk on the CPU;
+#     dp 2 ZeRO-1 --offload disk on the CPU; the planner measures both parts and plans with
+#     read rates between them;
 #   * a checkpoint saved with --offload host resumes on the CPU in memory onto the uninterrupted
 #     run's bytes;
 #   * refusals: a budget below what the plan needs names it.
@@ -181,6 +182,20 @@ CFG=$mid OFF="$SPLIT $UNITS" mem_vs "tp 2, --host-mem" 2 --tp 2
 split_used "$d/host.err" 2
 CFG=$mid OFF=$SPLIT both "dp 2 zero 1, --host-mem" 2 --dp 2 --zero 1
 split_used "$d/host.err" 2
+# the planner measures both parts (the costs measured, as a user's run does) and plans with
+# read rates between the disk's and host memory's, by the share host memory holds
+env -u LOOM_OFFLOAD_COSTS $LOOM train $mid --steps 1 --device emu $SPLIT 2>"$d/plan.err" ||
+    { cat "$d/plan.err"; exit 1; }
+rd() { # the first read rate of the planner's line about $1
+    grep -F "offload plan: $1" "$d/plan.err" | head -1 | grep -oE 'read [0-9.e+-]+ GB/s' |
+        head -1 | cut -d' ' -f2
+}
+disk=$(rd "tier $d/off") hostr=$(rd "tier host memory") blend=$(rd "--host-mem holds")
+pct=$(sed -nE 's/.*--host-mem holds ([0-9]+)% of the state.*/\1/p' "$d/plan.err")
+awk -v d="$disk" -v h="$hostr" -v b="$blend" -v p="$pct" 'BEGIN {
+    exit !(p >= 1 && p <= 99 && b > d && b < h) }' ||
+    { echo "planned rates: disk '$disk', host '$hostr', blended '$blend' at '$pct'%"; cat "$d/plan.err"; exit 1; }
+echo "planner: --host-mem holds $pct% of the state: read $disk (disk) < $blend < $hostr GB/s"
 [ -z "$(ls -A "$d/off")" ] || { echo "scratch files left in --offload-dir"; exit 1; }
 
 # a one-process checkpoint too ($d/full.st: its uninterrupted run, for the negative control)
