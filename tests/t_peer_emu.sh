@@ -7,7 +7,8 @@
 # and int8-compressed Δs (error feedback), and the sharded exchange with top-k; and 2 emu peers
 # whose models swap from host memory (--offload host, --recompute) equal 2 in-memory cpu peers.
 # So do 2 emu peers swapped through a disk under the device (--offload disk, the outer state and
-# the arrays in files). --offload-dir alone on the device is refused, naming why (the outer
+# the arrays in files), and through host memory above it (--offload host --offload-dir
+# --host-mem). --offload-dir alone on the device is refused, naming why (the outer
 # state in files needs the model in host memory or swapped).
 set -eu
 . "$(dirname "$0")/lib.sh"
@@ -62,4 +63,13 @@ swarm emu --recompute --offload disk --offload-dir "$d/o" --fast-mem 64M
 for i in 0 1; do
     same "peer $i on emu --offload disk vs cpu in memory" "$d/emu-$i.jsonl" "$d/cpu-$i.jsonl" \
         "$d/emu-$i.st" "$d/cpu-$i.st"
+done
+# host memory above that disk (--host-mem: here all of the small model's state fits in it),
+# the outer state and the arrays in files
+swarm emu --recompute --offload host --offload-dir "$d/o" --host-mem 20M --fast-mem 64M
+for i in 0 1; do
+    grep -q "all of it in page-locked host memory" "$d/emu-$i.log" ||
+        { echo "peer $i: not in host memory"; cat "$d/emu-$i.log"; exit 1; }
+    same "peer $i on emu --offload host --host-mem vs cpu in memory" "$d/emu-$i.jsonl" \
+        "$d/cpu-$i.jsonl" "$d/emu-$i.st" "$d/cpu-$i.st"
 done
