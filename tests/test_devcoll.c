@@ -11,7 +11,8 @@
 //     broadcast a piece, a group of a reduce to or a broadcast from each member a layout's
 //     piece) and none on MPI; host buffers still go over MPI; a device communicator opens for
 //     a communicator split later too; an asynchronous error of the library fails the operation
-//     naming it and the library; comm_dc_abort_all ends every open communicator;
+//     naming it and the library, and an op that never completes fires the watchdog;
+//     comm_dc_abort_all ends every open communicator;
 //   * auto (mode -1) with one rank that may not use the library, or with two ranks on one
 //     device: every rank keeps host stages; mode 1 then fails on every rank, naming why.
 #include <mpi.h>
@@ -43,6 +44,7 @@ typedef struct {
 static Backend fake;
 static const Backend *emu;
 static int calls_sum, calls_bcast, calls_reduce, groups, opened, aborted, fail_next, unusable;
+static int stall; // the library's ops never complete (a peer that is gone)
 static MPI_Comm parent_of_next = MPI_COMM_NULL; // which MPI communicator the next open joins
 
 static int f_usable(void) { return unusable ? loom_fail("this rank may not (test)") : 0; }
@@ -128,6 +130,7 @@ static uint64_t f_group_end(void *c) {
 }
 static int f_test(void *c, uint64_t t) {
     Fake *f = c;
+    if (stall) return 0;
     if (fail_next) {
         fail_next = 0;
         return loom_fail("stand-in library: asynchronous error (provoked)");
@@ -342,6 +345,16 @@ TEST(split_later_and_failure) {
                   strstr(last_failure, "asynchronous error (provoked)"),
               "failure: %d, '%s'", failures, last_failure);
         while (!f_test(c->dc, UINT64_MAX)) // the failed op's MPI request: both ranks finish it
+            ;
+        // an op that never completes: the watchdog fires on the library's pieces too
+        comm_set_timeout(0.5);
+        failures = 0, stall = 1;
+        CHECK(comm_allreduce(c, d, 10) == -1 && failures == 1 && strstr(last_failure, "watchdog") &&
+                  strstr(last_failure, "allreduce on the pair"),
+              "a stalled op: %d failures, '%s'", failures, last_failure);
+        stall = 0;
+        comm_set_timeout(60);
+        while (!f_test(c->dc, UINT64_MAX)) // its MPI request: both ranks finish it
             ;
         free(h);
         emu->release(d);
