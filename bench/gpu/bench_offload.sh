@@ -7,6 +7,9 @@
 #                   predicted step time (its start-up line) against the measured one
 #   fsdp-offload    bench/gpu/torch_fsdp_offload.py: PyTorch FSDP with CPU offload on one GPU,
 #                   its memory capped at the same budget
+#   loom-hostdisk   (not in the default ENGINES) --offload host --offload-dir $DISK_DIR
+#                   --host-mem $HOST_MEM --fast-mem $BUDGET: device <- host <- disk, for a host
+#                   whose memory does not hold the state (default: half of it in host memory)
 # bf16 products with fp32 master weights everywhere, B=$BATCH x K=$ACCUM sequences of $SEQ per
 # step, clipping off for loom (AdamW fused into each unit's backward: clipping would need the
 # whole gradient first). Medians over the steps after the first $WARM; tokens/s and the ratios
@@ -23,6 +26,7 @@ OUT_DIR=${OUT_DIR:-$(mktemp -d)}
 LAYERS=${LAYERS:-32} DIM=${DIM:-2560} HEADS=${HEADS:-32} V=${VOCAB:-50257}
 BATCH=${BATCH:-8} ACCUM=${ACCUM:-8} SEQ=${SEQ:-1024} STEPS=${STEPS:-3} WARM=${WARM:-1}
 BUDGET=${BUDGET:-24G} ENGINES=${ENGINES:-"loom-inmem loom-host fsdp-offload"}
+DISK_DIR=${DISK_DIR:-$OUT_DIR/scratch}
 mkdir -p "$OUT_DIR"
 tok="$OUT_DIR/tok.bin"
 [ -f "$tok" ] || "$PY" - "$tok" "$V" <<'PY'
@@ -67,6 +71,13 @@ for e in $ENGINES; do
     case $e in
     loom-inmem) loom_row loom-inmem ;;
     loom-host) loom_row loom-host --offload host --fast-mem "$BUDGET" ;;
+    loom-hostdisk) # HOST_MEM default: half the fp32 state (16 bytes a parameter)
+        mkdir -p "$DISK_DIR"
+        half=$(awk -v L="$LAYERS" -v C="$DIM" -v V="$V" 'BEGIN {
+            printf "%dM", (L * 12 * C * C + V * C) * 16 / 2 / 1048576 }')
+        loom_row loom-hostdisk --offload host --offload-dir "$DISK_DIR" \
+            --host-mem "${HOST_MEM:-$half}" --fast-mem "$BUDGET"
+        ;;
     fsdp-offload)
         timeout "${TIMEOUT:-900}" "$PY" bench/gpu/torch_fsdp_offload.py --layers "$LAYERS" \
             --heads "$HEADS" --dim "$DIM" --vocab "$V" --batch "$BATCH" --grad-accum "$ACCUM" \
@@ -96,6 +107,9 @@ for name, r in rows.items():
     print(f"| {name} | {r.get('step_s')} | {r.get('tok_s'):,} | {r.get('predicted_s') or ''} | "
           f"{r.get('device_mib') or ''} |")
 h, m, f = (rows.get(k, {}) for k in ("loom-host", "loom-inmem", "fsdp-offload"))
+d = rows.get("loom-hostdisk", {})
+if d.get("tok_s") and m.get("tok_s"):
+    print(f"\nloom-hostdisk / loom-inmem: {d['tok_s'] / m['tok_s']:.2f}")
 if h.get("tok_s") and m.get("tok_s"):
     print(f"\nloom-host / loom-inmem: {h['tok_s'] / m['tok_s']:.2f} (target >= 0.70)")
 if h.get("tok_s") and f.get("tok_s"):
