@@ -22,10 +22,6 @@ struct TierHost {
 };
 
 TierHost *tier_host_open(const Backend *be, size_t bytes) {
-    if (!backend_supports(be, BACKEND_COPY_STREAM))
-        return loom_fail("--offload host: the %s backend lacks %s", be->name,
-                         backend_cap_name(BACKEND_COPY_STREAM)),
-               NULL;
     TierHost *h = xcalloc(1, sizeof *h);
     h->be = be, h->size = bytes;
     h->store = be->host_alloc(bytes ? bytes : 1);

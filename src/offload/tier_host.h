@@ -9,7 +9,7 @@
 
 typedef struct TierHost TierHost;
 
-TierHost *tier_host_open(const Backend *be, size_t bytes); // NULL + loom_errmsg
+TierHost *tier_host_open(const Backend *be, size_t bytes); // be has a copy stream (tier_place.c)
 void tier_host_close(TierHost *h);                         // after every request completed
 uint64_t tier_host_submit(TierHost *h, int write, size_t off, const void *buf, size_t n);
 int tier_host_wait(TierHost *h, uint64_t ticket); // and every earlier one

@@ -9,8 +9,7 @@
 #include "tier_impl.h"
 
 static Tier *open_host(const Backend *be, size_t bytes) {
-    TierHost *h = tier_host_open(be, bytes);
-    return h ? tier_of_host(h, bytes) : NULL;
+    return tier_of_host(tier_host_open(be, bytes), bytes);
 }
 
 // host_mem less the disk part's bounce buffers holds the front of the tier; all of it when it
@@ -34,8 +33,7 @@ static Tier *open_split(const Backend *be, const char *dir, size_t host_mem, int
         return open_host(be, bytes);
     }
     size_t cut = (host_mem - tier_bounce_bytes()) / TIER_ALIGN * TIER_ALIGN;
-    Tier *front = open_host(be, cut);
-    Tier *back = front ? tier_open_disk(dir, rank, bytes - cut, be) : NULL;
+    Tier *front = open_host(be, cut), *back = tier_open_disk(dir, rank, bytes - cut, be);
     if (!back) return tier_close(front), NULL;
     fprintf(stderr,
             "loom: offload: rank %d: %s of the state in page-locked host memory (--host-mem %s "
