@@ -169,6 +169,57 @@ TEST(layers) {
         emu->release(all[i]);
 }
 
+// The fused ops (backend.h): the CPU's residual + LayerNorm equal to the two ops bit for bit
+// (the residual written over its first input, as the model calls it); emu's three equal to the
+// CPU's ops one by one, the GELU backward's dpre written over its gin.
+TEST(fused_ops) {
+    int N = 19, C = 24, OC = 40;
+    size_t nc = (size_t)N * C, no = (size_t)N * OC;
+    float *a = randv(nc), *x = randv(nc), *w = randv(C), *b = randv(C);
+    float *res = xalloc_floats(nc), *ln = xalloc_floats(nc), *mean = xalloc_floats(N);
+    float *rstd = xalloc_floats(N), *res2 = xalloc_floats(nc), *ln2 = xalloc_floats(nc);
+    float *mean2 = xalloc_floats(N), *rstd2 = xalloc_floats(N);
+    cpu->residual_forward(res, a, x, nc);
+    cpu->layernorm_forward(ln, mean, rstd, res, w, b, N, C);
+    memcpy(res2, a, nc * sizeof(float));
+    CHECK(cpu->residual_layernorm_forward(res2, ln2, mean2, rstd2, res2, x, w, b, N, C) &&
+              !memcmp(res2, res, nc * 4) && !memcmp(ln2, ln, nc * 4) &&
+              !memcmp(mean2, mean, N * 4) && !memcmp(rstd2, rstd, N * 4),
+          "cpu residual_layernorm_forward");
+    float *RES = dev_of(a, nc), *X = dev_of(x, nc), *Wd = dev_of(w, C), *Bd = dev_of(b, C);
+    float *LN = emu->alloc(nc), *M = emu->alloc(N), *R = emu->alloc(N);
+    CHECK(emu->residual_layernorm_forward(RES, LN, M, R, RES, X, Wd, Bd, N, C) &&
+              same_bits(RES, res, nc) && same_bits(LN, ln, nc) && same_bits(M, mean, N) &&
+              same_bits(R, rstd, N),
+          "emu residual_layernorm_forward");
+    // the MLP's up product with GELU, and its backward through the down product
+    float *inp = randv(nc), *wf = randv((size_t)OC * C), *bf = randv(OC), *dout = randv(nc);
+    float *wp = randv((size_t)C * OC), *gw = randv((size_t)C * OC), *gb = randv(C);
+    float *pre = xalloc_floats(no), *gl = xalloc_floats(no), *dg = xalloc_floats(no);
+    float *dpre = xalloc_floats(no);
+    float *INP = dev_of(inp, nc), *WF = dev_of(wf, (size_t)OC * C), *BF = dev_of(bf, OC);
+    float *DOUT = dev_of(dout, nc), *WP = dev_of(wp, (size_t)C * OC);
+    float *GW = dev_of(gw, (size_t)C * OC), *GB = dev_of(gb, C);
+    float *PRE = emu->alloc(no), *GL = emu->alloc(no);
+    cpu->matmul_forward(pre, inp, wf, bf, N, C, OC);
+    cpu->gelu_forward(gl, pre, no);
+    CHECK(emu->matmul_gelu_forward(GL, PRE, INP, WF, BF, N, C, OC) && same_bits(PRE, pre, no) &&
+              same_bits(GL, gl, no),
+          "emu matmul_gelu_forward");
+    cpu->matmul_backward(dg, gw, gb, dout, gl, wp, N, OC, C); // y (N,C) = gl · wpᵀ + b
+    cpu->gelu_backward(dpre, pre, dg, no);
+    CHECK(emu->matmul_gelu_backward(GL, GW, GB, DOUT, GL, PRE, WP, N, OC, C) &&
+              same_bits(GL, dpre, no) && same_bits(GW, gw, (size_t)C * OC) && same_bits(GB, gb, C),
+          "emu matmul_gelu_backward (dpre over gin)");
+    float *h[] = {a,   x,  w,  b,    res, ln, mean, rstd, res2, ln2, mean2, rstd2,
+                  inp, wf, bf, dout, wp,  gw, gb,   pre,  gl,   dg,  dpre};
+    for (size_t i = 0; i < sizeof h / sizeof h[0]; i++)
+        free(h[i]);
+    float *d[] = {RES, X, Wd, Bd, LN, M, R, INP, WF, BF, DOUT, WP, GW, GB, PRE, GL};
+    for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
+        emu->release(d[i]);
+}
+
 TEST(optimizer_and_reductions) {
     size_t n = 100003; // above the CPU's parallel threshold, not a multiple of the chunks
     float *p = randv(n), *g = randv(n), *m = randv(n), *v = randv(n);
@@ -282,6 +333,7 @@ int main(void) {
     RUN(host_pointer_to_kernel_fails);
     RUN(products);
     RUN(layers);
+    RUN(fused_ops);
     RUN(optimizer_and_reductions);
     RUN(transfers);
     RUN(mem_peak);

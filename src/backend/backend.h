@@ -117,6 +117,24 @@ typedef struct Backend {
     // in place: probs (N,V) → dlogits = (probs − onehot(target)) · scale
     void (*softmax_xent_backward)(float *probs_dlogits, const int *targets, float scale, int N,
                                   int V);
+    // ---- fused ops (NULL in a backend without them). Each returns 1 when it did the work, or
+    // 0 having written nothing when it cannot fuse this call; the model then runs the ops it
+    // stands for one by one.
+    // pre (N,OC) = inp (N,C) · w (OC,C)ᵀ + bias, out (N,OC) = gelu(pre): matmul_forward, then
+    // gelu_forward (the MLP's up product)
+    int (*matmul_gelu_forward)(float *out, float *pre, const float *inp, const float *w,
+                               const float *bias, int N, int C, int OC);
+    // the backward of y = gin·wᵀ + bias where gin (N,C) = gelu(pre): dw (OC,C) += doutᵀ·gin,
+    // dbias (OC) += Σ_n dout, then dpre (N,C) = (dout·w) ∘ gelu'(pre), overwritten:
+    // matmul_backward, then gelu_backward. dpre may be gin (read before it is written).
+    int (*matmul_gelu_backward)(float *dpre, float *dw, float *dbias, const float *dout,
+                                const float *gin, const float *pre, const float *w, int N, int C,
+                                int OC);
+    // res (N,C) = a + b (res may be a or b), then ln (N,C), mean, rstd (N) = layernorm(res) · w
+    // + bias: residual_forward, then layernorm_forward
+    int (*residual_layernorm_forward)(float *res, float *ln, float *mean, float *rstd,
+                                      const float *a, const float *b, const float *w,
+                                      const float *bias, int N, int C);
     // ---- the classifier without the (N,V) logits (NULL in a backend without it): logits =
     // x (N,C) · wte (V,C)ᵀ are formed a chunk of rows at a time and never stored whole;
     // losses (N) = −log softmax(logits)[target]; returns Σ losses. With dx non-NULL, also the

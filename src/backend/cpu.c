@@ -156,6 +156,34 @@ static void cpu_layernorm_forward(float *out, float *mean, float *rstd, const fl
     }
 }
 
+// residual_forward then layernorm_forward in one pass over the rows: the same sums in the same
+// order (bit for bit the two ops), the residual row read back from cache instead of memory
+static int cpu_residual_layernorm_forward(float *res, float *out, float *mean, float *rstd,
+                                          const float *a, const float *b, const float *w,
+                                          const float *bias, int N, int C) {
+#pragma omp parallel for schedule(dynamic, 16)
+    for (int n = 0; n < N; n++) {
+        size_t o = (size_t)n * C;
+        float *x = res + o, m = 0.f;
+        for (int c = 0; c < C; c++) {
+            x[c] = a[o + c] + b[o + c];
+            m += x[c];
+        }
+        m /= C;
+        float var = 0.f;
+        for (int c = 0; c < C; c++) {
+            float d = x[c] - m;
+            var += d * d;
+        }
+        float s = 1.0f / sqrtf(var / C + LN_EPS);
+        for (int c = 0; c < C; c++)
+            out[o + c] = (x[c] - m) * s * w[c] + bias[c];
+        mean[n] = m;
+        rstd[n] = s;
+    }
+    return 1;
+}
+
 static void cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
                                    const float *inp, const float *w, const float *mean,
                                    const float *rstd, int N, int C) {
@@ -368,6 +396,7 @@ static const Backend CPU = {
     .encoder_forward = cpu_encoder_forward,
     .encoder_backward = cpu_encoder_backward,
     .layernorm_forward = cpu_layernorm_forward,
+    .residual_layernorm_forward = cpu_residual_layernorm_forward,
     .layernorm_backward = cpu_layernorm_backward,
     .matmul_forward = cpu_matmul_forward,
     .matmul_backward = cpu_matmul_backward,

@@ -191,6 +191,28 @@ static void emu_gelu_backward(float *dinp, const float *inp, const float *dout, 
 static void emu_residual_forward(float *out, const float *a, const float *b, size_t n) {
     CPU->residual_forward(D(out), D(a), D(b), n);
 }
+// The fused ops as the ops they stand for (backend.h), so the model's calls to them run here
+static int emu_matmul_gelu_forward(float *out, float *pre, const float *inp, const float *w,
+                                   const float *bias, int N, int C, int OC) {
+    CPU->matmul_forward(D(pre), D(inp), D(w), D(bias), N, C, OC);
+    CPU->gelu_forward(D(out), D(pre), (size_t)N * OC);
+    return 1;
+}
+static int emu_matmul_gelu_backward(float *dpre, float *dw, float *dbias, const float *dout,
+                                    const float *gin, const float *pre, const float *w, int N,
+                                    int C, int OC) {
+    float *dg = xalloc_floats((size_t)N * C); // d(gin): dpre may be gin, which dW reads
+    CPU->matmul_backward(dg, D(dw), D(dbias), D(dout), D(gin), D(w), N, C, OC);
+    CPU->gelu_backward(D(dpre), D(pre), dg, (size_t)N * C);
+    free(dg);
+    return 1;
+}
+static int emu_residual_layernorm_forward(float *res, float *ln, float *mean, float *rstd,
+                                          const float *a, const float *b, const float *w,
+                                          const float *bias, int N, int C) {
+    return CPU->residual_layernorm_forward(D(res), D(ln), D(mean), D(rstd), D(a), D(b), D(w),
+                                           D(bias), N, C);
+}
 static double emu_softmax_xent_forward(float *lp, float *losses, const int *targets, int N, int V) {
     return CPU->softmax_xent_forward(D(lp), D(losses), targets, N, V);
 }
@@ -343,6 +365,9 @@ static const Backend EMU = {
     .gelu_forward = emu_gelu_forward,
     .gelu_backward = emu_gelu_backward,
     .residual_forward = emu_residual_forward,
+    .matmul_gelu_forward = emu_matmul_gelu_forward,
+    .matmul_gelu_backward = emu_matmul_gelu_backward,
+    .residual_layernorm_forward = emu_residual_layernorm_forward,
     .softmax_xent_forward = emu_softmax_xent_forward,
     .softmax_xent_backward = emu_softmax_xent_backward,
     .rmsnorm_forward = emu_rmsnorm_forward,

@@ -90,6 +90,24 @@ void layer_act16_mark(const GPT *m, const Workspace *ws, int layer) {
     m->be->act16_mark(a.fch_gelu, BT * w.F);
 }
 
+// The backend's fused ops where it has them and takes the call (backend.h), else the ops they
+// stand for, one by one. res = res + x, then its LayerNorm:
+static void residual_layernorm(const Backend *be, float *res, float *ln, float *mean, float *rstd,
+                               const float *x, const float *w, const float *b, int R, int C) {
+    if (be->residual_layernorm_forward &&
+        be->residual_layernorm_forward(res, ln, mean, rstd, res, x, w, b, R, C))
+        return;
+    be->residual_forward(res, res, x, (size_t)R * C);
+    be->layernorm_forward(ln, mean, rstd, res, w, b, R, C);
+}
+// pre = inp·wᵀ + b, out = gelu(pre)
+static void matmul_gelu_forward(const Backend *be, float *out, float *pre, const float *inp,
+                                const float *w, const float *b, int N, int C, int F) {
+    if (be->matmul_gelu_forward && be->matmul_gelu_forward(out, pre, inp, w, b, N, C, F)) return;
+    be->matmul_forward(pre, inp, w, b, N, C, F);
+    be->gelu_forward(out, pre, (size_t)N * F);
+}
+
 static void layer_run_forward(const GPT *m, const Block *blk, const Workspace *ws,
                               const float *x_in, float *x_out) {
     const Backend *be = m->be;
@@ -110,11 +128,9 @@ static void layer_run_forward(const GPT *m, const Block *blk, const Workspace *w
     float *part = sp ? full : a.res2; // (N,C) partial sums of the row-parallel product
     be->matmul_forward(part, a.atty, p.projw, w.lead ? p.projb : NULL, N, w.Cl, C);
     tp_reduce(m, ws, part, a.res2, tmp);
-    be->residual_forward(a.res2, a.res2, x_in, RC);
-    be->layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p.ln2w, p.ln2b, R, C);
+    residual_layernorm(be, a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, x_in, p.ln2w, p.ln2b, R, C);
     const float *ln2 = tp_gather(m, ws, a.ln2, full, tmp);
-    be->matmul_forward(a.fch, ln2, p.fcw, p.fcb, N, C, w.F); // (N,F)
-    be->gelu_forward(a.fch_gelu, a.fch, (size_t)N * w.F);
+    matmul_gelu_forward(be, a.fch_gelu, a.fch, ln2, p.fcw, p.fcb, N, C, w.F); // (N,F) each
     block_poll(m);
     part = sp ? full : x_out;
     be->matmul_forward(part, a.fch_gelu, p.fcprojw, w.lead ? p.fcprojb : NULL, N, w.F, C);
@@ -146,12 +162,16 @@ void layer_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) 
     if (m->recompute_gelu && !ws->recompute) // (the layer's forward just ran again otherwise)
         be->gelu_forward(a.fch_gelu, a.fch, (size_t)N * w.F);
     const float *dout = tp_gather(m, ws, dx, full, tmp); // (N,C)
-    be->matmul_backward(big, g.fcprojw, g.fcprojb, dout, a.fch_gelu, p.fcprojw, N, w.F, C);
-    block_poll(m);
-    // d(fch) into the GELU output's storage, dead from here on (in bf16 where it is: the fc
-    // product then reads it without rounding, Backend.act16)
+    // d(fch) into the GELU output's storage, dead once the fcproj backward has read it (in bf16
+    // where it is: the fc product then reads it without rounding, Backend.act16)
     float *dfch = a.fch_gelu;
-    be->gelu_backward(dfch, a.fch, big, (size_t)N * w.F);
+    if (!be->matmul_gelu_backward ||
+        !be->matmul_gelu_backward(dfch, g.fcprojw, g.fcprojb, dout, a.fch_gelu, a.fch, p.fcprojw, N,
+                                  w.F, C)) {
+        be->matmul_backward(big, g.fcprojw, g.fcprojb, dout, a.fch_gelu, p.fcprojw, N, w.F, C);
+        be->gelu_backward(dfch, a.fch, big, (size_t)N * w.F);
+    }
+    block_poll(m);
     const float *ln2 = tp_gather(m, ws, a.ln2, full, tmp);
     be->matmul_backward(dln, g.fcw, g.fcb, dfch, ln2, p.fcw, N, C, w.F);
     tp_reduce(m, ws, dln, dlnh, tmp);
