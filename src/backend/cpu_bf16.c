@@ -259,6 +259,9 @@ static void table_init(void) {
     CPU_BF16.precision = "bf16";
     CPU_BF16.matmul_forward = bf16_matmul_forward;
     CPU_BF16.matmul_backward = bf16_matmul_backward;
+    // (a fused product of the fp32 table would bypass the two above)
+    CPU_BF16.matmul_gelu_forward = NULL;
+    CPU_BF16.matmul_gelu_backward = NULL;
     CPU_BF16.peak_gflops = bf16_peak_gflops;
 }
 
