@@ -6,6 +6,7 @@
 // A program whose GPU is missing prints "skip - <program>: <reason>" and exits 0.
 #pragma once
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,4 +119,83 @@ static inline double gpu_worst_tensor(const GPT *m, const float *a, const float 
     fprintf(stderr, "  %s: worst tensor %s, max|Δ|/max|ref| %.3g\n", what, m->tensors[wi].name,
             worst);
     return worst;
+}
+
+// ---- 16-bit activations (Backend.act16): marked device tensors and their values
+static inline float bf16_round(float f) { // round to nearest even, as __float2bfloat16_rn
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    u &= 0xFFFF0000u;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline float *h_round(const float *x, size_t n) {
+    float *r = xalloc_floats(n);
+    for (size_t i = 0; i < n; i++)
+        r[i] = bf16_round(x[i]);
+    return r;
+}
+// A marked device tensor of n elements (gpt_act_floats(1, n) floats), poisoned with ones bits.
+static inline float *d_act16(size_t n) {
+    float *d = gpu->alloc(gpt_act_floats(1, n));
+    gpu->fill(d, NAN, gpt_act_floats(1, n));
+    gpu->act16_mark(d, n);
+    return d;
+}
+// Its n values as floats on the host.
+static inline float *h_from_act16(const float *d, size_t n) {
+    size_t nf = gpt_act_floats(1, n);
+    float *raw = h_from_d(d, nf), *x = xalloc_floats(n);
+    const uint16_t *h = (const uint16_t *)raw;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)h[i] << 16;
+        memcpy(&x[i], &u, 4);
+    }
+    free(raw);
+    return x;
+}
+// A marked tensor holding bf16(x), and an fp32 one holding the same values.
+static inline float *d_act16_from(const float *x, size_t n, float **d32) {
+    float *r = h_round(x, n), *d = d_act16(n);
+    // the bf16 bits, packed on the host and uploaded as raw floats
+    size_t nf = gpt_act_floats(1, n);
+    float *raw = xalloc_floats(nf);
+    uint16_t *h = (uint16_t *)raw;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &r[i], 4);
+        h[i] = (uint16_t)(u >> 16);
+    }
+    gpu->upload(d, raw, nf);
+    *d32 = d_from(r, n);
+    free(raw), free(r);
+    return d;
+}
+
+// One first step of a GPT (cfg, micro-batch B×T, weights from seed 42, fixed tokens) on the GPU
+// backend as it is now: returns the loss; the gradients into grads (nparams floats), the
+// workspace's floats into *floats.
+static inline double gpu_first_step(const GPTConfig *cfg, int B, int T, float *grads,
+                                    size_t *floats) {
+    GPT m;
+    Workspace ws;
+    if (gpt_create(&m, cfg, gpu) || workspace_create(&ws, &m, B, T, 0)) {
+        fprintf(stderr, "model: %s\n", loom_errmsg());
+        exit(1);
+    }
+    gpt_init_weights(&m, 42);
+    int *tok = xcalloc((size_t)B * T, sizeof(int)), *tgt = xcalloc((size_t)B * T, sizeof(int));
+    Rng r;
+    rng_seed(&r, 7, 1);
+    for (int i = 0; i < B * T; i++)
+        tok[i] = (int)rng_below(&r, cfg->V), tgt[i] = (tok[i] * 7 + 3) % cfg->V;
+    gpt_zero_grad(&m);
+    double loss = gpt_forward(&m, &ws, tok, tgt);
+    gpt_backward(&m, &ws, 1.0f / (B * T));
+    gpu->download(grads, m.grads, m.nparams);
+    *floats = ws.floats;
+    free(tok), free(tgt);
+    workspace_free(&ws, &m), gpt_free(&m);
+    return loss;
 }

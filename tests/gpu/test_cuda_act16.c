@@ -16,57 +16,6 @@
 
 #include "gpu_test.h"
 
-static float bf16_round(float f) { // round to nearest even, as __float2bfloat16_rn
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7FFFu + ((u >> 16) & 1u);
-    u &= 0xFFFF0000u;
-    memcpy(&f, &u, 4);
-    return f;
-}
-static float *h_round(const float *x, size_t n) {
-    float *r = xalloc_floats(n);
-    for (size_t i = 0; i < n; i++)
-        r[i] = bf16_round(x[i]);
-    return r;
-}
-// A marked device tensor of n elements (gpt_act_floats(1, n) floats), poisoned with ones bits.
-static float *d_act16(size_t n) {
-    float *d = gpu->alloc(gpt_act_floats(1, n));
-    gpu->fill(d, NAN, gpt_act_floats(1, n));
-    gpu->act16_mark(d, n);
-    return d;
-}
-// Its n values as floats on the host.
-static float *h_from_act16(const float *d, size_t n) {
-    size_t nf = gpt_act_floats(1, n);
-    float *raw = h_from_d(d, nf), *x = xalloc_floats(n);
-    const uint16_t *h = (const uint16_t *)raw;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u = (uint32_t)h[i] << 16;
-        memcpy(&x[i], &u, 4);
-    }
-    free(raw);
-    return x;
-}
-// A marked tensor holding bf16(x), and an fp32 one holding the same values.
-static float *d_act16_from(const float *x, size_t n, float **d32) {
-    float *r = h_round(x, n), *d = d_act16(n);
-    // the bf16 bits, packed on the host and uploaded as raw floats
-    size_t nf = gpt_act_floats(1, n);
-    float *raw = xalloc_floats(nf);
-    uint16_t *h = (uint16_t *)raw;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &r[i], 4);
-        h[i] = (uint16_t)(u >> 16);
-    }
-    gpu->upload(d, raw, nf);
-    *d32 = d_from(r, n);
-    free(raw), free(r);
-    return d;
-}
-
 // Host arrays: got (bf16 values) within one bf16 unit of bf16(ref); prints the worst.
 static int within_bf16(const char *what, const float *got, const float *ref, size_t n) {
     size_t bad = 0, exact = 0;
@@ -223,41 +172,17 @@ TEST(act16_readers) {
 static const GPTConfig CFG = {.L = 2, .H = 2, .C = 128, .V = 211, .maxT = 80};
 enum { B = 3, T = 72 };
 
-// One first step of GPT-2 on the bf16 backend as it is now: loss, gradients, workspace floats.
-static double first_step(float *grads, size_t *floats) {
-    GPT m;
-    Workspace ws;
-    if (gpt_create(&m, &CFG, gpu) || workspace_create(&ws, &m, B, T, 0)) {
-        fprintf(stderr, "model: %s\n", loom_errmsg());
-        exit(1);
-    }
-    gpt_init_weights(&m, 42);
-    int *tok = xcalloc((size_t)B * T, sizeof(int)), *tgt = xcalloc((size_t)B * T, sizeof(int));
-    Rng r;
-    rng_seed(&r, 7, 1);
-    for (int i = 0; i < B * T; i++)
-        tok[i] = (int)rng_below(&r, CFG.V), tgt[i] = (tok[i] * 7 + 3) % CFG.V;
-    gpt_zero_grad(&m);
-    double loss = gpt_forward(&m, &ws, tok, tgt);
-    gpt_backward(&m, &ws, 1.0f / (B * T));
-    gpu->download(grads, m.grads, m.nparams);
-    *floats = ws.floats;
-    free(tok), free(tgt);
-    workspace_free(&ws, &m), gpt_free(&m);
-    return loss;
-}
-
 TEST(act16_model) {
     GPT shape;
     CHECK(gpt_create(&shape, &CFG, cpu) == 0, "model: %s", loom_errmsg());
     size_t np = shape.nparams;
     float *g16 = xalloc_floats(np), *g32 = xalloc_floats(np);
     size_t f16, f32;
-    double l16 = first_step(g16, &f16);
+    double l16 = gpu_first_step(&CFG, B, T, g16, &f16);
     setenv("LOOM_CUDA_ACT16", "0", 1);
     gpu = backend_select("cuda:bf16", 0);
     CHECK(gpu && !gpu->act16, "LOOM_CUDA_ACT16=0 left act16 on");
-    double l32 = first_step(g32, &f32);
+    double l32 = gpu_first_step(&CFG, B, T, g32, &f32);
     unsetenv("LOOM_CUDA_ACT16");
     gpu = backend_select("cuda:bf16", 0);
     fprintf(stderr,

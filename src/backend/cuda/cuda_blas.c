@@ -53,6 +53,7 @@ void cb_init(void) {
 
 typedef struct {
     int ta, tb, m, n, k, lda, ldb, ldc, bias, beta1, dtype, align, bf16; // the key (bf16: CB_*)
+    int ep, ldaux; // the key, too: the epilogue (CB_EP_*; 0: none or the bias) and aux's ld
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a, b, c;
     cublasLtMatmulAlgo_t algo;
@@ -75,7 +76,7 @@ static int same_key(const Plan *p, const Plan *k) {
     return p->ta == k->ta && p->tb == k->tb && p->m == k->m && p->n == k->n && p->k == k->k &&
            p->lda == k->lda && p->ldb == k->ldb && p->ldc == k->ldc && p->bias == k->bias &&
            p->beta1 == k->beta1 && p->dtype == k->dtype && p->align == k->align &&
-           p->bf16 == k->bf16;
+           p->bf16 == k->bf16 && p->ep == k->ep && p->ldaux == k->ldaux;
 }
 
 // bf16 operands accumulate in plain fp32; fp32 operands in the dtype's compute type
@@ -83,7 +84,36 @@ static cublasComputeType_t compute_for(int bf16) {
     return bf16 & CB_BF16_AB ? CUBLAS_COMPUTE_32F : compute_type();
 }
 
-static void plan_build(Plan *p, const void *bias_ptr, int al[4]) {
+// 1 when the descriptor took the attribute
+static int set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const void *v,
+                    size_t n) {
+    return cublasLtMatmulDescSetAttribute(d, a, v, n) == CUBLAS_STATUS_SUCCESS;
+}
+
+// The fused epilogues (cb_matmul_ep): the GELU input (aux) in fp32 whatever D's type, and so is
+// a bias read or a bias gradient written (the model's parameters and gradients are fp32).
+// 0 when the descriptor refused one of them (the plan is then not usable).
+static int set_epilogue(Plan *p, const void *vec, const void *aux) {
+    cublasLtEpilogue_t ep = p->ep == CB_EP_GELU_AUX ? (p->bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                                               : CUBLASLT_EPILOGUE_GELU_AUX)
+                            : p->ep == CB_EP_DGELU  ? CUBLASLT_EPILOGUE_DGELU
+                                                    : CUBLASLT_EPILOGUE_BGRADB;
+    int ok = set_attr(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep);
+    int32_t f32 = CUDA_R_32F;
+    if (p->bias) {
+        ok &= set_attr(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vec, sizeof vec);
+        ok &= set_attr(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &f32, sizeof f32);
+    }
+    if (p->ep != CB_EP_BGRADB) {
+        int64_t ld = p->ldaux;
+        ok &= set_attr(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
+        ok &= set_attr(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld);
+        ok &= set_attr(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &f32, sizeof f32);
+    }
+    return ok;
+}
+
+static void plan_build(Plan *p, const void *bias_ptr, const void *aux, int al[4]) {
     cublasOperation_t ta = p->ta ? CUBLAS_OP_T : CUBLAS_OP_N,
                       tb = p->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     cudaDataType ab = p->bf16 & CB_BF16_AB ? half_type() : CUDA_R_32F;
@@ -91,7 +121,8 @@ static void plan_build(Plan *p, const void *bias_ptr, int al[4]) {
     CB(cublasLtMatmulDescCreate(&p->desc, compute_for(p->bf16), CUDA_R_32F));
     CB(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     CB(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    if (p->bias) {
+    int ep_ok = !p->ep || set_epilogue(p, bias_ptr, aux);
+    if (!p->ep && p->bias) {
         cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
         CB(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
         CB(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr,
@@ -118,17 +149,19 @@ static void plan_build(Plan *p, const void *bias_ptr, int al[4]) {
     cublasStatus_t st =
         cublasLtMatmulAlgoGetHeuristic(lt, p->desc, p->a, p->b, p->c, p->c, pref, 1, &res, &found);
     cublasLtMatmulPreferenceDestroy(pref);
-    p->ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
+    p->ok = ep_ok && st == CUBLAS_STATUS_SUCCESS && found > 0;
     if (p->ok) p->algo = res.algo;
 }
 
 // The cached plan for this product (built on first use). The alignment key packs the
-// alignments of A, B, C and the bias (cuBLASLt reads the bias pointer's at plan time).
-static Plan *plan_get(Plan *key, const void *A, const void *B, const void *C, const void *bias) {
+// alignments of A, B, C, the bias and aux (cuBLASLt reads their pointers' at plan time).
+static Plan *plan_get(Plan *key, const void *A, const void *B, const void *C, const void *bias,
+                      const void *aux) {
     int al[4] = {align_of(A), align_of(B), align_of(C), align_of(C)};
     int ab = bias ? __builtin_ctz((unsigned)align_of(bias)) : 15; // log2 codes, 4 bits each
+    int ax = aux ? __builtin_ctz((unsigned)align_of(aux)) : 15;
     key->align = __builtin_ctz((unsigned)al[0]) | __builtin_ctz((unsigned)al[1]) << 4 |
-                 __builtin_ctz((unsigned)al[2]) << 8 | ab << 12;
+                 __builtin_ctz((unsigned)al[2]) << 8 | ab << 12 | ax << 16;
     key->dtype = (int)cu_ctx.dtype;
     for (int i = 0; i < nplans; i++)
         if (same_key(&plans[i], key)) return &plans[i];
@@ -142,7 +175,7 @@ static Plan *plan_get(Plan *key, const void *A, const void *B, const void *C, co
         cublasLtMatrixLayoutDestroy(p->c);
     }
     *p = *key;
-    plan_build(p, bias, al);
+    plan_build(p, bias, aux, al);
     return p;
 }
 
@@ -167,7 +200,7 @@ void cb_matmul(int ta, int tb, int m, int n, int k, const void *A, int lda, cons
                 .bias = bias != NULL,
                 .beta1 = beta != 0.0f,
                 .bf16 = bf16};
-    Plan *p = plan_get(&key, A, B, C, bias);
+    Plan *p = plan_get(&key, A, B, C, bias, NULL);
     if (p->ok) {
         if (bias)
             CB(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
@@ -186,6 +219,40 @@ void cb_matmul(int ta, int tb, int m, int n, int k, const void *A, int lda, cons
     CB(cublasGemmEx(blas, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k,
                     &alpha, A, ab, lda, B, ab, ldb, &beta, C, cd, ldc, compute_for(bf16),
                     CUBLAS_GEMM_DEFAULT));
+}
+
+int cb_matmul_ep(int ep, int ta, int tb, int m, int n, int k, const void *A, int lda, const void *B,
+                 int ldb, void *C, int ldc, float beta, void *vec, void *aux, int ldaux, int bf16,
+                 int dry) {
+    if (m <= 0 || n <= 0 || k <= 0) return 0;
+    Plan key = {.ta = ta,
+                .tb = tb,
+                .m = m,
+                .n = n,
+                .k = k,
+                .lda = lda,
+                .ldb = ldb,
+                .ldc = ldc,
+                .bias = vec != NULL,
+                .beta1 = beta != 0.0f,
+                .bf16 = bf16,
+                .ep = ep,
+                .ldaux = aux ? ldaux : 0};
+    Plan *p = plan_get(&key, A, B, C, vec, aux);
+    if (!p->ok || dry) return p->ok;
+    if (vec)
+        CB(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vec,
+                                          sizeof vec));
+    if (aux)
+        CB(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                          sizeof aux));
+    float alpha = 1.0f;
+    cublasStatus_t st = cublasLtMatmul(lt, p->desc, &alpha, A, p->a, B, p->b, &beta, C, p->c, C,
+                                       p->c, &p->algo, lt_work, LT_WORK_BYTES, cu_ctx.stream);
+    if (st == CUBLAS_STATUS_SUCCESS) return 1;
+    if (st != CUBLAS_STATUS_INVALID_VALUE && st != CUBLAS_STATUS_NOT_SUPPORTED) CB(st);
+    p->ok = 0; // not this combination after all: nothing ran
+    return 0;
 }
 
 void cb_matmul_batched(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda,

@@ -12,6 +12,19 @@ void cb_check(int status, const char *what, const char *file, int line);
 enum { CB_BF16_AB = 1, CB_BF16_C = 2 };
 void cb_matmul(int ta, int tb, int m, int n, int k, const void *A, int lda, const void *B, int ldb,
                void *C, int ldc, float beta, const void *bias, int bf16);
+// cb_matmul with one of cuBLASLt's fused epilogues (beta·C as cb_matmul's):
+//   CB_EP_GELU_AUX: C = gelu(op(A)·op(B) + vec), the GELU input written to aux (vec: the bias,
+//                   m elements, or NULL);
+//   CB_EP_DGELU:    C = (op(A)·op(B)) ∘ gelu'(aux) (aux read; vec NULL);
+//   CB_EP_BGRADB:   C as cb_matmul's, and vec (n elements) = the column sums of op(B), the sum
+//                   over k: a bias gradient, written (not accumulated).
+// aux is fp32 m×n column-major with leading dimension ldaux (a multiple of 8), the bias and the
+// bias gradient fp32, whatever C's type. Returns 1 when it ran, 0 when cuBLASLt has no plan for
+// the combination (nothing ran; with dry it only says whether there is a plan).
+enum { CB_EP_GELU_AUX = 1, CB_EP_DGELU, CB_EP_BGRADB };
+int cb_matmul_ep(int ep, int ta, int tb, int m, int n, int k, const void *A, int lda, const void *B,
+                 int ldb, void *C, int ldc, float beta, void *vec, void *aux, int ldaux, int bf16,
+                 int dry);
 // batch products C_i = alpha·op(A_i)·op(B_i), X_i = X + i·sx
 void cb_matmul_batched(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda,
                        long long sa, const float *B, int ldb, long long sb, float *C, int ldc,

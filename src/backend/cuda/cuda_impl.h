@@ -85,6 +85,7 @@ enum {
     SCR_GQA_D,      // and their gradient
     SCR_FLASH_DQKV, // the flash backward's fp32 dqkv under LOOM_CUDA_FLASH_DQ=atomic, when bf16 is
                     // wanted
+    SCR_BGRAD,      // a bias gradient from a product's epilogue, before it is added (cuda_fused.c)
     SCR_SLOTS
 };
 void *cu_scratch(int slot, size_t bytes);
@@ -115,6 +116,15 @@ void cu_act16_drop(const void *p, size_t bytes);
 int cu_act16_enabled(void);
 // The bytes of a live cu_malloc allocation starting at p (0: none).
 size_t cu_mem_size(const void *p);
+
+// Fused ops (cuda_fused.c): cu_fuse says whether LOOM_CUDA_FUSE picked one. cu_dw_product: dw
+// (OC,C) += dᵀ·x for 16-bit x (N,C) and d (N, leading dimension P ≥ OC), and the bias gradient
+// dbias (OC) += Σ_n d in the product's epilogue where bgrad is picked and cuBLASLt can (P ==
+// OC): returns 1 when it summed dbias, 0 when the caller must.
+enum { CU_FUSE_GELU = 1, CU_FUSE_LN = 2, CU_FUSE_BGRAD = 4 };
+int cu_fuse(int what);
+int cu_dw_product(float *dw, float *dbias, const void *x, const void *d, int N, int C, int OC,
+                  int P);
 
 // Opt-in per-op device timing (cuda_prof.c, LOOM_CUDA_PROFILE=1): brackets around each op.
 enum {
@@ -183,6 +193,10 @@ void k_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                          const float *b, int N, int C);
 void k_layernorm_forward16(void *out, float *mean, float *rstd, const float *inp, const float *w,
                            const float *b, int N, int C); // out bf16
+// res (N,C) = a + b, then out = layernorm(res) as k_layernorm_forward (bf16 when out16)
+void k_residual_layernorm_forward(float *res, void *out, int out16, float *mean, float *rstd,
+                                  const float *a, const float *b, const float *w, const float *bias,
+                                  int N, int C);
 void k_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                           const float *w, const float *mean, const float *rstd, int N, int C);
 void k_bias_rows(float *out, const float *bias, int N, int OC);        // out[n,:] = bias

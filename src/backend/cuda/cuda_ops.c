@@ -131,9 +131,11 @@ static void half_forward(float *out, const float *inp, const float *w, const flo
 }
 
 // A marked dout (cuda_act16.c: bf16 already, a width that needs no padding) is read in place.
-static void half_backward(float *dinp, float *dw, const float *dout, const float *inp,
-                          const float *w, int N, int C, int OC, int has_bias) {
-    int P = pad_to(OC, has_bias), R = P == OC || N < PAD_ROWS ? N : PAD_ROWS, d16 = cu_act16(dout);
+// Returns 1 when dbias was summed too (in the dW product's epilogue: cu_dw_product).
+static int half_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                         const float *w, int N, int C, int OC) {
+    int P = pad_to(OC, dbias != NULL), R = P == OC || N < PAD_ROWS ? N : PAD_ROWS,
+        d16 = cu_act16(dout), summed = 0;
     if (d16 && P != OC)
         die(EXIT_IO, "CUDA: a 16-bit output gradient needs padding (internal error)");
     const char *x = cu_bf16_act(SCR_BF_B, inp, (size_t)N * C);
@@ -147,8 +149,13 @@ static void half_backward(float *dinp, float *dw, const float *dout, const float
         if (dinp)
             cb_matmul(0, 0, C, nr, P, wb, C, d, P, dinp + (size_t)n0 * C, C, 0.0f, NULL,
                       CB_BF16_AB);
-        cb_matmul(0, 1, C, OC, nr, x + (size_t)n0 * C * 2, C, d, P, dw, C, 1.0f, NULL, CB_BF16_AB);
+        if (R == N) // (one chunk: the bias, if any, is summed here or by the caller)
+            summed = cu_dw_product(dw, dbias, x, d, N, C, OC, P);
+        else
+            cb_matmul(0, 1, C, OC, nr, x + (size_t)n0 * C * 2, C, d, P, dw, C, 1.0f, NULL,
+                      CB_BF16_AB);
     }
+    return summed;
 }
 
 void cuda_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N,
@@ -166,8 +173,9 @@ void cuda_matmul_forward(float *out, const float *inp, const float *w, const flo
 void cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                           const float *w, int N, int C, int OC) {
     cu_prof_begin(PROF_MM_B);
+    int summed = 0;
     if (half_mode()) {
-        half_backward(dinp, dw, dout, inp, w, N, C, OC, dbias != NULL);
+        summed = half_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
     } else {
         if (cu_act16(inp) || cu_act16(dout))
             die(EXIT_IO, "CUDA: an fp32 product read a 16-bit activation (internal error)");
@@ -176,9 +184,9 @@ void cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dou
         // dW (OC,C) += doutᵀ·inp: column-major (C,OC) += inpᶜᵐ(C,N) · (doutᶜᵐ)ᵀ(N,OC)
         cb_matmul(0, 1, C, OC, N, inp, C, dout, OC, dw, C, 1.0f, NULL, 0);
     }
-    if (dbias && cu_act16(dout))
+    if (dbias && !summed && cu_act16(dout))
         k_bias_backward16(dbias, dout, N, OC);
-    else if (dbias)
+    else if (dbias && !summed)
         k_bias_backward(dbias, dout, N, OC);
     cu_prof_end(PROF_MM_B);
 }

@@ -16,6 +16,15 @@ void cuda_matmul_forward(float *out, const float *inp, const float *w, const flo
                          int C, int OC);
 void cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                           const float *w, int N, int C, int OC);
+// the fused ops (cuda_fused.c): 0 when they decline (LOOM_CUDA_FUSE, the dtype, no plan)
+int cuda_matmul_gelu_forward(float *out, float *pre, const float *inp, const float *w,
+                             const float *bias, int N, int C, int OC);
+int cuda_matmul_gelu_backward(float *dpre, float *dw, float *dbias, const float *dout,
+                              const float *gin, const float *pre, const float *w, int N, int C,
+                              int OC);
+int cuda_residual_layernorm_forward(float *res, float *ln, float *mean, float *rstd, const float *a,
+                                    const float *b, const float *w, const float *bias, int N,
+                                    int C);
 void cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
 size_t cuda_attention_saved_floats(int B, int T, int NH, int hs);
 // whether attention at this shape takes the flash kernels (bf16, head size 64, T > 64)

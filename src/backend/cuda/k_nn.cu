@@ -78,6 +78,36 @@ __global__ void ln_fwd_kernel(O *out, float *mean, float *rstd, const float *inp
     if (lane == 0) mean[row] = m, rstd[row] = rs;
 }
 
+// res = a + b (res may be a or b: each element is read, then written, by one thread), then
+// ln_fwd_kernel's LayerNorm of res: the same sums in the same order, so the same bits as the
+// residual kernel followed by it; the row is read back from where this thread just wrote it
+template <typename O>
+__global__ void res_ln_fwd_kernel(float *res, O *out, float *mean, float *rstd, const float *a,
+                                  const float *b, const float *w, const float *bias, int N,
+                                  int C) {
+    int row = blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= N) return;
+    size_t r = (size_t)row * C;
+    float *x = res + r;
+    float s = 0.f;
+    for (int c = lane; c < C; c += 32) {
+        float v = a[r + c] + b[r + c];
+        x[c] = v;
+        s += v;
+    }
+    float m = warp_sum(s) / C;
+    float v = 0.f;
+    for (int c = lane; c < C; c += 32) {
+        float d = x[c] - m;
+        v += d * d;
+    }
+    float rs = 1.0f / sqrtf(warp_sum(v) / C + LN_EPS);
+    O *o = out + r;
+    for (int c = lane; c < C; c += 32)
+        st_act(o, c, (x[c] - m) * rs * w[c] + bias[c]);
+    if (lane == 0) mean[row] = m, rstd[row] = rs;
+}
+
 __global__ void ln_bwd_rows_kernel(float *dinp, const float *dout, const float *inp, const float *w,
                                    const float *mean, const float *rstd, int N, int C) {
     int row = blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5), lane = threadIdx.x & 31;
@@ -382,6 +412,18 @@ void k_layernorm_forward16(void *out, float *mean, float *rstd, const float *inp
     ln_fwd_kernel<<<row_blocks(N), K_THREADS, 0, cu_ctx.stream>>>((__nv_bfloat16 *)out, mean, rstd,
                                                                   inp, w, b, N, C);
     CU_LAUNCHED("layernorm_forward16");
+}
+void k_residual_layernorm_forward(float *res, void *out, int out16, float *mean, float *rstd,
+                                  const float *a, const float *b, const float *w,
+                                  const float *bias, int N, int C) {
+    if (N <= 0) return;
+    if (out16)
+        res_ln_fwd_kernel<<<row_blocks(N), K_THREADS, 0, cu_ctx.stream>>>(
+            res, (__nv_bfloat16 *)out, mean, rstd, a, b, w, bias, N, C);
+    else
+        res_ln_fwd_kernel<<<row_blocks(N), K_THREADS, 0, cu_ctx.stream>>>(
+            res, (float *)out, mean, rstd, a, b, w, bias, N, C);
+    CU_LAUNCHED("residual_layernorm_forward");
 }
 void k_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                           const float *w, const float *mean, const float *rstd, int N, int C) {
