@@ -26,6 +26,13 @@ typedef struct {
     int KV;   // kv heads, dividing NH (0: NH, plain multi-head attention)
 } AttnChunk;
 
+// One piece of a multi-tensor AdamW step (Backend.adamw_multi): n elements at element offset off
+// of the four arrays, weight decay wd.
+typedef struct {
+    size_t off, n;
+    float wd;
+} AdamwPiece;
+
 typedef struct Backend {
     const char *name;
     const char *precision; // the products' precision ("fp32", "bf16"; NULL: the device's)
@@ -210,6 +217,12 @@ typedef struct Backend {
     // bias corrections use step t ≥ 1.
     void (*adamw)(float *param, const float *grad, float *m, float *v, size_t n, float lr,
                   float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t);
+    // adamw over each of npieces pieces (in increasing order, not overlapping) in one call: the
+    // same bits as adamw per piece, one launch instead of one a tensor (NULL in a backend
+    // without it)
+    void (*adamw_multi)(float *param, const float *grad, float *m, float *v,
+                        const AdamwPiece *pieces, int npieces, float lr, float beta1, float beta2,
+                        float eps, float grad_scale, int t);
 
     // ---- the device's fp32 peak in GFLOP/s, measured (a short probe: call it once, before the
     // work starts); *threads gets the number of threads it ran on (MFU's denominator)

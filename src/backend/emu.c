@@ -213,6 +213,15 @@ static int emu_residual_layernorm_forward(float *res, float *ln, float *mean, fl
     return CPU->residual_layernorm_forward(D(res), D(ln), D(mean), D(rstd), D(a), D(b), D(w),
                                            D(bias), N, C);
 }
+static void emu_adamw_multi(float *param, const float *grad, float *m, float *v,
+                            const AdamwPiece *pc, int np, float lr, float beta1, float beta2,
+                            float eps, float gscale, int t) {
+    float *P = D(param), *M = D(m), *V = D(v);
+    const float *G = D(grad);
+    for (int k = 0; k < np; k++) // (adamw per piece: the bits a device's one launch must give)
+        CPU->adamw(P + pc[k].off, G + pc[k].off, M + pc[k].off, V + pc[k].off, pc[k].n, lr, beta1,
+                   beta2, eps, pc[k].wd, gscale, t);
+}
 static double emu_softmax_xent_forward(float *lp, float *losses, const int *targets, int N, int V) {
     return CPU->softmax_xent_forward(D(lp), D(losses), targets, N, V);
 }
@@ -389,6 +398,7 @@ static const Backend EMU = {
     .ln_split_bwd_stats = emu_ln_split_bwd_stats,
     .ln_split_backward = emu_ln_split_backward,
     .adamw = emu_adamw,
+    .adamw_multi = emu_adamw_multi,
     .peak_gflops = emu_peak_gflops,
     .mem_peak = emu_mem_peak,
     .host_alloc = emu_host_alloc,

@@ -44,16 +44,31 @@ void adamw_free(AdamW *o, GPT *m) {
     memset(o, 0, sizeof *o);
 }
 
+// Each tensor's share of [lo, hi), with weight decay on the matrices only: in one call per
+// PIECES tensors where the backend has adamw_multi (one launch on a GPU), else one a tensor.
+enum { PIECES = 64 };
 void adamw_update_range(const GPT *m, const OptConfig *c, int t, size_t lo, size_t hi, float *w,
                         const float *g, float *mo, float *vo, float lr, float grad_scale) {
+    const Backend *be = m->be;
+    AdamwPiece pc[PIECES];
+    int np = 0;
     for (int i = 0; i < m->ntensors; i++) {
         const TensorSpec *ts = &m->tensors[i];
         size_t a, n = range_isect(ts->off, ts->off + ts->n, lo, hi, &a);
         if (!n) continue;
         float wd = ts->ndim >= 2 ? c->weight_decay : 0.f;
-        m->be->adamw(w + (a - lo), g + (a - lo), mo + (a - lo), vo + (a - lo), n, lr, c->beta1,
-                     c->beta2, c->eps, wd, grad_scale, t);
+        if (!be->adamw_multi) {
+            be->adamw(w + (a - lo), g + (a - lo), mo + (a - lo), vo + (a - lo), n, lr, c->beta1,
+                      c->beta2, c->eps, wd, grad_scale, t);
+            continue;
+        }
+        pc[np++] = (AdamwPiece){a - lo, n, wd};
+        if (np == PIECES) {
+            be->adamw_multi(w, g, mo, vo, pc, np, lr, c->beta1, c->beta2, c->eps, grad_scale, t);
+            np = 0;
+        }
     }
+    if (np) be->adamw_multi(w, g, mo, vo, pc, np, lr, c->beta1, c->beta2, c->eps, grad_scale, t);
 }
 
 void adamw_step_blocks(const OptConfig *c, int t, GPT *m, float lr, float grad_scale) {

@@ -276,6 +276,20 @@ TEST(adamw) {
     CHECK(cmp32("adamw param", dp, p, n) && cmp32("adamw m", dm, m, n) &&
               cmp32("adamw v", dv, v, n),
           "adamw");
+    // adamw_multi: pieces with and without weight decay, a gap between two, in one launch; the
+    // same bits as adamw piece by piece
+    AdamwPiece pc[] = {{0, 5, 0.1f}, {5, 40000, 0.f}, {40005, 3, 0.1f}, {40100, 59903, 0.1f}};
+    float *ep = d_from(p, n), *em = d_from(m, n), *ev = d_from(v, n);
+    gpu->upload(dp, p, n), gpu->upload(dm, m, n), gpu->upload(dv, v, n);
+    for (int k = 0; k < 4; k++)
+        gpu->adamw(dp + pc[k].off, dg + pc[k].off, dm + pc[k].off, dv + pc[k].off, pc[k].n, 3e-3f,
+                   0.9f, 0.95f, 1e-8f, pc[k].wd, 0.5f, 8);
+    gpu->adamw_multi(ep, dg, em, ev, pc, 4, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.5f, 8);
+    float *h1 = h_from_d(dp, n), *h2 = h_from_d(ep, n), *m1 = h_from_d(dm, n);
+    float *m2 = h_from_d(em, n);
+    CHECK(!memcmp(h1, h2, n * 4) && !memcmp(m1, m2, n * 4), "adamw_multi vs adamw per piece");
+    free(h1), free(h2), free(m1), free(m2);
+    gpu->release(ep), gpu->release(em), gpu->release(ev);
     free(p), free(m), free(v), free(g);
     gpu->release(dp), gpu->release(dm), gpu->release(dv), gpu->release(dg);
 }

@@ -206,6 +206,12 @@ static void cuda_adamw_gen(float *param, const float *grad, float *m, float *v, 
     cu_gen_bump();
     cuda_adamw(param, grad, m, v, n, lr, beta1, beta2, eps, wd, gscale, t);
 }
+static void cuda_adamw_multi_gen(float *param, const float *grad, float *m, float *v,
+                                 const AdamwPiece *pc, int np, float lr, float beta1, float beta2,
+                                 float eps, float gscale, int t) {
+    cu_gen_bump();
+    cuda_adamw_multi(param, grad, m, v, pc, np, lr, beta1, beta2, eps, gscale, t);
+}
 
 static Backend CUDA = {
     // .precision is set with the dtype (backend_cuda)
@@ -259,6 +265,7 @@ static Backend CUDA = {
     .xent_shard_finish = cuda_xent_shard_finish,
     .xent_shard_backward = cuda_xent_shard_backward,
     .adamw = cuda_adamw_gen,
+    .adamw_multi = cuda_adamw_multi_gen,
     .peak_gflops = cuda_peak_gflops,
     .mem_peak = cu_mem_peak,
     .host_alloc = cu_host_alloc,

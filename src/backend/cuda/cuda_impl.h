@@ -86,6 +86,7 @@ enum {
     SCR_FLASH_DQKV, // the flash backward's fp32 dqkv under LOOM_CUDA_FLASH_DQ=atomic, when bf16 is
                     // wanted
     SCR_BGRAD,      // a bias gradient from a product's epilogue, before it is added (cuda_fused.c)
+    SCR_ADAM,       // adamw_multi's table of pieces
     SCR_SLOTS
 };
 void *cu_scratch(int slot, size_t bytes);
@@ -167,6 +168,15 @@ void k_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
 void k_gelu_backward16(void *dinp, const float *inp, const float *dout, size_t n); // dinp bf16
 void k_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2,
              float eps, float wd, float gscale, float bc1, float bc2);
+// adamw over pieces (device table: start = the piece's first index in the concatenation of the
+// pieces, off = its element offset in the arrays), total = Σ n
+typedef struct {
+    size_t start, off;
+    float wd;
+} KAdamPiece;
+void k_adamw_multi(float *p, const float *g, float *m, float *v, const KAdamPiece *pc_dev, int np,
+                   size_t total, float lr, float b1, float b2, float eps, float gscale, float bc1,
+                   float bc2);
 // nonzero written to *flag_dev (int) when x holds a NaN or inf
 void k_nonfinite(int *flag_dev, const float *x, size_t n);
 // dst (n bf16) = src rounded to bf16

@@ -342,6 +342,26 @@ void cuda_softmax_xent_backward(float *probs_dlogits, const int *targets, float 
     cu_prof_end(PROF_XENT_B);
 }
 
+void cuda_adamw_multi(float *param, const float *grad, float *m, float *v, const AdamwPiece *pc,
+                      int np, float lr, float beta1, float beta2, float eps, float grad_scale,
+                      int t) {
+    if (np <= 0) return;
+    float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
+    KAdamPiece *tab = xmalloc((size_t)np * sizeof *tab);
+    size_t total = 0;
+    for (int k = 0; k < np; k++) {
+        tab[k] = (KAdamPiece){.start = total, .off = pc[k].off, .wd = pc[k].wd};
+        total += pc[k].n;
+    }
+    KAdamPiece *dev = cu_scratch(SCR_ADAM, (size_t)np * sizeof *tab);
+    // (pageable: the table is copied out of tab before the call returns)
+    CU(cudaMemcpyAsync(dev, tab, (size_t)np * sizeof *tab, cudaMemcpyHostToDevice, cu_ctx.stream));
+    free(tab);
+    cu_prof_begin(PROF_ADAMW);
+    k_adamw_multi(param, grad, m, v, dev, np, total, lr, beta1, beta2, eps, grad_scale, bc1, bc2);
+    cu_prof_end(PROF_ADAMW);
+}
+
 void cuda_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr,
                 float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) {
     float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);

@@ -4,6 +4,8 @@
 #pragma once
 #include <stddef.h>
 
+#include "../backend.h" // AdamwPiece
+
 void cuda_encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B,
                           int T, int C);
 void cuda_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B,
@@ -40,6 +42,9 @@ void cuda_softmax_xent_backward(float *probs_dlogits, const int *targets, float 
                                 int V);
 double cuda_classifier(float *losses, float *dx, float *dwte, const float *x, const float *wte,
                        const int *targets, float scale, int N, int C, int V);
+void cuda_adamw_multi(float *param, const float *grad, float *m, float *v, const AdamwPiece *pc,
+                      int np, float lr, float beta1, float beta2, float eps, float grad_scale,
+                      int t);
 void cuda_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr,
                 float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t);
 // the LLaMA block (cuda_llama.c)

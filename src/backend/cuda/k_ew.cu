@@ -41,17 +41,40 @@ EW_KERNEL(gelu_bwd16, (__nv_bfloat16 * g, const float *x, const float *d, size_t
           g[i] = __float2bfloat16_rn(d[i] * gelu_df(x[i])))
 EW_KERNEL(nonfinite, (int *flag, const float *x, size_t n), if (!isfinite(x[i])) *flag = 1)
 
+// One element's AdamW step (both kernels below: the same bits)
+__device__ __forceinline__ void adamw_elem(float *p, const float *g, float *m, float *v, size_t i,
+                                           float lr, float b1, float b2, float eps, float wd,
+                                           float gscale, float bc1, float bc2) {
+    float gi = g[i] * gscale;
+    float mi = b1 * m[i] + (1.0f - b1) * gi;
+    float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    float mhat = mi / bc1, vhat = vi / bc2;
+    p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
+}
+
 __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, size_t n, float lr,
                              float b1, float b2, float eps, float wd, float gscale, float bc1,
                              float bc2) {
-    GRID_STRIDE(i, n) {
-        float gi = g[i] * gscale;
-        float mi = b1 * m[i] + (1.0f - b1) * gi;
-        float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        float mhat = mi / bc1, vhat = vi / bc2;
-        p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
+    GRID_STRIDE(i, n) { adamw_elem(p, g, m, v, i, lr, b1, b2, eps, wd, gscale, bc1, bc2); }
+}
+
+// The pieces as one index space: element j of it is in the last piece whose start ≤ j
+__global__ void adamw_multi_kernel(float *p, const float *g, float *m, float *v,
+                                   const KAdamPiece *pc, int np, size_t total, float lr, float b1,
+                                   float b2, float eps, float gscale, float bc1, float bc2) {
+    GRID_STRIDE(j, total) {
+        int lo = 0, hi = np - 1;
+        while (lo < hi) {
+            int mid = (lo + hi + 1) >> 1;
+            if (pc[mid].start <= j)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        size_t i = pc[lo].off + (j - pc[lo].start);
+        adamw_elem(p, g, m, v, i, lr, b1, b2, eps, pc[lo].wd, gscale, bc1, bc2);
     }
 }
 
@@ -162,6 +185,14 @@ void k_gelu_backward16(void *dinp, const float *inp, const float *dout, size_t n
 void k_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2,
              float eps, float wd, float gscale, float bc1, float bc2) {
     LAUNCH(adamw, n, p, g, m, v, n, lr, b1, b2, eps, wd, gscale, bc1, bc2);
+}
+void k_adamw_multi(float *p, const float *g, float *m, float *v, const KAdamPiece *pc_dev, int np,
+                   size_t total, float lr, float b1, float b2, float eps, float gscale, float bc1,
+                   float bc2) {
+    if (!total) return;
+    adamw_multi_kernel<<<k_blocks(total), K_THREADS, 0, cu_ctx.stream>>>(
+        p, g, m, v, pc_dev, np, total, lr, b1, b2, eps, gscale, bc1, bc2);
+    CU_LAUNCHED("adamw_multi");
 }
 void k_nonfinite(int *flag_dev, const float *x, size_t n) { LAUNCH(nonfinite, n, flag_dev, x, n); }
 void k_to_bf16(void *dst, const float *src, size_t n) {

@@ -83,8 +83,7 @@ __global__ void ln_fwd_kernel(O *out, float *mean, float *rstd, const float *inp
 // residual kernel followed by it; the row is read back from where this thread just wrote it
 template <typename O>
 __global__ void res_ln_fwd_kernel(float *res, O *out, float *mean, float *rstd, const float *a,
-                                  const float *b, const float *w, const float *bias, int N,
-                                  int C) {
+                                  const float *b, const float *w, const float *bias, int N, int C) {
     int row = blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= N) return;
     size_t r = (size_t)row * C;
@@ -414,8 +413,8 @@ void k_layernorm_forward16(void *out, float *mean, float *rstd, const float *inp
     CU_LAUNCHED("layernorm_forward16");
 }
 void k_residual_layernorm_forward(float *res, void *out, int out16, float *mean, float *rstd,
-                                  const float *a, const float *b, const float *w,
-                                  const float *bias, int N, int C) {
+                                  const float *a, const float *b, const float *w, const float *bias,
+                                  int N, int C) {
     if (N <= 0) return;
     if (out16)
         res_ln_fwd_kernel<<<row_blocks(N), K_THREADS, 0, cu_ctx.stream>>>(
