@@ -210,7 +210,13 @@ static void cuda_adamw_multi_gen(float *param, const float *grad, float *m, floa
                                  const AdamwPiece *pc, int np, float lr, float beta1, float beta2,
                                  float eps, float gscale, int t) {
     cu_gen_bump();
-    cuda_adamw_multi(param, grad, m, v, pc, np, lr, beta1, beta2, eps, gscale, t);
+    const char *e = getenv("LOOM_CUDA_ADAMW_MULTI"); // 0: one launch a piece, as before
+    if (e && !strcmp(e, "0"))
+        for (int k = 0; k < np; k++)
+            cuda_adamw(param + pc[k].off, grad + pc[k].off, m + pc[k].off, v + pc[k].off, pc[k].n,
+                       lr, beta1, beta2, eps, pc[k].wd, gscale, t);
+    else
+        cuda_adamw_multi(param, grad, m, v, pc, np, lr, beta1, beta2, eps, gscale, t);
 }
 
 static Backend CUDA = {
