@@ -33,6 +33,8 @@ typedef struct {
     float wd;
 } AdamwPiece;
 
+enum { ACT16_INPUTS = 1, ACT16_QKV = 2 }; // Backend.act16's bits
+
 typedef struct Backend {
     const char *name;
     const char *precision; // the products' precision ("fp32", "bf16"; NULL: the device's)
@@ -253,7 +255,9 @@ typedef struct Backend {
     // gelu_backward such a dinp), and matmul_forward/backward's inp and dout, classifier's x
     // and attention_backward's out are read so: no rounding pass before a product, half the
     // bytes. A mark lasts until the buffer that holds it is released; every other kernel takes
-    // fp32 only.
+    // fp32 only. act16 is a set of ACT16_* bits: with ACT16_QKV the model may mark the qkv
+    // product's output too, which matmul_forward then writes in 16 bits and attention_forward
+    // and attention_backward read so.
     int act16;
     void (*act16_mark)(const float *p, size_t n);
     // ---- collectives between devices (BACKEND_COLLECTIVES; NULL where there is no such

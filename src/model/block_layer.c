@@ -12,6 +12,7 @@
 // row-parallel backward and d(ln) reduce-scattered after the column-parallel one.
 #include <stddef.h>
 
+#include "../common.h"
 #include "block_impl.h"
 
 typedef struct {
@@ -58,10 +59,11 @@ static LayerActs layer_acts(const Workspace *ws, const GPT *m, int layer) {
     size_t BT = (size_t)ws->B * ws->T, R = workspace_rows(ws, m), C = (size_t)w.C,
            Cl = (size_t)w.Cl, F = (size_t)w.F;
     float *q = ws->layer + (ws->recompute ? 0 : (size_t)(layer - ws->layer0) * ws->layer_stride);
-    int a16 = gpt_act16(&m->cfg, m->be, m->tp.n > 1 ? m->tp.n : 1); // ln1, atty, ln2, fch_gelu
-    LayerActs a;
+    int tp = m->tp.n > 1 ? m->tp.n : 1;
+    int a16 = gpt_act16(&m->cfg, m->be, tp), q16 = gpt_act16_qkv(&m->cfg, m->be, tp);
+    LayerActs a; // (16 bits: ln1, atty, ln2, fch_gelu; qkv with q16)
     a.ln1 = q, q += gpt_act_floats(a16, R * C);
-    a.qkv = q, q += BT * 3 * Cl;
+    a.qkv = q, q += gpt_act_floats(q16, BT * 3 * Cl);
     a.atty = q, q += gpt_act_floats(a16, BT * Cl);
     a.res2 = q, q += R * C;
     a.ln2 = q, q += gpt_act_floats(a16, R * C);
@@ -88,6 +90,11 @@ void layer_act16_mark(const GPT *m, const Workspace *ws, int layer) {
     m->be->act16_mark(a.atty, BT * w.Cl);
     m->be->act16_mark(a.ln2, R * w.C);
     m->be->act16_mark(a.fch_gelu, BT * w.F);
+    if (gpt_act16_qkv(&m->cfg, m->be, m->tp.n > 1 ? m->tp.n : 1)) {
+        if (m->cp.n > 1) // (ring attention reads fp32 qkv; no 16-bit backend runs it)
+            die(EXIT_IO, "a 16-bit qkv with context parallelism (internal error)");
+        m->be->act16_mark(a.qkv, BT * 3 * w.Cl);
+    }
 }
 
 // The backend's fused ops where it has them and takes the call (backend.h), else the ops they

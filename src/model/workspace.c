@@ -16,15 +16,19 @@ static size_t layer_act_floats_tp(const GPTConfig *c, const Backend *be, int tp,
                                   int T) {
     if (gpt_is_llama(c)) return llama_layer_act_floats(c, be, tp, R, B, T);
     size_t BT = (size_t)B * T, C = (size_t)c->C, Cl = C / (size_t)tp;
-    int a16 = gpt_act16(c, be, tp); // ln1, ln2, atty and fch_gelu in 16 bits
+    int a16 = gpt_act16(c, be, tp);     // ln1, ln2, atty and fch_gelu in 16 bits
+    int q16 = gpt_act16_qkv(c, be, tp); // and qkv
     // ln1, res2, ln2 | qkv, atty, fch, fch_gelu | 2×(mean, rstd) | att
-    return R * C + 2 * gpt_act_floats(a16, R * C) + BT * (3 * Cl + 4 * Cl) +
+    return R * C + 2 * gpt_act_floats(a16, R * C) + gpt_act_floats(q16, BT * 3 * Cl) + BT * 4 * Cl +
            gpt_act_floats(a16, BT * Cl) + gpt_act_floats(a16, BT * 4 * Cl) + 4 * R +
            be->attention_saved_floats(B, T, c->H / tp, c->C / c->H);
 }
 
 int gpt_act16(const GPTConfig *c, const Backend *be, int tp) {
     return be && be->act16 && be->act16_mark && tp == 1 && !gpt_is_llama(c);
+}
+int gpt_act16_qkv(const GPTConfig *c, const Backend *be, int tp) {
+    return gpt_act16(c, be, tp) && (be->act16 & ACT16_QKV);
 }
 size_t gpt_act_floats(int act16, size_t n) { return act16 ? (n + 7) / 8 * 4 : n; }
 static size_t layer_act_floats(const GPTConfig *c, const Backend *be, int B, int T) {

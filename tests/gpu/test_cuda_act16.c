@@ -8,7 +8,10 @@
 //   * the flash backward reading a marked out, the products (forward, dinp, dW, dbias) reading
 //     a marked input or output gradient, and the classifier a marked input: equal to the same
 //     op on fp32 buffers holding the same (bf16-representable) values, within 1e-6;
-//   * a GPT-2 (head size 64, T 72: the flash path) with and without act16 (LOOM_CUDA_ACT16=0):
+//   * the qkv product into a marked out (ACT16_QKV), and attention from a marked qkv equal to
+//     it from an fp32 qkv of the same values;
+//   * a GPT-2 (head size 64, T 72: the flash path) with and without act16 (LOOM_CUDA_ACT16=0),
+//     and with the qkv too (LOOM_CUDA_ACT16=qkv: within 1e-4 and 1e-2 of act16's):
 //     the first-step loss within 1e-5, the gradients within 1e-2 norm-wise (the flash backward's
 //     rowsum(dO ∘ O) reads the rounded O, the fc bias sums the rounded output gradient), and a
 //     workspace smaller by the 16-bit tensors.
@@ -109,6 +112,54 @@ TEST(act16_attention) {
     check_attention16(2, 40, 32, 2, 0, "batched products"); // head size 16
 }
 
+// A marked qkv (ACT16_QKV): attention forward and backward from it equal to the same ops on an
+// fp32 qkv holding the same (bf16-representable) values: the flash kernels load the same bf16
+// tiles either way, the batched products read it converted back to fp32 exactly.
+static void check_qkv16(int B, int T, int C, int NH, int atomics, const char *what) {
+    size_t n3 = (size_t)B * T * 3 * C, n1 = (size_t)B * T * C,
+           na = gpu->attention_saved_floats(B, T, NH, C / NH);
+    float *qkv = h_rand(n3, 1), *q32, *q16 = d_act16_from(qkv, n3, &q32);
+    float *oa = d_poison(n1), *ob = d_poison(n1), *aa = d_poison(na), *ab = d_poison(na);
+    gpu->attention_forward(oa, aa, q32, B, T, C, NH);
+    gpu->attention_forward(ob, ab, q16, B, T, C, NH);
+    CHECK(same_dev("attention out (bf16 qkv)", ob, oa, n1) &&
+              same_dev("attention saved state (bf16 qkv)", ab, aa, na),
+          "%s: attention_forward from a bf16 qkv", what);
+    float *g = h_rand(n1, 1), *dg = d_from(g, n1), *da = d_poison(n3), *db = d_poison(n3);
+    gpu->attention_backward(da, dg, q32, oa, aa, B, T, C, NH);
+    gpu->attention_backward(db, dg, q16, ob, ab, B, T, C, NH);
+    float *h = h_from_d(da, n3); // (fp32 atomics add in any order: not bit for bit there)
+    CHECK(cmp_tol("attention dqkv (bf16 qkv)", db, h, n3, atomics ? 1e-4 : 1e-6,
+                  atomics ? 1e-6 : 1e-9),
+          "%s: attention_backward from a bf16 qkv", what);
+    free(h);
+    free(qkv), free(g);
+    float *bufs[] = {q32, q16, oa, ob, aa, ab, dg, da, db};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        gpu->release(bufs[i]);
+}
+
+// The qkv product into a marked out (bf16 from the product: each element the fp32 product
+// rounded, within one unit), and the attention reading a marked qkv
+TEST(act16_qkv) {
+    int N = 130, C = 96, OC = 288;
+    size_t NC = (size_t)N * C, NO = (size_t)N * OC;
+    float *x = h_rand(NC, 1), *w = h_rand((size_t)OC * C, 0.1f), *b = h_rand(OC, 1);
+    float *dx = d_from(x, NC), *dw = d_from(w, (size_t)OC * C), *db = d_from(b, OC);
+    float *o32 = d_poison(NO), *o16 = d_act16(NO);
+    gpu->matmul_forward(o32, dx, dw, db, N, C, OC);
+    gpu->matmul_forward(o16, dx, dw, db, N, C, OC);
+    float *h32 = h_from_d(o32, NO), *h16 = h_from_act16(o16, NO);
+    CHECK(within_bf16("qkv product out", h16, h32, NO), "matmul_forward into bf16 (with a bias)");
+    free(x), free(w), free(b), free(h32), free(h16);
+    gpu->release(dx), gpu->release(dw), gpu->release(db), gpu->release(o32), gpu->release(o16);
+    check_qkv16(2, 130, 128, 2, 0, "flash");
+    setenv("LOOM_CUDA_FLASH_DQ", "atomic", 1);
+    check_qkv16(2, 130, 128, 2, 1, "flash, dQ by atomics");
+    unsetenv("LOOM_CUDA_FLASH_DQ");
+    check_qkv16(2, 40, 32, 2, 0, "batched products");
+}
+
 // matmul_backward from (da, xa) and from (db, xb), each into fresh dinp and into dW, dbias
 // starting from the host's w, bias: every output equal within 1e-6.
 static int same_backward(const char *what, const float *da, const float *xa, const float *db,
@@ -196,6 +247,23 @@ TEST(act16_model) {
     size_t BT = (size_t)B * T, C = (size_t)CFG.C, saved = 2 * (BT * C * 7 - 7 * BT * C / 2);
     CHECK(f32 - f16 == saved, "the workspace is %zu floats smaller, expected %zu", f32 - f16,
           saved);
+    // LOOM_CUDA_ACT16=qkv: the qkv product's output in 16 bits too (ACT16_QKV)
+    float *gq = xalloc_floats(np);
+    size_t fq;
+    setenv("LOOM_CUDA_ACT16", "qkv", 1);
+    gpu = backend_select("cuda:bf16", 0);
+    CHECK(gpu && (gpu->act16 & ACT16_QKV), "LOOM_CUDA_ACT16=qkv left ACT16_QKV off");
+    double lq = gpu_first_step(&CFG, B, T, gq, &fq);
+    unsetenv("LOOM_CUDA_ACT16");
+    gpu = backend_select("cuda:bf16", 0);
+    double rq = rel_norm(gq, g16, np);
+    fprintf(stderr, "  qkv in bf16 too: loss %.9f, gradients %.3g from act16's; %zu floats\n", lq,
+            rq, fq);
+    CHECK(fabs(lq - l16) <= 1e-4 * fabs(l16) && rq <= 1e-2, "qkv in bf16: loss %.9f vs %.9f", lq,
+          l16);
+    CHECK(f16 - fq == 2 * (3 * BT * C / 2), "qkv in bf16: the workspace is %zu floats smaller",
+          f16 - fq);
+    free(gq);
     free(g16), free(g32), gpt_free(&shape);
 }
 
@@ -208,6 +276,7 @@ int main(void) {
     RUN(act16_writers);
     RUN(act16_attention);
     RUN(act16_readers);
+    RUN(act16_qkv);
     RUN(act16_model);
     return test_summary();
 }

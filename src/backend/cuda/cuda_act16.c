@@ -3,12 +3,15 @@
 // write or read such a tensor look its first element up here (cu_act16) to take it as bf16.
 // A mark is dropped when the buffer that holds it is released (cu_act16_drop).
 // LOOM_CUDA_ACT16=0 turns the marks off (Backend.act16 0: every activation fp32, the products
-// rounding their inputs into scratch per call, as before).
+// rounding their inputs into scratch per call, as before); LOOM_CUDA_ACT16=qkv adds the qkv
+// product's output (ACT16_QKV: written in bf16 by the product, read so by the attention; not
+// the default until a GPU run has measured it).
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../../common.h"
+#include "../backend.h"
 #include "cuda_impl.h"
 
 typedef struct {
@@ -21,7 +24,8 @@ static size_t nmarks, capmarks;
 
 int cu_act16_enabled(void) {
     const char *e = getenv("LOOM_CUDA_ACT16");
-    return !(e && !strcmp(e, "0"));
+    if (e && !strcmp(e, "0")) return 0;
+    return e && !strcmp(e, "qkv") ? ACT16_INPUTS | ACT16_QKV : ACT16_INPUTS;
 }
 
 void cu_act16_mark(const float *p, size_t n) {

@@ -354,7 +354,7 @@ const Backend *backend_cuda(const char *dtype) {
     cu_ctx.dtype = dt;
     CUDA.precision = dt == CU_BF16 ? "bf16" : dt == CU_FP16 ? "fp16" : "fp32";
     // the products' inputs in bf16 (the flash kernels, LayerNorm and GELU write them so)
-    CUDA.act16 = dt == CU_BF16 && cu_act16_enabled();
+    CUDA.act16 = dt == CU_BF16 ? cu_act16_enabled() : 0;
     CUDA.act16_mark = CUDA.act16 ? cu_act16_mark : NULL;
     return &CUDA;
 }

@@ -127,6 +127,9 @@ static void plan_build(Plan *p, const void *bias_ptr, const void *aux, int al[4]
         CB(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
         CB(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr,
                                           sizeof bias_ptr));
+        int32_t f32 = CUDA_R_32F; // the bias is fp32 whatever C's type (the model's parameter)
+        if (p->bf16 & CB_BF16_C)
+            ep_ok = set_attr(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &f32, sizeof f32);
     }
     // column-major layouts: A is (ta ? k×m : m×k), B is (tb ? n×k : k×n), C is m×n
     CB(cublasLtMatrixLayoutCreate(&p->a, ab, p->ta ? p->k : p->m, p->ta ? p->m : p->k, p->lda));
@@ -209,7 +212,9 @@ void cb_matmul(int ta, int tb, int m, int n, int k, const void *A, int lda, cons
                           lt_work, LT_WORK_BYTES, cu_ctx.stream));
         return;
     }
-    if (bias && (bf16 & CB_BF16_C)) die(EXIT_IO, "cb_matmul: no cuBLASLt plan for a bf16 bias");
+    if (bias && (bf16 & CB_BF16_C))
+        die(EXIT_IO, "cb_matmul: no cuBLASLt plan for a 16-bit result with a bias (internal error: "
+                     "cb_matmul_ep says so first)");
     if (bias) { // fallback: the bias rows first, then accumulate the product onto them
         k_bias_rows(C, bias, n, m);
         beta = 1.0f;

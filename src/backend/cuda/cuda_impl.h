@@ -87,6 +87,7 @@ enum {
                     // wanted
     SCR_BGRAD,      // a bias gradient from a product's epilogue, before it is added (cuda_fused.c)
     SCR_ADAM,       // adamw_multi's table of pieces
+    SCR_QKV32,      // a marked qkv as fp32, for the batched-product attention
     SCR_SLOTS
 };
 void *cu_scratch(int slot, size_t bytes);
@@ -110,7 +111,8 @@ void cu_bf16_flush(void);                                    // drops every cach
 
 // 16-bit activations (cuda_act16.c): tensors the model marked (Backend.act16_mark) hold bf16.
 // cu_act16(p): p is the first element of a marked tensor. cu_act16_drop: every mark inside
-// [p, p + bytes) is gone (its buffer is released). cu_act16_enabled: LOOM_CUDA_ACT16 is not 0.
+// [p, p + bytes) is gone (its buffer is released). cu_act16_enabled: Backend.act16's bits as
+// LOOM_CUDA_ACT16 says (unset: ACT16_INPUTS; 0: none; qkv: ACT16_QKV too).
 void cu_act16_mark(const float *p, size_t n);
 int cu_act16(const void *p);
 void cu_act16_drop(const void *p, size_t bytes);
@@ -179,8 +181,9 @@ void k_adamw_multi(float *p, const float *g, float *m, float *v, const KAdamPiec
                    float bc2);
 // nonzero written to *flag_dev (int) when x holds a NaN or inf
 void k_nonfinite(int *flag_dev, const float *x, size_t n);
-// dst (n bf16) = src rounded to bf16
+// dst (n bf16) = src rounded to bf16; k_from_bf16: back to fp32 (exact)
 void k_to_bf16(void *dst, const float *src, size_t n);
+void k_from_bf16(float *dst, const void *src, size_t n);
 // dst (rows, pcols) bf16 = src (rows, cols) fp32, zero in columns cols..pcols-1
 void k_to_bf16_pad(void *dst, const float *src, size_t rows, size_t cols, size_t pcols);
 // k_half.cu: the same into the context's half type (fp16 under CU_FP16, else bf16)
@@ -225,17 +228,19 @@ void k_causal_softmax(float *att, size_t rows, int T);
 // in place: datt → dpre = att ⊙ (datt − Σ att·datt) on j ≤ t, 0 above the diagonal
 void k_causal_softmax_backward(float *datt, const float *att, size_t rows, int T);
 
-// ---- k_flash.cu: tensor-core causal attention for bf16, head size 64, T > 64 (k_flash_ok).
+// ---- k_flash_fwd.cu, k_flash_bwd.cu: tensor-core causal attention for bf16, head size 64,
+// T > 64 (k_flash_ok); qkv16: qkv holds bf16 (a marked qkv) instead of fp32.
 // lse (B,NH,T): the forward's per-row log-sum-exps (base 2), read by the backward with the
 // forward's out; drow is B·NH·T floats of scratch. dQ is summed by fp32 atomics in the key
 // pass, or (LOOM_CUDA_FLASH_DQ=pass) by a second pass over the query tiles without atomics.
 int k_flash_ok(int T, int C, int NH);
 // out16: out holds bf16 (a marked activation) instead of fp32.
-void k_flash_forward(void *out, int out16, float *lse, const float *qkv, int B, int T, int C,
-                     int NH);
+void k_flash_forward(void *out, int out16, float *lse, const void *qkv, int qkv16, int B, int T,
+                     int C, int NH);
 // dqkv16: dqkv holds bf16 (a marked output gradient) instead of fp32.
-void k_flash_backward(void *dqkv, int dqkv16, const float *dout, const float *qkv, const void *out,
-                      int out16, const float *lse, float *drow, int B, int T, int C, int NH);
+void k_flash_backward(void *dqkv, int dqkv16, const float *dout, const void *qkv, int qkv16,
+                      const void *out, int out16, const float *lse, float *drow, int B, int T,
+                      int C, int NH);
 
 // ---- k_llama.cu: the LLaMA block (semantics in backend.h). RoPE's pos (T ints) and freq
 // (hs/2 floats) are device memory here; sign −1 rotates back (the backward). The grouped-query

@@ -114,10 +114,20 @@ static void half_forward(float *out, const float *inp, const float *w, const flo
     const void *x = cu_bf16_act(SCR_BF_A, inp, (size_t)N * C);
     int P = pad_to(OC, bias != NULL);
     const void *wb = cu_bf16_weight(w, (size_t)OC, (size_t)C, (size_t)P);
+    if (P == OC && cu_act16(out)) { // a marked out (the qkv product's: ACT16_QKV) gets bf16
+        if (cb_matmul_ep(CB_EP_NONE, 1, 0, OC, N, C, wb, C, x, C, out, OC, 0.0f, (void *)bias, NULL,
+                         0, CB_BF16_AB | CB_BF16_C, 0))
+            return;
+        float *o = cu_scratch(SCR_BF_OUT, (size_t)N * OC * sizeof(float)); // no such plan here
+        cb_matmul(1, 0, OC, N, C, wb, C, x, C, o, OC, 0.0f, bias, CB_BF16_AB);
+        k_to_bf16(out, o, (size_t)N * OC);
+        return;
+    }
     if (P == OC) {
         cb_matmul(1, 0, OC, N, C, wb, C, x, C, out, OC, 0.0f, bias, CB_BF16_AB);
         return;
     }
+    if (cu_act16(out)) die(EXIT_IO, "CUDA: a 16-bit product output that needs padding (internal)");
     int R = N < PAD_ROWS ? N : PAD_ROWS;
     float *o = cu_scratch(SCR_BF_OUT, (size_t)P * R * sizeof(float));
     for (int n0 = 0; n0 < N; n0 += R) {
@@ -209,16 +219,26 @@ static int use_flash(int T, int C, int NH) {
 static void batched_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
                                       int NH);
 
+// A marked qkv (ACT16_QKV) as fp32 in scratch, for the batched products; any other as it is
+static const float *qkv32(const float *qkv, int B, int T, int C) {
+    if (!cu_act16(qkv)) return qkv;
+    size_t n = (size_t)B * T * 3 * C;
+    float *f = cu_scratch(SCR_QKV32, n * sizeof(float));
+    k_from_bf16(f, qkv, n);
+    return f;
+}
+
 // A marked out (cuda_act16.c) gets bf16: from the flash kernel directly, else rounded from fp32
 // scratch.
 void cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
     int o16 = cu_act16(out);
     if (use_flash(T, C, NH)) {
         cu_prof_begin(PROF_ATT_F);
-        k_flash_forward(out, o16, att, qkv, B, T, C, NH);
+        k_flash_forward(out, o16, att, qkv, cu_act16(qkv), B, T, C, NH);
         cu_prof_end(PROF_ATT_F);
         return;
     }
+    qkv = qkv32(qkv, B, T, C);
     size_t n = (size_t)B * T * C;
     float *o = o16 ? cu_scratch(SCR_BF_OUT, n * sizeof(float)) : out;
     batched_attention_forward(o, att, qkv, B, T, C, NH);
@@ -263,11 +283,12 @@ void cuda_attention_backward(float *dqkv, const float *dout, const float *qkv, c
     if (use_flash(T, C, NH)) {
         cu_prof_begin(PROF_ATT_B);
         float *drow = cu_scratch(SCR_FLASH, (size_t)B * NH * T * sizeof(float));
-        k_flash_backward(dqkv, cu_act16(dqkv), dout, qkv, out, cu_act16(out), att, drow, B, T, C,
-                         NH);
+        k_flash_backward(dqkv, cu_act16(dqkv), dout, qkv, cu_act16(qkv), out, cu_act16(out), att,
+                         drow, B, T, C, NH);
         cu_prof_end(PROF_ATT_B);
         return;
     }
+    qkv = qkv32(qkv, B, T, C);
     size_t n3 = (size_t)B * T * 3 * C;
     if (cu_act16(dqkv)) { // the qkv product's output gradient, wanted in bf16
         float *d = cu_scratch(SCR_BF_OUT, n3 * sizeof(float));

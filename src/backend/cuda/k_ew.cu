@@ -39,6 +39,7 @@ EW_KERNEL(gelu_bwd, (float *g, const float *x, const float *d, size_t n),
           g[i] = d[i] * gelu_df(x[i]))
 EW_KERNEL(gelu_bwd16, (__nv_bfloat16 * g, const float *x, const float *d, size_t n),
           g[i] = __float2bfloat16_rn(d[i] * gelu_df(x[i])))
+EW_KERNEL(from_bf16, (float *o, const __nv_bfloat16 *x, size_t n), o[i] = __bfloat162float(x[i]))
 EW_KERNEL(nonfinite, (int *flag, const float *x, size_t n), if (!isfinite(x[i])) *flag = 1)
 
 // One element's AdamW step (both kernels below: the same bits)
@@ -193,6 +194,9 @@ void k_adamw_multi(float *p, const float *g, float *m, float *v, const KAdamPiec
     adamw_multi_kernel<<<k_blocks(total), K_THREADS, 0, cu_ctx.stream>>>(
         p, g, m, v, pc_dev, np, total, lr, b1, b2, eps, gscale, bc1, bc2);
     CU_LAUNCHED("adamw_multi");
+}
+void k_from_bf16(float *dst, const void *src, size_t n) {
+    LAUNCH(from_bf16, n, dst, (const __nv_bfloat16 *)src, n);
 }
 void k_nonfinite(int *flag_dev, const float *x, size_t n) { LAUNCH(nonfinite, n, flag_dev, x, n); }
 void k_to_bf16(void *dst, const float *src, size_t n) {
