@@ -205,8 +205,8 @@ void cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dou
 // Per batch row b, the heads are a strided batch: Q, K, V of head h start at column h·hs of
 // the (T,3C) rows (leading dimension 3C), att of head h at h·T·T.
 
-// bf16 with head size 64 and T > 64 takes the flash kernels (k_flash.cu); LOOM_CUDA_FLASH=0
-// keeps the batched products.
+// bf16 with head size 64 and T > 64 takes the flash kernels (k_flash_fwd.cu, k_flash_bwd.cu);
+// LOOM_CUDA_FLASH=0 keeps the batched products.
 static int use_flash(int T, int C, int NH) {
     static int env = -1;
     if (env < 0) {
