@@ -10,6 +10,8 @@
 # Everything goes to $RESULTS (default: a new temporary folder), and into one archive when
 # ARCHIVE=path.tgz is given; each part's summary is printed, the benchmark's table last.
 #   RESULTS=out MODELS=124m LLMC=path/train_gpt2cu LOOM_BEFORE=path/loom bench/gpu/check.sh
+# The paths docs/CUDA.md lists as prepared, not yet measured, each as a variant:
+#   LOOM_VARIANTS="- LOOM_CUDA_FUSE=all LOOM_CUDA_ACT16=qkv LOOM_CUDA_FUSE=all,LOOM_CUDA_ACT16=qkv"
 set -u
 cd "$(dirname "$0")/../.."
 RESULTS=${RESULTS:-$(mktemp -d)}
