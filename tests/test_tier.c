@@ -12,7 +12,8 @@
 //   * device <- host <- disk (tier_open_on with a directory and --host-mem, on the emu device):
 //     the front of the tier in host memory, the rest on disk, the same round trip and ordering
 //     with requests that span the cut, tickets older than the split tier's ring still waited
-//     for, and the refusals (--host-mem not above the bounce buffers, a host tier above it).
+//     for, and the refusals (--host-mem not above the bounce buffers for a state that does not
+//     fit in it, a host tier above it).
 // Modes for tests/t_offload_tier.sh (sizes take K/M/G suffixes, KiB/MiB/GiB):
 //   test_tier --open DIR BYTES     open and close a tier; on failure the message, exit 1
 //   test_tier --hold DIR BYTES     open a tier, print "holding", then sleep until killed
@@ -265,6 +266,11 @@ TEST(split_under_device) {
     CHECK(t, "%s", loom_errmsg());
     if (t) tier_parts(t, &h, &d), tier_close(t);
     CHECK(h == bytes && d == 0, "all of it fits: %zu host, %zu disk", h, d);
+    // a --host-mem below the bounce buffers that holds the state: no disk part, no bounce
+    t = tier_open_on(emu, dir, 4 * MiB, 0, 2 * MiB);
+    CHECK(t, "a small state in a small --host-mem: %s", loom_errmsg());
+    if (t) tier_parts(t, &h, &d), tier_close(t);
+    CHECK(h == 2 * MiB && d == 0, "the small state: %zu host, %zu disk", h, d);
 }
 
 static size_t parse_size(const char *s) {

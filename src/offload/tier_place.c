@@ -13,17 +13,11 @@ static Tier *open_host(const Backend *be, size_t bytes) {
 }
 
 // host_mem less the disk part's bounce buffers holds the front of the tier; all of it when it
-// fits (no disk part then).
+// fits (no disk part then, and no bounce buffers: any --host-mem that holds the state will do).
 static Tier *open_split(const Backend *be, const char *dir, size_t host_mem, int rank,
                         size_t bytes) {
     char b0[32], b1[32], b2[32], b3[32];
     double bounce = (double)tier_bounce_bytes();
-    if (host_mem <= tier_bounce_bytes())
-        return loom_fail("--host-mem %s: the disk tier below it moves through %s of page-locked "
-                         "bounce buffers; give it more than that",
-                         offload_size_str((double)host_mem, b0, sizeof b0),
-                         offload_size_str(bounce, b1, sizeof b1)),
-               NULL;
     if (bytes <= host_mem) {
         fprintf(stderr,
                 "loom: offload: rank %d: the state's %s fit in --host-mem %s: all of it in "
@@ -32,6 +26,12 @@ static Tier *open_split(const Backend *be, const char *dir, size_t host_mem, int
                 offload_size_str((double)host_mem, b1, sizeof b1));
         return open_host(be, bytes);
     }
+    if (host_mem <= tier_bounce_bytes())
+        return loom_fail("--host-mem %s: the disk tier below it moves through %s of page-locked "
+                         "bounce buffers; give it more than that",
+                         offload_size_str((double)host_mem, b0, sizeof b0),
+                         offload_size_str(bounce, b1, sizeof b1)),
+               NULL;
     size_t cut = (host_mem - tier_bounce_bytes()) / TIER_ALIGN * TIER_ALIGN;
     Tier *front = open_host(be, cut), *back = tier_open_disk(dir, rank, bytes - cut, be);
     if (!back) return tier_close(front), NULL;
