@@ -171,6 +171,36 @@ static __device__ void load_a(uint32_t a[4][4], const bf16 *g, int r0, int T, si
         }
 }
 
+// A 64×64 bf16 tile copied straight into shared memory by cp.async (16 bytes a copy, 4 a
+// thread, rows past T zero-filled), not waited for: cp_commit closes a group of them and
+// cp_wait<n> waits until at most n groups are still in flight. g must be 16-byte aligned and
+// ld a multiple of 8 (flash_fwd16_ok). sm_80 and later.
+static __device__ __forceinline__ void async_tile(bf16 *row, const bf16 *g, int r0, int T,
+                                                  size_t ld) {
+#if __CUDA_ARCH__ >= 800
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        int i = threadIdx.x + 128 * k, r = i >> 3, c = (i & 7) * 8, in = r0 + r < T;
+        const bf16 *src = g + (size_t)(in ? r0 + r : 0) * ld + c;
+        unsigned dst = (unsigned)__cvta_generic_to_shared(row + r * LD + c);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                     "r"(in ? 16 : 0));
+    }
+#else
+    __trap();
+#endif
+}
+static __device__ __forceinline__ void cp_commit() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+template <int N> static __device__ __forceinline__ void cp_wait() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
 // out fp32, or bf16 for a product's input kept in 16 bits (cuda_act16.c)
 __device__ __forceinline__ void st_out(float *o, size_t i, float v) { o[i] = v; }
 __device__ __forceinline__ void st_out(bf16 *o, size_t i, float v) {

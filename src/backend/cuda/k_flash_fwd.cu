@@ -1,13 +1,16 @@
 // k_flash_fwd.cu — the flash attention forward (k_flash.cuh says how it works): a block per
 // (64 queries, head), the online softmax over the key tiles up to the diagonal, the output and
-// the rows' log-sum-exps. qkv fp32, or bf16 (a marked qkv).
+// the rows' log-sum-exps. qkv fp32, or bf16 (a marked qkv). PIPE (bf16 qkv only,
+// LOOM_CUDA_FLASH_FWD=pipe: not the default until a GPU run has measured it): two K, V buffers,
+// the next tile copied in by cp.async while the warps compute on this one, instead of a load
+// between two barriers each tile; the same values, so the same results.
 #include "k_flash.cuh"
 
-template <typename O, typename I>
+template <typename O, typename I, bool PIPE>
 __global__ void __launch_bounds__(128)
     flash_fwd_kernel(O *out, float *lse_all, const I *qkv, int T, int C, int NH, float sl2) {
-    __shared__ __align__(16) bf16 Ks[TILE * LD];
-    __shared__ __align__(16) bf16 Vs[TILE * LD];
+    __shared__ __align__(16) bf16 Ks[(PIPE ? 2 : 1) * TILE * LD];
+    __shared__ __align__(16) bf16 Vs[(PIPE ? 2 : 1) * TILE * LD];
     int qt = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH; // long first
     int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     size_t C3 = 3 * (size_t)C;
@@ -16,16 +19,36 @@ __global__ void __launch_bounds__(128)
     uint32_t qa[4][4];
     load_a(qa, base, qt * TILE + w * 16, T, C3);
     float o[8][4] = {}, m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+    if constexpr (PIPE) { // tile 0 on its way
+        async_tile(Ks, base + C, 0, T, C3), async_tile(Vs, base + 2 * C, 0, T, C3);
+        cp_commit();
+    }
     for (int kt = 0; kt <= qt; kt++) {
         int k0 = kt * TILE;
-        __syncthreads(); // every warp is done with the previous tile
-        load_tile(Ks, base + C, k0, T, C3);
-        load_tile(Vs, base + 2 * C, k0, T, C3);
-        __syncthreads();
+        bf16 *Kb = Ks + (PIPE ? (kt & 1) * TILE * LD : 0),
+             *Vb = Vs + (PIPE ? (kt & 1) * TILE * LD : 0);
+        if constexpr (PIPE) {
+            if (kt < qt) { // the next tile into the other buffers, read by nobody since the
+                           // barrier that ended the last iteration
+                int nb = ((kt + 1) & 1) * TILE * LD;
+                async_tile(Ks + nb, base + C, k0 + TILE, T, C3);
+                async_tile(Vs + nb, base + 2 * C, k0 + TILE, T, C3);
+                cp_commit();
+                cp_wait<1>(); // this tile's copies are done (the next one's may not be)
+            } else {
+                cp_wait<0>();
+            }
+            __syncthreads(); // every thread's copies of this tile are visible
+        } else {
+            __syncthreads(); // every warp is done with the previous tile
+            load_tile(Ks, base + C, k0, T, C3);
+            load_tile(Vs, base + 2 * C, k0, T, C3);
+            __syncthreads();
+        }
         float s[8][4] = {};
         for (int nt = 0; nt < 8; nt++)
             for (int kk = 0; kk < 4; kk++) {
-                const bf16 *kr = Ks + (nt * 8 + g) * LD + kk * 16 + 2 * t;
+                const bf16 *kr = Kb + (nt * 8 + g) * LD + kk * 16 + 2 * t;
                 mma(s[nt], qa[kk], ld2(kr), ld2(kr + 8));
             }
         float mx0 = -INFINITY, mx1 = -INFINITY;
@@ -53,10 +76,11 @@ __global__ void __launch_bounds__(128)
                               pack2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
             for (int nt = 0; nt < 8; nt++) {
                 uint32_t b0, b1;
-                ldsm_t(b0, b1, Vs, kk * 16, nt * 8);
+                ldsm_t(b0, b1, Vb, kk * 16, nt * 8);
                 mma(o[nt], pa, b0, b1);
             }
         }
+        if constexpr (PIPE) __syncthreads(); // done with Kb, Vb: the next copies may overwrite
     }
     float *lse = lse_all + (size_t)bh * T; // T log-sum-exps per head
     float i0 = 1.0f / l0, i1 = 1.0f / l1;
@@ -70,15 +94,24 @@ __global__ void __launch_bounds__(128)
     if (t == 0 && row1 < T) lse[row1] = m1 + log2f(l1);
 }
 
+// LOOM_CUDA_FLASH_FWD=pipe with a bf16 qkv whose rows cp.async can copy (16-byte aligned)
+static int pipe_ok(const void *qkv, int C) {
+    const char *e = getenv("LOOM_CUDA_FLASH_FWD");
+    return e && !strcmp(e, "pipe") && (uintptr_t)qkv % 16 == 0 && C % 8 == 0;
+}
+
 template <typename O>
 static void fwd_launch(dim3 grid, O *out, float *lse, const void *qkv, int qkv16, int T, int C,
                        int NH, float sl2) {
-    if (qkv16)
-        flash_fwd_kernel<<<grid, 128, 0, cu_ctx.stream>>>(out, lse, (const bf16 *)qkv, T, C, NH,
-                                                          sl2);
+    if (qkv16 && pipe_ok(qkv, C))
+        flash_fwd_kernel<O, bf16, true>
+            <<<grid, 128, 0, cu_ctx.stream>>>(out, lse, (const bf16 *)qkv, T, C, NH, sl2);
+    else if (qkv16)
+        flash_fwd_kernel<O, bf16, false>
+            <<<grid, 128, 0, cu_ctx.stream>>>(out, lse, (const bf16 *)qkv, T, C, NH, sl2);
     else
-        flash_fwd_kernel<<<grid, 128, 0, cu_ctx.stream>>>(out, lse, (const float *)qkv, T, C, NH,
-                                                          sl2);
+        flash_fwd_kernel<O, float, false>
+            <<<grid, 128, 0, cu_ctx.stream>>>(out, lse, (const float *)qkv, T, C, NH, sl2);
     CU_LAUNCHED("flash_forward");
 }
 
