@@ -70,10 +70,10 @@ TEST(fused_residual_layernorm) {
 
 enum { GN = 130, GC = 96, GF = 384, GO = 72 }; // rows, model width, MLP width, down width
 
-// 1 when cuBLASLt fuses the up product and GELU here (bf16)
+// 1 when cuBLASLt fuses the up product and GELU here (bf16, into a marked out as the model's)
 static int gelu_fuses(void) {
     float *x = d_poison((size_t)GN * GC), *w = d_poison((size_t)GF * GC), *b = d_poison(GF);
-    float *o = gpu->alloc((size_t)GN * GF), *pre = gpu->alloc((size_t)GN * GF);
+    float *o = d_act16((size_t)GN * GF), *pre = gpu->alloc((size_t)GN * GF);
     gpu->fill(x, 0.5f, (size_t)GN * GC), gpu->fill(w, 0.1f, (size_t)GF * GC), gpu->fill(b, 0, GF);
     setenv("LOOM_CUDA_FUSE", "gelu", 1);
     int ok = gpu->matmul_gelu_forward(o, pre, x, w, b, GN, GC, GF);
