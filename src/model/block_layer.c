@@ -194,7 +194,9 @@ void layer_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) 
                                     .rstd = a.ln2_rstd});
     // attention branch: res2 = x_in + proj(attention(qkv(ln1)))
     dout = tp_gather(m, ws, dx, full, tmp);
-    be->matmul_backward(dsmall, g.projw, g.projb, dout, a.atty, p.projw, N, w.Cl, C);
+    // d(atty): 16-bit with a 16-bit qkv (the attention backward then reads both so)
+    float *datt = m->cp.n > 1 || !workspace_datt16(ws, m) ? dsmall : workspace_datt16(ws, m);
+    be->matmul_backward(datt, g.projw, g.projb, dout, a.atty, p.projw, N, w.Cl, C);
     block_poll(m);
     // d(qkv) (N,3Cl) into the GELU output's storage too (N,F; bf16 where that is), dead since
     // the fc backward; ring attention's into big
@@ -202,7 +204,7 @@ void layer_backward(const GPT *m, const Block *blk, Workspace *ws, BlockIO *io) 
     if (m->cp.n > 1)
         m->cp.backward(m->cp.ctx, big, dsmall, a.qkv, a.atty, a.att, B, T, w.Cl, w.NHl, w.NHl);
     else
-        be->attention_backward(dqkv, dsmall, a.qkv, a.atty, a.att, B, T, w.Cl, w.NHl);
+        be->attention_backward(dqkv, datt, a.qkv, a.atty, a.att, B, T, w.Cl, w.NHl);
     block_poll(m);
     const float *ln1 = tp_gather(m, ws, a.ln1, full, tmp);
     be->matmul_backward(dln, g.qkvw, g.qkvb, dqkv, ln1, p.qkvw, N, C, 3 * w.Cl);

@@ -355,10 +355,13 @@ size_t workspace_range_floats(const GPT *m, int B, int T, int recompute, int b0,
 // One layer's saved activations, and the head's, of model m (its tensor-parallel part's).
 size_t workspace_layer_floats(const GPT *m, int B, int T);
 // Floats of a workspace's scratch (the layer backward's and the head's; with recompute_gelu
-// also a GELU output)
+// also a GELU output; with a 16-bit qkv a 16-bit d(attention output))
 size_t workspace_scratch_floats(const GPT *m, int B, int T);
 // With recompute_gelu: where a GPT-2 layer's GELU output lives (past the backward's scratch).
 float *workspace_gelu_scratch(const Workspace *ws, const GPT *m);
+// With a 16-bit qkv (gpt_act16_qkv): the layer backward's d(attention output), marked 16-bit
+// (past the GELU output's); NULL otherwise.
+float *workspace_datt16(const Workspace *ws, const GPT *m);
 size_t workspace_head_floats(const GPT *m, int B, int T);
 // Several micro-batches in flight at once (block swapping runs K of them through a unit): a
 // workspace that shares `share`'s head, scratch and (with recompute) layer slot, with its own

@@ -146,13 +146,23 @@ static size_t gelu_scratch_floats(const GPT *m, int B, int T) {
                : 0;
 }
 
+// With a 16-bit qkv (gpt_act16_qkv) the layer backward's d(attention output) is 16-bit too, in
+// the scratch after the GELU output's: the attention's inputs then all come in one type.
+static size_t datt16_floats(const GPT *m, int B, int T) {
+    return gpt_act16_qkv(&m->cfg, m->be, m->tp.n > 1 ? m->tp.n : 1)
+               ? gpt_act_floats(1, (size_t)B * T * m->cfg.C)
+               : 0;
+}
+
 // The 16-bit tensors (gpt_act16) of the nl layers this workspace holds (one slot with
-// recompute) and of the head when it has it, marked on the backend.
+// recompute), of the head when it has it, and the scratch's, marked on the backend.
 static void mark_act16(const Workspace *ws, const GPT *m, int nl, int head) {
     if (!gpt_act16(&m->cfg, m->be, m->tp.n > 1 ? m->tp.n : 1)) return;
     for (int l = 0; l < (ws->recompute && nl ? 1 : nl); l++)
         layer_act16_mark(m, ws, ws->layer0 + l);
     if (head) head_act16_mark(m, ws);
+    float *d = workspace_datt16(ws, m);
+    if (d) m->be->act16_mark(d, (size_t)ws->B * ws->T * m->cfg.C);
 }
 
 size_t workspace_layer_floats(const GPT *m, int B, int T) {
@@ -161,14 +171,21 @@ size_t workspace_layer_floats(const GPT *m, int B, int T) {
            gelu_scratch_floats(m, B, T);
 }
 
-// The scratch of a workspace of m: the layer backward's and the head's, and the GELU output
+// The scratch of a workspace of m: the layer backward's and the head's, the GELU output, and
+// the 16-bit d(attention output)
 size_t workspace_scratch_floats(const GPT *m, int B, int T) {
     return scratch_floats(&m->cfg, (size_t)B * T, m->tp.n > 1 && m->tp.sp) +
-           gelu_scratch_floats(m, B, T);
+           gelu_scratch_floats(m, B, T) + datt16_floats(m, B, T);
 }
 
 float *workspace_gelu_scratch(const Workspace *ws, const GPT *m) {
     return ws->scratch + scratch_floats(&m->cfg, (size_t)ws->B * ws->T, m->tp.n > 1 && m->tp.sp);
+}
+
+float *workspace_datt16(const Workspace *ws, const GPT *m) {
+    return datt16_floats(m, ws->B, ws->T)
+               ? workspace_gelu_scratch(ws, m) + gelu_scratch_floats(m, ws->B, ws->T)
+               : NULL;
 }
 
 size_t workspace_head_floats(const GPT *m, int B, int T) {

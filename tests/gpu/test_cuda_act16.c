@@ -126,16 +126,23 @@ static void check_qkv16(int B, int T, int C, int NH, int atomics, const char *wh
     CHECK(same_dev("attention out (bf16 qkv)", ob, oa, n1) &&
               same_dev("attention saved state (bf16 qkv)", ab, aa, na),
           "%s: attention_forward from a bf16 qkv", what);
-    float *g = h_rand(n1, 1), *dg = d_from(g, n1), *da = d_poison(n3), *db = d_poison(n3);
-    gpu->attention_backward(da, dg, q32, oa, aa, B, T, C, NH);
-    gpu->attention_backward(db, dg, q16, ob, ab, B, T, C, NH);
+    // the backward from every mix of an fp32 and a marked qkv and dout of the same values (the
+    // kernels take both in one type: cuda_ops.c converts the other)
+    float *g = h_rand(n1, 1), *gr = h_round(g, n1), *g32, *g16 = d_act16_from(g, n1, &g32);
+    float *da = d_poison(n3), *db = d_poison(n3);
+    gpu->attention_backward(da, g32, q32, oa, aa, B, T, C, NH);
     float *h = h_from_d(da, n3); // (fp32 atomics add in any order: not bit for bit there)
-    CHECK(cmp_tol("attention dqkv (bf16 qkv)", db, h, n3, atomics ? 1e-4 : 1e-6,
-                  atomics ? 1e-6 : 1e-9),
-          "%s: attention_backward from a bf16 qkv", what);
+    const float *qs[] = {q16, q16, q32}, *gs[] = {g32, g16, g16};
+    static const char *mix[] = {"bf16 qkv", "bf16 qkv and dout", "bf16 dout"};
+    for (int k = 0; k < 3; k++) {
+        gpu->fill(db, NAN, n3);
+        gpu->attention_backward(db, gs[k], qs[k], k == 2 ? oa : ob, k == 2 ? aa : ab, B, T, C, NH);
+        CHECK(cmp_tol(mix[k], db, h, n3, atomics ? 1e-4 : 1e-6, atomics ? 1e-6 : 1e-9),
+              "%s: attention_backward from a %s", what, mix[k]);
+    }
     free(h);
-    free(qkv), free(g);
-    float *bufs[] = {q32, q16, oa, ob, aa, ab, dg, da, db};
+    free(qkv), free(g), free(gr);
+    float *bufs[] = {q32, q16, oa, ob, aa, ab, g32, g16, da, db};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         gpu->release(bufs[i]);
 }
@@ -154,6 +161,19 @@ TEST(act16_qkv) {
     CHECK(within_bf16("qkv product out", h16, h32, NO), "matmul_forward into bf16 (with a bias)");
     free(x), free(w), free(b), free(h32), free(h16);
     gpu->release(dx), gpu->release(dw), gpu->release(db), gpu->release(o32), gpu->release(o16);
+    // the attention output's gradient into a marked dinp (the proj backward under ACT16_QKV)
+    float *g = h_rand((size_t)N * OC, 1), *dg = d_from(g, (size_t)N * OC);
+    float *w2 = h_rand((size_t)OC * C, 0.1f), *dw2 = d_from(w2, (size_t)OC * C);
+    float *gw1 = d_from(w2, (size_t)OC * C), *gw2 = d_from(w2, (size_t)OC * C);
+    float *i32 = d_poison(NC), *i16 = d_act16(NC), *x2 = h_rand(NC, 1), *dx2 = d_from(x2, NC);
+    gpu->matmul_backward(i32, gw1, NULL, dg, dx2, dw2, N, C, OC);
+    gpu->matmul_backward(i16, gw2, NULL, dg, dx2, dw2, N, C, OC);
+    float *hi32 = h_from_d(i32, NC), *hi16 = h_from_act16(i16, NC);
+    CHECK(within_bf16("matmul dinp into bf16", hi16, hi32, NC), "matmul_backward into bf16");
+    free(g), free(w2), free(x2), free(hi32), free(hi16);
+    float *bufs[] = {dg, dw2, gw1, gw2, i32, i16, dx2};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        gpu->release(bufs[i]);
     check_qkv16(2, 130, 128, 2, 0, "flash");
     setenv("LOOM_CUDA_FLASH_FWD", "pipe", 1); // the forward's tiles copied in by cp.async
     check_qkv16(2, 130, 128, 2, 0, "flash, forward pipelined");
@@ -266,8 +286,9 @@ TEST(act16_model) {
             rq, fq);
     CHECK(fabs(lq - l16) <= 1e-4 * fabs(l16) && rq <= 1e-2, "qkv in bf16: loss %.9f vs %.9f", lq,
           l16);
-    CHECK(f16 - fq == 2 * (3 * BT * C / 2), "qkv in bf16: the workspace is %zu floats smaller",
-          f16 - fq);
+    // two layers' qkv at half size, less the scratch's 16-bit d(attention output)
+    CHECK(f16 - fq == 2 * (3 * BT * C / 2) - BT * C / 2,
+          "qkv in bf16: the workspace is %zu floats smaller", f16 - fq);
     free(gq);
     free(g16), free(g32), gpt_free(&shape);
 }

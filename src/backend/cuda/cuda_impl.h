@@ -88,6 +88,7 @@ enum {
     SCR_BGRAD,      // a bias gradient from a product's epilogue, before it is added (cuda_fused.c)
     SCR_ADAM,       // adamw_multi's table of pieces
     SCR_QKV32,      // a marked qkv as fp32, for the batched-product attention
+    SCR_DOUT,       // the attention's dout converted to the type its qkv has
     SCR_SLOTS
 };
 void *cu_scratch(int slot, size_t bytes);
@@ -238,7 +239,8 @@ int k_flash_ok(int T, int C, int NH);
 void k_flash_forward(void *out, int out16, float *lse, const void *qkv, int qkv16, int B, int T,
                      int C, int NH);
 // dqkv16: dqkv holds bf16 (a marked output gradient) instead of fp32.
-void k_flash_backward(void *dqkv, int dqkv16, const float *dout, const void *qkv, int qkv16,
+// in16: qkv and dout hold bf16 (both marked) instead of fp32.
+void k_flash_backward(void *dqkv, int dqkv16, const void *dout, const void *qkv, int in16,
                       const void *out, int out16, const float *lse, float *drow, int B, int T,
                       int C, int NH);
 

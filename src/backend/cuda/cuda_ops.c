@@ -140,13 +140,15 @@ static void half_forward(float *out, const float *inp, const float *w, const flo
     }
 }
 
-// A marked dout (cuda_act16.c: bf16 already, a width that needs no padding) is read in place.
-// Returns 1 when dbias was summed too (in the dW product's epilogue: cu_dw_product).
+// A marked dout (cuda_act16.c: bf16 already, a width that needs no padding) is read in place; a
+// marked dinp (the attention's output gradient under ACT16_QKV) is written in bf16. Returns 1
+// when dbias was summed too (in the dW product's epilogue: cu_dw_product).
 static int half_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                          const float *w, int N, int C, int OC) {
     int P = pad_to(OC, dbias != NULL), R = P == OC || N < PAD_ROWS ? N : PAD_ROWS,
         d16 = cu_act16(dout), summed = 0;
-    if (d16 && P != OC)
+    int i16 = dinp && cu_act16(dinp) ? CB_BF16_C : 0;
+    if ((d16 && P != OC) || (i16 && R != N))
         die(EXIT_IO, "CUDA: a 16-bit output gradient needs padding (internal error)");
     const char *x = cu_bf16_act(SCR_BF_B, inp, (size_t)N * C);
     const void *wb = dinp ? cu_bf16_weight(w, (size_t)OC, (size_t)C, (size_t)P) : NULL;
@@ -156,9 +158,9 @@ static int half_backward(float *dinp, float *dw, float *dbias, const float *dout
         int nr = N - n0 < R ? N - n0 : R;
         if (!d16) // (a marked dout is one chunk: R = N)
             k_to_half_pad(d, dout + (size_t)n0 * OC, (size_t)nr, (size_t)OC, (size_t)P);
-        if (dinp)
+        if (dinp) // (a marked dinp is one chunk: R = N)
             cb_matmul(0, 0, C, nr, P, wb, C, d, P, dinp + (size_t)n0 * C, C, 0.0f, NULL,
-                      CB_BF16_AB);
+                      CB_BF16_AB | i16);
         if (R == N) // (one chunk: the bias, if any, is summed here or by the caller)
             summed = cu_dw_product(dw, dbias, x, d, N, C, OC, P);
         else
@@ -187,7 +189,7 @@ void cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dou
     if (half_mode()) {
         summed = half_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
     } else {
-        if (cu_act16(inp) || cu_act16(dout))
+        if (cu_act16(inp) || cu_act16(dout) || (dinp && cu_act16(dinp)))
             die(EXIT_IO, "CUDA: an fp32 product read a 16-bit activation (internal error)");
         if (dinp) // dinp (N,C) = dout·W: column-major (C,N) = Wᶜᵐ(C,OC) · doutᶜᵐ(OC,N)
             cb_matmul(0, 0, C, N, OC, w, C, dout, OC, dinp, C, 0.0f, NULL, 0);
@@ -283,12 +285,28 @@ void cuda_attention_backward(float *dqkv, const float *dout, const float *qkv, c
     if (use_flash(T, C, NH)) {
         cu_prof_begin(PROF_ATT_B);
         float *drow = cu_scratch(SCR_FLASH, (size_t)B * NH * T * sizeof(float));
-        k_flash_backward(dqkv, cu_act16(dqkv), dout, qkv, cu_act16(qkv), out, cu_act16(out), att,
-                         drow, B, T, C, NH);
+        int q16 = cu_act16(qkv);
+        const void *d = dout;
+        if (q16 != cu_act16(dout)) { // dout as qkv is: the kernels take both in one type
+            size_t n = (size_t)B * T * C;
+            d = cu_scratch(SCR_DOUT, n * (q16 ? 2 : 4));
+            if (q16)
+                k_to_bf16((void *)d, dout, n);
+            else
+                k_from_bf16((float *)d, dout, n);
+        }
+        k_flash_backward(dqkv, cu_act16(dqkv), d, qkv, q16, out, cu_act16(out), att, drow, B, T, C,
+                         NH);
         cu_prof_end(PROF_ATT_B);
         return;
     }
     qkv = qkv32(qkv, B, T, C);
+    if (cu_act16(dout)) { // a marked dout (ACT16_QKV), as fp32 for the batched products
+        size_t n = (size_t)B * T * C;
+        float *d = cu_scratch(SCR_DOUT, n * sizeof(float));
+        k_from_bf16(d, dout, n);
+        dout = d;
+    }
     size_t n3 = (size_t)B * T * 3 * C;
     if (cu_act16(dqkv)) { // the qkv product's output gradient, wanted in bf16
         float *d = cu_scratch(SCR_BF_OUT, n3 * sizeof(float));

@@ -1,21 +1,22 @@
 // k_flash_bwd.cu — the flash attention backward (k_flash.cuh says how it works): D =
 // rowsum(dO ∘ O), then dK, dV by a pass over the key tiles and dQ by a second pass over the
-// query tiles (or by fp32 atomics in the first). qkv fp32, or bf16 (a marked qkv).
+// query tiles (or by fp32 atomics in the first). qkv and dO both fp32, or both bf16 (a marked
+// qkv and output gradient: cuda_ops.c converts one that is not like the other).
 #include "k_flash.cuh"
 
 // ------------------------------------------------------------------ backward
 
 // Drow[bh·T + t] = Σ_d dO[t,d]·O[t,d] (O the forward's output rows); a warp per row
-template <typename O>
-__global__ void flash_drow_kernel(float *drow, const float *dout, const O *out, int B, int T, int C,
+template <typename O, typename G>
+__global__ void flash_drow_kernel(float *drow, const G *dout, const O *out, int B, int T, int C,
                                   int NH) {
     size_t r = (size_t)blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (r >= (size_t)B * NH * T) return;
     int t = (int)(r % T), bh = (int)(r / T), b = bh / NH, h = bh % NH;
     const O *o = out + ((size_t)b * T + t) * C + h * D;
-    const float *d = dout + ((size_t)b * T + t) * C + h * D;
-    float acc = d[lane] * ld_out(o, lane) + d[lane + 32] * ld_out(o, lane + 32);
+    const G *d = dout + ((size_t)b * T + t) * C + h * D;
+    float acc = ld_out(d, lane) * ld_out(o, lane) + ld_out(d, lane + 32) * ld_out(o, lane + 32);
     acc = warp_sum(acc);
     if (lane == 0) drow[r] = acc;
 }
@@ -30,8 +31,8 @@ constexpr int bwd_smem(bool kv_smem) { return (kv_smem ? 5 : 4) * TILE * LD * 2 
 // element type (bf16 for a marked output gradient, cuda_act16.c; float whenever ATOMIC_DQ).
 template <bool ATOMIC_DQ, bool KV_SMEM, typename O, typename I>
 __global__ void __launch_bounds__(128, KV_SMEM ? 3 : 1)
-    flash_bwd_kernel(O *dqkv, const float *dout, const I *qkv, const float *lse_all,
-                     const float *drow, int T, int C, int NH, float scale, float sl2) {
+    flash_bwd_kernel(O *dqkv, const I *dout, const I *qkv, const float *lse_all, const float *drow,
+                     int T, int C, int NH, float scale, float sl2) {
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *Ks = (bf16 *)smem, *Qs = Ks + TILE * LD, *dOs = Qs + TILE * LD, *dSs = dOs + TILE * LD;
     bf16 *Vs = dSs + TILE * LD; // KV_SMEM only
@@ -40,7 +41,8 @@ __global__ void __launch_bounds__(128, KV_SMEM ? 3 : 1)
     int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     size_t C3 = 3 * (size_t)C;
     const I *q = qkv + (size_t)b * T * C3 + h * D, *k = q + C, *v = q + 2 * C;
-    const float *dO = dout + (size_t)b * T * C + h * D, *lse = lse_all + (size_t)bh * T;
+    const I *dO = dout + (size_t)b * T * C + h * D;
+    const float *lse = lse_all + (size_t)bh * T;
     const float *dr = drow + (size_t)bh * T;
     O *dq = dqkv + (size_t)b * T * C3 + h * D, *dk = dq + C, *dv = dq + 2 * C;
     int k0 = kt * TILE, key0 = k0 + w * 16 + g, key1 = key0 + 8;
@@ -150,15 +152,15 @@ __global__ void __launch_bounds__(128, KV_SMEM ? 3 : 1)
 // dS = P ∘ (dP − D), dQ += dS·K, then writes its rows of dQ once.
 template <typename O, typename I>
 __global__ void __launch_bounds__(128)
-    flash_dq_kernel(O *dqkv, const float *dout, const I *qkv, const float *lse_all,
-                    const float *drow, int T, int C, int NH, float scale, float sl2) {
+    flash_dq_kernel(O *dqkv, const I *dout, const I *qkv, const float *lse_all, const float *drow,
+                    int T, int C, int NH, float scale, float sl2) {
     __shared__ __align__(16) bf16 Ks[TILE * LD];
     __shared__ __align__(16) bf16 Vs[TILE * LD];
     int qt = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH; // long first
     int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     size_t C3 = 3 * (size_t)C;
     const I *base = qkv + (size_t)b * T * C3 + h * D;
-    const float *dO = dout + (size_t)b * T * C + h * D;
+    const I *dO = dout + (size_t)b * T * C + h * D;
     int row0 = qt * TILE + w * 16 + g, row1 = row0 + 8;
     const float *lse = lse_all + (size_t)bh * T, *dr = drow + (size_t)bh * T;
     float ls0 = row0 < T ? lse[row0] : INFINITY, ls1 = row1 < T ? lse[row1] : INFINITY;
@@ -221,7 +223,7 @@ static int env_is(const char *name, const char *value) {
 }
 
 template <bool A, bool S, typename O, typename I>
-static void bwd_launch(dim3 grid, O *dqkv, const float *dout, const I *qkv, const float *lse,
+static void bwd_launch(dim3 grid, O *dqkv, const I *dout, const I *qkv, const float *lse,
                        const float *drow, int T, int C, int NH, float scale, float sl2) {
     static int attr_set;
     if (!attr_set) {
@@ -236,7 +238,7 @@ static void bwd_launch(dim3 grid, O *dqkv, const float *dout, const I *qkv, cons
 
 // dK, dV by the key pass and dQ by its own pass, into dqkv of element type O
 template <typename O, typename I>
-static void bwd_two_pass(dim3 grid, bool smem, O *dqkv, const float *dout, const I *qkv,
+static void bwd_two_pass(dim3 grid, bool smem, O *dqkv, const I *dout, const I *qkv,
                          const float *lse, const float *drow, int T, int C, int NH, float scale,
                          float sl2) {
     (smem ? bwd_launch<false, true, O, I>
@@ -248,7 +250,7 @@ static void bwd_two_pass(dim3 grid, bool smem, O *dqkv, const float *dout, const
 
 // The backward after D: dK, dV and dQ into dqkv (bf16 when dqkv16), from qkv rows of type I
 template <typename I>
-static void bwd_passes(dim3 grid, void *dqkv, int dqkv16, const float *dout, const I *qkv,
+static void bwd_passes(dim3 grid, void *dqkv, int dqkv16, const I *dout, const I *qkv,
                        const float *lse, const float *drow, int B, int T, int C, int NH,
                        float scale, float sl2) {
     int atomic = env_is("LOOM_CUDA_FLASH_DQ", "atomic"),
@@ -272,24 +274,31 @@ static void bwd_passes(dim3 grid, void *dqkv, int dqkv16, const float *dout, con
 }
 
 extern "C" {
-void k_flash_backward(void *dqkv, int dqkv16, const float *dout, const void *qkv, int qkv16,
+void k_flash_backward(void *dqkv, int dqkv16, const void *dout, const void *qkv, int in16,
                       const void *out, int out16, const float *lse, float *drow, int B, int T,
                       int C, int NH) {
     size_t rows = (size_t)B * NH * T;
     unsigned nb = (unsigned)((rows + 7) / 8);
-    if (out16)
-        flash_drow_kernel<<<nb, 256, 0, cu_ctx.stream>>>(drow, dout, (const bf16 *)out, B, T, C,
-                                                         NH);
+    if (out16 && in16)
+        flash_drow_kernel<<<nb, 256, 0, cu_ctx.stream>>>(drow, (const bf16 *)dout,
+                                                         (const bf16 *)out, B, T, C, NH);
+    else if (out16)
+        flash_drow_kernel<<<nb, 256, 0, cu_ctx.stream>>>(drow, (const float *)dout,
+                                                         (const bf16 *)out, B, T, C, NH);
+    else if (in16)
+        flash_drow_kernel<<<nb, 256, 0, cu_ctx.stream>>>(drow, (const bf16 *)dout,
+                                                         (const float *)out, B, T, C, NH);
     else
-        flash_drow_kernel<<<nb, 256, 0, cu_ctx.stream>>>(drow, dout, (const float *)out, B, T, C,
-                                                         NH);
+        flash_drow_kernel<<<nb, 256, 0, cu_ctx.stream>>>(drow, (const float *)dout,
+                                                         (const float *)out, B, T, C, NH);
     CU_LAUNCHED("flash_drow");
     dim3 grid((unsigned)((T + TILE - 1) / TILE), (unsigned)(B * NH));
     float scale = 1.0f / sqrtf((float)D), sl2 = 1.4426950408889634f * scale;
-    if (qkv16)
-        bwd_passes(grid, dqkv, dqkv16, dout, (const bf16 *)qkv, lse, drow, B, T, C, NH, scale, sl2);
+    if (in16)
+        bwd_passes(grid, dqkv, dqkv16, (const bf16 *)dout, (const bf16 *)qkv, lse, drow, B, T, C,
+                   NH, scale, sl2);
     else
-        bwd_passes(grid, dqkv, dqkv16, dout, (const float *)qkv, lse, drow, B, T, C, NH, scale,
-                   sl2);
+        bwd_passes(grid, dqkv, dqkv16, (const float *)dout, (const float *)qkv, lse, drow, B, T, C,
+                   NH, scale, sl2);
 }
 }
