@@ -9,8 +9,8 @@
 //     a marked input or output gradient, and the classifier a marked input: equal to the same
 //     op on fp32 buffers holding the same (bf16-representable) values, within 1e-6;
 //   * the qkv product into a marked out (ACT16_QKV), and attention from a marked qkv equal to
-//     it from an fp32 qkv of the same values (with the forward's tiles by cp.async too:
-//     LOOM_CUDA_FLASH_FWD=pipe);
+//     it from an fp32 qkv of the same values (with the tiles by cp.async too:
+//     LOOM_CUDA_FLASH_FWD=pipe, LOOM_CUDA_FLASH_BWD=pipe);
 //   * a GPT-2 (head size 64, T 72: the flash path) with and without act16 (LOOM_CUDA_ACT16=0),
 //     and with the qkv too (LOOM_CUDA_ACT16=qkv: within 1e-4 and 1e-2 of act16's):
 //     the first-step loss within 1e-5, the gradients within 1e-2 norm-wise (the flash backward's
@@ -175,10 +175,11 @@ TEST(act16_qkv) {
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         gpu->release(bufs[i]);
     check_qkv16(2, 130, 128, 2, 0, "flash");
-    setenv("LOOM_CUDA_FLASH_FWD", "pipe", 1); // the forward's tiles copied in by cp.async
-    check_qkv16(2, 130, 128, 2, 0, "flash, forward pipelined");
-    check_qkv16(1, 256, 192, 3, 0, "flash, forward pipelined, whole tiles");
-    unsetenv("LOOM_CUDA_FLASH_FWD");
+    setenv("LOOM_CUDA_FLASH_FWD", "pipe", 1); // the tiles copied in by cp.async
+    setenv("LOOM_CUDA_FLASH_BWD", "pipe", 1);
+    check_qkv16(2, 130, 128, 2, 0, "flash, pipelined");
+    check_qkv16(1, 256, 192, 3, 0, "flash, pipelined, whole tiles");
+    unsetenv("LOOM_CUDA_FLASH_FWD"), unsetenv("LOOM_CUDA_FLASH_BWD");
     setenv("LOOM_CUDA_FLASH_DQ", "atomic", 1);
     check_qkv16(2, 130, 128, 2, 1, "flash, dQ by atomics");
     unsetenv("LOOM_CUDA_FLASH_DQ");

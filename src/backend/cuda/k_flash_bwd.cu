@@ -2,6 +2,8 @@
 // rowsum(dO ∘ O), then dK, dV by a pass over the key tiles and dQ by a second pass over the
 // query tiles (or by fp32 atomics in the first). qkv and dO both fp32, or both bf16 (a marked
 // qkv and output gradient: cuda_ops.c converts one that is not like the other).
+#include <type_traits>
+
 #include "k_flash.cuh"
 
 // ------------------------------------------------------------------ backward
@@ -21,22 +23,58 @@ __global__ void flash_drow_kernel(float *drow, const G *dout, const O *out, int 
     if (lane == 0) drow[r] = acc;
 }
 
-// shared memory: K, Q, dO, dS tiles (and V with KV_SMEM), the query rows' lse and D
-constexpr int bwd_smem(bool kv_smem) { return (kv_smem ? 5 : 4) * TILE * LD * 2 + 2 * TILE * 4; }
+// shared memory: K, Q, dO, dS tiles (and V with KV_SMEM), the query rows' lse and D; with PIPE
+// K, V, two Q, two dO and two of each row vector
+constexpr int bwd_smem(bool kv_smem, bool pipe) {
+    return pipe ? 6 * TILE * LD * 2 + 4 * TILE * 4
+                : (kv_smem ? 5 : 4) * TILE * LD * 2 + 2 * TILE * 4;
+}
+
+// PIPE: the query tile qn's Q and dO rows, lse and D on their way into buffers Qb, dOb, lb, db by
+// cp.async (one group; rows past T: zero Q and dO, lse +inf, D 0, as the loads below give)
+static __device__ __forceinline__ void cp_async4(float *dst, const float *src) {
+#if __CUDA_ARCH__ >= 800
+    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src));
+#else
+    __trap();
+#endif
+}
+static __device__ void bwd_prefetch(bf16 *Qb, bf16 *dOb, float *lb, float *db, const bf16 *q,
+                                    const bf16 *dO, const float *lse, const float *dr, int q0,
+                                    int T, size_t C3, int C) {
+    async_tile(Qb, q, q0, T, C3);
+    async_tile(dOb, dO, q0, T, (size_t)C);
+    for (int i = threadIdx.x; i < TILE; i += blockDim.x)
+        if (q0 + i < T) {
+            cp_async4(lb + i, lse + q0 + i), cp_async4(db + i, dr + q0 + i);
+        } else {
+            lb[i] = INFINITY, db[i] = 0.f; // P = 0 on rows past T
+        }
+    cp_commit();
+}
 
 // ATOMIC_DQ: this pass also adds dQ into dqkv (zeroed first) with fp32 atomics; otherwise
 // flash_dq_kernel computes dQ. KV_SMEM: the block's K and V rows stay in shared memory and each
 // warp reads its A fragments with ldmatrix per use, instead of holding them in 32 registers
 // (fewer registers: 3 blocks per multiprocessor instead of 2); the same arithmetic. O: dqkv's
 // element type (bf16 for a marked output gradient, cuda_act16.c; float whenever ATOMIC_DQ).
-template <bool ATOMIC_DQ, bool KV_SMEM, typename O, typename I>
+// PIPE (K, V in shared memory, dQ by its own pass, bf16 rows; LOOM_CUDA_FLASH_BWD=pipe, not the
+// default until measured): two buffers of the query tile's Q, dO, lse and D, the next tile's
+// copied in by cp.async while the warps compute on this one; the same arithmetic.
+template <bool ATOMIC_DQ, bool KV_SMEM, bool PIPE, typename O, typename I>
 __global__ void __launch_bounds__(128, KV_SMEM ? 3 : 1)
     flash_bwd_kernel(O *dqkv, const I *dout, const I *qkv, const float *lse_all, const float *drow,
                      int T, int C, int NH, float scale, float sl2) {
+    static_assert(!PIPE || (KV_SMEM && !ATOMIC_DQ), "PIPE: K, V in shared memory, dQ apart");
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *Ks = (bf16 *)smem, *Qs = Ks + TILE * LD, *dOs = Qs + TILE * LD, *dSs = dOs + TILE * LD;
     bf16 *Vs = dSs + TILE * LD; // KV_SMEM only
     float *lse_s = (float *)(dSs + (KV_SMEM ? 2 : 1) * TILE * LD), *d_s = lse_s + TILE;
+    if constexpr (PIPE) { // K | V | Q Q | dO dO | lse lse | D D
+        Vs = Ks + TILE * LD, Qs = Vs + TILE * LD, dOs = Qs + 2 * TILE * LD;
+        lse_s = (float *)(dOs + 2 * TILE * LD), d_s = lse_s + 2 * TILE;
+    }
     int kt = blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH;
     int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     size_t C3 = 3 * (size_t)C;
@@ -55,16 +93,32 @@ __global__ void __launch_bounds__(128, KV_SMEM ? 3 : 1)
     if (KV_SMEM) load_tile(Vs, v, k0, T, C3); // read after the loop's first barrier
     float dka[8][4] = {}, dva[8][4] = {};
     int nq = (T + TILE - 1) / TILE;
+    if constexpr (PIPE) bwd_prefetch(Qs, dOs, lse_s, d_s, q, dO, lse, dr, kt * TILE, T, C3, C);
     for (int qt = kt; qt < nq; qt++) {
         int q0 = qt * TILE;
-        __syncthreads(); // the previous tile's readers are done
-        load_tile(Qs, q, q0, T, C3);
-        load_tile(dOs, dO, q0, T, C);
-        for (int i = threadIdx.x; i < TILE; i += blockDim.x) {
-            lse_s[i] = q0 + i < T ? lse[q0 + i] : INFINITY; // P = 0 on rows past T
-            d_s[i] = q0 + i < T ? dr[q0 + i] : 0.f;
+        bf16 *Qb = Qs, *dOb = dOs; // this tile's buffers
+        float *lb = lse_s, *db = d_s;
+        if constexpr (PIPE) {
+            int bi = (qt - kt) & 1, nb = bi ^ 1;
+            Qb += bi * TILE * LD, dOb += bi * TILE * LD, lb += bi * TILE, db += bi * TILE;
+            if (qt + 1 < nq) { // the next tile into the other buffers (free since the last barrier)
+                bwd_prefetch(Qs + nb * TILE * LD, dOs + nb * TILE * LD, lse_s + nb * TILE,
+                             d_s + nb * TILE, q, dO, lse, dr, q0 + TILE, T, C3, C);
+                cp_wait<1>();
+            } else {
+                cp_wait<0>();
+            }
+            __syncthreads(); // this tile's copies (and plain stores) are visible
+        } else {
+            __syncthreads(); // the previous tile's readers are done
+            load_tile(Qs, q, q0, T, C3);
+            load_tile(dOs, dO, q0, T, C);
+            for (int i = threadIdx.x; i < TILE; i += blockDim.x) {
+                lse_s[i] = q0 + i < T ? lse[q0 + i] : INFINITY; // P = 0 on rows past T
+                d_s[i] = q0 + i < T ? dr[q0 + i] : 0.f;
+            }
+            __syncthreads();
         }
-        __syncthreads();
         float st[8][4] = {}, dp[8][4] = {}; // Sᵀ and dPᵀ: 16 keys × 64 queries of this warp
         for (int kk = 0; kk < 4; kk++) {    // each st[nt], dp[nt] sums kk = 0..3 in order
             uint32_t a[4], b[4];
@@ -76,8 +130,8 @@ __global__ void __launch_bounds__(128, KV_SMEM ? 3 : 1)
                     a[i] = ka[kk][i], b[i] = va[kk][i];
             }
             for (int nt = 0; nt < 8; nt++) {
-                const bf16 *qr = Qs + (nt * 8 + g) * LD + kk * 16 + 2 * t;
-                const bf16 *orow = dOs + (nt * 8 + g) * LD + kk * 16 + 2 * t;
+                const bf16 *qr = Qb + (nt * 8 + g) * LD + kk * 16 + 2 * t;
+                const bf16 *orow = dOb + (nt * 8 + g) * LD + kk * 16 + 2 * t;
                 mma(st[nt], a, ld2(qr), ld2(qr + 8));
                 mma(dp[nt], b, ld2(orow), ld2(orow + 8));
             }
@@ -85,11 +139,11 @@ __global__ void __launch_bounds__(128, KV_SMEM ? 3 : 1)
         for (int nt = 0; nt < 8; nt++)
             for (int e = 0; e < 2; e++) { // Pᵀ, then dSᵀ = Pᵀ ∘ (dPᵀ − D) in dp
                 int ql = nt * 8 + 2 * t + e, qi = q0 + ql;
-                float p0 = key0 <= qi ? exp2f(st[nt][e] * sl2 - lse_s[ql]) : 0.f;
-                float p1 = key1 <= qi ? exp2f(st[nt][2 + e] * sl2 - lse_s[ql]) : 0.f;
+                float p0 = key0 <= qi ? exp2f(st[nt][e] * sl2 - lb[ql]) : 0.f;
+                float p1 = key1 <= qi ? exp2f(st[nt][2 + e] * sl2 - lb[ql]) : 0.f;
                 st[nt][e] = p0, st[nt][2 + e] = p1;
-                dp[nt][e] = p0 * (dp[nt][e] - d_s[ql]);
-                dp[nt][2 + e] = p1 * (dp[nt][2 + e] - d_s[ql]);
+                dp[nt][e] = p0 * (dp[nt][e] - db[ql]);
+                dp[nt][2 + e] = p1 * (dp[nt][2 + e] - db[ql]);
                 if (ATOMIC_DQ) {
                     dSs[ql * LD + w * 16 + g] = __float2bfloat16_rn(dp[nt][e]);
                     dSs[ql * LD + w * 16 + g + 8] = __float2bfloat16_rn(dp[nt][2 + e]);
@@ -106,12 +160,13 @@ __global__ void __launch_bounds__(128, KV_SMEM ? 3 : 1)
                               pack2(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
             for (int nt = 0; nt < 8; nt++) {
                 uint32_t o0, o1, q0b, q1b;
-                ldsm_t(o0, o1, dOs, kk * 16, nt * 8);
-                ldsm_t(q0b, q1b, Qs, kk * 16, nt * 8);
+                ldsm_t(o0, o1, dOb, kk * 16, nt * 8);
+                ldsm_t(q0b, q1b, Qb, kk * 16, nt * 8);
                 mma(dva[nt], pa, o0, o1);
                 mma(dka[nt], sa, q0b, q1b);
             }
         }
+        if constexpr (PIPE) __syncthreads(); // done with this tile's buffers: the next copies
         if (!ATOMIC_DQ) continue;
         __syncthreads();      // dS complete
         float dqa[8][4] = {}; // dQ of queries w·16.. of the tile: dS (queries × keys)·K
@@ -222,16 +277,16 @@ static int env_is(const char *name, const char *value) {
     return e && !strcmp(e, value);
 }
 
-template <bool A, bool S, typename O, typename I>
+template <bool A, bool S, typename O, typename I, bool P = false>
 static void bwd_launch(dim3 grid, O *dqkv, const I *dout, const I *qkv, const float *lse,
                        const float *drow, int T, int C, int NH, float scale, float sl2) {
     static int attr_set;
     if (!attr_set) {
-        CU(cudaFuncSetAttribute(flash_bwd_kernel<A, S, O, I>,
-                                cudaFuncAttributeMaxDynamicSharedMemorySize, bwd_smem(S)));
+        CU(cudaFuncSetAttribute(flash_bwd_kernel<A, S, P, O, I>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, bwd_smem(S, P)));
         attr_set = 1;
     }
-    flash_bwd_kernel<A, S, O, I><<<grid, 128, bwd_smem(S), cu_ctx.stream>>>(
+    flash_bwd_kernel<A, S, P, O, I><<<grid, 128, bwd_smem(S, P), cu_ctx.stream>>>(
         dqkv, dout, qkv, lse, drow, T, C, NH, scale, sl2);
     CU_LAUNCHED("flash_backward");
 }
@@ -241,8 +296,19 @@ template <typename O, typename I>
 static void bwd_two_pass(dim3 grid, bool smem, O *dqkv, const I *dout, const I *qkv,
                          const float *lse, const float *drow, int T, int C, int NH, float scale,
                          float sl2) {
-    (smem ? bwd_launch<false, true, O, I>
-          : bwd_launch<false, false, O, I>)(grid, dqkv, dout, qkv, lse, drow, T, C, NH, scale, sl2);
+    // LOOM_CUDA_FLASH_BWD=pipe with bf16 rows cp.async can copy (16-byte aligned)
+    bool piped = false;
+    if constexpr (std::is_same<I, bf16>::value)
+        if (env_is("LOOM_CUDA_FLASH_BWD", "pipe") && ((uintptr_t)qkv | (uintptr_t)dout) % 16 == 0 &&
+            C % 8 == 0) {
+            bwd_launch<false, true, O, I, true>(grid, dqkv, dout, qkv, lse, drow, T, C, NH, scale,
+                                                sl2);
+            piped = true;
+        }
+    if (!piped)
+        (smem ? bwd_launch<false, true, O, I> : bwd_launch<false, false, O, I>)(grid, dqkv, dout,
+                                                                                qkv, lse, drow, T,
+                                                                                C, NH, scale, sl2);
     flash_dq_kernel<O, I>
         <<<grid, 128, 0, cu_ctx.stream>>>(dqkv, dout, qkv, lse, drow, T, C, NH, scale, sl2);
     CU_LAUNCHED("flash_dq");
