@@ -204,13 +204,14 @@ __global__ void __launch_bounds__(128, KV_SMEM ? 3 : 1)
 
 // dQ without atomics: a block per (64 queries, head), each warp owning 16 query rows with Q and
 // dO in registers, loops over the key tiles up to the diagonal: S = Q·Kᵀ, dP = dO·Vᵀ,
-// dS = P ∘ (dP − D), dQ += dS·K, then writes its rows of dQ once.
-template <typename O, typename I>
+// dS = P ∘ (dP − D), dQ += dS·K, then writes its rows of dQ once. PIPE (bf16 rows): two K, V
+// buffers, the next key tile copied in by cp.async while the warps compute, as the forward's.
+template <typename O, typename I, bool PIPE = false>
 __global__ void __launch_bounds__(128)
     flash_dq_kernel(O *dqkv, const I *dout, const I *qkv, const float *lse_all, const float *drow,
                     int T, int C, int NH, float scale, float sl2) {
-    __shared__ __align__(16) bf16 Ks[TILE * LD];
-    __shared__ __align__(16) bf16 Vs[TILE * LD];
+    __shared__ __align__(16) bf16 Ks[(PIPE ? 2 : 1) * TILE * LD];
+    __shared__ __align__(16) bf16 Vs[(PIPE ? 2 : 1) * TILE * LD];
     int qt = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH; // long first
     int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     size_t C3 = 3 * (size_t)C;
@@ -224,17 +225,36 @@ __global__ void __launch_bounds__(128)
     load_a(qa, base, qt * TILE + w * 16, T, C3);
     load_a(da, dO, qt * TILE + w * 16, T, C);
     float dq[8][4] = {};
+    if constexpr (PIPE) {
+        async_tile(Ks, base + C, 0, T, C3), async_tile(Vs, base + 2 * C, 0, T, C3);
+        cp_commit();
+    }
     for (int kt = 0; kt <= qt; kt++) {
         int k0 = kt * TILE;
-        __syncthreads(); // every warp is done with the previous tile
-        load_tile(Ks, base + C, k0, T, C3);
-        load_tile(Vs, base + 2 * C, k0, T, C3);
-        __syncthreads();
+        bf16 *Kb = Ks + (PIPE ? (kt & 1) * TILE * LD : 0),
+             *Vb = Vs + (PIPE ? (kt & 1) * TILE * LD : 0);
+        if constexpr (PIPE) {
+            if (kt < qt) { // the next key tile into the other buffers
+                int nb = ((kt + 1) & 1) * TILE * LD;
+                async_tile(Ks + nb, base + C, k0 + TILE, T, C3);
+                async_tile(Vs + nb, base + 2 * C, k0 + TILE, T, C3);
+                cp_commit();
+                cp_wait<1>();
+            } else {
+                cp_wait<0>();
+            }
+            __syncthreads();
+        } else {
+            __syncthreads(); // every warp is done with the previous tile
+            load_tile(Ks, base + C, k0, T, C3);
+            load_tile(Vs, base + 2 * C, k0, T, C3);
+            __syncthreads();
+        }
         float s[8][4] = {}, dp[8][4] = {}; // 16 queries × 64 keys of this warp
         for (int nt = 0; nt < 8; nt++)
             for (int kk = 0; kk < 4; kk++) {
-                const bf16 *kr = Ks + (nt * 8 + g) * LD + kk * 16 + 2 * t;
-                const bf16 *vr = Vs + (nt * 8 + g) * LD + kk * 16 + 2 * t;
+                const bf16 *kr = Kb + (nt * 8 + g) * LD + kk * 16 + 2 * t;
+                const bf16 *vr = Vb + (nt * 8 + g) * LD + kk * 16 + 2 * t;
                 mma(s[nt], qa[kk], ld2(kr), ld2(kr + 8));
                 mma(dp[nt], da[kk], ld2(vr), ld2(vr + 8));
             }
@@ -251,10 +271,11 @@ __global__ void __launch_bounds__(128)
                               pack2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
             for (int nt = 0; nt < 8; nt++) {
                 uint32_t b0, b1;
-                ldsm_t(b0, b1, Ks, kk * 16, nt * 8);
+                ldsm_t(b0, b1, Kb, kk * 16, nt * 8);
                 mma(dq[nt], sa, b0, b1);
             }
         }
+        if constexpr (PIPE) __syncthreads(); // done with Kb, Vb: the next copies may overwrite
     }
     O *dqo = dqkv + (size_t)b * T * C3 + h * D;
     for (int nt = 0; nt < 8; nt++)
@@ -296,19 +317,19 @@ template <typename O, typename I>
 static void bwd_two_pass(dim3 grid, bool smem, O *dqkv, const I *dout, const I *qkv,
                          const float *lse, const float *drow, int T, int C, int NH, float scale,
                          float sl2) {
-    // LOOM_CUDA_FLASH_BWD=pipe with bf16 rows cp.async can copy (16-byte aligned)
-    bool piped = false;
+    // LOOM_CUDA_FLASH_BWD=pipe with bf16 rows cp.async can copy (16-byte aligned): both passes
     if constexpr (std::is_same<I, bf16>::value)
         if (env_is("LOOM_CUDA_FLASH_BWD", "pipe") && ((uintptr_t)qkv | (uintptr_t)dout) % 16 == 0 &&
             C % 8 == 0) {
             bwd_launch<false, true, O, I, true>(grid, dqkv, dout, qkv, lse, drow, T, C, NH, scale,
                                                 sl2);
-            piped = true;
+            flash_dq_kernel<O, I, true>
+                <<<grid, 128, 0, cu_ctx.stream>>>(dqkv, dout, qkv, lse, drow, T, C, NH, scale, sl2);
+            CU_LAUNCHED("flash_dq");
+            return;
         }
-    if (!piped)
-        (smem ? bwd_launch<false, true, O, I> : bwd_launch<false, false, O, I>)(grid, dqkv, dout,
-                                                                                qkv, lse, drow, T,
-                                                                                C, NH, scale, sl2);
+    (smem ? bwd_launch<false, true, O, I>
+          : bwd_launch<false, false, O, I>)(grid, dqkv, dout, qkv, lse, drow, T, C, NH, scale, sl2);
     flash_dq_kernel<O, I>
         <<<grid, 128, 0, cu_ctx.stream>>>(dqkv, dout, qkv, lse, drow, T, C, NH, scale, sl2);
     CU_LAUNCHED("flash_dq");
