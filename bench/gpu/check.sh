@@ -10,8 +10,8 @@
 # Everything goes to $RESULTS (default: a new temporary folder), and into one archive when
 # ARCHIVE=path.tgz is given; each part's summary is printed, the benchmark's table last.
 #   RESULTS=out MODELS=124m LLMC=path/train_gpt2cu LOOM_BEFORE=path/loom bench/gpu/check.sh
-# The paths docs/CUDA.md lists as prepared, not yet measured, each as a variant:
-#   LOOM_VARIANTS="- LOOM_CUDA_FUSE=all LOOM_CUDA_ACT16=qkv LOOM_CUDA_FUSE=all,LOOM_CUDA_ACT16=qkv"
+# LOOM_VARIANTS=prepared: the plain build and each path docs/CUDA.md lists as prepared, not yet
+# measured ("Prepared, not yet run on a GPU"), as a variant of its own.
 set -u
 cd "$(dirname "$0")/../.."
 RESULTS=${RESULTS:-$(mktemp -d)}
@@ -57,6 +57,12 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
     grep -E '^(ok|FAIL|skip) - |passed, |failed:' "$RESULTS/test-gpu.log"
 fi
 
+if [ "${LOOM_VARIANTS:-}" = prepared ]; then
+    LOOM_VARIANTS="- LOOM_CUDA_FUSE=all LOOM_CUDA_FUSE=gelu LOOM_CUDA_FUSE=bgrad LOOM_CUDA_ACT16=qkv"
+    LOOM_VARIANTS+=" LOOM_CUDA_ACT16=qkv,LOOM_CUDA_FLASH_FWD=pipe,LOOM_CUDA_FLASH_BWD=pipe"
+    LOOM_VARIANTS+=" LOOM_CUDA_FUSE=all,LOOM_CUDA_ACT16=qkv,LOOM_CUDA_FLASH_FWD=pipe,LOOM_CUDA_FLASH_BWD=pipe"
+    LOOM_VARIANTS+=" LOOM_CUDA_ADAMW_MULTI=0"
+fi
 stamp "benchmark: $MODELS"
 OUT_DIR="$RESULTS/bench" MODELS=$MODELS BATCH=${BATCH:-16} SEQ=${SEQ:-1024} \
     STEPS=${STEPS:-20} WARM=${WARM:-5} ENGINES=${ENGINES:-"loom llmc compile"} \
