@@ -5,7 +5,8 @@
 //   * no two marked tensors overlap (each takes n/2 floats, gpt_act_floats);
 //   * the marks are the ones the layout promises: ln_1, the attention output, ln_2 and the GELU
 //     output of every layer and the head's ln_f; with ACT16_QKV also every layer's qkv and the
-//     scratch's d(attention output); with --recompute-gelu the GELU output in the scratch;
+//     scratch's d(attention output); with ACT16_FCH every layer's GELU input; with
+//     --recompute-gelu the GELU output in the scratch;
 //   * the workspace's floats shrink by exactly the layers' 16-bit tensors' halves (less the
 //     scratch's d(attention output), which only exists with ACT16_QKV).
 // Nothing runs on these buffers: a CPU kernel would read a 16-bit tensor as fp32.
@@ -81,6 +82,13 @@ TEST(marks_and_sizes) {
           5 * L + 2);
     size_t half2 = L * (3 * BT * C / 2) - BT * C / 2; // qkv's halves, less the d(atty) scratch
     CHECK(f1 - f2 == half2, "act16 + qkv: %zu floats fewer, expected %zu", f1 - f2, half2);
+    size_t f3 = layout(ACT16_INPUTS | ACT16_FCH, 0, &ok);
+    CHECK(ok && nmarks == (int)(5 * L + 1), "act16 + fch: %d marks, expected %zu", nmarks,
+          5 * L + 1);
+    CHECK(f1 - f3 == L * (4 * BT * C / 2), "act16 + fch: %zu floats fewer", f1 - f3);
+    size_t f4 = layout(ACT16_INPUTS | ACT16_QKV | ACT16_FCH, 0, &ok);
+    CHECK(ok && nmarks == (int)(6 * L + 2), "all: %d marks, expected %zu", nmarks, 6 * L + 2);
+    CHECK(f1 - f4 == half2 + L * (4 * BT * C / 2), "all: %zu floats fewer", f1 - f4);
     layout(ACT16_INPUTS | ACT16_QKV, 1, &ok); // one GELU output in the scratch, before d(atty)
     CHECK(ok && nmarks == (int)(4 * L + 3), "with --recompute-gelu: %d marks, expected %zu", nmarks,
           4 * L + 3);

@@ -33,7 +33,7 @@ typedef struct {
     float wd;
 } AdamwPiece;
 
-enum { ACT16_INPUTS = 1, ACT16_QKV = 2 }; // Backend.act16's bits
+enum { ACT16_INPUTS = 1, ACT16_QKV = 2, ACT16_FCH = 4 }; // Backend.act16's bits
 
 typedef struct Backend {
     const char *name;
@@ -257,7 +257,9 @@ typedef struct Backend {
     // bytes. A mark lasts until the buffer that holds it is released; every other kernel takes
     // fp32 only. act16 is a set of ACT16_* bits: with ACT16_QKV the model may mark the qkv
     // product's output too, which matmul_forward then writes in 16 bits and attention_forward
-    // and attention_backward read so.
+    // and attention_backward read so (and the attention's output gradient, which
+    // matmul_backward then writes as dinp in 16 bits); with ACT16_FCH the fc product's output
+    // (GELU's input), which gelu_forward, gelu_backward and the fused GELU ops read so.
     int act16;
     void (*act16_mark)(const float *p, size_t n);
     // ---- collectives between devices (BACKEND_COLLECTIVES; NULL where there is no such

@@ -60,14 +60,15 @@ static LayerActs layer_acts(const Workspace *ws, const GPT *m, int layer) {
            Cl = (size_t)w.Cl, F = (size_t)w.F;
     float *q = ws->layer + (ws->recompute ? 0 : (size_t)(layer - ws->layer0) * ws->layer_stride);
     int tp = m->tp.n > 1 ? m->tp.n : 1;
-    int a16 = gpt_act16(&m->cfg, m->be, tp), q16 = gpt_act16_qkv(&m->cfg, m->be, tp);
-    LayerActs a; // (16 bits: ln1, atty, ln2, fch_gelu; qkv with q16)
+    int a16 = gpt_act16(&m->cfg, m->be, tp), q16 = gpt_act16_qkv(&m->cfg, m->be, tp),
+        f16 = gpt_act16_fch(&m->cfg, m->be, tp);
+    LayerActs a; // (16 bits: ln1, atty, ln2, fch_gelu; qkv with q16, fch with f16)
     a.ln1 = q, q += gpt_act_floats(a16, R * C);
     a.qkv = q, q += gpt_act_floats(q16, BT * 3 * Cl);
     a.atty = q, q += gpt_act_floats(a16, BT * Cl);
     a.res2 = q, q += R * C;
     a.ln2 = q, q += gpt_act_floats(a16, R * C);
-    a.fch = q, q += BT * F;
+    a.fch = q, q += gpt_act_floats(f16, BT * F);
     // recompute_gelu: in the workspace's scratch, written by the forward, recomputed by the
     // backward
     if (m->recompute_gelu)
@@ -95,6 +96,8 @@ void layer_act16_mark(const GPT *m, const Workspace *ws, int layer) {
             die(EXIT_IO, "a 16-bit qkv with context parallelism (internal error)");
         m->be->act16_mark(a.qkv, BT * 3 * w.Cl);
     }
+    if (gpt_act16_fch(&m->cfg, m->be, m->tp.n > 1 ? m->tp.n : 1))
+        m->be->act16_mark(a.fch, BT * w.F);
 }
 
 // The backend's fused ops where it has them and takes the call (backend.h), else the ops they

@@ -342,9 +342,11 @@ void workspace_free(Workspace *ws, const GPT *m);
 // the head's ln_f) in 16 bits on a backend with act16 (Backend.act16), one tensor-parallel rank
 // of 1 (their collectives move fp32); gpt_act_floats: the floats n such elements take (n/2 in
 // 16 bits, whole 16-byte units, so the tensor after it stays aligned).
-// gpt_act16_qkv: the qkv product's output too (Backend.act16 has ACT16_QKV).
+// gpt_act16_qkv: the qkv product's output too (Backend.act16 has ACT16_QKV); gpt_act16_fch:
+// the fc product's (GELU's input; ACT16_FCH).
 int gpt_act16(const GPTConfig *c, const Backend *be, int tp);
 int gpt_act16_qkv(const GPTConfig *c, const Backend *be, int tp);
+int gpt_act16_fch(const GPTConfig *c, const Backend *be, int tp);
 size_t gpt_act_floats(int act16, size_t n);
 // Activation floats of a whole-model workspace; be: the backend that will run it (its attention
 // keeps backend-specific saved state).

@@ -16,11 +16,12 @@ static size_t layer_act_floats_tp(const GPTConfig *c, const Backend *be, int tp,
                                   int T) {
     if (gpt_is_llama(c)) return llama_layer_act_floats(c, be, tp, R, B, T);
     size_t BT = (size_t)B * T, C = (size_t)c->C, Cl = C / (size_t)tp;
-    int a16 = gpt_act16(c, be, tp);     // ln1, ln2, atty and fch_gelu in 16 bits
-    int q16 = gpt_act16_qkv(c, be, tp); // and qkv
+    int a16 = gpt_act16(c, be, tp); // ln1, ln2, atty and fch_gelu in 16 bits
+    int q16 = gpt_act16_qkv(c, be, tp), f16 = gpt_act16_fch(c, be, tp); // and qkv, fch
     // ln1, res2, ln2 | qkv, atty, fch, fch_gelu | 2×(mean, rstd) | att
-    return R * C + 2 * gpt_act_floats(a16, R * C) + gpt_act_floats(q16, BT * 3 * Cl) + BT * 4 * Cl +
-           gpt_act_floats(a16, BT * Cl) + gpt_act_floats(a16, BT * 4 * Cl) + 4 * R +
+    return R * C + 2 * gpt_act_floats(a16, R * C) + gpt_act_floats(q16, BT * 3 * Cl) +
+           gpt_act_floats(f16, BT * 4 * Cl) + gpt_act_floats(a16, BT * Cl) +
+           gpt_act_floats(a16, BT * 4 * Cl) + 4 * R +
            be->attention_saved_floats(B, T, c->H / tp, c->C / c->H);
 }
 
@@ -29,6 +30,9 @@ int gpt_act16(const GPTConfig *c, const Backend *be, int tp) {
 }
 int gpt_act16_qkv(const GPTConfig *c, const Backend *be, int tp) {
     return gpt_act16(c, be, tp) && (be->act16 & ACT16_QKV);
+}
+int gpt_act16_fch(const GPTConfig *c, const Backend *be, int tp) {
+    return gpt_act16(c, be, tp) && (be->act16 & ACT16_FCH);
 }
 size_t gpt_act_floats(int act16, size_t n) { return act16 ? (n + 7) / 8 * 4 : n; }
 static size_t layer_act_floats(const GPTConfig *c, const Backend *be, int B, int T) {

@@ -39,6 +39,14 @@ static int same_dev(const char *what, const float *a, const float *b, size_t n) 
     free(hb);
     return ok;
 }
+// Two marked tensors of n elements within one bf16 unit of each other (the kernels may contract
+// differently)
+static int near16(const char *what, const float *got, const float *ref, size_t n) {
+    float *hg = h_from_act16(got, n), *hr = h_from_act16(ref, n);
+    int ok = within_bf16(what, hg, hr, n);
+    free(hg), free(hr);
+    return ok;
+}
 
 TEST(act16_writers) {
     int N = 67, C = 96;
@@ -62,6 +70,20 @@ TEST(act16_writers) {
         CHECK(within_bf16("gelu out", h16, h32, n), "gelu_forward into bf16, n=%zu", n);
         free(h32), free(h16), gpu->release(e32), gpu->release(e16);
     }
+    // GELU from a marked input (ACT16_FCH) against the fp32 one of the same values
+    float *x32, *x16 = d_act16_from(x, NC, &x32), *g16a = d_act16(NC), *g16b = d_act16(NC);
+    gpu->gelu_forward(g16a, x32, NC), gpu->gelu_forward(g16b, x16, NC);
+    CHECK(near16("gelu out from a bf16 input", g16b, g16a, NC), "gelu_forward from bf16");
+    float *gd2 = h_rand(NC, 1), *dgd2 = d_from(gd2, NC), *f32a = d_poison(NC), *f32b = d_poison(NC);
+    gpu->gelu_backward(f32a, x32, dgd2, NC), gpu->gelu_backward(f32b, x16, dgd2, NC);
+    CHECK(same_dev("gelu dinp from a bf16 input", f32b, f32a, NC), "gelu_backward from bf16");
+    gpu->gelu_backward(g16a, x32, dgd2, NC), gpu->gelu_backward(g16b, x16, dgd2, NC);
+    CHECK(near16("gelu dinp into bf16 from a bf16 input", g16b, g16a, NC),
+          "gelu_backward from bf16 into bf16");
+    free(gd2);
+    float *gb[] = {x32, x16, g16a, g16b, dgd2, f32a, f32b};
+    for (size_t i = 0; i < sizeof gb / sizeof gb[0]; i++)
+        gpu->release(gb[i]);
     // GELU's backward into a marked dinp (the fc product's output gradient)
     float *gd = h_rand(NC, 1), *dgd = d_from(gd, NC), *b32 = d_poison(NC), *b16 = d_act16(NC);
     gpu->gelu_backward(b32, dx, dgd, NC), gpu->gelu_backward(b16, dx, dgd, NC);
@@ -290,6 +312,19 @@ TEST(act16_model) {
     // two layers' qkv at half size, less the scratch's 16-bit d(attention output)
     CHECK(f16 - fq == 2 * (3 * BT * C / 2) - BT * C / 2,
           "qkv in bf16: the workspace is %zu floats smaller", f16 - fq);
+    // LOOM_CUDA_ACT16=all: the GELU input (fch) in 16 bits too (ACT16_FCH)
+    size_t fa;
+    setenv("LOOM_CUDA_ACT16", "all", 1);
+    gpu = backend_select("cuda:bf16", 0);
+    CHECK(gpu && (gpu->act16 & ACT16_FCH) && (gpu->act16 & ACT16_QKV), "LOOM_CUDA_ACT16=all");
+    double la = gpu_first_step(&CFG, B, T, gq, &fa);
+    unsetenv("LOOM_CUDA_ACT16");
+    gpu = backend_select("cuda:bf16", 0);
+    double ra = rel_norm(gq, g16, np);
+    fprintf(stderr, "  qkv and fch in bf16 too: loss %.9f, gradients %.3g from act16's\n", la, ra);
+    CHECK(fabs(la - l16) <= 1e-4 * fabs(l16) && ra <= 1e-2, "all in bf16: loss %.9f vs %.9f", la,
+          l16);
+    CHECK(fq - fa == 2 * (4 * BT * C / 2), "fch in bf16: %zu floats fewer", fq - fa);
     free(gq);
     free(g16), free(g32), gpt_free(&shape);
 }

@@ -3,11 +3,11 @@
 //   * residual + LayerNorm (ln): the same bits as residual_forward then layernorm_forward, in
 //     fp32 and in bf16 with a marked (16-bit) output, the residual written over its input;
 //   * the MLP's up product with GELU in its epilogue (gelu), bf16: the pre-activation within
-//     1e-5 of the unfused product's (the same bf16 operands, maybe another algorithm) and the
-//     marked GELU output within 4e-3 norm-wise (a value may round to the next bf16), both
-//     within 1e-2 of the CPU's fp32; its backward with the GELU derivative in the epilogue,
-//     dpre written over gin: dW and dbias as the unfused ops', dpre within 4e-3 of theirs and
-//     1e-2 of the CPU's;
+//     1e-5 of the unfused product's (the same bf16 operands, maybe another algorithm; 4e-3 when
+//     it is marked 16-bit too, ACT16_FCH) and the marked GELU output within 4e-3 norm-wise (a
+//     value may round to the next bf16), both within 1e-2 of the CPU's fp32; its backward with the
+//     GELU derivative in the epilogue, dpre written over gin: dW and dbias as the unfused ops',
+//     dpre within 4e-3 of theirs and 1e-2 of the CPU's;
 //   * the bias gradient in the dW product's epilogue (bgrad): within 1e-3 of the column sums
 //     (it sums the bf16-rounded output gradient), dW and dinp as without it;
 //   * a GPT-2 first step with LOOM_CUDA_FUSE=all against none: loss within 1e-4, gradients
@@ -70,10 +70,12 @@ TEST(fused_residual_layernorm) {
 
 enum { GN = 130, GC = 96, GF = 384, GO = 72 }; // rows, model width, MLP width, down width
 
-// 1 when cuBLASLt fuses the up product and GELU here (bf16, into a marked out as the model's)
-static int gelu_fuses(void) {
+// 1 when cuBLASLt fuses the up product and GELU here (bf16, into a marked out as the model's),
+// with an fp32 pre-activation or (pre16) a marked one
+static int gelu_fuses(int pre16) {
     float *x = d_poison((size_t)GN * GC), *w = d_poison((size_t)GF * GC), *b = d_poison(GF);
-    float *o = d_act16((size_t)GN * GF), *pre = gpu->alloc((size_t)GN * GF);
+    float *o = d_act16((size_t)GN * GF),
+          *pre = pre16 ? d_act16((size_t)GN * GF) : gpu->alloc((size_t)GN * GF);
     gpu->fill(x, 0.5f, (size_t)GN * GC), gpu->fill(w, 0.1f, (size_t)GF * GC), gpu->fill(b, 0, GF);
     setenv("LOOM_CUDA_FUSE", "gelu", 1);
     int ok = gpu->matmul_gelu_forward(o, pre, x, w, b, GN, GC, GF);
@@ -84,22 +86,28 @@ static int gelu_fuses(void) {
     return ok;
 }
 
-TEST(fused_gelu) {
+// pre16: the pre-activation marked 16-bit as well (ACT16_FCH: the epilogue's aux in bf16)
+static void check_fused_gelu(int pre16) {
     size_t NC = (size_t)GN * GC, NF = (size_t)GN * GF, FC = (size_t)GF * GC, NO = (size_t)GN * GO;
     float *x = h_rand(NC, 1), *w = h_rand(FC, 0.1f), *b = h_rand(GF, 1);
     float *pre = xalloc_floats(NF), *gl = xalloc_floats(NF);
     cpu->matmul_forward(pre, x, w, b, GN, GC, GF), cpu->gelu_forward(gl, pre, NF);
     float *dx = d_from(x, NC), *dw = d_from(w, FC), *db = d_from(b, GF);
-    float *p1 = d_poison(NF), *p2 = d_poison(NF), *g1 = d_act16(NF), *g2 = d_act16(NF);
+    float *p1 = pre16 ? d_act16(NF) : d_poison(NF), *p2 = pre16 ? d_act16(NF) : d_poison(NF);
+    float *g1 = d_act16(NF), *g2 = d_act16(NF);
     gpu->matmul_forward(p1, dx, dw, db, GN, GC, GF), gpu->gelu_forward(g1, p1, NF);
     setenv("LOOM_CUDA_FUSE", "gelu", 1);
     CHECK(gpu->matmul_gelu_forward(g2, p2, dx, dw, db, GN, GC, GF), "forward declined");
-    float *hp1 = h_from_d(p1, NF), *hg1 = h_from_act16(g1, NF), *hg2 = h_from_act16(g2, NF);
+    float *hp1 = pre16 ? h_from_act16(p1, NF) : h_from_d(p1, NF);
+    float *hp2 = pre16 ? h_from_act16(p2, NF) : h_from_d(p2, NF);
+    float *hg1 = h_from_act16(g1, NF), *hg2 = h_from_act16(g2, NF);
+    double rp = rel_norm(hp2, hp1, NF), rpc = rel_norm(hp2, pre, NF);
     double rg = rel_norm(hg2, hg1, NF), rc = rel_norm(hg2, gl, NF);
-    fprintf(stderr, "  gelu out: %.3g from the unfused ops', %.3g from the CPU's\n", rg, rc);
-    CHECK(cmp_norm("pre vs unfused", p2, hp1, NF, 1e-5) &&
-              cmp_norm("pre vs cpu", p2, pre, NF, 1e-2) && rg <= 4e-3 && rc <= 1e-2,
-          "matmul_gelu_forward");
+    fprintf(stderr,
+            "  %s pre: %.3g from the unfused ops', %.3g from the CPU's; gelu out: %.3g, %.3g\n",
+            pre16 ? "bf16" : "fp32", rp, rpc, rg, rc);
+    CHECK(rp <= (pre16 ? 4e-3 : 1e-5) && rpc <= 1e-2 && rg <= 4e-3 && rc <= 1e-2,
+          "matmul_gelu_forward (%s pre)", pre16 ? "bf16" : "fp32");
     // the down product y (N,GO) = gin·wpᵀ + bp, backward from dout; dpre over gin
     float *wp = h_rand((size_t)GO * GF, 0.1f), *dout = h_rand(NO, 1);
     float *gw0 = h_rand((size_t)GO * GF, 1), *gb0 = h_rand(GO, 1);
@@ -127,8 +135,8 @@ TEST(fused_gelu) {
               cmp_norm("dbias vs unfused", gb2, hgb1, GO, 1e-6) &&
               cmp_norm("dW vs cpu", gw2, cgw, (size_t)GO * GF, 1e-2) &&
               cmp_norm("dbias vs cpu", gb2, cgb, GO, 1e-5) && rd <= 4e-3 && rdc <= 1e-2,
-          "matmul_gelu_backward");
-    float *h[] = {x,   w,   b,  pre, gl,  hp1, hg1,  hg2,  wp,  dout,
+          "matmul_gelu_backward (%s pre)", pre16 ? "bf16" : "fp32");
+    float *h[] = {x,   w,   b,  pre, gl,  hp1, hp2,  hg1,  hg2, wp, dout,
                   gw0, gb0, cg, cdp, cgw, cgb, hgw1, hgb1, hd1, hd2};
     for (size_t i = 0; i < sizeof h / sizeof h[0]; i++)
         free(h[i]);
@@ -136,6 +144,9 @@ TEST(fused_gelu) {
     for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
         gpu->release(d[i]);
 }
+
+TEST(fused_gelu) { check_fused_gelu(0); }
+TEST(fused_gelu_bf16_pre) { check_fused_gelu(1); }
 
 // ------------------------------------------------------------------ the bias gradient
 
@@ -194,10 +205,17 @@ int main(void) {
     }
     if (!gpu->act16)
         printf("skip - fused_gelu: this backend keeps every activation in fp32 (act16 off)\n");
-    else if (!gelu_fuses())
-        printf("skip - fused_gelu: cuBLASLt has no fused GELU plan on this GPU\n");
-    else
-        RUN(fused_gelu);
+    else {
+        if (gelu_fuses(0))
+            RUN(fused_gelu);
+        else
+            printf("skip - fused_gelu: cuBLASLt has no fused GELU plan with an fp32 input here\n");
+        if (gelu_fuses(1))
+            RUN(fused_gelu_bf16_pre);
+        else
+            printf("skip - fused_gelu_bf16_pre: cuBLASLt has no fused GELU plan with a bf16 "
+                   "input here\n");
+    }
     RUN(fused_bgrad);
     RUN(fused_model);
     return test_summary();

@@ -4,8 +4,9 @@
 // A mark is dropped when the buffer that holds it is released (cu_act16_drop).
 // LOOM_CUDA_ACT16=0 turns the marks off (Backend.act16 0: every activation fp32, the products
 // rounding their inputs into scratch per call, as before); LOOM_CUDA_ACT16=qkv adds the qkv
-// product's output (ACT16_QKV: written in bf16 by the product, read so by the attention; not
-// the default until a GPU run has measured it).
+// product's output and the attention's output gradient (ACT16_QKV), =fch the fc product's output
+// (ACT16_FCH: GELU's input), =all (or qkv+fch) both; not the default until a GPU run has
+// measured them.
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +26,16 @@ static size_t nmarks, capmarks;
 int cu_act16_enabled(void) {
     const char *e = getenv("LOOM_CUDA_ACT16");
     if (e && !strcmp(e, "0")) return 0;
-    return e && !strcmp(e, "qkv") ? ACT16_INPUTS | ACT16_QKV : ACT16_INPUTS;
+    int bits = ACT16_INPUTS;
+    for (const char *p = e ? e : ""; *p;) { // a list: qkv, fch, all (',' or '+' between)
+        size_t n = strcspn(p, ",+");
+        if ((n == 3 && !strncmp(p, "qkv", 3)) || (n == 3 && !strncmp(p, "all", 3)))
+            bits |= ACT16_QKV;
+        if ((n == 3 && !strncmp(p, "fch", 3)) || (n == 3 && !strncmp(p, "all", 3)))
+            bits |= ACT16_FCH;
+        p += n + (p[n] != 0);
+    }
+    return bits;
 }
 
 void cu_act16_mark(const float *p, size_t n) {

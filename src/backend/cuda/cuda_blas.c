@@ -90,8 +90,9 @@ static int set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, co
     return cublasLtMatmulDescSetAttribute(d, a, v, n) == CUBLAS_STATUS_SUCCESS;
 }
 
-// The fused epilogues (cb_matmul_ep): the GELU input (aux) in fp32 whatever D's type, and so is
-// a bias read or a bias gradient written (the model's parameters and gradients are fp32).
+// The fused epilogues (cb_matmul_ep): the GELU input (aux) in fp32 whatever D's type (16-bit
+// with CB_BF16_AUX), a bias read or a bias gradient written in fp32 (the model's parameters and
+// gradients are).
 // 0 when the descriptor refused one of them (the plan is then not usable).
 static int set_epilogue(Plan *p, const void *vec, const void *aux) {
     cublasLtEpilogue_t ep = p->ep == CB_EP_GELU_AUX ? (p->bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
@@ -108,7 +109,8 @@ static int set_epilogue(Plan *p, const void *vec, const void *aux) {
         int64_t ld = p->ldaux;
         ok &= set_attr(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
         ok &= set_attr(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld);
-        ok &= set_attr(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &f32, sizeof f32);
+        int32_t at = p->bf16 & CB_BF16_AUX ? (int32_t)half_type() : f32;
+        ok &= set_attr(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &at, sizeof at);
     }
     return ok;
 }

@@ -12,8 +12,9 @@
 // passes through bench_gpu.sh's variants), or all, or none (the default, until a GPU run has
 // measured them). An op not picked declines (returns 0) and the
 // model runs the ops it stands for. The GELU epilogues run in the 16-bit modes only, with an
-// fp32 pre-activation and widths that are multiples of 8; where cuBLASLt has no plan for them
-// the op declines from then on (with one note on stderr).
+// fp32 pre-activation (or a marked one, ACT16_FCH: bf16, as llm.c keeps it) and widths that are
+// multiples of 8; where cuBLASLt has no plan for them the ops decline from then on for that
+// kind of GELU input (with one note on stderr).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,36 +39,36 @@ int cu_fuse(int what) {
     return (mask & what) != 0;
 }
 
-// cuBLASLt had no plan for one of the GELU epilogues: both GELU ops decline from now on
-static int gelu_off;
-static int decline(const char *what) {
-    if (!gelu_off)
+// cuBLASLt had no plan for one of the GELU epilogues with an fp32 (0) or a 16-bit (1) GELU
+// input: both GELU ops decline with such an input from now on
+static int gelu_off[2];
+static int decline(const char *what, int pre16) {
+    if (!gelu_off[pre16])
         fprintf(stderr,
-                "loom: LOOM_CUDA_FUSE=gelu: cuBLASLt has no %s plan here; the MLP's "
-                "products and GELU run unfused\n",
-                what);
-    gelu_off = 1;
+                "loom: LOOM_CUDA_FUSE=gelu: cuBLASLt has no %s plan with a %s GELU input here; "
+                "the MLP's products and GELU run unfused\n",
+                what, pre16 ? "bf16" : "fp32");
+    gelu_off[pre16] = 1;
     return 0;
 }
 
-static int gelu_fusable(int a, int b) {
-    return cu_fuse(CU_FUSE_GELU) && !gelu_off &&
+static int gelu_fusable(int a, int b, const float *pre) {
+    return cu_fuse(CU_FUSE_GELU) && !gelu_off[cu_act16(pre) != 0] &&
            (cu_ctx.dtype == CU_BF16 || cu_ctx.dtype == CU_FP16) && a % 8 == 0 && b % 8 == 0;
 }
 
 int cuda_matmul_gelu_forward(float *out, float *pre, const float *inp, const float *w,
                              const float *bias, int N, int C, int OC) {
-    if (!gelu_fusable(C, OC) || N <= 0) return 0;
-    if (cu_act16(pre)) die(EXIT_IO, "CUDA: a 16-bit GELU input (internal error)");
+    if (!gelu_fusable(C, OC, pre) || N <= 0) return 0;
     cu_prof_begin(PROF_MM_F);
     const void *x = cu_bf16_act(SCR_BF_A, inp, (size_t)N * C);
     const void *wb = cu_bf16_weight(w, (size_t)OC, (size_t)C, (size_t)OC);
-    int o16 = cu_act16(out) ? CB_BF16_C : 0;
+    int o16 = (cu_act16(out) ? CB_BF16_C : 0) | (cu_act16(pre) ? CB_BF16_AUX : 0);
     // column-major (OC,N) = W·xᵀ, as cuda_ops.c's forward; aux (OC,N) too
     int ok = cb_matmul_ep(CB_EP_GELU_AUX, 1, 0, OC, N, C, wb, C, x, C, out, OC, 0.0f, (void *)bias,
                           pre, OC, CB_BF16_AB | o16, 0);
     cu_prof_end(PROF_MM_F);
-    return ok ? 1 : decline("GELU_AUX_BIAS");
+    return ok ? 1 : decline("GELU_AUX_BIAS", cu_act16(pre) != 0);
 }
 
 int cu_dw_product(float *dw, float *dbias, const void *x, const void *d, int N, int C, int OC,
@@ -94,15 +95,15 @@ int cu_dw_product(float *dw, float *dbias, const void *x, const void *d, int N, 
 int cuda_matmul_gelu_backward(float *dpre, float *dw, float *dbias, const float *dout,
                               const float *gin, const float *pre, const float *w, int N, int C,
                               int OC) {
-    if (!gelu_fusable(C, OC) || N <= 0) return 0;
-    if (cu_act16(pre)) die(EXIT_IO, "CUDA: a 16-bit GELU input (internal error)");
-    int d16 = cu_act16(dout), p16 = cu_act16(dpre) ? CB_BF16_C : 0;
+    if (!gelu_fusable(C, OC, pre) || N <= 0) return 0;
+    int d16 = cu_act16(dout),
+        p16 = (cu_act16(dpre) ? CB_BF16_C : 0) | (cu_act16(pre) ? CB_BF16_AUX : 0);
     const void *wb = cu_bf16_weight(w, (size_t)OC, (size_t)C, (size_t)OC);
     void *d = d16 ? (void *)dout : cu_scratch(SCR_BF_A, (size_t)N * OC * 2);
     // d(gin) (N,C) = dout·W: column-major (C,N) = Wᶜᵐ(C,OC) · dᶜᵐ(OC,N), times gelu'(pre)
     if (!cb_matmul_ep(CB_EP_DGELU, 0, 0, C, N, OC, wb, C, d, OC, dpre, C, 0.0f, NULL, (void *)pre,
                       C, CB_BF16_AB | p16, 1))
-        return decline("DGELU");
+        return decline("DGELU", cu_act16(pre) != 0);
     cu_prof_begin(PROF_MM_B);
     if (!d16) k_to_half_pad(d, dout, (size_t)N, (size_t)OC, (size_t)OC);
     const void *x = cu_bf16_act(SCR_BF_B, gin, (size_t)N * C);

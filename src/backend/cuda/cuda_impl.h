@@ -113,7 +113,7 @@ void cu_bf16_flush(void);                                    // drops every cach
 // 16-bit activations (cuda_act16.c): tensors the model marked (Backend.act16_mark) hold bf16.
 // cu_act16(p): p is the first element of a marked tensor. cu_act16_drop: every mark inside
 // [p, p + bytes) is gone (its buffer is released). cu_act16_enabled: Backend.act16's bits as
-// LOOM_CUDA_ACT16 says (unset: ACT16_INPUTS; 0: none; qkv: ACT16_QKV too).
+// LOOM_CUDA_ACT16 says (unset: ACT16_INPUTS; 0: none; qkv, fch, all: ACT16_QKV, ACT16_FCH too).
 void cu_act16_mark(const float *p, size_t n);
 int cu_act16(const void *p);
 void cu_act16_drop(const void *p, size_t bytes);
@@ -169,6 +169,9 @@ void k_gelu_forward(float *out, const float *inp, size_t n);
 void k_gelu_forward16(void *out, const float *inp, size_t n); // out bf16
 void k_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
 void k_gelu_backward16(void *dinp, const float *inp, const float *dout, size_t n); // dinp bf16
+// the same from a bf16 inp (a marked GELU input, ACT16_FCH); out16 / dinp16: bf16 outputs
+void k_gelu_forward_b16(void *out, int out16, const void *inp, size_t n);
+void k_gelu_backward_b16(void *dinp, int dinp16, const void *inp, const float *dout, size_t n);
 void k_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2,
              float eps, float wd, float gscale, float bc1, float bc2);
 // adamw over pieces (device table: start = the piece's first index in the concatenation of the

@@ -344,7 +344,9 @@ static void batched_attention_backward(float *dqkv, const float *dout, const flo
 
 void cuda_gelu_forward(float *out, const float *inp, size_t n) {
     cu_prof_begin(PROF_GELU_F);
-    if (cu_act16(out))
+    if (cu_act16(inp)) // a marked GELU input (ACT16_FCH)
+        k_gelu_forward_b16(out, cu_act16(out), inp, n);
+    else if (cu_act16(out))
         k_gelu_forward16(out, inp, n);
     else
         k_gelu_forward(out, inp, n);
@@ -352,7 +354,9 @@ void cuda_gelu_forward(float *out, const float *inp, size_t n) {
 }
 void cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
     cu_prof_begin(PROF_GELU_B);
-    if (cu_act16(dinp)) // the fc product's output gradient, read by it in bf16
+    if (cu_act16(inp)) // a marked GELU input (ACT16_FCH)
+        k_gelu_backward_b16(dinp, cu_act16(dinp), inp, dout, n);
+    else if (cu_act16(dinp)) // the fc product's output gradient, read by it in bf16
         k_gelu_backward16(dinp, inp, dout, n);
     else
         k_gelu_backward(dinp, inp, dout, n);

@@ -40,6 +40,19 @@ EW_KERNEL(gelu_bwd, (float *g, const float *x, const float *d, size_t n),
 EW_KERNEL(gelu_bwd16, (__nv_bfloat16 * g, const float *x, const float *d, size_t n),
           g[i] = __float2bfloat16_rn(d[i] * gelu_df(x[i])))
 EW_KERNEL(from_bf16, (float *o, const __nv_bfloat16 *x, size_t n), o[i] = __bfloat162float(x[i]))
+// GELU from a bf16 input (ACT16_FCH), into fp32 or bf16
+__device__ __forceinline__ void st_f(float *o, size_t i, float v) { o[i] = v; }
+__device__ __forceinline__ void st_f(__nv_bfloat16 *o, size_t i, float v) {
+    o[i] = __float2bfloat16_rn(v);
+}
+template <typename TO>
+__global__ void gelu_fwd_b16_kernel(TO *o, const __nv_bfloat16 *x, size_t n) {
+    GRID_STRIDE(i, n) { st_f(o, i, gelu_f(__bfloat162float(x[i]))); }
+}
+template <typename TO>
+__global__ void gelu_bwd_b16_kernel(TO *g, const __nv_bfloat16 *x, const float *d, size_t n) {
+    GRID_STRIDE(i, n) { st_f(g, i, d[i] * gelu_df(__bfloat162float(x[i]))); }
+}
 EW_KERNEL(nonfinite, (int *flag, const float *x, size_t n), if (!isfinite(x[i])) *flag = 1)
 
 // One element's AdamW step (both kernels below: the same bits)
@@ -197,6 +210,27 @@ void k_adamw_multi(float *p, const float *g, float *m, float *v, const KAdamPiec
 }
 void k_from_bf16(float *dst, const void *src, size_t n) {
     LAUNCH(from_bf16, n, dst, (const __nv_bfloat16 *)src, n);
+}
+void k_gelu_forward_b16(void *out, int out16, const void *inp, size_t n) {
+    const __nv_bfloat16 *x = (const __nv_bfloat16 *)inp;
+    if (!n) return;
+    if (out16)
+        gelu_fwd_b16_kernel<<<k_blocks(n), K_THREADS, 0, cu_ctx.stream>>>((__nv_bfloat16 *)out, x,
+                                                                          n);
+    else
+        gelu_fwd_b16_kernel<<<k_blocks(n), K_THREADS, 0, cu_ctx.stream>>>((float *)out, x, n);
+    CU_LAUNCHED("gelu_forward_b16");
+}
+void k_gelu_backward_b16(void *dinp, int dinp16, const void *inp, const float *dout, size_t n) {
+    const __nv_bfloat16 *x = (const __nv_bfloat16 *)inp;
+    if (!n) return;
+    if (dinp16)
+        gelu_bwd_b16_kernel<<<k_blocks(n), K_THREADS, 0, cu_ctx.stream>>>((__nv_bfloat16 *)dinp, x,
+                                                                          dout, n);
+    else
+        gelu_bwd_b16_kernel<<<k_blocks(n), K_THREADS, 0, cu_ctx.stream>>>((float *)dinp, x, dout,
+                                                                          n);
+    CU_LAUNCHED("gelu_backward_b16");
 }
 void k_nonfinite(int *flag_dev, const float *x, size_t n) { LAUNCH(nonfinite, n, flag_dev, x, n); }
 void k_to_bf16(void *dst, const float *src, size_t n) {
