@@ -65,7 +65,8 @@ static void mark_act16(const Workspace *ws, const GPT *m, int nl, int head);
 
 size_t workspace_shared_floats(const GPTConfig *c, const Backend *be, int B, int T, int recompute) {
     size_t BT = (size_t)B * T;
-    return head_floats(c, B, T) + scratch_floats(c, BT, 0) +
+    size_t datt16 = gpt_act16_qkv(c, be, 1) ? gpt_act_floats(1, BT * c->C) : 0; // (datt16_floats)
+    return head_floats(c, B, T) + scratch_floats(c, BT, 0) + datt16 +
            (recompute ? layer_act_floats(c, be, B, T) : 0);
 }
 
