@@ -184,6 +184,24 @@ static Plan *plan_get(Plan *key, const void *A, const void *B, const void *C, co
     return p;
 }
 
+// The key a product's plan is cached under (plan_get adds the dtype and the alignments)
+static Plan plan_key(int ta, int tb, int m, int n, int k, int lda, int ldb, int ldc, int bias,
+                     float beta, int bf16, int ep, int ldaux) {
+    return (Plan){.ta = ta,
+                  .tb = tb,
+                  .m = m,
+                  .n = n,
+                  .k = k,
+                  .lda = lda,
+                  .ldb = ldb,
+                  .ldc = ldc,
+                  .bias = bias,
+                  .beta1 = beta != 0.0f,
+                  .bf16 = bf16,
+                  .ep = ep,
+                  .ldaux = ldaux};
+}
+
 void cb_matmul(int ta, int tb, int m, int n, int k, const void *A, int lda, const void *B, int ldb,
                void *C, int ldc, float beta, const void *bias, int bf16) {
     if (m <= 0 || n <= 0) return;
@@ -194,17 +212,7 @@ void cb_matmul(int ta, int tb, int m, int n, int k, const void *A, int lda, cons
         if (bias) k_bias_rows(C, bias, n, m);
         return;
     }
-    Plan key = {.ta = ta,
-                .tb = tb,
-                .m = m,
-                .n = n,
-                .k = k,
-                .lda = lda,
-                .ldb = ldb,
-                .ldc = ldc,
-                .bias = bias != NULL,
-                .beta1 = beta != 0.0f,
-                .bf16 = bf16};
+    Plan key = plan_key(ta, tb, m, n, k, lda, ldb, ldc, bias != NULL, beta, bf16, CB_EP_NONE, 0);
     Plan *p = plan_get(&key, A, B, C, bias, NULL);
     if (p->ok) {
         if (bias)
@@ -232,19 +240,8 @@ int cb_matmul_ep(int ep, int ta, int tb, int m, int n, int k, const void *A, int
                  int ldb, void *C, int ldc, float beta, void *vec, void *aux, int ldaux, int bf16,
                  int dry) {
     if (m <= 0 || n <= 0 || k <= 0) return 0;
-    Plan key = {.ta = ta,
-                .tb = tb,
-                .m = m,
-                .n = n,
-                .k = k,
-                .lda = lda,
-                .ldb = ldb,
-                .ldc = ldc,
-                .bias = vec != NULL,
-                .beta1 = beta != 0.0f,
-                .bf16 = bf16,
-                .ep = ep,
-                .ldaux = aux ? ldaux : 0};
+    Plan key =
+        plan_key(ta, tb, m, n, k, lda, ldb, ldc, vec != NULL, beta, bf16, ep, aux ? ldaux : 0);
     Plan *p = plan_get(&key, A, B, C, vec, aux);
     if (!p->ok || dry) return p->ok;
     if (vec)
