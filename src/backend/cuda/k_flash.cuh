@@ -201,6 +201,45 @@ template <int N> static __device__ __forceinline__ void cp_wait() {
 #endif
 }
 
+// The K and V tiles of a loop over key tiles kt = 0..last (the forward's, the dQ pass's), from the
+// rows at base (K at +C, V at +2C), into Ks, Vs: each call waits for tile kt and returns its
+// buffers in Kb, Vb. PIPE (bf16 rows): two buffers each, tile kt in pair kt & 1, the next tile
+// copied into the other pair by cp.async while the warps compute on this one (kv_first issues
+// tile 0; the caller ends each iteration with a barrier, so the pair refilled is free); else one
+// pair, loaded between two barriers.
+template <bool PIPE, typename I>
+static __device__ __forceinline__ void kv_first(bf16 *Ks, bf16 *Vs, const I *base, int C, int T,
+                                                size_t C3) {
+    if constexpr (PIPE) {
+        async_tile(Ks, base + C, 0, T, C3), async_tile(Vs, base + 2 * C, 0, T, C3);
+        cp_commit();
+    }
+}
+template <bool PIPE, typename I>
+static __device__ __forceinline__ void kv_tile(bf16 *Ks, bf16 *Vs, const I *base, int C, int T,
+                                               size_t C3, int kt, int last, bf16 **Kb, bf16 **Vb) {
+    int k0 = kt * TILE;
+    if constexpr (PIPE) {
+        *Kb = Ks + (kt & 1) * TILE * LD, *Vb = Vs + (kt & 1) * TILE * LD;
+        if (kt < last) {
+            int nb = ((kt + 1) & 1) * TILE * LD;
+            async_tile(Ks + nb, base + C, k0 + TILE, T, C3);
+            async_tile(Vs + nb, base + 2 * C, k0 + TILE, T, C3);
+            cp_commit();
+            cp_wait<1>(); // this tile's copies are done (the next one's may not be)
+        } else {
+            cp_wait<0>();
+        }
+        __syncthreads(); // every thread's copies of this tile are visible
+    } else {
+        *Kb = Ks, *Vb = Vs;
+        __syncthreads(); // every warp is done with the previous tile
+        load_tile(Ks, base + C, k0, T, C3);
+        load_tile(Vs, base + 2 * C, k0, T, C3);
+        __syncthreads();
+    }
+}
+
 // out fp32, or bf16 for a product's input kept in 16 bits (cuda_act16.c)
 __device__ __forceinline__ void st_out(float *o, size_t i, float v) { o[i] = v; }
 __device__ __forceinline__ void st_out(bf16 *o, size_t i, float v) {

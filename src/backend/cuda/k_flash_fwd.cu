@@ -19,32 +19,11 @@ __global__ void __launch_bounds__(128)
     uint32_t qa[4][4];
     load_a(qa, base, qt * TILE + w * 16, T, C3);
     float o[8][4] = {}, m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
-    if constexpr (PIPE) { // tile 0 on its way
-        async_tile(Ks, base + C, 0, T, C3), async_tile(Vs, base + 2 * C, 0, T, C3);
-        cp_commit();
-    }
+    kv_first<PIPE>(Ks, Vs, base, C, T, C3);
     for (int kt = 0; kt <= qt; kt++) {
         int k0 = kt * TILE;
-        bf16 *Kb = Ks + (PIPE ? (kt & 1) * TILE * LD : 0),
-             *Vb = Vs + (PIPE ? (kt & 1) * TILE * LD : 0);
-        if constexpr (PIPE) {
-            if (kt < qt) { // the next tile into the other buffers, read by nobody since the
-                           // barrier that ended the last iteration
-                int nb = ((kt + 1) & 1) * TILE * LD;
-                async_tile(Ks + nb, base + C, k0 + TILE, T, C3);
-                async_tile(Vs + nb, base + 2 * C, k0 + TILE, T, C3);
-                cp_commit();
-                cp_wait<1>(); // this tile's copies are done (the next one's may not be)
-            } else {
-                cp_wait<0>();
-            }
-            __syncthreads(); // every thread's copies of this tile are visible
-        } else {
-            __syncthreads(); // every warp is done with the previous tile
-            load_tile(Ks, base + C, k0, T, C3);
-            load_tile(Vs, base + 2 * C, k0, T, C3);
-            __syncthreads();
-        }
+        bf16 *Kb, *Vb;
+        kv_tile<PIPE>(Ks, Vs, base, C, T, C3, kt, qt, &Kb, &Vb);
         float s[8][4] = {};
         for (int nt = 0; nt < 8; nt++)
             for (int kk = 0; kk < 4; kk++) {
