@@ -133,27 +133,30 @@ static void cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, co
 
 // ------------------------------------------------------------------ layernorm
 
+// One row: out (C) = (x − mean)·rstd·w + b, its mean and rstd (float sums, in order)
+static inline void ln_row(float *o, float *mean, float *rstd, const float *x, const float *w,
+                          const float *b, int C) {
+    float m = 0.f;
+    for (int c = 0; c < C; c++)
+        m += x[c];
+    m /= C;
+    float var = 0.f;
+    for (int c = 0; c < C; c++) {
+        float d = x[c] - m;
+        var += d * d;
+    }
+    float s = 1.0f / sqrtf(var / C + LN_EPS);
+    for (int c = 0; c < C; c++)
+        o[c] = (x[c] - m) * s * w[c] + b[c];
+    *mean = m;
+    *rstd = s;
+}
+
 static void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                                   const float *w, const float *b, int N, int C) {
 #pragma omp parallel for schedule(dynamic, 16) // rows taken as threads come free
-    for (int n = 0; n < N; n++) {
-        const float *x = inp + (size_t)n * C;
-        float m = 0.f;
-        for (int c = 0; c < C; c++)
-            m += x[c];
-        m /= C;
-        float var = 0.f;
-        for (int c = 0; c < C; c++) {
-            float d = x[c] - m;
-            var += d * d;
-        }
-        float s = 1.0f / sqrtf(var / C + LN_EPS);
-        float *o = out + (size_t)n * C;
-        for (int c = 0; c < C; c++)
-            o[c] = (x[c] - m) * s * w[c] + b[c];
-        mean[n] = m;
-        rstd[n] = s;
-    }
+    for (int n = 0; n < N; n++)
+        ln_row(out + (size_t)n * C, mean + n, rstd + n, inp + (size_t)n * C, w, b, C);
 }
 
 // residual_forward then layernorm_forward in one pass over the rows: the same sums in the same
@@ -164,22 +167,9 @@ static int cpu_residual_layernorm_forward(float *res, float *out, float *mean, f
 #pragma omp parallel for schedule(dynamic, 16)
     for (int n = 0; n < N; n++) {
         size_t o = (size_t)n * C;
-        float *x = res + o, m = 0.f;
-        for (int c = 0; c < C; c++) {
-            x[c] = a[o + c] + b[o + c];
-            m += x[c];
-        }
-        m /= C;
-        float var = 0.f;
-        for (int c = 0; c < C; c++) {
-            float d = x[c] - m;
-            var += d * d;
-        }
-        float s = 1.0f / sqrtf(var / C + LN_EPS);
         for (int c = 0; c < C; c++)
-            out[o + c] = (x[c] - m) * s * w[c] + bias[c];
-        mean[n] = m;
-        rstd[n] = s;
+            res[o + c] = a[o + c] + b[o + c];
+        ln_row(out + o, mean + n, rstd + n, res + o, w, bias, C);
     }
     return 1;
 }

@@ -56,12 +56,10 @@ __device__ __forceinline__ void st_act(__nv_bfloat16 *o, int i, float v) {
     o[i] = __float2bfloat16_rn(v);
 }
 
+// One row of a warp: o (C) = layernorm(x) · w + b, its mean and rstd (lane 0 stores them)
 template <typename O>
-__global__ void ln_fwd_kernel(O *out, float *mean, float *rstd, const float *inp, const float *w,
-                              const float *b, int N, int C) {
-    int row = blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    if (row >= N) return;
-    const float *x = inp + (size_t)row * C;
+__device__ __forceinline__ void ln_row(O *o, float *mean, float *rstd, const float *x,
+                                       const float *w, const float *b, int C, int lane) {
     float s = 0.f;
     for (int c = lane; c < C; c += 32)
         s += x[c];
@@ -72,39 +70,32 @@ __global__ void ln_fwd_kernel(O *out, float *mean, float *rstd, const float *inp
         v += d * d;
     }
     float rs = 1.0f / sqrtf(warp_sum(v) / C + LN_EPS);
-    O *o = out + (size_t)row * C;
     for (int c = lane; c < C; c += 32)
         st_act(o, c, (x[c] - m) * rs * w[c] + b[c]);
-    if (lane == 0) mean[row] = m, rstd[row] = rs;
+    if (lane == 0) *mean = m, *rstd = rs;
+}
+
+template <typename O>
+__global__ void ln_fwd_kernel(O *out, float *mean, float *rstd, const float *inp, const float *w,
+                              const float *b, int N, int C) {
+    int row = blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= N) return;
+    size_t r = (size_t)row * C;
+    ln_row(out + r, mean + row, rstd + row, inp + r, w, b, C, lane);
 }
 
 // res = a + b (res may be a or b: each element is read, then written, by one thread), then
 // ln_fwd_kernel's LayerNorm of res: the same sums in the same order, so the same bits as the
-// residual kernel followed by it; the row is read back from where this thread just wrote it
+// residual kernel followed by it; each lane reads back the elements it just wrote
 template <typename O>
 __global__ void res_ln_fwd_kernel(float *res, O *out, float *mean, float *rstd, const float *a,
                                   const float *b, const float *w, const float *bias, int N, int C) {
     int row = blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= N) return;
     size_t r = (size_t)row * C;
-    float *x = res + r;
-    float s = 0.f;
-    for (int c = lane; c < C; c += 32) {
-        float v = a[r + c] + b[r + c];
-        x[c] = v;
-        s += v;
-    }
-    float m = warp_sum(s) / C;
-    float v = 0.f;
-    for (int c = lane; c < C; c += 32) {
-        float d = x[c] - m;
-        v += d * d;
-    }
-    float rs = 1.0f / sqrtf(warp_sum(v) / C + LN_EPS);
-    O *o = out + r;
     for (int c = lane; c < C; c += 32)
-        st_act(o, c, (x[c] - m) * rs * w[c] + bias[c]);
-    if (lane == 0) mean[row] = m, rstd[row] = rs;
+        res[r + c] = a[r + c] + b[r + c];
+    ln_row(out + r, mean + row, rstd + row, res + r, w, bias, C, lane);
 }
 
 __global__ void ln_bwd_rows_kernel(float *dinp, const float *dout, const float *inp, const float *w,
