@@ -26,16 +26,9 @@ static size_t nmarks, capmarks;
 int cu_act16_enabled(void) {
     const char *e = getenv("LOOM_CUDA_ACT16");
     if (e && !strcmp(e, "0")) return 0;
-    int bits = ACT16_INPUTS;
-    for (const char *p = e ? e : ""; *p;) { // a list: qkv, fch, all (',' or '+' between)
-        size_t n = strcspn(p, ",+");
-        if ((n == 3 && !strncmp(p, "qkv", 3)) || (n == 3 && !strncmp(p, "all", 3)))
-            bits |= ACT16_QKV;
-        if ((n == 3 && !strncmp(p, "fch", 3)) || (n == 3 && !strncmp(p, "all", 3)))
-            bits |= ACT16_FCH;
-        p += n + (p[n] != 0);
-    }
-    return bits;
+    int all = cu_list_has(e, "all"); // a list: qkv, fch, all
+    return ACT16_INPUTS | (all || cu_list_has(e, "qkv") ? ACT16_QKV : 0) |
+           (all || cu_list_has(e, "fch") ? ACT16_FCH : 0);
 }
 
 void cu_act16_mark(const float *p, size_t n) {

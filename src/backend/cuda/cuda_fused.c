@@ -27,15 +27,10 @@
 // (read at every call: a test switches it between calls; a few reads a layer cost nothing)
 int cu_fuse(int what) {
     const char *e = getenv("LOOM_CUDA_FUSE");
-    int mask = 0;
     if (e && !strcmp(e, "all")) return 1;
-    for (const char *p = e ? e : ""; *p;) {
-        size_t n = strcspn(p, ",+");
-        if (n == 4 && !strncmp(p, "gelu", 4)) mask |= CU_FUSE_GELU;
-        if (n == 2 && !strncmp(p, "ln", 2)) mask |= CU_FUSE_LN;
-        if (n == 5 && !strncmp(p, "bgrad", 5)) mask |= CU_FUSE_BGRAD;
-        p += n + (p[n] != 0);
-    }
+    int mask = (cu_list_has(e, "gelu") ? CU_FUSE_GELU : 0) |
+               (cu_list_has(e, "ln") ? CU_FUSE_LN : 0) |
+               (cu_list_has(e, "bgrad") ? CU_FUSE_BGRAD : 0);
     return (mask & what) != 0;
 }
 

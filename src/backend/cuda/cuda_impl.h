@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -120,6 +121,19 @@ void cu_act16_drop(const void *p, size_t bytes);
 int cu_act16_enabled(void);
 // The bytes of a live cu_malloc allocation starting at p (0: none).
 size_t cu_mem_size(const void *p);
+
+// 1 when word is one of the words of list (separated by ',' or '+': "gelu+ln" passes through
+// bench_gpu.sh's variants, whose ',' separates variables); a NULL list has none. For the
+// LOOM_CUDA_* switches that take a list.
+static inline int cu_list_has(const char *list, const char *word) {
+    size_t w = strlen(word);
+    for (const char *p = list ? list : ""; *p;) {
+        size_t n = strcspn(p, ",+");
+        if (n == w && !strncmp(p, word, n)) return 1;
+        p += n + (p[n] != 0);
+    }
+    return 0;
+}
 
 // Fused ops (cuda_fused.c): cu_fuse says whether LOOM_CUDA_FUSE picked one. cu_dw_product: dw
 // (OC,C) += dᵀ·x for 16-bit x (N,C) and d (N, leading dimension P ≥ OC), and the bias gradient
