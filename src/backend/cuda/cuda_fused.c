@@ -66,15 +66,15 @@ int cuda_matmul_gelu_forward(float *out, float *pre, const float *inp, const flo
     return ok ? 1 : decline("GELU_AUX_BIAS", cu_act16(pre) != 0);
 }
 
-int cu_dw_product(float *dw, float *dbias, const void *x, const void *d, int N, int C, int OC,
-                  int P) {
+void cu_dw_product(float *dw, float *dbias, const float *dout, const void *x, const void *d, int N,
+                   int C, int OC, int P) {
     // dW (OC,C) += doutᵀ·x: column-major (C,OC) += xᶜᵐ(C,N) · (dᶜᵐ)ᵀ(N,OC)
     if (dbias && cu_fuse(CU_FUSE_BGRAD) && P == OC) {
         float *bg = cu_scratch(SCR_BGRAD, (size_t)OC * sizeof(float));
         if (cb_matmul_ep(CB_EP_BGRADB, 0, 1, C, OC, N, x, C, d, P, dw, C, 1.0f, bg, NULL, 0,
                          CB_BF16_AB, 0)) {
             k_axpby(dbias, 1.0f, bg, 1.0f, (size_t)OC); // the epilogue writes; dbias accumulates
-            return 1;
+            return;
         }
         static int noted;
         if (!noted++)
@@ -84,7 +84,10 @@ int cu_dw_product(float *dw, float *dbias, const void *x, const void *d, int N, 
                     C, OC, N);
     }
     cb_matmul(0, 1, C, OC, N, x, C, d, P, dw, C, 1.0f, NULL, CB_BF16_AB);
-    return 0;
+    if (dbias && cu_act16(dout))
+        k_bias_backward16(dbias, dout, N, OC);
+    else if (dbias)
+        k_bias_backward(dbias, dout, N, OC);
 }
 
 int cuda_matmul_gelu_backward(float *dpre, float *dw, float *dbias, const float *dout,
@@ -102,13 +105,7 @@ int cuda_matmul_gelu_backward(float *dpre, float *dw, float *dbias, const float 
     cu_prof_begin(PROF_MM_B);
     if (!d16) k_to_half_pad(d, dout, (size_t)N, (size_t)OC, (size_t)OC);
     const void *x = cu_bf16_act(SCR_BF_B, gin, (size_t)N * C);
-    int summed = cu_dw_product(dw, dbias, x, d, N, C, OC, OC);
-    if (dbias && !summed) {
-        if (d16)
-            k_bias_backward16(dbias, dout, N, OC);
-        else
-            k_bias_backward(dbias, dout, N, OC);
-    }
+    cu_dw_product(dw, dbias, dout, x, d, N, C, OC, OC);
     // after dW and the bias, which read gin and dout (stream order): dpre may be gin
     if (!cb_matmul_ep(CB_EP_DGELU, 0, 0, C, N, OC, wb, C, d, OC, dpre, C, 0.0f, NULL, (void *)pre,
                       C, CB_BF16_AB | p16, 0))

@@ -136,13 +136,13 @@ static inline int cu_list_has(const char *list, const char *word) {
 }
 
 // Fused ops (cuda_fused.c): cu_fuse says whether LOOM_CUDA_FUSE picked one. cu_dw_product: dw
-// (OC,C) += dᵀ·x for 16-bit x (N,C) and d (N, leading dimension P ≥ OC), and the bias gradient
-// dbias (OC) += Σ_n d in the product's epilogue where bgrad is picked and cuBLASLt can (P ==
-// OC): returns 1 when it summed dbias, 0 when the caller must.
+// (OC,C) += dᵀ·x for 16-bit x (N,C) and d (N, leading dimension P ≥ OC: dout rounded, or
+// dout itself when it is marked), and with dbias (then P = OC) dbias (OC) += Σ_n dout: in the
+// product's epilogue where bgrad is picked and cuBLASLt can, else by the column sums of dout.
 enum { CU_FUSE_GELU = 1, CU_FUSE_LN = 2, CU_FUSE_BGRAD = 4 };
 int cu_fuse(int what);
-int cu_dw_product(float *dw, float *dbias, const void *x, const void *d, int N, int C, int OC,
-                  int P);
+void cu_dw_product(float *dw, float *dbias, const float *dout, const void *x, const void *d, int N,
+                   int C, int OC, int P);
 
 // Opt-in per-op device timing (cuda_prof.c, LOOM_CUDA_PROFILE=1): brackets around each op.
 enum {

@@ -141,12 +141,12 @@ static void half_forward(float *out, const float *inp, const float *w, const flo
 }
 
 // A marked dout (cuda_act16.c: bf16 already, a width that needs no padding) is read in place; a
-// marked dinp (the attention's output gradient under ACT16_QKV) is written in bf16. Returns 1
-// when dbias was summed too (in the dW product's epilogue: cu_dw_product).
-static int half_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
-                         const float *w, int N, int C, int OC) {
+// marked dinp (the attention's output gradient under ACT16_QKV) is written in bf16. dbias (then
+// P = OC: one chunk) is summed by cu_dw_product.
+static void half_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                          const float *w, int N, int C, int OC) {
     int P = pad_to(OC, dbias != NULL), R = P == OC || N < PAD_ROWS ? N : PAD_ROWS,
-        d16 = cu_act16(dout), summed = 0;
+        d16 = cu_act16(dout);
     int i16 = dinp && cu_act16(dinp) ? CB_BF16_C : 0;
     if ((d16 && P != OC) || (i16 && R != N))
         die(EXIT_IO, "CUDA: a 16-bit output gradient needs padding (internal error)");
@@ -161,13 +161,12 @@ static int half_backward(float *dinp, float *dw, float *dbias, const float *dout
         if (dinp) // (a marked dinp is one chunk: R = N)
             cb_matmul(0, 0, C, nr, P, wb, C, d, P, dinp + (size_t)n0 * C, C, 0.0f, NULL,
                       CB_BF16_AB | i16);
-        if (R == N) // (one chunk: the bias, if any, is summed here or by the caller)
-            summed = cu_dw_product(dw, dbias, x, d, N, C, OC, P);
+        if (R == N) // (one chunk, and the bias's if there is one)
+            cu_dw_product(dw, dbias, dout, x, d, N, C, OC, P);
         else
             cb_matmul(0, 1, C, OC, nr, x + (size_t)n0 * C * 2, C, d, P, dw, C, 1.0f, NULL,
                       CB_BF16_AB);
     }
-    return summed;
 }
 
 void cuda_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N,
@@ -185,9 +184,8 @@ void cuda_matmul_forward(float *out, const float *inp, const float *w, const flo
 void cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                           const float *w, int N, int C, int OC) {
     cu_prof_begin(PROF_MM_B);
-    int summed = 0;
     if (half_mode()) {
-        summed = half_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
+        half_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
     } else {
         if (cu_act16(inp) || cu_act16(dout) || (dinp && cu_act16(dinp)))
             die(EXIT_IO, "CUDA: an fp32 product read a 16-bit activation (internal error)");
@@ -195,11 +193,8 @@ void cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dou
             cb_matmul(0, 0, C, N, OC, w, C, dout, OC, dinp, C, 0.0f, NULL, 0);
         // dW (OC,C) += doutᵀ·inp: column-major (C,OC) += inpᶜᵐ(C,N) · (doutᶜᵐ)ᵀ(N,OC)
         cb_matmul(0, 1, C, OC, N, inp, C, dout, OC, dw, C, 1.0f, NULL, 0);
+        if (dbias) k_bias_backward(dbias, dout, N, OC);
     }
-    if (dbias && !summed && cu_act16(dout))
-        k_bias_backward16(dbias, dout, N, OC);
-    else if (dbias && !summed)
-        k_bias_backward(dbias, dout, N, OC);
     cu_prof_end(PROF_MM_B);
 }
 
